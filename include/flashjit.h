@@ -1,0 +1,239 @@
+/* flashjit: exact attention (FlashAttention) with kernels written at run time.
+**
+** This header is the whole public API and its specification. A request describes the attention
+** to compute (shapes, dtype, mask); the library renders a kernel for exactly that request from
+** Lua templates, compiles it for the device (OpenCL, or NVRTC on CUDA), keeps the binary, and
+** launches it on the caller's stream or queue.
+**
+** Conventions
+**  - Every function that can fail returns an fj_status. FJ_OK is 0. fj_status_string() gives a
+**    static description of a code; fj_context_last_error() gives the detail of the last failure
+**    on a context, naming the offending field and value.
+**  - Option structs start with struct_size and only ever grow at the end. Always fill them with
+**    their *_init() function first, then set the fields you need.
+**  - Inputs are copied unless a comment says otherwise; returned const char * are borrowed.
+**  - A context is used by one thread at a time. Different contexts are independent.
+**  - Tensors live in device memory: fj_malloc() memory, or for CUDA any device pointer (for
+**    example a framework's tensor), for OpenCL an SVM pointer.
+*/
+#ifndef FLASHJIT_H
+#define FLASHJIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define FJ_API __attribute__((visibility("default")))
+#else
+#define FJ_API
+#endif
+
+#define FJ_VERSION_MAJOR 0
+#define FJ_VERSION_MINOR 1
+#define FJ_VERSION_PATCH 0
+
+/* The library's version as "MAJOR.MINOR.PATCH"; static storage. */
+FJ_API const char *fj_version(void);
+
+/* Status codes. X(name, description): the one table behind the enum and fj_status_string(). */
+#define FJ_STATUS_MAP(X)                                                                           \
+    X(OK, "success")                                                                               \
+    X(ERR_INVALID_ARGUMENT, "invalid argument")                                                    \
+    X(ERR_UNSUPPORTED, "unsupported request")                                                      \
+    X(ERR_TEMPLATE, "kernel template failed to render")                                            \
+    X(ERR_COMPILE, "kernel failed to compile")                                                     \
+    X(ERR_BACKEND, "backend (driver) error")                                                       \
+    X(ERR_CACHE, "kernel cache error")                                                             \
+    X(ERR_OUT_OF_MEMORY, "out of memory")                                                          \
+    X(ERR_NO_DEVICE, "no usable device")
+
+typedef enum fj_status {
+#define FJ__STATUS_ENUM(name, text) FJ_##name,
+    FJ_STATUS_MAP(FJ__STATUS_ENUM)
+#undef FJ__STATUS_ENUM
+} fj_status;
+
+/* A static, human-readable description of a status; "unknown status" for values outside the
+** enum. Never NULL. */
+FJ_API const char *fj_status_string(fj_status status);
+
+/* Element types. Half and bfloat16 are IEEE binary16 and the upper half of binary32. FP8 types
+** are part of the ABI for later versions; requests with them return FJ_ERR_UNSUPPORTED today. */
+typedef enum fj_dtype {
+    FJ_DTYPE_F16 = 0,
+    FJ_DTYPE_BF16 = 1,
+    FJ_DTYPE_F32 = 2,
+    FJ_DTYPE_F8_E4M3 = 3,
+    FJ_DTYPE_F8_E5M2 = 4
+} fj_dtype;
+
+/* Size of one element in bytes, or 0 for a value outside the enum. */
+FJ_API size_t fj_dtype_size(fj_dtype dtype);
+
+/* Which backend a context uses. AUTO takes CUDA when a CUDA device and NVRTC are usable, else
+** OpenCL. */
+typedef enum fj_backend_kind {
+    FJ_BACKEND_AUTO = 0,
+    FJ_BACKEND_CUDA = 1,
+    FJ_BACKEND_OPENCL = 2
+} fj_backend_kind;
+
+/* A strided view of device memory (like DLPack's DLTensor). Strides count elements, not bytes.
+** The last dimension must be contiguous (stride 1). Attention tensors are 4-D:
+**   q   [batch, seqlen_q, heads_q,  head_dim]
+**   k   [batch, seqlen_k, heads_kv, head_dim]
+**   v   [batch, seqlen_k, heads_kv, head_dim_v]
+**   out [batch, seqlen_q, heads_q,  head_dim_v]
+**   lse [batch, heads_q, seqlen_q] (3-D, float32, natural log)
+** Any strides work, so [batch, heads, seq, dim] storage is passed by permuting the strides. */
+typedef struct fj_tensor {
+    void *data;
+    fj_dtype dtype;
+    int32_t ndim;
+    int64_t shape[4];
+    int64_t stride[4];
+} fj_tensor;
+
+/* Options of a context. */
+typedef struct fj_context_options {
+    size_t struct_size;      /* sizeof(fj_context_options), set by fj_context_options_init() */
+    fj_backend_kind backend; /* default FJ_BACKEND_AUTO */
+    int32_t device;          /* index among the backend's devices; default 0 */
+    const char *cache_path;  /* kernel cache file; NULL: the default location, ":memory:": none */
+} fj_context_options;
+
+/* Fills *opts with the defaults and sets struct_size. NULL is a no-op. */
+FJ_API void fj_context_options_init(fj_context_options *opts);
+
+typedef struct fj_context fj_context;
+
+/* Creates a context for one device of one backend. On success *out owns everything the context
+** allocates; on failure *out is NULL and the returned status says why (the detail of a failure
+** before a context exists is available through fj_last_create_error()). opts may be NULL for
+** the defaults; it is copied, not retained.
+** Returns FJ_ERR_INVALID_ARGUMENT (out is NULL, bad struct_size, backend or device index),
+** FJ_ERR_NO_DEVICE (the backend's runtime is missing or has no such device), FJ_ERR_BACKEND,
+** FJ_ERR_OUT_OF_MEMORY. */
+FJ_API fj_status fj_context_create(const fj_context_options *opts, fj_context **out);
+
+/* The detail of the last fj_context_create() failure on the calling thread; "" if none. */
+FJ_API const char *fj_last_create_error(void);
+
+/* Releases a context, its loaded kernels and its cache connection. Memory from fj_malloc() must
+** be freed before. NULL is a harmless no-op. */
+FJ_API void fj_context_destroy(fj_context *ctx);
+
+/* The detail of the last failure on ctx, naming the bad field and value, or a warning the last
+** call chose to report (such as a cache that could not be written); "" if none. Owned by ctx,
+** valid until the next call on ctx. ctx NULL gives a static message. */
+FJ_API const char *fj_context_last_error(const fj_context *ctx);
+
+/* The kernel cache file the context uses (":memory:" when there is none). Owned by ctx. */
+FJ_API const char *fj_context_cache_path(const fj_context *ctx);
+
+/* Devices. */
+typedef struct fj_device_info {
+    size_t struct_size;      /* set by the caller to sizeof(fj_device_info) */
+    fj_backend_kind backend;
+    int32_t index;
+    int32_t compute_units;   /* SMs or OpenCL compute units */
+    uint64_t global_memory;  /* bytes */
+    uint64_t local_memory;   /* bytes of shared (local) memory one block (work-group) may use */
+    char name[128];          /* e.g. "NVIDIA H200" */
+    char arch[64];           /* compile target, e.g. "sm_90a"; "opencl" for OpenCL */
+    char driver[64];         /* driver version text */
+    char platform[128];      /* OpenCL platform name; "" for CUDA */
+} fj_device_info;
+
+/* Number of devices the backend offers (AUTO is not allowed here). A backend whose runtime is
+** missing has 0 devices and returns FJ_OK; *count is always written. */
+FJ_API fj_status fj_device_count(fj_backend_kind backend, int32_t *count);
+
+/* Describes device `index` of `backend`. info->struct_size must be set. */
+FJ_API fj_status fj_device_get_info(fj_backend_kind backend, int32_t index, fj_device_info *info);
+
+/* Describes the context's device and backend. info->struct_size must be set. */
+FJ_API fj_status fj_context_get_device_info(const fj_context *ctx, fj_device_info *info);
+
+/* The attention to compute, beyond what the tensors say. */
+typedef struct fj_attention_desc {
+    size_t struct_size;   /* sizeof(fj_attention_desc), set by fj_attention_desc_init() */
+    float softmax_scale;  /* scores = q.k * softmax_scale; 0 (default) means 1/sqrt(head_dim) */
+    int32_t causal;       /* 0 or 1. Bottom-right aligned as in FlashAttention >= 2.1: query i
+                          ** sees key j iff j <= i + seqlen_k - seqlen_q. Implies window_right=0. */
+    int32_t window_left;  /* sliding window: query i sees keys j with
+                          ** i + seqlen_k - seqlen_q - window_left <= j <=
+                          ** i + seqlen_k - seqlen_q + window_right; -1 (default) is unbounded */
+    int32_t window_right;
+    float softcap;        /* > 0: scores = softcap * tanh(scores / softcap); 0 (default): off */
+} fj_attention_desc;
+
+/* Fills *desc with the defaults (plain non-causal attention) and sets struct_size. NULL is a
+** no-op. */
+FJ_API void fj_attention_desc_init(fj_attention_desc *desc);
+
+/* Computes out = softmax(q k^T * scale [masked, capped]) v and, when lse is not NULL, the
+** log-sum-exp of each row's scores (natural log). Grouped-query attention: heads_q must be a
+** multiple of heads_kv; query head h reads kv head h / (heads_q / heads_kv). A query row whose
+** keys are all masked gets out = 0 and lse = -inf.
+**
+** desc may be NULL for the defaults. q, k, v and out share one dtype (f16, bf16 or f32);
+** head_dim and head_dim_v are 1..256 and may differ. Accumulation is in float32.
+** stream is the backend's queue: a CUstream for CUDA (NULL: the default stream), a
+** cl_command_queue for OpenCL (NULL: the context's own queue). The call is asynchronous with
+** respect to the host; fj_synchronize() waits.
+**
+** The first call for a new kind of request renders and compiles a kernel (or finds it in the
+** cache); later calls reuse it. fj_context_last_call() reports which happened.
+** Returns FJ_ERR_INVALID_ARGUMENT with the bad field in fj_context_last_error(),
+** FJ_ERR_UNSUPPORTED, FJ_ERR_TEMPLATE, FJ_ERR_COMPILE, FJ_ERR_BACKEND, FJ_ERR_OUT_OF_MEMORY. */
+FJ_API fj_status fj_attention_forward(fj_context *ctx, const fj_attention_desc *desc,
+                                      const fj_tensor *q, const fj_tensor *k, const fj_tensor *v,
+                                      fj_tensor *out, fj_tensor *lse, void *stream);
+
+/* Where the kernel of a call came from. */
+typedef enum fj_kernel_source {
+    FJ_KERNEL_NONE = 0,         /* no kernel was needed or the call failed before */
+    FJ_KERNEL_MEMORY = 1,       /* already loaded in this context */
+    FJ_KERNEL_USER_CACHE = 2,   /* binary from the user's cache file */
+    FJ_KERNEL_SHIPPED_CACHE = 3,/* binary from a shipped, read-only cache */
+    FJ_KERNEL_COMPILED = 4      /* rendered and compiled now */
+} fj_kernel_source;
+
+/* A report on the last fj_attention_forward() call of a context. */
+typedef struct fj_call_info {
+    size_t struct_size;         /* set by the caller to sizeof(fj_call_info) */
+    fj_kernel_source source;
+    double lookup_ms;           /* time spent looking the kernel up (memory and cache) */
+    double render_ms;           /* Lua template rendering; 0 unless compiled */
+    double compile_ms;          /* backend compile; 0 unless compiled */
+    double load_ms;             /* loading the binary into the device */
+    double total_ms;            /* host time of the whole call, launch included */
+    uint64_t compiles;          /* kernels this context compiled since it was created */
+    const char *variant;        /* the variant key text (sorted name=value lines); owned by ctx */
+    const char *kernel_path;    /* which kernel design ran, e.g. "opencl.fwd" */
+} fj_call_info;
+
+/* Fills *info with the report of the last forward call on ctx; info->struct_size must be set.
+** The strings stay valid until the next call on ctx. */
+FJ_API fj_status fj_context_last_call(const fj_context *ctx, fj_call_info *info);
+
+/* Device memory helpers for callers without a framework. fj_malloc of 0 bytes fails with
+** FJ_ERR_INVALID_ARGUMENT. fj_free(ctx, NULL) is a no-op. Copies are synchronous with respect
+** to the host and ordered after work already queued on the context's default queue. */
+FJ_API fj_status fj_malloc(fj_context *ctx, size_t bytes, void **ptr);
+FJ_API fj_status fj_free(fj_context *ctx, void *ptr);
+FJ_API fj_status fj_memcpy_h2d(fj_context *ctx, void *dst, const void *src, size_t bytes);
+FJ_API fj_status fj_memcpy_d2h(fj_context *ctx, void *dst, const void *src, size_t bytes);
+
+/* Waits until all work queued on stream (NULL: the context's default queue) has finished. */
+FJ_API fj_status fj_synchronize(fj_context *ctx, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FLASHJIT_H */

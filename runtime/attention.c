@@ -1,0 +1,92 @@
+/* fj_attention_forward: validate, plan a variant, get its kernel, launch. */
+#include <math.h>
+#include <string.h>
+
+#include "context.h"
+
+#define LOG2E 1.4426950408889634
+
+/* The kernel parameter list shared by every forward template (see attn_fwd.*.lua). */
+static int forward_args(const fj__problem *p, fj__arg args[40])
+{
+    int n = 0;
+#define PTR(x) args[n++] = (fj__arg){.kind = FJ__ARG_PTR, .v.ptr = (void *)(x)}
+#define I32(x) args[n++] = (fj__arg){.kind = FJ__ARG_I32, .v.i32 = (int32_t)(x)}
+#define I64(x) args[n++] = (fj__arg){.kind = FJ__ARG_I64, .v.i64 = (int64_t)(x)}
+#define F32(x) args[n++] = (fj__arg){.kind = FJ__ARG_F32, .v.f32 = (float)(x)}
+    PTR(p->q->data);
+    PTR(p->k->data);
+    PTR(p->v->data);
+    PTR(p->out->data);
+    /* Without lse the kernel never touches this argument; any valid pointer will do. */
+    PTR(p->lse ? p->lse->data : p->out->data);
+    I32(p->seqlen_q);
+    I32(p->seqlen_k);
+    I32(p->heads_q);
+    I32(p->heads_kv);
+    I32(p->head_dim);
+    I32(p->head_dim_v);
+    const fj_tensor *t4[] = {p->q, p->k, p->v, p->out};
+    for (int i = 0; i < 4; i++) {
+        I64(t4[i]->stride[0]);
+        I64(t4[i]->stride[1]);
+        I64(t4[i]->stride[2]);
+    }
+    for (int i = 0; i < 3; i++)
+        I64(p->lse ? p->lse->stride[i] : 0);
+    /* Without soft-capping q.k is scaled straight to log2 units; with it, to the tanh argument,
+    ** and the cap carries the log2 factor. */
+    if (p->softcap > 0.0f) {
+        F32((double)p->scale / p->softcap);
+        F32((double)p->softcap * LOG2E);
+    } else {
+        F32((double)p->scale * LOG2E);
+        F32(0.0);
+    }
+    I32(p->window_left);
+    I32(p->window_right);
+#undef PTR
+#undef I32
+#undef I64
+#undef F32
+    return n;
+}
+
+fj_status fj_attention_forward(fj_context *ctx, const fj_attention_desc *desc, const fj_tensor *q,
+                               const fj_tensor *k, const fj_tensor *v, fj_tensor *out,
+                               fj_tensor *lse, void *stream)
+{
+    if (!ctx)
+        return FJ_ERR_INVALID_ARGUMENT;
+    double t0 = fj__now_ms();
+    ctx->err.msg[0] = '\0';
+    fj_call_info *info = &ctx->last_call;
+    memset(info, 0, sizeof *info);
+    info->struct_size = sizeof *info;
+
+    fj__problem p;
+    fj_status st = fj__validate_forward(desc, q, k, v, out, lse, &p, &ctx->err);
+    if (st != FJ_OK)
+        return st;
+    fj__variant var;
+    fj__plan_forward(&p, &ctx->device, &var);
+    const fj__kernel *kernel = NULL;
+    st = fj__kernel_get(ctx, &var, &kernel);
+    info->compiles = ctx->compiles;
+    if (st != FJ_OK)
+        return st;
+    info->variant = kernel->key_text;
+    info->kernel_path = fj__variant_path(&var);
+
+    fj__arg args[40];
+    fj__launch l = {
+        .grid = {(uint32_t)((p.seqlen_q + var.tile_m - 1) / var.tile_m), (uint32_t)p.heads_q,
+                 (uint32_t)p.batch},
+        .block = {(uint32_t)var.threads, 1, 1},
+        .nargs = forward_args(&p, args),
+        .args = args,
+    };
+    st = ctx->ops->launch(ctx->backend, kernel->handle, &l, stream);
+    info->total_ms = fj__now_ms() - t0;
+    return st;
+}

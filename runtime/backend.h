@@ -1,0 +1,81 @@
+/* The backend interface: one versioned table of functions per backend (cuda, opencl). Nothing
+** above this interface knows which backend runs. */
+#ifndef FJ_RUNTIME_BACKEND_H
+#define FJ_RUNTIME_BACKEND_H
+
+#include "flashjit.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FJ_BACKEND_API_VERSION 1
+
+/* Where a backend writes the detail of a failure. Owned by the context. */
+typedef struct fj__err {
+    char msg[2048];
+} fj__err;
+
+/* A kernel argument, in the order of the kernel's parameter list. */
+typedef enum fj__arg_kind { FJ__ARG_PTR, FJ__ARG_I32, FJ__ARG_I64, FJ__ARG_F32 } fj__arg_kind;
+typedef struct fj__arg {
+    fj__arg_kind kind;
+    union {
+        void *ptr;
+        int32_t i32;
+        int64_t i64;
+        float f32;
+    } v;
+} fj__arg;
+
+/* One launch: grid counts blocks (work-groups), block counts threads (work-items) per block. */
+typedef struct fj__launch {
+    uint32_t grid[3];
+    uint32_t block[3];
+    uint32_t shared_bytes; /* dynamic shared memory (CUDA); 0 for OpenCL */
+    int nargs;
+    const fj__arg *args;
+} fj__launch;
+
+/* A binary produced by compile(), malloc'd; the caller frees data. */
+typedef struct fj__blob {
+    void *data;
+    size_t size;
+} fj__blob;
+
+struct fj_backend_ops {
+    int api_version; /* FJ_BACKEND_API_VERSION */
+    const char *name;
+    fj_backend_kind kind;
+
+    /* Devices, without a context. A missing runtime is 0 devices, not an error. */
+    fj_status (*device_count)(int32_t *count);
+    fj_status (*device_info)(int32_t index, fj_device_info *info, fj__err *err);
+
+    /* Opens device `index`. Failures are described in err, which the backend keeps using for
+    ** the object's lifetime. */
+    fj_status (*create)(int32_t index, fj__err *err, void **backend);
+    void (*destroy)(void *b);
+
+    /* What a binary depends on besides the source: the exact compile target and the compiler's
+    ** version, e.g. "sm_90a nvrtc-13.0.88". Static text owned by b. */
+    const char *(*target)(void *b);
+
+    /* Compiles source into a binary for target(). *log gets the compiler log (malloc'd, may be
+    ** NULL) on success and failure alike. */
+    fj_status (*compile)(void *b, const char *source, const char *options, fj__blob *binary,
+                         char **log);
+    /* Loads a binary and resolves entry. A binary for another target fails here. */
+    fj_status (*load)(void *b, const void *binary, size_t size, const char *entry, void **kernel);
+    void (*unload)(void *b, void *kernel);
+    fj_status (*launch)(void *b, void *kernel, const fj__launch *l, void *stream);
+
+    fj_status (*mem_alloc)(void *b, size_t bytes, void **ptr);
+    fj_status (*mem_free)(void *b, void *ptr);
+    fj_status (*copy_h2d)(void *b, void *dst, const void *src, size_t bytes);
+    fj_status (*copy_d2h)(void *b, void *dst, const void *src, size_t bytes);
+    fj_status (*synchronize)(void *b, void *stream);
+};
+
+extern const struct fj_backend_ops fj__opencl_backend;
+
+#endif /* FJ_RUNTIME_BACKEND_H */

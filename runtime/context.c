@@ -1,0 +1,276 @@
+/* Contexts, devices and memory: the public entry points that are not attention itself. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <string.h>
+
+#include "context.h"
+#include "../templates/render.h"
+
+static _Thread_local fj__err create_err;
+
+/* The backends, in the order FJ_BACKEND_AUTO tries them. */
+static const struct fj_backend_ops *const backends[] = {
+    &fj__opencl_backend,
+};
+
+static const struct fj_backend_ops *find_backend(fj_backend_kind kind)
+{
+    for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++)
+        if (backends[i]->kind == kind)
+            return backends[i];
+    return NULL;
+}
+
+void fj_context_options_init(fj_context_options *opts)
+{
+    if (!opts)
+        return;
+    memset(opts, 0, sizeof *opts);
+    opts->struct_size = sizeof *opts;
+    opts->backend = FJ_BACKEND_AUTO;
+}
+
+void fj_attention_desc_init(fj_attention_desc *desc)
+{
+    if (!desc)
+        return;
+    memset(desc, 0, sizeof *desc);
+    desc->struct_size = sizeof *desc;
+    desc->window_left = -1;
+    desc->window_right = -1;
+}
+
+const char *fj_last_create_error(void)
+{
+    return create_err.msg;
+}
+
+const char *fj_context_last_error(const fj_context *ctx)
+{
+    return ctx ? ctx->err.msg : "ctx is NULL";
+}
+
+const char *fj_context_cache_path(const fj_context *ctx)
+{
+    return ctx ? ctx->cache_path : "";
+}
+
+/* The first-version size of fj_context_options: the smallest struct_size accepted. */
+#define FJ__OPTIONS_V1_SIZE (offsetof(fj_context_options, cache_path) + sizeof(const char *))
+
+/* Resolves the default cache location: $FLASHJIT_CACHE, $XDG_CACHE_HOME/flashjit/kernels.db,
+** ~/.cache/flashjit/kernels.db, else no persistent cache. */
+static char *default_cache_path(void)
+{
+    const char *env = getenv("FLASHJIT_CACHE");
+    if (env && env[0])
+        return fj__strdup(env);
+    char buf[4096];
+    const char *xdg = getenv("XDG_CACHE_HOME");
+    const char *home = getenv("HOME");
+    if (xdg && xdg[0])
+        snprintf(buf, sizeof buf, "%s/flashjit/kernels.db", xdg);
+    else if (home && home[0])
+        snprintf(buf, sizeof buf, "%s/.cache/flashjit/kernels.db", home);
+    else
+        snprintf(buf, sizeof buf, ":memory:");
+    return fj__strdup(buf);
+}
+
+fj_status fj_context_create(const fj_context_options *opts, fj_context **out)
+{
+    fj__err *err = &create_err;
+    err->msg[0] = '\0';
+    if (!out)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "out is NULL");
+    *out = NULL;
+    fj_context_options o;
+    fj_context_options_init(&o);
+    if (opts) {
+        if (opts->struct_size < FJ__OPTIONS_V1_SIZE || opts->struct_size > sizeof o)
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                            "opts.struct_size = %zu, expected %zu to %zu (call "
+                            "fj_context_options_init)",
+                            opts->struct_size, (size_t)FJ__OPTIONS_V1_SIZE, sizeof o);
+        memcpy(&o, opts, opts->struct_size);
+    }
+    if (o.backend != FJ_BACKEND_AUTO && o.backend != FJ_BACKEND_CUDA && o.backend != FJ_BACKEND_OPENCL)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "opts.backend = %d is not an fj_backend_kind",
+                        (int)o.backend);
+    if (o.device < 0)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "opts.device = %d is negative", (int)o.device);
+
+    const struct fj_backend_ops *ops = NULL;
+    if (o.backend == FJ_BACKEND_AUTO) {
+        for (size_t i = 0; i < sizeof backends / sizeof backends[0] && !ops; i++) {
+            int32_t count = 0;
+            if (backends[i]->device_count(&count) == FJ_OK && count > o.device)
+                ops = backends[i];
+        }
+        if (!ops)
+            return fj__fail(err, FJ_ERR_NO_DEVICE,
+                            "no backend has a device %d (is an OpenCL driver such as PoCL "
+                            "installed?)",
+                            (int)o.device);
+    } else {
+        ops = find_backend(o.backend);
+        if (!ops)
+            return fj__fail(err, FJ_ERR_NO_DEVICE, "the %s backend is not available in this build",
+                            fj__backend_name(o.backend));
+    }
+
+    fj_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx)
+        return fj__fail(err, FJ_ERR_OUT_OF_MEMORY, "out of memory for a context");
+    ctx->ops = ops;
+    ctx->opts = o;
+    ctx->cache_path = o.cache_path ? fj__strdup(o.cache_path) : default_cache_path();
+    ctx->opts.cache_path = ctx->cache_path;
+    ctx->device.struct_size = sizeof ctx->device;
+    fj_status st = ctx->cache_path ? FJ_OK
+                                   : fj__fail(&ctx->err, FJ_ERR_OUT_OF_MEMORY, "out of memory");
+    if (st == FJ_OK)
+        st = ops->device_info(o.device, &ctx->device, &ctx->err);
+    if (st == FJ_OK)
+        st = ops->create(o.device, &ctx->err, &ctx->backend);
+    if (st == FJ_OK)
+        st = tpl_set_hash(ctx->template_hash, &ctx->err);
+    if (st != FJ_OK) {
+        memcpy(err->msg, ctx->err.msg, sizeof err->msg);
+        fj_context_destroy(ctx);
+        return st;
+    }
+    ctx->err.msg[0] = '\0';
+    *out = ctx;
+    return FJ_OK;
+}
+
+void fj_context_destroy(fj_context *ctx)
+{
+    if (!ctx)
+        return;
+    if (ctx->backend) {
+        fj__kernels_release(ctx);
+        ctx->ops->destroy(ctx->backend);
+    }
+    FJ_FREE(ctx->cache_path);
+    free(ctx);
+}
+
+static fj_status check_info(const fj_device_info *info, fj__err *err)
+{
+    if (!info)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "info is NULL");
+    if (info->struct_size != sizeof *info)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                        "info.struct_size = %zu, expected %zu (sizeof(fj_device_info))",
+                        info->struct_size, sizeof *info);
+    return FJ_OK;
+}
+
+fj_status fj_device_count(fj_backend_kind backend, int32_t *count)
+{
+    if (!count)
+        return FJ_ERR_INVALID_ARGUMENT;
+    *count = 0;
+    if (backend != FJ_BACKEND_CUDA && backend != FJ_BACKEND_OPENCL)
+        return FJ_ERR_INVALID_ARGUMENT;
+    const struct fj_backend_ops *ops = find_backend(backend);
+    return ops ? ops->device_count(count) : FJ_OK;
+}
+
+fj_status fj_device_get_info(fj_backend_kind backend, int32_t index, fj_device_info *info)
+{
+    fj__err err = {{0}};
+    fj_status st = check_info(info, &err);
+    if (st != FJ_OK)
+        return st;
+    if (backend != FJ_BACKEND_CUDA && backend != FJ_BACKEND_OPENCL)
+        return FJ_ERR_INVALID_ARGUMENT;
+    const struct fj_backend_ops *ops = find_backend(backend);
+    if (!ops || index < 0)
+        return FJ_ERR_NO_DEVICE;
+    memset(info, 0, sizeof *info);
+    info->struct_size = sizeof *info;
+    return ops->device_info(index, info, &err);
+}
+
+fj_status fj_context_get_device_info(const fj_context *ctx, fj_device_info *info)
+{
+    if (!ctx)
+        return FJ_ERR_INVALID_ARGUMENT;
+    fj_status st = check_info(info, (fj__err *)&ctx->err);
+    if (st == FJ_OK)
+        *info = ctx->device;
+    return st;
+}
+
+fj_status fj_context_last_call(const fj_context *ctx, fj_call_info *info)
+{
+    if (!ctx)
+        return FJ_ERR_INVALID_ARGUMENT;
+    if (!info || info->struct_size != sizeof *info)
+        return fj__fail((fj__err *)&ctx->err, FJ_ERR_INVALID_ARGUMENT,
+                        "info is NULL or info.struct_size is not sizeof(fj_call_info)");
+    *info = ctx->last_call;
+    return FJ_OK;
+}
+
+/* ---- memory ---------------------------------------------------------------------------- */
+
+fj_status fj_malloc(fj_context *ctx, size_t bytes, void **ptr)
+{
+    if (!ctx)
+        return FJ_ERR_INVALID_ARGUMENT;
+    ctx->err.msg[0] = '\0';
+    if (!ptr)
+        return fj__fail(&ctx->err, FJ_ERR_INVALID_ARGUMENT, "ptr is NULL");
+    *ptr = NULL;
+    if (bytes == 0)
+        return fj__fail(&ctx->err, FJ_ERR_INVALID_ARGUMENT, "bytes = 0");
+    return ctx->ops->mem_alloc(ctx->backend, bytes, ptr);
+}
+
+fj_status fj_free(fj_context *ctx, void *ptr)
+{
+    if (!ctx)
+        return FJ_ERR_INVALID_ARGUMENT;
+    ctx->err.msg[0] = '\0';
+    return ptr ? ctx->ops->mem_free(ctx->backend, ptr) : FJ_OK;
+}
+
+static fj_status check_copy(fj_context *ctx, void *dst, const void *src)
+{
+    if (!ctx)
+        return FJ_ERR_INVALID_ARGUMENT;
+    ctx->err.msg[0] = '\0';
+    if (!dst)
+        return fj__fail(&ctx->err, FJ_ERR_INVALID_ARGUMENT, "dst is NULL");
+    if (!src)
+        return fj__fail(&ctx->err, FJ_ERR_INVALID_ARGUMENT, "src is NULL");
+    return FJ_OK;
+}
+
+fj_status fj_memcpy_h2d(fj_context *ctx, void *dst, const void *src, size_t bytes)
+{
+    fj_status st = check_copy(ctx, dst, src);
+    if (st != FJ_OK || bytes == 0)
+        return st;
+    return ctx->ops->copy_h2d(ctx->backend, dst, src, bytes);
+}
+
+fj_status fj_memcpy_d2h(fj_context *ctx, void *dst, const void *src, size_t bytes)
+{
+    fj_status st = check_copy(ctx, dst, src);
+    if (st != FJ_OK || bytes == 0)
+        return st;
+    return ctx->ops->copy_d2h(ctx->backend, dst, src, bytes);
+}
+
+fj_status fj_synchronize(fj_context *ctx, void *stream)
+{
+    if (!ctx)
+        return FJ_ERR_INVALID_ARGUMENT;
+    ctx->err.msg[0] = '\0';
+    return ctx->ops->synchronize(ctx->backend, stream);
+}

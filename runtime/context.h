@@ -1,0 +1,43 @@
+/* The context: one device of one backend, its loaded kernels and the report of the last call. */
+#ifndef FJ_RUNTIME_CONTEXT_H
+#define FJ_RUNTIME_CONTEXT_H
+
+#include "internal.h"
+
+/* A kernel loaded in this context. */
+typedef struct fj__kernel {
+    fj__variant variant;
+    void *handle;      /* the backend's kernel object */
+    char *key_text;    /* canonical variant key: sorted name=value lines */
+    char key_hash[65]; /* SHA-256 of key_text */
+} fj__kernel;
+
+struct fj_context {
+    fj_context_options opts;
+    char *cache_path; /* resolved path, or ":memory:" */
+    const struct fj_backend_ops *ops;
+    void *backend;
+    fj_device_info device;
+    char template_hash[65];
+    fj__err err;
+
+    fj__kernel *kernels;
+    size_t nkernels, capacity;
+    size_t last_used; /* index of the kernel the previous call used: checked first */
+
+    fj_call_info last_call;
+    uint64_t compiles;
+};
+
+/* Finds the kernel of variant v: already loaded, or rendered, compiled and loaded now. Fills the
+** lookup/render/compile/load parts of ctx->last_call. */
+fj_status fj__kernel_get(fj_context *ctx, const fj__variant *v, const fj__kernel **out);
+/* Unloads every kernel of ctx. */
+void fj__kernels_release(fj_context *ctx);
+
+/* Writes the canonical key text of v (sorted name=value lines, ending with a newline) into
+** buf. Returns the length, or the length it would need when size is too small. */
+size_t fj__variant_key_text(const fj__variant *v, const char *target, const char *template_hash,
+                            char *buf, size_t size);
+
+#endif /* FJ_RUNTIME_CONTEXT_H */

@@ -1,0 +1,98 @@
+/* Internal declarations shared by the runtime's files. Nothing here is public API. */
+#ifndef FJ_RUNTIME_INTERNAL_H
+#define FJ_RUNTIME_INTERNAL_H
+
+#include "flashjit.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "backend.h"
+
+/* Frees p (NULL is fine) and clears it, so a pointer is never freed twice. */
+#define FJ_FREE(p)                                                                                 \
+    do {                                                                                           \
+        free(p);                                                                                   \
+        (p) = NULL;                                                                                \
+    } while (0)
+
+#if defined(__GNUC__)
+#define FJ_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+#else
+#define FJ_PRINTF(fmt, args)
+#endif
+
+/* ---- errors ---------------------------------------------------------------------------- */
+
+/* Formats the detail of a failure into err and returns status, so a failing path is one line:
+** `return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "q.ndim = %d, expected 4", n);` */
+fj_status fj__fail(fj__err *err, fj_status status, const char *fmt, ...) FJ_PRINTF(3, 4);
+/* Appends text to err's message (used to attach a warning to an otherwise successful call). */
+void fj__append(fj__err *err, const char *fmt, ...) FJ_PRINTF(2, 3);
+
+/* ---- small utilities ------------------------------------------------------------------- */
+
+/* Monotonic wall-clock time in milliseconds. */
+double fj__now_ms(void);
+/* SHA-256 of data; hex is 65 bytes (64 digits and a NUL). */
+void fj__sha256_hex(const void *data, size_t size, char hex[65]);
+/* strdup that returns NULL on NULL input or allocation failure. */
+char *fj__strdup(const char *s);
+/* The name used in variant keys and messages: "f16", "bf16", "f32", ... */
+const char *fj__dtype_name(fj_dtype dtype);
+const char *fj__backend_name(fj_backend_kind kind);
+
+/* ---- a validated request --------------------------------------------------------------- */
+
+/* Everything fj_attention_forward() needs once the arguments are checked: sizes, tensors and the
+** resolved options (defaults applied, causal folded into the window). */
+typedef struct fj__problem {
+    int64_t batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, head_dim_v;
+    fj_dtype dtype;
+    const fj_tensor *q, *k, *v, *out, *lse;
+    float scale;          /* resolved softmax scale */
+    float softcap;        /* 0: off */
+    int32_t window_left;  /* -1: unbounded */
+    int32_t window_right; /* -1: unbounded; 0 when causal */
+} fj__problem;
+
+/* Checks every argument of a forward call and fills *p. The message in err names the first bad
+** field and its value. */
+fj_status fj__validate_forward(const fj_attention_desc *desc, const fj_tensor *q,
+                               const fj_tensor *k, const fj_tensor *v, const fj_tensor *out,
+                               const fj_tensor *lse, fj__problem *p, fj__err *err);
+
+/* ---- variants: what changes the generated code ----------------------------------------- */
+
+/* The kernel designs the templates provide. */
+typedef enum fj__kernel_family { FJ__FAMILY_FWD = 1 } fj__kernel_family;
+
+/* Everything that changes generated code and nothing else: two requests with equal variants
+** share a kernel. Always zero the struct before filling it; it is compared with memcmp. */
+typedef struct fj__variant {
+    int32_t family;          /* fj__kernel_family */
+    int32_t backend;         /* fj_backend_kind */
+    int32_t dtype;           /* fj_dtype of q, k, v, out */
+    int32_t head_dim_pad;    /* head_dim rounded up to a multiple of 16 */
+    int32_t head_dim_v_pad;
+    int32_t tile_m;          /* query rows per block */
+    int32_t tile_n;          /* keys per streamed tile */
+    int32_t threads;         /* threads (work-items) per block */
+    uint8_t local_mask;      /* causal or sliding window: per-element masking near the diagonal */
+    uint8_t softcap;         /* tanh soft-capping of scores */
+    uint8_t write_lse;
+    uint8_t reserved_;
+} fj__variant;
+
+/* The template the variant renders with, and the kernel's entry point. */
+const char *fj__variant_template(const fj__variant *v);
+const char *fj__variant_entry(const fj__variant *v);
+/* Which design runs, for reports: "opencl.fwd", "cuda.fwd.mma", ... */
+const char *fj__variant_path(const fj__variant *v);
+
+/* Chooses the tile configuration (the heuristic of autotune/) and fills a whole variant. */
+void fj__plan_forward(const fj__problem *p, const fj_device_info *dev, fj__variant *v);
+
+#endif /* FJ_RUNTIME_INTERNAL_H */

@@ -1,0 +1,139 @@
+/* Getting a kernel for a variant: memory first, else render the template, compile and load.
+** (The persistent cache slots in between memory and compile.) */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "variant.h"
+
+/* Compile options for each backend. Strict IEEE float: the kernels' accuracy relies on it. */
+static const char *compile_options(const fj_context *ctx)
+{
+    return ctx->ops->kind == FJ_BACKEND_OPENCL ? "-cl-std=CL1.2" : "";
+}
+
+/* With $FLASHJIT_DUMP=DIR, writes DIR/<hash>.src, .opts and .log so that any compile can be
+** reproduced by hand. Best effort: a dump that fails is ignored. */
+static void dump_compile(const fj__kernel *k, const char *source, const char *options,
+                         const char *log)
+{
+    const char *dir = getenv("FLASHJIT_DUMP");
+    if (!dir || !dir[0])
+        return;
+    mkdir(dir, 0777);
+    const char *parts[][2] = {{"src", source}, {"opts", options}, {"log", log}, {"key", k->key_text}};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%.16s.%s", dir, k->key_hash, parts[i][0]);
+        FILE *f = fopen(path, "w");
+        if (!f)
+            continue;
+        if (parts[i][1])
+            fputs(parts[i][1], f);
+        fclose(f);
+    }
+}
+
+/* Fills key_text and key_hash of k for its variant. */
+static fj_status make_key(fj_context *ctx, fj__kernel *k)
+{
+    const char *target = ctx->ops->target(ctx->backend);
+    size_t len = fj__variant_key_text(&k->variant, target, ctx->template_hash, NULL, 0);
+    k->key_text = malloc(len + 1);
+    if (!k->key_text)
+        return fj__fail(&ctx->err, FJ_ERR_OUT_OF_MEMORY, "out of memory for a variant key");
+    fj__variant_key_text(&k->variant, target, ctx->template_hash, k->key_text, len + 1);
+    fj__sha256_hex(k->key_text, len, k->key_hash);
+    return FJ_OK;
+}
+
+/* Renders and compiles k's variant, then loads the binary. */
+static fj_status build(fj_context *ctx, fj__kernel *k)
+{
+    fj_call_info *info = &ctx->last_call;
+    tpl_param params[FJ__MAX_PARAMS];
+    int n = fj__variant_params(&k->variant, params);
+    char *source = NULL, *log = NULL;
+    fj__blob bin = {0};
+    const char *options = compile_options(ctx);
+
+    double t0 = fj__now_ms();
+    fj_status st = tpl_render(fj__variant_template(&k->variant), params, n, k->key_text, &source,
+                              &ctx->err);
+    double t1 = fj__now_ms();
+    info->render_ms = t1 - t0;
+    if (st != FJ_OK)
+        goto out;
+    st = ctx->ops->compile(ctx->backend, source, options, &bin, &log);
+    double t2 = fj__now_ms();
+    info->compile_ms = t2 - t1;
+    dump_compile(k, source, options, log);
+    if (st != FJ_OK)
+        goto out;
+    ctx->compiles++;
+    st = ctx->ops->load(ctx->backend, bin.data, bin.size, fj__variant_entry(&k->variant),
+                        &k->handle);
+    info->load_ms = fj__now_ms() - t2;
+    info->source = FJ_KERNEL_COMPILED;
+out:
+    free(source);
+    free(log);
+    free(bin.data);
+    return st;
+}
+
+fj_status fj__kernel_get(fj_context *ctx, const fj__variant *v, const fj__kernel **out)
+{
+    fj_call_info *info = &ctx->last_call;
+    double t0 = fj__now_ms();
+    /* Memoised: the kernel of the previous call first (the common case of a training loop),
+    ** then the others. */
+    if (ctx->nkernels > ctx->last_used &&
+        memcmp(&ctx->kernels[ctx->last_used].variant, v, sizeof *v) == 0) {
+        *out = &ctx->kernels[ctx->last_used];
+        info->source = FJ_KERNEL_MEMORY;
+        return FJ_OK;
+    }
+    for (size_t i = 0; i < ctx->nkernels; i++)
+        if (memcmp(&ctx->kernels[i].variant, v, sizeof *v) == 0) {
+            ctx->last_used = i;
+            *out = &ctx->kernels[i];
+            info->source = FJ_KERNEL_MEMORY;
+            info->lookup_ms = fj__now_ms() - t0;
+            return FJ_OK;
+        }
+
+    if (ctx->nkernels == ctx->capacity) {
+        size_t cap = ctx->capacity ? 2 * ctx->capacity : 16;
+        fj__kernel *grown = realloc(ctx->kernels, cap * sizeof *grown);
+        if (!grown)
+            return fj__fail(&ctx->err, FJ_ERR_OUT_OF_MEMORY, "out of memory for the kernel table");
+        ctx->kernels = grown;
+        ctx->capacity = cap;
+    }
+    fj__kernel k = {.variant = *v};
+    fj_status st = make_key(ctx, &k);
+    info->lookup_ms = fj__now_ms() - t0;
+    if (st == FJ_OK)
+        st = build(ctx, &k);
+    if (st != FJ_OK) {
+        FJ_FREE(k.key_text);
+        return st;
+    }
+    ctx->kernels[ctx->nkernels] = k;
+    ctx->last_used = ctx->nkernels++;
+    *out = &ctx->kernels[ctx->last_used];
+    return FJ_OK;
+}
+
+void fj__kernels_release(fj_context *ctx)
+{
+    for (size_t i = 0; i < ctx->nkernels; i++) {
+        ctx->ops->unload(ctx->backend, ctx->kernels[i].handle);
+        FJ_FREE(ctx->kernels[i].key_text);
+    }
+    FJ_FREE(ctx->kernels);
+    ctx->nkernels = ctx->capacity = ctx->last_used = 0;
+}

@@ -1,0 +1,216 @@
+/* Validation of forward requests. Every rejection names the field and its value, so a caller can
+** fix the call from the message alone. Nothing past this point checks arguments again. */
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Sizes the kernels index with 32-bit integers; beyond these a request is unsupported. */
+#define FJ__MAX_SEQLEN (1LL << 30)
+#define FJ__MAX_GRID_DIM 65535
+#define FJ__MAX_HEAD_DIM 256
+
+/* The size of the first published fj_attention_desc: the smallest struct_size accepted. */
+#define FJ__DESC_V1_SIZE (offsetof(fj_attention_desc, softcap) + sizeof(float))
+
+static fj_status check_tensor(const fj_tensor *t, const char *name, int32_t ndim, fj__err *err)
+{
+    if (!t)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "%s is NULL", name);
+    if (t->ndim != ndim)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "%s.ndim = %d, expected %d", name,
+                        (int)t->ndim, (int)ndim);
+    size_t esize = fj_dtype_size(t->dtype);
+    if (esize == 0)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "%s.dtype = %d is not an fj_dtype", name,
+                        (int)t->dtype);
+    if (!t->data)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "%s.data is NULL", name);
+    if ((uintptr_t)t->data % esize != 0)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                        "%s.data = %p is not aligned to its %zu-byte elements", name, t->data,
+                        esize);
+    int64_t last_offset = 0;
+    for (int i = 0; i < ndim; i++) {
+        if (t->shape[i] < 1)
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "%s.shape[%d] = %lld, must be >= 1",
+                            name, i, (long long)t->shape[i]);
+        if (t->stride[i] < 0)
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                            "%s.stride[%d] = %lld is negative", name, i, (long long)t->stride[i]);
+        int64_t span;
+        if (__builtin_mul_overflow(t->shape[i] - 1, t->stride[i], &span) ||
+            __builtin_add_overflow(last_offset, span, &last_offset) ||
+            last_offset > INT64_MAX / 8)
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                            "%s: shape and strides address beyond 2^60 elements", name);
+    }
+    if (t->stride[ndim - 1] != 1)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                        "%s.stride[%d] = %lld, the last dimension must be contiguous (stride 1)",
+                        name, ndim - 1, (long long)t->stride[ndim - 1]);
+    return FJ_OK;
+}
+
+/* An output must not write two elements to one address: sorted by stride, each dimension's
+** stride must step over everything the smaller dimensions span. */
+static fj_status check_no_overlap(const fj_tensor *t, const char *name, fj__err *err)
+{
+    int order[4] = {0, 1, 2, 3};
+    int n = t->ndim;
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && t->stride[order[j]] < t->stride[order[j - 1]]; j--) {
+            int tmp = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = tmp;
+        }
+    int64_t span = 1; /* elements spanned by the dimensions checked so far */
+    for (int i = 0; i < n; i++) {
+        int d = order[i];
+        if (t->shape[d] == 1)
+            continue;
+        if (t->stride[d] < span)
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                            "%s.stride[%d] = %lld makes elements overlap (an output needs a "
+                            "distinct address for every element)",
+                            name, d, (long long)t->stride[d]);
+        span = t->stride[d] * t->shape[d];
+    }
+    return FJ_OK;
+}
+
+static fj_status check_dim(fj__err *err, const char *name, int axis, int64_t got, int64_t want,
+                           const char *what)
+{
+    if (got != want)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "%s.shape[%d] (%s) = %lld, expected %lld",
+                        name, axis, what, (long long)got, (long long)want);
+    return FJ_OK;
+}
+
+#define TRY(call)                                                                                  \
+    do {                                                                                           \
+        fj_status st_ = (call);                                                                    \
+        if (st_ != FJ_OK)                                                                          \
+            return st_;                                                                            \
+    } while (0)
+
+static fj_status check_desc(const fj_attention_desc *in, fj_attention_desc *d, fj__err *err)
+{
+    fj_attention_desc_init(d);
+    if (!in)
+        return FJ_OK;
+    if (in->struct_size < FJ__DESC_V1_SIZE || in->struct_size > sizeof *d)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                        "desc.struct_size = %zu, expected %zu to %zu (call fj_attention_desc_init)",
+                        in->struct_size, (size_t)FJ__DESC_V1_SIZE, sizeof *d);
+    memcpy(d, in, in->struct_size);
+    if (!isfinite(d->softmax_scale))
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "desc.softmax_scale = %g is not finite",
+                        (double)d->softmax_scale);
+    if (d->causal != 0 && d->causal != 1)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "desc.causal = %d, expected 0 or 1",
+                        (int)d->causal);
+    if (d->window_left < -1)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                        "desc.window_left = %d, expected -1 (unbounded) or >= 0",
+                        (int)d->window_left);
+    if (d->window_right < -1)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                        "desc.window_right = %d, expected -1 (unbounded) or >= 0",
+                        (int)d->window_right);
+    if (!isfinite(d->softcap) || d->softcap < 0)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                        "desc.softcap = %g, expected a finite value >= 0 (0 disables it)",
+                        (double)d->softcap);
+    return FJ_OK;
+}
+
+fj_status fj__validate_forward(const fj_attention_desc *desc, const fj_tensor *q,
+                               const fj_tensor *k, const fj_tensor *v, const fj_tensor *out,
+                               const fj_tensor *lse, fj__problem *p, fj__err *err)
+{
+    memset(p, 0, sizeof *p);
+    fj_attention_desc d;
+    TRY(check_desc(desc, &d, err));
+    TRY(check_tensor(q, "q", 4, err));
+    TRY(check_tensor(k, "k", 4, err));
+    TRY(check_tensor(v, "v", 4, err));
+    TRY(check_tensor(out, "out", 4, err));
+
+    if (q->dtype == FJ_DTYPE_F8_E4M3 || q->dtype == FJ_DTYPE_F8_E5M2)
+        return fj__fail(err, FJ_ERR_UNSUPPORTED, "q.dtype = %s: fp8 attention is not supported yet",
+                        fj__dtype_name(q->dtype));
+    const fj_tensor *same[] = {k, v, out};
+    const char *names[] = {"k", "v", "out"};
+    for (int i = 0; i < 3; i++)
+        if (same[i]->dtype != q->dtype)
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "%s.dtype = %s differs from q.dtype = %s",
+                            names[i], fj__dtype_name(same[i]->dtype), fj__dtype_name(q->dtype));
+
+    p->batch = q->shape[0];
+    p->seqlen_q = q->shape[1];
+    p->heads_q = q->shape[2];
+    p->head_dim = q->shape[3];
+    p->seqlen_k = k->shape[1];
+    p->heads_kv = k->shape[2];
+    p->head_dim_v = v->shape[3];
+    p->dtype = q->dtype;
+
+    TRY(check_dim(err, "k", 0, k->shape[0], p->batch, "batch"));
+    TRY(check_dim(err, "k", 3, k->shape[3], p->head_dim, "head_dim, as q.shape[3]"));
+    TRY(check_dim(err, "v", 0, v->shape[0], p->batch, "batch"));
+    TRY(check_dim(err, "v", 1, v->shape[1], p->seqlen_k, "seqlen_k, as k.shape[1]"));
+    TRY(check_dim(err, "v", 2, v->shape[2], p->heads_kv, "heads_kv, as k.shape[2]"));
+    TRY(check_dim(err, "out", 0, out->shape[0], p->batch, "batch"));
+    TRY(check_dim(err, "out", 1, out->shape[1], p->seqlen_q, "seqlen_q, as q.shape[1]"));
+    TRY(check_dim(err, "out", 2, out->shape[2], p->heads_q, "heads_q, as q.shape[2]"));
+    TRY(check_dim(err, "out", 3, out->shape[3], p->head_dim_v, "head_dim_v, as v.shape[3]"));
+    TRY(check_no_overlap(out, "out", err));
+
+    if (p->heads_q % p->heads_kv != 0)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                        "q.shape[2] (heads_q) = %lld is not a multiple of k.shape[2] (heads_kv) = %lld",
+                        (long long)p->heads_q, (long long)p->heads_kv);
+    if (p->head_dim > FJ__MAX_HEAD_DIM)
+        return fj__fail(err, FJ_ERR_UNSUPPORTED, "q.shape[3] (head_dim) = %lld exceeds %d",
+                        (long long)p->head_dim, FJ__MAX_HEAD_DIM);
+    if (p->head_dim_v > FJ__MAX_HEAD_DIM)
+        return fj__fail(err, FJ_ERR_UNSUPPORTED, "v.shape[3] (head_dim_v) = %lld exceeds %d",
+                        (long long)p->head_dim_v, FJ__MAX_HEAD_DIM);
+    if (p->seqlen_q > FJ__MAX_SEQLEN || p->seqlen_k > FJ__MAX_SEQLEN)
+        return fj__fail(err, FJ_ERR_UNSUPPORTED, "seqlen_q = %lld, seqlen_k = %lld: at most %lld",
+                        (long long)p->seqlen_q, (long long)p->seqlen_k, FJ__MAX_SEQLEN);
+    if (p->batch > FJ__MAX_GRID_DIM || p->heads_q > FJ__MAX_GRID_DIM)
+        return fj__fail(err, FJ_ERR_UNSUPPORTED, "batch = %lld, heads_q = %lld: at most %d each",
+                        (long long)p->batch, (long long)p->heads_q, FJ__MAX_GRID_DIM);
+
+    if (lse) {
+        TRY(check_tensor(lse, "lse", 3, err));
+        if (lse->dtype != FJ_DTYPE_F32)
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "lse.dtype = %s, expected f32",
+                            fj__dtype_name(lse->dtype));
+        TRY(check_dim(err, "lse", 0, lse->shape[0], p->batch, "batch"));
+        TRY(check_dim(err, "lse", 1, lse->shape[1], p->heads_q, "heads_q"));
+        TRY(check_dim(err, "lse", 2, lse->shape[2], p->seqlen_q, "seqlen_q"));
+        TRY(check_no_overlap(lse, "lse", err));
+    }
+
+    p->q = q;
+    p->k = k;
+    p->v = v;
+    p->out = out;
+    p->lse = lse;
+    p->scale = d.softmax_scale != 0.0f ? d.softmax_scale : (float)(1.0 / sqrt((double)p->head_dim));
+    p->softcap = d.softcap;
+    /* Resolve the band of visible keys. A bound that no row can reach is dropped, so equivalent
+    ** requests share one kernel without per-element masking. */
+    p->window_left = d.window_left;
+    p->window_right = d.causal ? 0 : d.window_right;
+    if (p->window_left >= p->seqlen_k - 1)
+        p->window_left = -1;
+    if (p->window_right >= p->seqlen_q - 1)
+        p->window_right = -1;
+    return FJ_OK;
+}

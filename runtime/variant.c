@@ -1,0 +1,74 @@
+/* Variants: the template parameters of a kernel and its canonical key. The same list of named
+** values feeds both, so the key always covers exactly what the template sees. */
+#include "variant.h"
+
+#include <stdio.h>
+#include <string.h>
+
+const char *fj__variant_template(const fj__variant *v)
+{
+    (void)v;
+    return "attn_fwd.cl.lua";
+}
+
+const char *fj__variant_entry(const fj__variant *v)
+{
+    (void)v;
+    return "fj_attn_fwd";
+}
+
+const char *fj__variant_path(const fj__variant *v)
+{
+    (void)v;
+    return "opencl.fwd";
+}
+
+int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_PARAMS])
+{
+    int n = 0;
+#define INT_PARAM(field) out[n++] = (tpl_param){.name = #field, .kind = TPL_INT, .i = v->field}
+#define BOOL_PARAM(field) out[n++] = (tpl_param){.name = #field, .kind = TPL_BOOL, .i = v->field}
+    out[n++] = (tpl_param){.name = "backend", .kind = TPL_STR,
+                           .s = fj__backend_name((fj_backend_kind)v->backend)};
+    out[n++] = (tpl_param){.name = "dtype", .kind = TPL_STR, .s = fj__dtype_name((fj_dtype)v->dtype)};
+    out[n++] = (tpl_param){.name = "kernel", .kind = TPL_STR, .s = fj__variant_template(v)};
+    INT_PARAM(head_dim_pad);
+    INT_PARAM(head_dim_v_pad);
+    INT_PARAM(tile_m);
+    INT_PARAM(tile_n);
+    INT_PARAM(threads);
+    BOOL_PARAM(local_mask);
+    BOOL_PARAM(softcap);
+    BOOL_PARAM(write_lse);
+#undef INT_PARAM
+#undef BOOL_PARAM
+    return n;
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(((const tpl_param *)a)->name, ((const tpl_param *)b)->name);
+}
+
+size_t fj__variant_key_text(const fj__variant *v, const char *target, const char *template_hash,
+                            char *buf, size_t size)
+{
+    tpl_param params[FJ__MAX_PARAMS + 2];
+    int n = fj__variant_params(v, params);
+    params[n++] = (tpl_param){.name = "target", .kind = TPL_STR, .s = target};
+    params[n++] = (tpl_param){.name = "templates", .kind = TPL_STR, .s = template_hash};
+    qsort(params, (size_t)n, sizeof params[0], by_name);
+    size_t len = 0;
+    for (int i = 0; i < n; i++) {
+        char line[1024];
+        int w = params[i].kind == TPL_STR
+                    ? snprintf(line, sizeof line, "%s=%s\n", params[i].name, params[i].s)
+                    : snprintf(line, sizeof line, "%s=%lld\n", params[i].name, (long long)params[i].i);
+        if (w < 0)
+            continue;
+        if (buf && len + (size_t)w < size)
+            memcpy(buf + len, line, (size_t)w + 1);
+        len += (size_t)w;
+    }
+    return len;
+}

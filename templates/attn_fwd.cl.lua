@@ -1,0 +1,117 @@
+% -- Forward attention for OpenCL C, FlashAttention style.
+% --
+% -- One work-group computes tile_m query rows of one (batch, head); each work-item owns one row:
+% -- its query vector and output accumulator stay in private memory. Key and value tiles of
+% -- tile_n rows are streamed through local memory, converted to float once, and shared by the
+% -- whole group. The softmax is online: a running max m and sum l per row, the accumulator
+% -- rescaled by exp2(m_old - m_new) whenever the max grows. Memory is O(N): no score matrix.
+% -- Tiles entirely outside the causal/window band of the group's rows are never loaded.
+% --
+% -- Parameters: dtype, head_dim_pad, head_dim_v_pad, tile_m, tile_n, local_mask, softcap,
+% -- write_lse.
+% assert(tile_m > 0 and tile_n > 0, "tile sizes must be positive")
+% include("cl_dtype.cl.lua")
+
+#define TILE_M ${tile_m}
+#define TILE_N ${tile_n}
+#define DP ${head_dim_pad}
+#define DVP ${head_dim_v_pad}
+
+__kernel __attribute__((reqd_work_group_size(TILE_M, 1, 1)))
+void fj_attn_fwd(__global const STORE_T *q, __global const STORE_T *k, __global const STORE_T *v,
+                 __global STORE_T *out, __global float *lse,
+                 int seqlen_q, int seqlen_k, int heads_q, int heads_kv, int head_dim, int head_dim_v,
+                 long q_sb, long q_ss, long q_sh, long k_sb, long k_ss, long k_sh,
+                 long v_sb, long v_ss, long v_sh, long o_sb, long o_ss, long o_sh,
+                 long l_sb, long l_sh, long l_ss,
+                 float score_mul, float cap_mul, int window_left, int window_right)
+{
+    __local float k_tile[TILE_N][DP];
+    __local float v_tile[TILE_N][DVP];
+
+    const int tid = get_local_id(0);
+    const int row0 = get_group_id(0) * TILE_M;
+    const int row = row0 + tid;
+    const int head = get_group_id(1);
+    const int batch = get_group_id(2);
+    const int head_kv = head / (heads_q / heads_kv);
+    const bool live = row < seqlen_q;
+
+    q += batch * q_sb + head * q_sh;
+    k += batch * k_sb + head_kv * k_sh;
+    v += batch * v_sb + head_kv * v_sh;
+
+    /* The query row, scaled so that q.k is already the exponent's argument (log2 units), or
+    ** the tanh argument when soft-capping. */
+    float q_row[DP];
+    for (int c = 0; c < DP; c++)
+        q_row[c] = (live && c < head_dim) ? LOAD(q, row * q_ss + c) * score_mul : 0.0f;
+    float acc[DVP];
+    for (int c = 0; c < DVP; c++)
+        acc[c] = 0.0f;
+
+    /* Keys this row may see: [lo, hi]. Both ends grow with the row, so the group's range is
+    ** [lo(first row), hi(last row)]. */
+    const int shift = seqlen_k - seqlen_q;
+% if local_mask then
+    const int last = min(seqlen_q - 1, row0 + TILE_M - 1);
+    const int lo = window_left < 0 ? 0 : max(0, row + shift - window_left);
+    const int hi = window_right < 0 ? seqlen_k - 1 : min(seqlen_k - 1, row + shift + window_right);
+    const int group_lo = window_left < 0 ? 0 : max(0, row0 + shift - window_left);
+    const int group_hi = window_right < 0 ? seqlen_k - 1 : min(seqlen_k - 1, last + shift + window_right);
+% else
+    const int lo = 0, hi = seqlen_k - 1, group_lo = 0, group_hi = seqlen_k - 1;
+% end
+
+    float m = -INFINITY; /* running max, log2 units */
+    float l = 0.0f;      /* running sum of exp2(score - m) */
+    for (int n0 = group_lo / TILE_N * TILE_N; n0 <= group_hi; n0 += TILE_N) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int i = tid; i < TILE_N * DP; i += TILE_M) {
+            const int r = i / DP, c = i % DP, key = n0 + r;
+            k_tile[r][c] = (key < seqlen_k && c < head_dim) ? LOAD(k, key * k_ss + c) : 0.0f;
+        }
+        for (int i = tid; i < TILE_N * DVP; i += TILE_M) {
+            const int r = i / DVP, c = i % DVP, key = n0 + r;
+            v_tile[r][c] = (key < seqlen_k && c < head_dim_v) ? LOAD(v, key * v_ss + c) : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        float s[TILE_N];
+        float m_new = m;
+        for (int j = 0; j < TILE_N; j++) {
+            float x = 0.0f;
+            for (int c = 0; c < DP; c++)
+                x = fma(q_row[c], k_tile[j][c], x);
+% if softcap then
+            x = cap_mul * tanh(x);
+% end
+            const int key = n0 + j;
+            s[j] = (live && key >= lo && key <= hi) ? x : -INFINITY;
+            m_new = fmax(m_new, s[j]);
+        }
+        if (m_new == -INFINITY)
+            continue; /* every key of this tile is masked for this row */
+        const float alpha = exp2(m - m_new);
+        l *= alpha;
+        for (int c = 0; c < DVP; c++)
+            acc[c] *= alpha;
+        for (int j = 0; j < TILE_N; j++) {
+            const float p = exp2(s[j] - m_new);
+            l += p;
+            for (int c = 0; c < DVP; c++)
+                acc[c] = fma(p, v_tile[j][c], acc[c]);
+        }
+        m = m_new;
+    }
+
+    if (!live)
+        return;
+    const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+    out += batch * o_sb + head * o_sh + row * o_ss;
+    for (int c = 0; c < head_dim_v; c++)
+        STORE(out, c, acc[c] * inv_l);
+% if write_lse then
+    lse[batch * l_sb + head * l_sh + row * l_ss] = l > 0.0f ? (m + log2(l)) * M_LN2_F : -INFINITY;
+% end
+}

@@ -1,0 +1,350 @@
+/* Runs one forward case on a context and checks it: fresh random inputs (never zeros), outputs
+** poisoned with NaN bytes before the run, every element compared with the float64 reference,
+** and every byte around the output views checked untouched. */
+#define _POSIX_C_SOURCE 200809L
+#include "reference.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define POISON 0xff /* all-ones bytes: NaN in f32, f16 and bf16 */
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+void fjh_case_init(fjh_case *c)
+{
+    memset(c, 0, sizeof *c);
+    c->batch = 2;
+    c->seqlen_q = c->seqlen_k = 128;
+    c->heads_q = c->heads_kv = 4;
+    c->head_dim = c->head_dim_v = 64;
+    c->dtype = FJ_DTYPE_BF16;
+    fj_attention_desc_init(&c->desc);
+    c->with_lse = 1;
+}
+
+void fjh_describe(const fjh_case *c, char *buf, size_t size)
+{
+    static const char *layouts[] = {"bshd", "bhsd", "padded"};
+    snprintf(buf, size,
+             "b=%lld sq=%lld sk=%lld hq=%lld hkv=%lld d=%lld dv=%lld %s causal=%d window=(%d,%d) "
+             "softcap=%g scale=%g layout=%s lse=%d",
+             (long long)c->batch, (long long)c->seqlen_q, (long long)c->seqlen_k,
+             (long long)c->heads_q, (long long)c->heads_kv, (long long)c->head_dim,
+             (long long)c->head_dim_v,
+             c->dtype == FJ_DTYPE_F32 ? "f32" : c->dtype == FJ_DTYPE_F16 ? "f16" : "bf16",
+             (int)c->desc.causal, (int)c->desc.window_left, (int)c->desc.window_right,
+             (double)c->desc.softcap, (double)c->desc.softmax_scale, layouts[c->layout],
+             c->with_lse);
+}
+
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double normal(uint64_t *s)
+{
+    double u1 = ((double)(splitmix(s) >> 11) + 0.5) / 9007199254740992.0;
+    double u2 = (double)(splitmix(s) >> 11) / 9007199254740992.0;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+/* A tensor of the harness: its geometry, host storage (every element, gaps included) and
+** device copy. */
+typedef struct htensor {
+    fj_tensor t;
+    size_t elements; /* storage elements: the largest offset + 1 */
+    unsigned char *host;
+    void *dev;
+} htensor;
+
+static void geometry(htensor *h, fj_dtype dtype, int64_t b, int64_t s, int64_t heads, int64_t dim,
+                     fjh_layout layout)
+{
+    memset(h, 0, sizeof *h);
+    fj_tensor *t = &h->t;
+    t->dtype = dtype;
+    t->ndim = 4;
+    t->shape[0] = b;
+    t->shape[1] = s;
+    t->shape[2] = heads;
+    t->shape[3] = dim;
+    int64_t dp = dim + 3, hp = heads * dp + 5;
+    int64_t strides[3][4] = {{s * heads * dim, heads * dim, dim, 1},
+                             {heads * s * dim, dim, s * dim, 1},
+                             {s * hp + 7, hp, dp, 1}};
+    memcpy(t->stride, strides[layout], sizeof t->stride);
+    int64_t last = 0;
+    for (int i = 0; i < 4; i++)
+        last += (t->shape[i] - 1) * t->stride[i];
+    h->elements = (size_t)last + 1;
+}
+
+static void lse_geometry(htensor *h, int64_t b, int64_t heads, int64_t sq, fjh_layout layout)
+{
+    memset(h, 0, sizeof *h);
+    fj_tensor *t = &h->t;
+    t->dtype = FJ_DTYPE_F32;
+    t->ndim = 3;
+    t->shape[0] = b;
+    t->shape[1] = heads;
+    t->shape[2] = sq;
+    int64_t sp = layout == FJH_LAYOUT_PADDED ? sq + 2 : sq;
+    t->stride[0] = heads * sp + (layout == FJH_LAYOUT_PADDED);
+    t->stride[1] = sp;
+    t->stride[2] = 1;
+    h->elements = (size_t)((b - 1) * t->stride[0] + (heads - 1) * sp + sq);
+}
+
+static int64_t offset4(const fj_tensor *t, int64_t a, int64_t b, int64_t c, int64_t d)
+{
+    return a * t->stride[0] + b * t->stride[1] + c * t->stride[2] + d * t->stride[3];
+}
+
+/* Fills all storage of h with random values of its dtype and returns the logical values as
+** dense [b, s, h, dim] doubles and floats. */
+static void fill_random(htensor *h, uint64_t *rng, double **dense, float **densef)
+{
+    fj_tensor *t = &h->t;
+    size_t es = fj_dtype_size(t->dtype);
+    for (size_t i = 0; i < h->elements; i++)
+        fjr_store(t->dtype, h->host + i * es, (float)normal(rng));
+    size_t n = (size_t)(t->shape[0] * t->shape[1] * t->shape[2] * t->shape[3]);
+    *dense = malloc(n * sizeof **dense);
+    *densef = malloc(n * sizeof **densef);
+    size_t idx = 0;
+    for (int64_t a = 0; a < t->shape[0]; a++)
+        for (int64_t b = 0; b < t->shape[1]; b++)
+            for (int64_t c = 0; c < t->shape[2]; c++)
+                for (int64_t d = 0; d < t->shape[3]; d++, idx++) {
+                    float x = fjr_load(t->dtype, h->host + (size_t)offset4(t, a, b, c, d) * es);
+                    (*densef)[idx] = x;
+                    (*dense)[idx] = x;
+                }
+}
+
+static fj_status upload(fj_context *ctx, htensor *h)
+{
+    size_t bytes = h->elements * fj_dtype_size(h->t.dtype);
+    fj_status st = fj_malloc(ctx, bytes, &h->dev);
+    if (st == FJ_OK)
+        st = fj_memcpy_h2d(ctx, h->dev, h->host, bytes);
+    h->t.data = h->dev;
+    return st;
+}
+
+static void release(fj_context *ctx, htensor *h)
+{
+    if (h->dev)
+        fj_free(ctx, h->dev);
+    free(h->host);
+    h->dev = NULL;
+    h->host = NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Compares the downloaded outputs with the reference and checks the bytes around the views. */
+static void check(const fjh_case *c, const fjr_problem *p, const htensor *out, const htensor *lse,
+                  const double *ref, const double *ref_lse, const float *lowp, fjh_result *r)
+{
+    size_t es = fj_dtype_size(c->dtype);
+    unsigned char *seen = calloc(out->elements, 1);
+    size_t idx = 0;
+    for (int64_t a = 0; a < p->batch; a++)
+        for (int64_t i = 0; i < p->seqlen_q; i++)
+            for (int64_t h = 0; h < p->heads_q; h++)
+                for (int64_t d = 0; d < p->head_dim_v; d++, idx++) {
+                    int64_t off = offset4(&out->t, a, i, h, d);
+                    seen[off] = 1;
+                    double x = fjr_load(c->dtype, out->host + (size_t)off * es);
+                    if (!isfinite(x)) {
+                        r->bad_elements++;
+                        continue;
+                    }
+                    r->max_abs_err = fmax(r->max_abs_err, fabs(x - ref[idx]));
+                    r->ref_max_abs = fmax(r->ref_max_abs, fabs(ref[idx]));
+                    if (lowp)
+                        r->lowp_max_abs_err = fmax(r->lowp_max_abs_err, fabs(lowp[idx] - ref[idx]));
+                }
+    for (size_t e = 0; e < out->elements; e++)
+        for (size_t byte = 0; !seen[e] && byte < es; byte++)
+            r->clobbered += out->host[e * es + byte] != POISON;
+    free(seen);
+    if (lse && lse->host) {
+        const float *l = (const float *)lse->host;
+        unsigned char *lseen = calloc(lse->elements, 1);
+        for (int64_t a = 0; a < p->batch; a++)
+            for (int64_t h = 0; h < p->heads_q; h++)
+                for (int64_t i = 0; i < p->seqlen_q; i++) {
+                    int64_t off = a * lse->t.stride[0] + h * lse->t.stride[1] + i;
+                    lseen[off] = 1;
+                    double want = ref_lse[(a * p->heads_q + h) * p->seqlen_q + i];
+                    double got = l[off];
+                    if (want == -INFINITY) {
+                        r->bad_elements += got != -INFINITY;
+                    } else if (!isfinite(got)) {
+                        r->bad_elements++;
+                    } else {
+                        r->lse_max_err = fmax(r->lse_max_err, fabs(got - want) / fmax(1.0, fabs(want)));
+                    }
+                }
+        for (size_t e = 0; e < lse->elements; e++)
+            for (size_t byte = 0; !lseen[e] && byte < 4; byte++)
+                r->clobbered += lse->host[e * 4 + byte] != POISON;
+        free(lseen);
+    }
+    r->rel_err = r->ref_max_abs > 0 ? r->max_abs_err / r->ref_max_abs : r->max_abs_err;
+
+    /* The criteria. f32: relative error 1e-5. f16/bf16: FlashAttention's test criterion, no more
+    ** than twice the error of the plain low-precision implementation; the floor covers problems
+    ** where both are exact (a single key, say). lse is computed in f32 from the same rounded
+    ** inputs in every dtype. */
+    r->pass = 0;
+    if (r->bad_elements)
+        snprintf(r->why, sizeof r->why, "%lld output elements not finite or wrong -inf",
+                 (long long)r->bad_elements);
+    else if (r->clobbered)
+        snprintf(r->why, sizeof r->why, "%lld bytes outside the output views were written",
+                 (long long)r->clobbered);
+    else if (c->dtype == FJ_DTYPE_F32 && r->rel_err > 1e-5)
+        snprintf(r->why, sizeof r->why, "f32 relative error %.3g > 1e-5", r->rel_err);
+    else if (c->dtype != FJ_DTYPE_F32 &&
+             r->max_abs_err > fmax(2.0 * r->lowp_max_abs_err, 1e-6 * r->ref_max_abs))
+        snprintf(r->why, sizeof r->why, "error %.3g > 2 x plain low-precision error %.3g",
+                 r->max_abs_err, r->lowp_max_abs_err);
+    else if (r->lse_max_err > 1e-4)
+        snprintf(r->why, sizeof r->why, "lse relative error %.3g > 1e-4", r->lse_max_err);
+    else
+        r->pass = 1;
+}
+
+fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
+{
+    memset(r, 0, sizeof *r);
+    r->seed = c->seed;
+    if (!r->seed) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        r->seed = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 40);
+    }
+    uint64_t rng = r->seed;
+    fjr_problem p = {.batch = c->batch, .seqlen_q = c->seqlen_q, .seqlen_k = c->seqlen_k,
+                     .heads_q = c->heads_q, .heads_kv = c->heads_kv, .head_dim = c->head_dim,
+                     .head_dim_v = c->head_dim_v, .softcap = c->desc.softcap,
+                     .causal = c->desc.causal, .window_left = c->desc.window_left,
+                     .window_right = c->desc.window_right};
+    p.scale = c->desc.softmax_scale != 0 ? c->desc.softmax_scale : 1.0 / sqrt((double)c->head_dim);
+
+    htensor q, k, v, out, lse;
+    geometry(&q, c->dtype, c->batch, c->seqlen_q, c->heads_q, c->head_dim, c->layout);
+    geometry(&k, c->dtype, c->batch, c->seqlen_k, c->heads_kv, c->head_dim, c->layout);
+    geometry(&v, c->dtype, c->batch, c->seqlen_k, c->heads_kv, c->head_dim_v, c->layout);
+    geometry(&out, c->dtype, c->batch, c->seqlen_q, c->heads_q, c->head_dim_v, c->layout);
+    lse_geometry(&lse, c->batch, c->heads_q, c->seqlen_q, c->layout);
+    size_t es = fj_dtype_size(c->dtype);
+    htensor *all[] = {&q, &k, &v, &out, &lse};
+    for (int i = 0; i < 5; i++) {
+        size_t bytes = all[i]->elements * fj_dtype_size(all[i]->t.dtype);
+        all[i]->host = malloc(bytes);
+        if (!all[i]->host)
+            abort();
+        memset(all[i]->host, POISON, bytes);
+    }
+    double *qd = NULL, *kd = NULL, *vd = NULL, *ref = NULL, *ref_lse = NULL;
+    float *qf = NULL, *kf = NULL, *vf = NULL, *lowp = NULL;
+    fill_random(&q, &rng, &qd, &qf);
+    fill_random(&k, &rng, &kd, &kf);
+    fill_random(&v, &rng, &vd, &vf);
+
+    fj_status st = FJ_OK;
+    for (int i = 0; i < 5 && st == FJ_OK; i++)
+        if (i < 4 || c->with_lse)
+            st = upload(ctx, all[i]);
+    fj_tensor *lse_t = c->with_lse ? &lse.t : NULL;
+    if (st == FJ_OK) {
+        double t0 = now_ms();
+        st = fj_attention_forward(ctx, &c->desc, &q.t, &k.t, &v.t, &out.t, lse_t, NULL);
+        if (st == FJ_OK)
+            st = fj_synchronize(ctx, NULL);
+        r->first_call_ms = now_ms() - t0;
+        r->first.struct_size = sizeof r->first;
+        fj_context_last_call(ctx, &r->first);
+        snprintf(r->variant, sizeof r->variant, "%s", r->first.variant ? r->first.variant : "");
+        snprintf(r->kernel_path, sizeof r->kernel_path, "%s",
+                 r->first.kernel_path ? r->first.kernel_path : "");
+        r->first.variant = r->variant;
+        r->first.kernel_path = r->kernel_path;
+    }
+    if (st == FJ_OK)
+        st = fj_memcpy_d2h(ctx, out.host, out.dev, out.elements * es);
+    if (st == FJ_OK && c->with_lse)
+        st = fj_memcpy_d2h(ctx, lse.host, lse.dev, lse.elements * 4);
+    if (st != FJ_OK) {
+        snprintf(r->error, sizeof r->error, "%s", fj_context_last_error(ctx));
+        snprintf(r->why, sizeof r->why, "%s: %.200s", fj_status_string(st), r->error);
+        goto out;
+    }
+
+    if (!c->skip_check) {
+        size_t nout = (size_t)(p.batch * p.seqlen_q * p.heads_q * p.head_dim_v);
+        ref = malloc(nout * sizeof *ref);
+        ref_lse = malloc((size_t)(p.batch * p.heads_q * p.seqlen_q) * sizeof *ref_lse);
+        if (c->dtype != FJ_DTYPE_F32)
+            lowp = malloc(nout * sizeof *lowp);
+        fjr_attention(&p, qd, kd, vd, ref, ref_lse);
+        if (lowp)
+            fjr_attention_lowp(&p, c->dtype, qf, kf, vf, lowp);
+        check(c, &p, &out, c->with_lse ? &lse : NULL, ref, ref_lse, lowp, r);
+    } else {
+        r->pass = 1;
+    }
+
+    if (c->timing_reps > 0) {
+        double *times = malloc((size_t)c->timing_reps * sizeof *times);
+        for (int i = 0; i < c->timing_reps && st == FJ_OK; i++) {
+            double t0 = now_ms();
+            st = fj_attention_forward(ctx, &c->desc, &q.t, &k.t, &v.t, &out.t, lse_t, NULL);
+            if (st == FJ_OK)
+                st = fj_synchronize(ctx, NULL);
+            times[i] = now_ms() - t0;
+        }
+        if (st == FJ_OK) {
+            qsort(times, (size_t)c->timing_reps, sizeof *times, cmp_double);
+            r->kernel_ms = times[c->timing_reps / 2];
+            r->tflops = fjr_flops(&p) / (r->kernel_ms * 1e-3) / 1e12;
+        }
+        free(times);
+    }
+out:
+    r->status = st;
+    for (int i = 0; i < 5; i++)
+        release(ctx, all[i]);
+    free(qd);
+    free(kd);
+    free(vd);
+    free(qf);
+    free(kf);
+    free(vf);
+    free(ref);
+    free(ref_lse);
+    free(lowp);
+    return st;
+}

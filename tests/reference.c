@@ -1,0 +1,242 @@
+/* The float64 reference attention, the plain low-precision one, and host dtype conversions. */
+#include "reference.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint32_t f32_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return u;
+}
+
+static float bits_f32(uint32_t u)
+{
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+uint16_t fjr_f32_to_bf16(float x)
+{
+    uint32_t u = f32_bits(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+float fjr_bf16_to_f32(uint16_t x)
+{
+    return bits_f32((uint32_t)x << 16);
+}
+
+uint16_t fjr_f32_to_f16(float x)
+{
+    uint32_t u = f32_bits(x);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    u &= 0x7fffffffu;
+    if (u >= 0x7f800000u)
+        return sign | (u > 0x7f800000u ? 0x7e00u : 0x7c00u);
+    if (u >= 0x477ff000u) /* rounds to 65536 or more: infinity */
+        return sign | 0x7c00u;
+    if (u < 0x38800000u) { /* below 2^-14: a subnormal half, in units of 2^-24 */
+        float units = nearbyintf(bits_f32(u) * 16777216.0f);
+        return sign | (uint16_t)units;
+    }
+    uint32_t mant = u & 0x7fffffu;
+    uint32_t h = ((((u >> 23) & 0xffu) - 127u + 15u) << 10) | (mant >> 13);
+    uint32_t rest = mant & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u)))
+        h++; /* a carry into the exponent is the right result */
+    return sign | (uint16_t)h;
+}
+
+float fjr_f16_to_f32(uint16_t x)
+{
+    uint32_t sign = (uint32_t)(x & 0x8000u) << 16;
+    uint32_t exp = (x >> 10) & 0x1fu, mant = x & 0x3ffu;
+    if (exp == 0) {
+        float v = (float)mant * (1.0f / 16777216.0f);
+        return sign ? -v : v;
+    }
+    if (exp == 31)
+        return bits_f32(sign | 0x7f800000u | (mant << 13));
+    return bits_f32(sign | ((exp - 15u + 127u) << 23) | (mant << 13));
+}
+
+float fjr_round(fj_dtype dtype, float x)
+{
+    switch (dtype) {
+    case FJ_DTYPE_BF16:
+        return fjr_bf16_to_f32(fjr_f32_to_bf16(x));
+    case FJ_DTYPE_F16:
+        return fjr_f16_to_f32(fjr_f32_to_f16(x));
+    default:
+        return x;
+    }
+}
+
+void fjr_store(fj_dtype dtype, void *dst, float x)
+{
+    uint16_t h;
+    switch (dtype) {
+    case FJ_DTYPE_BF16:
+        h = fjr_f32_to_bf16(x);
+        memcpy(dst, &h, 2);
+        break;
+    case FJ_DTYPE_F16:
+        h = fjr_f32_to_f16(x);
+        memcpy(dst, &h, 2);
+        break;
+    default:
+        memcpy(dst, &x, 4);
+        break;
+    }
+}
+
+float fjr_load(fj_dtype dtype, const void *src)
+{
+    uint16_t h;
+    float x;
+    switch (dtype) {
+    case FJ_DTYPE_BF16:
+        memcpy(&h, src, 2);
+        return fjr_bf16_to_f32(h);
+    case FJ_DTYPE_F16:
+        memcpy(&h, src, 2);
+        return fjr_f16_to_f32(h);
+    default:
+        memcpy(&x, src, 4);
+        return x;
+    }
+}
+
+int fjr_visible(const fjr_problem *p, int64_t i, int64_t j)
+{
+    int64_t diag = i + p->seqlen_k - p->seqlen_q;
+    if (p->causal && j > diag)
+        return 0;
+    if (p->window_left >= 0 && j < diag - p->window_left)
+        return 0;
+    if (p->window_right >= 0 && j > diag + p->window_right)
+        return 0;
+    return 1;
+}
+
+double fjr_flops(const fjr_problem *p)
+{
+    double per_pair = 2.0 * (double)(p->head_dim + p->head_dim_v);
+    double heads = (double)p->batch * (double)p->heads_q;
+    int windowed = p->window_left >= 0 || p->window_right >= 0;
+    if (!p->causal && !windowed)
+        return per_pair * heads * (double)p->seqlen_q * (double)p->seqlen_k;
+    if (p->causal && !windowed && p->seqlen_q == p->seqlen_k) /* FlashAttention's convention */
+        return per_pair * heads * (double)p->seqlen_q * (double)p->seqlen_k / 2.0;
+    double pairs = 0;
+    for (int64_t i = 0; i < p->seqlen_q; i++)
+        for (int64_t j = 0; j < p->seqlen_k; j++)
+            pairs += fjr_visible(p, i, j);
+    return per_pair * heads * pairs;
+}
+
+static double score_transform(const fjr_problem *p, double dot)
+{
+    double s = dot * p->scale;
+    return p->softcap > 0 ? p->softcap * tanh(s / p->softcap) : s;
+}
+
+void fjr_attention(const fjr_problem *p, const double *q, const double *k, const double *v,
+                   double *out, double *lse)
+{
+    const int64_t d = p->head_dim, dv = p->head_dim_v, group = p->heads_q / p->heads_kv;
+    double *s = malloc((size_t)p->seqlen_k * sizeof *s);
+    if (!s)
+        abort();
+    for (int64_t b = 0; b < p->batch; b++)
+        for (int64_t h = 0; h < p->heads_q; h++)
+            for (int64_t i = 0; i < p->seqlen_q; i++) {
+                const double *qi = q + ((b * p->seqlen_q + i) * p->heads_q + h) * d;
+                double *oi = out + ((b * p->seqlen_q + i) * p->heads_q + h) * dv;
+                double m = -INFINITY;
+                for (int64_t j = 0; j < p->seqlen_k; j++) {
+                    s[j] = -INFINITY;
+                    if (!fjr_visible(p, i, j))
+                        continue;
+                    const double *kj = k + ((b * p->seqlen_k + j) * p->heads_kv + h / group) * d;
+                    double dot = 0;
+                    for (int64_t c = 0; c < d; c++)
+                        dot += qi[c] * kj[c];
+                    s[j] = score_transform(p, dot);
+                    m = fmax(m, s[j]);
+                }
+                double sum = 0;
+                for (int64_t c = 0; c < dv; c++)
+                    oi[c] = 0;
+                if (m > -INFINITY)
+                    for (int64_t j = 0; j < p->seqlen_k; j++) {
+                        if (s[j] == -INFINITY)
+                            continue;
+                        double e = exp(s[j] - m);
+                        sum += e;
+                        const double *vj = v + ((b * p->seqlen_k + j) * p->heads_kv + h / group) * dv;
+                        for (int64_t c = 0; c < dv; c++)
+                            oi[c] += e * vj[c];
+                    }
+                for (int64_t c = 0; c < dv && sum > 0; c++)
+                    oi[c] /= sum;
+                if (lse)
+                    lse[(b * p->heads_q + h) * p->seqlen_q + i] = sum > 0 ? m + log(sum) : -INFINITY;
+            }
+    free(s);
+}
+
+void fjr_attention_lowp(const fjr_problem *p, fj_dtype dtype, const float *q, const float *k,
+                        const float *v, float *out)
+{
+    const int64_t d = p->head_dim, dv = p->head_dim_v, group = p->heads_q / p->heads_kv;
+    float *s = malloc((size_t)p->seqlen_k * sizeof *s);
+    float *acc = malloc((size_t)dv * sizeof *acc);
+    if (!s || !acc)
+        abort();
+    for (int64_t b = 0; b < p->batch; b++)
+        for (int64_t h = 0; h < p->heads_q; h++)
+            for (int64_t i = 0; i < p->seqlen_q; i++) {
+                const float *qi = q + ((b * p->seqlen_q + i) * p->heads_q + h) * d;
+                float *oi = out + ((b * p->seqlen_q + i) * p->heads_q + h) * dv;
+                float m = -INFINITY;
+                for (int64_t j = 0; j < p->seqlen_k; j++) {
+                    s[j] = -INFINITY;
+                    if (!fjr_visible(p, i, j))
+                        continue;
+                    const float *kj = k + ((b * p->seqlen_k + j) * p->heads_kv + h / group) * d;
+                    float dot = 0;
+                    for (int64_t c = 0; c < d; c++)
+                        dot += qi[c] * kj[c];
+                    float x = dot * (float)p->scale;
+                    if (p->softcap > 0)
+                        x = (float)p->softcap * tanhf(x / (float)p->softcap);
+                    s[j] = x;
+                    m = fmaxf(m, x);
+                }
+                float sum = 0;
+                for (int64_t j = 0; j < p->seqlen_k && m > -INFINITY; j++)
+                    sum += s[j] == -INFINITY ? 0.0f : expf(s[j] - m);
+                for (int64_t c = 0; c < dv; c++)
+                    acc[c] = 0;
+                for (int64_t j = 0; j < p->seqlen_k && sum > 0; j++) {
+                    if (s[j] == -INFINITY)
+                        continue;
+                    float pj = fjr_round(dtype, expf(s[j] - m) / sum);
+                    const float *vj = v + ((b * p->seqlen_k + j) * p->heads_kv + h / group) * dv;
+                    for (int64_t c = 0; c < dv; c++)
+                        acc[c] += pj * vj[c];
+                }
+                for (int64_t c = 0; c < dv; c++)
+                    oi[c] = fjr_round(dtype, acc[c]);
+            }
+    free(s);
+    free(acc);
+}

@@ -1,0 +1,93 @@
+/* The float64 reference, a plain low-precision attention for the error bar, host-side dtype
+** conversions, and a harness that runs one forward case on a context and checks every element.
+** Used by the tests, the CLI (`flashjit run`) and the benchmarks. */
+#ifndef FJ_TESTS_REFERENCE_H
+#define FJ_TESTS_REFERENCE_H
+
+#include "flashjit.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- host dtype conversions (round to nearest even) ---------------------------------------- */
+uint16_t fjr_f32_to_bf16(float x);
+float fjr_bf16_to_f32(uint16_t x);
+uint16_t fjr_f32_to_f16(float x);
+float fjr_f16_to_f32(uint16_t x);
+/* x rounded to dtype and back to float. */
+float fjr_round(fj_dtype dtype, float x);
+/* Stores x as one element of dtype at dst / reads one element. */
+void fjr_store(fj_dtype dtype, void *dst, float x);
+float fjr_load(fj_dtype dtype, const void *src);
+
+/* ---- the problem --------------------------------------------------------------------------- */
+typedef struct fjr_problem {
+    int64_t batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, head_dim_v;
+    double scale;   /* resolved: never 0 */
+    double softcap; /* 0: off */
+    int causal, window_left, window_right; /* as in fj_attention_desc */
+} fjr_problem;
+
+/* Whether query row i sees key j, straight from the API's definition. */
+int fjr_visible(const fjr_problem *p, int64_t i, int64_t j);
+/* Forward FLOPs as FlashAttention counts them (see bench/RESULTS.md). */
+double fjr_flops(const fjr_problem *p);
+
+/* Attention in float64. q [b, sq, hq, d], k [b, sk, hkv, d], v [b, sk, hkv, dv] dense;
+** out [b, sq, hq, dv], lse [b, hq, sq] (may be NULL). */
+void fjr_attention(const fjr_problem *p, const double *q, const double *k, const double *v,
+                   double *out, double *lse);
+/* The plain low-precision attention the error bar is measured against: scores and softmax in
+** float32, P rounded to dtype before P.V, output rounded to dtype. Same layouts, float data. */
+void fjr_attention_lowp(const fjr_problem *p, fj_dtype dtype, const float *q, const float *k,
+                        const float *v, float *out);
+
+/* ---- the harness --------------------------------------------------------------------------- */
+typedef enum fjh_layout {
+    FJH_LAYOUT_BSHD = 0,   /* dense [batch, seq, heads, dim] */
+    FJH_LAYOUT_BHSD = 1,   /* dense [batch, heads, seq, dim], passed through strides */
+    FJH_LAYOUT_PADDED = 2  /* [batch, seq, heads, dim] with gaps between rows, heads and batches */
+} fjh_layout;
+
+typedef struct fjh_case {
+    int64_t batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, head_dim_v;
+    fj_dtype dtype;
+    fj_attention_desc desc;
+    fjh_layout layout;
+    int with_lse;
+    uint64_t seed;     /* 0: a fresh seed from the clock */
+    int timing_reps;   /* > 0: also time this many calls after the check (median) */
+    int skip_check;    /* 1: no reference (timing only) */
+} fjh_case;
+
+typedef struct fjh_result {
+    fj_status status;
+    char error[1024];
+    uint64_t seed;
+    double max_abs_err;      /* max |out - ref| over all elements */
+    double ref_max_abs;      /* max |ref| */
+    double rel_err;          /* max_abs_err / ref_max_abs */
+    double lowp_max_abs_err; /* the plain low-precision implementation's max error */
+    double lse_max_err;      /* max |lse - ref| where finite */
+    int64_t bad_elements;    /* outputs non-finite, unwritten, or lse not -inf where it must be */
+    int64_t clobbered;       /* bytes outside the output views that changed */
+    int pass;
+    char why[256];           /* the failed criterion */
+    fj_call_info first;      /* report of the first call (strings copied below) */
+    char variant[2048];
+    char kernel_path[64];
+    double first_call_ms;    /* host time of the first call, synchronised */
+    double kernel_ms;        /* median of timing_reps synchronised calls */
+    double tflops;
+} fjh_result;
+
+/* Initialises a case with the defaults (one small bf16 problem). */
+void fjh_case_init(fjh_case *c);
+/* Makes fresh random inputs, runs the forward on ctx with poisoned outputs, and checks every
+** element against the float64 reference: f32 needs rel_err <= 1e-5, f16/bf16 an error no more
+** than twice the plain low-precision implementation's. Returns the library's status. */
+fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r);
+/* A one-line description of a case, for logs. */
+void fjh_describe(const fjh_case *c, char *buf, size_t size);
+
+#endif /* FJ_TESTS_REFERENCE_H */

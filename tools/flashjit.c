@@ -1,0 +1,242 @@
+/* flashjit: the command-line tool. `info` describes the library and devices; `run` computes one
+** attention on fresh random data, checks it against the float64 reference and times it. */
+#define _POSIX_C_SOURCE 200809L
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "flashjit.h"
+#include "reference.h"
+
+static const char *backend_name(fj_backend_kind k)
+{
+    return k == FJ_BACKEND_CUDA ? "cuda" : k == FJ_BACKEND_OPENCL ? "opencl" : "auto";
+}
+
+static const char *source_name(fj_kernel_source s)
+{
+    switch (s) {
+    case FJ_KERNEL_MEMORY:
+        return "memory (already loaded)";
+    case FJ_KERNEL_USER_CACHE:
+        return "user cache";
+    case FJ_KERNEL_SHIPPED_CACHE:
+        return "shipped cache";
+    case FJ_KERNEL_COMPILED:
+        return "compiled now";
+    default:
+        return "none";
+    }
+}
+
+static int usage(FILE *f)
+{
+    fprintf(f,
+            "usage: flashjit <command> [options]\n"
+            "\n"
+            "commands:\n"
+            "  info              version, backends, devices and the cache path\n"
+            "  run [options]     one attention on random data: checks it against a float64\n"
+            "                    reference, times it, prints PASS or FAIL (exit status 1)\n"
+            "\n"
+            "run options (defaults in brackets):\n"
+            "  --backend auto|cuda|opencl [auto]   --device N [0]\n"
+            "  --batch N [2]   --heads N [8]   --kv-heads N [= heads]\n"
+            "  --seqlen N [512] (both)   --seqlen-q N   --seqlen-k N\n"
+            "  --head-dim N [64]   --head-dim-v N [= head-dim]\n"
+            "  --dtype bf16|f16|f32 [bf16]\n"
+            "  --causal   --window-left N   --window-right N   --softcap X   --scale X\n"
+            "  --layout bshd|bhsd|padded [bshd]   --no-lse\n"
+            "  --reps N [5] timed calls   --seed N [fresh]   --no-check   --cache PATH\n");
+    return 2;
+}
+
+static int parse_backend(const char *s, fj_backend_kind *k)
+{
+    if (!strcasecmp(s, "auto"))
+        *k = FJ_BACKEND_AUTO;
+    else if (!strcasecmp(s, "cuda"))
+        *k = FJ_BACKEND_CUDA;
+    else if (!strcasecmp(s, "opencl"))
+        *k = FJ_BACKEND_OPENCL;
+    else
+        return -1;
+    return 0;
+}
+
+static void print_device(const fj_device_info *d)
+{
+    printf("  device %d: %s", (int)d->index, d->name);
+    if (d->platform[0])
+        printf(" (%s)", d->platform);
+    printf(", %d compute units, %.1f GiB, %llu KiB shared, arch %s, driver %s\n",
+           (int)d->compute_units, (double)d->global_memory / (1 << 30),
+           (unsigned long long)(d->local_memory >> 10), d->arch, d->driver);
+}
+
+static int cmd_info(void)
+{
+    printf("flashjit %s\n", fj_version());
+    fj_backend_kind kinds[] = {FJ_BACKEND_CUDA, FJ_BACKEND_OPENCL};
+    for (int i = 0; i < 2; i++) {
+        int32_t n = 0;
+        fj_device_count(kinds[i], &n);
+        printf("backend %s: %d device%s\n", backend_name(kinds[i]), (int)n, n == 1 ? "" : "s");
+        for (int32_t d = 0; d < n; d++) {
+            fj_device_info info = {.struct_size = sizeof info};
+            if (fj_device_get_info(kinds[i], d, &info) == FJ_OK)
+                print_device(&info);
+        }
+    }
+    fj_context *ctx = NULL;
+    if (fj_context_create(NULL, &ctx) == FJ_OK) {
+        printf("cache: %s\n", fj_context_cache_path(ctx));
+        fj_context_destroy(ctx);
+    } else {
+        printf("no usable device: %s\n", fj_last_create_error());
+    }
+    return 0;
+}
+
+static int cmd_run(int argc, char **argv)
+{
+    enum { O_BACKEND = 256, O_DEVICE, O_BATCH, O_HEADS, O_KVHEADS, O_SEQLEN, O_SEQLEN_Q,
+           O_SEQLEN_K, O_HEAD_DIM, O_HEAD_DIM_V, O_DTYPE, O_CAUSAL, O_WLEFT, O_WRIGHT, O_SOFTCAP,
+           O_SCALE, O_LAYOUT, O_NOLSE, O_REPS, O_SEED, O_NOCHECK, O_CACHE, O_HELP };
+    static const struct option opts[] = {
+        {"backend", required_argument, 0, O_BACKEND}, {"device", required_argument, 0, O_DEVICE},
+        {"batch", required_argument, 0, O_BATCH},     {"heads", required_argument, 0, O_HEADS},
+        {"kv-heads", required_argument, 0, O_KVHEADS}, {"seqlen", required_argument, 0, O_SEQLEN},
+        {"seqlen-q", required_argument, 0, O_SEQLEN_Q}, {"seqlen-k", required_argument, 0, O_SEQLEN_K},
+        {"head-dim", required_argument, 0, O_HEAD_DIM}, {"head-dim-v", required_argument, 0, O_HEAD_DIM_V},
+        {"dtype", required_argument, 0, O_DTYPE},     {"causal", no_argument, 0, O_CAUSAL},
+        {"window-left", required_argument, 0, O_WLEFT}, {"window-right", required_argument, 0, O_WRIGHT},
+        {"softcap", required_argument, 0, O_SOFTCAP}, {"scale", required_argument, 0, O_SCALE},
+        {"layout", required_argument, 0, O_LAYOUT},   {"no-lse", no_argument, 0, O_NOLSE},
+        {"reps", required_argument, 0, O_REPS},       {"seed", required_argument, 0, O_SEED},
+        {"no-check", no_argument, 0, O_NOCHECK},      {"cache", required_argument, 0, O_CACHE},
+        {"help", no_argument, 0, O_HELP},             {0, 0, 0, 0}};
+    fjh_case c;
+    fjh_case_init(&c);
+    c.batch = 2;
+    c.heads_q = 8;
+    c.seqlen_q = c.seqlen_k = 512;
+    c.head_dim = 64;
+    c.timing_reps = 5;
+    int64_t kv_heads = 0, head_dim_v = 0;
+    fj_context_options o;
+    fj_context_options_init(&o);
+    int opt;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (opt) {
+        case O_BACKEND:
+            if (parse_backend(optarg, &o.backend))
+                return fprintf(stderr, "flashjit: unknown backend '%s'\n", optarg), 2;
+            break;
+        case O_DEVICE: o.device = atoi(optarg); break;
+        case O_BATCH: c.batch = atoll(optarg); break;
+        case O_HEADS: c.heads_q = atoll(optarg); break;
+        case O_KVHEADS: kv_heads = atoll(optarg); break;
+        case O_SEQLEN: c.seqlen_q = c.seqlen_k = atoll(optarg); break;
+        case O_SEQLEN_Q: c.seqlen_q = atoll(optarg); break;
+        case O_SEQLEN_K: c.seqlen_k = atoll(optarg); break;
+        case O_HEAD_DIM: c.head_dim = atoll(optarg); break;
+        case O_HEAD_DIM_V: head_dim_v = atoll(optarg); break;
+        case O_DTYPE:
+            if (!strcasecmp(optarg, "bf16")) c.dtype = FJ_DTYPE_BF16;
+            else if (!strcasecmp(optarg, "f16") || !strcasecmp(optarg, "fp16")) c.dtype = FJ_DTYPE_F16;
+            else if (!strcasecmp(optarg, "f32") || !strcasecmp(optarg, "fp32")) c.dtype = FJ_DTYPE_F32;
+            else return fprintf(stderr, "flashjit: unknown dtype '%s'\n", optarg), 2;
+            break;
+        case O_CAUSAL: c.desc.causal = 1; break;
+        case O_WLEFT: c.desc.window_left = atoi(optarg); break;
+        case O_WRIGHT: c.desc.window_right = atoi(optarg); break;
+        case O_SOFTCAP: c.desc.softcap = strtof(optarg, NULL); break;
+        case O_SCALE: c.desc.softmax_scale = strtof(optarg, NULL); break;
+        case O_LAYOUT:
+            if (!strcasecmp(optarg, "bshd")) c.layout = FJH_LAYOUT_BSHD;
+            else if (!strcasecmp(optarg, "bhsd")) c.layout = FJH_LAYOUT_BHSD;
+            else if (!strcasecmp(optarg, "padded")) c.layout = FJH_LAYOUT_PADDED;
+            else return fprintf(stderr, "flashjit: unknown layout '%s'\n", optarg), 2;
+            break;
+        case O_NOLSE: c.with_lse = 0; break;
+        case O_REPS: c.timing_reps = atoi(optarg); break;
+        case O_SEED: c.seed = strtoull(optarg, NULL, 0); break;
+        case O_NOCHECK: c.skip_check = 1; break;
+        case O_CACHE: o.cache_path = optarg; break;
+        case O_HELP: usage(stdout); return 0;
+        default: return usage(stderr);
+        }
+    }
+    c.heads_kv = kv_heads ? kv_heads : c.heads_q;
+    c.head_dim_v = head_dim_v ? head_dim_v : c.head_dim;
+
+    fj_context *ctx = NULL;
+    fj_status st = fj_context_create(&o, &ctx);
+    if (st != FJ_OK) {
+        fprintf(stderr, "flashjit: cannot create a %s context: %s: %s\n", backend_name(o.backend),
+                fj_status_string(st), fj_last_create_error());
+        return 2;
+    }
+    fj_device_info dev = {.struct_size = sizeof dev};
+    fj_context_get_device_info(ctx, &dev);
+    char desc[512];
+    fjh_describe(&c, desc, sizeof desc);
+    printf("flashjit %s run\n", fj_version());
+    printf("backend    %s, device %d: %s%s%s%s\n", backend_name(dev.backend), (int)dev.index,
+           dev.name, dev.platform[0] ? " (" : "", dev.platform, dev.platform[0] ? ")" : "");
+    printf("problem    %s\n", desc);
+
+    fjh_result r;
+    st = fjh_run(ctx, &c, &r);
+    int failed = 0;
+    if (st != FJ_OK) {
+        printf("error      %s: %s\n", fj_status_string(st), r.error);
+        failed = 1;
+    } else {
+        printf("kernel     %s, %s: lookup %.2f ms, render %.2f ms, compile %.1f ms, load %.2f ms\n",
+               r.kernel_path, source_name(r.first.source), r.first.lookup_ms, r.first.render_ms,
+               r.first.compile_ms, r.first.load_ms);
+        printf("variant    ");
+        for (const char *s = r.variant; *s; s++)
+            putchar(*s == '\n' ? (s[1] ? ' ' : '\n') : *s);
+        printf("first call %.1f ms (host, synchronised)\n", r.first_call_ms);
+        if (c.timing_reps > 0)
+            printf("time       %.3f ms (median of %d) = %.3f TFLOP/s\n", r.kernel_ms,
+                   c.timing_reps, r.tflops);
+        if (!c.skip_check) {
+            printf("error      max abs %.3g, relative %.3g", r.max_abs_err, r.rel_err);
+            if (c.dtype != FJ_DTYPE_F32)
+                printf(", plain %s implementation %.3g", c.dtype == FJ_DTYPE_F16 ? "f16" : "bf16",
+                       r.lowp_max_abs_err);
+            if (c.with_lse)
+                printf(", lse %.3g", r.lse_max_err);
+            printf("\n");
+        }
+        failed = !r.pass;
+    }
+    printf("seed       0x%llx\n", (unsigned long long)r.seed);
+    if (failed)
+        printf("FAIL       %s\n", r.why);
+    else
+        printf("PASS\n");
+    fj_context_destroy(ctx);
+    return failed ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2)
+        return usage(stderr);
+    if (!strcmp(argv[1], "info"))
+        return cmd_info();
+    if (!strcmp(argv[1], "run"))
+        return cmd_run(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))
+        return usage(stdout), 0;
+    fprintf(stderr, "flashjit: unknown command '%s'\n", argv[1]);
+    return usage(stderr);
+}
