@@ -36,7 +36,9 @@ local function text_line(line, code)
         insert(code, format("_emit(_str(%s))", expr))
         pos = e + 1
     end
-    insert(code, format("_emit(%q)", sub(line, pos) .. "\n"))
+    -- %q would write the newline as a backslash and a real line break, which would shift
+    -- every later line number; the escape keeps the translation one line per line.
+    insert(code, format("_emit(%q)", sub(line, pos)) .. ' _emit("\\n")')
 end
 
 -- Translates a template into Lua source, one Lua line per template line.

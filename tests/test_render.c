@@ -1,5 +1,192 @@
+/* The template renderer: the engine's syntax, the sandbox's limits, errors with their template
+** line, the embedded templates and the $FLASHJIT_TEMPLATE_DIR override. */
+#define _POSIX_C_SOURCE 200809L
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
-#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
 #include <cmocka.h>
-int main(void) { return 0; }
+
+#include "render.h"
+
+/* In-memory templates for tests: the engine from the library plus named texts. */
+typedef struct memsrc {
+    const char *names[4];
+    const char *texts[4];
+} memsrc;
+
+static const char *mem_lookup(void *ud, const char *name, size_t *len)
+{
+    const memsrc *m = ud;
+    for (int i = 0; i < 4 && m->names[i]; i++)
+        if (!strcmp(m->names[i], name)) {
+            *len = strlen(m->texts[i]);
+            return m->texts[i];
+        }
+    for (size_t i = 0; i < tpl_embedded_count; i++)
+        if (!strcmp(tpl_embedded_files[i].name, name) && !strcmp(name, "engine.lua")) {
+            *len = tpl_embedded_files[i].size;
+            return tpl_embedded_files[i].text;
+        }
+    return NULL;
+}
+
+/* Renders a one-template source with a few parameters; returns the status, *out the text. */
+static fj_status render_text(const char *text, char **out, fj__err *err, const tpl_limits *limits)
+{
+    memsrc m = {.names = {"t.lua", "helper.lua"},
+                .texts = {text, "% local twice = n * 2\nhelper says ${twice}\n"}};
+    tpl_param params[] = {{.name = "n", .kind = TPL_INT, .i = 21},
+                          {.name = "flag", .kind = TPL_BOOL, .i = 0},
+                          {.name = "dtype", .kind = TPL_STR, .s = "bf16"}};
+    return tpl_render_with(mem_lookup, &m, limits, "t.lua", params, 3, NULL, out, err);
+}
+
+static void test_text_code_and_interpolation(void **state)
+{
+    (void)state;
+    fj__err err = {{0}};
+    char *out = NULL;
+    const char *t = "% for i = 1, 3 do\n"
+                    "x${i} = ${n + i};\n"
+                    "% end\n"
+                    "% if not flag then\n"
+                    "type ${dtype}\n"
+                    "% end\n";
+    assert_int_equal(render_text(t, &out, &err, NULL), FJ_OK);
+    assert_string_equal(out, "x1 = 22;\nx2 = 23;\nx3 = 24;\ntype bf16\n");
+    free(out);
+}
+
+static void test_include_and_emit(void **state)
+{
+    (void)state;
+    fj__err err = {{0}};
+    char *out = NULL;
+    assert_int_equal(render_text("a\n% include(\"helper.lua\")\n% emit(\"z\")\n", &out, &err, NULL),
+                     FJ_OK);
+    assert_string_equal(out, "a\nhelper says 42\nz");
+    free(out);
+}
+
+/* Each case must fail with FJ_ERR_TEMPLATE and a message containing `want`. */
+static void expect_template_error(const char *text, const char *want, const tpl_limits *limits)
+{
+    fj__err err = {{0}};
+    char *out = NULL;
+    fj_status st = render_text(text, &out, &err, limits);
+    if (st != FJ_ERR_TEMPLATE || !strstr(err.msg, want))
+        fail_msg("template %s: status %d, message '%s', expected '%s'", text, st, err.msg, want);
+    assert_null(out);
+}
+
+static void test_sandbox_refuses_io_os_require_load(void **state)
+{
+    (void)state;
+    expect_template_error("% io.open('/etc/passwd')\n", "unknown name 'io'", NULL);
+    expect_template_error("% os.execute('true')\n", "unknown name 'os'", NULL);
+    expect_template_error("% require('os')\n", "unknown name 'require'", NULL);
+    expect_template_error("% load('return 1')\n", "unknown name 'load'", NULL);
+    expect_template_error("% dofile('/etc/passwd')\n", "unknown name 'dofile'", NULL);
+    expect_template_error("% collectgarbage()\n", "unknown name 'collectgarbage'", NULL);
+    expect_template_error("% setmetatable({}, {})\n", "unknown name 'setmetatable'", NULL);
+    /* string.dump would turn functions into bytecode; it is gone from the string library. */
+    expect_template_error("% local f = ('x').dump(tostring)\n", "dump", NULL);
+}
+
+static void test_error_names_template_and_line(void **state)
+{
+    (void)state;
+    expect_template_error("line one\n% error('boom')\n", "t.lua:2: boom", NULL);
+    expect_template_error("${undefined_param}\n", "unknown name 'undefined_param'", NULL);
+    expect_template_error("% include('missing.lua')\n", "no template named 'missing.lua'", NULL);
+    expect_template_error("% for\n", "t.lua:1:", NULL); /* a Lua syntax error */
+}
+
+static void test_instruction_and_memory_limits(void **state)
+{
+    (void)state;
+    expect_template_error("% while true do end\n", "instruction limit", NULL);
+    expect_template_error("% local s = string.rep('x', 64 * 1024 * 1024)\n", "memory limit", NULL);
+    tpl_limits tight = {.memory_bytes = 256 * 1024, .instructions = 10000};
+    expect_template_error("% local t = {} for i = 1, 1e6 do t[i] = i end\n", "limit", &tight);
+    /* A pcall inside the template cannot swallow the instruction limit for good. */
+    expect_template_error("% pcall(function() while true do end end) while true do end\n",
+                          "instruction limit", NULL);
+}
+
+static void test_banner_and_embedded_attention(void **state)
+{
+    (void)state;
+    const char *dtypes[] = {"f32", "f16", "bf16"};
+    for (int i = 0; i < 3; i++) {
+        tpl_param params[] = {
+            {.name = "dtype", .kind = TPL_STR, .s = dtypes[i]},
+            {.name = "head_dim_pad", .kind = TPL_INT, .i = 64},
+            {.name = "head_dim_v_pad", .kind = TPL_INT, .i = 48},
+            {.name = "tile_m", .kind = TPL_INT, .i = 32},
+            {.name = "tile_n", .kind = TPL_INT, .i = 16},
+            {.name = "local_mask", .kind = TPL_BOOL, .i = i != 0},
+            {.name = "softcap", .kind = TPL_BOOL, .i = i == 2},
+            {.name = "write_lse", .kind = TPL_BOOL, .i = 1},
+        };
+        fj__err err = {{0}};
+        char *out = NULL;
+        assert_int_equal(tpl_render("attn_fwd.cl.lua", params, 8, "dtype=x\n", &out, &err), FJ_OK);
+        assert_true(strncmp(out, "/* flashjit variant\ndtype=x\n*/\n", 30) == 0);
+        assert_non_null(strstr(out, "__kernel"));
+        assert_non_null(strstr(out, "#define DVP 48"));
+        assert_true((strstr(out, "tanh(") != NULL) == (i == 2));
+        free(out);
+    }
+}
+
+static void test_template_dir_override_and_hash(void **state)
+{
+    (void)state;
+    fj__err err = {{0}};
+    char before[65], after[65];
+    assert_int_equal(tpl_set_hash(before, &err), FJ_OK);
+
+    char dir[] = "/tmp/fj-templates-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[256];
+    snprintf(path, sizeof path, "%s/attn_fwd.cl.lua", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("% error('override in use')\n", f);
+    fclose(f);
+    setenv("FLASHJIT_TEMPLATE_DIR", dir, 1);
+
+    assert_int_equal(tpl_set_hash(after, &err), FJ_OK);
+    assert_string_not_equal(before, after);
+    char *out = NULL;
+    assert_int_equal(tpl_render("attn_fwd.cl.lua", NULL, 0, NULL, &out, &err), FJ_ERR_TEMPLATE);
+    assert_non_null(strstr(err.msg, "override in use"));
+    /* Names are file names only: a path does not escape the template folder. */
+    assert_int_equal(tpl_render("../etc/passwd", NULL, 0, NULL, &out, &err), FJ_ERR_TEMPLATE);
+
+    unsetenv("FLASHJIT_TEMPLATE_DIR");
+    unlink(path);
+    rmdir(dir);
+    assert_int_equal(tpl_set_hash(after, &err), FJ_OK);
+    assert_string_equal(before, after);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_text_code_and_interpolation),
+        cmocka_unit_test(test_include_and_emit),
+        cmocka_unit_test(test_sandbox_refuses_io_os_require_load),
+        cmocka_unit_test(test_error_names_template_and_line),
+        cmocka_unit_test(test_instruction_and_memory_limits),
+        cmocka_unit_test(test_banner_and_embedded_attention),
+        cmocka_unit_test(test_template_dir_override_and_hash),
+    };
+    return cmocka_run_group_tests_name("render", tests, NULL, NULL);
+}

@@ -1,0 +1,267 @@
+/* The forward numerics on one backend (FJ_TEST_BACKEND): every feature over odd sizes, fresh
+** random data each run, outputs poisoned, every element against the float64 reference. Built
+** once per backend; without a device of that backend every test skips with a message. */
+#define _POSIX_C_SOURCE 200809L
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "reference.h"
+
+#ifndef FJ_TEST_BACKEND
+#define FJ_TEST_BACKEND FJ_BACKEND_OPENCL
+#endif
+
+static int setup(void **state)
+{
+    fj_context_options o;
+    fj_context_options_init(&o);
+    o.backend = FJ_TEST_BACKEND;
+    o.cache_path = ":memory:";
+    fj_context *ctx = NULL;
+    fj_status st = fj_context_create(&o, &ctx);
+    if (st != FJ_OK)
+        printf("SKIP: no %s device (%s: %s)\n",
+               FJ_TEST_BACKEND == FJ_BACKEND_CUDA ? "CUDA" : "OpenCL", fj_status_string(st),
+               fj_last_create_error());
+    *state = ctx;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fj_context_destroy(*state);
+    return 0;
+}
+
+static fj_context *context_or_skip(void **state)
+{
+    if (!*state)
+        skip();
+    return *state;
+}
+
+/* Runs every case, prints one line per case, and fails the test if any case failed. */
+static void run_cases(void **state, const fjh_case *cases, size_t n)
+{
+    fj_context *ctx = context_or_skip(state);
+    int failures = 0;
+    for (size_t i = 0; i < n; i++) {
+        fjh_result r;
+        char desc[512];
+        fjh_describe(&cases[i], desc, sizeof desc);
+        fjh_run(ctx, &cases[i], &r);
+        printf("  %s %s | err %.3g (plain %.3g) rel %.3g lse %.3g | %s\n",
+               r.pass ? "ok  " : "FAIL", desc, r.max_abs_err, r.lowp_max_abs_err, r.rel_err,
+               r.lse_max_err, r.pass ? r.kernel_path : r.why);
+        if (!r.pass) {
+            printf("       seed 0x%llx\n", (unsigned long long)r.seed);
+            failures++;
+        }
+    }
+    assert_int_equal(failures, 0);
+}
+
+static fjh_case base(int64_t sq, int64_t sk, int64_t d, fj_dtype dtype)
+{
+    fjh_case c;
+    fjh_case_init(&c);
+    c.batch = 2;
+    c.heads_q = c.heads_kv = 2;
+    c.seqlen_q = sq;
+    c.seqlen_k = sk;
+    c.head_dim = c.head_dim_v = d;
+    c.dtype = dtype;
+    return c;
+}
+
+static void test_seqlens(void **state)
+{
+    static const int64_t pairs[][2] = {{1, 1},     {7, 7},   {129, 129}, {300, 300},
+                                       {1, 300},   {300, 7}, {129, 517}, {7, 129}};
+    fjh_case cases[16];
+    size_t n = 0;
+    for (size_t i = 0; i < 8; i++)
+        for (int causal = 0; causal < 2; causal++) {
+            cases[n] = base(pairs[i][0], pairs[i][1], 64, FJ_DTYPE_BF16);
+            cases[n++].desc.causal = causal;
+        }
+    run_cases(state, cases, n);
+}
+
+static void test_head_dims(void **state)
+{
+    static const int64_t dims[][2] = {{8, 8},    {40, 40},  {72, 72}, {96, 96},  {128, 128},
+                                      {200, 200}, {256, 256}, {72, 40}, {40, 200}, {256, 8},
+                                      {128, 64}};
+    fjh_case cases[11];
+    for (size_t i = 0; i < 11; i++) {
+        cases[i] = base(129, 129, dims[i][0], FJ_DTYPE_BF16);
+        cases[i].head_dim_v = dims[i][1];
+        cases[i].desc.causal = (int)(i % 2);
+    }
+    run_cases(state, cases, 11);
+}
+
+static void test_dtypes(void **state)
+{
+    fj_dtype dtypes[] = {FJ_DTYPE_F32, FJ_DTYPE_F16, FJ_DTYPE_BF16};
+    fjh_case cases[9];
+    size_t n = 0;
+    for (int i = 0; i < 3; i++)
+        for (int mode = 0; mode < 3; mode++) {
+            cases[n] = base(300, 129, 72, dtypes[i]);
+            cases[n].desc.causal = mode == 1;
+            cases[n++].desc.softcap = mode == 2 ? 5.0f : 0.0f;
+        }
+    run_cases(state, cases, n);
+}
+
+static void test_gqa_mqa(void **state)
+{
+    static const int64_t heads[][2] = {{6, 2}, {8, 1}, {4, 4}, {3, 1}};
+    fjh_case cases[4];
+    for (int i = 0; i < 4; i++) {
+        cases[i] = base(129, 300, 64, FJ_DTYPE_BF16);
+        cases[i].heads_q = heads[i][0];
+        cases[i].heads_kv = heads[i][1];
+        cases[i].desc.causal = i % 2;
+    }
+    run_cases(state, cases, 4);
+}
+
+static void test_windows_softcap_scale(void **state)
+{
+    static const struct {
+        int64_t sq, sk;
+        int causal, left, right;
+        float softcap, scale;
+    } m[] = {
+        {129, 129, 0, 16, -1, 0, 0},  {129, 129, 0, -1, 16, 0, 0}, {129, 300, 0, 8, 8, 0, 0},
+        {300, 129, 0, 0, 0, 0, 0},    {129, 129, 1, 32, -1, 0, 0}, {300, 300, 0, 100, 3, 0, 0},
+        {7, 300, 1, 5, -1, 0, 0},     {129, 129, 0, 16, 16, 2.0f, 0}, {129, 300, 0, -1, -1, 0, 0.3f},
+        {129, 129, 1, -1, -1, 0, -0.2f}, {129, 129, 0, -1, -1, 30.0f, 1.0f},
+    };
+    size_t n = sizeof m / sizeof m[0];
+    fjh_case cases[sizeof m / sizeof m[0]];
+    for (size_t i = 0; i < n; i++) {
+        cases[i] = base(m[i].sq, m[i].sk, 40, i % 2 ? FJ_DTYPE_F16 : FJ_DTYPE_BF16);
+        cases[i].desc.causal = m[i].causal;
+        cases[i].desc.window_left = m[i].left;
+        cases[i].desc.window_right = m[i].right;
+        cases[i].desc.softcap = m[i].softcap;
+        cases[i].desc.softmax_scale = m[i].scale;
+    }
+    run_cases(state, cases, n);
+}
+
+/* Rows that see no key at all: out 0 and lse -inf (checked exactly by the harness). */
+static void test_fully_masked_rows(void **state)
+{
+    fjh_case cases[3];
+    cases[0] = base(300, 7, 64, FJ_DTYPE_BF16); /* causal, sq > sk: the first 293 rows see nothing */
+    cases[0].desc.causal = 1;
+    cases[1] = base(129, 7, 64, FJ_DTYPE_F32); /* window (0, 0) with sq > sk */
+    cases[1].desc.window_left = 0;
+    cases[1].desc.window_right = 0;
+    cases[2] = base(300, 7, 40, FJ_DTYPE_F16);
+    cases[2].desc.causal = 1;
+    cases[2].desc.softcap = 3.0f;
+    run_cases(state, cases, 3);
+}
+
+static void test_layouts_and_lse(void **state)
+{
+    fjh_case cases[6];
+    for (int i = 0; i < 6; i++) {
+        cases[i] = base(129, 300, 72, i < 3 ? FJ_DTYPE_BF16 : FJ_DTYPE_F32);
+        cases[i].heads_q = 4;
+        cases[i].layout = (fjh_layout)(i % 3);
+        cases[i].with_lse = i != 1;
+        cases[i].desc.causal = i >= 4;
+    }
+    run_cases(state, cases, 6);
+}
+
+static void test_second_call_is_memoised(void **state)
+{
+    fj_context *ctx = context_or_skip(state);
+    fjh_case c = base(64, 64, 32, FJ_DTYPE_BF16);
+    fjh_result r1, r2;
+    assert_int_equal(fjh_run(ctx, &c, &r1), FJ_OK);
+    assert_int_equal(fjh_run(ctx, &c, &r2), FJ_OK);
+    assert_true(r1.pass && r2.pass);
+    assert_int_equal(r2.first.source, FJ_KERNEL_MEMORY);
+    assert_int_equal(r2.first.compiles, r1.first.compiles);
+    assert_string_equal(r1.variant, r2.variant);
+    /* Another head dim in the same padded bucket (17..32) reuses the kernel. */
+    c.head_dim = c.head_dim_v = 20;
+    assert_int_equal(fjh_run(ctx, &c, &r2), FJ_OK);
+    assert_true(r2.pass);
+    assert_int_equal(r2.first.source, FJ_KERNEL_MEMORY);
+}
+
+/* A broken template or a kernel that does not compile reaches the caller as a status and a
+** message, and the context keeps working afterwards. */
+static void test_template_and_compile_errors_reach_caller(void **state)
+{
+    fj_context *ctx = context_or_skip(state);
+    char dir[] = "/tmp/fj-broken-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[256];
+    snprintf(path, sizeof path, "%s/attn_fwd.%s.lua", dir,
+             FJ_TEST_BACKEND == FJ_BACKEND_CUDA ? "cu" : "cl");
+    setenv("FLASHJIT_TEMPLATE_DIR", dir, 1);
+
+    static const struct {
+        const char *text;
+        fj_status status;
+        const char *message;
+        int64_t head_dim; /* a head dim no other test uses, so nothing is memoised */
+    } broken[] = {
+        {"% error('this template is broken')\n", FJ_ERR_TEMPLATE, "this template is broken", 100},
+        {"this is not a kernel;\n", FJ_ERR_COMPILE, "error", 136},
+    };
+    for (int i = 0; i < 2; i++) {
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fputs(broken[i].text, f);
+        fclose(f);
+        fjh_case c = base(16, 16, broken[i].head_dim, FJ_DTYPE_BF16);
+        fjh_result r;
+        assert_int_equal(fjh_run(ctx, &c, &r), broken[i].status);
+        if (!strstr(r.error, broken[i].message))
+            fail_msg("message '%s' lacks '%s'", r.error, broken[i].message);
+    }
+    unsetenv("FLASHJIT_TEMPLATE_DIR");
+    unlink(path);
+    rmdir(dir);
+    fjh_case c = base(16, 16, 100, FJ_DTYPE_BF16);
+    fjh_result r;
+    assert_int_equal(fjh_run(ctx, &c, &r), FJ_OK);
+    assert_true(r.pass);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_seqlens),
+        cmocka_unit_test(test_head_dims),
+        cmocka_unit_test(test_dtypes),
+        cmocka_unit_test(test_gqa_mqa),
+        cmocka_unit_test(test_windows_softcap_scale),
+        cmocka_unit_test(test_fully_masked_rows),
+        cmocka_unit_test(test_layouts_and_lse),
+        cmocka_unit_test(test_second_call_is_memoised),
+        cmocka_unit_test(test_template_and_compile_errors_reach_caller),
+    };
+    return cmocka_run_group_tests_name(FJ_TEST_BACKEND == FJ_BACKEND_CUDA ? "attention_cuda"
+                                                                         : "attention_opencl",
+                                       tests, setup, teardown);
+}

@@ -1,0 +1,153 @@
+/* The public API as an application sees it (only flashjit.h, linked with -lflashjit): status
+** text, versions, and the argument checks of every entry point besides the forward's fields. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "flashjit.h"
+
+static void test_version_and_status_strings(void **state)
+{
+    (void)state;
+    char want[32];
+    snprintf(want, sizeof want, "%d.%d.%d", FJ_VERSION_MAJOR, FJ_VERSION_MINOR, FJ_VERSION_PATCH);
+    assert_string_equal(fj_version(), want);
+    for (int a = FJ_OK; a <= FJ_ERR_NO_DEVICE; a++) {
+        assert_true(strlen(fj_status_string((fj_status)a)) > 0);
+        for (int b = a + 1; b <= FJ_ERR_NO_DEVICE; b++)
+            assert_string_not_equal(fj_status_string((fj_status)a), fj_status_string((fj_status)b));
+    }
+    assert_string_equal(fj_status_string((fj_status)1234), "unknown status");
+    assert_int_equal(fj_dtype_size(FJ_DTYPE_BF16), 2);
+    assert_int_equal(fj_dtype_size(FJ_DTYPE_F32), 4);
+    assert_int_equal(fj_dtype_size((fj_dtype)77), 0);
+}
+
+static void test_context_create_rejects_bad_options(void **state)
+{
+    (void)state;
+    fj_context *ctx = (fj_context *)&ctx; /* must be reset to NULL on failure */
+    assert_int_equal(fj_context_create(NULL, NULL), FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_last_create_error(), "out is NULL"));
+
+    fj_context_options o;
+    fj_context_options_init(&o);
+    o.struct_size = 4;
+    assert_int_equal(fj_context_create(&o, &ctx), FJ_ERR_INVALID_ARGUMENT);
+    assert_null(ctx);
+    assert_non_null(strstr(fj_last_create_error(), "opts.struct_size = 4"));
+
+    fj_context_options_init(&o);
+    o.backend = (fj_backend_kind)9;
+    assert_int_equal(fj_context_create(&o, &ctx), FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_last_create_error(), "opts.backend = 9"));
+
+    fj_context_options_init(&o);
+    o.device = -1;
+    assert_int_equal(fj_context_create(&o, &ctx), FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_last_create_error(), "opts.device = -1"));
+
+    fj_context_options_init(&o);
+    o.backend = FJ_BACKEND_OPENCL;
+    o.device = 999;
+    assert_int_equal(fj_context_create(&o, &ctx), FJ_ERR_NO_DEVICE);
+    assert_non_null(strstr(fj_last_create_error(), "999"));
+    assert_null(ctx);
+
+    fj_context_destroy(NULL); /* a harmless no-op */
+    assert_non_null(fj_context_last_error(NULL));
+}
+
+static void test_device_queries(void **state)
+{
+    (void)state;
+    int32_t n = -1;
+    assert_int_equal(fj_device_count(FJ_BACKEND_AUTO, &n), FJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(n, 0);
+    assert_int_equal(fj_device_count(FJ_BACKEND_OPENCL, NULL), FJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(fj_device_count(FJ_BACKEND_CUDA, &n), FJ_OK); /* 0 without CUDA */
+    fj_device_info info = {.struct_size = 3};
+    assert_int_equal(fj_device_get_info(FJ_BACKEND_OPENCL, 0, &info), FJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(fj_device_get_info(FJ_BACKEND_OPENCL, 0, NULL), FJ_ERR_INVALID_ARGUMENT);
+    info.struct_size = sizeof info;
+    assert_int_equal(fj_device_get_info(FJ_BACKEND_OPENCL, -1, &info), FJ_ERR_NO_DEVICE);
+}
+
+static int setup(void **state)
+{
+    fj_context_options o;
+    fj_context_options_init(&o);
+    o.backend = FJ_BACKEND_OPENCL;
+    o.cache_path = ":memory:";
+    fj_context *ctx = NULL;
+    if (fj_context_create(&o, &ctx) != FJ_OK)
+        printf("SKIP: no OpenCL device: %s\n", fj_last_create_error());
+    *state = ctx;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fj_context_destroy(*state);
+    return 0;
+}
+
+static void test_memory_and_call_checks(void **state)
+{
+    fj_context *ctx = *state;
+    if (!ctx)
+        skip();
+    void *p = (void *)&p;
+    assert_int_equal(fj_malloc(ctx, 0, &p), FJ_ERR_INVALID_ARGUMENT);
+    assert_null(p);
+    assert_non_null(strstr(fj_context_last_error(ctx), "bytes = 0"));
+    assert_int_equal(fj_malloc(ctx, 16, NULL), FJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(fj_malloc(NULL, 16, &p), FJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(fj_malloc(ctx, 64, &p), FJ_OK);
+    char host[64] = {1};
+    assert_int_equal(fj_memcpy_h2d(ctx, NULL, host, 4), FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_context_last_error(ctx), "dst is NULL"));
+    assert_int_equal(fj_memcpy_d2h(ctx, host, NULL, 4), FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_context_last_error(ctx), "src is NULL"));
+    assert_int_equal(fj_memcpy_h2d(ctx, p, host, 64), FJ_OK);
+    char back[64] = {0};
+    assert_int_equal(fj_memcpy_d2h(ctx, back, p, 64), FJ_OK);
+    assert_memory_equal(host, back, 64);
+    assert_int_equal(fj_free(ctx, p), FJ_OK);
+    assert_int_equal(fj_free(ctx, NULL), FJ_OK);
+    assert_int_equal(fj_synchronize(NULL, NULL), FJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(fj_synchronize(ctx, NULL), FJ_OK);
+
+    fj_call_info info = {.struct_size = 1};
+    assert_int_equal(fj_context_last_call(ctx, &info), FJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(fj_context_last_call(NULL, &info), FJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(fj_attention_forward(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(fj_attention_forward(ctx, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
+    assert_string_equal(fj_context_last_error(ctx), "q is NULL");
+    info.struct_size = sizeof info;
+    assert_int_equal(fj_context_last_call(ctx, &info), FJ_OK);
+    assert_int_equal(info.source, FJ_KERNEL_NONE);
+
+    fj_device_info dev = {.struct_size = sizeof dev};
+    assert_int_equal(fj_context_get_device_info(ctx, &dev), FJ_OK);
+    assert_int_equal(dev.backend, FJ_BACKEND_OPENCL);
+    assert_true(strlen(dev.name) > 0);
+    assert_string_equal(fj_context_cache_path(ctx), ":memory:");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_version_and_status_strings),
+        cmocka_unit_test(test_context_create_rejects_bad_options),
+        cmocka_unit_test(test_device_queries),
+        cmocka_unit_test_setup_teardown(test_memory_and_call_checks, setup, teardown),
+    };
+    return cmocka_run_group_tests_name("public_api", tests, NULL, NULL);
+}

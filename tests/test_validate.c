@@ -1,0 +1,252 @@
+/* Validation of forward requests (white-box): every rejected field, its status and that the
+** message names it; and how accepted requests are resolved. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "internal.h"
+
+typedef struct request {
+    fj_attention_desc desc;
+    fj_tensor q, k, v, out, lse;
+    int use_lse;
+} request;
+
+static _Alignas(16) char storage[64];
+
+static void dense(fj_tensor *t, fj_dtype dtype, int ndim, const int64_t *shape)
+{
+    memset(t, 0, sizeof *t);
+    t->data = storage;
+    t->dtype = dtype;
+    t->ndim = ndim;
+    int64_t stride = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        t->shape[i] = shape[i];
+        t->stride[i] = stride;
+        stride *= shape[i];
+    }
+}
+
+/* A valid request: q [2,16,4,64], k [2,32,2,64], v [2,32,2,48], out [2,16,4,48], lse [2,4,16]. */
+static void baseline(request *r)
+{
+    fj_attention_desc_init(&r->desc);
+    dense(&r->q, FJ_DTYPE_BF16, 4, (int64_t[]){2, 16, 4, 64});
+    dense(&r->k, FJ_DTYPE_BF16, 4, (int64_t[]){2, 32, 2, 64});
+    dense(&r->v, FJ_DTYPE_BF16, 4, (int64_t[]){2, 32, 2, 48});
+    dense(&r->out, FJ_DTYPE_BF16, 4, (int64_t[]){2, 16, 4, 48});
+    dense(&r->lse, FJ_DTYPE_F32, 3, (int64_t[]){2, 4, 16});
+    r->use_lse = 1;
+}
+
+static fj_status validate(request *r, fj__problem *p, fj__err *err, int null_tensor)
+{
+    const fj_tensor *t[4] = {&r->q, &r->k, &r->v, &r->out};
+    if (null_tensor >= 1 && null_tensor <= 4)
+        t[null_tensor - 1] = NULL;
+    return fj__validate_forward(&r->desc, t[0], t[1], t[2], t[3], r->use_lse ? &r->lse : NULL, p,
+                                err);
+}
+
+typedef struct bad_case {
+    const char *what;
+    void (*mutate)(request *r);
+    int null_tensor; /* 1..4: pass q, k, v or out as NULL */
+    fj_status status;
+    const char *message;
+} bad_case;
+
+#define MUT(name, body)                                                                            \
+    static void name(request *r) { body; }
+MUT(m_none, (void)r)
+MUT(q_ndim, r->q.ndim = 3)
+MUT(q_data, r->q.data = NULL)
+MUT(q_dtype, r->q.dtype = (fj_dtype)99)
+MUT(q_misaligned, r->q.data = storage + 1)
+MUT(q_seq0, r->q.shape[1] = 0)
+MUT(k_stride_last, r->k.stride[3] = 2)
+MUT(v_stride_neg, r->v.stride[1] = -1)
+MUT(k_dtype, r->k.dtype = FJ_DTYPE_F16)
+MUT(out_dtype, r->out.dtype = FJ_DTYPE_F32)
+MUT(all_fp8, r->q.dtype = r->k.dtype = r->v.dtype = r->out.dtype = FJ_DTYPE_F8_E4M3)
+MUT(k_batch, r->k.shape[0] = 3)
+MUT(k_dim, r->k.shape[3] = 32)
+MUT(v_seq, r->v.shape[1] = 31)
+MUT(v_heads, r->v.shape[2] = 1)
+MUT(out_dim, r->out.shape[3] = 64)
+MUT(out_seq, r->out.shape[1] = 17)
+MUT(out_heads, r->out.shape[2] = 3)
+MUT(out_overlap, r->out.stride[2] = 0)
+MUT(out_overlap2, r->out.stride[1] = 8)
+MUT(gqa, { r->q.shape[2] = 3; r->out.shape[2] = 3; r->lse.shape[1] = 3; })
+MUT(d300, { r->q.shape[3] = 300; r->k.shape[3] = 300; })
+MUT(dv300, {
+    dense(&r->v, FJ_DTYPE_BF16, 4, (int64_t[]){2, 32, 2, 300});
+    dense(&r->out, FJ_DTYPE_BF16, 4, (int64_t[]){2, 16, 4, 300});
+})
+MUT(lse_dtype, r->lse.dtype = FJ_DTYPE_BF16)
+MUT(lse_ndim, r->lse.ndim = 4)
+MUT(lse_seq, r->lse.shape[2] = 15)
+MUT(lse_overlap, r->lse.stride[1] = 0)
+MUT(lse_data, r->lse.data = NULL)
+MUT(desc_size, r->desc.struct_size = 3)
+MUT(desc_size_big, r->desc.struct_size = sizeof(fj_attention_desc) + 8)
+MUT(scale_nan, r->desc.softmax_scale = NAN)
+MUT(scale_inf, r->desc.softmax_scale = INFINITY)
+MUT(causal2, r->desc.causal = 2)
+MUT(wleft, r->desc.window_left = -2)
+MUT(wright, r->desc.window_right = -5)
+MUT(softcap_neg, r->desc.softcap = -1)
+MUT(softcap_nan, r->desc.softcap = NAN)
+MUT(overflow, r->q.stride[0] = INT64_MAX / 2)
+MUT(seq_huge, {
+    dense(&r->q, FJ_DTYPE_BF16, 4, (int64_t[]){2, 1LL << 31, 4, 64});
+    dense(&r->out, FJ_DTYPE_BF16, 4, (int64_t[]){2, 1LL << 31, 4, 48});
+    r->use_lse = 0;
+})
+MUT(batch_huge, { r->q.shape[0] = r->k.shape[0] = r->v.shape[0] = r->out.shape[0] = 70000; r->use_lse = 0; })
+
+static const bad_case bad_cases[] = {
+    {"q NULL", m_none, 1, FJ_ERR_INVALID_ARGUMENT, "q is NULL"},
+    {"k NULL", m_none, 2, FJ_ERR_INVALID_ARGUMENT, "k is NULL"},
+    {"v NULL", m_none, 3, FJ_ERR_INVALID_ARGUMENT, "v is NULL"},
+    {"out NULL", m_none, 4, FJ_ERR_INVALID_ARGUMENT, "out is NULL"},
+    {"q ndim", q_ndim, 0, FJ_ERR_INVALID_ARGUMENT, "q.ndim = 3, expected 4"},
+    {"q data", q_data, 0, FJ_ERR_INVALID_ARGUMENT, "q.data is NULL"},
+    {"q dtype", q_dtype, 0, FJ_ERR_INVALID_ARGUMENT, "q.dtype = 99 is not an fj_dtype"},
+    {"q aligned", q_misaligned, 0, FJ_ERR_INVALID_ARGUMENT, "is not aligned"},
+    {"q seqlen 0", q_seq0, 0, FJ_ERR_INVALID_ARGUMENT, "q.shape[1] = 0, must be >= 1"},
+    {"k last stride", k_stride_last, 0, FJ_ERR_INVALID_ARGUMENT, "k.stride[3] = 2, the last dimension must be contiguous"},
+    {"v negative stride", v_stride_neg, 0, FJ_ERR_INVALID_ARGUMENT, "v.stride[1] = -1 is negative"},
+    {"k dtype", k_dtype, 0, FJ_ERR_INVALID_ARGUMENT, "k.dtype = f16 differs from q.dtype = bf16"},
+    {"out dtype", out_dtype, 0, FJ_ERR_INVALID_ARGUMENT, "out.dtype = f32 differs"},
+    {"fp8", all_fp8, 0, FJ_ERR_UNSUPPORTED, "fp8"},
+    {"k batch", k_batch, 0, FJ_ERR_INVALID_ARGUMENT, "k.shape[0] (batch) = 3, expected 2"},
+    {"k head dim", k_dim, 0, FJ_ERR_INVALID_ARGUMENT, "k.shape[3] (head_dim, as q.shape[3]) = 32, expected 64"},
+    {"v seqlen", v_seq, 0, FJ_ERR_INVALID_ARGUMENT, "v.shape[1] (seqlen_k, as k.shape[1]) = 31"},
+    {"v heads", v_heads, 0, FJ_ERR_INVALID_ARGUMENT, "v.shape[2] (heads_kv, as k.shape[2]) = 1"},
+    {"out head dim", out_dim, 0, FJ_ERR_INVALID_ARGUMENT, "out.shape[3] (head_dim_v, as v.shape[3]) = 64, expected 48"},
+    {"out seqlen", out_seq, 0, FJ_ERR_INVALID_ARGUMENT, "out.shape[1] (seqlen_q, as q.shape[1]) = 17"},
+    {"out heads", out_heads, 0, FJ_ERR_INVALID_ARGUMENT, "out.shape[2] (heads_q, as q.shape[2]) = 3"},
+    {"out overlap 0", out_overlap, 0, FJ_ERR_INVALID_ARGUMENT, "out.stride[2] = 0 makes elements overlap"},
+    {"out overlap", out_overlap2, 0, FJ_ERR_INVALID_ARGUMENT, "makes elements overlap"},
+    {"gqa", gqa, 0, FJ_ERR_INVALID_ARGUMENT, "q.shape[2] (heads_q) = 3 is not a multiple of k.shape[2] (heads_kv) = 2"},
+    {"head dim 300", d300, 0, FJ_ERR_UNSUPPORTED, "q.shape[3] (head_dim) = 300 exceeds 256"},
+    {"head dim v 300", dv300, 0, FJ_ERR_UNSUPPORTED, "v.shape[3] (head_dim_v) = 300 exceeds 256"},
+    {"lse dtype", lse_dtype, 0, FJ_ERR_INVALID_ARGUMENT, "lse.dtype = bf16, expected f32"},
+    {"lse ndim", lse_ndim, 0, FJ_ERR_INVALID_ARGUMENT, "lse.ndim = 4, expected 3"},
+    {"lse seqlen", lse_seq, 0, FJ_ERR_INVALID_ARGUMENT, "lse.shape[2] (seqlen_q) = 15, expected 16"},
+    {"lse overlap", lse_overlap, 0, FJ_ERR_INVALID_ARGUMENT, "lse.stride[1] = 0 makes elements overlap"},
+    {"lse data", lse_data, 0, FJ_ERR_INVALID_ARGUMENT, "lse.data is NULL"},
+    {"desc size", desc_size, 0, FJ_ERR_INVALID_ARGUMENT, "desc.struct_size = 3"},
+    {"desc size big", desc_size_big, 0, FJ_ERR_INVALID_ARGUMENT, "desc.struct_size"},
+    {"scale nan", scale_nan, 0, FJ_ERR_INVALID_ARGUMENT, "desc.softmax_scale = nan is not finite"},
+    {"scale inf", scale_inf, 0, FJ_ERR_INVALID_ARGUMENT, "desc.softmax_scale = inf is not finite"},
+    {"causal 2", causal2, 0, FJ_ERR_INVALID_ARGUMENT, "desc.causal = 2, expected 0 or 1"},
+    {"window left", wleft, 0, FJ_ERR_INVALID_ARGUMENT, "desc.window_left = -2"},
+    {"window right", wright, 0, FJ_ERR_INVALID_ARGUMENT, "desc.window_right = -5"},
+    {"softcap negative", softcap_neg, 0, FJ_ERR_INVALID_ARGUMENT, "desc.softcap = -1"},
+    {"softcap nan", softcap_nan, 0, FJ_ERR_INVALID_ARGUMENT, "desc.softcap = nan"},
+    {"stride overflow", overflow, 0, FJ_ERR_INVALID_ARGUMENT, "q: shape and strides address beyond"},
+    {"seqlen huge", seq_huge, 0, FJ_ERR_UNSUPPORTED, "seqlen_q = 2147483648"},
+    {"batch huge", batch_huge, 0, FJ_ERR_UNSUPPORTED, "batch = 70000"},
+};
+
+static void test_every_rejected_field(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++) {
+        const bad_case *c = &bad_cases[i];
+        request r;
+        baseline(&r);
+        c->mutate(&r);
+        fj__problem p;
+        fj__err err = {{0}};
+        fj_status st = validate(&r, &p, &err, c->null_tensor);
+        if (st != c->status || !strstr(err.msg, c->message))
+            fail_msg("case '%s': status %d (%s), message '%s'; expected status %d and '%s'",
+                     c->what, st, fj_status_string(st), err.msg, c->status, c->message);
+    }
+}
+
+static void test_valid_request_is_resolved(void **state)
+{
+    (void)state;
+    request r;
+    baseline(&r);
+    fj__problem p;
+    fj__err err = {{0}};
+    assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);
+    assert_int_equal(p.batch, 2);
+    assert_int_equal(p.seqlen_q, 16);
+    assert_int_equal(p.seqlen_k, 32);
+    assert_int_equal(p.heads_q, 4);
+    assert_int_equal(p.heads_kv, 2);
+    assert_int_equal(p.head_dim, 64);
+    assert_int_equal(p.head_dim_v, 48);
+    assert_float_equal(p.scale, 0.125f, 1e-7f);
+    assert_int_equal(p.window_left, -1);
+    assert_int_equal(p.window_right, -1);
+
+    /* causal is the window (-1, 0); a left bound past the first key is dropped. */
+    r.desc.causal = 1;
+    r.desc.window_left = 1000;
+    assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);
+    assert_int_equal(p.window_right, 0);
+    assert_int_equal(p.window_left, -1);
+    r.desc.window_left = 5;
+    assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);
+    assert_int_equal(p.window_left, 5);
+
+    /* NULL desc means the defaults; NULL lse is allowed; an explicit scale is kept. */
+    assert_int_equal(fj__validate_forward(NULL, &r.q, &r.k, &r.v, &r.out, NULL, &p, &err), FJ_OK);
+    assert_int_equal(p.window_right, -1);
+    assert_null(p.lse);
+    r.desc.softmax_scale = -0.5f;
+    assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);
+    assert_float_equal(p.scale, -0.5f, 0);
+
+    /* Permuted ([b, h, s, d]) strides are fine for every tensor, out included. */
+    baseline(&r);
+    r.out.stride[0] = 16 * 4 * 48;
+    r.out.stride[2] = 16 * 48;
+    r.out.stride[1] = 48;
+    assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);
+}
+
+static void test_plan_pads_and_fits_local_memory(void **state)
+{
+    (void)state;
+    request r;
+    baseline(&r);
+    r.q.shape[3] = r.k.shape[3] = 200;
+    r.v.shape[3] = r.out.shape[3] = 40;
+    fj__problem p;
+    fj__err err = {{0}};
+    assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);
+    fj_device_info dev = {.backend = FJ_BACKEND_OPENCL, .local_memory = 32768};
+    fj__variant v;
+    fj__plan_forward(&p, &dev, &v);
+    assert_int_equal(v.head_dim_pad, 208);
+    assert_int_equal(v.head_dim_v_pad, 48);
+    assert_true((size_t)v.tile_n * (208 + 48) * 4 <= 32768);
+    assert_true(v.write_lse);
+    assert_false(v.local_mask);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_rejected_field),
+        cmocka_unit_test(test_valid_request_is_resolved),
+        cmocka_unit_test(test_plan_pads_and_fits_local_memory),
+    };
+    return cmocka_run_group_tests_name("validate", tests, NULL, NULL);
+}
