@@ -22,8 +22,11 @@ static void check(fj_context *ctx, fj_status st, const char *what)
 static fj_tensor tensor(void *data, fj_dtype dtype)
 {
     /* [batch, seq, heads, dim], dense: strides in elements */
-    fj_tensor t = {.data = data, .dtype = dtype, .ndim = 4,
-                   .shape = {B, S, H, D}, .stride = {S * H * D, H * D, D, 1}};
+    fj_tensor t = {.data = data,
+                   .dtype = dtype,
+                   .ndim = 4,
+                   .shape = {B, S, H, D},
+                   .stride = {S * H * D, H * D, D, 1}};
     return t;
 }
 

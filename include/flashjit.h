@@ -137,16 +137,16 @@ FJ_API const char *fj_context_cache_path(const fj_context *ctx);
 
 /* Devices. */
 typedef struct fj_device_info {
-    size_t struct_size;      /* set by the caller to sizeof(fj_device_info) */
+    size_t struct_size; /* set by the caller to sizeof(fj_device_info) */
     fj_backend_kind backend;
     int32_t index;
-    int32_t compute_units;   /* SMs or OpenCL compute units */
-    uint64_t global_memory;  /* bytes */
-    uint64_t local_memory;   /* bytes of shared (local) memory one block (work-group) may use */
-    char name[128];          /* e.g. "NVIDIA H200" */
-    char arch[64];           /* compile target, e.g. "sm_90a"; "opencl" for OpenCL */
-    char driver[64];         /* driver version text */
-    char platform[128];      /* OpenCL platform name; "" for CUDA */
+    int32_t compute_units;  /* SMs or OpenCL compute units */
+    uint64_t global_memory; /* bytes */
+    uint64_t local_memory;  /* bytes of shared (local) memory one block (work-group) may use */
+    char name[128];         /* e.g. "NVIDIA H200" */
+    char arch[64];          /* compile target, e.g. "sm_90a"; "opencl" for OpenCL */
+    char driver[64];        /* driver version text */
+    char platform[128];     /* OpenCL platform name; "" for CUDA */
 } fj_device_info;
 
 /* Number of devices the backend offers (AUTO is not allowed here). A backend whose runtime is
@@ -161,15 +161,15 @@ FJ_API fj_status fj_context_get_device_info(const fj_context *ctx, fj_device_inf
 
 /* The attention to compute, beyond what the tensors say. */
 typedef struct fj_attention_desc {
-    size_t struct_size;   /* sizeof(fj_attention_desc), set by fj_attention_desc_init() */
-    float softmax_scale;  /* scores = q.k * softmax_scale; 0 (default) means 1/sqrt(head_dim) */
-    int32_t causal;       /* 0 or 1. Bottom-right aligned as in FlashAttention >= 2.1: query i
-                          ** sees key j iff j <= i + seqlen_k - seqlen_q. Implies window_right=0. */
-    int32_t window_left;  /* sliding window: query i sees keys j with
-                          ** i + seqlen_k - seqlen_q - window_left <= j <=
-                          ** i + seqlen_k - seqlen_q + window_right; -1 (default) is unbounded */
+    size_t struct_size;  /* sizeof(fj_attention_desc), set by fj_attention_desc_init() */
+    float softmax_scale; /* scores = q.k * softmax_scale; 0 (default) means 1/sqrt(head_dim) */
+    int32_t causal;      /* 0 or 1. Bottom-right aligned as in FlashAttention >= 2.1: query i
+                         ** sees key j iff j <= i + seqlen_k - seqlen_q. Implies window_right=0. */
+    int32_t window_left; /* sliding window: query i sees keys j with
+                         ** i + seqlen_k - seqlen_q - window_left <= j <=
+                         ** i + seqlen_k - seqlen_q + window_right; -1 (default) is unbounded */
     int32_t window_right;
-    float softcap;        /* > 0: scores = softcap * tanh(scores / softcap); 0 (default): off */
+    float softcap; /* > 0: scores = softcap * tanh(scores / softcap); 0 (default): off */
 } fj_attention_desc;
 
 /* Fills *desc with the defaults (plain non-causal attention) and sets struct_size. NULL is a
@@ -197,25 +197,25 @@ FJ_API fj_status fj_attention_forward(fj_context *ctx, const fj_attention_desc *
 
 /* Where the kernel of a call came from. */
 typedef enum fj_kernel_source {
-    FJ_KERNEL_NONE = 0,         /* no kernel was needed or the call failed before */
-    FJ_KERNEL_MEMORY = 1,       /* already loaded in this context */
-    FJ_KERNEL_USER_CACHE = 2,   /* binary from the user's cache file */
-    FJ_KERNEL_SHIPPED_CACHE = 3,/* binary from a shipped, read-only cache */
-    FJ_KERNEL_COMPILED = 4      /* rendered and compiled now */
+    FJ_KERNEL_NONE = 0,          /* no kernel was needed or the call failed before */
+    FJ_KERNEL_MEMORY = 1,        /* already loaded in this context */
+    FJ_KERNEL_USER_CACHE = 2,    /* binary from the user's cache file */
+    FJ_KERNEL_SHIPPED_CACHE = 3, /* binary from a shipped, read-only cache */
+    FJ_KERNEL_COMPILED = 4       /* rendered and compiled now */
 } fj_kernel_source;
 
 /* A report on the last fj_attention_forward() call of a context. */
 typedef struct fj_call_info {
-    size_t struct_size;         /* set by the caller to sizeof(fj_call_info) */
+    size_t struct_size; /* set by the caller to sizeof(fj_call_info) */
     fj_kernel_source source;
-    double lookup_ms;           /* time spent looking the kernel up (memory and cache) */
-    double render_ms;           /* Lua template rendering; 0 unless compiled */
-    double compile_ms;          /* backend compile; 0 unless compiled */
-    double load_ms;             /* loading the binary into the device */
-    double total_ms;            /* host time of the whole call, launch included */
-    uint64_t compiles;          /* kernels this context compiled since it was created */
-    const char *variant;        /* the variant key text (sorted name=value lines); owned by ctx */
-    const char *kernel_path;    /* which kernel design ran, e.g. "opencl.fwd" */
+    double lookup_ms;        /* time spent looking the kernel up (memory and cache) */
+    double render_ms;        /* Lua template rendering; 0 unless compiled */
+    double compile_ms;       /* backend compile; 0 unless compiled */
+    double load_ms;          /* loading the binary into the device */
+    double total_ms;         /* host time of the whole call, launch included */
+    uint64_t compiles;       /* kernels this context compiled since it was created */
+    const char *variant;     /* the variant key text (sorted name=value lines); owned by ctx */
+    const char *kernel_path; /* which kernel design ran, e.g. "opencl.fwd" */
 } fj_call_info;
 
 /* Fills *info with the report of the last forward call on ctx; info->struct_size must be set.

@@ -11,9 +11,21 @@ static int forward_args(const fj__problem *p, fj__arg args[40])
 {
     int n = 0;
 #define PTR(x) args[n++] = (fj__arg){.kind = FJ__ARG_PTR, .v.ptr = (void *)(x)}
-#define I32(x) args[n++] = (fj__arg){.kind = FJ__ARG_I32, .v.i32 = (int32_t)(x)}
-#define I64(x) args[n++] = (fj__arg){.kind = FJ__ARG_I64, .v.i64 = (int64_t)(x)}
-#define F32(x) args[n++] = (fj__arg){.kind = FJ__ARG_F32, .v.f32 = (float)(x)}
+#define I32(x)                                                                                     \
+    args[n++] = (fj__arg)                                                                          \
+    {                                                                                              \
+        .kind = FJ__ARG_I32, .v.i32 = (int32_t)(x)                                                 \
+    }
+#define I64(x)                                                                                     \
+    args[n++] = (fj__arg)                                                                          \
+    {                                                                                              \
+        .kind = FJ__ARG_I64, .v.i64 = (int64_t)(x)                                                 \
+    }
+#define F32(x)                                                                                     \
+    args[n++] = (fj__arg)                                                                          \
+    {                                                                                              \
+        .kind = FJ__ARG_F32, .v.f32 = (float)(x)                                                   \
+    }
     PTR(p->q->data);
     PTR(p->k->data);
     PTR(p->v->data);

@@ -94,11 +94,13 @@ fj_status fj_context_create(const fj_context_options *opts, fj_context **out)
                             opts->struct_size, (size_t)FJ__OPTIONS_V1_SIZE, sizeof o);
         memcpy(&o, opts, opts->struct_size);
     }
-    if (o.backend != FJ_BACKEND_AUTO && o.backend != FJ_BACKEND_CUDA && o.backend != FJ_BACKEND_OPENCL)
+    if (o.backend != FJ_BACKEND_AUTO && o.backend != FJ_BACKEND_CUDA &&
+        o.backend != FJ_BACKEND_OPENCL)
         return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "opts.backend = %d is not an fj_backend_kind",
                         (int)o.backend);
     if (o.device < 0)
-        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "opts.device = %d is negative", (int)o.device);
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "opts.device = %d is negative",
+                        (int)o.device);
 
     const struct fj_backend_ops *ops = NULL;
     if (o.backend == FJ_BACKEND_AUTO) {
@@ -127,8 +129,8 @@ fj_status fj_context_create(const fj_context_options *opts, fj_context **out)
     ctx->cache_path = o.cache_path ? fj__strdup(o.cache_path) : default_cache_path();
     ctx->opts.cache_path = ctx->cache_path;
     ctx->device.struct_size = sizeof ctx->device;
-    fj_status st = ctx->cache_path ? FJ_OK
-                                   : fj__fail(&ctx->err, FJ_ERR_OUT_OF_MEMORY, "out of memory");
+    fj_status st =
+        ctx->cache_path ? FJ_OK : fj__fail(&ctx->err, FJ_ERR_OUT_OF_MEMORY, "out of memory");
     if (st == FJ_OK)
         st = ops->device_info(o.device, &ctx->device, &ctx->err);
     if (st == FJ_OK)

@@ -72,16 +72,16 @@ typedef enum fj__kernel_family { FJ__FAMILY_FWD = 1 } fj__kernel_family;
 /* Everything that changes generated code and nothing else: two requests with equal variants
 ** share a kernel. Always zero the struct before filling it; it is compared with memcmp. */
 typedef struct fj__variant {
-    int32_t family;          /* fj__kernel_family */
-    int32_t backend;         /* fj_backend_kind */
-    int32_t dtype;           /* fj_dtype of q, k, v, out */
-    int32_t head_dim_pad;    /* head_dim rounded up to a multiple of 16 */
+    int32_t family;       /* fj__kernel_family */
+    int32_t backend;      /* fj_backend_kind */
+    int32_t dtype;        /* fj_dtype of q, k, v, out */
+    int32_t head_dim_pad; /* head_dim rounded up to a multiple of 16 */
     int32_t head_dim_v_pad;
-    int32_t tile_m;          /* query rows per block */
-    int32_t tile_n;          /* keys per streamed tile */
-    int32_t threads;         /* threads (work-items) per block */
-    uint8_t local_mask;      /* causal or sliding window: per-element masking near the diagonal */
-    uint8_t softcap;         /* tanh soft-capping of scores */
+    int32_t tile_m;     /* query rows per block */
+    int32_t tile_n;     /* keys per streamed tile */
+    int32_t threads;    /* threads (work-items) per block */
+    uint8_t local_mask; /* causal or sliding window: per-element masking near the diagonal */
+    uint8_t softcap;    /* tanh soft-capping of scores */
     uint8_t write_lse;
     uint8_t reserved_;
 } fj__variant;

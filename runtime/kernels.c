@@ -23,7 +23,8 @@ static void dump_compile(const fj__kernel *k, const char *source, const char *op
     if (!dir || !dir[0])
         return;
     mkdir(dir, 0777);
-    const char *parts[][2] = {{"src", source}, {"opts", options}, {"log", log}, {"key", k->key_text}};
+    const char *parts[][2] = {
+        {"src", source}, {"opts", options}, {"log", log}, {"key", k->key_text}};
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%.16s.%s", dir, k->key_hash, parts[i][0]);
@@ -60,8 +61,8 @@ static fj_status build(fj_context *ctx, fj__kernel *k)
     const char *options = compile_options(ctx);
 
     double t0 = fj__now_ms();
-    fj_status st = tpl_render(fj__variant_template(&k->variant), params, n, k->key_text, &source,
-                              &ctx->err);
+    fj_status st =
+        tpl_render(fj__variant_template(&k->variant), params, n, k->key_text, &source, &ctx->err);
     double t1 = fj__now_ms();
     info->render_ms = t1 - t0;
     if (st != FJ_OK)

@@ -18,8 +18,7 @@ const char *fj_status_string(fj_status status)
 {
     switch (status) {
 #define FJ__STATUS_CASE(name, text)                                                                \
-    case FJ_##name:                                                                                \
-        return text;
+    case FJ_##name: return text;
         FJ_STATUS_MAP(FJ__STATUS_CASE)
 #undef FJ__STATUS_CASE
     }
@@ -30,13 +29,10 @@ size_t fj_dtype_size(fj_dtype dtype)
 {
     switch (dtype) {
     case FJ_DTYPE_F16:
-    case FJ_DTYPE_BF16:
-        return 2;
-    case FJ_DTYPE_F32:
-        return 4;
+    case FJ_DTYPE_BF16: return 2;
+    case FJ_DTYPE_F32: return 4;
     case FJ_DTYPE_F8_E4M3:
-    case FJ_DTYPE_F8_E5M2:
-        return 1;
+    case FJ_DTYPE_F8_E5M2: return 1;
     }
     return 0;
 }
@@ -44,16 +40,11 @@ size_t fj_dtype_size(fj_dtype dtype)
 const char *fj__dtype_name(fj_dtype dtype)
 {
     switch (dtype) {
-    case FJ_DTYPE_F16:
-        return "f16";
-    case FJ_DTYPE_BF16:
-        return "bf16";
-    case FJ_DTYPE_F32:
-        return "f32";
-    case FJ_DTYPE_F8_E4M3:
-        return "f8e4m3";
-    case FJ_DTYPE_F8_E5M2:
-        return "f8e5m2";
+    case FJ_DTYPE_F16: return "f16";
+    case FJ_DTYPE_BF16: return "bf16";
+    case FJ_DTYPE_F32: return "f32";
+    case FJ_DTYPE_F8_E4M3: return "f8e4m3";
+    case FJ_DTYPE_F8_E5M2: return "f8e5m2";
     }
     return "?";
 }
@@ -61,12 +52,9 @@ const char *fj__dtype_name(fj_dtype dtype)
 const char *fj__backend_name(fj_backend_kind kind)
 {
     switch (kind) {
-    case FJ_BACKEND_AUTO:
-        return "auto";
-    case FJ_BACKEND_CUDA:
-        return "cuda";
-    case FJ_BACKEND_OPENCL:
-        return "opencl";
+    case FJ_BACKEND_AUTO: return "auto";
+    case FJ_BACKEND_CUDA: return "cuda";
+    case FJ_BACKEND_OPENCL: return "opencl";
     }
     return "?";
 }

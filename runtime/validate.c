@@ -34,15 +34,14 @@ static fj_status check_tensor(const fj_tensor *t, const char *name, int32_t ndim
     int64_t last_offset = 0;
     for (int i = 0; i < ndim; i++) {
         if (t->shape[i] < 1)
-            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "%s.shape[%d] = %lld, must be >= 1",
-                            name, i, (long long)t->shape[i]);
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "%s.shape[%d] = %lld, must be >= 1", name,
+                            i, (long long)t->shape[i]);
         if (t->stride[i] < 0)
-            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
-                            "%s.stride[%d] = %lld is negative", name, i, (long long)t->stride[i]);
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "%s.stride[%d] = %lld is negative", name,
+                            i, (long long)t->stride[i]);
         int64_t span;
         if (__builtin_mul_overflow(t->shape[i] - 1, t->stride[i], &span) ||
-            __builtin_add_overflow(last_offset, span, &last_offset) ||
-            last_offset > INT64_MAX / 8)
+            __builtin_add_overflow(last_offset, span, &last_offset) || last_offset > INT64_MAX / 8)
             return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
                             "%s: shape and strides address beyond 2^60 elements", name);
     }
@@ -170,9 +169,10 @@ fj_status fj__validate_forward(const fj_attention_desc *desc, const fj_tensor *q
     TRY(check_no_overlap(out, "out", err));
 
     if (p->heads_q % p->heads_kv != 0)
-        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
-                        "q.shape[2] (heads_q) = %lld is not a multiple of k.shape[2] (heads_kv) = %lld",
-                        (long long)p->heads_q, (long long)p->heads_kv);
+        return fj__fail(
+            err, FJ_ERR_INVALID_ARGUMENT,
+            "q.shape[2] (heads_q) = %lld is not a multiple of k.shape[2] (heads_kv) = %lld",
+            (long long)p->heads_q, (long long)p->heads_kv);
     if (p->head_dim > FJ__MAX_HEAD_DIM)
         return fj__fail(err, FJ_ERR_UNSUPPORTED, "q.shape[3] (head_dim) = %lld exceeds %d",
                         (long long)p->head_dim, FJ__MAX_HEAD_DIM);

@@ -27,10 +27,15 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_PARAMS])
 {
     int n = 0;
 #define INT_PARAM(field) out[n++] = (tpl_param){.name = #field, .kind = TPL_INT, .i = v->field}
-#define BOOL_PARAM(field) out[n++] = (tpl_param){.name = #field, .kind = TPL_BOOL, .i = v->field}
-    out[n++] = (tpl_param){.name = "backend", .kind = TPL_STR,
-                           .s = fj__backend_name((fj_backend_kind)v->backend)};
-    out[n++] = (tpl_param){.name = "dtype", .kind = TPL_STR, .s = fj__dtype_name((fj_dtype)v->dtype)};
+#define BOOL_PARAM(field)                                                                          \
+    out[n++] = (tpl_param)                                                                         \
+    {                                                                                              \
+        .name = #field, .kind = TPL_BOOL, .i = v->field                                            \
+    }
+    out[n++] = (tpl_param){
+        .name = "backend", .kind = TPL_STR, .s = fj__backend_name((fj_backend_kind)v->backend)};
+    out[n++] =
+        (tpl_param){.name = "dtype", .kind = TPL_STR, .s = fj__dtype_name((fj_dtype)v->dtype)};
     out[n++] = (tpl_param){.name = "kernel", .kind = TPL_STR, .s = fj__variant_template(v)};
     INT_PARAM(head_dim_pad);
     INT_PARAM(head_dim_v_pad);
@@ -61,9 +66,10 @@ size_t fj__variant_key_text(const fj__variant *v, const char *target, const char
     size_t len = 0;
     for (int i = 0; i < n; i++) {
         char line[1024];
-        int w = params[i].kind == TPL_STR
-                    ? snprintf(line, sizeof line, "%s=%s\n", params[i].name, params[i].s)
-                    : snprintf(line, sizeof line, "%s=%lld\n", params[i].name, (long long)params[i].i);
+        int w =
+            params[i].kind == TPL_STR
+                ? snprintf(line, sizeof line, "%s=%s\n", params[i].name, params[i].s)
+                : snprintf(line, sizeof line, "%s=%lld\n", params[i].name, (long long)params[i].i);
         if (w < 0)
             continue;
         if (buf && len + (size_t)w < size)

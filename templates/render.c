@@ -72,7 +72,7 @@ static int lua_source(lua_State *L)
 ** string table is shared with the string metatable, so it must go from the library itself. */
 static void push_safe_table(lua_State *L)
 {
-    static const char *const names[] = {"assert", "error",  "ipairs", "next", "pairs",
+    static const char *const names[] = {"assert", "error",  "ipairs",   "next",     "pairs",
                                         "pcall",  "select", "tonumber", "tostring", "type",
                                         "string", "table",  "math"};
     lua_getglobal(L, "string");
@@ -91,15 +91,9 @@ static void push_params(lua_State *L, const tpl_param *params, int nparams)
     lua_createtable(L, 0, nparams);
     for (int i = 0; i < nparams; i++) {
         switch (params[i].kind) {
-        case TPL_INT:
-            lua_pushinteger(L, (lua_Integer)params[i].i);
-            break;
-        case TPL_BOOL:
-            lua_pushboolean(L, params[i].i != 0);
-            break;
-        case TPL_STR:
-            lua_pushstring(L, params[i].s ? params[i].s : "");
-            break;
+        case TPL_INT: lua_pushinteger(L, (lua_Integer)params[i].i); break;
+        case TPL_BOOL: lua_pushboolean(L, params[i].i != 0); break;
+        case TPL_STR: lua_pushstring(L, params[i].s ? params[i].s : ""); break;
         }
         lua_setfield(L, -2, params[i].name);
     }
@@ -154,8 +148,8 @@ fj_status tpl_render_with(tpl_lookup_fn lookup, void *ud, const tpl_limits *limi
                           const char *banner, char **out, fj__err *err)
 {
     *out = NULL;
-    sandbox sb = {.budget = limits && limits->memory_bytes ? limits->memory_bytes
-                                                           : TPL_DEFAULT_MEMORY,
+    sandbox sb = {.budget =
+                      limits && limits->memory_bytes ? limits->memory_bytes : TPL_DEFAULT_MEMORY,
                   .instructions_left = limits && limits->instructions ? limits->instructions
                                                                       : TPL_DEFAULT_INSTRUCTIONS,
                   .lookup = lookup,
@@ -293,7 +287,8 @@ fj_status tpl_render(const char *name, const tpl_param *params, int nparams, con
                      char **out, fj__err *err)
 {
     dir_lookup dl = {.dir = getenv("FLASHJIT_TEMPLATE_DIR")};
-    fj_status st = tpl_render_with(lookup_default, &dl, NULL, name, params, nparams, banner, out, err);
+    fj_status st =
+        tpl_render_with(lookup_default, &dl, NULL, name, params, nparams, banner, out, err);
     dir_lookup_free(&dl);
     return st;
 }

@@ -35,16 +35,17 @@ void fjh_case_init(fjh_case *c)
 void fjh_describe(const fjh_case *c, char *buf, size_t size)
 {
     static const char *layouts[] = {"bshd", "bhsd", "padded"};
-    snprintf(buf, size,
-             "b=%lld sq=%lld sk=%lld hq=%lld hkv=%lld d=%lld dv=%lld %s causal=%d window=(%d,%d) "
-             "softcap=%g scale=%g layout=%s lse=%d",
-             (long long)c->batch, (long long)c->seqlen_q, (long long)c->seqlen_k,
-             (long long)c->heads_q, (long long)c->heads_kv, (long long)c->head_dim,
-             (long long)c->head_dim_v,
-             c->dtype == FJ_DTYPE_F32 ? "f32" : c->dtype == FJ_DTYPE_F16 ? "f16" : "bf16",
-             (int)c->desc.causal, (int)c->desc.window_left, (int)c->desc.window_right,
-             (double)c->desc.softcap, (double)c->desc.softmax_scale, layouts[c->layout],
-             c->with_lse);
+    snprintf(
+        buf, size,
+        "b=%lld sq=%lld sk=%lld hq=%lld hkv=%lld d=%lld dv=%lld %s causal=%d window=(%d,%d) "
+        "softcap=%g scale=%g layout=%s lse=%d",
+        (long long)c->batch, (long long)c->seqlen_q, (long long)c->seqlen_k, (long long)c->heads_q,
+        (long long)c->heads_kv, (long long)c->head_dim, (long long)c->head_dim_v,
+        c->dtype == FJ_DTYPE_F32   ? "f32"
+        : c->dtype == FJ_DTYPE_F16 ? "f16"
+                                   : "bf16",
+        (int)c->desc.causal, (int)c->desc.window_left, (int)c->desc.window_right,
+        (double)c->desc.softcap, (double)c->desc.softmax_scale, layouts[c->layout], c->with_lse);
 }
 
 static uint64_t splitmix(uint64_t *s)
@@ -203,7 +204,8 @@ static void check(const fjh_case *c, const fjr_problem *p, const htensor *out, c
                     } else if (!isfinite(got)) {
                         r->bad_elements++;
                     } else {
-                        r->lse_max_err = fmax(r->lse_max_err, fabs(got - want) / fmax(1.0, fabs(want)));
+                        r->lse_max_err =
+                            fmax(r->lse_max_err, fabs(got - want) / fmax(1.0, fabs(want)));
                     }
                 }
         for (size_t e = 0; e < lse->elements; e++)
@@ -246,10 +248,16 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
         r->seed = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 40);
     }
     uint64_t rng = r->seed;
-    fjr_problem p = {.batch = c->batch, .seqlen_q = c->seqlen_q, .seqlen_k = c->seqlen_k,
-                     .heads_q = c->heads_q, .heads_kv = c->heads_kv, .head_dim = c->head_dim,
-                     .head_dim_v = c->head_dim_v, .softcap = c->desc.softcap,
-                     .causal = c->desc.causal, .window_left = c->desc.window_left,
+    fjr_problem p = {.batch = c->batch,
+                     .seqlen_q = c->seqlen_q,
+                     .seqlen_k = c->seqlen_k,
+                     .heads_q = c->heads_q,
+                     .heads_kv = c->heads_kv,
+                     .head_dim = c->head_dim,
+                     .head_dim_v = c->head_dim_v,
+                     .softcap = c->desc.softcap,
+                     .causal = c->desc.causal,
+                     .window_left = c->desc.window_left,
                      .window_right = c->desc.window_right};
     p.scale = c->desc.softmax_scale != 0 ? c->desc.softmax_scale : 1.0 / sqrt((double)c->head_dim);
 

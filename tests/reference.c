@@ -70,12 +70,9 @@ float fjr_f16_to_f32(uint16_t x)
 float fjr_round(fj_dtype dtype, float x)
 {
     switch (dtype) {
-    case FJ_DTYPE_BF16:
-        return fjr_bf16_to_f32(fjr_f32_to_bf16(x));
-    case FJ_DTYPE_F16:
-        return fjr_f16_to_f32(fjr_f32_to_f16(x));
-    default:
-        return x;
+    case FJ_DTYPE_BF16: return fjr_bf16_to_f32(fjr_f32_to_bf16(x));
+    case FJ_DTYPE_F16: return fjr_f16_to_f32(fjr_f32_to_f16(x));
+    default: return x;
     }
 }
 
@@ -91,9 +88,7 @@ void fjr_store(fj_dtype dtype, void *dst, float x)
         h = fjr_f32_to_f16(x);
         memcpy(dst, &h, 2);
         break;
-    default:
-        memcpy(dst, &x, 4);
-        break;
+    default: memcpy(dst, &x, 4); break;
     }
 }
 
@@ -102,15 +97,9 @@ float fjr_load(fj_dtype dtype, const void *src)
     uint16_t h;
     float x;
     switch (dtype) {
-    case FJ_DTYPE_BF16:
-        memcpy(&h, src, 2);
-        return fjr_bf16_to_f32(h);
-    case FJ_DTYPE_F16:
-        memcpy(&h, src, 2);
-        return fjr_f16_to_f32(h);
-    default:
-        memcpy(&x, src, 4);
-        return x;
+    case FJ_DTYPE_BF16: memcpy(&h, src, 2); return fjr_bf16_to_f32(h);
+    case FJ_DTYPE_F16: memcpy(&h, src, 2); return fjr_f16_to_f32(h);
+    default: memcpy(&x, src, 4); return x;
     }
 }
 
@@ -181,14 +170,16 @@ void fjr_attention(const fjr_problem *p, const double *q, const double *k, const
                             continue;
                         double e = exp(s[j] - m);
                         sum += e;
-                        const double *vj = v + ((b * p->seqlen_k + j) * p->heads_kv + h / group) * dv;
+                        const double *vj =
+                            v + ((b * p->seqlen_k + j) * p->heads_kv + h / group) * dv;
                         for (int64_t c = 0; c < dv; c++)
                             oi[c] += e * vj[c];
                     }
                 for (int64_t c = 0; c < dv && sum > 0; c++)
                     oi[c] /= sum;
                 if (lse)
-                    lse[(b * p->heads_q + h) * p->seqlen_q + i] = sum > 0 ? m + log(sum) : -INFINITY;
+                    lse[(b * p->heads_q + h) * p->seqlen_q + i] =
+                        sum > 0 ? m + log(sum) : -INFINITY;
             }
     free(s);
 }

@@ -23,8 +23,8 @@ float fjr_load(fj_dtype dtype, const void *src);
 /* ---- the problem --------------------------------------------------------------------------- */
 typedef struct fjr_problem {
     int64_t batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, head_dim_v;
-    double scale;   /* resolved: never 0 */
-    double softcap; /* 0: off */
+    double scale;                          /* resolved: never 0 */
+    double softcap;                        /* 0: off */
     int causal, window_left, window_right; /* as in fj_attention_desc */
 } fjr_problem;
 
@@ -44,9 +44,9 @@ void fjr_attention_lowp(const fjr_problem *p, fj_dtype dtype, const float *q, co
 
 /* ---- the harness --------------------------------------------------------------------------- */
 typedef enum fjh_layout {
-    FJH_LAYOUT_BSHD = 0,   /* dense [batch, seq, heads, dim] */
-    FJH_LAYOUT_BHSD = 1,   /* dense [batch, heads, seq, dim], passed through strides */
-    FJH_LAYOUT_PADDED = 2  /* [batch, seq, heads, dim] with gaps between rows, heads and batches */
+    FJH_LAYOUT_BSHD = 0,  /* dense [batch, seq, heads, dim] */
+    FJH_LAYOUT_BHSD = 1,  /* dense [batch, heads, seq, dim], passed through strides */
+    FJH_LAYOUT_PADDED = 2 /* [batch, seq, heads, dim] with gaps between rows, heads and batches */
 } fjh_layout;
 
 typedef struct fjh_case {
@@ -55,9 +55,9 @@ typedef struct fjh_case {
     fj_attention_desc desc;
     fjh_layout layout;
     int with_lse;
-    uint64_t seed;     /* 0: a fresh seed from the clock */
-    int timing_reps;   /* > 0: also time this many calls after the check (median) */
-    int skip_check;    /* 1: no reference (timing only) */
+    uint64_t seed;   /* 0: a fresh seed from the clock */
+    int timing_reps; /* > 0: also time this many calls after the check (median) */
+    int skip_check;  /* 1: no reference (timing only) */
 } fjh_case;
 
 typedef struct fjh_result {
@@ -72,12 +72,12 @@ typedef struct fjh_result {
     int64_t bad_elements;    /* outputs non-finite, unwritten, or lse not -inf where it must be */
     int64_t clobbered;       /* bytes outside the output views that changed */
     int pass;
-    char why[256];           /* the failed criterion */
-    fj_call_info first;      /* report of the first call (strings copied below) */
+    char why[256];      /* the failed criterion */
+    fj_call_info first; /* report of the first call (strings copied below) */
     char variant[2048];
     char kernel_path[64];
-    double first_call_ms;    /* host time of the first call, synchronised */
-    double kernel_ms;        /* median of timing_reps synchronised calls */
+    double first_call_ms; /* host time of the first call, synchronised */
+    double kernel_ms;     /* median of timing_reps synchronised calls */
     double tflops;
 } fjh_result;
 

@@ -57,9 +57,9 @@ static void run_cases(void **state, const fjh_case *cases, size_t n)
         char desc[512];
         fjh_describe(&cases[i], desc, sizeof desc);
         fjh_run(ctx, &cases[i], &r);
-        printf("  %s %s | err %.3g (plain %.3g) rel %.3g lse %.3g | %s\n",
-               r.pass ? "ok  " : "FAIL", desc, r.max_abs_err, r.lowp_max_abs_err, r.rel_err,
-               r.lse_max_err, r.pass ? r.kernel_path : r.why);
+        printf("  %s %s | err %.3g (plain %.3g) rel %.3g lse %.3g | %s\n", r.pass ? "ok  " : "FAIL",
+               desc, r.max_abs_err, r.lowp_max_abs_err, r.rel_err, r.lse_max_err,
+               r.pass ? r.kernel_path : r.why);
         if (!r.pass) {
             printf("       seed 0x%llx\n", (unsigned long long)r.seed);
             failures++;
@@ -83,8 +83,8 @@ static fjh_case base(int64_t sq, int64_t sk, int64_t d, fj_dtype dtype)
 
 static void test_seqlens(void **state)
 {
-    static const int64_t pairs[][2] = {{1, 1},     {7, 7},   {129, 129}, {300, 300},
-                                       {1, 300},   {300, 7}, {129, 517}, {7, 129}};
+    static const int64_t pairs[][2] = {{1, 1},   {7, 7},   {129, 129}, {300, 300},
+                                       {1, 300}, {300, 7}, {129, 517}, {7, 129}};
     fjh_case cases[16];
     size_t n = 0;
     for (size_t i = 0; i < 8; i++)
@@ -97,9 +97,9 @@ static void test_seqlens(void **state)
 
 static void test_head_dims(void **state)
 {
-    static const int64_t dims[][2] = {{8, 8},    {40, 40},  {72, 72}, {96, 96},  {128, 128},
-                                      {200, 200}, {256, 256}, {72, 40}, {40, 200}, {256, 8},
-                                      {128, 64}};
+    static const int64_t dims[][2] = {{8, 8},     {40, 40},   {72, 72},   {96, 96},
+                                      {128, 128}, {200, 200}, {256, 256}, {72, 40},
+                                      {40, 200},  {256, 8},   {128, 64}};
     fjh_case cases[11];
     for (size_t i = 0; i < 11; i++) {
         cases[i] = base(129, 129, dims[i][0], FJ_DTYPE_BF16);
@@ -143,10 +143,12 @@ static void test_windows_softcap_scale(void **state)
         int causal, left, right;
         float softcap, scale;
     } m[] = {
-        {129, 129, 0, 16, -1, 0, 0},  {129, 129, 0, -1, 16, 0, 0}, {129, 300, 0, 8, 8, 0, 0},
-        {300, 129, 0, 0, 0, 0, 0},    {129, 129, 1, 32, -1, 0, 0}, {300, 300, 0, 100, 3, 0, 0},
-        {7, 300, 1, 5, -1, 0, 0},     {129, 129, 0, 16, 16, 2.0f, 0}, {129, 300, 0, -1, -1, 0, 0.3f},
-        {129, 129, 1, -1, -1, 0, -0.2f}, {129, 129, 0, -1, -1, 30.0f, 1.0f},
+        {129, 129, 0, 16, -1, 0, 0},        {129, 129, 0, -1, 16, 0, 0},
+        {129, 300, 0, 8, 8, 0, 0},          {300, 129, 0, 0, 0, 0, 0},
+        {129, 129, 1, 32, -1, 0, 0},        {300, 300, 0, 100, 3, 0, 0},
+        {7, 300, 1, 5, -1, 0, 0},           {129, 129, 0, 16, 16, 2.0f, 0},
+        {129, 300, 0, -1, -1, 0, 0.3f},     {129, 129, 1, -1, -1, 0, -0.2f},
+        {129, 129, 0, -1, -1, 30.0f, 1.0f},
     };
     size_t n = sizeof m / sizeof m[0];
     fjh_case cases[sizeof m / sizeof m[0]];
@@ -165,7 +167,8 @@ static void test_windows_softcap_scale(void **state)
 static void test_fully_masked_rows(void **state)
 {
     fjh_case cases[3];
-    cases[0] = base(300, 7, 64, FJ_DTYPE_BF16); /* causal, sq > sk: the first 293 rows see nothing */
+    cases[0] =
+        base(300, 7, 64, FJ_DTYPE_BF16); /* causal, sq > sk: the first 293 rows see nothing */
     cases[0].desc.causal = 1;
     cases[1] = base(129, 7, 64, FJ_DTYPE_F32); /* window (0, 0) with sq > sk */
     cases[1].desc.window_left = 0;
@@ -262,6 +265,6 @@ int main(void)
         cmocka_unit_test(test_template_and_compile_errors_reach_caller),
     };
     return cmocka_run_group_tests_name(FJ_TEST_BACKEND == FJ_BACKEND_CUDA ? "attention_cuda"
-                                                                         : "attention_opencl",
+                                                                          : "attention_opencl",
                                        tests, setup, teardown);
 }

@@ -64,7 +64,10 @@ typedef struct bad_case {
 } bad_case;
 
 #define MUT(name, body)                                                                            \
-    static void name(request *r) { body; }
+    static void name(request *r)                                                                   \
+    {                                                                                              \
+        body;                                                                                      \
+    }
 MUT(m_none, (void)r)
 MUT(q_ndim, r->q.ndim = 3)
 MUT(q_data, r->q.data = NULL)
@@ -85,8 +88,15 @@ MUT(out_seq, r->out.shape[1] = 17)
 MUT(out_heads, r->out.shape[2] = 3)
 MUT(out_overlap, r->out.stride[2] = 0)
 MUT(out_overlap2, r->out.stride[1] = 8)
-MUT(gqa, { r->q.shape[2] = 3; r->out.shape[2] = 3; r->lse.shape[1] = 3; })
-MUT(d300, { r->q.shape[3] = 300; r->k.shape[3] = 300; })
+MUT(gqa, {
+    r->q.shape[2] = 3;
+    r->out.shape[2] = 3;
+    r->lse.shape[1] = 3;
+})
+MUT(d300, {
+    r->q.shape[3] = 300;
+    r->k.shape[3] = 300;
+})
 MUT(dv300, {
     dense(&r->v, FJ_DTYPE_BF16, 4, (int64_t[]){2, 32, 2, 300});
     dense(&r->out, FJ_DTYPE_BF16, 4, (int64_t[]){2, 16, 4, 300});
@@ -111,7 +121,10 @@ MUT(seq_huge, {
     dense(&r->out, FJ_DTYPE_BF16, 4, (int64_t[]){2, 1LL << 31, 4, 48});
     r->use_lse = 0;
 })
-MUT(batch_huge, { r->q.shape[0] = r->k.shape[0] = r->v.shape[0] = r->out.shape[0] = 70000; r->use_lse = 0; })
+MUT(batch_huge, {
+    r->q.shape[0] = r->k.shape[0] = r->v.shape[0] = r->out.shape[0] = 70000;
+    r->use_lse = 0;
+})
 
 static const bad_case bad_cases[] = {
     {"q NULL", m_none, 1, FJ_ERR_INVALID_ARGUMENT, "q is NULL"},
@@ -123,27 +136,36 @@ static const bad_case bad_cases[] = {
     {"q dtype", q_dtype, 0, FJ_ERR_INVALID_ARGUMENT, "q.dtype = 99 is not an fj_dtype"},
     {"q aligned", q_misaligned, 0, FJ_ERR_INVALID_ARGUMENT, "is not aligned"},
     {"q seqlen 0", q_seq0, 0, FJ_ERR_INVALID_ARGUMENT, "q.shape[1] = 0, must be >= 1"},
-    {"k last stride", k_stride_last, 0, FJ_ERR_INVALID_ARGUMENT, "k.stride[3] = 2, the last dimension must be contiguous"},
+    {"k last stride", k_stride_last, 0, FJ_ERR_INVALID_ARGUMENT,
+     "k.stride[3] = 2, the last dimension must be contiguous"},
     {"v negative stride", v_stride_neg, 0, FJ_ERR_INVALID_ARGUMENT, "v.stride[1] = -1 is negative"},
     {"k dtype", k_dtype, 0, FJ_ERR_INVALID_ARGUMENT, "k.dtype = f16 differs from q.dtype = bf16"},
     {"out dtype", out_dtype, 0, FJ_ERR_INVALID_ARGUMENT, "out.dtype = f32 differs"},
     {"fp8", all_fp8, 0, FJ_ERR_UNSUPPORTED, "fp8"},
     {"k batch", k_batch, 0, FJ_ERR_INVALID_ARGUMENT, "k.shape[0] (batch) = 3, expected 2"},
-    {"k head dim", k_dim, 0, FJ_ERR_INVALID_ARGUMENT, "k.shape[3] (head_dim, as q.shape[3]) = 32, expected 64"},
+    {"k head dim", k_dim, 0, FJ_ERR_INVALID_ARGUMENT,
+     "k.shape[3] (head_dim, as q.shape[3]) = 32, expected 64"},
     {"v seqlen", v_seq, 0, FJ_ERR_INVALID_ARGUMENT, "v.shape[1] (seqlen_k, as k.shape[1]) = 31"},
     {"v heads", v_heads, 0, FJ_ERR_INVALID_ARGUMENT, "v.shape[2] (heads_kv, as k.shape[2]) = 1"},
-    {"out head dim", out_dim, 0, FJ_ERR_INVALID_ARGUMENT, "out.shape[3] (head_dim_v, as v.shape[3]) = 64, expected 48"},
-    {"out seqlen", out_seq, 0, FJ_ERR_INVALID_ARGUMENT, "out.shape[1] (seqlen_q, as q.shape[1]) = 17"},
-    {"out heads", out_heads, 0, FJ_ERR_INVALID_ARGUMENT, "out.shape[2] (heads_q, as q.shape[2]) = 3"},
-    {"out overlap 0", out_overlap, 0, FJ_ERR_INVALID_ARGUMENT, "out.stride[2] = 0 makes elements overlap"},
+    {"out head dim", out_dim, 0, FJ_ERR_INVALID_ARGUMENT,
+     "out.shape[3] (head_dim_v, as v.shape[3]) = 64, expected 48"},
+    {"out seqlen", out_seq, 0, FJ_ERR_INVALID_ARGUMENT,
+     "out.shape[1] (seqlen_q, as q.shape[1]) = 17"},
+    {"out heads", out_heads, 0, FJ_ERR_INVALID_ARGUMENT,
+     "out.shape[2] (heads_q, as q.shape[2]) = 3"},
+    {"out overlap 0", out_overlap, 0, FJ_ERR_INVALID_ARGUMENT,
+     "out.stride[2] = 0 makes elements overlap"},
     {"out overlap", out_overlap2, 0, FJ_ERR_INVALID_ARGUMENT, "makes elements overlap"},
-    {"gqa", gqa, 0, FJ_ERR_INVALID_ARGUMENT, "q.shape[2] (heads_q) = 3 is not a multiple of k.shape[2] (heads_kv) = 2"},
+    {"gqa", gqa, 0, FJ_ERR_INVALID_ARGUMENT,
+     "q.shape[2] (heads_q) = 3 is not a multiple of k.shape[2] (heads_kv) = 2"},
     {"head dim 300", d300, 0, FJ_ERR_UNSUPPORTED, "q.shape[3] (head_dim) = 300 exceeds 256"},
     {"head dim v 300", dv300, 0, FJ_ERR_UNSUPPORTED, "v.shape[3] (head_dim_v) = 300 exceeds 256"},
     {"lse dtype", lse_dtype, 0, FJ_ERR_INVALID_ARGUMENT, "lse.dtype = bf16, expected f32"},
     {"lse ndim", lse_ndim, 0, FJ_ERR_INVALID_ARGUMENT, "lse.ndim = 4, expected 3"},
-    {"lse seqlen", lse_seq, 0, FJ_ERR_INVALID_ARGUMENT, "lse.shape[2] (seqlen_q) = 15, expected 16"},
-    {"lse overlap", lse_overlap, 0, FJ_ERR_INVALID_ARGUMENT, "lse.stride[1] = 0 makes elements overlap"},
+    {"lse seqlen", lse_seq, 0, FJ_ERR_INVALID_ARGUMENT,
+     "lse.shape[2] (seqlen_q) = 15, expected 16"},
+    {"lse overlap", lse_overlap, 0, FJ_ERR_INVALID_ARGUMENT,
+     "lse.stride[1] = 0 makes elements overlap"},
     {"lse data", lse_data, 0, FJ_ERR_INVALID_ARGUMENT, "lse.data is NULL"},
     {"desc size", desc_size, 0, FJ_ERR_INVALID_ARGUMENT, "desc.struct_size = 3"},
     {"desc size big", desc_size_big, 0, FJ_ERR_INVALID_ARGUMENT, "desc.struct_size"},
@@ -154,7 +176,8 @@ static const bad_case bad_cases[] = {
     {"window right", wright, 0, FJ_ERR_INVALID_ARGUMENT, "desc.window_right = -5"},
     {"softcap negative", softcap_neg, 0, FJ_ERR_INVALID_ARGUMENT, "desc.softcap = -1"},
     {"softcap nan", softcap_nan, 0, FJ_ERR_INVALID_ARGUMENT, "desc.softcap = nan"},
-    {"stride overflow", overflow, 0, FJ_ERR_INVALID_ARGUMENT, "q: shape and strides address beyond"},
+    {"stride overflow", overflow, 0, FJ_ERR_INVALID_ARGUMENT,
+     "q: shape and strides address beyond"},
     {"seqlen huge", seq_huge, 0, FJ_ERR_UNSUPPORTED, "seqlen_q = 2147483648"},
     {"batch huge", batch_huge, 0, FJ_ERR_UNSUPPORTED, "batch = 70000"},
 };

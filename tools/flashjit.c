@@ -18,38 +18,32 @@ static const char *backend_name(fj_backend_kind k)
 static const char *source_name(fj_kernel_source s)
 {
     switch (s) {
-    case FJ_KERNEL_MEMORY:
-        return "memory (already loaded)";
-    case FJ_KERNEL_USER_CACHE:
-        return "user cache";
-    case FJ_KERNEL_SHIPPED_CACHE:
-        return "shipped cache";
-    case FJ_KERNEL_COMPILED:
-        return "compiled now";
-    default:
-        return "none";
+    case FJ_KERNEL_MEMORY: return "memory (already loaded)";
+    case FJ_KERNEL_USER_CACHE: return "user cache";
+    case FJ_KERNEL_SHIPPED_CACHE: return "shipped cache";
+    case FJ_KERNEL_COMPILED: return "compiled now";
+    default: return "none";
     }
 }
 
 static int usage(FILE *f)
 {
-    fprintf(f,
-            "usage: flashjit <command> [options]\n"
-            "\n"
-            "commands:\n"
-            "  info              version, backends, devices and the cache path\n"
-            "  run [options]     one attention on random data: checks it against a float64\n"
-            "                    reference, times it, prints PASS or FAIL (exit status 1)\n"
-            "\n"
-            "run options (defaults in brackets):\n"
-            "  --backend auto|cuda|opencl [auto]   --device N [0]\n"
-            "  --batch N [2]   --heads N [8]   --kv-heads N [= heads]\n"
-            "  --seqlen N [512] (both)   --seqlen-q N   --seqlen-k N\n"
-            "  --head-dim N [64]   --head-dim-v N [= head-dim]\n"
-            "  --dtype bf16|f16|f32 [bf16]\n"
-            "  --causal   --window-left N   --window-right N   --softcap X   --scale X\n"
-            "  --layout bshd|bhsd|padded [bshd]   --no-lse\n"
-            "  --reps N [5] timed calls   --seed N [fresh]   --no-check   --cache PATH\n");
+    fprintf(f, "usage: flashjit <command> [options]\n"
+               "\n"
+               "commands:\n"
+               "  info              version, backends, devices and the cache path\n"
+               "  run [options]     one attention on random data: checks it against a float64\n"
+               "                    reference, times it, prints PASS or FAIL (exit status 1)\n"
+               "\n"
+               "run options (defaults in brackets):\n"
+               "  --backend auto|cuda|opencl [auto]   --device N [0]\n"
+               "  --batch N [2]   --heads N [8]   --kv-heads N [= heads]\n"
+               "  --seqlen N [512] (both)   --seqlen-q N   --seqlen-k N\n"
+               "  --head-dim N [64]   --head-dim-v N [= head-dim]\n"
+               "  --dtype bf16|f16|f32 [bf16]\n"
+               "  --causal   --window-left N   --window-right N   --softcap X   --scale X\n"
+               "  --layout bshd|bhsd|padded [bshd]   --no-lse\n"
+               "  --reps N [5] timed calls   --seed N [fresh]   --no-check   --cache PATH\n");
     return 2;
 }
 
@@ -102,22 +96,55 @@ static int cmd_info(void)
 
 static int cmd_run(int argc, char **argv)
 {
-    enum { O_BACKEND = 256, O_DEVICE, O_BATCH, O_HEADS, O_KVHEADS, O_SEQLEN, O_SEQLEN_Q,
-           O_SEQLEN_K, O_HEAD_DIM, O_HEAD_DIM_V, O_DTYPE, O_CAUSAL, O_WLEFT, O_WRIGHT, O_SOFTCAP,
-           O_SCALE, O_LAYOUT, O_NOLSE, O_REPS, O_SEED, O_NOCHECK, O_CACHE, O_HELP };
-    static const struct option opts[] = {
-        {"backend", required_argument, 0, O_BACKEND}, {"device", required_argument, 0, O_DEVICE},
-        {"batch", required_argument, 0, O_BATCH},     {"heads", required_argument, 0, O_HEADS},
-        {"kv-heads", required_argument, 0, O_KVHEADS}, {"seqlen", required_argument, 0, O_SEQLEN},
-        {"seqlen-q", required_argument, 0, O_SEQLEN_Q}, {"seqlen-k", required_argument, 0, O_SEQLEN_K},
-        {"head-dim", required_argument, 0, O_HEAD_DIM}, {"head-dim-v", required_argument, 0, O_HEAD_DIM_V},
-        {"dtype", required_argument, 0, O_DTYPE},     {"causal", no_argument, 0, O_CAUSAL},
-        {"window-left", required_argument, 0, O_WLEFT}, {"window-right", required_argument, 0, O_WRIGHT},
-        {"softcap", required_argument, 0, O_SOFTCAP}, {"scale", required_argument, 0, O_SCALE},
-        {"layout", required_argument, 0, O_LAYOUT},   {"no-lse", no_argument, 0, O_NOLSE},
-        {"reps", required_argument, 0, O_REPS},       {"seed", required_argument, 0, O_SEED},
-        {"no-check", no_argument, 0, O_NOCHECK},      {"cache", required_argument, 0, O_CACHE},
-        {"help", no_argument, 0, O_HELP},             {0, 0, 0, 0}};
+    enum {
+        O_BACKEND = 256,
+        O_DEVICE,
+        O_BATCH,
+        O_HEADS,
+        O_KVHEADS,
+        O_SEQLEN,
+        O_SEQLEN_Q,
+        O_SEQLEN_K,
+        O_HEAD_DIM,
+        O_HEAD_DIM_V,
+        O_DTYPE,
+        O_CAUSAL,
+        O_WLEFT,
+        O_WRIGHT,
+        O_SOFTCAP,
+        O_SCALE,
+        O_LAYOUT,
+        O_NOLSE,
+        O_REPS,
+        O_SEED,
+        O_NOCHECK,
+        O_CACHE,
+        O_HELP
+    };
+    static const struct option opts[] = {{"backend", required_argument, 0, O_BACKEND},
+                                         {"device", required_argument, 0, O_DEVICE},
+                                         {"batch", required_argument, 0, O_BATCH},
+                                         {"heads", required_argument, 0, O_HEADS},
+                                         {"kv-heads", required_argument, 0, O_KVHEADS},
+                                         {"seqlen", required_argument, 0, O_SEQLEN},
+                                         {"seqlen-q", required_argument, 0, O_SEQLEN_Q},
+                                         {"seqlen-k", required_argument, 0, O_SEQLEN_K},
+                                         {"head-dim", required_argument, 0, O_HEAD_DIM},
+                                         {"head-dim-v", required_argument, 0, O_HEAD_DIM_V},
+                                         {"dtype", required_argument, 0, O_DTYPE},
+                                         {"causal", no_argument, 0, O_CAUSAL},
+                                         {"window-left", required_argument, 0, O_WLEFT},
+                                         {"window-right", required_argument, 0, O_WRIGHT},
+                                         {"softcap", required_argument, 0, O_SOFTCAP},
+                                         {"scale", required_argument, 0, O_SCALE},
+                                         {"layout", required_argument, 0, O_LAYOUT},
+                                         {"no-lse", no_argument, 0, O_NOLSE},
+                                         {"reps", required_argument, 0, O_REPS},
+                                         {"seed", required_argument, 0, O_SEED},
+                                         {"no-check", no_argument, 0, O_NOCHECK},
+                                         {"cache", required_argument, 0, O_CACHE},
+                                         {"help", no_argument, 0, O_HELP},
+                                         {0, 0, 0, 0}};
     fjh_case c;
     fjh_case_init(&c);
     c.batch = 2;
@@ -146,10 +173,14 @@ static int cmd_run(int argc, char **argv)
         case O_HEAD_DIM: c.head_dim = atoll(optarg); break;
         case O_HEAD_DIM_V: head_dim_v = atoll(optarg); break;
         case O_DTYPE:
-            if (!strcasecmp(optarg, "bf16")) c.dtype = FJ_DTYPE_BF16;
-            else if (!strcasecmp(optarg, "f16") || !strcasecmp(optarg, "fp16")) c.dtype = FJ_DTYPE_F16;
-            else if (!strcasecmp(optarg, "f32") || !strcasecmp(optarg, "fp32")) c.dtype = FJ_DTYPE_F32;
-            else return fprintf(stderr, "flashjit: unknown dtype '%s'\n", optarg), 2;
+            if (!strcasecmp(optarg, "bf16"))
+                c.dtype = FJ_DTYPE_BF16;
+            else if (!strcasecmp(optarg, "f16") || !strcasecmp(optarg, "fp16"))
+                c.dtype = FJ_DTYPE_F16;
+            else if (!strcasecmp(optarg, "f32") || !strcasecmp(optarg, "fp32"))
+                c.dtype = FJ_DTYPE_F32;
+            else
+                return fprintf(stderr, "flashjit: unknown dtype '%s'\n", optarg), 2;
             break;
         case O_CAUSAL: c.desc.causal = 1; break;
         case O_WLEFT: c.desc.window_left = atoi(optarg); break;
@@ -157,10 +188,14 @@ static int cmd_run(int argc, char **argv)
         case O_SOFTCAP: c.desc.softcap = strtof(optarg, NULL); break;
         case O_SCALE: c.desc.softmax_scale = strtof(optarg, NULL); break;
         case O_LAYOUT:
-            if (!strcasecmp(optarg, "bshd")) c.layout = FJH_LAYOUT_BSHD;
-            else if (!strcasecmp(optarg, "bhsd")) c.layout = FJH_LAYOUT_BHSD;
-            else if (!strcasecmp(optarg, "padded")) c.layout = FJH_LAYOUT_PADDED;
-            else return fprintf(stderr, "flashjit: unknown layout '%s'\n", optarg), 2;
+            if (!strcasecmp(optarg, "bshd"))
+                c.layout = FJH_LAYOUT_BSHD;
+            else if (!strcasecmp(optarg, "bhsd"))
+                c.layout = FJH_LAYOUT_BHSD;
+            else if (!strcasecmp(optarg, "padded"))
+                c.layout = FJH_LAYOUT_PADDED;
+            else
+                return fprintf(stderr, "flashjit: unknown layout '%s'\n", optarg), 2;
             break;
         case O_NOLSE: c.with_lse = 0; break;
         case O_REPS: c.timing_reps = atoi(optarg); break;
@@ -205,8 +240,8 @@ static int cmd_run(int argc, char **argv)
             putchar(*s == '\n' ? (s[1] ? ' ' : '\n') : *s);
         printf("first call %.1f ms (host, synchronised)\n", r.first_call_ms);
         if (c.timing_reps > 0)
-            printf("time       %.3f ms (median of %d) = %.3f TFLOP/s\n", r.kernel_ms,
-                   c.timing_reps, r.tflops);
+            printf("time       %.3f ms (median of %d) = %.3f TFLOP/s\n", r.kernel_ms, c.timing_reps,
+                   r.tflops);
         if (!c.skip_check) {
             printf("error      max abs %.3g, relative %.3g", r.max_abs_err, r.rel_err);
             if (c.dtype != FJ_DTYPE_F32)

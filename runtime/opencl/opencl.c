@@ -75,8 +75,7 @@ static const char *cl_error_name(cl_int code)
 {
     switch (code) {
 #define CL_NAME(c)                                                                                 \
-    case c:                                                                                        \
-        return #c;
+    case c: return #c;
         CL_NAME(CL_DEVICE_NOT_FOUND)
         CL_NAME(CL_DEVICE_NOT_AVAILABLE)
         CL_NAME(CL_COMPILER_NOT_AVAILABLE)
@@ -113,7 +112,7 @@ static const char *cl_error_name(cl_int code)
     do {                                                                                           \
         cl_int rc_ = (call);                                                                       \
         if (rc_ != CL_SUCCESS) {                                                                   \
-            st = fj__fail(b->err, (status), "%s: %s (%d)", #call, cl_error_name(rc_), rc_);       \
+            st = fj__fail(b->err, (status), "%s: %s (%d)", #call, cl_error_name(rc_), rc_);        \
             goto out;                                                                              \
         }                                                                                          \
     } while (0)
@@ -217,7 +216,8 @@ static fj_status cl_create(int32_t index, fj__err *err, void **out)
     cl_platform_id plat;
     cl_device_id dev;
     if (!cl_available())
-        return fj__fail(err, FJ_ERR_NO_DEVICE, "OpenCL is not available (libOpenCL.so.1 not found)");
+        return fj__fail(err, FJ_ERR_NO_DEVICE,
+                        "OpenCL is not available (libOpenCL.so.1 not found)");
     if (find_device(index, &plat, &dev, &count) != FJ_OK)
         return fj__fail(err, FJ_ERR_NO_DEVICE, "OpenCL device %d does not exist (%d found)", index,
                         count);
@@ -298,8 +298,8 @@ static fj_status cl_compile(void *p, const char *source, const char *options, fj
     rc = cl.clBuildProgram(program, 1, &b->device, options, NULL, NULL);
     *log = build_log(b, program);
     if (rc != CL_SUCCESS) {
-        st = fj__fail(b->err, FJ_ERR_COMPILE, "clBuildProgram: %s (%d): %.1500s",
-                      cl_error_name(rc), rc, *log ? *log : "(no build log)");
+        st = fj__fail(b->err, FJ_ERR_COMPILE, "clBuildProgram: %s (%d): %.1500s", cl_error_name(rc),
+                      rc, *log ? *log : "(no build log)");
         goto out;
     }
     size_t size = 0;
