@@ -103,7 +103,15 @@ typedef struct fj_context_options {
     size_t struct_size;      /* sizeof(fj_context_options), set by fj_context_options_init() */
     fj_backend_kind backend; /* default FJ_BACKEND_AUTO */
     int32_t device;          /* index among the backend's devices; default 0 */
-    const char *cache_path;  /* kernel cache file; NULL: the default location, ":memory:": none */
+    const char *cache_path;  /* kernel cache file; NULL: the default location, ":memory:": none.
+                             ** The default is $FLASHJIT_CACHE, else
+                             ** $XDG_CACHE_HOME/flashjit/kernels.db, else
+                             ** ~/.cache/flashjit/kernels.db. */
+    const char *const
+        *shipped_caches;    /* NULL-terminated list of read-only caches (opened
+                             ** immutable) consulted after the user cache; NULL for none. The
+                             ** strings are copied. */
+    int32_t cache_readonly; /* 1: never write the user cache (look up only) */
 } fj_context_options;
 
 /* Fills *opts with the defaults and sets struct_size. NULL is a no-op. */
@@ -111,13 +119,17 @@ FJ_API void fj_context_options_init(fj_context_options *opts);
 
 typedef struct fj_context fj_context;
 
-/* Creates a context for one device of one backend. On success *out owns everything the context
+/* Creates a context for one device of one backend. The kernel cache never makes this fail: an
+** unusable cache file (unwritable, locked, damaged, another application's) leaves the context
+** without it, and fj_context_last_error(*out) then holds a warning saying why. On success *out owns
+*everything the context
 ** allocates; on failure *out is NULL and the returned status says why (the detail of a failure
 ** before a context exists is available through fj_last_create_error()). opts may be NULL for
 ** the defaults; it is copied, not retained.
 ** Returns FJ_ERR_INVALID_ARGUMENT (out is NULL, bad struct_size, backend or device index),
 ** FJ_ERR_NO_DEVICE (the backend's runtime is missing or has no such device), FJ_ERR_BACKEND,
-** FJ_ERR_OUT_OF_MEMORY. */
+** FJ_ERR_OUT_OF_MEMORY.
+** A context is not shared across fork(): create contexts in the child. */
 FJ_API fj_status fj_context_create(const fj_context_options *opts, fj_context **out);
 
 /* The detail of the last fj_context_create() failure on the calling thread; "" if none. */

@@ -58,9 +58,8 @@ const char *fj_context_cache_path(const fj_context *ctx)
 /* The first-version size of fj_context_options: the smallest struct_size accepted. */
 #define FJ__OPTIONS_V1_SIZE (offsetof(fj_context_options, cache_path) + sizeof(const char *))
 
-/* Resolves the default cache location: $FLASHJIT_CACHE, $XDG_CACHE_HOME/flashjit/kernels.db,
-** ~/.cache/flashjit/kernels.db, else no persistent cache. */
-static char *default_cache_path(void)
+/* The default cache location; see fj_context_options.cache_path. malloc'd. */
+char *fj__default_cache_path(void)
 {
     const char *env = getenv("FLASHJIT_CACHE");
     if (env && env[0])
@@ -126,7 +125,7 @@ fj_status fj_context_create(const fj_context_options *opts, fj_context **out)
         return fj__fail(err, FJ_ERR_OUT_OF_MEMORY, "out of memory for a context");
     ctx->ops = ops;
     ctx->opts = o;
-    ctx->cache_path = o.cache_path ? fj__strdup(o.cache_path) : default_cache_path();
+    ctx->cache_path = o.cache_path ? fj__strdup(o.cache_path) : fj__default_cache_path();
     ctx->opts.cache_path = ctx->cache_path;
     ctx->device.struct_size = sizeof ctx->device;
     fj_status st =
@@ -137,12 +136,20 @@ fj_status fj_context_create(const fj_context_options *opts, fj_context **out)
         st = ops->create(o.device, &ctx->err, &ctx->backend);
     if (st == FJ_OK)
         st = tpl_set_hash(ctx->template_hash, &ctx->err);
+    if (st == FJ_OK) {
+        /* Cache problems become a warning in ctx->err, never a failure. */
+        ctx->err.msg[0] = '\0';
+        ctx->opts.shipped_caches = NULL; /* the caller's list is not retained */
+        cache_options co = {.path = ctx->cache_path,
+                            .shipped = o.shipped_caches,
+                            .readonly = o.cache_readonly != 0};
+        st = cache_open(&co, &ctx->cache, &ctx->err);
+    }
     if (st != FJ_OK) {
         memcpy(err->msg, ctx->err.msg, sizeof err->msg);
         fj_context_destroy(ctx);
         return st;
     }
-    ctx->err.msg[0] = '\0';
     *out = ctx;
     return FJ_OK;
 }
@@ -155,6 +162,7 @@ void fj_context_destroy(fj_context *ctx)
         fj__kernels_release(ctx);
         ctx->ops->destroy(ctx->backend);
     }
+    cache_close(ctx->cache);
     FJ_FREE(ctx->cache_path);
     free(ctx);
 }

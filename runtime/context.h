@@ -3,6 +3,7 @@
 #define FJ_RUNTIME_CONTEXT_H
 
 #include "internal.h"
+#include "../cache/cache.h"
 
 /* A kernel loaded in this context. */
 typedef struct fj__kernel {
@@ -15,6 +16,7 @@ typedef struct fj__kernel {
 struct fj_context {
     fj_context_options opts;
     char *cache_path; /* resolved path, or ":memory:" */
+    fj_cache *cache;
     const struct fj_backend_ops *ops;
     void *backend;
     fj_device_info device;

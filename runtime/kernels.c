@@ -1,5 +1,5 @@
-/* Getting a kernel for a variant: memory first, else render the template, compile and load.
-** (The persistent cache slots in between memory and compile.) */
+/* Getting a kernel for a variant: memory first, then the user cache, then shipped caches, else
+** render the template, compile, load and store the binary in the user cache. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <stdio.h>
@@ -50,6 +50,31 @@ static fj_status make_key(fj_context *ctx, fj__kernel *k)
     return FJ_OK;
 }
 
+/* Loads k from the user or a shipped cache. Returns 1 when it did; a binary that fails to load
+** (another driver, say) is a miss, and a user-cache row is dropped so the rebuild replaces it. */
+static int load_cached(fj_context *ctx, fj__kernel *k)
+{
+    void *bin = NULL;
+    size_t size = 0;
+    cache_origin origin = cache_get_kernel(ctx->cache, k->key_hash, k->key_text, &bin, &size);
+    if (origin == CACHE_MISS)
+        return 0;
+    double t0 = fj__now_ms();
+    fj__err scratch = ctx->err;
+    fj_status st =
+        ctx->ops->load(ctx->backend, bin, size, fj__variant_entry(&k->variant), &k->handle);
+    free(bin);
+    if (st != FJ_OK) {
+        ctx->err = scratch; /* not the caller's problem: the kernel is rebuilt */
+        if (origin == CACHE_USER)
+            cache_forget_kernel(ctx->cache, k->key_hash);
+        return 0;
+    }
+    ctx->last_call.load_ms = fj__now_ms() - t0;
+    ctx->last_call.source = origin == CACHE_USER ? FJ_KERNEL_USER_CACHE : FJ_KERNEL_SHIPPED_CACHE;
+    return 1;
+}
+
 /* Renders and compiles k's variant, then loads the binary. */
 static fj_status build(fj_context *ctx, fj__kernel *k)
 {
@@ -78,6 +103,10 @@ static fj_status build(fj_context *ctx, fj__kernel *k)
                         &k->handle);
     info->load_ms = fj__now_ms() - t2;
     info->source = FJ_KERNEL_COMPILED;
+    if (st == FJ_OK)
+        cache_put_kernel(ctx->cache, k->key_hash, ctx->ops->name, ctx->ops->target(ctx->backend),
+                         ctx->device.name, k->key_text, bin.data, bin.size, info->compile_ms, log,
+                         &ctx->err);
 out:
     free(source);
     free(log);
@@ -116,8 +145,9 @@ fj_status fj__kernel_get(fj_context *ctx, const fj__variant *v, const fj__kernel
     }
     fj__kernel k = {.variant = *v};
     fj_status st = make_key(ctx, &k);
-    info->lookup_ms = fj__now_ms() - t0;
-    if (st == FJ_OK)
+    int cached = st == FJ_OK && load_cached(ctx, &k);
+    info->lookup_ms = fj__now_ms() - t0 - info->load_ms;
+    if (st == FJ_OK && !cached)
         st = build(ctx, &k);
     if (st != FJ_OK) {
         FJ_FREE(k.key_text);

@@ -9,6 +9,7 @@
 
 #include "flashjit.h"
 #include "reference.h"
+#include "tools.h"
 
 static const char *backend_name(fj_backend_kind k)
 {
@@ -270,6 +271,8 @@ int main(int argc, char **argv)
         return cmd_info();
     if (!strcmp(argv[1], "run"))
         return cmd_run(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "cache"))
+        return fjt_cache_command(argc - 1, argv + 1);
     if (!strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))
         return usage(stdout), 0;
     fprintf(stderr, "flashjit: unknown command '%s'\n", argv[1]);

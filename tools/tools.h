@@ -1,0 +1,10 @@
+/* The CLI's commands, one file each. */
+#ifndef FJ_TOOLS_H
+#define FJ_TOOLS_H
+
+/* `flashjit cache ...`; argv[0] is "cache". Returns the exit status. */
+int fjt_cache_command(int argc, char **argv);
+/* `flashjit cache build ...`; argv[0] is "build". */
+int fjt_cache_build(int argc, char **argv);
+
+#endif /* FJ_TOOLS_H */
