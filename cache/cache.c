@@ -23,6 +23,9 @@
 struct fj_cache {
     sqlite3 *user;
     int writable;
+    char *path; /* the user cache's path, to start afresh when it turns out damaged */
+    int readonly;
+    int busy_ms;
     sqlite3 *shipped[CACHE_MAX_SHIPPED];
     int nshipped;
 };
@@ -214,6 +217,39 @@ static sqlite3 *open_db(const char *path, int mode, int busy, char *why, size_t 
     return db;
 }
 
+/* Whether the file at path says it is a flashjit cache in its SQLite header (application_id,
+** a big-endian word at offset 68), readable even when the rest of the file is damaged. */
+static int header_is_ours(const char *path)
+{
+    unsigned char h[72];
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 0;
+    size_t n = fread(h, 1, sizeof h, f);
+    fclose(f);
+    uint32_t app = (uint32_t)h[68] << 24 | (uint32_t)h[69] << 16 | (uint32_t)h[70] << 8 | h[71];
+    return n == sizeof h && memcmp(h, "SQLite format 3", 16) == 0 && app == CACHE_APPLICATION_ID;
+}
+
+/* Moves a damaged cache of ours aside (PATH.damaged) so that a fresh one can take its place.
+** Files that are not ours are never touched. Returns 0 when moved. */
+static int move_aside(const char *path, fj__err *warn)
+{
+    if (!header_is_ours(path))
+        return -1;
+    char aside[4200], side[4200];
+    snprintf(aside, sizeof aside, "%s.damaged", path);
+    if (rename(path, aside) != 0)
+        return -1;
+    const char *suffixes[] = {"-wal", "-shm", "-journal"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(side, sizeof side, "%s%s", path, suffixes[i]);
+        unlink(side);
+    }
+    fj__append(warn, "kernel cache %s was damaged: moved to %s and started afresh", path, aside);
+    return 0;
+}
+
 /* Opens the user cache read-write, falling back to read-only; NULL when neither works. */
 static sqlite3 *open_user(const char *path, int readonly, int busy, int *writable, fj__err *warn)
 {
@@ -225,7 +261,7 @@ static sqlite3 *open_user(const char *path, int readonly, int busy, int *writabl
             snprintf(why, sizeof why, "cannot create its folder (%s)", strerror(errno));
         else
             db = open_db(path, 0, busy, why, sizeof why);
-        if (db) {
+        for (int attempt = 0; db && attempt < 2; attempt++) {
             /* WAL lets readers and one writer work at once. It fails on some file systems
             ** (network ones, read-only folders); the rollback journal still works there. */
             exec(db, "PRAGMA journal_mode=WAL");
@@ -234,8 +270,12 @@ static sqlite3 *open_user(const char *path, int readonly, int busy, int *writabl
                 *writable = 1;
                 return db;
             }
+            int code = sqlite3_errcode(db);
             sqlite3_close(db);
             db = NULL;
+            int damaged = code == SQLITE_CORRUPT || code == SQLITE_NOTADB;
+            if (attempt == 0 && damaged && move_aside(path, warn) == 0)
+                db = open_db(path, 0, busy, why, sizeof why);
         }
     }
     if (access(path, R_OK) == 0) {
@@ -262,8 +302,12 @@ fj_status cache_open(const cache_options *o, fj_cache **out, fj__err *warn)
         return fj__fail(warn, FJ_ERR_OUT_OF_MEMORY, "out of memory for the kernel cache");
     fj_cache *c = *out;
     int busy = busy_ms(o);
-    if (o->path && o->path[0] && strcmp(o->path, ":memory:") != 0)
+    c->busy_ms = busy;
+    c->readonly = o->readonly;
+    if (o->path && o->path[0] && strcmp(o->path, ":memory:") != 0) {
+        c->path = fj__strdup(o->path);
         c->user = open_user(o->path, o->readonly, busy, &c->writable, warn);
+    }
     for (const char *const *p = o->shipped; p && *p && c->nshipped < CACHE_MAX_SHIPPED; p++) {
         char why[512] = "";
         sqlite3 *db = open_db(*p, 2, busy, why, sizeof why);
@@ -284,7 +328,13 @@ void cache_close(fj_cache *c)
     sqlite3_close(c->user);
     for (int i = 0; i < c->nshipped; i++)
         sqlite3_close(c->shipped[i]);
+    free(c->path);
     free(c);
+}
+
+sqlite3 *cache_user_db(fj_cache *c)
+{
+    return c ? c->user : NULL;
 }
 
 int cache_writable(const fj_cache *c)
@@ -322,14 +372,34 @@ static int lookup(sqlite3 *db, const char *key, const char *variant_text, void *
     return hit;
 }
 
+/* SQLite finds most damage only when it reads the damaged page. When the user cache reports
+** it, the file is moved aside (if it is ours) and a fresh one takes its place. */
+static void recover_if_damaged(fj_cache *c, fj__err *warn)
+{
+    int code = c->user ? sqlite3_errcode(c->user) : SQLITE_OK;
+    if (code != SQLITE_CORRUPT && code != SQLITE_NOTADB)
+        return;
+    sqlite3_close(c->user);
+    c->user = NULL;
+    c->writable = 0;
+    if (c->readonly || move_aside(c->path, warn) != 0) {
+        fj__append(warn, "kernel cache %s is damaged; kernels are kept in memory only", c->path);
+        return;
+    }
+    c->user = open_user(c->path, 0, c->busy_ms, &c->writable, warn);
+}
+
 cache_origin cache_get_kernel(fj_cache *c, const char *key, const char *variant_text, void **binary,
-                              size_t *size)
+                              size_t *size, fj__err *warn)
 {
     *binary = NULL;
     *size = 0;
     if (!c)
         return CACHE_MISS;
-    if (c->user && lookup(c->user, key, variant_text, binary, size)) {
+    int hit = c->user && lookup(c->user, key, variant_text, binary, size);
+    if (!hit)
+        recover_if_damaged(c, warn);
+    if (hit) {
         if (c->writable) {
             sqlite3_stmt *st = NULL;
             if (sqlite3_prepare_v2(c->user, "UPDATE kernels SET last_used = ? WHERE key = ?", -1,
@@ -393,6 +463,7 @@ void cache_put_kernel(fj_cache *c, const char *key, const char *backend, const c
     if (rc != SQLITE_OK)
         fj__append(warn, "kernel cache: cannot store a kernel (%s)", sqlite3_errmsg(c->user));
     sqlite3_finalize(st);
+    recover_if_damaged(c, warn);
 }
 
 void cache_forget_kernel(fj_cache *c, const char *key)

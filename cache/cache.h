@@ -26,14 +26,17 @@ typedef struct cache_options {
 ** so is each unusable shipped cache. *out may be used even when no file is open. */
 fj_status cache_open(const cache_options *o, fj_cache **out, fj__err *warn);
 void cache_close(fj_cache *c);
+/* The user cache's connection (NULL when none), for tests and tools. */
+struct sqlite3 *cache_user_db(fj_cache *c);
 /* Whether a user cache file is open for writing. */
 int cache_writable(const fj_cache *c);
 
 /* Looks a kernel up by its key (SHA-256 of variant_text), user cache first, then shipped ones.
 ** A row only hits when its variant text equals variant_text and its binary matches its
-** checksum; anything else is a miss. *binary is malloc'd. */
+** checksum; anything else is a miss. *binary is malloc'd. A user cache found damaged is moved
+** aside and replaced by a fresh one, with a warning in warn. */
 cache_origin cache_get_kernel(fj_cache *c, const char *key, const char *variant_text, void **binary,
-                              size_t *size);
+                              size_t *size, fj__err *warn);
 
 /* Stores a compiled kernel in the user cache (replacing any row with that key). A failure is
 ** reported in warn and otherwise ignored. */

@@ -56,7 +56,8 @@ static int load_cached(fj_context *ctx, fj__kernel *k)
 {
     void *bin = NULL;
     size_t size = 0;
-    cache_origin origin = cache_get_kernel(ctx->cache, k->key_hash, k->key_text, &bin, &size);
+    cache_origin origin =
+        cache_get_kernel(ctx->cache, k->key_hash, k->key_text, &bin, &size, &ctx->err);
     if (origin == CACHE_MISS)
         return 0;
     double t0 = fj__now_ms();
