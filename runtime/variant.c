@@ -8,7 +8,7 @@
 const char *fj__variant_template(const fj__variant *v)
 {
     (void)v;
-    return "attn_fwd.cl.lua";
+    return "attn_fwd_simt.lua";
 }
 
 const char *fj__variant_entry(const fj__variant *v)
@@ -20,7 +20,7 @@ const char *fj__variant_entry(const fj__variant *v)
 const char *fj__variant_path(const fj__variant *v)
 {
     (void)v;
-    return "opencl.fwd";
+    return "opencl.fwd.simt";
 }
 
 int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_PARAMS])

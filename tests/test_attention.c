@@ -218,8 +218,10 @@ static void test_template_and_compile_errors_reach_caller(void **state)
     char dir[] = "/tmp/fj-broken-XXXXXX";
     assert_non_null(mkdtemp(dir));
     char path[256];
-    snprintf(path, sizeof path, "%s/attn_fwd.%s.lua", dir,
-             FJ_TEST_BACKEND == FJ_BACKEND_CUDA ? "cu" : "cl");
+    /* Both kernel designs, so the override applies whichever the device uses. */
+    char path2[256];
+    snprintf(path, sizeof path, "%s/attn_fwd_simt.lua", dir);
+    snprintf(path2, sizeof path2, "%s/attn_fwd_mma.cu.lua", dir);
     setenv("FLASHJIT_TEMPLATE_DIR", dir, 1);
 
     static const struct {
@@ -232,10 +234,13 @@ static void test_template_and_compile_errors_reach_caller(void **state)
         {"this is not a kernel;\n", FJ_ERR_COMPILE, "error", 136},
     };
     for (int i = 0; i < 2; i++) {
-        FILE *f = fopen(path, "w");
-        assert_non_null(f);
-        fputs(broken[i].text, f);
-        fclose(f);
+        const char *paths[] = {path, path2};
+        for (int p = 0; p < 2; p++) {
+            FILE *f = fopen(paths[p], "w");
+            assert_non_null(f);
+            fputs(broken[i].text, f);
+            fclose(f);
+        }
         fjh_case c = base(16, 16, broken[i].head_dim, FJ_DTYPE_BF16);
         fjh_result r;
         assert_int_equal(fjh_run(ctx, &c, &r), broken[i].status);
@@ -244,6 +249,7 @@ static void test_template_and_compile_errors_reach_caller(void **state)
     }
     unsetenv("FLASHJIT_TEMPLATE_DIR");
     unlink(path);
+    unlink(path2);
     rmdir(dir);
     fjh_case c = base(16, 16, 100, FJ_DTYPE_BF16);
     fjh_result r;

@@ -303,12 +303,12 @@ static void test_template_change_misses(void **state)
     copy_file(golden, path);
     path_in_tmp(dir, sizeof dir, "templates");
     mkdir(dir, 0777);
-    snprintf(tpl, sizeof tpl, "%s/cl_dtype.cl.lua", dir);
+    snprintf(tpl, sizeof tpl, "%s/dialect.lua", dir);
     /* The embedded helper plus one comment: same kernel, different template set. */
     FILE *f = fopen(tpl, "w");
     assert_non_null(f);
     for (size_t i = 0; i < tpl_embedded_count; i++)
-        if (!strcmp(tpl_embedded_files[i].name, "cl_dtype.cl.lua"))
+        if (!strcmp(tpl_embedded_files[i].name, "dialect.lua"))
             fputs(tpl_embedded_files[i].text, f);
     fputs("/* edited */\n", f);
     fclose(f);

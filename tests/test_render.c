@@ -125,6 +125,7 @@ static void test_banner_and_embedded_attention(void **state)
     const char *dtypes[] = {"f32", "f16", "bf16"};
     for (int i = 0; i < 3; i++) {
         tpl_param params[] = {
+            {.name = "backend", .kind = TPL_STR, .s = "opencl"},
             {.name = "dtype", .kind = TPL_STR, .s = dtypes[i]},
             {.name = "head_dim_pad", .kind = TPL_INT, .i = 64},
             {.name = "head_dim_v_pad", .kind = TPL_INT, .i = 48},
@@ -136,11 +137,11 @@ static void test_banner_and_embedded_attention(void **state)
         };
         fj__err err = {{0}};
         char *out = NULL;
-        assert_int_equal(tpl_render("attn_fwd.cl.lua", params, 8, "dtype=x\n", &out, &err), FJ_OK);
+        assert_int_equal(tpl_render("attn_fwd_simt.lua", params, 9, "dtype=x\n", &out, &err), FJ_OK);
         assert_true(strncmp(out, "/* flashjit variant\ndtype=x\n*/\n", 30) == 0);
         assert_non_null(strstr(out, "__kernel"));
         assert_non_null(strstr(out, "#define DVP 48"));
-        assert_true((strstr(out, "tanh(") != NULL) == (i == 2));
+        assert_true((strstr(out, "F_TANH(x)") != NULL) == (i == 2));
         free(out);
     }
 }
@@ -155,7 +156,7 @@ static void test_template_dir_override_and_hash(void **state)
     char dir[] = "/tmp/fj-templates-XXXXXX";
     assert_non_null(mkdtemp(dir));
     char path[256];
-    snprintf(path, sizeof path, "%s/attn_fwd.cl.lua", dir);
+    snprintf(path, sizeof path, "%s/attn_fwd_simt.lua", dir);
     FILE *f = fopen(path, "w");
     assert_non_null(f);
     fputs("% error('override in use')\n", f);
@@ -165,7 +166,7 @@ static void test_template_dir_override_and_hash(void **state)
     assert_int_equal(tpl_set_hash(after, &err), FJ_OK);
     assert_string_not_equal(before, after);
     char *out = NULL;
-    assert_int_equal(tpl_render("attn_fwd.cl.lua", NULL, 0, NULL, &out, &err), FJ_ERR_TEMPLATE);
+    assert_int_equal(tpl_render("attn_fwd_simt.lua", NULL, 0, NULL, &out, &err), FJ_ERR_TEMPLATE);
     assert_non_null(strstr(err.msg, "override in use"));
     /* Names are file names only: a path does not escape the template folder. */
     assert_int_equal(tpl_render("../etc/passwd", NULL, 0, NULL, &out, &err), FJ_ERR_TEMPLATE);

@@ -1,4 +1,5 @@
-% -- Forward attention for OpenCL C, FlashAttention style.
+% -- Forward attention, FlashAttention style, for any backend (the portable dialect) and any
+% -- dtype and alignment: the OpenCL kernel, and the CUDA path for f32 and unaligned tensors.
 % --
 % -- One work-group computes tile_m query rows of one (batch, head); each work-item owns one row:
 % -- its query vector and output accumulator stay in private memory. Key and value tiles of
@@ -10,30 +11,30 @@
 % -- Parameters: dtype, head_dim_pad, head_dim_v_pad, tile_m, tile_n, local_mask, softcap,
 % -- write_lse.
 % assert(tile_m > 0 and tile_n > 0, "tile sizes must be positive")
-% include("cl_dtype.cl.lua")
+% include("dialect.lua")
 
 #define TILE_M ${tile_m}
 #define TILE_N ${tile_n}
 #define DP ${head_dim_pad}
 #define DVP ${head_dim_v_pad}
 
-__kernel __attribute__((reqd_work_group_size(TILE_M, 1, 1)))
-void fj_attn_fwd(__global const STORE_T *q, __global const STORE_T *k, __global const STORE_T *v,
-                 __global STORE_T *out, __global float *lse,
-                 int seqlen_q, int seqlen_k, int heads_q, int heads_kv, int head_dim, int head_dim_v,
-                 long q_sb, long q_ss, long q_sh, long k_sb, long k_ss, long k_sh,
-                 long v_sb, long v_ss, long v_sh, long o_sb, long o_ss, long o_sh,
-                 long l_sb, long l_sh, long l_ss,
-                 float score_mul, float cap_mul, int window_left, int window_right)
+KERNEL(TILE_M)
+fj_attn_fwd(GLOBAL const STORE_T *q, GLOBAL const STORE_T *k, GLOBAL const STORE_T *v,
+            GLOBAL STORE_T *out, GLOBAL float *lse,
+            int seqlen_q, int seqlen_k, int heads_q, int heads_kv, int head_dim, int head_dim_v,
+            I64 q_sb, I64 q_ss, I64 q_sh, I64 k_sb, I64 k_ss, I64 k_sh,
+            I64 v_sb, I64 v_ss, I64 v_sh, I64 o_sb, I64 o_ss, I64 o_sh,
+            I64 l_sb, I64 l_sh, I64 l_ss,
+            float score_mul, float cap_mul, int window_left, int window_right)
 {
-    __local float k_tile[TILE_N][DP];
-    __local float v_tile[TILE_N][DVP];
+    SHARED float k_tile[TILE_N][DP];
+    SHARED float v_tile[TILE_N][DVP];
 
-    const int tid = get_local_id(0);
-    const int row0 = get_group_id(0) * TILE_M;
+    const int tid = THREAD_X;
+    const int row0 = BLOCK_X * TILE_M;
     const int row = row0 + tid;
-    const int head = get_group_id(1);
-    const int batch = get_group_id(2);
+    const int head = BLOCK_Y;
+    const int batch = BLOCK_Z;
     const int head_kv = head / (heads_q / heads_kv);
     const bool live = row < seqlen_q;
 
@@ -54,19 +55,19 @@ void fj_attn_fwd(__global const STORE_T *q, __global const STORE_T *k, __global 
     ** [lo(first row), hi(last row)]. */
     const int shift = seqlen_k - seqlen_q;
 % if local_mask then
-    const int last = min(seqlen_q - 1, row0 + TILE_M - 1);
-    const int lo = window_left < 0 ? 0 : max(0, row + shift - window_left);
-    const int hi = window_right < 0 ? seqlen_k - 1 : min(seqlen_k - 1, row + shift + window_right);
-    const int group_lo = window_left < 0 ? 0 : max(0, row0 + shift - window_left);
-    const int group_hi = window_right < 0 ? seqlen_k - 1 : min(seqlen_k - 1, last + shift + window_right);
+    const int last = I_MIN(seqlen_q - 1, row0 + TILE_M - 1);
+    const int lo = window_left < 0 ? 0 : I_MAX(0, row + shift - window_left);
+    const int hi = window_right < 0 ? seqlen_k - 1 : I_MIN(seqlen_k - 1, row + shift + window_right);
+    const int group_lo = window_left < 0 ? 0 : I_MAX(0, row0 + shift - window_left);
+    const int group_hi = window_right < 0 ? seqlen_k - 1 : I_MIN(seqlen_k - 1, last + shift + window_right);
 % else
     const int lo = 0, hi = seqlen_k - 1, group_lo = 0, group_hi = seqlen_k - 1;
 % end
 
-    float m = -INFINITY; /* running max, log2 units */
+    float m = -F_INF; /* running max, log2 units */
     float l = 0.0f;      /* running sum of exp2(score - m) */
     for (int n0 = group_lo / TILE_N * TILE_N; n0 <= group_hi; n0 += TILE_N) {
-        barrier(CLK_LOCAL_MEM_FENCE);
+        BARRIER();
         for (int i = tid; i < TILE_N * DP; i += TILE_M) {
             const int r = i / DP, c = i % DP, key = n0 + r;
             k_tile[r][c] = (key < seqlen_k && c < head_dim) ? LOAD(k, key * k_ss + c) : 0.0f;
@@ -75,32 +76,32 @@ void fj_attn_fwd(__global const STORE_T *q, __global const STORE_T *k, __global 
             const int r = i / DVP, c = i % DVP, key = n0 + r;
             v_tile[r][c] = (key < seqlen_k && c < head_dim_v) ? LOAD(v, key * v_ss + c) : 0.0f;
         }
-        barrier(CLK_LOCAL_MEM_FENCE);
+        BARRIER();
 
         float s[TILE_N];
         float m_new = m;
         for (int j = 0; j < TILE_N; j++) {
             float x = 0.0f;
             for (int c = 0; c < DP; c++)
-                x = fma(q_row[c], k_tile[j][c], x);
+                x = F_FMA(q_row[c], k_tile[j][c], x);
 % if softcap then
-            x = cap_mul * tanh(x);
+            x = cap_mul * F_TANH(x);
 % end
             const int key = n0 + j;
-            s[j] = (live && key >= lo && key <= hi) ? x : -INFINITY;
-            m_new = fmax(m_new, s[j]);
+            s[j] = (live && key >= lo && key <= hi) ? x : -F_INF;
+            m_new = F_MAX(m_new, s[j]);
         }
-        if (m_new == -INFINITY)
+        if (m_new == -F_INF)
             continue; /* every key of this tile is masked for this row */
-        const float alpha = exp2(m - m_new);
+        const float alpha = F_EXP2(m - m_new);
         l *= alpha;
         for (int c = 0; c < DVP; c++)
             acc[c] *= alpha;
         for (int j = 0; j < TILE_N; j++) {
-            const float p = exp2(s[j] - m_new);
+            const float p = F_EXP2(s[j] - m_new);
             l += p;
             for (int c = 0; c < DVP; c++)
-                acc[c] = fma(p, v_tile[j][c], acc[c]);
+                acc[c] = F_FMA(p, v_tile[j][c], acc[c]);
         }
         m = m_new;
     }
@@ -112,6 +113,6 @@ void fj_attn_fwd(__global const STORE_T *q, __global const STORE_T *k, __global 
     for (int c = 0; c < head_dim_v; c++)
         STORE(out, c, acc[c] * inv_l);
 % if write_lse then
-    lse[batch * l_sb + head * l_sh + row * l_ss] = l > 0.0f ? (m + log2(l)) * M_LN2_F : -INFINITY;
+    lse[batch * l_sb + head * l_sh + row * l_ss] = l > 0.0f ? (m + F_LOG2(l)) * F_LN2 : -F_INF;
 % end
 }

@@ -1,0 +1,93 @@
+% -- The portable dialect: one spelling of a kernel for OpenCL C and CUDA C++. Templates written
+% -- with these macros (KERNEL, GLOBAL, SHARED, BARRIER, THREAD_X, BLOCK_X/Y/Z, F_* math, I64)
+% -- render for either backend. Element access: STORE_T is the element type in memory, LOAD(p, i)
+% -- reads element i as float, STORE(p, i, x) writes x rounded to nearest even.
+% -- Parameters: backend ("opencl" or "cuda"), dtype ("f32", "f16", "bf16").
+% if backend == "opencl" then
+#define KERNEL(threads) __kernel __attribute__((reqd_work_group_size(threads, 1, 1))) void
+#define GLOBAL __global
+#define SHARED __local
+#define BARRIER() barrier(CLK_LOCAL_MEM_FENCE)
+#define THREAD_X ((int)get_local_id(0))
+#define BLOCK_X ((int)get_group_id(0))
+#define BLOCK_Y ((int)get_group_id(1))
+#define BLOCK_Z ((int)get_group_id(2))
+#define F_FMA fma
+#define F_MAX fmax
+#define F_EXP2 exp2
+#define F_LOG2 log2
+#define F_TANH tanh
+#define F_INF INFINITY
+#define F_LN2 M_LN2_F
+#define BITS_TO_FLOAT as_float
+#define FLOAT_TO_BITS as_uint
+#define INLINE inline
+typedef long I64;
+% elseif backend == "cuda" then
+#define KERNEL(threads) extern "C" __global__ void __launch_bounds__(threads)
+#define GLOBAL
+#define SHARED __shared__
+#define BARRIER() __syncthreads()
+#define THREAD_X ((int)threadIdx.x)
+#define BLOCK_X ((int)blockIdx.x)
+#define BLOCK_Y ((int)blockIdx.y)
+#define BLOCK_Z ((int)blockIdx.z)
+#define F_FMA fmaf
+#define F_MAX fmaxf
+#define F_EXP2 exp2f
+#define F_LOG2 log2f
+#define F_TANH tanhf
+#define F_INF __int_as_float(0x7f800000)
+#define F_LN2 0.693147180559945309f
+#define BITS_TO_FLOAT __uint_as_float
+#define FLOAT_TO_BITS __float_as_uint
+#define INLINE __device__ __forceinline__
+typedef long long I64;
+typedef unsigned short ushort;
+typedef unsigned int uint;
+% else
+%   error("dialect: unknown backend " .. tostring(backend))
+% end
+#define I_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define I_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+% if dtype == "f32" then
+typedef float STORE_T;
+#define LOAD(p, i) ((p)[i])
+#define STORE(p, i, x) ((p)[i] = (x))
+% elseif dtype == "f16" and backend == "opencl" then
+typedef half STORE_T;
+#define LOAD(p, i) vload_half((i), (p))
+#define STORE(p, i, x) vstore_half_rte((x), (i), (p))
+% elseif dtype == "f16" then
+typedef ushort STORE_T;
+INLINE float f16_to_float(ushort h)
+{
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+INLINE ushort float_to_f16(float f)
+{
+    ushort h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+#define LOAD(p, i) f16_to_float((p)[i])
+#define STORE(p, i, x) ((p)[i] = float_to_f16(x))
+% elseif dtype == "bf16" then
+typedef ushort STORE_T;
+INLINE float bf16_to_float(ushort b) { return BITS_TO_FLOAT((uint)b << 16); }
+INLINE ushort float_to_bf16(float f)
+{
+    uint u = FLOAT_TO_BITS(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (ushort)((u >> 16) | 0x40u); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (ushort)(u >> 16);
+}
+#define LOAD(p, i) bf16_to_float((p)[i])
+#define STORE(p, i, x) ((p)[i] = float_to_bf16(x))
+% else
+%   error("dialect: unsupported dtype " .. tostring(dtype))
+% end
