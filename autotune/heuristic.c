@@ -1,11 +1,64 @@
-/* The default tile choice, used until a tuned record exists for the device and shape. */
+/* The default kernel path and tile choice, used until a tuned record exists for the device and
+** shape. */
 #include "../runtime/internal.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static int32_t round_up(int64_t x, int32_t to)
 {
     return (int32_t)((x + to - 1) / to * to);
+}
+
+/* The tensor-core kernel copies 16-byte chunks: base, row strides and head dim must allow it. */
+static int rows_are_16b_aligned(const fj_tensor *t)
+{
+    if ((uintptr_t)t->data % 16 != 0 || t->shape[3] % 8 != 0)
+        return 0;
+    for (int i = 0; i < 3; i++)
+        if (t->stride[i] % 8 != 0)
+            return 0;
+    return 1;
+}
+
+/* Compute capability as major * 10 + minor from "sm_90a"; 0 when unknown. */
+static int sm_version(const fj_device_info *dev)
+{
+    int v = 0;
+    return sscanf(dev->arch, "sm_%d", &v) == 1 ? v : 0;
+}
+
+static void plan_mma(fj__variant *v, const fj_device_info *dev)
+{
+    int32_t widest = v->head_dim_pad > v->head_dim_v_pad ? v->head_dim_pad : v->head_dim_v_pad;
+    v->path = FJ__PATH_MMA;
+    v->warps = 4;
+    v->tile_m = widest <= 128 ? 128 : 64;
+    v->tile_n = 64;
+    v->q_in_regs = widest <= 64;
+    /* Shrink until the tiles fit the block's shared memory. */
+    while (fj__variant_shared_bytes(v) > dev->local_memory && v->tile_n > 16)
+        v->tile_n /= 2;
+    while (fj__variant_shared_bytes(v) > dev->local_memory && v->tile_m > 16 * v->warps)
+        v->tile_m /= 2;
+    v->threads = 32 * v->warps;
+}
+
+static void plan_simt(fj__variant *v, const fj_device_info *dev)
+{
+    /* One work-item per query row; the key tile is as deep as local memory allows (K and V
+    ** tiles in float), at most 64 KiB on OpenCL and the 48 KiB of static shared memory on CUDA. */
+    v->path = FJ__PATH_SIMT;
+    v->tile_m = 32;
+    v->threads = v->tile_m;
+    uint64_t budget = dev->local_memory ? dev->local_memory : 32768;
+    uint64_t cap = dev->backend == FJ_BACKEND_CUDA ? 48 * 1024 : 64 * 1024;
+    if (budget > cap)
+        budget = cap;
+    v->tile_n = 32;
+    while (v->tile_n > 8 &&
+           (uint64_t)v->tile_n * (uint64_t)(v->head_dim_pad + v->head_dim_v_pad) * 4 > budget)
+        v->tile_n /= 2;
 }
 
 void fj__plan_forward(const fj__problem *p, const fj_device_info *dev, fj__variant *v)
@@ -22,15 +75,12 @@ void fj__plan_forward(const fj__problem *p, const fj_device_info *dev, fj__varia
     v->softcap = p->softcap > 0.0f;
     v->write_lse = p->lse != NULL;
 
-    /* OpenCL: one work-item per query row; the key tile is as deep as local memory allows
-    ** (K and V tiles in float), at most 64 KiB. */
-    v->tile_m = 32;
-    v->threads = v->tile_m;
-    uint64_t budget = dev->local_memory ? dev->local_memory : 32768;
-    if (budget > 65536)
-        budget = 65536;
-    v->tile_n = 32;
-    while (v->tile_n > 8 &&
-           (uint64_t)v->tile_n * (uint64_t)(v->head_dim_pad + v->head_dim_v_pad) * 4 > budget)
-        v->tile_n /= 2;
+    int tensor_cores = dev->backend == FJ_BACKEND_CUDA && sm_version(dev) >= 80 &&
+                       (p->dtype == FJ_DTYPE_F16 || p->dtype == FJ_DTYPE_BF16) &&
+                       rows_are_16b_aligned(p->q) && rows_are_16b_aligned(p->k) &&
+                       rows_are_16b_aligned(p->v) && rows_are_16b_aligned(p->out);
+    if (tensor_cores)
+        plan_mma(v, dev);
+    else
+        plan_simt(v, dev);
 }

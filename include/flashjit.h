@@ -227,7 +227,9 @@ typedef struct fj_call_info {
     double total_ms;         /* host time of the whole call, launch included */
     uint64_t compiles;       /* kernels this context compiled since it was created */
     const char *variant;     /* the variant key text (sorted name=value lines); owned by ctx */
-    const char *kernel_path; /* which kernel design ran, e.g. "opencl.fwd" */
+    const char *kernel_path; /* which kernel design ran, e.g. "cuda.fwd.mma" */
+    int32_t registers;       /* registers per thread of that kernel; 0 if unknown */
+    int32_t spill_bytes;     /* local memory per thread (spills); 0 if none or unknown */
 } fj_call_info;
 
 /* Fills *info with the report of the last forward call on ctx; info->struct_size must be set.

@@ -89,12 +89,15 @@ fj_status fj_attention_forward(fj_context *ctx, const fj_attention_desc *desc, c
         return st;
     info->variant = kernel->key_text;
     info->kernel_path = fj__variant_path(&var);
+    if (ctx->ops->kernel_info)
+        ctx->ops->kernel_info(ctx->backend, kernel->handle, &info->registers, &info->spill_bytes);
 
     fj__arg args[40];
     fj__launch l = {
         .grid = {(uint32_t)((p.seqlen_q + var.tile_m - 1) / var.tile_m), (uint32_t)p.heads_q,
                  (uint32_t)p.batch},
         .block = {(uint32_t)var.threads, 1, 1},
+        .shared_bytes = fj__variant_shared_bytes(&var),
         .nargs = forward_args(&p, args),
         .args = args,
     };

@@ -56,9 +56,12 @@ struct fj_backend_ops {
     fj_status (*create)(int32_t index, fj__err *err, void **backend);
     void (*destroy)(void *b);
 
-    /* What a binary depends on besides the source: the exact compile target and the compiler's
-    ** version, e.g. "sm_90a nvrtc-13.0.88". Static text owned by b. */
+    /* What a binary depends on besides the source, part of every cache key: "cuda|sm_90a"; for
+    ** OpenCL the platform, device and driver. Text owned by b. */
     const char *(*target)(void *b);
+    /* The compiler that makes binaries, recorded with each cached one (not part of the key: a
+    ** cubin runs wherever its arch does, and a shipped cache must hit without NVRTC). */
+    const char *(*compiler)(void *b);
 
     /* Compiles source into a binary for target(). *log gets the compiler log (malloc'd, may be
     ** NULL) on success and failure alike. */
@@ -74,8 +77,19 @@ struct fj_backend_ops {
     fj_status (*copy_h2d)(void *b, void *dst, const void *src, size_t bytes);
     fj_status (*copy_d2h)(void *b, void *dst, const void *src, size_t bytes);
     fj_status (*synchronize)(void *b, void *stream);
+
+    /* Optional (NULL: unknown): registers per thread and local-memory (spill) bytes. */
+    void (*kernel_info)(void *b, void *kernel, int32_t *registers, int32_t *local_bytes);
 };
 
 extern const struct fj_backend_ops fj__opencl_backend;
+extern const struct fj_backend_ops fj__cuda_backend;
+
+/* Compiles CUDA source for an arch ("sm_90a") with NVRTC alone: no device, no driver. Used by
+** the CUDA backend and by `flashjit cache build`. */
+fj_status fj__cuda_compile_for(const char *arch, const char *source, const char *options,
+                               fj__blob *binary, char **log, fj__err *err);
+/* "nvrtc 13.0 (V13.0.88)", or "" when NVRTC is not available. */
+const char *fj__cuda_compiler_version(void);
 
 #endif /* FJ_RUNTIME_BACKEND_H */

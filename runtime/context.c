@@ -10,6 +10,7 @@ static _Thread_local fj__err create_err;
 
 /* The backends, in the order FJ_BACKEND_AUTO tries them. */
 static const struct fj_backend_ops *const backends[] = {
+    &fj__cuda_backend,
     &fj__opencl_backend,
 };
 

@@ -37,6 +37,15 @@ fj_status fj__kernel_get(fj_context *ctx, const fj__variant *v, const fj__kernel
 /* Unloads every kernel of ctx. */
 void fj__kernels_release(fj_context *ctx);
 
+/* The key of v: canonical text (malloc'd) and its SHA-256, for a backend target. */
+fj_status fj__variant_key(const fj__variant *v, const char *target, const char *template_hash,
+                          char **text, char hash[65], fj__err *err);
+/* Renders v's kernel source, starting with key_text in a comment. */
+fj_status fj__variant_render(const fj__variant *v, const char *key_text, char **source,
+                             fj__err *err);
+/* Compile options of a backend. */
+const char *fj__compile_options(fj_backend_kind backend);
+
 /* Writes the canonical key text of v (sorted name=value lines, ending with a newline) into
 ** buf. Returns the length, or the length it would need when size is too small. */
 size_t fj__variant_key_text(const fj__variant *v, const char *target, const char *template_hash,

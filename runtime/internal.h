@@ -71,21 +71,29 @@ fj_status fj__validate_forward(const fj_attention_desc *desc, const fj_tensor *q
 /* The kernel designs the templates provide. */
 typedef enum fj__kernel_family { FJ__FAMILY_FWD = 1 } fj__kernel_family;
 
+/* The kernel designs of a family. */
+typedef enum fj__kernel_path {
+    FJ__PATH_SIMT = 0, /* portable: one thread per query row (OpenCL; CUDA f32 and unaligned) */
+    FJ__PATH_MMA = 1   /* CUDA tensor cores, mma.sync (sm_80+) */
+} fj__kernel_path;
+
 /* Everything that changes generated code and nothing else: two requests with equal variants
 ** share a kernel. Always zero the struct before filling it; it is compared with memcmp. */
 typedef struct fj__variant {
-    int32_t family;       /* fj__kernel_family */
-    int32_t backend;      /* fj_backend_kind */
-    int32_t dtype;        /* fj_dtype of q, k, v, out */
-    int32_t head_dim_pad; /* head_dim rounded up to a multiple of 16 */
+    int32_t family;         /* fj__kernel_family */
+    int32_t backend;        /* fj_backend_kind */
+    int32_t path;           /* fj__kernel_path */
+    int32_t dtype;          /* fj_dtype of q, k, v, out */
+    int32_t head_dim_pad;   /* head_dim rounded up to a multiple of 16 */
     int32_t head_dim_v_pad;
-    int32_t tile_m;     /* query rows per block */
-    int32_t tile_n;     /* keys per streamed tile */
-    int32_t threads;    /* threads (work-items) per block */
-    uint8_t local_mask; /* causal or sliding window: per-element masking near the diagonal */
-    uint8_t softcap;    /* tanh soft-capping of scores */
+    int32_t tile_m;         /* query rows per block */
+    int32_t tile_n;         /* keys per streamed tile */
+    int32_t threads;        /* threads (work-items) per block */
+    int32_t warps;          /* MMA: warps per block (threads / 32) */
+    uint8_t q_in_regs;      /* MMA: Q fragments stay in registers across key tiles */
+    uint8_t local_mask;     /* causal or sliding window: per-element masking near the diagonal */
+    uint8_t softcap;        /* tanh soft-capping of scores */
     uint8_t write_lse;
-    uint8_t reserved_;
 } fj__variant;
 
 /* The template the variant renders with, and the kernel's entry point. */
@@ -94,7 +102,10 @@ const char *fj__variant_entry(const fj__variant *v);
 /* Which design runs, for reports: "opencl.fwd", "cuda.fwd.mma", ... */
 const char *fj__variant_path(const fj__variant *v);
 
-/* Chooses the tile configuration (the heuristic of autotune/) and fills a whole variant. */
+/* Chooses the kernel path and tile configuration (the heuristic of autotune/) and fills a whole
+** variant. */
 void fj__plan_forward(const fj__problem *p, const fj_device_info *dev, fj__variant *v);
+/* Dynamic shared memory a launch of v needs, in bytes. */
+uint32_t fj__variant_shared_bytes(const fj__variant *v);
 
 #endif /* FJ_RUNTIME_INTERNAL_H */

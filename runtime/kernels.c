@@ -8,10 +8,30 @@
 
 #include "variant.h"
 
-/* Compile options for each backend. Strict IEEE float: the kernels' accuracy relies on it. */
-static const char *compile_options(const fj_context *ctx)
+const char *fj__compile_options(fj_backend_kind backend)
 {
-    return ctx->ops->kind == FJ_BACKEND_OPENCL ? "-cl-std=CL1.2" : "";
+    /* Strict IEEE float (no fast-math): the SIMT kernels' accuracy relies on it. */
+    return backend == FJ_BACKEND_OPENCL ? "-cl-std=CL1.2" : "";
+}
+
+fj_status fj__variant_key(const fj__variant *v, const char *target, const char *template_hash,
+                          char **text, char hash[65], fj__err *err)
+{
+    size_t len = fj__variant_key_text(v, target, template_hash, NULL, 0);
+    *text = malloc(len + 1);
+    if (!*text)
+        return fj__fail(err, FJ_ERR_OUT_OF_MEMORY, "out of memory for a variant key");
+    fj__variant_key_text(v, target, template_hash, *text, len + 1);
+    fj__sha256_hex(*text, len, hash);
+    return FJ_OK;
+}
+
+fj_status fj__variant_render(const fj__variant *v, const char *key_text, char **source,
+                             fj__err *err)
+{
+    tpl_param params[FJ__MAX_PARAMS];
+    int n = fj__variant_params(v, params);
+    return tpl_render(fj__variant_template(v), params, n, key_text, source, err);
 }
 
 /* With $FLASHJIT_DUMP=DIR, writes DIR/<hash>.src, .opts and .log so that any compile can be
@@ -35,19 +55,6 @@ static void dump_compile(const fj__kernel *k, const char *source, const char *op
             fputs(parts[i][1], f);
         fclose(f);
     }
-}
-
-/* Fills key_text and key_hash of k for its variant. */
-static fj_status make_key(fj_context *ctx, fj__kernel *k)
-{
-    const char *target = ctx->ops->target(ctx->backend);
-    size_t len = fj__variant_key_text(&k->variant, target, ctx->template_hash, NULL, 0);
-    k->key_text = malloc(len + 1);
-    if (!k->key_text)
-        return fj__fail(&ctx->err, FJ_ERR_OUT_OF_MEMORY, "out of memory for a variant key");
-    fj__variant_key_text(&k->variant, target, ctx->template_hash, k->key_text, len + 1);
-    fj__sha256_hex(k->key_text, len, k->key_hash);
-    return FJ_OK;
 }
 
 /* Loads k from the user or a shipped cache. Returns 1 when it did; a binary that fails to load
@@ -80,15 +87,12 @@ static int load_cached(fj_context *ctx, fj__kernel *k)
 static fj_status build(fj_context *ctx, fj__kernel *k)
 {
     fj_call_info *info = &ctx->last_call;
-    tpl_param params[FJ__MAX_PARAMS];
-    int n = fj__variant_params(&k->variant, params);
     char *source = NULL, *log = NULL;
     fj__blob bin = {0};
-    const char *options = compile_options(ctx);
+    const char *options = fj__compile_options(ctx->ops->kind);
 
     double t0 = fj__now_ms();
-    fj_status st =
-        tpl_render(fj__variant_template(&k->variant), params, n, k->key_text, &source, &ctx->err);
+    fj_status st = fj__variant_render(&k->variant, k->key_text, &source, &ctx->err);
     double t1 = fj__now_ms();
     info->render_ms = t1 - t0;
     if (st != FJ_OK)
@@ -105,7 +109,7 @@ static fj_status build(fj_context *ctx, fj__kernel *k)
     info->load_ms = fj__now_ms() - t2;
     info->source = FJ_KERNEL_COMPILED;
     if (st == FJ_OK)
-        cache_put_kernel(ctx->cache, k->key_hash, ctx->ops->name, ctx->ops->target(ctx->backend),
+        cache_put_kernel(ctx->cache, k->key_hash, ctx->ops->name, ctx->ops->compiler(ctx->backend),
                          ctx->device.name, k->key_text, bin.data, bin.size, info->compile_ms, log,
                          &ctx->err);
 out:
@@ -145,7 +149,8 @@ fj_status fj__kernel_get(fj_context *ctx, const fj__variant *v, const fj__kernel
         ctx->capacity = cap;
     }
     fj__kernel k = {.variant = *v};
-    fj_status st = make_key(ctx, &k);
+    fj_status st = fj__variant_key(v, ctx->ops->target(ctx->backend), ctx->template_hash,
+                                   &k.key_text, k.key_hash, &ctx->err);
     int cached = st == FJ_OK && load_cached(ctx, &k);
     info->lookup_ms = fj__now_ms() - t0 - info->load_ms;
     if (st == FJ_OK && !cached)

@@ -7,8 +7,7 @@
 
 const char *fj__variant_template(const fj__variant *v)
 {
-    (void)v;
-    return "attn_fwd_simt.lua";
+    return v->path == FJ__PATH_MMA ? "attn_fwd_mma.cu.lua" : "attn_fwd_simt.lua";
 }
 
 const char *fj__variant_entry(const fj__variant *v)
@@ -19,8 +18,18 @@ const char *fj__variant_entry(const fj__variant *v)
 
 const char *fj__variant_path(const fj__variant *v)
 {
-    (void)v;
+    if (v->backend == FJ_BACKEND_CUDA)
+        return v->path == FJ__PATH_MMA ? "cuda.fwd.mma" : "cuda.fwd.simt";
     return "opencl.fwd.simt";
+}
+
+uint32_t fj__variant_shared_bytes(const fj__variant *v)
+{
+    if (v->path != FJ__PATH_MMA)
+        return 0; /* the SIMT kernel declares its shared memory statically */
+    /* Q [tile_m][d + 8], K [tile_n][d + 8], V [tile_n][dv + 8], 16-bit elements. */
+    return (uint32_t)(2 * ((v->tile_m + v->tile_n) * (v->head_dim_pad + 8) +
+                           v->tile_n * (v->head_dim_v_pad + 8)));
 }
 
 int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_PARAMS])
@@ -42,6 +51,8 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_PARAMS])
     INT_PARAM(tile_m);
     INT_PARAM(tile_n);
     INT_PARAM(threads);
+    INT_PARAM(warps);
+    BOOL_PARAM(q_in_regs);
     BOOL_PARAM(local_mask);
     BOOL_PARAM(softcap);
     BOOL_PARAM(write_lse);

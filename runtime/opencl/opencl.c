@@ -446,6 +446,7 @@ const struct fj_backend_ops fj__opencl_backend = {
     .create = cl_create,
     .destroy = cl_destroy,
     .target = cl_target,
+    .compiler = cl_target,
     .compile = cl_compile,
     .load = cl_load_kernel,
     .unload = cl_unload,

@@ -1,0 +1,288 @@
+% -- Forward attention on tensor cores (sm_80+), the FlashAttention-2 design.
+% --
+% -- A block computes tile_m query rows of one (batch, head); its warps split the rows, each
+% -- owning mt m16 tiles. Q, then key and value tiles of tile_n rows, are copied to shared memory
+% -- with cp.async (rows padded by 16 bytes, so ldmatrix is free of bank conflicts). Per key tile:
+% --   S = Q K^T     ldmatrix + mma.sync m16n8k16, f32 accumulators in registers
+% --   online softmax on S in registers (exp2, quad shuffles), rescaling O
+% --   O += P V      P reused from S's registers as the A operand, V through ldmatrix.trans
+% -- The value tile loads while S is computed and the next key tile while P V is, as in FA2.
+% -- Key tiles run from last to first, so only the first few need per-element masking; tiles
+% -- outside the causal/window band are never loaded. Requires d, dv multiples of 8 and 16-byte
+% -- aligned rows (the planner falls back to the SIMT kernel otherwise).
+% --
+% -- Parameters: dtype, head_dim_pad, head_dim_v_pad, tile_m, tile_n, warps, q_in_regs,
+% -- local_mask, softcap, write_lse.
+% local mt = tile_m // (16 * warps)
+% assert(mt >= 1 and mt * 16 * warps == tile_m, "tile_m must be a multiple of 16 * warps")
+% assert(tile_n % 16 == 0 and head_dim_pad % 16 == 0 and head_dim_v_pad % 16 == 0, "tiles must be multiples of 16")
+% include("cuda_mma.lua")
+
+#define BM ${tile_m}
+#define BN ${tile_n}
+#define THREADS ${warps * 32}
+#define DP ${head_dim_pad}
+#define DVP ${head_dim_v_pad}
+#define MT ${mt}
+#define NT (BN / 8)
+#define KT (DP / 16)
+#define OT (DVP / 8)
+#define QS (DP + 8)
+#define VS (DVP + 8)
+#define NEG_INF __int_as_float(0xff800000)
+
+/* Copies rows [row0, row0 + ROWS) of a [rows, cols] matrix (row stride ld, in elements) into
+** shared memory (row stride SS), zero-filling rows past `rows` and columns past `cols`. */
+template <int ROWS, int COLS, int SS>
+__device__ __forceinline__ void load_tile(elem_t *s, const elem_t *g, long long ld, int row0,
+                                          int rows, int cols)
+{
+    constexpr int CHUNKS = COLS / 8;
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int i = tid; i < ROWS * CHUNKS; i += THREADS) {
+        const int r = i / CHUNKS, c = (i % CHUNKS) * 8;
+        const bool ok = row0 + r < rows && c < cols;
+        const elem_t *src = ok ? g + (row0 + r) * ld + c : g;
+        cp_async16(smem_addr(s + r * SS + c), src, ok ? 16 : 0);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 2)
+fj_attn_fwd(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
+            const elem_t *__restrict__ v, elem_t *__restrict__ out, float *__restrict__ lse,
+            int seqlen_q, int seqlen_k, int heads_q, int heads_kv, int head_dim, int head_dim_v,
+            long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,
+            long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,
+            long long o_ss, long long o_sh, long long l_sb, long long l_sh, long long l_ss,
+            float score_mul, float cap_mul, int window_left, int window_right)
+{
+    extern __shared__ __attribute__((aligned(128))) unsigned char smem[];
+    elem_t *sQ = (elem_t *)smem;
+    elem_t *sK = sQ + BM * QS;
+    elem_t *sV = sK + BN * QS;
+
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int g = lane / 4, t = lane % 4; /* row group and column pair of mma fragments */
+% if local_mask then
+    /* Heavy (late) query tiles first, so causal work is balanced across the grid. */
+    const int m0 = (gridDim.x - 1 - blockIdx.x) * BM;
+% else
+    const int m0 = blockIdx.x * BM;
+% end
+    const int head = blockIdx.y, batch = blockIdx.z;
+    const int head_kv = head / (heads_q / heads_kv);
+    q += batch * q_sb + head * q_sh;
+    k += batch * k_sb + head_kv * k_sh;
+    v += batch * v_sb + head_kv * v_sh;
+    out += batch * o_sb + head * o_sh;
+    lse += batch * l_sb + head * l_sh;
+    const int shift = seqlen_k - seqlen_q;
+    const int warp_row = m0 + warp * 16 * MT; /* first query row of this warp */
+
+    /* Keys the block's rows may see: [n_lo, n_hi). */
+    int n_lo = 0, n_hi = seqlen_k;
+% if local_mask then
+    if (window_left >= 0)
+        n_lo = imax(0, m0 + shift - window_left);
+    if (window_right >= 0)
+        n_hi = imin(seqlen_k, imin(seqlen_q, m0 + BM) + shift + window_right);
+% end
+    const int nb_lo = n_lo / BN, nb_hi = (n_hi + BN - 1) / BN;
+
+    float o[MT][OT][4];
+    float row_max[MT][2], row_sum[MT][2];
+#pragma unroll
+    for (int i = 0; i < MT; i++) {
+#pragma unroll
+        for (int j = 0; j < OT; j++)
+            o[i][j][0] = o[i][j][1] = o[i][j][2] = o[i][j][3] = 0.0f;
+        row_max[i][0] = row_max[i][1] = NEG_INF;
+        row_sum[i][0] = row_sum[i][1] = 0.0f;
+    }
+% if q_in_regs then
+    u32 qf[MT][KT][4];
+% end
+
+    if (nb_lo < nb_hi) {
+        load_tile<BM, DP, QS>(sQ, q, q_ss, m0, seqlen_q, head_dim);
+        load_tile<BN, DP, QS>(sK, k, k_ss, (nb_hi - 1) * BN, seqlen_k, head_dim);
+        cp_async_commit();
+    }
+    for (int nb = nb_hi - 1; nb >= nb_lo; nb--) {
+        const int n0 = nb * BN;
+        cp_async_wait_all();
+        __syncthreads(); /* K(nb) (and Q) landed; every warp is done with V of the last tile */
+        load_tile<BN, DVP, VS>(sV, v, v_ss, n0, seqlen_k, head_dim_v);
+        cp_async_commit();
+
+        /* S = Q K^T */
+        float s[MT][NT][4];
+#pragma unroll
+        for (int i = 0; i < MT; i++)
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+                s[i][j][0] = s[i][j][1] = s[i][j][2] = s[i][j][3] = 0.0f;
+% if q_in_regs then
+        if (nb == nb_hi - 1) {
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+#pragma unroll
+                for (int kk = 0; kk < KT; kk++)
+                    ldmatrix_x4(smem_addr(sQ + (warp * 16 * MT + i * 16 + lane % 16) * QS + kk * 16 + (lane / 16) * 8),
+                                qf[i][kk][0], qf[i][kk][1], qf[i][kk][2], qf[i][kk][3]);
+        }
+% end
+#pragma unroll
+        for (int kk = 0; kk < KT; kk++) {
+% if q_in_regs then
+#define QF(i) qf[i][kk]
+% else
+            u32 a[MT][4];
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+                ldmatrix_x4(smem_addr(sQ + (warp * 16 * MT + i * 16 + lane % 16) * QS + kk * 16 + (lane / 16) * 8),
+                            a[i][0], a[i][1], a[i][2], a[i][3]);
+#define QF(i) a[i]
+% end
+#pragma unroll
+            for (int np = 0; np < NT / 2; np++) {
+                u32 b0, b1, b2, b3;
+                ldmatrix_x4(smem_addr(sK + (np * 16 + (lane / 16) * 8 + lane % 8) * QS + kk * 16 + ((lane / 8) % 2) * 8),
+                            b0, b1, b2, b3);
+#pragma unroll
+                for (int i = 0; i < MT; i++) {
+                    mma16816(s[i][2 * np], QF(i), b0, b1);
+                    mma16816(s[i][2 * np + 1], QF(i), b2, b3);
+                }
+            }
+#undef QF
+        }
+
+        /* Scores to log2 units (soft-capped if asked), masked where this tile needs it. */
+        bool need_mask = n0 + BN > seqlen_k;
+% if local_mask then
+        if (window_right >= 0)
+            need_mask |= n0 + BN - 1 > m0 + shift + window_right;
+        if (window_left >= 0)
+            need_mask |= n0 < m0 + BM - 1 + shift - window_left;
+% end
+#pragma unroll
+        for (int i = 0; i < MT; i++)
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+% if softcap then
+                    s[i][j][e] = cap_mul * tanhf(s[i][j][e] * score_mul);
+% else
+                    s[i][j][e] *= score_mul;
+% end
+                }
+        if (need_mask) {
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int row = warp_row + i * 16 + g + (e / 2) * 8;
+                        const int key = n0 + j * 8 + 2 * t + (e % 2);
+                        bool masked = key >= seqlen_k;
+% if local_mask then
+                        masked |= window_right >= 0 && key > row + shift + window_right;
+                        masked |= window_left >= 0 && key < row + shift - window_left;
+% end
+                        if (masked)
+                            s[i][j][e] = NEG_INF;
+                    }
+        }
+
+        /* Online softmax: new row maxima, rescale O and the sums, P = exp2(S - max). */
+#pragma unroll
+        for (int i = 0; i < MT; i++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float mx = row_max[i][h];
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+                    mx = fmaxf(mx, fmaxf(s[i][j][2 * h], s[i][j][2 * h + 1]));
+                mx = quad_max(mx);
+                /* A row with no key yet keeps max -inf; subtracting 0 then gives exp2(-inf) = 0. */
+                const float base = mx == NEG_INF ? 0.0f : mx;
+                const float alpha = ex2(row_max[i][h] - base);
+                row_max[i][h] = mx;
+                float sum = 0.0f;
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    s[i][j][2 * h] = ex2(s[i][j][2 * h] - base);
+                    s[i][j][2 * h + 1] = ex2(s[i][j][2 * h + 1] - base);
+                    sum += s[i][j][2 * h] + s[i][j][2 * h + 1];
+                }
+                row_sum[i][h] = row_sum[i][h] * alpha + sum;
+#pragma unroll
+                for (int j = 0; j < OT; j++) {
+                    o[i][j][2 * h] *= alpha;
+                    o[i][j][2 * h + 1] *= alpha;
+                }
+            }
+
+        /* P as 16-bit pairs right away: half the registers of S through the P V product. The
+        ** accumulator layout of two n8 tiles is the A-operand layout of one k16 step. */
+        u32 p[MT][BN / 16][4];
+#pragma unroll
+        for (int i = 0; i < MT; i++)
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) {
+                p[i][kk][0] = pack2(s[i][2 * kk][0], s[i][2 * kk][1]);
+                p[i][kk][1] = pack2(s[i][2 * kk][2], s[i][2 * kk][3]);
+                p[i][kk][2] = pack2(s[i][2 * kk + 1][0], s[i][2 * kk + 1][1]);
+                p[i][kk][3] = pack2(s[i][2 * kk + 1][2], s[i][2 * kk + 1][3]);
+            }
+
+        cp_async_wait_all();
+        __syncthreads(); /* V(nb) landed; every warp is done with K(nb) */
+        if (nb > nb_lo) {
+            load_tile<BN, DP, QS>(sK, k, k_ss, n0 - BN, seqlen_k, head_dim);
+            cp_async_commit();
+        }
+
+        /* O += P V */
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+#pragma unroll
+            for (int op = 0; op < OT / 2; op++) {
+                u32 b0, b1, b2, b3;
+                ldmatrix_x4_trans(smem_addr(sV + (kk * 16 + lane % 16) * VS + op * 16 + (lane / 16) * 8),
+                                  b0, b1, b2, b3);
+#pragma unroll
+                for (int i = 0; i < MT; i++) {
+                    mma16816(o[i][2 * op], p[i][kk], b0, b1);
+                    mma16816(o[i][2 * op + 1], p[i][kk], b2, b3);
+                }
+            }
+        }
+    }
+
+    /* Normalise and store; a row that saw no key gets 0 and lse -inf. */
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const float sum = quad_sum(row_sum[i][h]);
+            const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+            const int row = warp_row + i * 16 + g + h * 8;
+            if (row >= seqlen_q)
+                continue;
+#pragma unroll
+            for (int j = 0; j < OT; j++) {
+                const int col = j * 8 + 2 * t;
+                if (col < head_dim_v)
+                    *(u32 *)(out + row * o_ss + col) = pack2(o[i][j][2 * h] * inv, o[i][j][2 * h + 1] * inv);
+            }
+% if write_lse then
+            if (t == 0)
+                lse[row * l_ss] = sum > 0.0f ? (row_max[i][h] + lg2(sum)) * 0.693147180559945309f : NEG_INF;
+% end
+        }
+}
