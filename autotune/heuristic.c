@@ -33,8 +33,11 @@ static void plan_mma(fj__variant *v, const fj_device_info *dev)
     int32_t widest = v->head_dim_pad > v->head_dim_v_pad ? v->head_dim_pad : v->head_dim_v_pad;
     v->path = FJ__PATH_MMA;
     v->warps = 4;
+    /* Two m16 tiles per warp (each K/V fragment read from shared memory feeds two mma) up to
+    ** d = 128, one beyond; the key tile as deep as 255 registers allow without spills (checked
+    ** with ptxas for sm_80 and sm_90a). */
     v->tile_m = widest <= 128 ? 128 : 64;
-    v->tile_n = 64;
+    v->tile_n = widest <= 64 ? 64 : 32;
     v->q_in_regs = widest <= 64;
     /* Shrink until the tiles fit the block's shared memory. */
     while (fj__variant_shared_bytes(v) > dev->local_memory && v->tile_n > 16)

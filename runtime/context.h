@@ -43,6 +43,10 @@ fj_status fj__variant_key(const fj__variant *v, const char *target, const char *
 /* Renders v's kernel source, starting with key_text in a comment. */
 fj_status fj__variant_render(const fj__variant *v, const char *key_text, char **source,
                              fj__err *err);
+/* With $FLASHJIT_DUMP=DIR, writes DIR/<hash>.src, .opts, .log and .key so that any compile can
+** be reproduced by hand. Best effort. */
+void fj__dump_compile(const char *key_hash, const char *key_text, const char *source,
+                      const char *options, const char *log);
 /* Compile options of a backend. */
 const char *fj__compile_options(fj_backend_kind backend);
 

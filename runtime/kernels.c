@@ -36,18 +36,18 @@ fj_status fj__variant_render(const fj__variant *v, const char *key_text, char **
 
 /* With $FLASHJIT_DUMP=DIR, writes DIR/<hash>.src, .opts and .log so that any compile can be
 ** reproduced by hand. Best effort: a dump that fails is ignored. */
-static void dump_compile(const fj__kernel *k, const char *source, const char *options,
-                         const char *log)
+void fj__dump_compile(const char *key_hash, const char *key_text, const char *source,
+                      const char *options, const char *log)
 {
     const char *dir = getenv("FLASHJIT_DUMP");
     if (!dir || !dir[0])
         return;
     mkdir(dir, 0777);
     const char *parts[][2] = {
-        {"src", source}, {"opts", options}, {"log", log}, {"key", k->key_text}};
+        {"src", source}, {"opts", options}, {"log", log}, {"key", key_text}};
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
         char path[4096];
-        snprintf(path, sizeof path, "%s/%.16s.%s", dir, k->key_hash, parts[i][0]);
+        snprintf(path, sizeof path, "%s/%.16s.%s", dir, key_hash, parts[i][0]);
         FILE *f = fopen(path, "w");
         if (!f)
             continue;
@@ -100,7 +100,7 @@ static fj_status build(fj_context *ctx, fj__kernel *k)
     st = ctx->ops->compile(ctx->backend, source, options, &bin, &log);
     double t2 = fj__now_ms();
     info->compile_ms = t2 - t1;
-    dump_compile(k, source, options, log);
+    fj__dump_compile(k->key_hash, k->key_text, source, options, log);
     if (st != FJ_OK)
         goto out;
     ctx->compiles++;

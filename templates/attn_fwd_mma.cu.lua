@@ -39,7 +39,9 @@ __device__ __forceinline__ void load_tile(elem_t *s, const elem_t *g, long long 
 {
     constexpr int CHUNKS = COLS / 8;
     const int tid = threadIdx.x;
-#pragma unroll
+    /* Not unrolled: unrolled, the address arithmetic of every chunk competes for registers
+    ** with the accumulators. */
+#pragma unroll 1
     for (int i = tid; i < ROWS * CHUNKS; i += THREADS) {
         const int r = i / CHUNKS, c = (i % CHUNKS) * 8;
         const bool ok = row0 + r < rows && c < cols;

@@ -36,7 +36,7 @@ __device__ __forceinline__ void ldmatrix_x4_trans(u32 addr, u32 &r0, u32 &r1, u3
 /* d += a * b for one m16n8k16 tile: a row-major 16x16, b column-major 16x8, d f32. */
 __device__ __forceinline__ void mma16816(float *d, const u32 *a, u32 b0, u32 b1)
 {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.${ptx_type}.${ptx_type}.f32 "
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.${ptx_type}.${ptx_type}.f32 "
         "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));

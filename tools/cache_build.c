@@ -166,6 +166,9 @@ int fjt_cache_build(int argc, char **argv)
                                                       fj__compile_options(FJ_BACKEND_CUDA), &bin,
                                                       &log, &err);
                         double ms = fj__now_ms() - t0;
+                        if (source)
+                            fj__dump_compile(key, key_text, source,
+                                             fj__compile_options(FJ_BACKEND_CUDA), log);
                         if (st == FJ_OK) {
                             snprintf(compiler, sizeof compiler, "%s %s", arch,
                                      fj__cuda_compiler_version());
