@@ -192,6 +192,27 @@ static void test_layouts_and_lse(void **state)
     run_cases(state, cases, 6);
 }
 
+/* Many key tiles, both loop directions of the tensor-core kernel, both masks. */
+static void test_long_sequences(void **state)
+{
+    fjh_case cases[6];
+    size_t n = 0;
+    int64_t lens[] = {1024, FJ_TEST_BACKEND == FJ_BACKEND_CUDA ? 2048 : 1024};
+    for (int i = 0; i < 2; i++)
+        for (int causal = 0; causal < 2; causal++) {
+            cases[n] = base(lens[i], lens[i], i ? 128 : 64, FJ_DTYPE_BF16);
+            cases[n].batch = 1;
+            cases[n++].desc.causal = causal;
+        }
+    cases[n] = base(1000, 1500, 96, FJ_DTYPE_F16); /* ragged tiles on both axes */
+    cases[n].desc.window_left = 300;
+    cases[n++].desc.window_right = 40;
+    cases[n] = base(777, 333, 256, FJ_DTYPE_BF16);
+    cases[n].heads_q = 4;
+    cases[n++].desc.causal = 1;
+    run_cases(state, cases, n);
+}
+
 static void test_second_call_is_memoised(void **state)
 {
     fj_context *ctx = context_or_skip(state);
@@ -267,6 +288,7 @@ int main(void)
         cmocka_unit_test(test_windows_softcap_scale),
         cmocka_unit_test(test_fully_masked_rows),
         cmocka_unit_test(test_layouts_and_lse),
+        cmocka_unit_test(test_long_sequences),
         cmocka_unit_test(test_second_call_is_memoised),
         cmocka_unit_test(test_template_and_compile_errors_reach_caller),
     };

@@ -1,0 +1,86 @@
+"""Forward attention: flashjit against PyTorch's SDPA backends (FA2 "flash", cuDNN) on the same
+tensors, in the same process, over the FlashAttention benchmark grid (b*s = 16384 tokens,
+hidden 2048, bf16). TFLOP/s as FlashAttention counts them: 4*b*h*s^2*d, halved when causal.
+
+Usage: python3 bench/bench_fwd.py [--lib build/libflashjit.so] [--quick] [--d 64,128]
+       [--s 1024,4096] [--causal 0,1] [--out DIR]
+Prints one line per grid point and writes bench_fwd.json into --out (default $OUT or .)."""
+import argparse
+import json
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from triton.testing import do_bench
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import flashjit  # noqa: E402
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--lib", default=None)
+ap.add_argument("--quick", action="store_true")
+ap.add_argument("--d", default="64,128,256")
+ap.add_argument("--s", default="512,1024,2048,4096,8192,16384")
+ap.add_argument("--causal", default="0,1")
+ap.add_argument("--reps", type=int, default=100, help="do_bench rep time in ms")
+ap.add_argument("--out", default=os.environ.get("OUT", "."))
+args = ap.parse_args()
+if args.quick:
+    args.d, args.s = "128", "1024,8192"
+
+torch.manual_seed(0)
+dev = "cuda"
+ctx = flashjit.Context(backend="cuda", lib=args.lib, cache_path=":memory:")
+peers = {"fa2": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
+
+
+def tflops(b, h, s, d, causal, ms):
+    f = 4 * b * h * s * s * d / (2 if causal else 1)
+    return f / ms / 1e9
+
+
+rows = []
+print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, "
+      f"flashjit {ctx.lib.fj_version().decode()}", flush=True)
+print(f"{'d':>4} {'causal':>6} {'s':>6} {'b':>3} {'h':>3} | {'flashjit':>8} {'fa2':>6} {'cudnn':>6}"
+      f" | {'x fa2':>6} {'x cudnn':>7} | {'maxdiff':>8} path", flush=True)
+for d in [int(x) for x in args.d.split(",")]:
+    for causal in [bool(int(x)) for x in args.causal.split(",")]:
+        for s in [int(x) for x in args.s.split(",")]:
+            b, h = max(1, 16384 // s), 2048 // d
+            q, k, v = (torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16) for _ in range(3))
+            out = torch.empty_like(q)
+            fj = lambda: ctx.forward(q, k, v, out=out, causal=causal)  # noqa: E731
+            fj()
+            info = ctx.last_call()
+            qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION]):
+                ref = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal).transpose(1, 2)
+            torch.cuda.synchronize()
+            diff = (out.float() - ref.float()).abs().max().item()
+            row = dict(d=d, causal=causal, s=s, b=b, h=h, maxdiff=diff,
+                       path=info["kernel_path"], registers=info["registers"],
+                       spill_bytes=info["spill_bytes"], compile_ms=info["compile_ms"])
+            ms = do_bench(fj, warmup=25, rep=args.reps, return_mode="median")
+            row["flashjit"] = tflops(b, h, s, d, causal, ms)
+            for name, backend in peers.items():
+                try:
+                    with sdpa_kernel([backend]):
+                        fn = lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)  # noqa: E731
+                        fn()
+                        row[name] = tflops(b, h, s, d, causal,
+                                           do_bench(fn, warmup=25, rep=args.reps, return_mode="median"))
+                except RuntimeError:
+                    row[name] = float("nan")
+            rows.append(row)
+            print(f"{d:4d} {int(causal):6d} {s:6d} {b:3d} {h:3d} | {row['flashjit']:8.1f} "
+                  f"{row['fa2']:6.1f} {row['cudnn']:6.1f} | {row['flashjit'] / row['fa2']:6.2f} "
+                  f"{row['flashjit'] / row['cudnn']:7.2f} | {diff:8.4f} {info['kernel_path']} "
+                  f"r{info['registers']} s{info['spill_bytes']}", flush=True)
+            del q, k, v, out, ref
+
+with open(os.path.join(args.out, "bench_fwd.json"), "w") as f:
+    json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), f,
+              indent=1)

@@ -1,0 +1,135 @@
+"""A thin ctypes binding of libflashjit for PyTorch tensors.
+
+    import torch, flashjit
+    ctx = flashjit.Context(backend="cuda")            # uses PyTorch's CUDA context
+    out = ctx.forward(q, k, v, causal=True)           # q [b, sq, hq, d], k/v [b, sk, hkv, d|dv]
+
+Tensors may have any strides with a contiguous last dimension; the call runs on PyTorch's current
+stream. Errors raise FlashjitError with the library's message (which names the bad field).
+"""
+import ctypes
+import os
+
+_DTYPES = {"torch.float16": 0, "torch.bfloat16": 1, "torch.float32": 2}
+_BACKENDS = {"auto": 0, "cuda": 1, "opencl": 2}
+_SOURCES = ["none", "memory", "user cache", "shipped cache", "compiled"]
+
+
+class _Tensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int), ("ndim", ctypes.c_int32),
+                ("shape", ctypes.c_int64 * 4), ("stride", ctypes.c_int64 * 4)]
+
+
+class _ContextOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("backend", ctypes.c_int),
+                ("device", ctypes.c_int32), ("cache_path", ctypes.c_char_p),
+                ("shipped_caches", ctypes.POINTER(ctypes.c_char_p)),
+                ("cache_readonly", ctypes.c_int32)]
+
+
+class _AttentionDesc(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("softmax_scale", ctypes.c_float),
+                ("causal", ctypes.c_int32), ("window_left", ctypes.c_int32),
+                ("window_right", ctypes.c_int32), ("softcap", ctypes.c_float)]
+
+
+class _CallInfo(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("source", ctypes.c_int),
+                ("lookup_ms", ctypes.c_double), ("render_ms", ctypes.c_double),
+                ("compile_ms", ctypes.c_double), ("load_ms", ctypes.c_double),
+                ("total_ms", ctypes.c_double), ("compiles", ctypes.c_uint64),
+                ("variant", ctypes.c_char_p), ("kernel_path", ctypes.c_char_p),
+                ("registers", ctypes.c_int32), ("spill_bytes", ctypes.c_int32)]
+
+
+class FlashjitError(RuntimeError):
+    pass
+
+
+def _load(path=None):
+    if path is None:
+        here = os.path.dirname(os.path.abspath(__file__))
+        path = os.environ.get("FLASHJIT_LIB", os.path.join(here, "..", "build", "libflashjit.so"))
+    lib = ctypes.CDLL(path)
+    lib.fj_status_string.restype = ctypes.c_char_p
+    lib.fj_context_last_error.restype = ctypes.c_char_p
+    lib.fj_last_create_error.restype = ctypes.c_char_p
+    lib.fj_version.restype = ctypes.c_char_p
+    lib.fj_context_options_init.argtypes = [ctypes.POINTER(_ContextOptions)]
+    lib.fj_context_create.argtypes = [ctypes.POINTER(_ContextOptions), ctypes.POINTER(ctypes.c_void_p)]
+    lib.fj_context_destroy.argtypes = [ctypes.c_void_p]
+    lib.fj_context_last_error.argtypes = [ctypes.c_void_p]
+    lib.fj_attention_desc_init.argtypes = [ctypes.POINTER(_AttentionDesc)]
+    lib.fj_attention_forward.argtypes = [ctypes.c_void_p, ctypes.POINTER(_AttentionDesc)] + \
+        [ctypes.POINTER(_Tensor)] * 5 + [ctypes.c_void_p]
+    lib.fj_context_last_call.argtypes = [ctypes.c_void_p, ctypes.POINTER(_CallInfo)]
+    return lib
+
+
+def _tensor(t):
+    if t.dtype.__str__() not in _DTYPES:
+        raise FlashjitError(f"unsupported dtype {t.dtype}")
+    s = _Tensor()
+    s.data = t.data_ptr()
+    s.dtype = _DTYPES[str(t.dtype)]
+    s.ndim = t.dim()
+    for i in range(t.dim()):
+        s.shape[i] = t.shape[i]
+        s.stride[i] = t.stride(i)
+    return s
+
+
+class Context:
+    def __init__(self, backend="cuda", device=0, cache_path=None, lib=None):
+        self.lib = _load(lib)
+        opts = _ContextOptions()
+        self.lib.fj_context_options_init(ctypes.byref(opts))
+        opts.backend = _BACKENDS[backend]
+        opts.device = device
+        if cache_path is not None:
+            opts.cache_path = cache_path.encode()
+        handle = ctypes.c_void_p()
+        st = self.lib.fj_context_create(ctypes.byref(opts), ctypes.byref(handle))
+        if st != 0:
+            raise FlashjitError(self.lib.fj_status_string(st).decode() + ": " +
+                                self.lib.fj_last_create_error().decode())
+        self.handle = handle
+
+    def __del__(self):
+        if getattr(self, "handle", None):
+            self.lib.fj_context_destroy(self.handle)
+            self.handle = None
+
+    def forward(self, q, k, v, out=None, lse=None, causal=False, window=(-1, -1), softcap=0.0,
+                scale=0.0, stream=None):
+        import torch
+        if out is None:
+            out = torch.empty(q.shape[:3] + (v.shape[3],), dtype=q.dtype, device=q.device)
+        desc = _AttentionDesc()
+        self.lib.fj_attention_desc_init(ctypes.byref(desc))
+        desc.causal = int(causal)
+        desc.window_left, desc.window_right = window
+        desc.softcap = softcap
+        desc.softmax_scale = scale
+        if stream is None and q.is_cuda:
+            stream = torch.cuda.current_stream(q.device).cuda_stream
+        tq, tk, tv, to = _tensor(q), _tensor(k), _tensor(v), _tensor(out)
+        tl = _tensor(lse) if lse is not None else None
+        st = self.lib.fj_attention_forward(self.handle, ctypes.byref(desc), ctypes.byref(tq),
+                                           ctypes.byref(tk), ctypes.byref(tv), ctypes.byref(to),
+                                           ctypes.byref(tl) if tl is not None else None, stream)
+        if st != 0:
+            raise FlashjitError(self.lib.fj_status_string(st).decode() + ": " +
+                                self.lib.fj_context_last_error(self.handle).decode())
+        return out
+
+    def last_call(self):
+        info = _CallInfo()
+        info.struct_size = ctypes.sizeof(_CallInfo)
+        self.lib.fj_context_last_call(self.handle, ctypes.byref(info))
+        return dict(source=_SOURCES[info.source], lookup_ms=info.lookup_ms,
+                    render_ms=info.render_ms, compile_ms=info.compile_ms, load_ms=info.load_ms,
+                    total_ms=info.total_ms, compiles=info.compiles,
+                    variant=(info.variant or b"").decode(),
+                    kernel_path=(info.kernel_path or b"").decode(),
+                    registers=info.registers, spill_bytes=info.spill_bytes)

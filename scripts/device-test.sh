@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Builds and tests flashjit on a machine without apt (the GPU machine), against the packages
+# that scripts/device-deps.sh extracted into .deps/root; then benchmarks. Logs go to $OUT (or
+# ./out). Usage: scripts/device-test.sh [test|bench|all] [extra bench arguments...]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+what=${1:-all}
+shift || true
+out=${OUT:-$PWD/out}
+mkdir -p "$out"
+build=build-device
+{
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+    cmake -S . -B $build -DFLASHJIT_DEPS_ROOT=.deps/root -DFLASHJIT_WERROR=ON \
+        -DCMAKE_BUILD_TYPE=Release >/dev/null &&
+    cmake --build $build -j "$(nproc)" 2>&1 | grep -E "error|warning" ;
+    $build/flashjit info
+} 2>&1 | tee "$out/build.log"
+[ -x $build/flashjit ] || { echo "build failed"; exit 1; }
+status=0
+if [ "$what" = test ] || [ "$what" = all ]; then
+    (cd $build && ctest --output-on-failure -V) > "$out/ctest.log" 2>&1 || status=1
+    grep -E "^\s*[0-9]+/[0-9]+ Test|tests passed|FAIL|SKIP" "$out/ctest.log" | tail -20
+    $build/flashjit run --backend cuda --batch 2 --heads 6 --kv-heads 2 --seqlen-q 300 \
+        --seqlen-k 517 --head-dim 72 --head-dim-v 40 --dtype bf16 --causal | tee "$out/run.log"
+    bench/first_call.sh cuda $build 2>&1 | tee "$out/first_call.log"
+fi
+if [ "$what" = bench ] || [ "$what" = all ]; then
+    PYTHONUNBUFFERED=1 python3 bench/bench_fwd.py --lib $build/libflashjit.so --out "$out" "$@" \
+        2>&1 | tee "$out/bench.log"
+fi
+exit $status
