@@ -37,7 +37,7 @@ static void plan_mma(fj__variant *v, const fj_device_info *dev)
     ** d = 128, one beyond; the key tile as deep as 255 registers allow without spills (checked
     ** with ptxas for sm_80 and sm_90a). */
     v->tile_m = widest <= 128 ? 128 : 64;
-    v->tile_n = widest <= 64 ? 64 : 32;
+    v->tile_n = 64;
     v->q_in_regs = widest <= 64;
     /* Shrink until the tiles fit the block's shared memory. */
     while (fj__variant_shared_bytes(v) > dev->local_memory && v->tile_n > 16)
@@ -76,6 +76,7 @@ void fj__plan_forward(const fj__problem *p, const fj_device_info *dev, fj__varia
     v->head_dim_v_pad = round_up(p->head_dim_v, 16);
     v->local_mask = p->window_left >= 0 || p->window_right >= 0;
     v->softcap = p->softcap > 0.0f;
+    v->neg_scale = p->scale < 0.0f;
     v->write_lse = p->lse != NULL;
 
     int tensor_cores = dev->backend == FJ_BACKEND_CUDA && sm_version(dev) >= 80 &&

@@ -94,6 +94,8 @@ typedef struct fj__variant {
     uint8_t local_mask;     /* causal or sliding window: per-element masking near the diagonal */
     uint8_t softcap;        /* tanh soft-capping of scores */
     uint8_t write_lse;
+    uint8_t neg_scale;      /* softmax_scale < 0 (maxima must be taken on scaled scores) */
+    uint8_t reserved_[3];
 } fj__variant;
 
 /* The template the variant renders with, and the kernel's entry point. */

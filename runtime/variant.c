@@ -55,6 +55,7 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_PARAMS])
     BOOL_PARAM(q_in_regs);
     BOOL_PARAM(local_mask);
     BOOL_PARAM(softcap);
+    BOOL_PARAM(neg_scale);
     BOOL_PARAM(write_lse);
 #undef INT_PARAM
 #undef BOOL_PARAM

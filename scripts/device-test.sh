@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds and tests flashjit on a machine without apt (the GPU machine), against the packages
-# that scripts/device-deps.sh extracted into .deps/root; then benchmarks. Logs go to $OUT (or
-# ./out). Usage: scripts/device-test.sh [test|bench|all] [extra bench arguments...]
+out). Usage: scripts/device-test.sh [test|bench|all] [extra bench arguments...]uilds and tests flashjit on a machine without apt (the GPU machine), against the packages
+out). Usage: scripts/device-test.sh [test|bench|all] [extra bench arguments...]hat scripts/device-deps.sh extracted into .deps/root; then benchmarks. Logs go to $OUT (or
+out). Usage: scripts/device-test.sh [test|bench|all] [extra bench arguments...]/out). Usage: scripts/device-test.sh [test|bench|all] [extra bench arguments...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -19,7 +19,7 @@ build=build-device
 [ -x $build/flashjit ] || { echo "build failed"; exit 1; }
 status=0
 if [ "$what" = test ] || [ "$what" = all ]; then
-    (cd $build && ctest --output-on-failure -V) > "$out/ctest.log" 2>&1 || status=1
+    (cd $build && ctest --output-on-failure -V ${CTEST_LABEL:+-L "$CTEST_LABEL"}) > "$out/ctest.log" 2>&1 || status=1
     grep -E "^\s*[0-9]+/[0-9]+ Test|tests passed|FAIL|SKIP" "$out/ctest.log" | tail -20
     $build/flashjit run --backend cuda --batch 2 --heads 6 --kv-heads 2 --seqlen-q 300 \
         --seqlen-k 517 --head-dim 72 --head-dim-v 40 --dtype bf16 --causal | tee "$out/run.log"

@@ -12,7 +12,10 @@
 % -- aligned rows (the planner falls back to the SIMT kernel otherwise).
 % --
 % -- Parameters: dtype, head_dim_pad, head_dim_v_pad, tile_m, tile_n, warps, q_in_regs,
-% -- local_mask, softcap, write_lse.
+% -- local_mask, softcap, neg_scale, write_lse.
+% -- With a positive scale and no soft-capping, S stays unscaled: maxima are taken on raw scores
+% -- and the scale folds into one FFMA per element, exp2(s * scale - max * scale).
+% local fused = not softcap and not neg_scale
 % local mt = tile_m // (16 * warps)
 % assert(mt >= 1 and mt * 16 * warps == tile_m, "tile_m must be a multiple of 16 * warps")
 % assert(tile_n % 16 == 0 and head_dim_pad % 16 == 0 and head_dim_v_pad % 16 == 0, "tiles must be multiples of 16")
@@ -30,6 +33,11 @@
 #define QS (DP + 8)
 #define VS (DVP + 8)
 #define NEG_INF __int_as_float(0xff800000)
+% if fused then
+#define TO_LOG2(x) ((x) * score_mul)
+% else
+#define TO_LOG2(x) (x)
+% end
 
 /* Copies rows [row0, row0 + ROWS) of a [rows, cols] matrix (row stride ld, in elements) into
 ** shared memory (row stride SS), zero-filling rows past `rows` and columns past `cols`. */
@@ -135,7 +143,12 @@ fj_attn_fwd(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
                                 qf[i][kk][0], qf[i][kk][1], qf[i][kk][2], qf[i][kk][3]);
         }
 % end
+% if q_in_regs then
 #pragma unroll
+% else
+        /* Not unrolled: unrolled, ptxas hoists the Q and K fragments of later steps and spills. */
+#pragma unroll 1
+% end
         for (int kk = 0; kk < KT; kk++) {
 % if q_in_regs then
 #define QF(i) qf[i][kk]
@@ -161,7 +174,7 @@ fj_attn_fwd(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
 #undef QF
         }
 
-        /* Scores to log2 units (soft-capped if asked), masked where this tile needs it. */
+        /* Masked where this tile needs it (and in log2 units, soft-capped, unless fused). */
         bool need_mask = n0 + BN > seqlen_k;
 % if local_mask then
         if (window_right >= 0)
@@ -169,18 +182,20 @@ fj_attn_fwd(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
         if (window_left >= 0)
             need_mask |= n0 < m0 + BM - 1 + shift - window_left;
 % end
+% if not fused then
 #pragma unroll
         for (int i = 0; i < MT; i++)
 #pragma unroll
             for (int j = 0; j < NT; j++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-% if softcap then
+%   if softcap then
                     s[i][j][e] = cap_mul * tanhf(s[i][j][e] * score_mul);
-% else
+%   else
                     s[i][j][e] *= score_mul;
-% end
+%   end
                 }
+% end
         if (need_mask) {
 #pragma unroll
             for (int i = 0; i < MT; i++)
@@ -211,16 +226,21 @@ fj_attn_fwd(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
                     mx = fmaxf(mx, fmaxf(s[i][j][2 * h], s[i][j][2 * h + 1]));
                 mx = quad_max(mx);
                 /* A row with no key yet keeps max -inf; subtracting 0 then gives exp2(-inf) = 0. */
-                const float base = mx == NEG_INF ? 0.0f : mx;
-                const float alpha = ex2(row_max[i][h] - base);
+                const float base = mx == NEG_INF ? 0.0f : TO_LOG2(mx);
+                const float alpha = ex2(TO_LOG2(row_max[i][h]) - base);
                 row_max[i][h] = mx;
                 float sum = 0.0f;
 #pragma unroll
-                for (int j = 0; j < NT; j++) {
-                    s[i][j][2 * h] = ex2(s[i][j][2 * h] - base);
-                    s[i][j][2 * h + 1] = ex2(s[i][j][2 * h + 1] - base);
-                    sum += s[i][j][2 * h] + s[i][j][2 * h + 1];
-                }
+                for (int j = 0; j < NT; j++)
+#pragma unroll
+                    for (int e = 2 * h; e < 2 * h + 2; e++) {
+% if fused then
+                        s[i][j][e] = ex2(fmaf(s[i][j][e], score_mul, -base));
+% else
+                        s[i][j][e] = ex2(s[i][j][e] - base);
+% end
+                        sum += s[i][j][e];
+                    }
                 row_sum[i][h] = row_sum[i][h] * alpha + sum;
 #pragma unroll
                 for (int j = 0; j < OT; j++) {
@@ -284,7 +304,7 @@ fj_attn_fwd(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
             }
 % if write_lse then
             if (t == 0)
-                lse[row * l_ss] = sum > 0.0f ? (row_max[i][h] + lg2(sum)) * 0.693147180559945309f : NEG_INF;
+                lse[row * l_ss] = sum > 0.0f ? (TO_LOG2(row_max[i][h]) + lg2(sum)) * 0.693147180559945309f : NEG_INF;
 % end
         }
 }
