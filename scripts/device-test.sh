@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-out). Usage: scripts/device-test.sh [test|bench|all] [extra bench arguments...]uilds and tests flashjit on a machine without apt (the GPU machine), against the packages
-out). Usage: scripts/device-test.sh [test|bench|all] [extra bench arguments...]hat scripts/device-deps.sh extracted into .deps/root; then benchmarks. Logs go to $OUT (or
-out). Usage: scripts/device-test.sh [test|bench|all] [extra bench arguments...]/out). Usage: scripts/device-test.sh [test|bench|all] [extra bench arguments...]
+# Builds and tests flashjit on a machine without apt (the GPU machine), against the packages
+# that scripts/device-deps.sh extracted into .deps/root; then benchmarks. Logs go to $OUT (or
+# ./out). Usage: scripts/device-test.sh [test|bench|all] [extra bench arguments...]
+# CTEST_LABEL=gpu runs only the tests with that label.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
