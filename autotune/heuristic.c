@@ -2,6 +2,7 @@
 ** shape. */
 #include "../runtime/internal.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -39,6 +40,7 @@ static void plan_mma(fj__variant *v, const fj_device_info *dev)
     v->tile_m = widest <= 128 ? 128 : 64;
     v->tile_n = 64;
     v->q_in_regs = widest <= 64;
+    v->kk_unroll = 1;
     /* Shrink until the tiles fit the block's shared memory. */
     while (fj__variant_shared_bytes(v) > dev->local_memory && v->tile_n > 16)
         v->tile_n /= 2;
@@ -64,7 +66,52 @@ static void plan_simt(fj__variant *v, const fj_device_info *dev)
         v->tile_n /= 2;
 }
 
-void fj__plan_forward(const fj__problem *p, const fj_device_info *dev, fj__variant *v)
+int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
+{
+    static const struct {
+        const char *name;
+        size_t offset;
+        int32_t lo, hi;
+    } fields[] = {{"tile_m", offsetof(fj__variant, tile_m), 16, 256},
+                  {"tile_n", offsetof(fj__variant, tile_n), 16, 256},
+                  {"warps", offsetof(fj__variant, warps), 1, 16},
+                  {"kk_unroll", offsetof(fj__variant, kk_unroll), 0, 16}};
+    const char *p = config;
+    while (p && *p) {
+        char name[32];
+        int value = 0, used = 0;
+        if (sscanf(p, "%31[a-z_]=%d%n", name, &value, &used) != 2)
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "FLASHJIT_CONFIG: cannot read '%s'", p),
+                   -1;
+        int found = 0;
+        for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+            if (!strcmp(name, fields[i].name)) {
+                if (value < fields[i].lo || value > fields[i].hi)
+                    return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                                    "FLASHJIT_CONFIG: %s = %d, expected %d..%d", name, value,
+                                    fields[i].lo, fields[i].hi),
+                           -1;
+                memcpy((char *)v + fields[i].offset, &(int32_t){value}, sizeof(int32_t));
+                found = 1;
+            }
+        if (!strcmp(name, "q_in_regs")) {
+            v->q_in_regs = value != 0;
+            found = 1;
+        }
+        if (!found)
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "FLASHJIT_CONFIG: unknown field '%s'",
+                            name),
+                   -1;
+        p += used;
+        if (*p == ',')
+            p++;
+    }
+    v->threads = v->path == FJ__PATH_MMA ? 32 * v->warps : v->threads;
+    return 0;
+}
+
+void fj__plan_forward(const fj__problem *p, const fj_device_info *dev, const char *config,
+                      fj__variant *v)
 {
     memset(v, 0, sizeof *v);
     v->family = FJ__FAMILY_FWD;
@@ -83,8 +130,16 @@ void fj__plan_forward(const fj__problem *p, const fj_device_info *dev, fj__varia
                        (p->dtype == FJ_DTYPE_F16 || p->dtype == FJ_DTYPE_BF16) &&
                        rows_are_16b_aligned(p->q) && rows_are_16b_aligned(p->k) &&
                        rows_are_16b_aligned(p->v) && rows_are_16b_aligned(p->out);
-    if (tensor_cores)
+    if (tensor_cores) {
         plan_mma(v, dev);
-    else
+        /* A development and tuning override, already validated when the context was made; a
+        ** configuration that does not fit this request keeps the heuristic's. */
+        fj__variant tuned = *v;
+        if (config && fj__apply_config(&tuned, config, NULL) == 0 &&
+            tuned.tile_m % (16 * tuned.warps) == 0 && tuned.tile_n % 16 == 0 &&
+            fj__variant_shared_bytes(&tuned) <= dev->local_memory)
+            *v = tuned;
+    } else {
         plan_simt(v, dev);
+    }
 }

@@ -25,6 +25,8 @@ ap.add_argument("--d", default="64,128,256")
 ap.add_argument("--s", default="512,1024,2048,4096,8192,16384")
 ap.add_argument("--causal", default="0,1")
 ap.add_argument("--reps", type=int, default=100, help="do_bench rep time in ms")
+ap.add_argument("--peers", type=int, default=1, help="0: time flashjit only")
+ap.add_argument("--tag", default="", help="a label printed on every line (e.g. the config)")
 ap.add_argument("--out", default=os.environ.get("OUT", "."))
 args = ap.parse_args()
 if args.quick:
@@ -66,6 +68,9 @@ for d in [int(x) for x in args.d.split(",")]:
             ms = do_bench(fj, warmup=25, rep=args.reps, return_mode="median")
             row["flashjit"] = tflops(b, h, s, d, causal, ms)
             for name, backend in peers.items():
+                if not args.peers:
+                    row[name] = float("nan")
+                    continue
                 try:
                     with sdpa_kernel([backend]):
                         fn = lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)  # noqa: E731
@@ -78,9 +83,9 @@ for d in [int(x) for x in args.d.split(",")]:
             print(f"{d:4d} {int(causal):6d} {s:6d} {b:3d} {h:3d} | {row['flashjit']:8.1f} "
                   f"{row['fa2']:6.1f} {row['cudnn']:6.1f} | {row['flashjit'] / row['fa2']:6.2f} "
                   f"{row['flashjit'] / row['cudnn']:7.2f} | {diff:8.4f} {info['kernel_path']} "
-                  f"r{info['registers']} s{info['spill_bytes']}", flush=True)
+                  f"r{info['registers']} s{info['spill_bytes']} {args.tag}", flush=True)
             del q, k, v, out, ref
 
-with open(os.path.join(args.out, "bench_fwd.json"), "w") as f:
+with open(os.path.join(args.out, f"bench_fwd{'_' + args.tag if args.tag else ''}.json"), "w") as f:
     json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), f,
               indent=1)

@@ -81,7 +81,7 @@ fj_status fj_attention_forward(fj_context *ctx, const fj_attention_desc *desc, c
     if (st != FJ_OK)
         return st;
     fj__variant var;
-    fj__plan_forward(&p, &ctx->device, &var);
+    fj__plan_forward(&p, &ctx->device, ctx->config, &var);
     const fj__kernel *kernel = NULL;
     st = fj__kernel_get(ctx, &var, &kernel);
     info->compiles = ctx->compiles;

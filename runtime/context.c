@@ -137,6 +137,14 @@ fj_status fj_context_create(const fj_context_options *opts, fj_context **out)
         st = ops->create(o.device, &ctx->err, &ctx->backend);
     if (st == FJ_OK)
         st = tpl_set_hash(ctx->template_hash, &ctx->err);
+    const char *config = getenv("FLASHJIT_CONFIG");
+    if (st == FJ_OK && config && config[0]) {
+        fj__variant probe = {0};
+        if (fj__apply_config(&probe, config, &ctx->err) != 0)
+            st = FJ_ERR_INVALID_ARGUMENT;
+        else if (!(ctx->config = fj__strdup(config)))
+            st = fj__fail(&ctx->err, FJ_ERR_OUT_OF_MEMORY, "out of memory");
+    }
     if (st == FJ_OK) {
         /* Cache problems become a warning in ctx->err, never a failure. */
         ctx->err.msg[0] = '\0';
@@ -165,6 +173,7 @@ void fj_context_destroy(fj_context *ctx)
     }
     cache_close(ctx->cache);
     FJ_FREE(ctx->cache_path);
+    FJ_FREE(ctx->config);
     free(ctx);
 }
 

@@ -16,6 +16,7 @@ typedef struct fj__kernel {
 struct fj_context {
     fj_context_options opts;
     char *cache_path; /* resolved path, or ":memory:" */
+    char *config;     /* $FLASHJIT_CONFIG at creation: tile overrides, or NULL */
     fj_cache *cache;
     const struct fj_backend_ops *ops;
     void *backend;

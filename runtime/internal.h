@@ -90,6 +90,7 @@ typedef struct fj__variant {
     int32_t tile_n;         /* keys per streamed tile */
     int32_t threads;        /* threads (work-items) per block */
     int32_t warps;          /* MMA: warps per block (threads / 32) */
+    int32_t kk_unroll;      /* MMA: unroll factor of the S = Q K^T k-loop (0: full) */
     uint8_t q_in_regs;      /* MMA: Q fragments stay in registers across key tiles */
     uint8_t local_mask;     /* causal or sliding window: per-element masking near the diagonal */
     uint8_t softcap;        /* tanh soft-capping of scores */
@@ -105,8 +106,13 @@ const char *fj__variant_entry(const fj__variant *v);
 const char *fj__variant_path(const fj__variant *v);
 
 /* Chooses the kernel path and tile configuration (the heuristic of autotune/) and fills a whole
-** variant. */
-void fj__plan_forward(const fj__problem *p, const fj_device_info *dev, fj__variant *v);
+** variant. config, when not NULL, overrides tile fields ("tile_m=64,tile_n=32"; see
+** fj__parse_config). */
+void fj__plan_forward(const fj__problem *p, const fj_device_info *dev, const char *config,
+                      fj__variant *v);
+/* Applies "name=value,..." overrides of tile fields (tile_m, tile_n, warps, q_in_regs,
+** kk_unroll) to v. Returns 0, or -1 naming the first bad item in err. */
+int fj__apply_config(fj__variant *v, const char *config, fj__err *err);
 /* Dynamic shared memory a launch of v needs, in bytes. */
 uint32_t fj__variant_shared_bytes(const fj__variant *v);
 

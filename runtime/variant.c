@@ -52,6 +52,7 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_PARAMS])
     INT_PARAM(tile_n);
     INT_PARAM(threads);
     INT_PARAM(warps);
+    INT_PARAM(kk_unroll);
     BOOL_PARAM(q_in_regs);
     BOOL_PARAM(local_mask);
     BOOL_PARAM(softcap);

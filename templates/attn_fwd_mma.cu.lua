@@ -12,7 +12,8 @@
 % -- aligned rows (the planner falls back to the SIMT kernel otherwise).
 % --
 % -- Parameters: dtype, head_dim_pad, head_dim_v_pad, tile_m, tile_n, warps, q_in_regs,
-% -- local_mask, softcap, neg_scale, write_lse.
+% -- kk_unroll (unroll factor of the S = Q K^T k-loop, 0 = full), local_mask, softcap,
+% -- neg_scale, write_lse.
 % -- With a positive scale and no soft-capping, S stays unscaled: maxima are taken on raw scores
 % -- and the scale folds into one FFMA per element, exp2(s * scale - max * scale).
 % local fused = not softcap and not neg_scale
@@ -40,21 +41,41 @@
 % end
 
 /* Copies rows [row0, row0 + ROWS) of a [rows, cols] matrix (row stride ld, in elements) into
-** shared memory (row stride SS), zero-filling rows past `rows` and columns past `cols`. */
+** shared memory (row stride SS), zero-filling rows past `rows` and columns past `cols`. Each
+** thread always copies the same 16-byte column of rows STEP apart, so the addresses are one base
+** and constant steps; only a tile at the edge of the matrix checks bounds. */
 template <int ROWS, int COLS, int SS>
 __device__ __forceinline__ void load_tile(elem_t *s, const elem_t *g, long long ld, int row0,
                                           int rows, int cols)
 {
     constexpr int CHUNKS = COLS / 8;
-    const int tid = threadIdx.x;
-    /* Not unrolled: unrolled, the address arithmetic of every chunk competes for registers
-    ** with the accumulators. */
+    if constexpr (THREADS % CHUNKS == 0) {
+        constexpr int STEP = THREADS / CHUNKS;
+        const int r = threadIdx.x / CHUNKS, c = (threadIdx.x % CHUNKS) * 8;
+        const elem_t *src = g + (row0 + r) * ld + c;
+        const long long step = STEP * ld;
+        u32 dst = smem_addr(s + r * SS + c);
+        /* Loops not unrolled: unrolled, their addresses compete with the accumulators for
+        ** registers. */
+        if (row0 + ROWS <= rows && cols == COLS) {
 #pragma unroll 1
-    for (int i = tid; i < ROWS * CHUNKS; i += THREADS) {
-        const int r = i / CHUNKS, c = (i % CHUNKS) * 8;
-        const bool ok = row0 + r < rows && c < cols;
-        const elem_t *src = ok ? g + (row0 + r) * ld + c : g;
-        cp_async16(smem_addr(s + r * SS + c), src, ok ? 16 : 0);
+            for (int rr = r; rr < ROWS; rr += STEP, src += step, dst += STEP * SS * 2)
+                cp_async16(dst, src, 16);
+        } else {
+            const bool col_ok = c < cols;
+#pragma unroll 1
+            for (int rr = r; rr < ROWS; rr += STEP, src += step, dst += STEP * SS * 2) {
+                const bool ok = col_ok && row0 + rr < rows;
+                cp_async16(dst, ok ? src : g, ok ? 16 : 0);
+            }
+        }
+    } else {
+#pragma unroll 1
+        for (int i = threadIdx.x; i < ROWS * CHUNKS; i += THREADS) {
+            const int r = i / CHUNKS, c = (i % CHUNKS) * 8;
+            const bool ok = row0 + r < rows && c < cols;
+            cp_async16(smem_addr(s + r * SS + c), ok ? g + (row0 + r) * ld + c : g, ok ? 16 : 0);
+        }
     }
 }
 
@@ -143,11 +164,12 @@ fj_attn_fwd(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
                                 qf[i][kk][0], qf[i][kk][1], qf[i][kk][2], qf[i][kk][3]);
         }
 % end
-% if q_in_regs then
+% if q_in_regs or kk_unroll == 0 then
 #pragma unroll
 % else
-        /* Not unrolled: unrolled, ptxas hoists the Q and K fragments of later steps and spills. */
-#pragma unroll 1
+        /* Fully unrolled, ptxas hoists the Q and K fragments of later steps, and at d = 128 the
+        ** accumulators then spill. */
+#pragma unroll ${kk_unroll}
 % end
         for (int kk = 0; kk < KT; kk++) {
 % if q_in_regs then
@@ -220,27 +242,38 @@ fj_attn_fwd(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
         for (int i = 0; i < MT; i++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                float mx = row_max[i][h];
+                /* Reductions as trees: short dependency chains for only two warps a scheduler. */
+                float t[NT];
 #pragma unroll
                 for (int j = 0; j < NT; j++)
-                    mx = fmaxf(mx, fmaxf(s[i][j][2 * h], s[i][j][2 * h + 1]));
-                mx = quad_max(mx);
+                    t[j] = fmaxf(s[i][j][2 * h], s[i][j][2 * h + 1]);
+#pragma unroll
+                for (int w = NT / 2; w >= 1; w /= 2)
+#pragma unroll
+                    for (int j = 0; j < w; j++)
+                        t[j] = fmaxf(t[j], t[j + w]);
+                const float mx = quad_max(fmaxf(row_max[i][h], t[0]));
                 /* A row with no key yet keeps max -inf; subtracting 0 then gives exp2(-inf) = 0. */
                 const float base = mx == NEG_INF ? 0.0f : TO_LOG2(mx);
                 const float alpha = ex2(TO_LOG2(row_max[i][h]) - base);
                 row_max[i][h] = mx;
-                float sum = 0.0f;
 #pragma unroll
-                for (int j = 0; j < NT; j++)
+                for (int j = 0; j < NT; j++) {
 #pragma unroll
-                    for (int e = 2 * h; e < 2 * h + 2; e++) {
+                    for (int e = 2 * h; e < 2 * h + 2; e++)
 % if fused then
                         s[i][j][e] = ex2(fmaf(s[i][j][e], score_mul, -base));
 % else
                         s[i][j][e] = ex2(s[i][j][e] - base);
 % end
-                        sum += s[i][j][e];
-                    }
+                    t[j] = s[i][j][2 * h] + s[i][j][2 * h + 1];
+                }
+#pragma unroll
+                for (int w = NT / 2; w >= 1; w /= 2)
+#pragma unroll
+                    for (int j = 0; j < w; j++)
+                        t[j] += t[j + w];
+                const float sum = t[0];
                 row_sum[i][h] = row_sum[i][h] * alpha + sum;
 #pragma unroll
                 for (int j = 0; j < OT; j++) {

@@ -256,7 +256,7 @@ static void test_plan_pads_and_fits_local_memory(void **state)
     assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);
     fj_device_info dev = {.backend = FJ_BACKEND_OPENCL, .local_memory = 32768};
     fj__variant v;
-    fj__plan_forward(&p, &dev, &v);
+    fj__plan_forward(&p, &dev, NULL, &v);
     assert_int_equal(v.head_dim_pad, 208);
     assert_int_equal(v.head_dim_v_pad, 48);
     assert_true((size_t)v.tile_n * (208 + 48) * 4 <= 32768);

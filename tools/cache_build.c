@@ -154,7 +154,7 @@ int fjt_cache_build(int argc, char **argv)
                                          .lse = lse[l] ? &t : NULL, .softcap = softcap[sc] ? 1.0f : 0,
                                          .window_left = -1, .window_right = causal[c] ? 0 : -1};
                         fj__variant v;
-                        fj__plan_forward(&p, &dev, &v);
+                        fj__plan_forward(&p, &dev, getenv("FLASHJIT_CONFIG"), &v);
                         char *key_text = NULL, *source = NULL, *log = NULL, key[65];
                         fj__blob bin = {0};
                         double t0 = fj__now_ms();
