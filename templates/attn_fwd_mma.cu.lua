@@ -219,22 +219,31 @@ fj_attn_fwd(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
                 }
 % end
         if (need_mask) {
+            /* Bounds relative to this thread's first column, so that each element compares a
+            ** compile-time column offset: key = n0 + 2t + c with c = 8j + (e % 2). */
+            const int col0 = n0 + 2 * t;
 #pragma unroll
             for (int i = 0; i < MT; i++)
 #pragma unroll
-                for (int j = 0; j < NT; j++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int row = warp_row + i * 16 + g + (e / 2) * 8;
-                        const int key = n0 + j * 8 + 2 * t + (e % 2);
-                        bool masked = key >= seqlen_k;
+                for (int h = 0; h < 2; h++) {
+                    const int row = warp_row + i * 16 + g + h * 8;
+                    int hi = seqlen_k - 1 - col0; /* last visible c */
 % if local_mask then
-                        masked |= window_right >= 0 && key > row + shift + window_right;
-                        masked |= window_left >= 0 && key < row + shift - window_left;
+                    if (window_right >= 0)
+                        hi = imin(hi, row + shift + window_right - col0);
+                    const int lo = window_left >= 0 ? row + shift - window_left - col0 : -1;
+% else
+                    const int lo = -1;
 % end
-                        if (masked)
-                            s[i][j][e] = NEG_INF;
-                    }
+#pragma unroll
+                    for (int j = 0; j < NT; j++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            const int c = j * 8 + e;
+                            if (c > hi || c < lo)
+                                s[i][j][2 * h + e] = NEG_INF;
+                        }
+                }
         }
 
         /* Online softmax: new row maxima, rescale O and the sums, P = exp2(S - max). */
