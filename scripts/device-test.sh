@@ -25,6 +25,23 @@ if [ "$what" = test ] || [ "$what" = all ]; then
     $build/flashjit run --backend cuda --batch 2 --heads 6 --kv-heads 2 --seqlen-q 300 \
         --seqlen-k 517 --head-dim 72 --head-dim-v 40 --dtype bf16 --causal | tee "$out/run.log"
     bench/first_call.sh cuda $build 2>&1 | tee "$out/first_call.log"
+    if command -v compute-sanitizer >/dev/null; then
+        # Both kernel paths, ragged sizes, every mask kind; a report fails the run.
+        for args in "--seqlen-q 300 --seqlen-k 517 --head-dim 72 --head-dim-v 40 --causal" \
+                    "--seqlen 129 --head-dim 128 --window-left 16 --window-right 8 --heads 2" \
+                    "--seqlen 200 --head-dim 256 --causal --heads 2 --dtype f16" \
+                    "--seqlen 77 --head-dim 40 --dtype f32 --heads 2"; do
+            for tool in memcheck racecheck synccheck; do
+                if compute-sanitizer --tool $tool --error-exitcode 3 $build/flashjit run \
+                    --backend cuda --reps 1 --batch 1 $args > "$out/sanitizer.tmp" 2>&1; then
+                    echo "compute-sanitizer $tool clean: $args"
+                else
+                    echo "compute-sanitizer $tool FAILED: $args"; tail -20 "$out/sanitizer.tmp"
+                    status=1
+                fi
+            done
+        done | tee "$out/sanitizer.log"
+    fi
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
     PYTHONUNBUFFERED=1 python3 bench/bench_fwd.py --lib $build/libflashjit.so --out "$out" "$@" \
