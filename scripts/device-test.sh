@@ -37,10 +37,10 @@ if [ "$what" = test ] || [ "$what" = all ]; then
                     echo "compute-sanitizer $tool clean: $args"
                 else
                     echo "compute-sanitizer $tool FAILED: $args"; tail -20 "$out/sanitizer.tmp"
-                    status=1
                 fi
             done
         done | tee "$out/sanitizer.log"
+        grep -q FAILED "$out/sanitizer.log" && status=1
     fi
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
