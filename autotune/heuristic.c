@@ -43,6 +43,12 @@ static void plan_mma(fj__variant *v, const fj_device_info *dev)
     /* The S = Q K^T k-loop: not unrolled up to d = 128 (unrolled, the 128 accumulators of O
     ** spill), two steps at a time beyond (measured +6 % at d = 256 on an H200). */
     v->kk_unroll = widest <= 128 ? 1 : 2;
+    /* Before Hopper, ptxas spills the causal d = 128 kernel at 64-key tiles (checked for sm_80,
+    ** sm_86, sm_89): halve the tile there. */
+    if (sm_version(dev) < 90 && v->local_mask && widest > 64 && widest <= 128) {
+        v->tile_n = 32;
+        v->kk_unroll = 2;
+    }
     /* Shrink until the tiles fit the block's shared memory. */
     while (fj__variant_shared_bytes(v) > dev->local_memory && v->tile_n > 16)
         v->tile_n /= 2;

@@ -247,8 +247,6 @@ fj_attn_fwd(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
         }
 
         /* Online softmax: new row maxima, rescale O and the sums, P = exp2(S - max). */
-        float alphas[MT][2];
-        bool grown = false;
 #pragma unroll
         for (int i = 0; i < MT; i++)
 #pragma unroll
@@ -286,22 +284,12 @@ fj_attn_fwd(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
                         t[j] += t[j + w];
                 const float sum = t[0];
                 row_sum[i][h] = row_sum[i][h] * alpha + sum;
-                alphas[i][h] = alpha;
-                grown |= alpha != 1.0f;
-            }
-        /* Rescale O only when some row's maximum grew: after the first tiles it rarely does,
-        ** and the rescale is as many multiplies as O has registers. */
-        if (__any_sync(0xffffffffu, grown)) {
-#pragma unroll
-            for (int i = 0; i < MT; i++)
 #pragma unroll
                 for (int j = 0; j < OT; j++) {
-                    o[i][j][0] *= alphas[i][0];
-                    o[i][j][1] *= alphas[i][0];
-                    o[i][j][2] *= alphas[i][1];
-                    o[i][j][3] *= alphas[i][1];
+                    o[i][j][2 * h] *= alpha;
+                    o[i][j][2 * h + 1] *= alpha;
                 }
-        }
+            }
 
         /* P as 16-bit pairs right away: half the registers of S through the P V product. The
         ** accumulator layout of two n8 tiles is the A-operand layout of one k16 step. */
