@@ -68,7 +68,10 @@ int main(int argc, char **argv)
     fj_memcpy_h2d(ctx, q, host, bytes);
     fj_memcpy_h2d(ctx, k, host, bytes);
     fj_memcpy_h2d(ctx, v, host, bytes);
-    fj_tensor tq = {.data = q, .dtype = FJ_DTYPE_F16, .ndim = 4, .shape = {B, S, H, D},
+    fj_tensor tq = {.data = q,
+                    .dtype = FJ_DTYPE_F16,
+                    .ndim = 4,
+                    .shape = {B, S, H, D},
                     .stride = {S * H * D, H * D, D, 1}};
     fj_tensor tk = tq, tv = tq, to = tq;
     tk.data = k;
@@ -92,8 +95,8 @@ int main(int argc, char **argv)
         static const char *src[] = {"none", "memory", "user cache", "shipped cache", "compiled"};
         printf("first call: %s; context %.1f ms, call %.1f ms (lookup %.2f, render %.2f, "
                "compile %.1f, load %.2f)\n",
-               src[info.source], t_create, t_first, info.lookup_ms, info.render_ms,
-               info.compile_ms, info.load_ms);
+               src[info.source], t_create, t_first, info.lookup_ms, info.render_ms, info.compile_ms,
+               info.load_ms);
     } else {
         enum { CALLS = 20000, BATCH = 50 };
         static double times[CALLS];

@@ -80,22 +80,22 @@ typedef enum fj__kernel_path {
 /* Everything that changes generated code and nothing else: two requests with equal variants
 ** share a kernel. Always zero the struct before filling it; it is compared with memcmp. */
 typedef struct fj__variant {
-    int32_t family;         /* fj__kernel_family */
-    int32_t backend;        /* fj_backend_kind */
-    int32_t path;           /* fj__kernel_path */
-    int32_t dtype;          /* fj_dtype of q, k, v, out */
-    int32_t head_dim_pad;   /* head_dim rounded up to a multiple of 16 */
+    int32_t family;       /* fj__kernel_family */
+    int32_t backend;      /* fj_backend_kind */
+    int32_t path;         /* fj__kernel_path */
+    int32_t dtype;        /* fj_dtype of q, k, v, out */
+    int32_t head_dim_pad; /* head_dim rounded up to a multiple of 16 */
     int32_t head_dim_v_pad;
-    int32_t tile_m;         /* query rows per block */
-    int32_t tile_n;         /* keys per streamed tile */
-    int32_t threads;        /* threads (work-items) per block */
-    int32_t warps;          /* MMA: warps per block (threads / 32) */
-    int32_t kk_unroll;      /* MMA: unroll factor of the S = Q K^T k-loop (0: full) */
-    uint8_t q_in_regs;      /* MMA: Q fragments stay in registers across key tiles */
-    uint8_t local_mask;     /* causal or sliding window: per-element masking near the diagonal */
-    uint8_t softcap;        /* tanh soft-capping of scores */
+    int32_t tile_m;     /* query rows per block */
+    int32_t tile_n;     /* keys per streamed tile */
+    int32_t threads;    /* threads (work-items) per block */
+    int32_t warps;      /* MMA: warps per block (threads / 32) */
+    int32_t kk_unroll;  /* MMA: unroll factor of the S = Q K^T k-loop (0: full) */
+    uint8_t q_in_regs;  /* MMA: Q fragments stay in registers across key tiles */
+    uint8_t local_mask; /* causal or sliding window: per-element masking near the diagonal */
+    uint8_t softcap;    /* tanh soft-capping of scores */
     uint8_t write_lse;
-    uint8_t neg_scale;      /* softmax_scale < 0 (maxima must be taken on scaled scores) */
+    uint8_t neg_scale; /* softmax_scale < 0 (maxima must be taken on scaled scores) */
     uint8_t reserved_[3];
 } fj__variant;
 

@@ -43,8 +43,7 @@ void fj__dump_compile(const char *key_hash, const char *key_text, const char *so
     if (!dir || !dir[0])
         return;
     mkdir(dir, 0777);
-    const char *parts[][2] = {
-        {"src", source}, {"opts", options}, {"log", log}, {"key", key_text}};
+    const char *parts[][2] = {{"src", source}, {"opts", options}, {"log", log}, {"key", key_text}};
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%.16s.%s", dir, key_hash, parts[i][0]);

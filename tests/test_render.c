@@ -137,7 +137,8 @@ static void test_banner_and_embedded_attention(void **state)
         };
         fj__err err = {{0}};
         char *out = NULL;
-        assert_int_equal(tpl_render("attn_fwd_simt.lua", params, 9, "dtype=x\n", &out, &err), FJ_OK);
+        assert_int_equal(tpl_render("attn_fwd_simt.lua", params, 9, "dtype=x\n", &out, &err),
+                         FJ_OK);
         assert_true(strncmp(out, "/* flashjit variant\ndtype=x\n*/\n", 30) == 0);
         assert_non_null(strstr(out, "__kernel"));
         assert_non_null(strstr(out, "#define DVP 48"));

@@ -28,12 +28,14 @@ static int parse_list(const char *s, int64_t *out)
 
 static int build_usage(FILE *f)
 {
-    fprintf(f,
-            "usage: flashjit cache build --arch sm_80|sm_86|sm_89|sm_90a [options]\n"
-            "Compiles the forward kernels of every combination below for the arch, with NVRTC only,\n"
-            "into the cache (--cache PATH, default the user cache). Lists take commas.\n"
-            "  --dtype bf16,f16 [bf16]        --head-dim N,... [64,128]   --head-dim-v N,... [= head-dim]\n"
-            "  --causal 0,1 [0,1]             --softcap 0,1 [0]           --lse 0,1 [1]\n");
+    fprintf(
+        f,
+        "usage: flashjit cache build --arch sm_80|sm_86|sm_89|sm_90a [options]\n"
+        "Compiles the forward kernels of every combination below for the arch, with NVRTC only,\n"
+        "into the cache (--cache PATH, default the user cache). Lists take commas.\n"
+        "  --dtype bf16,f16 [bf16]        --head-dim N,... [64,128]   --head-dim-v N,... [= "
+        "head-dim]\n"
+        "  --causal 0,1 [0,1]             --softcap 0,1 [0]           --lse 0,1 [1]\n");
     return 2;
 }
 
@@ -66,13 +68,17 @@ static void resources(const char *log, int *regs, int *spills)
 int fjt_cache_build(int argc, char **argv)
 {
     enum { O_ARCH = 256, O_CACHE, O_DTYPE, O_D, O_DV, O_CAUSAL, O_SOFTCAP, O_LSE, O_HELP };
-    static const struct option opts[] = {
-        {"arch", required_argument, 0, O_ARCH},     {"cache", required_argument, 0, O_CACHE},
-        {"dtype", required_argument, 0, O_DTYPE},   {"head-dim", required_argument, 0, O_D},
-        {"head-dim-v", required_argument, 0, O_DV}, {"causal", required_argument, 0, O_CAUSAL},
-        {"softcap", required_argument, 0, O_SOFTCAP}, {"lse", required_argument, 0, O_LSE},
-        {"backend", required_argument, 0, O_HELP + 1}, {"help", no_argument, 0, O_HELP},
-        {0, 0, 0, 0}};
+    static const struct option opts[] = {{"arch", required_argument, 0, O_ARCH},
+                                         {"cache", required_argument, 0, O_CACHE},
+                                         {"dtype", required_argument, 0, O_DTYPE},
+                                         {"head-dim", required_argument, 0, O_D},
+                                         {"head-dim-v", required_argument, 0, O_DV},
+                                         {"causal", required_argument, 0, O_CAUSAL},
+                                         {"softcap", required_argument, 0, O_SOFTCAP},
+                                         {"lse", required_argument, 0, O_LSE},
+                                         {"backend", required_argument, 0, O_HELP + 1},
+                                         {"help", no_argument, 0, O_HELP},
+                                         {0, 0, 0, 0}};
     const char *arch = NULL, *path_opt = NULL;
     int64_t dims[MAX_VALUES] = {64, 128}, dvs[MAX_VALUES], causal[MAX_VALUES] = {0, 1};
     int64_t softcap[MAX_VALUES] = {0}, lse[MAX_VALUES] = {1};
@@ -106,7 +112,9 @@ int fjt_cache_build(int argc, char **argv)
         case O_LSE: nl = parse_list(optarg, lse); break;
         case O_HELP + 1:
             if (strcmp(optarg, "cuda") != 0)
-                return fprintf(stderr, "flashjit cache build: only --backend cuda builds offline\n"), 2;
+                return fprintf(stderr,
+                               "flashjit cache build: only --backend cuda builds offline\n"),
+                       2;
             break;
         case O_HELP: build_usage(stdout); return 0;
         default: return build_usage(stderr);
@@ -130,7 +138,8 @@ int fjt_cache_build(int argc, char **argv)
     }
     char target[64], compiler[256];
     snprintf(target, sizeof target, "cuda|%s", arch);
-    fj_device_info dev = {.struct_size = sizeof dev, .backend = FJ_BACKEND_CUDA,
+    fj_device_info dev = {.struct_size = sizeof dev,
+                          .backend = FJ_BACKEND_CUDA,
                           .local_memory = arch_shared_memory(arch)};
     snprintf(dev.arch, sizeof dev.arch, "%s", arch);
 
@@ -144,15 +153,24 @@ int fjt_cache_build(int argc, char **argv)
                     for (int l = 0; l < nl; l++) {
                         int64_t d = dims[i], dv = ndv ? dvs[i < ndv ? i : ndv - 1] : d;
                         /* A representative aligned request; only what shapes the code matters. */
-                        fj_tensor t = {.data = (void *)(uintptr_t)256, .dtype = dtypes[a],
-                                       .ndim = 4, .shape = {1, 128, 1, d},
+                        fj_tensor t = {.data = (void *)(uintptr_t)256,
+                                       .dtype = dtypes[a],
+                                       .ndim = 4,
+                                       .shape = {1, 128, 1, d},
                                        .stride = {128 * 256, 256, 256, 1}};
                         fj_tensor tv = t;
                         tv.shape[3] = dv;
-                        fj__problem p = {.dtype = dtypes[a], .head_dim = d, .head_dim_v = dv,
-                                         .q = &t, .k = &t, .v = &tv, .out = &tv,
-                                         .lse = lse[l] ? &t : NULL, .softcap = softcap[sc] ? 1.0f : 0,
-                                         .window_left = -1, .window_right = causal[c] ? 0 : -1};
+                        fj__problem p = {.dtype = dtypes[a],
+                                         .head_dim = d,
+                                         .head_dim_v = dv,
+                                         .q = &t,
+                                         .k = &t,
+                                         .v = &tv,
+                                         .out = &tv,
+                                         .lse = lse[l] ? &t : NULL,
+                                         .softcap = softcap[sc] ? 1.0f : 0,
+                                         .window_left = -1,
+                                         .window_right = causal[c] ? 0 : -1};
                         fj__variant v;
                         fj__plan_forward(&p, &dev, getenv("FLASHJIT_CONFIG"), &v);
                         char *key_text = NULL, *source = NULL, *log = NULL, key[65];
@@ -183,9 +201,9 @@ int fjt_cache_build(int argc, char **argv)
                         int regs = -1, spills = -1;
                         resources(log, &regs, &spills);
                         printf("%-12.12s %-13s %-5s %4lld %4lld %6lld %7lld %5d %6d %7.0fms%s%s\n",
-                               key, fj__variant_path(&v), fj__dtype_name(dtypes[a]),
-                               (long long)d, (long long)dv, (long long)causal[c],
-                               (long long)softcap[sc], regs, spills, ms,
+                               key, fj__variant_path(&v), fj__dtype_name(dtypes[a]), (long long)d,
+                               (long long)dv, (long long)causal[c], (long long)softcap[sc], regs,
+                               spills, ms,
                                st == FJ_OK ? "" : "  FAILED: ", st == FJ_OK ? "" : err.msg);
                         built += st == FJ_OK;
                         failed += st != FJ_OK;

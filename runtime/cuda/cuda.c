@@ -51,8 +51,8 @@ enum {
     X(cuFuncSetAttribute, CUresult, (CUfunction, int, int))                                        \
     X(cuFuncGetAttribute, CUresult, (int *, int, CUfunction))                                      \
     X(cuLaunchKernel, CUresult,                                                                    \
-      (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,           \
-       CUstream, void **, void **))                                                                \
+      (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, \
+       void **, void **))                                                                          \
     X(cuMemAlloc_v2, CUresult, (CUdeviceptr *, size_t))                                            \
     X(cuMemFree_v2, CUresult, (CUdeviceptr))                                                       \
     X(cuMemcpyHtoD_v2, CUresult, (CUdeviceptr, const void *, size_t))                              \
@@ -108,8 +108,7 @@ typedef struct _nvrtcProgram *nvrtcProgram;
     X(nvrtcVersion, nvrtcResult, (int *, int *))                                                   \
     X(nvrtcGetErrorString, const char *, (nvrtcResult))                                            \
     X(nvrtcCreateProgram, nvrtcResult,                                                             \
-      (nvrtcProgram *, const char *, const char *, int, const char *const *,                       \
-       const char *const *))                                                                       \
+      (nvrtcProgram *, const char *, const char *, int, const char *const *, const char *const *)) \
     X(nvrtcDestroyProgram, nvrtcResult, (nvrtcProgram *))                                          \
     X(nvrtcCompileProgram, nvrtcResult, (nvrtcProgram, int, const char *const *))                  \
     X(nvrtcGetProgramLogSize, nvrtcResult, (nvrtcProgram, size_t *))                               \
@@ -184,16 +183,17 @@ static int nv_available(void)
     return nv.ok;
 }
 
-/* ---- the backend ------------------------------------------------------------------------------ */
+/* ---- the backend ------------------------------------------------------------------------------
+ */
 
 typedef struct cub {
     fj__err *err;
     CUdevice device;
     CUcontext context;
     int retained_primary;
-    char arch[64];       /* "sm_90a" */
-    char target[80];     /* "cuda|sm_90a": what a cubin depends on */
-    char compiler[192];  /* NVRTC version, recorded with each binary */
+    char arch[64];      /* "sm_90a" */
+    char target[80];    /* "cuda|sm_90a": what a cubin depends on */
+    char compiler[192]; /* NVRTC version, recorded with each binary */
 } cub;
 
 typedef struct cu_kernel {
@@ -206,8 +206,7 @@ typedef struct cu_kernel {
     do {                                                                                           \
         CUresult rc_ = (call);                                                                     \
         if (rc_ != CUDA_SUCCESS) {                                                                 \
-            st = fj__fail(b->err, FJ_ERR_BACKEND, "%s: %s (%d)", #call, cu_error_name(rc_),      \
-                          rc_);                                                                    \
+            st = fj__fail(b->err, FJ_ERR_BACKEND, "%s: %s (%d)", #call, cu_error_name(rc_), rc_);  \
             goto out;                                                                              \
         }                                                                                          \
     } while (0)
@@ -451,8 +450,7 @@ static fj_status cuda_launch(void *p, void *kernel, const fj__launch *l, void *s
     if (st != FJ_OK)
         return st;
     if (l->shared_bytes > 48 * 1024 && (int)l->shared_bytes > k->dynamic_smem) {
-        CU_CHECK(cu.cuFuncSetAttribute(k->function,
-                                       CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        CU_CHECK(cu.cuFuncSetAttribute(k->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                        (int)l->shared_bytes));
         k->dynamic_smem = (int)l->shared_bytes;
     }
