@@ -64,9 +64,10 @@ struct fj_backend_ops {
     const char *(*compiler)(void *b);
 
     /* Compiles source into a binary for target(). *log gets the compiler log (malloc'd, may be
-    ** NULL) on success and failure alike. */
+    ** NULL) on success and failure alike; failures are described in err (not the backend's own
+    ** error buffer), so that several threads may compile at once. */
     fj_status (*compile)(void *b, const char *source, const char *options, fj__blob *binary,
-                         char **log);
+                         char **log, fj__err *err);
     /* Loads a binary and resolves entry. A binary for another target fails here. */
     fj_status (*load)(void *b, const void *binary, size_t size, const char *entry, void **kernel);
     void (*unload)(void *b, void *kernel);

@@ -35,6 +35,10 @@ struct fj_context {
 /* Finds the kernel of variant v: already loaded, or rendered, compiled and loaded now. Fills the
 ** lookup/render/compile/load parts of ctx->last_call. */
 fj_status fj__kernel_get(fj_context *ctx, const fj__variant *v, const fj__kernel **out);
+/* Makes the kernels of n variants loaded (memory, cache, or compiled now on several threads).
+** status[i] and why[i] say what became of variant i; returns FJ_OK unless out of memory. */
+fj_status fj__kernels_prepare(fj_context *ctx, const fj__variant *vs, int n, fj_status *status,
+                              char (*why)[160]);
 /* Unloads every kernel of ctx. */
 void fj__kernels_release(fj_context *ctx);
 

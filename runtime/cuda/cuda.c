@@ -388,10 +388,10 @@ const char *fj__cuda_compiler_version(void)
 }
 
 static fj_status cuda_compile(void *p, const char *source, const char *options, fj__blob *binary,
-                              char **log)
+                              char **log, fj__err *err)
 {
     cub *b = p;
-    return fj__cuda_compile_for(b->arch, source, options, binary, log, b->err);
+    return fj__cuda_compile_for(b->arch, source, options, binary, log, err);
 }
 
 static fj_status cuda_load(void *p, const void *binary, size_t size, const char *entry,

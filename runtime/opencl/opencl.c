@@ -285,45 +285,42 @@ static char *build_log(clb *b, cl_program program)
 }
 
 static fj_status cl_compile(void *p, const char *source, const char *options, fj__blob *binary,
-                            char **log)
+                            char **log, fj__err *err)
 {
     clb *b = p;
-    fj_status st = FJ_OK;
     binary->data = NULL;
     binary->size = 0;
     *log = NULL;
+    fj_status st = FJ_OK;
     cl_int rc = CL_SUCCESS;
+    unsigned char *data = NULL;
+    size_t size = 0;
     cl_program program = cl.clCreateProgramWithSource(b->context, 1, &source, NULL, &rc);
-    CL_CHECK(rc, FJ_ERR_BACKEND);
+    if (rc != CL_SUCCESS)
+        return fj__fail(err, FJ_ERR_BACKEND, "clCreateProgramWithSource: %s (%d)",
+                        cl_error_name(rc), rc);
     rc = cl.clBuildProgram(program, 1, &b->device, options, NULL, NULL);
     *log = build_log(b, program);
     if (rc != CL_SUCCESS) {
-        st = fj__fail(b->err, FJ_ERR_COMPILE, "clBuildProgram: %s (%d): %.1500s", cl_error_name(rc),
+        st = fj__fail(err, FJ_ERR_COMPILE, "clBuildProgram: %s (%d): %.1500s", cl_error_name(rc),
                       rc, *log ? *log : "(no build log)");
-        goto out;
+    } else if ((rc = cl.clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof size, &size,
+                                         NULL)) != CL_SUCCESS ||
+               size == 0) {
+        st = fj__fail(err, FJ_ERR_BACKEND, "clGetProgramInfo: the device gives no binary (%d)",
+                      rc);
+    } else if (!(data = malloc(size))) {
+        st = fj__fail(err, FJ_ERR_OUT_OF_MEMORY, "out of memory for a %zu-byte binary", size);
+    } else if ((rc = cl.clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof data, &data,
+                                         NULL)) != CL_SUCCESS) {
+        st = fj__fail(err, FJ_ERR_BACKEND, "clGetProgramInfo(CL_PROGRAM_BINARIES): %s (%d)",
+                      cl_error_name(rc), rc);
+        FJ_FREE(data);
+    } else {
+        binary->data = data;
+        binary->size = size;
     }
-    size_t size = 0;
-    CL_CHECK(cl.clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL),
-             FJ_ERR_BACKEND);
-    if (size == 0) {
-        st = fj__fail(b->err, FJ_ERR_BACKEND, "clGetProgramInfo: the device gives no binary");
-        goto out;
-    }
-    unsigned char *data = malloc(size);
-    if (!data) {
-        st = fj__fail(b->err, FJ_ERR_OUT_OF_MEMORY, "out of memory for a %zu-byte binary", size);
-        goto out;
-    }
-    rc = cl.clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof data, &data, NULL);
-    if (rc != CL_SUCCESS) {
-        free(data);
-        CL_CHECK(rc, FJ_ERR_BACKEND);
-    }
-    binary->data = data;
-    binary->size = size;
-out:
-    if (program)
-        cl.clReleaseProgram(program);
+    cl.clReleaseProgram(program);
     return st;
 }
 
