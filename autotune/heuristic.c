@@ -114,8 +114,18 @@ int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
         if (*p == ',')
             p++;
     }
-    v->threads = v->path == FJ__PATH_MMA ? 32 * v->warps : v->threads;
+    v->threads = v->path == FJ__PATH_MMA ? 32 * v->warps : v->tile_m;
     return 0;
+}
+
+void fj__variant_config(const fj__variant *v, char *buf, size_t size)
+{
+    if (v->path == FJ__PATH_MMA)
+        snprintf(buf, size, "tile_m=%d,tile_n=%d,warps=%d,kk_unroll=%d,q_in_regs=%d",
+                 (int)v->tile_m, (int)v->tile_n, (int)v->warps, (int)v->kk_unroll,
+                 (int)v->q_in_regs);
+    else
+        snprintf(buf, size, "tile_m=%d,tile_n=%d", (int)v->tile_m, (int)v->tile_n);
 }
 
 void fj__plan_forward(const fj__problem *p, const fj_device_info *dev, const char *config,

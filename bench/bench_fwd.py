@@ -26,6 +26,7 @@ ap.add_argument("--s", default="512,1024,2048,4096,8192,16384")
 ap.add_argument("--causal", default="0,1")
 ap.add_argument("--reps", type=int, default=100, help="do_bench rep time in ms")
 ap.add_argument("--peers", type=int, default=1, help="0: time flashjit only")
+ap.add_argument("--cache", default=":memory:", help="kernel cache (a tuned one: its records apply)")
 ap.add_argument("--tag", default="", help="a label printed on every line (e.g. the config)")
 ap.add_argument("--out", default=os.environ.get("OUT", "."))
 args = ap.parse_args()
@@ -34,7 +35,7 @@ if args.quick:
 
 torch.manual_seed(0)
 dev = "cuda"
-ctx = flashjit.Context(backend="cuda", lib=args.lib, cache_path=":memory:")
+ctx = flashjit.Context(backend="cuda", lib=args.lib, cache_path=args.cache)
 peers = {"fa2": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
 
 
@@ -62,7 +63,7 @@ for d in [int(x) for x in args.d.split(",")]:
                 ref = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal).transpose(1, 2)
             torch.cuda.synchronize()
             diff = (out.float() - ref.float()).abs().max().item()
-            row = dict(d=d, causal=causal, s=s, b=b, h=h, maxdiff=diff,
+            row = dict(d=d, causal=causal, s=s, b=b, h=h, maxdiff=diff, tuned=info["tuned"],
                        path=info["kernel_path"], registers=info["registers"],
                        spill_bytes=info["spill_bytes"], compile_ms=info["compile_ms"])
             ms = do_bench(fj, warmup=25, rep=args.reps, return_mode="median")
@@ -83,7 +84,8 @@ for d in [int(x) for x in args.d.split(",")]:
             print(f"{d:4d} {int(causal):6d} {s:6d} {b:3d} {h:3d} | {row['flashjit']:8.1f} "
                   f"{row['fa2']:6.1f} {row['cudnn']:6.1f} | {row['flashjit'] / row['fa2']:6.2f} "
                   f"{row['flashjit'] / row['cudnn']:7.2f} | {diff:8.4f} {info['kernel_path']} "
-                  f"r{info['registers']} s{info['spill_bytes']} {args.tag}", flush=True)
+                  f"r{info['registers']} s{info['spill_bytes']}{' tuned' if info['tuned'] else ''} "
+                  f"{args.tag}", flush=True)
             del q, k, v, out, ref
 
 with open(os.path.join(args.out, f"bench_fwd{'_' + args.tag if args.tag else ''}.json"), "w") as f:

@@ -112,7 +112,16 @@ typedef struct fj_context_options {
                              ** immutable) consulted after the user cache; NULL for none. The
                              ** strings are copied. */
     int32_t cache_readonly; /* 1: never write the user cache (look up only) */
+    int32_t tune;           /* fj_tune_policy; $FLASHJIT_TUNE (never, on_miss) overrides it */
 } fj_context_options;
+
+/* When flashjit measures tile configurations itself. Tuned results are kept in the cache per
+** device and shape bucket (sequence lengths and batch x heads rounded up to powers of two, head
+** dims, dtype, mask class) and used by every later call in that bucket, under any policy. */
+typedef enum fj_tune_policy {
+    FJ_TUNE_NEVER = 0,  /* the built-in heuristic, unless a tuned record exists (default) */
+    FJ_TUNE_ON_MISS = 1 /* the first call of a bucket without a record tunes it (seconds) */
+} fj_tune_policy;
 
 /* Fills *opts with the defaults and sets struct_size. NULL is a no-op. */
 FJ_API void fj_context_options_init(fj_context_options *opts);
@@ -230,11 +239,35 @@ typedef struct fj_call_info {
     const char *kernel_path; /* which kernel design ran, e.g. "cuda.fwd.mma" */
     int32_t registers;       /* registers per thread of that kernel; 0 if unknown */
     int32_t spill_bytes;     /* local memory per thread (spills); 0 if none or unknown */
+    int32_t tuned;           /* 0: heuristic tiles, 1: a tuned record's, 2: tuned in this call */
 } fj_call_info;
 
 /* Fills *info with the report of the last forward call on ctx; info->struct_size must be set.
 ** The strings stay valid until the next call on ctx. */
 FJ_API fj_status fj_context_last_call(const fj_context *ctx, fj_call_info *info);
+
+/* The outcome of tuning one request's bucket. */
+typedef struct fj_tune_result {
+    size_t struct_size;    /* set by the caller to sizeof(fj_tune_result) */
+    int32_t from_record;   /* 1: the bucket was tuned before; nothing was measured now */
+    int32_t candidates;    /* configurations tried */
+    int32_t dropped;       /* of which failed to compile, spilled registers, or gave other
+                           ** results than the heuristic's configuration */
+    double heuristic_us;   /* median time of the heuristic's configuration */
+    double best_us;        /* median time of the winner */
+    char best_config[128]; /* the winner, "tile_m=128,tile_n=64,..." */
+    char bucket[256];      /* the shape bucket the result applies to */
+} fj_tune_result;
+
+/* Tunes the bucket of this request: compiles the candidate tile configurations (on several
+** threads), runs each on these tensors (out and lse are overwritten), drops those that fail or
+** disagree with the heuristic's result, times the rest (median of repeats) and keeps the
+** fastest in the cache. A bucket tuned before returns its record (from_record = 1) at once.
+** result may be NULL. Takes seconds; returns the statuses of fj_attention_forward. */
+FJ_API fj_status fj_attention_tune(fj_context *ctx, const fj_attention_desc *desc,
+                                   const fj_tensor *q, const fj_tensor *k, const fj_tensor *v,
+                                   fj_tensor *out, fj_tensor *lse, void *stream,
+                                   fj_tune_result *result);
 
 /* Device memory helpers for callers without a framework. fj_malloc of 0 bytes fails with
 ** FJ_ERR_INVALID_ARGUMENT. fj_free(ctx, NULL) is a no-op. Copies are synchronous with respect

@@ -24,7 +24,7 @@ class _ContextOptions(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_size_t), ("backend", ctypes.c_int),
                 ("device", ctypes.c_int32), ("cache_path", ctypes.c_char_p),
                 ("shipped_caches", ctypes.POINTER(ctypes.c_char_p)),
-                ("cache_readonly", ctypes.c_int32)]
+                ("cache_readonly", ctypes.c_int32), ("tune", ctypes.c_int32)]
 
 
 class _AttentionDesc(ctypes.Structure):
@@ -39,7 +39,8 @@ class _CallInfo(ctypes.Structure):
                 ("compile_ms", ctypes.c_double), ("load_ms", ctypes.c_double),
                 ("total_ms", ctypes.c_double), ("compiles", ctypes.c_uint64),
                 ("variant", ctypes.c_char_p), ("kernel_path", ctypes.c_char_p),
-                ("registers", ctypes.c_int32), ("spill_bytes", ctypes.c_int32)]
+                ("registers", ctypes.c_int32), ("spill_bytes", ctypes.c_int32),
+                ("tuned", ctypes.c_int32)]
 
 
 class FlashjitError(RuntimeError):
@@ -132,4 +133,4 @@ class Context:
                     total_ms=info.total_ms, compiles=info.compiles,
                     variant=(info.variant or b"").decode(),
                     kernel_path=(info.kernel_path or b"").decode(),
-                    registers=info.registers, spill_bytes=info.spill_bytes)
+                    registers=info.registers, spill_bytes=info.spill_bytes, tuned=info.tuned)

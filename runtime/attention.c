@@ -64,6 +64,66 @@ static int forward_args(const fj__problem *p, fj__arg args[40])
     return n;
 }
 
+fj_status fj__forward_variant(fj_context *ctx, const fj__problem *p, const fj__variant *v,
+                              void *stream)
+{
+    fj_call_info *info = &ctx->last_call;
+    const fj__kernel *kernel = NULL;
+    fj_status st = fj__kernel_get(ctx, v, &kernel);
+    info->compiles = ctx->compiles;
+    if (st != FJ_OK)
+        return st;
+    info->variant = kernel->key_text;
+    info->kernel_path = fj__variant_path(v);
+    if (ctx->ops->kernel_info)
+        ctx->ops->kernel_info(ctx->backend, kernel->handle, &info->registers, &info->spill_bytes);
+    fj__arg args[40];
+    fj__launch l = {
+        .grid = {(uint32_t)((p->seqlen_q + v->tile_m - 1) / v->tile_m), (uint32_t)p->heads_q,
+                 (uint32_t)p->batch},
+        .block = {(uint32_t)v->threads, 1, 1},
+        .shared_bytes = fj__variant_shared_bytes(v),
+        .nargs = forward_args(p, args),
+        .args = args,
+    };
+    return ctx->ops->launch(ctx->backend, kernel->handle, &l, stream);
+}
+
+/* The variant a request runs with: the heuristic's, a tuned record's, or (under
+** FJ_TUNE_ON_MISS) the winner of tuning it now. $FLASHJIT_CONFIG overrides all of them. */
+static fj_status choose_variant(fj_context *ctx, const fj__problem *p, fj__variant *v, void *stream)
+{
+    fj__plan_forward(p, &ctx->device, ctx->config, v);
+    if (ctx->config)
+        return FJ_OK;
+    char bucket[256];
+    fj__tune_bucket(p, v, bucket, sizeof bucket);
+    const char *tuned = fj__tuned_config(ctx, bucket);
+    if (!tuned && ctx->tune_policy == FJ_TUNE_ON_MISS) {
+        fj_tune_result r = {.struct_size = sizeof r};
+        fj_status st = fj__tune(ctx, p, v, stream, &r);
+        if (st != FJ_OK)
+            return st;
+        tuned = fj__tuned_config(ctx, bucket);
+        ctx->last_call.tuned = 2;
+    }
+    fj__variant t = *v;
+    if (tuned && fj__apply_config(&t, tuned, NULL) == 0) {
+        *v = t;
+        if (!ctx->last_call.tuned)
+            ctx->last_call.tuned = 1;
+    }
+    return FJ_OK;
+}
+
+/* Starts a call: clears the error and the report. */
+static void begin_call(fj_context *ctx)
+{
+    ctx->err.msg[0] = '\0';
+    memset(&ctx->last_call, 0, sizeof ctx->last_call);
+    ctx->last_call.struct_size = sizeof ctx->last_call;
+}
+
 fj_status fj_attention_forward(fj_context *ctx, const fj_attention_desc *desc, const fj_tensor *q,
                                const fj_tensor *k, const fj_tensor *v, fj_tensor *out,
                                fj_tensor *lse, void *stream)
@@ -71,37 +131,35 @@ fj_status fj_attention_forward(fj_context *ctx, const fj_attention_desc *desc, c
     if (!ctx)
         return FJ_ERR_INVALID_ARGUMENT;
     double t0 = fj__now_ms();
-    ctx->err.msg[0] = '\0';
-    fj_call_info *info = &ctx->last_call;
-    memset(info, 0, sizeof *info);
-    info->struct_size = sizeof *info;
+    begin_call(ctx);
+    fj__problem p;
+    fj_status st = fj__validate_forward(desc, q, k, v, out, lse, &p, &ctx->err);
+    fj__variant var;
+    if (st == FJ_OK)
+        st = choose_variant(ctx, &p, &var, stream);
+    if (st == FJ_OK)
+        st = fj__forward_variant(ctx, &p, &var, stream);
+    ctx->last_call.total_ms = fj__now_ms() - t0;
+    return st;
+}
 
+fj_status fj_attention_tune(fj_context *ctx, const fj_attention_desc *desc, const fj_tensor *q,
+                            const fj_tensor *k, const fj_tensor *v, fj_tensor *out, fj_tensor *lse,
+                            void *stream, fj_tune_result *result)
+{
+    if (!ctx)
+        return FJ_ERR_INVALID_ARGUMENT;
+    begin_call(ctx);
+    if (result && result->struct_size != sizeof *result)
+        return fj__fail(&ctx->err, FJ_ERR_INVALID_ARGUMENT,
+                        "result.struct_size = %zu, expected sizeof(fj_tune_result) = %zu",
+                        result->struct_size, sizeof *result);
     fj__problem p;
     fj_status st = fj__validate_forward(desc, q, k, v, out, lse, &p, &ctx->err);
     if (st != FJ_OK)
         return st;
     fj__variant var;
-    fj__plan_forward(&p, &ctx->device, ctx->config, &var);
-    const fj__kernel *kernel = NULL;
-    st = fj__kernel_get(ctx, &var, &kernel);
-    info->compiles = ctx->compiles;
-    if (st != FJ_OK)
-        return st;
-    info->variant = kernel->key_text;
-    info->kernel_path = fj__variant_path(&var);
-    if (ctx->ops->kernel_info)
-        ctx->ops->kernel_info(ctx->backend, kernel->handle, &info->registers, &info->spill_bytes);
-
-    fj__arg args[40];
-    fj__launch l = {
-        .grid = {(uint32_t)((p.seqlen_q + var.tile_m - 1) / var.tile_m), (uint32_t)p.heads_q,
-                 (uint32_t)p.batch},
-        .block = {(uint32_t)var.threads, 1, 1},
-        .shared_bytes = fj__variant_shared_bytes(&var),
-        .nargs = forward_args(&p, args),
-        .args = args,
-    };
-    st = ctx->ops->launch(ctx->backend, kernel->handle, &l, stream);
-    info->total_ms = fj__now_ms() - t0;
-    return st;
+    fj__plan_forward(&p, &ctx->device, NULL, &var);
+    fj_tune_result local = {.struct_size = sizeof local};
+    return fj__tune(ctx, &p, &var, stream, result ? result : &local);
 }

@@ -101,6 +101,26 @@ fj_status fj_context_create(const fj_context_options *opts, fj_context **out)
     if (o.device < 0)
         return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "opts.device = %d is negative",
                         (int)o.device);
+    if (o.cache_readonly != 0 && o.cache_readonly != 1)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "opts.cache_readonly = %d, expected 0 or 1",
+                        (int)o.cache_readonly);
+    for (const char *const *p = o.shipped_caches; p && *p; p++)
+        if (!(*p)[0])
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "opts.shipped_caches[%d] is empty",
+                            (int)(p - o.shipped_caches));
+    if (o.tune != FJ_TUNE_NEVER && o.tune != FJ_TUNE_ON_MISS)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                        "opts.tune = %d, expected FJ_TUNE_NEVER or FJ_TUNE_ON_MISS", (int)o.tune);
+    const char *tune_env = getenv("FLASHJIT_TUNE");
+    if (tune_env && tune_env[0]) {
+        if (!strcmp(tune_env, "on_miss"))
+            o.tune = FJ_TUNE_ON_MISS;
+        else if (!strcmp(tune_env, "never"))
+            o.tune = FJ_TUNE_NEVER;
+        else
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                            "FLASHJIT_TUNE = '%s', expected never or on_miss", tune_env);
+    }
 
     const struct fj_backend_ops *ops = NULL;
     if (o.backend == FJ_BACKEND_AUTO) {
@@ -126,6 +146,7 @@ fj_status fj_context_create(const fj_context_options *opts, fj_context **out)
         return fj__fail(err, FJ_ERR_OUT_OF_MEMORY, "out of memory for a context");
     ctx->ops = ops;
     ctx->opts = o;
+    ctx->tune_policy = o.tune;
     ctx->cache_path = o.cache_path ? fj__strdup(o.cache_path) : fj__default_cache_path();
     ctx->opts.cache_path = ctx->cache_path;
     ctx->device.struct_size = sizeof ctx->device;
@@ -153,6 +174,7 @@ fj_status fj_context_create(const fj_context_options *opts, fj_context **out)
                             .shipped = o.shipped_caches,
                             .readonly = o.cache_readonly != 0};
         st = cache_open(&co, &ctx->cache, &ctx->err);
+        fj__fingerprint(ctx, ctx->fingerprint, sizeof ctx->fingerprint);
     }
     if (st != FJ_OK) {
         memcpy(err->msg, ctx->err.msg, sizeof err->msg);
@@ -167,6 +189,7 @@ void fj_context_destroy(fj_context *ctx)
 {
     if (!ctx)
         return;
+    fj__tuned_release(ctx);
     if (ctx->backend) {
         fj__kernels_release(ctx);
         ctx->ops->destroy(ctx->backend);

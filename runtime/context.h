@@ -30,7 +30,36 @@ struct fj_context {
 
     fj_call_info last_call;
     uint64_t compiles;
+
+    int tune_policy;         /* fj_tune_policy after $FLASHJIT_TUNE */
+    char fingerprint[512];   /* device identity tuning results are keyed by */
+    struct fj__tuned *tuned; /* buckets looked up so far, with their record (or none) */
+    size_t ntuned, captuned;
 };
+
+/* A tuning record in memory: config is NULL when the bucket has none. */
+typedef struct fj__tuned {
+    char *bucket;
+    char *config;
+} fj__tuned;
+
+/* Launches v for the validated request p. */
+fj_status fj__forward_variant(fj_context *ctx, const fj__problem *p, const fj__variant *v,
+                              void *stream);
+
+/* ---- tuning (autotune/tune.c) ---- */
+/* The device identity of ctx for tuning records: backend, name, compute units, driver, arch. */
+void fj__fingerprint(const fj_context *ctx, char *buf, size_t size);
+/* The shape bucket of p under its planned variant v, e.g.
+** "fwd.mma|bf16|d=128|dv=128|sq=4096|sk=4096|bh=64|mask=causal|softcap=0|lse=1". */
+void fj__tune_bucket(const fj__problem *p, const fj__variant *v, char *buf, size_t size);
+/* The tuned configuration of a bucket (memoised per context), or NULL. */
+const char *fj__tuned_config(fj_context *ctx, const char *bucket);
+/* Tunes p's bucket (see fj_attention_tune); heuristic is the planned variant. */
+fj_status fj__tune(fj_context *ctx, const fj__problem *p, const fj__variant *heuristic,
+                   void *stream, fj_tune_result *result);
+/* Frees the memoised tuning records. */
+void fj__tuned_release(fj_context *ctx);
 
 /* Finds the kernel of variant v: already loaded, or rendered, compiled and loaded now. Fills the
 ** lookup/render/compile/load parts of ctx->last_call. */

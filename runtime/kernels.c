@@ -106,8 +106,8 @@ static void run_compile(compile_job *job)
     double t1 = fj__now_ms();
     job->render_ms = t1 - t0;
     if (job->status == FJ_OK) {
-        job->status = ctx->ops->compile(ctx->backend, source, options, &job->bin, &job->log,
-                                        &job->err);
+        job->status =
+            ctx->ops->compile(ctx->backend, source, options, &job->bin, &job->log, &job->err);
         job->compile_ms = fj__now_ms() - t1;
         fj__dump_compile(job->k->key_hash, job->k->key_text, source, options, job->log);
     }
@@ -172,8 +172,7 @@ static fj_status reserve(fj_context *ctx, size_t more)
 }
 
 /* Keys k and loads it from a cache; *cached says whether that worked. */
-static fj_status key_and_lookup(fj_context *ctx, const fj__variant *v, fj__kernel *k,
-                                int *cached)
+static fj_status key_and_lookup(fj_context *ctx, const fj__variant *v, fj__kernel *k, int *cached)
 {
     memset(k, 0, sizeof *k);
     k->variant = *v;

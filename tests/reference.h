@@ -58,6 +58,7 @@ typedef struct fjh_case {
     uint64_t seed;   /* 0: a fresh seed from the clock */
     int timing_reps; /* > 0: also time this many calls after the check (median) */
     int skip_check;  /* 1: no reference (timing only) */
+    int tune;        /* 1: fj_attention_tune the request first (result in fjh_result.tune) */
 } fjh_case;
 
 typedef struct fjh_result {
@@ -79,6 +80,7 @@ typedef struct fjh_result {
     double first_call_ms; /* host time of the first call, synchronised */
     double kernel_ms;     /* median of timing_reps synchronised calls */
     double tflops;
+    fj_tune_result tune; /* when the case asked for tuning */
 } fjh_result;
 
 /* Initialises a case with the defaults (one small bf16 problem). */

@@ -35,6 +35,8 @@ static int usage(FILE *f)
                "  info              version, backends, devices and the cache path\n"
                "  run [options]     one attention on random data: checks it against a float64\n"
                "                    reference, times it, prints PASS or FAIL (exit status 1)\n"
+               "  tune [options]    tune tile configurations over a grid of shapes (tune --help)\n"
+               "  cache <command>   path, ls, verify, export, import, prune, build (cache --help)\n"
                "\n"
                "run options (defaults in brackets):\n"
                "  --backend auto|cuda|opencl [auto]   --device N [0]\n"
@@ -271,6 +273,8 @@ int main(int argc, char **argv)
         return cmd_info();
     if (!strcmp(argv[1], "run"))
         return cmd_run(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "tune"))
+        return fjt_tune_command(argc - 1, argv + 1);
     if (!strcmp(argv[1], "cache"))
         return fjt_cache_command(argc - 1, argv + 1);
     if (!strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))

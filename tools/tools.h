@@ -4,6 +4,8 @@
 
 /* `flashjit cache ...`; argv[0] is "cache". Returns the exit status. */
 int fjt_cache_command(int argc, char **argv);
+/* `flashjit tune ...`; argv[0] is "tune". */
+int fjt_tune_command(int argc, char **argv);
 /* `flashjit cache build ...`; argv[0] is "build". */
 int fjt_cache_build(int argc, char **argv);
 

@@ -307,12 +307,11 @@ static fj_status cl_compile(void *p, const char *source, const char *options, fj
     } else if ((rc = cl.clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof size, &size,
                                          NULL)) != CL_SUCCESS ||
                size == 0) {
-        st = fj__fail(err, FJ_ERR_BACKEND, "clGetProgramInfo: the device gives no binary (%d)",
-                      rc);
+        st = fj__fail(err, FJ_ERR_BACKEND, "clGetProgramInfo: the device gives no binary (%d)", rc);
     } else if (!(data = malloc(size))) {
         st = fj__fail(err, FJ_ERR_OUT_OF_MEMORY, "out of memory for a %zu-byte binary", size);
-    } else if ((rc = cl.clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof data, &data,
-                                         NULL)) != CL_SUCCESS) {
+    } else if ((rc = cl.clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof data, &data, NULL)) !=
+               CL_SUCCESS) {
         st = fj__fail(err, FJ_ERR_BACKEND, "clGetProgramInfo(CL_PROGRAM_BINARIES): %s (%d)",
                       cl_error_name(rc), rc);
         FJ_FREE(data);

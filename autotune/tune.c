@@ -1,0 +1,339 @@
+/* The autotuner: for one request's shape bucket, compile the candidate tile configurations in
+** parallel, run each on the request's own tensors, drop those that fail, spill or disagree with
+** the heuristic's result, time the rest, and keep the winner (and every measurement) in the
+** cache's tunings table, keyed by device fingerprint and bucket. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../runtime/context.h"
+
+#define TUNE_MAX_CANDIDATES 32
+#define TUNE_MIN_REPS 5
+#define TUNE_MAX_REPS 25
+#define TUNE_BUDGET_MS 300.0
+
+void fj__fingerprint(const fj_context *ctx, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s|%s|%d|%s|%s", ctx->ops->name, ctx->device.name,
+             (int)ctx->device.compute_units, ctx->device.driver, ctx->ops->target(ctx->backend));
+}
+
+static long long pow2_at_least(long long x, long long floor)
+{
+    long long p = floor;
+    while (p < x)
+        p *= 2;
+    return p;
+}
+
+void fj__tune_bucket(const fj__problem *p, const fj__variant *v, char *buf, size_t size)
+{
+    const char *mask = !v->local_mask                               ? "none"
+                       : p->window_right == 0 && p->window_left < 0 ? "causal"
+                                                                    : "window";
+    snprintf(buf, size,
+             "fwd.%s|%s|d=%d|dv=%d|sq=%lld|sk=%lld|bh=%lld|mask=%s|softcap=%d|lse=%d|neg=%d",
+             v->path == FJ__PATH_MMA ? "mma" : "simt", fj__dtype_name(p->dtype),
+             (int)v->head_dim_pad, (int)v->head_dim_v_pad, pow2_at_least(p->seqlen_q, 64),
+             pow2_at_least(p->seqlen_k, 64), pow2_at_least(p->batch * p->heads_q, 1), mask,
+             (int)v->softcap, (int)v->write_lse, (int)v->neg_scale);
+}
+
+/* Remembers a bucket's record (config NULL for none) in the context. */
+static const char *remember(fj_context *ctx, const char *bucket, char *config)
+{
+    if (ctx->ntuned == ctx->captuned) {
+        size_t cap = ctx->captuned ? 2 * ctx->captuned : 16;
+        fj__tuned *grown = realloc(ctx->tuned, cap * sizeof *grown);
+        if (!grown) {
+            free(config);
+            return NULL;
+        }
+        ctx->tuned = grown;
+        ctx->captuned = cap;
+    }
+    char *b = fj__strdup(bucket);
+    if (!b) {
+        free(config);
+        return NULL;
+    }
+    ctx->tuned[ctx->ntuned++] = (fj__tuned){.bucket = b, .config = config};
+    return config;
+}
+
+static fj__tuned *find_tuned(fj_context *ctx, const char *bucket)
+{
+    for (size_t i = 0; i < ctx->ntuned; i++)
+        if (strcmp(ctx->tuned[i].bucket, bucket) == 0)
+            return &ctx->tuned[i];
+    return NULL;
+}
+
+const char *fj__tuned_config(fj_context *ctx, const char *bucket)
+{
+    fj__tuned *t = find_tuned(ctx, bucket);
+    if (t)
+        return t->config;
+    char *config = NULL;
+    double us = 0;
+    cache_get_tuning(ctx->cache, ctx->fingerprint, bucket, "fwd", &config, &us);
+    return remember(ctx, bucket, config);
+}
+
+void fj__tuned_release(fj_context *ctx)
+{
+    for (size_t i = 0; i < ctx->ntuned; i++) {
+        FJ_FREE(ctx->tuned[i].bucket);
+        FJ_FREE(ctx->tuned[i].config);
+    }
+    FJ_FREE(ctx->tuned);
+    ctx->ntuned = ctx->captuned = 0;
+}
+
+static int contains(const fj__variant *vs, int n, const fj__variant *v)
+{
+    for (int i = 0; i < n; i++)
+        if (memcmp(&vs[i], v, sizeof *v) == 0)
+            return 1;
+    return 0;
+}
+
+/* The candidates for heuristic h, h itself first. Shapes that cannot fit the device's shared
+** memory are pruned before anything is compiled. */
+static int search_space(const fj__variant *h, const fj_device_info *dev, fj__variant *out)
+{
+    int n = 0;
+    out[n++] = *h;
+    int32_t widest = h->head_dim_pad > h->head_dim_v_pad ? h->head_dim_pad : h->head_dim_v_pad;
+    if (h->path == FJ__PATH_MMA) {
+        static const int tms[] = {64, 128}, tns[] = {32, 64, 128}, unrolls[] = {0, 1, 2};
+        for (int a = 0; a < 2; a++)
+            for (int b = 0; b < 3; b++)
+                for (int q = 0; q < 2; q++)
+                    for (int u = 0; u < 3 && n < TUNE_MAX_CANDIDATES; u++) {
+                        if ((q && widest > 128) || (q && unrolls[u] != 0) ||
+                            (tns[b] == 128 && widest > 64))
+                            continue;
+                        fj__variant v = *h;
+                        v.tile_m = tms[a];
+                        v.tile_n = tns[b];
+                        v.q_in_regs = (uint8_t)q;
+                        v.kk_unroll = unrolls[u];
+                        v.warps = 4;
+                        v.threads = 128;
+                        if (fj__variant_shared_bytes(&v) <= dev->local_memory &&
+                            !contains(out, n, &v))
+                            out[n++] = v;
+                    }
+    } else {
+        static const int tms[] = {16, 32, 64}, tns[] = {8, 16, 32};
+        uint64_t budget = dev->local_memory ? dev->local_memory : 32768;
+        uint64_t cap = dev->backend == FJ_BACKEND_CUDA ? 48 * 1024 : 64 * 1024;
+        budget = budget < cap ? budget : cap;
+        for (int a = 0; a < 3; a++)
+            for (int b = 0; b < 3 && n < TUNE_MAX_CANDIDATES; b++) {
+                fj__variant v = *h;
+                v.tile_m = v.threads = tms[a];
+                v.tile_n = tns[b];
+                if ((uint64_t)v.tile_n * (uint64_t)(v.head_dim_pad + v.head_dim_v_pad) * 4 <=
+                        budget &&
+                    !contains(out, n, &v))
+                    out[n++] = v;
+            }
+    }
+    return n;
+}
+
+/* The bytes of a tensor's storage, from its first element to its last. */
+static size_t span_bytes(const fj_tensor *t)
+{
+    int64_t last = 0;
+    for (int i = 0; i < t->ndim; i++)
+        last += (t->shape[i] - 1) * t->stride[i];
+    return (size_t)(last + 1) * fj_dtype_size(t->dtype);
+}
+
+static float to_float(fj_dtype dtype, const unsigned char *p)
+{
+    uint16_t h;
+    uint32_t u;
+    float f;
+    switch (dtype) {
+    case FJ_DTYPE_BF16:
+        memcpy(&h, p, 2);
+        u = (uint32_t)h << 16;
+        memcpy(&f, &u, 4);
+        return f;
+    case FJ_DTYPE_F16: {
+        memcpy(&h, p, 2);
+        uint32_t e = (h >> 10) & 31, m = h & 1023;
+        f = e == 0 ? ldexpf((float)m, -24) : e == 31 ? NAN : ldexpf((float)(m | 1024), (int)e - 25);
+        return h & 0x8000 ? -f : f;
+    }
+    default: memcpy(&f, p, 4); return f;
+    }
+}
+
+/* Largest difference between two copies of an output span, and the largest magnitude. */
+static void compare(fj_dtype dtype, const unsigned char *a, const unsigned char *b, size_t bytes,
+                    double *max_diff, double *max_ref)
+{
+    size_t es = fj_dtype_size(dtype);
+    *max_diff = *max_ref = 0;
+    for (size_t i = 0; i + es <= bytes; i += es) {
+        float x = to_float(dtype, a + i), y = to_float(dtype, b + i);
+        if (isnan(x) && isnan(y))
+            continue; /* storage between the view's elements, untouched by both */
+        double d = fabs((double)x - (double)y);
+        *max_diff = isnan(d) ? INFINITY : fmax(*max_diff, d);
+        *max_ref = fmax(*max_ref, fabs((double)y));
+    }
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median host time of synchronised runs, in microseconds; negative on failure. */
+static double time_variant(fj_context *ctx, const fj__problem *p, const fj__variant *v,
+                           void *stream)
+{
+    double times[TUNE_MAX_REPS], start = fj__now_ms();
+    int n = 0;
+    while (n < TUNE_MAX_REPS && (n < TUNE_MIN_REPS || fj__now_ms() - start < TUNE_BUDGET_MS)) {
+        double t0 = fj__now_ms();
+        if (fj__forward_variant(ctx, p, v, stream) != FJ_OK ||
+            ctx->ops->synchronize(ctx->backend, stream) != FJ_OK)
+            return -1;
+        times[n++] = (fj__now_ms() - t0) * 1e3;
+    }
+    qsort(times, (size_t)n, sizeof times[0], cmp_double);
+    return times[n / 2];
+}
+
+/* Appends one JSON object to a growing buffer (best effort: a full buffer stops appending). */
+static void json_add(char *json, size_t size, const char *config, double us, const char *why)
+{
+    size_t used = strlen(json);
+    char reason[96];
+    snprintf(reason, sizeof reason, "%s", why ? why : "");
+    for (char *c = reason; *c; c++)
+        if (*c == '"' || *c == '\\' || (unsigned char)*c < 32)
+            *c = ' ';
+    if (why)
+        snprintf(json + used, size - used, "%s{\"config\":\"%s\",\"dropped\":\"%s\"}",
+                 used > 1 ? "," : "", config, reason);
+    else
+        snprintf(json + used, size - used, "%s{\"config\":\"%s\",\"us\":%.2f}", used > 1 ? "," : "",
+                 config, us);
+}
+
+fj_status fj__tune(fj_context *ctx, const fj__problem *p, const fj__variant *heuristic,
+                   void *stream, fj_tune_result *r)
+{
+    size_t struct_size = r->struct_size;
+    memset(r, 0, sizeof *r);
+    r->struct_size = struct_size;
+    fj__tune_bucket(p, heuristic, r->bucket, sizeof r->bucket);
+    const char *record = fj__tuned_config(ctx, r->bucket);
+    if (record) {
+        r->from_record = 1;
+        snprintf(r->best_config, sizeof r->best_config, "%s", record);
+        return FJ_OK;
+    }
+
+    fj__variant cands[TUNE_MAX_CANDIDATES];
+    fj_status status[TUNE_MAX_CANDIDATES];
+    char why[TUNE_MAX_CANDIDATES][160];
+    int n = search_space(heuristic, &ctx->device, cands);
+    r->candidates = n;
+    fj_status st = fj__kernels_prepare(ctx, cands, n, status, why);
+    if (st != FJ_OK)
+        return st;
+    if (status[0] != FJ_OK)
+        return fj__fail(&ctx->err, status[0], "tuning: the heuristic's kernel: %s", why[0]);
+
+    /* The heuristic's output is the reference every candidate must reproduce. */
+    size_t bytes = span_bytes(p->out);
+    unsigned char *ref = malloc(bytes), *got = malloc(bytes);
+    char *json = malloc(16384);
+    if (!ref || !got || !json) {
+        free(ref);
+        free(got);
+        free(json);
+        return fj__fail(&ctx->err, FJ_ERR_OUT_OF_MEMORY, "tuning: out of memory");
+    }
+    strcpy(json, "[");
+    st = fj__forward_variant(ctx, p, &cands[0], stream);
+    if (st == FJ_OK)
+        st = ctx->ops->synchronize(ctx->backend, stream);
+    if (st == FJ_OK)
+        st = ctx->ops->copy_d2h(ctx->backend, ref, p->out->data, bytes);
+    int best = -1;
+    double best_us = INFINITY;
+    for (int i = 0; i < n && st == FJ_OK; i++) {
+        char config[128];
+        fj__variant_config(&cands[i], config, sizeof config);
+        int32_t regs = 0, spills = 0;
+        const fj__kernel *k = NULL;
+        if (status[i] == FJ_OK && fj__kernel_get(ctx, &cands[i], &k) == FJ_OK &&
+            ctx->ops->kernel_info)
+            ctx->ops->kernel_info(ctx->backend, k->handle, &regs, &spills);
+        if (status[i] == FJ_OK && spills > 0 && i > 0)
+            snprintf(why[i], sizeof why[i], "spills %d bytes", (int)spills);
+        double us = -1, diff = 0, mag = 0;
+        if (status[i] == FJ_OK && !why[i][0]) {
+            fj__err saved = ctx->err;
+            if (fj__forward_variant(ctx, p, &cands[i], stream) != FJ_OK ||
+                ctx->ops->synchronize(ctx->backend, stream) != FJ_OK ||
+                ctx->ops->copy_d2h(ctx->backend, got, p->out->data, bytes) != FJ_OK) {
+                snprintf(why[i], sizeof why[i], "failed to run: %.120s", ctx->err.msg);
+            } else {
+                compare(p->dtype, got, ref, bytes, &diff, &mag);
+                double tol = (p->dtype == FJ_DTYPE_F32 ? 1e-4 : 2e-2) * fmax(1.0, mag);
+                if (diff > tol)
+                    snprintf(why[i], sizeof why[i], "differs from the heuristic by %.3g", diff);
+                else if ((us = time_variant(ctx, p, &cands[i], stream)) < 0)
+                    snprintf(why[i], sizeof why[i], "failed to run: %.120s", ctx->err.msg);
+            }
+            ctx->err = saved;
+        }
+        if (why[i][0]) {
+            r->dropped++;
+            json_add(json, 16384, config, 0, why[i]);
+            continue;
+        }
+        json_add(json, 16384, config, us, NULL);
+        if (i == 0)
+            r->heuristic_us = us;
+        if (us < best_us) {
+            best_us = us;
+            best = i;
+        }
+    }
+    if (st == FJ_OK && best < 0)
+        st = fj__fail(&ctx->err, FJ_ERR_BACKEND, "tuning %s: no candidate ran", r->bucket);
+    if (st == FJ_OK) {
+        strcat(json, "]");
+        r->best_us = best_us;
+        fj__variant_config(&cands[best], r->best_config, sizeof r->best_config);
+        cache_put_tuning(ctx->cache, ctx->fingerprint, r->bucket, "fwd", r->best_config, best_us,
+                         json, &ctx->err);
+        fj__tuned *t = find_tuned(ctx, r->bucket);
+        char *copy = fj__strdup(r->best_config);
+        if (t) {
+            free(t->config);
+            t->config = copy;
+        } else {
+            remember(ctx, r->bucket, copy);
+        }
+    }
+    free(ref);
+    free(got);
+    free(json);
+    return st;
+}

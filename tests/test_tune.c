@@ -1,0 +1,252 @@
+/* The autotuner on the OpenCL backend (PoCL in CI): a small search space is tuned, kept in the
+** cache, reused by another process without tuning again, and invalidated by another device
+** fingerprint; candidates that fail to compile are dropped with a reason. */
+#define _POSIX_C_SOURCE 200809L
+#include <setjmp.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "context.h"
+#include "reference.h"
+#include "render.h"
+
+extern char **environ;
+
+static char tmpdir[] = "/tmp/fj-tune-test-XXXXXX";
+static char cache_path[600];
+
+static fjh_case small_case(void)
+{
+    fjh_case c;
+    fjh_case_init(&c);
+    c.batch = 1;
+    c.heads_q = c.heads_kv = 2;
+    c.seqlen_q = c.seqlen_k = 96;
+    c.head_dim = c.head_dim_v = 32;
+    c.dtype = FJ_DTYPE_F16;
+    c.desc.causal = 1;
+    return c;
+}
+
+static fj_context *make_context(int policy)
+{
+    fj_context_options o;
+    fj_context_options_init(&o);
+    o.backend = FJ_BACKEND_OPENCL;
+    o.cache_path = cache_path;
+    o.tune = policy;
+    fj_context *ctx = NULL;
+    if (fj_context_create(&o, &ctx) != FJ_OK)
+        return NULL;
+    return ctx;
+}
+
+/* Runs small_case() on ctx, checks it, and returns fj_call_info.tuned of its first call. */
+static int run_small(fj_context *ctx)
+{
+    fjh_case c = small_case();
+    fjh_result r;
+    fj_status st = fjh_run(ctx, &c, &r);
+    if (st != FJ_OK || !r.pass) {
+        fprintf(stderr, "run failed: %s %s\n", fj_status_string(st), r.why);
+        return -1;
+    }
+    return r.first.tuned;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    if (!mkdtemp(tmpdir))
+        return -1;
+    snprintf(cache_path, sizeof cache_path, "%s/kernels.db", tmpdir);
+    int32_t n = 0;
+    fj_device_count(FJ_BACKEND_OPENCL, &n);
+    if (n == 0)
+        printf("SKIP: no OpenCL device\n");
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static fj_context *context_or_skip(int policy)
+{
+    fj_context *ctx = make_context(policy);
+    if (!ctx)
+        skip();
+    return ctx;
+}
+
+static void test_tune_on_miss_then_reuse(void **state)
+{
+    (void)state;
+    fj_context *ctx = context_or_skip(FJ_TUNE_ON_MISS);
+    assert_int_equal(run_small(ctx), 2); /* tuned during the first call */
+    assert_int_equal(run_small(ctx), 1); /* the record, from memory */
+    fjh_case c = small_case();
+    c.seqlen_q = c.seqlen_k = 80; /* same bucket (seqlens up to 128) */
+    fjh_result r;
+    assert_int_equal(fjh_run(ctx, &c, &r), FJ_OK);
+    assert_true(r.pass);
+    assert_int_equal(r.first.tuned, 1);
+    fj_context_destroy(ctx);
+
+    /* The record is in the cache, with every measurement. */
+    fj__err err = {{0}};
+    fj_cache *cache = NULL;
+    cache_options co = {.path = cache_path};
+    assert_int_equal(cache_open(&co, &cache, &err), FJ_OK);
+    ctx = context_or_skip(FJ_TUNE_NEVER);
+    char *best = NULL;
+    double us = 0;
+    char bucket[256];
+    snprintf(bucket, sizeof bucket,
+             "fwd.simt|f16|d=32|dv=32|sq=128|sk=128|bh=2|mask=causal|"
+             "softcap=0|lse=1|neg=0");
+    assert_true(cache_get_tuning(cache, ctx->fingerprint, bucket, "fwd", &best, &us));
+    assert_non_null(strstr(best, "tile_m="));
+    assert_true(us > 0);
+    free(best);
+    cache_close(cache);
+    fj_context_destroy(ctx);
+
+    /* Another process, even one that would tune, finds the record and does not tune. */
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    assert_true(n > 0);
+    self[n] = '\0';
+    char *argv[] = {self, "--worker", cache_path, NULL};
+    pid_t pid;
+    assert_int_equal(posix_spawn(&pid, self, NULL, NULL, argv, environ), 0);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 1);
+}
+
+static void test_other_fingerprint_tunes_again(void **state)
+{
+    (void)state;
+    fj_context *ctx = context_or_skip(FJ_TUNE_ON_MISS);
+    assert_int_equal(run_small(ctx), 1); /* tuned by the test before */
+    fj_context_destroy(ctx);
+    /* The same cache seen from another device (here: another driver version). */
+    ctx = context_or_skip(FJ_TUNE_ON_MISS);
+    strncat(ctx->fingerprint, "|driver 99", sizeof ctx->fingerprint - strlen(ctx->fingerprint) - 1);
+    assert_int_equal(run_small(ctx), 2);
+    fj_context_destroy(ctx);
+}
+
+static void test_never_policy_uses_heuristic_without_record(void **state)
+{
+    (void)state;
+    fj_context *ctx = context_or_skip(FJ_TUNE_NEVER);
+    fjh_case c = small_case();
+    c.head_dim = c.head_dim_v = 48; /* a bucket nobody tuned */
+    fjh_result r;
+    assert_int_equal(fjh_run(ctx, &c, &r), FJ_OK);
+    assert_true(r.pass);
+    assert_int_equal(r.first.tuned, 0);
+    fj_context_destroy(ctx);
+}
+
+static void test_failing_candidates_are_dropped(void **state)
+{
+    (void)state;
+    fj_context *ctx = context_or_skip(FJ_TUNE_NEVER);
+    /* A template that refuses 8-key tiles: those candidates fail to render and are dropped. */
+    char dir[700], path[800];
+    snprintf(dir, sizeof dir, "%s/templates", tmpdir);
+    mkdir(dir, 0777);
+    snprintf(path, sizeof path, "%s/attn_fwd_simt.lua", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("% assert(tile_n ~= 8, 'no 8-key tiles here')\n", f);
+    for (size_t i = 0; i < tpl_embedded_count; i++)
+        if (!strcmp(tpl_embedded_files[i].name, "attn_fwd_simt.lua"))
+            fputs(tpl_embedded_files[i].text, f);
+    fclose(f);
+    setenv("FLASHJIT_TEMPLATE_DIR", dir, 1);
+    fjh_case c = small_case();
+    c.head_dim = c.head_dim_v = 64; /* an untuned bucket */
+    c.tune = 1;
+    fjh_result r;
+    fj_status st = fjh_run(ctx, &c, &r);
+    unsetenv("FLASHJIT_TEMPLATE_DIR");
+    unlink(path);
+    rmdir(dir);
+    assert_int_equal(st, FJ_OK);
+    assert_true(r.pass);
+    printf("  tuned %s: %d candidates, %d dropped, heuristic %.1f us, best %.1f us (%s)\n",
+           r.tune.bucket, r.tune.candidates, r.tune.dropped, r.tune.heuristic_us, r.tune.best_us,
+           r.tune.best_config);
+    assert_int_equal(r.tune.from_record, 0);
+    assert_true(r.tune.candidates >= 4);
+    assert_true(r.tune.dropped >= 3); /* tile_m 16, 32, 64 with tile_n 8 */
+    assert_null(strstr(r.tune.best_config, "tile_n=8,"));
+    assert_true(r.tune.best_us > 0 && r.tune.best_us <= r.tune.heuristic_us);
+    fj_context_destroy(ctx);
+}
+
+static void test_tune_rejects_bad_arguments(void **state)
+{
+    (void)state;
+    assert_int_equal(fj_attention_tune(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
+    fj_context *ctx = context_or_skip(FJ_TUNE_NEVER);
+    fj_tune_result r = {.struct_size = 8};
+    assert_int_equal(fj_attention_tune(ctx, NULL, NULL, NULL, NULL, NULL, NULL, NULL, &r),
+                     FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_context_last_error(ctx), "result.struct_size = 8"));
+    r.struct_size = sizeof r;
+    assert_int_equal(fj_attention_tune(ctx, NULL, NULL, NULL, NULL, NULL, NULL, NULL, &r),
+                     FJ_ERR_INVALID_ARGUMENT);
+    assert_string_equal(fj_context_last_error(ctx), "q is NULL");
+    fj_context_destroy(ctx);
+
+    fj_context_options o;
+    fj_context_options_init(&o);
+    o.tune = 7;
+    fj_context *bad = NULL;
+    assert_int_equal(fj_context_create(&o, &bad), FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_last_create_error(), "opts.tune = 7"));
+    setenv("FLASHJIT_TUNE", "sometimes", 1);
+    o.tune = FJ_TUNE_NEVER;
+    assert_int_equal(fj_context_create(&o, &bad), FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_last_create_error(), "FLASHJIT_TUNE = 'sometimes'"));
+    unsetenv("FLASHJIT_TUNE");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && !strcmp(argv[1], "--worker")) {
+        snprintf(cache_path, sizeof cache_path, "%s", argv[2]);
+        fj_context *ctx = make_context(FJ_TUNE_ON_MISS);
+        int tuned = ctx ? run_small(ctx) : -1;
+        fj_context_destroy(ctx);
+        return tuned < 0 ? 99 : tuned;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tune_on_miss_then_reuse),
+        cmocka_unit_test(test_other_fingerprint_tunes_again),
+        cmocka_unit_test(test_never_policy_uses_heuristic_without_record),
+        cmocka_unit_test(test_failing_candidates_are_dropped),
+        cmocka_unit_test(test_tune_rejects_bad_arguments),
+    };
+    return cmocka_run_group_tests_name("tune", tests, setup, teardown);
+}

@@ -1,0 +1,171 @@
+/* `flashjit tune`: tunes the forward kernel over a grid of shapes (by default FlashAttention's
+** benchmark grid) and keeps the winners in the cache. Buckets tuned before are skipped, so an
+** interrupted run resumes where it stopped. */
+#define _POSIX_C_SOURCE 200809L
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "flashjit.h"
+#include "reference.h"
+#include "tools.h"
+
+#define MAX_LIST 16
+
+static int parse_ints(const char *s, long long *out)
+{
+    int n = 0;
+    char *copy = strdup(s), *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok && n < MAX_LIST;
+         tok = strtok_r(NULL, ",", &save))
+        out[n++] = atoll(tok);
+    free(copy);
+    return n;
+}
+
+static int tune_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: flashjit tune [options]\n"
+            "Tunes tile configurations for a grid of shapes and keeps the winners in the cache.\n"
+            "  --backend auto|cuda|opencl [auto]   --device N [0]   --cache PATH\n"
+            "  --dtype bf16|f16|f32 [bf16]   --head-dim N,... [64,128,256]\n"
+            "  --seqlen N,... [512,1024,2048,4096,8192,16384]   --causal 0,1 [0,1]\n"
+            "  --tokens N [16384] (batch = tokens / seqlen)   --hidden N [2048] (heads = hidden / "
+            "d)\n");
+    return 2;
+}
+
+static void progress(int done, int total, const char *what)
+{
+    if (!isatty(STDOUT_FILENO))
+        return;
+    int width = 30, filled = total ? done * width / total : width;
+    printf("\r[");
+    for (int i = 0; i < width; i++)
+        putchar(i < filled ? '#' : '.');
+    printf("] %d/%d %-40s", done, total, what);
+    fflush(stdout);
+}
+
+int fjt_tune_command(int argc, char **argv)
+{
+    enum {
+        O_BACKEND = 256,
+        O_DEVICE,
+        O_CACHE,
+        O_DTYPE,
+        O_D,
+        O_S,
+        O_CAUSAL,
+        O_TOKENS,
+        O_HIDDEN,
+        O_HELP
+    };
+    static const struct option opts[] = {{"backend", required_argument, 0, O_BACKEND},
+                                         {"device", required_argument, 0, O_DEVICE},
+                                         {"cache", required_argument, 0, O_CACHE},
+                                         {"dtype", required_argument, 0, O_DTYPE},
+                                         {"head-dim", required_argument, 0, O_D},
+                                         {"seqlen", required_argument, 0, O_S},
+                                         {"causal", required_argument, 0, O_CAUSAL},
+                                         {"tokens", required_argument, 0, O_TOKENS},
+                                         {"hidden", required_argument, 0, O_HIDDEN},
+                                         {"help", no_argument, 0, O_HELP},
+                                         {0, 0, 0, 0}};
+    fj_context_options o;
+    fj_context_options_init(&o);
+    fj_dtype dtype = FJ_DTYPE_BF16;
+    long long dims[MAX_LIST] = {64, 128, 256},
+              lens[MAX_LIST] = {512, 1024, 2048, 4096, 8192, 16384};
+    long long causal[MAX_LIST] = {0, 1};
+    int nd = 3, ns = 6, nc = 2, opt;
+    long long tokens = 16384, hidden = 2048;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (opt) {
+        case O_BACKEND:
+            o.backend = !strcasecmp(optarg, "cuda")     ? FJ_BACKEND_CUDA
+                        : !strcasecmp(optarg, "opencl") ? FJ_BACKEND_OPENCL
+                                                        : FJ_BACKEND_AUTO;
+            break;
+        case O_DEVICE: o.device = atoi(optarg); break;
+        case O_CACHE: o.cache_path = optarg; break;
+        case O_DTYPE:
+            dtype = !strcasecmp(optarg, "f16")   ? FJ_DTYPE_F16
+                    : !strcasecmp(optarg, "f32") ? FJ_DTYPE_F32
+                                                 : FJ_DTYPE_BF16;
+            break;
+        case O_D: nd = parse_ints(optarg, dims); break;
+        case O_S: ns = parse_ints(optarg, lens); break;
+        case O_CAUSAL: nc = parse_ints(optarg, causal); break;
+        case O_TOKENS: tokens = atoll(optarg); break;
+        case O_HIDDEN: hidden = atoll(optarg); break;
+        case O_HELP: tune_usage(stdout); return 0;
+        default: return tune_usage(stderr);
+        }
+    }
+    fj_context *ctx = NULL;
+    fj_status st = fj_context_create(&o, &ctx);
+    if (st != FJ_OK) {
+        fprintf(stderr, "flashjit tune: %s: %s\n", fj_status_string(st), fj_last_create_error());
+        return 2;
+    }
+    fj_device_info dev = {.struct_size = sizeof dev};
+    fj_context_get_device_info(ctx, &dev);
+    printf("tuning on %s (%s), cache %s\n", dev.name, dev.arch, fj_context_cache_path(ctx));
+
+    int total = nd * ns * nc, done = 0, failed = 0;
+    char(*lines)[320] = calloc((size_t)total, sizeof *lines);
+    for (int a = 0; a < nd; a++)
+        for (int c = 0; c < nc; c++)
+            for (int s = 0; s < ns; s++) {
+                fjh_case k;
+                fjh_case_init(&k);
+                k.dtype = dtype;
+                k.head_dim = k.head_dim_v = dims[a];
+                k.seqlen_q = k.seqlen_k = lens[s];
+                k.batch = tokens / lens[s] > 0 ? tokens / lens[s] : 1;
+                k.heads_q = k.heads_kv = hidden / dims[a] > 0 ? hidden / dims[a] : 1;
+                k.desc.causal = (int)causal[c];
+                k.with_lse = 0;
+                k.tune = 1;
+                k.skip_check = 1;
+                char what[64];
+                snprintf(what, sizeof what, "d=%lld causal=%lld s=%lld", dims[a], causal[c],
+                         lens[s]);
+                progress(done, total, what);
+                fjh_result r;
+                st = fjh_run(ctx, &k, &r);
+                const fj_tune_result *t = &r.tune;
+                if (st != FJ_OK)
+                    snprintf(lines[done], sizeof lines[0], "%4lld %6lld %6lld  FAILED: %.200s",
+                             dims[a], causal[c], lens[s], r.why);
+                else if (t->from_record)
+                    snprintf(lines[done], sizeof lines[0],
+                             "%4lld %6lld %6lld  %10s %10s %7s  %-50s (tuned before)", dims[a],
+                             causal[c], lens[s], "-", "-", "-", t->best_config);
+                else
+                    snprintf(lines[done], sizeof lines[0],
+                             "%4lld %6lld %6lld  %10.1f %10.1f %+6.1f%%  %-50s %d/%d dropped",
+                             dims[a], causal[c], lens[s], t->heuristic_us, t->best_us,
+                             100.0 * (t->heuristic_us / t->best_us - 1.0), t->best_config,
+                             t->dropped, t->candidates);
+                failed += st != FJ_OK;
+                done++;
+            }
+    progress(done, total, "done");
+    if (isatty(STDOUT_FILENO))
+        printf("\n");
+    printf("%4s %6s %6s  %10s %10s %7s  %-50s\n", "d", "causal", "s", "heur. us", "tuned us",
+           "gain", "winner");
+    for (int i = 0; i < total; i++)
+        printf("%s\n", lines[i]);
+    printf("%d shapes tuned, %d failed\n", total - failed, failed);
+    free(lines);
+    fj_context_destroy(ctx);
+    return failed ? 1 : 0;
+}
