@@ -11,8 +11,8 @@
 
 #define TUNE_MAX_CANDIDATES 32
 #define TUNE_MIN_REPS 5
-#define TUNE_MAX_REPS 25
-#define TUNE_BUDGET_MS 300.0
+#define TUNE_MAX_REPS 20
+#define TUNE_BUDGET_MS 200.0
 
 void fj__fingerprint(const fj_context *ctx, char *buf, size_t size)
 {
