@@ -40,9 +40,12 @@ static void plan_mma(fj__variant *v, const fj_device_info *dev)
     v->tile_m = widest <= 128 ? 128 : 64;
     v->tile_n = 64;
     v->q_in_regs = widest <= 64;
-    /* The S = Q K^T k-loop: not unrolled up to d = 128 (unrolled, the 128 accumulators of O
-    ** spill), two steps at a time beyond (measured +6 % at d = 256 on an H200). */
-    v->kk_unroll = widest <= 128 ? 1 : 2;
+    /* The S = Q K^T k-loop. Fully unrolled, at d = 128 ptxas hoists fragments of later steps
+    ** and the 128 accumulators of O spill; two steps at a time fit except for the causal kernel
+    ** (its masking needs the registers), which runs it one step at a time. With Q in registers
+    ** the loop is always unrolled. Chosen from `flashjit tune` over the benchmark grid on an H200
+    ** (bench/RESULTS.md): this is the winner or within 1 % of it at every point. */
+    v->kk_unroll = v->q_in_regs ? 0 : widest <= 128 && v->local_mask ? 1 : 2;
     /* Before Hopper, ptxas spills the causal d = 128 kernel at 64-key tiles (checked for sm_80,
     ** sm_86, sm_89): halve the tile there. */
     if (sm_version(dev) < 90 && v->local_mask && widest > 64 && widest <= 128) {
