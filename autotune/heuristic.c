@@ -84,7 +84,7 @@ int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
         size_t offset;
         int32_t lo, hi;
     } fields[] = {{"tile_m", offsetof(fj__variant, tile_m), 16, 256},
-                  {"tile_n", offsetof(fj__variant, tile_n), 16, 256},
+                  {"tile_n", offsetof(fj__variant, tile_n), 8, 256},
                   {"warps", offsetof(fj__variant, warps), 1, 16},
                   {"kk_unroll", offsetof(fj__variant, kk_unroll), 0, 16}};
     const char *p = config;
@@ -119,6 +119,18 @@ int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
     }
     v->threads = v->path == FJ__PATH_MMA ? 32 * v->warps : v->tile_m;
     return 0;
+}
+
+int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
+{
+    if (v->path == FJ__PATH_MMA)
+        return v->warps >= 1 && v->tile_m % (16 * v->warps) == 0 && v->tile_n % 16 == 0 &&
+               v->threads == 32 * v->warps && fj__variant_shared_bytes(v) <= dev->local_memory;
+    uint64_t budget = dev->local_memory ? dev->local_memory : 32768;
+    uint64_t cap = dev->backend == FJ_BACKEND_CUDA ? 48 * 1024 : 64 * 1024;
+    budget = budget < cap ? budget : cap;
+    return v->threads == v->tile_m &&
+           (uint64_t)v->tile_n * (uint64_t)(v->head_dim_pad + v->head_dim_v_pad) * 4 <= budget;
 }
 
 void fj__variant_config(const fj__variant *v, char *buf, size_t size)
@@ -156,9 +168,7 @@ void fj__plan_forward(const fj__problem *p, const fj_device_info *dev, const cha
         /* A development and tuning override, already validated when the context was made; a
         ** configuration that does not fit this request keeps the heuristic's. */
         fj__variant tuned = *v;
-        if (config && fj__apply_config(&tuned, config, NULL) == 0 &&
-            tuned.tile_m % (16 * tuned.warps) == 0 && tuned.tile_n % 16 == 0 &&
-            fj__variant_shared_bytes(&tuned) <= dev->local_memory)
+        if (config && fj__apply_config(&tuned, config, NULL) == 0 && fj__variant_fits(&tuned, dev))
             *v = tuned;
     } else {
         plan_simt(v, dev);

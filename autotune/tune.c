@@ -123,23 +123,17 @@ static int search_space(const fj__variant *h, const fj_device_info *dev, fj__var
                         v.kk_unroll = unrolls[u];
                         v.warps = 4;
                         v.threads = 128;
-                        if (fj__variant_shared_bytes(&v) <= dev->local_memory &&
-                            !contains(out, n, &v))
+                        if (fj__variant_fits(&v, dev) && !contains(out, n, &v))
                             out[n++] = v;
                     }
     } else {
         static const int tms[] = {16, 32, 64}, tns[] = {8, 16, 32};
-        uint64_t budget = dev->local_memory ? dev->local_memory : 32768;
-        uint64_t cap = dev->backend == FJ_BACKEND_CUDA ? 48 * 1024 : 64 * 1024;
-        budget = budget < cap ? budget : cap;
         for (int a = 0; a < 3; a++)
             for (int b = 0; b < 3 && n < TUNE_MAX_CANDIDATES; b++) {
                 fj__variant v = *h;
                 v.tile_m = v.threads = tms[a];
                 v.tile_n = tns[b];
-                if ((uint64_t)v.tile_n * (uint64_t)(v.head_dim_pad + v.head_dim_v_pad) * 4 <=
-                        budget &&
-                    !contains(out, n, &v))
+                if (fj__variant_fits(&v, dev) && !contains(out, n, &v))
                     out[n++] = v;
             }
     }

@@ -108,7 +108,8 @@ static fj_status choose_variant(fj_context *ctx, const fj__problem *p, fj__varia
         ctx->last_call.tuned = 2;
     }
     fj__variant t = *v;
-    if (tuned && fj__apply_config(&t, tuned, NULL) == 0) {
+    /* A record that does not fit (from another library version, say) is ignored. */
+    if (tuned && fj__apply_config(&t, tuned, NULL) == 0 && fj__variant_fits(&t, &ctx->device)) {
         *v = t;
         if (!ctx->last_call.tuned)
             ctx->last_call.tuned = 1;

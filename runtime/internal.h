@@ -110,6 +110,8 @@ const char *fj__variant_path(const fj__variant *v);
 ** fj__parse_config). */
 void fj__plan_forward(const fj__problem *p, const fj_device_info *dev, const char *config,
                       fj__variant *v);
+/* Whether v's tiles are consistent and fit the device (shared memory, threads). */
+int fj__variant_fits(const fj__variant *v, const fj_device_info *dev);
 /* Writes v's tile fields as "tile_m=128,tile_n=64,warps=4,kk_unroll=1,q_in_regs=0". */
 void fj__variant_config(const fj__variant *v, char *buf, size_t size);
 /* Applies "name=value,..." overrides of tile fields (tile_m, tile_n, warps, q_in_regs,
