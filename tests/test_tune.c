@@ -165,6 +165,25 @@ static void test_never_policy_uses_heuristic_without_record(void **state)
     fj_context_destroy(ctx);
 }
 
+static void test_record_that_does_not_fit_is_ignored(void **state)
+{
+    (void)state;
+    fj_context *ctx = context_or_skip(FJ_TUNE_NEVER);
+    /* A record no kernel can honour (a foreign or damaged row): the heuristic runs instead. */
+    fj__err warn = {{0}};
+    cache_put_tuning(ctx->cache, ctx->fingerprint,
+                     "fwd.simt|f16|d=80|dv=80|sq=128|sk=128|bh=2|mask=causal|softcap=0|lse=1|neg=0",
+                     "fwd", "tile_m=16,tile_n=256", 1.0, "[]", &warn);
+    assert_string_equal(warn.msg, "");
+    fjh_case c = small_case();
+    c.head_dim = c.head_dim_v = 80;
+    fjh_result r;
+    assert_int_equal(fjh_run(ctx, &c, &r), FJ_OK);
+    assert_true(r.pass);
+    assert_int_equal(r.first.tuned, 0);
+    fj_context_destroy(ctx);
+}
+
 static void test_failing_candidates_are_dropped(void **state)
 {
     (void)state;
@@ -245,6 +264,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_tune_on_miss_then_reuse),
         cmocka_unit_test(test_other_fingerprint_tunes_again),
         cmocka_unit_test(test_never_policy_uses_heuristic_without_record),
+        cmocka_unit_test(test_record_that_does_not_fit_is_ignored),
         cmocka_unit_test(test_failing_candidates_are_dropped),
         cmocka_unit_test(test_tune_rejects_bad_arguments),
     };
