@@ -50,7 +50,7 @@ static int usage(FILE *f)
     return 2;
 }
 
-static int parse_backend(const char *s, fj_backend_kind *k)
+int fjt_parse_backend(const char *s, fj_backend_kind *k)
 {
     if (!strcasecmp(s, "auto"))
         *k = FJ_BACKEND_AUTO;
@@ -163,7 +163,7 @@ static int cmd_run(int argc, char **argv)
     while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (opt) {
         case O_BACKEND:
-            if (parse_backend(optarg, &o.backend))
+            if (fjt_parse_backend(optarg, &o.backend))
                 return fprintf(stderr, "flashjit: unknown backend '%s'\n", optarg), 2;
             break;
         case O_DEVICE: o.device = atoi(optarg); break;

@@ -2,6 +2,10 @@
 #ifndef FJ_TOOLS_H
 #define FJ_TOOLS_H
 
+#include "flashjit.h"
+
+/* "auto", "cuda" or "opencl" (any case) into *k; -1 for anything else. */
+int fjt_parse_backend(const char *s, fj_backend_kind *k);
 /* `flashjit cache ...`; argv[0] is "cache". Returns the exit status. */
 int fjt_cache_command(int argc, char **argv);
 /* `flashjit tune ...`; argv[0] is "tune". */

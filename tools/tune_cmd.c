@@ -88,9 +88,8 @@ int fjt_tune_command(int argc, char **argv)
     while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (opt) {
         case O_BACKEND:
-            o.backend = !strcasecmp(optarg, "cuda")     ? FJ_BACKEND_CUDA
-                        : !strcasecmp(optarg, "opencl") ? FJ_BACKEND_OPENCL
-                                                        : FJ_BACKEND_AUTO;
+            if (fjt_parse_backend(optarg, &o.backend))
+                return fprintf(stderr, "flashjit tune: unknown backend '%s'\n", optarg), 2;
             break;
         case O_DEVICE: o.device = atoi(optarg); break;
         case O_CACHE: o.cache_path = optarg; break;
