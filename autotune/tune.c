@@ -9,7 +9,7 @@
 
 #include "../runtime/context.h"
 
-#define TUNE_MAX_CANDIDATES 32
+#define TUNE_MAX_CANDIDATES 48
 #define TUNE_MIN_REPS 5
 #define TUNE_MAX_REPS 20
 #define TUNE_BUDGET_MS 200.0
@@ -112,7 +112,7 @@ static int search_space(const fj__variant *h, const fj_device_info *dev, fj__var
         for (int a = 0; a < 2; a++)
             for (int b = 0; b < 3; b++)
                 for (int q = 0; q < 2; q++)
-                    for (int u = 0; u < 3 && n < TUNE_MAX_CANDIDATES; u++) {
+                    for (int u = 0; u < 3 && n < TUNE_MAX_CANDIDATES - 1; u++) {
                         if ((q && widest > 128) || (q && unrolls[u] != 0) ||
                             (tns[b] == 128 && widest > 64))
                             continue;
@@ -121,10 +121,14 @@ static int search_space(const fj__variant *h, const fj_device_info *dev, fj__var
                         v.tile_n = tns[b];
                         v.q_in_regs = (uint8_t)q;
                         v.kk_unroll = unrolls[u];
-                        v.warps = 4;
-                        v.threads = 128;
-                        if (fj__variant_fits(&v, dev) && !contains(out, n, &v))
-                            out[n++] = v;
+                        /* Four warps of two m16 tiles each, and for 128-row tiles also eight
+                        ** warps of one (fewer accumulators per thread, as FA2 at d 256). */
+                        for (int w = 4; w <= (tms[a] == 128 ? 8 : 4); w *= 2) {
+                            v.warps = w;
+                            v.threads = 32 * w;
+                            if (fj__variant_fits(&v, dev) && !contains(out, n, &v))
+                                out[n++] = v;
+                        }
                     }
     } else {
         static const int tms[] = {16, 32, 64}, tns[] = {8, 16, 32};

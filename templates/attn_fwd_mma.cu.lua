@@ -79,7 +79,7 @@ __device__ __forceinline__ void load_tile(elem_t *s, const elem_t *g, long long 
     }
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, 2)
+extern "C" __global__ void __launch_bounds__(THREADS, ${warps <= 4 and 2 or 1})
 fj_attn_fwd(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
             const elem_t *__restrict__ v, elem_t *__restrict__ out, float *__restrict__ lse,
             int seqlen_q, int seqlen_k, int heads_q, int heads_kv, int head_dim, int head_dim_v,
