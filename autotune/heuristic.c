@@ -33,11 +33,12 @@ static void plan_mma(fj__variant *v, const fj_device_info *dev)
 {
     int32_t widest = v->head_dim_pad > v->head_dim_v_pad ? v->head_dim_pad : v->head_dim_v_pad;
     v->path = FJ__PATH_MMA;
-    v->warps = 4;
-    /* Two m16 tiles per warp (each K/V fragment read from shared memory feeds two mma) up to
-    ** d = 128, one beyond; the key tile as deep as 255 registers allow without spills (checked
-    ** with ptxas for sm_80 and sm_90a). */
-    v->tile_m = widest <= 128 ? 128 : 64;
+    /* Up to d = 128: 128 rows, four warps of two m16 tiles (each K/V fragment read from shared
+    ** memory feeds two mma). Beyond: 128 rows, eight warps of one m16 tile (FA2's choice at
+    ** d = 256; +3-7 % over 64 rows in four warps on an H200) where shared memory allows, else 64
+    ** rows in four warps. 64-key tiles throughout. No spills (ptxas, sm_80 to sm_90a). */
+    v->warps = widest <= 128 ? 4 : 8;
+    v->tile_m = 128;
     v->tile_n = 64;
     v->q_in_regs = widest <= 64;
     /* The S = Q K^T k-loop. Fully unrolled, at d = 128 ptxas hoists fragments of later steps
@@ -51,6 +52,10 @@ static void plan_mma(fj__variant *v, const fj_device_info *dev)
     if (sm_version(dev) < 90 && v->local_mask && widest > 64 && widest <= 128) {
         v->tile_n = 32;
         v->kk_unroll = 2;
+    }
+    if (fj__variant_shared_bytes(v) > dev->local_memory && v->warps == 8) {
+        v->warps = 4;
+        v->tile_m = 64;
     }
     /* Shrink until the tiles fit the block's shared memory. */
     while (fj__variant_shared_bytes(v) > dev->local_memory && v->tile_n > 16)
