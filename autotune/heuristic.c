@@ -29,16 +29,17 @@ static int sm_version(const fj_device_info *dev)
     return sscanf(dev->arch, "sm_%d", &v) == 1 ? v : 0;
 }
 
-static void plan_mma(fj__variant *v, const fj_device_info *dev)
+static void plan_mma(fj__variant *v, const fj__problem *p, const fj_device_info *dev)
 {
     int32_t widest = v->head_dim_pad > v->head_dim_v_pad ? v->head_dim_pad : v->head_dim_v_pad;
     v->path = FJ__PATH_MMA;
     /* Up to d = 128: 128 rows, four warps of two m16 tiles (each K/V fragment read from shared
-    ** memory feeds two mma). Beyond: 128 rows, eight warps of one m16 tile (FA2's choice at
-    ** d = 256; +3-7 % over 64 rows in four warps on an H200) where shared memory allows, else 64
-    ** rows in four warps. 64-key tiles throughout. No spills (ptxas, sm_80 to sm_90a). */
-    v->warps = widest <= 128 ? 4 : 8;
-    v->tile_m = 128;
+    ** memory feeds two mma). Beyond: 64 rows in four warps, or for long sequences 128 rows in
+    ** eight warps of one m16 tile (FA2's d = 256 shape) where shared memory allows: on an H200
+    ** that gains 3-7 % from 2k keys on (non-causal) and 8k (causal), and loses up to 10 % below
+    ** (bench/RESULTS.md). 64-key tiles throughout. No spills (ptxas, sm_80 to sm_90a). */
+    v->warps = widest > 128 && p->seqlen_q >= (v->local_mask ? 8192 : 2048) ? 8 : 4;
+    v->tile_m = widest <= 128 || v->warps == 8 ? 128 : 64;
     v->tile_n = 64;
     v->q_in_regs = widest <= 64;
     /* The S = Q K^T k-loop. Fully unrolled, at d = 128 ptxas hoists fragments of later steps
@@ -169,7 +170,7 @@ void fj__plan_forward(const fj__problem *p, const fj_device_info *dev, const cha
                        rows_are_16b_aligned(p->q) && rows_are_16b_aligned(p->k) &&
                        rows_are_16b_aligned(p->v) && rows_are_16b_aligned(p->out);
     if (tensor_cores) {
-        plan_mma(v, dev);
+        plan_mma(v, p, dev);
         /* A development and tuning override, already validated when the context was made; a
         ** configuration that does not fit this request keeps the heuristic's. */
         fj__variant tuned = *v;

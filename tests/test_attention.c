@@ -195,7 +195,7 @@ static void test_layouts_and_lse(void **state)
 /* Many key tiles, both loop directions of the tensor-core kernel, both masks. */
 static void test_long_sequences(void **state)
 {
-    fjh_case cases[6];
+    fjh_case cases[7];
     size_t n = 0;
     int64_t lens[] = {1024, FJ_TEST_BACKEND == FJ_BACKEND_CUDA ? 2048 : 1024};
     for (int i = 0; i < 2; i++)
@@ -210,6 +210,10 @@ static void test_long_sequences(void **state)
     cases[n] = base(777, 333, 256, FJ_DTYPE_BF16);
     cases[n].heads_q = 4;
     cases[n++].desc.causal = 1;
+    if (FJ_TEST_BACKEND == FJ_BACKEND_CUDA) { /* long enough for the eight-warp d = 256 tiles */
+        cases[n] = base(2100, 2100, 256, FJ_DTYPE_BF16);
+        cases[n++].batch = 1;
+    }
     run_cases(state, cases, n);
 }
 

@@ -13,6 +13,7 @@
 #include "tools.h"
 
 #define MAX_VALUES 16
+#define MAX_BUILT 4096
 
 /* A comma-separated list of integers ("64,128,256"); returns the count. */
 static int parse_list(const char *s, int64_t *out)
@@ -35,7 +36,8 @@ static int build_usage(FILE *f)
         "into the cache (--cache PATH, default the user cache). Lists take commas.\n"
         "  --dtype bf16,f16 [bf16]        --head-dim N,... [64,128]   --head-dim-v N,... [= "
         "head-dim]\n"
-        "  --causal 0,1 [0,1]             --softcap 0,1 [0]           --lse 0,1 [1]\n");
+        "  --causal 0,1 [0,1]             --softcap 0,1 [0]           --lse 0,1 [1]\n"
+        "  --seqlen N,... [1024,8192]     (the tiles can depend on the length)\n");
     return 2;
 }
 
@@ -67,7 +69,7 @@ static void resources(const char *log, int *regs, int *spills)
 
 int fjt_cache_build(int argc, char **argv)
 {
-    enum { O_ARCH = 256, O_CACHE, O_DTYPE, O_D, O_DV, O_CAUSAL, O_SOFTCAP, O_LSE, O_HELP };
+    enum { O_ARCH = 256, O_CACHE, O_DTYPE, O_D, O_DV, O_CAUSAL, O_SOFTCAP, O_LSE, O_SEQ, O_HELP };
     static const struct option opts[] = {{"arch", required_argument, 0, O_ARCH},
                                          {"cache", required_argument, 0, O_CACHE},
                                          {"dtype", required_argument, 0, O_DTYPE},
@@ -76,13 +78,15 @@ int fjt_cache_build(int argc, char **argv)
                                          {"causal", required_argument, 0, O_CAUSAL},
                                          {"softcap", required_argument, 0, O_SOFTCAP},
                                          {"lse", required_argument, 0, O_LSE},
+                                         {"seqlen", required_argument, 0, O_SEQ},
                                          {"backend", required_argument, 0, O_HELP + 1},
                                          {"help", no_argument, 0, O_HELP},
                                          {0, 0, 0, 0}};
     const char *arch = NULL, *path_opt = NULL;
     int64_t dims[MAX_VALUES] = {64, 128}, dvs[MAX_VALUES], causal[MAX_VALUES] = {0, 1};
     int64_t softcap[MAX_VALUES] = {0}, lse[MAX_VALUES] = {1};
-    int nd = 2, ndv = 0, nc = 2, ns = 1, nl = 1;
+    int64_t lens[MAX_VALUES] = {1024, 8192}; /* the planner picks some tiles by length */
+    int nd = 2, ndv = 0, nc = 2, ns = 1, nl = 1, nq = 2;
     fj_dtype dtypes[2] = {FJ_DTYPE_BF16};
     int ndt = 1, opt;
     optind = 1;
@@ -110,6 +114,7 @@ int fjt_cache_build(int argc, char **argv)
         case O_CAUSAL: nc = parse_list(optarg, causal); break;
         case O_SOFTCAP: ns = parse_list(optarg, softcap); break;
         case O_LSE: nl = parse_list(optarg, lse); break;
+        case O_SEQ: nq = parse_list(optarg, lens); break;
         case O_HELP + 1:
             if (strcmp(optarg, "cuda") != 0)
                 return fprintf(stderr,
@@ -143,14 +148,16 @@ int fjt_cache_build(int argc, char **argv)
                           .local_memory = arch_shared_memory(arch)};
     snprintf(dev.arch, sizeof dev.arch, "%s", arch);
 
-    int built = 0, failed = 0;
+    int built = 0, failed = 0, nbuilt = 0;
+    static char built_keys[MAX_BUILT][65];
     printf("%-12s %-13s %-5s %4s %4s %6s %7s %5s %6s %9s\n", "key", "path", "dtype", "d", "dv",
            "causal", "softcap", "regs", "spills", "compile");
     for (int a = 0; a < ndt; a++)
         for (int i = 0; i < nd; i++)
             for (int c = 0; c < nc; c++)
                 for (int sc = 0; sc < ns; sc++)
-                    for (int l = 0; l < nl; l++) {
+                    for (int l = 0; l < nl * nq; l++) {
+                        int64_t seqlen = lens[l % nq];
                         int64_t d = dims[i], dv = ndv ? dvs[i < ndv ? i : ndv - 1] : d;
                         /* A representative aligned request; only what shapes the code matters. */
                         fj_tensor t = {.data = (void *)(uintptr_t)256,
@@ -167,7 +174,9 @@ int fjt_cache_build(int argc, char **argv)
                                          .k = &t,
                                          .v = &tv,
                                          .out = &tv,
-                                         .lse = lse[l] ? &t : NULL,
+                                         .lse = lse[l / nq] ? &t : NULL,
+                                         .seqlen_q = seqlen,
+                                         .seqlen_k = seqlen,
                                          .softcap = softcap[sc] ? 1.0f : 0,
                                          .window_left = -1,
                                          .window_right = causal[c] ? 0 : -1};
@@ -177,6 +186,16 @@ int fjt_cache_build(int argc, char **argv)
                         fj__blob bin = {0};
                         double t0 = fj__now_ms();
                         fj_status st = fj__variant_key(&v, target, hash, &key_text, key, &err);
+                        /* Lengths that plan the same kernel build it once. */
+                        int seen = 0;
+                        for (int b = 0; st == FJ_OK && b < nbuilt && !seen; b++)
+                            seen = !strcmp(built_keys[b], key);
+                        if (seen) {
+                            free(key_text);
+                            continue;
+                        }
+                        if (st == FJ_OK && nbuilt < MAX_BUILT)
+                            snprintf(built_keys[nbuilt++], sizeof built_keys[0], "%s", key);
                         if (st == FJ_OK)
                             st = fj__variant_render(&v, key_text, &source, &err);
                         if (st == FJ_OK)
