@@ -92,5 +92,7 @@ fj_status fj__cuda_compile_for(const char *arch, const char *source, const char 
                                fj__blob *binary, char **log, fj__err *err);
 /* "nvrtc 13.0 (V13.0.88)", or "" when NVRTC is not available. */
 const char *fj__cuda_compiler_version(void);
+/* What the CUDA backend found: the driver library and its version, NVRTC and where. */
+void fj__cuda_describe(char *buf, size_t size);
 
 #endif /* FJ_RUNTIME_BACKEND_H */

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "backend.h"
 #include "flashjit.h"
 #include "reference.h"
 #include "tools.h"
@@ -81,6 +82,11 @@ static int cmd_info(void)
         int32_t n = 0;
         fj_device_count(kinds[i], &n);
         printf("backend %s: %d device%s\n", backend_name(kinds[i]), (int)n, n == 1 ? "" : "s");
+        if (kinds[i] == FJ_BACKEND_CUDA) {
+            char found[1024];
+            fj__cuda_describe(found, sizeof found);
+            printf("  %s\n", found);
+        }
         for (int32_t d = 0; d < n; d++) {
             fj_device_info info = {.struct_size = sizeof info};
             if (fj_device_get_info(kinds[i], d, &info) == FJ_OK)

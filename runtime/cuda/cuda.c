@@ -387,6 +387,24 @@ const char *fj__cuda_compiler_version(void)
     return nv_available() ? nv.version : "";
 }
 
+void fj__cuda_describe(char *buf, size_t size)
+{
+    int driver = 0;
+    const char *state = "found";
+    if (!cu_available())
+        state = cu.lib ? "found, but cuInit failed" : "not found";
+    else
+        cu.cuDriverGetVersion(&driver);
+    int n = snprintf(buf, size, "libcuda.so.1 %s", state);
+    if (driver && n > 0 && (size_t)n < size)
+        n +=
+            snprintf(buf + n, size - (size_t)n, " (CUDA %d.%d)", driver / 1000, driver % 1000 / 10);
+    if (n > 0 && (size_t)n < size)
+        snprintf(buf + n, size - (size_t)n, "; NVRTC %s%s%s",
+                 nv_available() ? nv.version : "not found (kernels load from caches only)",
+                 nv_available() ? " at " : "", nv_available() ? nv.path : "");
+}
+
 static fj_status cuda_compile(void *p, const char *source, const char *options, fj__blob *binary,
                               char **log, fj__err *err)
 {
