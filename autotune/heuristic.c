@@ -163,10 +163,13 @@ void fj__plan_forward(const fj__problem *p, const fj_device_info *dev, const cha
     v->local_mask = p->window_left >= 0 || p->window_right >= 0;
     v->softcap = p->softcap > 0.0f;
     v->neg_scale = p->scale < 0.0f;
+    v->mask_mod = p->mask_mod;
+    v->score_mod = p->score_mod;
     v->write_lse = p->lse != NULL;
 
-    int tensor_cores = dev->backend == FJ_BACKEND_CUDA && sm_version(dev) >= 80 &&
-                       (p->dtype == FJ_DTYPE_F16 || p->dtype == FJ_DTYPE_BF16) &&
+    /* Expressions run on the SIMT kernels only, so far. */
+    int tensor_cores = dev->backend == FJ_BACKEND_CUDA && sm_version(dev) >= 80 && !p->mask_mod &&
+                       !p->score_mod && (p->dtype == FJ_DTYPE_F16 || p->dtype == FJ_DTYPE_BF16) &&
                        rows_are_16b_aligned(p->q) && rows_are_16b_aligned(p->k) &&
                        rows_are_16b_aligned(p->v) && rows_are_16b_aligned(p->out);
     if (tensor_cores) {

@@ -39,6 +39,15 @@ void fj__tune_bucket(const fj__problem *p, const fj__variant *v, char *buf, size
              (int)v->head_dim_pad, (int)v->head_dim_v_pad, pow2_at_least(p->seqlen_q, 64),
              pow2_at_least(p->seqlen_k, 64), pow2_at_least(p->batch * p->heads_q, 1), mask,
              (int)v->softcap, (int)v->write_lse, (int)v->neg_scale);
+    if (v->mask_mod || v->score_mod) {
+        /* Expressions change the kernel: a bucket per pair of them. */
+        char both[2 * 2048 + 2], hex[65];
+        snprintf(both, sizeof both, "%s\n%s", v->mask_mod ? v->mask_mod : "",
+                 v->score_mod ? v->score_mod : "");
+        fj__sha256_hex(both, strlen(both), hex);
+        size_t used = strlen(buf);
+        snprintf(buf + used, size - used, "|mod=%.16s", hex);
+    }
 }
 
 /* Remembers a bucket's record (config NULL for none) in the context. */

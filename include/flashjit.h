@@ -191,6 +191,18 @@ typedef struct fj_attention_desc {
                          ** i + seqlen_k - seqlen_q + window_right; -1 (default) is unbounded */
     int32_t window_right;
     float softcap; /* > 0: scores = softcap * tanh(scores / softcap); 0 (default): off */
+    /* Expressions compiled into the kernel (NULL: none). mask_mod keeps the pair (q, k) where it
+    ** is nonzero, on top of causal and window; score_mod replaces the score s (after scaling
+    ** and soft-capping) by its value. The grammar: integers b h q k (batch, head, query row,
+    ** key), sq sk (sequence lengths), float s (score_mod only), literals, + - * / % (integer
+    ** arithmetic stays integer), comparisons, && || !, ?:, parentheses, min max abs exp log
+    ** sqrt tanh floor, and arg[i] / iarg[i]: float / int32 element i of mod_args (indices are
+    ** clamped into the array). Anything else is FJ_ERR_INVALID_ARGUMENT naming the position.
+    ** Requests with expressions run on the SIMT kernels (tensor cores: not yet). */
+    const char *mask_mod;
+    const char *score_mod;
+    const void *mod_args;   /* device memory read by arg[] and iarg[]; NULL when unused */
+    int64_t mod_args_count; /* 4-byte elements at mod_args */
 } fj_attention_desc;
 
 /* Fills *desc with the defaults (plain non-causal attention) and sets struct_size. NULL is a

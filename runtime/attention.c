@@ -3,11 +3,12 @@
 #include <string.h>
 
 #include "context.h"
+#include "expr.h"
 
 #define LOG2E 1.4426950408889634
 
 /* The kernel parameter list shared by every forward template (see attn_fwd.*.lua). */
-static int forward_args(const fj__problem *p, fj__arg args[40])
+static int forward_args(const fj__problem *p, fj__arg args[44])
 {
     int n = 0;
 #define PTR(x) args[n++] = (fj__arg){.kind = FJ__ARG_PTR, .v.ptr = (void *)(x)}
@@ -57,6 +58,9 @@ static int forward_args(const fj__problem *p, fj__arg args[40])
     }
     I32(p->window_left);
     I32(p->window_right);
+    /* Expression arguments: any valid pointer when there are none (never read then). */
+    PTR(p->mod_args ? p->mod_args : p->out->data);
+    I32(p->mod_args_count);
 #undef PTR
 #undef I32
 #undef I64
@@ -77,7 +81,7 @@ fj_status fj__forward_variant(fj_context *ctx, const fj__problem *p, const fj__v
     info->kernel_path = fj__variant_path(v);
     if (ctx->ops->kernel_info)
         ctx->ops->kernel_info(ctx->backend, kernel->handle, &info->registers, &info->spill_bytes);
-    fj__arg args[40];
+    fj__arg args[44];
     fj__launch l = {
         .grid = {(uint32_t)((p->seqlen_q + v->tile_m - 1) / v->tile_m), (uint32_t)p->heads_q,
                  (uint32_t)p->batch},
@@ -87,6 +91,68 @@ fj_status fj__forward_variant(fj_context *ctx, const fj__problem *p, const fj__v
         .args = args,
     };
     return ctx->ops->launch(ctx->backend, kernel->handle, &l, stream);
+}
+
+/* Finds the parsed expression of src, parsing it the first time. */
+static fj_status find_mod(fj_context *ctx, const char *field, const char *src, int score,
+                          const fj__expr **out)
+{
+    for (size_t i = 0; i < ctx->nmods; i++)
+        if (ctx->mods[i].score == score && strcmp(ctx->mods[i].src, src) == 0) {
+            *out = ctx->mods[i].expr;
+            return FJ_OK;
+        }
+    fj__expr *e = NULL;
+    fj_status st = fj__expr_parse(field, src, score, &e, &ctx->err);
+    if (st != FJ_OK)
+        return st;
+    if (ctx->nmods == ctx->capmods) {
+        size_t cap = ctx->capmods ? 2 * ctx->capmods : 8;
+        fj__mod *grown = realloc(ctx->mods, cap * sizeof *grown);
+        if (!grown) {
+            fj__expr_free(e);
+            return fj__fail(&ctx->err, FJ_ERR_OUT_OF_MEMORY, "out of memory for an expression");
+        }
+        ctx->mods = grown;
+        ctx->capmods = cap;
+    }
+    char *copy = fj__strdup(src);
+    if (!copy) {
+        fj__expr_free(e);
+        return fj__fail(&ctx->err, FJ_ERR_OUT_OF_MEMORY, "out of memory for an expression");
+    }
+    ctx->mods[ctx->nmods++] = (fj__mod){.src = copy, .score = score, .expr = e};
+    *out = e;
+    return FJ_OK;
+}
+
+fj_status fj__resolve_mods(fj_context *ctx, fj__problem *p)
+{
+    const fj__expr *mask = NULL, *score = NULL;
+    fj_status st = FJ_OK;
+    if (p->mask_mod_src)
+        st = find_mod(ctx, "mask_mod", p->mask_mod_src, 0, &mask);
+    if (st == FJ_OK && p->score_mod_src)
+        st = find_mod(ctx, "score_mod", p->score_mod_src, 1, &score);
+    if (st != FJ_OK)
+        return st;
+    if ((fj__expr_uses_args(mask) || fj__expr_uses_args(score)) && p->mod_args_count == 0)
+        return fj__fail(&ctx->err, FJ_ERR_INVALID_ARGUMENT,
+                        "desc.%s reads arg[] or iarg[] but desc.mod_args_count = 0",
+                        fj__expr_uses_args(mask) ? "mask_mod" : "score_mod");
+    p->mask_mod = mask ? fj__expr_text(mask) : NULL;
+    p->score_mod = score ? fj__expr_text(score) : NULL;
+    return FJ_OK;
+}
+
+void fj__mods_release(fj_context *ctx)
+{
+    for (size_t i = 0; i < ctx->nmods; i++) {
+        FJ_FREE(ctx->mods[i].src);
+        fj__expr_free(ctx->mods[i].expr);
+    }
+    FJ_FREE(ctx->mods);
+    ctx->nmods = ctx->capmods = 0;
 }
 
 /* The variant a request runs with: the heuristic's, a tuned record's, or (under
@@ -135,6 +201,8 @@ fj_status fj_attention_forward(fj_context *ctx, const fj_attention_desc *desc, c
     begin_call(ctx);
     fj__problem p;
     fj_status st = fj__validate_forward(desc, q, k, v, out, lse, &p, &ctx->err);
+    if (st == FJ_OK)
+        st = fj__resolve_mods(ctx, &p);
     fj__variant var;
     if (st == FJ_OK)
         st = choose_variant(ctx, &p, &var, stream);
@@ -157,6 +225,8 @@ fj_status fj_attention_tune(fj_context *ctx, const fj_attention_desc *desc, cons
                         result->struct_size, sizeof *result);
     fj__problem p;
     fj_status st = fj__validate_forward(desc, q, k, v, out, lse, &p, &ctx->err);
+    if (st == FJ_OK)
+        st = fj__resolve_mods(ctx, &p);
     if (st != FJ_OK)
         return st;
     fj__variant var;

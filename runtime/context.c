@@ -190,6 +190,7 @@ void fj_context_destroy(fj_context *ctx)
     if (!ctx)
         return;
     fj__tuned_release(ctx);
+    fj__mods_release(ctx);
     if (ctx->backend) {
         fj__kernels_release(ctx);
         ctx->ops->destroy(ctx->backend);

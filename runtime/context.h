@@ -35,7 +35,23 @@ struct fj_context {
     char fingerprint[512];   /* device identity tuning results are keyed by */
     struct fj__tuned *tuned; /* buckets looked up so far, with their record (or none) */
     size_t ntuned, captuned;
+
+    struct fj__mod *mods; /* mask/score expressions parsed so far, kept for the context's life:
+                          ** variants point at their canonical texts */
+    size_t nmods, capmods;
 };
+
+/* A parsed expression: its source as given, and the tree with the canonical text. */
+typedef struct fj__mod {
+    char *src;
+    int score; /* 1: parsed as score_mod */
+    struct fj__expr *expr;
+} fj__mod;
+
+/* Parses (or finds) the expressions of p and sets p->mask_mod and p->score_mod. */
+fj_status fj__resolve_mods(fj_context *ctx, fj__problem *p);
+/* Frees the parsed expressions. */
+void fj__mods_release(fj_context *ctx);
 
 /* A tuning record in memory: config is NULL when the bucket has none. */
 typedef struct fj__tuned {

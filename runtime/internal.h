@@ -54,10 +54,15 @@ typedef struct fj__problem {
     int64_t batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, head_dim_v;
     fj_dtype dtype;
     const fj_tensor *q, *k, *v, *out, *lse;
-    float scale;          /* resolved softmax scale */
-    float softcap;        /* 0: off */
-    int32_t window_left;  /* -1: unbounded */
-    int32_t window_right; /* -1: unbounded; 0 when causal */
+    float scale;                              /* resolved softmax scale */
+    float softcap;                            /* 0: off */
+    int32_t window_left;                      /* -1: unbounded */
+    int32_t window_right;                     /* -1: unbounded; 0 when causal */
+    const char *mask_mod_src, *score_mod_src; /* as given (NULL: none); parsed by the caller */
+    const void *mod_args;
+    int64_t mod_args_count;
+    /* Set once parsed: canonical C texts, owned by the context (NULL: none). */
+    const char *mask_mod, *score_mod;
 } fj__problem;
 
 /* Checks every argument of a forward call and fills *p. The message in err names the first bad
@@ -97,6 +102,8 @@ typedef struct fj__variant {
     uint8_t write_lse;
     uint8_t neg_scale; /* softmax_scale < 0 (maxima must be taken on scaled scores) */
     uint8_t reserved_[3];
+    const char *mask_mod; /* canonical expression texts, interned by the context (NULL: none) */
+    const char *score_mod;
 } fj__variant;
 
 /* The template the variant renders with, and the kernel's entry point. */

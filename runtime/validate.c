@@ -119,6 +119,19 @@ static fj_status check_desc(const fj_attention_desc *in, fj_attention_desc *d, f
         return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
                         "desc.window_right = %d, expected -1 (unbounded) or >= 0",
                         (int)d->window_right);
+    if (d->mod_args_count < 0)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "desc.mod_args_count = %lld is negative",
+                        (long long)d->mod_args_count);
+    if (d->mod_args_count > 0 && !d->mod_args)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                        "desc.mod_args is NULL but desc.mod_args_count = %lld",
+                        (long long)d->mod_args_count);
+    if ((uintptr_t)d->mod_args % 4 != 0)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                        "desc.mod_args = %p is not aligned to its 4-byte elements", d->mod_args);
+    if (d->mod_args_count > INT32_MAX)
+        return fj__fail(err, FJ_ERR_UNSUPPORTED, "desc.mod_args_count = %lld exceeds 2^31 - 1",
+                        (long long)d->mod_args_count);
     if (!isfinite(d->softcap) || d->softcap < 0)
         return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
                         "desc.softcap = %g, expected a finite value >= 0 (0 disables it)",
@@ -204,6 +217,10 @@ fj_status fj__validate_forward(const fj_attention_desc *desc, const fj_tensor *q
     p->lse = lse;
     p->scale = d.softmax_scale != 0.0f ? d.softmax_scale : (float)(1.0 / sqrt((double)p->head_dim));
     p->softcap = d.softcap;
+    p->mask_mod_src = d.mask_mod;
+    p->score_mod_src = d.score_mod;
+    p->mod_args = d.mod_args;
+    p->mod_args_count = d.mod_args_count;
     /* Resolve the band of visible keys. A bound that no row can reach is dropped, so equivalent
     ** requests share one kernel without per-element masking. */
     p->window_left = d.window_left;

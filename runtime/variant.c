@@ -46,6 +46,10 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_PARAMS])
     out[n++] =
         (tpl_param){.name = "dtype", .kind = TPL_STR, .s = fj__dtype_name((fj_dtype)v->dtype)};
     out[n++] = (tpl_param){.name = "kernel", .kind = TPL_STR, .s = fj__variant_template(v)};
+    out[n++] =
+        (tpl_param){.name = "mask_mod", .kind = TPL_STR, .s = v->mask_mod ? v->mask_mod : ""};
+    out[n++] =
+        (tpl_param){.name = "score_mod", .kind = TPL_STR, .s = v->score_mod ? v->score_mod : ""};
     INT_PARAM(head_dim_pad);
     INT_PARAM(head_dim_v_pad);
     INT_PARAM(tile_m);

@@ -86,7 +86,8 @@ fj_attn_fwd(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
             long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,
             long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,
             long long o_ss, long long o_sh, long long l_sb, long long l_sh, long long l_ss,
-            float score_mul, float cap_mul, int window_left, int window_right)
+            float score_mul, float cap_mul, int window_left, int window_right,
+            const float *__restrict__ mod_args, int mod_args_count)
 {
     extern __shared__ __attribute__((aligned(128))) unsigned char smem[];
     elem_t *sQ = (elem_t *)smem;

@@ -9,7 +9,9 @@
 % -- Tiles entirely outside the causal/window band of the group's rows are never loaded.
 % --
 % -- Parameters: dtype, head_dim_pad, head_dim_v_pad, tile_m, tile_n, local_mask, softcap,
-% -- write_lse.
+% -- write_lse, mask_mod and score_mod (checked canonical expressions, "" for none: see
+% -- runtime/expr.h).
+% local mods = mask_mod ~= "" or score_mod ~= ""
 % assert(tile_m > 0 and tile_n > 0, "tile sizes must be positive")
 % include("dialect.lua")
 
@@ -25,7 +27,8 @@ fj_attn_fwd(GLOBAL const STORE_T *q, GLOBAL const STORE_T *k, GLOBAL const STORE
             I64 q_sb, I64 q_ss, I64 q_sh, I64 k_sb, I64 k_ss, I64 k_sh,
             I64 v_sb, I64 v_ss, I64 v_sh, I64 o_sb, I64 o_ss, I64 o_sh,
             I64 l_sb, I64 l_sh, I64 l_ss,
-            float score_mul, float cap_mul, int window_left, int window_right)
+            float score_mul, float cap_mul, int window_left, int window_right,
+            GLOBAL const float *mod_args, int mod_args_count)
 {
     SHARED float k_tile[TILE_N][DP];
     SHARED float v_tile[TILE_N][DVP];
@@ -64,6 +67,17 @@ fj_attn_fwd(GLOBAL const STORE_T *q, GLOBAL const STORE_T *k, GLOBAL const STORE
     const int lo = 0, hi = seqlen_k - 1, group_lo = 0, group_hi = seqlen_k - 1;
 % end
 
+% if mods then
+    /* The names the expressions use (see runtime/expr.h); loads clamp into mod_args. */
+#define FJ_B batch
+#define FJ_H head
+#define FJ_Q row
+#define FJ_SQ seqlen_q
+#define FJ_SK seqlen_k
+#define ARG_INDEX(i) I_MIN(I_MAX((int)(i), 0), mod_args_count - 1)
+#define ARG_F(i) (mod_args_count > 0 ? mod_args[ARG_INDEX(i)] : 0.0f)
+#define ARG_I(i) (mod_args_count > 0 ? ((GLOBAL const int *)mod_args)[ARG_INDEX(i)] : 0)
+% end
     float m = -F_INF; /* running max, log2 units */
     float l = 0.0f;      /* running sum of exp2(score - m) */
     for (int n0 = group_lo / TILE_N * TILE_N; n0 <= group_hi; n0 += TILE_N) {
@@ -88,7 +102,24 @@ fj_attn_fwd(GLOBAL const STORE_T *q, GLOBAL const STORE_T *k, GLOBAL const STORE
             x = cap_mul * F_TANH(x);
 % end
             const int key = n0 + j;
-            s[j] = (live && key >= lo && key <= hi) ? x : -F_INF;
+% if score_mod ~= "" then
+            {
+#define FJ_K key
+#define FJ_S s_nat
+                const float s_nat = x * F_LN2; /* the score after scaling and soft-capping */
+                x = (${score_mod}) * (1.0f / F_LN2);
+#undef FJ_S
+#undef FJ_K
+            }
+% end
+% if mask_mod ~= "" then
+#define FJ_K key
+            const bool keep = (${mask_mod}) != 0;
+#undef FJ_K
+% else
+            const bool keep = true;
+% end
+            s[j] = (live && keep && key >= lo && key <= hi) ? x : -F_INF;
             m_new = F_MAX(m_new, s[j]);
         }
         if (m_new == -F_INF)

@@ -50,6 +50,29 @@ typedef unsigned int uint;
 % end
 #define I_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define I_MAX(a, b) ((a) > (b) ? (a) : (b))
+/* What mask and score expressions may call (runtime/expr.h). */
+#define EXPR_IMIN I_MIN
+#define EXPR_IMAX I_MAX
+#define EXPR_IABS(a) ((a) < 0 ? -(a) : (a))
+% if backend == "opencl" then
+#define EXPR_FMIN fmin
+#define EXPR_FMAX fmax
+#define EXPR_FABS fabs
+#define EXPR_EXP exp
+#define EXPR_LOG log
+#define EXPR_SQRT sqrt
+#define EXPR_TANH tanh
+#define EXPR_FLOOR floor
+% else
+#define EXPR_FMIN fminf
+#define EXPR_FMAX fmaxf
+#define EXPR_FABS fabsf
+#define EXPR_EXP expf
+#define EXPR_LOG logf
+#define EXPR_SQRT sqrtf
+#define EXPR_TANH tanhf
+#define EXPR_FLOOR floorf
+% end
 
 % if dtype == "f32" then
 typedef float STORE_T;

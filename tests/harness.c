@@ -4,6 +4,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "reference.h"
 
+#include "expr.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +48,11 @@ void fjh_describe(const fjh_case *c, char *buf, size_t size)
                                    : "bf16",
         (int)c->desc.causal, (int)c->desc.window_left, (int)c->desc.window_right,
         (double)c->desc.softcap, (double)c->desc.softmax_scale, layouts[c->layout], c->with_lse);
+    size_t used = strlen(buf);
+    if (c->desc.mask_mod && used < size)
+        used += (size_t)snprintf(buf + used, size - used, " mask_mod=\"%s\"", c->desc.mask_mod);
+    if (c->desc.score_mod && used < size)
+        snprintf(buf + used, size - used, " score_mod=\"%s\"", c->desc.score_mod);
 }
 
 static uint64_t splitmix(uint64_t *s)
@@ -290,9 +297,20 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
         if (i < 4 || c->with_lse)
             st = upload(ctx, all[i]);
     fj_tensor *lse_t = c->with_lse ? &lse.t : NULL;
+    /* The expressions' arguments go to the device; the reference reads the host copy. */
+    fj_attention_desc desc = c->desc;
+    void *dev_args = NULL;
+    if (st == FJ_OK && c->mod_args && c->mod_args_count > 0) {
+        size_t bytes = (size_t)c->mod_args_count * 4;
+        st = fj_malloc(ctx, bytes, &dev_args);
+        if (st == FJ_OK)
+            st = fj_memcpy_h2d(ctx, dev_args, c->mod_args, bytes);
+        desc.mod_args = dev_args;
+        desc.mod_args_count = c->mod_args_count;
+    }
     r->tune.struct_size = sizeof r->tune;
     if (st == FJ_OK && c->tune) {
-        st = fj_attention_tune(ctx, &c->desc, &q.t, &k.t, &v.t, &out.t, lse_t, NULL, &r->tune);
+        st = fj_attention_tune(ctx, &desc, &q.t, &k.t, &v.t, &out.t, lse_t, NULL, &r->tune);
         /* Tuning wrote the outputs: poison them again. */
         if (st == FJ_OK)
             st = fj_memcpy_h2d(ctx, out.dev, out.host, out.elements * es);
@@ -301,7 +319,7 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
     }
     if (st == FJ_OK) {
         double t0 = now_ms();
-        st = fj_attention_forward(ctx, &c->desc, &q.t, &k.t, &v.t, &out.t, lse_t, NULL);
+        st = fj_attention_forward(ctx, &desc, &q.t, &k.t, &v.t, &out.t, lse_t, NULL);
         if (st == FJ_OK)
             st = fj_synchronize(ctx, NULL);
         r->first_call_ms = now_ms() - t0;
@@ -323,6 +341,16 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
         goto out;
     }
 
+    fj__expr *mask_expr = NULL, *score_expr = NULL;
+    fj__err parse_err = {{0}};
+    if (!c->skip_check && desc.mask_mod)
+        fj__expr_parse("mask_mod", desc.mask_mod, 0, &mask_expr, &parse_err);
+    if (!c->skip_check && desc.score_mod)
+        fj__expr_parse("score_mod", desc.score_mod, 1, &score_expr, &parse_err);
+    p.mask_mod = mask_expr;
+    p.score_mod = score_expr;
+    p.mod_args = c->mod_args;
+    p.mod_args_count = c->mod_args_count;
     if (!c->skip_check) {
         size_t nout = (size_t)(p.batch * p.seqlen_q * p.heads_q * p.head_dim_v);
         ref = malloc(nout * sizeof *ref);
@@ -341,7 +369,7 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
         double *times = malloc((size_t)c->timing_reps * sizeof *times);
         for (int i = 0; i < c->timing_reps && st == FJ_OK; i++) {
             double t0 = now_ms();
-            st = fj_attention_forward(ctx, &c->desc, &q.t, &k.t, &v.t, &out.t, lse_t, NULL);
+            st = fj_attention_forward(ctx, &desc, &q.t, &k.t, &v.t, &out.t, lse_t, NULL);
             if (st == FJ_OK)
                 st = fj_synchronize(ctx, NULL);
             times[i] = now_ms() - t0;
@@ -353,7 +381,11 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
         }
         free(times);
     }
+    fj__expr_free(mask_expr);
+    fj__expr_free(score_expr);
 out:
+    if (dev_args)
+        fj_free(ctx, dev_args);
     r->status = st;
     for (int i = 0; i < 5; i++)
         release(ctx, all[i]);

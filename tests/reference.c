@@ -1,6 +1,8 @@
 /* The float64 reference attention, the plain low-precision one, and host dtype conversions. */
 #include "reference.h"
 
+#include "expr.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,7 +105,7 @@ float fjr_load(fj_dtype dtype, const void *src)
     }
 }
 
-int fjr_visible(const fjr_problem *p, int64_t i, int64_t j)
+int fjr_visible(const fjr_problem *p, int64_t b, int64_t h, int64_t i, int64_t j)
 {
     int64_t diag = i + p->seqlen_k - p->seqlen_q;
     if (p->causal && j > diag)
@@ -112,6 +114,17 @@ int fjr_visible(const fjr_problem *p, int64_t i, int64_t j)
         return 0;
     if (p->window_right >= 0 && j > diag + p->window_right)
         return 0;
+    if (p->mask_mod) {
+        fj__expr_env env = {.b = b,
+                            .h = h,
+                            .q = i,
+                            .k = j,
+                            .sq = p->seqlen_q,
+                            .sk = p->seqlen_k,
+                            .args = p->mod_args,
+                            .nargs = p->mod_args_count};
+        return fj__expr_eval(p->mask_mod, &env) != 0;
+    }
     return 1;
 }
 
@@ -120,21 +133,35 @@ double fjr_flops(const fjr_problem *p)
     double per_pair = 2.0 * (double)(p->head_dim + p->head_dim_v);
     double heads = (double)p->batch * (double)p->heads_q;
     int windowed = p->window_left >= 0 || p->window_right >= 0;
-    if (!p->causal && !windowed)
+    if (!p->causal && !windowed && !p->mask_mod)
         return per_pair * heads * (double)p->seqlen_q * (double)p->seqlen_k;
-    if (p->causal && !windowed && p->seqlen_q == p->seqlen_k) /* FlashAttention's convention */
+    if (p->causal && !windowed && !p->mask_mod && p->seqlen_q == p->seqlen_k)
         return per_pair * heads * (double)p->seqlen_q * (double)p->seqlen_k / 2.0;
-    double pairs = 0;
+    double pairs = 0; /* the visible pairs of the first head, as representative */
     for (int64_t i = 0; i < p->seqlen_q; i++)
         for (int64_t j = 0; j < p->seqlen_k; j++)
-            pairs += fjr_visible(p, i, j);
+            pairs += fjr_visible(p, 0, 0, i, j);
     return per_pair * heads * pairs;
 }
 
-static double score_transform(const fjr_problem *p, double dot)
+static double score_transform(const fjr_problem *p, int64_t b, int64_t h, int64_t i, int64_t j,
+                              double dot)
 {
     double s = dot * p->scale;
-    return p->softcap > 0 ? p->softcap * tanh(s / p->softcap) : s;
+    s = p->softcap > 0 ? p->softcap * tanh(s / p->softcap) : s;
+    if (p->score_mod) {
+        fj__expr_env env = {.b = b,
+                            .h = h,
+                            .q = i,
+                            .k = j,
+                            .sq = p->seqlen_q,
+                            .sk = p->seqlen_k,
+                            .s = s,
+                            .args = p->mod_args,
+                            .nargs = p->mod_args_count};
+        s = fj__expr_eval(p->score_mod, &env);
+    }
+    return s;
 }
 
 void fjr_attention(const fjr_problem *p, const double *q, const double *k, const double *v,
@@ -152,13 +179,13 @@ void fjr_attention(const fjr_problem *p, const double *q, const double *k, const
                 double m = -INFINITY;
                 for (int64_t j = 0; j < p->seqlen_k; j++) {
                     s[j] = -INFINITY;
-                    if (!fjr_visible(p, i, j))
+                    if (!fjr_visible(p, b, h, i, j))
                         continue;
                     const double *kj = k + ((b * p->seqlen_k + j) * p->heads_kv + h / group) * d;
                     double dot = 0;
                     for (int64_t c = 0; c < d; c++)
                         dot += qi[c] * kj[c];
-                    s[j] = score_transform(p, dot);
+                    s[j] = score_transform(p, b, h, i, j, dot);
                     m = fmax(m, s[j]);
                 }
                 double sum = 0;
@@ -200,7 +227,7 @@ void fjr_attention_lowp(const fjr_problem *p, fj_dtype dtype, const float *q, co
                 float m = -INFINITY;
                 for (int64_t j = 0; j < p->seqlen_k; j++) {
                     s[j] = -INFINITY;
-                    if (!fjr_visible(p, i, j))
+                    if (!fjr_visible(p, b, h, i, j))
                         continue;
                     const float *kj = k + ((b * p->seqlen_k + j) * p->heads_kv + h / group) * d;
                     float dot = 0;
@@ -209,6 +236,18 @@ void fjr_attention_lowp(const fjr_problem *p, fj_dtype dtype, const float *q, co
                     float x = dot * (float)p->scale;
                     if (p->softcap > 0)
                         x = (float)p->softcap * tanhf(x / (float)p->softcap);
+                    if (p->score_mod) {
+                        fj__expr_env env = {.b = b,
+                                            .h = h,
+                                            .q = i,
+                                            .k = j,
+                                            .sq = p->seqlen_q,
+                                            .sk = p->seqlen_k,
+                                            .s = x,
+                                            .args = p->mod_args,
+                                            .nargs = p->mod_args_count};
+                        x = (float)fj__expr_eval(p->score_mod, &env);
+                    }
                     s[j] = x;
                     m = fmaxf(m, x);
                 }

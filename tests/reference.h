@@ -26,10 +26,14 @@ typedef struct fjr_problem {
     double scale;                          /* resolved: never 0 */
     double softcap;                        /* 0: off */
     int causal, window_left, window_right; /* as in fj_attention_desc */
+    const struct fj__expr *mask_mod;       /* parsed expressions (runtime/expr.h), or NULL */
+    const struct fj__expr *score_mod;
+    const void *mod_args; /* host copy of the expressions' arguments */
+    int64_t mod_args_count;
 } fjr_problem;
 
-/* Whether query row i sees key j, straight from the API's definition. */
-int fjr_visible(const fjr_problem *p, int64_t i, int64_t j);
+/* Whether query row i of (batch b, head h) sees key j, straight from the API's definition. */
+int fjr_visible(const fjr_problem *p, int64_t b, int64_t h, int64_t i, int64_t j);
 /* Forward FLOPs as FlashAttention counts them (see bench/RESULTS.md). */
 double fjr_flops(const fjr_problem *p);
 
@@ -55,10 +59,12 @@ typedef struct fjh_case {
     fj_attention_desc desc;
     fjh_layout layout;
     int with_lse;
-    uint64_t seed;   /* 0: a fresh seed from the clock */
-    int timing_reps; /* > 0: also time this many calls after the check (median) */
-    int skip_check;  /* 1: no reference (timing only) */
-    int tune;        /* 1: fj_attention_tune the request first (result in fjh_result.tune) */
+    uint64_t seed;         /* 0: a fresh seed from the clock */
+    int timing_reps;       /* > 0: also time this many calls after the check (median) */
+    int skip_check;        /* 1: no reference (timing only) */
+    int tune;              /* 1: fj_attention_tune the request first (result in fjh_result.tune) */
+    const float *mod_args; /* host values of desc.mod_args (uploaded by the harness), or NULL */
+    int64_t mod_args_count;
 } fjh_case;
 
 typedef struct fjh_result {

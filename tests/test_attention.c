@@ -192,6 +192,41 @@ static void test_layouts_and_lse(void **state)
     run_cases(state, cases, 6);
 }
 
+/* mask_mod and score_mod expressions: FlexAttention's classic masks and an ALiBi-like score,
+** alone, together, with causal and soft-capping, and rows that keep no key. */
+static void test_mask_and_score_expressions(void **state)
+{
+    static const float slopes[] = {0.5f, 0.25f, 0.125f, 0.0625f};
+    static const struct {
+        const char *mask, *score;
+        int causal;
+        float softcap;
+        fj_dtype dtype;
+    } m[] = {
+        {"q / 64 == k / 64", NULL, 0, 0, FJ_DTYPE_BF16},                        /* documents */
+        {"k <= q + sk - sq && k > q + sk - sq - 50", NULL, 0, 0, FJ_DTYPE_F16}, /* window */
+        {"k < 32 || k <= q", NULL, 0, 0, FJ_DTYPE_F32},                         /* prefix-LM */
+        {"(q * 7 + k * 13 + h) % 3 != 0", NULL, 1, 0, FJ_DTYPE_BF16},           /* irregular */
+        {NULL, "s - arg[h] * abs(q - k) / 16", 0, 0, FJ_DTYPE_F32},             /* ALiBi-like */
+        {NULL, "s * 0.5f + (k % 5 == 0 ? 1.0 : 0.0)", 1, 3.0f, FJ_DTYPE_F16},
+        {"b == 1 || k < q", "tanh(s / 4.0) * 4.0", 0, 0, FJ_DTYPE_BF16},
+        {"k > 1000", NULL, 0, 0, FJ_DTYPE_F32}, /* no row keeps a key */
+    };
+    size_t n = sizeof m / sizeof m[0];
+    fjh_case cases[sizeof m / sizeof m[0]];
+    for (size_t i = 0; i < n; i++) {
+        cases[i] = base(129, 200, 40, m[i].dtype);
+        cases[i].heads_q = 4;
+        cases[i].desc.mask_mod = m[i].mask;
+        cases[i].desc.score_mod = m[i].score;
+        cases[i].desc.causal = m[i].causal;
+        cases[i].desc.softcap = m[i].softcap;
+        cases[i].mod_args = slopes;
+        cases[i].mod_args_count = 4;
+    }
+    run_cases(state, cases, n);
+}
+
 /* Many key tiles, both loop directions of the tensor-core kernel, both masks. */
 static void test_long_sequences(void **state)
 {
@@ -292,6 +327,7 @@ int main(void)
         cmocka_unit_test(test_windows_softcap_scale),
         cmocka_unit_test(test_fully_masked_rows),
         cmocka_unit_test(test_layouts_and_lse),
+        cmocka_unit_test(test_mask_and_score_expressions),
         cmocka_unit_test(test_long_sequences),
         cmocka_unit_test(test_second_call_is_memoised),
         cmocka_unit_test(test_template_and_compile_errors_reach_caller),

@@ -141,6 +141,41 @@ static void test_memory_and_call_checks(void **state)
     assert_string_equal(fj_context_cache_path(ctx), ":memory:");
 }
 
+/* Expressions are checked before anything is compiled: a bad one names its position, and one
+** that reads mod_args needs them. */
+static void test_bad_expressions_are_rejected(void **state)
+{
+    fj_context *ctx = *state;
+    if (!ctx)
+        skip();
+    void *mem = NULL;
+    assert_int_equal(fj_malloc(ctx, 4096, &mem), FJ_OK);
+    fj_tensor t = {.data = mem,
+                   .dtype = FJ_DTYPE_F32,
+                   .ndim = 4,
+                   .shape = {1, 8, 1, 16},
+                   .stride = {128, 16, 16, 1}};
+    fj_tensor o = t;
+    o.data = (char *)mem + 1024;
+    fj_attention_desc d;
+    fj_attention_desc_init(&d);
+    d.mask_mod = "q >= k; while(1);";
+    assert_int_equal(fj_attention_forward(ctx, &d, &t, &t, &t, &o, NULL, NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_context_last_error(ctx), "desc.mask_mod: unexpected character ';'"));
+    assert_non_null(strstr(fj_context_last_error(ctx), "position 7"));
+    fj_attention_desc_init(&d);
+    d.score_mod = "s + arg[h]";
+    assert_int_equal(fj_attention_forward(ctx, &d, &t, &t, &t, &o, NULL, NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_context_last_error(ctx), "mod_args_count = 0"));
+    d.score_mod = NULL;
+    d.mask_mod = "q >= k";
+    assert_int_equal(fj_attention_forward(ctx, &d, &t, &t, &t, &o, NULL, NULL), FJ_OK);
+    assert_int_equal(fj_synchronize(ctx, NULL), FJ_OK);
+    assert_int_equal(fj_free(ctx, mem), FJ_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -148,6 +183,7 @@ int main(void)
         cmocka_unit_test(test_context_create_rejects_bad_options),
         cmocka_unit_test(test_device_queries),
         cmocka_unit_test_setup_teardown(test_memory_and_call_checks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_expressions_are_rejected, setup, teardown),
     };
     return cmocka_run_group_tests_name("public_api", tests, NULL, NULL);
 }

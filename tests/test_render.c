@@ -134,11 +134,14 @@ static void test_banner_and_embedded_attention(void **state)
             {.name = "local_mask", .kind = TPL_BOOL, .i = i != 0},
             {.name = "softcap", .kind = TPL_BOOL, .i = i == 2},
             {.name = "write_lse", .kind = TPL_BOOL, .i = 1},
+            {.name = "mask_mod", .kind = TPL_STR, .s = i == 1 ? "(FJ_Q >= FJ_K)" : ""},
+            {.name = "score_mod", .kind = TPL_STR, .s = ""},
         };
         fj__err err = {{0}};
         char *out = NULL;
-        assert_int_equal(tpl_render("attn_fwd_simt.lua", params, 9, "dtype=x\n", &out, &err),
+        assert_int_equal(tpl_render("attn_fwd_simt.lua", params, 11, "dtype=x\n", &out, &err),
                          FJ_OK);
+        assert_true((strstr(out, "keep = ((FJ_Q >= FJ_K))") != NULL) == (i == 1));
         assert_true(strncmp(out, "/* flashjit variant\ndtype=x\n*/\n", 30) == 0);
         assert_non_null(strstr(out, "__kernel"));
         assert_non_null(strstr(out, "#define DVP 48"));

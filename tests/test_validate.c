@@ -116,6 +116,12 @@ MUT(wright, r->desc.window_right = -5)
 MUT(softcap_neg, r->desc.softcap = -1)
 MUT(softcap_nan, r->desc.softcap = NAN)
 MUT(overflow, r->q.stride[0] = INT64_MAX / 2)
+MUT(args_negative, r->desc.mod_args_count = -1)
+MUT(args_null, r->desc.mod_args_count = 4)
+MUT(args_misaligned, {
+    r->desc.mod_args = storage + 2;
+    r->desc.mod_args_count = 1;
+})
 MUT(seq_huge, {
     dense(&r->q, FJ_DTYPE_BF16, 4, (int64_t[]){2, 1LL << 31, 4, 64});
     dense(&r->out, FJ_DTYPE_BF16, 4, (int64_t[]){2, 1LL << 31, 4, 48});
@@ -179,6 +185,11 @@ static const bad_case bad_cases[] = {
     {"stride overflow", overflow, 0, FJ_ERR_INVALID_ARGUMENT,
      "q: shape and strides address beyond"},
     {"seqlen huge", seq_huge, 0, FJ_ERR_UNSUPPORTED, "seqlen_q = 2147483648"},
+    {"mod_args negative", args_negative, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.mod_args_count = -1 is negative"},
+    {"mod_args NULL", args_null, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.mod_args is NULL but desc.mod_args_count = 4"},
+    {"mod_args aligned", args_misaligned, 0, FJ_ERR_INVALID_ARGUMENT, "is not aligned"},
     {"batch huge", batch_huge, 0, FJ_ERR_UNSUPPORTED, "batch = 70000"},
 };
 

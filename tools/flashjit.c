@@ -30,24 +30,27 @@ static const char *source_name(fj_kernel_source s)
 
 static int usage(FILE *f)
 {
-    fprintf(f, "usage: flashjit <command> [options]\n"
-               "\n"
-               "commands:\n"
-               "  info              version, backends, devices and the cache path\n"
-               "  run [options]     one attention on random data: checks it against a float64\n"
-               "                    reference, times it, prints PASS or FAIL (exit status 1)\n"
-               "  tune [options]    tune tile configurations over a grid of shapes (tune --help)\n"
-               "  cache <command>   path, ls, verify, export, import, prune, build (cache --help)\n"
-               "\n"
-               "run options (defaults in brackets):\n"
-               "  --backend auto|cuda|opencl [auto]   --device N [0]\n"
-               "  --batch N [2]   --heads N [8]   --kv-heads N [= heads]\n"
-               "  --seqlen N [512] (both)   --seqlen-q N   --seqlen-k N\n"
-               "  --head-dim N [64]   --head-dim-v N [= head-dim]\n"
-               "  --dtype bf16|f16|f32 [bf16]\n"
-               "  --causal   --window-left N   --window-right N   --softcap X   --scale X\n"
-               "  --layout bshd|bhsd|padded [bshd]   --no-lse\n"
-               "  --reps N [5] timed calls   --seed N [fresh]   --no-check   --cache PATH\n");
+    fprintf(f,
+            "usage: flashjit <command> [options]\n"
+            "\n"
+            "commands:\n"
+            "  info              version, backends, devices and the cache path\n"
+            "  run [options]     one attention on random data: checks it against a float64\n"
+            "                    reference, times it, prints PASS or FAIL (exit status 1)\n"
+            "  tune [options]    tune tile configurations over a grid of shapes (tune --help)\n"
+            "  cache <command>   path, ls, verify, export, import, prune, build (cache --help)\n"
+            "\n"
+            "run options (defaults in brackets):\n"
+            "  --backend auto|cuda|opencl [auto]   --device N [0]\n"
+            "  --batch N [2]   --heads N [8]   --kv-heads N [= heads]\n"
+            "  --seqlen N [512] (both)   --seqlen-q N   --seqlen-k N\n"
+            "  --head-dim N [64]   --head-dim-v N [= head-dim]\n"
+            "  --dtype bf16|f16|f32 [bf16]\n"
+            "  --causal   --window-left N   --window-right N   --softcap X   --scale X\n"
+            "  --layout bshd|bhsd|padded [bshd]   --no-lse\n"
+            "  --reps N [5] timed calls   --seed N [fresh]   --no-check   --cache PATH\n"
+            "  --mask-mod EXPR   --score-mod EXPR   --mod-args X,Y,... (arg[0], arg[1], ...)\n"
+            "      e.g. --mask-mod \"q / 64 == k / 64\" --score-mod \"s - arg[h] * abs(q - k)\"\n");
     return 2;
 }
 
@@ -128,6 +131,9 @@ static int cmd_run(int argc, char **argv)
         O_SEED,
         O_NOCHECK,
         O_CACHE,
+        O_MASKMOD,
+        O_SCOREMOD,
+        O_MODARGS,
         O_HELP
     };
     static const struct option opts[] = {{"backend", required_argument, 0, O_BACKEND},
@@ -152,6 +158,9 @@ static int cmd_run(int argc, char **argv)
                                          {"seed", required_argument, 0, O_SEED},
                                          {"no-check", no_argument, 0, O_NOCHECK},
                                          {"cache", required_argument, 0, O_CACHE},
+                                         {"mask-mod", required_argument, 0, O_MASKMOD},
+                                         {"score-mod", required_argument, 0, O_SCOREMOD},
+                                         {"mod-args", required_argument, 0, O_MODARGS},
                                          {"help", no_argument, 0, O_HELP},
                                          {0, 0, 0, 0}};
     fjh_case c;
@@ -162,6 +171,8 @@ static int cmd_run(int argc, char **argv)
     c.head_dim = 64;
     c.timing_reps = 5;
     int64_t kv_heads = 0, head_dim_v = 0;
+    static float mod_args[256];
+    int nargs = 0;
     fj_context_options o;
     fj_context_options_init(&o);
     int opt;
@@ -211,11 +222,23 @@ static int cmd_run(int argc, char **argv)
         case O_SEED: c.seed = strtoull(optarg, NULL, 0); break;
         case O_NOCHECK: c.skip_check = 1; break;
         case O_CACHE: o.cache_path = optarg; break;
+        case O_MASKMOD: c.desc.mask_mod = optarg; break;
+        case O_SCOREMOD: c.desc.score_mod = optarg; break;
+        case O_MODARGS: {
+            char *copy = strdup(optarg), *save = NULL;
+            for (char *tok = strtok_r(copy, ",", &save); tok && nargs < 256;
+                 tok = strtok_r(NULL, ",", &save))
+                mod_args[nargs++] = strtof(tok, NULL);
+            free(copy);
+            break;
+        }
         case O_HELP: usage(stdout); return 0;
         default: return usage(stderr);
         }
     }
     c.heads_kv = kv_heads ? kv_heads : c.heads_q;
+    c.mod_args = nargs ? mod_args : NULL;
+    c.mod_args_count = nargs;
     c.head_dim_v = head_dim_v ? head_dim_v : c.head_dim;
 
     fj_context *ctx = NULL;

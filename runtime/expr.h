@@ -1,0 +1,50 @@
+/* Mask and score expressions (fj_attention_desc.mask_mod, .score_mod): a small C-like grammar,
+** parsed and checked here before anything reaches a compiler. A checked expression is emitted
+** again from its parse tree, so the generated kernel contains only what the grammar allows.
+**
+**   expr    := cond
+**   cond    := or ( '?' expr ':' expr )?
+**   or      := and ( '||' and )*          and := cmp ( '&&' cmp )*
+**   cmp     := sum ( ('<'|'<='|'>'|'>='|'=='|'!=') sum )?
+**   sum     := prod ( ('+'|'-') prod )*   prod := unary ( ('*'|'/'|'%') unary )*
+**   unary   := ('-'|'!') unary | primary
+**   primary := number | name | func '(' expr (',' expr)* ')' | ('arg'|'iarg') '[' expr ']'
+**            | '(' expr ')'
+**   names: b h q k (batch, head, query row, key: integers), sq sk (sequence lengths), and in
+**          score_mod s (the score after scaling and soft-capping, float)
+**   funcs: min max abs (any), exp log sqrt tanh (float), floor (float -> float)
+**   arg[i] reads float i of mod_args, iarg[i] int32 i of mod_args
+** Integer arithmetic stays integer (q / 64 is a block index); a float operand makes it float. */
+#ifndef FJ_RUNTIME_EXPR_H
+#define FJ_RUNTIME_EXPR_H
+
+#include "internal.h"
+
+#define FJ__EXPR_MAX_NODES 256
+#define FJ__EXPR_MAX_TEXT 2048
+
+typedef struct fj__expr fj__expr;
+
+/* Values the evaluator binds to the names. */
+typedef struct fj__expr_env {
+    int64_t b, h, q, k, sq, sk;
+    double s;
+    const void *args; /* host copy of mod_args, or NULL */
+    int64_t nargs;    /* elements of 4 bytes in args */
+} fj__expr_env;
+
+/* Parses text; allow_score permits the name s. On success *out (malloc'd, fj__expr_free) holds
+** the tree and its canonical C text. On failure: FJ_ERR_INVALID_ARGUMENT with the field name,
+** the offending position (1-based) and what was expected. */
+fj_status fj__expr_parse(const char *field, const char *text, int allow_score, fj__expr **out,
+                         fj__err *err);
+void fj__expr_free(fj__expr *e);
+/* The canonical C text: fully parenthesised, only grammar tokens, integers as int, floats as
+** float literals, loads through the macros ARG_F(i) and ARG_I(i), functions through EXPR_*. */
+const char *fj__expr_text(const fj__expr *e);
+/* Whether the expression reads mod_args. */
+int fj__expr_uses_args(const fj__expr *e);
+/* Evaluates the expression in double precision (reference and tests). */
+double fj__expr_eval(const fj__expr *e, const fj__expr_env *env);
+
+#endif /* FJ_RUNTIME_EXPR_H */

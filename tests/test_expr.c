@@ -1,0 +1,168 @@
+/* Mask and score expressions: which texts the grammar accepts (and what they compute), which it
+** rejects, and that the rejection names the position; rejected texts never reach a compiler. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "expr.h"
+
+static const float args[] = {0.5f, -2.0f, 3.25f, 7.0f};
+
+static double eval_text(const char *text, int score, const fj__expr_env *env)
+{
+    fj__expr *e = NULL;
+    fj__err err = {{0}};
+    if (fj__expr_parse(score ? "score_mod" : "mask_mod", text, score, &e, &err) != FJ_OK)
+        fail_msg("'%s' was rejected: %s", text, err.msg);
+    double v = fj__expr_eval(e, env);
+    fj__expr_free(e);
+    return v;
+}
+
+static void test_accepted_expressions_compute(void **state)
+{
+    (void)state;
+    fj__expr_env env = {
+        .b = 1, .h = 3, .q = 70, .k = 5, .sq = 128, .sk = 96, .s = 1.5, .args = args, .nargs = 4};
+    static const struct {
+        const char *text;
+        int score;
+        double want;
+    } cases[] = {
+        {"q >= k", 0, 1},
+        {"q / 64 == k / 64", 0, 0}, /* integer division: 1 vs 0 */
+        {"(q / 64) * 64 + k % 7", 0, 69},
+        {"q - k < 100 && k < sk || b == 9", 0, 1},
+        {"!(q < k)", 0, 1},
+        {"k <= q + sk - sq ? 1 : 0", 0, 1},
+        {"min(q, k) + max(q, k)", 0, 75},
+        {"abs(k - q)", 0, 65},
+        {"-q + 2 * k", 0, -60},
+        {"s * 0.5f", 1, 0.75},
+        {"s - arg[1] * abs(q - k)", 1, 1.5 + 2.0 * 65},
+        {"s + iarg[0]", 1, 1.5 + 1056964608.0}, /* the int32 bits of 0.5f */
+        {"arg[h]", 1, 7.0},
+        {"arg[100] + arg[-5]", 1, 7.0 + 0.5}, /* indices clamp into the array */
+        {"tanh(s / 2.0) * 2.0", 1, 2.0 * tanh(0.75)},
+        {"exp(log(s)) + sqrt(4.0) + floor(2.7)", 1, 1.5 + 2.0 + 2.0},
+        {"q / 64 == k / 64 && (q - k) % 2 == 0", 0, 0},
+        {"1.5e1 > 14", 0, 1},
+        {"  q>=k  ", 0, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        double got = eval_text(cases[i].text, cases[i].score, &env);
+        if (fabs(got - cases[i].want) > 1e-6 * fmax(1.0, fabs(cases[i].want)))
+            fail_msg("'%s' = %.9g, expected %.9g", cases[i].text, got, cases[i].want);
+    }
+}
+
+static void test_canonical_text_has_only_grammar_tokens(void **state)
+{
+    (void)state;
+    fj__expr *e = NULL;
+    fj__err err = {{0}};
+    assert_int_equal(fj__expr_parse("score_mod", "s - arg[h] * abs(q - k)", 1, &e, &err), FJ_OK);
+    assert_string_equal(fj__expr_text(e),
+                        "(FJ_S - (ARG_F(FJ_H) * ((float)EXPR_IABS((FJ_Q - FJ_K)))))");
+    assert_true(fj__expr_uses_args(e));
+    fj__expr_free(e);
+    assert_int_equal(fj__expr_parse("mask_mod", "q / 64 == k / 64", 0, &e, &err), FJ_OK);
+    assert_string_equal(fj__expr_text(e), "((FJ_Q / 64) == (FJ_K / 64))");
+    assert_false(fj__expr_uses_args(e));
+    fj__expr_free(e);
+    assert_int_equal(fj__expr_parse("score_mod", "s * 2", 1, &e, &err), FJ_OK);
+    assert_string_equal(fj__expr_text(e), "(FJ_S * ((float)2))");
+    fj__expr_free(e);
+    assert_int_equal(fj__expr_parse("score_mod", "s * 1.0 + 2.5e3 + 3f", 1, &e, &err), FJ_OK);
+    assert_string_equal(fj__expr_text(e), "(((FJ_S * 1.0f) + 2500.0f) + 3.0f)");
+    fj__expr_free(e);
+}
+
+static void test_rejected_expressions_name_the_position(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text;
+        int score;
+        const char *message;
+    } cases[] = {
+        {"", 0, "the expression is empty"},
+        {"q >= k; system(1)", 0,
+         "unexpected character ';' (one expression, no statements) at position 7"},
+        {"{ return 1; }", 0, "unexpected character '{'"},
+        {"#include <x>", 0, "no preprocessor"},
+        {"asm(\"trap;\")", 0, "unknown name 'asm'"},
+        {"q >= kk", 0, "unknown name 'kk'"},
+        {"printf(q)", 0, "unknown name 'printf'"},
+        {"s > 0", 0, "'s' (the score) exists only in score_mod"},
+        {"arg[1.5]", 1, "an index into mod_args must be an integer"},
+        {"s % 2", 1, "'%' needs integer operands"},
+        {"(q >= k", 0, "expected ')'"},
+        {"q >= k)", 0, "unexpected ')' after the expression"},
+        {"q >= ", 0, "expected a number, a name or '(' but found the end"},
+        {"min(q)", 0, "expected ','"},
+        {"q ? k", 0, "expected ':'"},
+        {"q @ k", 0, "unexpected character '@'"},
+        {"q = k", 0, "unexpected character '='"},
+        {"\"q\"", 0, "unexpected character '\"'"},
+        {"q < k < 3", 0, "unexpected '<' after the expression"},
+        {"k < 99999999999", 0, "literal 99999999999 is out of range"},
+        {"s * 1e99", 1, "literal 1e99 is out of range"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fj__expr *e = NULL;
+        fj__err err = {{0}};
+        fj_status st = fj__expr_parse(cases[i].score ? "score_mod" : "mask_mod", cases[i].text,
+                                      cases[i].score, &e, &err);
+        if (st != FJ_ERR_INVALID_ARGUMENT || e || !strstr(err.msg, cases[i].message) ||
+            !strstr(err.msg, "position"))
+            fail_msg("'%s': status %d, message '%s', expected '%s'", cases[i].text, st, err.msg,
+                     cases[i].message);
+    }
+}
+
+static void test_long_expressions_are_bounded(void **state)
+{
+    (void)state;
+    char text[8192] = "q";
+    for (int i = 0; i < 600; i++)
+        strcat(text, " + k");
+    fj__expr *e = NULL;
+    fj__err err = {{0}};
+    assert_int_equal(fj__expr_parse("mask_mod", text, 0, &e, &err), FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "too long"));
+    /* Nesting is bounded too, so no input can exhaust the parser's stack. */
+    static char deep[200001];
+    memset(deep, '(', 100000);
+    strcpy(deep + 100000, "q");
+    memset(deep + 100001, ')', 99999);
+    assert_int_equal(fj__expr_parse("mask_mod", deep, 0, &e, &err), FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "nested too deeply"));
+    memset(deep, '-', 100000);
+    strcpy(deep + 100000, "q");
+    assert_int_equal(fj__expr_parse("mask_mod", deep, 0, &e, &err), FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "nested too deeply"));
+    char ok[200];
+    memset(ok, '(', 90);
+    strcpy(ok + 90, "q");
+    memset(ok + 91, ')', 90);
+    ok[181] = '\0';
+    assert_int_equal(fj__expr_parse("mask_mod", ok, 0, &e, &err), FJ_OK);
+    fj__expr_free(e);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_accepted_expressions_compute),
+        cmocka_unit_test(test_canonical_text_has_only_grammar_tokens),
+        cmocka_unit_test(test_rejected_expressions_name_the_position),
+        cmocka_unit_test(test_long_expressions_are_bounded),
+    };
+    return cmocka_run_group_tests_name("expr", tests, NULL, NULL);
+}
