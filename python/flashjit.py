@@ -30,7 +30,9 @@ class _ContextOptions(ctypes.Structure):
 class _AttentionDesc(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_size_t), ("softmax_scale", ctypes.c_float),
                 ("causal", ctypes.c_int32), ("window_left", ctypes.c_int32),
-                ("window_right", ctypes.c_int32), ("softcap", ctypes.c_float)]
+                ("window_right", ctypes.c_int32), ("softcap", ctypes.c_float),
+                ("mask_mod", ctypes.c_char_p), ("score_mod", ctypes.c_char_p),
+                ("mod_args", ctypes.c_void_p), ("mod_args_count", ctypes.c_int64)]
 
 
 class _CallInfo(ctypes.Structure):
@@ -102,7 +104,9 @@ class Context:
             self.handle = None
 
     def forward(self, q, k, v, out=None, lse=None, causal=False, window=(-1, -1), softcap=0.0,
-                scale=0.0, stream=None):
+                scale=0.0, mask_mod=None, score_mod=None, mod_args=None, stream=None):
+        """mask_mod / score_mod: expression strings (see flashjit.h); mod_args: a float32 or
+        int32 tensor on the device, read by arg[i] / iarg[i]."""
         import torch
         if out is None:
             out = torch.empty(q.shape[:3] + (v.shape[3],), dtype=q.dtype, device=q.device)
@@ -112,6 +116,13 @@ class Context:
         desc.window_left, desc.window_right = window
         desc.softcap = softcap
         desc.softmax_scale = scale
+        if mask_mod is not None:
+            desc.mask_mod = mask_mod.encode()
+        if score_mod is not None:
+            desc.score_mod = score_mod.encode()
+        if mod_args is not None:
+            desc.mod_args = mod_args.data_ptr()
+            desc.mod_args_count = mod_args.numel()
         if stream is None and q.is_cuda:
             stream = torch.cuda.current_stream(q.device).cuda_stream
         tq, tk, tv, to = _tensor(q), _tensor(k), _tensor(v), _tensor(out)
