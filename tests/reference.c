@@ -105,6 +105,22 @@ float fjr_load(fj_dtype dtype, const void *src)
     }
 }
 
+/* Evaluates expression e of the problem for (b, h, i, j) and score s. */
+static double eval_mod(const fjr_problem *p, const struct fj__expr *e, int64_t b, int64_t h,
+                       int64_t i, int64_t j, double s)
+{
+    fj__expr_env env = {.b = b,
+                        .h = h,
+                        .q = i,
+                        .k = j,
+                        .sq = p->seqlen_q,
+                        .sk = p->seqlen_k,
+                        .s = s,
+                        .args = p->mod_args,
+                        .nargs = p->mod_args_count};
+    return fj__expr_eval(e, &env);
+}
+
 int fjr_visible(const fjr_problem *p, int64_t b, int64_t h, int64_t i, int64_t j)
 {
     int64_t diag = i + p->seqlen_k - p->seqlen_q;
@@ -114,17 +130,8 @@ int fjr_visible(const fjr_problem *p, int64_t b, int64_t h, int64_t i, int64_t j
         return 0;
     if (p->window_right >= 0 && j > diag + p->window_right)
         return 0;
-    if (p->mask_mod) {
-        fj__expr_env env = {.b = b,
-                            .h = h,
-                            .q = i,
-                            .k = j,
-                            .sq = p->seqlen_q,
-                            .sk = p->seqlen_k,
-                            .args = p->mod_args,
-                            .nargs = p->mod_args_count};
-        return fj__expr_eval(p->mask_mod, &env) != 0;
-    }
+    if (p->mask_mod)
+        return eval_mod(p, p->mask_mod, b, h, i, j, 0) != 0;
     return 1;
 }
 
@@ -149,19 +156,7 @@ static double score_transform(const fjr_problem *p, int64_t b, int64_t h, int64_
 {
     double s = dot * p->scale;
     s = p->softcap > 0 ? p->softcap * tanh(s / p->softcap) : s;
-    if (p->score_mod) {
-        fj__expr_env env = {.b = b,
-                            .h = h,
-                            .q = i,
-                            .k = j,
-                            .sq = p->seqlen_q,
-                            .sk = p->seqlen_k,
-                            .s = s,
-                            .args = p->mod_args,
-                            .nargs = p->mod_args_count};
-        s = fj__expr_eval(p->score_mod, &env);
-    }
-    return s;
+    return p->score_mod ? eval_mod(p, p->score_mod, b, h, i, j, s) : s;
 }
 
 void fjr_attention(const fjr_problem *p, const double *q, const double *k, const double *v,
@@ -236,18 +231,8 @@ void fjr_attention_lowp(const fjr_problem *p, fj_dtype dtype, const float *q, co
                     float x = dot * (float)p->scale;
                     if (p->softcap > 0)
                         x = (float)p->softcap * tanhf(x / (float)p->softcap);
-                    if (p->score_mod) {
-                        fj__expr_env env = {.b = b,
-                                            .h = h,
-                                            .q = i,
-                                            .k = j,
-                                            .sq = p->seqlen_q,
-                                            .sk = p->seqlen_k,
-                                            .s = x,
-                                            .args = p->mod_args,
-                                            .nargs = p->mod_args_count};
-                        x = (float)fj__expr_eval(p->score_mod, &env);
-                    }
+                    if (p->score_mod)
+                        x = (float)eval_mod(p, p->score_mod, b, h, i, j, x);
                     s[j] = x;
                     m = fmaxf(m, x);
                 }
