@@ -330,6 +330,7 @@ fj_status fj__tune(fj_context *ctx, const fj__problem *p, const fj__variant *heu
         fj__variant_config(&cands[best], r->best_config, sizeof r->best_config);
         cache_put_tuning(ctx->cache, ctx->fingerprint, r->bucket, "fwd", r->best_config, best_us,
                          json, &ctx->err);
+        ctx->last_plan_valid = 0; /* the next call must see the new record */
         fj__tuned *t = find_tuned(ctx, r->bucket);
         char *copy = fj__strdup(r->best_config);
         if (t) {

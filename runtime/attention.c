@@ -155,9 +155,38 @@ void fj__mods_release(fj_context *ctx)
     ctx->nmods = ctx->capmods = 0;
 }
 
+/* Everything the choice of variant depends on, so that a call shaped like the previous one
+** reuses its variant without planning, bucketing and looking up tuning records again. */
+static void plan_key(const fj__problem *p, int64_t key[FJ__PLAN_KEY])
+{
+    const fj_tensor *t[4] = {p->q, p->k, p->v, p->out};
+    int64_t aligned = 0; /* the tensor-core path depends on 16-byte rows */
+    for (int i = 0; i < 4; i++)
+        aligned |= (int64_t)(((uintptr_t)t[i]->data % 16 == 0 && t[i]->stride[0] % 8 == 0 &&
+                              t[i]->stride[1] % 8 == 0 && t[i]->stride[2] % 8 == 0))
+                   << i;
+    const int64_t k[FJ__PLAN_KEY] = {p->dtype,
+                                     p->head_dim,
+                                     p->head_dim_v,
+                                     p->seqlen_q,
+                                     p->seqlen_k,
+                                     p->batch,
+                                     p->heads_q,
+                                     p->window_left,
+                                     p->window_right,
+                                     p->softcap > 0,
+                                     p->scale < 0,
+                                     p->lse != NULL,
+                                     (int64_t)(uintptr_t)p->mask_mod,
+                                     (int64_t)(uintptr_t)p->score_mod,
+                                     aligned};
+    memcpy(key, k, sizeof k);
+}
+
 /* The variant a request runs with: the heuristic's, a tuned record's, or (under
 ** FJ_TUNE_ON_MISS) the winner of tuning it now. $FLASHJIT_CONFIG overrides all of them. */
-static fj_status choose_variant(fj_context *ctx, const fj__problem *p, fj__variant *v, void *stream)
+static fj_status choose_variant_slow(fj_context *ctx, const fj__problem *p, fj__variant *v,
+                                     void *stream)
 {
     fj__plan_forward(p, &ctx->device, ctx->config, v);
     if (ctx->config)
@@ -181,6 +210,27 @@ static fj_status choose_variant(fj_context *ctx, const fj__problem *p, fj__varia
             ctx->last_call.tuned = 1;
     }
     return FJ_OK;
+}
+
+/* choose_variant_slow, skipped when the call is shaped like the previous one (tuning clears
+** the memory, so a new record takes effect at the next call). */
+static fj_status choose_variant(fj_context *ctx, const fj__problem *p, fj__variant *v, void *stream)
+{
+    int64_t key[FJ__PLAN_KEY];
+    plan_key(p, key);
+    if (ctx->last_plan_valid && memcmp(key, ctx->last_plan_key, sizeof key) == 0) {
+        *v = ctx->last_plan;
+        ctx->last_call.tuned = ctx->last_plan_tuned;
+        return FJ_OK;
+    }
+    fj_status st = choose_variant_slow(ctx, p, v, stream);
+    if (st == FJ_OK) {
+        memcpy(ctx->last_plan_key, key, sizeof key);
+        ctx->last_plan = *v;
+        ctx->last_plan_tuned = ctx->last_call.tuned == 2 ? 1 : ctx->last_call.tuned;
+        ctx->last_plan_valid = 1;
+    }
+    return st;
 }
 
 /* Starts a call: clears the error and the report. */

@@ -5,6 +5,8 @@
 #include "internal.h"
 #include "../cache/cache.h"
 
+#define FJ__PLAN_KEY 15
+
 /* A kernel loaded in this context. */
 typedef struct fj__kernel {
     fj__variant variant;
@@ -35,6 +37,11 @@ struct fj_context {
     char fingerprint[512];   /* device identity tuning results are keyed by */
     struct fj__tuned *tuned; /* buckets looked up so far, with their record (or none) */
     size_t ntuned, captuned;
+
+    int64_t last_plan_key[FJ__PLAN_KEY]; /* the previous call's shape (attention.c) ... */
+    fj__variant last_plan;               /* ... and the variant it ran with */
+    int32_t last_plan_tuned;
+    int last_plan_valid;
 
     struct fj__mod *mods; /* mask/score expressions parsed so far, kept for the context's life:
                           ** variants point at their canonical texts */

@@ -162,6 +162,12 @@ static void test_never_policy_uses_heuristic_without_record(void **state)
     assert_int_equal(fjh_run(ctx, &c, &r), FJ_OK);
     assert_true(r.pass);
     assert_int_equal(r.first.tuned, 0);
+    /* Tuning that shape explicitly applies to the very next call of the same shape. */
+    c.tune = 1;
+    assert_int_equal(fjh_run(ctx, &c, &r), FJ_OK);
+    assert_true(r.pass);
+    assert_int_equal(r.tune.from_record, 0);
+    assert_int_equal(r.first.tuned, 1);
     fj_context_destroy(ctx);
 }
 
