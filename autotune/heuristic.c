@@ -73,13 +73,8 @@ static void plan_simt(fj__variant *v, const fj_device_info *dev)
     v->path = FJ__PATH_SIMT;
     v->tile_m = 32;
     v->threads = v->tile_m;
-    uint64_t budget = dev->local_memory ? dev->local_memory : 32768;
-    uint64_t cap = dev->backend == FJ_BACKEND_CUDA ? 48 * 1024 : 64 * 1024;
-    if (budget > cap)
-        budget = cap;
     v->tile_n = 32;
-    while (v->tile_n > 8 &&
-           (uint64_t)v->tile_n * (uint64_t)(v->head_dim_pad + v->head_dim_v_pad) * 4 > budget)
+    while (v->tile_n > 8 && !fj__variant_fits(v, dev))
         v->tile_n /= 2;
 }
 

@@ -653,34 +653,38 @@ static fj_status attach_source(sqlite3 *db, const char *src, fj__err *err)
     return FJ_OK;
 }
 
-/* Copies the sound kernel rows (and all tuning rows) of attached src into main. */
-static fj_status copy_rows(sqlite3 *db, const char *filter, int64_t *copied, fj__err *err)
+/* Runs one statement whose ?1 is the row filter (NULL: every row); returns SQLITE_OK or an
+** error code. */
+static int run_filtered(sqlite3 *db, const char *sql, const char *filter)
 {
     sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, filter, -1, SQLITE_STATIC);
+        rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* Copies the sound kernel rows (and the tuning rows) of attached src into main. */
+static fj_status copy_rows(sqlite3 *db, const char *filter, int64_t *copied, fj__err *err)
+{
     int rc = exec(db, "BEGIN IMMEDIATE");
     if (rc == SQLITE_OK)
-        rc = sqlite3_prepare_v2(
+        rc = run_filtered(
             db,
             "INSERT OR REPLACE INTO main.kernels SELECT * FROM src.kernels WHERE " SOUND_ROW
-            " AND (?1 IS NULL OR instr(device, ?1) > 0 OR instr(target, ?1) > 0)",
-            -1, &st, NULL);
-    if (rc == SQLITE_OK) {
-        sqlite3_bind_text(st, 1, filter, -1, SQLITE_STATIC);
-        rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
-        *copied = sqlite3_changes(db);
-    }
-    sqlite3_finalize(st);
-    st = NULL;
+            " AND (?1 IS NULL OR instr(device, ?1) > 0 OR "
+            "instr(target, ?1) > 0)",
+            filter);
     if (rc == SQLITE_OK)
-        rc = sqlite3_prepare_v2(db,
-                                "INSERT OR REPLACE INTO main.tunings SELECT * FROM src.tunings "
-                                "WHERE ?1 IS NULL OR instr(fingerprint, ?1) > 0",
-                                -1, &st, NULL);
-    if (rc == SQLITE_OK) {
-        sqlite3_bind_text(st, 1, filter, -1, SQLITE_STATIC);
-        rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
-    }
-    sqlite3_finalize(st);
+        *copied = sqlite3_changes(db);
+    if (rc == SQLITE_OK)
+        rc = run_filtered(db,
+                          "INSERT OR REPLACE INTO main.tunings SELECT * FROM src.tunings "
+                          "WHERE ?1 IS NULL OR instr(fingerprint, ?1) > 0",
+                          filter);
     if (rc == SQLITE_OK)
         rc = exec(db, "COMMIT");
     if (rc != SQLITE_OK) {
