@@ -135,16 +135,23 @@ static int create_schema(sqlite3 *db, int64_t version)
 }
 
 /* Checks that db is a flashjit cache of this schema; creates the schema in an empty file when
-** may_create. Returns 0 when usable, else -1 with the reason in why. */
+** may_create. Returns 0 when usable, else -1 (or -2 for a damaged file) with the reason in
+** why. */
 static int check_schema(sqlite3 *db, int may_create, char *why, size_t why_size)
 {
+    /* One read transaction, so that the three values come from one snapshot even while another
+    ** process is creating the schema. */
+    int in_txn = exec(db, "BEGIN") == SQLITE_OK;
     int64_t tables = query_int(db, "SELECT count(*) FROM sqlite_master");
-    if (tables < 0) {
+    int64_t app = tables < 0 ? -1 : query_int(db, "PRAGMA application_id");
+    int64_t version = tables < 0 ? -1 : query_int(db, "PRAGMA user_version");
+    int code = sqlite3_errcode(db);
+    if (tables < 0)
         snprintf(why, why_size, "not a readable SQLite database (%s)", sqlite3_errmsg(db));
-        return -1;
-    }
-    int64_t app = query_int(db, "PRAGMA application_id");
-    int64_t version = query_int(db, "PRAGMA user_version");
+    if (in_txn)
+        exec(db, "COMMIT");
+    if (tables < 0) /* -2: the file is damaged (or not a database at all) */
+        return code == SQLITE_CORRUPT || code == SQLITE_NOTADB ? -2 : -1;
     if (tables == 0 && app == 0 && version == 0) {
         if (may_create && create_schema(db, 0) == 0)
             return 0;
@@ -266,11 +273,12 @@ static sqlite3 *open_user(const char *path, int readonly, int busy, int *writabl
             ** (network ones, read-only folders); the rollback journal still works there. */
             exec(db, "PRAGMA journal_mode=WAL");
             exec(db, "PRAGMA synchronous=NORMAL");
-            if (check_schema(db, 1, why, sizeof why) == 0) {
+            int checked = check_schema(db, 1, why, sizeof why);
+            if (checked == 0) {
                 *writable = 1;
                 return db;
             }
-            int code = sqlite3_errcode(db);
+            int code = checked == -2 ? SQLITE_CORRUPT : sqlite3_errcode(db);
             sqlite3_close(db);
             db = NULL;
             int damaged = code == SQLITE_CORRUPT || code == SQLITE_NOTADB;
