@@ -60,6 +60,11 @@ static void test_context_create_rejects_bad_options(void **state)
 
     fj_context_destroy(NULL); /* a harmless no-op */
     assert_non_null(fj_context_last_error(NULL));
+    fj_context_options_init(NULL); /* no-ops too */
+    fj_attention_desc_init(NULL);
+    assert_string_equal(fj_context_cache_path(NULL), "");
+    fj_device_info dev = {.struct_size = sizeof dev};
+    assert_int_equal(fj_context_get_device_info(NULL, &dev), FJ_ERR_INVALID_ARGUMENT);
 }
 
 static void test_device_queries(void **state)
@@ -134,7 +139,10 @@ static void test_memory_and_call_checks(void **state)
     assert_int_equal(fj_context_last_call(ctx, &info), FJ_OK);
     assert_int_equal(info.source, FJ_KERNEL_NONE);
 
-    fj_device_info dev = {.struct_size = sizeof dev};
+    fj_device_info dev = {.struct_size = 12};
+    assert_int_equal(fj_context_get_device_info(ctx, &dev), FJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(fj_context_get_device_info(ctx, NULL), FJ_ERR_INVALID_ARGUMENT);
+    dev.struct_size = sizeof dev;
     assert_int_equal(fj_context_get_device_info(ctx, &dev), FJ_OK);
     assert_int_equal(dev.backend, FJ_BACKEND_OPENCL);
     assert_true(strlen(dev.name) > 0);
