@@ -66,6 +66,54 @@ static void plan_mma(fj__variant *v, const fj__problem *p, const fj_device_info 
     v->threads = 32 * v->warps;
 }
 
+/* Whether bulk tensor copies can read t: 16-byte aligned base and byte strides, and no
+** broadcast (stride 0) dimension of more than one element. */
+static int tma_can_read(const fj_tensor *t)
+{
+    if (!rows_are_16b_aligned(t))
+        return 0;
+    for (int i = 0; i < 3; i++)
+        if (t->shape[i] > 1 && (t->stride[i] <= 0 || t->stride[i] >= ((int64_t)1 << 38)))
+            return 0;
+    return 1;
+}
+
+/* Registers a consumer thread of the WGMMA kernel has after reallocation (see the template). */
+static int wgmma_consumer_registers(int consumers)
+{
+    return consumers == 3 ? 160 : consumers == 2 ? 240 : 255;
+}
+
+/* Whether the WGMMA kernel serves p on dev: Hopper's arch-specific target, 16-bit data that TMA
+** can read, head dims that pad to at most 256. */
+static int wgmma_serves(const fj__problem *p, const fj_device_info *dev)
+{
+    return sm_version(dev) == 90 && strchr(dev->arch, 'a') != NULL && round_up(p->head_dim, 64) <= 256 &&
+           round_up(p->head_dim_v, 64) <= 256 && tma_can_read(p->q) && tma_can_read(p->k) &&
+           tma_can_read(p->v) && rows_are_16b_aligned(p->out);
+}
+
+static void plan_wgmma(fj__variant *v, const fj_device_info *dev)
+{
+    v->path = FJ__PATH_WGMMA;
+    /* 64-column panels of the 128-byte swizzle. */
+    v->head_dim_pad = round_up(v->head_dim_pad, 64);
+    v->head_dim_v_pad = round_up(v->head_dim_v_pad, 64);
+    int32_t widest = v->head_dim_pad > v->head_dim_v_pad ? v->head_dim_pad : v->head_dim_v_pad;
+    /* Two consumer warpgroups of 64 rows (their softmax and matrix products interleave) and a
+    ** producer; 128-key tiles up to d = 128, 64 beyond (O's accumulators take 128 registers),
+    ** two tiles in flight. */
+    v->tile_m = 128;
+    v->warps = 12;
+    v->tile_n = widest <= 128 ? 128 : 64;
+    v->stages = 2;
+    v->threads = 32 * v->warps;
+    while (!fj__variant_fits(v, dev) && v->tile_n > 16)
+        v->tile_n -= 16;
+    if (!fj__variant_fits(v, dev))
+        v->stages = 1;
+}
+
 static void plan_simt(fj__variant *v, const fj_device_info *dev)
 {
     /* One work-item per query row; the key tile is as deep as local memory allows (K and V
@@ -90,6 +138,19 @@ int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
                   {"kk_unroll", offsetof(fj__variant, kk_unroll), 0, 16}};
     const char *p = config;
     while (p && *p) {
+        if (!strncmp(p, "path=", 5)) {
+            size_t len = strspn(p + 5, "abcdefghijklmnopqrstuvwxyz");
+            if (!((len == 3 && !strncmp(p + 5, "mma", 3)) ||
+                  (len == 5 && !strncmp(p + 5, "wgmma", 5)) ||
+                  (len == 4 && !strncmp(p + 5, "simt", 4))))
+                return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                                "FLASHJIT_CONFIG: path must be simt, mma or wgmma: '%s'", p),
+                       -1;
+            p += 5 + len;
+            if (*p == ',')
+                p++;
+            continue;
+        }
         char name[32];
         int value = 0, used = 0;
         if (sscanf(p, "%31[a-z_]=%d%n", name, &value, &used) != 2)
@@ -110,6 +171,14 @@ int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
             v->q_in_regs = value != 0;
             found = 1;
         }
+        if (!strcmp(name, "stages")) {
+            if (value < 1 || value > 4)
+                return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                                "FLASHJIT_CONFIG: stages = %d, expected 1..4", value),
+                       -1;
+            v->stages = (uint8_t)value;
+            found = 1;
+        }
         if (!found)
             return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "FLASHJIT_CONFIG: unknown field '%s'",
                             name),
@@ -118,12 +187,24 @@ int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
         if (*p == ',')
             p++;
     }
-    v->threads = v->path == FJ__PATH_MMA ? 32 * v->warps : v->tile_m;
+    v->threads = v->path == FJ__PATH_SIMT ? v->tile_m : 32 * v->warps;
     return 0;
 }
 
 int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
 {
+    if (v->path == FJ__PATH_WGMMA) {
+        int consumers = v->tile_m / 64;
+        /* S, P and O fragments per consumer thread, plus ~40 for addresses and softmax state. */
+        int registers = v->tile_n / 2 + v->tile_n / 4 + v->head_dim_v_pad / 2 + 40;
+        return consumers >= 1 && consumers <= 3 && v->tile_m == 64 * consumers &&
+               v->warps == 4 * (consumers + 1) && v->threads == 32 * v->warps &&
+               v->tile_n % 16 == 0 && v->tile_n >= 16 && v->tile_n <= 256 && v->stages >= 1 &&
+               v->stages <= 4 && v->head_dim_pad % 64 == 0 && v->head_dim_v_pad % 64 == 0 &&
+               v->head_dim_pad <= 256 && v->head_dim_v_pad <= 256 &&
+               registers <= wgmma_consumer_registers(consumers) &&
+               fj__variant_shared_bytes(v) <= dev->local_memory;
+    }
     if (v->path == FJ__PATH_MMA)
         return v->warps >= 1 && v->tile_m % (16 * v->warps) == 0 && v->tile_n % 16 == 0 &&
                v->threads == 32 * v->warps && fj__variant_shared_bytes(v) <= dev->local_memory;
@@ -136,7 +217,10 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
 
 void fj__variant_config(const fj__variant *v, char *buf, size_t size)
 {
-    if (v->path == FJ__PATH_MMA)
+    if (v->path == FJ__PATH_WGMMA)
+        snprintf(buf, size, "path=wgmma,tile_m=%d,tile_n=%d,warps=%d,stages=%d", (int)v->tile_m,
+                 (int)v->tile_n, (int)v->warps, (int)v->stages);
+    else if (v->path == FJ__PATH_MMA)
         snprintf(buf, size, "tile_m=%d,tile_n=%d,warps=%d,kk_unroll=%d,q_in_regs=%d",
                  (int)v->tile_m, (int)v->tile_n, (int)v->warps, (int)v->kk_unroll,
                  (int)v->q_in_regs);
@@ -167,14 +251,17 @@ void fj__plan_forward(const fj__problem *p, const fj_device_info *dev, const cha
                        !p->score_mod && (p->dtype == FJ_DTYPE_F16 || p->dtype == FJ_DTYPE_BF16) &&
                        rows_are_16b_aligned(p->q) && rows_are_16b_aligned(p->k) &&
                        rows_are_16b_aligned(p->v) && rows_are_16b_aligned(p->out);
-    if (tensor_cores) {
+    /* "path=mma" in the override keeps Hopper on the mma.sync kernel (tests, comparisons). */
+    if (tensor_cores && wgmma_serves(p, dev) && !(config && strstr(config, "path=mma")))
+        plan_wgmma(v, dev);
+    else if (tensor_cores)
         plan_mma(v, p, dev);
-        /* A development and tuning override, already validated when the context was made; a
-        ** configuration that does not fit this request keeps the heuristic's. */
-        fj__variant tuned = *v;
-        if (config && fj__apply_config(&tuned, config, NULL) == 0 && fj__variant_fits(&tuned, dev))
-            *v = tuned;
-    } else {
+    else
         plan_simt(v, dev);
-    }
+    /* A development and tuning override, already validated when the context was made; a
+    ** configuration that does not fit this request keeps the heuristic's. */
+    fj__variant tuned = *v;
+    if (tensor_cores && config && fj__apply_config(&tuned, config, NULL) == 0 &&
+        fj__variant_fits(&tuned, dev))
+        *v = tuned;
 }

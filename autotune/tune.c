@@ -35,7 +35,8 @@ void fj__tune_bucket(const fj__problem *p, const fj__variant *v, char *buf, size
                                                                     : "window";
     snprintf(buf, size,
              "fwd.%s|%s|d=%d|dv=%d|sq=%lld|sk=%lld|bh=%lld|mask=%s|softcap=%d|lse=%d|neg=%d",
-             v->path == FJ__PATH_MMA ? "mma" : "simt", fj__dtype_name(p->dtype),
+             v->path == FJ__PATH_WGMMA ? "wgmma" : v->path == FJ__PATH_MMA ? "mma" : "simt",
+             fj__dtype_name(p->dtype),
              (int)v->head_dim_pad, (int)v->head_dim_v_pad, pow2_at_least(p->seqlen_q, 64),
              pow2_at_least(p->seqlen_k, 64), pow2_at_least(p->batch * p->heads_q, 1), mask,
              (int)v->softcap, (int)v->write_lse, (int)v->neg_scale);
@@ -116,7 +117,22 @@ static int search_space(const fj__variant *h, const fj_device_info *dev, fj__var
     int n = 0;
     out[n++] = *h;
     int32_t widest = h->head_dim_pad > h->head_dim_v_pad ? h->head_dim_pad : h->head_dim_v_pad;
-    if (h->path == FJ__PATH_MMA) {
+    if (h->path == FJ__PATH_WGMMA) {
+        /* Key tile depth and ring slots, with two or three consumer warpgroups. */
+        static const int tns[] = {48, 64, 80, 96, 112, 128, 144, 160, 176, 192};
+        for (int c = 2; c <= 3; c++)
+            for (int b = 0; b < 10; b++)
+                for (int st = 2; st <= 3 && n < TUNE_MAX_CANDIDATES; st++) {
+                    fj__variant v = *h;
+                    v.tile_m = 64 * c;
+                    v.warps = 4 * (c + 1);
+                    v.threads = 32 * v.warps;
+                    v.tile_n = tns[b];
+                    v.stages = (uint8_t)st;
+                    if (fj__variant_fits(&v, dev) && !contains(out, n, &v))
+                        out[n++] = v;
+                }
+    } else if (h->path == FJ__PATH_MMA) {
         static const int tms[] = {64, 128}, tns[] = {32, 64, 128}, unrolls[] = {0, 1, 2};
         for (int a = 0; a < 2; a++)
             for (int b = 0; b < 3; b++)

@@ -1,5 +1,6 @@
 /* fj_attention_forward: validate, plan a variant, get its kernel, launch. */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "context.h"
@@ -8,7 +9,9 @@
 #define LOG2E 1.4426950408889634
 
 /* The kernel parameter list shared by every forward template (see attn_fwd.*.lua). */
-static int forward_args(const fj__problem *p, fj__arg args[44])
+#define FJ__MAX_ARGS 48
+
+static int forward_args(const fj__problem *p, fj__arg args[FJ__MAX_ARGS])
 {
     int n = 0;
 #define PTR(x) args[n++] = (fj__arg){.kind = FJ__ARG_PTR, .v.ptr = (void *)(x)}
@@ -68,6 +71,49 @@ static int forward_args(const fj__problem *p, fj__arg args[44])
     return n;
 }
 
+/* The TMA view of one [batch, seqlen, heads, dim] tensor for boxes of `rows` rows and 64
+** columns. The three outer dimensions are ordered by stride, as the driver expects of a tiled
+** map (dimensions of one element go last, with any stride); *perm tells the kernel which slot
+** holds the row (bits 0-1) and head (bits 2-3) coordinates. */
+static fj_status tensor_map_of(fj_context *ctx, const fj_tensor *t, uint32_t rows,
+                               fj__tensor_map *map, int32_t *perm)
+{
+    int order[3] = {0, 1, 2}; /* batch, seqlen, heads */
+    for (int i = 1; i < 3; i++)
+        for (int j = i; j > 0; j--) {
+            const int a = order[j - 1], b = order[j];
+            const int64_t ka = t->shape[a] == 1 ? INT64_MAX : t->stride[a];
+            const int64_t kb = t->shape[b] == 1 ? INT64_MAX : t->stride[b];
+            if (kb >= ka)
+                break;
+            order[j - 1] = b;
+            order[j] = a;
+        }
+    fj__tensor_map_desc d = {.base = t->data, .bf16 = t->dtype == FJ_DTYPE_BF16};
+    d.dims[0] = (uint64_t)t->shape[3];
+    d.box[0] = 64;
+    uint64_t extent = ((uint64_t)t->shape[3] * 2 + 15) / 16 * 16; /* bytes spanned so far */
+    *perm = 0;
+    for (int slot = 0; slot < 3; slot++) {
+        const int dim = order[slot];
+        const uint64_t n = (uint64_t)t->shape[dim];
+        const uint64_t stride = n == 1 ? extent : (uint64_t)t->stride[dim] * 2;
+        d.dims[1 + slot] = n;
+        d.strides[slot] = stride;
+        d.box[1 + slot] = dim == 1 ? rows : 1;
+        if (stride * n > extent)
+            extent = stride * n;
+        if (dim == 1)
+            *perm |= slot;
+        else if (dim == 2)
+            *perm |= slot << 2;
+    }
+    if (!ctx->ops->tensor_map)
+        return fj__fail(&ctx->err, FJ_ERR_UNSUPPORTED, "the %s backend has no tensor maps",
+                        ctx->ops->name);
+    return ctx->ops->tensor_map(ctx->backend, &d, map);
+}
+
 fj_status fj__forward_variant(fj_context *ctx, const fj__problem *p, const fj__variant *v,
                               void *stream)
 {
@@ -81,7 +127,7 @@ fj_status fj__forward_variant(fj_context *ctx, const fj__problem *p, const fj__v
     info->kernel_path = fj__variant_path(v);
     if (ctx->ops->kernel_info)
         ctx->ops->kernel_info(ctx->backend, kernel->handle, &info->registers, &info->spill_bytes);
-    fj__arg args[44];
+    fj__arg args[FJ__MAX_ARGS];
     fj__launch l = {
         .grid = {(uint32_t)((p->seqlen_q + v->tile_m - 1) / v->tile_m), (uint32_t)p->heads_q,
                  (uint32_t)p->batch},
@@ -90,6 +136,22 @@ fj_status fj__forward_variant(fj_context *ctx, const fj__problem *p, const fj__v
         .nargs = forward_args(p, args),
         .args = args,
     };
+    fj__tensor_map maps[3]; /* read by the launch */
+    int32_t perms[3];
+    if (v->path == FJ__PATH_WGMMA) {
+        /* Then the tensor maps of Q, K, V and the slots of their coordinates. */
+        const fj_tensor *t[3] = {p->q, p->k, p->v};
+        const uint32_t rows[3] = {(uint32_t)v->tile_m, (uint32_t)v->tile_n, (uint32_t)v->tile_n};
+        for (int i = 0; i < 3; i++) {
+            st = tensor_map_of(ctx, t[i], rows[i], &maps[i], &perms[i]);
+            if (st != FJ_OK)
+                return st;
+            args[l.nargs + i] = (fj__arg){.kind = FJ__ARG_BYTES,
+                                          .v.bytes = {.data = &maps[i], .size = sizeof maps[i]}};
+            args[l.nargs + 3 + i] = (fj__arg){.kind = FJ__ARG_I32, .v.i32 = perms[i]};
+        }
+        l.nargs += 6;
+    }
     return ctx->ops->launch(ctx->backend, kernel->handle, &l, stream);
 }
 

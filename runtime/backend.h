@@ -16,7 +16,13 @@ typedef struct fj__err {
 } fj__err;
 
 /* A kernel argument, in the order of the kernel's parameter list. */
-typedef enum fj__arg_kind { FJ__ARG_PTR, FJ__ARG_I32, FJ__ARG_I64, FJ__ARG_F32 } fj__arg_kind;
+typedef enum fj__arg_kind {
+    FJ__ARG_PTR,
+    FJ__ARG_I32,
+    FJ__ARG_I64,
+    FJ__ARG_F32,
+    FJ__ARG_BYTES /* a struct passed by value (a TMA descriptor); the caller owns the bytes */
+} fj__arg_kind;
 typedef struct fj__arg {
     fj__arg_kind kind;
     union {
@@ -24,8 +30,28 @@ typedef struct fj__arg {
         int32_t i32;
         int64_t i64;
         float f32;
+        struct {
+            const void *data;
+            size_t size;
+        } bytes;
     } v;
 } fj__arg;
+
+/* A tiled view of a rank-4 tensor of 16-bit elements for bulk tensor copies (CUDA's TMA):
+** dims[0] is contiguous, strides are in bytes for dims 1..3, box is the copied block; shared
+** memory gets the 128-byte swizzle and elements outside the tensor read as zeros. */
+typedef struct fj__tensor_map_desc {
+    const void *base;
+    uint64_t dims[4];
+    uint64_t strides[3];
+    uint32_t box[4];
+    int bf16; /* element type: 1 bf16, 0 f16 */
+} fj__tensor_map_desc;
+
+/* The bytes of an encoded tensor map (CUtensorMap), aligned as the driver requires. */
+typedef struct fj__tensor_map {
+    _Alignas(64) unsigned char bytes[128];
+} fj__tensor_map;
 
 /* One launch: grid counts blocks (work-groups), block counts threads (work-items) per block. */
 typedef struct fj__launch {
@@ -81,6 +107,8 @@ struct fj_backend_ops {
 
     /* Optional (NULL: unknown): registers per thread and local-memory (spill) bytes. */
     void (*kernel_info)(void *b, void *kernel, int32_t *registers, int32_t *local_bytes);
+    /* Optional (NULL: no bulk tensor copies): encodes a tensor map. */
+    fj_status (*tensor_map)(void *b, const fj__tensor_map_desc *d, fj__tensor_map *out);
 };
 
 extern const struct fj_backend_ops fj__opencl_backend;

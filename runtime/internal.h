@@ -79,7 +79,8 @@ typedef enum fj__kernel_family { FJ__FAMILY_FWD = 1 } fj__kernel_family;
 /* The kernel designs of a family. */
 typedef enum fj__kernel_path {
     FJ__PATH_SIMT = 0, /* portable: one thread per query row (OpenCL; CUDA f32 and unaligned) */
-    FJ__PATH_MMA = 1   /* CUDA tensor cores, mma.sync (sm_80+) */
+    FJ__PATH_MMA = 1,  /* CUDA tensor cores, mma.sync (sm_80+) */
+    FJ__PATH_WGMMA = 2 /* Hopper: TMA, warp specialisation, wgmma (sm_90a) */
 } fj__kernel_path;
 
 /* Everything that changes generated code and nothing else: two requests with equal variants
@@ -94,14 +95,15 @@ typedef struct fj__variant {
     int32_t tile_m;     /* query rows per block */
     int32_t tile_n;     /* keys per streamed tile */
     int32_t threads;    /* threads (work-items) per block */
-    int32_t warps;      /* MMA: warps per block (threads / 32) */
+    int32_t warps;      /* MMA, WGMMA: warps per block (threads / 32) */
     int32_t kk_unroll;  /* MMA: unroll factor of the S = Q K^T k-loop (0: full) */
     uint8_t q_in_regs;  /* MMA: Q fragments stay in registers across key tiles */
     uint8_t local_mask; /* causal or sliding window: per-element masking near the diagonal */
     uint8_t softcap;    /* tanh soft-capping of scores */
     uint8_t write_lse;
     uint8_t neg_scale; /* softmax_scale < 0 (maxima must be taken on scaled scores) */
-    uint8_t reserved_[3];
+    uint8_t stages; /* WGMMA: key/value tiles in flight (shared-memory ring slots) */
+    uint8_t reserved_[2];
     const char *mask_mod; /* canonical expression texts, interned by the context (NULL: none) */
     const char *score_mod;
 } fj__variant;
@@ -119,10 +121,12 @@ void fj__plan_forward(const fj__problem *p, const fj_device_info *dev, const cha
                       fj__variant *v);
 /* Whether v's tiles are consistent and fit the device (shared memory, threads). */
 int fj__variant_fits(const fj__variant *v, const fj_device_info *dev);
-/* Writes v's tile fields as "tile_m=128,tile_n=64,warps=4,kk_unroll=1,q_in_regs=0". */
+/* Writes v's tile fields as "tile_m=128,tile_n=64,warps=4,kk_unroll=1,q_in_regs=0" (MMA),
+** "path=wgmma,tile_m=128,tile_n=128,warps=12,stages=2" (WGMMA). */
 void fj__variant_config(const fj__variant *v, char *buf, size_t size);
 /* Applies "name=value,..." overrides of tile fields (tile_m, tile_n, warps, q_in_regs,
-** kk_unroll) to v. Returns 0, or -1 naming the first bad item in err. */
+** kk_unroll, stages) to v. "path=mma|wgmma" is accepted and ignored here: it steers
+** fj__plan_forward. Returns 0, or -1 naming the first bad item in err. */
 int fj__apply_config(fj__variant *v, const char *config, fj__err *err);
 /* Dynamic shared memory a launch of v needs, in bytes. */
 uint32_t fj__variant_shared_bytes(const fj__variant *v);

@@ -7,7 +7,14 @@
 
 const char *fj__variant_template(const fj__variant *v)
 {
-    return v->path == FJ__PATH_MMA ? "attn_fwd_mma.cu.lua" : "attn_fwd_simt.lua";
+    switch (v->path) {
+    case FJ__PATH_MMA:
+        return "attn_fwd_mma.cu.lua";
+    case FJ__PATH_WGMMA:
+        return "attn_fwd_wgmma.cu.lua";
+    default:
+        return "attn_fwd_simt.lua";
+    }
 }
 
 const char *fj__variant_entry(const fj__variant *v)
@@ -19,12 +26,21 @@ const char *fj__variant_entry(const fj__variant *v)
 const char *fj__variant_path(const fj__variant *v)
 {
     if (v->backend == FJ_BACKEND_CUDA)
-        return v->path == FJ__PATH_MMA ? "cuda.fwd.mma" : "cuda.fwd.simt";
+        return v->path == FJ__PATH_WGMMA ? "cuda.fwd.wgmma"
+               : v->path == FJ__PATH_MMA ? "cuda.fwd.mma"
+                                         : "cuda.fwd.simt";
     return "opencl.fwd.simt";
 }
 
 uint32_t fj__variant_shared_bytes(const fj__variant *v)
 {
+    if (v->path == FJ__PATH_WGMMA) {
+        /* Q, a ring of K and V tiles, 1 + 4 * stages mbarriers, and slack to align the panels
+        ** to 1024 bytes. */
+        uint32_t q = 2u * (uint32_t)(v->tile_m * v->head_dim_pad);
+        uint32_t kv = 2u * (uint32_t)(v->tile_n * (v->head_dim_pad + v->head_dim_v_pad));
+        return q + v->stages * kv + 8u * (1u + 4u * v->stages) + 1024u;
+    }
     if (v->path != FJ__PATH_MMA)
         return 0; /* the SIMT kernel declares its shared memory statically */
     /* Q [tile_m][d + 8], K [tile_n][d + 8], V [tile_n][dv + 8], 16-bit elements. */
@@ -57,6 +73,7 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_PARAMS])
     INT_PARAM(threads);
     INT_PARAM(warps);
     INT_PARAM(kk_unroll);
+    INT_PARAM(stages);
     BOOL_PARAM(q_in_regs);
     BOOL_PARAM(local_mask);
     BOOL_PARAM(softcap);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds and tests flashjit on a machine without apt (the GPU machine), against the packages
 # that scripts/device-deps.sh extracted into .deps/root; then benchmarks. Logs go to $OUT (or
-# ./out). Usage: scripts/device-test.sh [test|bench|all] [extra bench arguments...]
+# ./out). Usage: scripts/device-test.sh [smoke|test|bench|all] [extra bench arguments...]
+# smoke: a few `flashjit run` checks, each under a time limit (a kernel that hangs is killed).
 # CTEST_LABEL=gpu runs only the tests with that label.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,8 +20,18 @@ build=build-device
 } 2>&1 | tee "$out/build.log"
 [ -x $build/flashjit ] || { echo "build failed"; exit 1; }
 status=0
+if [ "$what" = smoke ] || [ "$what" = all ]; then
+    for args in "--seqlen 200 --head-dim 64" "--seqlen 1000 --head-dim 128 --causal" \
+                "--seqlen-q 300 --seqlen-k 517 --head-dim 72 --head-dim-v 40 --causal" \
+                "--seqlen 777 --head-dim 256 --dtype f16" "--seqlen 129 --head-dim 128 --layout bhsd"; do
+        echo "== run $args"
+        timeout 60 $build/flashjit run --backend cuda --batch 2 --heads 4 $args 2>&1 |
+            grep -E "^kernel|^time|^error|PASS|FAIL|rror" || { echo "run FAILED or timed out"; status=1; }
+    done | tee "$out/smoke.log"
+    grep -qE "FAIL|timed out" "$out/smoke.log" && status=1
+fi
 if [ "$what" = test ] || [ "$what" = all ]; then
-    (cd $build && ctest --output-on-failure -V ${CTEST_LABEL:+-L "$CTEST_LABEL"}) > "$out/ctest.log" 2>&1 || status=1
+    (cd $build && ctest --output-on-failure --timeout 300 -V ${CTEST_LABEL:+-L "$CTEST_LABEL"}) > "$out/ctest.log" 2>&1 || status=1
     grep -E "^\s*[0-9]+/[0-9]+ Test|tests passed|FAIL|SKIP" "$out/ctest.log" | tail -20
     $build/flashjit run --backend cuda --batch 2 --heads 6 --kv-heads 2 --seqlen-q 300 \
         --seqlen-k 517 --head-dim 72 --head-dim-v 40 --dtype bf16 --causal | tee "$out/run.log"

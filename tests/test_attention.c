@@ -277,11 +277,12 @@ static void test_template_and_compile_errors_reach_caller(void **state)
     fj_context *ctx = context_or_skip(state);
     char dir[] = "/tmp/fj-broken-XXXXXX";
     assert_non_null(mkdtemp(dir));
-    char path[256];
-    /* Both kernel designs, so the override applies whichever the device uses. */
-    char path2[256];
-    snprintf(path, sizeof path, "%s/attn_fwd_simt.lua", dir);
-    snprintf(path2, sizeof path2, "%s/attn_fwd_mma.cu.lua", dir);
+    /* Every kernel design, so the override applies whichever the device uses. */
+    static const char *const names[] = {"attn_fwd_simt.lua", "attn_fwd_mma.cu.lua",
+                                         "attn_fwd_wgmma.cu.lua"};
+    char paths[3][256];
+    for (int p = 0; p < 3; p++)
+        snprintf(paths[p], sizeof paths[p], "%s/%s", dir, names[p]);
     setenv("FLASHJIT_TEMPLATE_DIR", dir, 1);
 
     static const struct {
@@ -294,8 +295,7 @@ static void test_template_and_compile_errors_reach_caller(void **state)
         {"this is not a kernel;\n", FJ_ERR_COMPILE, "error", 136},
     };
     for (int i = 0; i < 2; i++) {
-        const char *paths[] = {path, path2};
-        for (int p = 0; p < 2; p++) {
+        for (int p = 0; p < 3; p++) {
             FILE *f = fopen(paths[p], "w");
             assert_non_null(f);
             fputs(broken[i].text, f);
@@ -308,8 +308,8 @@ static void test_template_and_compile_errors_reach_caller(void **state)
             fail_msg("message '%s' lacks '%s'", r.error, broken[i].message);
     }
     unsetenv("FLASHJIT_TEMPLATE_DIR");
-    unlink(path);
-    unlink(path2);
+    for (int p = 0; p < 3; p++)
+        unlink(paths[p]);
     rmdir(dir);
     fjh_case c = base(16, 16, 100, FJ_DTYPE_BF16);
     fjh_result r;

@@ -60,10 +60,27 @@ enum {
     X(cuStreamSynchronize, CUresult, (CUstream))                                                   \
     X(cuGetErrorName, CUresult, (CUresult, const char **))
 
+/* Tensor maps (CUDA 12+ drivers): optional, resolved apart from the required functions. */
+typedef CUresult (*cuTensorMapEncodeTiled_fn)(void *map, int dtype, unsigned rank, void *base,
+                                              const unsigned long long *dims,
+                                              const unsigned long long *strides,
+                                              const unsigned *box, const unsigned *element_strides,
+                                              int interleave, int swizzle, int l2_promotion,
+                                              int oob_fill);
+enum {
+    CU_TENSOR_MAP_DATA_TYPE_FLOAT16 = 6,
+    CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 = 9,
+    CU_TENSOR_MAP_INTERLEAVE_NONE = 0,
+    CU_TENSOR_MAP_SWIZZLE_128B = 3,
+    CU_TENSOR_MAP_L2_PROMOTION_L2_256B = 3,
+    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0,
+};
+
 static struct {
     void *lib;
     int ok;
     CUresult init_rc;
+    cuTensorMapEncodeTiled_fn cuTensorMapEncodeTiled; /* NULL on drivers before CUDA 12 */
 #define CU_FIELD(name, ret, args) ret(*name) args;
     CU_FUNCS(CU_FIELD)
 #undef CU_FIELD
@@ -82,6 +99,7 @@ static void cu_load(void)
         return;
     CU_FUNCS(CU_RESOLVE)
 #undef CU_RESOLVE
+    *(void **)(&cu.cuTensorMapEncodeTiled) = dlsym(cu.lib, "cuTensorMapEncodeTiled");
     cu.init_rc = cu.cuInit(0);
     cu.ok = cu.init_rc == CUDA_SUCCESS;
 }
@@ -476,11 +494,37 @@ static fj_status cuda_launch(void *p, void *kernel, const fj__launch *l, void *s
     if (l->nargs > 64)
         return fj__fail(b->err, FJ_ERR_BACKEND, "too many kernel arguments (%d)", l->nargs);
     for (int i = 0; i < l->nargs; i++)
-        params[i] = (void *)&l->args[i].v;
+        params[i] = l->args[i].kind == FJ__ARG_BYTES ? (void *)l->args[i].v.bytes.data
+                                                     : (void *)&l->args[i].v;
     CU_CHECK(cu.cuLaunchKernel(k->function, l->grid[0], l->grid[1], l->grid[2], l->block[0],
                                l->block[1], l->block[2], l->shared_bytes, (CUstream)stream, params,
                                NULL));
 out:
+    return st;
+}
+
+static fj_status cuda_tensor_map(void *p, const fj__tensor_map_desc *d, fj__tensor_map *out)
+{
+    cub *b = p;
+    fj_status st = FJ_OK;
+    if (!cu.cuTensorMapEncodeTiled)
+        return fj__fail(b->err, FJ_ERR_UNSUPPORTED,
+                        "this driver has no cuTensorMapEncodeTiled (CUDA 12 or newer needed)");
+    const unsigned long long dims[4] = {d->dims[0], d->dims[1], d->dims[2], d->dims[3]};
+    const unsigned long long strides[3] = {d->strides[0], d->strides[1], d->strides[2]};
+    const unsigned ones[4] = {1, 1, 1, 1};
+    CU_CHECK(cu.cuTensorMapEncodeTiled(
+        out->bytes, d->bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
+        (void *)d->base, dims, strides, d->box, ones, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+out:
+    if (st != FJ_OK)
+        fj__append(b->err,
+                   " (tensor map of dims %llu x %llu x %llu x %llu, byte strides %llu, %llu, "
+                   "%llu, box %u x %u x %u x %u)",
+                   dims[0], dims[1], dims[2], dims[3], strides[0], strides[1], strides[2],
+                   d->box[0], d->box[1], d->box[2], d->box[3]);
     return st;
 }
 
@@ -563,4 +607,5 @@ const struct fj_backend_ops fj__cuda_backend = {
     .copy_d2h = cuda_copy_d2h,
     .synchronize = cuda_synchronize,
     .kernel_info = cuda_kernel_info,
+    .tensor_map = cuda_tensor_map,
 };

@@ -373,6 +373,10 @@ static fj_status cl_launch(void *p, void *kernel, const fj__launch *l, void *str
         case FJ__ARG_F32:
             CL_CHECK(cl.clSetKernelArg(k, (cl_uint)i, sizeof(cl_float), &a->v.f32), FJ_ERR_BACKEND);
             break;
+        case FJ__ARG_BYTES:
+            CL_CHECK(cl.clSetKernelArg(k, (cl_uint)i, a->v.bytes.size, a->v.bytes.data),
+                     FJ_ERR_BACKEND);
+            break;
         }
     }
     size_t global[3], local[3];

@@ -1,0 +1,332 @@
+% -- Forward attention for Hopper (sm_90a): warp-specialised, TMA-fed, wgmma.
+% --
+% -- A block computes tile_m = 64 * NC query rows of one (batch, head) with 1 + NC warpgroups:
+% --   producer   (warpgroup 0; one thread) copies Q once, then key and value tiles into a ring
+% --              of `stages` shared-memory slots with bulk tensor copies (TMA), each slot guarded
+% --              by a full and an empty mbarrier; it gives its registers to the consumers.
+% --   consumers  (warpgroups 1..NC; 64 query rows each) per key tile:
+% --                S = Q K^T    wgmma, both operands from shared memory, f32 in registers
+% --                online softmax on S in registers (exp2, quad shuffles), rescaling O
+% --                O += P V     wgmma with P from registers (S's accumulator layout is the
+% --                             A-operand layout) and V from shared memory, transposed
+% --              and release the slots to the producer.
+% -- The consumer warpgroups run the same loop out of step, so one's softmax overlaps the
+% -- other's matrix products. Shared memory uses the 128-byte swizzle in 64-column panels (the
+% -- layout TMA writes and wgmma reads), so head dims are padded to multiples of 64; columns and
+% -- rows past the tensor's end arrive as zeros. Key tiles run from last to first, so only the
+% -- first ones need per-element masking; tiles outside the causal/window band are never loaded.
+% --
+% -- Parameters: dtype, head_dim_pad, head_dim_v_pad (multiples of 64, at most 256), tile_m
+% -- (64 or 128 or 192), tile_n (multiple of 16), warps (4 * (1 + NC)), stages, local_mask,
+% -- softcap, neg_scale, write_lse.
+% local fused = not softcap and not neg_scale
+% local NC = tile_m // 64
+% assert(NC >= 1 and NC <= 3 and NC * 64 == tile_m, "tile_m must be 64, 128 or 192")
+% assert(warps == 4 * (NC + 1), "warps must be 4 * (1 + tile_m / 64)")
+% assert(head_dim_pad % 64 == 0 and head_dim_v_pad % 64 == 0 and head_dim_v_pad <= 256, "head dims must be padded to multiples of 64, dv to at most 256")
+% assert(tile_n % 16 == 0 and tile_n <= 256, "tile_n must be a multiple of 16, at most 256")
+% assert(stages >= 1 and stages <= 4, "stages must be 1..4")
+% -- Registers per thread after reallocation: the producer keeps the least the ISA allows.
+% local regs_consumer = ({ 240, 240, 160 })[NC]
+% include("cuda_mma.lua")
+% include("cuda_hopper.lua")
+% hopper_wgmma(tile_n)
+% if head_dim_v_pad ~= tile_n then hopper_wgmma(head_dim_v_pad) end
+
+#define BM ${tile_m}
+#define BN ${tile_n}
+#define D ${head_dim_pad}
+#define DV ${head_dim_v_pad}
+#define STAGES ${stages}
+#define THREADS ${warps * 32}
+#define NEG_INF __int_as_float(0xff800000)
+% if fused then
+#define TO_LOG2(x) ((x) * score_mul)
+% else
+#define TO_LOG2(x) (x)
+% end
+/* Bytes of one tile in shared memory: 64-column panels of rows x 128 bytes. */
+#define Q_BYTES (BM * D * 2)
+#define K_BYTES (BN * D * 2)
+#define V_BYTES (BN * DV * 2)
+
+/* The coordinates of a box at (col, row) of (batch, head) in a tensor map whose three outer
+** dimensions the host ordered by stride; perm holds the slot of the row and head dimensions. */
+__device__ __forceinline__ void tma_load_tile(u32 dst, const tmap_t *map, u32 bar, int col,
+                                              int row, int head, int batch, int perm)
+{
+    const int ps = perm & 3, ph = (perm >> 2) & 3;
+    const int c1 = ps == 0 ? row : ph == 0 ? head : batch;
+    const int c2 = ps == 1 ? row : ph == 1 ? head : batch;
+    const int c3 = ps == 2 ? row : ph == 2 ? head : batch;
+    tma_load4(dst, map, bar, col, c1, c2, c3);
+}
+
+/* Copies a tile of `rows` rows and COLS columns as COLS / 64 panels of rows x 128 bytes. */
+template <int COLS>
+__device__ __forceinline__ void load_panels(u32 dst, const tmap_t *map, u32 bar, int rows,
+                                            int row, int head, int batch, int perm)
+{
+#pragma unroll
+    for (int p = 0; p < COLS / 64; p++)
+        tma_load_tile(dst + p * rows * 128, map, bar, p * 64, row, head, batch, perm);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+fj_attn_fwd(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
+            const elem_t *__restrict__ v, elem_t *__restrict__ out, float *__restrict__ lse,
+            int seqlen_q, int seqlen_k, int heads_q, int heads_kv, int head_dim, int head_dim_v,
+            long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,
+            long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,
+            long long o_ss, long long o_sh, long long l_sb, long long l_sh, long long l_ss,
+            float score_mul, float cap_mul, int window_left, int window_right,
+            const float *__restrict__ mod_args, int mod_args_count,
+            const __grid_constant__ tmap_t tm_q, const __grid_constant__ tmap_t tm_k,
+            const __grid_constant__ tmap_t tm_v, int perm_q, int perm_k, int perm_v)
+{
+    extern __shared__ __align__(1024) unsigned char smem[];
+    /* The 128-byte swizzle repeats every 1024 bytes: panels start on such a boundary. */
+    const u32 sQ = (smem_addr(smem) + 1023) & ~1023u;
+    const u32 sK = sQ + Q_BYTES;
+    const u32 sV = sK + STAGES * K_BYTES;
+    const u32 bars = sV + STAGES * V_BYTES;
+#define Q_FULL bars
+#define K_FULL(s) (bars + 8 * (1 + (s)))
+#define K_EMPTY(s) (bars + 8 * (1 + STAGES + (s)))
+#define V_FULL(s) (bars + 8 * (1 + 2 * STAGES + (s)))
+#define V_EMPTY(s) (bars + 8 * (1 + 3 * STAGES + (s)))
+
+    const int tid = threadIdx.x, wg = tid / 128;
+% if local_mask then
+    /* Heavy (late) query tiles first, so causal work is balanced across the grid. */
+    const int m0 = (gridDim.x - 1 - blockIdx.x) * BM;
+% else
+    const int m0 = blockIdx.x * BM;
+% end
+    const int head = blockIdx.y, batch = blockIdx.z;
+    const int head_kv = head / (heads_q / heads_kv);
+
+    /* Keys the block's rows may see: [n_lo, n_hi). */
+    int n_lo = 0, n_hi = seqlen_k;
+% if local_mask then
+    const int shift = seqlen_k - seqlen_q;
+    if (window_left >= 0)
+        n_lo = imax(0, m0 + shift - window_left);
+    if (window_right >= 0)
+        n_hi = imin(seqlen_k, imin(seqlen_q, m0 + BM) + shift + window_right);
+% end
+    const int nb_lo = n_lo / BN, nb_hi = (n_hi + BN - 1) / BN;
+
+    if (tid == 0) {
+        mbar_init(Q_FULL, 1);
+#pragma unroll
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(K_FULL(s), 1);
+            mbar_init(V_FULL(s), 1);
+            mbar_init(K_EMPTY(s), ${4 * NC}); /* one arrival per consumer warp */
+            mbar_init(V_EMPTY(s), ${4 * NC});
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        /* ---- producer ---- */
+% if NC > 1 then
+        regs_dec<24>();
+% end
+        if (tid == 0 && nb_lo < nb_hi) {
+            tma_prefetch_map(&tm_k);
+            tma_prefetch_map(&tm_v);
+            mbar_arrive_expect(Q_FULL, Q_BYTES);
+            load_panels<D>(sQ, &tm_q, Q_FULL, BM, m0, head, batch, perm_q);
+            int it = 0;
+            for (int nb = nb_hi - 1; nb >= nb_lo; nb--, it++) {
+                const int s = it % STAGES;
+                const u32 phase = (it / STAGES) & 1;
+                mbar_wait(K_EMPTY(s), phase ^ 1);
+                mbar_arrive_expect(K_FULL(s), K_BYTES);
+                load_panels<D>(sK + s * K_BYTES, &tm_k, K_FULL(s), BN, nb * BN, head_kv, batch, perm_k);
+                mbar_wait(V_EMPTY(s), phase ^ 1);
+                mbar_arrive_expect(V_FULL(s), V_BYTES);
+                load_panels<DV>(sV + s * V_BYTES, &tm_v, V_FULL(s), BN, nb * BN, head_kv, batch, perm_v);
+            }
+        }
+        return;
+    }
+
+    /* ---- consumers ---- */
+% if NC > 1 then
+    regs_inc<${regs_consumer}>();
+% end
+    const int c = wg - 1, warp = (tid % 128) / 32, lane = tid % 32;
+    const int g = lane / 4, t = lane % 4; /* row group and column pair of the fragments */
+    const int wg_row = m0 + 64 * c;       /* first query row of this warpgroup */
+    const int warp_row = wg_row + 16 * warp;
+    out += batch * o_sb + head * o_sh;
+    lse += batch * l_sb + head * l_sh;
+
+    /* Accumulator fragments: element 4j + 2h + e is row g + 8h, column 8j + 2t + e. */
+    float o[DV / 2];
+#pragma unroll
+    for (int i = 0; i < DV / 2; i++)
+        o[i] = 0.0f;
+    float row_max[2] = {NEG_INF, NEG_INF}, row_sum[2] = {0.0f, 0.0f};
+
+    /* Descriptors: Q and K K-major (k steps of 32 bytes inside a panel), V N-major (panels
+    ** BN * 128 bytes apart, k steps of 16 rows). */
+    const u64 q_desc = gmma_desc(sQ + 64 * c * 128, 16, 1024);
+    const u64 k_desc = gmma_desc(sK, 16, 1024);
+    const u64 v_desc = gmma_desc(sV, BN * 128, 1024);
+
+    if (nb_lo < nb_hi)
+        mbar_wait(Q_FULL, 0);
+    int it = 0;
+    for (int nb = nb_hi - 1; nb >= nb_lo; nb--, it++) {
+        const int n0 = nb * BN;
+        const int s = it % STAGES;
+        const u32 phase = (it / STAGES) & 1;
+
+        /* S = Q K^T */
+        float sc[BN / 2];
+        mbar_wait(K_FULL(s), phase);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++)
+            wgmma_ss_${tile_n}(sc, q_desc + (((kk / 4) * BM * 128 + (kk % 4) * 32) >> 4),
+                       k_desc + ((s * K_BYTES + (kk / 4) * BN * 128 + (kk % 4) * 32) >> 4), kk > 0);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs<BN / 2>(sc);
+        __syncwarp();
+        if (lane == 0)
+            mbar_arrive(K_EMPTY(s));
+
+        /* Masked where this tile needs it (and in log2 units, soft-capped, unless fused). */
+        bool need_mask = n0 + BN > seqlen_k;
+% if local_mask then
+        if (window_right >= 0)
+            need_mask |= n0 + BN - 1 > wg_row + shift + window_right;
+        if (window_left >= 0)
+            need_mask |= n0 < wg_row + 63 + shift - window_left;
+% end
+% if not fused then
+#pragma unroll
+        for (int i = 0; i < BN / 2; i++) {
+%   if softcap then
+            sc[i] = cap_mul * tanhf(sc[i] * score_mul);
+%   else
+            sc[i] *= score_mul;
+%   end
+        }
+% end
+        if (need_mask) {
+            /* Bounds relative to this thread's first column, so that each element compares a
+            ** compile-time column offset: key = n0 + 2t + 8j + e. */
+            const int col0 = n0 + 2 * t;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int hi = seqlen_k - 1 - col0; /* last visible offset */
+% if local_mask then
+                const int row = warp_row + g + h * 8;
+                if (window_right >= 0)
+                    hi = imin(hi, row + shift + window_right - col0);
+                const int lo = window_left >= 0 ? row + shift - window_left - col0 : -1;
+% else
+                const int lo = -1;
+% end
+#pragma unroll
+                for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++)
+                        if (j * 8 + e > hi || j * 8 + e < lo)
+                            sc[4 * j + 2 * h + e] = NEG_INF;
+            }
+        }
+
+        /* Online softmax: new row maxima, rescale O and the sums, P = exp2(S - max). */
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float r[BN / 8];
+#pragma unroll
+            for (int j = 0; j < BN / 8; j++)
+                r[j] = fmaxf(sc[4 * j + 2 * h], sc[4 * j + 2 * h + 1]);
+            /* Pairwise trees: short dependency chains, any number of blocks. */
+#pragma unroll
+            for (int w = 1; w < BN / 8; w *= 2)
+#pragma unroll
+                for (int j = 0; j + w < BN / 8; j += 2 * w)
+                    r[j] = fmaxf(r[j], r[j + w]);
+            const float mx = quad_max(fmaxf(row_max[h], r[0]));
+            /* A row with no key yet keeps max -inf; subtracting 0 then gives exp2(-inf) = 0. */
+            const float base = mx == NEG_INF ? 0.0f : TO_LOG2(mx);
+            const float alpha = ex2(TO_LOG2(row_max[h]) - base);
+            row_max[h] = mx;
+#pragma unroll
+            for (int j = 0; j < BN / 8; j++) {
+#pragma unroll
+                for (int e = 2 * h; e < 2 * h + 2; e++)
+% if fused then
+                    sc[4 * j + e] = ex2(fmaf(sc[4 * j + e], score_mul, -base));
+% else
+                    sc[4 * j + e] = ex2(sc[4 * j + e] - base);
+% end
+                r[j] = sc[4 * j + 2 * h] + sc[4 * j + 2 * h + 1];
+            }
+#pragma unroll
+            for (int w = 1; w < BN / 8; w *= 2)
+#pragma unroll
+                for (int j = 0; j + w < BN / 8; j += 2 * w)
+                    r[j] += r[j + w];
+            row_sum[h] = row_sum[h] * alpha + r[0];
+#pragma unroll
+            for (int j = 0; j < DV / 8; j++) {
+                o[4 * j + 2 * h] *= alpha;
+                o[4 * j + 2 * h + 1] *= alpha;
+            }
+        }
+
+        /* P as 16-bit pairs: two n8 accumulator blocks are one k16 A fragment. */
+        u32 p[BN / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            p[kk][0] = pack2(sc[8 * kk + 0], sc[8 * kk + 1]);
+            p[kk][1] = pack2(sc[8 * kk + 2], sc[8 * kk + 3]);
+            p[kk][2] = pack2(sc[8 * kk + 4], sc[8 * kk + 5]);
+            p[kk][3] = pack2(sc[8 * kk + 6], sc[8 * kk + 7]);
+        }
+
+        /* O += P V */
+        mbar_wait(V_FULL(s), phase);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++)
+            wgmma_rs_${head_dim_v_pad}(o, p[kk], v_desc + ((s * V_BYTES + kk * 16 * 128) >> 4), 1);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs<DV / 2>(o);
+        __syncwarp();
+        if (lane == 0)
+            mbar_arrive(V_EMPTY(s));
+    }
+
+    /* Normalise and store; a row that saw no key gets 0 and lse -inf. */
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const float sum = quad_sum(row_sum[h]);
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        const int row = warp_row + g + h * 8;
+        if (row >= seqlen_q)
+            continue;
+#pragma unroll
+        for (int j = 0; j < DV / 8; j++) {
+            const int col = j * 8 + 2 * t;
+            if (col < head_dim_v)
+                *(u32 *)(out + row * o_ss + col) = pack2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+        }
+% if write_lse then
+        if (t == 0)
+            lse[row * l_ss] = sum > 0.0f ? (TO_LOG2(row_max[h]) + lg2(sum)) * 0.693147180559945309f : NEG_INF;
+% end
+    }
+}

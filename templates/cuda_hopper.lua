@@ -1,0 +1,125 @@
+% -- Device helpers for Hopper (sm_90a) kernels, in inline PTX: mbarriers, bulk tensor copies
+% -- (TMA), register reallocation, and warpgroup matrix products (wgmma) with their shared-memory
+% -- descriptors. Include after cuda_mma.lua (it defines elem_t, u32, u64, smem_addr).
+% -- Parameter: dtype ("bf16" or "f16").
+% local ptx_type = dtype
+
+/* A TMA descriptor made by cuTensorMapEncodeTiled on the host, passed by value. */
+struct __align__(64) tmap_t {
+    u64 opaque[16];
+};
+
+/* ---- mbarriers: a phase completes when `count` arrivals and the expected bytes are in ---- */
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count));
+}
+/* Makes the initialised barriers visible to the copy engine and the other threads. */
+__device__ __forceinline__ void mbar_init_fence()
+{
+    asm volatile("fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;" ::: "memory");
+}
+/* One arrival that also announces `bytes` still to come from bulk copies. */
+__device__ __forceinline__ void mbar_arrive_expect(u32 bar, u32 bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+/* Waits until the phase of the given parity has completed. A fresh barrier is in phase 0, so
+** waiting for parity 1 returns at once: a producer's first wait on an empty slot. */
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity)
+{
+    u32 done;
+    do {
+        asm volatile("{\n\t.reg .pred p;\n\t"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    } while (!done);
+}
+
+/* ---- bulk tensor copies ----------------------------------------------------------------- */
+/* Copies one box of a rank-4 tensor to shared memory; the barrier counts its bytes. Elements
+** outside the tensor arrive as zeros. */
+__device__ __forceinline__ void tma_load4(u32 dst, const tmap_t *map, u32 bar, int c0, int c1,
+                                          int c2, int c3)
+{
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%3, %4, %5, %6}], [%2];"
+                 ::"r"(dst), "l"((u64)map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+                 : "memory");
+}
+__device__ __forceinline__ void tma_prefetch_map(const tmap_t *map)
+{
+    asm volatile("prefetch.tensormap [%0];" ::"l"((u64)map) : "memory");
+}
+
+/* ---- register reallocation between warpgroups --------------------------------------------- */
+template <int N> __device__ __forceinline__ void regs_dec()
+{
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
+}
+template <int N> __device__ __forceinline__ void regs_inc()
+{
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
+}
+
+/* ---- wgmma ---------------------------------------------------------------------------------- */
+/* A shared-memory matrix descriptor for the 128-byte swizzle (the layout TMA writes with
+** CU_TENSOR_MAP_SWIZZLE_128B): rows of 128 bytes, eight-row atoms of 1024 bytes. lbo and sbo
+** are the leading and stride byte offsets of the PTX ISA's canonical layouts. */
+__device__ __forceinline__ u64 gmma_desc(u32 addr, u32 lbo, u32 sbo)
+{
+    return (u64)((addr & 0x3ffff) >> 4) | (u64)((lbo >> 4) & 0x3fff) << 16 |
+           (u64)((sbo >> 4) & 0x3fff) << 32 | (u64)1 << 62;
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wgmma_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+/* Ties registers to this point: the compiler sees wgmma's outputs only as the asm operands of
+** the issue, so reads after the wait must not be moved above it. */
+template <int N> __device__ __forceinline__ void fence_regs(float *r)
+{
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        asm volatile("" : "+f"(r[i])::"memory");
+}
+% -- The operand lists of one wgmma: n/2 accumulators per thread, then the inputs.
+% local function acc_list(n)
+%   local t = {}
+%   for i = 0, n // 2 - 1 do t[#t + 1] = "%" .. i end
+%   return table.concat(t, ", ")
+% end
+% local function acc_operands(n)
+%   local t = {}
+%   for i = 0, n // 2 - 1 do t[#t + 1] = '"+f"(d[' .. i .. '])' end
+%   return table.concat(t, ", ")
+% end
+% -- wgmma_ss_N: D[64 x N] (+)= A[64 x 16] B[16 x N], both from shared memory, K-major.
+% -- wgmma_rs_N: the same with A from registers (four 16-bit pairs, the mma.sync A layout) and
+% -- B N-major (transposed), as P V needs.
+% function hopper_wgmma(n)
+%   local a = n // 2
+__device__ __forceinline__ void wgmma_ss_${n}(float *d, u64 desc_a, u64 desc_b, int accumulate)
+{
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %${a + 2}, 0;\n\t"
+                 "wgmma.mma_async.sync.aligned.m64n${n}k16.f32.${ptx_type}.${ptx_type} "
+                 "{${acc_list(n)}}, %${a}, %${a + 1}, p, 1, 1, 0, 0;\n\t}"
+                 : ${acc_operands(n)}
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+__device__ __forceinline__ void wgmma_rs_${n}(float *d, const u32 *a, u64 desc_b, int accumulate)
+{
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %${a + 5}, 0;\n\t"
+                 "wgmma.mma_async.sync.aligned.m64n${n}k16.f32.${ptx_type}.${ptx_type} "
+                 "{${acc_list(n)}}, {%${a}, %${a + 1}, %${a + 2}, %${a + 3}}, %${a + 4}, p, 1, 1, 1;\n\t}"
+                 : ${acc_operands(n)}
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
+% end
