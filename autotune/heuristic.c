@@ -107,6 +107,7 @@ static void plan_wgmma(fj__variant *v, const fj_device_info *dev)
     v->warps = 12;
     v->tile_n = widest <= 128 ? 128 : 64;
     v->stages = 2;
+    v->overlap = 1;
     v->threads = 32 * v->warps;
     while (!fj__variant_fits(v, dev) && v->tile_n > 16)
         v->tile_n -= 16;
@@ -171,6 +172,10 @@ int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
             v->q_in_regs = value != 0;
             found = 1;
         }
+        if (!strcmp(name, "overlap")) {
+            v->overlap = value != 0;
+            found = 1;
+        }
         if (!strcmp(name, "stages")) {
             if (value < 1 || value > 4)
                 return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
@@ -218,8 +223,9 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
 void fj__variant_config(const fj__variant *v, char *buf, size_t size)
 {
     if (v->path == FJ__PATH_WGMMA)
-        snprintf(buf, size, "path=wgmma,tile_m=%d,tile_n=%d,warps=%d,stages=%d", (int)v->tile_m,
-                 (int)v->tile_n, (int)v->warps, (int)v->stages);
+        snprintf(buf, size, "path=wgmma,tile_m=%d,tile_n=%d,warps=%d,stages=%d,overlap=%d",
+                 (int)v->tile_m, (int)v->tile_n, (int)v->warps, (int)v->stages,
+                 (int)v->overlap);
     else if (v->path == FJ__PATH_MMA)
         snprintf(buf, size, "tile_m=%d,tile_n=%d,warps=%d,kk_unroll=%d,q_in_regs=%d",
                  (int)v->tile_m, (int)v->tile_n, (int)v->warps, (int)v->kk_unroll,

@@ -18,7 +18,7 @@
 % --
 % -- Parameters: dtype, head_dim_pad, head_dim_v_pad (multiples of 64, at most 256), tile_m
 % -- (64 or 128 or 192), tile_n (multiple of 16), warps (4 * (1 + NC)), stages, local_mask,
-% -- softcap, neg_scale, write_lse.
+% -- softcap, neg_scale, write_lse, overlap (software-pipeline softmax against P V).
 % local fused = not softcap and not neg_scale
 % local NC = tile_m // 64
 % assert(NC >= 1 and NC <= 3 and NC * 64 == tile_m, "tile_m must be 64, 128 or 192")
@@ -70,6 +70,137 @@ __device__ __forceinline__ void load_panels(u32 dst, const tmap_t *map, u32 bar,
 #pragma unroll
     for (int p = 0; p < COLS / 64; p++)
         tma_load_tile(dst + p * rows * 128, map, bar, p * 64, row, head, batch, perm);
+}
+
+/* Per-thread state of a consumer: the output accumulators and the running row statistics of
+** its two rows (g and g + 8 of its warp's 16). Fragment element 4j + 2h + e is row g + 8h,
+** column 8j + 2t + e. */
+struct consumer_state {
+    float o[DV / 2];
+    float row_max[2], row_sum[2];
+};
+
+/* S = Q K^T for the key tile in ring slot s: issued, not waited for. */
+__device__ __forceinline__ void issue_qk(float *sc, u64 q_desc, u64 k_desc, int s)
+{
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+        wgmma_ss_${tile_n}(sc, q_desc + (((kk / 4) * BM * 128 + (kk % 4) * 32) >> 4),
+                   k_desc + ((s * K_BYTES + (kk / 4) * BN * 128 + (kk % 4) * 32) >> 4), kk > 0);
+    wgmma_commit();
+}
+
+/* O += P V for the value tile in ring slot s: issued, not waited for. */
+__device__ __forceinline__ void issue_pv(float *o, u32 (*p)[4], u64 v_desc, int s)
+{
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; kk++)
+        wgmma_rs_${head_dim_v_pad}(o, p[kk], v_desc + ((s * V_BYTES + kk * 16 * 128) >> 4), 1);
+    wgmma_commit();
+}
+
+/* One tile of scores (keys from n0) into probabilities, in place: scaling, masking where
+** need_mask, new row maxima and sums, P = exp2(S - max). Returns in alpha the factor by which O
+** must be rescaled once the previous P V has landed. */
+__device__ __forceinline__ void softmax_tile(float *sc, consumer_state &st,
+                                             float *alpha, bool need_mask, int n0, int warp_row,
+                                             int g, int t, int seqlen_k, int shift,
+                                             int window_left, int window_right, float score_mul,
+                                             float cap_mul)
+{
+% if not fused then
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++) {
+%   if softcap then
+        sc[i] = cap_mul * tanhf(sc[i] * score_mul);
+%   else
+        sc[i] *= score_mul;
+%   end
+    }
+% end
+    if (need_mask) {
+        /* Bounds relative to this thread's first column, so that each element compares a
+        ** compile-time column offset: key = n0 + 2t + 8j + e. */
+        const int col0 = n0 + 2 * t;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int hi = seqlen_k - 1 - col0; /* last visible offset */
+% if local_mask then
+            const int row = warp_row + g + h * 8;
+            if (window_right >= 0)
+                hi = imin(hi, row + shift + window_right - col0);
+            const int lo = window_left >= 0 ? row + shift - window_left - col0 : -1;
+% else
+            const int lo = -1;
+% end
+#pragma unroll
+            for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++)
+                    if (j * 8 + e > hi || j * 8 + e < lo)
+                        sc[4 * j + 2 * h + e] = NEG_INF;
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        float r[BN / 8];
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++)
+            r[j] = fmaxf(sc[4 * j + 2 * h], sc[4 * j + 2 * h + 1]);
+        /* Pairwise trees: short dependency chains, any number of blocks. */
+#pragma unroll
+        for (int w = 1; w < BN / 8; w *= 2)
+#pragma unroll
+            for (int j = 0; j + w < BN / 8; j += 2 * w)
+                r[j] = fmaxf(r[j], r[j + w]);
+        const float mx = quad_max(fmaxf(st.row_max[h], r[0]));
+        /* A row with no key yet keeps max -inf; subtracting 0 then gives exp2(-inf) = 0. */
+        const float base = mx == NEG_INF ? 0.0f : TO_LOG2(mx);
+        alpha[h] = ex2(TO_LOG2(st.row_max[h]) - base);
+        st.row_max[h] = mx;
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++) {
+#pragma unroll
+            for (int e = 2 * h; e < 2 * h + 2; e++)
+% if fused then
+                sc[4 * j + e] = ex2(fmaf(sc[4 * j + e], score_mul, -base));
+% else
+                sc[4 * j + e] = ex2(sc[4 * j + e] - base);
+% end
+            r[j] = sc[4 * j + 2 * h] + sc[4 * j + 2 * h + 1];
+        }
+#pragma unroll
+        for (int w = 1; w < BN / 8; w *= 2)
+#pragma unroll
+            for (int j = 0; j + w < BN / 8; j += 2 * w)
+                r[j] += r[j + w];
+        st.row_sum[h] = st.row_sum[h] * alpha[h] + r[0];
+    }
+}
+
+/* P as the 16-bit A fragments of P V: two n8 accumulator blocks are one k16 fragment. */
+__device__ __forceinline__ void pack_p(const float *sc, u32 (*p)[4])
+{
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; kk++) {
+        p[kk][0] = pack2(sc[8 * kk + 0], sc[8 * kk + 1]);
+        p[kk][1] = pack2(sc[8 * kk + 2], sc[8 * kk + 3]);
+        p[kk][2] = pack2(sc[8 * kk + 4], sc[8 * kk + 5]);
+        p[kk][3] = pack2(sc[8 * kk + 6], sc[8 * kk + 7]);
+    }
+}
+
+__device__ __forceinline__ void rescale(consumer_state &st, const float *alpha)
+{
+#pragma unroll
+    for (int j = 0; j < DV / 8; j++) {
+        st.o[4 * j + 0] *= alpha[0];
+        st.o[4 * j + 1] *= alpha[0];
+        st.o[4 * j + 2] *= alpha[1];
+        st.o[4 * j + 3] *= alpha[1];
+    }
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
@@ -163,15 +294,18 @@ fj_attn_fwd(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
     const int g = lane / 4, t = lane % 4; /* row group and column pair of the fragments */
     const int wg_row = m0 + 64 * c;       /* first query row of this warpgroup */
     const int warp_row = wg_row + 16 * warp;
+% if not local_mask then
+    const int shift = 0; /* no band: the masks only cut the tensor's end */
+% end
     out += batch * o_sb + head * o_sh;
     lse += batch * l_sb + head * l_sh;
 
-    /* Accumulator fragments: element 4j + 2h + e is row g + 8h, column 8j + 2t + e. */
-    float o[DV / 2];
+    consumer_state st;
 #pragma unroll
     for (int i = 0; i < DV / 2; i++)
-        o[i] = 0.0f;
-    float row_max[2] = {NEG_INF, NEG_INF}, row_sum[2] = {0.0f, 0.0f};
+        st.o[i] = 0.0f;
+    st.row_max[0] = st.row_max[1] = NEG_INF;
+    st.row_sum[0] = st.row_sum[1] = 0.0f;
 
     /* Descriptors: Q and K K-major (k steps of 32 bytes inside a panel), V N-major (panels
     ** BN * 128 bytes apart, k steps of 16 rows). */
@@ -179,141 +313,111 @@ fj_attn_fwd(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
     const u64 k_desc = gmma_desc(sK, 16, 1024);
     const u64 v_desc = gmma_desc(sV, BN * 128, 1024);
 
-    if (nb_lo < nb_hi)
-        mbar_wait(Q_FULL, 0);
-    int it = 0;
-    for (int nb = nb_hi - 1; nb >= nb_lo; nb--, it++) {
-        const int n0 = nb * BN;
-        const int s = it % STAGES;
-        const u32 phase = (it / STAGES) & 1;
+    /* Whether the tile of keys from n0 needs per-element masking for this warpgroup's rows. */
+    auto needs_mask = [&](int n0) {
+        bool m = n0 + BN > seqlen_k;
+% if local_mask then
+        if (window_right >= 0)
+            m |= n0 + BN - 1 > wg_row + shift + window_right;
+        if (window_left >= 0)
+            m |= n0 < wg_row + 63 + shift - window_left;
+% end
+        return m;
+    };
 
-        /* S = Q K^T */
-        float sc[BN / 2];
+    const int tiles = nb_hi - nb_lo;
+    if (tiles > 0)
+        mbar_wait(Q_FULL, 0);
+    float sc[BN / 2];
+    u32 p[BN / 16][4];
+    float alpha[2];
+% if overlap then
+    /* Software-pipelined (FA3's intra-warpgroup overlap): the softmax of tile i runs while the
+    ** tensor cores do P V of tile i - 1. Tile i uses ring slot i % STAGES, phase
+    ** (i / STAGES) & 1; tiles run from the last key tile down. */
+    if (tiles > 0) {
+        mbar_wait(K_FULL(0), 0);
+        issue_qk(sc, q_desc, k_desc, 0);
+        wgmma_wait<0>();
+        fence_regs<BN / 2>(sc);
+        __syncwarp();
+        if (lane == 0)
+            mbar_arrive(K_EMPTY(0));
+        const int n0 = (nb_hi - 1) * BN;
+        softmax_tile(sc, st, alpha, needs_mask(n0), n0, warp_row, g, t, seqlen_k, shift,
+                     window_left, window_right, score_mul, cap_mul);
+        pack_p(sc, p);
+    }
+    for (int i = 1; i < tiles; i++) {
+        const int s = i % STAGES, prev = (i - 1) % STAGES;
+        const u32 phase = (i / STAGES) & 1, prev_phase = ((i - 1) / STAGES) & 1;
         mbar_wait(K_FULL(s), phase);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++)
-            wgmma_ss_${tile_n}(sc, q_desc + (((kk / 4) * BM * 128 + (kk % 4) * 32) >> 4),
-                       k_desc + ((s * K_BYTES + (kk / 4) * BN * 128 + (kk % 4) * 32) >> 4), kk > 0);
-        wgmma_commit();
+        issue_qk(sc, q_desc, k_desc, s);
+        mbar_wait(V_FULL(prev), prev_phase);
+        issue_pv(st.o, p, v_desc, prev);
+        wgmma_wait<1>(); /* S of this tile; P V of the last may still run */
+        fence_regs<BN / 2>(sc);
+        __syncwarp();
+        if (lane == 0)
+            mbar_arrive(K_EMPTY(s));
+        const int n0 = (nb_hi - 1 - i) * BN;
+        softmax_tile(sc, st, alpha, needs_mask(n0), n0, warp_row, g, t, seqlen_k, shift,
+                     window_left, window_right, score_mul, cap_mul);
+        wgmma_wait<0>();
+        fence_regs<DV / 2>(st.o);
+        fence_regs<BN / 4>(&p[0][0]); /* P stays untouched until its product has landed */
+        __syncwarp();
+        if (lane == 0)
+            mbar_arrive(V_EMPTY(prev));
+        /* P is packed only now that the last product has read it: a second P register set
+        ** copied over the first made ptxas serialise every wgmma (C7513). */
+        pack_p(sc, p);
+        rescale(st, alpha);
+        /* Pinned here: moved past the next wgmma.fence, these writes of wgmma inputs would make
+        ** ptxas serialise every wgmma. */
+        fence_regs<DV / 2>(st.o);
+        fence_regs<BN / 4>(&p[0][0]);
+    }
+    if (tiles > 0) {
+        const int last = (tiles - 1) % STAGES;
+        mbar_wait(V_FULL(last), ((tiles - 1) / STAGES) & 1);
+        issue_pv(st.o, p, v_desc, last);
+        wgmma_wait<0>();
+        fence_regs<DV / 2>(st.o);
+        __syncwarp();
+        if (lane == 0)
+            mbar_arrive(V_EMPTY(last));
+    }
+% else
+    for (int i = 0; i < tiles; i++) {
+        const int s = i % STAGES;
+        const u32 phase = (i / STAGES) & 1;
+        mbar_wait(K_FULL(s), phase);
+        issue_qk(sc, q_desc, k_desc, s);
         wgmma_wait<0>();
         fence_regs<BN / 2>(sc);
         __syncwarp();
         if (lane == 0)
             mbar_arrive(K_EMPTY(s));
-
-        /* Masked where this tile needs it (and in log2 units, soft-capped, unless fused). */
-        bool need_mask = n0 + BN > seqlen_k;
-% if local_mask then
-        if (window_right >= 0)
-            need_mask |= n0 + BN - 1 > wg_row + shift + window_right;
-        if (window_left >= 0)
-            need_mask |= n0 < wg_row + 63 + shift - window_left;
-% end
-% if not fused then
-#pragma unroll
-        for (int i = 0; i < BN / 2; i++) {
-%   if softcap then
-            sc[i] = cap_mul * tanhf(sc[i] * score_mul);
-%   else
-            sc[i] *= score_mul;
-%   end
-        }
-% end
-        if (need_mask) {
-            /* Bounds relative to this thread's first column, so that each element compares a
-            ** compile-time column offset: key = n0 + 2t + 8j + e. */
-            const int col0 = n0 + 2 * t;
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                int hi = seqlen_k - 1 - col0; /* last visible offset */
-% if local_mask then
-                const int row = warp_row + g + h * 8;
-                if (window_right >= 0)
-                    hi = imin(hi, row + shift + window_right - col0);
-                const int lo = window_left >= 0 ? row + shift - window_left - col0 : -1;
-% else
-                const int lo = -1;
-% end
-#pragma unroll
-                for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++)
-                        if (j * 8 + e > hi || j * 8 + e < lo)
-                            sc[4 * j + 2 * h + e] = NEG_INF;
-            }
-        }
-
-        /* Online softmax: new row maxima, rescale O and the sums, P = exp2(S - max). */
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            float r[BN / 8];
-#pragma unroll
-            for (int j = 0; j < BN / 8; j++)
-                r[j] = fmaxf(sc[4 * j + 2 * h], sc[4 * j + 2 * h + 1]);
-            /* Pairwise trees: short dependency chains, any number of blocks. */
-#pragma unroll
-            for (int w = 1; w < BN / 8; w *= 2)
-#pragma unroll
-                for (int j = 0; j + w < BN / 8; j += 2 * w)
-                    r[j] = fmaxf(r[j], r[j + w]);
-            const float mx = quad_max(fmaxf(row_max[h], r[0]));
-            /* A row with no key yet keeps max -inf; subtracting 0 then gives exp2(-inf) = 0. */
-            const float base = mx == NEG_INF ? 0.0f : TO_LOG2(mx);
-            const float alpha = ex2(TO_LOG2(row_max[h]) - base);
-            row_max[h] = mx;
-#pragma unroll
-            for (int j = 0; j < BN / 8; j++) {
-#pragma unroll
-                for (int e = 2 * h; e < 2 * h + 2; e++)
-% if fused then
-                    sc[4 * j + e] = ex2(fmaf(sc[4 * j + e], score_mul, -base));
-% else
-                    sc[4 * j + e] = ex2(sc[4 * j + e] - base);
-% end
-                r[j] = sc[4 * j + 2 * h] + sc[4 * j + 2 * h + 1];
-            }
-#pragma unroll
-            for (int w = 1; w < BN / 8; w *= 2)
-#pragma unroll
-                for (int j = 0; j + w < BN / 8; j += 2 * w)
-                    r[j] += r[j + w];
-            row_sum[h] = row_sum[h] * alpha + r[0];
-#pragma unroll
-            for (int j = 0; j < DV / 8; j++) {
-                o[4 * j + 2 * h] *= alpha;
-                o[4 * j + 2 * h + 1] *= alpha;
-            }
-        }
-
-        /* P as 16-bit pairs: two n8 accumulator blocks are one k16 A fragment. */
-        u32 p[BN / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) {
-            p[kk][0] = pack2(sc[8 * kk + 0], sc[8 * kk + 1]);
-            p[kk][1] = pack2(sc[8 * kk + 2], sc[8 * kk + 3]);
-            p[kk][2] = pack2(sc[8 * kk + 4], sc[8 * kk + 5]);
-            p[kk][3] = pack2(sc[8 * kk + 6], sc[8 * kk + 7]);
-        }
-
-        /* O += P V */
+        const int n0 = (nb_hi - 1 - i) * BN;
+        softmax_tile(sc, st, alpha, needs_mask(n0), n0, warp_row, g, t, seqlen_k, shift,
+                     window_left, window_right, score_mul, cap_mul);
+        pack_p(sc, p);
+        rescale(st, alpha);
         mbar_wait(V_FULL(s), phase);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++)
-            wgmma_rs_${head_dim_v_pad}(o, p[kk], v_desc + ((s * V_BYTES + kk * 16 * 128) >> 4), 1);
-        wgmma_commit();
+        issue_pv(st.o, p, v_desc, s);
         wgmma_wait<0>();
-        fence_regs<DV / 2>(o);
+        fence_regs<DV / 2>(st.o);
         __syncwarp();
         if (lane == 0)
             mbar_arrive(V_EMPTY(s));
     }
+% end
 
     /* Normalise and store; a row that saw no key gets 0 and lse -inf. */
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        const float sum = quad_sum(row_sum[h]);
+        const float sum = quad_sum(st.row_sum[h]);
         const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
         const int row = warp_row + g + h * 8;
         if (row >= seqlen_q)
@@ -322,11 +426,11 @@ fj_attn_fwd(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
         for (int j = 0; j < DV / 8; j++) {
             const int col = j * 8 + 2 * t;
             if (col < head_dim_v)
-                *(u32 *)(out + row * o_ss + col) = pack2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+                *(u32 *)(out + row * o_ss + col) = pack2(st.o[4 * j + 2 * h] * inv, st.o[4 * j + 2 * h + 1] * inv);
         }
 % if write_lse then
         if (t == 0)
-            lse[row * l_ss] = sum > 0.0f ? (TO_LOG2(row_max[h]) + lg2(sum)) * 0.693147180559945309f : NEG_INF;
+            lse[row * l_ss] = sum > 0.0f ? (TO_LOG2(st.row_max[h]) + lg2(sum)) * 0.693147180559945309f : NEG_INF;
 % end
     }
 }

@@ -90,6 +90,12 @@ template <int N> __device__ __forceinline__ void fence_regs(float *r)
     for (int i = 0; i < N; i++)
         asm volatile("" : "+f"(r[i])::"memory");
 }
+template <int N> __device__ __forceinline__ void fence_regs(u32 *r)
+{
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        asm volatile("" : "+r"(r[i])::"memory");
+}
 % -- The operand lists of one wgmma: n/2 accumulators per thread, then the inputs.
 % local function acc_list(n)
 %   local t = {}

@@ -150,7 +150,7 @@ int fjt_cache_build(int argc, char **argv)
 
     int built = 0, failed = 0, nbuilt = 0;
     static char built_keys[MAX_BUILT][65];
-    printf("%-12s %-13s %-5s %4s %4s %6s %7s %5s %6s %9s\n", "key", "path", "dtype", "d", "dv",
+    printf("%-12s %-14s %-5s %4s %4s %6s %7s %5s %6s %9s\n", "key", "path", "dtype", "d", "dv",
            "causal", "softcap", "regs", "spills", "compile");
     for (int a = 0; a < ndt; a++)
         for (int i = 0; i < nd; i++)
@@ -219,11 +219,14 @@ int fjt_cache_build(int argc, char **argv)
                         }
                         int regs = -1, spills = -1;
                         resources(log, &regs, &spills);
-                        printf("%-12.12s %-13s %-5s %4lld %4lld %6lld %7lld %5d %6d %7.0fms%s%s\n",
+                        /* ptxas' C7513: the kernel's wgmma instructions run one at a time. */
+                        const char *serial =
+                            log && strstr(log, "C7513") ? "  wgmma serialised" : "";
+                        printf("%-12.12s %-14s %-5s %4lld %4lld %6lld %7lld %5d %6d %7.0fms%s%s%s\n",
                                key, fj__variant_path(&v), fj__dtype_name(dtypes[a]), (long long)d,
                                (long long)dv, (long long)causal[c], (long long)softcap[sc], regs,
-                               spills, ms,
-                               st == FJ_OK ? "" : "  FAILED: ", st == FJ_OK ? "" : err.msg);
+                               spills, ms, serial, st == FJ_OK ? "" : "  FAILED: ",
+                               st == FJ_OK ? "" : err.msg);
                         built += st == FJ_OK;
                         failed += st != FJ_OK;
                         free(key_text);
