@@ -101,13 +101,15 @@ static void plan_wgmma(fj__variant *v, const fj_device_info *dev)
     v->head_dim_v_pad = round_up(v->head_dim_v_pad, 64);
     int32_t widest = v->head_dim_pad > v->head_dim_v_pad ? v->head_dim_pad : v->head_dim_v_pad;
     /* Two consumer warpgroups of 64 rows (their softmax and matrix products interleave) and a
-    ** producer; 128-key tiles up to d = 128, 64 beyond (O's accumulators take 128 registers),
-    ** two tiles in flight. */
+    ** producer; 128-key tiles up to d = 128, 80 beyond (O's accumulators take 128 registers;
+    ** 80 beat 64 by 19 % at d 256, 4k, on an H200), two tiles in flight. The softmax of a tile
+    ** overlaps the previous P V from d = 128 on; at d = 64 the products are too short to hide
+    ** it and the pipelined loop lost 6-11 % (bench/RESULTS.md). */
     v->tile_m = 128;
     v->warps = 12;
-    v->tile_n = widest <= 128 ? 128 : 64;
+    v->tile_n = widest <= 128 ? 128 : 80;
     v->stages = 2;
-    v->overlap = 1;
+    v->overlap = widest > 64;
     v->threads = 32 * v->warps;
     while (!fj__variant_fits(v, dev) && v->tile_n > 16)
         v->tile_n -= 16;
@@ -176,6 +178,10 @@ int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
             v->overlap = value != 0;
             found = 1;
         }
+        if (!strcmp(name, "pingpong")) {
+            v->pingpong = value != 0;
+            found = 1;
+        }
         if (!strcmp(name, "stages")) {
             if (value < 1 || value > 4)
                 return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
@@ -203,6 +209,7 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
         /* S, P and O fragments per consumer thread, plus ~40 for addresses and softmax state. */
         int registers = v->tile_n / 2 + v->tile_n / 4 + v->head_dim_v_pad / 2 + 40;
         return consumers >= 1 && consumers <= 3 && v->tile_m == 64 * consumers &&
+               (!v->pingpong || (consumers == 2 && v->overlap)) &&
                v->warps == 4 * (consumers + 1) && v->threads == 32 * v->warps &&
                v->tile_n % 16 == 0 && v->tile_n >= 16 && v->tile_n <= 256 && v->stages >= 1 &&
                v->stages <= 4 && v->head_dim_pad % 64 == 0 && v->head_dim_v_pad % 64 == 0 &&
@@ -223,9 +230,10 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
 void fj__variant_config(const fj__variant *v, char *buf, size_t size)
 {
     if (v->path == FJ__PATH_WGMMA)
-        snprintf(buf, size, "path=wgmma,tile_m=%d,tile_n=%d,warps=%d,stages=%d,overlap=%d",
+        snprintf(buf, size,
+                 "path=wgmma,tile_m=%d,tile_n=%d,warps=%d,stages=%d,overlap=%d,pingpong=%d",
                  (int)v->tile_m, (int)v->tile_n, (int)v->warps, (int)v->stages,
-                 (int)v->overlap);
+                 (int)v->overlap, (int)v->pingpong);
     else if (v->path == FJ__PATH_MMA)
         snprintf(buf, size, "tile_m=%d,tile_n=%d,warps=%d,kk_unroll=%d,q_in_regs=%d",
                  (int)v->tile_m, (int)v->tile_n, (int)v->warps, (int)v->kk_unroll,

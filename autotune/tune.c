@@ -118,17 +118,20 @@ static int search_space(const fj__variant *h, const fj_device_info *dev, fj__var
     out[n++] = *h;
     int32_t widest = h->head_dim_pad > h->head_dim_v_pad ? h->head_dim_pad : h->head_dim_v_pad;
     if (h->path == FJ__PATH_WGMMA) {
-        /* Key tile depth and ring slots, with two or three consumer warpgroups. */
-        static const int tns[] = {48, 64, 80, 96, 112, 128, 144, 160, 176, 192};
+        /* Key tile depth, two or three consumer warpgroups, and how they overlap: not at all,
+        ** softmax against P V, and also taking turns (two warpgroups only). Two ring slots. */
+        static const int tns[] = {64, 80, 96, 112, 128, 160, 176, 192};
         for (int c = 2; c <= 3; c++)
-            for (int b = 0; b < 10; b++)
-                for (int st = 2; st <= 3 && n < TUNE_MAX_CANDIDATES; st++) {
+            for (int b = 0; b < 8; b++)
+                for (int mode = 0; mode < 3 && n < TUNE_MAX_CANDIDATES; mode++) {
                     fj__variant v = *h;
                     v.tile_m = 64 * c;
                     v.warps = 4 * (c + 1);
                     v.threads = 32 * v.warps;
                     v.tile_n = tns[b];
-                    v.stages = (uint8_t)st;
+                    v.stages = 2;
+                    v.overlap = mode > 0;
+                    v.pingpong = mode == 2;
                     if (fj__variant_fits(&v, dev) && !contains(out, n, &v))
                         out[n++] = v;
                 }

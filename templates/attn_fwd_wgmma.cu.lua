@@ -18,7 +18,8 @@
 % --
 % -- Parameters: dtype, head_dim_pad, head_dim_v_pad (multiples of 64, at most 256), tile_m
 % -- (64 or 128 or 192), tile_n (multiple of 16), warps (4 * (1 + NC)), stages, local_mask,
-% -- softcap, neg_scale, write_lse, overlap (software-pipeline softmax against P V).
+% -- softcap, neg_scale, write_lse, overlap (software-pipeline softmax against P V), pingpong
+% -- (with two consumer warpgroups and overlap: they take turns issuing their products).
 % local fused = not softcap and not neg_scale
 % local NC = tile_m // 64
 % assert(NC >= 1 and NC <= 3 and NC * 64 == tile_m, "tile_m must be 64, 128 or 192")
@@ -26,6 +27,7 @@
 % assert(head_dim_pad % 64 == 0 and head_dim_v_pad % 64 == 0 and head_dim_v_pad <= 256, "head dims must be padded to multiples of 64, dv to at most 256")
 % assert(tile_n % 16 == 0 and tile_n <= 256, "tile_n must be a multiple of 16, at most 256")
 % assert(stages >= 1 and stages <= 4, "stages must be 1..4")
+% assert(not pingpong or (NC == 2 and overlap), "pingpong needs two consumer warpgroups and overlap")
 % -- Registers per thread after reallocation: the producer keeps the least the ISA allows.
 % local regs_consumer = ({ 240, 240, 160 })[NC]
 % include("cuda_mma.lua")
@@ -325,9 +327,24 @@ fj_attn_fwd(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
         return m;
     };
 
+% if pingpong then
+    /* The two consumer warpgroups take turns issuing a round of products (named barriers 1 and
+    ** 2, FA3's ping-pong), so that one's softmax runs while the tensor cores serve the other.
+    ** Warpgroup 1 hands the first turn to warpgroup 0 and skips the hand-over after its last
+    ** round, so every arrival is matched. */
+#define TURN_WAIT() asm volatile("bar.sync %0, 256;" ::"r"(1 + c) : "memory")
+#define TURN_PASS() asm volatile("bar.arrive %0, 256;" ::"r"(2 - c) : "memory")
+% else
+#define TURN_WAIT()
+#define TURN_PASS()
+% end
     const int tiles = nb_hi - nb_lo;
     if (tiles > 0)
         mbar_wait(Q_FULL, 0);
+% if pingpong then
+    if (tiles > 0 && c == 1)
+        TURN_PASS();
+% end
     float sc[BN / 2];
     u32 p[BN / 16][4];
     float alpha[2];
@@ -336,8 +353,10 @@ fj_attn_fwd(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
     ** tensor cores do P V of tile i - 1. Tile i uses ring slot i % STAGES, phase
     ** (i / STAGES) & 1; tiles run from the last key tile down. */
     if (tiles > 0) {
+        TURN_WAIT();
         mbar_wait(K_FULL(0), 0);
         issue_qk(sc, q_desc, k_desc, 0);
+        TURN_PASS();
         wgmma_wait<0>();
         fence_regs<BN / 2>(sc);
         __syncwarp();
@@ -351,10 +370,12 @@ fj_attn_fwd(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
     for (int i = 1; i < tiles; i++) {
         const int s = i % STAGES, prev = (i - 1) % STAGES;
         const u32 phase = (i / STAGES) & 1, prev_phase = ((i - 1) / STAGES) & 1;
+        TURN_WAIT();
         mbar_wait(K_FULL(s), phase);
         issue_qk(sc, q_desc, k_desc, s);
         mbar_wait(V_FULL(prev), prev_phase);
         issue_pv(st.o, p, v_desc, prev);
+        TURN_PASS();
         wgmma_wait<1>(); /* S of this tile; P V of the last may still run */
         fence_regs<BN / 2>(sc);
         __syncwarp();
@@ -380,8 +401,11 @@ fj_attn_fwd(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
     }
     if (tiles > 0) {
         const int last = (tiles - 1) % STAGES;
+        TURN_WAIT();
         mbar_wait(V_FULL(last), ((tiles - 1) / STAGES) & 1);
         issue_pv(st.o, p, v_desc, last);
+        if (c == 0)
+            TURN_PASS();
         wgmma_wait<0>();
         fence_regs<DV / 2>(st.o);
         __syncwarp();
