@@ -93,23 +93,30 @@ static int wgmma_serves(const fj__problem *p, const fj_device_info *dev)
            tma_can_read(p->v) && rows_are_16b_aligned(p->out);
 }
 
-static void plan_wgmma(fj__variant *v, const fj_device_info *dev)
+static void plan_wgmma(fj__variant *v, const fj__problem *p, const fj_device_info *dev)
 {
     v->path = FJ__PATH_WGMMA;
     /* 64-column panels of the 128-byte swizzle. */
     v->head_dim_pad = round_up(v->head_dim_pad, 64);
     v->head_dim_v_pad = round_up(v->head_dim_v_pad, 64);
     int32_t widest = v->head_dim_pad > v->head_dim_v_pad ? v->head_dim_pad : v->head_dim_v_pad;
-    /* Two consumer warpgroups of 64 rows (their softmax and matrix products interleave) and a
+    /* Measured on an H200 (bench/RESULTS.md). Two consumer warpgroups of 64 rows and a
     ** producer; 128-key tiles up to d = 128, 80 beyond (O's accumulators take 128 registers;
-    ** 80 beat 64 by 19 % at d 256, 4k, on an H200), two tiles in flight. The softmax of a tile
-    ** overlaps the previous P V from d = 128 on; at d = 64 the products are too short to hide
-    ** it and the pipelined loop lost 6-11 % (bench/RESULTS.md). */
+    ** 80 beat 64 by 19 % at d 256), two tiles in flight. From d = 128 on, the softmax of a tile
+    ** overlaps the previous P V, and causal blocks also ping-pong their warpgroups (+1-6 %).
+    ** At d = 64 the products are too short to hide the softmax (the pipelined loop lost
+    ** 6-11 %); from 2k queries three warpgroups with 112-key tiles gain 8-10 % there. */
     v->tile_m = 128;
     v->warps = 12;
     v->tile_n = widest <= 128 ? 128 : 80;
     v->stages = 2;
     v->overlap = widest > 64;
+    v->pingpong = v->overlap && widest <= 128 && v->local_mask;
+    if (widest <= 64 && p->seqlen_q >= 2048) {
+        v->tile_m = 192;
+        v->warps = 16;
+        v->tile_n = 112;
+    }
     v->threads = 32 * v->warps;
     while (!fj__variant_fits(v, dev) && v->tile_n > 16)
         v->tile_n -= 16;
@@ -267,7 +274,7 @@ void fj__plan_forward(const fj__problem *p, const fj_device_info *dev, const cha
                        rows_are_16b_aligned(p->v) && rows_are_16b_aligned(p->out);
     /* "path=mma" in the override keeps Hopper on the mma.sync kernel (tests, comparisons). */
     if (tensor_cores && wgmma_serves(p, dev) && !(config && strstr(config, "path=mma")))
-        plan_wgmma(v, dev);
+        plan_wgmma(v, p, dev);
     else if (tensor_cores)
         plan_mma(v, p, dev);
     else

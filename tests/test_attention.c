@@ -230,7 +230,7 @@ static void test_mask_and_score_expressions(void **state)
 /* Many key tiles, both loop directions of the tensor-core kernel, both masks. */
 static void test_long_sequences(void **state)
 {
-    fjh_case cases[7];
+    fjh_case cases[9];
     size_t n = 0;
     int64_t lens[] = {1024, FJ_TEST_BACKEND == FJ_BACKEND_CUDA ? 2048 : 1024};
     for (int i = 0; i < 2; i++)
@@ -245,8 +245,16 @@ static void test_long_sequences(void **state)
     cases[n] = base(777, 333, 256, FJ_DTYPE_BF16);
     cases[n].heads_q = 4;
     cases[n++].desc.causal = 1;
-    if (FJ_TEST_BACKEND == FJ_BACKEND_CUDA) { /* long enough for the eight-warp d = 256 tiles */
+    if (FJ_TEST_BACKEND == FJ_BACKEND_CUDA) {
+        /* Long enough for the eight-warp d = 256 tiles (mma) and, at d <= 64, the three
+        ** consumer warpgroups (wgmma). */
         cases[n] = base(2100, 2100, 256, FJ_DTYPE_BF16);
+        cases[n++].batch = 1;
+        cases[n] = base(2100, 2100, 64, FJ_DTYPE_BF16);
+        cases[n].batch = 1;
+        cases[n++].desc.causal = 1;
+        cases[n] = base(2300, 1900, 48, FJ_DTYPE_F16);
+        cases[n].heads_q = 4;
         cases[n++].batch = 1;
     }
     run_cases(state, cases, n);
