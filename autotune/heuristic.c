@@ -105,13 +105,16 @@ static void plan_wgmma(fj__variant *v, const fj__problem *p, const fj_device_inf
     ** 80 beat 64 by 19 % at d 256), two tiles in flight. From d = 128 on, the softmax of a tile
     ** overlaps the previous P V, and causal blocks also ping-pong their warpgroups (+1-6 %).
     ** At d = 64 the products are too short to hide the softmax (the pipelined loop lost
-    ** 6-11 %); from 2k queries three warpgroups with 112-key tiles gain 8-10 % there. */
+    ** 6-11 %); from 2k queries three warpgroups with 112-key tiles gain 8-10 % there. Non-causal
+    ** d = 128 keeps three tiles in flight (+8-15 % at 2k and 8k; causal: within noise). */
     v->tile_m = 128;
     v->warps = 12;
     v->tile_n = widest <= 128 ? 128 : 80;
     v->stages = 2;
     v->overlap = widest > 64;
     v->pingpong = v->overlap && widest <= 128 && v->local_mask;
+    if (widest > 64 && widest <= 128 && !v->local_mask)
+        v->stages = 3;
     if (widest <= 64 && p->seqlen_q >= 2048) {
         v->tile_m = 192;
         v->warps = 16;
