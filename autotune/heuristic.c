@@ -115,6 +115,9 @@ static void plan_wgmma(fj__variant *v, const fj__problem *p, const fj_device_inf
     v->pingpong = v->overlap && widest <= 128 && v->local_mask;
     if (widest > 64 && widest <= 128 && !v->local_mask)
         v->stages = 3;
+    v->threads = 32 * v->warps;
+    if (!fj__variant_fits(v, dev))
+        v->stages = 2; /* a smaller shared memory than the H200's */
     if (widest <= 64 && p->seqlen_q >= 2048) {
         v->tile_m = 192;
         v->warps = 16;
