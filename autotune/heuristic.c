@@ -106,7 +106,8 @@ static void plan_wgmma(fj__variant *v, const fj__problem *p, const fj_device_inf
     ** overlaps the previous P V, and causal blocks also ping-pong their warpgroups (+1-6 %).
     ** At d = 64 the products are too short to hide the softmax (the pipelined loop lost
     ** 6-11 %); from 2k queries three warpgroups with 112-key tiles gain 8-10 % there. Non-causal
-    ** d = 128 keeps three tiles in flight (+8-15 % at 2k and 8k; causal: within noise). */
+    ** d = 128 keeps three tiles in flight (+8-15 % at 2k and 8k in one sweep, within the
+    ** run-to-run spread in the next grid run; causal: no gain). */
     v->tile_m = 128;
     v->warps = 12;
     v->tile_n = widest <= 128 ? 128 : 80;
