@@ -21,6 +21,7 @@
 % assert(mt >= 1 and mt * 16 * warps == tile_m, "tile_m must be a multiple of 16 * warps")
 % assert(tile_n % 16 == 0 and head_dim_pad % 16 == 0 and head_dim_v_pad % 16 == 0, "tiles must be multiples of 16")
 % include("cuda_mma.lua")
+% include("cuda_attn_common.lua")
 
 #define BM ${tile_m}
 #define BN ${tile_n}
@@ -80,13 +81,7 @@ __device__ __forceinline__ void load_tile(elem_t *s, const elem_t *g, long long 
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, ${warps <= 4 and 2 or 1})
-fj_attn_fwd(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
-            const elem_t *__restrict__ v, elem_t *__restrict__ out, float *__restrict__ lse,
-            int seqlen_q, int seqlen_k, int heads_q, int heads_kv, int head_dim, int head_dim_v,
-            long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,
-            long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,
-            long long o_ss, long long o_sh, long long l_sb, long long l_sh, long long l_ss,
-            float score_mul, float cap_mul, int window_left, int window_right,
+% attn_params()
             const float *__restrict__ mod_args, int mod_args_count)
 {
     extern __shared__ __attribute__((aligned(128))) unsigned char smem[];
@@ -96,31 +91,15 @@ fj_attn_fwd(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int g = lane / 4, t = lane % 4; /* row group and column pair of mma fragments */
-% if local_mask then
-    /* Heavy (late) query tiles first, so causal work is balanced across the grid. */
-    const int m0 = (gridDim.x - 1 - blockIdx.x) * BM;
-% else
-    const int m0 = blockIdx.x * BM;
-% end
-    const int head = blockIdx.y, batch = blockIdx.z;
-    const int head_kv = head / (heads_q / heads_kv);
+% attn_block_origin()
     q += batch * q_sb + head * q_sh;
     k += batch * k_sb + head_kv * k_sh;
     v += batch * v_sb + head_kv * v_sh;
     out += batch * o_sb + head * o_sh;
     lse += batch * l_sb + head * l_sh;
-    const int shift = seqlen_k - seqlen_q;
     const int warp_row = m0 + warp * 16 * MT; /* first query row of this warp */
 
-    /* Keys the block's rows may see: [n_lo, n_hi). */
-    int n_lo = 0, n_hi = seqlen_k;
-% if local_mask then
-    if (window_left >= 0)
-        n_lo = imax(0, m0 + shift - window_left);
-    if (window_right >= 0)
-        n_hi = imin(seqlen_k, imin(seqlen_q, m0 + BM) + shift + window_right);
-% end
-    const int nb_lo = n_lo / BN, nb_hi = (n_hi + BN - 1) / BN;
+% attn_key_band()
 
     float o[MT][OT][4];
     float row_max[MT][2], row_sum[MT][2];

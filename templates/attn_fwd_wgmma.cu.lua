@@ -32,6 +32,7 @@
 % local regs_consumer = ({ 240, 240, 160 })[NC]
 % include("cuda_mma.lua")
 % include("cuda_hopper.lua")
+% include("cuda_attn_common.lua")
 % hopper_wgmma(tile_n)
 % if head_dim_v_pad ~= tile_n then hopper_wgmma(head_dim_v_pad) end
 
@@ -206,13 +207,7 @@ __device__ __forceinline__ void rescale(consumer_state &st, const float *alpha)
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
-fj_attn_fwd(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
-            const elem_t *__restrict__ v, elem_t *__restrict__ out, float *__restrict__ lse,
-            int seqlen_q, int seqlen_k, int heads_q, int heads_kv, int head_dim, int head_dim_v,
-            long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,
-            long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,
-            long long o_ss, long long o_sh, long long l_sb, long long l_sh, long long l_ss,
-            float score_mul, float cap_mul, int window_left, int window_right,
+% attn_params()
             const float *__restrict__ mod_args, int mod_args_count,
             const __grid_constant__ tmap_t tm_q, const __grid_constant__ tmap_t tm_k,
             const __grid_constant__ tmap_t tm_v, int perm_q, int perm_k, int perm_v)
@@ -230,25 +225,9 @@ fj_attn_fwd(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
 #define V_EMPTY(s) (bars + 8 * (1 + 3 * STAGES + (s)))
 
     const int tid = threadIdx.x, wg = tid / 128;
-% if local_mask then
-    /* Heavy (late) query tiles first, so causal work is balanced across the grid. */
-    const int m0 = (gridDim.x - 1 - blockIdx.x) * BM;
-% else
-    const int m0 = blockIdx.x * BM;
-% end
-    const int head = blockIdx.y, batch = blockIdx.z;
-    const int head_kv = head / (heads_q / heads_kv);
+% attn_block_origin()
 
-    /* Keys the block's rows may see: [n_lo, n_hi). */
-    int n_lo = 0, n_hi = seqlen_k;
-% if local_mask then
-    const int shift = seqlen_k - seqlen_q;
-    if (window_left >= 0)
-        n_lo = imax(0, m0 + shift - window_left);
-    if (window_right >= 0)
-        n_hi = imin(seqlen_k, imin(seqlen_q, m0 + BM) + shift + window_right);
-% end
-    const int nb_lo = n_lo / BN, nb_hi = (n_hi + BN - 1) / BN;
+% attn_key_band()
 
     if (tid == 0) {
         mbar_init(Q_FULL, 1);

@@ -1,0 +1,42 @@
+% -- Pieces shared by the CUDA forward kernels (attn_fwd_mma.cu.lua, attn_fwd_wgmma.cu.lua), so
+% -- that both keep one parameter list (runtime/attention.c fills it) and one schedule of blocks.
+% -- Each function emits its text where it is called.
+
+% -- The kernel's name and the parameters every forward kernel takes, up to window_right; the
+% -- caller writes the rest of the list (mod_args, mod_args_count and its own).
+% function attn_params()
+fj_attn_fwd(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
+            const elem_t *__restrict__ v, elem_t *__restrict__ out, float *__restrict__ lse,
+            int seqlen_q, int seqlen_k, int heads_q, int heads_kv, int head_dim, int head_dim_v,
+            long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,
+            long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,
+            long long o_ss, long long o_sh, long long l_sb, long long l_sh, long long l_ss,
+            float score_mul, float cap_mul, int window_left, int window_right,
+% end
+
+% -- The block's first query row m0, its head (and the key/value head it reads) and batch.
+% function attn_block_origin()
+% if local_mask then
+    /* Heavy (late) query tiles first, so causal work is balanced across the grid. */
+    const int m0 = (gridDim.x - 1 - blockIdx.x) * BM;
+% else
+    const int m0 = blockIdx.x * BM;
+% end
+    const int head = blockIdx.y, batch = blockIdx.z;
+    const int head_kv = head / (heads_q / heads_kv);
+% end
+
+% -- The key tiles [nb_lo, nb_hi) of BN keys the block's rows may see; with a band, also shift
+% -- (keys are aligned to queries bottom-right).
+% function attn_key_band()
+    /* Keys the block's rows may see: [n_lo, n_hi). */
+    int n_lo = 0, n_hi = seqlen_k;
+% if local_mask then
+    const int shift = seqlen_k - seqlen_q;
+    if (window_left >= 0)
+        n_lo = imax(0, m0 + shift - window_left);
+    if (window_right >= 0)
+        n_hi = imin(seqlen_k, imin(seqlen_q, m0 + BM) + shift + window_right);
+% end
+    const int nb_lo = n_lo / BN, nb_hi = (n_hi + BN - 1) / BN;
+% end
