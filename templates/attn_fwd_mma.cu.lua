@@ -206,15 +206,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, ${warps <= 4 and 2 or 1})
             for (int i = 0; i < MT; i++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    const int row = warp_row + i * 16 + g + h * 8;
-                    int hi = seqlen_k - 1 - col0; /* last visible c */
-% if local_mask then
-                    if (window_right >= 0)
-                        hi = imin(hi, row + shift + window_right - col0);
-                    const int lo = window_left >= 0 ? row + shift - window_left - col0 : -1;
-% else
-                    const int lo = -1;
-% end
+% attn_visible_cols("warp_row + i * 16 + g + h * 8")
 #pragma unroll
                     for (int j = 0; j < NT; j++)
 #pragma unroll

@@ -129,15 +129,7 @@ __device__ __forceinline__ void softmax_tile(float *sc, consumer_state &st,
         const int col0 = n0 + 2 * t;
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            int hi = seqlen_k - 1 - col0; /* last visible offset */
-% if local_mask then
-            const int row = warp_row + g + h * 8;
-            if (window_right >= 0)
-                hi = imin(hi, row + shift + window_right - col0);
-            const int lo = window_left >= 0 ? row + shift - window_left - col0 : -1;
-% else
-            const int lo = -1;
-% end
+% attn_visible_cols("warp_row + g + h * 8")
 #pragma unroll
             for (int j = 0; j < BN / 8; j++)
 #pragma unroll
@@ -327,6 +319,19 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     float sc[BN / 2];
     u32 p[BN / 16][4];
     float alpha[2];
+    /* Tile i's scores have landed in sc: hand its key slot back, then softmax them. */
+    auto take_scores = [&](int i, int s) {
+        fence_regs<BN / 2>(sc);
+        warp_arrive(K_EMPTY(s));
+        const int n0 = (nb_hi - 1 - i) * BN;
+        softmax_tile(sc, st, alpha, needs_mask(n0), n0, warp_row, g, t, seqlen_k, shift,
+                     window_left, window_right, score_mul, cap_mul);
+    };
+    /* A product into O has landed: hand its value slot back. */
+    auto take_product = [&](int s) {
+        fence_regs<DV / 2>(st.o);
+        warp_arrive(V_EMPTY(s));
+    };
 % if overlap then
     /* Software-pipelined (FA3's intra-warpgroup overlap): the softmax of tile i runs while the
     ** tensor cores do P V of tile i - 1. Tile i uses ring slot i % STAGES, phase
@@ -337,13 +342,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         issue_qk(sc, q_desc, k_desc, 0);
         TURN_PASS();
         wgmma_wait<0>();
-        fence_regs<BN / 2>(sc);
-        __syncwarp();
-        if (lane == 0)
-            mbar_arrive(K_EMPTY(0));
-        const int n0 = (nb_hi - 1) * BN;
-        softmax_tile(sc, st, alpha, needs_mask(n0), n0, warp_row, g, t, seqlen_k, shift,
-                     window_left, window_right, score_mul, cap_mul);
+        take_scores(0, 0);
         pack_p(sc, p);
     }
     for (int i = 1; i < tiles; i++) {
@@ -356,19 +355,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         issue_pv(st.o, p, v_desc, prev);
         TURN_PASS();
         wgmma_wait<1>(); /* S of this tile; P V of the last may still run */
-        fence_regs<BN / 2>(sc);
-        __syncwarp();
-        if (lane == 0)
-            mbar_arrive(K_EMPTY(s));
-        const int n0 = (nb_hi - 1 - i) * BN;
-        softmax_tile(sc, st, alpha, needs_mask(n0), n0, warp_row, g, t, seqlen_k, shift,
-                     window_left, window_right, score_mul, cap_mul);
+        take_scores(i, s);
         wgmma_wait<0>();
-        fence_regs<DV / 2>(st.o);
         fence_regs<BN / 4>(&p[0][0]); /* P stays untouched until its product has landed */
-        __syncwarp();
-        if (lane == 0)
-            mbar_arrive(V_EMPTY(prev));
+        take_product(prev);
         /* P is packed only now that the last product has read it: a second P register set
         ** copied over the first made ptxas serialise every wgmma (C7513). */
         pack_p(sc, p);
@@ -386,10 +376,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         if (c == 0)
             TURN_PASS();
         wgmma_wait<0>();
-        fence_regs<DV / 2>(st.o);
-        __syncwarp();
-        if (lane == 0)
-            mbar_arrive(V_EMPTY(last));
+        take_product(last);
     }
 % else
     for (int i = 0; i < tiles; i++) {
@@ -398,22 +385,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         mbar_wait(K_FULL(s), phase);
         issue_qk(sc, q_desc, k_desc, s);
         wgmma_wait<0>();
-        fence_regs<BN / 2>(sc);
-        __syncwarp();
-        if (lane == 0)
-            mbar_arrive(K_EMPTY(s));
-        const int n0 = (nb_hi - 1 - i) * BN;
-        softmax_tile(sc, st, alpha, needs_mask(n0), n0, warp_row, g, t, seqlen_k, shift,
-                     window_left, window_right, score_mul, cap_mul);
+        take_scores(i, s);
         pack_p(sc, p);
         rescale(st, alpha);
         mbar_wait(V_FULL(s), phase);
         issue_pv(st.o, p, v_desc, s);
         wgmma_wait<0>();
-        fence_regs<DV / 2>(st.o);
-        __syncwarp();
-        if (lane == 0)
-            mbar_arrive(V_EMPTY(s));
+        take_product(s);
     }
 % end
 

@@ -40,3 +40,17 @@ fj_attn_fwd(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
 % end
     const int nb_lo = n_lo / BN, nb_hi = (n_hi + BN - 1) / BN;
 % end
+
+% -- Inside a loop over the thread's rows: the offsets [lo, hi] from column col0 of the keys
+% -- that query `row` may see (the tensor's end, and the band when there is one).
+% function attn_visible_cols(row)
+            int hi = seqlen_k - 1 - col0; /* last visible offset */
+% if local_mask then
+            const int row = ${row};
+            if (window_right >= 0)
+                hi = imin(hi, row + shift + window_right - col0);
+            const int lo = window_left >= 0 ? row + shift - window_left - col0 : -1;
+% else
+            const int lo = -1;
+% end
+% end

@@ -28,6 +28,13 @@ __device__ __forceinline__ void mbar_arrive(u32 bar)
 {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
+/* One arrival for the calling warp, once all its threads got here. */
+__device__ __forceinline__ void warp_arrive(u32 bar)
+{
+    __syncwarp();
+    if (threadIdx.x % 32 == 0)
+        mbar_arrive(bar);
+}
 /* Waits until the phase of the given parity has completed. A fresh barrier is in phase 0, so
 ** waiting for parity 1 returns at once: a producer's first wait on an empty slot. */
 __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity)
