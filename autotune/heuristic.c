@@ -88,6 +88,9 @@ static int wgmma_consumer_registers(int consumers)
 ** can read, head dims that pad to at most 256. */
 static int wgmma_serves(const fj__problem *p, const fj_device_info *dev)
 {
+    /* The kernel numbers its work tiles (64-row blocks at the least) with 32-bit ints. */
+    if ((p->seqlen_q + 63) / 64 * p->heads_q * p->batch >= INT32_MAX)
+        return 0;
     return sm_version(dev) == 90 && strchr(dev->arch, 'a') != NULL && round_up(p->head_dim, 64) <= 256 &&
            round_up(p->head_dim_v, 64) <= 256 && tma_can_read(p->q) && tma_can_read(p->k) &&
            tma_can_read(p->v) && rows_are_16b_aligned(p->out);
@@ -196,6 +199,10 @@ int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
             v->pingpong = value != 0;
             found = 1;
         }
+        if (!strcmp(name, "persistent")) {
+            v->persistent = value != 0;
+            found = 1;
+        }
         if (!strcmp(name, "stages")) {
             if (value < 1 || value > 4)
                 return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
@@ -245,9 +252,10 @@ void fj__variant_config(const fj__variant *v, char *buf, size_t size)
 {
     if (v->path == FJ__PATH_WGMMA)
         snprintf(buf, size,
-                 "path=wgmma,tile_m=%d,tile_n=%d,warps=%d,stages=%d,overlap=%d,pingpong=%d",
+                 "path=wgmma,tile_m=%d,tile_n=%d,warps=%d,stages=%d,overlap=%d,pingpong=%d,"
+                 "persistent=%d",
                  (int)v->tile_m, (int)v->tile_n, (int)v->warps, (int)v->stages,
-                 (int)v->overlap, (int)v->pingpong);
+                 (int)v->overlap, (int)v->pingpong, (int)v->persistent);
     else if (v->path == FJ__PATH_MMA)
         snprintf(buf, size, "tile_m=%d,tile_n=%d,warps=%d,kk_unroll=%d,q_in_regs=%d",
                  (int)v->tile_m, (int)v->tile_n, (int)v->warps, (int)v->kk_unroll,

@@ -151,6 +151,12 @@ fj_status fj__forward_variant(fj_context *ctx, const fj__problem *p, const fj__v
             args[l.nargs + 3 + i] = (fj__arg){.kind = FJ__ARG_I32, .v.i32 = perms[i]};
         }
         l.nargs += 6;
+        args[l.nargs++] = (fj__arg){.kind = FJ__ARG_I32, .v.i32 = (int32_t)p->batch};
+        /* Work tiles in one dimension; persistent: no more blocks than SMs (one fits each). */
+        uint64_t work = (uint64_t)l.grid[0] * l.grid[1] * l.grid[2];
+        uint64_t sms = ctx->device.compute_units > 0 ? (uint64_t)ctx->device.compute_units : work;
+        l.grid[0] = (uint32_t)(v->persistent && sms < work ? sms : work);
+        l.grid[1] = l.grid[2] = 1;
     }
     return ctx->ops->launch(ctx->backend, kernel->handle, &l, stream);
 }

@@ -104,7 +104,8 @@ typedef struct fj__variant {
     uint8_t neg_scale; /* softmax_scale < 0 (maxima must be taken on scaled scores) */
     uint8_t stages; /* WGMMA: key/value tiles in flight (shared-memory ring slots) */
     uint8_t overlap; /* WGMMA: the softmax of a tile overlaps P V of the previous one */
-    uint8_t pingpong; /* WGMMA: the two consumer warpgroups take turns issuing products */
+    uint8_t pingpong;   /* WGMMA: the two consumer warpgroups take turns issuing products */
+    uint8_t persistent; /* WGMMA: one block per SM looping over work tiles (launch only) */
     const char *mask_mod; /* canonical expression texts, interned by the context (NULL: none) */
     const char *score_mod;
 } fj__variant;

@@ -77,6 +77,7 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_PARAMS])
     BOOL_PARAM(q_in_regs);
     BOOL_PARAM(overlap);
     BOOL_PARAM(pingpong);
+    BOOL_PARAM(persistent);
     BOOL_PARAM(local_mask);
     BOOL_PARAM(softcap);
     BOOL_PARAM(neg_scale);

@@ -20,6 +20,8 @@
 % -- (64 or 128 or 192), tile_n (multiple of 16), warps (4 * (1 + NC)), stages, local_mask,
 % -- softcap, neg_scale, write_lse, overlap (software-pipeline softmax against P V), pingpong
 % -- (with two consumer warpgroups and overlap: they take turns issuing their products).
+% -- The grid is one block per work tile (BM query rows of a batch and head) or, persistent, one
+% -- block per SM that loops over work tiles (the host decides; the code is the same).
 % local fused = not softcap and not neg_scale
 % local NC = tile_m // 64
 % assert(NC >= 1 and NC <= 3 and NC * 64 == tile_m, "tile_m must be 64, 128 or 192")
@@ -198,11 +200,35 @@ __device__ __forceinline__ void rescale(consumer_state &st, const float *alpha)
     }
 }
 
+/* A block's unit of work: BM query rows of one (batch, head), with the key tiles [nb_lo, nb_hi)
+** its rows may see. */
+struct work_tile {
+    int m0, head, batch, head_kv, nb_lo, nb_hi;
+};
+
+/* The w-th work tile. Query blocks run fastest, as a grid of one block per tile would run them;
+** with a band, from the last (the heaviest) down, so causal work is balanced. */
+__device__ __forceinline__ work_tile work_at(int w, int m_blocks, int seqlen_q, int seqlen_k,
+                                             int heads_q, int heads_kv, int window_left,
+                                             int window_right)
+{
+    const int mb = w % m_blocks, hb = w / m_blocks;
+% if local_mask then
+    const int m0 = (m_blocks - 1 - mb) * BM;
+% else
+    const int m0 = mb * BM;
+% end
+    const int head = hb % heads_q, batch = hb / heads_q;
+% attn_key_band()
+    return work_tile{m0, head, batch, head / (heads_q / heads_kv), nb_lo, nb_hi};
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 % attn_params()
             const float *__restrict__ mod_args, int mod_args_count,
             const __grid_constant__ tmap_t tm_q, const __grid_constant__ tmap_t tm_k,
-            const __grid_constant__ tmap_t tm_v, int perm_q, int perm_k, int perm_v)
+            const __grid_constant__ tmap_t tm_v, int perm_q, int perm_k, int perm_v,
+            int batches)
 {
     extern __shared__ __align__(1024) unsigned char smem[];
     /* The 128-byte swizzle repeats every 1024 bytes: panels start on such a boundary. */
@@ -211,18 +237,25 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     const u32 sV = sK + STAGES * K_BYTES;
     const u32 bars = sV + STAGES * V_BYTES;
 #define Q_FULL bars
-#define K_FULL(s) (bars + 8 * (1 + (s)))
-#define K_EMPTY(s) (bars + 8 * (1 + STAGES + (s)))
-#define V_FULL(s) (bars + 8 * (1 + 2 * STAGES + (s)))
-#define V_EMPTY(s) (bars + 8 * (1 + 3 * STAGES + (s)))
+#define Q_EMPTY (bars + 8)
+#define K_FULL(s) (bars + 8 * (2 + (s)))
+#define K_EMPTY(s) (bars + 8 * (2 + STAGES + (s)))
+#define V_FULL(s) (bars + 8 * (2 + 2 * STAGES + (s)))
+#define V_EMPTY(s) (bars + 8 * (2 + 3 * STAGES + (s)))
+/* Ring position j (counted over all the block's key tiles): slot and phase. */
+#define SLOT(j) ((j) % STAGES)
+#define PHASE(j) (((j) / STAGES) & 1)
 
     const int tid = threadIdx.x, wg = tid / 128;
-% attn_block_origin()
-
-% attn_key_band()
+    /* The block takes work tiles blockIdx.x, + gridDim.x, ...: one when the grid covers every
+    ** tile, several when it is persistent (a block per SM), which overlaps a tile's last
+    ** products and stores with the next tile's loads. */
+    const int m_blocks = (seqlen_q + BM - 1) / BM;
+    const int work_count = m_blocks * heads_q * batches;
 
     if (tid == 0) {
         mbar_init(Q_FULL, 1);
+        mbar_init(Q_EMPTY, ${4 * NC});
 #pragma unroll
         for (int s = 0; s < STAGES; s++) {
             mbar_init(K_FULL(s), 1);
@@ -239,21 +272,31 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 % if NC > 1 then
         regs_dec<24>();
 % end
-        if (tid == 0 && nb_lo < nb_hi) {
+        if (tid == 0) {
             tma_prefetch_map(&tm_k);
             tma_prefetch_map(&tm_v);
-            mbar_arrive_expect(Q_FULL, Q_BYTES);
-            load_panels<D>(sQ, &tm_q, Q_FULL, BM, m0, head, batch, perm_q);
-            int it = 0;
-            for (int nb = nb_hi - 1; nb >= nb_lo; nb--, it++) {
-                const int s = it % STAGES;
-                const u32 phase = (it / STAGES) & 1;
-                mbar_wait(K_EMPTY(s), phase ^ 1);
-                mbar_arrive_expect(K_FULL(s), K_BYTES);
-                load_panels<D>(sK + s * K_BYTES, &tm_k, K_FULL(s), BN, nb * BN, head_kv, batch, perm_k);
-                mbar_wait(V_EMPTY(s), phase ^ 1);
-                mbar_arrive_expect(V_FULL(s), V_BYTES);
-                load_panels<DV>(sV + s * V_BYTES, &tm_v, V_FULL(s), BN, nb * BN, head_kv, batch, perm_v);
+            int it = 0, qn = 0; /* key tiles and Q tiles loaded so far */
+            for (int w = blockIdx.x; w < work_count; w += gridDim.x) {
+                const work_tile wt = work_at(w, m_blocks, seqlen_q, seqlen_k, heads_q, heads_kv,
+                                             window_left, window_right);
+                if (wt.nb_lo >= wt.nb_hi)
+                    continue; /* no key visible: the consumers only store zeros */
+                mbar_wait(Q_EMPTY, (qn & 1) ^ 1);
+                mbar_arrive_expect(Q_FULL, Q_BYTES);
+                load_panels<D>(sQ, &tm_q, Q_FULL, BM, wt.m0, wt.head, wt.batch, perm_q);
+                qn++;
+                for (int nb = wt.nb_hi - 1; nb >= wt.nb_lo; nb--, it++) {
+                    const int s = SLOT(it);
+                    const u32 phase = PHASE(it);
+                    mbar_wait(K_EMPTY(s), phase ^ 1);
+                    mbar_arrive_expect(K_FULL(s), K_BYTES);
+                    load_panels<D>(sK + s * K_BYTES, &tm_k, K_FULL(s), BN, nb * BN, wt.head_kv,
+                                   wt.batch, perm_k);
+                    mbar_wait(V_EMPTY(s), phase ^ 1);
+                    mbar_arrive_expect(V_FULL(s), V_BYTES);
+                    load_panels<DV>(sV + s * V_BYTES, &tm_v, V_FULL(s), BN, nb * BN, wt.head_kv,
+                                    wt.batch, perm_v);
+                }
             }
         }
         return;
@@ -265,20 +308,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 % end
     const int c = wg - 1, warp = (tid % 128) / 32, lane = tid % 32;
     const int g = lane / 4, t = lane % 4; /* row group and column pair of the fragments */
-    const int wg_row = m0 + 64 * c;       /* first query row of this warpgroup */
-    const int warp_row = wg_row + 16 * warp;
-% if not local_mask then
+% if local_mask then
+    const int shift = seqlen_k - seqlen_q; /* keys align with queries bottom-right */
+% else
     const int shift = 0; /* no band: the masks only cut the tensor's end */
 % end
-    out += batch * o_sb + head * o_sh;
-    lse += batch * l_sb + head * l_sh;
-
-    consumer_state st;
-#pragma unroll
-    for (int i = 0; i < DV / 2; i++)
-        st.o[i] = 0.0f;
-    st.row_max[0] = st.row_max[1] = NEG_INF;
-    st.row_sum[0] = st.row_sum[1] = 0.0f;
 
     /* Descriptors: Q and K K-major (k steps of 32 bytes inside a panel), V N-major (panels
     ** BN * 128 bytes apart, k steps of 16 rows). */
@@ -286,132 +320,158 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     const u64 k_desc = gmma_desc(sK, 16, 1024);
     const u64 v_desc = gmma_desc(sV, BN * 128, 1024);
 
-    /* Whether the tile of keys from n0 needs per-element masking for this warpgroup's rows. */
-    auto needs_mask = [&](int n0) {
-        bool m = n0 + BN > seqlen_k;
-% if local_mask then
-        if (window_right >= 0)
-            m |= n0 + BN - 1 > wg_row + shift + window_right;
-        if (window_left >= 0)
-            m |= n0 < wg_row + 63 + shift - window_left;
-% end
-        return m;
-    };
-
 % if pingpong then
     /* The two consumer warpgroups take turns issuing a round of products (named barriers 1 and
     ** 2, FA3's ping-pong), so that one's softmax runs while the tensor cores serve the other.
-    ** Warpgroup 1 hands the first turn to warpgroup 0 and skips the hand-over after its last
-    ** round, so every arrival is matched. */
+    ** In each work tile warpgroup 1 hands the first turn to warpgroup 0 and skips the hand-over
+    ** after its last round, so every arrival is matched. */
 #define TURN_WAIT() asm volatile("bar.sync %0, 256;" ::"r"(1 + c) : "memory")
 #define TURN_PASS() asm volatile("bar.arrive %0, 256;" ::"r"(2 - c) : "memory")
 % else
 #define TURN_WAIT()
 #define TURN_PASS()
 % end
-    const int tiles = nb_hi - nb_lo;
-    if (tiles > 0)
-        mbar_wait(Q_FULL, 0);
-% if pingpong then
-    if (tiles > 0 && c == 1)
-        TURN_PASS();
-% end
+
+    consumer_state st;
     float sc[BN / 2];
     u32 p[BN / 16][4];
     float alpha[2];
-    /* Tile i's scores have landed in sc: hand its key slot back, then softmax them. */
-    auto take_scores = [&](int i, int s) {
-        fence_regs<BN / 2>(sc);
-        warp_arrive(K_EMPTY(s));
-        const int n0 = (nb_hi - 1 - i) * BN;
-        softmax_tile(sc, st, alpha, needs_mask(n0), n0, warp_row, g, t, seqlen_k, shift,
-                     window_left, window_right, score_mul, cap_mul);
-    };
-    /* A product into O has landed: hand its value slot back. */
-    auto take_product = [&](int s) {
-        fence_regs<DV / 2>(st.o);
-        warp_arrive(V_EMPTY(s));
-    };
-% if overlap then
-    /* Software-pipelined (FA3's intra-warpgroup overlap): the softmax of tile i runs while the
-    ** tensor cores do P V of tile i - 1. Tile i uses ring slot i % STAGES, phase
-    ** (i / STAGES) & 1; tiles run from the last key tile down. */
-    if (tiles > 0) {
-        TURN_WAIT();
-        mbar_wait(K_FULL(0), 0);
-        issue_qk(sc, q_desc, k_desc, 0);
-        TURN_PASS();
-        wgmma_wait<0>();
-        take_scores(0, 0);
-        pack_p(sc, p);
-    }
-    for (int i = 1; i < tiles; i++) {
-        const int s = i % STAGES, prev = (i - 1) % STAGES;
-        const u32 phase = (i / STAGES) & 1, prev_phase = ((i - 1) / STAGES) & 1;
-        TURN_WAIT();
-        mbar_wait(K_FULL(s), phase);
-        issue_qk(sc, q_desc, k_desc, s);
-        mbar_wait(V_FULL(prev), prev_phase);
-        issue_pv(st.o, p, v_desc, prev);
-        TURN_PASS();
-        wgmma_wait<1>(); /* S of this tile; P V of the last may still run */
-        take_scores(i, s);
-        wgmma_wait<0>();
-        fence_regs<BN / 4>(&p[0][0]); /* P stays untouched until its product has landed */
-        take_product(prev);
-        /* P is packed only now that the last product has read it: a second P register set
-        ** copied over the first made ptxas serialise every wgmma (C7513). */
-        pack_p(sc, p);
-        rescale(st, alpha);
-        /* Pinned here: moved past the next wgmma.fence, these writes of wgmma inputs would make
-        ** ptxas serialise every wgmma. */
-        fence_regs<DV / 2>(st.o);
-        fence_regs<BN / 4>(&p[0][0]);
-    }
-    if (tiles > 0) {
-        const int last = (tiles - 1) % STAGES;
-        TURN_WAIT();
-        mbar_wait(V_FULL(last), ((tiles - 1) / STAGES) & 1);
-        issue_pv(st.o, p, v_desc, last);
-        if (c == 0)
-            TURN_PASS();
-        wgmma_wait<0>();
-        take_product(last);
-    }
-% else
-    for (int i = 0; i < tiles; i++) {
-        const int s = i % STAGES;
-        const u32 phase = (i / STAGES) & 1;
-        mbar_wait(K_FULL(s), phase);
-        issue_qk(sc, q_desc, k_desc, s);
-        wgmma_wait<0>();
-        take_scores(i, s);
-        pack_p(sc, p);
-        rescale(st, alpha);
-        mbar_wait(V_FULL(s), phase);
-        issue_pv(st.o, p, v_desc, s);
-        wgmma_wait<0>();
-        take_product(s);
-    }
-% end
+    int it = 0, qn = 0; /* key tiles and Q tiles consumed so far, as the producer counts them */
+    for (int w = blockIdx.x; w < work_count; w += gridDim.x) {
+        const work_tile wt = work_at(w, m_blocks, seqlen_q, seqlen_k, heads_q, heads_kv,
+                                     window_left, window_right);
+        const int nb_hi = wt.nb_hi, tiles = wt.nb_hi - wt.nb_lo;
+        const int wg_row = wt.m0 + 64 * c; /* first query row of this warpgroup */
+        const int warp_row = wg_row + 16 * warp;
+#pragma unroll
+        for (int i = 0; i < DV / 2; i++)
+            st.o[i] = 0.0f;
+        st.row_max[0] = st.row_max[1] = NEG_INF;
+        st.row_sum[0] = st.row_sum[1] = 0.0f;
 
-    /* Normalise and store; a row that saw no key gets 0 and lse -inf. */
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const float sum = quad_sum(st.row_sum[h]);
-        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-        const int row = warp_row + g + h * 8;
-        if (row >= seqlen_q)
-            continue;
-#pragma unroll
-        for (int j = 0; j < DV / 8; j++) {
-            const int col = j * 8 + 2 * t;
-            if (col < head_dim_v)
-                *(u32 *)(out + row * o_ss + col) = pack2(st.o[4 * j + 2 * h] * inv, st.o[4 * j + 2 * h + 1] * inv);
-        }
-% if write_lse then
-        if (t == 0)
-            lse[row * l_ss] = sum > 0.0f ? (TO_LOG2(st.row_max[h]) + lg2(sum)) * 0.693147180559945309f : NEG_INF;
+        /* Whether the tile of keys from n0 needs per-element masking for this warpgroup. */
+        auto needs_mask = [&](int n0) {
+            bool m = n0 + BN > seqlen_k;
+% if local_mask then
+            if (window_right >= 0)
+                m |= n0 + BN - 1 > wg_row + shift + window_right;
+            if (window_left >= 0)
+                m |= n0 < wg_row + 63 + shift - window_left;
 % end
+            return m;
+        };
+        /* Tile i's scores have landed in sc: hand its key slot back, then softmax them. */
+        auto take_scores = [&](int i) {
+            fence_regs<BN / 2>(sc);
+            warp_arrive(K_EMPTY(SLOT(it + i)));
+            const int n0 = (nb_hi - 1 - i) * BN;
+            softmax_tile(sc, st, alpha, needs_mask(n0), n0, warp_row, g, t, seqlen_k, shift,
+                         window_left, window_right, score_mul, cap_mul);
+        };
+        /* The product of tile i into O has landed: hand its value slot back. */
+        auto take_product = [&](int i) {
+            fence_regs<DV / 2>(st.o);
+            warp_arrive(V_EMPTY(SLOT(it + i)));
+        };
+        /* The last S = Q K^T of this work tile has landed: Q's buffer may take the next. */
+        auto release_q = [&]() {
+            warp_arrive(Q_EMPTY);
+            qn++;
+        };
+
+        if (tiles > 0)
+            mbar_wait(Q_FULL, qn & 1);
+% if pingpong then
+        if (tiles > 0 && c == 1)
+            TURN_PASS();
+% end
+% if overlap then
+        /* Software-pipelined (FA3's intra-warpgroup overlap): the softmax of tile i runs while
+        ** the tensor cores do P V of tile i - 1. Tiles run from the last key tile down. */
+        if (tiles > 0) {
+            TURN_WAIT();
+            mbar_wait(K_FULL(SLOT(it)), PHASE(it));
+            issue_qk(sc, q_desc, k_desc, SLOT(it));
+            TURN_PASS();
+            wgmma_wait<0>();
+            take_scores(0);
+            pack_p(sc, p);
+        }
+        for (int i = 1; i < tiles; i++) {
+            const int j = it + i;
+            TURN_WAIT();
+            mbar_wait(K_FULL(SLOT(j)), PHASE(j));
+            issue_qk(sc, q_desc, k_desc, SLOT(j));
+            mbar_wait(V_FULL(SLOT(j - 1)), PHASE(j - 1));
+            issue_pv(st.o, p, v_desc, SLOT(j - 1));
+            TURN_PASS();
+            wgmma_wait<1>(); /* S of this tile; P V of the last may still run */
+            take_scores(i);
+            wgmma_wait<0>();
+            fence_regs<BN / 4>(&p[0][0]); /* P stays untouched until its product has landed */
+            take_product(i - 1);
+            /* P is packed only now that the last product has read it: a second P register set
+            ** copied over the first made ptxas serialise every wgmma (C7513). */
+            pack_p(sc, p);
+            rescale(st, alpha);
+            /* Pinned here: moved past the next wgmma.fence, these writes of wgmma inputs would
+            ** make ptxas serialise every wgmma. */
+            fence_regs<DV / 2>(st.o);
+            fence_regs<BN / 4>(&p[0][0]);
+        }
+        if (tiles > 0) {
+            const int j = it + tiles - 1;
+            release_q();
+            TURN_WAIT();
+            mbar_wait(V_FULL(SLOT(j)), PHASE(j));
+            issue_pv(st.o, p, v_desc, SLOT(j));
+            if (c == 0)
+                TURN_PASS();
+            wgmma_wait<0>();
+            take_product(tiles - 1);
+        }
+% else
+        for (int i = 0; i < tiles; i++) {
+            const int j = it + i;
+            mbar_wait(K_FULL(SLOT(j)), PHASE(j));
+            issue_qk(sc, q_desc, k_desc, SLOT(j));
+            wgmma_wait<0>();
+            take_scores(i);
+            if (i == tiles - 1)
+                release_q();
+            pack_p(sc, p);
+            rescale(st, alpha);
+            mbar_wait(V_FULL(SLOT(j)), PHASE(j));
+            issue_pv(st.o, p, v_desc, SLOT(j));
+            wgmma_wait<0>();
+            take_product(i);
+        }
+% end
+        it += tiles;
+
+        /* Normalise and store; a row that saw no key gets 0 and lse -inf. */
+        elem_t *o_tile = out + wt.batch * o_sb + wt.head * o_sh;
+% if write_lse then
+        float *l_tile = lse + wt.batch * l_sb + wt.head * l_sh;
+% end
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const float sum = quad_sum(st.row_sum[h]);
+            const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+            const int row = warp_row + g + h * 8;
+            if (row >= seqlen_q)
+                continue;
+#pragma unroll
+            for (int j = 0; j < DV / 8; j++) {
+                const int col = j * 8 + 2 * t;
+                if (col < head_dim_v)
+                    *(u32 *)(o_tile + row * o_ss + col) =
+                        pack2(st.o[4 * j + 2 * h] * inv, st.o[4 * j + 2 * h + 1] * inv);
+            }
+% if write_lse then
+            if (t == 0)
+                l_tile[row * l_ss] = sum > 0.0f ? (TO_LOG2(st.row_max[h]) + lg2(sum)) * 0.693147180559945309f : NEG_INF;
+% end
+        }
     }
 }

@@ -192,6 +192,22 @@ static void test_layouts_and_lse(void **state)
     run_cases(state, cases, 6);
 }
 
+/* More work tiles (query blocks x heads x batch) than a GPU has SMs, so that a persistent grid
+** gives each block several: GQA, ragged lengths, masks and both head-dim regimes. */
+static void test_many_work_tiles(void **state)
+{
+    fjh_case cases[4];
+    for (int i = 0; i < 4; i++) {
+        cases[i] = base(i % 2 ? 129 : 200, 300, i < 2 ? 64 : 128, FJ_DTYPE_BF16);
+        cases[i].batch = 9;
+        cases[i].heads_q = 16;
+        cases[i].heads_kv = 4;
+        cases[i].desc.causal = i % 2;
+    }
+    cases[3].desc.window_left = 50;
+    run_cases(state, cases, 4);
+}
+
 /* mask_mod and score_mod expressions: FlexAttention's classic masks and an ALiBi-like score,
 ** alone, together, with causal and soft-capping, and rows that keep no key. */
 static void test_mask_and_score_expressions(void **state)
@@ -335,6 +351,7 @@ int main(void)
         cmocka_unit_test(test_windows_softcap_scale),
         cmocka_unit_test(test_fully_masked_rows),
         cmocka_unit_test(test_layouts_and_lse),
+        cmocka_unit_test(test_many_work_tiles),
         cmocka_unit_test(test_mask_and_score_expressions),
         cmocka_unit_test(test_long_sequences),
         cmocka_unit_test(test_second_call_is_memoised),
