@@ -286,11 +286,15 @@ void fj__plan_forward(const fj__problem *p, const fj_device_info *dev, const cha
     v->neg_scale = p->scale < 0.0f;
     v->mask_mod = p->mask_mod;
     v->score_mod = p->score_mod;
+    v->alibi = p->alibi != NULL;
+    v->bias = !p->bias ? 0 : p->bias->dtype == FJ_DTYPE_F32 ? 1 : 2;
+    v->mask_tensor = p->mask != NULL;
     v->write_lse = p->lse != NULL;
 
-    /* Expressions run on the SIMT kernels only, so far. */
+    /* Expressions, ALiBi, bias and mask tensors run on the SIMT kernels only, so far. */
     int tensor_cores = dev->backend == FJ_BACKEND_CUDA && sm_version(dev) >= 80 && !p->mask_mod &&
-                       !p->score_mod && (p->dtype == FJ_DTYPE_F16 || p->dtype == FJ_DTYPE_BF16) &&
+                       !p->score_mod && !v->alibi && !v->bias && !v->mask_tensor &&
+                       (p->dtype == FJ_DTYPE_F16 || p->dtype == FJ_DTYPE_BF16) &&
                        rows_are_16b_aligned(p->q) && rows_are_16b_aligned(p->k) &&
                        rows_are_16b_aligned(p->v) && rows_are_16b_aligned(p->out);
     /* "path=mma" in the override keeps Hopper on the mma.sync kernel (tests, comparisons). */

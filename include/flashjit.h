@@ -68,7 +68,8 @@ typedef enum fj_dtype {
     FJ_DTYPE_BF16 = 1,
     FJ_DTYPE_F32 = 2,
     FJ_DTYPE_F8_E4M3 = 3,
-    FJ_DTYPE_F8_E5M2 = 4
+    FJ_DTYPE_F8_E5M2 = 4,
+    FJ_DTYPE_BOOL = 5 /* one byte, nonzero is true: masks */
 } fj_dtype;
 
 /* Size of one element in bytes, or 0 for a value outside the enum. */
@@ -203,6 +204,18 @@ typedef struct fj_attention_desc {
     const char *score_mod;
     const void *mod_args;   /* device memory read by arg[] and iarg[]; NULL when unused */
     int64_t mod_args_count; /* 4-byte elements at mod_args */
+    /* Scores as in FlashAttention and PyTorch's SDPA, all optional (NULL: none), in this order:
+    ** s = softcap(q.k * scale) - slope[b, h] * |i + seqlen_k - seqlen_q - j| + bias[b, h, i, j],
+    ** then score_mod; key j is kept for query i where mask[b, h, i, j] is nonzero, on top of
+    ** causal, window and mask_mod.
+    **   alibi_slopes: f32, [heads_q] or [batch, heads_q].
+    **   bias: f32 or q's dtype, [batch | 1, heads_q | 1, seqlen_q | 1, seqlen_k]; a dimension
+    **         of size 1 or stride 0 is broadcast.
+    **   mask: FJ_DTYPE_BOOL, shaped and broadcast as bias.
+    ** Requests with any of them run on the SIMT kernels (tensor cores: not yet). */
+    const fj_tensor *alibi_slopes;
+    const fj_tensor *bias;
+    const fj_tensor *mask;
 } fj_attention_desc;
 
 /* Fills *desc with the defaults (plain non-causal attention) and sets struct_size. NULL is a

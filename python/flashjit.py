@@ -10,7 +10,7 @@ stream. Errors raise FlashjitError with the library's message (which names the b
 import ctypes
 import os
 
-_DTYPES = {"torch.float16": 0, "torch.bfloat16": 1, "torch.float32": 2}
+_DTYPES = {"torch.float16": 0, "torch.bfloat16": 1, "torch.float32": 2, "torch.bool": 5}
 _BACKENDS = {"auto": 0, "cuda": 1, "opencl": 2}
 _SOURCES = ["none", "memory", "user cache", "shipped cache", "compiled"]
 
@@ -32,7 +32,9 @@ class _AttentionDesc(ctypes.Structure):
                 ("causal", ctypes.c_int32), ("window_left", ctypes.c_int32),
                 ("window_right", ctypes.c_int32), ("softcap", ctypes.c_float),
                 ("mask_mod", ctypes.c_char_p), ("score_mod", ctypes.c_char_p),
-                ("mod_args", ctypes.c_void_p), ("mod_args_count", ctypes.c_int64)]
+                ("mod_args", ctypes.c_void_p), ("mod_args_count", ctypes.c_int64),
+                ("alibi_slopes", ctypes.POINTER(_Tensor)), ("bias", ctypes.POINTER(_Tensor)),
+                ("mask", ctypes.POINTER(_Tensor))]
 
 
 class _CallInfo(ctypes.Structure):
@@ -104,9 +106,12 @@ class Context:
             self.handle = None
 
     def forward(self, q, k, v, out=None, lse=None, causal=False, window=(-1, -1), softcap=0.0,
-                scale=0.0, mask_mod=None, score_mod=None, mod_args=None, stream=None):
+                scale=0.0, mask_mod=None, score_mod=None, mod_args=None, alibi_slopes=None,
+                bias=None, mask=None, stream=None):
         """mask_mod / score_mod: expression strings (see flashjit.h); mod_args: a float32 or
-        int32 tensor on the device, read by arg[i] / iarg[i]."""
+        int32 tensor on the device, read by arg[i] / iarg[i]. alibi_slopes: float32 [hq] or
+        [b, hq]; bias (float32 or q's dtype) and mask (bool): [b | 1, hq | 1, sq | 1, sk],
+        expanded (stride-0) tensors welcome."""
         import torch
         if out is None:
             out = torch.empty(q.shape[:3] + (v.shape[3],), dtype=q.dtype, device=q.device)
@@ -123,6 +128,11 @@ class Context:
         if mod_args is not None:
             desc.mod_args = mod_args.data_ptr()
             desc.mod_args_count = mod_args.numel()
+        terms = {}  # keeps the ctypes structures alive through the call
+        for name, t in (("alibi_slopes", alibi_slopes), ("bias", bias), ("mask", mask)):
+            if t is not None:
+                terms[name] = _tensor(t)
+                setattr(desc, name, ctypes.pointer(terms[name]))
         if stream is None and q.is_cuda:
             stream = torch.cuda.current_stream(q.device).cuda_stream
         tq, tk, tv, to = _tensor(q), _tensor(k), _tensor(v), _tensor(out)

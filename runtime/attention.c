@@ -9,7 +9,7 @@
 #define LOG2E 1.4426950408889634
 
 /* The kernel parameter list shared by every forward template (see attn_fwd.*.lua). */
-#define FJ__MAX_ARGS 48
+#define FJ__MAX_ARGS 64
 
 static int forward_args(const fj__problem *p, fj__arg args[FJ__MAX_ARGS])
 {
@@ -64,6 +64,15 @@ static int forward_args(const fj__problem *p, fj__arg args[FJ__MAX_ARGS])
     /* Expression arguments: any valid pointer when there are none (never read then). */
     PTR(p->mod_args ? p->mod_args : p->out->data);
     I32(p->mod_args_count);
+    /* Score terms, likewise. */
+    PTR(p->alibi ? p->alibi->data : p->out->data);
+    I64(p->alibi_stride_b);
+    PTR(p->bias ? p->bias->data : p->out->data);
+    for (int i = 0; i < 3; i++)
+        I64(p->bias_stride[i]);
+    PTR(p->mask ? p->mask->data : p->out->data);
+    for (int i = 0; i < 3; i++)
+        I64(p->mask_stride[i]);
 #undef PTR
 #undef I32
 #undef I64
@@ -247,7 +256,10 @@ static void plan_key(const fj__problem *p, int64_t key[FJ__PLAN_KEY])
                                      p->lse != NULL,
                                      (int64_t)(uintptr_t)p->mask_mod,
                                      (int64_t)(uintptr_t)p->score_mod,
-                                     aligned};
+                                     aligned,
+                                     p->alibi != NULL,
+                                     p->bias ? 1 + (int64_t)p->bias->dtype : 0,
+                                     p->mask != NULL};
     memcpy(key, k, sizeof k);
 }
 

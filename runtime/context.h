@@ -5,7 +5,7 @@
 #include "internal.h"
 #include "../cache/cache.h"
 
-#define FJ__PLAN_KEY 15
+#define FJ__PLAN_KEY 18
 
 /* A kernel loaded in this context. */
 typedef struct fj__kernel {

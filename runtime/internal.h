@@ -63,6 +63,11 @@ typedef struct fj__problem {
     int64_t mod_args_count;
     /* Set once parsed: canonical C texts, owned by the context (NULL: none). */
     const char *mask_mod, *score_mod;
+    /* Score terms (NULL: none). Broadcast dimensions have stride 0 in the strides below. */
+    const fj_tensor *alibi, *bias, *mask;
+    int64_t alibi_stride_b;     /* slopes of batch b start at b * alibi_stride_b */
+    int64_t bias_stride[3];     /* batch, head, query row; keys are contiguous */
+    int64_t mask_stride[3];
 } fj__problem;
 
 /* Checks every argument of a forward call and fills *p. The message in err names the first bad
@@ -106,6 +111,9 @@ typedef struct fj__variant {
     uint8_t overlap; /* WGMMA: the softmax of a tile overlaps P V of the previous one */
     uint8_t pingpong;   /* WGMMA: the two consumer warpgroups take turns issuing products */
     uint8_t persistent; /* WGMMA: one block per SM looping over work tiles (launch only) */
+    uint8_t alibi;      /* ALiBi slopes */
+    uint8_t bias;       /* additive bias: 0 none, 1 f32, 2 in q's dtype */
+    uint8_t mask_tensor;
     const char *mask_mod; /* canonical expression texts, interned by the context (NULL: none) */
     const char *score_mod;
 } fj__variant;

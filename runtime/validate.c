@@ -139,6 +139,63 @@ static fj_status check_desc(const fj_attention_desc *in, fj_attention_desc *d, f
     return FJ_OK;
 }
 
+/* A [batch | 1, heads_q | 1, seqlen_q | 1, seqlen_k] tensor (bias, mask): its strides with the
+** broadcast dimensions at 0. */
+static fj_status check_pair_tensor(const fj_tensor *t, const char *name, const fj__problem *p,
+                                   int64_t stride[3], fj__err *err)
+{
+    TRY(check_tensor(t, name, 4, err));
+    const int64_t full[3] = {p->batch, p->heads_q, p->seqlen_q};
+    const char *what[3] = {"batch", "heads_q", "seqlen_q"};
+    for (int i = 0; i < 3; i++) {
+        if (t->shape[i] != 1 && t->shape[i] != full[i])
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                            "%s.shape[%d] = %lld, expected 1 or %lld (%s)", name, i,
+                            (long long)t->shape[i], (long long)full[i], what[i]);
+        stride[i] = t->shape[i] == 1 ? 0 : t->stride[i];
+    }
+    return check_dim(err, name, 3, t->shape[3], p->seqlen_k, "seqlen_k");
+}
+
+/* alibi_slopes, bias and mask of desc d, for a problem whose sizes are known. */
+static fj_status check_score_terms(const fj_attention_desc *d, fj__problem *p, fj__err *err)
+{
+    if (d->alibi_slopes) {
+        const fj_tensor *a = d->alibi_slopes;
+        if (a->ndim != 1 && a->ndim != 2)
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                            "desc.alibi_slopes.ndim = %d, expected 1 ([heads_q]) or 2 ([batch, "
+                            "heads_q])",
+                            (int)a->ndim);
+        TRY(check_tensor(a, "desc.alibi_slopes", a->ndim, err));
+        if (a->dtype != FJ_DTYPE_F32)
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                            "desc.alibi_slopes.dtype = %s, expected f32", fj__dtype_name(a->dtype));
+        if (a->ndim == 2)
+            TRY(check_dim(err, "desc.alibi_slopes", 0, a->shape[0], p->batch, "batch"));
+        TRY(check_dim(err, "desc.alibi_slopes", a->ndim - 1, a->shape[a->ndim - 1], p->heads_q,
+                      "heads_q"));
+        p->alibi = a;
+        p->alibi_stride_b = a->ndim == 2 && a->shape[0] > 1 ? a->stride[0] : 0;
+    }
+    if (d->bias) {
+        TRY(check_pair_tensor(d->bias, "desc.bias", p, p->bias_stride, err));
+        if (d->bias->dtype != FJ_DTYPE_F32 && d->bias->dtype != p->dtype)
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                            "desc.bias.dtype = %s, expected f32 or q.dtype = %s",
+                            fj__dtype_name(d->bias->dtype), fj__dtype_name(p->dtype));
+        p->bias = d->bias;
+    }
+    if (d->mask) {
+        TRY(check_pair_tensor(d->mask, "desc.mask", p, p->mask_stride, err));
+        if (d->mask->dtype != FJ_DTYPE_BOOL)
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "desc.mask.dtype = %s, expected bool",
+                            fj__dtype_name(d->mask->dtype));
+        p->mask = d->mask;
+    }
+    return FJ_OK;
+}
+
 fj_status fj__validate_forward(const fj_attention_desc *desc, const fj_tensor *q,
                                const fj_tensor *k, const fj_tensor *v, const fj_tensor *out,
                                const fj_tensor *lse, fj__problem *p, fj__err *err)
@@ -154,6 +211,8 @@ fj_status fj__validate_forward(const fj_attention_desc *desc, const fj_tensor *q
     if (q->dtype == FJ_DTYPE_F8_E4M3 || q->dtype == FJ_DTYPE_F8_E5M2)
         return fj__fail(err, FJ_ERR_UNSUPPORTED, "q.dtype = %s: fp8 attention is not supported yet",
                         fj__dtype_name(q->dtype));
+    if (q->dtype == FJ_DTYPE_BOOL)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "q.dtype = bool, expected f16, bf16 or f32");
     const fj_tensor *same[] = {k, v, out};
     const char *names[] = {"k", "v", "out"};
     for (int i = 0; i < 3; i++)
@@ -209,6 +268,8 @@ fj_status fj__validate_forward(const fj_attention_desc *desc, const fj_tensor *q
         TRY(check_dim(err, "lse", 2, lse->shape[2], p->seqlen_q, "seqlen_q"));
         TRY(check_no_overlap(lse, "lse", err));
     }
+
+    TRY(check_score_terms(&d, p, err));
 
     p->q = q;
     p->k = k;

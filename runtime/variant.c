@@ -78,6 +78,11 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_PARAMS])
     BOOL_PARAM(overlap);
     BOOL_PARAM(pingpong);
     BOOL_PARAM(persistent);
+    BOOL_PARAM(alibi);
+    out[n++] = (tpl_param){.name = "bias",
+                           .kind = TPL_STR,
+                           .s = v->bias == 0 ? "" : v->bias == 1 ? "f32" : "dtype"};
+    BOOL_PARAM(mask_tensor);
     BOOL_PARAM(local_mask);
     BOOL_PARAM(softcap);
     BOOL_PARAM(neg_scale);

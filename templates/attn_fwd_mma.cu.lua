@@ -82,7 +82,7 @@ __device__ __forceinline__ void load_tile(elem_t *s, const elem_t *g, long long 
 
 extern "C" __global__ void __launch_bounds__(THREADS, ${warps <= 4 and 2 or 1})
 % attn_params()
-            const float *__restrict__ mod_args, int mod_args_count)
+% attn_params_tail(false)
 {
     extern __shared__ __attribute__((aligned(128))) unsigned char smem[];
     elem_t *sQ = (elem_t *)smem;

@@ -10,7 +10,7 @@
 % --
 % -- Parameters: dtype, head_dim_pad, head_dim_v_pad, tile_m, tile_n, local_mask, softcap,
 % -- write_lse, mask_mod and score_mod (checked canonical expressions, "" for none: see
-% -- runtime/expr.h).
+% -- runtime/expr.h), alibi, bias ("", "f32" or "dtype": the bias tensor's type), mask_tensor.
 % local mods = mask_mod ~= "" or score_mod ~= ""
 % assert(tile_m > 0 and tile_n > 0, "tile sizes must be positive")
 % include("dialect.lua")
@@ -28,7 +28,10 @@ fj_attn_fwd(GLOBAL const STORE_T *q, GLOBAL const STORE_T *k, GLOBAL const STORE
             I64 v_sb, I64 v_ss, I64 v_sh, I64 o_sb, I64 o_ss, I64 o_sh,
             I64 l_sb, I64 l_sh, I64 l_ss,
             float score_mul, float cap_mul, int window_left, int window_right,
-            GLOBAL const float *mod_args, int mod_args_count)
+            GLOBAL const float *mod_args, int mod_args_count,
+            GLOBAL const float *alibi, I64 alibi_sb,
+            GLOBAL const void *bias, I64 bias_sb, I64 bias_sh, I64 bias_ss,
+            GLOBAL const uchar *mask, I64 mask_sb, I64 mask_sh, I64 mask_ss)
 {
     SHARED float k_tile[TILE_N][DP];
     SHARED float v_tile[TILE_N][DVP];
@@ -67,6 +70,21 @@ fj_attn_fwd(GLOBAL const STORE_T *q, GLOBAL const STORE_T *k, GLOBAL const STORE
     const int lo = 0, hi = seqlen_k - 1, group_lo = 0, group_hi = seqlen_k - 1;
 % end
 
+    /* Score terms of this row: ALiBi slope and bias in log2 units, the mask's row. */
+% if alibi then
+    const float slope = live ? alibi[batch * alibi_sb + head] * (1.0f / F_LN2) : 0.0f;
+% end
+% if bias == "f32" then
+    GLOBAL const float *bias_row = (GLOBAL const float *)bias + batch * bias_sb + head * bias_sh + row * bias_ss;
+#define BIAS_LOAD(i) (bias_row[i])
+% elseif bias == "dtype" then
+    GLOBAL const STORE_T *bias_row = (GLOBAL const STORE_T *)bias + batch * bias_sb + head * bias_sh + row * bias_ss;
+#define BIAS_LOAD(i) LOAD(bias_row, i)
+% end
+% if mask_tensor then
+    GLOBAL const uchar *mask_row = mask + batch * mask_sb + head * mask_sh + row * mask_ss;
+% end
+
 % if mods then
     /* The names the expressions use (see runtime/expr.h); loads clamp into mod_args. */
 #define FJ_B batch
@@ -102,6 +120,14 @@ fj_attn_fwd(GLOBAL const STORE_T *q, GLOBAL const STORE_T *k, GLOBAL const STORE
             x = cap_mul * F_TANH(x);
 % end
             const int key = n0 + j;
+            const bool in_range = live && key < seqlen_k;
+% if alibi then
+            x -= slope * (float)EXPR_IABS(row + shift - key);
+% end
+% if bias ~= "" then
+            if (in_range)
+                x += BIAS_LOAD(key) * (1.0f / F_LN2);
+% end
 % if score_mod ~= "" then
             {
 #define FJ_K key
@@ -114,10 +140,13 @@ fj_attn_fwd(GLOBAL const STORE_T *q, GLOBAL const STORE_T *k, GLOBAL const STORE
 % end
 % if mask_mod ~= "" then
 #define FJ_K key
-            const bool keep = (${mask_mod}) != 0;
+            bool keep = (${mask_mod}) != 0;
 #undef FJ_K
 % else
-            const bool keep = true;
+            bool keep = true;
+% end
+% if mask_tensor then
+            keep = keep && in_range && mask_row[key] != 0;
 % end
             s[j] = (live && keep && key >= lo && key <= hi) ? x : -F_INF;
             m_new = F_MAX(m_new, s[j]);

@@ -225,7 +225,7 @@ __device__ __forceinline__ work_tile work_at(int w, int m_blocks, int seqlen_q, 
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 % attn_params()
-            const float *__restrict__ mod_args, int mod_args_count,
+% attn_params_tail(true)
             const __grid_constant__ tmap_t tm_q, const __grid_constant__ tmap_t tm_k,
             const __grid_constant__ tmap_t tm_v, int perm_q, int perm_k, int perm_v,
             int batches)

@@ -3,7 +3,7 @@
 % -- Each function emits its text where it is called.
 
 % -- The kernel's name and the parameters every forward kernel takes, up to window_right; the
-% -- caller writes the rest of the list (mod_args, mod_args_count and its own).
+% -- caller writes the rest of the list (attn_params_tail(), then its own).
 % function attn_params()
 fj_attn_fwd(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
             const elem_t *__restrict__ v, elem_t *__restrict__ out, float *__restrict__ lse,
@@ -12,6 +12,16 @@ fj_attn_fwd(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
             long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,
             long long o_ss, long long o_sh, long long l_sb, long long l_sh, long long l_ss,
             float score_mul, float cap_mul, int window_left, int window_right,
+% end
+
+% -- The rest of the common list (arguments of mask/score expressions, ALiBi slopes, bias and
+% -- mask tensors), ending in a comma when the kernel adds its own.
+% function attn_params_tail(more)
+            const float *__restrict__ mod_args, int mod_args_count,
+            const float *__restrict__ alibi, long long alibi_sb,
+            const void *__restrict__ bias, long long bias_sb, long long bias_sh, long long bias_ss,
+            const unsigned char *__restrict__ mask, long long mask_sb, long long mask_sh,
+            long long mask_ss${more and "," or ")"}
 % end
 
 % -- The block's first query row m0, its head (and the key/value head it reads) and batch.

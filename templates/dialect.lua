@@ -43,6 +43,7 @@ typedef long I64;
 #define FLOAT_TO_BITS __float_as_uint
 #define INLINE __device__ __forceinline__
 typedef long long I64;
+typedef unsigned char uchar;
 typedef unsigned short ushort;
 typedef unsigned int uint;
 % else

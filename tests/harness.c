@@ -52,7 +52,16 @@ void fjh_describe(const fjh_case *c, char *buf, size_t size)
     if (c->desc.mask_mod && used < size)
         used += (size_t)snprintf(buf + used, size - used, " mask_mod=\"%s\"", c->desc.mask_mod);
     if (c->desc.score_mod && used < size)
-        snprintf(buf + used, size - used, " score_mod=\"%s\"", c->desc.score_mod);
+        used += (size_t)snprintf(buf + used, size - used, " score_mod=\"%s\"", c->desc.score_mod);
+    static const char *biases[] = {"", "full", "heads", "keys"}, *masks[] = {"", "random", "keys"};
+    if (c->alibi && used < size)
+        used += (size_t)snprintf(buf + used, size - used, " alibi=%s",
+                                 c->alibi == 2 ? "[b,hq]" : "[hq]");
+    if (c->bias >= 1 && c->bias <= 3 && used < size)
+        used += (size_t)snprintf(buf + used, size - used, " bias=%s%s", biases[c->bias],
+                                 c->bias_f32 ? ",f32" : "");
+    if (c->mask >= 1 && c->mask <= 2 && used < size)
+        snprintf(buf + used, size - used, " mask=%s", masks[c->mask]);
 }
 
 static uint64_t splitmix(uint64_t *s)
@@ -144,6 +153,83 @@ static void fill_random(htensor *h, uint64_t *rng, double **dense, float **dense
                     (*densef)[idx] = x;
                     (*dense)[idx] = x;
                 }
+}
+
+/* A tensor of any rank with the given shape and strides (0 broadcasts), host storage allocated
+** and filled with NaN bytes. */
+static void make_tensor(htensor *h, fj_dtype dtype, int ndim, const int64_t *shape,
+                        const int64_t *stride)
+{
+    memset(h, 0, sizeof *h);
+    h->t.dtype = dtype;
+    h->t.ndim = ndim;
+    int64_t last = 0;
+    for (int i = 0; i < ndim; i++) {
+        h->t.shape[i] = shape[i];
+        h->t.stride[i] = stride[i];
+        last += (shape[i] - 1) * stride[i];
+    }
+    h->elements = (size_t)last + 1;
+    size_t bytes = h->elements * fj_dtype_size(dtype);
+    h->host = malloc(bytes);
+    if (!h->host)
+        abort();
+    memset(h->host, POISON, bytes);
+}
+
+/* The ALiBi slopes, bias and mask a case asks for, with random contents, described for the
+** reference in p. Tensors the case does not ask for stay empty (host NULL). */
+static void make_score_terms(const fjh_case *c, uint64_t *rng, fjr_problem *p, htensor *alibi,
+                             htensor *bias, htensor *mask)
+{
+    const int64_t b = c->batch, hq = c->heads_q, sq = c->seqlen_q, sk = c->seqlen_k;
+    if (c->alibi) {
+        const int64_t shape[2] = {b, hq}, stride[2] = {hq, 1};
+        int per_batch = c->alibi == 2;
+        make_tensor(alibi, FJ_DTYPE_F32, per_batch ? 2 : 1, per_batch ? shape : shape + 1,
+                    per_batch ? stride : stride + 1);
+        float *s = (float *)alibi->host;
+        for (size_t i = 0; i < alibi->elements; i++) /* slopes in (0, 0.5], as ALiBi's are */
+            s[i] = (float)(0.5 * ((double)(splitmix(rng) >> 11) + 1) / 9007199254740992.0);
+        p->alibi = s;
+        p->alibi_stride_b = per_batch ? hq : 0;
+    }
+    if (c->bias) {
+        const int64_t full[4] = {b, hq, sq, sk}, dense[4] = {hq * sq * sk, sq * sk, sk, 1};
+        int64_t shape[4], stride[4];
+        memcpy(shape, full, sizeof shape);
+        memcpy(stride, dense, sizeof stride);
+        if (c->bias == 2)
+            shape[0] = 1;
+        if (c->bias == 3)
+            stride[0] = sk, stride[1] = stride[2] = 0;
+        fj_dtype dt = c->bias_f32 ? FJ_DTYPE_F32 : c->dtype;
+        make_tensor(bias, dt, 4, shape, stride);
+        size_t es = fj_dtype_size(dt);
+        for (size_t i = 0; i < bias->elements; i++)
+            fjr_store(dt, bias->host + i * es, (float)normal(rng));
+        p->bias_dtype = dt;
+        p->bias = bias->host;
+        for (int i = 0; i < 4; i++)
+            p->bias_stride[i] = shape[i] == 1 ? 0 : stride[i];
+    }
+    if (c->mask) {
+        const int64_t full[4] = {b, hq, sq, sk}, dense[4] = {hq * sq * sk, sq * sk, sk, 1};
+        const int64_t keys[4] = {b, 1, 1, sk}, keys_stride[4] = {sk, sk, sk, 1};
+        make_tensor(mask, FJ_DTYPE_BOOL, 4, c->mask == 1 ? full : keys,
+                    c->mask == 1 ? dense : keys_stride);
+        for (size_t i = 0; i < mask->elements; i++)
+            mask->host[i] = c->mask == 1 ? (splitmix(rng) % 4 != 0) : 1;
+        if (c->mask == 1)
+            memset(mask->host, 0, (size_t)sk); /* query 0 of (0, 0) sees no key */
+        else
+            for (int64_t a = 0; a < b; a++)
+                for (int64_t j = sk - a * sk / 3; j < sk; j++)
+                    mask->host[a * sk + j] = 0;
+        p->mask = mask->host;
+        for (int i = 0; i < 4; i++)
+            p->mask_stride[i] = mask->t.shape[i] == 1 ? 0 : mask->t.stride[i];
+    }
 }
 
 static fj_status upload(fj_context *ctx, htensor *h)
@@ -291,14 +377,23 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
     fill_random(&q, &rng, dense ? &qd : NULL, &qf);
     fill_random(&k, &rng, dense ? &kd : NULL, &kf);
     fill_random(&v, &rng, dense ? &vd : NULL, &vf);
+    htensor terms[3]; /* alibi, bias, mask */
+    memset(terms, 0, sizeof terms);
+    make_score_terms(c, &rng, &p, &terms[0], &terms[1], &terms[2]);
 
     fj_status st = FJ_OK;
     for (int i = 0; i < 5 && st == FJ_OK; i++)
         if (i < 4 || c->with_lse)
             st = upload(ctx, all[i]);
+    for (int i = 0; i < 3 && st == FJ_OK; i++)
+        if (terms[i].host)
+            st = upload(ctx, &terms[i]);
     fj_tensor *lse_t = c->with_lse ? &lse.t : NULL;
     /* The expressions' arguments go to the device; the reference reads the host copy. */
     fj_attention_desc desc = c->desc;
+    desc.alibi_slopes = terms[0].host ? &terms[0].t : desc.alibi_slopes;
+    desc.bias = terms[1].host ? &terms[1].t : desc.bias;
+    desc.mask = terms[2].host ? &terms[2].t : desc.mask;
     void *dev_args = NULL;
     if (st == FJ_OK && c->mod_args && c->mod_args_count > 0) {
         size_t bytes = (size_t)c->mod_args_count * 4;
@@ -389,6 +484,8 @@ out:
     r->status = st;
     for (int i = 0; i < 5; i++)
         release(ctx, all[i]);
+    for (int i = 0; i < 3; i++)
+        release(ctx, &terms[i]);
     free(qd);
     free(kd);
     free(vd);

@@ -121,8 +121,15 @@ static double eval_mod(const fjr_problem *p, const struct fj__expr *e, int64_t b
     return fj__expr_eval(e, &env);
 }
 
+static int64_t pair_offset(const int64_t stride[4], int64_t b, int64_t h, int64_t i, int64_t j)
+{
+    return b * stride[0] + h * stride[1] + i * stride[2] + j * stride[3];
+}
+
 int fjr_visible(const fjr_problem *p, int64_t b, int64_t h, int64_t i, int64_t j)
 {
+    if (p->mask && !p->mask[pair_offset(p->mask_stride, b, h, i, j)])
+        return 0;
     int64_t diag = i + p->seqlen_k - p->seqlen_q;
     if (p->causal && j > diag)
         return 0;
@@ -140,9 +147,10 @@ double fjr_flops(const fjr_problem *p)
     double per_pair = 2.0 * (double)(p->head_dim + p->head_dim_v);
     double heads = (double)p->batch * (double)p->heads_q;
     int windowed = p->window_left >= 0 || p->window_right >= 0;
-    if (!p->causal && !windowed && !p->mask_mod)
+    int masked = p->mask_mod || p->mask;
+    if (!p->causal && !windowed && !masked)
         return per_pair * heads * (double)p->seqlen_q * (double)p->seqlen_k;
-    if (p->causal && !windowed && !p->mask_mod && p->seqlen_q == p->seqlen_k)
+    if (p->causal && !windowed && !masked && p->seqlen_q == p->seqlen_k)
         return per_pair * heads * (double)p->seqlen_q * (double)p->seqlen_k / 2.0;
     double pairs = 0; /* the visible pairs of the first head, as representative */
     for (int64_t i = 0; i < p->seqlen_q; i++)
@@ -151,11 +159,25 @@ double fjr_flops(const fjr_problem *p)
     return per_pair * heads * pairs;
 }
 
+/* ALiBi and bias of (b, h, i, j). */
+static double score_terms(const fjr_problem *p, int64_t b, int64_t h, int64_t i, int64_t j)
+{
+    double t = 0;
+    if (p->alibi)
+        t -= p->alibi[b * p->alibi_stride_b + h] * fabs((double)(i + p->seqlen_k - p->seqlen_q - j));
+    if (p->bias)
+        t += fjr_load(p->bias_dtype, (const unsigned char *)p->bias +
+                                         (size_t)pair_offset(p->bias_stride, b, h, i, j) *
+                                             fj_dtype_size(p->bias_dtype));
+    return t;
+}
+
 static double score_transform(const fjr_problem *p, int64_t b, int64_t h, int64_t i, int64_t j,
                               double dot)
 {
     double s = dot * p->scale;
     s = p->softcap > 0 ? p->softcap * tanh(s / p->softcap) : s;
+    s += score_terms(p, b, h, i, j);
     return p->score_mod ? eval_mod(p, p->score_mod, b, h, i, j, s) : s;
 }
 
@@ -231,6 +253,7 @@ void fjr_attention_lowp(const fjr_problem *p, fj_dtype dtype, const float *q, co
                     float x = dot * (float)p->scale;
                     if (p->softcap > 0)
                         x = (float)p->softcap * tanhf(x / (float)p->softcap);
+                    x += (float)score_terms(p, b, h, i, j);
                     if (p->score_mod)
                         x = (float)eval_mod(p, p->score_mod, b, h, i, j, x);
                     s[j] = x;

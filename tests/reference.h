@@ -30,6 +30,14 @@ typedef struct fjr_problem {
     const struct fj__expr *score_mod;
     const void *mod_args; /* host copy of the expressions' arguments */
     int64_t mod_args_count;
+    /* Score terms, host copies (NULL: none); broadcast dimensions have stride 0. */
+    const float *alibi;     /* slope of (b, h) at b * alibi_stride_b + h */
+    int64_t alibi_stride_b;
+    fj_dtype bias_dtype;
+    const void *bias;       /* bias of (b, h, i, j) at the strides below, in bias_dtype */
+    int64_t bias_stride[4];
+    const unsigned char *mask; /* nonzero keeps (b, h, i, j) */
+    int64_t mask_stride[4];
 } fjr_problem;
 
 /* Whether query row i of (batch b, head h) sees key j, straight from the API's definition. */
@@ -65,6 +73,13 @@ typedef struct fjh_case {
     int tune;              /* 1: fj_attention_tune the request first (result in fjh_result.tune) */
     const float *mod_args; /* host values of desc.mod_args (uploaded by the harness), or NULL */
     int64_t mod_args_count;
+    /* Score terms the harness makes (random values) and passes in desc: */
+    int alibi;    /* 0 none, 1 slopes [heads_q], 2 [batch, heads_q] */
+    int bias;     /* 0 none, 1 [b, hq, sq, sk], 2 [1, hq, sq, sk], 3 [b, hq, sq, sk] with head
+                  ** and row strides 0 (a key bias) */
+    int bias_f32; /* the bias in f32 rather than the case's dtype */
+    int mask;     /* 0 none, 1 random [b, hq, sq, sk] (a quarter masked, one row entirely), 2 key
+                  ** padding [b, 1, 1, sk] (batch b masks its last b/3 of the keys) */
 } fjh_case;
 
 typedef struct fjh_result {

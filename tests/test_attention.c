@@ -208,6 +208,55 @@ static void test_many_work_tiles(void **state)
     run_cases(state, cases, 4);
 }
 
+/* ALiBi slopes, bias and mask tensors: each alone in its layouts, in pairs, all three, and with
+** causal, window, soft-capping, GQA, f32 and expressions. */
+static void test_alibi_bias_mask(void **state)
+{
+    fjh_case cases[14];
+    size_t n = 0;
+    for (int i = 0; i < 14; i++) {
+        cases[i] = base(i % 3 ? 77 : 129, i % 2 ? 130 : 61, i % 4 == 3 ? 40 : 64,
+                        i % 5 == 4 ? FJ_DTYPE_F16 : FJ_DTYPE_BF16);
+        cases[i].heads_q = 4;
+        cases[i].heads_kv = i % 2 ? 2 : 4;
+    }
+    cases[n++].alibi = 1;
+    cases[n].alibi = 2;
+    cases[n++].desc.causal = 1;
+    cases[n++].bias = 1;
+    cases[n].bias = 2;
+    cases[n++].bias_f32 = 1;
+    cases[n].bias = 3;
+    cases[n++].desc.window_left = 20;
+    cases[n++].mask = 1;
+    cases[n].mask = 2;
+    cases[n++].desc.causal = 1;
+    cases[n].alibi = 1;
+    cases[n++].bias = 1;
+    cases[n].bias = 3;
+    cases[n].bias_f32 = 1;
+    cases[n++].mask = 2;
+    cases[n].alibi = 2;
+    cases[n].mask = 1;
+    cases[n++].desc.softcap = 3.0f;
+    cases[n].alibi = 1;
+    cases[n].bias = 1;
+    cases[n].mask = 1;
+    cases[n++].desc.causal = 1;
+    cases[n].bias = 1; /* with an expression on top */
+    cases[n].mask = 2;
+    cases[n++].desc.mask_mod = "q % 5 != 1";
+    cases[n].dtype = FJ_DTYPE_F32;
+    cases[n].alibi = 1;
+    cases[n].bias = 2;
+    cases[n++].mask = 1;
+    cases[n].dtype = FJ_DTYPE_F32;
+    cases[n].bias = 1;
+    cases[n].bias_f32 = 1;
+    cases[n++].desc.window_right = 9;
+    run_cases(state, cases, n);
+}
+
 /* mask_mod and score_mod expressions: FlexAttention's classic masks and an ALiBi-like score,
 ** alone, together, with causal and soft-capping, and rows that keep no key. */
 static void test_mask_and_score_expressions(void **state)
@@ -352,6 +401,7 @@ int main(void)
         cmocka_unit_test(test_fully_masked_rows),
         cmocka_unit_test(test_layouts_and_lse),
         cmocka_unit_test(test_many_work_tiles),
+        cmocka_unit_test(test_alibi_bias_mask),
         cmocka_unit_test(test_mask_and_score_expressions),
         cmocka_unit_test(test_long_sequences),
         cmocka_unit_test(test_second_call_is_memoised),

@@ -379,16 +379,18 @@ static const char *damage_names[] = {"truncate",      "random pages",     "flip 
 
 static void flip_inside_blob(const char *path)
 {
-    /* Find the first 32 bytes of the stored binary in the file and flip a bit 64 bytes on. */
+    /* Find 32 bytes of the stored binary in the file and flip a bit in their middle. The blob
+    ** may be split across database pages, so several slices are tried. */
     sqlite3 *db = NULL;
     assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
     sqlite3_stmt *st = NULL;
-    assert_int_equal(
-        sqlite3_prepare_v2(db, "SELECT substr(binary, 1, 32) FROM kernels", -1, &st, NULL),
-        SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(db, "SELECT binary FROM kernels", -1, &st, NULL),
+                     SQLITE_OK);
     assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-    unsigned char head[32];
-    memcpy(head, sqlite3_column_blob(st, 0), 32);
+    int blob_size = sqlite3_column_bytes(st, 0);
+    unsigned char *blob = malloc(blob_size > 0 ? (size_t)blob_size : 1);
+    assert_non_null(blob);
+    memcpy(blob, sqlite3_column_blob(st, 0), (size_t)blob_size);
     sqlite3_finalize(st);
     sqlite3_close(db);
     long size = file_size(path);
@@ -398,15 +400,17 @@ static void flip_inside_blob(const char *path)
     FILE *f = fopen(path, "r+b");
     assert_int_equal(fread(buf, 1, (size_t)size, f), (size_t)size);
     long at = -1;
-    for (long i = 0; i + 32 <= size && at < 0; i++)
-        if (!memcmp(buf + i, head, 32))
-            at = i;
+    for (int slice = 0; slice + 32 <= blob_size && at < 0; slice += 97)
+        for (long i = 0; i + 32 <= size && at < 0; i++)
+            if (!memcmp(buf + i, blob + slice, 32))
+                at = i + 16;
     assert_true(at >= 0);
-    fseek(f, at + 64, SEEK_SET);
-    unsigned char byte = buf[at + 64] ^ 0x10;
+    fseek(f, at, SEEK_SET);
+    unsigned char byte = buf[at] ^ 0x10;
     fwrite(&byte, 1, 1, f);
     fclose(f);
     free(buf);
+    free(blob);
 }
 
 static void apply_damage(damage d, const char *path)

@@ -15,6 +15,7 @@
 typedef struct request {
     fj_attention_desc desc;
     fj_tensor q, k, v, out, lse;
+    fj_tensor alibi, bias, mask; /* used where a case points desc at them */
     int use_lse;
 } request;
 
@@ -43,6 +44,9 @@ static void baseline(request *r)
     dense(&r->v, FJ_DTYPE_BF16, 4, (int64_t[]){2, 32, 2, 48});
     dense(&r->out, FJ_DTYPE_BF16, 4, (int64_t[]){2, 16, 4, 48});
     dense(&r->lse, FJ_DTYPE_F32, 3, (int64_t[]){2, 4, 16});
+    dense(&r->alibi, FJ_DTYPE_F32, 1, (int64_t[]){4});
+    dense(&r->bias, FJ_DTYPE_F32, 4, (int64_t[]){2, 4, 16, 32});
+    dense(&r->mask, FJ_DTYPE_BOOL, 4, (int64_t[]){2, 1, 1, 32});
     r->use_lse = 1;
 }
 
@@ -127,6 +131,51 @@ MUT(seq_huge, {
     dense(&r->out, FJ_DTYPE_BF16, 4, (int64_t[]){2, 1LL << 31, 4, 48});
     r->use_lse = 0;
 })
+MUT(alibi_ndim, {
+    r->alibi.ndim = 3;
+    r->desc.alibi_slopes = &r->alibi;
+})
+MUT(alibi_dtype, {
+    r->alibi.dtype = FJ_DTYPE_BF16;
+    r->desc.alibi_slopes = &r->alibi;
+})
+MUT(alibi_heads, {
+    r->alibi.shape[0] = 2;
+    r->desc.alibi_slopes = &r->alibi;
+})
+MUT(alibi_batch, {
+    dense(&r->alibi, FJ_DTYPE_F32, 2, (int64_t[]){3, 4});
+    r->desc.alibi_slopes = &r->alibi;
+})
+MUT(alibi_null_data, {
+    r->alibi.data = NULL;
+    r->desc.alibi_slopes = &r->alibi;
+})
+MUT(bias_heads, {
+    r->bias.shape[1] = 2;
+    r->desc.bias = &r->bias;
+})
+MUT(bias_keys, {
+    r->bias.shape[3] = 31;
+    r->desc.bias = &r->bias;
+})
+MUT(bias_dtype, {
+    r->bias.dtype = FJ_DTYPE_F16;
+    r->desc.bias = &r->bias;
+})
+MUT(bias_ndim, {
+    r->bias.ndim = 3;
+    r->desc.bias = &r->bias;
+})
+MUT(mask_dtype, {
+    r->mask.dtype = FJ_DTYPE_F32;
+    r->desc.mask = &r->mask;
+})
+MUT(mask_rows, {
+    r->mask.shape[2] = 15;
+    r->desc.mask = &r->mask;
+})
+MUT(q_bool, r->q.dtype = r->k.dtype = r->v.dtype = r->out.dtype = FJ_DTYPE_BOOL)
 MUT(batch_huge, {
     r->q.shape[0] = r->k.shape[0] = r->v.shape[0] = r->out.shape[0] = 70000;
     r->use_lse = 0;
@@ -191,6 +240,25 @@ static const bad_case bad_cases[] = {
      "desc.mod_args is NULL but desc.mod_args_count = 4"},
     {"mod_args aligned", args_misaligned, 0, FJ_ERR_INVALID_ARGUMENT, "is not aligned"},
     {"batch huge", batch_huge, 0, FJ_ERR_UNSUPPORTED, "batch = 70000"},
+    {"alibi ndim", alibi_ndim, 0, FJ_ERR_INVALID_ARGUMENT, "desc.alibi_slopes.ndim = 3"},
+    {"alibi dtype", alibi_dtype, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.alibi_slopes.dtype = bf16, expected f32"},
+    {"alibi heads", alibi_heads, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.alibi_slopes.shape[0] (heads_q) = 2, expected 4"},
+    {"alibi batch", alibi_batch, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.alibi_slopes.shape[0] (batch) = 3, expected 2"},
+    {"alibi data", alibi_null_data, 0, FJ_ERR_INVALID_ARGUMENT, "desc.alibi_slopes.data is NULL"},
+    {"bias heads", bias_heads, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.bias.shape[1] = 2, expected 1 or 4 (heads_q)"},
+    {"bias keys", bias_keys, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.bias.shape[3] (seqlen_k) = 31, expected 32"},
+    {"bias dtype", bias_dtype, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.bias.dtype = f16, expected f32 or q.dtype = bf16"},
+    {"bias ndim", bias_ndim, 0, FJ_ERR_INVALID_ARGUMENT, "desc.bias.ndim = 3, expected 4"},
+    {"mask dtype", mask_dtype, 0, FJ_ERR_INVALID_ARGUMENT, "desc.mask.dtype = f32, expected bool"},
+    {"mask rows", mask_rows, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.mask.shape[2] = 15, expected 1 or 16 (seqlen_q)"},
+    {"q bool", q_bool, 0, FJ_ERR_INVALID_ARGUMENT, "q.dtype = bool"},
 };
 
 static void test_every_rejected_field(void **state)
@@ -247,6 +315,19 @@ static void test_valid_request_is_resolved(void **state)
     assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);
     assert_float_equal(p.scale, -0.5f, 0);
 
+    /* Score terms: broadcast dimensions resolve to stride 0. */
+    r.desc.alibi_slopes = &r.alibi;
+    r.desc.bias = &r.bias;
+    r.desc.mask = &r.mask;
+    assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);
+    assert_ptr_equal(p.alibi, &r.alibi);
+    assert_int_equal(p.alibi_stride_b, 0);
+    assert_int_equal(p.bias_stride[0], 4 * 16 * 32);
+    assert_int_equal(p.bias_stride[2], 32);
+    assert_int_equal(p.mask_stride[0], 32);
+    assert_int_equal(p.mask_stride[1], 0);
+    assert_int_equal(p.mask_stride[2], 0);
+
     /* Permuted ([b, h, s, d]) strides are fine for every tensor, out included. */
     baseline(&r);
     r.out.stride[0] = 16 * 4 * 48;
@@ -275,9 +356,58 @@ static void test_plan_pads_and_fits_local_memory(void **state)
     assert_false(v.local_mask);
 }
 
+/* Which kernel design serves a request on a Hopper device, and when it falls back. */
+static void test_plan_paths_on_hopper(void **state)
+{
+    (void)state;
+    request r;
+    baseline(&r);
+    fj__problem p;
+    fj__err err = {{0}};
+    fj_device_info hopper = {.backend = FJ_BACKEND_CUDA, .compute_units = 132,
+                             .local_memory = 232448};
+    snprintf(hopper.arch, sizeof hopper.arch, "sm_90a");
+    fj__variant v;
+    assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);
+    fj__plan_forward(&p, &hopper, NULL, &v);
+    assert_int_equal(v.path, FJ__PATH_WGMMA);
+    assert_int_equal(v.head_dim_pad, 64);
+    assert_true(fj__variant_fits(&v, &hopper));
+    assert_true(v.persistent); /* no band */
+    fj__plan_forward(&p, &hopper, "path=mma", &v);
+    assert_int_equal(v.path, FJ__PATH_MMA);
+    /* A configuration that does not fit is ignored. */
+    fj__plan_forward(&p, &hopper, "tile_n=256,stages=4", &v);
+    assert_int_equal(v.path, FJ__PATH_WGMMA);
+    assert_true(fj__variant_fits(&v, &hopper));
+    /* Causal: one block per tile. */
+    r.desc.causal = 1;
+    assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);
+    fj__plan_forward(&p, &hopper, NULL, &v);
+    assert_false(v.persistent);
+    /* Score terms run on the SIMT kernel; so does f32. */
+    r.desc.alibi_slopes = &r.alibi;
+    assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);
+    fj__plan_forward(&p, &hopper, NULL, &v);
+    assert_int_equal(v.path, FJ__PATH_SIMT);
+    assert_true(v.alibi);
+    baseline(&r);
+    r.q.dtype = r.k.dtype = r.v.dtype = r.out.dtype = FJ_DTYPE_F32;
+    assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);
+    fj__plan_forward(&p, &hopper, NULL, &v);
+    assert_int_equal(v.path, FJ__PATH_SIMT);
+    /* Before Hopper: the mma.sync kernel. */
+    baseline(&r);
+    snprintf(hopper.arch, sizeof hopper.arch, "sm_80");
+    assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);
+    fj__plan_forward(&p, &hopper, NULL, &v);
+    assert_int_equal(v.path, FJ__PATH_MMA);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plan_paths_on_hopper),
         cmocka_unit_test(test_every_rejected_field),
         cmocka_unit_test(test_valid_request_is_resolved),
         cmocka_unit_test(test_plan_pads_and_fits_local_memory),

@@ -50,7 +50,11 @@ static int usage(FILE *f)
             "  --layout bshd|bhsd|padded [bshd]   --no-lse\n"
             "  --reps N [5] timed calls   --seed N [fresh]   --no-check   --cache PATH\n"
             "  --mask-mod EXPR   --score-mod EXPR   --mod-args X,Y,... (arg[0], arg[1], ...)\n"
-            "      e.g. --mask-mod \"q / 64 == k / 64\" --score-mod \"s - arg[h] * abs(q - k)\"\n");
+            "      e.g. --mask-mod \"q / 64 == k / 64\" --score-mod \"s - arg[h] * abs(q - k)\"\n"
+            "  --alibi heads|batch     random ALiBi slopes, [heads] or [batch, heads]\n"
+            "  --bias full|heads|keys  random bias [b, h, sq, sk], [1, h, sq, sk] or a key bias\n"
+            "                          broadcast by stride 0; --bias-f32: in f32, else the dtype\n"
+            "  --mask random|keys      random bool mask [b, h, sq, sk], or key padding [b, 1, 1, sk]\n");
     return 2;
 }
 
@@ -134,6 +138,10 @@ static int cmd_run(int argc, char **argv)
         O_MASKMOD,
         O_SCOREMOD,
         O_MODARGS,
+        O_ALIBI,
+        O_BIAS,
+        O_BIAS_F32,
+        O_MASK,
         O_HELP
     };
     static const struct option opts[] = {{"backend", required_argument, 0, O_BACKEND},
@@ -161,6 +169,10 @@ static int cmd_run(int argc, char **argv)
                                          {"mask-mod", required_argument, 0, O_MASKMOD},
                                          {"score-mod", required_argument, 0, O_SCOREMOD},
                                          {"mod-args", required_argument, 0, O_MODARGS},
+                                         {"alibi", required_argument, 0, O_ALIBI},
+                                         {"bias", required_argument, 0, O_BIAS},
+                                         {"bias-f32", no_argument, 0, O_BIAS_F32},
+                                         {"mask", required_argument, 0, O_MASK},
                                          {"help", no_argument, 0, O_HELP},
                                          {0, 0, 0, 0}};
     fjh_case c;
@@ -232,10 +244,31 @@ static int cmd_run(int argc, char **argv)
             free(copy);
             break;
         }
+        case O_ALIBI:
+            c.alibi = !strcmp(optarg, "heads") ? 1 : !strcmp(optarg, "batch") ? 2 : -1;
+            if (c.alibi < 0)
+                return fprintf(stderr, "flashjit: --alibi takes heads or batch\n"), 2;
+            break;
+        case O_BIAS:
+            c.bias = !strcmp(optarg, "full")    ? 1
+                     : !strcmp(optarg, "heads") ? 2
+                     : !strcmp(optarg, "keys")  ? 3
+                                                : -1;
+            if (c.bias < 0)
+                return fprintf(stderr, "flashjit: --bias takes full, heads or keys\n"), 2;
+            break;
+        case O_BIAS_F32: c.bias_f32 = 1; break;
+        case O_MASK:
+            c.mask = !strcmp(optarg, "random") ? 1 : !strcmp(optarg, "keys") ? 2 : -1;
+            if (c.mask < 0)
+                return fprintf(stderr, "flashjit: --mask takes random or keys\n"), 2;
+            break;
         case O_HELP: usage(stdout); return 0;
         default: return usage(stderr);
         }
     }
+    if (c.bias_f32 && !c.bias)
+        c.bias = 1;
     c.heads_kv = kv_heads ? kv_heads : c.heads_q;
     c.mod_args = nargs ? mod_args : NULL;
     c.mod_args_count = nargs;
