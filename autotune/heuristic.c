@@ -206,7 +206,11 @@ int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
             found = 1;
         }
         if (!strcmp(name, "persistent")) {
-            v->persistent = value != 0;
+            if (value < 0 || value > 2)
+                return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                                "FLASHJIT_CONFIG: persistent = %d, expected 0..2", value),
+                       -1;
+            v->persistent = (uint8_t)value;
             found = 1;
         }
         if (!strcmp(name, "stages")) {

@@ -123,6 +123,31 @@ static fj_status tensor_map_of(fj_context *ctx, const fj_tensor *t, uint32_t row
     return ctx->ops->tensor_map(ctx->backend, &d, map);
 }
 
+/* The tile counter of stream (two ints, zero between launches), or NULL when there is none to
+** give: the kernel then runs one tile per block. */
+static int32_t *tile_counter(fj_context *ctx, void *stream)
+{
+    if (!ctx->tile_counters) {
+        static const int32_t zeros[2 * FJ__TILE_COUNTERS];
+        void *mem = NULL;
+        if (ctx->ops->mem_alloc(ctx->backend, sizeof zeros, &mem) != FJ_OK)
+            return NULL;
+        if (ctx->ops->copy_h2d(ctx->backend, mem, zeros, sizeof zeros) != FJ_OK) {
+            ctx->ops->mem_free(ctx->backend, mem);
+            return NULL;
+        }
+        ctx->tile_counters = mem;
+    }
+    int i = 0;
+    while (i < ctx->ncounter_streams && ctx->counter_streams[i] != stream)
+        i++;
+    if (i == FJ__TILE_COUNTERS)
+        return NULL;
+    if (i == ctx->ncounter_streams)
+        ctx->counter_streams[ctx->ncounter_streams++] = stream;
+    return (int32_t *)ctx->tile_counters + 2 * i;
+}
+
 fj_status fj__forward_variant(fj_context *ctx, const fj__problem *p, const fj__variant *v,
                               void *stream)
 {
@@ -161,10 +186,14 @@ fj_status fj__forward_variant(fj_context *ctx, const fj__problem *p, const fj__v
         }
         l.nargs += 6;
         args[l.nargs++] = (fj__arg){.kind = FJ__ARG_I32, .v.i32 = (int32_t)p->batch};
-        /* Work tiles in one dimension; persistent: no more blocks than SMs (one fits each). */
+        int32_t *counter = v->persistent == 2 ? tile_counter(ctx, stream) : NULL;
+        args[l.nargs++] = (fj__arg){.kind = FJ__ARG_PTR, .v.ptr = counter};
+        /* Work tiles in one dimension; persistent: no more blocks than SMs (one fits each),
+        ** unless a dynamic schedule has no counter. */
         uint64_t work = (uint64_t)l.grid[0] * l.grid[1] * l.grid[2];
         uint64_t sms = ctx->device.compute_units > 0 ? (uint64_t)ctx->device.compute_units : work;
-        l.grid[0] = (uint32_t)(v->persistent && sms < work ? sms : work);
+        int persistent = v->persistent == 1 || (v->persistent == 2 && counter);
+        l.grid[0] = (uint32_t)(persistent && sms < work ? sms : work);
         l.grid[1] = l.grid[2] = 1;
     }
     return ctx->ops->launch(ctx->backend, kernel->handle, &l, stream);

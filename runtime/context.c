@@ -192,6 +192,8 @@ void fj_context_destroy(fj_context *ctx)
     fj__tuned_release(ctx);
     fj__mods_release(ctx);
     if (ctx->backend) {
+        if (ctx->tile_counters)
+            ctx->ops->mem_free(ctx->backend, ctx->tile_counters);
         fj__kernels_release(ctx);
         ctx->ops->destroy(ctx->backend);
     }

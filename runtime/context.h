@@ -6,6 +6,7 @@
 #include "../cache/cache.h"
 
 #define FJ__PLAN_KEY 18
+#define FJ__TILE_COUNTERS 64
 
 /* A kernel loaded in this context. */
 typedef struct fj__kernel {
@@ -46,6 +47,12 @@ struct fj_context {
     struct fj__mod *mods; /* mask/score expressions parsed so far, kept for the context's life:
                           ** variants point at their canonical texts */
     size_t nmods, capmods;
+
+    /* Tile counters of dynamically scheduled kernels: two ints for each stream that launched
+    ** one (launches on one stream never overlap, and each leaves its counter at zero). */
+    void *tile_counters; /* device memory, FJ__TILE_COUNTERS pairs, zeroed at allocation */
+    void *counter_streams[FJ__TILE_COUNTERS];
+    int ncounter_streams;
 };
 
 /* A parsed expression: its source as given, and the tree with the canonical text. */

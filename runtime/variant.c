@@ -35,11 +35,11 @@ const char *fj__variant_path(const fj__variant *v)
 uint32_t fj__variant_shared_bytes(const fj__variant *v)
 {
     if (v->path == FJ__PATH_WGMMA) {
-        /* Q, a ring of K and V tiles, 1 + 4 * stages mbarriers, and slack to align the panels
-        ** to 1024 bytes. */
+        /* Q, a ring of K and V tiles, 6 + 4 * stages mbarriers and two tile slots (see the
+        ** template), and slack to align the panels to 1024 bytes. */
         uint32_t q = 2u * (uint32_t)(v->tile_m * v->head_dim_pad);
         uint32_t kv = 2u * (uint32_t)(v->tile_n * (v->head_dim_pad + v->head_dim_v_pad));
-        return q + v->stages * kv + 8u * (1u + 4u * v->stages) + 1024u;
+        return q + v->stages * kv + 8u * (6u + 4u * v->stages) + 8u + 1023u;
     }
     if (v->path != FJ__PATH_MMA)
         return 0; /* the SIMT kernel declares its shared memory statically */
@@ -77,7 +77,7 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_PARAMS])
     BOOL_PARAM(q_in_regs);
     BOOL_PARAM(overlap);
     BOOL_PARAM(pingpong);
-    BOOL_PARAM(persistent);
+    INT_PARAM(persistent);
     BOOL_PARAM(alibi);
     out[n++] = (tpl_param){.name = "bias",
                            .kind = TPL_STR,

@@ -20,8 +20,10 @@
 % -- (64 or 128 or 192), tile_n (multiple of 16), warps (4 * (1 + NC)), stages, local_mask,
 % -- softcap, neg_scale, write_lse, overlap (software-pipeline softmax against P V), pingpong
 % -- (with two consumer warpgroups and overlap: they take turns issuing their products).
-% -- The grid is one block per work tile (BM query rows of a batch and head) or, persistent, one
-% -- block per SM that loops over work tiles (the host decides; the code is the same).
+% -- persistent: 0 one block per work tile (BM query rows of a batch and head); 1 one block per
+% -- SM, each taking every gridDim.x-th tile; 2 one block per SM, tiles after the first taken
+% -- from a counter shared by the grid (tile_counter: two ints, zero at launch and left zero),
+% -- which balances tiles of unequal cost (causal).
 % local fused = not softcap and not neg_scale
 % local NC = tile_m // 64
 % assert(NC >= 1 and NC <= 3 and NC * 64 == tile_m, "tile_m must be 64, 128 or 192")
@@ -32,6 +34,7 @@
 % assert(not pingpong or (NC == 2 and overlap), "pingpong needs two consumer warpgroups and overlap")
 % -- Registers per thread after reallocation: the producer keeps the least the ISA allows.
 % local regs_consumer = ({ 240, 240, 160 })[NC]
+% local dynamic = persistent == 2
 % include("cuda_mma.lua")
 % include("cuda_hopper.lua")
 % include("cuda_attn_common.lua")
@@ -228,7 +231,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 % attn_params_tail(true)
             const __grid_constant__ tmap_t tm_q, const __grid_constant__ tmap_t tm_k,
             const __grid_constant__ tmap_t tm_v, int perm_q, int perm_k, int perm_v,
-            int batches)
+            int batches, int *__restrict__ tile_counter)
 {
     extern __shared__ __align__(1024) unsigned char smem[];
     /* The 128-byte swizzle repeats every 1024 bytes: panels start on such a boundary. */
@@ -242,6 +245,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #define K_EMPTY(s) (bars + 8 * (2 + STAGES + (s)))
 #define V_FULL(s) (bars + 8 * (2 + 2 * STAGES + (s)))
 #define V_EMPTY(s) (bars + 8 * (2 + 3 * STAGES + (s)))
+/* The two-slot ring through which the producer announces dynamically scheduled tiles. */
+#define TILE_FULL(k) (bars + 8 * (2 + 4 * STAGES + (k)))
+#define TILE_EMPTY(k) (bars + 8 * (4 + 4 * STAGES + (k)))
+#define TILE_SLOT(k) (bars + 8 * (6 + 4 * STAGES) + 4 * (k))
 /* Ring position j (counted over all the block's key tiles): slot and phase. */
 #define SLOT(j) ((j) % STAGES)
 #define PHASE(j) (((j) / STAGES) & 1)
@@ -263,6 +270,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             mbar_init(K_EMPTY(s), ${4 * NC}); /* one arrival per consumer warp */
             mbar_init(V_EMPTY(s), ${4 * NC});
         }
+% if dynamic then
+        for (int k = 0; k < 2; k++) {
+            mbar_init(TILE_FULL(k), 1);
+            mbar_init(TILE_EMPTY(k), ${4 * NC});
+        }
+% end
         mbar_init_fence();
     }
     __syncthreads();
@@ -276,15 +289,24 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             tma_prefetch_map(&tm_k);
             tma_prefetch_map(&tm_v);
             int it = 0, qn = 0; /* key tiles and Q tiles loaded so far */
-            for (int w = blockIdx.x; w < work_count; w += gridDim.x) {
+            for (int w = blockIdx.x, n = 0;; n++) {
+% if dynamic then
+                /* Announce the tile (or the end) to the consumers. */
+                mbar_wait(TILE_EMPTY(n & 1), ((n >> 1) & 1) ^ 1);
+                st_shared_u32(TILE_SLOT(n & 1), (u32)w);
+                mbar_arrive(TILE_FULL(n & 1));
+% end
+                if (w >= work_count)
+                    break;
                 const work_tile wt = work_at(w, m_blocks, seqlen_q, seqlen_k, heads_q, heads_kv,
                                              window_left, window_right);
-                if (wt.nb_lo >= wt.nb_hi)
-                    continue; /* no key visible: the consumers only store zeros */
-                mbar_wait(Q_EMPTY, (qn & 1) ^ 1);
-                mbar_arrive_expect(Q_FULL, Q_BYTES);
-                load_panels<D>(sQ, &tm_q, Q_FULL, BM, wt.m0, wt.head, wt.batch, perm_q);
-                qn++;
+                /* With no key visible the consumers only store zeros. */
+                if (wt.nb_lo < wt.nb_hi) {
+                    mbar_wait(Q_EMPTY, (qn & 1) ^ 1);
+                    mbar_arrive_expect(Q_FULL, Q_BYTES);
+                    load_panels<D>(sQ, &tm_q, Q_FULL, BM, wt.m0, wt.head, wt.batch, perm_q);
+                    qn++;
+                }
                 for (int nb = wt.nb_hi - 1; nb >= wt.nb_lo; nb--, it++) {
                     const int s = SLOT(it);
                     const u32 phase = PHASE(it);
@@ -297,7 +319,19 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     load_panels<DV>(sV + s * V_BYTES, &tm_v, V_FULL(s), BN, nb * BN, wt.head_kv,
                                     wt.batch, perm_v);
                 }
+% if dynamic then
+                w = tile_counter ? gridDim.x + atomicAdd(tile_counter, 1) : work_count;
+% else
+                w += gridDim.x;
+% end
             }
+% if dynamic then
+            /* The last block to run out leaves the counter at zero for the next launch. */
+            if (tile_counter && atomicAdd(tile_counter + 1, 1) == (int)gridDim.x - 1) {
+                atomicExch(tile_counter, 0);
+                atomicExch(tile_counter + 1, 0);
+            }
+% end
         }
         return;
     }
@@ -337,7 +371,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     u32 p[BN / 16][4];
     float alpha[2];
     int it = 0, qn = 0; /* key tiles and Q tiles consumed so far, as the producer counts them */
-    for (int w = blockIdx.x; w < work_count; w += gridDim.x) {
+    for (int w = blockIdx.x, n = 0;; n++) {
+% if dynamic then
+        mbar_wait(TILE_FULL(n & 1), (n >> 1) & 1);
+        w = (int)ld_shared_u32(TILE_SLOT(n & 1));
+        warp_arrive(TILE_EMPTY(n & 1));
+% end
+        if (w >= work_count)
+            break;
         const work_tile wt = work_at(w, m_blocks, seqlen_q, seqlen_k, heads_q, heads_kv,
                                      window_left, window_right);
         const int nb_hi = wt.nb_hi, tiles = wt.nb_hi - wt.nb_lo;
@@ -448,6 +489,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         }
 % end
         it += tiles;
+% if not dynamic then
+        w += gridDim.x;
+% end
 
         /* Normalise and store; a row that saw no key gets 0 and lse -inf. */
         elem_t *o_tile = out + wt.batch * o_sb + wt.head * o_sh;

@@ -48,6 +48,17 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity)
     } while (!done);
 }
 
+__device__ __forceinline__ void st_shared_u32(u32 addr, u32 v)
+{
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ u32 ld_shared_u32(u32 addr)
+{
+    u32 v;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
+    return v;
+}
+
 /* ---- bulk tensor copies ----------------------------------------------------------------- */
 /* Copies one box of a rank-4 tensor to shared memory; the barrier counts its bytes. Elements
 ** outside the tensor arrive as zeros. */
