@@ -295,8 +295,10 @@ void fj__plan_forward(const fj__problem *p, const fj_device_info *dev, const cha
     v->mask_tensor = p->mask != NULL;
     v->write_lse = p->lse != NULL;
 
-    /* Expressions, ALiBi, bias and mask tensors run on the SIMT kernels only, so far. */
+    /* Expressions, ALiBi, bias and mask tensors, and head dims beyond 256 run on the SIMT
+    ** kernels only, so far. */
     int tensor_cores = dev->backend == FJ_BACKEND_CUDA && sm_version(dev) >= 80 && !p->mask_mod &&
+                       v->head_dim_pad <= 256 && v->head_dim_v_pad <= 256 &&
                        !p->score_mod && !v->alibi && !v->bias && !v->mask_tensor &&
                        (p->dtype == FJ_DTYPE_F16 || p->dtype == FJ_DTYPE_BF16) &&
                        rows_are_16b_aligned(p->q) && rows_are_16b_aligned(p->k) &&

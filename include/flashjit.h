@@ -228,7 +228,8 @@ FJ_API void fj_attention_desc_init(fj_attention_desc *desc);
 ** keys are all masked gets out = 0 and lse = -inf.
 **
 ** desc may be NULL for the defaults. q, k, v and out share one dtype (f16, bf16 or f32);
-** head_dim and head_dim_v are 1..256 and may differ. Accumulation is in float32.
+** head_dim and head_dim_v are 1..576 and may differ (up to 256 on tensor cores; beyond, the SIMT
+** kernels serve). Accumulation is in float32.
 ** stream is the backend's queue: a CUstream for CUDA (NULL: the default stream), a
 ** cl_command_queue for OpenCL (NULL: the context's own queue). The call is asynchronous with
 ** respect to the host; fj_synchronize() waits.

@@ -9,7 +9,7 @@
 /* Sizes the kernels index with 32-bit integers; beyond these a request is unsupported. */
 #define FJ__MAX_SEQLEN (1LL << 30)
 #define FJ__MAX_GRID_DIM 65535
-#define FJ__MAX_HEAD_DIM 256
+#define FJ__MAX_HEAD_DIM 576 /* DeepSeek's 576 / 512; beyond 256 the SIMT kernels serve */
 
 /* The size of the first published fj_attention_desc: the smallest struct_size accepted. */
 #define FJ__DESC_V1_SIZE (offsetof(fj_attention_desc, softcap) + sizeof(float))

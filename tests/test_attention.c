@@ -99,14 +99,16 @@ static void test_head_dims(void **state)
 {
     static const int64_t dims[][2] = {{8, 8},     {40, 40},   {72, 72},   {96, 96},
                                       {128, 128}, {200, 200}, {256, 256}, {72, 40},
-                                      {40, 200},  {256, 8},   {128, 64}};
-    fjh_case cases[11];
-    for (size_t i = 0; i < 11; i++) {
+                                      {40, 200},  {256, 8},   {128, 64},  {192, 128},
+                                      {320, 320}, {512, 512}, {576, 512}, {64, 400}};
+    enum { N = sizeof dims / sizeof dims[0] };
+    fjh_case cases[N];
+    for (size_t i = 0; i < N; i++) {
         cases[i] = base(129, 129, dims[i][0], FJ_DTYPE_BF16);
         cases[i].head_dim_v = dims[i][1];
         cases[i].desc.causal = (int)(i % 2);
     }
-    run_cases(state, cases, 11);
+    run_cases(state, cases, N);
 }
 
 static void test_dtypes(void **state)

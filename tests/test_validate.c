@@ -97,13 +97,13 @@ MUT(gqa, {
     r->out.shape[2] = 3;
     r->lse.shape[1] = 3;
 })
-MUT(d300, {
-    r->q.shape[3] = 300;
-    r->k.shape[3] = 300;
+MUT(d600, {
+    r->q.shape[3] = 600;
+    r->k.shape[3] = 600;
 })
-MUT(dv300, {
-    dense(&r->v, FJ_DTYPE_BF16, 4, (int64_t[]){2, 32, 2, 300});
-    dense(&r->out, FJ_DTYPE_BF16, 4, (int64_t[]){2, 16, 4, 300});
+MUT(dv600, {
+    dense(&r->v, FJ_DTYPE_BF16, 4, (int64_t[]){2, 32, 2, 600});
+    dense(&r->out, FJ_DTYPE_BF16, 4, (int64_t[]){2, 16, 4, 600});
 })
 MUT(lse_dtype, r->lse.dtype = FJ_DTYPE_BF16)
 MUT(lse_ndim, r->lse.ndim = 4)
@@ -213,8 +213,8 @@ static const bad_case bad_cases[] = {
     {"out overlap", out_overlap2, 0, FJ_ERR_INVALID_ARGUMENT, "makes elements overlap"},
     {"gqa", gqa, 0, FJ_ERR_INVALID_ARGUMENT,
      "q.shape[2] (heads_q) = 3 is not a multiple of k.shape[2] (heads_kv) = 2"},
-    {"head dim 300", d300, 0, FJ_ERR_UNSUPPORTED, "q.shape[3] (head_dim) = 300 exceeds 256"},
-    {"head dim v 300", dv300, 0, FJ_ERR_UNSUPPORTED, "v.shape[3] (head_dim_v) = 300 exceeds 256"},
+    {"head dim 600", d600, 0, FJ_ERR_UNSUPPORTED, "q.shape[3] (head_dim) = 600 exceeds 576"},
+    {"head dim v 600", dv600, 0, FJ_ERR_UNSUPPORTED, "v.shape[3] (head_dim_v) = 600 exceeds 576"},
     {"lse dtype", lse_dtype, 0, FJ_ERR_INVALID_ARGUMENT, "lse.dtype = bf16, expected f32"},
     {"lse ndim", lse_ndim, 0, FJ_ERR_INVALID_ARGUMENT, "lse.ndim = 4, expected 3"},
     {"lse seqlen", lse_seq, 0, FJ_ERR_INVALID_ARGUMENT,
