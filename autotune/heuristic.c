@@ -293,11 +293,13 @@ void fj__plan_forward(const fj__problem *p, const fj_device_info *dev, const cha
     v->alibi = p->alibi != NULL;
     v->bias = !p->bias ? 0 : p->bias->dtype == FJ_DTYPE_F32 ? 1 : 2;
     v->mask_tensor = p->mask != NULL;
+    v->varlen = (uint8_t)((p->cu_seqlens_q != NULL) + (p->seqused_k != NULL));
     v->write_lse = p->lse != NULL;
 
-    /* Expressions, ALiBi, bias and mask tensors, and head dims beyond 256 run on the SIMT
-    ** kernels only, so far. */
-    int tensor_cores = dev->backend == FJ_BACKEND_CUDA && sm_version(dev) >= 80 && !p->mask_mod &&
+    /* Variable lengths, expressions, ALiBi, bias and mask tensors, and head dims beyond 256 run
+    ** on the SIMT kernels only, so far. */
+    int tensor_cores = dev->backend == FJ_BACKEND_CUDA && sm_version(dev) >= 80 && !v->varlen &&
+                       !p->mask_mod &&
                        v->head_dim_pad <= 256 && v->head_dim_v_pad <= 256 &&
                        !p->score_mod && !v->alibi && !v->bias && !v->mask_tensor &&
                        (p->dtype == FJ_DTYPE_F16 || p->dtype == FJ_DTYPE_BF16) &&

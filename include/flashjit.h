@@ -69,7 +69,8 @@ typedef enum fj_dtype {
     FJ_DTYPE_F32 = 2,
     FJ_DTYPE_F8_E4M3 = 3,
     FJ_DTYPE_F8_E5M2 = 4,
-    FJ_DTYPE_BOOL = 5 /* one byte, nonzero is true: masks */
+    FJ_DTYPE_BOOL = 5, /* one byte, nonzero is true: masks */
+    FJ_DTYPE_I32 = 6   /* sequence offsets and lengths */
 } fj_dtype;
 
 /* Size of one element in bytes, or 0 for a value outside the enum. */
@@ -216,6 +217,21 @@ typedef struct fj_attention_desc {
     const fj_tensor *alibi_slopes;
     const fj_tensor *bias;
     const fj_tensor *mask;
+    /* Variable lengths (NULL: off), as FlashAttention's varlen functions: q, k, v and out are
+    ** packed [total_tokens, heads, dim] (ndim 3) and sequence b holds rows
+    ** cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 of q and out, cu_seqlens_k[b] ..
+    ** cu_seqlens_k[b + 1] - 1 of k and v. Both are FJ_DTYPE_I32 [batch + 1] in device memory;
+    ** seqused_k (optional, I32 [batch]) keeps only the first seqused_k[b] keys of sequence b.
+    ** max_seqlen_q and max_seqlen_k (>= 1) bound the lengths: the grid is sized by them. The
+    ** host cannot read device memory, so the kernels clamp offsets into the tensors and lengths
+    ** to the maxima instead of trusting them. lse is [heads_q, total_q]. Causal and windows
+    ** align each sequence's keys to its queries bottom-right. Not with bias or mask tensors.
+    ** Runs on the SIMT kernels for now. */
+    const fj_tensor *cu_seqlens_q;
+    const fj_tensor *cu_seqlens_k;
+    const fj_tensor *seqused_k;
+    int64_t max_seqlen_q;
+    int64_t max_seqlen_k;
 } fj_attention_desc;
 
 /* Fills *desc with the defaults (plain non-causal attention) and sets struct_size. NULL is a

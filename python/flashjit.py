@@ -10,7 +10,8 @@ stream. Errors raise FlashjitError with the library's message (which names the b
 import ctypes
 import os
 
-_DTYPES = {"torch.float16": 0, "torch.bfloat16": 1, "torch.float32": 2, "torch.bool": 5}
+_DTYPES = {"torch.float16": 0, "torch.bfloat16": 1, "torch.float32": 2, "torch.bool": 5,
+           "torch.int32": 6}
 _BACKENDS = {"auto": 0, "cuda": 1, "opencl": 2}
 _SOURCES = ["none", "memory", "user cache", "shipped cache", "compiled"]
 
@@ -34,7 +35,9 @@ class _AttentionDesc(ctypes.Structure):
                 ("mask_mod", ctypes.c_char_p), ("score_mod", ctypes.c_char_p),
                 ("mod_args", ctypes.c_void_p), ("mod_args_count", ctypes.c_int64),
                 ("alibi_slopes", ctypes.POINTER(_Tensor)), ("bias", ctypes.POINTER(_Tensor)),
-                ("mask", ctypes.POINTER(_Tensor))]
+                ("mask", ctypes.POINTER(_Tensor)), ("cu_seqlens_q", ctypes.POINTER(_Tensor)),
+                ("cu_seqlens_k", ctypes.POINTER(_Tensor)), ("seqused_k", ctypes.POINTER(_Tensor)),
+                ("max_seqlen_q", ctypes.c_int64), ("max_seqlen_k", ctypes.c_int64)]
 
 
 class _CallInfo(ctypes.Structure):
@@ -107,14 +110,17 @@ class Context:
 
     def forward(self, q, k, v, out=None, lse=None, causal=False, window=(-1, -1), softcap=0.0,
                 scale=0.0, mask_mod=None, score_mod=None, mod_args=None, alibi_slopes=None,
-                bias=None, mask=None, stream=None):
+                bias=None, mask=None, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None,
+                max_seqlen_q=0, max_seqlen_k=0, stream=None):
         """mask_mod / score_mod: expression strings (see flashjit.h); mod_args: a float32 or
         int32 tensor on the device, read by arg[i] / iarg[i]. alibi_slopes: float32 [hq] or
         [b, hq]; bias (float32 or q's dtype) and mask (bool): [b | 1, hq | 1, sq | 1, sk],
-        expanded (stride-0) tensors welcome."""
+        expanded (stride-0) tensors welcome. Variable lengths: q, k, v packed [total, heads, dim]
+        with int32 cu_seqlens_q / cu_seqlens_k [batch + 1], optional seqused_k [batch], and the
+        maxima max_seqlen_q / max_seqlen_k."""
         import torch
         if out is None:
-            out = torch.empty(q.shape[:3] + (v.shape[3],), dtype=q.dtype, device=q.device)
+            out = torch.empty(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype, device=q.device)
         desc = _AttentionDesc()
         self.lib.fj_attention_desc_init(ctypes.byref(desc))
         desc.causal = int(causal)
@@ -129,7 +135,10 @@ class Context:
             desc.mod_args = mod_args.data_ptr()
             desc.mod_args_count = mod_args.numel()
         terms = {}  # keeps the ctypes structures alive through the call
-        for name, t in (("alibi_slopes", alibi_slopes), ("bias", bias), ("mask", mask)):
+        desc.max_seqlen_q, desc.max_seqlen_k = max_seqlen_q, max_seqlen_k
+        for name, t in (("alibi_slopes", alibi_slopes), ("bias", bias), ("mask", mask),
+                        ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k),
+                        ("seqused_k", seqused_k)):
             if t is not None:
                 terms[name] = _tensor(t)
                 setattr(desc, name, ctypes.pointer(terms[name]))

@@ -42,14 +42,13 @@ static int forward_args(const fj__problem *p, fj__arg args[FJ__MAX_ARGS])
     I32(p->heads_kv);
     I32(p->head_dim);
     I32(p->head_dim_v);
-    const fj_tensor *t4[] = {p->q, p->k, p->v, p->out};
     for (int i = 0; i < 4; i++) {
-        I64(t4[i]->stride[0]);
-        I64(t4[i]->stride[1]);
-        I64(t4[i]->stride[2]);
+        I64(p->strides[i][0]);
+        I64(p->strides[i][1]);
+        I64(p->strides[i][2]);
     }
     for (int i = 0; i < 3; i++)
-        I64(p->lse ? p->lse->stride[i] : 0);
+        I64(p->lse_stride[i]);
     /* Without soft-capping q.k is scaled straight to log2 units; with it, to the tanh argument,
     ** and the cap carries the log2 factor. */
     if (p->softcap > 0.0f) {
@@ -73,6 +72,12 @@ static int forward_args(const fj__problem *p, fj__arg args[FJ__MAX_ARGS])
     PTR(p->mask ? p->mask->data : p->out->data);
     for (int i = 0; i < 3; i++)
         I64(p->mask_stride[i]);
+    /* Variable lengths: offsets, used lengths, and the packed tensors' rows. */
+    PTR(p->cu_seqlens_q ? p->cu_seqlens_q->data : p->out->data);
+    PTR(p->cu_seqlens_k ? p->cu_seqlens_k->data : p->out->data);
+    PTR(p->seqused_k ? p->seqused_k->data : p->out->data);
+    I32(p->cu_seqlens_q ? p->q->shape[0] : 0);
+    I32(p->cu_seqlens_q ? p->k->shape[0] : 0);
 #undef PTR
 #undef I32
 #undef I64
@@ -288,7 +293,8 @@ static void plan_key(const fj__problem *p, int64_t key[FJ__PLAN_KEY])
                                      aligned,
                                      p->alibi != NULL,
                                      p->bias ? 1 + (int64_t)p->bias->dtype : 0,
-                                     p->mask != NULL};
+                                     p->mask != NULL,
+                                     (p->cu_seqlens_q != NULL) + (p->seqused_k != NULL)};
     memcpy(key, k, sizeof k);
 }
 

@@ -66,6 +66,12 @@ typedef struct fj__problem {
     /* Score terms (NULL: none). Broadcast dimensions have stride 0 in the strides below. */
     const fj_tensor *alibi, *bias, *mask;
     int64_t alibi_stride_b;     /* slopes of batch b start at b * alibi_stride_b */
+    /* Batch, row and head strides of q, k, v, out (batch 0 when packed) and lse's batch, head
+    ** and row strides, whatever the tensors' ranks. */
+    int64_t strides[4][3];
+    int64_t lse_stride[3];
+    /* Variable lengths: batch is the number of sequences, seqlen_q/k their maxima. */
+    const fj_tensor *cu_seqlens_q, *cu_seqlens_k, *seqused_k; /* NULL: not packed */
     int64_t bias_stride[3];     /* batch, head, query row; keys are contiguous */
     int64_t mask_stride[3];
 } fj__problem;
@@ -115,6 +121,7 @@ typedef struct fj__variant {
     uint8_t alibi;      /* ALiBi slopes */
     uint8_t bias;       /* additive bias: 0 none, 1 f32, 2 in q's dtype */
     uint8_t mask_tensor;
+    uint8_t varlen; /* 0 dense, 1 packed sequences, 2 and seqused_k */
     const char *mask_mod; /* canonical expression texts, interned by the context (NULL: none) */
     const char *score_mod;
 } fj__variant;

@@ -30,7 +30,8 @@ size_t fj_dtype_size(fj_dtype dtype)
     switch (dtype) {
     case FJ_DTYPE_F16:
     case FJ_DTYPE_BF16: return 2;
-    case FJ_DTYPE_F32: return 4;
+    case FJ_DTYPE_F32:
+    case FJ_DTYPE_I32: return 4;
     case FJ_DTYPE_F8_E4M3:
     case FJ_DTYPE_F8_E5M2:
     case FJ_DTYPE_BOOL: return 1;
@@ -47,6 +48,7 @@ const char *fj__dtype_name(fj_dtype dtype)
     case FJ_DTYPE_F8_E4M3: return "f8e4m3";
     case FJ_DTYPE_F8_E5M2: return "f8e5m2";
     case FJ_DTYPE_BOOL: return "bool";
+    case FJ_DTYPE_I32: return "i32";
     }
     return "?";
 }

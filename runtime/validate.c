@@ -196,29 +196,35 @@ static fj_status check_score_terms(const fj_attention_desc *d, fj__problem *p, f
     return FJ_OK;
 }
 
-fj_status fj__validate_forward(const fj_attention_desc *desc, const fj_tensor *q,
-                               const fj_tensor *k, const fj_tensor *v, const fj_tensor *out,
-                               const fj_tensor *lse, fj__problem *p, fj__err *err)
+/* The dtypes of q, k, v and out: one floating type. */
+static fj_status check_dtypes(const fj_tensor *q, const fj_tensor *k, const fj_tensor *v,
+                              const fj_tensor *out, fj__err *err)
 {
-    memset(p, 0, sizeof *p);
-    fj_attention_desc d;
-    TRY(check_desc(desc, &d, err));
-    TRY(check_tensor(q, "q", 4, err));
-    TRY(check_tensor(k, "k", 4, err));
-    TRY(check_tensor(v, "v", 4, err));
-    TRY(check_tensor(out, "out", 4, err));
-
     if (q->dtype == FJ_DTYPE_F8_E4M3 || q->dtype == FJ_DTYPE_F8_E5M2)
         return fj__fail(err, FJ_ERR_UNSUPPORTED, "q.dtype = %s: fp8 attention is not supported yet",
                         fj__dtype_name(q->dtype));
-    if (q->dtype == FJ_DTYPE_BOOL)
-        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "q.dtype = bool, expected f16, bf16 or f32");
+    if (q->dtype == FJ_DTYPE_BOOL || q->dtype == FJ_DTYPE_I32)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "q.dtype = %s, expected f16, bf16 or f32",
+                        fj__dtype_name(q->dtype));
     const fj_tensor *same[] = {k, v, out};
     const char *names[] = {"k", "v", "out"};
     for (int i = 0; i < 3; i++)
         if (same[i]->dtype != q->dtype)
             return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "%s.dtype = %s differs from q.dtype = %s",
                             names[i], fj__dtype_name(same[i]->dtype), fj__dtype_name(q->dtype));
+    return FJ_OK;
+}
+
+/* Dense [batch, seqlen, heads, dim] tensors and lse [batch, heads_q, seqlen_q]. */
+static fj_status check_dense(const fj_tensor *q, const fj_tensor *k, const fj_tensor *v,
+                             const fj_tensor *out, const fj_tensor *lse, fj__problem *p,
+                             fj__err *err)
+{
+    TRY(check_tensor(q, "q", 4, err));
+    TRY(check_tensor(k, "k", 4, err));
+    TRY(check_tensor(v, "v", 4, err));
+    TRY(check_tensor(out, "out", 4, err));
+    TRY(check_dtypes(q, k, v, out, err));
 
     p->batch = q->shape[0];
     p->seqlen_q = q->shape[1];
@@ -227,7 +233,6 @@ fj_status fj__validate_forward(const fj_attention_desc *desc, const fj_tensor *q
     p->seqlen_k = k->shape[1];
     p->heads_kv = k->shape[2];
     p->head_dim_v = v->shape[3];
-    p->dtype = q->dtype;
 
     TRY(check_dim(err, "k", 0, k->shape[0], p->batch, "batch"));
     TRY(check_dim(err, "k", 3, k->shape[3], p->head_dim, "head_dim, as q.shape[3]"));
@@ -239,24 +244,9 @@ fj_status fj__validate_forward(const fj_attention_desc *desc, const fj_tensor *q
     TRY(check_dim(err, "out", 2, out->shape[2], p->heads_q, "heads_q, as q.shape[2]"));
     TRY(check_dim(err, "out", 3, out->shape[3], p->head_dim_v, "head_dim_v, as v.shape[3]"));
     TRY(check_no_overlap(out, "out", err));
-
-    if (p->heads_q % p->heads_kv != 0)
-        return fj__fail(
-            err, FJ_ERR_INVALID_ARGUMENT,
-            "q.shape[2] (heads_q) = %lld is not a multiple of k.shape[2] (heads_kv) = %lld",
-            (long long)p->heads_q, (long long)p->heads_kv);
-    if (p->head_dim > FJ__MAX_HEAD_DIM)
-        return fj__fail(err, FJ_ERR_UNSUPPORTED, "q.shape[3] (head_dim) = %lld exceeds %d",
-                        (long long)p->head_dim, FJ__MAX_HEAD_DIM);
-    if (p->head_dim_v > FJ__MAX_HEAD_DIM)
-        return fj__fail(err, FJ_ERR_UNSUPPORTED, "v.shape[3] (head_dim_v) = %lld exceeds %d",
-                        (long long)p->head_dim_v, FJ__MAX_HEAD_DIM);
-    if (p->seqlen_q > FJ__MAX_SEQLEN || p->seqlen_k > FJ__MAX_SEQLEN)
-        return fj__fail(err, FJ_ERR_UNSUPPORTED, "seqlen_q = %lld, seqlen_k = %lld: at most %lld",
-                        (long long)p->seqlen_q, (long long)p->seqlen_k, FJ__MAX_SEQLEN);
-    if (p->batch > FJ__MAX_GRID_DIM || p->heads_q > FJ__MAX_GRID_DIM)
-        return fj__fail(err, FJ_ERR_UNSUPPORTED, "batch = %lld, heads_q = %lld: at most %d each",
-                        (long long)p->batch, (long long)p->heads_q, FJ__MAX_GRID_DIM);
+    const fj_tensor *t4[4] = {q, k, v, out};
+    for (int i = 0; i < 4; i++)
+        memcpy(p->strides[i], t4[i]->stride, sizeof p->strides[i]);
 
     if (lse) {
         TRY(check_tensor(lse, "lse", 3, err));
@@ -267,7 +257,129 @@ fj_status fj__validate_forward(const fj_attention_desc *desc, const fj_tensor *q
         TRY(check_dim(err, "lse", 1, lse->shape[1], p->heads_q, "heads_q"));
         TRY(check_dim(err, "lse", 2, lse->shape[2], p->seqlen_q, "seqlen_q"));
         TRY(check_no_overlap(lse, "lse", err));
+        memcpy(p->lse_stride, lse->stride, sizeof p->lse_stride);
     }
+    return FJ_OK;
+}
+
+/* An I32 vector of n elements in device memory (cu_seqlens_*, seqused_k); n 0: any >= 2. */
+static fj_status check_i32_vector(const fj_tensor *t, const char *name, int64_t n, fj__err *err)
+{
+    TRY(check_tensor(t, name, 1, err));
+    if (t->dtype != FJ_DTYPE_I32)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "%s.dtype = %s, expected i32", name,
+                        fj__dtype_name(t->dtype));
+    if (n == 0 && t->shape[0] < 2)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                        "%s.shape[0] = %lld, expected batch + 1 >= 2", name,
+                        (long long)t->shape[0]);
+    if (n > 0)
+        TRY(check_dim(err, name, 0, t->shape[0], n, "batch"));
+    return FJ_OK;
+}
+
+/* Packed [total, heads, dim] tensors with sequence offsets, lse [heads_q, total_q]. */
+static fj_status check_packed(const fj_attention_desc *d, const fj_tensor *q, const fj_tensor *k,
+                              const fj_tensor *v, const fj_tensor *out, const fj_tensor *lse,
+                              fj__problem *p, fj__err *err)
+{
+    if (!d->cu_seqlens_q || !d->cu_seqlens_k)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                        "desc.%s is NULL: variable lengths need both cu_seqlens_q and "
+                        "cu_seqlens_k",
+                        d->cu_seqlens_q ? "cu_seqlens_k" : "cu_seqlens_q");
+    TRY(check_i32_vector(d->cu_seqlens_q, "desc.cu_seqlens_q", 0, err));
+    TRY(check_i32_vector(d->cu_seqlens_k, "desc.cu_seqlens_k", d->cu_seqlens_q->shape[0], err));
+    p->batch = d->cu_seqlens_q->shape[0] - 1;
+    if (d->seqused_k)
+        TRY(check_i32_vector(d->seqused_k, "desc.seqused_k", p->batch, err));
+    if (d->max_seqlen_q < 1 || d->max_seqlen_k < 1)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                        "desc.max_seqlen_q = %lld, desc.max_seqlen_k = %lld: both must be >= 1 "
+                        "with variable lengths",
+                        (long long)d->max_seqlen_q, (long long)d->max_seqlen_k);
+    if (d->bias || d->mask)
+        return fj__fail(err, FJ_ERR_UNSUPPORTED,
+                        "desc.%s with variable lengths is not supported", d->bias ? "bias" : "mask");
+
+    TRY(check_tensor(q, "q", 3, err));
+    TRY(check_tensor(k, "k", 3, err));
+    TRY(check_tensor(v, "v", 3, err));
+    TRY(check_tensor(out, "out", 3, err));
+    TRY(check_dtypes(q, k, v, out, err));
+    const int64_t total_q = q->shape[0], total_k = k->shape[0];
+    p->heads_q = q->shape[1];
+    p->head_dim = q->shape[2];
+    p->heads_kv = k->shape[1];
+    p->head_dim_v = v->shape[2];
+    p->seqlen_q = d->max_seqlen_q;
+    p->seqlen_k = d->max_seqlen_k;
+    TRY(check_dim(err, "k", 2, k->shape[2], p->head_dim, "head_dim, as q.shape[2]"));
+    TRY(check_dim(err, "v", 0, v->shape[0], total_k, "total_k, as k.shape[0]"));
+    TRY(check_dim(err, "v", 1, v->shape[1], p->heads_kv, "heads_kv, as k.shape[1]"));
+    TRY(check_dim(err, "out", 0, out->shape[0], total_q, "total_q, as q.shape[0]"));
+    TRY(check_dim(err, "out", 1, out->shape[1], p->heads_q, "heads_q, as q.shape[1]"));
+    TRY(check_dim(err, "out", 2, out->shape[2], p->head_dim_v, "head_dim_v, as v.shape[2]"));
+    TRY(check_no_overlap(out, "out", err));
+    if (total_q > INT32_MAX || total_k > INT32_MAX)
+        return fj__fail(err, FJ_ERR_UNSUPPORTED, "total_q = %lld, total_k = %lld: at most 2^31 - 1",
+                        (long long)total_q, (long long)total_k);
+    const fj_tensor *t4[4] = {q, k, v, out};
+    for (int i = 0; i < 4; i++) {
+        p->strides[i][0] = 0; /* sequences are found through the offsets */
+        p->strides[i][1] = t4[i]->stride[0];
+        p->strides[i][2] = t4[i]->stride[1];
+    }
+    if (lse) {
+        TRY(check_tensor(lse, "lse", 2, err));
+        if (lse->dtype != FJ_DTYPE_F32)
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "lse.dtype = %s, expected f32",
+                            fj__dtype_name(lse->dtype));
+        TRY(check_dim(err, "lse", 0, lse->shape[0], p->heads_q, "heads_q"));
+        TRY(check_dim(err, "lse", 1, lse->shape[1], total_q, "total_q"));
+        TRY(check_no_overlap(lse, "lse", err));
+        p->lse_stride[0] = 0;
+        p->lse_stride[1] = lse->stride[0];
+        p->lse_stride[2] = lse->stride[1];
+    }
+    p->cu_seqlens_q = d->cu_seqlens_q;
+    p->cu_seqlens_k = d->cu_seqlens_k;
+    p->seqused_k = d->seqused_k;
+    return FJ_OK;
+}
+
+fj_status fj__validate_forward(const fj_attention_desc *desc, const fj_tensor *q,
+                               const fj_tensor *k, const fj_tensor *v, const fj_tensor *out,
+                               const fj_tensor *lse, fj__problem *p, fj__err *err)
+{
+    memset(p, 0, sizeof *p);
+    fj_attention_desc d;
+    TRY(check_desc(desc, &d, err));
+    if (d.cu_seqlens_q || d.cu_seqlens_k || d.seqused_k)
+        TRY(check_packed(&d, q, k, v, out, lse, p, err));
+    else
+        TRY(check_dense(q, k, v, out, lse, p, err));
+    p->dtype = q->dtype;
+
+    /* Field names by layout: dense [b, s, h, d] or packed [total, h, d]. */
+    const int h_axis = p->cu_seqlens_q ? 1 : 2, d_axis = h_axis + 1;
+    if (p->heads_q % p->heads_kv != 0)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                        "q.shape[%d] (heads_q) = %lld is not a multiple of k.shape[%d] (heads_kv) "
+                        "= %lld",
+                        h_axis, (long long)p->heads_q, h_axis, (long long)p->heads_kv);
+    if (p->head_dim > FJ__MAX_HEAD_DIM)
+        return fj__fail(err, FJ_ERR_UNSUPPORTED, "q.shape[%d] (head_dim) = %lld exceeds %d", d_axis,
+                        (long long)p->head_dim, FJ__MAX_HEAD_DIM);
+    if (p->head_dim_v > FJ__MAX_HEAD_DIM)
+        return fj__fail(err, FJ_ERR_UNSUPPORTED, "v.shape[%d] (head_dim_v) = %lld exceeds %d",
+                        d_axis, (long long)p->head_dim_v, FJ__MAX_HEAD_DIM);
+    if (p->seqlen_q > FJ__MAX_SEQLEN || p->seqlen_k > FJ__MAX_SEQLEN)
+        return fj__fail(err, FJ_ERR_UNSUPPORTED, "seqlen_q = %lld, seqlen_k = %lld: at most %lld",
+                        (long long)p->seqlen_q, (long long)p->seqlen_k, FJ__MAX_SEQLEN);
+    if (p->batch > FJ__MAX_GRID_DIM || p->heads_q > FJ__MAX_GRID_DIM)
+        return fj__fail(err, FJ_ERR_UNSUPPORTED, "batch = %lld, heads_q = %lld: at most %d each",
+                        (long long)p->batch, (long long)p->heads_q, FJ__MAX_GRID_DIM);
 
     TRY(check_score_terms(&d, p, err));
 

@@ -5,7 +5,7 @@
 #include "context.h"
 #include "../templates/render.h"
 
-#define FJ__MAX_PARAMS 24
+#define FJ__MAX_PARAMS 40
 
 /* The template parameters of v, in a fixed order. Returns their number. */
 int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_PARAMS]);

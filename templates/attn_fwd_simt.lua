@@ -10,7 +10,9 @@
 % --
 % -- Parameters: dtype, head_dim_pad, head_dim_v_pad, tile_m, tile_n, local_mask, softcap,
 % -- write_lse, mask_mod and score_mod (checked canonical expressions, "" for none: see
-% -- runtime/expr.h), alibi, bias ("", "f32" or "dtype": the bias tensor's type), mask_tensor.
+% -- runtime/expr.h), alibi, bias ("", "f32" or "dtype": the bias tensor's type), mask_tensor,
+% -- varlen (0 dense; 1 packed sequences found through cu_seqlens_q/k, BLOCK_Z the sequence;
+% -- 2 also cutting each sequence's keys at seqused_k).
 % local mods = mask_mod ~= "" or score_mod ~= ""
 % assert(tile_m > 0 and tile_n > 0, "tile sizes must be positive")
 % include("dialect.lua")
@@ -21,9 +23,11 @@
 #define DVP ${head_dim_v_pad}
 
 KERNEL(TILE_M)
+% -- With variable lengths the sequence lengths are per block: the arguments are the maxima.
+% local SQ, SK = varlen > 0 and "max_seqlen_q" or "seqlen_q", varlen > 0 and "max_seqlen_k" or "seqlen_k"
 fj_attn_fwd(GLOBAL const STORE_T *q, GLOBAL const STORE_T *k, GLOBAL const STORE_T *v,
             GLOBAL STORE_T *out, GLOBAL float *lse,
-            int seqlen_q, int seqlen_k, int heads_q, int heads_kv, int head_dim, int head_dim_v,
+            int ${SQ}, int ${SK}, int heads_q, int heads_kv, int head_dim, int head_dim_v,
             I64 q_sb, I64 q_ss, I64 q_sh, I64 k_sb, I64 k_ss, I64 k_sh,
             I64 v_sb, I64 v_ss, I64 v_sh, I64 o_sb, I64 o_ss, I64 o_sh,
             I64 l_sb, I64 l_sh, I64 l_ss,
@@ -31,7 +35,9 @@ fj_attn_fwd(GLOBAL const STORE_T *q, GLOBAL const STORE_T *k, GLOBAL const STORE
             GLOBAL const float *mod_args, int mod_args_count,
             GLOBAL const float *alibi, I64 alibi_sb,
             GLOBAL const void *bias, I64 bias_sb, I64 bias_sh, I64 bias_ss,
-            GLOBAL const uchar *mask, I64 mask_sb, I64 mask_sh, I64 mask_ss)
+            GLOBAL const uchar *mask, I64 mask_sb, I64 mask_sh, I64 mask_ss,
+            GLOBAL const int *cu_seqlens_q, GLOBAL const int *cu_seqlens_k,
+            GLOBAL const int *seqused_k, int total_q, int total_k)
 {
     SHARED float k_tile[TILE_N][DP];
     SHARED float v_tile[TILE_N][DVP];
@@ -42,6 +48,23 @@ fj_attn_fwd(GLOBAL const STORE_T *q, GLOBAL const STORE_T *k, GLOBAL const STORE
     const int head = BLOCK_Y;
     const int batch = BLOCK_Z;
     const int head_kv = head / (heads_q / heads_kv);
+% if varlen > 0 then
+    /* This block's sequence: its first rows in the packed tensors and its lengths. The offsets
+    ** are the caller's device data: clamped into the tensors and to the maxima. */
+    const int q_first = I_MIN(I_MAX(cu_seqlens_q[batch], 0), total_q);
+    const int k_first = I_MIN(I_MAX(cu_seqlens_k[batch], 0), total_k);
+    const int seqlen_q = I_MIN(I_MAX(I_MIN(cu_seqlens_q[batch + 1], total_q) - q_first, 0), max_seqlen_q);
+    int used_k = I_MIN(I_MAX(I_MIN(cu_seqlens_k[batch + 1], total_k) - k_first, 0), max_seqlen_k);
+%   if varlen == 2 then
+    used_k = I_MIN(used_k, I_MAX(seqused_k[batch], 0));
+%   end
+    const int seqlen_k = used_k;
+    q += (I64)q_first * q_ss;
+    k += (I64)k_first * k_ss;
+    v += (I64)k_first * v_ss;
+    out += (I64)q_first * o_ss;
+    lse += (I64)q_first * l_ss;
+% end
     const bool live = row < seqlen_q;
 
     q += batch * q_sb + head * q_sh;

@@ -61,7 +61,9 @@ void fjh_describe(const fjh_case *c, char *buf, size_t size)
         used += (size_t)snprintf(buf + used, size - used, " bias=%s%s", biases[c->bias],
                                  c->bias_f32 ? ",f32" : "");
     if (c->mask >= 1 && c->mask <= 2 && used < size)
-        snprintf(buf + used, size - used, " mask=%s", masks[c->mask]);
+        used += (size_t)snprintf(buf + used, size - used, " mask=%s", masks[c->mask]);
+    if (c->varlen && used < size)
+        snprintf(buf + used, size - used, " varlen%s", c->varlen == 2 ? "+seqused_k" : "");
 }
 
 static uint64_t splitmix(uint64_t *s)
@@ -232,6 +234,117 @@ static void make_score_terms(const fjh_case *c, uint64_t *rng, fjr_problem *p, h
     }
 }
 
+/* Packed sequences of a varlen case: lengths, offsets and the I32 tensors the library reads. */
+typedef struct packing {
+    int64_t n;                    /* sequences */
+    int64_t *len_q, *len_k, *used_k; /* per sequence; used_k = len_k without seqused_k */
+    int64_t total_q, total_k;
+    htensor cu_q, cu_k, seqused; /* I32 [n + 1], [n + 1], [n] */
+} packing;
+
+static void make_packing(const fjh_case *c, uint64_t *rng, packing *pk)
+{
+    memset(pk, 0, sizeof *pk);
+    pk->n = c->batch;
+    pk->len_q = calloc((size_t)pk->n, sizeof *pk->len_q);
+    pk->len_k = calloc((size_t)pk->n, sizeof *pk->len_k);
+    pk->used_k = calloc((size_t)pk->n, sizeof *pk->used_k);
+    if (!pk->len_q || !pk->len_k || !pk->used_k)
+        abort();
+    for (int64_t b = 0; b < pk->n; b++) {
+        /* Sequence 1 has no query; the others up to the maxima, the first at the maxima. */
+        pk->len_q[b] = b == 1 ? 0 : b == 0 ? c->seqlen_q : 1 + (int64_t)(splitmix(rng) % (uint64_t)c->seqlen_q);
+        pk->len_k[b] = b == 0 ? c->seqlen_k : 1 + (int64_t)(splitmix(rng) % (uint64_t)c->seqlen_k);
+        pk->used_k[b] = c->varlen == 2 ? pk->len_k[b] - (int64_t)(splitmix(rng) % (uint64_t)(pk->len_k[b] / 2 + 1)) : pk->len_k[b];
+        pk->total_q += pk->len_q[b];
+        pk->total_k += pk->len_k[b];
+    }
+    const int64_t n1 = pk->n + 1, one = 1;
+    make_tensor(&pk->cu_q, FJ_DTYPE_I32, 1, &n1, &one);
+    make_tensor(&pk->cu_k, FJ_DTYPE_I32, 1, &n1, &one);
+    make_tensor(&pk->seqused, FJ_DTYPE_I32, 1, &pk->n, &one);
+    int32_t *cq = (int32_t *)pk->cu_q.host, *ck = (int32_t *)pk->cu_k.host;
+    int32_t *used = (int32_t *)pk->seqused.host;
+    cq[0] = ck[0] = 0;
+    for (int64_t b = 0; b < pk->n; b++) {
+        cq[b + 1] = cq[b] + (int32_t)pk->len_q[b];
+        ck[b + 1] = ck[b] + (int32_t)pk->len_k[b];
+        used[b] = (int32_t)pk->used_k[b];
+    }
+}
+
+/* The packed [total, heads, dim] view of a [1, total, heads, dim] tensor, and the [heads, total]
+** view of a [1, heads, total] lse. */
+static fj_tensor packed_view(const fj_tensor *t)
+{
+    fj_tensor v = *t;
+    v.ndim = t->ndim - 1;
+    for (int i = 0; i < 3; i++) {
+        v.shape[i] = t->shape[i + 1];
+        v.stride[i] = t->stride[i + 1];
+    }
+    v.shape[3] = v.stride[3] = 0;
+    return v;
+}
+
+/* The reference of a varlen case, one sequence at a time, into packed outputs (one batch of
+** total_q rows, as check() reads them). */
+static void reference_packed(const fjr_problem *p, const packing *pk, const double *qd,
+                             const double *kd, const double *vd, const float *qf,
+                             const float *kf, const float *vf, fj_dtype dtype, double *ref,
+                             double *ref_lse, float *lowp)
+{
+    int64_t row_q = 0, row_k = 0;
+    const int64_t hq = p->heads_q, hkv = p->heads_kv, d = p->head_dim, dv = p->head_dim_v;
+    double *lse_b = malloc((size_t)(hq * (pk->total_q + 1)) * sizeof *lse_b);
+    if (!lse_b)
+        abort();
+    for (int64_t b = 0; b < pk->n; b++) {
+        fjr_problem s = *p;
+        s.batch = 1;
+        s.batch_offset = b;
+        s.seqlen_q = pk->len_q[b];
+        s.seqlen_k = pk->used_k[b];
+        if (s.seqlen_q > 0 && s.seqlen_k > 0) {
+            fjr_attention(&s, qd + row_q * hq * d, kd + row_k * hkv * d, vd + row_k * hkv * dv,
+                          ref + row_q * hq * dv, lse_b);
+            if (lowp)
+                fjr_attention_lowp(&s, dtype, qf + row_q * hq * d, kf + row_k * hkv * d,
+                                   vf + row_k * hkv * dv, lowp + row_q * hq * dv);
+        } else {
+            for (int64_t i = 0; i < s.seqlen_q * hq * dv; i++) {
+                ref[row_q * hq * dv + i] = 0;
+                if (lowp)
+                    lowp[row_q * hq * dv + i] = 0;
+            }
+            for (int64_t i = 0; i < hq * s.seqlen_q; i++)
+                lse_b[i] = -INFINITY;
+        }
+        for (int64_t h = 0; h < hq; h++)
+            for (int64_t i = 0; i < s.seqlen_q; i++)
+                ref_lse[h * pk->total_q + row_q + i] = lse_b[h * s.seqlen_q + i];
+        row_q += pk->len_q[b];
+        row_k += pk->len_k[b];
+    }
+    free(lse_b);
+}
+
+/* Forward FLOPs of a varlen case: the sum over its sequences. */
+static double packed_flops(const fjr_problem *p, const packing *pk)
+{
+    double f = 0;
+    for (int64_t b = 0; b < pk->n; b++) {
+        fjr_problem s = *p;
+        s.batch = 1;
+        s.batch_offset = b;
+        s.seqlen_q = pk->len_q[b];
+        s.seqlen_k = pk->used_k[b];
+        if (s.seqlen_q > 0 && s.seqlen_k > 0)
+            f += fjr_flops(&s);
+    }
+    return f;
+}
+
 static fj_status upload(fj_context *ctx, htensor *h)
 {
     size_t bytes = h->elements * fj_dtype_size(h->t.dtype);
@@ -356,12 +469,22 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
                      .window_right = c->desc.window_right};
     p.scale = c->desc.softmax_scale != 0 ? c->desc.softmax_scale : 1.0 / sqrt((double)c->head_dim);
 
+    /* Variable lengths: the sequences are stored as one batch of total rows. */
+    packing pk;
+    memset(&pk, 0, sizeof pk);
+    int64_t geo_b = c->batch, geo_sq = c->seqlen_q, geo_sk = c->seqlen_k;
+    if (c->varlen) {
+        make_packing(c, &rng, &pk);
+        geo_b = 1;
+        geo_sq = pk.total_q;
+        geo_sk = pk.total_k;
+    }
     htensor q, k, v, out, lse;
-    geometry(&q, c->dtype, c->batch, c->seqlen_q, c->heads_q, c->head_dim, c->layout);
-    geometry(&k, c->dtype, c->batch, c->seqlen_k, c->heads_kv, c->head_dim, c->layout);
-    geometry(&v, c->dtype, c->batch, c->seqlen_k, c->heads_kv, c->head_dim_v, c->layout);
-    geometry(&out, c->dtype, c->batch, c->seqlen_q, c->heads_q, c->head_dim_v, c->layout);
-    lse_geometry(&lse, c->batch, c->heads_q, c->seqlen_q, c->layout);
+    geometry(&q, c->dtype, geo_b, geo_sq, c->heads_q, c->head_dim, c->layout);
+    geometry(&k, c->dtype, geo_b, geo_sk, c->heads_kv, c->head_dim, c->layout);
+    geometry(&v, c->dtype, geo_b, geo_sk, c->heads_kv, c->head_dim_v, c->layout);
+    geometry(&out, c->dtype, geo_b, geo_sq, c->heads_q, c->head_dim_v, c->layout);
+    lse_geometry(&lse, geo_b, c->heads_q, geo_sq, c->layout);
     size_t es = fj_dtype_size(c->dtype);
     htensor *all[] = {&q, &k, &v, &out, &lse};
     for (int i = 0; i < 5; i++) {
@@ -388,9 +511,28 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
     for (int i = 0; i < 3 && st == FJ_OK; i++)
         if (terms[i].host)
             st = upload(ctx, &terms[i]);
-    fj_tensor *lse_t = c->with_lse ? &lse.t : NULL;
+    htensor *packs[] = {&pk.cu_q, &pk.cu_k, &pk.seqused};
+    for (int i = 0; i < 3 && st == FJ_OK && c->varlen; i++)
+        st = upload(ctx, packs[i]);
+    /* What the library sees: the tensors, or their packed views. */
+    fj_tensor qt = q.t, kt = k.t, vt = v.t, ot = out.t, lt = lse.t;
+    if (c->varlen) {
+        qt = packed_view(&q.t);
+        kt = packed_view(&k.t);
+        vt = packed_view(&v.t);
+        ot = packed_view(&out.t);
+        lt = packed_view(&lse.t);
+    }
+    fj_tensor *lse_t = c->with_lse ? &lt : NULL;
     /* The expressions' arguments go to the device; the reference reads the host copy. */
     fj_attention_desc desc = c->desc;
+    if (c->varlen) {
+        desc.cu_seqlens_q = &pk.cu_q.t;
+        desc.cu_seqlens_k = &pk.cu_k.t;
+        desc.seqused_k = c->varlen == 2 ? &pk.seqused.t : NULL;
+        desc.max_seqlen_q = c->seqlen_q;
+        desc.max_seqlen_k = c->seqlen_k;
+    }
     desc.alibi_slopes = terms[0].host ? &terms[0].t : desc.alibi_slopes;
     desc.bias = terms[1].host ? &terms[1].t : desc.bias;
     desc.mask = terms[2].host ? &terms[2].t : desc.mask;
@@ -405,7 +547,7 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
     }
     r->tune.struct_size = sizeof r->tune;
     if (st == FJ_OK && c->tune) {
-        st = fj_attention_tune(ctx, &desc, &q.t, &k.t, &v.t, &out.t, lse_t, NULL, &r->tune);
+        st = fj_attention_tune(ctx, &desc, &qt, &kt, &vt, &ot, lse_t, NULL, &r->tune);
         /* Tuning wrote the outputs: poison them again. */
         if (st == FJ_OK)
             st = fj_memcpy_h2d(ctx, out.dev, out.host, out.elements * es);
@@ -414,7 +556,7 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
     }
     if (st == FJ_OK) {
         double t0 = now_ms();
-        st = fj_attention_forward(ctx, &desc, &q.t, &k.t, &v.t, &out.t, lse_t, NULL);
+        st = fj_attention_forward(ctx, &desc, &qt, &kt, &vt, &ot, lse_t, NULL);
         if (st == FJ_OK)
             st = fj_synchronize(ctx, NULL);
         r->first_call_ms = now_ms() - t0;
@@ -447,15 +589,25 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
     p.mod_args = c->mod_args;
     p.mod_args_count = c->mod_args_count;
     if (!c->skip_check) {
-        size_t nout = (size_t)(p.batch * p.seqlen_q * p.heads_q * p.head_dim_v);
+        /* check() reads packed outputs as one batch of total_q rows. */
+        fjr_problem pc = p;
+        if (c->varlen) {
+            pc.batch = 1;
+            pc.seqlen_q = pk.total_q;
+        }
+        size_t nout = (size_t)(pc.batch * pc.seqlen_q * pc.heads_q * pc.head_dim_v);
         ref = malloc(nout * sizeof *ref);
-        ref_lse = malloc((size_t)(p.batch * p.heads_q * p.seqlen_q) * sizeof *ref_lse);
+        ref_lse = malloc((size_t)(pc.batch * pc.heads_q * pc.seqlen_q) * sizeof *ref_lse);
         if (c->dtype != FJ_DTYPE_F32)
             lowp = malloc(nout * sizeof *lowp);
-        fjr_attention(&p, qd, kd, vd, ref, ref_lse);
-        if (lowp)
-            fjr_attention_lowp(&p, c->dtype, qf, kf, vf, lowp);
-        check(c, &p, &out, c->with_lse ? &lse : NULL, ref, ref_lse, lowp, r);
+        if (c->varlen) {
+            reference_packed(&p, &pk, qd, kd, vd, qf, kf, vf, c->dtype, ref, ref_lse, lowp);
+        } else {
+            fjr_attention(&p, qd, kd, vd, ref, ref_lse);
+            if (lowp)
+                fjr_attention_lowp(&p, c->dtype, qf, kf, vf, lowp);
+        }
+        check(c, &pc, &out, c->with_lse ? &lse : NULL, ref, ref_lse, lowp, r);
     } else {
         r->pass = 1;
     }
@@ -464,7 +616,7 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
         double *times = malloc((size_t)c->timing_reps * sizeof *times);
         for (int i = 0; i < c->timing_reps && st == FJ_OK; i++) {
             double t0 = now_ms();
-            st = fj_attention_forward(ctx, &desc, &q.t, &k.t, &v.t, &out.t, lse_t, NULL);
+            st = fj_attention_forward(ctx, &desc, &qt, &kt, &vt, &ot, lse_t, NULL);
             if (st == FJ_OK)
                 st = fj_synchronize(ctx, NULL);
             times[i] = now_ms() - t0;
@@ -472,7 +624,8 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
         if (st == FJ_OK) {
             qsort(times, (size_t)c->timing_reps, sizeof *times, cmp_double);
             r->kernel_ms = times[c->timing_reps / 2];
-            r->tflops = fjr_flops(&p) / (r->kernel_ms * 1e-3) / 1e12;
+            r->tflops = (c->varlen ? packed_flops(&p, &pk) : fjr_flops(&p)) /
+                        (r->kernel_ms * 1e-3) / 1e12;
         }
         free(times);
     }
@@ -484,8 +637,13 @@ out:
     r->status = st;
     for (int i = 0; i < 5; i++)
         release(ctx, all[i]);
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 3; i++) {
         release(ctx, &terms[i]);
+        release(ctx, packs[i]);
+    }
+    free(pk.len_q);
+    free(pk.len_k);
+    free(pk.used_k);
     free(qd);
     free(kd);
     free(vd);

@@ -109,7 +109,7 @@ float fjr_load(fj_dtype dtype, const void *src)
 static double eval_mod(const fjr_problem *p, const struct fj__expr *e, int64_t b, int64_t h,
                        int64_t i, int64_t j, double s)
 {
-    fj__expr_env env = {.b = b,
+    fj__expr_env env = {.b = b + p->batch_offset,
                         .h = h,
                         .q = i,
                         .k = j,
@@ -164,7 +164,8 @@ static double score_terms(const fjr_problem *p, int64_t b, int64_t h, int64_t i,
 {
     double t = 0;
     if (p->alibi)
-        t -= p->alibi[b * p->alibi_stride_b + h] * fabs((double)(i + p->seqlen_k - p->seqlen_q - j));
+        t -= p->alibi[(b + p->batch_offset) * p->alibi_stride_b + h] *
+             fabs((double)(i + p->seqlen_k - p->seqlen_q - j));
     if (p->bias)
         t += fjr_load(p->bias_dtype, (const unsigned char *)p->bias +
                                          (size_t)pair_offset(p->bias_stride, b, h, i, j) *

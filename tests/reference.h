@@ -38,6 +38,8 @@ typedef struct fjr_problem {
     int64_t bias_stride[4];
     const unsigned char *mask; /* nonzero keeps (b, h, i, j) */
     int64_t mask_stride[4];
+    int64_t batch_offset; /* added to b where expressions and ALiBi see it (one sequence of a
+                          ** packed batch solved as a problem of its own) */
 } fjr_problem;
 
 /* Whether query row i of (batch b, head h) sees key j, straight from the API's definition. */
@@ -80,6 +82,8 @@ typedef struct fjh_case {
     int bias_f32; /* the bias in f32 rather than the case's dtype */
     int mask;     /* 0 none, 1 random [b, hq, sq, sk] (a quarter masked, one row entirely), 2 key
                   ** padding [b, 1, 1, sk] (batch b masks its last b/3 of the keys) */
+    int varlen;   /* 1: packed sequences of random lengths up to seqlen_q / seqlen_k (sequence 1
+                  ** empty), through cu_seqlens; 2: also seqused_k */
 } fjh_case;
 
 typedef struct fjh_result {

@@ -259,6 +259,37 @@ static void test_alibi_bias_mask(void **state)
     run_cases(state, cases, n);
 }
 
+/* Variable lengths: packed sequences of random lengths (one without queries), with seqused_k,
+** masks, GQA, layouts, dtypes, ALiBi and an expression that reads the sequence index. */
+static void test_varlen(void **state)
+{
+    fjh_case cases[10];
+    for (int i = 0; i < 10; i++) {
+        cases[i] = base(i % 2 ? 97 : 150, i % 3 ? 130 : 61, i % 4 == 3 ? 40 : 64, FJ_DTYPE_BF16);
+        cases[i].batch = 5;
+        cases[i].heads_q = 4;
+        cases[i].heads_kv = i % 2 ? 2 : 4;
+        cases[i].varlen = 1;
+    }
+    cases[1].desc.causal = 1;
+    cases[2].varlen = 2;
+    cases[3].varlen = 2;
+    cases[3].desc.causal = 1;
+    cases[4].desc.window_left = 30;
+    cases[4].desc.window_right = 5;
+    cases[5].layout = FJH_LAYOUT_PADDED;
+    cases[5].with_lse = 0;
+    cases[6].dtype = FJ_DTYPE_F16;
+    cases[6].alibi = 2;
+    cases[6].desc.softcap = 4.0f;
+    cases[7].dtype = FJ_DTYPE_F32;
+    cases[7].desc.causal = 1;
+    cases[8].desc.mask_mod = "(q + k + b) % 3 != 0";
+    cases[9].head_dim = cases[9].head_dim_v = 320;
+    cases[9].varlen = 2;
+    run_cases(state, cases, 10);
+}
+
 /* mask_mod and score_mod expressions: FlexAttention's classic masks and an ALiBi-like score,
 ** alone, together, with causal and soft-capping, and rows that keep no key. */
 static void test_mask_and_score_expressions(void **state)
@@ -404,6 +435,7 @@ int main(void)
         cmocka_unit_test(test_layouts_and_lse),
         cmocka_unit_test(test_many_work_tiles),
         cmocka_unit_test(test_alibi_bias_mask),
+        cmocka_unit_test(test_varlen),
         cmocka_unit_test(test_mask_and_score_expressions),
         cmocka_unit_test(test_long_sequences),
         cmocka_unit_test(test_second_call_is_memoised),

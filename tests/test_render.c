@@ -139,14 +139,17 @@ static void test_banner_and_embedded_attention(void **state)
             {.name = "alibi", .kind = TPL_BOOL, .i = i == 0},
             {.name = "bias", .kind = TPL_STR, .s = i == 1 ? "f32" : ""},
             {.name = "mask_tensor", .kind = TPL_BOOL, .i = i == 2},
+            {.name = "varlen", .kind = TPL_INT, .i = i},
         };
         fj__err err = {{0}};
         char *out = NULL;
-        assert_int_equal(tpl_render("attn_fwd_simt.lua", params, 14, "dtype=x\n", &out, &err),
+        assert_int_equal(tpl_render("attn_fwd_simt.lua", params, 15, "dtype=x\n", &out, &err),
                          FJ_OK);
         assert_true((strstr(out, "x -= slope") != NULL) == (i == 0));
         assert_true((strstr(out, "BIAS_LOAD(key)") != NULL) == (i == 1));
         assert_true((strstr(out, "mask_row[key]") != NULL) == (i == 2));
+        assert_true((strstr(out, "cu_seqlens_q[batch + 1]") != NULL) == (i > 0));
+        assert_true((strstr(out, "seqused_k[batch]") != NULL) == (i == 2));
         assert_true((strstr(out, "keep = ((FJ_Q >= FJ_K))") != NULL) == (i == 1));
         assert_true(strncmp(out, "/* flashjit variant\ndtype=x\n*/\n", 30) == 0);
         assert_non_null(strstr(out, "__kernel"));

@@ -16,6 +16,7 @@ typedef struct request {
     fj_attention_desc desc;
     fj_tensor q, k, v, out, lse;
     fj_tensor alibi, bias, mask; /* used where a case points desc at them */
+    fj_tensor cu_q, cu_k, used_k;
     int use_lse;
 } request;
 
@@ -47,7 +48,26 @@ static void baseline(request *r)
     dense(&r->alibi, FJ_DTYPE_F32, 1, (int64_t[]){4});
     dense(&r->bias, FJ_DTYPE_F32, 4, (int64_t[]){2, 4, 16, 32});
     dense(&r->mask, FJ_DTYPE_BOOL, 4, (int64_t[]){2, 1, 1, 32});
+    dense(&r->cu_q, FJ_DTYPE_I32, 1, (int64_t[]){4});
+    dense(&r->cu_k, FJ_DTYPE_I32, 1, (int64_t[]){4});
+    dense(&r->used_k, FJ_DTYPE_I32, 1, (int64_t[]){3});
     r->use_lse = 1;
+}
+
+/* The baseline as three packed sequences: q [40, 4, 64], k [70, 2, 64], v [70, 2, 48],
+** out [40, 4, 48], lse [4, 40]. */
+static void packed(request *r)
+{
+    baseline(r);
+    dense(&r->q, FJ_DTYPE_BF16, 3, (int64_t[]){40, 4, 64});
+    dense(&r->k, FJ_DTYPE_BF16, 3, (int64_t[]){70, 2, 64});
+    dense(&r->v, FJ_DTYPE_BF16, 3, (int64_t[]){70, 2, 48});
+    dense(&r->out, FJ_DTYPE_BF16, 3, (int64_t[]){40, 4, 48});
+    dense(&r->lse, FJ_DTYPE_F32, 2, (int64_t[]){4, 40});
+    r->desc.cu_seqlens_q = &r->cu_q;
+    r->desc.cu_seqlens_k = &r->cu_k;
+    r->desc.max_seqlen_q = 20;
+    r->desc.max_seqlen_k = 30;
 }
 
 static fj_status validate(request *r, fj__problem *p, fj__err *err, int null_tensor)
@@ -176,6 +196,48 @@ MUT(mask_rows, {
     r->desc.mask = &r->mask;
 })
 MUT(q_bool, r->q.dtype = r->k.dtype = r->v.dtype = r->out.dtype = FJ_DTYPE_BOOL)
+MUT(varlen_no_k, {
+    packed(r);
+    r->desc.cu_seqlens_k = NULL;
+})
+MUT(varlen_dtype, {
+    packed(r);
+    r->cu_q.dtype = FJ_DTYPE_F32;
+})
+MUT(varlen_short, {
+    packed(r);
+    r->cu_q.shape[0] = 1;
+})
+MUT(varlen_k_count, {
+    packed(r);
+    r->cu_k.shape[0] = 3;
+})
+MUT(varlen_used, {
+    packed(r);
+    r->used_k.shape[0] = 4;
+    r->desc.seqused_k = &r->used_k;
+})
+MUT(varlen_max, {
+    packed(r);
+    r->desc.max_seqlen_k = 0;
+})
+MUT(varlen_dense, {
+    r->desc.cu_seqlens_q = &r->cu_q;
+    r->desc.cu_seqlens_k = &r->cu_k;
+    r->desc.max_seqlen_q = r->desc.max_seqlen_k = 8;
+})
+MUT(varlen_v_rows, {
+    packed(r);
+    r->v.shape[0] = 69;
+})
+MUT(varlen_lse, {
+    packed(r);
+    r->lse.shape[1] = 39;
+})
+MUT(varlen_bias, {
+    packed(r);
+    r->desc.bias = &r->bias;
+})
 MUT(batch_huge, {
     r->q.shape[0] = r->k.shape[0] = r->v.shape[0] = r->out.shape[0] = 70000;
     r->use_lse = 0;
@@ -259,6 +321,23 @@ static const bad_case bad_cases[] = {
     {"mask rows", mask_rows, 0, FJ_ERR_INVALID_ARGUMENT,
      "desc.mask.shape[2] = 15, expected 1 or 16 (seqlen_q)"},
     {"q bool", q_bool, 0, FJ_ERR_INVALID_ARGUMENT, "q.dtype = bool"},
+    {"varlen without k", varlen_no_k, 0, FJ_ERR_INVALID_ARGUMENT, "desc.cu_seqlens_k is NULL"},
+    {"varlen dtype", varlen_dtype, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.cu_seqlens_q.dtype = f32, expected i32"},
+    {"varlen short", varlen_short, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.cu_seqlens_q.shape[0] = 1, expected batch + 1 >= 2"},
+    {"varlen k count", varlen_k_count, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.cu_seqlens_k.shape[0] (batch) = 3, expected 4"},
+    {"varlen seqused", varlen_used, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.seqused_k.shape[0] (batch) = 4, expected 3"},
+    {"varlen max", varlen_max, 0, FJ_ERR_INVALID_ARGUMENT, "desc.max_seqlen_k = 0"},
+    {"varlen dense tensors", varlen_dense, 0, FJ_ERR_INVALID_ARGUMENT, "q.ndim = 4, expected 3"},
+    {"varlen v rows", varlen_v_rows, 0, FJ_ERR_INVALID_ARGUMENT,
+     "v.shape[0] (total_k, as k.shape[0]) = 69, expected 70"},
+    {"varlen lse", varlen_lse, 0, FJ_ERR_INVALID_ARGUMENT,
+     "lse.shape[1] (total_q) = 39, expected 40"},
+    {"varlen bias", varlen_bias, 0, FJ_ERR_UNSUPPORTED,
+     "desc.bias with variable lengths is not supported"},
 };
 
 static void test_every_rejected_field(void **state)
@@ -327,6 +406,27 @@ static void test_valid_request_is_resolved(void **state)
     assert_int_equal(p.mask_stride[0], 32);
     assert_int_equal(p.mask_stride[1], 0);
     assert_int_equal(p.mask_stride[2], 0);
+
+    /* Packed sequences: three of them, the maxima as lengths, strides through the offsets. */
+    packed(&r);
+    assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);
+    assert_int_equal(p.batch, 3);
+    assert_int_equal(p.seqlen_q, 20);
+    assert_int_equal(p.seqlen_k, 30);
+    assert_int_equal(p.heads_q, 4);
+    assert_int_equal(p.head_dim_v, 48);
+    assert_int_equal(p.strides[0][0], 0);
+    assert_int_equal(p.strides[0][1], 4 * 64);
+    assert_int_equal(p.strides[0][2], 64);
+    assert_int_equal(p.lse_stride[1], 40);
+    assert_int_equal(p.lse_stride[2], 1);
+    fj_device_info hopper = {.backend = FJ_BACKEND_CUDA, .local_memory = 232448};
+    snprintf(hopper.arch, sizeof hopper.arch, "sm_90a");
+    fj__variant var;
+    fj__plan_forward(&p, &hopper, NULL, &var);
+    assert_int_equal(var.path, FJ__PATH_SIMT);
+    assert_int_equal(var.varlen, 1);
+    baseline(&r);
 
     /* Permuted ([b, h, s, d]) strides are fine for every tensor, out included. */
     baseline(&r);

@@ -54,7 +54,9 @@ static int usage(FILE *f)
             "  --alibi heads|batch     random ALiBi slopes, [heads] or [batch, heads]\n"
             "  --bias full|heads|keys  random bias [b, h, sq, sk], [1, h, sq, sk] or a key bias\n"
             "                          broadcast by stride 0; --bias-f32: in f32, else the dtype\n"
-            "  --mask random|keys      random bool mask [b, h, sq, sk], or key padding [b, 1, 1, sk]\n");
+            "  --mask random|keys      random bool mask [b, h, sq, sk], or key padding [b, 1, 1, sk]\n"
+            "  --varlen                the batch as packed sequences of random lengths up to the\n"
+            "                          seqlens (cu_seqlens_q/k); --seqused-k: also seqused_k\n");
     return 2;
 }
 
@@ -142,6 +144,8 @@ static int cmd_run(int argc, char **argv)
         O_BIAS,
         O_BIAS_F32,
         O_MASK,
+        O_VARLEN,
+        O_SEQUSED,
         O_HELP
     };
     static const struct option opts[] = {{"backend", required_argument, 0, O_BACKEND},
@@ -173,6 +177,8 @@ static int cmd_run(int argc, char **argv)
                                          {"bias", required_argument, 0, O_BIAS},
                                          {"bias-f32", no_argument, 0, O_BIAS_F32},
                                          {"mask", required_argument, 0, O_MASK},
+                                         {"varlen", no_argument, 0, O_VARLEN},
+                                         {"seqused-k", no_argument, 0, O_SEQUSED},
                                          {"help", no_argument, 0, O_HELP},
                                          {0, 0, 0, 0}};
     fjh_case c;
@@ -263,6 +269,8 @@ static int cmd_run(int argc, char **argv)
             if (c.mask < 0)
                 return fprintf(stderr, "flashjit: --mask takes random or keys\n"), 2;
             break;
+        case O_VARLEN: c.varlen = c.varlen ? c.varlen : 1; break;
+        case O_SEQUSED: c.varlen = 2; break;
         case O_HELP: usage(stdout); return 0;
         default: return usage(stderr);
         }
