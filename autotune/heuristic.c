@@ -154,14 +154,20 @@ static void plan_simt(fj__variant *v, const fj_device_info *dev)
 
 int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
 {
+    /* The tunable fields: 32-bit tile sizes and one-byte switches and counts. */
     static const struct {
         const char *name;
-        size_t offset;
+        size_t offset, size;
         int32_t lo, hi;
-    } fields[] = {{"tile_m", offsetof(fj__variant, tile_m), 16, 256},
-                  {"tile_n", offsetof(fj__variant, tile_n), 8, 256},
-                  {"warps", offsetof(fj__variant, warps), 1, 16},
-                  {"kk_unroll", offsetof(fj__variant, kk_unroll), 0, 16}};
+    } fields[] = {{"tile_m", offsetof(fj__variant, tile_m), 4, 16, 256},
+                  {"tile_n", offsetof(fj__variant, tile_n), 4, 8, 256},
+                  {"warps", offsetof(fj__variant, warps), 4, 1, 16},
+                  {"kk_unroll", offsetof(fj__variant, kk_unroll), 4, 0, 16},
+                  {"q_in_regs", offsetof(fj__variant, q_in_regs), 1, 0, 1},
+                  {"overlap", offsetof(fj__variant, overlap), 1, 0, 1},
+                  {"pingpong", offsetof(fj__variant, pingpong), 1, 0, 1},
+                  {"persistent", offsetof(fj__variant, persistent), 1, 0, 2},
+                  {"stages", offsetof(fj__variant, stages), 1, 1, 4}};
     const char *p = config;
     while (p && *p) {
         if (!strncmp(p, "path=", 5)) {
@@ -182,49 +188,22 @@ int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
         if (sscanf(p, "%31[a-z_]=%d%n", name, &value, &used) != 2)
             return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "FLASHJIT_CONFIG: cannot read '%s'", p),
                    -1;
-        int found = 0;
-        for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
-            if (!strcmp(name, fields[i].name)) {
-                if (value < fields[i].lo || value > fields[i].hi)
-                    return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
-                                    "FLASHJIT_CONFIG: %s = %d, expected %d..%d", name, value,
-                                    fields[i].lo, fields[i].hi),
-                           -1;
-                memcpy((char *)v + fields[i].offset, &(int32_t){value}, sizeof(int32_t));
-                found = 1;
-            }
-        if (!strcmp(name, "q_in_regs")) {
-            v->q_in_regs = value != 0;
-            found = 1;
-        }
-        if (!strcmp(name, "overlap")) {
-            v->overlap = value != 0;
-            found = 1;
-        }
-        if (!strcmp(name, "pingpong")) {
-            v->pingpong = value != 0;
-            found = 1;
-        }
-        if (!strcmp(name, "persistent")) {
-            if (value < 0 || value > 2)
-                return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
-                                "FLASHJIT_CONFIG: persistent = %d, expected 0..2", value),
-                       -1;
-            v->persistent = (uint8_t)value;
-            found = 1;
-        }
-        if (!strcmp(name, "stages")) {
-            if (value < 1 || value > 4)
-                return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
-                                "FLASHJIT_CONFIG: stages = %d, expected 1..4", value),
-                       -1;
-            v->stages = (uint8_t)value;
-            found = 1;
-        }
-        if (!found)
+        size_t i = 0;
+        while (i < sizeof fields / sizeof fields[0] && strcmp(name, fields[i].name))
+            i++;
+        if (i == sizeof fields / sizeof fields[0])
             return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "FLASHJIT_CONFIG: unknown field '%s'",
                             name),
                    -1;
+        if (value < fields[i].lo || value > fields[i].hi)
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                            "FLASHJIT_CONFIG: %s = %d, expected %d..%d", name, value,
+                            fields[i].lo, fields[i].hi),
+                   -1;
+        if (fields[i].size == 4)
+            memcpy((char *)v + fields[i].offset, &(int32_t){value}, sizeof(int32_t));
+        else
+            *((uint8_t *)v + fields[i].offset) = (uint8_t)value;
         p += used;
         if (*p == ',')
             p++;

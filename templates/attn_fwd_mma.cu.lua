@@ -34,12 +34,7 @@
 #define OT (DVP / 8)
 #define QS (DP + 8)
 #define VS (DVP + 8)
-#define NEG_INF __int_as_float(0xff800000)
-% if fused then
-#define TO_LOG2(x) ((x) * score_mul)
-% else
-#define TO_LOG2(x) (x)
-% end
+% attn_score_macros()
 
 /* Copies rows [row0, row0 + ROWS) of a [rows, cols] matrix (row stride ld, in elements) into
 ** shared memory (row stride SS), zero-filling rows past `rows` and columns past `cols`. Each

@@ -47,12 +47,7 @@
 #define DV ${head_dim_v_pad}
 #define STAGES ${stages}
 #define THREADS ${warps * 32}
-#define NEG_INF __int_as_float(0xff800000)
-% if fused then
-#define TO_LOG2(x) ((x) * score_mul)
-% else
-#define TO_LOG2(x) (x)
-% end
+% attn_score_macros()
 /* Bytes of one tile in shared memory: 64-column panels of rows x 128 bytes. */
 #define Q_BYTES (BM * D * 2)
 #define K_BYTES (BN * D * 2)

@@ -287,6 +287,17 @@ static fj_tensor packed_view(const fj_tensor *t)
     return v;
 }
 
+/* Sequence b of a varlen case as a problem of its own. */
+static fjr_problem sequence_problem(const fjr_problem *p, const packing *pk, int64_t b)
+{
+    fjr_problem s = *p;
+    s.batch = 1;
+    s.batch_offset = b;
+    s.seqlen_q = pk->len_q[b];
+    s.seqlen_k = pk->used_k[b];
+    return s;
+}
+
 /* The reference of a varlen case, one sequence at a time, into packed outputs (one batch of
 ** total_q rows, as check() reads them). */
 static void reference_packed(const fjr_problem *p, const packing *pk, const double *qd,
@@ -300,11 +311,7 @@ static void reference_packed(const fjr_problem *p, const packing *pk, const doub
     if (!lse_b)
         abort();
     for (int64_t b = 0; b < pk->n; b++) {
-        fjr_problem s = *p;
-        s.batch = 1;
-        s.batch_offset = b;
-        s.seqlen_q = pk->len_q[b];
-        s.seqlen_k = pk->used_k[b];
+        const fjr_problem s = sequence_problem(p, pk, b);
         if (s.seqlen_q > 0 && s.seqlen_k > 0) {
             fjr_attention(&s, qd + row_q * hq * d, kd + row_k * hkv * d, vd + row_k * hkv * dv,
                           ref + row_q * hq * dv, lse_b);
@@ -334,11 +341,7 @@ static double packed_flops(const fjr_problem *p, const packing *pk)
 {
     double f = 0;
     for (int64_t b = 0; b < pk->n; b++) {
-        fjr_problem s = *p;
-        s.batch = 1;
-        s.batch_offset = b;
-        s.seqlen_q = pk->len_q[b];
-        s.seqlen_k = pk->used_k[b];
+        const fjr_problem s = sequence_problem(p, pk, b);
         if (s.seqlen_q > 0 && s.seqlen_k > 0)
             f += fjr_flops(&s);
     }

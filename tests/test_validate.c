@@ -456,6 +456,45 @@ static void test_plan_pads_and_fits_local_memory(void **state)
     assert_false(v.local_mask);
 }
 
+/* FLASHJIT_CONFIG overrides: every field, its range, and the errors. */
+static void test_config_overrides(void **state)
+{
+    (void)state;
+    fj__variant v;
+    memset(&v, 0, sizeof v);
+    v.path = FJ__PATH_WGMMA;
+    fj__err err = {{0}};
+    assert_int_equal(fj__apply_config(&v,
+                                      "path=wgmma,tile_m=192,tile_n=112,warps=16,stages=3,"
+                                      "overlap=1,pingpong=0,persistent=2,kk_unroll=1,q_in_regs=0",
+                                      &err),
+                     0);
+    assert_int_equal(v.tile_m, 192);
+    assert_int_equal(v.tile_n, 112);
+    assert_int_equal(v.warps, 16);
+    assert_int_equal(v.threads, 512);
+    assert_int_equal(v.stages, 3);
+    assert_int_equal(v.overlap, 1);
+    assert_int_equal(v.persistent, 2);
+    assert_int_equal(v.kk_unroll, 1);
+    static const struct {
+        const char *config, *message;
+    } bad[] = {{"tile_n=300", "tile_n = 300, expected 8..256"},
+               {"stages=0", "stages = 0, expected 1..4"},
+               {"persistent=3", "persistent = 3, expected 0..2"},
+               {"overlap=2", "overlap = 2, expected 0..1"},
+               {"bogus=1", "unknown field 'bogus'"},
+               {"path=fast", "path must be simt, mma or wgmma"},
+               {"tile_n", "cannot read 'tile_n'"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err.msg[0] = '\0';
+        assert_int_equal(fj__apply_config(&v, bad[i].config, &err), -1);
+        if (!strstr(err.msg, bad[i].message))
+            fail_msg("config '%s': message '%s' lacks '%s'", bad[i].config, err.msg,
+                     bad[i].message);
+    }
+}
+
 /* Which kernel design serves a request on a Hopper device, and when it falls back. */
 static void test_plan_paths_on_hopper(void **state)
 {
@@ -508,6 +547,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_paths_on_hopper),
+        cmocka_unit_test(test_config_overrides),
         cmocka_unit_test(test_every_rejected_field),
         cmocka_unit_test(test_valid_request_is_resolved),
         cmocka_unit_test(test_plan_pads_and_fits_local_memory),
