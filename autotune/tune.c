@@ -40,11 +40,12 @@ void fj__tune_bucket(const fj__problem *p, const fj__variant *v, char *buf, size
              (int)v->head_dim_pad, (int)v->head_dim_v_pad, pow2_at_least(p->seqlen_q, 64),
              pow2_at_least(p->seqlen_k, 64), pow2_at_least(p->batch * p->heads_q, 1), mask,
              (int)v->softcap, (int)v->write_lse, (int)v->neg_scale);
-    if (v->alibi || v->bias || v->mask_tensor || v->varlen) {
+    if (v->alibi || v->bias || v->mask_tensor || v->varlen || v->mask_ranges) {
         size_t used = strlen(buf);
-        snprintf(buf + used, size - used, "|terms=%s%s%s%s", v->alibi ? "a" : "",
+        snprintf(buf + used, size - used, "|terms=%s%s%s%s%s", v->alibi ? "a" : "",
                  v->bias == 1 ? "b32" : v->bias ? "b" : "", v->mask_tensor ? "m" : "",
-                 v->varlen == 2 ? "vu" : v->varlen ? "v" : "");
+                 v->varlen == 2 ? "vu" : v->varlen ? "v" : "",
+                 v->mask_ranges == 4 ? "r4" : v->mask_ranges ? "r2" : "");
     }
     if (v->mask_mod || v->score_mod) {
         /* Expressions change the kernel: a bucket per pair of them. */

@@ -232,6 +232,12 @@ typedef struct fj_attention_desc {
     const fj_tensor *seqused_k;
     int64_t max_seqlen_q;
     int64_t max_seqlen_k;
+    /* FlashMask-style column ranges (NULL: none): FJ_DTYPE_I32 [batch | 1, heads_q | 1,
+    ** seqlen_k, 2 or 4], broadcast like bias. Query rows i with r[0] <= i < r[1] (and, with 4
+    ** columns, r[2] <= i < r[3]) do not see key j, where r = mask_ranges[b, h, j]: O(seqlen)
+    ** memory for document, prefix-LM and shared-question masks. Not with variable lengths;
+    ** SIMT kernels for now. */
+    const fj_tensor *mask_ranges;
 } fj_attention_desc;
 
 /* Fills *desc with the defaults (plain non-causal attention) and sets struct_size. NULL is a

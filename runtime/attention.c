@@ -78,6 +78,9 @@ static int forward_args(const fj__problem *p, fj__arg args[FJ__MAX_ARGS])
     PTR(p->seqused_k ? p->seqused_k->data : p->out->data);
     I32(p->cu_seqlens_q ? p->q->shape[0] : 0);
     I32(p->cu_seqlens_q ? p->k->shape[0] : 0);
+    PTR(p->mask_ranges ? p->mask_ranges->data : p->out->data);
+    for (int i = 0; i < 3; i++)
+        I64(p->ranges_stride[i]);
 #undef PTR
 #undef I32
 #undef I64
@@ -294,7 +297,8 @@ static void plan_key(const fj__problem *p, int64_t key[FJ__PLAN_KEY])
                                      p->alibi != NULL,
                                      p->bias ? 1 + (int64_t)p->bias->dtype : 0,
                                      p->mask != NULL,
-                                     (p->cu_seqlens_q != NULL) + (p->seqused_k != NULL)};
+                                     (p->cu_seqlens_q != NULL) + (p->seqused_k != NULL),
+                                     p->mask_ranges ? p->mask_ranges->shape[3] : 0};
     memcpy(key, k, sizeof k);
 }
 

@@ -74,6 +74,8 @@ typedef struct fj__problem {
     const fj_tensor *cu_seqlens_q, *cu_seqlens_k, *seqused_k; /* NULL: not packed */
     int64_t bias_stride[3];     /* batch, head, query row; keys are contiguous */
     int64_t mask_stride[3];
+    const fj_tensor *mask_ranges; /* FlashMask column ranges, or NULL */
+    int64_t ranges_stride[3];     /* batch, head, key */
 } fj__problem;
 
 /* Checks every argument of a forward call and fills *p. The message in err names the first bad
@@ -121,7 +123,8 @@ typedef struct fj__variant {
     uint8_t alibi;      /* ALiBi slopes */
     uint8_t bias;       /* additive bias: 0 none, 1 f32, 2 in q's dtype */
     uint8_t mask_tensor;
-    uint8_t varlen; /* 0 dense, 1 packed sequences, 2 and seqused_k */
+    uint8_t varlen;      /* 0 dense, 1 packed sequences, 2 and seqused_k */
+    uint8_t mask_ranges; /* 0 none, else the ranges' columns per key (2 or 4) */
     const char *mask_mod; /* canonical expression texts, interned by the context (NULL: none) */
     const char *score_mod;
 } fj__variant;

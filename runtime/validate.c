@@ -186,6 +186,30 @@ static fj_status check_score_terms(const fj_attention_desc *d, fj__problem *p, f
                             fj__dtype_name(d->bias->dtype), fj__dtype_name(p->dtype));
         p->bias = d->bias;
     }
+    if (d->mask_ranges) {
+        const fj_tensor *r = d->mask_ranges;
+        TRY(check_tensor(r, "desc.mask_ranges", 4, err));
+        if (r->dtype != FJ_DTYPE_I32)
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                            "desc.mask_ranges.dtype = %s, expected i32", fj__dtype_name(r->dtype));
+        const int64_t full[2] = {p->batch, p->heads_q};
+        const char *what[2] = {"batch", "heads_q"};
+        for (int i = 0; i < 2; i++) {
+            if (r->shape[i] != 1 && r->shape[i] != full[i])
+                return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                                "desc.mask_ranges.shape[%d] = %lld, expected 1 or %lld (%s)", i,
+                                (long long)r->shape[i], (long long)full[i], what[i]);
+            p->ranges_stride[i] = r->shape[i] == 1 ? 0 : r->stride[i];
+        }
+        TRY(check_dim(err, "desc.mask_ranges", 2, r->shape[2], p->seqlen_k, "seqlen_k"));
+        if (r->shape[3] != 2 && r->shape[3] != 4)
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                            "desc.mask_ranges.shape[3] = %lld, expected 2 (one range of rows) or "
+                            "4 (two)",
+                            (long long)r->shape[3]);
+        p->ranges_stride[2] = r->stride[2];
+        p->mask_ranges = r;
+    }
     if (d->mask) {
         TRY(check_pair_tensor(d->mask, "desc.mask", p, p->mask_stride, err));
         if (d->mask->dtype != FJ_DTYPE_BOOL)
@@ -298,9 +322,9 @@ static fj_status check_packed(const fj_attention_desc *d, const fj_tensor *q, co
                         "desc.max_seqlen_q = %lld, desc.max_seqlen_k = %lld: both must be >= 1 "
                         "with variable lengths",
                         (long long)d->max_seqlen_q, (long long)d->max_seqlen_k);
-    if (d->bias || d->mask)
-        return fj__fail(err, FJ_ERR_UNSUPPORTED,
-                        "desc.%s with variable lengths is not supported", d->bias ? "bias" : "mask");
+    if (d->bias || d->mask || d->mask_ranges)
+        return fj__fail(err, FJ_ERR_UNSUPPORTED, "desc.%s with variable lengths is not supported",
+                        d->bias ? "bias" : d->mask ? "mask" : "mask_ranges");
 
     TRY(check_tensor(q, "q", 3, err));
     TRY(check_tensor(k, "k", 3, err));

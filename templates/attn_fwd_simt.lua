@@ -12,7 +12,8 @@
 % -- write_lse, mask_mod and score_mod (checked canonical expressions, "" for none: see
 % -- runtime/expr.h), alibi, bias ("", "f32" or "dtype": the bias tensor's type), mask_tensor,
 % -- varlen (0 dense; 1 packed sequences found through cu_seqlens_q/k, BLOCK_Z the sequence;
-% -- 2 also cutting each sequence's keys at seqused_k).
+% -- 2 also cutting each sequence's keys at seqused_k), mask_ranges (0, or 2 / 4 columns of masked
+% -- row ranges per key).
 % local mods = mask_mod ~= "" or score_mod ~= ""
 % assert(tile_m > 0 and tile_n > 0, "tile sizes must be positive")
 % include("dialect.lua")
@@ -37,7 +38,8 @@ fj_attn_fwd(GLOBAL const STORE_T *q, GLOBAL const STORE_T *k, GLOBAL const STORE
             GLOBAL const void *bias, I64 bias_sb, I64 bias_sh, I64 bias_ss,
             GLOBAL const uchar *mask, I64 mask_sb, I64 mask_sh, I64 mask_ss,
             GLOBAL const int *cu_seqlens_q, GLOBAL const int *cu_seqlens_k,
-            GLOBAL const int *seqused_k, int total_q, int total_k)
+            GLOBAL const int *seqused_k, int total_q, int total_k,
+            GLOBAL const int *mask_ranges, I64 ranges_sb, I64 ranges_sh, I64 ranges_sk)
 {
     SHARED float k_tile[TILE_N][DP];
     SHARED float v_tile[TILE_N][DVP];
@@ -107,6 +109,9 @@ fj_attn_fwd(GLOBAL const STORE_T *q, GLOBAL const STORE_T *k, GLOBAL const STORE
 % if mask_tensor then
     GLOBAL const uchar *mask_row = mask + batch * mask_sb + head * mask_sh + row * mask_ss;
 % end
+% if mask_ranges > 0 then
+    GLOBAL const int *ranges = mask_ranges + batch * ranges_sb + head * ranges_sh;
+% end
 
 % if mods then
     /* The names the expressions use (see runtime/expr.h); loads clamp into mod_args. */
@@ -170,6 +175,15 @@ fj_attn_fwd(GLOBAL const STORE_T *q, GLOBAL const STORE_T *k, GLOBAL const STORE
 % end
 % if mask_tensor then
             keep = keep && in_range && mask_row[key] != 0;
+% end
+% if mask_ranges > 0 then
+            if (in_range) {
+                GLOBAL const int *r = ranges + key * ranges_sk;
+                keep = keep && !(row >= r[0] && row < r[1]);
+%   if mask_ranges == 4 then
+                keep = keep && !(row >= r[2] && row < r[3]);
+%   end
+            }
 % end
             s[j] = (live && keep && key >= lo && key <= hi) ? x : -F_INF;
             m_new = F_MAX(m_new, s[j]);

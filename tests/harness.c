@@ -63,7 +63,10 @@ void fjh_describe(const fjh_case *c, char *buf, size_t size)
     if (c->mask >= 1 && c->mask <= 2 && used < size)
         used += (size_t)snprintf(buf + used, size - used, " mask=%s", masks[c->mask]);
     if (c->varlen && used < size)
-        snprintf(buf + used, size - used, " varlen%s", c->varlen == 2 ? "+seqused_k" : "");
+        used += (size_t)snprintf(buf + used, size - used, " varlen%s",
+                                 c->varlen == 2 ? "+seqused_k" : "");
+    if (c->ranges && used < size)
+        snprintf(buf + used, size - used, " ranges=%d", c->ranges);
 }
 
 static uint64_t splitmix(uint64_t *s)
@@ -182,7 +185,7 @@ static void make_tensor(htensor *h, fj_dtype dtype, int ndim, const int64_t *sha
 /* The ALiBi slopes, bias and mask a case asks for, with random contents, described for the
 ** reference in p. Tensors the case does not ask for stay empty (host NULL). */
 static void make_score_terms(const fjh_case *c, uint64_t *rng, fjr_problem *p, htensor *alibi,
-                             htensor *bias, htensor *mask)
+                             htensor *bias, htensor *mask, htensor *ranges)
 {
     const int64_t b = c->batch, hq = c->heads_q, sq = c->seqlen_q, sk = c->seqlen_k;
     if (c->alibi) {
@@ -231,6 +234,22 @@ static void make_score_terms(const fjh_case *c, uint64_t *rng, fjr_problem *p, h
         p->mask = mask->host;
         for (int i = 0; i < 4; i++)
             p->mask_stride[i] = mask->t.shape[i] == 1 ? 0 : mask->t.stride[i];
+    }
+    if (c->ranges) {
+        /* Random ranges reaching past both ends of the rows, some empty or reversed. */
+        const int64_t n = c->ranges;
+        const int64_t shape[4] = {c->ranges == 2 ? b : 1, hq, sk, n};
+        const int64_t stride[4] = {hq * sk * n, sk * n, n, 1};
+        make_tensor(ranges, FJ_DTYPE_I32, 4, shape, stride);
+        int32_t *r = (int32_t *)ranges->host;
+        for (size_t i = 0; i < ranges->elements; i += 2) {
+            r[i] = (int32_t)(splitmix(rng) % (uint64_t)(sq + 8)) - 4;
+            r[i + 1] = r[i] + (int32_t)(splitmix(rng) % (uint64_t)(sq / 2 + 2)) - 1;
+        }
+        p->ranges = r;
+        p->ranges_n = (int)n;
+        for (int i = 0; i < 3; i++)
+            p->ranges_stride[i] = shape[i] == 1 ? 0 : stride[i];
     }
 }
 
@@ -503,15 +522,15 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
     fill_random(&q, &rng, dense ? &qd : NULL, &qf);
     fill_random(&k, &rng, dense ? &kd : NULL, &kf);
     fill_random(&v, &rng, dense ? &vd : NULL, &vf);
-    htensor terms[3]; /* alibi, bias, mask */
+    htensor terms[4]; /* alibi, bias, mask, ranges */
     memset(terms, 0, sizeof terms);
-    make_score_terms(c, &rng, &p, &terms[0], &terms[1], &terms[2]);
+    make_score_terms(c, &rng, &p, &terms[0], &terms[1], &terms[2], &terms[3]);
 
     fj_status st = FJ_OK;
     for (int i = 0; i < 5 && st == FJ_OK; i++)
         if (i < 4 || c->with_lse)
             st = upload(ctx, all[i]);
-    for (int i = 0; i < 3 && st == FJ_OK; i++)
+    for (int i = 0; i < 4 && st == FJ_OK; i++)
         if (terms[i].host)
             st = upload(ctx, &terms[i]);
     htensor *packs[] = {&pk.cu_q, &pk.cu_k, &pk.seqused};
@@ -539,6 +558,7 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
     desc.alibi_slopes = terms[0].host ? &terms[0].t : desc.alibi_slopes;
     desc.bias = terms[1].host ? &terms[1].t : desc.bias;
     desc.mask = terms[2].host ? &terms[2].t : desc.mask;
+    desc.mask_ranges = terms[3].host ? &terms[3].t : desc.mask_ranges;
     void *dev_args = NULL;
     if (st == FJ_OK && c->mod_args && c->mod_args_count > 0) {
         size_t bytes = (size_t)c->mod_args_count * 4;
@@ -640,10 +660,10 @@ out:
     r->status = st;
     for (int i = 0; i < 5; i++)
         release(ctx, all[i]);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++)
         release(ctx, &terms[i]);
+    for (int i = 0; i < 3; i++)
         release(ctx, packs[i]);
-    }
     free(pk.len_q);
     free(pk.len_k);
     free(pk.used_k);

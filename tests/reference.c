@@ -130,6 +130,12 @@ int fjr_visible(const fjr_problem *p, int64_t b, int64_t h, int64_t i, int64_t j
 {
     if (p->mask && !p->mask[pair_offset(p->mask_stride, b, h, i, j)])
         return 0;
+    if (p->ranges) {
+        const int32_t *r =
+            p->ranges + b * p->ranges_stride[0] + h * p->ranges_stride[1] + j * p->ranges_stride[2];
+        if ((i >= r[0] && i < r[1]) || (p->ranges_n == 4 && i >= r[2] && i < r[3]))
+            return 0;
+    }
     int64_t diag = i + p->seqlen_k - p->seqlen_q;
     if (p->causal && j > diag)
         return 0;
@@ -147,7 +153,7 @@ double fjr_flops(const fjr_problem *p)
     double per_pair = 2.0 * (double)(p->head_dim + p->head_dim_v);
     double heads = (double)p->batch * (double)p->heads_q;
     int windowed = p->window_left >= 0 || p->window_right >= 0;
-    int masked = p->mask_mod || p->mask;
+    int masked = p->mask_mod || p->mask || p->ranges;
     if (!p->causal && !windowed && !masked)
         return per_pair * heads * (double)p->seqlen_q * (double)p->seqlen_k;
     if (p->causal && !windowed && !masked && p->seqlen_q == p->seqlen_k)

@@ -40,6 +40,9 @@ typedef struct fjr_problem {
     int64_t mask_stride[4];
     int64_t batch_offset; /* added to b where expressions and ALiBi see it (one sequence of a
                           ** packed batch solved as a problem of its own) */
+    const int32_t *ranges;     /* FlashMask column ranges of (b, h, j) at the strides below */
+    int64_t ranges_stride[3];
+    int ranges_n;              /* 2 or 4 */
 } fjr_problem;
 
 /* Whether query row i of (batch b, head h) sees key j, straight from the API's definition. */
@@ -84,6 +87,7 @@ typedef struct fjh_case {
                   ** padding [b, 1, 1, sk] (batch b masks its last b/3 of the keys) */
     int varlen;   /* 1: packed sequences of random lengths up to seqlen_q / seqlen_k (sequence 1
                   ** empty), through cu_seqlens; 2: also seqused_k */
+    int ranges;   /* 2: random masked row ranges [b, hq, sk, 2]; 4: two per key, [1, hq, sk, 4] */
 } fjh_case;
 
 typedef struct fjh_result {

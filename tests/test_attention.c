@@ -259,6 +259,27 @@ static void test_alibi_bias_mask(void **state)
     run_cases(state, cases, n);
 }
 
+/* FlashMask-style column ranges: one or two per key, broadcast over batch, with causal, window,
+** GQA, the other masks and f32. */
+static void test_mask_ranges(void **state)
+{
+    fjh_case cases[6];
+    for (int i = 0; i < 6; i++) {
+        cases[i] = base(i % 2 ? 77 : 129, i % 3 ? 130 : 61, i == 5 ? 40 : 64, FJ_DTYPE_BF16);
+        cases[i].heads_q = 4;
+        cases[i].heads_kv = i % 2 ? 2 : 4;
+        cases[i].ranges = i % 2 ? 4 : 2;
+    }
+    cases[1].desc.causal = 1;
+    cases[2].desc.window_left = 25;
+    cases[3].mask = 2;
+    cases[3].alibi = 1;
+    cases[4].desc.mask_mod = "k % 7 != 3";
+    cases[5].dtype = FJ_DTYPE_F32;
+    cases[5].desc.causal = 1;
+    run_cases(state, cases, 6);
+}
+
 /* Variable lengths: packed sequences of random lengths (one without queries), with seqused_k,
 ** masks, GQA, layouts, dtypes, ALiBi and an expression that reads the sequence index. */
 static void test_varlen(void **state)
@@ -436,6 +457,7 @@ int main(void)
         cmocka_unit_test(test_many_work_tiles),
         cmocka_unit_test(test_alibi_bias_mask),
         cmocka_unit_test(test_varlen),
+        cmocka_unit_test(test_mask_ranges),
         cmocka_unit_test(test_mask_and_score_expressions),
         cmocka_unit_test(test_long_sequences),
         cmocka_unit_test(test_second_call_is_memoised),

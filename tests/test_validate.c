@@ -16,7 +16,7 @@ typedef struct request {
     fj_attention_desc desc;
     fj_tensor q, k, v, out, lse;
     fj_tensor alibi, bias, mask; /* used where a case points desc at them */
-    fj_tensor cu_q, cu_k, used_k;
+    fj_tensor cu_q, cu_k, used_k, ranges;
     int use_lse;
 } request;
 
@@ -51,6 +51,7 @@ static void baseline(request *r)
     dense(&r->cu_q, FJ_DTYPE_I32, 1, (int64_t[]){4});
     dense(&r->cu_k, FJ_DTYPE_I32, 1, (int64_t[]){4});
     dense(&r->used_k, FJ_DTYPE_I32, 1, (int64_t[]){3});
+    dense(&r->ranges, FJ_DTYPE_I32, 4, (int64_t[]){1, 4, 32, 2});
     r->use_lse = 1;
 }
 
@@ -196,6 +197,22 @@ MUT(mask_rows, {
     r->desc.mask = &r->mask;
 })
 MUT(q_bool, r->q.dtype = r->k.dtype = r->v.dtype = r->out.dtype = FJ_DTYPE_BOOL)
+MUT(ranges_cols, {
+    r->ranges.shape[3] = 3;
+    r->desc.mask_ranges = &r->ranges;
+})
+MUT(ranges_keys, {
+    r->ranges.shape[2] = 16;
+    r->desc.mask_ranges = &r->ranges;
+})
+MUT(ranges_dtype, {
+    r->ranges.dtype = FJ_DTYPE_F32;
+    r->desc.mask_ranges = &r->ranges;
+})
+MUT(ranges_batch, {
+    r->ranges.shape[0] = 3;
+    r->desc.mask_ranges = &r->ranges;
+})
 MUT(varlen_no_k, {
     packed(r);
     r->desc.cu_seqlens_k = NULL;
@@ -321,6 +338,14 @@ static const bad_case bad_cases[] = {
     {"mask rows", mask_rows, 0, FJ_ERR_INVALID_ARGUMENT,
      "desc.mask.shape[2] = 15, expected 1 or 16 (seqlen_q)"},
     {"q bool", q_bool, 0, FJ_ERR_INVALID_ARGUMENT, "q.dtype = bool"},
+    {"ranges columns", ranges_cols, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.mask_ranges.shape[3] = 3, expected 2 (one range of rows) or 4"},
+    {"ranges keys", ranges_keys, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.mask_ranges.shape[2] (seqlen_k) = 16, expected 32"},
+    {"ranges dtype", ranges_dtype, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.mask_ranges.dtype = f32, expected i32"},
+    {"ranges batch", ranges_batch, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.mask_ranges.shape[0] = 3, expected 1 or 2 (batch)"},
     {"varlen without k", varlen_no_k, 0, FJ_ERR_INVALID_ARGUMENT, "desc.cu_seqlens_k is NULL"},
     {"varlen dtype", varlen_dtype, 0, FJ_ERR_INVALID_ARGUMENT,
      "desc.cu_seqlens_q.dtype = f32, expected i32"},
@@ -406,6 +431,12 @@ static void test_valid_request_is_resolved(void **state)
     assert_int_equal(p.mask_stride[0], 32);
     assert_int_equal(p.mask_stride[1], 0);
     assert_int_equal(p.mask_stride[2], 0);
+    r.desc.mask_ranges = &r.ranges;
+    assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);
+    assert_int_equal(p.ranges_stride[0], 0);
+    assert_int_equal(p.ranges_stride[1], 32 * 2);
+    assert_int_equal(p.ranges_stride[2], 2);
+    r.desc.mask_ranges = NULL;
 
     /* Packed sequences: three of them, the maxima as lengths, strides through the offsets. */
     packed(&r);

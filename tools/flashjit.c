@@ -56,7 +56,8 @@ static int usage(FILE *f)
             "                          broadcast by stride 0; --bias-f32: in f32, else the dtype\n"
             "  --mask random|keys      random bool mask [b, h, sq, sk], or key padding [b, 1, 1, sk]\n"
             "  --varlen                the batch as packed sequences of random lengths up to the\n"
-            "                          seqlens (cu_seqlens_q/k); --seqused-k: also seqused_k\n");
+            "                          seqlens (cu_seqlens_q/k); --seqused-k: also seqused_k\n"
+            "  --ranges 2|4            random FlashMask column ranges, one or two per key\n");
     return 2;
 }
 
@@ -146,6 +147,7 @@ static int cmd_run(int argc, char **argv)
         O_MASK,
         O_VARLEN,
         O_SEQUSED,
+        O_RANGES,
         O_HELP
     };
     static const struct option opts[] = {{"backend", required_argument, 0, O_BACKEND},
@@ -179,6 +181,7 @@ static int cmd_run(int argc, char **argv)
                                          {"mask", required_argument, 0, O_MASK},
                                          {"varlen", no_argument, 0, O_VARLEN},
                                          {"seqused-k", no_argument, 0, O_SEQUSED},
+                                         {"ranges", required_argument, 0, O_RANGES},
                                          {"help", no_argument, 0, O_HELP},
                                          {0, 0, 0, 0}};
     fjh_case c;
@@ -271,6 +274,11 @@ static int cmd_run(int argc, char **argv)
             break;
         case O_VARLEN: c.varlen = c.varlen ? c.varlen : 1; break;
         case O_SEQUSED: c.varlen = 2; break;
+        case O_RANGES:
+            c.ranges = atoi(optarg);
+            if (c.ranges != 2 && c.ranges != 4)
+                return fprintf(stderr, "flashjit: --ranges takes 2 or 4\n"), 2;
+            break;
         case O_HELP: usage(stdout); return 0;
         default: return usage(stderr);
         }
