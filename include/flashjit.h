@@ -284,7 +284,8 @@ typedef struct fj_call_info {
     double total_ms;         /* host time of the whole call, launch included */
     uint64_t compiles;       /* kernels this context compiled since it was created */
     const char *variant;     /* the variant key text (sorted name=value lines); owned by ctx */
-    const char *kernel_path; /* which kernel design ran, e.g. "cuda.fwd.mma" */
+    const char *kernel_path; /* which kernel design ran: "cuda.fwd.wgmma" (Hopper), "cuda.fwd.mma",
+                             ** "cuda.fwd.simt", "opencl.fwd.simt" */
     int32_t registers;       /* registers per thread of that kernel; 0 if unknown */
     int32_t spill_bytes;     /* local memory per thread (spills); 0 if none or unknown */
     int32_t tuned;           /* 0: heuristic tiles, 1: a tuned record's, 2: tuned in this call */

@@ -1,9 +1,11 @@
 % -- Forward attention for Hopper (sm_90a): warp-specialised, TMA-fed, wgmma.
 % --
-% -- A block computes tile_m = 64 * NC query rows of one (batch, head) with 1 + NC warpgroups:
-% --   producer   (warpgroup 0; one thread) copies Q once, then key and value tiles into a ring
-% --              of `stages` shared-memory slots with bulk tensor copies (TMA), each slot guarded
-% --              by a full and an empty mbarrier; it gives its registers to the consumers.
+% -- A work tile is tile_m = 64 * NC query rows of one (batch, head); a block runs one or more
+% -- of them (see persistent) with 1 + NC warpgroups:
+% --   producer   (warpgroup 0; one thread) copies the tile's Q (once the consumers are done with
+% --              the last one), then key and value tiles into a ring of `stages` shared-memory
+% --              slots with bulk tensor copies (TMA), each slot guarded by a full and an empty
+% --              mbarrier; it gives its registers to the consumers.
 % --   consumers  (warpgroups 1..NC; 64 query rows each) per key tile:
 % --                S = Q K^T    wgmma, both operands from shared memory, f32 in registers
 % --                online softmax on S in registers (exp2, quad shuffles), rescaling O
