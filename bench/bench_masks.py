@@ -1,0 +1,117 @@
+"""Masks and biases: flashjit's mask_mod expressions and bias tensors against FlexAttention
+(same BlockMask semantics) and PyTorch's SDPA with an attn_mask, on the same tensors in one
+process. The cases of the masks issue: causal, sliding window, documents, prefix-LM and random
+block sparsity as mask_mod; mask_mod "k <= q" against causal=1; a dense additive bias.
+
+TFLOP/s count the kept work only: 4 * d * (kept query/key pairs) per head.
+
+Usage: python3 bench/bench_masks.py [--lib build/libflashjit.so] [--s 8192] [--d 128]
+       [--out DIR]
+Prints one line per case and writes bench_masks.json into --out (default $OUT or .)."""
+import argparse
+import json
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from triton.testing import do_bench
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import flashjit  # noqa: E402
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--lib", default=None)
+ap.add_argument("--s", type=int, default=8192)
+ap.add_argument("--d", type=int, default=128)
+ap.add_argument("--hidden", type=int, default=2048)
+ap.add_argument("--reps", type=int, default=100, help="do_bench rep time in ms")
+ap.add_argument("--out", default=os.environ.get("OUT", "."))
+args = ap.parse_args()
+
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention  # noqa: E402
+
+torch.manual_seed(0)
+dev = "cuda"
+s, d = args.s, args.d
+b, h = max(1, 16384 // s), args.hidden // d
+ctx = flashjit.Context(backend="cuda", lib=args.lib)
+flex = torch.compile(flex_attention, dynamic=False)
+q, k, v = (torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16) for _ in range(3))
+qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))  # [b, h, s, d] views for the peers
+out = torch.empty_like(q)
+
+docs, window, prefix, block = 4, 1024, 1024, 128
+nblocks = (s + block - 1) // block
+keep_blocks = (torch.rand(nblocks, nblocks, device=dev) < 0.5).to(torch.int32)
+
+# Each case: flashjit's expression (with its mod_args) and FlexAttention's mask_mod, equal.
+cases = {
+    "causal": ("k <= q", None, lambda b_, h_, qi, ki: ki <= qi),
+    "window": (f"k <= q && q - k < {window}", None,
+               lambda b_, h_, qi, ki: (ki <= qi) & (qi - ki < window)),
+    "documents": (f"q / {s // docs} == k / {s // docs} && k <= q", None,
+                  lambda b_, h_, qi, ki: (qi // (s // docs) == ki // (s // docs)) & (ki <= qi)),
+    "prefix_lm": (f"k < {prefix} || k <= q", None,
+                  lambda b_, h_, qi, ki: (ki < prefix) | (ki <= qi)),
+    "block_sparse": (f"iarg[(q / {block}) * {nblocks} + k / {block}] != 0", keep_blocks,
+                     lambda b_, h_, qi, ki: keep_blocks[qi // block, ki // block] != 0),
+}
+
+
+def tflops(pairs, ms):
+    return 4 * b * h * d * pairs / ms / 1e9
+
+
+def kept_pairs(mask_mod):
+    qi = torch.arange(s, device=dev)[:, None]
+    ki = torch.arange(s, device=dev)[None, :]
+    return int(mask_mod(0, 0, qi, ki).sum().item())
+
+
+def bench(fn):
+    fn()
+    torch.cuda.synchronize()
+    return do_bench(fn, warmup=25, rep=args.reps, return_mode="median")
+
+
+rows = []
+print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, b {b} h {h} s {s} d {d}",
+      flush=True)
+print(f"{'case':>14} | {'flashjit':>8} {'flex':>8} | {'x flex':>6} | {'maxdiff':>8} path", flush=True)
+for name, (expr, mod_args, mask_mod) in cases.items():
+    pairs = kept_pairs(mask_mod)
+    bm = create_block_mask(mask_mod, B=None, H=None, Q_LEN=s, KV_LEN=s, device=dev)
+    fj = lambda: ctx.forward(q, k, v, out=out, mask_mod=expr, mod_args=mod_args)  # noqa: E731
+    fx = lambda: flex(qt, kt, vt, block_mask=bm)  # noqa: E731
+    t_fj, t_fx = bench(fj), bench(fx)
+    info = ctx.last_call()
+    diff = (out.float() - fx().transpose(1, 2).float()).abs().max().item()
+    row = dict(case=name, pairs=pairs, flashjit=tflops(pairs, t_fj), flex=tflops(pairs, t_fx),
+               maxdiff=diff, path=info["kernel_path"])
+    rows.append(row)
+    print(f"{name:>14} | {row['flashjit']:8.1f} {row['flex']:8.1f} | "
+          f"{row['flashjit'] / row['flex']:6.2f} | {diff:8.4f} {row['path']}", flush=True)
+
+# mask_mod "k <= q" against the built-in causal mask.
+t_builtin = bench(lambda: ctx.forward(q, k, v, out=out, causal=True))
+causal_pairs = s * (s + 1) // 2
+rows.append(dict(case="causal_builtin", pairs=causal_pairs, flashjit=tflops(causal_pairs, t_builtin),
+                 path=ctx.last_call()["kernel_path"]))
+print(f"{'causal=1':>14} | {rows[-1]['flashjit']:8.1f} (mask_mod 'k <= q' at "
+      f"{rows[0]['flashjit'] / rows[-1]['flashjit']:.2f} of it)", flush=True)
+
+# A dense additive bias [1, h, s, s] against SDPA with the same attn_mask.
+bias = torch.randn(1, h, s, s, device=dev, dtype=torch.bfloat16)
+t_fj = bench(lambda: ctx.forward(q, k, v, out=out, bias=bias))
+t_sdpa = bench(lambda: F.scaled_dot_product_attention(qt, kt, vt, attn_mask=bias))
+ref = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=bias).transpose(1, 2)
+diff = (out.float() - ref.float()).abs().max().item()
+rows.append(dict(case="bias", pairs=s * s, flashjit=tflops(s * s, t_fj), sdpa=tflops(s * s, t_sdpa),
+                 maxdiff=diff, path=ctx.last_call()["kernel_path"]))
+print(f"{'bias':>14} | {rows[-1]['flashjit']:8.1f} {rows[-1]['sdpa']:8.1f} (SDPA attn_mask) | "
+      f"{rows[-1]['flashjit'] / rows[-1]['sdpa']:6.2f} | {diff:8.4f} {rows[-1]['path']}", flush=True)
+
+with open(os.path.join(args.out, "bench_masks.json"), "w") as f:
+    json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, b=b, h=h, s=s,
+                   d=d, rows=rows), f, indent=1)
