@@ -15,6 +15,32 @@
 % -- 2 also cutting each sequence's keys at seqused_k), mask_ranges (0, or 2 / 4 columns of masked
 % -- row ranges per key).
 % local mods = mask_mod ~= "" or score_mod ~= ""
+% -- Masks beyond the band: a key tile no row of the group keeps is skipped whole.
+% local sparse = mask_mod ~= "" or mask_tensor or mask_ranges > 0
+% -- Emits `bool keep`: whether this row keeps `key` under mask_mod, the mask tensor and the
+% -- ranges (the band and the tensor's end are checked by the caller; in_range is live and
+% -- key < seqlen_k).
+% local function emit_keep()
+% if mask_mod ~= "" then
+#define FJ_K key
+            bool keep = (${mask_mod}) != 0;
+#undef FJ_K
+% else
+            bool keep = true;
+% end
+% if mask_tensor then
+            keep = keep && in_range && mask_row[key] != 0;
+% end
+% if mask_ranges > 0 then
+            if (in_range) {
+                GLOBAL const int *r = ranges + key * ranges_sk;
+                keep = keep && !(row >= r[0] && row < r[1]);
+%   if mask_ranges == 4 then
+                keep = keep && !(row >= r[2] && row < r[3]);
+%   end
+            }
+% end
+% end
 % assert(tile_m > 0 and tile_n > 0, "tile sizes must be positive")
 % include("dialect.lua")
 
@@ -126,7 +152,30 @@ fj_attn_fwd(GLOBAL const STORE_T *q, GLOBAL const STORE_T *k, GLOBAL const STORE
 % end
     float m = -F_INF; /* running max, log2 units */
     float l = 0.0f;      /* running sum of exp2(score - m) */
+% if sparse then
+    SHARED int tile_kept;
+% end
     for (int n0 = group_lo / TILE_N * TILE_N; n0 <= group_hi; n0 += TILE_N) {
+% if sparse then
+        /* Block skipping: a key tile that no row of the group keeps is neither loaded nor
+        ** scored (documents, block-sparse masks, ranges). */
+        BARRIER();
+        if (tid == 0)
+            tile_kept = 0;
+        BARRIER();
+        bool any = false;
+        for (int j = 0; j < TILE_N && !any; j++) {
+            const int key = n0 + j;
+            const bool in_range = live && key < seqlen_k;
+% emit_keep()
+            any = in_range && keep && key >= lo && key <= hi;
+        }
+        if (any)
+            LOCAL_FLAG_SET(tile_kept);
+        BARRIER();
+        if (!tile_kept)
+            continue;
+% end
         BARRIER();
         for (int i = tid; i < TILE_N * DP; i += TILE_M) {
             const int r = i / DP, c = i % DP, key = n0 + r;
@@ -166,25 +215,7 @@ fj_attn_fwd(GLOBAL const STORE_T *q, GLOBAL const STORE_T *k, GLOBAL const STORE
 #undef FJ_K
             }
 % end
-% if mask_mod ~= "" then
-#define FJ_K key
-            bool keep = (${mask_mod}) != 0;
-#undef FJ_K
-% else
-            bool keep = true;
-% end
-% if mask_tensor then
-            keep = keep && in_range && mask_row[key] != 0;
-% end
-% if mask_ranges > 0 then
-            if (in_range) {
-                GLOBAL const int *r = ranges + key * ranges_sk;
-                keep = keep && !(row >= r[0] && row < r[1]);
-%   if mask_ranges == 4 then
-                keep = keep && !(row >= r[2] && row < r[3]);
-%   end
-            }
-% end
+% emit_keep()
             s[j] = (live && keep && key >= lo && key <= hi) ? x : -F_INF;
             m_new = F_MAX(m_new, s[j]);
         }

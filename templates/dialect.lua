@@ -1,5 +1,6 @@
 % -- The portable dialect: one spelling of a kernel for OpenCL C and CUDA C++. Templates written
-% -- with these macros (KERNEL, GLOBAL, SHARED, BARRIER, THREAD_X, BLOCK_X/Y/Z, F_* math, I64)
+% -- with these macros (KERNEL, GLOBAL, SHARED, BARRIER, THREAD_X, BLOCK_X/Y/Z, F_* math, I64,
+% -- LOCAL_FLAG_SET: set a shared int to 1 from any number of threads)
 % -- render for either backend. Element access: STORE_T is the element type in memory, LOAD(p, i)
 % -- reads element i as float, STORE(p, i, x) writes x rounded to nearest even.
 % -- Parameters: backend ("opencl" or "cuda"), dtype ("f32", "f16", "bf16").
@@ -19,6 +20,7 @@
 #define F_TANH tanh
 #define F_INF INFINITY
 #define F_LN2 M_LN2_F
+#define LOCAL_FLAG_SET(x) atomic_or(&(x), 1)
 #define BITS_TO_FLOAT as_float
 #define FLOAT_TO_BITS as_uint
 #define INLINE inline
@@ -39,6 +41,7 @@ typedef long I64;
 #define F_TANH tanhf
 #define F_INF __int_as_float(0x7f800000)
 #define F_LN2 0.693147180559945309f
+#define LOCAL_FLAG_SET(x) atomicOr(&(x), 1)
 #define BITS_TO_FLOAT __uint_as_float
 #define FLOAT_TO_BITS __float_as_uint
 #define INLINE __device__ __forceinline__
