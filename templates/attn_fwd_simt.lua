@@ -153,16 +153,18 @@ fj_attn_fwd(GLOBAL const STORE_T *q, GLOBAL const STORE_T *k, GLOBAL const STORE
     float m = -F_INF; /* running max, log2 units */
     float l = 0.0f;      /* running sum of exp2(score - m) */
 % if sparse then
-    SHARED int tile_kept;
+    /* Block skipping: a key tile that no row of the group keeps is neither loaded nor scored
+    ** (documents, block-sparse masks, ranges). Tile t's flag is kept[t % 2]; the other one is
+    ** cleared for the next tile while this one is decided. */
+    SHARED int kept[2];
+    if (tid == 0)
+        kept[0] = kept[1] = 0;
+    int t = 0;
 % end
     for (int n0 = group_lo / TILE_N * TILE_N; n0 <= group_hi; n0 += TILE_N) {
+        BARRIER();
 % if sparse then
-        /* Block skipping: a key tile that no row of the group keeps is neither loaded nor
-        ** scored (documents, block-sparse masks, ranges). */
-        BARRIER();
-        if (tid == 0)
-            tile_kept = 0;
-        BARRIER();
+        const int flag = t++ & 1;
         bool any = false;
         for (int j = 0; j < TILE_N && !any; j++) {
             const int key = n0 + j;
@@ -171,12 +173,13 @@ fj_attn_fwd(GLOBAL const STORE_T *q, GLOBAL const STORE_T *k, GLOBAL const STORE
             any = in_range && keep && key >= lo && key <= hi;
         }
         if (any)
-            LOCAL_FLAG_SET(tile_kept);
+            LOCAL_FLAG_SET(kept[flag]);
+        if (tid == 0)
+            kept[flag ^ 1] = 0;
         BARRIER();
-        if (!tile_kept)
+        if (!kept[flag])
             continue;
 % end
-        BARRIER();
         for (int i = tid; i < TILE_N * DP; i += TILE_M) {
             const int r = i / DP, c = i % DP, key = n0 + r;
             k_tile[r][c] = (key < seqlen_k && c < head_dim) ? LOAD(k, key * k_ss + c) : 0.0f;
