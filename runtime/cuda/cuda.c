@@ -490,8 +490,8 @@ static fj_status cuda_launch(void *p, void *kernel, const fj__launch *l, void *s
                                        (int)l->shared_bytes));
         k->dynamic_smem = (int)l->shared_bytes;
     }
-    void *params[64];
-    if (l->nargs > 64)
+    void *params[FJ__MAX_ARGS];
+    if (l->nargs > FJ__MAX_ARGS)
         return fj__fail(b->err, FJ_ERR_BACKEND, "too many kernel arguments (%d)", l->nargs);
     for (int i = 0; i < l->nargs; i++)
         params[i] = l->args[i].kind == FJ__ARG_BYTES ? (void *)l->args[i].v.bytes.data
