@@ -239,6 +239,21 @@ static fj_status check_dtypes(const fj_tensor *q, const fj_tensor *k, const fj_t
     return FJ_OK;
 }
 
+/* lse: f32 with the given dimensions (what names each); stride is set to its strides. */
+static fj_status check_lse(const fj_tensor *lse, int ndim, const int64_t *want,
+                           const char *const *what, int64_t *stride, fj__err *err)
+{
+    TRY(check_tensor(lse, "lse", ndim, err));
+    if (lse->dtype != FJ_DTYPE_F32)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "lse.dtype = %s, expected f32",
+                        fj__dtype_name(lse->dtype));
+    for (int i = 0; i < ndim; i++)
+        TRY(check_dim(err, "lse", i, lse->shape[i], want[i], what[i]));
+    TRY(check_no_overlap(lse, "lse", err));
+    memcpy(stride, lse->stride, (size_t)ndim * sizeof *stride);
+    return FJ_OK;
+}
+
 /* Dense [batch, seqlen, heads, dim] tensors and lse [batch, heads_q, seqlen_q]. */
 static fj_status check_dense(const fj_tensor *q, const fj_tensor *k, const fj_tensor *v,
                              const fj_tensor *out, const fj_tensor *lse, fj__problem *p,
@@ -273,15 +288,9 @@ static fj_status check_dense(const fj_tensor *q, const fj_tensor *k, const fj_te
         memcpy(p->strides[i], t4[i]->stride, sizeof p->strides[i]);
 
     if (lse) {
-        TRY(check_tensor(lse, "lse", 3, err));
-        if (lse->dtype != FJ_DTYPE_F32)
-            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "lse.dtype = %s, expected f32",
-                            fj__dtype_name(lse->dtype));
-        TRY(check_dim(err, "lse", 0, lse->shape[0], p->batch, "batch"));
-        TRY(check_dim(err, "lse", 1, lse->shape[1], p->heads_q, "heads_q"));
-        TRY(check_dim(err, "lse", 2, lse->shape[2], p->seqlen_q, "seqlen_q"));
-        TRY(check_no_overlap(lse, "lse", err));
-        memcpy(p->lse_stride, lse->stride, sizeof p->lse_stride);
+        static const char *const what[3] = {"batch", "heads_q", "seqlen_q"};
+        const int64_t want[3] = {p->batch, p->heads_q, p->seqlen_q};
+        TRY(check_lse(lse, 3, want, what, p->lse_stride, err));
     }
     return FJ_OK;
 }
@@ -355,16 +364,11 @@ static fj_status check_packed(const fj_attention_desc *d, const fj_tensor *q, co
         p->strides[i][2] = t4[i]->stride[1];
     }
     if (lse) {
-        TRY(check_tensor(lse, "lse", 2, err));
-        if (lse->dtype != FJ_DTYPE_F32)
-            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "lse.dtype = %s, expected f32",
-                            fj__dtype_name(lse->dtype));
-        TRY(check_dim(err, "lse", 0, lse->shape[0], p->heads_q, "heads_q"));
-        TRY(check_dim(err, "lse", 1, lse->shape[1], total_q, "total_q"));
-        TRY(check_no_overlap(lse, "lse", err));
+        /* [heads_q, total_q]: no batch stride, rows through the offsets. */
+        static const char *const what[2] = {"heads_q", "total_q"};
+        const int64_t want[2] = {p->heads_q, total_q};
+        TRY(check_lse(lse, 2, want, what, p->lse_stride + 1, err));
         p->lse_stride[0] = 0;
-        p->lse_stride[1] = lse->stride[0];
-        p->lse_stride[2] = lse->stride[1];
     }
     p->cu_seqlens_q = d->cu_seqlens_q;
     p->cu_seqlens_k = d->cu_seqlens_k;
