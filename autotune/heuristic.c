@@ -274,6 +274,7 @@ void fj__plan_forward(const fj__problem *p, const fj_device_info *dev, const cha
     v->mask_tensor = p->mask != NULL;
     v->varlen = (uint8_t)((p->cu_seqlens_q != NULL) + (p->seqused_k != NULL));
     v->mask_ranges = p->mask_ranges ? (uint8_t)p->mask_ranges->shape[3] : 0;
+    v->block_mask = p->block_mask != NULL;
     v->write_lse = p->lse != NULL;
 
     /* Variable lengths, expressions, ALiBi, bias and mask tensors, and head dims beyond 256 run
@@ -282,7 +283,7 @@ void fj__plan_forward(const fj__problem *p, const fj_device_info *dev, const cha
                        !p->mask_mod &&
                        v->head_dim_pad <= 256 && v->head_dim_v_pad <= 256 &&
                        !p->score_mod && !v->alibi && !v->bias && !v->mask_tensor &&
-                       !v->mask_ranges &&
+                       !v->mask_ranges && !v->block_mask &&
                        (p->dtype == FJ_DTYPE_F16 || p->dtype == FJ_DTYPE_BF16) &&
                        rows_are_16b_aligned(p->q) && rows_are_16b_aligned(p->k) &&
                        rows_are_16b_aligned(p->v) && rows_are_16b_aligned(p->out);

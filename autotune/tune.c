@@ -40,12 +40,13 @@ void fj__tune_bucket(const fj__problem *p, const fj__variant *v, char *buf, size
              (int)v->head_dim_pad, (int)v->head_dim_v_pad, pow2_at_least(p->seqlen_q, 64),
              pow2_at_least(p->seqlen_k, 64), pow2_at_least(p->batch * p->heads_q, 1), mask,
              (int)v->softcap, (int)v->write_lse, (int)v->neg_scale);
-    if (v->alibi || v->bias || v->mask_tensor || v->varlen || v->mask_ranges) {
+    if (v->alibi || v->bias || v->mask_tensor || v->varlen || v->mask_ranges || v->block_mask) {
         size_t used = strlen(buf);
-        snprintf(buf + used, size - used, "|terms=%s%s%s%s%s", v->alibi ? "a" : "",
+        snprintf(buf + used, size - used, "|terms=%s%s%s%s%s%s", v->alibi ? "a" : "",
                  v->bias == 1 ? "b32" : v->bias ? "b" : "", v->mask_tensor ? "m" : "",
                  v->varlen == 2 ? "vu" : v->varlen ? "v" : "",
-                 v->mask_ranges == 4 ? "r4" : v->mask_ranges ? "r2" : "");
+                 v->mask_ranges == 4 ? "r4" : v->mask_ranges ? "r2" : "",
+                 v->block_mask ? "k" : "");
     }
     if (v->mask_mod || v->score_mod) {
         /* Expressions change the kernel: a bucket per pair of them. */

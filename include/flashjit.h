@@ -238,6 +238,13 @@ typedef struct fj_attention_desc {
     ** memory for document, prefix-LM and shared-question masks. Not with variable lengths;
     ** SIMT kernels for now. */
     const fj_tensor *mask_ranges;
+    /* A classification of 128 x 128 blocks of (query, key) pairs (NULL: none): FJ_DTYPE_I32
+    ** [batch | 1, heads_q | 1, ceil(seqlen_q / 128), ceil(seqlen_k / 128)], broadcast like bias.
+    ** 0: the block is skipped (its pairs are masked); 2: all its pairs are kept (mask_mod, mask
+    ** and mask_ranges are not applied there); 1: the masks apply. Causal and window apply
+    ** everywhere. A caller that knows its mask's structure saves the kernels the work of
+    ** finding it. Not with variable lengths; SIMT kernels for now. */
+    const fj_tensor *block_mask;
 } fj_attention_desc;
 
 /* Fills *desc with the defaults (plain non-causal attention) and sets struct_size. NULL is a

@@ -12,7 +12,7 @@
 static int forward_args(const fj__problem *p, fj__arg args[FJ__MAX_ARGS])
 {
     int n = 0;
-    /* 51 arguments, and the Hopper kernel appends 8: well inside FJ__MAX_ARGS. */
+    /* 55 arguments, and the Hopper kernel appends 8: well inside FJ__MAX_ARGS. */
 #define PTR(x) args[n++] = (fj__arg){.kind = FJ__ARG_PTR, .v.ptr = (void *)(x)}
 #define I32(x)                                                                                     \
     args[n++] = (fj__arg)                                                                          \
@@ -80,6 +80,9 @@ static int forward_args(const fj__problem *p, fj__arg args[FJ__MAX_ARGS])
     PTR(p->mask_ranges ? p->mask_ranges->data : p->out->data);
     for (int i = 0; i < 3; i++)
         I64(p->ranges_stride[i]);
+    PTR(p->block_mask ? p->block_mask->data : p->out->data);
+    for (int i = 0; i < 3; i++)
+        I64(p->blocks_stride[i]);
 #undef PTR
 #undef I32
 #undef I64
@@ -297,7 +300,8 @@ static void plan_key(const fj__problem *p, int64_t key[FJ__PLAN_KEY])
                                      p->bias ? 1 + (int64_t)p->bias->dtype : 0,
                                      p->mask != NULL,
                                      (p->cu_seqlens_q != NULL) + (p->seqused_k != NULL),
-                                     p->mask_ranges ? p->mask_ranges->shape[3] : 0};
+                                     p->mask_ranges ? p->mask_ranges->shape[3] : 0,
+                                     p->block_mask != NULL};
     memcpy(key, k, sizeof k);
 }
 

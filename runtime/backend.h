@@ -53,7 +53,7 @@ typedef struct fj__tensor_map {
     _Alignas(64) unsigned char bytes[128];
 } fj__tensor_map;
 
-/* The most arguments a launch passes (the forward kernels take 51, the Hopper one 8 more). */
+/* The most arguments a launch passes (the forward kernels take 55, the Hopper one 8 more). */
 #define FJ__MAX_ARGS 96
 
 /* One launch: grid counts blocks (work-groups), block counts threads (work-items) per block. */

@@ -5,7 +5,7 @@
 #include "internal.h"
 #include "../cache/cache.h"
 
-#define FJ__PLAN_KEY 20
+#define FJ__PLAN_KEY 21
 #define FJ__TILE_COUNTERS 64
 
 /* A kernel loaded in this context. */

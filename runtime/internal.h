@@ -76,6 +76,8 @@ typedef struct fj__problem {
     int64_t mask_stride[3];
     const fj_tensor *mask_ranges; /* FlashMask column ranges, or NULL */
     int64_t ranges_stride[3];     /* batch, head, key */
+    const fj_tensor *block_mask;  /* 128 x 128 block classes, or NULL */
+    int64_t blocks_stride[3];     /* batch, head, query block */
 } fj__problem;
 
 /* Checks every argument of a forward call and fills *p. The message in err names the first bad
@@ -125,6 +127,7 @@ typedef struct fj__variant {
     uint8_t mask_tensor;
     uint8_t varlen;      /* 0 dense, 1 packed sequences, 2 and seqused_k */
     uint8_t mask_ranges; /* 0 none, else the ranges' columns per key (2 or 4) */
+    uint8_t block_mask;  /* 128 x 128 block classes given */
     const char *mask_mod; /* canonical expression texts, interned by the context (NULL: none) */
     const char *score_mod;
 } fj__variant;

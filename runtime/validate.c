@@ -210,6 +210,28 @@ static fj_status check_score_terms(const fj_attention_desc *d, fj__problem *p, f
         p->ranges_stride[2] = r->stride[2];
         p->mask_ranges = r;
     }
+    if (d->block_mask) {
+        const fj_tensor *m = d->block_mask;
+        TRY(check_tensor(m, "desc.block_mask", 4, err));
+        if (m->dtype != FJ_DTYPE_I32)
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                            "desc.block_mask.dtype = %s, expected i32", fj__dtype_name(m->dtype));
+        const int64_t full[2] = {p->batch, p->heads_q};
+        const char *what[2] = {"batch", "heads_q"};
+        for (int i = 0; i < 2; i++) {
+            if (m->shape[i] != 1 && m->shape[i] != full[i])
+                return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                                "desc.block_mask.shape[%d] = %lld, expected 1 or %lld (%s)", i,
+                                (long long)m->shape[i], (long long)full[i], what[i]);
+            p->blocks_stride[i] = m->shape[i] == 1 ? 0 : m->stride[i];
+        }
+        TRY(check_dim(err, "desc.block_mask", 2, m->shape[2], (p->seqlen_q + 127) / 128,
+                      "query blocks of 128"));
+        TRY(check_dim(err, "desc.block_mask", 3, m->shape[3], (p->seqlen_k + 127) / 128,
+                      "key blocks of 128"));
+        p->blocks_stride[2] = m->stride[2];
+        p->block_mask = m;
+    }
     if (d->mask) {
         TRY(check_pair_tensor(d->mask, "desc.mask", p, p->mask_stride, err));
         if (d->mask->dtype != FJ_DTYPE_BOOL)
@@ -331,9 +353,12 @@ static fj_status check_packed(const fj_attention_desc *d, const fj_tensor *q, co
                         "desc.max_seqlen_q = %lld, desc.max_seqlen_k = %lld: both must be >= 1 "
                         "with variable lengths",
                         (long long)d->max_seqlen_q, (long long)d->max_seqlen_k);
-    if (d->bias || d->mask || d->mask_ranges)
+    if (d->bias || d->mask || d->mask_ranges || d->block_mask)
         return fj__fail(err, FJ_ERR_UNSUPPORTED, "desc.%s with variable lengths is not supported",
-                        d->bias ? "bias" : d->mask ? "mask" : "mask_ranges");
+                        d->bias              ? "bias"
+                        : d->mask            ? "mask"
+                        : d->mask_ranges     ? "mask_ranges"
+                                             : "block_mask");
 
     TRY(check_tensor(q, "q", 3, err));
     TRY(check_tensor(k, "k", 3, err));

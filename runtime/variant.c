@@ -85,6 +85,7 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_PARAMS])
     BOOL_PARAM(mask_tensor);
     INT_PARAM(varlen);
     INT_PARAM(mask_ranges);
+    BOOL_PARAM(block_mask);
     BOOL_PARAM(local_mask);
     BOOL_PARAM(softcap);
     BOOL_PARAM(neg_scale);

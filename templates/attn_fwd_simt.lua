@@ -13,10 +13,11 @@
 % -- runtime/expr.h), alibi, bias ("", "f32" or "dtype": the bias tensor's type), mask_tensor,
 % -- varlen (0 dense; 1 packed sequences found through cu_seqlens_q/k, BLOCK_Z the sequence;
 % -- 2 also cutting each sequence's keys at seqused_k), mask_ranges (0, or 2 / 4 columns of masked
-% -- row ranges per key).
+% -- row ranges per key), block_mask (the caller's 128 x 128 block classes).
 % local mods = mask_mod ~= "" or score_mod ~= ""
 % -- Masks beyond the band: a key tile no row of the group keeps is skipped whole.
 % local sparse = mask_mod ~= "" or mask_tensor or mask_ranges > 0
+% assert(not block_mask or (128 % tile_m == 0 and 128 % tile_n == 0), "block_mask needs tiles that divide 128")
 % -- Emits `bool keep`: whether this row keeps `key` under mask_mod, the mask tensor and the
 % -- ranges (the band and the tensor's end are checked by the caller; in_range is live and
 % -- key < seqlen_k).
@@ -39,6 +40,9 @@
                 keep = keep && !(row >= r[2] && row < r[3]);
 %   end
             }
+% end
+% if block_mask then
+            keep = keep || block_class == 2; /* the caller keeps the whole block */
 % end
 % end
 % assert(tile_m > 0 and tile_n > 0, "tile sizes must be positive")
@@ -65,7 +69,8 @@ fj_attn_fwd(GLOBAL const STORE_T *q, GLOBAL const STORE_T *k, GLOBAL const STORE
             GLOBAL const uchar *mask, I64 mask_sb, I64 mask_sh, I64 mask_ss,
             GLOBAL const int *cu_seqlens_q, GLOBAL const int *cu_seqlens_k,
             GLOBAL const int *seqused_k, int total_q, int total_k,
-            GLOBAL const int *mask_ranges, I64 ranges_sb, I64 ranges_sh, I64 ranges_sk)
+            GLOBAL const int *mask_ranges, I64 ranges_sb, I64 ranges_sh, I64 ranges_sk,
+            GLOBAL const int *block_mask, I64 blocks_sb, I64 blocks_sh, I64 blocks_sq)
 {
     SHARED float k_tile[TILE_N][DP];
     SHARED float v_tile[TILE_N][DVP];
@@ -162,6 +167,13 @@ fj_attn_fwd(GLOBAL const STORE_T *q, GLOBAL const STORE_T *k, GLOBAL const STORE
     int t = 0;
 % end
     for (int n0 = group_lo / TILE_N * TILE_N; n0 <= group_hi; n0 += TILE_N) {
+% if block_mask then
+        /* The caller's class of the 128 x 128 block that holds this tile: 0 skips it. */
+        const int block_class = block_mask[batch * blocks_sb + head * blocks_sh +
+                                           (row0 / 128) * blocks_sq + n0 / 128];
+        if (block_class == 0)
+            continue;
+% end
         BARRIER();
 % if sparse then
         const int flag = t++ & 1;

@@ -15,8 +15,8 @@ fj_attn_fwd(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
 % end
 
 % -- The rest of the common list (arguments of mask/score expressions, ALiBi slopes, bias and
-% -- mask tensors, variable lengths, mask ranges), ending in a comma when the kernel adds its
-% -- own.
+% -- mask tensors, variable lengths, mask ranges, block classes), ending in a comma when the
+% -- kernel adds its own.
 % function attn_params_tail(more)
             const float *__restrict__ mod_args, int mod_args_count,
             const float *__restrict__ alibi, long long alibi_sb,
@@ -25,7 +25,8 @@ fj_attn_fwd(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
             long long mask_ss, const int *__restrict__ cu_seqlens_q,
             const int *__restrict__ cu_seqlens_k, const int *__restrict__ seqused_k, int total_q,
             int total_k, const int *__restrict__ mask_ranges, long long ranges_sb,
-            long long ranges_sh, long long ranges_sk${more and "," or ")"}
+            long long ranges_sh, long long ranges_sk, const int *__restrict__ block_mask,
+            long long blocks_sb, long long blocks_sh, long long blocks_sq${more and "," or ")"}
 % end
 
 % -- The block's first query row m0, its head (and the key/value head it reads) and batch.

@@ -66,7 +66,9 @@ void fjh_describe(const fjh_case *c, char *buf, size_t size)
         used += (size_t)snprintf(buf + used, size - used, " varlen%s",
                                  c->varlen == 2 ? "+seqused_k" : "");
     if (c->ranges && used < size)
-        snprintf(buf + used, size - used, " ranges=%d", c->ranges);
+        used += (size_t)snprintf(buf + used, size - used, " ranges=%d", c->ranges);
+    if (c->blocks && used < size)
+        snprintf(buf + used, size - used, " block_mask=%s", c->blocks == 1 ? "[b,hq]" : "[1,1]");
 }
 
 static uint64_t splitmix(uint64_t *s)
@@ -185,7 +187,7 @@ static void make_tensor(htensor *h, fj_dtype dtype, int ndim, const int64_t *sha
 /* The ALiBi slopes, bias and mask a case asks for, with random contents, described for the
 ** reference in p. Tensors the case does not ask for stay empty (host NULL). */
 static void make_score_terms(const fjh_case *c, uint64_t *rng, fjr_problem *p, htensor *alibi,
-                             htensor *bias, htensor *mask, htensor *ranges)
+                             htensor *bias, htensor *mask, htensor *ranges, htensor *blocks)
 {
     const int64_t b = c->batch, hq = c->heads_q, sq = c->seqlen_q, sk = c->seqlen_k;
     if (c->alibi) {
@@ -250,6 +252,18 @@ static void make_score_terms(const fjh_case *c, uint64_t *rng, fjr_problem *p, h
         p->ranges_n = (int)n;
         for (int i = 0; i < 3; i++)
             p->ranges_stride[i] = shape[i] == 1 ? 0 : stride[i];
+    }
+    if (c->blocks) {
+        const int64_t qb = (sq + 127) / 128, kb = (sk + 127) / 128;
+        const int64_t shape[4] = {c->blocks == 1 ? b : 1, c->blocks == 1 ? hq : 1, qb, kb};
+        const int64_t stride[4] = {hq * qb * kb, qb * kb, kb, 1};
+        make_tensor(blocks, FJ_DTYPE_I32, 4, shape, stride);
+        int32_t *k = (int32_t *)blocks->host;
+        for (size_t i = 0; i < blocks->elements; i++)
+            k[i] = (int32_t)(splitmix(rng) % 3);
+        p->blocks = k;
+        for (int i = 0; i < 3; i++)
+            p->blocks_stride[i] = shape[i] == 1 ? 0 : stride[i];
     }
 }
 
@@ -522,15 +536,15 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
     fill_random(&q, &rng, dense ? &qd : NULL, &qf);
     fill_random(&k, &rng, dense ? &kd : NULL, &kf);
     fill_random(&v, &rng, dense ? &vd : NULL, &vf);
-    htensor terms[4]; /* alibi, bias, mask, ranges */
+    htensor terms[5]; /* alibi, bias, mask, ranges, blocks */
     memset(terms, 0, sizeof terms);
-    make_score_terms(c, &rng, &p, &terms[0], &terms[1], &terms[2], &terms[3]);
+    make_score_terms(c, &rng, &p, &terms[0], &terms[1], &terms[2], &terms[3], &terms[4]);
 
     fj_status st = FJ_OK;
     for (int i = 0; i < 5 && st == FJ_OK; i++)
         if (i < 4 || c->with_lse)
             st = upload(ctx, all[i]);
-    for (int i = 0; i < 4 && st == FJ_OK; i++)
+    for (int i = 0; i < 5 && st == FJ_OK; i++)
         if (terms[i].host)
             st = upload(ctx, &terms[i]);
     htensor *packs[] = {&pk.cu_q, &pk.cu_k, &pk.seqused};
@@ -559,6 +573,7 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
     desc.bias = terms[1].host ? &terms[1].t : desc.bias;
     desc.mask = terms[2].host ? &terms[2].t : desc.mask;
     desc.mask_ranges = terms[3].host ? &terms[3].t : desc.mask_ranges;
+    desc.block_mask = terms[4].host ? &terms[4].t : desc.block_mask;
     void *dev_args = NULL;
     if (st == FJ_OK && c->mod_args && c->mod_args_count > 0) {
         size_t bytes = (size_t)c->mod_args_count * 4;
@@ -660,7 +675,7 @@ out:
     r->status = st;
     for (int i = 0; i < 5; i++)
         release(ctx, all[i]);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         release(ctx, &terms[i]);
     for (int i = 0; i < 3; i++)
         release(ctx, packs[i]);

@@ -128,6 +128,22 @@ static int64_t pair_offset(const int64_t stride[4], int64_t b, int64_t h, int64_
 
 int fjr_visible(const fjr_problem *p, int64_t b, int64_t h, int64_t i, int64_t j)
 {
+    int64_t diag = i + p->seqlen_k - p->seqlen_q;
+    if (p->causal && j > diag)
+        return 0;
+    if (p->window_left >= 0 && j < diag - p->window_left)
+        return 0;
+    if (p->window_right >= 0 && j > diag + p->window_right)
+        return 0;
+    if (p->blocks) {
+        /* 0: the block is skipped; 2: kept whole, whatever the other masks say. */
+        int32_t cls = p->blocks[b * p->blocks_stride[0] + h * p->blocks_stride[1] +
+                                (i / 128) * p->blocks_stride[2] + j / 128];
+        if (cls == 0)
+            return 0;
+        if (cls == 2)
+            return 1;
+    }
     if (p->mask && !p->mask[pair_offset(p->mask_stride, b, h, i, j)])
         return 0;
     if (p->ranges) {
@@ -136,13 +152,6 @@ int fjr_visible(const fjr_problem *p, int64_t b, int64_t h, int64_t i, int64_t j
         if ((i >= r[0] && i < r[1]) || (p->ranges_n == 4 && i >= r[2] && i < r[3]))
             return 0;
     }
-    int64_t diag = i + p->seqlen_k - p->seqlen_q;
-    if (p->causal && j > diag)
-        return 0;
-    if (p->window_left >= 0 && j < diag - p->window_left)
-        return 0;
-    if (p->window_right >= 0 && j > diag + p->window_right)
-        return 0;
     if (p->mask_mod)
         return eval_mod(p, p->mask_mod, b, h, i, j, 0) != 0;
     return 1;
@@ -153,7 +162,7 @@ double fjr_flops(const fjr_problem *p)
     double per_pair = 2.0 * (double)(p->head_dim + p->head_dim_v);
     double heads = (double)p->batch * (double)p->heads_q;
     int windowed = p->window_left >= 0 || p->window_right >= 0;
-    int masked = p->mask_mod || p->mask || p->ranges;
+    int masked = p->mask_mod || p->mask || p->ranges || p->blocks;
     if (!p->causal && !windowed && !masked)
         return per_pair * heads * (double)p->seqlen_q * (double)p->seqlen_k;
     if (p->causal && !windowed && !masked && p->seqlen_q == p->seqlen_k)

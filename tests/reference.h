@@ -43,6 +43,9 @@ typedef struct fjr_problem {
     const int32_t *ranges;     /* FlashMask column ranges of (b, h, j) at the strides below */
     int64_t ranges_stride[3];
     int ranges_n;              /* 2 or 4 */
+    const int32_t *blocks;     /* block classes of (b, h, i / 128, j / 128) at the strides below
+                               ** (batch, head, query block; key blocks contiguous) */
+    int64_t blocks_stride[3];
 } fjr_problem;
 
 /* Whether query row i of (batch b, head h) sees key j, straight from the API's definition. */
@@ -88,6 +91,7 @@ typedef struct fjh_case {
     int varlen;   /* 1: packed sequences of random lengths up to seqlen_q / seqlen_k (sequence 1
                   ** empty), through cu_seqlens; 2: also seqused_k */
     int ranges;   /* 2: random masked row ranges [b, hq, sk, 2]; 4: two per key, [1, hq, sk, 4] */
+    int blocks;   /* 1: random block classes (0 / 1 / 2) [b, hq, qb, kb]; 2: [1, 1, qb, kb] */
 } fjh_case;
 
 typedef struct fjh_result {

@@ -270,6 +270,7 @@ static void test_mask_ranges(void **state)
         cases[i].heads_kv = i % 2 ? 2 : 4;
         cases[i].ranges = i % 2 ? 4 : 2;
     }
+    cases[4].blocks = 2;
     cases[1].desc.causal = 1;
     cases[2].desc.window_left = 25;
     cases[3].mask = 2;
@@ -277,6 +278,26 @@ static void test_mask_ranges(void **state)
     cases[4].desc.mask_mod = "k % 7 != 3";
     cases[5].dtype = FJ_DTYPE_F32;
     cases[5].desc.causal = 1;
+    run_cases(state, cases, 6);
+}
+
+/* The caller's 128 x 128 block classes: alone, broadcast, with causal and with each mask kind
+** (class 2 overrides them), over several blocks each way. */
+static void test_block_mask(void **state)
+{
+    fjh_case cases[6];
+    for (int i = 0; i < 6; i++) {
+        cases[i] = base(i % 2 ? 300 : 390, i % 3 ? 500 : 260, 64, FJ_DTYPE_BF16);
+        cases[i].heads_q = 4;
+        cases[i].heads_kv = 2;
+        cases[i].blocks = i % 2 ? 2 : 1;
+    }
+    cases[1].desc.causal = 1;
+    cases[2].desc.mask_mod = "(q + k) % 5 != 0";
+    cases[3].mask = 1;
+    cases[4].ranges = 2;
+    cases[5].dtype = FJ_DTYPE_F32;
+    cases[5].desc.window_left = 100;
     run_cases(state, cases, 6);
 }
 
@@ -458,6 +479,7 @@ int main(void)
         cmocka_unit_test(test_alibi_bias_mask),
         cmocka_unit_test(test_varlen),
         cmocka_unit_test(test_mask_ranges),
+        cmocka_unit_test(test_block_mask),
         cmocka_unit_test(test_mask_and_score_expressions),
         cmocka_unit_test(test_long_sequences),
         cmocka_unit_test(test_second_call_is_memoised),

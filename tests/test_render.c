@@ -141,10 +141,11 @@ static void test_banner_and_embedded_attention(void **state)
             {.name = "mask_tensor", .kind = TPL_BOOL, .i = i == 2},
             {.name = "varlen", .kind = TPL_INT, .i = i},
             {.name = "mask_ranges", .kind = TPL_INT, .i = 2 * i},
+            {.name = "block_mask", .kind = TPL_BOOL, .i = i == 1},
         };
         fj__err err = {{0}};
         char *out = NULL;
-        assert_int_equal(tpl_render("attn_fwd_simt.lua", params, 16, "dtype=x\n", &out, &err),
+        assert_int_equal(tpl_render("attn_fwd_simt.lua", params, 17, "dtype=x\n", &out, &err),
                          FJ_OK);
         assert_true((strstr(out, "x -= slope") != NULL) == (i == 0));
         assert_true((strstr(out, "BIAS_LOAD(key)") != NULL) == (i == 1));
@@ -153,6 +154,7 @@ static void test_banner_and_embedded_attention(void **state)
         assert_true((strstr(out, "seqused_k[batch]") != NULL) == (i == 2));
         assert_true((strstr(out, "row < r[1]") != NULL) == (i > 0));
         assert_true((strstr(out, "row < r[3]") != NULL) == (i == 2));
+        assert_true((strstr(out, "block_class == 0") != NULL) == (i == 1));
         assert_true((strstr(out, "keep = ((FJ_Q >= FJ_K))") != NULL) == (i == 1));
         assert_true(strncmp(out, "/* flashjit variant\ndtype=x\n*/\n", 30) == 0);
         assert_non_null(strstr(out, "__kernel"));

@@ -16,7 +16,7 @@ typedef struct request {
     fj_attention_desc desc;
     fj_tensor q, k, v, out, lse;
     fj_tensor alibi, bias, mask; /* used where a case points desc at them */
-    fj_tensor cu_q, cu_k, used_k, ranges;
+    fj_tensor cu_q, cu_k, used_k, ranges, blocks;
     int use_lse;
 } request;
 
@@ -52,6 +52,7 @@ static void baseline(request *r)
     dense(&r->cu_k, FJ_DTYPE_I32, 1, (int64_t[]){4});
     dense(&r->used_k, FJ_DTYPE_I32, 1, (int64_t[]){3});
     dense(&r->ranges, FJ_DTYPE_I32, 4, (int64_t[]){1, 4, 32, 2});
+    dense(&r->blocks, FJ_DTYPE_I32, 4, (int64_t[]){2, 1, 1, 1});
     r->use_lse = 1;
 }
 
@@ -213,6 +214,14 @@ MUT(ranges_batch, {
     r->ranges.shape[0] = 3;
     r->desc.mask_ranges = &r->ranges;
 })
+MUT(blocks_keys, {
+    r->blocks.shape[3] = 2;
+    r->desc.block_mask = &r->blocks;
+})
+MUT(blocks_dtype, {
+    r->blocks.dtype = FJ_DTYPE_BOOL;
+    r->desc.block_mask = &r->blocks;
+})
 MUT(varlen_no_k, {
     packed(r);
     r->desc.cu_seqlens_k = NULL;
@@ -346,6 +355,10 @@ static const bad_case bad_cases[] = {
      "desc.mask_ranges.dtype = f32, expected i32"},
     {"ranges batch", ranges_batch, 0, FJ_ERR_INVALID_ARGUMENT,
      "desc.mask_ranges.shape[0] = 3, expected 1 or 2 (batch)"},
+    {"blocks keys", blocks_keys, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.block_mask.shape[3] (key blocks of 128) = 2, expected 1"},
+    {"blocks dtype", blocks_dtype, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.block_mask.dtype = bool, expected i32"},
     {"varlen without k", varlen_no_k, 0, FJ_ERR_INVALID_ARGUMENT, "desc.cu_seqlens_k is NULL"},
     {"varlen dtype", varlen_dtype, 0, FJ_ERR_INVALID_ARGUMENT,
      "desc.cu_seqlens_q.dtype = f32, expected i32"},

@@ -57,7 +57,8 @@ static int usage(FILE *f)
             "  --mask random|keys      random bool mask [b, h, sq, sk], or key padding [b, 1, 1, sk]\n"
             "  --varlen                the batch as packed sequences of random lengths up to the\n"
             "                          seqlens (cu_seqlens_q/k); --seqused-k: also seqused_k\n"
-            "  --ranges 2|4            random FlashMask column ranges, one or two per key\n");
+            "  --ranges 2|4            random FlashMask column ranges, one or two per key\n"
+            "  --block-mask full|shared  random 128 x 128 block classes, [b, h, ...] or [1, 1, ...]\n");
     return 2;
 }
 
@@ -148,6 +149,7 @@ static int cmd_run(int argc, char **argv)
         O_VARLEN,
         O_SEQUSED,
         O_RANGES,
+        O_BLOCKS,
         O_HELP
     };
     static const struct option opts[] = {{"backend", required_argument, 0, O_BACKEND},
@@ -182,6 +184,7 @@ static int cmd_run(int argc, char **argv)
                                          {"varlen", no_argument, 0, O_VARLEN},
                                          {"seqused-k", no_argument, 0, O_SEQUSED},
                                          {"ranges", required_argument, 0, O_RANGES},
+                                         {"block-mask", required_argument, 0, O_BLOCKS},
                                          {"help", no_argument, 0, O_HELP},
                                          {0, 0, 0, 0}};
     fjh_case c;
@@ -278,6 +281,11 @@ static int cmd_run(int argc, char **argv)
             c.ranges = atoi(optarg);
             if (c.ranges != 2 && c.ranges != 4)
                 return fprintf(stderr, "flashjit: --ranges takes 2 or 4\n"), 2;
+            break;
+        case O_BLOCKS:
+            c.blocks = !strcmp(optarg, "full") ? 1 : !strcmp(optarg, "shared") ? 2 : -1;
+            if (c.blocks < 0)
+                return fprintf(stderr, "flashjit: --block-mask takes full or shared\n"), 2;
             break;
         case O_HELP: usage(stdout); return 0;
         default: return usage(stderr);
