@@ -141,19 +141,32 @@ static fj_status check_desc(const fj_attention_desc *in, fj_attention_desc *d, f
 
 /* A [batch | 1, heads_q | 1, seqlen_q | 1, seqlen_k] tensor (bias, mask): its strides with the
 ** broadcast dimensions at 0. */
-static fj_status check_pair_tensor(const fj_tensor *t, const char *name, const fj__problem *p,
-                                   int64_t stride[3], fj__err *err)
+/* The first n dimensions of a rank-4 tensor of the given dtype that broadcast over batch,
+** heads_q and seqlen_q (in that order): each of size 1 or the full size; their strides go to
+** stride, 0 where broadcast. */
+static fj_status check_broadcast(const fj_tensor *t, const char *name, fj_dtype dtype, int n,
+                                 const fj__problem *p, int64_t *stride, fj__err *err)
 {
     TRY(check_tensor(t, name, 4, err));
+    if (dtype != FJ_DTYPE_F32 && t->dtype != dtype) /* f32: the caller checks the dtype */
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "%s.dtype = %s, expected %s", name,
+                        fj__dtype_name(t->dtype), fj__dtype_name(dtype));
     const int64_t full[3] = {p->batch, p->heads_q, p->seqlen_q};
     const char *what[3] = {"batch", "heads_q", "seqlen_q"};
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < n; i++) {
         if (t->shape[i] != 1 && t->shape[i] != full[i])
             return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
                             "%s.shape[%d] = %lld, expected 1 or %lld (%s)", name, i,
                             (long long)t->shape[i], (long long)full[i], what[i]);
         stride[i] = t->shape[i] == 1 ? 0 : t->stride[i];
     }
+    return FJ_OK;
+}
+
+static fj_status check_pair_tensor(const fj_tensor *t, const char *name, fj_dtype dtype,
+                                   const fj__problem *p, int64_t stride[3], fj__err *err)
+{
+    TRY(check_broadcast(t, name, dtype, 3, p, stride, err));
     return check_dim(err, name, 3, t->shape[3], p->seqlen_k, "seqlen_k");
 }
 
@@ -179,7 +192,7 @@ static fj_status check_score_terms(const fj_attention_desc *d, fj__problem *p, f
         p->alibi_stride_b = a->ndim == 2 && a->shape[0] > 1 ? a->stride[0] : 0;
     }
     if (d->bias) {
-        TRY(check_pair_tensor(d->bias, "desc.bias", p, p->bias_stride, err));
+        TRY(check_pair_tensor(d->bias, "desc.bias", FJ_DTYPE_F32, p, p->bias_stride, err));
         if (d->bias->dtype != FJ_DTYPE_F32 && d->bias->dtype != p->dtype)
             return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
                             "desc.bias.dtype = %s, expected f32 or q.dtype = %s",
@@ -188,19 +201,7 @@ static fj_status check_score_terms(const fj_attention_desc *d, fj__problem *p, f
     }
     if (d->mask_ranges) {
         const fj_tensor *r = d->mask_ranges;
-        TRY(check_tensor(r, "desc.mask_ranges", 4, err));
-        if (r->dtype != FJ_DTYPE_I32)
-            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
-                            "desc.mask_ranges.dtype = %s, expected i32", fj__dtype_name(r->dtype));
-        const int64_t full[2] = {p->batch, p->heads_q};
-        const char *what[2] = {"batch", "heads_q"};
-        for (int i = 0; i < 2; i++) {
-            if (r->shape[i] != 1 && r->shape[i] != full[i])
-                return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
-                                "desc.mask_ranges.shape[%d] = %lld, expected 1 or %lld (%s)", i,
-                                (long long)r->shape[i], (long long)full[i], what[i]);
-            p->ranges_stride[i] = r->shape[i] == 1 ? 0 : r->stride[i];
-        }
+        TRY(check_broadcast(r, "desc.mask_ranges", FJ_DTYPE_I32, 2, p, p->ranges_stride, err));
         TRY(check_dim(err, "desc.mask_ranges", 2, r->shape[2], p->seqlen_k, "seqlen_k"));
         if (r->shape[3] != 2 && r->shape[3] != 4)
             return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
@@ -212,19 +213,7 @@ static fj_status check_score_terms(const fj_attention_desc *d, fj__problem *p, f
     }
     if (d->block_mask) {
         const fj_tensor *m = d->block_mask;
-        TRY(check_tensor(m, "desc.block_mask", 4, err));
-        if (m->dtype != FJ_DTYPE_I32)
-            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
-                            "desc.block_mask.dtype = %s, expected i32", fj__dtype_name(m->dtype));
-        const int64_t full[2] = {p->batch, p->heads_q};
-        const char *what[2] = {"batch", "heads_q"};
-        for (int i = 0; i < 2; i++) {
-            if (m->shape[i] != 1 && m->shape[i] != full[i])
-                return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
-                                "desc.block_mask.shape[%d] = %lld, expected 1 or %lld (%s)", i,
-                                (long long)m->shape[i], (long long)full[i], what[i]);
-            p->blocks_stride[i] = m->shape[i] == 1 ? 0 : m->stride[i];
-        }
+        TRY(check_broadcast(m, "desc.block_mask", FJ_DTYPE_I32, 2, p, p->blocks_stride, err));
         TRY(check_dim(err, "desc.block_mask", 2, m->shape[2], (p->seqlen_q + 127) / 128,
                       "query blocks of 128"));
         TRY(check_dim(err, "desc.block_mask", 3, m->shape[3], (p->seqlen_k + 127) / 128,
@@ -233,10 +222,7 @@ static fj_status check_score_terms(const fj_attention_desc *d, fj__problem *p, f
         p->block_mask = m;
     }
     if (d->mask) {
-        TRY(check_pair_tensor(d->mask, "desc.mask", p, p->mask_stride, err));
-        if (d->mask->dtype != FJ_DTYPE_BOOL)
-            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "desc.mask.dtype = %s, expected bool",
-                            fj__dtype_name(d->mask->dtype));
+        TRY(check_pair_tensor(d->mask, "desc.mask", FJ_DTYPE_BOOL, p, p->mask_stride, err));
         p->mask = d->mask;
     }
     return FJ_OK;
