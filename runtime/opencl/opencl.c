@@ -323,6 +323,14 @@ static fj_status cl_compile(void *p, const char *source, const char *options, fj
     return st;
 }
 
+/* A loaded kernel and the arguments last set on it: clSetKernelArg costs tens of nanoseconds
+** each, and most arguments repeat from call to call (sizes, strides, options). */
+typedef struct cl_kern {
+    cl_kernel kernel;
+    int nset; /* leading arguments whose value is in last */
+    fj__arg last[FJ__MAX_ARGS];
+} cl_kern;
+
 static fj_status cl_load_kernel(void *p, const void *binary, size_t size, const char *entry,
                                 void **kernel)
 {
@@ -338,7 +346,14 @@ static fj_status cl_load_kernel(void *p, const void *binary, size_t size, const 
     CL_CHECK(cl.clBuildProgram(program, 1, &b->device, "", NULL, NULL), FJ_ERR_BACKEND);
     cl_kernel k = cl.clCreateKernel(program, entry, &rc);
     CL_CHECK(rc, FJ_ERR_BACKEND);
-    *kernel = k;
+    cl_kern *ck = calloc(1, sizeof *ck);
+    if (!ck) {
+        cl.clReleaseKernel(k);
+        st = fj__fail(b->err, FJ_ERR_OUT_OF_MEMORY, "out of memory");
+        goto out;
+    }
+    ck->kernel = k;
+    *kernel = ck;
 out:
     /* The kernel keeps its program alive. */
     if (program)
@@ -349,17 +364,39 @@ out:
 static void cl_unload(void *p, void *kernel)
 {
     (void)p;
-    if (kernel)
-        cl.clReleaseKernel((cl_kernel)kernel);
+    cl_kern *ck = kernel;
+    if (!ck)
+        return;
+    cl.clReleaseKernel(ck->kernel);
+    free(ck);
+}
+
+/* Whether argument a equals the one last set (by-value structs are always set again). */
+static int same_arg(const fj__arg *a, const fj__arg *last)
+{
+    if (a->kind != last->kind || a->kind == FJ__ARG_BYTES)
+        return 0;
+    switch (a->kind) {
+    case FJ__ARG_PTR: return a->v.ptr == last->v.ptr;
+    case FJ__ARG_I32: return a->v.i32 == last->v.i32;
+    case FJ__ARG_I64: return a->v.i64 == last->v.i64;
+    case FJ__ARG_F32: return memcmp(&a->v.f32, &last->v.f32, sizeof a->v.f32) == 0;
+    default: return 0;
+    }
 }
 
 static fj_status cl_launch(void *p, void *kernel, const fj__launch *l, void *stream)
 {
     clb *b = p;
     fj_status st = FJ_OK;
-    cl_kernel k = kernel;
+    cl_kern *ck = kernel;
+    cl_kernel k = ck->kernel;
+    if (l->nargs > FJ__MAX_ARGS)
+        return fj__fail(b->err, FJ_ERR_BACKEND, "too many kernel arguments (%d)", l->nargs);
     for (int i = 0; i < l->nargs; i++) {
         const fj__arg *a = &l->args[i];
+        if (i < ck->nset && same_arg(a, &ck->last[i]))
+            continue;
         switch (a->kind) {
         case FJ__ARG_PTR:
             CL_CHECK(cl.clSetKernelArgSVMPointer(k, (cl_uint)i, a->v.ptr), FJ_ERR_BACKEND);
@@ -378,6 +415,9 @@ static fj_status cl_launch(void *p, void *kernel, const fj__launch *l, void *str
                      FJ_ERR_BACKEND);
             break;
         }
+        ck->last[i] = *a;
+        if (ck->nset == i) /* the first launch sets every argument, in order */
+            ck->nset = i + 1;
     }
     size_t global[3], local[3];
     for (int d = 0; d < 3; d++) {
@@ -388,6 +428,8 @@ static fj_status cl_launch(void *p, void *kernel, const fj__launch *l, void *str
     CL_CHECK(cl.clEnqueueNDRangeKernel(queue, k, 3, NULL, global, local, 0, NULL, NULL),
              FJ_ERR_BACKEND);
 out:
+    if (st != FJ_OK)
+        ck->nset = 0; /* an argument may be half set: set them all next time */
     return st;
 }
 
