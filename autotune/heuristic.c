@@ -166,7 +166,7 @@ int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
                   {"q_in_regs", offsetof(fj__variant, q_in_regs), 1, 0, 1},
                   {"overlap", offsetof(fj__variant, overlap), 1, 0, 1},
                   {"pingpong", offsetof(fj__variant, pingpong), 1, 0, 1},
-                  {"persistent", offsetof(fj__variant, persistent), 1, 0, 2},
+                  {"persistent", offsetof(fj__variant, persistent), 1, 0, 3},
                   {"stages", offsetof(fj__variant, stages), 1, 1, 4}};
     const char *p = config;
     while (p && *p) {

@@ -202,7 +202,7 @@ fj_status fj__forward_variant(fj_context *ctx, const fj__problem *p, const fj__v
         ** unless a dynamic schedule has no counter. */
         uint64_t work = (uint64_t)l.grid[0] * l.grid[1] * l.grid[2];
         uint64_t sms = ctx->device.compute_units > 0 ? (uint64_t)ctx->device.compute_units : work;
-        int persistent = v->persistent == 1 || (v->persistent == 2 && counter);
+        int persistent = v->persistent == 1 || v->persistent == 3 || (v->persistent == 2 && counter);
         l.grid[0] = (uint32_t)(persistent && sms < work ? sms : work);
         l.grid[1] = l.grid[2] = 1;
     }

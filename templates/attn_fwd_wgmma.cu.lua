@@ -25,7 +25,9 @@
 % -- persistent: 0 one block per work tile (BM query rows of a batch and head); 1 one block per
 % -- SM, each taking every gridDim.x-th tile; 2 one block per SM, tiles after the first taken
 % -- from a counter shared by the grid (tile_counter: two ints, zero at launch and left zero),
-% -- which balances tiles of unequal cost (causal).
+% -- which balances tiles of unequal cost (causal); 3 one block per SM, round r of tiles
+% -- [r * gridDim.x, (r + 1) * gridDim.x) dealt forwards when r is even and backwards when odd,
+% -- so that heavy and light causal tiles pair up without any shared state.
 % local fused = not softcap and not neg_scale
 % local NC = tile_m // 64
 % assert(NC >= 1 and NC <= 3 and NC * 64 == tile_m, "tile_m must be 64, 128 or 192")
@@ -246,6 +248,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #define TILE_FULL(k) (bars + 8 * (2 + 4 * STAGES + (k)))
 #define TILE_EMPTY(k) (bars + 8 * (4 + 4 * STAGES + (k)))
 #define TILE_SLOT(k) (bars + 8 * (6 + 4 * STAGES) + 4 * (k))
+/* The block's next work tile after w under a static schedule: every gridDim.x-th, or zigzag
+** (persistent = 3: the block's position in round r is blockIdx.x, or gridDim.x - 1 - blockIdx.x
+** when r is odd). */
+% if persistent == 3 then
+#define NEXT_TILE(w) ((((w) / (int)gridDim.x + 1) & 1) ? ((w) / (int)gridDim.x + 2) * (int)gridDim.x - 1 - (int)blockIdx.x \
+                                                     : ((w) / (int)gridDim.x + 1) * (int)gridDim.x + (int)blockIdx.x)
+% else
+#define NEXT_TILE(w) ((w) + (int)gridDim.x)
+% end
 /* Ring position j (counted over all the block's key tiles): slot and phase. */
 #define SLOT(j) ((j) % STAGES)
 #define PHASE(j) (((j) / STAGES) & 1)
@@ -319,7 +330,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 % if dynamic then
                 w = tile_counter ? gridDim.x + atomicAdd(tile_counter, 1) : work_count;
 % else
-                w += gridDim.x;
+                w = NEXT_TILE(w);
 % end
             }
 % if dynamic then
@@ -487,7 +498,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 % end
         it += tiles;
 % if not dynamic then
-        w += gridDim.x;
+        w = NEXT_TILE(w);
 % end
 
         /* Normalise and store; a row that saw no key gets 0 and lse -inf. */

@@ -525,7 +525,7 @@ static void test_config_overrides(void **state)
         const char *config, *message;
     } bad[] = {{"tile_n=300", "tile_n = 300, expected 8..256"},
                {"stages=0", "stages = 0, expected 1..4"},
-               {"persistent=3", "persistent = 3, expected 0..2"},
+               {"persistent=4", "persistent = 4, expected 0..3"},
                {"overlap=2", "overlap = 2, expected 0..1"},
                {"bogus=1", "unknown field 'bogus'"},
                {"path=fast", "path must be simt, mma or wgmma"},
