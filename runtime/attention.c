@@ -62,27 +62,25 @@ static int forward_args(const fj__problem *p, fj__arg args[FJ__MAX_ARGS])
     /* Expression arguments: any valid pointer when there are none (never read then). */
     PTR(p->mod_args ? p->mod_args : p->out->data);
     I32(p->mod_args_count);
-    /* Score terms, likewise. */
-    PTR(p->alibi ? p->alibi->data : p->out->data);
-    I64(p->alibi_stride_b);
-    PTR(p->bias ? p->bias->data : p->out->data);
-    for (int i = 0; i < 3; i++)
-        I64(p->bias_stride[i]);
-    PTR(p->mask ? p->mask->data : p->out->data);
-    for (int i = 0; i < 3; i++)
-        I64(p->mask_stride[i]);
+    /* Optional tensors: the data (any valid pointer when absent) and strides. */
+#define TENSOR(t, strides, n)                                                                      \
+    do {                                                                                           \
+        PTR((t) ? (t)->data : p->out->data);                                                       \
+        for (int i_ = 0; i_ < (n); i_++)                                                           \
+            I64((strides)[i_]);                                                                    \
+    } while (0)
+    TENSOR(p->alibi, &p->alibi_stride_b, 1);
+    TENSOR(p->bias, p->bias_stride, 3);
+    TENSOR(p->mask, p->mask_stride, 3);
     /* Variable lengths: offsets, used lengths, and the packed tensors' rows. */
     PTR(p->cu_seqlens_q ? p->cu_seqlens_q->data : p->out->data);
     PTR(p->cu_seqlens_k ? p->cu_seqlens_k->data : p->out->data);
     PTR(p->seqused_k ? p->seqused_k->data : p->out->data);
     I32(p->cu_seqlens_q ? p->q->shape[0] : 0);
     I32(p->cu_seqlens_q ? p->k->shape[0] : 0);
-    PTR(p->mask_ranges ? p->mask_ranges->data : p->out->data);
-    for (int i = 0; i < 3; i++)
-        I64(p->ranges_stride[i]);
-    PTR(p->block_mask ? p->block_mask->data : p->out->data);
-    for (int i = 0; i < 3; i++)
-        I64(p->blocks_stride[i]);
+    TENSOR(p->mask_ranges, p->ranges_stride, 3);
+    TENSOR(p->block_mask, p->blocks_stride, 3);
+#undef TENSOR
 #undef PTR
 #undef I32
 #undef I64

@@ -62,16 +62,34 @@ static int usage(FILE *f)
     return 2;
 }
 
+int fjt_pick(const char *s, const char *const *words)
+{
+    for (int i = 0; words[i]; i++)
+        if (!strcasecmp(s, words[i]))
+            return i;
+    return -1;
+}
+
+int fjt_parse_dtype(const char *s, fj_dtype *dtype)
+{
+    static const char *const words[] = {"bf16", "f16", "fp16", "f32", "fp32", NULL};
+    static const fj_dtype values[] = {FJ_DTYPE_BF16, FJ_DTYPE_F16, FJ_DTYPE_F16, FJ_DTYPE_F32,
+                                      FJ_DTYPE_F32};
+    int i = fjt_pick(s, words);
+    if (i < 0)
+        return -1;
+    *dtype = values[i];
+    return 0;
+}
+
 int fjt_parse_backend(const char *s, fj_backend_kind *k)
 {
-    if (!strcasecmp(s, "auto"))
-        *k = FJ_BACKEND_AUTO;
-    else if (!strcasecmp(s, "cuda"))
-        *k = FJ_BACKEND_CUDA;
-    else if (!strcasecmp(s, "opencl"))
-        *k = FJ_BACKEND_OPENCL;
-    else
+    static const char *const words[] = {"auto", "cuda", "opencl", NULL};
+    static const fj_backend_kind values[] = {FJ_BACKEND_AUTO, FJ_BACKEND_CUDA, FJ_BACKEND_OPENCL};
+    int i = fjt_pick(s, words);
+    if (i < 0)
         return -1;
+    *k = values[i];
     return 0;
 }
 
@@ -217,13 +235,7 @@ static int cmd_run(int argc, char **argv)
         case O_HEAD_DIM: c.head_dim = atoll(optarg); break;
         case O_HEAD_DIM_V: head_dim_v = atoll(optarg); break;
         case O_DTYPE:
-            if (!strcasecmp(optarg, "bf16"))
-                c.dtype = FJ_DTYPE_BF16;
-            else if (!strcasecmp(optarg, "f16") || !strcasecmp(optarg, "fp16"))
-                c.dtype = FJ_DTYPE_F16;
-            else if (!strcasecmp(optarg, "f32") || !strcasecmp(optarg, "fp32"))
-                c.dtype = FJ_DTYPE_F32;
-            else
+            if (fjt_parse_dtype(optarg, &c.dtype))
                 return fprintf(stderr, "flashjit: unknown dtype '%s'\n", optarg), 2;
             break;
         case O_CAUSAL: c.desc.causal = 1; break;
@@ -231,16 +243,15 @@ static int cmd_run(int argc, char **argv)
         case O_WRIGHT: c.desc.window_right = atoi(optarg); break;
         case O_SOFTCAP: c.desc.softcap = strtof(optarg, NULL); break;
         case O_SCALE: c.desc.softmax_scale = strtof(optarg, NULL); break;
-        case O_LAYOUT:
-            if (!strcasecmp(optarg, "bshd"))
-                c.layout = FJH_LAYOUT_BSHD;
-            else if (!strcasecmp(optarg, "bhsd"))
-                c.layout = FJH_LAYOUT_BHSD;
-            else if (!strcasecmp(optarg, "padded"))
-                c.layout = FJH_LAYOUT_PADDED;
-            else
+        case O_LAYOUT: {
+            /* In fjh_layout's order. */
+            static const char *const layouts[] = {"bshd", "bhsd", "padded", NULL};
+            int i = fjt_pick(optarg, layouts);
+            if (i < 0)
                 return fprintf(stderr, "flashjit: unknown layout '%s'\n", optarg), 2;
+            c.layout = (fjh_layout)i;
             break;
+        }
         case O_NOLSE: c.with_lse = 0; break;
         case O_REPS: c.timing_reps = atoi(optarg); break;
         case O_SEED: c.seed = strtoull(optarg, NULL, 0); break;
@@ -256,23 +267,21 @@ static int cmd_run(int argc, char **argv)
             free(copy);
             break;
         }
+        /* The harness's modes count from 1; 0 is none. */
         case O_ALIBI:
-            c.alibi = !strcmp(optarg, "heads") ? 1 : !strcmp(optarg, "batch") ? 2 : -1;
-            if (c.alibi < 0)
+            c.alibi = 1 + fjt_pick(optarg, (const char *const[]){"heads", "batch", NULL});
+            if (c.alibi == 0)
                 return fprintf(stderr, "flashjit: --alibi takes heads or batch\n"), 2;
             break;
         case O_BIAS:
-            c.bias = !strcmp(optarg, "full")    ? 1
-                     : !strcmp(optarg, "heads") ? 2
-                     : !strcmp(optarg, "keys")  ? 3
-                                                : -1;
-            if (c.bias < 0)
+            c.bias = 1 + fjt_pick(optarg, (const char *const[]){"full", "heads", "keys", NULL});
+            if (c.bias == 0)
                 return fprintf(stderr, "flashjit: --bias takes full, heads or keys\n"), 2;
             break;
         case O_BIAS_F32: c.bias_f32 = 1; break;
         case O_MASK:
-            c.mask = !strcmp(optarg, "random") ? 1 : !strcmp(optarg, "keys") ? 2 : -1;
-            if (c.mask < 0)
+            c.mask = 1 + fjt_pick(optarg, (const char *const[]){"random", "keys", NULL});
+            if (c.mask == 0)
                 return fprintf(stderr, "flashjit: --mask takes random or keys\n"), 2;
             break;
         case O_VARLEN: c.varlen = c.varlen ? c.varlen : 1; break;
@@ -283,8 +292,8 @@ static int cmd_run(int argc, char **argv)
                 return fprintf(stderr, "flashjit: --ranges takes 2 or 4\n"), 2;
             break;
         case O_BLOCKS:
-            c.blocks = !strcmp(optarg, "full") ? 1 : !strcmp(optarg, "shared") ? 2 : -1;
-            if (c.blocks < 0)
+            c.blocks = 1 + fjt_pick(optarg, (const char *const[]){"full", "shared", NULL});
+            if (c.blocks == 0)
                 return fprintf(stderr, "flashjit: --block-mask takes full or shared\n"), 2;
             break;
         case O_HELP: usage(stdout); return 0;

@@ -4,6 +4,10 @@
 
 #include "flashjit.h"
 
+/* The index of s (any case) in words, a NULL-terminated list; -1 when it is not there. */
+int fjt_pick(const char *s, const char *const *words);
+/* "bf16", "f16" / "fp16" or "f32" / "fp32" (any case) into *dtype; -1 for anything else. */
+int fjt_parse_dtype(const char *s, fj_dtype *dtype);
 /* "auto", "cuda" or "opencl" (any case) into *k; -1 for anything else. */
 int fjt_parse_backend(const char *s, fj_backend_kind *k);
 /* `flashjit cache ...`; argv[0] is "cache". Returns the exit status. */
