@@ -97,15 +97,17 @@ int fjt_cache_build(int argc, char **argv)
         case O_DTYPE: {
             ndt = 0;
             char *copy = fj__strdup(optarg), *save = NULL;
+            int bad = 0;
             for (char *tok = strtok_r(copy, ",", &save); tok && ndt < 2;
                  tok = strtok_r(NULL, ",", &save)) {
-                if (!strcmp(tok, "bf16"))
-                    dtypes[ndt++] = FJ_DTYPE_BF16;
-                else if (!strcmp(tok, "f16"))
-                    dtypes[ndt++] = FJ_DTYPE_F16;
+                fj_dtype dt;
+                if (fjt_parse_dtype(tok, &dt) || dt == FJ_DTYPE_F32)
+                    bad = 1;
+                else
+                    dtypes[ndt++] = dt;
             }
             free(copy);
-            if (ndt == 0)
+            if (ndt == 0 || bad)
                 return fprintf(stderr, "flashjit cache build: --dtype takes bf16 and f16\n"), 2;
             break;
         }

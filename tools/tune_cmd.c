@@ -94,9 +94,8 @@ int fjt_tune_command(int argc, char **argv)
         case O_DEVICE: o.device = atoi(optarg); break;
         case O_CACHE: o.cache_path = optarg; break;
         case O_DTYPE:
-            dtype = !strcasecmp(optarg, "f16")   ? FJ_DTYPE_F16
-                    : !strcasecmp(optarg, "f32") ? FJ_DTYPE_F32
-                                                 : FJ_DTYPE_BF16;
+            if (fjt_parse_dtype(optarg, &dtype))
+                return fprintf(stderr, "flashjit tune: unknown dtype '%s'\n", optarg), 2;
             break;
         case O_D: nd = parse_ints(optarg, dims); break;
         case O_S: ns = parse_ints(optarg, lens); break;
