@@ -312,11 +312,10 @@ fj_status fj__tune(fj_context *ctx, const fj__problem *p, const fj__variant *heu
     for (int i = 0; i < n && st == FJ_OK; i++) {
         char config[128];
         fj__variant_config(&cands[i], config, sizeof config);
-        int32_t regs = 0, spills = 0;
+        int32_t spills = 0;
         const fj__kernel *k = NULL;
-        if (status[i] == FJ_OK && fj__kernel_get(ctx, &cands[i], &k) == FJ_OK &&
-            ctx->ops->kernel_info)
-            ctx->ops->kernel_info(ctx->backend, k->handle, &regs, &spills);
+        if (status[i] == FJ_OK && fj__kernel_get(ctx, &cands[i], &k) == FJ_OK)
+            spills = k->spill_bytes;
         if (status[i] == FJ_OK && spills > 0 && i > 0)
             snprintf(why[i], sizeof why[i], "spills %d bytes", (int)spills);
         double us = -1, diff = 0, mag = 0;

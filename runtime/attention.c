@@ -167,8 +167,8 @@ fj_status fj__forward_variant(fj_context *ctx, const fj__problem *p, const fj__v
         return st;
     info->variant = kernel->key_text;
     info->kernel_path = fj__variant_path(v);
-    if (ctx->ops->kernel_info)
-        ctx->ops->kernel_info(ctx->backend, kernel->handle, &info->registers, &info->spill_bytes);
+    info->registers = kernel->registers;
+    info->spill_bytes = kernel->spill_bytes;
     fj__arg args[FJ__MAX_ARGS];
     fj__launch l = {
         .grid = {(uint32_t)((p->seqlen_q + v->tile_m - 1) / v->tile_m), (uint32_t)p->heads_q,

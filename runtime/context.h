@@ -14,6 +14,7 @@ typedef struct fj__kernel {
     void *handle;      /* the backend's kernel object */
     char *key_text;    /* canonical variant key: sorted name=value lines */
     char key_hash[65]; /* SHA-256 of key_text */
+    int32_t registers, spill_bytes; /* per thread, read once at load (0: unknown) */
 } fj__kernel;
 
 struct fj_context {

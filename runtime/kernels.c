@@ -58,6 +58,17 @@ void fj__dump_compile(const char *key_hash, const char *key_text, const char *so
     }
 }
 
+/* Loads binary into k and reads its resources once (a call reports them without asking the
+** driver again). */
+static fj_status load_binary(fj_context *ctx, fj__kernel *k, const void *binary, size_t size)
+{
+    fj_status st =
+        ctx->ops->load(ctx->backend, binary, size, fj__variant_entry(&k->variant), &k->handle);
+    if (st == FJ_OK && ctx->ops->kernel_info)
+        ctx->ops->kernel_info(ctx->backend, k->handle, &k->registers, &k->spill_bytes);
+    return st;
+}
+
 /* Loads k from the user or a shipped cache. Returns 1 when it did; a binary that fails to load
 ** (another driver, say) is a miss, and a user-cache row is dropped so the rebuild replaces it. */
 static int load_cached(fj_context *ctx, fj__kernel *k)
@@ -70,8 +81,7 @@ static int load_cached(fj_context *ctx, fj__kernel *k)
         return 0;
     double t0 = fj__now_ms();
     fj__err scratch = ctx->err;
-    fj_status st =
-        ctx->ops->load(ctx->backend, bin, size, fj__variant_entry(&k->variant), &k->handle);
+    fj_status st = load_binary(ctx, k, bin, size);
     free(bin);
     if (st != FJ_OK) {
         ctx->err = scratch; /* not the caller's problem: the kernel is rebuilt */
@@ -127,8 +137,7 @@ static fj_status finish_compile(fj_context *ctx, compile_job *job)
     } else {
         ctx->compiles++;
         double t0 = fj__now_ms();
-        st = ctx->ops->load(ctx->backend, job->bin.data, job->bin.size,
-                            fj__variant_entry(&k->variant), &k->handle);
+        st = load_binary(ctx, k, job->bin.data, job->bin.size);
         info->load_ms = fj__now_ms() - t0;
         info->source = FJ_KERNEL_COMPILED;
         if (st == FJ_OK)
