@@ -88,11 +88,12 @@ static int forward_args(const fj__problem *p, fj__arg args[FJ__MAX_ARGS])
     return n;
 }
 
-/* The TMA view of one [batch, seqlen, heads, dim] tensor for boxes of `rows` rows and 64
-** columns. The three outer dimensions are ordered by stride, as the driver expects of a tiled
-** map (dimensions of one element go last, with any stride); *perm tells the kernel which slot
-** holds the row (bits 0-1) and head (bits 2-3) coordinates. */
-static fj_status tensor_map_of(fj_context *ctx, const fj_tensor *t, uint32_t rows,
+/* The TMA view of one [batch, seqlen, heads, dim] tensor (role 0, 1, 2: q, k, v) for boxes of
+** `rows` rows and 64 columns, encoded again only when it differs from the role's last one.
+** The three outer dimensions are ordered by stride, as the driver expects of a tiled map
+** (dimensions of one element go last, with any stride); *perm tells the kernel which slot holds
+** the row (bits 0-1) and head (bits 2-3) coordinates. */
+static fj_status tensor_map_of(fj_context *ctx, int role, const fj_tensor *t, uint32_t rows,
                                fj__tensor_map *map, int32_t *perm)
 {
     int order[3] = {0, 1, 2}; /* batch, seqlen, heads */
@@ -106,7 +107,10 @@ static fj_status tensor_map_of(fj_context *ctx, const fj_tensor *t, uint32_t row
             order[j - 1] = b;
             order[j] = a;
         }
-    fj__tensor_map_desc d = {.base = t->data, .bf16 = t->dtype == FJ_DTYPE_BF16};
+    fj__tensor_map_desc d;
+    memset(&d, 0, sizeof d); /* compared with memcmp below: no stray padding bytes */
+    d.base = t->data;
+    d.bf16 = t->dtype == FJ_DTYPE_BF16;
     d.dims[0] = (uint64_t)t->shape[3];
     d.box[0] = 64;
     uint64_t extent = ((uint64_t)t->shape[3] * 2 + 15) / 16 * 16; /* bytes spanned so far */
@@ -128,7 +132,18 @@ static fj_status tensor_map_of(fj_context *ctx, const fj_tensor *t, uint32_t row
     if (!ctx->ops->tensor_map)
         return fj__fail(&ctx->err, FJ_ERR_UNSUPPORTED, "the %s backend has no tensor maps",
                         ctx->ops->name);
-    return ctx->ops->tensor_map(ctx->backend, &d, map);
+    if (ctx->last_maps[role].valid && !memcmp(&ctx->last_maps[role].desc, &d, sizeof d)) {
+        memcpy(map->bytes, ctx->last_maps[role].bytes, sizeof map->bytes);
+        return FJ_OK;
+    }
+    ctx->last_maps[role].valid = 0;
+    fj_status st = ctx->ops->tensor_map(ctx->backend, &d, map);
+    if (st == FJ_OK) {
+        ctx->last_maps[role].desc = d;
+        memcpy(ctx->last_maps[role].bytes, map->bytes, sizeof map->bytes);
+        ctx->last_maps[role].valid = 1;
+    }
+    return st;
 }
 
 /* The tile counter of stream (two ints, zero between launches), or NULL when there is none to
@@ -185,7 +200,7 @@ fj_status fj__forward_variant(fj_context *ctx, const fj__problem *p, const fj__v
         const fj_tensor *t[3] = {p->q, p->k, p->v};
         const uint32_t rows[3] = {(uint32_t)v->tile_m, (uint32_t)v->tile_n, (uint32_t)v->tile_n};
         for (int i = 0; i < 3; i++) {
-            st = tensor_map_of(ctx, t[i], rows[i], &maps[i], &perms[i]);
+            st = tensor_map_of(ctx, i, t[i], rows[i], &maps[i], &perms[i]);
             if (st != FJ_OK)
                 return st;
             args[l.nargs + i] = (fj__arg){.kind = FJ__ARG_BYTES,

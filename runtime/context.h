@@ -54,6 +54,15 @@ struct fj_context {
     void *tile_counters; /* device memory, FJ__TILE_COUNTERS pairs, zeroed at allocation */
     void *counter_streams[FJ__TILE_COUNTERS];
     int ncounter_streams;
+
+    /* The last tensor maps of q, k and v (Hopper kernel): a call on the same tensors as the
+    ** previous one skips encoding them again. Bytes, not fj__tensor_map: a calloc'd context
+    ** has no 64-byte alignment. */
+    struct {
+        int valid;
+        fj__tensor_map_desc desc;
+        unsigned char bytes[sizeof(fj__tensor_map)];
+    } last_maps[3];
 };
 
 /* A parsed expression: its source as given, and the tree with the canonical text. */
