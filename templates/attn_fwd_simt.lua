@@ -18,28 +18,13 @@
 % -- Masks beyond the band: a key tile no row of the group keeps is skipped whole.
 % local sparse = mask_mod ~= "" or mask_tensor or mask_ranges > 0
 % assert(not block_mask or (128 % tile_m == 0 and 128 % tile_n == 0), "block_mask needs tiles that divide 128")
-% -- Emits `bool keep`: whether this row keeps `key` under mask_mod, the mask tensor and the
-% -- ranges (the band and the tensor's end are checked by the caller; in_range is live and
-% -- key < seqlen_k).
+% -- Emits `bool keep`: whether this row keeps `key` under the element masks (attn_masks.lua)
+% -- and the caller's block class (the band and the tensor's end are checked by the caller).
 % local function emit_keep()
-% if mask_mod ~= "" then
-#define FJ_K key
-            bool keep = (${mask_mod}) != 0;
-#undef FJ_K
+% if sparse then
+            bool keep = in_range && fj_keeps(mc, row, key);
 % else
             bool keep = true;
-% end
-% if mask_tensor then
-            keep = keep && in_range && mask_row[key] != 0;
-% end
-% if mask_ranges > 0 then
-            if (in_range) {
-                GLOBAL const int *r = ranges + key * ranges_sk;
-                keep = keep && !(row >= r[0] && row < r[1]);
-%   if mask_ranges == 4 then
-                keep = keep && !(row >= r[2] && row < r[3]);
-%   end
-            }
 % end
 % if block_mask then
             keep = keep || block_class == 2; /* the caller keeps the whole block */
@@ -47,6 +32,7 @@
 % end
 % assert(tile_m > 0 and tile_n > 0, "tile sizes must be positive")
 % include("dialect.lua")
+% include("attn_masks.lua")
 
 #define TILE_M ${tile_m}
 #define TILE_N ${tile_n}
@@ -56,21 +42,8 @@
 KERNEL(TILE_M)
 % -- With variable lengths the sequence lengths are per block: the arguments are the maxima.
 % local SQ, SK = varlen > 0 and "max_seqlen_q" or "seqlen_q", varlen > 0 and "max_seqlen_k" or "seqlen_k"
-fj_attn_fwd(GLOBAL const STORE_T *q, GLOBAL const STORE_T *k, GLOBAL const STORE_T *v,
-            GLOBAL STORE_T *out, GLOBAL float *lse,
-            int ${SQ}, int ${SK}, int heads_q, int heads_kv, int head_dim, int head_dim_v,
-            I64 q_sb, I64 q_ss, I64 q_sh, I64 k_sb, I64 k_ss, I64 k_sh,
-            I64 v_sb, I64 v_ss, I64 v_sh, I64 o_sb, I64 o_ss, I64 o_sh,
-            I64 l_sb, I64 l_sh, I64 l_ss,
-            float score_mul, float cap_mul, int window_left, int window_right,
-            GLOBAL const float *mod_args, int mod_args_count,
-            GLOBAL const float *alibi, I64 alibi_sb,
-            GLOBAL const void *bias, I64 bias_sb, I64 bias_sh, I64 bias_ss,
-            GLOBAL const uchar *mask, I64 mask_sb, I64 mask_sh, I64 mask_ss,
-            GLOBAL const int *cu_seqlens_q, GLOBAL const int *cu_seqlens_k,
-            GLOBAL const int *seqused_k, int total_q, int total_k,
-            GLOBAL const int *mask_ranges, I64 ranges_sb, I64 ranges_sh, I64 ranges_sk,
-            GLOBAL const int *block_mask, I64 blocks_sb, I64 blocks_sh, I64 blocks_sq)
+fj_attn_fwd
+% attn_params_portable(SQ, SK)
 {
     SHARED float k_tile[TILE_N][DP];
     SHARED float v_tile[TILE_N][DVP];
@@ -126,34 +99,8 @@ fj_attn_fwd(GLOBAL const STORE_T *q, GLOBAL const STORE_T *k, GLOBAL const STORE
     const int lo = 0, hi = seqlen_k - 1, group_lo = 0, group_hi = seqlen_k - 1;
 % end
 
-    /* Score terms of this row: ALiBi slope and bias in log2 units, the mask's row. */
-% if alibi then
-    const float slope = live ? alibi[batch * alibi_sb + head] * (1.0f / F_LN2) : 0.0f;
-% end
-% if bias == "f32" then
-    GLOBAL const float *bias_row = (GLOBAL const float *)bias + batch * bias_sb + head * bias_sh + row * bias_ss;
-#define BIAS_LOAD(i) (bias_row[i])
-% elseif bias == "dtype" then
-    GLOBAL const STORE_T *bias_row = (GLOBAL const STORE_T *)bias + batch * bias_sb + head * bias_sh + row * bias_ss;
-#define BIAS_LOAD(i) LOAD(bias_row, i)
-% end
-% if mask_tensor then
-    GLOBAL const uchar *mask_row = mask + batch * mask_sb + head * mask_sh + row * mask_ss;
-% end
-% if mask_ranges > 0 then
-    GLOBAL const int *ranges = mask_ranges + batch * ranges_sb + head * ranges_sh;
-% end
-
-% if mods then
-    /* The names the expressions use (see runtime/expr.h); loads clamp into mod_args. */
-#define FJ_B batch
-#define FJ_H head
-#define FJ_Q row
-#define FJ_SQ seqlen_q
-#define FJ_SK seqlen_k
-#define ARG_INDEX(i) I_MIN(I_MAX((int)(i), 0), mod_args_count - 1)
-#define ARG_F(i) (mod_args_count > 0 ? mod_args[ARG_INDEX(i)] : 0.0f)
-#define ARG_I(i) (mod_args_count > 0 ? ((GLOBAL const int *)mod_args)[ARG_INDEX(i)] : 0)
+% if mods or sparse or alibi or bias ~= "" then
+    MASK_CTX(mc, batch, head);
 % end
     float m = -F_INF; /* running max, log2 units */
     float l = 0.0f;      /* running sum of exp2(score - m) */
@@ -213,22 +160,9 @@ fj_attn_fwd(GLOBAL const STORE_T *q, GLOBAL const STORE_T *k, GLOBAL const STORE
 % end
             const int key = n0 + j;
             const bool in_range = live && key < seqlen_k;
-% if alibi then
-            x -= slope * (float)EXPR_IABS(row + shift - key);
-% end
-% if bias ~= "" then
+% if alibi or bias ~= "" or score_mod ~= "" then
             if (in_range)
-                x += BIAS_LOAD(key) * (1.0f / F_LN2);
-% end
-% if score_mod ~= "" then
-            {
-#define FJ_K key
-#define FJ_S s_nat
-                const float s_nat = x * F_LN2; /* the score after scaling and soft-capping */
-                x = (${score_mod}) * (1.0f / F_LN2);
-#undef FJ_S
-#undef FJ_K
-            }
+                x = fj_score(mc, x, row, key);
 % end
 % emit_keep()
             s[j] = (live && keep && key >= lo && key <= hi) ? x : -F_INF;
