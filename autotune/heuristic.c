@@ -117,12 +117,13 @@ static void plan_wgmma(fj__variant *v, const fj__problem *p, const fj_device_inf
     v->stages = 2;
     v->overlap = widest > 64;
     v->pingpong = v->overlap && widest <= 128 && v->local_mask;
-    /* Without a band every work tile costs the same, and a persistent grid (a block per SM,
-    ** the next tile's loads under the last one's epilogue) gains up to 27 % at 512 keys and
-    ** matches from 8k. Causal tiles differ in cost: statically strided over the blocks they
-    ** lost up to 40 % (whole columns of heavy tiles land on the same blocks), so they keep one
-    ** block per tile and the hardware's dynamic scheduling. */
-    v->persistent = !v->local_mask;
+    /* A persistent grid (a block per SM, the next tile's loads under the last one's epilogue).
+    ** Without a band every work tile costs the same: striding gains up to 27 % at 512 keys and
+    ** matches from 8k. Causal tiles differ in cost: strided they lost up to 40 % (whole
+    ** columns of heavy tiles land on the same blocks); dealt zigzag (heavy and light tiles
+    ** pair up) they gain 8-38 % over one block per tile at 512 to 4k keys, d 64 to 256, more
+    ** than the dynamic counter and without its spills at d 256 (bench/RESULTS.md). */
+    v->persistent = v->local_mask ? 3 : 1;
     if (widest > 64 && widest <= 128 && !v->local_mask)
         v->stages = 3;
     v->threads = 32 * v->warps;

@@ -556,18 +556,18 @@ static void test_plan_paths_on_hopper(void **state)
     assert_int_equal(v.path, FJ__PATH_WGMMA);
     assert_int_equal(v.head_dim_pad, 64);
     assert_true(fj__variant_fits(&v, &hopper));
-    assert_true(v.persistent); /* no band */
+    assert_int_equal(v.persistent, 1); /* no band: tiles strided over the grid */
     fj__plan_forward(&p, &hopper, "path=mma", &v);
     assert_int_equal(v.path, FJ__PATH_MMA);
     /* A configuration that does not fit is ignored. */
     fj__plan_forward(&p, &hopper, "tile_n=256,stages=4", &v);
     assert_int_equal(v.path, FJ__PATH_WGMMA);
     assert_true(fj__variant_fits(&v, &hopper));
-    /* Causal: one block per tile. */
+    /* Causal: tiles dealt zigzag, so that heavy and light ones pair up. */
     r.desc.causal = 1;
     assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);
     fj__plan_forward(&p, &hopper, NULL, &v);
-    assert_false(v.persistent);
+    assert_int_equal(v.persistent, 3);
     /* Score terms run on the SIMT kernel; so does f32. */
     r.desc.alibi_slopes = &r.alibi;
     assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);
