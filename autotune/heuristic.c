@@ -116,20 +116,27 @@ static void plan_wgmma(fj__variant *v, const fj__problem *p, const fj_device_inf
     v->tile_n = widest <= 128 ? 128 : 80;
     v->stages = 2;
     v->overlap = widest > 64;
-    v->pingpong = v->overlap && widest <= 128 && v->local_mask;
+    /* Element masks skip and mask by 128 x 128 blocks: tiles that divide them. */
+    const int classes = v->block_mask || v->mask_mod || v->mask_tensor || v->mask_ranges;
+    const int uneven = v->local_mask || classes; /* work tiles of unequal cost */
+    if (classes && widest > 128)
+        v->tile_n = 64;
+    v->pingpong = v->overlap && widest <= 128 && uneven;
     /* A persistent grid (a block per SM, the next tile's loads under the last one's epilogue).
     ** Without a band every work tile costs the same: striding gains up to 27 % at 512 keys and
     ** matches from 8k. Causal tiles differ in cost: strided they lost up to 40 % (whole
     ** columns of heavy tiles land on the same blocks); dealt zigzag (heavy and light tiles
     ** pair up) they gain 8-38 % over one block per tile at 512 to 4k keys, d 64 to 256, more
     ** than the dynamic counter and without its spills at d 256 (bench/RESULTS.md). */
-    v->persistent = v->local_mask ? 3 : 1;
+    v->persistent = uneven ? 3 : 1;
     if (widest > 64 && widest <= 128 && !v->local_mask)
         v->stages = 3;
     v->threads = 32 * v->warps;
     if (!fj__variant_fits(v, dev))
         v->stages = 2; /* a smaller shared memory than the H200's */
-    if (widest <= 64 && p->seqlen_q >= 2048) {
+    /* (Three consumer warpgroups have 160 registers each: too few for score terms.) */
+    if (widest <= 64 && p->seqlen_q >= 2048 && !classes && !v->alibi && !v->bias &&
+        !v->score_mod) {
         v->tile_m = 192;
         v->warps = 16;
         v->tile_n = 112;
@@ -226,6 +233,8 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
                v->stages <= 4 && v->head_dim_pad % 64 == 0 && v->head_dim_v_pad % 64 == 0 &&
                v->head_dim_pad <= 256 && v->head_dim_v_pad <= 256 &&
                registers <= wgmma_consumer_registers(consumers) &&
+               (!(v->block_mask || v->mask_mod || v->mask_tensor || v->mask_ranges) ||
+                (128 % v->tile_m == 0 && 128 % v->tile_n == 0)) &&
                fj__variant_shared_bytes(v) <= dev->local_memory;
     }
     if (v->path == FJ__PATH_MMA)
@@ -278,22 +287,23 @@ void fj__plan_forward(const fj__problem *p, const fj_device_info *dev, const cha
     v->block_mask = p->block_mask != NULL;
     v->write_lse = p->lse != NULL;
 
-    /* Variable lengths, expressions, ALiBi, bias and mask tensors, and head dims beyond 256 run
-    ** on the SIMT kernels only, so far. */
+    /* Variable lengths and head dims beyond 256 run on the SIMT kernels only, so far; masks
+    ** and score terms beyond the band on the Hopper kernel and the SIMT kernels. */
+    const int extras = p->mask_mod || p->score_mod || v->alibi || v->bias || v->mask_tensor ||
+                       v->mask_ranges || v->block_mask;
     int tensor_cores = dev->backend == FJ_BACKEND_CUDA && sm_version(dev) >= 80 && !v->varlen &&
-                       !p->mask_mod &&
                        v->head_dim_pad <= 256 && v->head_dim_v_pad <= 256 &&
-                       !p->score_mod && !v->alibi && !v->bias && !v->mask_tensor &&
-                       !v->mask_ranges && !v->block_mask &&
                        (p->dtype == FJ_DTYPE_F16 || p->dtype == FJ_DTYPE_BF16) &&
                        rows_are_16b_aligned(p->q) && rows_are_16b_aligned(p->k) &&
                        rows_are_16b_aligned(p->v) && rows_are_16b_aligned(p->out);
     /* "path=mma" in the override keeps Hopper on the mma.sync kernel (tests, comparisons). */
     if (tensor_cores && wgmma_serves(p, dev) && !(config && strstr(config, "path=mma")))
         plan_wgmma(v, p, dev);
-    else if (tensor_cores)
+    else if (tensor_cores && !extras)
         plan_mma(v, p, dev);
     else
+        tensor_cores = 0;
+    if (!tensor_cores)
         plan_simt(v, dev);
     /* A development and tuning override, already validated when the context was made; a
     ** configuration that does not fit this request keeps the heuristic's. */

@@ -9,7 +9,7 @@
 #define LOG2E 1.4426950408889634
 
 /* The kernel parameter list shared by every forward template (see attn_fwd.*.lua). */
-static int forward_args(const fj__problem *p, fj__arg args[FJ__MAX_ARGS])
+int fj__forward_args(const fj__problem *p, fj__arg args[FJ__MAX_ARGS])
 {
     int n = 0;
     /* 55 arguments, and the Hopper kernel appends 8: well inside FJ__MAX_ARGS. */
@@ -171,12 +171,24 @@ static int32_t *tile_counter(fj_context *ctx, void *stream)
     return (int32_t *)ctx->tile_counters + 2 * i;
 }
 
-fj_status fj__forward_variant(fj_context *ctx, const fj__problem *p, const fj__variant *v,
+fj_status fj__forward_variant(fj_context *ctx, const fj__problem *request, const fj__variant *v,
                               void *stream)
 {
     fj_call_info *info = &ctx->last_call;
+    const fj__problem *p = request;
+    /* Element masks on the Hopper kernel: block classes first, read as its block_mask. */
+    fj__problem classified;
+    fj_tensor classes;
+    fj_status st = FJ_OK;
+    if (fj__needs_classes(v)) {
+        classified = *request;
+        st = fj__classify_blocks(ctx, &classified, v, stream, &classes);
+        if (st != FJ_OK)
+            return st;
+        p = &classified;
+    }
     const fj__kernel *kernel = NULL;
-    fj_status st = fj__kernel_get(ctx, v, &kernel);
+    st = fj__kernel_get(ctx, v, &kernel);
     info->compiles = ctx->compiles;
     if (st != FJ_OK)
         return st;
@@ -190,7 +202,7 @@ fj_status fj__forward_variant(fj_context *ctx, const fj__problem *p, const fj__v
                  (uint32_t)p->batch},
         .block = {(uint32_t)v->threads, 1, 1},
         .shared_bytes = fj__variant_shared_bytes(v),
-        .nargs = forward_args(p, args),
+        .nargs = fj__forward_args(p, args),
         .args = args,
     };
     fj__tensor_map maps[3]; /* read by the launch */

@@ -194,6 +194,7 @@ void fj_context_destroy(fj_context *ctx)
     if (ctx->backend) {
         if (ctx->tile_counters)
             ctx->ops->mem_free(ctx->backend, ctx->tile_counters);
+        fj__class_buffers_release(ctx);
         fj__kernels_release(ctx);
         ctx->ops->destroy(ctx->backend);
     }

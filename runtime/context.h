@@ -7,6 +7,7 @@
 
 #define FJ__PLAN_KEY 21
 #define FJ__TILE_COUNTERS 64
+#define FJ__CLASS_BUFFERS 8
 
 /* A kernel loaded in this context. */
 typedef struct fj__kernel {
@@ -63,6 +64,19 @@ struct fj_context {
         fj__tensor_map_desc desc;
         unsigned char bytes[sizeof(fj__tensor_map)];
     } last_maps[3];
+
+    /* Block classes computed for the Hopper kernel (classify.c), one buffer per stream: a
+    ** stream's launches never overlap, so its next classification may overwrite the buffer.
+    ** key describes what the classes hold when they depend on nothing but it (a mask_mod that
+    ** reads no mod_args), so that an equal call skips the pre-pass; key_valid 0 otherwise. */
+    struct fj__class_buffer {
+        void *stream;
+        void *mem;
+        size_t bytes;
+        int key_valid;
+        int64_t key[6];
+    } class_buffers[FJ__CLASS_BUFFERS];
+    int nclass_buffers, next_class_victim;
 };
 
 /* A parsed expression: its source as given, and the tree with the canonical text. */
@@ -82,6 +96,21 @@ typedef struct fj__tuned {
     char *bucket;
     char *config;
 } fj__tuned;
+
+/* The kernel parameter list shared by the forward templates and the classifier (see
+** attn_params_tail() in cuda_attn_common.lua). Returns the number of arguments. */
+int fj__forward_args(const fj__problem *p, fj__arg args[FJ__MAX_ARGS]);
+/* Whether the Hopper kernel v needs block classes that the caller did not give (element masks:
+** mask_mod, mask tensor, ranges). */
+int fj__needs_classes(const fj__variant *v);
+/* The classifier variant for v's masks. */
+void fj__classify_variant(const fj__variant *v, fj__variant *cv);
+/* Classifies p's 128 x 128 blocks under its element masks (attn_classify.lua) on stream into a
+** buffer of ctx, and points p->block_mask and p->blocks_stride at it (cls holds the tensor). */
+fj_status fj__classify_blocks(fj_context *ctx, fj__problem *p, const fj__variant *v,
+                              void *stream, fj_tensor *cls);
+/* Frees the class buffers. */
+void fj__class_buffers_release(fj_context *ctx);
 
 /* Launches v for the validated request p. */
 fj_status fj__forward_variant(fj_context *ctx, const fj__problem *p, const fj__variant *v,

@@ -89,7 +89,9 @@ fj_status fj__validate_forward(const fj_attention_desc *desc, const fj_tensor *q
 /* ---- variants: what changes the generated code ----------------------------------------- */
 
 /* The kernel designs the templates provide. */
-typedef enum fj__kernel_family { FJ__FAMILY_FWD = 1 } fj__kernel_family;
+/* FWD: the forward kernels; CLASSIFY: block classes of masks (attn_classify.lua), a pre-pass
+** of the Hopper forward. */
+typedef enum fj__kernel_family { FJ__FAMILY_FWD = 1, FJ__FAMILY_CLASSIFY = 2 } fj__kernel_family;
 
 /* The kernel designs of a family. */
 typedef enum fj__kernel_path {

@@ -7,6 +7,8 @@
 
 const char *fj__variant_template(const fj__variant *v)
 {
+    if (v->family == FJ__FAMILY_CLASSIFY)
+        return "attn_classify.lua";
     switch (v->path) {
     case FJ__PATH_MMA:
         return "attn_fwd_mma.cu.lua";
@@ -19,12 +21,13 @@ const char *fj__variant_template(const fj__variant *v)
 
 const char *fj__variant_entry(const fj__variant *v)
 {
-    (void)v;
-    return "fj_attn_fwd";
+    return v->family == FJ__FAMILY_CLASSIFY ? "fj_attn_classify" : "fj_attn_fwd";
 }
 
 const char *fj__variant_path(const fj__variant *v)
 {
+    if (v->family == FJ__FAMILY_CLASSIFY)
+        return v->backend == FJ_BACKEND_CUDA ? "cuda.classify" : "opencl.classify";
     if (v->backend == FJ_BACKEND_CUDA)
         return v->path == FJ__PATH_WGMMA ? "cuda.fwd.wgmma"
                : v->path == FJ__PATH_MMA ? "cuda.fwd.mma"
@@ -35,11 +38,11 @@ const char *fj__variant_path(const fj__variant *v)
 uint32_t fj__variant_shared_bytes(const fj__variant *v)
 {
     if (v->path == FJ__PATH_WGMMA) {
-        /* Q, a ring of K and V tiles, 6 + 4 * stages mbarriers and two tile slots (see the
-        ** template), and slack to align the panels to 1024 bytes. */
+        /* Q, a ring of K and V tiles, 6 + 4 * stages mbarriers, two tile slots and a word per
+        ** ring slot (see the template), and slack to align the panels to 1024 bytes. */
         uint32_t q = 2u * (uint32_t)(v->tile_m * v->head_dim_pad);
         uint32_t kv = 2u * (uint32_t)(v->tile_n * (v->head_dim_pad + v->head_dim_v_pad));
-        return q + v->stages * kv + 8u * (6u + 4u * v->stages) + 8u + 1023u;
+        return q + v->stages * kv + 8u * (6u + 4u * v->stages) + 8u + 4u * v->stages + 1023u;
     }
     if (v->path != FJ__PATH_MMA)
         return 0; /* the SIMT kernel declares its shared memory statically */

@@ -28,7 +28,19 @@
 % -- which balances tiles of unequal cost (causal); 3 one block per SM, round r of tiles
 % -- [r * gridDim.x, (r + 1) * gridDim.x) dealt forwards when r is even and backwards when odd,
 % -- so that heavy and light causal tiles pair up without any shared state.
-% local fused = not softcap and not neg_scale
+% -- mask_mod, score_mod, alibi, bias, mask_tensor, mask_ranges: see attn_masks.lua. Element
+% -- masks need block classes: 128 x 128 blocks of (query, key) classed 0 (nothing kept: the
+% -- key tile is never loaded), 1 (the element masks apply), 2 (all kept), read through the
+% -- block_mask arguments, either the caller's (block_mask) or the classifier's
+% -- (attn_classify.lua, run by the runtime before this kernel).
+% assert(varlen == 0, "variable lengths run on the SIMT kernel")
+% local element_masks = mask_mod ~= "" or mask_tensor or mask_ranges > 0
+% local score_terms = alibi or bias ~= "" or score_mod ~= ""
+% local classes = block_mask or element_masks
+% assert(not classes or (128 % tile_m == 0 and 128 % tile_n == 0), "block classes need tiles that divide 128")
+% -- Work tiles of unequal cost run heaviest first (last query rows first).
+% local heavy_first = local_mask or classes
+% local fused = not softcap and not neg_scale and not score_terms
 % local NC = tile_m // 64
 % assert(NC >= 1 and NC <= 3 and NC * 64 == tile_m, "tile_m must be 64, 128 or 192")
 % assert(warps == 4 * (NC + 1), "warps must be 4 * (1 + tile_m / 64)")
@@ -42,6 +54,10 @@
 % include("cuda_mma.lua")
 % include("cuda_hopper.lua")
 % include("cuda_attn_common.lua")
+% if element_masks or score_terms then
+% include("dialect.lua")
+% include("attn_masks.lua")
+% end
 % hopper_wgmma(tile_n)
 % if head_dim_v_pad ~= tile_n then hopper_wgmma(head_dim_v_pad) end
 
@@ -51,7 +67,7 @@
 #define DV ${head_dim_v_pad}
 #define STAGES ${stages}
 #define THREADS ${warps * 32}
-% attn_score_macros()
+% attn_score_macros(not fused)
 /* Bytes of one tile in shared memory: 64-column panels of rows x 128 bytes. */
 #define Q_BYTES (BM * D * 2)
 #define K_BYTES (BN * D * 2)
@@ -115,7 +131,7 @@ __device__ __forceinline__ void softmax_tile(float *sc, consumer_state &st,
                                              float *alpha, bool need_mask, int n0, int warp_row,
                                              int g, int t, int seqlen_k, int shift,
                                              int window_left, int window_right, float score_mul,
-                                             float cap_mul)
+                                             float cap_mul${(element_masks or score_terms) and ",\n                                             const mask_ctx &mc, bool need_elem" or ""})
 {
 % if not fused then
 #pragma unroll
@@ -125,6 +141,39 @@ __device__ __forceinline__ void softmax_tile(float *sc, consumer_state &st,
 %   else
         sc[i] *= score_mul;
 %   end
+    }
+% end
+% if score_terms then
+    /* ALiBi, bias and score_mod, on the scores of rows and keys inside the tensors. */
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int row = warp_row + g + h * 8;
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int key = n0 + 2 * t + 8 * j + e;
+                if (row < mc.sq && key < mc.sk)
+                    sc[4 * j + 2 * h + e] = fj_score(mc, sc[4 * j + 2 * h + e], row, key);
+            }
+    }
+% end
+% if element_masks then
+    /* A block of class 1: the element masks apply. Key by key, so that what a key's masks
+    ** read (its ranges) serves both rows. */
+    if (need_elem) {
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int key = n0 + 2 * t + 8 * j + e;
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int row = warp_row + g + h * 8;
+                    if (row < mc.sq && key < mc.sk && !fj_keeps(mc, row, key))
+                        sc[4 * j + 2 * h + e] = NEG_INF;
+                }
+            }
     }
 % end
     if (need_mask) {
@@ -215,7 +264,7 @@ __device__ __forceinline__ work_tile work_at(int w, int m_blocks, int seqlen_q, 
                                              int window_right)
 {
     const int mb = w % m_blocks, hb = w / m_blocks;
-% if local_mask then
+% if heavy_first then
     const int m0 = (m_blocks - 1 - mb) * BM;
 % else
     const int m0 = mb * BM;
@@ -248,6 +297,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #define TILE_FULL(k) (bars + 8 * (2 + 4 * STAGES + (k)))
 #define TILE_EMPTY(k) (bars + 8 * (4 + 4 * STAGES + (k)))
 #define TILE_SLOT(k) (bars + 8 * (6 + 4 * STAGES) + 4 * (k))
+/* Per ring slot, the key tile it holds and its class (nb * 4 + class), written by the producer
+** before the slot's K_FULL arrival. */
+#define TILE_META(s) (bars + 8 * (6 + 4 * STAGES) + 8 + 4 * (s))
+/* The block classes of a work tile's query rows, by key tile. */
+#define CLASS_ROW(wt) (block_mask + (wt).batch * blocks_sb + (wt).head * blocks_sh + ((wt).m0 / 128) * blocks_sq)
+#define CLASS_OF(row, nb) ((row)[(nb) * BN / 128])
 /* The block's next work tile after w under a static schedule: every gridDim.x-th, or zigzag
 ** (persistent = 3: the block's position in round r is blockIdx.x, or gridDim.x - 1 - blockIdx.x
 ** when r is odd). */
@@ -308,17 +363,31 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     break;
                 const work_tile wt = work_at(w, m_blocks, seqlen_q, seqlen_k, heads_q, heads_kv,
                                              window_left, window_right);
-                /* With no key visible the consumers only store zeros. */
-                if (wt.nb_lo < wt.nb_hi) {
-                    mbar_wait(Q_EMPTY, (qn & 1) ^ 1);
-                    mbar_arrive_expect(Q_FULL, Q_BYTES);
-                    load_panels<D>(sQ, &tm_q, Q_FULL, BM, wt.m0, wt.head, wt.batch, perm_q);
-                    qn++;
-                }
-                for (int nb = wt.nb_hi - 1; nb >= wt.nb_lo; nb--, it++) {
+% if classes then
+                const int *cls_row = CLASS_ROW(wt);
+% end
+                /* Q comes with the first key tile: with no key visible the consumers only store
+                ** zeros. */
+                bool q_loaded = false;
+                for (int nb = wt.nb_hi - 1; nb >= wt.nb_lo; nb--) {
+% if classes then
+                    const int cls = CLASS_OF(cls_row, nb);
+                    if (cls == 0)
+                        continue;
+% end
+                    if (!q_loaded) {
+                        mbar_wait(Q_EMPTY, (qn & 1) ^ 1);
+                        mbar_arrive_expect(Q_FULL, Q_BYTES);
+                        load_panels<D>(sQ, &tm_q, Q_FULL, BM, wt.m0, wt.head, wt.batch, perm_q);
+                        qn++;
+                        q_loaded = true;
+                    }
                     const int s = SLOT(it);
-                    const u32 phase = PHASE(it);
+                    const u32 phase = PHASE(it++);
                     mbar_wait(K_EMPTY(s), phase ^ 1);
+% if classes then
+                    st_shared_u32(TILE_META(s), (u32)(nb * 4 + cls));
+% end
                     mbar_arrive_expect(K_FULL(s), K_BYTES);
                     load_panels<D>(sK + s * K_BYTES, &tm_k, K_FULL(s), BN, nb * BN, wt.head_kv,
                                    wt.batch, perm_k);
@@ -389,7 +458,20 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             break;
         const work_tile wt = work_at(w, m_blocks, seqlen_q, seqlen_k, heads_q, heads_kv,
                                      window_left, window_right);
+% if classes then
+        /* The key tiles the producer loads: those of classes 1 and 2, counted by the warp. */
+        int tiles = 0;
+        {
+            const int *cls_row = CLASS_ROW(wt);
+            for (int nb = wt.nb_lo + lane; nb < wt.nb_hi; nb += 32)
+                tiles += CLASS_OF(cls_row, nb) != 0;
+#pragma unroll
+            for (int o = 16; o > 0; o /= 2)
+                tiles += __shfl_xor_sync(0xffffffffu, tiles, o);
+        }
+% else
         const int nb_hi = wt.nb_hi, tiles = wt.nb_hi - wt.nb_lo;
+% end
         const int wg_row = wt.m0 + 64 * c; /* first query row of this warpgroup */
         const int warp_row = wg_row + 16 * warp;
 #pragma unroll
@@ -397,6 +479,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             st.o[i] = 0.0f;
         st.row_max[0] = st.row_max[1] = NEG_INF;
         st.row_sum[0] = st.row_sum[1] = 0.0f;
+% if element_masks or score_terms then
+        MASK_CTX(mc, wt.batch, wt.head);
+% end
 
         /* Whether the tile of keys from n0 needs per-element masking for this warpgroup. */
         auto needs_mask = [&](int n0) {
@@ -412,10 +497,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         /* Tile i's scores have landed in sc: hand its key slot back, then softmax them. */
         auto take_scores = [&](int i) {
             fence_regs<BN / 2>(sc);
-            warp_arrive(K_EMPTY(SLOT(it + i)));
+% if classes then
+            const u32 meta = ld_shared_u32(TILE_META(SLOT(it + i)));
+            const int n0 = (int)(meta >> 2) * BN;
+% else
             const int n0 = (nb_hi - 1 - i) * BN;
+% end
+            warp_arrive(K_EMPTY(SLOT(it + i)));
             softmax_tile(sc, st, alpha, needs_mask(n0), n0, warp_row, g, t, seqlen_k, shift,
-                         window_left, window_right, score_mul, cap_mul);
+                         window_left, window_right, score_mul, cap_mul${(element_masks or score_terms) and ", mc, " .. (element_masks and "(meta & 3) == 1" or "false") or ""});
         };
         /* The product of tile i into O has landed: hand its value slot back. */
         auto take_product = [&](int i) {

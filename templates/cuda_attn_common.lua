@@ -73,9 +73,11 @@ fj_attn_fwd(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
 % -- NEG_INF, and TO_LOG2(x): a raw score or maximum in log2 units. With a positive scale and no
 % -- soft-capping the kernels keep S unscaled (the scale folds into exp2's FFMA); otherwise S is
 % -- scaled (and capped) in place and already in log2 units.
-% function attn_score_macros()
+% -- scaled: S is scaled in place (default: with soft-capping or a negative scale).
+% function attn_score_macros(scaled)
 #define NEG_INF __int_as_float(0xff800000)
-% if not softcap and not neg_scale then
+% if scaled == nil then scaled = softcap or neg_scale end
+% if not scaled then
 #define TO_LOG2(x) ((x) * score_mul)
 % else
 #define TO_LOG2(x) (x)

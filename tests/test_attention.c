@@ -367,6 +367,46 @@ static void test_mask_and_score_expressions(void **state)
     run_cases(state, cases, n);
 }
 
+/* Masks over many 128 x 128 blocks, where the Hopper kernel classifies blocks and skips, masks
+** or keeps them whole: documents, prefix-LM, a random block-sparse table read through iarg, a
+** mask tensor and ranges with the band, ragged ends, head dims that take 64-key tiles. */
+static void test_masks_over_many_blocks(void **state)
+{
+    static int32_t table[8 * 8];
+    for (int i = 0; i < 64; i++)
+        table[i] = (i * 37 + 11) % 7 < 4; /* about half the blocks kept */
+    fjh_case cases[8];
+    size_t n = 0;
+    cases[n] = base(1000, 1000, 128, FJ_DTYPE_BF16);
+    cases[n++].desc.mask_mod = "q / 300 == k / 300 && k <= q"; /* documents */
+    cases[n] = base(900, 1100, 64, FJ_DTYPE_F16);
+    cases[n++].desc.mask_mod = "k < 200 || k <= q + sk - sq"; /* prefix-LM */
+    cases[n] = base(1000, 1000, 256, FJ_DTYPE_BF16);
+    cases[n].desc.mask_mod = "iarg[(q / 128) * 8 + k / 128] != 0"; /* block-sparse */
+    cases[n].mod_args = (const float *)table;
+    cases[n++].mod_args_count = 64;
+    cases[n] = base(1000, 1000, 96, FJ_DTYPE_BF16);
+    cases[n].desc.mask_mod = "iarg[(q / 128) * 8 + k / 128] != 0 && (q + k) % 3 != 0";
+    cases[n].mod_args = (const float *)table;
+    cases[n].mod_args_count = 64;
+    cases[n++].desc.causal = 1;
+    cases[n] = base(700, 900, 128, FJ_DTYPE_BF16);
+    cases[n].mask = 1;
+    cases[n++].desc.causal = 1;
+    cases[n] = base(800, 800, 128, FJ_DTYPE_BF16);
+    cases[n].ranges = 4;
+    cases[n++].desc.window_left = 300;
+    cases[n] = base(640, 900, 128, FJ_DTYPE_BF16);
+    cases[n].bias = 1;
+    cases[n].alibi = 2;
+    cases[n++].desc.mask_mod = "h == 0 || k % 128 < 100";
+    cases[n] = base(1000, 1000, 64, FJ_DTYPE_BF16);
+    cases[n].blocks = 1;
+    cases[n].desc.score_mod = "s + (q - k) / 512.0";
+    cases[n++].desc.causal = 1;
+    run_cases(state, cases, n);
+}
+
 /* Many key tiles, both loop directions of the tensor-core kernel, both masks. */
 static void test_long_sequences(void **state)
 {
@@ -481,6 +521,7 @@ int main(void)
         cmocka_unit_test(test_mask_ranges),
         cmocka_unit_test(test_block_mask),
         cmocka_unit_test(test_mask_and_score_expressions),
+        cmocka_unit_test(test_masks_over_many_blocks),
         cmocka_unit_test(test_long_sequences),
         cmocka_unit_test(test_second_call_is_memoised),
         cmocka_unit_test(test_template_and_compile_errors_reach_caller),

@@ -568,12 +568,27 @@ static void test_plan_paths_on_hopper(void **state)
     assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);
     fj__plan_forward(&p, &hopper, NULL, &v);
     assert_int_equal(v.persistent, 3);
-    /* Score terms run on the SIMT kernel; so does f32. */
+    /* Score terms run on the Hopper kernel; element masks too, with tiles that divide the
+    ** 128 x 128 blocks they are classified by; before Hopper, on the SIMT kernel. */
     r.desc.alibi_slopes = &r.alibi;
     assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);
     fj__plan_forward(&p, &hopper, NULL, &v);
-    assert_int_equal(v.path, FJ__PATH_SIMT);
+    assert_int_equal(v.path, FJ__PATH_WGMMA);
     assert_true(v.alibi);
+    r.desc.mask_mod = "k <= q";
+    r.q.shape[3] = r.k.shape[3] = r.v.shape[3] = r.out.shape[3] = 256;
+    for (int i = 0; i < 3; i++)
+        r.q.stride[i] = r.k.stride[i] = r.v.stride[i] = r.out.stride[i] = r.q.stride[i] * 8;
+    assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);
+    p.mask_mod = "(FJ_K <= FJ_Q)"; /* as the context's parser gives it */
+    fj__plan_forward(&p, &hopper, NULL, &v);
+    assert_int_equal(v.path, FJ__PATH_WGMMA);
+    assert_int_equal(128 % v.tile_n, 0);
+    assert_int_equal(128 % v.tile_m, 0);
+    fj__plan_forward(&p, &hopper, "tile_n=80", &v); /* does not divide: ignored */
+    assert_int_equal(128 % v.tile_n, 0);
+    fj__plan_forward(&p, &hopper, "path=mma", &v);
+    assert_int_equal(v.path, FJ__PATH_SIMT);
     baseline(&r);
     r.q.dtype = r.k.dtype = r.v.dtype = r.out.dtype = FJ_DTYPE_F32;
     assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);

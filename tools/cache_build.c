@@ -10,6 +10,7 @@
 #include "../templates/render.h"
 #include "cache.h"
 #include "context.h"
+#include "expr.h"
 #include "tools.h"
 
 #define MAX_VALUES 16
@@ -37,7 +38,10 @@ static int build_usage(FILE *f)
         "  --dtype bf16,f16 [bf16]        --head-dim N,... [64,128]   --head-dim-v N,... [= "
         "head-dim]\n"
         "  --causal 0,1 [0,1]             --softcap 0,1 [0]           --lse 0,1 [1]\n"
-        "  --seqlen N,... [1024,8192]     (the tiles can depend on the length)\n");
+        "  --seqlen N,... [1024,8192]     (the tiles can depend on the length)\n"
+        "Masks and score terms (one kernel each; see flashjit run):\n"
+        "  --mask-mod EXPR   --score-mod EXPR   --alibi   --bias f32|dtype   --mask\n"
+        "  --ranges 2|4      --block-mask\n");
     return 2;
 }
 
@@ -67,9 +71,104 @@ static void resources(const char *log, int *regs, int *spills)
     }
 }
 
+/* What one build run shares. */
+typedef struct build_run {
+    const char *arch;
+    char target[64];
+    char hash[65];
+    fj_cache *cache;
+    int built, failed, nbuilt;
+    char (*built_keys)[65];
+} build_run;
+
+/* Renders, compiles and stores v (once per run) and prints its line. */
+static void build_variant(build_run *r, const fj__variant *v, int64_t d, int64_t dv,
+                          int64_t causal, int64_t softcap)
+{
+    fj__err err = {{0}};
+    char *key_text = NULL, *source = NULL, *log = NULL, key[65], compiler[256];
+    fj__blob bin = {0};
+    double t0 = fj__now_ms();
+    fj_status st = fj__variant_key(v, r->target, r->hash, &key_text, key, &err);
+    /* Lengths that plan the same kernel build it once. */
+    for (int b = 0; st == FJ_OK && b < r->nbuilt; b++)
+        if (!strcmp(r->built_keys[b], key)) {
+            free(key_text);
+            return;
+        }
+    if (st == FJ_OK && r->nbuilt < MAX_BUILT)
+        snprintf(r->built_keys[r->nbuilt++], sizeof r->built_keys[0], "%s", key);
+    if (st == FJ_OK)
+        st = fj__variant_render(v, key_text, &source, &err);
+    if (st == FJ_OK)
+        st = fj__cuda_compile_for(r->arch, source, fj__compile_options(FJ_BACKEND_CUDA), &bin,
+                                  &log, &err);
+    double ms = fj__now_ms() - t0;
+    if (source)
+        fj__dump_compile(key, key_text, source, fj__compile_options(FJ_BACKEND_CUDA), log);
+    if (st == FJ_OK) {
+        snprintf(compiler, sizeof compiler, "%s %s", r->arch, fj__cuda_compiler_version());
+        fj__err warn = {{0}};
+        cache_put_kernel(r->cache, key, "cuda", compiler, "offline", key_text, bin.data,
+                         bin.size, ms, log, &warn);
+        if (warn.msg[0]) {
+            st = FJ_ERR_CACHE;
+            snprintf(err.msg, sizeof err.msg, "%s", warn.msg);
+        }
+    }
+    int regs = -1, spills = -1;
+    resources(log, &regs, &spills);
+    /* ptxas' C7513: the kernel's wgmma instructions run one at a time. */
+    const char *serial = log && strstr(log, "C7513") ? "  wgmma serialised" : "";
+    printf("%-12.12s %-14s %-5s %4lld %4lld %6lld %7lld %5d %6d %7.0fms%s%s%s\n", key,
+           fj__variant_path(v), fj__dtype_name((fj_dtype)v->dtype), (long long)d, (long long)dv,
+           (long long)causal, (long long)softcap, regs, spills, ms, serial,
+           st == FJ_OK ? "" : "  FAILED: ", st == FJ_OK ? "" : err.msg);
+    r->built += st == FJ_OK;
+    r->failed += st != FJ_OK;
+    free(key_text);
+    free(source);
+    free(log);
+    free(bin.data);
+}
+
+/* Parses an expression option into its canonical text (static storage per option). */
+static int parse_mod(const char *field, const char *text, int score, const char **out)
+{
+    static fj__expr *parsed[2];
+    fj__err err = {{0}};
+    fj__expr_free(parsed[score]);
+    parsed[score] = NULL;
+    if (fj__expr_parse(field, text, score, &parsed[score], &err) != FJ_OK) {
+        fprintf(stderr, "flashjit cache build: %s\n", err.msg);
+        return -1;
+    }
+    *out = fj__expr_text(parsed[score]);
+    return 0;
+}
+
 int fjt_cache_build(int argc, char **argv)
 {
-    enum { O_ARCH = 256, O_CACHE, O_DTYPE, O_D, O_DV, O_CAUSAL, O_SOFTCAP, O_LSE, O_SEQ, O_HELP };
+    enum {
+        O_ARCH = 256,
+        O_CACHE,
+        O_DTYPE,
+        O_D,
+        O_DV,
+        O_CAUSAL,
+        O_SOFTCAP,
+        O_LSE,
+        O_SEQ,
+        O_MASK_MOD,
+        O_SCORE_MOD,
+        O_ALIBI,
+        O_BIAS,
+        O_MASK,
+        O_RANGES,
+        O_BLOCK_MASK,
+        O_BACKEND,
+        O_HELP
+    };
     static const struct option opts[] = {{"arch", required_argument, 0, O_ARCH},
                                          {"cache", required_argument, 0, O_CACHE},
                                          {"dtype", required_argument, 0, O_DTYPE},
@@ -79,20 +178,30 @@ int fjt_cache_build(int argc, char **argv)
                                          {"softcap", required_argument, 0, O_SOFTCAP},
                                          {"lse", required_argument, 0, O_LSE},
                                          {"seqlen", required_argument, 0, O_SEQ},
-                                         {"backend", required_argument, 0, O_HELP + 1},
+                                         {"mask-mod", required_argument, 0, O_MASK_MOD},
+                                         {"score-mod", required_argument, 0, O_SCORE_MOD},
+                                         {"alibi", no_argument, 0, O_ALIBI},
+                                         {"bias", required_argument, 0, O_BIAS},
+                                         {"mask", no_argument, 0, O_MASK},
+                                         {"ranges", required_argument, 0, O_RANGES},
+                                         {"block-mask", no_argument, 0, O_BLOCK_MASK},
+                                         {"backend", required_argument, 0, O_BACKEND},
                                          {"help", no_argument, 0, O_HELP},
                                          {0, 0, 0, 0}};
-    const char *arch = NULL, *path_opt = NULL;
+    const char *path_opt = NULL, *mask_mod = NULL, *score_mod = NULL;
     int64_t dims[MAX_VALUES] = {64, 128}, dvs[MAX_VALUES], causal[MAX_VALUES] = {0, 1};
     int64_t softcap[MAX_VALUES] = {0}, lse[MAX_VALUES] = {1};
     int64_t lens[MAX_VALUES] = {1024, 8192}; /* the planner picks some tiles by length */
     int nd = 2, ndv = 0, nc = 2, ns = 1, nl = 1, nq = 2;
+    int alibi = 0, bias = 0, mask = 0, ranges = 0, block_mask = 0;
     fj_dtype dtypes[2] = {FJ_DTYPE_BF16};
     int ndt = 1, opt;
+    static char built_keys[MAX_BUILT][65];
+    build_run run = {.built_keys = built_keys};
     optind = 1;
     while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (opt) {
-        case O_ARCH: arch = optarg; break;
+        case O_ARCH: run.arch = optarg; break;
         case O_CACHE: path_opt = optarg; break;
         case O_DTYPE: {
             ndt = 0;
@@ -117,7 +226,28 @@ int fjt_cache_build(int argc, char **argv)
         case O_SOFTCAP: ns = parse_list(optarg, softcap); break;
         case O_LSE: nl = parse_list(optarg, lse); break;
         case O_SEQ: nq = parse_list(optarg, lens); break;
-        case O_HELP + 1:
+        case O_MASK_MOD:
+            if (parse_mod("mask_mod", optarg, 0, &mask_mod))
+                return 2;
+            break;
+        case O_SCORE_MOD:
+            if (parse_mod("score_mod", optarg, 1, &score_mod))
+                return 2;
+            break;
+        case O_ALIBI: alibi = 1; break;
+        case O_BIAS:
+            bias = !strcmp(optarg, "f32") ? 1 : !strcmp(optarg, "dtype") ? 2 : -1;
+            if (bias < 0)
+                return fprintf(stderr, "flashjit cache build: --bias takes f32 or dtype\n"), 2;
+            break;
+        case O_MASK: mask = 1; break;
+        case O_RANGES:
+            ranges = atoi(optarg);
+            if (ranges != 2 && ranges != 4)
+                return fprintf(stderr, "flashjit cache build: --ranges takes 2 or 4\n"), 2;
+            break;
+        case O_BLOCK_MASK: block_mask = 1; break;
+        case O_BACKEND:
             if (strcmp(optarg, "cuda") != 0)
                 return fprintf(stderr,
                                "flashjit cache build: only --backend cuda builds offline\n"),
@@ -127,31 +257,26 @@ int fjt_cache_build(int argc, char **argv)
         default: return build_usage(stderr);
         }
     }
-    if (!arch || strncmp(arch, "sm_", 3) != 0)
+    if (!run.arch || strncmp(run.arch, "sm_", 3) != 0)
         return build_usage(stderr);
 
     fj__err err = {{0}};
-    char hash[65];
-    tpl_set_hash(hash, &err);
+    tpl_set_hash(run.hash, &err);
     char *path = path_opt ? fj__strdup(path_opt) : fj__default_cache_path();
-    fj_cache *cache = NULL;
     cache_options co = {.path = path};
-    cache_open(&co, &cache, &err);
-    if (!cache_writable(cache)) {
+    cache_open(&co, &run.cache, &err);
+    if (!cache_writable(run.cache)) {
         fprintf(stderr, "flashjit cache build: %s\n", err.msg);
-        cache_close(cache);
+        cache_close(run.cache);
         free(path);
         return 1;
     }
-    char target[64], compiler[256];
-    snprintf(target, sizeof target, "cuda|%s", arch);
+    snprintf(run.target, sizeof run.target, "cuda|%s", run.arch);
     fj_device_info dev = {.struct_size = sizeof dev,
                           .backend = FJ_BACKEND_CUDA,
-                          .local_memory = arch_shared_memory(arch)};
-    snprintf(dev.arch, sizeof dev.arch, "%s", arch);
+                          .local_memory = arch_shared_memory(run.arch)};
+    snprintf(dev.arch, sizeof dev.arch, "%s", run.arch);
 
-    int built = 0, failed = 0, nbuilt = 0;
-    static char built_keys[MAX_BUILT][65];
     printf("%-12s %-14s %-5s %4s %4s %6s %7s %5s %6s %9s\n", "key", "path", "dtype", "d", "dv",
            "causal", "softcap", "regs", "spills", "compile");
     for (int a = 0; a < ndt; a++)
@@ -161,14 +286,17 @@ int fjt_cache_build(int argc, char **argv)
                     for (int l = 0; l < nl * nq; l++) {
                         int64_t seqlen = lens[l % nq];
                         int64_t d = dims[i], dv = ndv ? dvs[i < ndv ? i : ndv - 1] : d;
-                        /* A representative aligned request; only what shapes the code matters. */
+                        /* A representative aligned request; only what shapes the code matters
+                        ** (the optional tensors' presence and the bias's dtype). */
                         fj_tensor t = {.data = (void *)(uintptr_t)256,
                                        .dtype = dtypes[a],
                                        .ndim = 4,
                                        .shape = {1, 128, 1, d},
                                        .stride = {128 * 256, 256, 256, 1}};
-                        fj_tensor tv = t;
+                        fj_tensor tv = t, tb = t, tr = t;
                         tv.shape[3] = dv;
+                        tb.dtype = bias == 1 ? FJ_DTYPE_F32 : dtypes[a];
+                        tr.shape[3] = ranges;
                         fj__problem p = {.dtype = dtypes[a],
                                          .head_dim = d,
                                          .head_dim_v = dv,
@@ -181,63 +309,26 @@ int fjt_cache_build(int argc, char **argv)
                                          .seqlen_k = seqlen,
                                          .softcap = softcap[sc] ? 1.0f : 0,
                                          .window_left = -1,
-                                         .window_right = causal[c] ? 0 : -1};
+                                         .window_right = causal[c] ? 0 : -1,
+                                         .mask_mod = mask_mod,
+                                         .score_mod = score_mod,
+                                         .alibi = alibi ? &t : NULL,
+                                         .bias = bias ? &tb : NULL,
+                                         .mask = mask ? &t : NULL,
+                                         .mask_ranges = ranges ? &tr : NULL,
+                                         .block_mask = block_mask ? &t : NULL};
                         fj__variant v;
                         fj__plan_forward(&p, &dev, getenv("FLASHJIT_CONFIG"), &v);
-                        char *key_text = NULL, *source = NULL, *log = NULL, key[65];
-                        fj__blob bin = {0};
-                        double t0 = fj__now_ms();
-                        fj_status st = fj__variant_key(&v, target, hash, &key_text, key, &err);
-                        /* Lengths that plan the same kernel build it once. */
-                        int seen = 0;
-                        for (int b = 0; st == FJ_OK && b < nbuilt && !seen; b++)
-                            seen = !strcmp(built_keys[b], key);
-                        if (seen) {
-                            free(key_text);
-                            continue;
+                        build_variant(&run, &v, d, dv, causal[c], softcap[sc]);
+                        if (fj__needs_classes(&v)) {
+                            fj__variant cv;
+                            fj__classify_variant(&v, &cv);
+                            build_variant(&run, &cv, d, dv, causal[c], softcap[sc]);
                         }
-                        if (st == FJ_OK && nbuilt < MAX_BUILT)
-                            snprintf(built_keys[nbuilt++], sizeof built_keys[0], "%s", key);
-                        if (st == FJ_OK)
-                            st = fj__variant_render(&v, key_text, &source, &err);
-                        if (st == FJ_OK)
-                            st = fj__cuda_compile_for(arch, source,
-                                                      fj__compile_options(FJ_BACKEND_CUDA), &bin,
-                                                      &log, &err);
-                        double ms = fj__now_ms() - t0;
-                        if (source)
-                            fj__dump_compile(key, key_text, source,
-                                             fj__compile_options(FJ_BACKEND_CUDA), log);
-                        if (st == FJ_OK) {
-                            snprintf(compiler, sizeof compiler, "%s %s", arch,
-                                     fj__cuda_compiler_version());
-                            fj__err warn = {{0}};
-                            cache_put_kernel(cache, key, "cuda", compiler, "offline", key_text,
-                                             bin.data, bin.size, ms, log, &warn);
-                            if (warn.msg[0]) {
-                                st = FJ_ERR_CACHE;
-                                snprintf(err.msg, sizeof err.msg, "%s", warn.msg);
-                            }
-                        }
-                        int regs = -1, spills = -1;
-                        resources(log, &regs, &spills);
-                        /* ptxas' C7513: the kernel's wgmma instructions run one at a time. */
-                        const char *serial =
-                            log && strstr(log, "C7513") ? "  wgmma serialised" : "";
-                        printf("%-12.12s %-14s %-5s %4lld %4lld %6lld %7lld %5d %6d %7.0fms%s%s%s\n",
-                               key, fj__variant_path(&v), fj__dtype_name(dtypes[a]), (long long)d,
-                               (long long)dv, (long long)causal[c], (long long)softcap[sc], regs,
-                               spills, ms, serial, st == FJ_OK ? "" : "  FAILED: ",
-                               st == FJ_OK ? "" : err.msg);
-                        built += st == FJ_OK;
-                        failed += st != FJ_OK;
-                        free(key_text);
-                        free(source);
-                        free(log);
-                        free(bin.data);
                     }
-    printf("%d kernels built for %s into %s, %d failed\n", built, arch, path, failed);
-    cache_close(cache);
+    printf("%d kernels built for %s into %s, %d failed\n", run.built, run.arch, path,
+           run.failed);
+    cache_close(run.cache);
     free(path);
-    return failed ? 1 : 0;
+    return run.failed ? 1 : 0;
 }

@@ -1,0 +1,49 @@
+% -- Block classes of the masks beyond the band, for kernels that skip work by block (the Hopper
+% -- forward): for each 128 x 128 block of (query rows, keys) of one (batch, head),
+% --   0  no element is kept (the key tile is never loaded),
+% --   1  some are (the element masks apply),
+% --   2  all are (no per-element masking);
+% -- elements outside the tensors count as neither. A work-group of 256 work-items per block,
+% -- grid (key blocks, query blocks, cls_batches * cls_heads); a mask that reads neither b nor h
+% -- is classified once for all (batch, head) and read with stride 0.
+% --
+% -- Parameters: backend, dtype, mask_mod, mask_tensor, mask_ranges (attn_masks.lua; score terms
+% -- take no part).
+% include("dialect.lua")
+% include("attn_masks.lua")
+#define CLS 128
+#define THREADS 256
+
+KERNEL(THREADS)
+fj_attn_classify
+% attn_params_portable("seqlen_q", "seqlen_k", true)
+            GLOBAL int *classes, I64 cls_sb, I64 cls_sh, I64 cls_sq, int cls_heads)
+{
+    SHARED int any_kept, any_masked;
+    const int tid = THREAD_X;
+    const int kb = BLOCK_X, qb = BLOCK_Y;
+    const int batch = BLOCK_Z / cls_heads, head = BLOCK_Z % cls_heads;
+    if (tid == 0)
+        any_kept = any_masked = 0;
+    BARRIER();
+    MASK_CTX(mc, batch, head);
+    const int q0 = qb * CLS, k0 = kb * CLS;
+    const int rows = I_MIN(CLS, seqlen_q - q0), cols = I_MIN(CLS, seqlen_k - k0);
+    /* Consecutive work-items take consecutive keys of a row (coalesced mask loads); each stops
+    ** once it has seen both kinds. */
+    bool kept = false, masked = false;
+    for (int i = tid; i < rows * cols && !(kept && masked); i += THREADS) {
+        if (fj_keeps(mc, q0 + i / cols, k0 + i % cols))
+            kept = true;
+        else
+            masked = true;
+    }
+    if (kept)
+        LOCAL_FLAG_SET(any_kept);
+    if (masked)
+        LOCAL_FLAG_SET(any_masked);
+    BARRIER();
+    if (tid == 0)
+        classes[batch * cls_sb + head * cls_sh + qb * cls_sq + kb] =
+            any_kept ? (any_masked ? 1 : 2) : 0;
+}
