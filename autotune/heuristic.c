@@ -127,8 +127,10 @@ static void plan_wgmma(fj__variant *v, const fj__problem *p, const fj_device_inf
     ** matches from 8k. Causal tiles differ in cost: strided they lost up to 40 % (whole
     ** columns of heavy tiles land on the same blocks); dealt zigzag (heavy and light tiles
     ** pair up) they gain 8-38 % over one block per tile at 512 to 4k keys, d 64 to 256, more
-    ** than the dynamic counter and without its spills at d 256 (bench/RESULTS.md). */
-    v->persistent = uneven ? 3 : 1;
+    ** than the dynamic counter and without its spills at d 256; from 8k queries the static
+    ** deal lost up to 29 % (16k, d 128) to one block per tile, longest first, which the
+    ** hardware balances (bench/RESULTS.md). */
+    v->persistent = !uneven ? 1 : p->seqlen_q <= 4096 ? 3 : 0;
     if (widest > 64 && widest <= 128 && !v->local_mask)
         v->stages = 3;
     v->threads = 32 * v->warps;
