@@ -96,6 +96,20 @@ static int wgmma_serves(const fj__problem *p, const fj_device_info *dev)
            tma_can_read(p->v) && rows_are_16b_aligned(p->out);
 }
 
+/* Whether TMA can copy tiles of p's bias: rows of 16-byte multiples, one per query, and the
+** broadcast-free dimensions nested as in a contiguous [batch, heads, sq, sk] tensor. */
+static int bias_tma_can_read(const fj__problem *p)
+{
+    const fj_tensor *b = p->bias;
+    const int64_t es = b->dtype == FJ_DTYPE_F32 ? 4 : 2;
+    const int64_t *s = p->bias_stride; /* batch, head, row; 0 where broadcast */
+    if ((uintptr_t)b->data % 16 || s[2] <= 0 || (s[2] * es) % 16 || s[2] < p->seqlen_k ||
+        (s[1] && ((s[1] * es) % 16 || s[1] < s[2] * p->seqlen_q)) ||
+        (s[0] && ((s[0] * es) % 16 || s[0] < (s[1] ? s[1] * p->heads_q : s[2] * p->seqlen_q))))
+        return 0;
+    return s[0] * es < ((int64_t)1 << 40) && s[1] * es < ((int64_t)1 << 40);
+}
+
 static void plan_wgmma(fj__variant *v, const fj__problem *p, const fj_device_info *dev)
 {
     v->path = FJ__PATH_WGMMA;
@@ -119,7 +133,8 @@ static void plan_wgmma(fj__variant *v, const fj__problem *p, const fj_device_inf
     /* Element masks skip and mask by 128 x 128 blocks: tiles that divide them. */
     const int classes = v->block_mask || v->mask_mod || v->mask_tensor || v->mask_ranges;
     const int uneven = v->local_mask || classes; /* work tiles of unequal cost */
-    if (classes && widest > 128)
+    v->bias_tma = v->bias && bias_tma_can_read(p);
+    if ((classes || v->bias_tma) && widest > 128)
         v->tile_n = 64;
     v->pingpong = v->overlap && widest <= 128 && uneven;
     /* A persistent grid (a block per SM, the next tile's loads under the last one's epilogue).
@@ -237,6 +252,7 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
                registers <= wgmma_consumer_registers(consumers) &&
                (!(v->block_mask || v->mask_mod || v->mask_tensor || v->mask_ranges) ||
                 (128 % v->tile_m == 0 && 128 % v->tile_n == 0)) &&
+               (!v->bias_tma || v->tile_n % (v->bias == 1 ? 32 : 64) == 0) &&
                fj__variant_shared_bytes(v) <= dev->local_memory;
     }
     if (v->path == FJ__PATH_MMA)

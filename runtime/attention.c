@@ -88,6 +88,53 @@ int fj__forward_args(const fj__problem *p, fj__arg args[FJ__MAX_ARGS])
     return n;
 }
 
+/* Encodes the tensor map d for role (0-3: q, k, v, bias), or reuses the role's last one when d
+** is the same. */
+static fj_status encode_map(fj_context *ctx, int role, const fj__tensor_map_desc *d,
+                            fj__tensor_map *map)
+{
+    if (!ctx->ops->tensor_map)
+        return fj__fail(&ctx->err, FJ_ERR_UNSUPPORTED, "the %s backend has no tensor maps",
+                        ctx->ops->name);
+    if (ctx->last_maps[role].valid && !memcmp(&ctx->last_maps[role].desc, d, sizeof *d)) {
+        memcpy(map->bytes, ctx->last_maps[role].bytes, sizeof map->bytes);
+        return FJ_OK;
+    }
+    ctx->last_maps[role].valid = 0;
+    fj_status st = ctx->ops->tensor_map(ctx->backend, d, map);
+    if (st == FJ_OK) {
+        ctx->last_maps[role].desc = *d;
+        memcpy(ctx->last_maps[role].bytes, map->bytes, sizeof map->bytes);
+        ctx->last_maps[role].valid = 1;
+    }
+    return st;
+}
+
+/* The TMA view of the bias [batch, heads, sq, sk] (broadcast dimensions of size 1) for boxes
+** of 128 bytes of keys by `rows` query rows (see bias_tma_can_read in autotune/heuristic.c). */
+static fj_status bias_map_of(fj_context *ctx, const fj__problem *p, uint32_t rows,
+                             fj__tensor_map *map)
+{
+    const uint64_t es = p->bias->dtype == FJ_DTYPE_F32 ? 4 : 2;
+    const int64_t *s = p->bias_stride;
+    fj__tensor_map_desc d;
+    memset(&d, 0, sizeof d);
+    d.base = p->bias->data;
+    d.bf16 = p->bias->dtype == FJ_DTYPE_BF16;
+    d.f32 = p->bias->dtype == FJ_DTYPE_F32;
+    d.dims[0] = (uint64_t)p->seqlen_k;
+    d.dims[1] = (uint64_t)p->seqlen_q;
+    d.dims[2] = s[1] ? (uint64_t)p->heads_q : 1;
+    d.dims[3] = s[0] ? (uint64_t)p->batch : 1;
+    d.strides[0] = (uint64_t)s[2] * es;
+    d.strides[1] = s[1] ? (uint64_t)s[1] * es : d.strides[0] * d.dims[1];
+    d.strides[2] = s[0] ? (uint64_t)s[0] * es : d.strides[1] * d.dims[2];
+    d.box[0] = (uint32_t)(128 / es);
+    d.box[1] = rows;
+    d.box[2] = d.box[3] = 1;
+    return encode_map(ctx, 3, &d, map);
+}
+
 /* The TMA view of one [batch, seqlen, heads, dim] tensor (role 0, 1, 2: q, k, v) for boxes of
 ** `rows` rows and 64 columns, encoded again only when it differs from the role's last one.
 ** The three outer dimensions are ordered by stride, as the driver expects of a tiled map
@@ -129,21 +176,7 @@ static fj_status tensor_map_of(fj_context *ctx, int role, const fj_tensor *t, ui
         else if (dim == 2)
             *perm |= slot << 2;
     }
-    if (!ctx->ops->tensor_map)
-        return fj__fail(&ctx->err, FJ_ERR_UNSUPPORTED, "the %s backend has no tensor maps",
-                        ctx->ops->name);
-    if (ctx->last_maps[role].valid && !memcmp(&ctx->last_maps[role].desc, &d, sizeof d)) {
-        memcpy(map->bytes, ctx->last_maps[role].bytes, sizeof map->bytes);
-        return FJ_OK;
-    }
-    ctx->last_maps[role].valid = 0;
-    fj_status st = ctx->ops->tensor_map(ctx->backend, &d, map);
-    if (st == FJ_OK) {
-        ctx->last_maps[role].desc = d;
-        memcpy(ctx->last_maps[role].bytes, map->bytes, sizeof map->bytes);
-        ctx->last_maps[role].valid = 1;
-    }
-    return st;
+    return encode_map(ctx, role, &d, map);
 }
 
 /* The tile counter of stream (two ints, zero between launches), or NULL when there is none to
@@ -205,7 +238,7 @@ fj_status fj__forward_variant(fj_context *ctx, const fj__problem *request, const
         .nargs = fj__forward_args(p, args),
         .args = args,
     };
-    fj__tensor_map maps[3]; /* read by the launch */
+    fj__tensor_map maps[4]; /* read by the launch */
     int32_t perms[3];
     if (v->path == FJ__PATH_WGMMA) {
         /* Then the tensor maps of Q, K, V and the slots of their coordinates. */
@@ -223,6 +256,13 @@ fj_status fj__forward_variant(fj_context *ctx, const fj__problem *request, const
         args[l.nargs++] = (fj__arg){.kind = FJ__ARG_I32, .v.i32 = (int32_t)p->batch};
         int32_t *counter = v->persistent == 2 ? tile_counter(ctx, stream) : NULL;
         args[l.nargs++] = (fj__arg){.kind = FJ__ARG_PTR, .v.ptr = counter};
+        if (v->bias_tma) {
+            st = bias_map_of(ctx, p, (uint32_t)v->tile_m, &maps[3]);
+            if (st != FJ_OK)
+                return st;
+            args[l.nargs++] = (fj__arg){.kind = FJ__ARG_BYTES,
+                                        .v.bytes = {.data = &maps[3], .size = sizeof maps[3]}};
+        }
         /* Work tiles in one dimension; persistent: no more blocks than SMs (one fits each),
         ** unless a dynamic schedule has no counter. */
         uint64_t work = (uint64_t)l.grid[0] * l.grid[1] * l.grid[2];
@@ -326,7 +366,12 @@ static void plan_key(const fj__problem *p, int64_t key[FJ__PLAN_KEY])
                                      p->mask != NULL,
                                      (p->cu_seqlens_q != NULL) + (p->seqused_k != NULL),
                                      p->mask_ranges ? p->mask_ranges->shape[3] : 0,
-                                     p->block_mask != NULL};
+                                     p->block_mask != NULL,
+                                     /* the bias's layout decides whether TMA copies it */
+                                     p->bias ? (int64_t)((uintptr_t)p->bias->data % 16) : -1,
+                                     p->bias_stride[0],
+                                     p->bias_stride[1],
+                                     p->bias_stride[2]};
     memcpy(key, k, sizeof k);
 }
 

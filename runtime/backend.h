@@ -45,7 +45,8 @@ typedef struct fj__tensor_map_desc {
     uint64_t dims[4];
     uint64_t strides[3];
     uint32_t box[4];
-    int bf16; /* element type: 1 bf16, 0 f16 */
+    int bf16; /* element type: 1 bf16, 0 f16 ... */
+    int f32;  /* ... unless this is 1: f32 */
 } fj__tensor_map_desc;
 
 /* The bytes of an encoded tensor map (CUtensorMap), aligned as the driver requires. */

@@ -5,7 +5,7 @@
 #include "internal.h"
 #include "../cache/cache.h"
 
-#define FJ__PLAN_KEY 21
+#define FJ__PLAN_KEY 25
 #define FJ__TILE_COUNTERS 64
 #define FJ__CLASS_BUFFERS 8
 
@@ -56,14 +56,14 @@ struct fj_context {
     void *counter_streams[FJ__TILE_COUNTERS];
     int ncounter_streams;
 
-    /* The last tensor maps of q, k and v (Hopper kernel): a call on the same tensors as the
+    /* The last tensor maps of q, k, v and bias (Hopper kernel): a call on the same tensors as the
     ** previous one skips encoding them again. Bytes, not fj__tensor_map: a calloc'd context
     ** has no 64-byte alignment. */
     struct {
         int valid;
         fj__tensor_map_desc desc;
         unsigned char bytes[sizeof(fj__tensor_map)];
-    } last_maps[3];
+    } last_maps[4];
 
     /* Block classes computed for the Hopper kernel (classify.c), one buffer per stream: a
     ** stream's launches never overlap, so its next classification may overwrite the buffer.

@@ -131,6 +131,7 @@ typedef struct fj__variant {
     uint8_t varlen;      /* 0 dense, 1 packed sequences, 2 and seqused_k */
     uint8_t mask_ranges; /* 0 none, else the ranges' columns per key (2 or 4) */
     uint8_t block_mask;  /* 128 x 128 block classes given */
+    uint8_t bias_tma;    /* WGMMA: bias tiles copied by TMA into shared memory with K's */
     const char *mask_mod; /* canonical expression texts, interned by the context (NULL: none) */
     const char *score_mod;
 } fj__variant;

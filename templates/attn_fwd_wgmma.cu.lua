@@ -36,6 +36,11 @@
 % assert(varlen == 0, "variable lengths run on the SIMT kernel")
 % local element_masks = mask_mod ~= "" or mask_tensor or mask_ranges > 0
 % local score_terms = alibi or bias ~= "" or score_mod ~= ""
+% -- bias_tma: bias tiles (BM x BN) come with the key tiles, by TMA into shared memory, in
+% -- 128-byte panels of keys with the 128-byte swizzle.
+% local bias_es = bias == "f32" and 4 or 2
+% local bias_pc = 128 // bias_es
+% assert(not bias_tma or (bias ~= "" and tile_n % bias_pc == 0), "bias tiles need tile_n a multiple of 128 bytes of keys")
 % local classes = block_mask or element_masks
 % assert(not classes or (128 % tile_m == 0 and 128 % tile_n == 0), "block classes need tiles that divide 128")
 % -- Work tiles of unequal cost run heaviest first (last query rows first).
@@ -72,6 +77,12 @@
 #define Q_BYTES (BM * D * 2)
 #define K_BYTES (BN * D * 2)
 #define V_BYTES (BN * DV * 2)
+% if bias_tma then
+#define BIAS_BYTES (BM * BN * ${bias_es})
+#define BIAS_PC ${bias_pc} /* keys per 128-byte panel */
+% else
+#define BIAS_BYTES 0
+% end
 
 /* The coordinates of a box at (col, row) of (batch, head) in a tensor map whose three outer
 ** dimensions the host ordered by stride; perm holds the slot of the row and head dimensions. */
@@ -131,7 +142,7 @@ __device__ __forceinline__ void softmax_tile(float *sc, consumer_state &st,
                                              float *alpha, bool need_mask, int n0, int warp_row,
                                              int g, int t, int seqlen_k, int shift,
                                              int window_left, int window_right, float score_mul,
-                                             float cap_mul${(element_masks or score_terms) and ",\n                                             const mask_ctx &mc, bool need_elem" or ""})
+                                             float cap_mul${(element_masks or score_terms) and ",\n                                             const mask_ctx &mc, bool need_elem" or ""}${bias_tma and ", u32 bias_tile, int lrow0" or ""})
 {
 % if not fused then
 #pragma unroll
@@ -143,7 +154,37 @@ __device__ __forceinline__ void softmax_tile(float *sc, consumer_state &st,
 %   end
     }
 % end
-% if score_terms then
+% if bias_tma then
+    /* The bias from shared memory: row r's 128-byte chunk q of a panel sits at chunk q ^ (r % 8)
+    ** (the swizzle); a thread's two adjacent keys are one 4- or 8-byte word. */
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = lrow0 + g + h * 8;
+        const u32 rbase = bias_tile + r * 128;
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++) {
+            const int col = 8 * j + 2 * t;
+            const u32 a = rbase + (col / BIAS_PC) * (BM * 128) +
+                          ((((col % BIAS_PC) * ${bias_es} / 16) ^ (r % 8)) * 16) + (col * ${bias_es}) % 16;
+%   if bias == "f32" then
+            float b0, b1;
+            asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(b0), "=f"(b1) : "r"(a));
+%   else
+            const u32 w = ld_shared_u32(a);
+%     if dtype == "bf16" then
+            const float b0 = __uint_as_float(w << 16), b1 = __uint_as_float(w & 0xffff0000u);
+%     else
+            float b0, b1;
+            asm("{.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %2;\n\tcvt.f32.f16 %0, lo;\n\tcvt.f32.f16 %1, hi;}"
+                : "=f"(b0), "=f"(b1) : "r"(w));
+%     end
+%   end
+            sc[4 * j + 2 * h] += b0 * (1.0f / F_LN2);
+            sc[4 * j + 2 * h + 1] += b1 * (1.0f / F_LN2);
+        }
+    }
+% end
+% if alibi or score_mod ~= "" or (bias ~= "" and not bias_tma) then
     /* ALiBi, bias and score_mod, on the scores of rows and keys inside the tensors. */
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -279,14 +320,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 % attn_params_tail(true)
             const __grid_constant__ tmap_t tm_q, const __grid_constant__ tmap_t tm_k,
             const __grid_constant__ tmap_t tm_v, int perm_q, int perm_k, int perm_v,
-            int batches, int *__restrict__ tile_counter)
+            int batches, int *__restrict__ tile_counter${bias_tma and ",\n            const __grid_constant__ tmap_t tm_bias" or ""})
 {
     extern __shared__ __align__(1024) unsigned char smem[];
     /* The 128-byte swizzle repeats every 1024 bytes: panels start on such a boundary. */
     const u32 sQ = (smem_addr(smem) + 1023) & ~1023u;
     const u32 sK = sQ + Q_BYTES;
     const u32 sV = sK + STAGES * K_BYTES;
-    const u32 bars = sV + STAGES * V_BYTES;
+    const u32 sB = sV + STAGES * V_BYTES; /* bias tiles, with bias_tma */
+    const u32 bars = sB + STAGES * BIAS_BYTES;
 #define Q_FULL bars
 #define Q_EMPTY (bars + 8)
 #define K_FULL(s) (bars + 8 * (2 + (s)))
@@ -351,6 +393,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         if (tid == 0) {
             tma_prefetch_map(&tm_k);
             tma_prefetch_map(&tm_v);
+% if bias_tma then
+            tma_prefetch_map(&tm_bias);
+% end
             int it = 0, qn = 0; /* key tiles and Q tiles loaded so far */
             for (int w = blockIdx.x, n = 0;; n++) {
 % if dynamic then
@@ -388,9 +433,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 % if classes then
                     st_shared_u32(TILE_META(s), (u32)(nb * 4 + cls));
 % end
-                    mbar_arrive_expect(K_FULL(s), K_BYTES);
+                    mbar_arrive_expect(K_FULL(s), K_BYTES + BIAS_BYTES);
                     load_panels<D>(sK + s * K_BYTES, &tm_k, K_FULL(s), BN, nb * BN, wt.head_kv,
                                    wt.batch, perm_k);
+% if bias_tma then
+                    /* The bias of these rows and keys: broadcast dimensions at coordinate 0. */
+#pragma unroll
+                    for (int p = 0; p < BN / BIAS_PC; p++)
+                        tma_load4(sB + s * BIAS_BYTES + p * BM * 128, &tm_bias, K_FULL(s),
+                                  nb * BN + p * BIAS_PC, wt.m0, bias_sh ? wt.head : 0,
+                                  bias_sb ? wt.batch : 0);
+% end
                     mbar_wait(V_EMPTY(s), phase ^ 1);
                     mbar_arrive_expect(V_FULL(s), V_BYTES);
                     load_panels<DV>(sV + s * V_BYTES, &tm_v, V_FULL(s), BN, nb * BN, wt.head_kv,
@@ -503,9 +556,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 % else
             const int n0 = (nb_hi - 1 - i) * BN;
 % end
+% if not bias_tma then
             warp_arrive(K_EMPTY(SLOT(it + i)));
+% end
             softmax_tile(sc, st, alpha, needs_mask(n0), n0, warp_row, g, t, seqlen_k, shift,
-                         window_left, window_right, score_mul, cap_mul${(element_masks or score_terms) and ", mc, " .. (element_masks and "(meta & 3) == 1" or "false") or ""});
+                         window_left, window_right, score_mul, cap_mul${(element_masks or score_terms) and ", mc, " .. (element_masks and "(meta & 3) == 1" or "false") or ""}${bias_tma and ", sB + SLOT(it + i) * BIAS_BYTES, warp_row - wt.m0" or ""});
+% if bias_tma then
+            /* The slot's bias has been read: K and bias go back together. */
+            warp_arrive(K_EMPTY(SLOT(it + i)));
+% end
         };
         /* The product of tile i into O has landed: hand its value slot back. */
         auto take_product = [&](int i) {

@@ -4,7 +4,8 @@
 % -- (attn_params_tail() in cuda_attn_common.lua spells the same list for the CUDA kernels).
 % --
 % -- Parameters: mask_mod and score_mod (checked canonical expressions, "" for none: see
-% -- runtime/expr.h), alibi, bias ("", "f32", "dtype"), mask_tensor, mask_ranges (0, 2 or 4).
+% -- runtime/expr.h), alibi, bias ("", "f32", "dtype"), bias_tma, mask_tensor, mask_ranges (0, 2
+% -- or 4).
 % --
 % -- MASK_CTX(c, batch, head) declares `mask_ctx c` for one (batch, head); then
 % --   fj_keeps(c, row, key)        whether row keeps key under mask_mod, the mask tensor and the
@@ -13,8 +14,10 @@
 % --   fj_score(c, x, row, key)     score x (log2 units, scaled and capped) with ALiBi, bias and
 % --                                score_mod applied; the same bounds.
 
+% -- bias_tma: the kernel adds the bias itself from shared memory (fj_score leaves it out).
 % local element_masks = mask_mod ~= "" or mask_tensor or mask_ranges > 0
-% local score_terms = alibi or bias ~= "" or score_mod ~= ""
+% local bias_global = bias ~= "" and not bias_tma
+% local score_terms = alibi or bias_global or score_mod ~= ""
 
 % -- The forward kernels' parameter list in the dialect, after the kernel's name; sq and sk name
 % -- the sequence-length parameters (with variable lengths they are the maxima).
@@ -148,7 +151,7 @@ INLINE float fj_score(const mask_ctx c, float x, int fj_q, int fj_k)
 %   if alibi then
     x -= c.slope * (float)EXPR_IABS(fj_q + c.shift - fj_k);
 %   end
-%   if bias ~= "" then
+%   if bias_global then
     x += BIAS_LOAD(c.bias, fj_q * c.bias_ss + fj_k) * (1.0f / F_LN2);
 %   end
 %   if score_mod ~= "" then

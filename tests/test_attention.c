@@ -375,10 +375,21 @@ static void test_masks_over_many_blocks(void **state)
     static int32_t table[8 * 8];
     for (int i = 0; i < 64; i++)
         table[i] = (i * 37 + 11) % 7 < 4; /* about half the blocks kept */
-    fjh_case cases[8];
+    fjh_case cases[11];
     size_t n = 0;
     cases[n] = base(1000, 1000, 128, FJ_DTYPE_BF16);
     cases[n++].desc.mask_mod = "q / 300 == k / 300 && k <= q"; /* documents */
+    /* Biases whose rows are 16-byte multiples: the Hopper kernel copies their tiles by TMA. */
+    cases[n] = base(1000, 1024, 128, FJ_DTYPE_BF16);
+    cases[n].bias = 1;
+    cases[n++].desc.causal = 1;
+    cases[n] = base(700, 512, 256, FJ_DTYPE_BF16);
+    cases[n].bias = 2;
+    cases[n++].bias_f32 = 1;
+    cases[n] = base(640, 896, 64, FJ_DTYPE_F16);
+    cases[n].bias = 1;
+    cases[n].alibi = 1;
+    cases[n++].desc.mask_mod = "(q + k) % 4 != 0";
     cases[n] = base(900, 1100, 64, FJ_DTYPE_F16);
     cases[n++].desc.mask_mod = "k < 200 || k <= q + sk - sq"; /* prefix-LM */
     cases[n] = base(1000, 1000, 256, FJ_DTYPE_BF16);

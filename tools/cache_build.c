@@ -317,6 +317,7 @@ int fjt_cache_build(int argc, char **argv)
                                          .mask = mask ? &t : NULL,
                                          .mask_ranges = ranges ? &tr : NULL,
                                          .block_mask = block_mask ? &t : NULL};
+                        p.bias_stride[2] = seqlen; /* a contiguous [1, 1, sq, sk] bias */
                         fj__variant v;
                         fj__plan_forward(&p, &dev, getenv("FLASHJIT_CONFIG"), &v);
                         build_variant(&run, &v, d, dv, causal[c], softcap[sc]);

@@ -69,6 +69,7 @@ typedef CUresult (*cuTensorMapEncodeTiled_fn)(void *map, int dtype, unsigned ran
                                               int oob_fill);
 enum {
     CU_TENSOR_MAP_DATA_TYPE_FLOAT16 = 6,
+    CU_TENSOR_MAP_DATA_TYPE_FLOAT32 = 7,
     CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 = 9,
     CU_TENSOR_MAP_INTERLEAVE_NONE = 0,
     CU_TENSOR_MAP_SWIZZLE_128B = 3,
@@ -514,7 +515,11 @@ static fj_status cuda_tensor_map(void *p, const fj__tensor_map_desc *d, fj__tens
     const unsigned long long strides[3] = {d->strides[0], d->strides[1], d->strides[2]};
     const unsigned ones[4] = {1, 1, 1, 1};
     CU_CHECK(cu.cuTensorMapEncodeTiled(
-        out->bytes, d->bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
+        out->bytes,
+        d->f32    ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+        : d->bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                  : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        4,
         (void *)d->base, dims, strides, d->box, ones, CU_TENSOR_MAP_INTERLEAVE_NONE,
         CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
