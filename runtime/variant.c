@@ -38,13 +38,13 @@ const char *fj__variant_path(const fj__variant *v)
 uint32_t fj__variant_shared_bytes(const fj__variant *v)
 {
     if (v->path == FJ__PATH_WGMMA) {
-        /* Q, a ring of K and V (and bias) tiles, 6 + 4 * stages mbarriers, two tile slots and a word per
-        ** ring slot (see the template), and slack to align the panels to 1024 bytes. */
+        /* Q, a ring of K and V (and bias) tiles, 6 + 4 * stages mbarriers and two tile slots
+        ** (see the template), and slack to align the panels to 1024 bytes. */
         uint32_t q = 2u * (uint32_t)(v->tile_m * v->head_dim_pad);
         uint32_t kv = 2u * (uint32_t)(v->tile_n * (v->head_dim_pad + v->head_dim_v_pad));
         if (v->bias_tma) /* a bias tile per ring slot */
             kv += (v->bias == 1 ? 4u : 2u) * (uint32_t)(v->tile_m * v->tile_n);
-        return q + v->stages * kv + 8u * (6u + 4u * v->stages) + 8u + 4u * v->stages + 1023u;
+        return q + v->stages * kv + 8u * (6u + 4u * v->stages) + 8u + 1023u;
     }
     if (v->path != FJ__PATH_MMA)
         return 0; /* the SIMT kernel declares its shared memory statically */

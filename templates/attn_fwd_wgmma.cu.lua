@@ -170,14 +170,10 @@ __device__ __forceinline__ void softmax_tile(float *sc, consumer_state &st,
             float b0, b1;
             asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(b0), "=f"(b1) : "r"(a));
 %   else
-            const u32 w = ld_shared_u32(a);
-%     if dtype == "bf16" then
-            const float b0 = __uint_as_float(w << 16), b1 = __uint_as_float(w & 0xffff0000u);
-%     else
             float b0, b1;
-            asm("{.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %2;\n\tcvt.f32.f16 %0, lo;\n\tcvt.f32.f16 %1, hi;}"
-                : "=f"(b0), "=f"(b1) : "r"(w));
-%     end
+            asm volatile("{.reg .b16 lo, hi;\n\tld.shared.v2.b16 {lo, hi}, [%2];\n\t"
+                         "cvt.f32.${dtype} %0, lo;\n\tcvt.f32.${dtype} %1, hi;}"
+                         : "=f"(b0), "=f"(b1) : "r"(a));
 %   end
             sc[4 * j + 2 * h] += b0 * (1.0f / F_LN2);
             sc[4 * j + 2 * h + 1] += b1 * (1.0f / F_LN2);
@@ -339,9 +335,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #define TILE_FULL(k) (bars + 8 * (2 + 4 * STAGES + (k)))
 #define TILE_EMPTY(k) (bars + 8 * (4 + 4 * STAGES + (k)))
 #define TILE_SLOT(k) (bars + 8 * (6 + 4 * STAGES) + 4 * (k))
-/* Per ring slot, the key tile it holds and its class (nb * 4 + class), written by the producer
-** before the slot's K_FULL arrival. */
-#define TILE_META(s) (bars + 8 * (6 + 4 * STAGES) + 8 + 4 * (s))
 /* The block classes of a work tile's query rows, by key tile. */
 #define CLASS_ROW(wt) (block_mask + (wt).batch * blocks_sb + (wt).head * blocks_sh + ((wt).m0 / 128) * blocks_sq)
 #define CLASS_OF(row, nb) ((row)[(nb) * BN / 128])
@@ -430,9 +423,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     const int s = SLOT(it);
                     const u32 phase = PHASE(it++);
                     mbar_wait(K_EMPTY(s), phase ^ 1);
-% if classes then
-                    st_shared_u32(TILE_META(s), (u32)(nb * 4 + cls));
-% end
                     mbar_arrive_expect(K_FULL(s), K_BYTES + BIAS_BYTES);
                     load_panels<D>(sK + s * K_BYTES, &tm_k, K_FULL(s), BN, nb * BN, wt.head_kv,
                                    wt.batch, perm_k);
@@ -512,16 +502,22 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         const work_tile wt = work_at(w, m_blocks, seqlen_q, seqlen_k, heads_q, heads_kv,
                                      window_left, window_right);
 % if classes then
-        /* The key tiles the producer loads: those of classes 1 and 2, counted by the warp. */
+        /* The key tiles the producer loads: those of classes 1 and 2, counted by the warp, then
+        ** walked from the last down as the producer walks them (nb, its class). */
+        const int *cls_row = CLASS_ROW(wt);
         int tiles = 0;
-        {
-            const int *cls_row = CLASS_ROW(wt);
-            for (int nb = wt.nb_lo + lane; nb < wt.nb_hi; nb += 32)
-                tiles += CLASS_OF(cls_row, nb) != 0;
+        for (int k = wt.nb_lo + lane; k < wt.nb_hi; k += 32)
+            tiles += CLASS_OF(cls_row, k) != 0;
 #pragma unroll
-            for (int o = 16; o > 0; o /= 2)
-                tiles += __shfl_xor_sync(0xffffffffu, tiles, o);
-        }
+        for (int o = 16; o > 0; o /= 2)
+            tiles += __shfl_xor_sync(0xffffffffu, tiles, o);
+        int nb = wt.nb_hi, cls = 0;
+        auto next_tile = [&]() {
+            do
+                cls = --nb >= wt.nb_lo ? CLASS_OF(cls_row, nb) : 1;
+            while (cls == 0);
+        };
+        next_tile();
 % else
         const int nb_hi = wt.nb_hi, tiles = wt.nb_hi - wt.nb_lo;
 % end
@@ -551,8 +547,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         auto take_scores = [&](int i) {
             fence_regs<BN / 2>(sc);
 % if classes then
-            const u32 meta = ld_shared_u32(TILE_META(SLOT(it + i)));
-            const int n0 = (int)(meta >> 2) * BN;
+            const int n0 = nb * BN;
+            const bool need_elem = cls == 1;
+            next_tile();
 % else
             const int n0 = (nb_hi - 1 - i) * BN;
 % end
@@ -560,7 +557,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             warp_arrive(K_EMPTY(SLOT(it + i)));
 % end
             softmax_tile(sc, st, alpha, needs_mask(n0), n0, warp_row, g, t, seqlen_k, shift,
-                         window_left, window_right, score_mul, cap_mul${(element_masks or score_terms) and ", mc, " .. (element_masks and "(meta & 3) == 1" or "false") or ""}${bias_tma and ", sB + SLOT(it + i) * BIAS_BYTES, warp_row - wt.m0" or ""});
+                         window_left, window_right, score_mul, cap_mul${(element_masks or score_terms) and ", mc, " .. (element_masks and "need_elem" or "false") or ""}${bias_tma and ", sB + SLOT(it + i) * BIAS_BYTES, warp_row - wt.m0" or ""});
 % if bias_tma then
             /* The slot's bias has been read: K and bias go back together. */
             warp_arrive(K_EMPTY(SLOT(it + i)));
