@@ -142,10 +142,11 @@ static void test_banner_and_embedded_attention(void **state)
             {.name = "varlen", .kind = TPL_INT, .i = i},
             {.name = "mask_ranges", .kind = TPL_INT, .i = 2 * i},
             {.name = "block_mask", .kind = TPL_BOOL, .i = i == 1},
+            {.name = "bias_tma", .kind = TPL_BOOL, .i = 0},
         };
         fj__err err = {{0}};
         char *out = NULL;
-        assert_int_equal(tpl_render("attn_fwd_simt.lua", params, 17, "dtype=x\n", &out, &err),
+        assert_int_equal(tpl_render("attn_fwd_simt.lua", params, 18, "dtype=x\n", &out, &err),
                          FJ_OK);
         assert_true((strstr(out, "x -= c.slope") != NULL) == (i == 0));
         assert_true((strstr(out, "BIAS_LOAD(c.bias") != NULL) == (i == 1));
