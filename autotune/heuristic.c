@@ -101,7 +101,7 @@ static int wgmma_serves(const fj__problem *p, const fj_device_info *dev)
 static int bias_tma_can_read(const fj__problem *p)
 {
     const fj_tensor *b = p->bias;
-    const int64_t es = b->dtype == FJ_DTYPE_F32 ? 4 : 2;
+    const int64_t es = (int64_t)fj_dtype_size(b->dtype);
     const int64_t *s = p->bias_stride; /* batch, head, row; 0 where broadcast */
     if ((uintptr_t)b->data % 16 || s[2] <= 0 || (s[2] * es) % 16 || s[2] < p->seqlen_k ||
         (s[1] && ((s[1] * es) % 16 || s[1] < s[2] * p->seqlen_q)) ||
@@ -131,7 +131,7 @@ static void plan_wgmma(fj__variant *v, const fj__problem *p, const fj_device_inf
     v->stages = 2;
     v->overlap = widest > 64;
     /* Element masks skip and mask by 128 x 128 blocks: tiles that divide them. */
-    const int classes = v->block_mask || v->mask_mod || v->mask_tensor || v->mask_ranges;
+    const int classes = v->block_mask || fj__variant_element_masks(v);
     const int uneven = v->local_mask || classes; /* work tiles of unequal cost */
     v->bias_tma = v->bias && bias_tma_can_read(p);
     if ((classes || v->bias_tma) && widest > 128)
@@ -250,9 +250,9 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
                v->stages <= 4 && v->head_dim_pad % 64 == 0 && v->head_dim_v_pad % 64 == 0 &&
                v->head_dim_pad <= 256 && v->head_dim_v_pad <= 256 &&
                registers <= wgmma_consumer_registers(consumers) &&
-               (!(v->block_mask || v->mask_mod || v->mask_tensor || v->mask_ranges) ||
+               (!(v->block_mask || fj__variant_element_masks(v)) ||
                 (128 % v->tile_m == 0 && 128 % v->tile_n == 0)) &&
-               (!v->bias_tma || v->tile_n % (v->bias == 1 ? 32 : 64) == 0) &&
+               (!v->bias_tma || (v->tile_n * fj__variant_bias_bytes(v)) % 128 == 0) &&
                fj__variant_shared_bytes(v) <= dev->local_memory;
     }
     if (v->path == FJ__PATH_MMA)
@@ -315,13 +315,14 @@ void fj__plan_forward(const fj__problem *p, const fj_device_info *dev, const cha
                        rows_are_16b_aligned(p->q) && rows_are_16b_aligned(p->k) &&
                        rows_are_16b_aligned(p->v) && rows_are_16b_aligned(p->out);
     /* "path=mma" in the override keeps Hopper on the mma.sync kernel (tests, comparisons). */
-    if (tensor_cores && wgmma_serves(p, dev) && !(config && strstr(config, "path=mma")))
+    const int wgmma =
+        tensor_cores && wgmma_serves(p, dev) && !(config && strstr(config, "path=mma"));
+    tensor_cores = wgmma || (tensor_cores && !extras);
+    if (wgmma)
         plan_wgmma(v, p, dev);
-    else if (tensor_cores && !extras)
+    else if (tensor_cores)
         plan_mma(v, p, dev);
     else
-        tensor_cores = 0;
-    if (!tensor_cores)
         plan_simt(v, dev);
     /* A development and tuning override, already validated when the context was made; a
     ** configuration that does not fit this request keeps the heuristic's. */

@@ -115,7 +115,7 @@ static fj_status encode_map(fj_context *ctx, int role, const fj__tensor_map_desc
 static fj_status bias_map_of(fj_context *ctx, const fj__problem *p, uint32_t rows,
                              fj__tensor_map *map)
 {
-    const uint64_t es = p->bias->dtype == FJ_DTYPE_F32 ? 4 : 2;
+    const uint64_t es = fj_dtype_size(p->bias->dtype);
     const int64_t *s = p->bias_stride;
     fj__tensor_map_desc d;
     memset(&d, 0, sizeof d);
@@ -322,6 +322,7 @@ fj_status fj__resolve_mods(fj_context *ctx, fj__problem *p)
                         "desc.%s reads arg[] or iarg[] but desc.mod_args_count = 0",
                         fj__expr_uses_args(mask) ? "mask_mod" : "score_mod");
     p->mask_mod = mask ? fj__expr_text(mask) : NULL;
+    p->mask_mod_reads_args = fj__expr_uses_args(mask);
     p->score_mod = score ? fj__expr_text(score) : NULL;
     return FJ_OK;
 }

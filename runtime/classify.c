@@ -9,7 +9,7 @@
 int fj__needs_classes(const fj__variant *v)
 {
     return v->family == FJ__FAMILY_FWD && v->path == FJ__PATH_WGMMA && !v->block_mask &&
-           (v->mask_mod || v->mask_tensor || v->mask_ranges);
+           fj__variant_element_masks(v);
 }
 
 void fj__classify_variant(const fj__variant *v, fj__variant *cv)
@@ -97,7 +97,7 @@ fj_status fj__classify_blocks(fj_context *ctx, fj__problem *p, const fj__variant
 
     /* A mask_mod alone, reading no mod_args, is a pure function of the shape: its classes are
     ** computed once. Tensors and mod_args may change between calls: classified each time. */
-    const int pure = mm && !p->mask && !p->mask_ranges && !strstr(mm, "ARG_");
+    const int pure = mm && !p->mask && !p->mask_ranges && !p->mask_mod_reads_args;
     const int64_t key[6] = {(int64_t)(uintptr_t)mm, p->seqlen_q, p->seqlen_k, cb, ch, kb};
     if (pure && buf->key_valid && !memcmp(buf->key, key, sizeof key))
         return FJ_OK;

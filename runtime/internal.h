@@ -63,6 +63,7 @@ typedef struct fj__problem {
     int64_t mod_args_count;
     /* Set once parsed: canonical C texts, owned by the context (NULL: none). */
     const char *mask_mod, *score_mod;
+    int mask_mod_reads_args; /* the mask_mod reads mod_args (arg[] or iarg[]) */
     /* Score terms (NULL: none). Broadcast dimensions have stride 0 in the strides below. */
     const fj_tensor *alibi, *bias, *mask;
     int64_t alibi_stride_b;     /* slopes of batch b start at b * alibi_stride_b */
@@ -158,5 +159,10 @@ void fj__variant_config(const fj__variant *v, char *buf, size_t size);
 int fj__apply_config(fj__variant *v, const char *config, fj__err *err);
 /* Dynamic shared memory a launch of v needs, in bytes. */
 uint32_t fj__variant_shared_bytes(const fj__variant *v);
+/* Whether v masks by element beyond the band (mask_mod, mask tensor, ranges): on the Hopper
+** kernel these are classified and skipped by 128 x 128 blocks. */
+int fj__variant_element_masks(const fj__variant *v);
+/* Bytes of one bias element of v (0 without a bias). */
+uint32_t fj__variant_bias_bytes(const fj__variant *v);
 
 #endif /* FJ_RUNTIME_INTERNAL_H */

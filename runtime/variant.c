@@ -35,6 +35,16 @@ const char *fj__variant_path(const fj__variant *v)
     return "opencl.fwd.simt";
 }
 
+int fj__variant_element_masks(const fj__variant *v)
+{
+    return v->mask_mod || v->mask_tensor || v->mask_ranges;
+}
+
+uint32_t fj__variant_bias_bytes(const fj__variant *v)
+{
+    return v->bias == 0 ? 0 : v->bias == 1 ? 4u : (uint32_t)fj_dtype_size((fj_dtype)v->dtype);
+}
+
 uint32_t fj__variant_shared_bytes(const fj__variant *v)
 {
     if (v->path == FJ__PATH_WGMMA) {
@@ -43,7 +53,7 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
         uint32_t q = 2u * (uint32_t)(v->tile_m * v->head_dim_pad);
         uint32_t kv = 2u * (uint32_t)(v->tile_n * (v->head_dim_pad + v->head_dim_v_pad));
         if (v->bias_tma) /* a bias tile per ring slot */
-            kv += (v->bias == 1 ? 4u : 2u) * (uint32_t)(v->tile_m * v->tile_n);
+            kv += fj__variant_bias_bytes(v) * (uint32_t)(v->tile_m * v->tile_n);
         return q + v->stages * kv + 8u * (6u + 4u * v->stages) + 8u + 1023u;
     }
     if (v->path != FJ__PATH_MMA)
