@@ -155,24 +155,28 @@ __device__ __forceinline__ void softmax_tile(float *sc, consumer_state &st,
     }
 % end
 % if bias_tma then
-    /* The bias from shared memory: row r's 128-byte chunk q of a panel sits at chunk q ^ (r % 8)
-    ** (the swizzle); a thread's two adjacent keys are one 4- or 8-byte word. */
+    /* The bias from shared memory. A thread's two adjacent keys 8j + 2t (+ 1) are one 4- or
+    ** 8-byte word of 16-byte chunk cj ^ ct of key panel j / (BIAS_PC / 8), with cj from j and ct
+    ** from t; the 128-byte swizzle stores row r's chunk c at c ^ (r % 8). Rows are 128-byte
+    ** aligned, so each word's address is the row's base XOR a compile-time chunk. */
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int r = lrow0 + g + h * 8;
-        const u32 rbase = bias_tile + r * 128;
+        const u32 base = bias_tile + r * 128 + (((2 * t * ${bias_es} / 16) ^ (r % 8)) << 4) + (2 * t * ${bias_es}) % 16;
 #pragma unroll
         for (int j = 0; j < BN / 8; j++) {
-            const int col = 8 * j + 2 * t;
-            const u32 a = rbase + (col / BIAS_PC) * (BM * 128) +
-                          ((((col % BIAS_PC) * ${bias_es} / 16) ^ (r % 8)) * 16) + (col * ${bias_es}) % 16;
+            const u32 a = (base ^ (((j % (BIAS_PC / 8)) * ${bias_es // 2}) << 4)) + (j / (BIAS_PC / 8)) * (BM * 128);
+            float b0, b1;
 %   if bias == "f32" then
-            float b0, b1;
             asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(b0), "=f"(b1) : "r"(a));
+%   elseif dtype == "bf16" then
+            u32 w;
+            asm volatile("ld.shared.b32 %0, [%1];" : "=r"(w) : "r"(a));
+            b0 = __uint_as_float(w << 16);
+            b1 = __uint_as_float(w & 0xffff0000u);
 %   else
-            float b0, b1;
             asm volatile("{.reg .b16 lo, hi;\n\tld.shared.v2.b16 {lo, hi}, [%2];\n\t"
-                         "cvt.f32.${dtype} %0, lo;\n\tcvt.f32.${dtype} %1, hi;}"
+                         "cvt.f32.f16 %0, lo;\n\tcvt.f32.f16 %1, hi;}"
                          : "=f"(b0), "=f"(b1) : "r"(a));
 %   end
             sc[4 * j + 2 * h] += b0 * (1.0f / F_LN2);
@@ -295,18 +299,23 @@ struct work_tile {
 };
 
 /* The w-th work tile. Query blocks run fastest, as a grid of one block per tile would run them;
-** with a band, from the last (the heaviest) down, so causal work is balanced. */
+** with a band, from the last (the heaviest) down, so causal work is balanced. With a bias or mask
+** tensor (most often one for all batches) the batches run fastest instead, so that the blocks
+** which read the same rows of it run together and share them through L2. */
 __device__ __forceinline__ work_tile work_at(int w, int m_blocks, int seqlen_q, int seqlen_k,
-                                             int heads_q, int heads_kv, int window_left,
-                                             int window_right)
+                                             int heads_q, int heads_kv, int batches,
+                                             int window_left, int window_right)
 {
-    const int mb = w % m_blocks, hb = w / m_blocks;
+% if bias ~= "" or mask_tensor then
+    const int batch = w % batches, mb = (w / batches) % m_blocks, head = w / batches / m_blocks;
+% else
+    const int mb = w % m_blocks, head = (w / m_blocks) % heads_q, batch = w / m_blocks / heads_q;
+% end
 % if heavy_first then
     const int m0 = (m_blocks - 1 - mb) * BM;
 % else
     const int m0 = mb * BM;
 % end
-    const int head = hb % heads_q, batch = hb / heads_q;
 % attn_key_band()
     return work_tile{m0, head, batch, head / (heads_q / heads_kv), nb_lo, nb_hi};
 }
@@ -400,7 +409,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 if (w >= work_count)
                     break;
                 const work_tile wt = work_at(w, m_blocks, seqlen_q, seqlen_k, heads_q, heads_kv,
-                                             window_left, window_right);
+                                             batches, window_left, window_right);
 % if classes then
                 const int *cls_row = CLASS_ROW(wt);
 % end
@@ -500,7 +509,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         if (w >= work_count)
             break;
         const work_tile wt = work_at(w, m_blocks, seqlen_q, seqlen_k, heads_q, heads_kv,
-                                     window_left, window_right);
+                                     batches, window_left, window_right);
 % if classes then
         /* The key tiles the producer loads: those of classes 1 and 2, counted by the warp, then
         ** walked from the last down as the producer walks them (nb, its class). */
