@@ -12,12 +12,13 @@ static int32_t round_up(int64_t x, int32_t to)
 }
 
 /* The tensor-core kernel copies 16-byte chunks: base, row strides and head dim must allow it. */
-static int rows_are_16b_aligned(const fj_tensor *t)
+static int rows_are_16b_aligned(const fj_tensor *packed_or_4d)
 {
-    if ((uintptr_t)t->data % 16 != 0 || t->shape[3] % 8 != 0)
+    const fj_tensor t = fj__tensor_4d(packed_or_4d);
+    if ((uintptr_t)t.data % 16 != 0 || t.shape[3] % 8 != 0)
         return 0;
     for (int i = 0; i < 3; i++)
-        if (t->stride[i] % 8 != 0)
+        if (t.stride[i] % 8 != 0)
             return 0;
     return 1;
 }
@@ -68,12 +69,13 @@ static void plan_mma(fj__variant *v, const fj__problem *p, const fj_device_info 
 
 /* Whether bulk tensor copies can read t: 16-byte aligned base and byte strides, and no
 ** broadcast (stride 0) dimension of more than one element. */
-static int tma_can_read(const fj_tensor *t)
+static int tma_can_read(const fj_tensor *packed_or_4d)
 {
-    if (!rows_are_16b_aligned(t))
+    const fj_tensor t = fj__tensor_4d(packed_or_4d);
+    if (!rows_are_16b_aligned(&t))
         return 0;
     for (int i = 0; i < 3; i++)
-        if (t->shape[i] > 1 && (t->stride[i] <= 0 || t->stride[i] >= ((int64_t)1 << 38)))
+        if (t.shape[i] > 1 && (t.stride[i] <= 0 || t.stride[i] >= ((int64_t)1 << 38)))
             return 0;
     return 1;
 }
@@ -132,7 +134,8 @@ static void plan_wgmma(fj__variant *v, const fj__problem *p, const fj_device_inf
     v->overlap = widest > 64;
     /* Element masks skip and mask by 128 x 128 blocks: tiles that divide them. */
     const int classes = v->block_mask || fj__variant_element_masks(v);
-    const int uneven = v->local_mask || classes; /* work tiles of unequal cost */
+    /* Work tiles of unequal cost: a band, skipped blocks, sequences of different lengths. */
+    const int uneven = v->local_mask || classes || v->varlen;
     v->bias_tma = v->bias && bias_tma_can_read(p);
     if ((classes || v->bias_tma) && widest > 128)
         v->tile_n = 64;
@@ -305,19 +308,21 @@ void fj__plan_forward(const fj__problem *p, const fj_device_info *dev, const cha
     v->block_mask = p->block_mask != NULL;
     v->write_lse = p->lse != NULL;
 
-    /* Variable lengths and head dims beyond 256 run on the SIMT kernels only, so far; masks
-    ** and score terms beyond the band on the Hopper kernel and the SIMT kernels. */
+    /* Head dims beyond 256 run on the SIMT kernels only, so far; variable lengths, masks and
+    ** score terms beyond the band on the Hopper kernel (variable lengths without element masks,
+    ** whose block classifier takes dense shapes) and the SIMT kernels. */
     const int extras = p->mask_mod || p->score_mod || v->alibi || v->bias || v->mask_tensor ||
                        v->mask_ranges || v->block_mask;
-    int tensor_cores = dev->backend == FJ_BACKEND_CUDA && sm_version(dev) >= 80 && !v->varlen &&
+    int tensor_cores = dev->backend == FJ_BACKEND_CUDA && sm_version(dev) >= 80 &&
                        v->head_dim_pad <= 256 && v->head_dim_v_pad <= 256 &&
                        (p->dtype == FJ_DTYPE_F16 || p->dtype == FJ_DTYPE_BF16) &&
                        rows_are_16b_aligned(p->q) && rows_are_16b_aligned(p->k) &&
                        rows_are_16b_aligned(p->v) && rows_are_16b_aligned(p->out);
     /* "path=mma" in the override keeps Hopper on the mma.sync kernel (tests, comparisons). */
-    const int wgmma =
-        tensor_cores && wgmma_serves(p, dev) && !(config && strstr(config, "path=mma"));
-    tensor_cores = wgmma || (tensor_cores && !extras);
+    const int wgmma = tensor_cores && wgmma_serves(p, dev) &&
+                      !(v->varlen && fj__variant_element_masks(v)) &&
+                      !(config && strstr(config, "path=mma"));
+    tensor_cores = wgmma || (tensor_cores && !extras && !v->varlen);
     if (wgmma)
         plan_wgmma(v, p, dev);
     else if (tensor_cores)

@@ -242,7 +242,8 @@ fj_status fj__forward_variant(fj_context *ctx, const fj__problem *request, const
     int32_t perms[3];
     if (v->path == FJ__PATH_WGMMA) {
         /* Then the tensor maps of Q, K, V and the slots of their coordinates. */
-        const fj_tensor *t[3] = {p->q, p->k, p->v};
+        const fj_tensor t4[3] = {fj__tensor_4d(p->q), fj__tensor_4d(p->k), fj__tensor_4d(p->v)};
+        const fj_tensor *t[3] = {&t4[0], &t4[1], &t4[2]};
         const uint32_t rows[3] = {(uint32_t)v->tile_m, (uint32_t)v->tile_n, (uint32_t)v->tile_n};
         for (int i = 0; i < 3; i++) {
             st = tensor_map_of(ctx, i, t[i], rows[i], &maps[i], &perms[i]);

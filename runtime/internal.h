@@ -43,6 +43,8 @@ char *fj__strdup(const char *s);
 /* The name used in variant keys and messages: "f16", "bf16", "f32", ... */
 const char *fj__dtype_name(fj_dtype dtype);
 const char *fj__backend_name(fj_backend_kind kind);
+/* t as [batch, seq, heads, dim]: a packed [total, heads, dim] tensor as one batch of total rows. */
+fj_tensor fj__tensor_4d(const fj_tensor *t);
 /* The default kernel cache path ($FLASHJIT_CACHE, $XDG_CACHE_HOME/..., ~/.cache/...); malloc'd. */
 char *fj__default_cache_path(void);
 

@@ -25,6 +25,21 @@ const char *fj_status_string(fj_status status)
     return "unknown status";
 }
 
+fj_tensor fj__tensor_4d(const fj_tensor *t)
+{
+    fj_tensor v = *t;
+    if (t->ndim == 3) {
+        v.ndim = 4;
+        for (int i = 3; i > 0; i--) {
+            v.shape[i] = t->shape[i - 1];
+            v.stride[i] = t->stride[i - 1];
+        }
+        v.shape[0] = 1;
+        v.stride[0] = 0;
+    }
+    return v;
+}
+
 size_t fj_dtype_size(fj_dtype dtype)
 {
     switch (dtype) {

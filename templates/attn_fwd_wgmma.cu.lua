@@ -33,7 +33,6 @@
 % -- key tile is never loaded), 1 (the element masks apply), 2 (all kept), read through the
 % -- block_mask arguments, either the caller's (block_mask) or the classifier's
 % -- (attn_classify.lua, run by the runtime before this kernel).
-% assert(varlen == 0, "variable lengths run on the SIMT kernel")
 % local element_masks = mask_mod ~= "" or mask_tensor or mask_ranges > 0
 % local score_terms = alibi or bias ~= "" or score_mod ~= ""
 % -- bias_tma: bias tiles (BM x BN) come with the key tiles, by TMA into shared memory, in
@@ -43,6 +42,7 @@
 % assert(not bias_tma or (bias ~= "" and tile_n % bias_pc == 0), "bias tiles need tile_n a multiple of 128 bytes of keys")
 % local classes = block_mask or element_masks
 % assert(not classes or (128 % tile_m == 0 and 128 % tile_n == 0), "block classes need tiles that divide 128")
+% assert(varlen == 0 or not classes, "variable lengths with element masks run on the SIMT kernel")
 % -- Work tiles of unequal cost run heaviest first (last query rows first).
 % local heavy_first = local_mask or classes
 % local fused = not softcap and not neg_scale and not score_terms
@@ -293,32 +293,11 @@ __device__ __forceinline__ void rescale(consumer_state &st, const float *alpha)
 }
 
 /* A block's unit of work: BM query rows of one (batch, head), with the key tiles [nb_lo, nb_hi)
-** its rows may see. */
+** its rows may see; its sequence's lengths, and with variable lengths its first rows in the
+** packed tensors (tb: the batch coordinate in the tensor maps, 0 for packed tensors). */
 struct work_tile {
-    int m0, head, batch, head_kv, nb_lo, nb_hi;
+    int m0, head, batch, head_kv, nb_lo, nb_hi, seqlen_q, seqlen_k, q_first, k_first, tb;
 };
-
-/* The w-th work tile. Query blocks run fastest, as a grid of one block per tile would run them;
-** with a band, from the last (the heaviest) down, so causal work is balanced. With a bias or mask
-** tensor (most often one for all batches) the batches run fastest instead, so that the blocks
-** which read the same rows of it run together and share them through L2. */
-__device__ __forceinline__ work_tile work_at(int w, int m_blocks, int seqlen_q, int seqlen_k,
-                                             int heads_q, int heads_kv, int batches,
-                                             int window_left, int window_right)
-{
-% if bias ~= "" or mask_tensor then
-    const int batch = w % batches, mb = (w / batches) % m_blocks, head = w / batches / m_blocks;
-% else
-    const int mb = w % m_blocks, head = (w / m_blocks) % heads_q, batch = w / m_blocks / heads_q;
-% end
-% if heavy_first then
-    const int m0 = (m_blocks - 1 - mb) * BM;
-% else
-    const int m0 = mb * BM;
-% end
-% attn_key_band()
-    return work_tile{m0, head, batch, head / (heads_q / heads_kv), nb_lo, nb_hi};
-}
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 % attn_params()
@@ -364,8 +343,45 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     /* The block takes work tiles blockIdx.x, + gridDim.x, ...: one when the grid covers every
     ** tile, several when it is persistent (a block per SM), which overlaps a tile's last
     ** products and stores with the next tile's loads. */
-    const int m_blocks = (seqlen_q + BM - 1) / BM;
+    const int m_blocks = (seqlen_q + BM - 1) / BM; /* with variable lengths: of the longest */
     const int work_count = m_blocks * heads_q * batches;
+
+    /* The w-th work tile. Query blocks run fastest, as a grid of one block per tile would run
+    ** them; with a band, from the last (the heaviest) down, so causal work is balanced. With a
+    ** bias or mask tensor (most often one for all batches) the batches run fastest instead, so
+    ** that the blocks which read the same rows of it run together and share them through L2. */
+    auto work_at = [&](int w) {
+% if bias ~= "" or mask_tensor then
+        const int batch = w % batches, mb = (w / batches) % m_blocks, head = w / batches / m_blocks;
+% else
+        const int mb = w % m_blocks, head = (w / m_blocks) % heads_q, batch = w / m_blocks / heads_q;
+% end
+% if heavy_first then
+        const int m0 = (m_blocks - 1 - mb) * BM;
+% else
+        const int m0 = mb * BM;
+% end
+        work_tile wt{m0, head, batch, head / (heads_q / heads_kv), 0, 0, seqlen_q, seqlen_k, 0, 0, batch};
+% if varlen > 0 then
+        /* The sequence's first rows in the packed tensors and its lengths: the caller's device
+        ** data, clamped into the tensors and to the maxima. */
+        wt.q_first = imin(imax(cu_seqlens_q[batch], 0), total_q);
+        wt.k_first = imin(imax(cu_seqlens_k[batch], 0), total_k);
+        wt.seqlen_q = imin(imax(imin(cu_seqlens_q[batch + 1], total_q) - wt.q_first, 0), seqlen_q);
+        wt.seqlen_k = imin(imax(imin(cu_seqlens_k[batch + 1], total_k) - wt.k_first, 0), seqlen_k);
+%   if varlen == 2 then
+        wt.seqlen_k = imin(wt.seqlen_k, imax(seqused_k[batch], 0));
+%   end
+        wt.tb = 0;
+% end
+        {
+            const int seqlen_q = wt.seqlen_q, seqlen_k = wt.seqlen_k;
+% attn_key_band()
+            wt.nb_lo = nb_lo;
+            wt.nb_hi = m0 < seqlen_q ? nb_hi : nb_lo; /* rows past a short sequence: no work */
+        }
+        return wt;
+    };
 
     if (tid == 0) {
         mbar_init(Q_FULL, 1);
@@ -408,8 +424,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 % end
                 if (w >= work_count)
                     break;
-                const work_tile wt = work_at(w, m_blocks, seqlen_q, seqlen_k, heads_q, heads_kv,
-                                             batches, window_left, window_right);
+                const work_tile wt = work_at(w);
 % if classes then
                 const int *cls_row = CLASS_ROW(wt);
 % end
@@ -425,7 +440,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     if (!q_loaded) {
                         mbar_wait(Q_EMPTY, (qn & 1) ^ 1);
                         mbar_arrive_expect(Q_FULL, Q_BYTES);
-                        load_panels<D>(sQ, &tm_q, Q_FULL, BM, wt.m0, wt.head, wt.batch, perm_q);
+                        load_panels<D>(sQ, &tm_q, Q_FULL, BM, wt.q_first + wt.m0, wt.head, wt.tb,
+                                       perm_q);
                         qn++;
                         q_loaded = true;
                     }
@@ -433,8 +449,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     const u32 phase = PHASE(it++);
                     mbar_wait(K_EMPTY(s), phase ^ 1);
                     mbar_arrive_expect(K_FULL(s), K_BYTES + BIAS_BYTES);
-                    load_panels<D>(sK + s * K_BYTES, &tm_k, K_FULL(s), BN, nb * BN, wt.head_kv,
-                                   wt.batch, perm_k);
+                    load_panels<D>(sK + s * K_BYTES, &tm_k, K_FULL(s), BN, wt.k_first + nb * BN,
+                                   wt.head_kv, wt.tb, perm_k);
 % if bias_tma then
                     /* The bias of these rows and keys: broadcast dimensions at coordinate 0. */
 #pragma unroll
@@ -445,8 +461,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 % end
                     mbar_wait(V_EMPTY(s), phase ^ 1);
                     mbar_arrive_expect(V_FULL(s), V_BYTES);
-                    load_panels<DV>(sV + s * V_BYTES, &tm_v, V_FULL(s), BN, nb * BN, wt.head_kv,
-                                    wt.batch, perm_v);
+                    load_panels<DV>(sV + s * V_BYTES, &tm_v, V_FULL(s), BN, wt.k_first + nb * BN,
+                                    wt.head_kv, wt.tb, perm_v);
                 }
 % if dynamic then
                 w = tile_counter ? gridDim.x + atomicAdd(tile_counter, 1) : work_count;
@@ -471,11 +487,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 % end
     const int c = wg - 1, warp = (tid % 128) / 32, lane = tid % 32;
     const int g = lane / 4, t = lane % 4; /* row group and column pair of the fragments */
-% if local_mask then
-    const int shift = seqlen_k - seqlen_q; /* keys align with queries bottom-right */
-% else
-    const int shift = 0; /* no band: the masks only cut the tensor's end */
-% end
 
     /* Descriptors: Q and K K-major (k steps of 32 bytes inside a panel), V N-major (panels
     ** BN * 128 bytes apart, k steps of 16 rows). */
@@ -508,8 +519,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 % end
         if (w >= work_count)
             break;
-        const work_tile wt = work_at(w, m_blocks, seqlen_q, seqlen_k, heads_q, heads_kv,
-                                     batches, window_left, window_right);
+        const work_tile wt = work_at(w);
+        /* This sequence's lengths (the arguments are the maxima with variable lengths). */
+        const int seqlen_q = wt.seqlen_q, seqlen_k = wt.seqlen_k;
+% if local_mask then
+        const int shift = seqlen_k - seqlen_q; /* keys align with queries bottom-right */
+% else
+        const int shift = 0; /* no band: the masks only cut the tensor's end */
+% end
 % if classes then
         /* The key tiles the producer loads: those of classes 1 and 2, counted by the warp, then
         ** walked from the last down as the producer walks them (nb, its class). */
@@ -585,6 +602,20 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 
         if (tiles > 0)
             mbar_wait(Q_FULL, qn & 1);
+% if varlen > 0 then
+        /* Packed sequences: the rows of the first (last) key tile past this sequence's keys
+        ** hold another sequence's values, or anything (seqused_k). Their P is 0, but 0 * NaN is
+        ** not, so the consumers zero them in shared memory before any product reads them. */
+        if (tiles > 0 && nb_hi * BN > seqlen_k) {
+            mbar_wait(V_FULL(SLOT(it)), PHASE(it));
+            const int r0 = imax(seqlen_k - (nb_hi - 1) * BN, 0), per_panel = (BN - r0) * 8;
+            for (int i = tid - 128; i < per_panel * (DV / 64); i += ${128 * NC})
+                st_shared_zero16(sV + SLOT(it) * V_BYTES + (i / per_panel) * (BN * 128) + r0 * 128 +
+                                 (i % per_panel) * 16);
+            fence_proxy_async();
+            asm volatile("bar.sync 3, ${128 * NC};" ::: "memory");
+        }
+% end
 % if pingpong then
         if (tiles > 0 && c == 1)
             TURN_PASS();
@@ -657,9 +688,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 % end
 
         /* Normalise and store; a row that saw no key gets 0 and lse -inf. */
-        elem_t *o_tile = out + wt.batch * o_sb + wt.head * o_sh;
+        elem_t *o_tile = out + wt.batch * o_sb + wt.head * o_sh + (long long)wt.q_first * o_ss;
 % if write_lse then
-        float *l_tile = lse + wt.batch * l_sb + wt.head * l_sh;
+        float *l_tile = lse + wt.batch * l_sb + wt.head * l_sh + (long long)wt.q_first * l_ss;
 % end
 #pragma unroll
         for (int h = 0; h < 2; h++) {

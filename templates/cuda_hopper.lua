@@ -58,6 +58,15 @@ __device__ __forceinline__ u32 ld_shared_u32(u32 addr)
     asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
     return v;
 }
+__device__ __forceinline__ void st_shared_zero16(u32 addr)
+{
+    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(0) : "memory");
+}
+/* Orders this thread's shared-memory writes before later reads by the async proxy (wgmma, TMA). */
+__device__ __forceinline__ void fence_proxy_async()
+{
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
 
 /* ---- bulk tensor copies ----------------------------------------------------------------- */
 /* Copies one box of a rank-4 tensor to shared memory; the barrier counts its bytes. Elements

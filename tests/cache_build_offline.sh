@@ -26,11 +26,11 @@ for arch in sm_80 sm_90a; do
     expected=$((expected + $(echo "$out" | sed -n 's/^\([0-9]*\) kernels built.*/\1/p')))
     checked=$((checked + 1))
 done
-# Masks and score terms on the Hopper kernel, one kind at a time, with the block classifier where
+# Masks, score terms and packed sequences on the Hopper kernel, one kind at a time, with the block classifier where
 # it is needed: no spills, no serialised wgmma. (ALiBi with causal d 128 spills 8 bytes: built,
 # not spill-checked.)
 for kind in "--mask-mod q/64==k/64" "--mask" "--ranges 4" "--block-mask" "--bias f32" \
-            "--score-mod s*0.5" "--alibi"; do
+            "--bias dtype" "--score-mod s*0.5" "--alibi" "--varlen 2"; do
     out=$("$cli" cache build --arch sm_90a --cache "$dir/offline.db" --head-dim 64,128,256 \
         --causal 0,1 --seqlen 8192 $kind 2>&1)
     status=$?

@@ -468,8 +468,17 @@ static void test_valid_request_is_resolved(void **state)
     snprintf(hopper.arch, sizeof hopper.arch, "sm_90a");
     fj__variant var;
     fj__plan_forward(&p, &hopper, NULL, &var);
-    assert_int_equal(var.path, FJ__PATH_SIMT);
+    assert_int_equal(var.path, FJ__PATH_WGMMA); /* packed sequences on the Hopper kernel */
     assert_int_equal(var.varlen, 1);
+    assert_true(var.persistent != 1); /* sequences differ in cost: not strided */
+    p.mask_mod = "k <= q";                   /* element masks take dense shapes there */
+    fj__plan_forward(&p, &hopper, NULL, &var);
+    assert_int_equal(var.path, FJ__PATH_SIMT);
+    p.mask_mod = NULL;
+    fj_device_info ampere = hopper;
+    snprintf(ampere.arch, sizeof ampere.arch, "sm_80");
+    fj__plan_forward(&p, &ampere, NULL, &var); /* the mma.sync kernel takes dense shapes */
+    assert_int_equal(var.path, FJ__PATH_SIMT);
     baseline(&r);
 
     /* Permuted ([b, h, s, d]) strides are fine for every tensor, out included. */

@@ -41,7 +41,8 @@ static int build_usage(FILE *f)
         "  --seqlen N,... [1024,8192]     (the tiles can depend on the length)\n"
         "Masks and score terms (one kernel each; see flashjit run):\n"
         "  --mask-mod EXPR   --score-mod EXPR   --alibi   --bias f32|dtype   --mask\n"
-        "  --ranges 2|4      --block-mask\n");
+        "  --ranges 2|4      --block-mask\n"
+        "Packed sequences: --varlen 1 (cu_seqlens_q/k) or 2 (and seqused_k)\n");
     return 2;
 }
 
@@ -166,6 +167,7 @@ int fjt_cache_build(int argc, char **argv)
         O_MASK,
         O_RANGES,
         O_BLOCK_MASK,
+        O_VARLEN,
         O_BACKEND,
         O_HELP
     };
@@ -185,6 +187,7 @@ int fjt_cache_build(int argc, char **argv)
                                          {"mask", no_argument, 0, O_MASK},
                                          {"ranges", required_argument, 0, O_RANGES},
                                          {"block-mask", no_argument, 0, O_BLOCK_MASK},
+                                         {"varlen", required_argument, 0, O_VARLEN},
                                          {"backend", required_argument, 0, O_BACKEND},
                                          {"help", no_argument, 0, O_HELP},
                                          {0, 0, 0, 0}};
@@ -193,7 +196,7 @@ int fjt_cache_build(int argc, char **argv)
     int64_t softcap[MAX_VALUES] = {0}, lse[MAX_VALUES] = {1};
     int64_t lens[MAX_VALUES] = {1024, 8192}; /* the planner picks some tiles by length */
     int nd = 2, ndv = 0, nc = 2, ns = 1, nl = 1, nq = 2;
-    int alibi = 0, bias = 0, mask = 0, ranges = 0, block_mask = 0;
+    int alibi = 0, bias = 0, mask = 0, ranges = 0, block_mask = 0, varlen = 0;
     fj_dtype dtypes[2] = {FJ_DTYPE_BF16};
     int ndt = 1, opt;
     static char built_keys[MAX_BUILT][65];
@@ -247,6 +250,11 @@ int fjt_cache_build(int argc, char **argv)
                 return fprintf(stderr, "flashjit cache build: --ranges takes 2 or 4\n"), 2;
             break;
         case O_BLOCK_MASK: block_mask = 1; break;
+        case O_VARLEN:
+            varlen = atoi(optarg);
+            if (varlen != 1 && varlen != 2)
+                return fprintf(stderr, "flashjit cache build: --varlen takes 1 or 2\n"), 2;
+            break;
         case O_BACKEND:
             if (strcmp(optarg, "cuda") != 0)
                 return fprintf(stderr,
@@ -316,7 +324,10 @@ int fjt_cache_build(int argc, char **argv)
                                          .bias = bias ? &tb : NULL,
                                          .mask = mask ? &t : NULL,
                                          .mask_ranges = ranges ? &tr : NULL,
-                                         .block_mask = block_mask ? &t : NULL};
+                                         .block_mask = block_mask ? &t : NULL,
+                                         .cu_seqlens_q = varlen ? &t : NULL,
+                                         .cu_seqlens_k = varlen ? &t : NULL,
+                                         .seqused_k = varlen == 2 ? &t : NULL};
                         p.bias_stride[2] = seqlen; /* a contiguous [1, 1, sq, sk] bias */
                         fj__variant v;
                         fj__plan_forward(&p, &dev, getenv("FLASHJIT_CONFIG"), &v);
