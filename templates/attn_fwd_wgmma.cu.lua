@@ -697,17 +697,35 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             const float sum = quad_sum(st.row_sum[h]);
             const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
             const int row = warp_row + g + h * 8;
-            if (row >= seqlen_q)
-                continue;
+            /* A quad holds 8 consecutive columns of its row per j, two per thread. A 4 x 4
+            ** transpose by shuffles (xor 1, then xor 2) hands thread t the whole 16-byte chunk
+            ** j = 4m + t, so that each store of the warp writes 64 contiguous bytes of each of
+            ** its 8 rows rather than 16. Every lane shuffles; the bounds apply to the stores. */
 #pragma unroll
-            for (int j = 0; j < DV / 8; j++) {
-                const int col = j * 8 + 2 * t;
-                if (col < head_dim_v)
-                    *(u32 *)(o_tile + row * o_ss + col) =
-                        pack2(st.o[4 * j + 2 * h] * inv, st.o[4 * j + 2 * h + 1] * inv);
+            for (int m = 0; m < DV / 32; m++) {
+                u32 w[4];
+#pragma unroll
+                for (int u = 0; u < 4; u++)
+                    w[u] = pack2(st.o[4 * (4 * m + u) + 2 * h] * inv,
+                                 st.o[4 * (4 * m + u) + 2 * h + 1] * inv);
+                const bool odd = t & 1, high = t & 2;
+                u32 r0 = __shfl_xor_sync(0xffffffffu, odd ? w[0] : w[1], 1);
+                u32 r1 = __shfl_xor_sync(0xffffffffu, odd ? w[2] : w[3], 1);
+                /* Now even t holds chunks 0 and 2 of lanes t, t + 1; odd t chunks 1 and 3 of
+                ** lanes t - 1, t (selects: an index that varies by lane would go to the stack). */
+                w[0] = odd ? r0 : w[0];
+                w[1] = odd ? w[1] : r0;
+                w[2] = odd ? r1 : w[2];
+                w[3] = odd ? w[3] : r1;
+                r0 = __shfl_xor_sync(0xffffffffu, high ? w[0] : w[2], 2);
+                r1 = __shfl_xor_sync(0xffffffffu, high ? w[1] : w[3], 2);
+                const uint4 chunk = high ? make_uint4(r0, r1, w[2], w[3]) : make_uint4(w[0], w[1], r0, r1);
+                const int col = 8 * (4 * m + t);
+                if (row < seqlen_q && col < head_dim_v)
+                    *(uint4 *)(o_tile + (long long)row * o_ss + col) = chunk;
             }
 % if write_lse then
-            if (t == 0)
+            if (row < seqlen_q && t == 0)
                 l_tile[row * l_ss] = sum > 0.0f ? (TO_LOG2(st.row_max[h]) + lg2(sum)) * 0.693147180559945309f : NEG_INF;
 % end
         }
