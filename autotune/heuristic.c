@@ -131,6 +131,7 @@ static void plan_wgmma(fj__variant *v, const fj__problem *p, const fj_device_inf
     v->warps = 12;
     v->tile_n = widest <= 128 ? 128 : 80;
     v->stages = 2;
+    v->q_stages = 1;
     v->overlap = widest > 64;
     /* Element masks skip and mask by 128 x 128 blocks: tiles that divide them. */
     const int classes = v->block_mask || fj__variant_element_masks(v);
@@ -166,6 +167,11 @@ static void plan_wgmma(fj__variant *v, const fj__problem *p, const fj_device_inf
         v->tile_n -= 16;
     if (!fj__variant_fits(v, dev))
         v->stages = 1;
+    /* A second Q buffer where shared memory allows (d 64; d 128 with two stages): the next
+    ** work tile's Q is copied while this one runs instead of after its last S = Q K^T. */
+    v->q_stages = 2;
+    if (!fj__variant_fits(v, dev))
+        v->q_stages = 1;
 }
 
 static void plan_simt(fj__variant *v, const fj_device_info *dev)
@@ -195,7 +201,8 @@ int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
                   {"overlap", offsetof(fj__variant, overlap), 1, 0, 1},
                   {"pingpong", offsetof(fj__variant, pingpong), 1, 0, 1},
                   {"persistent", offsetof(fj__variant, persistent), 1, 0, 3},
-                  {"stages", offsetof(fj__variant, stages), 1, 1, 4}};
+                  {"stages", offsetof(fj__variant, stages), 1, 1, 4},
+                  {"q_stages", offsetof(fj__variant, q_stages), 1, 1, 2}};
     const char *p = config;
     while (p && *p) {
         if (!strncmp(p, "path=", 5)) {
@@ -250,7 +257,8 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
                (!v->pingpong || (consumers == 2 && v->overlap)) &&
                v->warps == 4 * (consumers + 1) && v->threads == 32 * v->warps &&
                v->tile_n % 16 == 0 && v->tile_n >= 16 && v->tile_n <= 256 && v->stages >= 1 &&
-               v->stages <= 4 && v->head_dim_pad % 64 == 0 && v->head_dim_v_pad % 64 == 0 &&
+               v->stages <= 4 && v->q_stages >= 1 && v->q_stages <= 2 &&
+               v->head_dim_pad % 64 == 0 && v->head_dim_v_pad % 64 == 0 &&
                v->head_dim_pad <= 256 && v->head_dim_v_pad <= 256 &&
                registers <= wgmma_consumer_registers(consumers) &&
                (!(v->block_mask || fj__variant_element_masks(v)) ||
@@ -272,10 +280,10 @@ void fj__variant_config(const fj__variant *v, char *buf, size_t size)
 {
     if (v->path == FJ__PATH_WGMMA)
         snprintf(buf, size,
-                 "path=wgmma,tile_m=%d,tile_n=%d,warps=%d,stages=%d,overlap=%d,pingpong=%d,"
-                 "persistent=%d",
+                 "path=wgmma,tile_m=%d,tile_n=%d,warps=%d,stages=%d,q_stages=%d,overlap=%d,"
+                 "pingpong=%d,persistent=%d",
                  (int)v->tile_m, (int)v->tile_n, (int)v->warps, (int)v->stages,
-                 (int)v->overlap, (int)v->pingpong, (int)v->persistent);
+                 (int)v->q_stages, (int)v->overlap, (int)v->pingpong, (int)v->persistent);
     else if (v->path == FJ__PATH_MMA)
         snprintf(buf, size, "tile_m=%d,tile_n=%d,warps=%d,kk_unroll=%d,q_in_regs=%d",
                  (int)v->tile_m, (int)v->tile_n, (int)v->warps, (int)v->kk_unroll,

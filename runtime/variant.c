@@ -48,13 +48,13 @@ uint32_t fj__variant_bias_bytes(const fj__variant *v)
 uint32_t fj__variant_shared_bytes(const fj__variant *v)
 {
     if (v->path == FJ__PATH_WGMMA) {
-        /* Q, a ring of K and V (and bias) tiles, 6 + 4 * stages mbarriers and two tile slots
-        ** (see the template), and slack to align the panels to 1024 bytes. */
-        uint32_t q = 2u * (uint32_t)(v->tile_m * v->head_dim_pad);
+        /* Q buffers, a ring of K and V (and bias) tiles, 8 + 4 * stages mbarriers and two
+        ** tile slots (see the template), and slack to align the panels to 1024 bytes. */
+        uint32_t q = 2u * (uint32_t)(v->tile_m * v->head_dim_pad) * (v->q_stages ? v->q_stages : 1u);
         uint32_t kv = 2u * (uint32_t)(v->tile_n * (v->head_dim_pad + v->head_dim_v_pad));
         if (v->bias_tma) /* a bias tile per ring slot */
             kv += fj__variant_bias_bytes(v) * (uint32_t)(v->tile_m * v->tile_n);
-        return q + v->stages * kv + 8u * (6u + 4u * v->stages) + 8u + 1023u;
+        return q + v->stages * kv + 8u * (8u + 4u * v->stages) + 8u + 1023u;
     }
     if (v->path != FJ__PATH_MMA)
         return 0; /* the SIMT kernel declares its shared memory statically */
@@ -89,6 +89,7 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_PARAMS])
     INT_PARAM(warps);
     INT_PARAM(kk_unroll);
     INT_PARAM(stages);
+    INT_PARAM(q_stages);
     BOOL_PARAM(q_in_regs);
     BOOL_PARAM(overlap);
     BOOL_PARAM(pingpong);

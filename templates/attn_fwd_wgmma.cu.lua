@@ -21,7 +21,8 @@
 % -- Parameters: dtype, head_dim_pad, head_dim_v_pad (multiples of 64, at most 256), tile_m
 % -- (64 or 128 or 192), tile_n (multiple of 16), warps (4 * (1 + NC)), stages, local_mask,
 % -- softcap, neg_scale, write_lse, overlap (software-pipeline softmax against P V), pingpong
-% -- (with two consumer warpgroups and overlap: they take turns issuing their products).
+% -- (with two consumer warpgroups and overlap: they take turns issuing their products),
+% -- q_stages (1 or 2 Q buffers: with two, the next work tile's Q is copied while this one runs).
 % -- persistent: 0 one block per work tile (BM query rows of a batch and head); 1 one block per
 % -- SM, each taking every gridDim.x-th tile; 2 one block per SM, tiles after the first taken
 % -- from a counter shared by the grid (tile_counter: two ints, zero at launch and left zero),
@@ -52,6 +53,7 @@
 % assert(head_dim_pad % 64 == 0 and head_dim_v_pad % 64 == 0 and head_dim_v_pad <= 256, "head dims must be padded to multiples of 64, dv to at most 256")
 % assert(tile_n % 16 == 0 and tile_n <= 256, "tile_n must be a multiple of 16, at most 256")
 % assert(stages >= 1 and stages <= 4, "stages must be 1..4")
+% assert(q_stages == 1 or q_stages == 2, "q_stages must be 1 or 2")
 % assert(not pingpong or (NC == 2 and overlap), "pingpong needs two consumer warpgroups and overlap")
 % -- Registers per thread after reallocation: the producer keeps the least the ISA allows.
 % local regs_consumer = ({ 240, 240, 160 })[NC]
@@ -71,6 +73,7 @@
 #define D ${head_dim_pad}
 #define DV ${head_dim_v_pad}
 #define STAGES ${stages}
+#define Q_STAGES ${q_stages}
 #define THREADS ${warps * 32}
 % attn_score_macros(not fused)
 /* Bytes of one tile in shared memory: 64-column panels of rows x 128 bytes. */
@@ -309,20 +312,24 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     extern __shared__ __align__(1024) unsigned char smem[];
     /* The 128-byte swizzle repeats every 1024 bytes: panels start on such a boundary. */
     const u32 sQ = (smem_addr(smem) + 1023) & ~1023u;
-    const u32 sK = sQ + Q_BYTES;
+    const u32 sK = sQ + Q_STAGES * Q_BYTES;
     const u32 sV = sK + STAGES * K_BYTES;
     const u32 sB = sV + STAGES * V_BYTES; /* bias tiles, with bias_tma */
     const u32 bars = sB + STAGES * BIAS_BYTES;
-#define Q_FULL bars
-#define Q_EMPTY (bars + 8)
-#define K_FULL(s) (bars + 8 * (2 + (s)))
-#define K_EMPTY(s) (bars + 8 * (2 + STAGES + (s)))
-#define V_FULL(s) (bars + 8 * (2 + 2 * STAGES + (s)))
-#define V_EMPTY(s) (bars + 8 * (2 + 3 * STAGES + (s)))
+/* Barriers of the Q buffers (two reserved), the key/value ring, the tile announcements. */
+#define Q_FULL(k) (bars + 8 * (k))
+#define Q_EMPTY(k) (bars + 8 * (2 + (k)))
+#define K_FULL(s) (bars + 8 * (4 + (s)))
+#define K_EMPTY(s) (bars + 8 * (4 + STAGES + (s)))
+#define V_FULL(s) (bars + 8 * (4 + 2 * STAGES + (s)))
+#define V_EMPTY(s) (bars + 8 * (4 + 3 * STAGES + (s)))
 /* The two-slot ring through which the producer announces dynamically scheduled tiles. */
-#define TILE_FULL(k) (bars + 8 * (2 + 4 * STAGES + (k)))
-#define TILE_EMPTY(k) (bars + 8 * (4 + 4 * STAGES + (k)))
-#define TILE_SLOT(k) (bars + 8 * (6 + 4 * STAGES) + 4 * (k))
+#define TILE_FULL(k) (bars + 8 * (4 + 4 * STAGES + (k)))
+#define TILE_EMPTY(k) (bars + 8 * (6 + 4 * STAGES + (k)))
+#define TILE_SLOT(k) (bars + 8 * (8 + 4 * STAGES) + 4 * (k))
+/* Q tile n (counted over the block's work tiles that load one): its buffer and phase. */
+#define Q_SLOT(n) ((n) % Q_STAGES)
+#define Q_PHASE(n) (((n) / Q_STAGES) & 1)
 /* The block classes of a work tile's query rows, by key tile. */
 #define CLASS_ROW(wt) (block_mask + (wt).batch * blocks_sb + (wt).head * blocks_sh + ((wt).m0 / 128) * blocks_sq)
 #define CLASS_OF(row, nb) ((row)[(nb) * BN / 128])
@@ -384,8 +391,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     };
 
     if (tid == 0) {
-        mbar_init(Q_FULL, 1);
-        mbar_init(Q_EMPTY, ${4 * NC});
+        for (int k = 0; k < Q_STAGES; k++) {
+            mbar_init(Q_FULL(k), 1);
+            mbar_init(Q_EMPTY(k), ${4 * NC});
+        }
 #pragma unroll
         for (int s = 0; s < STAGES; s++) {
             mbar_init(K_FULL(s), 1);
@@ -438,10 +447,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                         continue;
 % end
                     if (!q_loaded) {
-                        mbar_wait(Q_EMPTY, (qn & 1) ^ 1);
-                        mbar_arrive_expect(Q_FULL, Q_BYTES);
-                        load_panels<D>(sQ, &tm_q, Q_FULL, BM, wt.q_first + wt.m0, wt.head, wt.tb,
-                                       perm_q);
+                        mbar_wait(Q_EMPTY(Q_SLOT(qn)), Q_PHASE(qn) ^ 1);
+                        mbar_arrive_expect(Q_FULL(Q_SLOT(qn)), Q_BYTES);
+                        load_panels<D>(sQ + Q_SLOT(qn) * Q_BYTES, &tm_q, Q_FULL(Q_SLOT(qn)), BM,
+                                       wt.q_first + wt.m0, wt.head, wt.tb, perm_q);
                         qn++;
                         q_loaded = true;
                     }
@@ -490,7 +499,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 
     /* Descriptors: Q and K K-major (k steps of 32 bytes inside a panel), V N-major (panels
     ** BN * 128 bytes apart, k steps of 16 rows). */
-    const u64 q_desc = gmma_desc(sQ + 64 * c * 128, 16, 1024);
+    const u64 q_desc0 = gmma_desc(sQ + 64 * c * 128, 16, 1024); /* Q buffer 0 */
     const u64 k_desc = gmma_desc(sK, 16, 1024);
     const u64 v_desc = gmma_desc(sV, BN * 128, 1024);
 
@@ -596,12 +605,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         };
         /* The last S = Q K^T of this work tile has landed: Q's buffer may take the next. */
         auto release_q = [&]() {
-            warp_arrive(Q_EMPTY);
+            warp_arrive(Q_EMPTY(Q_SLOT(qn)));
             qn++;
         };
 
+        /* This work tile's Q buffer. */
+        const u64 q_desc = q_desc0 + ((Q_SLOT(qn) * Q_BYTES) >> 4);
         if (tiles > 0)
-            mbar_wait(Q_FULL, qn & 1);
+            mbar_wait(Q_FULL(Q_SLOT(qn)), Q_PHASE(qn));
 % if varlen > 0 then
         /* Packed sequences: the rows of the first (last) key tile past this sequence's keys
         ** hold another sequence's values, or anything (seqused_k). Their P is 0, but 0 * NaN is
