@@ -200,7 +200,8 @@ typedef struct fj_attention_desc {
     ** arithmetic stays integer), comparisons, && || !, ?:, parentheses, min max abs exp log
     ** sqrt tanh floor, and arg[i] / iarg[i]: float / int32 element i of mod_args (indices are
     ** clamped into the array). Anything else is FJ_ERR_INVALID_ARGUMENT naming the position.
-    ** Requests with expressions run on the SIMT kernels (tensor cores: not yet). */
+    ** Requests with expressions run on the Hopper tensor-core kernel (sm_90a), elsewhere on the
+    ** SIMT kernels. */
     const char *mask_mod;
     const char *score_mod;
     const void *mod_args;   /* device memory read by arg[] and iarg[]; NULL when unused */
@@ -213,7 +214,8 @@ typedef struct fj_attention_desc {
     **   bias: f32 or q's dtype, [batch | 1, heads_q | 1, seqlen_q | 1, seqlen_k]; a dimension
     **         of size 1 or stride 0 is broadcast.
     **   mask: FJ_DTYPE_BOOL, shaped and broadcast as bias.
-    ** Requests with any of them run on the SIMT kernels (tensor cores: not yet). */
+    ** Requests with any of them run on the Hopper tensor-core kernel (sm_90a), elsewhere on the
+    ** SIMT kernels. */
     const fj_tensor *alibi_slopes;
     const fj_tensor *bias;
     const fj_tensor *mask;
@@ -226,7 +228,8 @@ typedef struct fj_attention_desc {
     ** host cannot read device memory, so the kernels clamp offsets into the tensors and lengths
     ** to the maxima instead of trusting them. lse is [heads_q, total_q]. Causal and windows
     ** align each sequence's keys to its queries bottom-right. Not with bias or mask tensors.
-    ** Runs on the SIMT kernels for now. */
+    ** Runs on the Hopper tensor-core kernel (sm_90a) unless a mask_mod or mask_ranges is given,
+    ** elsewhere on the SIMT kernels. */
     const fj_tensor *cu_seqlens_q;
     const fj_tensor *cu_seqlens_k;
     const fj_tensor *seqused_k;
@@ -236,14 +239,15 @@ typedef struct fj_attention_desc {
     ** seqlen_k, 2 or 4], broadcast like bias. Query rows i with r[0] <= i < r[1] (and, with 4
     ** columns, r[2] <= i < r[3]) do not see key j, where r = mask_ranges[b, h, j]: O(seqlen)
     ** memory for document, prefix-LM and shared-question masks. Not with variable lengths;
-    ** SIMT kernels for now. */
+    ** the Hopper tensor-core kernel (sm_90a), elsewhere the SIMT kernels. */
     const fj_tensor *mask_ranges;
     /* A classification of 128 x 128 blocks of (query, key) pairs (NULL: none): FJ_DTYPE_I32
     ** [batch | 1, heads_q | 1, ceil(seqlen_q / 128), ceil(seqlen_k / 128)], broadcast like bias.
     ** 0: the block is skipped (its pairs are masked); 2: all its pairs are kept (mask_mod, mask
     ** and mask_ranges are not applied there); 1: the masks apply. Causal and window apply
     ** everywhere. A caller that knows its mask's structure saves the kernels the work of
-    ** finding it. Not with variable lengths; SIMT kernels for now. */
+    ** finding it. Not with variable lengths; the Hopper tensor-core kernel (sm_90a), elsewhere
+    ** the SIMT kernels. */
     const fj_tensor *block_mask;
 } fj_attention_desc;
 
