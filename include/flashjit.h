@@ -228,8 +228,8 @@ typedef struct fj_attention_desc {
     ** host cannot read device memory, so the kernels clamp offsets into the tensors and lengths
     ** to the maxima instead of trusting them. lse is [heads_q, total_q]. Causal and windows
     ** align each sequence's keys to its queries bottom-right. Not with bias or mask tensors.
-    ** Runs on the Hopper tensor-core kernel (sm_90a) unless a mask_mod or mask_ranges is given,
-    ** elsewhere on the SIMT kernels. */
+    ** Runs on the Hopper tensor-core kernel (sm_90a) unless a mask_mod is given, elsewhere on
+    ** the SIMT kernels. */
     const fj_tensor *cu_seqlens_q;
     const fj_tensor *cu_seqlens_k;
     const fj_tensor *seqused_k;
