@@ -81,9 +81,9 @@ static int tma_can_read(const fj_tensor *packed_or_4d)
 }
 
 /* Registers a consumer thread of the WGMMA kernel has after reallocation (see the template). */
-static int wgmma_consumer_registers(int consumers)
+static int wgmma_consumer_registers(int consumers, int ctas_per_sm)
 {
-    return consumers == 3 ? 160 : consumers == 2 ? 240 : 255;
+    return ctas_per_sm == 2 ? 232 : consumers == 3 ? 160 : consumers == 2 ? 240 : 255;
 }
 
 /* Whether the WGMMA kernel serves p on dev: Hopper's arch-specific target, 16-bit data that TMA
@@ -132,6 +132,7 @@ static void plan_wgmma(fj__variant *v, const fj__problem *p, const fj_device_inf
     v->tile_n = widest <= 128 ? 128 : 80;
     v->stages = 2;
     v->q_stages = 1;
+    v->ctas_per_sm = 1;
     v->overlap = widest > 64;
     /* Element masks skip and mask by 128 x 128 blocks: tiles that divide them. */
     const int classes = v->block_mask || fj__variant_element_masks(v);
@@ -202,7 +203,8 @@ int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
                   {"pingpong", offsetof(fj__variant, pingpong), 1, 0, 1},
                   {"persistent", offsetof(fj__variant, persistent), 1, 0, 3},
                   {"stages", offsetof(fj__variant, stages), 1, 1, 4},
-                  {"q_stages", offsetof(fj__variant, q_stages), 1, 1, 2}};
+                  {"q_stages", offsetof(fj__variant, q_stages), 1, 1, 2},
+                  {"ctas_per_sm", offsetof(fj__variant, ctas_per_sm), 1, 1, 2}};
     const char *p = config;
     while (p && *p) {
         if (!strncmp(p, "path=", 5)) {
@@ -260,11 +262,16 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
                v->stages <= 4 && v->q_stages >= 1 && v->q_stages <= 2 &&
                v->head_dim_pad % 64 == 0 && v->head_dim_v_pad % 64 == 0 &&
                v->head_dim_pad <= 256 && v->head_dim_v_pad <= 256 &&
-               registers <= wgmma_consumer_registers(consumers) &&
+               v->ctas_per_sm >= 1 && v->ctas_per_sm <= 2 &&
+               (v->ctas_per_sm == 1 || consumers == 1) &&
+               registers <= wgmma_consumer_registers(consumers, v->ctas_per_sm) &&
                (!(v->block_mask || fj__variant_element_masks(v)) ||
                 (128 % v->tile_m == 0 && 128 % v->tile_n == 0)) &&
                (!v->bias_tma || (v->tile_n * fj__variant_bias_bytes(v)) % 128 == 0) &&
-               fj__variant_shared_bytes(v) <= dev->local_memory;
+               /* Each block also reserves 1 KiB of the SM's shared memory, which holds the
+               ** largest block's opt-in plus that kilobyte. */
+               (uint64_t)v->ctas_per_sm * (fj__variant_shared_bytes(v) + 1024u) <=
+                   dev->local_memory + 1024u;
     }
     if (v->path == FJ__PATH_MMA)
         return v->warps >= 1 && v->tile_m % (16 * v->warps) == 0 && v->tile_n % 16 == 0 &&
@@ -281,9 +288,10 @@ void fj__variant_config(const fj__variant *v, char *buf, size_t size)
     if (v->path == FJ__PATH_WGMMA)
         snprintf(buf, size,
                  "path=wgmma,tile_m=%d,tile_n=%d,warps=%d,stages=%d,q_stages=%d,overlap=%d,"
-                 "pingpong=%d,persistent=%d",
+                 "pingpong=%d,persistent=%d,ctas_per_sm=%d",
                  (int)v->tile_m, (int)v->tile_n, (int)v->warps, (int)v->stages,
-                 (int)v->q_stages, (int)v->overlap, (int)v->pingpong, (int)v->persistent);
+                 (int)v->q_stages, (int)v->overlap, (int)v->pingpong, (int)v->persistent,
+                 (int)v->ctas_per_sm);
     else if (v->path == FJ__PATH_MMA)
         snprintf(buf, size, "tile_m=%d,tile_n=%d,warps=%d,kk_unroll=%d,q_in_regs=%d",
                  (int)v->tile_m, (int)v->tile_n, (int)v->warps, (int)v->kk_unroll,

@@ -264,10 +264,12 @@ fj_status fj__forward_variant(fj_context *ctx, const fj__problem *request, const
             args[l.nargs++] = (fj__arg){.kind = FJ__ARG_BYTES,
                                         .v.bytes = {.data = &maps[3], .size = sizeof maps[3]}};
         }
-        /* Work tiles in one dimension; persistent: no more blocks than SMs (one fits each),
-        ** unless a dynamic schedule has no counter. */
+        /* Work tiles in one dimension; persistent: no more blocks than fit the SMs at once (one
+        ** or two each), unless a dynamic schedule has no counter. */
         uint64_t work = (uint64_t)l.grid[0] * l.grid[1] * l.grid[2];
-        uint64_t sms = ctx->device.compute_units > 0 ? (uint64_t)ctx->device.compute_units : work;
+        uint64_t sms = ctx->device.compute_units > 0
+                           ? (uint64_t)ctx->device.compute_units * (v->ctas_per_sm ? v->ctas_per_sm : 1)
+                           : work;
         int persistent = v->persistent == 1 || v->persistent == 3 || (v->persistent == 2 && counter);
         l.grid[0] = (uint32_t)(persistent && sms < work ? sms : work);
         l.grid[1] = l.grid[2] = 1;

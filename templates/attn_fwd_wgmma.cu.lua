@@ -22,7 +22,9 @@
 % -- (64 or 128 or 192), tile_n (multiple of 16), warps (4 * (1 + NC)), stages, local_mask,
 % -- softcap, neg_scale, write_lse, overlap (software-pipeline softmax against P V), pingpong
 % -- (with two consumer warpgroups and overlap: they take turns issuing their products),
-% -- q_stages (1 or 2 Q buffers: with two, the next work tile's Q is copied while this one runs).
+% -- q_stages (1 or 2 Q buffers: with two, the next work tile's Q is copied while this one runs),
+% -- ctas_per_sm (1, or 2 blocks of one consumer warpgroup sharing an SM: one's prologue and
+% -- epilogue run under the other's products).
 % -- persistent: 0 one block per work tile (BM query rows of a batch and head); 1 one block per
 % -- SM, each taking every gridDim.x-th tile; 2 one block per SM, tiles after the first taken
 % -- from a counter shared by the grid (tile_counter: two ints, zero at launch and left zero),
@@ -55,8 +57,11 @@
 % assert(stages >= 1 and stages <= 4, "stages must be 1..4")
 % assert(q_stages == 1 or q_stages == 2, "q_stages must be 1 or 2")
 % assert(not pingpong or (NC == 2 and overlap), "pingpong needs two consumer warpgroups and overlap")
-% -- Registers per thread after reallocation: the producer keeps the least the ISA allows.
-% local regs_consumer = ({ 240, 240, 160 })[NC]
+% assert(ctas_per_sm == 1 or (ctas_per_sm == 2 and NC == 1), "two blocks per SM take one consumer warpgroup each")
+% -- Registers per thread after reallocation: the producer keeps the least the ISA allows. Two
+% -- blocks of 256 threads per SM start with 128 each: 24 + 232 keeps the block's share.
+% local regs_consumer = ctas_per_sm == 2 and 232 or ({ 240, 240, 160 })[NC]
+% local realloc = NC > 1 or ctas_per_sm == 2
 % local dynamic = persistent == 2
 % include("cuda_mma.lua")
 % include("cuda_hopper.lua")
@@ -302,7 +307,7 @@ struct work_tile {
     int m0, head, batch, head_kv, nb_lo, nb_hi, seqlen_q, seqlen_k, q_first, k_first, tb;
 };
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
+extern "C" __global__ void __launch_bounds__(THREADS, ${ctas_per_sm})
 % attn_params()
 % attn_params_tail(true)
             const __grid_constant__ tmap_t tm_q, const __grid_constant__ tmap_t tm_k,
@@ -414,7 +419,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 
     if (wg == 0) {
         /* ---- producer ---- */
-% if NC > 1 then
+% if realloc then
         regs_dec<24>();
 % end
         if (tid == 0) {
@@ -491,7 +496,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     }
 
     /* ---- consumers ---- */
-% if NC > 1 then
+% if realloc then
     regs_inc<${regs_consumer}>();
 % end
     const int c = wg - 1, warp = (tid % 128) / 32, lane = tid % 32;

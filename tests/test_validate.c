@@ -519,9 +519,12 @@ static void test_config_overrides(void **state)
     fj__err err = {{0}};
     assert_int_equal(fj__apply_config(&v,
                                       "path=wgmma,tile_m=192,tile_n=112,warps=16,stages=3,"
-                                      "overlap=1,pingpong=0,persistent=2,kk_unroll=1,q_in_regs=0",
+                                      "overlap=1,pingpong=0,persistent=2,kk_unroll=1,q_in_regs=0,"
+                                      "q_stages=2,ctas_per_sm=2",
                                       &err),
                      0);
+    assert_int_equal(v.q_stages, 2);
+    assert_int_equal(v.ctas_per_sm, 2);
     assert_int_equal(v.tile_m, 192);
     assert_int_equal(v.tile_n, 112);
     assert_int_equal(v.warps, 16);
@@ -536,6 +539,8 @@ static void test_config_overrides(void **state)
                {"stages=0", "stages = 0, expected 1..4"},
                {"persistent=4", "persistent = 4, expected 0..3"},
                {"overlap=2", "overlap = 2, expected 0..1"},
+               {"q_stages=3", "q_stages = 3, expected 1..2"},
+               {"ctas_per_sm=0", "ctas_per_sm = 0, expected 1..2"},
                {"bogus=1", "unknown field 'bogus'"},
                {"path=fast", "path must be simt, mma or wgmma"},
                {"tile_n", "cannot read 'tile_n'"}};
@@ -572,6 +577,16 @@ static void test_plan_paths_on_hopper(void **state)
     fj__plan_forward(&p, &hopper, "tile_n=256,stages=4", &v);
     assert_int_equal(v.path, FJ__PATH_WGMMA);
     assert_true(fj__variant_fits(&v, &hopper));
+    assert_int_equal(v.ctas_per_sm, 1);
+    /* Two blocks per SM: one consumer warpgroup each, and half the SM's shared memory. */
+    fj__plan_forward(&p, &hopper, "tile_m=64,warps=8,ctas_per_sm=2", &v);
+    assert_int_equal(v.ctas_per_sm, 2);
+    assert_int_equal(v.tile_m, 64);
+    assert_true(2 * (fj__variant_shared_bytes(&v) + 1024) <= hopper.local_memory + 1024);
+    fj__plan_forward(&p, &hopper, "ctas_per_sm=2", &v); /* 128 rows: two consumers, refused */
+    assert_int_equal(v.ctas_per_sm, 1);
+    fj__plan_forward(&p, &hopper, "tile_m=64,warps=8,ctas_per_sm=2,tile_n=256,stages=4", &v);
+    assert_int_equal(v.ctas_per_sm, 1); /* too much shared memory for two: refused */
     /* Causal: tiles dealt zigzag, so that heavy and light ones pair up. */
     r.desc.causal = 1;
     assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);
