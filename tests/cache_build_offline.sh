@@ -47,6 +47,16 @@ for kind in "--mask-mod q/64==k/64" "--mask" "--ranges 4" "--block-mask" "--bias
     expected=$((expected + $(echo "$out" | sed -n 's/^\([0-9]*\) kernels built.*/\1/p')))
     checked=$((checked + 1))
 done
+# The opt-in two blocks per SM (one consumer warpgroup each, 232 registers): no spills either.
+out=$(FLASHJIT_CONFIG=tile_m=64,warps=8,ctas_per_sm=2 "$cli" cache build --arch sm_90a \
+    --cache "$dir/offline.db" --head-dim 64 --causal 0,1 --seqlen 1024 2>&1)
+status=$?
+echo "$out"
+[ $status -eq 0 ] || { echo "FAIL: cache build with two blocks per SM"; exit 1; }
+spills=$(echo "$out" | awk '$2 ~ /^cuda.fwd.wgmma$/ && $9 != 0' | wc -l)
+[ "$spills" -eq 0 ] || { echo "FAIL: $spills kernels spill with two blocks per SM"; exit 1; }
+expected=$((expected + $(echo "$out" | sed -n 's/^\([0-9]*\) kernels built.*/\1/p')))
+checked=$((checked + 1))
 "$cli" cache verify "$dir/offline.db" || exit 1
 kernels=$("$cli" cache ls --cache "$dir/offline.db" | grep -c "^[0-9a-f]\{12\} cuda")
 [ "$kernels" -eq "$expected" ] || { echo "FAIL: expected $expected kernels in the cache, found $kernels"; exit 1; }
