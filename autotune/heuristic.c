@@ -71,9 +71,9 @@ static void plan_mma(fj__variant *v, const fj__problem *p, const fj_device_info 
 ** broadcast (stride 0) dimension of more than one element. */
 static int tma_can_read(const fj_tensor *packed_or_4d)
 {
-    const fj_tensor t = fj__tensor_4d(packed_or_4d);
-    if (!rows_are_16b_aligned(&t))
+    if (!rows_are_16b_aligned(packed_or_4d))
         return 0;
+    const fj_tensor t = fj__tensor_4d(packed_or_4d);
     for (int i = 0; i < 3; i++)
         if (t.shape[i] > 1 && (t.stride[i] <= 0 || t.stride[i] >= ((int64_t)1 << 38)))
             return 0;

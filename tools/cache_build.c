@@ -239,20 +239,20 @@ int fjt_cache_build(int argc, char **argv)
             break;
         case O_ALIBI: alibi = 1; break;
         case O_BIAS:
-            bias = !strcmp(optarg, "f32") ? 1 : !strcmp(optarg, "dtype") ? 2 : -1;
-            if (bias < 0)
+            bias = 1 + fjt_pick(optarg, (const char *const[]){"f32", "dtype", NULL});
+            if (bias == 0)
                 return fprintf(stderr, "flashjit cache build: --bias takes f32 or dtype\n"), 2;
             break;
         case O_MASK: mask = 1; break;
         case O_RANGES:
-            ranges = atoi(optarg);
-            if (ranges != 2 && ranges != 4)
+            ranges = 2 * (1 + fjt_pick(optarg, (const char *const[]){"2", "4", NULL}));
+            if (ranges == 0)
                 return fprintf(stderr, "flashjit cache build: --ranges takes 2 or 4\n"), 2;
             break;
         case O_BLOCK_MASK: block_mask = 1; break;
         case O_VARLEN:
-            varlen = atoi(optarg);
-            if (varlen != 1 && varlen != 2)
+            varlen = 1 + fjt_pick(optarg, (const char *const[]){"1", "2", NULL});
+            if (varlen == 0)
                 return fprintf(stderr, "flashjit cache build: --varlen takes 1 or 2\n"), 2;
             break;
         case O_BACKEND:
