@@ -9,6 +9,17 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 checked=0
 expected=0
+# Bad option values: exit 2 with a message naming the option, nothing built.
+for bad in "--varlen 3|--varlen takes 1 or 2" "--ranges 3|--ranges takes 2 or 4" \
+           "--bias f16|--bias takes f32 or dtype" "--dtype f32|--dtype takes bf16 and f16"; do
+    args=${bad%%|*} message=${bad#*|}
+    out=$("$cli" cache build --arch sm_90a --cache "$dir/bad.db" $args 2>&1)
+    status=$?
+    [ $status -eq 2 ] && echo "$out" | grep -q -- "$message" ||
+        { echo "FAIL: cache build $args: status $status, '$out'"; exit 1; }
+    [ ! -s "$dir/bad.db" ] || { echo "FAIL: cache build $args wrote a cache"; exit 1; }
+done
+checked=$((checked + 1))
 for arch in sm_80 sm_90a; do
     out=$("$cli" cache build --arch $arch --cache "$dir/offline.db" --dtype bf16,f16 \
         --head-dim 64,96,128,256 --causal 0,1 --softcap 0,1 2>&1)
