@@ -168,6 +168,12 @@ static void plan_wgmma(fj__variant *v, const fj__problem *p, const fj_device_inf
         v->tile_n -= 16;
     if (!fj__variant_fits(v, dev))
         v->stages = 1;
+    /* d 64 with 128-row tiles and no band or score terms: the exponentials of one column block
+    ** in eight come from a polynomial on the FMA pipe, off the MUFU unit that is as busy as the
+    ** tensor cores there (+7-9 % at 512 and 1k keys; causal and 192-row tiles lost 2-10 %). */
+    if (widest <= 64 && v->tile_m == 128 && !uneven && !v->softcap && !v->neg_scale &&
+        !v->alibi && !v->bias && !v->score_mod)
+        v->exp_poly = 1;
     /* A second Q buffer where shared memory allows (d 64; d 128 with two stages): the next
     ** work tile's Q is copied while this one runs instead of after its last S = Q K^T. */
     v->q_stages = 2;
@@ -204,7 +210,8 @@ int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
                   {"persistent", offsetof(fj__variant, persistent), 1, 0, 3},
                   {"stages", offsetof(fj__variant, stages), 1, 1, 4},
                   {"q_stages", offsetof(fj__variant, q_stages), 1, 1, 2},
-                  {"ctas_per_sm", offsetof(fj__variant, ctas_per_sm), 1, 1, 2}};
+                  {"ctas_per_sm", offsetof(fj__variant, ctas_per_sm), 1, 1, 2},
+                  {"exp_poly", offsetof(fj__variant, exp_poly), 1, 0, 8}};
     const char *p = config;
     while (p && *p) {
         if (!strncmp(p, "path=", 5)) {
@@ -263,7 +270,7 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
                v->head_dim_pad % 64 == 0 && v->head_dim_v_pad % 64 == 0 &&
                v->head_dim_pad <= 256 && v->head_dim_v_pad <= 256 &&
                v->ctas_per_sm >= 1 && v->ctas_per_sm <= 2 &&
-               (v->ctas_per_sm == 1 || consumers == 1) &&
+               (v->ctas_per_sm == 1 || consumers == 1) && v->exp_poly <= 8 &&
                registers <= wgmma_consumer_registers(consumers, v->ctas_per_sm) &&
                (!(v->block_mask || fj__variant_element_masks(v)) ||
                 (128 % v->tile_m == 0 && 128 % v->tile_n == 0)) &&
@@ -288,10 +295,10 @@ void fj__variant_config(const fj__variant *v, char *buf, size_t size)
     if (v->path == FJ__PATH_WGMMA)
         snprintf(buf, size,
                  "path=wgmma,tile_m=%d,tile_n=%d,warps=%d,stages=%d,q_stages=%d,overlap=%d,"
-                 "pingpong=%d,persistent=%d,ctas_per_sm=%d",
+                 "pingpong=%d,persistent=%d,ctas_per_sm=%d,exp_poly=%d",
                  (int)v->tile_m, (int)v->tile_n, (int)v->warps, (int)v->stages,
                  (int)v->q_stages, (int)v->overlap, (int)v->pingpong, (int)v->persistent,
-                 (int)v->ctas_per_sm);
+                 (int)v->ctas_per_sm, (int)v->exp_poly);
     else if (v->path == FJ__PATH_MMA)
         snprintf(buf, size, "tile_m=%d,tile_n=%d,warps=%d,kk_unroll=%d,q_in_regs=%d",
                  (int)v->tile_m, (int)v->tile_n, (int)v->warps, (int)v->kk_unroll,

@@ -30,4 +30,8 @@ metrics=${m}_barrier_per_warp_active.pct,${m}_long_scoreboard_per_warp_active.pc
 ncu --clock-control none -k regex:fj_attn -c 1 --metrics "$metrics" \
     "$build/flashjit" run "${args[@]}" --cache :memory: > "$out/ncu_metrics.txt" 2>&1
 grep -E "smsp__|sm__|l1tex__" "$out/ncu_metrics.txt"
+# Warp-stall samples per SASS instruction (columns: address, source, samples by reason).
+ncu --clock-control none -k regex:fj_attn -c 1 --section WarpStateStats --section SourceCounters \
+    -f -o "$out/prof" "$build/flashjit" run "${args[@]}" --cache :memory: > /dev/null 2>&1
+ncu -i "$out/prof.ncu-rep" --page source --csv --print-source sass > "$out/stalls.csv" 2>&1
 rm -rf "$dump"

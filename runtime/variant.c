@@ -91,6 +91,7 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_PARAMS])
     INT_PARAM(stages);
     INT_PARAM(q_stages);
     INT_PARAM(ctas_per_sm);
+    INT_PARAM(exp_poly);
     BOOL_PARAM(q_in_regs);
     BOOL_PARAM(overlap);
     BOOL_PARAM(pingpong);

@@ -24,7 +24,9 @@
 % -- (with two consumer warpgroups and overlap: they take turns issuing their products),
 % -- q_stages (1 or 2 Q buffers: with two, the next work tile's Q is copied while this one runs),
 % -- ctas_per_sm (1, or 2 blocks of one consumer warpgroup sharing an SM: one's prologue and
-% -- epilogue run under the other's products).
+% -- epilogue run under the other's products), exp_poly (0..8: of every 8 column blocks of
+% -- scores, how many take exp2 from a polynomial on the FMA pipe rather than the MUFU unit,
+% -- which at d 64 is as busy as the tensor cores).
 % -- persistent: 0 one block per work tile (BM query rows of a batch and head); 1 one block per
 % -- SM, each taking every gridDim.x-th tile; 2 one block per SM, tiles after the first taken
 % -- from a counter shared by the grid (tile_counter: two ints, zero at launch and left zero),
@@ -58,6 +60,7 @@
 % assert(q_stages == 1 or q_stages == 2, "q_stages must be 1 or 2")
 % assert(not pingpong or (NC == 2 and overlap), "pingpong needs two consumer warpgroups and overlap")
 % assert(ctas_per_sm == 1 or (ctas_per_sm == 2 and NC == 1), "two blocks per SM take one consumer warpgroup each")
+% assert(exp_poly >= 0 and exp_poly <= 8, "exp_poly must be 0..8")
 % -- Registers per thread after reallocation: the producer keeps the least the ISA allows. Two
 % -- blocks of 256 threads per SM start with 128 each: 24 + 232 keeps the block's share.
 % local regs_consumer = ctas_per_sm == 2 and 232 or ({ 240, 240, 160 })[NC]
@@ -113,6 +116,35 @@ __device__ __forceinline__ void load_panels(u32 dst, const tmap_t *map, u32 bar,
     for (int p = 0; p < COLS / 64; p++)
         tma_load_tile(dst + p * rows * 128, map, bar, p * 64, row, head, batch, perm);
 }
+
+% if exp_poly > 0 then
+%   -- 2^f on [-1/2, 1/2] as 1 + f (c1 + f (c2 + ...)), minimax in relative error with p(0) = 1
+%   -- exactly: 4.3e-4 at degree 3, below bf16's rounding of P (2^-9); 3.6e-6 at degree 4 for f16.
+%   local coef = dtype == "bf16" and { "0.695766807f", "0.242030516f", "0.0416987501f" }
+%       or { "0.693113625f", "0.240207106f", "0.0559768826f", "0.00978291221f" }
+/* 2^x on the FMA and integer pipes, to take work off the MUFU unit: x = j + f with j an
+** integer (x + 1.5 * 2^23 rounds it into the low mantissa bits) and |f| <= 1/2, 2^f by a
+** polynomial, j added to its exponent field. x is clamped to -127, where f = 0, p = 1 and the
+** exponent sum is exactly 0.0f, as exp2(-inf) must be for masked scores; below -126 the result
+** is only approximately tiny. Rounding is explicit (__fadd_rn) so that nothing is contracted. */
+__device__ __forceinline__ float ex2_poly(float x)
+{
+    x = fmaxf(x, -127.0f);
+    const float r = __fadd_rn(x, 12582912.0f);
+    const float f = __fsub_rn(x, __fsub_rn(r, 12582912.0f));
+    float p = ${coef[#coef]};
+%   for i = #coef - 1, 1, -1 do
+    p = fmaf(p, f, ${coef[i]});
+%   end
+    p = fmaf(p, f, 1.0f);
+    return __uint_as_float(__float_as_uint(p) + (__float_as_uint(r) << 23));
+}
+/* exp2 of a score of column block j (keys 8j..8j+7 of the tile): ${exp_poly} of every 8 blocks,
+** spread evenly, take the polynomial (j is a compile-time constant once unrolled). */
+#define EX2_SCORE(j, x) ((((j) * ${exp_poly}) % 8 + ${exp_poly} >= 8) ? ex2_poly(x) : ex2(x))
+% else
+#define EX2_SCORE(j, x) ex2(x)
+% end
 
 /* Per-thread state of a consumer: the output accumulators and the running row statistics of
 ** its two rows (g and g + 8 of its warp's 16). Fragment element 4j + 2h + e is row g + 8h,
@@ -262,9 +294,9 @@ __device__ __forceinline__ void softmax_tile(float *sc, consumer_state &st,
 #pragma unroll
             for (int e = 2 * h; e < 2 * h + 2; e++)
 % if fused then
-                sc[4 * j + e] = ex2(fmaf(sc[4 * j + e], score_mul, -base));
+                sc[4 * j + e] = EX2_SCORE(j, fmaf(sc[4 * j + e], score_mul, -base));
 % else
-                sc[4 * j + e] = ex2(sc[4 * j + e] - base);
+                sc[4 * j + e] = EX2_SCORE(j, sc[4 * j + e] - base);
 % end
             r[j] = sc[4 * j + 2 * h] + sc[4 * j + 2 * h + 1];
         }

@@ -520,10 +520,11 @@ static void test_config_overrides(void **state)
     assert_int_equal(fj__apply_config(&v,
                                       "path=wgmma,tile_m=192,tile_n=112,warps=16,stages=3,"
                                       "overlap=1,pingpong=0,persistent=2,kk_unroll=1,q_in_regs=0,"
-                                      "q_stages=2,ctas_per_sm=2",
+                                      "q_stages=2,ctas_per_sm=2,exp_poly=3",
                                       &err),
                      0);
     assert_int_equal(v.q_stages, 2);
+    assert_int_equal(v.exp_poly, 3);
     assert_int_equal(v.ctas_per_sm, 2);
     assert_int_equal(v.tile_m, 192);
     assert_int_equal(v.tile_n, 112);
@@ -541,6 +542,7 @@ static void test_config_overrides(void **state)
                {"overlap=2", "overlap = 2, expected 0..1"},
                {"q_stages=3", "q_stages = 3, expected 1..2"},
                {"ctas_per_sm=0", "ctas_per_sm = 0, expected 1..2"},
+               {"exp_poly=9", "exp_poly = 9, expected 0..8"},
                {"bogus=1", "unknown field 'bogus'"},
                {"path=fast", "path must be simt, mma or wgmma"},
                {"tile_n", "cannot read 'tile_n'"}};
@@ -571,6 +573,7 @@ static void test_plan_paths_on_hopper(void **state)
     assert_int_equal(v.head_dim_pad, 64);
     assert_true(fj__variant_fits(&v, &hopper));
     assert_int_equal(v.persistent, 1); /* no band: tiles strided over the grid */
+    assert_int_equal(v.exp_poly, 1);   /* d 64, 128-row tiles: some exponentials off MUFU */
     fj__plan_forward(&p, &hopper, "path=mma", &v);
     assert_int_equal(v.path, FJ__PATH_MMA);
     /* A configuration that does not fit is ignored. */
@@ -592,6 +595,7 @@ static void test_plan_paths_on_hopper(void **state)
     assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);
     fj__plan_forward(&p, &hopper, NULL, &v);
     assert_int_equal(v.persistent, 3);
+    assert_int_equal(v.exp_poly, 0);
     /* Score terms run on the Hopper kernel; element masks too, with tiles that divide the
     ** 128 x 128 blocks they are classified by; before Hopper, on the SIMT kernel. */
     r.desc.alibi_slopes = &r.alibi;
