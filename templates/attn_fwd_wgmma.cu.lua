@@ -383,7 +383,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, ${ctas_per_sm})
 #define SLOT(j) ((j) % STAGES)
 #define PHASE(j) (((j) / STAGES) & 1)
 
+% if element_masks and head_dim_v_pad > 128 then
+    /* (Broadcast as below, this kernel spilled 4 bytes at d 256.) */
     const int tid = threadIdx.x, wg = tid / 128;
+% else
+    /* The warpgroup index, broadcast from lane 0 so that ptxas knows it is warp-uniform and
+    ** keeps what derives from it (descriptors, loop bounds) in uniform registers: the wgmma
+    ** descriptors no longer go through vector registers (causal d 128 +3-8 %). */
+    const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+% end
     /* The block takes work tiles blockIdx.x, + gridDim.x, ...: one when the grid covers every
     ** tile, several when it is persistent (a block per SM), which overlaps a tile's last
     ** products and stores with the next tile's loads. */
@@ -714,13 +722,44 @@ extern "C" __global__ void __launch_bounds__(THREADS, ${ctas_per_sm})
             take_product(tiles - 1);
         }
 % else
-        for (int i = 0; i < tiles; i++) {
+%   if classes then
+        const int i_first = 0, i_end = tiles;
+%   else
+        /* The block's tiles [0, tiles) run from key tile nb_hi - 1 down; this warpgroup's rows
+        ** see only [i_first, i_end) of them (192-row blocks span a band wider than each
+        ** warpgroup's: at 2k causal queries a warpgroup needs 89 % of the block's tiles), and
+        ** none when all its rows lie past the sequence's end. The rest it hands back untouched,
+        ** outside the main loop, whose branches then stay free of per-warpgroup conditions
+        ** (one inside it, even made warp-uniform by a vote, cost 10 % at d 64). */
+        int i_first = wg_row >= seqlen_q ? tiles : 0, i_end = tiles;
+%     if local_mask then
+        const int wg_last = imin(wg_row + 63, seqlen_q - 1);
+        if (window_right >= 0) /* keys up to wg_last + shift + window_right */
+            i_first = imax(i_first, nb_hi - 1 - floor_div(wg_last + shift + window_right, BN));
+        if (window_left >= 0) /* keys from wg_row + shift - window_left */
+            i_end = imin(i_end, nb_hi - floor_div(wg_row + shift - window_left, BN));
+%     end
+        i_first = imin(i_first, tiles);
+        i_end = imax(imin(i_end, tiles), i_first);
+%   end
+        /* A skipped slot is released once filled, so that each arrival counts in its own phase
+        ** of the empty barriers. */
+        auto hand_back = [&](int i) {
+            const int j = it + i;
+            mbar_wait(K_FULL(SLOT(j)), PHASE(j));
+            warp_arrive(K_EMPTY(SLOT(j)));
+            mbar_wait(V_FULL(SLOT(j)), PHASE(j));
+            warp_arrive(V_EMPTY(SLOT(j)));
+        };
+        for (int i = 0; i < i_first; i++)
+            hand_back(i);
+        for (int i = i_first; i < i_end; i++) {
             const int j = it + i;
             mbar_wait(K_FULL(SLOT(j)), PHASE(j));
             issue_qk(sc, q_desc, k_desc, SLOT(j));
             wgmma_wait<0>();
             take_scores(i);
-            if (i == tiles - 1)
+            if (i == i_end - 1)
                 release_q();
             pack_p(sc, p);
             rescale(st, alpha);
@@ -729,6 +768,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, ${ctas_per_sm})
             wgmma_wait<0>();
             take_product(i);
         }
+        for (int i = i_end; i < tiles; i++)
+            hand_back(i);
+        if (i_first == i_end && tiles > 0)
+            release_q(); /* no S = Q K^T ran */
 % end
         it += tiles;
 % if not dynamic then

@@ -66,6 +66,8 @@ __device__ __forceinline__ float lg2(float x)
 
 __device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
 __device__ __forceinline__ int imax(int a, int b) { return a > b ? a : b; }
+/* a / b rounded towards minus infinity, for b > 0. */
+__device__ __forceinline__ int floor_div(int a, int b) { return a >= 0 ? a / b : -((b - 1 - a) / b); }
 
 __device__ __forceinline__ float quad_max(float x)
 {
