@@ -170,7 +170,8 @@ static void plan_wgmma(fj__variant *v, const fj__problem *p, const fj_device_inf
         v->stages = 1;
     /* d 64 with 128-row tiles and no band or score terms: the exponentials of one column block
     ** in eight come from a polynomial on the FMA pipe, off the MUFU unit that is as busy as the
-    ** tensor cores there (+7-9 % at 512 and 1k keys; causal and 192-row tiles lost 2-10 %). */
+    ** tensor cores there (+7-9 % at 512 and 1k keys in one sweep, not re-measured since the
+    ** warpgroup index became uniform; causal and 192-row tiles lost 2-10 %). */
     if (widest <= 64 && v->tile_m == 128 && !uneven && !v->softcap && !v->neg_scale &&
         !v->alibi && !v->bias && !v->score_mod)
         v->exp_poly = 1;

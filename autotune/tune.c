@@ -127,8 +127,9 @@ static int search_space(const fj__variant *h, const fj_device_info *dev, fj__var
     int32_t widest = h->head_dim_pad > h->head_dim_v_pad ? h->head_dim_pad : h->head_dim_v_pad;
     if (h->path == FJ__PATH_WGMMA) {
         /* Key tile depth, two or three consumer warpgroups, and how they overlap: not at all,
-        ** softmax against P V, and also taking turns (two warpgroups only). Two ring slots, and the
-        ** heuristic's Q buffers where they fit. */
+        ** softmax against P V, and also taking turns (two warpgroups only). Two ring slots, the
+        ** heuristic's Q buffers where they fit, all exponentials on MUFU (the heuristic, first,
+        ** keeps its exp_poly). */
         static const int tns[] = {64, 80, 96, 112, 128, 160, 176, 192};
         for (int c = 2; c <= 3; c++)
             for (int b = 0; b < 8; b++)
@@ -141,6 +142,7 @@ static int search_space(const fj__variant *h, const fj_device_info *dev, fj__var
                     v.stages = 2;
                     v.overlap = mode > 0;
                     v.pingpong = mode == 2;
+                    v.exp_poly = 0;
                     if (!fj__variant_fits(&v, dev))
                         v.q_stages = 1; /* a second Q buffer only where it fits */
                     if (fj__variant_fits(&v, dev) && !contains(out, n, &v))
