@@ -389,7 +389,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, ${ctas_per_sm})
 % else
     /* The warpgroup index, broadcast from lane 0 so that ptxas knows it is warp-uniform and
     ** keeps what derives from it (descriptors, loop bounds) in uniform registers: the wgmma
-    ** descriptors no longer go through vector registers (causal d 128 +3-8 %). */
+    ** descriptors no longer go through vector registers (causal d 128 +4-8 %). */
     const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0);
 % end
     /* The block takes work tiles blockIdx.x, + gridDim.x, ...: one when the grid covers every
