@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Profiles one forward kernel on the GPU machine: Nsight Compute's warp-stall, pipe and memory
-# sections, and the SASS of the kernel (instruction mix). Writes into $OUT (or ./out).
+# sections, the SASS of the kernel (instruction mix) and warp-stall samples per SASS instruction
+# (stalls.csv: address, source, samples by reason). Writes into $OUT (or ./out).
 # Usage: bench/profile.sh BUILD_DIR [flashjit run options...]
 set -uo pipefail
 build=${1:-build}
