@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int32_t round_up(int64_t x, int32_t to)
@@ -93,9 +94,10 @@ static int wgmma_serves(const fj__problem *p, const fj_device_info *dev)
     /* The kernel numbers its work tiles (64-row blocks at the least) with 32-bit ints. */
     if ((p->seqlen_q + 63) / 64 * p->heads_q * p->batch >= INT32_MAX)
         return 0;
-    return sm_version(dev) == 90 && strchr(dev->arch, 'a') != NULL && round_up(p->head_dim, 64) <= 256 &&
-           round_up(p->head_dim_v, 64) <= 256 && tma_can_read(p->q) && tma_can_read(p->k) &&
-           tma_can_read(p->v) && rows_are_16b_aligned(p->out);
+    return sm_version(dev) == 90 && strchr(dev->arch, 'a') != NULL &&
+           round_up(p->head_dim, 64) <= 256 && round_up(p->head_dim_v, 64) <= 256 &&
+           tma_can_read(p->q) && tma_can_read(p->k) && tma_can_read(p->v) &&
+           rows_are_16b_aligned(p->out);
 }
 
 /* Whether TMA can copy tiles of p's bias: rows of 16-byte multiples, one per query, and the
@@ -122,9 +124,9 @@ static void plan_wgmma(fj__variant *v, const fj__problem *p, const fj_device_inf
     /* Measured on an H200 (bench/RESULTS.md). Two consumer warpgroups of 64 rows and a
     ** producer; 128-key tiles up to d = 128, 80 beyond (O's accumulators take 128 registers;
     ** 80 beat 64 by 19 % at d 256), two tiles in flight. From d = 128 on, the softmax of a tile
-    ** overlaps the previous P V, and causal blocks also ping-pong their warpgroups (+1-6 %).
-    ** At d = 64 the products are too short to hide the softmax (the pipelined loop lost
-    ** 6-11 %); from 2k queries three warpgroups with 112-key tiles gain 8-10 % there. Non-causal
+    ** overlaps the previous P V; up to d = 128 the two warpgroups also ping-pong (below). At
+    ** d = 64 from 2k queries three warpgroups with 112-key tiles and the plain loop gain 8-10 %
+    ** (pipelined, they lost 13 % at 2k causal in one sweep). Non-causal
     ** d = 128 keeps three tiles in flight (+8-15 % at 2k and 8k in one sweep, within the
     ** run-to-run spread in the next grid run; causal: no gain). */
     v->tile_m = 128;
@@ -141,7 +143,6 @@ static void plan_wgmma(fj__variant *v, const fj__problem *p, const fj_device_inf
     v->bias_tma = v->bias && bias_tma_can_read(p);
     if ((classes || v->bias_tma) && widest > 128)
         v->tile_n = 64;
-    v->pingpong = v->overlap && widest <= 128 && uneven;
     /* A persistent grid (a block per SM, the next tile's loads under the last one's epilogue).
     ** Without a band every work tile costs the same: striding gains up to 27 % at 512 keys and
     ** matches from 8k. Causal tiles differ in cost: strided they lost up to 40 % (whole
@@ -157,29 +158,99 @@ static void plan_wgmma(fj__variant *v, const fj__problem *p, const fj_device_inf
     if (!fj__variant_fits(v, dev))
         v->stages = 2; /* a smaller shared memory than the H200's */
     /* (Three consumer warpgroups have 160 registers each: too few for score terms.) */
-    if (widest <= 64 && p->seqlen_q >= 2048 && !classes && !v->alibi && !v->bias &&
-        !v->score_mod) {
+    if (widest <= 64 && p->seqlen_q >= 2048 && !classes && !v->alibi && !v->bias && !v->score_mod) {
         v->tile_m = 192;
         v->warps = 16;
         v->tile_n = 112;
+    }
+    /* Two consumer warpgroups take turns issuing their products (FA3's ping-pong), which
+    ** needs the pipelined loop; at d 64 the pair beats the plain loop (non-causal 512 / 1k keys
+    ** 350 -> 366 / 378 -> 404, causal +1-2 %) though the pipelined loop alone loses 6 % there;
+    ** non-causal d 128 +4-6 % at 512, even from 2k. */
+    if (v->tile_m == 128 && widest <= 128) {
+        v->overlap = 1;
+        v->pingpong = 1;
     }
     v->threads = 32 * v->warps;
     while (!fj__variant_fits(v, dev) && v->tile_n > 16)
         v->tile_n -= 16;
     if (!fj__variant_fits(v, dev))
         v->stages = 1;
-    /* d 64 with 128-row tiles and no band or score terms: the exponentials of one column block
-    ** in eight come from a polynomial on the FMA pipe, off the MUFU unit that is as busy as the
-    ** tensor cores there (+7-9 % at 512 and 1k keys in one sweep, not re-measured since the
-    ** warpgroup index became uniform; causal and 192-row tiles lost 2-10 %). */
-    if (widest <= 64 && v->tile_m == 128 && !uneven && !v->softcap && !v->neg_scale &&
-        !v->alibi && !v->bias && !v->score_mod)
-        v->exp_poly = 1;
+    /* d 64 with 128-row tiles and no band or score terms: the exponentials of two column
+    ** blocks in eight come from a polynomial on the FMA pipe, off the MUFU unit that is as
+    ** busy as the tensor cores there (with ping-pong: +1-3 % over none at 512 and 1k keys, one
+    ** in eight about as much; causal and 192-row tiles lost 2-10 % in an earlier sweep). */
+    if (widest <= 64 && v->tile_m == 128 && !uneven && !v->softcap && !v->neg_scale && !v->alibi &&
+        !v->bias && !v->score_mod)
+        v->exp_poly = 2;
     /* A second Q buffer where shared memory allows (d 64; d 128 with two stages): the next
     ** work tile's Q is copied while this one runs instead of after its last S = Q K^T. */
     v->q_stages = 2;
     if (!fj__variant_fits(v, dev))
         v->q_stages = 1;
+}
+
+/* Key tiles of width bn that query rows [r0, r1) see: the band's (attn_key_band in the
+** templates), cut at the keys' end. */
+static int64_t band_tiles(const fj__problem *p, int64_t r0, int64_t r1, int64_t bn)
+{
+    const int64_t shift = (int64_t)p->seqlen_k - p->seqlen_q;
+    int64_t lo = 0, hi = p->seqlen_k;
+    if (p->window_left >= 0 && r0 + shift - p->window_left > 0)
+        lo = r0 + shift - p->window_left;
+    if (p->window_right >= 0 && r1 + shift + p->window_right < hi)
+        hi = r1 + shift + p->window_right;
+    if (hi <= lo)
+        return 0;
+    return (hi + bn - 1) / bn - lo / bn;
+}
+
+uint32_t fj__zigzag_grid(const fj__problem *p, const fj__variant *v, uint32_t sms)
+{
+    const int64_t m_blocks = (p->seqlen_q + v->tile_m - 1) / v->tile_m;
+    const int64_t work = m_blocks * p->heads_q * p->batch;
+    /* Beyond 64 rounds the last round's share is small; the search costs work * sms / 8. */
+    if (work <= (int64_t)sms || work > 64 * (int64_t)sms || v->tile_m <= 0 || v->tile_n <= 0)
+        return work < (int64_t)sms ? (uint32_t)work : sms;
+    int64_t *cost = malloc((size_t)m_blocks * sizeof *cost);
+    int64_t *load = malloc(sizeof *load * sms);
+    if (!cost || !load) {
+        free(cost);
+        free(load);
+        return sms;
+    }
+    /* The w-th tile's query block is w % m_blocks, counted from the last block when the kernel
+    ** runs heavy tiles first (a band or block classes); its cost is the key tiles each of its
+    ** 64-row warpgroups computes, plus one for its prologue and epilogue. */
+    const int heavy_first = v->local_mask || v->block_mask || fj__variant_element_masks(v);
+    for (int64_t mb = 0; mb < m_blocks; mb++) {
+        const int64_t m0 = (heavy_first ? m_blocks - 1 - mb : mb) * v->tile_m;
+        cost[mb] = 1;
+        for (int64_t r0 = m0; r0 < m0 + v->tile_m && r0 < p->seqlen_q; r0 += 64) {
+            const int64_t r1 = r0 + 64 < p->seqlen_q ? r0 + 64 : p->seqlen_q;
+            cost[mb] += band_tiles(p, r0, r1, v->tile_n);
+        }
+    }
+    uint32_t best = sms;
+    int64_t best_span = INT64_MAX;
+    for (uint32_t g = sms; g >= sms - sms / 8 && g > 0; g--) {
+        memset(load, 0, sizeof *load * g);
+        int64_t w = 0, mb = 0, span = 0;
+        for (int64_t round = 0; w < work; round++)
+            for (uint32_t pos = 0; pos < g && w < work; pos++, w++) {
+                int64_t *l = &load[round & 1 ? g - 1 - pos : pos];
+                *l += cost[mb];
+                span = *l > span ? *l : span;
+                mb = mb + 1 == m_blocks ? 0 : mb + 1;
+            }
+        if (span < best_span) { /* ties keep the larger grid */
+            best_span = span;
+            best = g;
+        }
+    }
+    free(cost);
+    free(load);
+    return best;
 }
 
 static void plan_simt(fj__variant *v, const fj_device_info *dev)
@@ -242,8 +313,8 @@ int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
                    -1;
         if (value < fields[i].lo || value > fields[i].hi)
             return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
-                            "FLASHJIT_CONFIG: %s = %d, expected %d..%d", name, value,
-                            fields[i].lo, fields[i].hi),
+                            "FLASHJIT_CONFIG: %s = %d, expected %d..%d", name, value, fields[i].lo,
+                            fields[i].hi),
                    -1;
         if (fields[i].size == 4)
             memcpy((char *)v + fields[i].offset, &(int32_t){value}, sizeof(int32_t));
@@ -268,9 +339,8 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
                v->warps == 4 * (consumers + 1) && v->threads == 32 * v->warps &&
                v->tile_n % 16 == 0 && v->tile_n >= 16 && v->tile_n <= 256 && v->stages >= 1 &&
                v->stages <= 4 && v->q_stages >= 1 && v->q_stages <= 2 &&
-               v->head_dim_pad % 64 == 0 && v->head_dim_v_pad % 64 == 0 &&
-               v->head_dim_pad <= 256 && v->head_dim_v_pad <= 256 &&
-               v->ctas_per_sm >= 1 && v->ctas_per_sm <= 2 &&
+               v->head_dim_pad % 64 == 0 && v->head_dim_v_pad % 64 == 0 && v->head_dim_pad <= 256 &&
+               v->head_dim_v_pad <= 256 && v->ctas_per_sm >= 1 && v->ctas_per_sm <= 2 &&
                (v->ctas_per_sm == 1 || consumers == 1) && v->exp_poly <= 8 &&
                registers <= wgmma_consumer_registers(consumers, v->ctas_per_sm) &&
                (!(v->block_mask || fj__variant_element_masks(v)) ||
@@ -297,9 +367,9 @@ void fj__variant_config(const fj__variant *v, char *buf, size_t size)
         snprintf(buf, size,
                  "path=wgmma,tile_m=%d,tile_n=%d,warps=%d,stages=%d,q_stages=%d,overlap=%d,"
                  "pingpong=%d,persistent=%d,ctas_per_sm=%d,exp_poly=%d",
-                 (int)v->tile_m, (int)v->tile_n, (int)v->warps, (int)v->stages,
-                 (int)v->q_stages, (int)v->overlap, (int)v->pingpong, (int)v->persistent,
-                 (int)v->ctas_per_sm, (int)v->exp_poly);
+                 (int)v->tile_m, (int)v->tile_n, (int)v->warps, (int)v->stages, (int)v->q_stages,
+                 (int)v->overlap, (int)v->pingpong, (int)v->persistent, (int)v->ctas_per_sm,
+                 (int)v->exp_poly);
     else if (v->path == FJ__PATH_MMA)
         snprintf(buf, size, "tile_m=%d,tile_n=%d,warps=%d,kk_unroll=%d,q_in_regs=%d",
                  (int)v->tile_m, (int)v->tile_n, (int)v->warps, (int)v->kk_unroll,

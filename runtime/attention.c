@@ -204,6 +204,28 @@ static int32_t *tile_counter(fj_context *ctx, void *stream)
     return (int32_t *)ctx->tile_counters + 2 * i;
 }
 
+/* The grid of a zigzag-scheduled launch of v (persistent = 3) on sms blocks at once, chosen
+** again only when the shape differs from the previous such launch. */
+static uint32_t zigzag_grid(fj_context *ctx, const fj__problem *p, const fj__variant *v,
+                            uint32_t sms)
+{
+    const int64_t key[10] = {p->seqlen_q,
+                             p->seqlen_k,
+                             p->heads_q,
+                             p->batch,
+                             p->window_left,
+                             p->window_right,
+                             v->tile_m,
+                             v->tile_n,
+                             sms,
+                             v->local_mask + 2 * (v->block_mask || fj__variant_element_masks(v))};
+    if (!ctx->zigzag_grid || memcmp(key, ctx->zigzag_key, sizeof key)) {
+        memcpy(ctx->zigzag_key, key, sizeof key);
+        ctx->zigzag_grid = fj__zigzag_grid(p, v, sms);
+    }
+    return ctx->zigzag_grid;
+}
+
 fj_status fj__forward_variant(fj_context *ctx, const fj__problem *request, const fj__variant *v,
                               void *stream)
 {
@@ -267,11 +289,14 @@ fj_status fj__forward_variant(fj_context *ctx, const fj__problem *request, const
         /* Work tiles in one dimension; persistent: no more blocks than fit the SMs at once (one
         ** or two each), unless a dynamic schedule has no counter. */
         uint64_t work = (uint64_t)l.grid[0] * l.grid[1] * l.grid[2];
-        uint64_t sms = ctx->device.compute_units > 0
-                           ? (uint64_t)ctx->device.compute_units * (v->ctas_per_sm ? v->ctas_per_sm : 1)
-                           : work;
-        int persistent = v->persistent == 1 || v->persistent == 3 || (v->persistent == 2 && counter);
+        uint64_t sms = ctx->device.compute_units > 0 ? (uint64_t)ctx->device.compute_units *
+                                                           (v->ctas_per_sm ? v->ctas_per_sm : 1)
+                                                     : work;
+        int persistent =
+            v->persistent == 1 || v->persistent == 3 || (v->persistent == 2 && counter);
         l.grid[0] = (uint32_t)(persistent && sms < work ? sms : work);
+        if (v->persistent == 3 && sms < work && sms <= UINT32_MAX)
+            l.grid[0] = zigzag_grid(ctx, p, v, (uint32_t)sms);
         l.grid[1] = l.grid[2] = 1;
     }
     return ctx->ops->launch(ctx->backend, kernel->handle, &l, stream);
@@ -350,32 +375,16 @@ static void plan_key(const fj__problem *p, int64_t key[FJ__PLAN_KEY])
         aligned |= (int64_t)(((uintptr_t)t[i]->data % 16 == 0 && t[i]->stride[0] % 8 == 0 &&
                               t[i]->stride[1] % 8 == 0 && t[i]->stride[2] % 8 == 0))
                    << i;
-    const int64_t k[FJ__PLAN_KEY] = {p->dtype,
-                                     p->head_dim,
-                                     p->head_dim_v,
-                                     p->seqlen_q,
-                                     p->seqlen_k,
-                                     p->batch,
-                                     p->heads_q,
-                                     p->window_left,
-                                     p->window_right,
-                                     p->softcap > 0,
-                                     p->scale < 0,
-                                     p->lse != NULL,
-                                     (int64_t)(uintptr_t)p->mask_mod,
-                                     (int64_t)(uintptr_t)p->score_mod,
-                                     aligned,
-                                     p->alibi != NULL,
-                                     p->bias ? 1 + (int64_t)p->bias->dtype : 0,
-                                     p->mask != NULL,
-                                     (p->cu_seqlens_q != NULL) + (p->seqused_k != NULL),
-                                     p->mask_ranges ? p->mask_ranges->shape[3] : 0,
-                                     p->block_mask != NULL,
-                                     /* the bias's layout decides whether TMA copies it */
-                                     p->bias ? (int64_t)((uintptr_t)p->bias->data % 16) : -1,
-                                     p->bias_stride[0],
-                                     p->bias_stride[1],
-                                     p->bias_stride[2]};
+    const int64_t k[FJ__PLAN_KEY] = {
+        p->dtype, p->head_dim, p->head_dim_v, p->seqlen_q, p->seqlen_k, p->batch, p->heads_q,
+        p->window_left, p->window_right, p->softcap > 0, p->scale < 0, p->lse != NULL,
+        (int64_t)(uintptr_t)p->mask_mod, (int64_t)(uintptr_t)p->score_mod, aligned,
+        p->alibi != NULL, p->bias ? 1 + (int64_t)p->bias->dtype : 0, p->mask != NULL,
+        (p->cu_seqlens_q != NULL) + (p->seqused_k != NULL),
+        p->mask_ranges ? p->mask_ranges->shape[3] : 0, p->block_mask != NULL,
+        /* the bias's layout decides whether TMA copies it */
+        p->bias ? (int64_t)((uintptr_t)p->bias->data % 16) : -1, p->bias_stride[0],
+        p->bias_stride[1], p->bias_stride[2]};
     memcpy(key, k, sizeof k);
 }
 

@@ -12,9 +12,9 @@
 /* A kernel loaded in this context. */
 typedef struct fj__kernel {
     fj__variant variant;
-    void *handle;      /* the backend's kernel object */
-    char *key_text;    /* canonical variant key: sorted name=value lines */
-    char key_hash[65]; /* SHA-256 of key_text */
+    void *handle;                   /* the backend's kernel object */
+    char *key_text;                 /* canonical variant key: sorted name=value lines */
+    char key_hash[65];              /* SHA-256 of key_text */
     int32_t registers, spill_bytes; /* per thread, read once at load (0: unknown) */
 } fj__kernel;
 
@@ -55,6 +55,11 @@ struct fj_context {
     void *tile_counters; /* device memory, FJ__TILE_COUNTERS pairs, zeroed at allocation */
     void *counter_streams[FJ__TILE_COUNTERS];
     int ncounter_streams;
+
+    /* The grid of the last zigzag-scheduled launch (fj__zigzag_grid; 0: none yet) and the
+    ** shape it was chosen for. */
+    int64_t zigzag_key[10];
+    uint32_t zigzag_grid;
 
     /* The last tensor maps of q, k, v and bias (Hopper kernel): a call on the same tensors as the
     ** previous one skips encoding them again. Bytes, not fj__tensor_map: a calloc'd context
@@ -107,8 +112,8 @@ int fj__needs_classes(const fj__variant *v);
 void fj__classify_variant(const fj__variant *v, fj__variant *cv);
 /* Classifies p's 128 x 128 blocks under its element masks (attn_classify.lua) on stream into a
 ** buffer of ctx, and points p->block_mask and p->blocks_stride at it (cls holds the tensor). */
-fj_status fj__classify_blocks(fj_context *ctx, fj__problem *p, const fj__variant *v,
-                              void *stream, fj_tensor *cls);
+fj_status fj__classify_blocks(fj_context *ctx, fj__problem *p, const fj__variant *v, void *stream,
+                              fj_tensor *cls);
 /* Frees the class buffers. */
 void fj__class_buffers_release(fj_context *ctx);
 

@@ -68,14 +68,14 @@ typedef struct fj__problem {
     int mask_mod_reads_args; /* the mask_mod reads mod_args (arg[] or iarg[]) */
     /* Score terms (NULL: none). Broadcast dimensions have stride 0 in the strides below. */
     const fj_tensor *alibi, *bias, *mask;
-    int64_t alibi_stride_b;     /* slopes of batch b start at b * alibi_stride_b */
+    int64_t alibi_stride_b; /* slopes of batch b start at b * alibi_stride_b */
     /* Batch, row and head strides of q, k, v, out (batch 0 when packed) and lse's batch, head
     ** and row strides, whatever the tensors' ranks. */
     int64_t strides[4][3];
     int64_t lse_stride[3];
     /* Variable lengths: batch is the number of sequences, seqlen_q/k their maxima. */
     const fj_tensor *cu_seqlens_q, *cu_seqlens_k, *seqused_k; /* NULL: not packed */
-    int64_t bias_stride[3];     /* batch, head, query row; keys are contiguous */
+    int64_t bias_stride[3]; /* batch, head, query row; keys are contiguous */
     int64_t mask_stride[3];
     const fj_tensor *mask_ranges; /* FlashMask column ranges, or NULL */
     int64_t ranges_stride[3];     /* batch, head, key */
@@ -121,24 +121,24 @@ typedef struct fj__variant {
     uint8_t local_mask; /* causal or sliding window: per-element masking near the diagonal */
     uint8_t softcap;    /* tanh soft-capping of scores */
     uint8_t write_lse;
-    uint8_t neg_scale; /* softmax_scale < 0 (maxima must be taken on scaled scores) */
-    uint8_t stages; /* WGMMA: key/value tiles in flight (shared-memory ring slots) */
-    uint8_t q_stages; /* WGMMA: Q buffers (2: the next work tile's Q loads during this one) */
+    uint8_t neg_scale;   /* softmax_scale < 0 (maxima must be taken on scaled scores) */
+    uint8_t stages;      /* WGMMA: key/value tiles in flight (shared-memory ring slots) */
+    uint8_t q_stages;    /* WGMMA: Q buffers (2: the next work tile's Q loads during this one) */
     uint8_t ctas_per_sm; /* WGMMA: blocks sharing an SM (2: of one consumer warpgroup each) */
     uint8_t exp_poly;    /* WGMMA: of every 8 score column blocks, those whose exp2 is a
                          ** polynomial on the FMA pipe (0: all on the MUFU unit) */
-    uint8_t overlap; /* WGMMA: the softmax of a tile overlaps P V of the previous one */
-    uint8_t pingpong;   /* WGMMA: the two consumer warpgroups take turns issuing products */
-    uint8_t persistent; /* WGMMA: 0 a block per work tile; a block per SM taking 1 every
-                        ** gridDim.x-th tile, 2 tiles from a counter shared by the grid, or
-                        ** 3 tiles dealt zigzag by rounds */
-    uint8_t alibi;      /* ALiBi slopes */
-    uint8_t bias;       /* additive bias: 0 none, 1 f32, 2 in q's dtype */
+    uint8_t overlap;     /* WGMMA: the softmax of a tile overlaps P V of the previous one */
+    uint8_t pingpong;    /* WGMMA: the two consumer warpgroups take turns issuing products */
+    uint8_t persistent;  /* WGMMA: 0 a block per work tile; a block per SM taking 1 every
+                         ** gridDim.x-th tile, 2 tiles from a counter shared by the grid, or
+                         ** 3 tiles dealt zigzag by rounds */
+    uint8_t alibi;       /* ALiBi slopes */
+    uint8_t bias;        /* additive bias: 0 none, 1 f32, 2 in q's dtype */
     uint8_t mask_tensor;
-    uint8_t varlen;      /* 0 dense, 1 packed sequences, 2 and seqused_k */
-    uint8_t mask_ranges; /* 0 none, else the ranges' columns per key (2 or 4) */
-    uint8_t block_mask;  /* 128 x 128 block classes given */
-    uint8_t bias_tma;    /* WGMMA: bias tiles copied by TMA into shared memory with K's */
+    uint8_t varlen;       /* 0 dense, 1 packed sequences, 2 and seqused_k */
+    uint8_t mask_ranges;  /* 0 none, else the ranges' columns per key (2 or 4) */
+    uint8_t block_mask;   /* 128 x 128 block classes given */
+    uint8_t bias_tma;     /* WGMMA: bias tiles copied by TMA into shared memory with K's */
     const char *mask_mod; /* canonical expression texts, interned by the context (NULL: none) */
     const char *score_mod;
 } fj__variant;
@@ -154,6 +154,12 @@ const char *fj__variant_path(const fj__variant *v);
 ** fj__parse_config). */
 void fj__plan_forward(const fj__problem *p, const fj_device_info *dev, const char *config,
                       fj__variant *v);
+/* The grid of a zigzag-scheduled (persistent = 3) launch of v on a device of sms blocks at
+** once: of the grids from sms down by an eighth, the one whose deal of p's work tiles has the
+** smallest largest share under a cost model of the band (the work count when it is smaller).
+** Counting an odd round and a short last one, the full grid can deal 10 % more to its busiest
+** block than the mean. */
+uint32_t fj__zigzag_grid(const fj__problem *p, const fj__variant *v, uint32_t sms);
 /* Whether v's tiles are consistent and fit the device (shared memory, threads). */
 int fj__variant_fits(const fj__variant *v, const fj_device_info *dev);
 /* Writes v's tile fields as "tile_m=128,tile_n=64,warps=4,kk_unroll=1,q_in_regs=0" (MMA),

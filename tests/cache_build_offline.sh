@@ -59,7 +59,7 @@ for kind in "--mask-mod q/64==k/64" "--mask" "--ranges 4" "--block-mask" "--bias
     checked=$((checked + 1))
 done
 # The opt-in two blocks per SM (one consumer warpgroup each, 232 registers): no spills either.
-out=$(FLASHJIT_CONFIG=tile_m=64,warps=8,ctas_per_sm=2 "$cli" cache build --arch sm_90a \
+out=$(FLASHJIT_CONFIG=tile_m=64,warps=8,ctas_per_sm=2,pingpong=0 "$cli" cache build --arch sm_90a \
     --cache "$dir/offline.db" --head-dim 64 --causal 0,1 --seqlen 1024 2>&1)
 status=$?
 echo "$out"

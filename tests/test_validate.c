@@ -471,7 +471,7 @@ static void test_valid_request_is_resolved(void **state)
     assert_int_equal(var.path, FJ__PATH_WGMMA); /* packed sequences on the Hopper kernel */
     assert_int_equal(var.varlen, 1);
     assert_true(var.persistent != 1); /* sequences differ in cost: not strided */
-    p.mask_mod = "k <= q";                   /* element masks take dense shapes there */
+    p.mask_mod = "k <= q";            /* element masks take dense shapes there */
     fj__plan_forward(&p, &hopper, NULL, &var);
     assert_int_equal(var.path, FJ__PATH_SIMT);
     p.mask_mod = NULL;
@@ -563,8 +563,8 @@ static void test_plan_paths_on_hopper(void **state)
     baseline(&r);
     fj__problem p;
     fj__err err = {{0}};
-    fj_device_info hopper = {.backend = FJ_BACKEND_CUDA, .compute_units = 132,
-                             .local_memory = 232448};
+    fj_device_info hopper = {
+        .backend = FJ_BACKEND_CUDA, .compute_units = 132, .local_memory = 232448};
     snprintf(hopper.arch, sizeof hopper.arch, "sm_90a");
     fj__variant v;
     assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);
@@ -572,8 +572,9 @@ static void test_plan_paths_on_hopper(void **state)
     assert_int_equal(v.path, FJ__PATH_WGMMA);
     assert_int_equal(v.head_dim_pad, 64);
     assert_true(fj__variant_fits(&v, &hopper));
-    assert_int_equal(v.persistent, 1); /* no band: tiles strided over the grid */
-    assert_int_equal(v.exp_poly, 1);   /* d 64, 128-row tiles: some exponentials off MUFU */
+    assert_int_equal(v.persistent, 1);    /* no band: tiles strided over the grid */
+    assert_int_equal(v.exp_poly, 2);      /* d 64, 128-row tiles: some exponentials off MUFU */
+    assert_true(v.overlap && v.pingpong); /* two warpgroups taking turns */
     fj__plan_forward(&p, &hopper, "path=mma", &v);
     assert_int_equal(v.path, FJ__PATH_MMA);
     /* A configuration that does not fit is ignored. */
@@ -582,13 +583,14 @@ static void test_plan_paths_on_hopper(void **state)
     assert_true(fj__variant_fits(&v, &hopper));
     assert_int_equal(v.ctas_per_sm, 1);
     /* Two blocks per SM: one consumer warpgroup each, and half the SM's shared memory. */
-    fj__plan_forward(&p, &hopper, "tile_m=64,warps=8,ctas_per_sm=2", &v);
+    fj__plan_forward(&p, &hopper, "tile_m=64,warps=8,ctas_per_sm=2,pingpong=0", &v);
     assert_int_equal(v.ctas_per_sm, 2);
     assert_int_equal(v.tile_m, 64);
     assert_true(2 * (fj__variant_shared_bytes(&v) + 1024) <= hopper.local_memory + 1024);
     fj__plan_forward(&p, &hopper, "ctas_per_sm=2", &v); /* 128 rows: two consumers, refused */
     assert_int_equal(v.ctas_per_sm, 1);
-    fj__plan_forward(&p, &hopper, "tile_m=64,warps=8,ctas_per_sm=2,tile_n=256,stages=4", &v);
+    fj__plan_forward(&p, &hopper, "tile_m=64,warps=8,ctas_per_sm=2,pingpong=0,tile_n=256,stages=4",
+                     &v);
     assert_int_equal(v.ctas_per_sm, 1); /* too much shared memory for two: refused */
     /* Causal: tiles dealt zigzag, so that heavy and light ones pair up. */
     r.desc.causal = 1;
@@ -630,10 +632,37 @@ static void test_plan_paths_on_hopper(void **state)
     assert_int_equal(v.path, FJ__PATH_MMA);
 }
 
+/* The grid of zigzag-dealt (causal) work: an odd number of rounds leaves the full grid's
+** busiest blocks a heavy tile more than the mean; a slightly smaller grid evens the deal. */
+static void test_zigzag_grid(void **state)
+{
+    (void)state;
+    fj__problem p = {.seqlen_q = 2048,
+                     .seqlen_k = 2048,
+                     .heads_q = 32,
+                     .batch = 8,
+                     .window_left = -1,
+                     .window_right = 0};
+    fj__variant v = {.path = FJ__PATH_WGMMA, .tile_m = 192, .tile_n = 112, .local_mask = 1};
+    /* 11 query blocks of 192 rows x 256 heads = 2816 tiles: 21.3 rounds of 132. */
+    uint32_t g = fj__zigzag_grid(&p, &v, 132);
+    assert_true(g >= 132 - 132 / 8 && g < 132);
+    /* Without a band (and with whole query blocks) every tile costs the same: no smaller grid
+    ** ends sooner. */
+    p.window_right = -1;
+    v.local_mask = 0;
+    v.tile_m = 128;
+    assert_int_equal(fj__zigzag_grid(&p, &v, 132), 132);
+    /* Fewer tiles than blocks: one block each. */
+    p.batch = p.heads_q = 1;
+    assert_int_equal(fj__zigzag_grid(&p, &v, 132), 16);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_paths_on_hopper),
+        cmocka_unit_test(test_zigzag_grid),
         cmocka_unit_test(test_config_overrides),
         cmocka_unit_test(test_every_rejected_field),
         cmocka_unit_test(test_valid_request_is_resolved),
