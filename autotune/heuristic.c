@@ -125,7 +125,7 @@ static void plan_wgmma(fj__variant *v, const fj__problem *p, const fj_device_inf
     ** producer; 128-key tiles up to d = 128, 80 beyond (O's accumulators take 128 registers;
     ** 80 beat 64 by 19 % at d 256), two tiles in flight. From d = 128 on, the softmax of a tile
     ** overlaps the previous P V; up to d = 128 the two warpgroups also ping-pong (below). At
-    ** d = 64 from 2k queries three warpgroups with 112-key tiles and the plain loop gain 8-10 %
+    ** d = 64 from 2k queries three warpgroups with the plain loop gain 8-10 % (112-key tiles)
     ** (pipelined, they lost 13 % at 2k causal in one sweep). Non-causal
     ** d = 128 keeps three tiles in flight (+8-15 % at 2k and 8k in one sweep, within the
     ** run-to-run spread in the next grid run; causal: no gain). */
@@ -157,11 +157,13 @@ static void plan_wgmma(fj__variant *v, const fj__problem *p, const fj_device_inf
     v->threads = 32 * v->warps;
     if (!fj__variant_fits(v, dev))
         v->stages = 2; /* a smaller shared memory than the H200's */
-    /* (Three consumer warpgroups have 160 registers each: too few for score terms.) */
+    /* (Three consumer warpgroups have 160 registers each: too few for score terms.) 128-key
+    ** tiles beat 112 by 1-13 % (non-causal 2k 444 -> 468-501, 8k 490 -> 510; causal 2k
+    ** 386 -> 400, 4k/16k +3 %): 2k keys fill 16 whole tiles, not 18 and a sliver. */
     if (widest <= 64 && p->seqlen_q >= 2048 && !classes && !v->alibi && !v->bias && !v->score_mod) {
         v->tile_m = 192;
         v->warps = 16;
-        v->tile_n = 112;
+        v->tile_n = 128;
     }
     /* Two consumer warpgroups take turns issuing their products (FA3's ping-pong), which
     ** needs the pipelined loop; at d 64 the pair beats the plain loop (non-causal 512 / 1k keys
@@ -332,8 +334,11 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
 {
     if (v->path == FJ__PATH_WGMMA) {
         int consumers = v->tile_m / 64;
-        /* S, P and O fragments per consumer thread, plus ~40 for addresses and softmax state. */
-        int registers = v->tile_n / 2 + v->tile_n / 4 + v->head_dim_v_pad / 2 + 40;
+        /* S and O fragments per consumer thread, plus ~40 for addresses and softmax state; and
+        ** P's when the loop is pipelined (the plain loop packs P as S dies: 192 x 128 tiles at
+        ** d 64 fit the 160 registers of three consumers without spills). */
+        int registers =
+            v->tile_n / 2 + (v->overlap ? v->tile_n / 4 : 0) + v->head_dim_v_pad / 2 + 40;
         return consumers >= 1 && consumers <= 3 && v->tile_m == 64 * consumers &&
                (!v->pingpong || (consumers == 2 && v->overlap)) &&
                v->warps == 4 * (consumers + 1) && v->threads == 32 * v->warps &&

@@ -643,7 +643,7 @@ static void test_zigzag_grid(void **state)
                      .batch = 8,
                      .window_left = -1,
                      .window_right = 0};
-    fj__variant v = {.path = FJ__PATH_WGMMA, .tile_m = 192, .tile_n = 112, .local_mask = 1};
+    fj__variant v = {.path = FJ__PATH_WGMMA, .tile_m = 192, .tile_n = 128, .local_mask = 1};
     /* 11 query blocks of 192 rows x 256 heads = 2816 tiles: 21.3 rounds of 132. */
     uint32_t g = fj__zigzag_grid(&p, &v, 132);
     assert_true(g >= 132 - 132 / 8 && g < 132);
