@@ -53,6 +53,11 @@ if [ "$what" = test ] || [ "$what" = all ]; then
         done | tee "$out/sanitizer.log"
         grep -q FAILED "$out/sanitizer.log" && status=1
     fi
+    # The default Hopper kernels of the benchmark grid: wgmma and TMA in their SASS, no spills.
+    if command -v cuobjdump >/dev/null; then
+        bench/sass_check.sh $build > "$out/sass.log" 2>&1 || status=1
+        tail -1 "$out/sass.log"
+    fi
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
     PYTHONUNBUFFERED=1 python3 bench/bench_fwd.py --lib $build/libflashjit.so --out "$out" "$@" \
