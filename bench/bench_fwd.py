@@ -17,6 +17,7 @@ from triton.testing import do_bench
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import flashjit  # noqa: E402
+from warmup import heat  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--lib", default=None)
@@ -34,6 +35,7 @@ if args.quick:
     args.d, args.s = "128", "1024,8192"
 
 torch.manual_seed(0)
+heat()
 dev = "cuda"
 ctx = flashjit.Context(backend="cuda", lib=args.lib, cache_path=args.cache)
 peers = {"fa2": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}

@@ -19,6 +19,7 @@ from triton.testing import do_bench
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import flashjit  # noqa: E402
+from warmup import heat  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--lib", default=None)
@@ -34,6 +35,7 @@ args = ap.parse_args()
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention  # noqa: E402
 
 torch.manual_seed(0)
+heat()
 dev = "cuda"
 s, d = args.s, args.d
 b, h = max(1, 16384 // s), args.hidden // d

@@ -19,6 +19,7 @@ from triton.testing import do_bench
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import flashjit  # noqa: E402
+from warmup import heat  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--lib", default=None)
@@ -30,6 +31,7 @@ ap.add_argument("--out", default=os.environ.get("OUT", "."))
 args = ap.parse_args()
 
 torch.manual_seed(0)
+heat()
 dev = "cuda"
 d, h = args.d, args.hidden // args.d
 ctx = flashjit.Context(backend="cuda", lib=args.lib)
