@@ -221,10 +221,12 @@ uint32_t fj__zigzag_grid(const fj__problem *p, const fj__variant *v, uint32_t sm
         free(load);
         return sms;
     }
-    /* The w-th tile's query block is w % m_blocks, counted from the last block when the kernel
-    ** runs heavy tiles first (a band or block classes); its cost is the key tiles each of its
-    ** 64-row warpgroups computes, plus one for its prologue and epilogue. */
+    /* The w-th tile's query block is w % m_blocks (with a bias or mask tensor, whose batches
+    ** run fastest, (w / batch) % m_blocks), counted from the last block when the kernel runs
+    ** heavy tiles first (a band or block classes); its cost is the key tiles each of its 64-row
+    ** warpgroups computes, plus one for its prologue and epilogue. */
     const int heavy_first = v->local_mask || v->block_mask || fj__variant_element_masks(v);
+    const int64_t repeat = v->bias || v->mask_tensor ? p->batch : 1;
     for (int64_t mb = 0; mb < m_blocks; mb++) {
         const int64_t m0 = (heavy_first ? m_blocks - 1 - mb : mb) * v->tile_m;
         cost[mb] = 1;
@@ -237,13 +239,16 @@ uint32_t fj__zigzag_grid(const fj__problem *p, const fj__variant *v, uint32_t sm
     int64_t best_span = INT64_MAX;
     for (uint32_t g = sms; g >= sms - sms / 8 && g > 0; g--) {
         memset(load, 0, sizeof *load * g);
-        int64_t w = 0, mb = 0, span = 0;
+        int64_t w = 0, mb = 0, seen = 0, span = 0; /* seen: tiles of block mb in a row */
         for (int64_t round = 0; w < work; round++)
             for (uint32_t pos = 0; pos < g && w < work; pos++, w++) {
                 int64_t *l = &load[round & 1 ? g - 1 - pos : pos];
                 *l += cost[mb];
                 span = *l > span ? *l : span;
-                mb = mb + 1 == m_blocks ? 0 : mb + 1;
+                if (++seen == repeat) {
+                    seen = 0;
+                    mb = mb + 1 == m_blocks ? 0 : mb + 1;
+                }
             }
         if (span < best_span) { /* ties keep the larger grid */
             best_span = span;

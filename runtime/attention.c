@@ -218,7 +218,8 @@ static uint32_t zigzag_grid(fj_context *ctx, const fj__problem *p, const fj__var
                              v->tile_m,
                              v->tile_n,
                              sms,
-                             v->local_mask + 2 * (v->block_mask || fj__variant_element_masks(v))};
+                             v->local_mask + 2 * (v->block_mask || fj__variant_element_masks(v)) +
+                                 4 * (v->bias || v->mask_tensor)};
     if (!ctx->zigzag_grid || memcmp(key, ctx->zigzag_key, sizeof key)) {
         memcpy(ctx->zigzag_key, key, sizeof key);
         ctx->zigzag_grid = fj__zigzag_grid(p, v, sms);

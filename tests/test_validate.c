@@ -647,6 +647,11 @@ static void test_zigzag_grid(void **state)
     /* 11 query blocks of 192 rows x 256 heads = 2816 tiles: 21.3 rounds of 132. */
     uint32_t g = fj__zigzag_grid(&p, &v, 132);
     assert_true(g >= 132 - 132 / 8 && g < 132);
+    /* With a mask tensor the batches run fastest (8 tiles of one query block in a row). */
+    v.mask_tensor = 1;
+    g = fj__zigzag_grid(&p, &v, 132);
+    assert_true(g >= 132 - 132 / 8 && g <= 132);
+    v.mask_tensor = 0;
     /* Without a band (and with whole query blocks) every tile costs the same: no smaller grid
     ** ends sooner. */
     p.window_right = -1;
