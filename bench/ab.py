@@ -18,7 +18,7 @@ from triton.testing import do_bench
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import flashjit  # noqa: E402
-from warmup import heat  # noqa: E402
+from common import grid_shape, heat, tflops  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--lib", default=None)
@@ -41,16 +41,12 @@ def context(config):
     return contexts[config]
 
 
-def tflops(b, h, s, d, causal, ms):
-    return 4 * b * h * s * s * d / (2 if causal else 1) / ms / 1e9
-
-
 torch.manual_seed(0)
 heat()
 for d in [int(x) for x in args.d.split(",")]:
     for causal in [bool(int(x)) for x in args.causal.split(",")]:
         for s in [int(x) for x in args.s.split(",")]:
-            b, h = max(1, 16384 // s), 2048 // d  # the grid of bench_fwd.py
+            b, h = grid_shape(s, d)
             q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)
                        for _ in range(3))
             qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))

@@ -17,7 +17,7 @@ from triton.testing import do_bench
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import flashjit  # noqa: E402
-from warmup import heat  # noqa: E402
+from common import grid_shape, heat, tflops  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--lib", default=None)
@@ -41,11 +41,6 @@ ctx = flashjit.Context(backend="cuda", lib=args.lib, cache_path=args.cache)
 peers = {"fa2": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
 
 
-def tflops(b, h, s, d, causal, ms):
-    f = 4 * b * h * s * s * d / (2 if causal else 1)
-    return f / ms / 1e9
-
-
 rows = []
 print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, "
       f"flashjit {ctx.lib.fj_version().decode()}", flush=True)
@@ -54,7 +49,7 @@ print(f"{'d':>4} {'causal':>6} {'s':>6} {'b':>3} {'h':>3} | {'flashjit':>8} {'fa
 for d in [int(x) for x in args.d.split(",")]:
     for causal in [bool(int(x)) for x in args.causal.split(",")]:
         for s in [int(x) for x in args.s.split(",")]:
-            b, h = max(1, 16384 // s), 2048 // d
+            b, h = grid_shape(s, d)
             q, k, v = (torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16) for _ in range(3))
             out = torch.empty_like(q)
             fj = lambda: ctx.forward(q, k, v, out=out, causal=causal)  # noqa: E731
