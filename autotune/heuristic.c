@@ -173,11 +173,20 @@ static void plan_wgmma(fj__variant *v, const fj__problem *p, const fj_device_inf
         v->overlap = 1;
         v->pingpong = 1;
     }
+    /* d 128 without a band from 4k keys: 160-key tiles in two slots (FA3's shape), +1-3 % at
+    ** 4k-16k in the steady state (bench/RESULTS.md); at 2k, where 160 leaves a sliver, even. */
+    if (widest > 64 && widest <= 128 && !uneven && !v->bias && p->seqlen_k >= 4096) {
+        v->tile_n = 160;
+        v->stages = 2;
+    }
     v->threads = 32 * v->warps;
     while (!fj__variant_fits(v, dev) && v->tile_n > 16)
         v->tile_n -= 16;
     if (!fj__variant_fits(v, dev))
         v->stages = 1;
+    /* O's 128 accumulators at d 256: rescaling them for every key tile costs more than a
+    ** stale exponent base (+4-5 % at 4k; at d 64 and 128 the skip lost 1-2 %). */
+    v->lazy_rescale = widest > 128;
     /* d 64 with 128-row tiles and no band or score terms: the exponentials of two column
     ** blocks in eight come from a polynomial on the FMA pipe, off the MUFU unit that is as
     ** busy as the tensor cores there (with ping-pong: +1-3 % over none at 512 and 1k keys, one
@@ -290,7 +299,8 @@ int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
                   {"stages", offsetof(fj__variant, stages), 1, 1, 4},
                   {"q_stages", offsetof(fj__variant, q_stages), 1, 1, 2},
                   {"ctas_per_sm", offsetof(fj__variant, ctas_per_sm), 1, 1, 2},
-                  {"exp_poly", offsetof(fj__variant, exp_poly), 1, 0, 8}};
+                  {"exp_poly", offsetof(fj__variant, exp_poly), 1, 0, 8},
+                  {"lazy_rescale", offsetof(fj__variant, lazy_rescale), 1, 0, 1}};
     const char *p = config;
     while (p && *p) {
         if (!strncmp(p, "path=", 5)) {
@@ -351,7 +361,7 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
                v->stages <= 4 && v->q_stages >= 1 && v->q_stages <= 2 &&
                v->head_dim_pad % 64 == 0 && v->head_dim_v_pad % 64 == 0 && v->head_dim_pad <= 256 &&
                v->head_dim_v_pad <= 256 && v->ctas_per_sm >= 1 && v->ctas_per_sm <= 2 &&
-               (v->ctas_per_sm == 1 || consumers == 1) && v->exp_poly <= 8 &&
+               (v->ctas_per_sm == 1 || consumers == 1) && v->exp_poly <= 8 && v->lazy_rescale <= 1 &&
                registers <= wgmma_consumer_registers(consumers, v->ctas_per_sm) &&
                (!(v->block_mask || fj__variant_element_masks(v)) ||
                 (128 % v->tile_m == 0 && 128 % v->tile_n == 0)) &&
@@ -376,10 +386,10 @@ void fj__variant_config(const fj__variant *v, char *buf, size_t size)
     if (v->path == FJ__PATH_WGMMA)
         snprintf(buf, size,
                  "path=wgmma,tile_m=%d,tile_n=%d,warps=%d,stages=%d,q_stages=%d,overlap=%d,"
-                 "pingpong=%d,persistent=%d,ctas_per_sm=%d,exp_poly=%d",
+                 "pingpong=%d,persistent=%d,ctas_per_sm=%d,exp_poly=%d,lazy_rescale=%d",
                  (int)v->tile_m, (int)v->tile_n, (int)v->warps, (int)v->stages, (int)v->q_stages,
                  (int)v->overlap, (int)v->pingpong, (int)v->persistent, (int)v->ctas_per_sm,
-                 (int)v->exp_poly);
+                 (int)v->exp_poly, (int)v->lazy_rescale);
     else if (v->path == FJ__PATH_MMA)
         snprintf(buf, size, "tile_m=%d,tile_n=%d,warps=%d,kk_unroll=%d,q_in_regs=%d",
                  (int)v->tile_m, (int)v->tile_n, (int)v->warps, (int)v->kk_unroll,

@@ -1,11 +1,11 @@
-"""A/B of tile configurations in one process: for each shape, cuDNN once, then flashjit under each
+"""A/B of tile configurations in one process: for each shape, cuDNN, then flashjit under each
 FLASHJIT_CONFIG value (one context each; "" is the default plan), the whole list timed --rounds
 times in turn so that drift shows. Faster than bench/sweep.sh (one process, kernels compiled
 once) and each line compares like with like.
 
 Usage: python3 bench/ab.py [--lib build/libflashjit.so] --d 64 --s 512,1024 --causal 0,1
        "" "tile_n=96" "overlap=1,pingpong=1" ...
-Prints per shape: cuDNN TFLOP/s, then per configuration and round TFLOP/s (x cuDNN) and the
+Prints per shape and round: cuDNN's TFLOP/s, then each configuration's TFLOP/s (x cuDNN) and the
 largest difference from cuDNN's output (a sanity check; tests check numerics)."""
 import argparse
 import os
@@ -14,11 +14,10 @@ import sys
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from triton.testing import do_bench
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import flashjit  # noqa: E402
-from common import grid_shape, heat, tflops  # noqa: E402
+from common import grid_shape, heat, tflops, time_ms  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--lib", default=None)
@@ -26,7 +25,9 @@ ap.add_argument("--d", default="64")
 ap.add_argument("--s", default="1024")
 ap.add_argument("--causal", default="0")
 ap.add_argument("--rounds", type=int, default=2)
-ap.add_argument("--reps", type=int, default=100, help="do_bench rep time in ms")
+ap.add_argument("--timing", default="sustained", choices=["sustained", "burst"],
+                help="sustained: steady state under each kernel's own load (common.py); burst: do_bench")
+ap.add_argument("--reps", type=int, default=100, help="burst timing: do_bench rep time in ms")
 ap.add_argument("configs", nargs="+")
 args = ap.parse_args()
 
@@ -53,10 +54,11 @@ for d in [int(x) for x in args.d.split(",")]:
             with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
                 sdpa = lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)  # noqa: E731
                 ref = sdpa().transpose(1, 2)
-                cudnn = tflops(b, h, s, d, causal, do_bench(sdpa, warmup=25, rep=args.reps,
-                                                            return_mode="median"))
-            print(f"d {d} causal {int(causal)} s {s}: cudnn {cudnn:.0f}", flush=True)
+            print(f"d {d} causal {int(causal)} s {s}:", flush=True)
             for r in range(args.rounds):
+                with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                    cudnn = tflops(b, h, s, d, causal, time_ms(sdpa, args.timing, args.reps))
+                print(f"  round {r} {'cuDNN':<40} {cudnn:6.0f}", flush=True)
                 for config in args.configs:
                     ctx = context(config)
                     out = torch.full_like(q, float("nan"))
@@ -64,7 +66,6 @@ for d in [int(x) for x in args.d.split(",")]:
                     fj()
                     torch.cuda.synchronize()
                     diff = (out.float() - ref.float()).abs().max().item()
-                    t = tflops(b, h, s, d, causal, do_bench(fj, warmup=25, rep=args.reps,
-                                                            return_mode="median"))
+                    t = tflops(b, h, s, d, causal, time_ms(fj, args.timing, args.reps))
                     print(f"  round {r} {config or 'default':<40} {t:6.0f} ({t / cudnn:.3f})"
                           f"  maxdiff {diff:.1e}", flush=True)

@@ -13,11 +13,10 @@ import sys
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from triton.testing import do_bench
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import flashjit  # noqa: E402
-from common import grid_shape, heat, tflops  # noqa: E402
+from common import grid_shape, heat, tflops, time_ms  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--lib", default=None)
@@ -25,7 +24,9 @@ ap.add_argument("--quick", action="store_true")
 ap.add_argument("--d", default="64,128,256")
 ap.add_argument("--s", default="512,1024,2048,4096,8192,16384")
 ap.add_argument("--causal", default="0,1")
-ap.add_argument("--reps", type=int, default=100, help="do_bench rep time in ms")
+ap.add_argument("--timing", default="sustained", choices=["sustained", "burst"],
+                help="sustained: steady state under each kernel's own load (common.py); burst: do_bench")
+ap.add_argument("--reps", type=int, default=100, help="burst timing: do_bench rep time in ms")
 ap.add_argument("--peers", type=int, default=1, help="0: time flashjit only")
 ap.add_argument("--cache", default=":memory:", help="kernel cache (a tuned one: its records apply)")
 ap.add_argument("--tag", default="", help="a label printed on every line (e.g. the config)")
@@ -63,7 +64,7 @@ for d in [int(x) for x in args.d.split(",")]:
             row = dict(d=d, causal=causal, s=s, b=b, h=h, maxdiff=diff, tuned=info["tuned"],
                        path=info["kernel_path"], registers=info["registers"],
                        spill_bytes=info["spill_bytes"], compile_ms=info["compile_ms"])
-            ms = do_bench(fj, warmup=25, rep=args.reps, return_mode="median")
+            ms = time_ms(fj, args.timing, args.reps)
             row["flashjit"] = tflops(b, h, s, d, causal, ms)
             for name, backend in peers.items():
                 if not args.peers:
@@ -74,7 +75,7 @@ for d in [int(x) for x in args.d.split(",")]:
                         fn = lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)  # noqa: E731
                         fn()
                         row[name] = tflops(b, h, s, d, causal,
-                                           do_bench(fn, warmup=25, rep=args.reps, return_mode="median"))
+                                           time_ms(fn, args.timing, args.reps))
                 except RuntimeError:
                     row[name] = float("nan")
             rows.append(row)

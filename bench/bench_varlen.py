@@ -15,18 +15,19 @@ import sys
 
 import torch
 import torch.nn.functional as F
-from triton.testing import do_bench
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import flashjit  # noqa: E402
-from common import heat  # noqa: E402
+from common import heat, time_ms  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--lib", default=None)
 ap.add_argument("--tokens", type=int, default=32768, help="total tokens of the packed batch")
 ap.add_argument("--d", type=int, default=128)
 ap.add_argument("--hidden", type=int, default=2048)
-ap.add_argument("--reps", type=int, default=100, help="do_bench rep time in ms")
+ap.add_argument("--timing", default="sustained", choices=["sustained", "burst"],
+                help="sustained: steady state under each kernel's own load (common.py); burst: do_bench")
+ap.add_argument("--reps", type=int, default=100, help="burst timing: do_bench rep time in ms")
 ap.add_argument("--out", default=os.environ.get("OUT", "."))
 args = ap.parse_args()
 
@@ -45,7 +46,7 @@ except ImportError:
 def bench(fn):
     fn()
     torch.cuda.synchronize()
-    return do_bench(fn, warmup=25, rep=args.reps, return_mode="median")
+    return time_ms(fn, args.timing, args.reps)
 
 
 def lengths(kind):

@@ -1,7 +1,9 @@
-"""What the forward benchmarks share: the grid's shapes, the FLOP count, and a warm-up."""
+"""What the forward benchmarks share: the grid's shapes, the FLOP count, the warm-up and the
+timing."""
 import time
 
 import torch
+from triton.testing import do_bench
 
 
 def grid_shape(s, d):
@@ -17,13 +19,54 @@ def tflops(b, h, s, d, causal, ms):
 
 def heat(seconds=3.0):
     """Brings the GPU to its sustained clocks before the first timed kernel: runs bf16 matrix
-    products for `seconds` of wall time. After idling, the first ~second of full load runs at
-    boost clocks (on an H200, cuDNN timed first after an idle spell ran 7-11 % faster than at
-    the same shape in the middle of a benchmark run), which would favour whichever kernel a
-    script times first."""
+    products for `seconds` of wall time."""
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         for _ in range(10):
             a @ a
         torch.cuda.synchronize()
+
+
+def sustained_ms(fn, warm_s=1.0, windows=9, window_s=0.1):
+    """Milliseconds per call of fn in the GPU's steady state under fn's own load: fn runs back
+    to back for warm_s seconds, then `windows` consecutive windows of about window_s each are
+    timed with CUDA events (no gap between them); the median of the windows' means.
+
+    Why not a short burst (do_bench's 100 ms): the H200 here runs at its 700 W power cap under
+    attention kernels, where the SM clock settles at 1.6-1.7 GHz, against 1.98 GHz for the
+    first fraction of a second after any idle spell (a JIT compile, a tensor allocation, the
+    previous kernel's host-side set-up). A burst timed right after such a spell ran up to 15 %
+    faster than the same kernel timed back to back, which made the peer comparison depend on
+    which kernel a script happened to time after a gap (bench/RESULTS.md)."""
+    fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    calls, batch = 0, 1
+    while True:  # warm, and learn the time per call; batches of at most ~50 ms
+        for _ in range(batch):
+            fn()
+        torch.cuda.synchronize()
+        calls += batch
+        elapsed = time.perf_counter() - start
+        if elapsed >= warm_s:
+            break
+        batch = max(1, min(2 * batch, int(0.05 * calls / elapsed)))
+    n = max(1, int(window_s * calls / elapsed))
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(windows + 1)]
+    events[0].record()
+    for w in range(windows):
+        for _ in range(n):
+            fn()
+        events[w + 1].record()
+    torch.cuda.synchronize()
+    means = sorted(events[w].elapsed_time(events[w + 1]) / n for w in range(windows))
+    return means[windows // 2]
+
+
+def time_ms(fn, how, reps=100):
+    """Milliseconds per call of fn: `sustained` (sustained_ms) or `burst` (do_bench's median
+    over reps milliseconds, after 25 ms of warm-up)."""
+    if how == "sustained":
+        return sustained_ms(fn)
+    return do_bench(fn, warmup=25, rep=reps, return_mode="median")

@@ -127,6 +127,8 @@ typedef struct fj__variant {
     uint8_t ctas_per_sm; /* WGMMA: blocks sharing an SM (2: of one consumer warpgroup each) */
     uint8_t exp_poly;    /* WGMMA: of every 8 score column blocks, those whose exp2 is a
                          ** polynomial on the FMA pipe (0: all on the MUFU unit) */
+    uint8_t lazy_rescale; /* WGMMA: a row's exponent base moves only when its maximum outgrows
+                          ** it by 2^8, so O is rarely rescaled */
     uint8_t overlap;     /* WGMMA: the softmax of a tile overlaps P V of the previous one */
     uint8_t pingpong;    /* WGMMA: the two consumer warpgroups take turns issuing products */
     uint8_t persistent;  /* WGMMA: 0 a block per work tile; a block per SM taking 1 every

@@ -93,6 +93,7 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_PARAMS])
     INT_PARAM(ctas_per_sm);
     INT_PARAM(exp_poly);
     BOOL_PARAM(q_in_regs);
+    BOOL_PARAM(lazy_rescale);
     BOOL_PARAM(overlap);
     BOOL_PARAM(pingpong);
     INT_PARAM(persistent);

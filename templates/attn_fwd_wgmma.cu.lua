@@ -26,7 +26,8 @@
 % -- ctas_per_sm (1, or 2 blocks of one consumer warpgroup sharing an SM: one's prologue and
 % -- epilogue run under the other's products), exp_poly (0..8: of every 8 column blocks of
 % -- scores, how many take exp2 from a polynomial on the FMA pipe rather than the MUFU unit,
-% -- which at d 64 is as busy as the tensor cores).
+% -- which at d 64 is as busy as the tensor cores), lazy_rescale (the softmax's exponent base
+% -- moves only when a row's maximum outgrows it by 2^8, so O is rarely rescaled).
 % -- persistent: 0 one block per work tile (BM query rows of a batch and head); 1 one block per
 % -- SM, each taking every gridDim.x-th tile; 2 one block per SM, tiles after the first taken
 % -- from a counter shared by the grid (tile_counter: two ints, zero at launch and left zero),
@@ -284,7 +285,15 @@ __device__ __forceinline__ void softmax_tile(float *sc, consumer_state &st,
 #pragma unroll
             for (int j = 0; j + w < BN / 8; j += 2 * w)
                 r[j] = fmaxf(r[j], r[j + w]);
-        const float mx = quad_max(fmaxf(st.row_max[h], r[0]));
+        float mx = quad_max(fmaxf(st.row_max[h], r[0]));
+% if lazy_rescale then
+        /* The exponent base moves only when the row's maximum has grown past it by more than
+        ** 2^8 (a row's first key always moves it from -inf); below that, P may reach 256 and
+        ** its row sum grows by as much, both well inside f32 and bf16/f16's ranges, and O
+        ** keeps its scale. (-inf minus -inf is NaN: a row with no key yet stays put.) */
+        if (!(TO_LOG2(mx) - TO_LOG2(st.row_max[h]) > 8.0f))
+            mx = st.row_max[h];
+% end
         /* A row with no key yet keeps max -inf; subtracting 0 then gives exp2(-inf) = 0. */
         const float base = mx == NEG_INF ? 0.0f : TO_LOG2(mx);
         alpha[h] = ex2(TO_LOG2(st.row_max[h]) - base);
@@ -323,6 +332,11 @@ __device__ __forceinline__ void pack_p(const float *sc, u32 (*p)[4])
 
 __device__ __forceinline__ void rescale(consumer_state &st, const float *alpha)
 {
+% if lazy_rescale then
+    /* Mostly every row of the warp kept its base: nothing to do. */
+    if (!__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f))
+        return;
+% end
 #pragma unroll
     for (int j = 0; j < DV / 8; j++) {
         st.o[4 * j + 0] *= alpha[0];

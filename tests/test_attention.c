@@ -421,7 +421,7 @@ static void test_masks_over_many_blocks(void **state)
 /* Many key tiles, both loop directions of the tensor-core kernel, both masks. */
 static void test_long_sequences(void **state)
 {
-    fjh_case cases[9];
+    fjh_case cases[11];
     size_t n = 0;
     int64_t lens[] = {1024, FJ_TEST_BACKEND == FJ_BACKEND_CUDA ? 2048 : 1024};
     for (int i = 0; i < 2; i++)
@@ -446,6 +446,14 @@ static void test_long_sequences(void **state)
         cases[n++].desc.causal = 1;
         cases[n] = base(2300, 1900, 48, FJ_DTYPE_F16);
         cases[n].heads_q = 4;
+        cases[n++].batch = 1;
+        /* d 128 from 4k keys: 160-key tiles (wgmma), the last one ragged. */
+        cases[n] = base(300, 4100, 128, FJ_DTYPE_BF16);
+        cases[n++].batch = 1;
+        /* Scores spread over 2^30 and more, so that rows' maxima outgrow the stale exponent
+        ** base of d 256 many times (wgmma's lazy rescaling). */
+        cases[n] = base(700, 1500, 256, FJ_DTYPE_BF16);
+        cases[n].desc.softmax_scale = 1.0f;
         cases[n++].batch = 1;
     }
     run_cases(state, cases, n);

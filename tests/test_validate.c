@@ -520,10 +520,11 @@ static void test_config_overrides(void **state)
     assert_int_equal(fj__apply_config(&v,
                                       "path=wgmma,tile_m=192,tile_n=112,warps=16,stages=3,"
                                       "overlap=1,pingpong=0,persistent=2,kk_unroll=1,q_in_regs=0,"
-                                      "q_stages=2,ctas_per_sm=2,exp_poly=3",
+                                      "q_stages=2,ctas_per_sm=2,exp_poly=3,lazy_rescale=1",
                                       &err),
                      0);
     assert_int_equal(v.q_stages, 2);
+    assert_int_equal(v.lazy_rescale, 1);
     assert_int_equal(v.exp_poly, 3);
     assert_int_equal(v.ctas_per_sm, 2);
     assert_int_equal(v.tile_m, 192);
@@ -575,6 +576,21 @@ static void test_plan_paths_on_hopper(void **state)
     assert_int_equal(v.persistent, 1);    /* no band: tiles strided over the grid */
     assert_int_equal(v.exp_poly, 2);      /* d 64, 128-row tiles: some exponentials off MUFU */
     assert_true(v.overlap && v.pingpong); /* two warpgroups taking turns */
+    assert_int_equal(v.lazy_rescale, 0);  /* O rescaled for every key tile */
+    /* d 128 from 4k keys without a band: 160-key tiles in two ring slots. */
+    request big;
+    baseline(&big);
+    dense(&big.q, FJ_DTYPE_BF16, 4, (int64_t[]){1, 4096, 16, 128});
+    dense(&big.k, FJ_DTYPE_BF16, 4, (int64_t[]){1, 4096, 16, 128});
+    dense(&big.v, FJ_DTYPE_BF16, 4, (int64_t[]){1, 4096, 16, 128});
+    dense(&big.out, FJ_DTYPE_BF16, 4, (int64_t[]){1, 4096, 16, 128});
+    big.use_lse = 0;
+    fj__problem bp;
+    assert_int_equal(validate(&big, &bp, &err, 0), FJ_OK);
+    fj__plan_forward(&bp, &hopper, NULL, &v);
+    assert_int_equal(v.tile_n, 160);
+    assert_int_equal(v.stages, 2);
+    assert_true(fj__variant_fits(&v, &hopper));
     fj__plan_forward(&p, &hopper, "path=mma", &v);
     assert_int_equal(v.path, FJ__PATH_MMA);
     /* A configuration that does not fit is ignored. */
@@ -615,6 +631,7 @@ static void test_plan_paths_on_hopper(void **state)
     assert_int_equal(v.path, FJ__PATH_WGMMA);
     assert_int_equal(128 % v.tile_n, 0);
     assert_int_equal(128 % v.tile_m, 0);
+    assert_int_equal(v.lazy_rescale, 1); /* d 256: O rescaled only when a maximum outgrows its base */
     fj__plan_forward(&p, &hopper, "tile_n=80", &v); /* does not divide: ignored */
     assert_int_equal(128 % v.tile_n, 0);
     fj__plan_forward(&p, &hopper, "path=mma", &v);
