@@ -173,9 +173,12 @@ static void plan_wgmma(fj__variant *v, const fj__problem *p, const fj_device_inf
         v->overlap = 1;
         v->pingpong = 1;
     }
-    /* d 128 without a band from 4k keys: 160-key tiles in two slots (FA3's shape), +1-3 % at
-    ** 4k-16k in the steady state (bench/RESULTS.md); at 2k, where 160 leaves a sliver, even. */
-    if (widest > 64 && widest <= 128 && !uneven && !v->bias && p->seqlen_k >= 4096) {
+    /* d 128 without a band from 4k keys: 160-key tiles in two slots and one Q buffer (FA3's
+    ** shape), +1-4 % at 4k-16k in the steady state (bench/RESULTS.md; a second Q buffer fits
+    ** but measured 2 % slower at 4k); at 2k, where 160 leaves a sliver, even. */
+    const int wide_keys =
+        widest > 64 && widest <= 128 && !uneven && !v->bias && p->seqlen_k >= 4096;
+    if (wide_keys) {
         v->tile_n = 160;
         v->stages = 2;
     }
@@ -196,7 +199,7 @@ static void plan_wgmma(fj__variant *v, const fj__problem *p, const fj_device_inf
         v->exp_poly = 2;
     /* A second Q buffer where shared memory allows (d 64; d 128 with two stages): the next
     ** work tile's Q is copied while this one runs instead of after its last S = Q K^T. */
-    v->q_stages = 2;
+    v->q_stages = wide_keys ? 1 : 2;
     if (!fj__variant_fits(v, dev))
         v->q_stages = 1;
 }
@@ -361,7 +364,8 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
                v->stages <= 4 && v->q_stages >= 1 && v->q_stages <= 2 &&
                v->head_dim_pad % 64 == 0 && v->head_dim_v_pad % 64 == 0 && v->head_dim_pad <= 256 &&
                v->head_dim_v_pad <= 256 && v->ctas_per_sm >= 1 && v->ctas_per_sm <= 2 &&
-               (v->ctas_per_sm == 1 || consumers == 1) && v->exp_poly <= 8 && v->lazy_rescale <= 1 &&
+               (v->ctas_per_sm == 1 || consumers == 1) && v->exp_poly <= 8 &&
+               v->lazy_rescale <= 1 &&
                registers <= wgmma_consumer_registers(consumers, v->ctas_per_sm) &&
                (!(v->block_mask || fj__variant_element_masks(v)) ||
                 (128 % v->tile_m == 0 && 128 % v->tile_n == 0)) &&

@@ -590,6 +590,7 @@ static void test_plan_paths_on_hopper(void **state)
     fj__plan_forward(&bp, &hopper, NULL, &v);
     assert_int_equal(v.tile_n, 160);
     assert_int_equal(v.stages, 2);
+    assert_int_equal(v.q_stages, 1);
     assert_true(fj__variant_fits(&v, &hopper));
     fj__plan_forward(&p, &hopper, "path=mma", &v);
     assert_int_equal(v.path, FJ__PATH_MMA);
@@ -631,7 +632,8 @@ static void test_plan_paths_on_hopper(void **state)
     assert_int_equal(v.path, FJ__PATH_WGMMA);
     assert_int_equal(128 % v.tile_n, 0);
     assert_int_equal(128 % v.tile_m, 0);
-    assert_int_equal(v.lazy_rescale, 1); /* d 256: O rescaled only when a maximum outgrows its base */
+    assert_int_equal(v.lazy_rescale,
+                     1); /* d 256: O rescaled only when a maximum outgrows its base */
     fj__plan_forward(&p, &hopper, "tile_n=80", &v); /* does not divide: ignored */
     assert_int_equal(128 % v.tile_n, 0);
     fj__plan_forward(&p, &hopper, "path=mma", &v);
