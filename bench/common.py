@@ -33,11 +33,11 @@ def sustained_ms(fn, warm_s=1.0, windows=9, window_s=0.1):
     to back for warm_s seconds, then `windows` consecutive windows of about window_s each are
     timed with CUDA events (no gap between them); the median of the windows' means.
 
-    Why not a short burst (do_bench's 100 ms): the H200 here runs at its 700 W power cap under
-    attention kernels, where the SM clock settles at 1.6-1.7 GHz, against 1.98 GHz for the
-    first fraction of a second after any idle spell (a JIT compile, a tensor allocation, the
-    previous kernel's host-side set-up). A burst timed right after such a spell ran up to 15 %
-    faster than the same kernel timed back to back, which made the peer comparison depend on
+    Why not a short burst (do_bench's 100 ms): the H200 here runs attention kernels at its
+    700 W power cap, where the SM clock settles between about 1.5 and 1.95 GHz by kernel,
+    against 1.98 GHz for the first fraction of a second after any idle spell (a JIT compile, a
+    tensor allocation, a cuDNN plan). A burst timed right after such a spell ran up to 15 %
+    faster than the same kernel timed in the steady state, so the peer comparison depended on
     which kernel a script happened to time after a gap (bench/RESULTS.md)."""
     fn()
     torch.cuda.synchronize()

@@ -17,7 +17,7 @@ python3 - "$dir" <<'PY'
 import os, sqlite3, sys
 d = sys.argv[1]
 fields = ("head_dim_pad", "local_mask", "tile_m", "tile_n", "stages", "overlap", "pingpong",
-          "persistent", "exp_poly")
+          "persistent", "exp_poly", "lazy_rescale")
 rows = sqlite3.connect(os.path.join(d, "grid.db")).execute(
     "SELECT key, variant_text, binary FROM kernels WHERE variant_text LIKE '%attn_fwd_wgmma%'")
 for key, text, binary in rows:
