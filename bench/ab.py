@@ -17,7 +17,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import flashjit  # noqa: E402
-from common import grid_shape, heat, tflops, time_ms  # noqa: E402
+from common import add_timing_args, grid_shape, heat, tflops, time_ms  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--lib", default=None)
@@ -25,9 +25,7 @@ ap.add_argument("--d", default="64")
 ap.add_argument("--s", default="1024")
 ap.add_argument("--causal", default="0")
 ap.add_argument("--rounds", type=int, default=2)
-ap.add_argument("--timing", default="sustained", choices=["sustained", "burst"],
-                help="sustained: steady state under each kernel's own load (common.py); burst: do_bench")
-ap.add_argument("--reps", type=int, default=100, help="burst timing: do_bench rep time in ms")
+add_timing_args(ap)
 ap.add_argument("configs", nargs="+")
 args = ap.parse_args()
 

@@ -16,7 +16,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import flashjit  # noqa: E402
-from common import grid_shape, heat, tflops, time_ms  # noqa: E402
+from common import add_timing_args, grid_shape, heat, tflops, time_ms  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--lib", default=None)
@@ -24,9 +24,7 @@ ap.add_argument("--quick", action="store_true")
 ap.add_argument("--d", default="64,128,256")
 ap.add_argument("--s", default="512,1024,2048,4096,8192,16384")
 ap.add_argument("--causal", default="0,1")
-ap.add_argument("--timing", default="sustained", choices=["sustained", "burst"],
-                help="sustained: steady state under each kernel's own load (common.py); burst: do_bench")
-ap.add_argument("--reps", type=int, default=100, help="burst timing: do_bench rep time in ms")
+add_timing_args(ap)
 ap.add_argument("--peers", type=int, default=1, help="0: time flashjit only")
 ap.add_argument("--cache", default=":memory:", help="kernel cache (a tuned one: its records apply)")
 ap.add_argument("--tag", default="", help="a label printed on every line (e.g. the config)")

@@ -18,16 +18,14 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import flashjit  # noqa: E402
-from common import heat, time_ms  # noqa: E402
+from common import add_timing_args, heat, time_ms  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--lib", default=None)
 ap.add_argument("--s", type=int, default=8192)
 ap.add_argument("--d", type=int, default=128)
 ap.add_argument("--hidden", type=int, default=2048)
-ap.add_argument("--timing", default="sustained", choices=["sustained", "burst"],
-                help="sustained: steady state under each kernel's own load (common.py); burst: do_bench")
-ap.add_argument("--reps", type=int, default=100, help="burst timing: do_bench rep time in ms")
+add_timing_args(ap)
 ap.add_argument("--cases", default="all",
                 help="comma-separated: causal,window,documents,prefix_lm,block_sparse,builtin,bias")
 ap.add_argument("--out", default=os.environ.get("OUT", "."))

@@ -64,6 +64,13 @@ def sustained_ms(fn, warm_s=1.0, windows=9, window_s=0.1):
     return means[windows // 2]
 
 
+def add_timing_args(ap):
+    """The timing options every benchmark takes: --timing and --reps (see time_ms)."""
+    ap.add_argument("--timing", default="sustained", choices=["sustained", "burst"],
+                    help="sustained: the steady state under each kernel's own load; burst: do_bench")
+    ap.add_argument("--reps", type=int, default=100, help="burst timing: do_bench rep time in ms")
+
+
 def time_ms(fn, how, reps=100):
     """Milliseconds per call of fn: `sustained` (sustained_ms) or `burst` (do_bench's median
     over reps milliseconds, after 25 ms of warm-up)."""

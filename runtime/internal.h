@@ -121,21 +121,21 @@ typedef struct fj__variant {
     uint8_t local_mask; /* causal or sliding window: per-element masking near the diagonal */
     uint8_t softcap;    /* tanh soft-capping of scores */
     uint8_t write_lse;
-    uint8_t neg_scale;   /* softmax_scale < 0 (maxima must be taken on scaled scores) */
-    uint8_t stages;      /* WGMMA: key/value tiles in flight (shared-memory ring slots) */
-    uint8_t q_stages;    /* WGMMA: Q buffers (2: the next work tile's Q loads during this one) */
-    uint8_t ctas_per_sm; /* WGMMA: blocks sharing an SM (2: of one consumer warpgroup each) */
-    uint8_t exp_poly;    /* WGMMA: of every 8 score column blocks, those whose exp2 is a
-                         ** polynomial on the FMA pipe (0: all on the MUFU unit) */
+    uint8_t neg_scale;    /* softmax_scale < 0 (maxima must be taken on scaled scores) */
+    uint8_t stages;       /* WGMMA: key/value tiles in flight (shared-memory ring slots) */
+    uint8_t q_stages;     /* WGMMA: Q buffers (2: the next work tile's Q loads during this one) */
+    uint8_t ctas_per_sm;  /* WGMMA: blocks sharing an SM (2: of one consumer warpgroup each) */
+    uint8_t exp_poly;     /* WGMMA: of every 8 score column blocks, those whose exp2 is a
+                          ** polynomial on the FMA pipe (0: all on the MUFU unit) */
     uint8_t lazy_rescale; /* WGMMA: a row's exponent base moves only when its maximum outgrows
                           ** it by 2^8, so O is rarely rescaled */
-    uint8_t overlap;     /* WGMMA: the softmax of a tile overlaps P V of the previous one */
-    uint8_t pingpong;    /* WGMMA: the two consumer warpgroups take turns issuing products */
-    uint8_t persistent;  /* WGMMA: 0 a block per work tile; a block per SM taking 1 every
-                         ** gridDim.x-th tile, 2 tiles from a counter shared by the grid, or
-                         ** 3 tiles dealt zigzag by rounds */
-    uint8_t alibi;       /* ALiBi slopes */
-    uint8_t bias;        /* additive bias: 0 none, 1 f32, 2 in q's dtype */
+    uint8_t overlap;      /* WGMMA: the softmax of a tile overlaps P V of the previous one */
+    uint8_t pingpong;     /* WGMMA: the two consumer warpgroups take turns issuing products */
+    uint8_t persistent;   /* WGMMA: 0 a block per work tile; a block per SM taking 1 every
+                          ** gridDim.x-th tile, 2 tiles from a counter shared by the grid, or
+                          ** 3 tiles dealt zigzag by rounds */
+    uint8_t alibi;        /* ALiBi slopes */
+    uint8_t bias;         /* additive bias: 0 none, 1 f32, 2 in q's dtype */
     uint8_t mask_tensor;
     uint8_t varlen;       /* 0 dense, 1 packed sequences, 2 and seqused_k */
     uint8_t mask_ranges;  /* 0 none, else the ranges' columns per key (2 or 4) */

@@ -333,7 +333,7 @@ __device__ __forceinline__ void pack_p(const float *sc, u32 (*p)[4])
 __device__ __forceinline__ void rescale(consumer_state &st, const float *alpha)
 {
 % if lazy_rescale then
-    /* Mostly every row of the warp kept its base: nothing to do. */
+    /* No row of the warp moved its base (the common case): O keeps its scale. */
     if (!__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f))
         return;
 % end
