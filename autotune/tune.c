@@ -1,24 +1,18 @@
 /* The autotuner: for one request's shape bucket, compile the candidate tile configurations in
-** parallel, run each on the request's own tensors, drop those that fail, spill or disagree with
-** the heuristic's result, time the rest, and keep the winner (and every measurement) in the
-** cache's tunings table, keyed by device fingerprint and bucket. */
+** parallel, run each plan on the request's own tensors, drop those that fail, spill or disagree
+** with the heuristic's result, time the rest, and keep the winner (and every measurement) in
+** the cache's tunings table, keyed by device fingerprint and bucket. */
 #define _POSIX_C_SOURCE 200809L
+#include "tune.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-
-#include "../runtime/context.h"
 
 #define TUNE_MAX_CANDIDATES 48
 #define TUNE_MIN_REPS 5
 #define TUNE_MAX_REPS 20
 #define TUNE_BUDGET_MS 200.0
-
-void fj__fingerprint(const fj_context *ctx, char *buf, size_t size)
-{
-    snprintf(buf, size, "%s|%s|%d|%s|%s", ctx->ops->name, ctx->device.name,
-             (int)ctx->device.compute_units, ctx->device.driver, ctx->ops->target(ctx->backend));
-}
 
 static long long pow2_at_least(long long x, long long floor)
 {
@@ -28,24 +22,33 @@ static long long pow2_at_least(long long x, long long floor)
     return p;
 }
 
-void fj__tune_bucket(const fj__problem *p, const fj__variant *v, char *buf, size_t size)
+void fj__tune_bucket(const fj__features *f, const fj__variant *v, char *buf, size_t size)
 {
     const char *mask = !v->local_mask                               ? "none"
-                       : p->window_right == 0 && p->window_left < 0 ? "causal"
+                       : f->window_right == 0 && f->window_left < 0 ? "causal"
                                                                     : "window";
     snprintf(buf, size,
              "fwd.%s|%s|d=%d|dv=%d|sq=%lld|sk=%lld|bh=%lld|mask=%s|softcap=%d|lse=%d|neg=%d",
-             v->path == FJ__PATH_WGMMA ? "wgmma" : v->path == FJ__PATH_MMA ? "mma" : "simt",
-             fj__dtype_name(p->dtype),
-             (int)v->head_dim_pad, (int)v->head_dim_v_pad, pow2_at_least(p->seqlen_q, 64),
-             pow2_at_least(p->seqlen_k, 64), pow2_at_least(p->batch * p->heads_q, 1), mask,
-             (int)v->softcap, (int)v->write_lse, (int)v->neg_scale);
+             v->path == FJ__PATH_WGMMA ? "wgmma"
+             : v->path == FJ__PATH_MMA ? "mma"
+                                       : "simt",
+             fj__dtype_name((fj_dtype)f->q_dtype), (int)v->head_dim_pad, (int)v->head_dim_v_pad,
+             pow2_at_least(f->seqlen_q, 64), pow2_at_least(f->seqlen_k, 64),
+             pow2_at_least(f->batch * f->heads_q, 1), mask, (int)v->softcap, (int)v->write_lse,
+             (int)v->neg_scale);
     if (v->alibi || v->bias || v->mask_tensor || v->varlen || v->mask_ranges || v->block_mask) {
         size_t used = strlen(buf);
         snprintf(buf + used, size - used, "|terms=%s%s%s%s%s%s", v->alibi ? "a" : "",
-                 v->bias == 1 ? "b32" : v->bias ? "b" : "", v->mask_tensor ? "m" : "",
-                 v->varlen == 2 ? "vu" : v->varlen ? "v" : "",
-                 v->mask_ranges == 4 ? "r4" : v->mask_ranges ? "r2" : "",
+                 v->bias == 1 ? "b32"
+                 : v->bias    ? "b"
+                              : "",
+                 v->mask_tensor ? "m" : "",
+                 v->varlen == 2 ? "vu"
+                 : v->varlen    ? "v"
+                                : "",
+                 v->mask_ranges == 4 ? "r4"
+                 : v->mask_ranges    ? "r2"
+                                     : "",
                  v->block_mask ? "k" : "");
     }
     if (v->mask_mod || v->score_mod) {
@@ -59,55 +62,75 @@ void fj__tune_bucket(const fj__problem *p, const fj__variant *v, char *buf, size
     }
 }
 
-/* Remembers a bucket's record (config NULL for none) in the context. */
-static const char *remember(fj_context *ctx, const char *bucket, char *config)
+/* A bucket and its record (config NULL for none). */
+typedef struct memo_entry {
+    char *bucket;
+    char *config;
+} memo_entry;
+
+struct fj__tune_memo {
+    memo_entry *entries;
+    size_t n, cap;
+};
+
+/* Remembers a bucket's record (config NULL for none), taking config; returns it. */
+static const char *remember(fj__tune_memo **memo, const char *bucket, char *config)
 {
-    if (ctx->ntuned == ctx->captuned) {
-        size_t cap = ctx->captuned ? 2 * ctx->captuned : 16;
-        fj__tuned *grown = realloc(ctx->tuned, cap * sizeof *grown);
+    if (!*memo && !(*memo = calloc(1, sizeof **memo))) {
+        free(config);
+        return NULL;
+    }
+    fj__tune_memo *m = *memo;
+    if (m->n == m->cap) {
+        size_t cap = m->cap ? 2 * m->cap : 16;
+        memo_entry *grown = realloc(m->entries, cap * sizeof *grown);
         if (!grown) {
             free(config);
             return NULL;
         }
-        ctx->tuned = grown;
-        ctx->captuned = cap;
+        m->entries = grown;
+        m->cap = cap;
     }
     char *b = fj__strdup(bucket);
     if (!b) {
         free(config);
         return NULL;
     }
-    ctx->tuned[ctx->ntuned++] = (fj__tuned){.bucket = b, .config = config};
+    m->entries[m->n++] = (memo_entry){.bucket = b, .config = config};
     return config;
 }
 
-static fj__tuned *find_tuned(fj_context *ctx, const char *bucket)
+static memo_entry *find_memo(fj__tune_memo *m, const char *bucket)
 {
-    for (size_t i = 0; i < ctx->ntuned; i++)
-        if (strcmp(ctx->tuned[i].bucket, bucket) == 0)
-            return &ctx->tuned[i];
+    for (size_t i = 0; m && i < m->n; i++)
+        if (strcmp(m->entries[i].bucket, bucket) == 0)
+            return &m->entries[i];
     return NULL;
 }
 
-const char *fj__tuned_config(fj_context *ctx, const char *bucket)
+const char *fj__tuned_config(fj__tune_memo **memo, fj_cache *cache, const char *fingerprint,
+                             const char *bucket)
 {
-    fj__tuned *t = find_tuned(ctx, bucket);
-    if (t)
-        return t->config;
+    memo_entry *e = find_memo(*memo, bucket);
+    if (e)
+        return e->config;
     char *config = NULL;
     double us = 0;
-    cache_get_tuning(ctx->cache, ctx->fingerprint, bucket, "fwd", &config, &us);
-    return remember(ctx, bucket, config);
+    cache_get_tuning(cache, fingerprint, bucket, "fwd", &config, &us);
+    return remember(memo, bucket, config);
 }
 
-void fj__tuned_release(fj_context *ctx)
+void fj__tune_memo_free(fj__tune_memo **memo)
 {
-    for (size_t i = 0; i < ctx->ntuned; i++) {
-        FJ_FREE(ctx->tuned[i].bucket);
-        FJ_FREE(ctx->tuned[i].config);
+    fj__tune_memo *m = *memo;
+    if (!m)
+        return;
+    for (size_t i = 0; i < m->n; i++) {
+        FJ_FREE(m->entries[i].bucket);
+        FJ_FREE(m->entries[i].config);
     }
-    FJ_FREE(ctx->tuned);
-    ctx->ntuned = ctx->captuned = 0;
+    FJ_FREE(m->entries);
+    FJ_FREE(*memo);
 }
 
 static int contains(const fj__variant *vs, int n, const fj__variant *v)
@@ -185,15 +208,6 @@ static int search_space(const fj__variant *h, const fj_device_info *dev, fj__var
     return n;
 }
 
-/* The bytes of a tensor's storage, from its first element to its last. */
-static size_t span_bytes(const fj_tensor *t)
-{
-    int64_t last = 0;
-    for (int i = 0; i < t->ndim; i++)
-        last += (t->shape[i] - 1) * t->stride[i];
-    return (size_t)(last + 1) * fj_dtype_size(t->dtype);
-}
-
 static float to_float(fj_dtype dtype, const unsigned char *p)
 {
     uint16_t h;
@@ -237,16 +251,15 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Median host time of synchronised runs, in microseconds; negative on failure. */
-static double time_variant(fj_context *ctx, const fj__problem *p, const fj__variant *v,
-                           void *stream)
+/* Median host time of runs of v's plan (each waited for), in microseconds; negative on
+** failure. */
+static double time_variant(const fj__tune_host *h, const fj__variant *v)
 {
     double times[TUNE_MAX_REPS], start = fj__now_ms();
     int n = 0;
     while (n < TUNE_MAX_REPS && (n < TUNE_MIN_REPS || fj__now_ms() - start < TUNE_BUDGET_MS)) {
         double t0 = fj__now_ms();
-        if (fj__forward_variant(ctx, p, v, stream) != FJ_OK ||
-            ctx->ops->synchronize(ctx->backend, stream) != FJ_OK)
+        if (h->run(h->ud, v) != FJ_OK)
             return -1;
         times[n++] = (fj__now_ms() - t0) * 1e3;
     }
@@ -271,14 +284,15 @@ static void json_add(char *json, size_t size, const char *config, double us, con
                  config, us);
 }
 
-fj_status fj__tune(fj_context *ctx, const fj__problem *p, const fj__variant *heuristic,
-                   void *stream, fj_tune_result *r)
+fj_status fj__tune(const fj__tune_host *h, fj__tune_memo **memo, fj_cache *cache,
+                   const char *fingerprint, const fj__features *f, const fj__variant *heuristic,
+                   fj_dtype out_dtype, size_t out_bytes, fj_tune_result *r, fj__err *err)
 {
     size_t struct_size = r->struct_size;
     memset(r, 0, sizeof *r);
     r->struct_size = struct_size;
-    fj__tune_bucket(p, heuristic, r->bucket, sizeof r->bucket);
-    const char *record = fj__tuned_config(ctx, r->bucket);
+    fj__tune_bucket(f, heuristic, r->bucket, sizeof r->bucket);
+    const char *record = fj__tuned_config(memo, cache, fingerprint, r->bucket);
     if (record) {
         r->from_record = 1;
         snprintf(r->best_config, sizeof r->best_config, "%s", record);
@@ -288,57 +302,50 @@ fj_status fj__tune(fj_context *ctx, const fj__problem *p, const fj__variant *heu
     fj__variant cands[TUNE_MAX_CANDIDATES];
     fj_status status[TUNE_MAX_CANDIDATES];
     char why[TUNE_MAX_CANDIDATES][160];
-    int n = search_space(heuristic, &ctx->device, cands);
+    int n = search_space(heuristic, h->device, cands);
     r->candidates = n;
-    fj_status st = fj__kernels_prepare(ctx, cands, n, status, why);
+    fj_status st = h->prepare(h->ud, cands, n, status, why);
     if (st != FJ_OK)
         return st;
     if (status[0] != FJ_OK)
-        return fj__fail(&ctx->err, status[0], "tuning: the heuristic's kernel: %s", why[0]);
+        return fj__fail(err, status[0], "tuning: the heuristic's kernel: %s", why[0]);
 
     /* The heuristic's output is the reference every candidate must reproduce. */
-    size_t bytes = span_bytes(p->out);
-    unsigned char *ref = malloc(bytes), *got = malloc(bytes);
+    unsigned char *ref = malloc(out_bytes), *got = malloc(out_bytes);
     char *json = malloc(16384);
     if (!ref || !got || !json) {
         free(ref);
         free(got);
         free(json);
-        return fj__fail(&ctx->err, FJ_ERR_OUT_OF_MEMORY, "tuning: out of memory");
+        return fj__fail(err, FJ_ERR_OUT_OF_MEMORY, "tuning: out of memory");
     }
     strcpy(json, "[");
-    st = fj__forward_variant(ctx, p, &cands[0], stream);
+    st = h->run(h->ud, &cands[0]);
     if (st == FJ_OK)
-        st = ctx->ops->synchronize(ctx->backend, stream);
-    if (st == FJ_OK)
-        st = ctx->ops->copy_d2h(ctx->backend, ref, p->out->data, bytes);
+        st = h->read_output(h->ud, ref, out_bytes);
+    if (st != FJ_OK)
+        fj__fail(err, st, "tuning: the heuristic's plan: %s", h->last_error(h->ud));
     int best = -1;
     double best_us = INFINITY;
     for (int i = 0; i < n && st == FJ_OK; i++) {
         char config[128];
         fj__variant_config(&cands[i], config, sizeof config);
-        int32_t spills = 0;
-        const fj__kernel *k = NULL;
-        if (status[i] == FJ_OK && fj__kernel_get(ctx, &cands[i], &k) == FJ_OK)
-            spills = k->spill_bytes;
+        int32_t spills = status[i] == FJ_OK ? h->spills(h->ud, &cands[i]) : 0;
         if (status[i] == FJ_OK && spills > 0 && i > 0)
             snprintf(why[i], sizeof why[i], "spills %d bytes", (int)spills);
         double us = -1, diff = 0, mag = 0;
         if (status[i] == FJ_OK && !why[i][0]) {
-            fj__err saved = ctx->err;
-            if (fj__forward_variant(ctx, p, &cands[i], stream) != FJ_OK ||
-                ctx->ops->synchronize(ctx->backend, stream) != FJ_OK ||
-                ctx->ops->copy_d2h(ctx->backend, got, p->out->data, bytes) != FJ_OK) {
-                snprintf(why[i], sizeof why[i], "failed to run: %.120s", ctx->err.msg);
+            if (h->run(h->ud, &cands[i]) != FJ_OK ||
+                h->read_output(h->ud, got, out_bytes) != FJ_OK) {
+                snprintf(why[i], sizeof why[i], "failed to run: %.120s", h->last_error(h->ud));
             } else {
-                compare(p->dtype, got, ref, bytes, &diff, &mag);
-                double tol = (p->dtype == FJ_DTYPE_F32 ? 1e-4 : 2e-2) * fmax(1.0, mag);
+                compare(out_dtype, got, ref, out_bytes, &diff, &mag);
+                double tol = (out_dtype == FJ_DTYPE_F32 ? 1e-4 : 2e-2) * fmax(1.0, mag);
                 if (diff > tol)
                     snprintf(why[i], sizeof why[i], "differs from the heuristic by %.3g", diff);
-                else if ((us = time_variant(ctx, p, &cands[i], stream)) < 0)
-                    snprintf(why[i], sizeof why[i], "failed to run: %.120s", ctx->err.msg);
+                else if ((us = time_variant(h, &cands[i])) < 0)
+                    snprintf(why[i], sizeof why[i], "failed to run: %.120s", h->last_error(h->ud));
             }
-            ctx->err = saved;
         }
         if (why[i][0]) {
             r->dropped++;
@@ -354,21 +361,23 @@ fj_status fj__tune(fj_context *ctx, const fj__problem *p, const fj__variant *heu
         }
     }
     if (st == FJ_OK && best < 0)
-        st = fj__fail(&ctx->err, FJ_ERR_BACKEND, "tuning %s: no candidate ran", r->bucket);
+        st = fj__fail(err, FJ_ERR_BACKEND, "tuning %s: no candidate ran", r->bucket);
     if (st == FJ_OK) {
         strcat(json, "]");
         r->best_us = best_us;
         fj__variant_config(&cands[best], r->best_config, sizeof r->best_config);
-        cache_put_tuning(ctx->cache, ctx->fingerprint, r->bucket, "fwd", r->best_config, best_us,
-                         json, &ctx->err);
-        ctx->last_plan_valid = 0; /* the next call must see the new record */
-        fj__tuned *t = find_tuned(ctx, r->bucket);
+        fj__err warn = {{0}};
+        cache_put_tuning(cache, fingerprint, r->bucket, "fwd", r->best_config, best_us, json,
+                         &warn);
+        if (warn.msg[0])
+            fj__fail(err, FJ_OK, "%s", warn.msg);
+        memo_entry *e = find_memo(*memo, r->bucket);
         char *copy = fj__strdup(r->best_config);
-        if (t) {
-            free(t->config);
-            t->config = copy;
+        if (e) {
+            free(e->config);
+            e->config = copy;
         } else {
-            remember(ctx, r->bucket, copy);
+            remember(memo, r->bucket, copy);
         }
     }
     free(ref);

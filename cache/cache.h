@@ -4,7 +4,7 @@
 #ifndef FJ_CACHE_H
 #define FJ_CACHE_H
 
-#include "../runtime/internal.h"
+#include "../core/core.h"
 
 #define CACHE_SCHEMA_VERSION 1
 #define CACHE_APPLICATION_ID 0x464a4954 /* "FJIT" */

@@ -59,7 +59,6 @@ const char *fj_context_cache_path(const fj_context *ctx)
 /* The first-version size of fj_context_options: the smallest struct_size accepted. */
 #define FJ__OPTIONS_V1_SIZE (offsetof(fj_context_options, cache_path) + sizeof(const char *))
 
-/* The default cache location; see fj_context_options.cache_path. malloc'd. */
 char *fj__default_cache_path(void)
 {
     const char *env = getenv("FLASHJIT_CACHE");
@@ -189,12 +188,10 @@ void fj_context_destroy(fj_context *ctx)
 {
     if (!ctx)
         return;
-    fj__tuned_release(ctx);
-    fj__mods_release(ctx);
+    fj__tune_memo_free(&ctx->tuned);
+    fj__mods_free(&ctx->mods);
     if (ctx->backend) {
-        if (ctx->tile_counters)
-            ctx->ops->mem_free(ctx->backend, ctx->tile_counters);
-        fj__class_buffers_release(ctx);
+        fj__arenas_release(ctx);
         fj__kernels_release(ctx);
         ctx->ops->destroy(ctx->backend);
     }

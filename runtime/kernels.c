@@ -2,13 +2,13 @@
 ** render the template, compile, load and store the binary in the user cache. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <pthread.h>
 #include <unistd.h>
 
-#include "variant.h"
+#include "context.h"
 
 const char *fj__compile_options(fj_backend_kind backend)
 {
@@ -16,30 +16,10 @@ const char *fj__compile_options(fj_backend_kind backend)
     return backend == FJ_BACKEND_OPENCL ? "-cl-std=CL1.2" : "";
 }
 
-fj_status fj__variant_key(const fj__variant *v, const char *target, const char *template_hash,
-                          char **text, char hash[65], fj__err *err)
-{
-    size_t len = fj__variant_key_text(v, target, template_hash, NULL, 0);
-    *text = malloc(len + 1);
-    if (!*text)
-        return fj__fail(err, FJ_ERR_OUT_OF_MEMORY, "out of memory for a variant key");
-    fj__variant_key_text(v, target, template_hash, *text, len + 1);
-    fj__sha256_hex(*text, len, hash);
-    return FJ_OK;
-}
-
-fj_status fj__variant_render(const fj__variant *v, const char *key_text, char **source,
-                             fj__err *err)
-{
-    tpl_param params[FJ__MAX_PARAMS];
-    int n = fj__variant_params(v, params);
-    return tpl_render(fj__variant_template(v), params, n, key_text, source, err);
-}
-
-/* With $FLASHJIT_DUMP=DIR, writes DIR/<hash>.src, .opts and .log so that any compile can be
-** reproduced by hand. Best effort: a dump that fails is ignored. */
-void fj__dump_compile(const char *key_hash, const char *key_text, const char *source,
-                      const char *options, const char *log)
+/* With $FLASHJIT_DUMP=DIR, writes DIR/<hash>.src, .opts, .log and .key so that any compile can
+** be reproduced by hand. Best effort: a dump that fails is ignored. */
+static void dump_compile(const char *key_hash, const char *key_text, const char *source,
+                         const char *options, const char *log)
 {
     const char *dir = getenv("FLASHJIT_DUMP");
     if (!dir || !dir[0])
@@ -58,6 +38,72 @@ void fj__dump_compile(const char *key_hash, const char *key_text, const char *so
     }
 }
 
+fj_status fj__compile_job_key(fj__compile_job *job)
+{
+    job->status = fj__variant_key(&job->variant, job->target, job->template_hash, &job->key_text,
+                                  job->key_hash, &job->err);
+    return job->status;
+}
+
+void fj__compile_job_run(fj__compile_job *job)
+{
+    const char *options = fj__compile_options(job->backend);
+    char *source = NULL;
+    double t0 = fj__now_ms();
+    job->status = fj__variant_render(&job->variant, job->key_text, &source, &job->err);
+    double t1 = fj__now_ms();
+    job->render_ms = t1 - t0;
+    if (job->status == FJ_OK) {
+        job->status =
+            job->compile(job->compile_ud, source, options, &job->binary, &job->log, &job->err);
+        job->compile_ms = fj__now_ms() - t1;
+        dump_compile(job->key_hash, job->key_text, source, options, job->log);
+    }
+    free(source);
+}
+
+void fj__compile_job_clear(fj__compile_job *job)
+{
+    FJ_FREE(job->key_text);
+    FJ_FREE(job->binary.data);
+    FJ_FREE(job->log);
+}
+
+/* The context's backend as a compile function (thread-safe: it reports into the job's err). */
+static fj_status backend_compile(void *ud, const char *source, const char *options,
+                                 fj__blob *binary, char **log, fj__err *err)
+{
+    const fj_context *ctx = ud;
+    return ctx->ops->compile(ctx->backend, source, options, binary, log, err);
+}
+
+/* A compile job for v on ctx's backend, its key computed. */
+static fj_status job_for(fj_context *ctx, const fj__variant *v, fj__compile_job *job)
+{
+    memset(job, 0, sizeof *job);
+    job->variant = *v;
+    job->target = ctx->ops->target(ctx->backend);
+    job->template_hash = ctx->template_hash;
+    job->backend = ctx->ops->kind;
+    job->compile = backend_compile;
+    job->compile_ud = ctx;
+    return fj__compile_job_key(job);
+}
+
+/* Adds what getting one kernel cost to the call's report; the report's source is the costliest
+** of the call's kernels. */
+static void report(fj_context *ctx, fj_kernel_source source, double lookup_ms, double render_ms,
+                   double compile_ms, double load_ms)
+{
+    fj_call_info *info = &ctx->last_call;
+    if (source > info->source)
+        info->source = source;
+    info->lookup_ms += lookup_ms;
+    info->render_ms += render_ms;
+    info->compile_ms += compile_ms;
+    info->load_ms += load_ms;
+}
+
 /* Loads binary into k and reads its resources once (a call reports them without asking the
 ** driver again). */
 static fj_status load_binary(fj_context *ctx, fj__kernel *k, const void *binary, size_t size)
@@ -69,91 +115,59 @@ static fj_status load_binary(fj_context *ctx, fj__kernel *k, const void *binary,
     return st;
 }
 
-/* Loads k from the user or a shipped cache. Returns 1 when it did; a binary that fails to load
-** (another driver, say) is a miss, and a user-cache row is dropped so the rebuild replaces it. */
-static int load_cached(fj_context *ctx, fj__kernel *k)
+/* Loads the keyed job's kernel from the user or a shipped cache into k. Returns 1 when it did;
+** a binary that fails to load (another driver, say) is a miss, and a user-cache row is dropped
+** so the rebuild replaces it. */
+static int load_cached(fj_context *ctx, const fj__compile_job *job, fj__kernel *k)
 {
     void *bin = NULL;
     size_t size = 0;
-    cache_origin origin =
-        cache_get_kernel(ctx->cache, k->key_hash, k->key_text, &bin, &size, &ctx->err);
-    if (origin == CACHE_MISS)
-        return 0;
     double t0 = fj__now_ms();
+    cache_origin origin =
+        cache_get_kernel(ctx->cache, job->key_hash, job->key_text, &bin, &size, &ctx->err);
+    double t1 = fj__now_ms();
+    if (origin == CACHE_MISS) {
+        report(ctx, FJ_KERNEL_NONE, t1 - t0, 0, 0, 0);
+        return 0;
+    }
     fj__err scratch = ctx->err;
     fj_status st = load_binary(ctx, k, bin, size);
     free(bin);
     if (st != FJ_OK) {
         ctx->err = scratch; /* not the caller's problem: the kernel is rebuilt */
         if (origin == CACHE_USER)
-            cache_forget_kernel(ctx->cache, k->key_hash);
+            cache_forget_kernel(ctx->cache, job->key_hash);
+        report(ctx, FJ_KERNEL_NONE, fj__now_ms() - t0, 0, 0, 0);
         return 0;
     }
-    ctx->last_call.load_ms = fj__now_ms() - t0;
-    ctx->last_call.source = origin == CACHE_USER ? FJ_KERNEL_USER_CACHE : FJ_KERNEL_SHIPPED_CACHE;
+    report(ctx, origin == CACHE_USER ? FJ_KERNEL_USER_CACHE : FJ_KERNEL_SHIPPED_CACHE, t1 - t0, 0,
+           0, fj__now_ms() - t1);
     return 1;
 }
 
-/* One render + compile, touching nothing of the context but its backend's compile, which is
-** thread-safe: several run at once when the tuner builds candidates. */
-typedef struct compile_job {
-    const fj_context *ctx;
-    fj__kernel *k;
-    fj__blob bin;
-    char *log;
-    double render_ms, compile_ms;
-    fj_status status;
-    fj__err err;
-} compile_job;
-
-static void run_compile(compile_job *job)
-{
-    const fj_context *ctx = job->ctx;
-    const char *options = fj__compile_options(ctx->ops->kind);
-    char *source = NULL;
-    double t0 = fj__now_ms();
-    job->status = fj__variant_render(&job->k->variant, job->k->key_text, &source, &job->err);
-    double t1 = fj__now_ms();
-    job->render_ms = t1 - t0;
-    if (job->status == FJ_OK) {
-        job->status =
-            ctx->ops->compile(ctx->backend, source, options, &job->bin, &job->log, &job->err);
-        job->compile_ms = fj__now_ms() - t1;
-        fj__dump_compile(job->k->key_hash, job->k->key_text, source, options, job->log);
-    }
-    free(source);
-}
-
 /* Loads a compiled job's binary into k and stores it in the user cache. */
-static fj_status finish_compile(fj_context *ctx, compile_job *job)
+static fj_status finish_compile(fj_context *ctx, fj__compile_job *job, fj__kernel *k)
 {
-    fj_call_info *info = &ctx->last_call;
-    fj__kernel *k = job->k;
-    info->render_ms = job->render_ms;
-    info->compile_ms = job->compile_ms;
     fj_status st = job->status;
     if (st != FJ_OK) {
         memcpy(ctx->err.msg, job->err.msg, sizeof ctx->err.msg);
-    } else {
-        ctx->compiles++;
-        double t0 = fj__now_ms();
-        st = load_binary(ctx, k, job->bin.data, job->bin.size);
-        info->load_ms = fj__now_ms() - t0;
-        info->source = FJ_KERNEL_COMPILED;
-        if (st == FJ_OK)
-            cache_put_kernel(ctx->cache, k->key_hash, ctx->ops->name,
-                             ctx->ops->compiler(ctx->backend), ctx->device.name, k->key_text,
-                             job->bin.data, job->bin.size, job->compile_ms, job->log, &ctx->err);
+        return st;
     }
-    FJ_FREE(job->bin.data);
-    FJ_FREE(job->log);
+    ctx->compiles++;
+    double t0 = fj__now_ms();
+    st = load_binary(ctx, k, job->binary.data, job->binary.size);
+    report(ctx, FJ_KERNEL_COMPILED, 0, job->render_ms, job->compile_ms, fj__now_ms() - t0);
+    if (st == FJ_OK)
+        cache_put_kernel(ctx->cache, job->key_hash, ctx->ops->name,
+                         ctx->ops->compiler(ctx->backend), ctx->device.name, job->key_text,
+                         job->binary.data, job->binary.size, job->compile_ms, job->log, &ctx->err);
     return st;
 }
 
 /* The kernel of v if this context has loaded it, else NULL. */
 static fj__kernel *find_loaded(fj_context *ctx, const fj__variant *v)
 {
-    /* The kernel of the previous call first (the common case of a training loop). */
+    /* The kernel of the previous lookup first (the common case of a training loop). */
     if (ctx->nkernels > ctx->last_used &&
         memcmp(&ctx->kernels[ctx->last_used].variant, v, sizeof *v) == 0)
         return &ctx->kernels[ctx->last_used];
@@ -180,50 +194,46 @@ static fj_status reserve(fj_context *ctx, size_t more)
     return FJ_OK;
 }
 
-/* Keys k and loads it from a cache; *cached says whether that worked. */
-static fj_status key_and_lookup(fj_context *ctx, const fj__variant *v, fj__kernel *k, int *cached)
+/* Keeps a loaded kernel in the table (reserved before); the job's key moves into it. */
+static const fj__kernel *keep(fj_context *ctx, fj__kernel *k, fj__compile_job *job)
 {
-    memset(k, 0, sizeof *k);
-    k->variant = *v;
-    fj_status st = fj__variant_key(v, ctx->ops->target(ctx->backend), ctx->template_hash,
-                                   &k->key_text, k->key_hash, &ctx->err);
-    *cached = st == FJ_OK && load_cached(ctx, k);
-    return st;
+    k->variant = job->variant;
+    k->key_text = job->key_text;
+    job->key_text = NULL;
+    memcpy(k->key_hash, job->key_hash, sizeof k->key_hash);
+    ctx->kernels[ctx->nkernels] = *k;
+    ctx->last_used = ctx->nkernels++;
+    return &ctx->kernels[ctx->last_used];
 }
 
 fj_status fj__kernel_get(fj_context *ctx, const fj__variant *v, const fj__kernel **out)
 {
-    fj_call_info *info = &ctx->last_call;
-    double t0 = fj__now_ms();
     if ((*out = find_loaded(ctx, v))) {
-        info->source = FJ_KERNEL_MEMORY;
+        report(ctx, FJ_KERNEL_MEMORY, 0, 0, 0, 0);
         return FJ_OK;
     }
+    double t0 = fj__now_ms();
     fj_status st = reserve(ctx, 1);
-    if (st != FJ_OK)
-        return st;
-    fj__kernel k;
-    int cached = 0;
-    st = key_and_lookup(ctx, v, &k, &cached);
-    info->lookup_ms = fj__now_ms() - t0 - info->load_ms;
-    if (st == FJ_OK && !cached) {
-        compile_job job = {.ctx = ctx, .k = &k};
-        run_compile(&job);
-        st = finish_compile(ctx, &job);
+    fj__compile_job job;
+    if (st == FJ_OK)
+        st = job_for(ctx, v, &job);
+    else
+        memset(&job, 0, sizeof job);
+    report(ctx, FJ_KERNEL_NONE, fj__now_ms() - t0, 0, 0, 0);
+    fj__kernel k = {0};
+    if (st == FJ_OK && !load_cached(ctx, &job, &k)) {
+        fj__compile_job_run(&job);
+        st = finish_compile(ctx, &job, &k);
     }
-    if (st != FJ_OK) {
-        FJ_FREE(k.key_text);
-        return st;
-    }
-    ctx->kernels[ctx->nkernels] = k;
-    ctx->last_used = ctx->nkernels++;
-    *out = &ctx->kernels[ctx->last_used];
-    return FJ_OK;
+    if (st == FJ_OK)
+        *out = keep(ctx, &k, &job);
+    fj__compile_job_clear(&job);
+    return st;
 }
 
 /* A pool of threads working through compile jobs. */
 typedef struct job_queue {
-    compile_job *jobs;
+    fj__compile_job *jobs;
     int n;
     int next;
     pthread_mutex_t lock;
@@ -238,8 +248,28 @@ static void *compile_worker(void *arg)
         pthread_mutex_unlock(&q->lock);
         if (i < 0)
             return NULL;
-        run_compile(&q->jobs[i]);
+        fj__compile_job_run(&q->jobs[i]);
     }
+}
+
+/* Runs the jobs on up to 8 threads (NVRTC and OpenCL compilers are thread-safe). */
+static void run_jobs(fj__compile_job *jobs, int n)
+{
+    job_queue q = {.jobs = jobs, .n = n};
+    pthread_mutex_init(&q.lock, NULL);
+    pthread_t threads[8];
+    int nthreads = 0;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int want = n < 8 ? n : 8;
+    if (cpus > 0 && want > cpus)
+        want = (int)cpus;
+    for (; nthreads < want; nthreads++)
+        if (pthread_create(&threads[nthreads], NULL, compile_worker, &q) != 0)
+            break;
+    compile_worker(&q); /* the calling thread works too (and alone if no thread started) */
+    for (int t = 0; t < nthreads; t++)
+        pthread_join(threads[t], NULL);
+    pthread_mutex_destroy(&q.lock);
 }
 
 fj_status fj__kernels_prepare(fj_context *ctx, const fj__variant *vs, int n, fj_status *status,
@@ -248,11 +278,9 @@ fj_status fj__kernels_prepare(fj_context *ctx, const fj__variant *vs, int n, fj_
     fj_status st = reserve(ctx, (size_t)n);
     if (st != FJ_OK)
         return st;
-    fj__kernel *pending = calloc((size_t)n, sizeof *pending);
-    compile_job *jobs = calloc((size_t)n, sizeof *jobs);
+    fj__compile_job *jobs = calloc((size_t)n, sizeof *jobs);
     int *index = calloc((size_t)n, sizeof *index);
-    if (!pending || !jobs || !index) {
-        free(pending);
+    if (!jobs || !index) {
         free(jobs);
         free(index);
         return fj__fail(&ctx->err, FJ_ERR_OUT_OF_MEMORY, "out of memory for compile jobs");
@@ -263,44 +291,29 @@ fj_status fj__kernels_prepare(fj_context *ctx, const fj__variant *vs, int n, fj_
         why[i][0] = '\0';
         if (find_loaded(ctx, &vs[i]))
             continue;
-        int cached = 0;
-        status[i] = key_and_lookup(ctx, &vs[i], &pending[i], &cached);
-        if (status[i] == FJ_OK && cached) {
-            ctx->kernels[ctx->nkernels++] = pending[i];
-        } else if (status[i] == FJ_OK) {
-            jobs[njobs] = (compile_job){.ctx = ctx, .k = &pending[i]};
-            index[njobs++] = i;
+        fj__compile_job *job = &jobs[njobs];
+        fj__kernel k = {0};
+        status[i] = job_for(ctx, &vs[i], job);
+        if (status[i] == FJ_OK && !load_cached(ctx, job, &k)) {
+            index[njobs++] = i; /* compiled below */
+            continue;
         }
+        if (status[i] == FJ_OK)
+            keep(ctx, &k, job);
+        fj__compile_job_clear(job); /* the slot serves the next job */
     }
-    /* NVRTC and OpenCL compilers are thread-safe: compile on up to 8 threads. */
-    job_queue q = {.jobs = jobs, .n = njobs};
-    pthread_mutex_init(&q.lock, NULL);
-    pthread_t threads[8];
-    int nthreads = 0;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    int want = njobs < 8 ? njobs : 8;
-    if (cpus > 0 && want > cpus)
-        want = (int)cpus;
-    for (; nthreads < want; nthreads++)
-        if (pthread_create(&threads[nthreads], NULL, compile_worker, &q) != 0)
-            break;
-    compile_worker(&q); /* the calling thread works too (and alone if no thread started) */
-    for (int t = 0; t < nthreads; t++)
-        pthread_join(threads[t], NULL);
-    pthread_mutex_destroy(&q.lock);
-
+    run_jobs(jobs, njobs);
     for (int j = 0; j < njobs; j++) {
         int i = index[j];
-        status[i] = finish_compile(ctx, &jobs[j]);
+        fj__kernel k = {0};
+        status[i] = finish_compile(ctx, &jobs[j], &k);
         if (status[i] == FJ_OK)
-            ctx->kernels[ctx->nkernels++] = pending[i];
-        else
-            FJ_FREE(pending[i].key_text);
+            keep(ctx, &k, &jobs[j]);
+        fj__compile_job_clear(&jobs[j]);
     }
     for (int i = 0; i < n; i++)
         if (status[i] != FJ_OK)
             snprintf(why[i], 160, "%s: %.140s", fj_status_string(status[i]), ctx->err.msg);
-    free(pending);
     free(jobs);
     free(index);
     return FJ_OK;

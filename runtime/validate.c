@@ -4,7 +4,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "internal.h"
+#include "context.h"
 
 /* Sizes the kernels index with 32-bit integers; beyond these a request is unsupported. */
 #define FJ__MAX_SEQLEN (1LL << 30)
@@ -193,10 +193,10 @@ static fj_status check_score_terms(const fj_attention_desc *d, fj__problem *p, f
     }
     if (d->bias) {
         TRY(check_pair_tensor(d->bias, "desc.bias", FJ_DTYPE_F32, p, p->bias_stride, err));
-        if (d->bias->dtype != FJ_DTYPE_F32 && d->bias->dtype != p->dtype)
+        if (d->bias->dtype != FJ_DTYPE_F32 && d->bias->dtype != p->q_dtype)
             return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
                             "desc.bias.dtype = %s, expected f32 or q.dtype = %s",
-                            fj__dtype_name(d->bias->dtype), fj__dtype_name(p->dtype));
+                            fj__dtype_name(d->bias->dtype), fj__dtype_name(p->q_dtype));
         p->bias = d->bias;
     }
     if (d->mask_ranges) {
@@ -311,9 +311,8 @@ static fj_status check_i32_vector(const fj_tensor *t, const char *name, int64_t 
         return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "%s.dtype = %s, expected i32", name,
                         fj__dtype_name(t->dtype));
     if (n == 0 && t->shape[0] < 2)
-        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
-                        "%s.shape[0] = %lld, expected batch + 1 >= 2", name,
-                        (long long)t->shape[0]);
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "%s.shape[0] = %lld, expected batch + 1 >= 2",
+                        name, (long long)t->shape[0]);
     if (n > 0)
         TRY(check_dim(err, name, 0, t->shape[0], n, "batch"));
     return FJ_OK;
@@ -341,10 +340,10 @@ static fj_status check_packed(const fj_attention_desc *d, const fj_tensor *q, co
                         (long long)d->max_seqlen_q, (long long)d->max_seqlen_k);
     if (d->bias || d->mask || d->mask_ranges || d->block_mask)
         return fj__fail(err, FJ_ERR_UNSUPPORTED, "desc.%s with variable lengths is not supported",
-                        d->bias              ? "bias"
-                        : d->mask            ? "mask"
-                        : d->mask_ranges     ? "mask_ranges"
-                                             : "block_mask");
+                        d->bias          ? "bias"
+                        : d->mask        ? "mask"
+                        : d->mask_ranges ? "mask_ranges"
+                                         : "block_mask");
 
     TRY(check_tensor(q, "q", 3, err));
     TRY(check_tensor(k, "k", 3, err));
@@ -398,7 +397,9 @@ fj_status fj__validate_forward(const fj_attention_desc *desc, const fj_tensor *q
         TRY(check_packed(&d, q, k, v, out, lse, p, err));
     else
         TRY(check_dense(q, k, v, out, lse, p, err));
-    p->dtype = q->dtype;
+    p->q_dtype = q->dtype;
+    p->kv_dtype = k->dtype;
+    p->out_dtype = out->dtype;
 
     /* Field names by layout: dense [b, s, h, d] or packed [total, h, d]. */
     const int h_axis = p->cu_seqlens_q ? 1 : 2, d_axis = h_axis + 1;

@@ -7,28 +7,30 @@
 % -- grid (key blocks, query blocks, cls_batches * cls_heads); a mask that reads neither b nor h
 % -- is classified once for all (batch, head) and read with stride 0.
 % --
-% -- Parameters: backend, dtype, mask_mod, mask_tensor, mask_ranges (attn_masks.lua; score terms
-% -- take no part).
+% -- Parameters: backend, the dtypes, mask_mod, mask_tensor, mask_ranges (attn_masks.lua; score
+% -- terms take no part), args (the classifier's parameter block, fj_classify_params).
 % include("dialect.lua")
 % include("attn_masks.lua")
+% include("params.lua")
+% params_struct(args)
 #define CLS 128
 #define THREADS 256
 
 KERNEL(THREADS)
-fj_attn_classify
-% attn_params_portable("seqlen_q", "seqlen_k", true)
-            GLOBAL int *classes, I64 cls_sb, I64 cls_sh, I64 cls_sq, int cls_heads)
+fj_attn_classify(
+% params_arg(args)
+)
 {
     SHARED int any_kept, any_masked;
     const int tid = THREAD_X;
     const int kb = BLOCK_X, qb = BLOCK_Y;
-    const int batch = BLOCK_Z / cls_heads, head = BLOCK_Z % cls_heads;
+    const int batch = BLOCK_Z / P.cls_heads, head = BLOCK_Z % P.cls_heads;
     if (tid == 0)
         any_kept = any_masked = 0;
     BARRIER();
-    MASK_CTX(mc, batch, head);
+    MASK_CTX(mc, P.mask, batch, head, P.seqlen_q, P.seqlen_k);
     const int q0 = qb * CLS, k0 = kb * CLS;
-    const int rows = I_MIN(CLS, seqlen_q - q0), cols = I_MIN(CLS, seqlen_k - k0);
+    const int rows = I_MIN(CLS, P.seqlen_q - q0), cols = I_MIN(CLS, P.seqlen_k - k0);
     /* Consecutive work-items take consecutive keys of a row (coalesced mask loads); each stops
     ** once it has seen both kinds. */
     bool kept = false, masked = false;
@@ -44,6 +46,6 @@ fj_attn_classify
         LOCAL_FLAG_SET(any_masked);
     BARRIER();
     if (tid == 0)
-        classes[batch * cls_sb + head * cls_sh + qb * cls_sq + kb] =
+        GPTR(int, P.classes)[batch * P.cls_sb + head * P.cls_sh + qb * P.cls_sq + kb] =
             any_kept ? (any_masked ? 1 : 2) : 0;
 }

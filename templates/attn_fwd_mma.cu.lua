@@ -22,6 +22,8 @@
 % assert(tile_n % 16 == 0 and head_dim_pad % 16 == 0 and head_dim_v_pad % 16 == 0, "tiles must be multiples of 16")
 % include("cuda_mma.lua")
 % include("cuda_attn_common.lua")
+% include("params.lua")
+% params_struct(args)
 
 #define BM ${tile_m}
 #define BN ${tile_n}
@@ -76,9 +78,11 @@ __device__ __forceinline__ void load_tile(elem_t *s, const elem_t *g, long long 
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, ${warps <= 4 and 2 or 1})
-% attn_params()
-% attn_params_tail(false)
+fj_attn_fwd(
+% params_arg(args)
+)
 {
+% params_unpack(args, "P")
     extern __shared__ __attribute__((aligned(128))) unsigned char smem[];
     elem_t *sQ = (elem_t *)smem;
     elem_t *sK = sQ + BM * QS;

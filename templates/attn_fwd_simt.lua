@@ -33,6 +33,8 @@
 % assert(tile_m > 0 and tile_n > 0, "tile sizes must be positive")
 % include("dialect.lua")
 % include("attn_masks.lua")
+% include("params.lua")
+% params_struct(args)
 
 #define TILE_M ${tile_m}
 #define TILE_N ${tile_n}
@@ -40,11 +42,12 @@
 #define DVP ${head_dim_v_pad}
 
 KERNEL(TILE_M)
-% -- With variable lengths the sequence lengths are per block: the arguments are the maxima.
-% local SQ, SK = varlen > 0 and "max_seqlen_q" or "seqlen_q", varlen > 0 and "max_seqlen_k" or "seqlen_k"
-fj_attn_fwd
-% attn_params_portable(SQ, SK)
+fj_attn_fwd(
+% params_arg(args)
+)
 {
+% -- With variable lengths the sequence lengths are per block: the parameters are the maxima.
+% params_unpack(args, "P", varlen > 0 and { seqlen_q = "max_seqlen_q", seqlen_k = "max_seqlen_k" } or nil)
     SHARED float k_tile[TILE_N][DP];
     SHARED float v_tile[TILE_N][DVP];
 
@@ -100,7 +103,7 @@ fj_attn_fwd
 % end
 
 % if mods or sparse or alibi or bias ~= "" then
-    MASK_CTX(mc, batch, head);
+    MASK_CTX(mc, P.mask, batch, head, seqlen_q, seqlen_k);
 % end
     float m = -F_INF; /* running max, log2 units */
     float l = 0.0f;      /* running sum of exp2(score - m) */
@@ -116,8 +119,9 @@ fj_attn_fwd
     for (int n0 = group_lo / TILE_N * TILE_N; n0 <= group_hi; n0 += TILE_N) {
 % if block_mask then
         /* The caller's class of the 128 x 128 block that holds this tile: 0 skips it. */
-        const int block_class = block_mask[batch * blocks_sb + head * blocks_sh +
-                                           (row0 / 128) * blocks_sq + n0 / 128];
+        const int block_class = GPTR(const int, P.mask.block_mask)[batch * P.mask.blocks_sb +
+                                                               head * P.mask.blocks_sh +
+                                                               (row0 / 128) * P.mask.blocks_sq + n0 / 128];
         if (block_class == 0)
             continue;
 % end

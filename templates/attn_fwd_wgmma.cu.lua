@@ -18,7 +18,7 @@
 % -- rows past the tensor's end arrive as zeros. Key tiles run from last to first, so only the
 % -- first ones need per-element masking; tiles outside the causal/window band are never loaded.
 % --
-% -- Parameters: dtype, head_dim_pad, head_dim_v_pad (multiples of 64, at most 256), tile_m
+% -- Parameters: q_dtype, kv_dtype, out_dtype (one of bf16, f16 for all three), head_dim_pad, head_dim_v_pad (multiples of 64, at most 256), tile_m
 % -- (64 or 128 or 192), tile_n (multiple of 16), warps (4 * (1 + NC)), stages, local_mask,
 % -- softcap, neg_scale, write_lse, overlap (software-pipeline softmax against P V), pingpong
 % -- (with two consumer warpgroups and overlap: they take turns issuing their products),
@@ -30,7 +30,7 @@
 % -- moves only when a row's maximum outgrows it by 2^8, so O is rarely rescaled).
 % -- persistent: 0 one block per work tile (BM query rows of a batch and head); 1 one block per
 % -- SM, each taking every gridDim.x-th tile; 2 one block per SM, tiles after the first taken
-% -- from a counter shared by the grid (tile_counter: two ints, zero at launch and left zero),
+% -- from a counter shared by the grid (tile_counter: one int, zeroed by the plan before the launch),
 % -- which balances tiles of unequal cost (causal); 3 one block per SM, round r of tiles
 % -- [r * gridDim.x, (r + 1) * gridDim.x) dealt forwards when r is even and backwards when odd,
 % -- so that heavy and light causal tiles pair up without any shared state.
@@ -41,6 +41,7 @@
 % -- (attn_classify.lua, run by the runtime before this kernel).
 % local element_masks = mask_mod ~= "" or mask_tensor or mask_ranges > 0
 % local score_terms = alibi or bias ~= "" or score_mod ~= ""
+% local dtype = q_dtype -- one element type for q, k, v and out (cuda_mma.lua checks)
 % -- bias_tma: bias tiles (BM x BN) come with the key tiles, by TMA into shared memory, in
 % -- 128-byte panels of keys with the 128-byte swizzle.
 % local bias_es = bias == "f32" and 4 or 2
@@ -74,6 +75,8 @@
 % include("dialect.lua")
 % include("attn_masks.lua")
 % end
+% include("params.lua")
+% params_struct(args)
 % hopper_wgmma(tile_n)
 % if head_dim_v_pad ~= tile_n then hopper_wgmma(head_dim_v_pad) end
 
@@ -354,12 +357,12 @@ struct work_tile {
 };
 
 extern "C" __global__ void __launch_bounds__(THREADS, ${ctas_per_sm})
-% attn_params()
-% attn_params_tail(true)
-            const __grid_constant__ tmap_t tm_q, const __grid_constant__ tmap_t tm_k,
-            const __grid_constant__ tmap_t tm_v, int perm_q, int perm_k, int perm_v,
-            int batches, int *__restrict__ tile_counter${bias_tma and ",\n            const __grid_constant__ tmap_t tm_bias" or ""})
+fj_attn_fwd(
+% params_arg(args)
+)
 {
+% params_unpack(args, "P")
+% params_unpack(params_block(args, "fwd"), "P.fwd")
     extern __shared__ __align__(1024) unsigned char smem[];
     /* The 128-byte swizzle repeats every 1024 bytes: panels start on such a boundary. */
     const u32 sQ = (smem_addr(smem) + 1023) & ~1023u;
@@ -382,7 +385,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, ${ctas_per_sm})
 #define Q_SLOT(n) ((n) % Q_STAGES)
 #define Q_PHASE(n) (((n) / Q_STAGES) & 1)
 /* The block classes of a work tile's query rows, by key tile. */
-#define CLASS_ROW(wt) (block_mask + (wt).batch * blocks_sb + (wt).head * blocks_sh + ((wt).m0 / 128) * blocks_sq)
+#define CLASS_ROW(wt) (P.fwd.mask.block_mask + (wt).batch * P.fwd.mask.blocks_sb + (wt).head * P.fwd.mask.blocks_sh + ((wt).m0 / 128) * P.fwd.mask.blocks_sq)
 #define CLASS_OF(row, nb) ((row)[(nb) * BN / 128])
 /* The block's next work tile after w under a static schedule: every gridDim.x-th, or zigzag
 ** (persistent = 3: the block's position in round r is blockIdx.x, or gridDim.x - 1 - blockIdx.x
@@ -477,10 +480,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, ${ctas_per_sm})
         regs_dec<24>();
 % end
         if (tid == 0) {
-            tma_prefetch_map(&tm_k);
-            tma_prefetch_map(&tm_v);
+            tma_prefetch_map(&P.tm_k);
+            tma_prefetch_map(&P.tm_v);
 % if bias_tma then
-            tma_prefetch_map(&tm_bias);
+            tma_prefetch_map(&P.tm_bias);
 % end
             int it = 0, qn = 0; /* key tiles and Q tiles loaded so far */
             for (int w = blockIdx.x, n = 0;; n++) {
@@ -508,7 +511,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, ${ctas_per_sm})
                     if (!q_loaded) {
                         mbar_wait(Q_EMPTY(Q_SLOT(qn)), Q_PHASE(qn) ^ 1);
                         mbar_arrive_expect(Q_FULL(Q_SLOT(qn)), Q_BYTES);
-                        load_panels<D>(sQ + Q_SLOT(qn) * Q_BYTES, &tm_q, Q_FULL(Q_SLOT(qn)), BM,
+                        load_panels<D>(sQ + Q_SLOT(qn) * Q_BYTES, &P.tm_q, Q_FULL(Q_SLOT(qn)), BM,
                                        wt.q_first + wt.m0, wt.head, wt.tb, perm_q);
                         qn++;
                         q_loaded = true;
@@ -517,34 +520,27 @@ extern "C" __global__ void __launch_bounds__(THREADS, ${ctas_per_sm})
                     const u32 phase = PHASE(it++);
                     mbar_wait(K_EMPTY(s), phase ^ 1);
                     mbar_arrive_expect(K_FULL(s), K_BYTES + BIAS_BYTES);
-                    load_panels<D>(sK + s * K_BYTES, &tm_k, K_FULL(s), BN, wt.k_first + nb * BN,
+                    load_panels<D>(sK + s * K_BYTES, &P.tm_k, K_FULL(s), BN, wt.k_first + nb * BN,
                                    wt.head_kv, wt.tb, perm_k);
 % if bias_tma then
                     /* The bias of these rows and keys: broadcast dimensions at coordinate 0. */
 #pragma unroll
                     for (int p = 0; p < BN / BIAS_PC; p++)
-                        tma_load4(sB + s * BIAS_BYTES + p * BM * 128, &tm_bias, K_FULL(s),
-                                  nb * BN + p * BIAS_PC, wt.m0, bias_sh ? wt.head : 0,
-                                  bias_sb ? wt.batch : 0);
+                        tma_load4(sB + s * BIAS_BYTES + p * BM * 128, &P.tm_bias, K_FULL(s),
+                                  nb * BN + p * BIAS_PC, wt.m0, P.fwd.mask.bias_sh ? wt.head : 0,
+                                  P.fwd.mask.bias_sb ? wt.batch : 0);
 % end
                     mbar_wait(V_EMPTY(s), phase ^ 1);
                     mbar_arrive_expect(V_FULL(s), V_BYTES);
-                    load_panels<DV>(sV + s * V_BYTES, &tm_v, V_FULL(s), BN, wt.k_first + nb * BN,
+                    load_panels<DV>(sV + s * V_BYTES, &P.tm_v, V_FULL(s), BN, wt.k_first + nb * BN,
                                     wt.head_kv, wt.tb, perm_v);
                 }
 % if dynamic then
-                w = tile_counter ? gridDim.x + atomicAdd(tile_counter, 1) : work_count;
+                w = gridDim.x + atomicAdd(tile_counter, 1);
 % else
                 w = NEXT_TILE(w);
 % end
             }
-% if dynamic then
-            /* The last block to run out leaves the counter at zero for the next launch. */
-            if (tile_counter && atomicAdd(tile_counter + 1, 1) == (int)gridDim.x - 1) {
-                atomicExch(tile_counter, 0);
-                atomicExch(tile_counter + 1, 0);
-            }
-% end
         }
         return;
     }
@@ -623,7 +619,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, ${ctas_per_sm})
         st.row_max[0] = st.row_max[1] = NEG_INF;
         st.row_sum[0] = st.row_sum[1] = 0.0f;
 % if element_masks or score_terms then
-        MASK_CTX(mc, wt.batch, wt.head);
+        MASK_CTX(mc, P.fwd.mask, wt.batch, wt.head, seqlen_q, seqlen_k);
 % end
 
         /* Whether the tile of keys from n0 needs per-element masking for this warpgroup. */

@@ -1,13 +1,14 @@
 % -- Masks beyond the band and score terms, one spelling for every kernel that applies them (the
 % -- SIMT forward, the Hopper forward, the block classifier); written in the portable dialect,
-% -- so dialect.lua comes first. Each kernel keeps the parameter names of attn_params_portable()
-% -- (attn_params_tail() in cuda_attn_common.lua spells the same list for the CUDA kernels).
+% -- so dialect.lua comes first. They read the family's mask parameter block (fj_mask_params,
+% -- plan/families.h).
 % --
 % -- Parameters: mask_mod and score_mod (checked canonical expressions, "" for none: see
 % -- runtime/expr.h), alibi, bias ("", "f32", "dtype"), bias_tma, mask_tensor, mask_ranges (0, 2
 % -- or 4).
 % --
-% -- MASK_CTX(c, batch, head) declares `mask_ctx c` for one (batch, head); then
+% -- MASK_CTX(c, m, batch, head, sq, sk) declares `mask_ctx c` for one (batch, head) of sequence
+% -- lengths sq and sk from the mask block m; then
 % --   fj_keeps(c, row, key)        whether row keeps key under mask_mod, the mask tensor and the
 % --                                ranges (the band, the block classes and the tensor's ends
 % --                                are the caller's: row < seqlen_q, key < seqlen_k);
@@ -18,26 +19,6 @@
 % local element_masks = mask_mod ~= "" or mask_tensor or mask_ranges > 0
 % local bias_global = bias ~= "" and not bias_tma
 % local score_terms = alibi or bias_global or score_mod ~= ""
-
-% -- The forward kernels' parameter list in the dialect, after the kernel's name; sq and sk name
-% -- the sequence-length parameters (with variable lengths they are the maxima).
-% function attn_params_portable(sq, sk, more)
-            (GLOBAL const STORE_T *q, GLOBAL const STORE_T *k, GLOBAL const STORE_T *v,
-            GLOBAL STORE_T *out, GLOBAL float *lse,
-            int ${sq}, int ${sk}, int heads_q, int heads_kv, int head_dim, int head_dim_v,
-            I64 q_sb, I64 q_ss, I64 q_sh, I64 k_sb, I64 k_ss, I64 k_sh,
-            I64 v_sb, I64 v_ss, I64 v_sh, I64 o_sb, I64 o_ss, I64 o_sh,
-            I64 l_sb, I64 l_sh, I64 l_ss,
-            float score_mul, float cap_mul, int window_left, int window_right,
-            GLOBAL const float *mod_args, int mod_args_count,
-            GLOBAL const float *alibi, I64 alibi_sb,
-            GLOBAL const void *bias, I64 bias_sb, I64 bias_sh, I64 bias_ss,
-            GLOBAL const uchar *mask, I64 mask_sb, I64 mask_sh, I64 mask_ss,
-            GLOBAL const int *cu_seqlens_q, GLOBAL const int *cu_seqlens_k,
-            GLOBAL const int *seqused_k, int total_q, int total_k,
-            GLOBAL const int *mask_ranges, I64 ranges_sb, I64 ranges_sh, I64 ranges_sk,
-            GLOBAL const int *block_mask, I64 blocks_sb, I64 blocks_sh, I64 blocks_sq${more and "," or ")"}
-% end
 
 % if bias == "f32" then
 typedef float BIAS_T;
@@ -72,42 +53,42 @@ typedef struct mask_ctx {
 % end
 } mask_ctx;
 
-#define MASK_CTX(c, batch_, head_)                                                          \
+#define MASK_CTX(c, m, batch_, head_, sq_, sk_)                                              \
     mask_ctx c;                                                                             \
     c.b = (batch_);                                                                         \
     c.h = (head_);                                                                          \
-    c.sq = seqlen_q;                                                                        \
-    c.sk = seqlen_k;                                                                        \
-    c.shift = seqlen_k - seqlen_q;                                                          \
-    MASK_CTX_MODS(c)                                                                        \
-    MASK_CTX_ALIBI(c)                                                                       \
-    MASK_CTX_BIAS(c)                                                                        \
-    MASK_CTX_MASK(c)                                                                        \
-    MASK_CTX_RANGES(c)
+    c.sq = (sq_);                                                                           \
+    c.sk = (sk_);                                                                           \
+    c.shift = c.sk - c.sq;                                                                  \
+    MASK_CTX_MODS(c, m)                                                                     \
+    MASK_CTX_ALIBI(c, m)                                                                    \
+    MASK_CTX_BIAS(c, m)                                                                     \
+    MASK_CTX_MASK(c, m)                                                                     \
+    MASK_CTX_RANGES(c, m)
 % if mask_mod ~= "" or score_mod ~= "" then
-#define MASK_CTX_MODS(c) c.mod_args = mod_args; c.mod_args_count = mod_args_count;
+#define MASK_CTX_MODS(c, m) c.mod_args = GPTR(const float, (m).mod_args); c.mod_args_count = (m).mod_args_count;
 % else
-#define MASK_CTX_MODS(c)
+#define MASK_CTX_MODS(c, m)
 % end
 % if alibi then
-#define MASK_CTX_ALIBI(c) c.slope = alibi[c.b * alibi_sb + c.h] * (1.0f / F_LN2);
+#define MASK_CTX_ALIBI(c, m) c.slope = GPTR(const float, (m).alibi)[c.b * (m).alibi_sb + c.h] * (1.0f / F_LN2);
 % else
-#define MASK_CTX_ALIBI(c)
+#define MASK_CTX_ALIBI(c, m)
 % end
 % if bias ~= "" then
-#define MASK_CTX_BIAS(c) c.bias = (GLOBAL const BIAS_T *)bias + c.b * bias_sb + c.h * bias_sh; c.bias_ss = bias_ss;
+#define MASK_CTX_BIAS(c, m) c.bias = GPTR(const BIAS_T, (m).bias) + c.b * (m).bias_sb + c.h * (m).bias_sh; c.bias_ss = (m).bias_ss;
 % else
-#define MASK_CTX_BIAS(c)
+#define MASK_CTX_BIAS(c, m)
 % end
 % if mask_tensor then
-#define MASK_CTX_MASK(c) c.mask = mask + c.b * mask_sb + c.h * mask_sh; c.mask_ss = mask_ss;
+#define MASK_CTX_MASK(c, m) c.mask = GPTR(const uchar, (m).mask) + c.b * (m).mask_sb + c.h * (m).mask_sh; c.mask_ss = (m).mask_ss;
 % else
-#define MASK_CTX_MASK(c)
+#define MASK_CTX_MASK(c, m)
 % end
 % if mask_ranges > 0 then
-#define MASK_CTX_RANGES(c) c.ranges = mask_ranges + c.b * ranges_sb + c.h * ranges_sh; c.ranges_sk = ranges_sk;
+#define MASK_CTX_RANGES(c, m) c.ranges = GPTR(const int, (m).mask_ranges) + c.b * (m).ranges_sb + c.h * (m).ranges_sh; c.ranges_sk = (m).ranges_sk;
 % else
-#define MASK_CTX_RANGES(c)
+#define MASK_CTX_RANGES(c, m)
 % end
 
 % if mask_mod ~= "" or score_mod ~= "" then

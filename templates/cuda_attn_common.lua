@@ -1,33 +1,7 @@
 % -- Pieces shared by the CUDA forward kernels (attn_fwd_mma.cu.lua, attn_fwd_wgmma.cu.lua), so
-% -- that both keep one parameter list (runtime/attention.c fills it) and one schedule of blocks.
-% -- Each function emits its text where it is called.
-
-% -- The kernel's name and the parameters every forward kernel takes, up to window_right; the
-% -- caller writes the rest of the list (attn_params_tail(), then its own).
-% function attn_params()
-fj_attn_fwd(const elem_t *__restrict__ q, const elem_t *__restrict__ k,
-            const elem_t *__restrict__ v, elem_t *__restrict__ out, float *__restrict__ lse,
-            int seqlen_q, int seqlen_k, int heads_q, int heads_kv, int head_dim, int head_dim_v,
-            long long q_sb, long long q_ss, long long q_sh, long long k_sb, long long k_ss,
-            long long k_sh, long long v_sb, long long v_ss, long long v_sh, long long o_sb,
-            long long o_ss, long long o_sh, long long l_sb, long long l_sh, long long l_ss,
-            float score_mul, float cap_mul, int window_left, int window_right,
-% end
-
-% -- The rest of the common list (arguments of mask/score expressions, ALiBi slopes, bias and
-% -- mask tensors, variable lengths, mask ranges, block classes), ending in a comma when the
-% -- kernel adds its own.
-% function attn_params_tail(more)
-            const float *__restrict__ mod_args, int mod_args_count,
-            const float *__restrict__ alibi, long long alibi_sb,
-            const void *__restrict__ bias, long long bias_sb, long long bias_sh, long long bias_ss,
-            const unsigned char *__restrict__ mask, long long mask_sb, long long mask_sh,
-            long long mask_ss, const int *__restrict__ cu_seqlens_q,
-            const int *__restrict__ cu_seqlens_k, const int *__restrict__ seqused_k, int total_q,
-            int total_k, const int *__restrict__ mask_ranges, long long ranges_sb,
-            long long ranges_sh, long long ranges_sk, const int *__restrict__ block_mask,
-            long long blocks_sb, long long blocks_sh, long long blocks_sq${more and "," or ")"}
-% end
+% -- that both keep one schedule of blocks and one spelling of the band. They read the forward
+% -- parameter block's fields by name (the kernels unpack them). Each function emits its text
+% -- where it is called.
 
 % -- The block's first query row m0, its head (and the key/value head it reads) and batch.
 % function attn_block_origin()

@@ -1,8 +1,8 @@
 % -- Device helpers for Hopper (sm_90a) kernels, in inline PTX: mbarriers, bulk tensor copies
 % -- (TMA), register reallocation, and warpgroup matrix products (wgmma) with their shared-memory
 % -- descriptors. Include after cuda_mma.lua (it defines elem_t, u32, u64, smem_addr).
-% -- Parameter: dtype ("bf16" or "f16").
-% local ptx_type = dtype
+% -- Parameter: q_dtype ("bf16" or "f16"; cuda_mma.lua checks that k, v and out share it).
+% local ptx_type = q_dtype
 
 /* A TMA descriptor made by cuTensorMapEncodeTiled on the host, passed by value. */
 struct __align__(64) tmap_t {

@@ -1,9 +1,15 @@
 % -- Device helpers for CUDA tensor-core kernels (sm_80+), in inline PTX so that a compile needs
 % -- no toolkit header: shared-memory addresses, cp.async, ldmatrix, mma.sync m16n8k16 with f32
-% -- accumulators, packing floats into 16-bit pairs, ex2. Parameter: dtype ("bf16" or "f16").
-% assert(dtype == "bf16" or dtype == "f16", "cuda_mma: tensor cores take bf16 or f16, not " .. tostring(dtype))
-% local ptx_type = dtype
+% -- accumulators, packing floats into 16-bit pairs, ex2. q_t, kv_t, o_t: the element types of
+% -- q, k and v, and out. Parameters: q_dtype, kv_dtype, out_dtype ("bf16" or "f16", one type
+% -- for all three so far).
+% assert(q_dtype == "bf16" or q_dtype == "f16", "cuda_mma: tensor cores take bf16 or f16, not " .. tostring(q_dtype))
+% assert(kv_dtype == q_dtype and out_dtype == q_dtype, "cuda_mma: one element type for q, k, v and out")
+% local ptx_type = q_dtype
 typedef unsigned short elem_t;
+typedef elem_t q_t;
+typedef elem_t kv_t;
+typedef elem_t o_t;
 typedef unsigned int u32;
 typedef unsigned long long u64;
 

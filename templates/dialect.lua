@@ -3,7 +3,12 @@
 % -- LOCAL_FLAG_SET: set a shared int to 1 from any number of threads)
 % -- render for either backend. Element access: STORE_T is the element type in memory, LOAD(p, i)
 % -- reads element i as float, STORE(p, i, x) writes x rounded to nearest even.
-% -- Parameters: backend ("opencl" or "cuda"), dtype ("f32", "f16", "bf16").
+% -- GPTR(T, x): a pointer field of a parameter block as a pointer to T (on OpenCL pointers
+% -- travel in blocks as integers). q_t, kv_t, o_t: the element types of q, k and v, and out.
+% -- Parameters: backend ("opencl" or "cuda"), q_dtype, kv_dtype, out_dtype ("f32", "f16",
+% -- "bf16"; one type for all three so far).
+% assert(kv_dtype == q_dtype and out_dtype == q_dtype, "the portable kernels take one element type for q, k, v and out")
+% local dtype = q_dtype
 % if backend == "opencl" then
 #define KERNEL(threads) __kernel __attribute__((reqd_work_group_size(threads, 1, 1))) void
 #define GLOBAL __global
@@ -52,6 +57,7 @@ typedef unsigned int uint;
 % else
 %   error("dialect: unknown backend " .. tostring(backend))
 % end
+#define GPTR(T, x) ((GLOBAL T *)(x))
 #define I_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define I_MAX(a, b) ((a) > (b) ? (a) : (b))
 /* What mask and score expressions may call (runtime/expr.h). */
@@ -118,3 +124,6 @@ INLINE ushort float_to_bf16(float f)
 % else
 %   error("dialect: unsupported dtype " .. tostring(dtype))
 % end
+typedef STORE_T q_t;
+typedef STORE_T kv_t;
+typedef STORE_T o_t;

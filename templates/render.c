@@ -86,6 +86,42 @@ static void push_safe_table(lua_State *L)
     }
 }
 
+/* Pushes a layout as {name, size, align, fields = {{name, kind, ctype, offset, size, block},
+** ...}} with kind one of "ptr", "i32", "i64", "f32", "tmap", "block" (block: the nested
+** layout's table). */
+static void push_layout(lua_State *L, const fj__playout *l)
+{
+    static const char *const kinds[] = {"ptr", "i32", "i64", "f32", "tmap", "block"};
+    lua_createtable(L, 0, 4);
+    lua_pushstring(L, l->name);
+    lua_setfield(L, -2, "name");
+    lua_pushinteger(L, (lua_Integer)l->size);
+    lua_setfield(L, -2, "size");
+    lua_pushinteger(L, (lua_Integer)l->align);
+    lua_setfield(L, -2, "align");
+    lua_createtable(L, l->nfields, 0);
+    for (int i = 0; i < l->nfields; i++) {
+        const fj__pfield *f = &l->fields[i];
+        lua_createtable(L, 0, 6);
+        lua_pushstring(L, f->name);
+        lua_setfield(L, -2, "name");
+        lua_pushstring(L, kinds[f->kind]);
+        lua_setfield(L, -2, "kind");
+        lua_pushstring(L, f->ctype ? f->ctype : "");
+        lua_setfield(L, -2, "ctype");
+        lua_pushinteger(L, (lua_Integer)f->offset);
+        lua_setfield(L, -2, "offset");
+        lua_pushinteger(L, (lua_Integer)f->size);
+        lua_setfield(L, -2, "size");
+        if (f->block) {
+            push_layout(L, f->block);
+            lua_setfield(L, -2, "block");
+        }
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "fields");
+}
+
 static void push_params(lua_State *L, const tpl_param *params, int nparams)
 {
     lua_createtable(L, 0, nparams);
@@ -94,6 +130,7 @@ static void push_params(lua_State *L, const tpl_param *params, int nparams)
         case TPL_INT: lua_pushinteger(L, (lua_Integer)params[i].i); break;
         case TPL_BOOL: lua_pushboolean(L, params[i].i != 0); break;
         case TPL_STR: lua_pushstring(L, params[i].s ? params[i].s : ""); break;
+        case TPL_LAYOUT: push_layout(L, params[i].layout); break;
         }
         lua_setfield(L, -2, params[i].name);
     }

@@ -4,16 +4,23 @@
 #ifndef FJ_TEMPLATES_RENDER_H
 #define FJ_TEMPLATES_RENDER_H
 
-#include "../runtime/internal.h"
+#include "../core/core.h"
+#include "../core/layout.h"
 
-typedef enum tpl_kind { TPL_INT, TPL_BOOL, TPL_STR } tpl_kind;
+typedef enum tpl_kind {
+    TPL_INT,
+    TPL_BOOL,
+    TPL_STR,
+    TPL_LAYOUT /* a parameter block's layout: a table {name, size, align, fields = {...}} */
+} tpl_kind;
 
 /* One named parameter, visible to the template as a global of that name. */
 typedef struct tpl_param {
     const char *name;
     tpl_kind kind;
-    int64_t i;     /* TPL_INT, TPL_BOOL (0 or 1) */
-    const char *s; /* TPL_STR */
+    int64_t i;                 /* TPL_INT, TPL_BOOL (0 or 1) */
+    const char *s;             /* TPL_STR */
+    const fj__playout *layout; /* TPL_LAYOUT */
 } tpl_param;
 
 /* Finds the text of a template by file name ("attn_fwd.cl.lua"). Returns NULL when there is no

@@ -19,9 +19,9 @@
 #include <cmocka.h>
 #include <sqlite3.h>
 
-#include "cache.h"
+#include "cache/cache.h"
 #include "reference.h"
-#include "render.h"
+#include "templates/render.h"
 
 extern char **environ;
 

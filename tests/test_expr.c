@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "expr.h"
+#include "plan/expr.h"
 
 static const float args[] = {0.5f, -2.0f, 3.25f, 7.0f};
 

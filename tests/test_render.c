@@ -11,7 +11,9 @@
 
 #include <cmocka.h>
 
-#include "render.h"
+#include "plan/families.h"
+#include "plan/variant.h"
+#include "templates/render.h"
 
 /* In-memory templates for tests: the engine from the library plus named texts. */
 typedef struct memsrc {
@@ -122,32 +124,33 @@ static void test_instruction_and_memory_limits(void **state)
 static void test_banner_and_embedded_attention(void **state)
 {
     (void)state;
-    const char *dtypes[] = {"f32", "f16", "bf16"};
+    const fj_dtype dtypes[] = {FJ_DTYPE_F32, FJ_DTYPE_F16, FJ_DTYPE_BF16};
     for (int i = 0; i < 3; i++) {
-        tpl_param params[] = {
-            {.name = "backend", .kind = TPL_STR, .s = "opencl"},
-            {.name = "dtype", .kind = TPL_STR, .s = dtypes[i]},
-            {.name = "head_dim_pad", .kind = TPL_INT, .i = 64},
-            {.name = "head_dim_v_pad", .kind = TPL_INT, .i = 48},
-            {.name = "tile_m", .kind = TPL_INT, .i = 32},
-            {.name = "tile_n", .kind = TPL_INT, .i = 16},
-            {.name = "local_mask", .kind = TPL_BOOL, .i = i != 0},
-            {.name = "softcap", .kind = TPL_BOOL, .i = i == 2},
-            {.name = "write_lse", .kind = TPL_BOOL, .i = 1},
-            {.name = "mask_mod", .kind = TPL_STR, .s = i == 1 ? "(FJ_Q >= FJ_K)" : ""},
-            {.name = "score_mod", .kind = TPL_STR, .s = ""},
-            {.name = "alibi", .kind = TPL_BOOL, .i = i == 0},
-            {.name = "bias", .kind = TPL_STR, .s = i == 1 ? "f32" : ""},
-            {.name = "mask_tensor", .kind = TPL_BOOL, .i = i == 2},
-            {.name = "varlen", .kind = TPL_INT, .i = i},
-            {.name = "mask_ranges", .kind = TPL_INT, .i = 2 * i},
-            {.name = "block_mask", .kind = TPL_BOOL, .i = i == 1},
-            {.name = "bias_tma", .kind = TPL_BOOL, .i = 0},
-        };
+        /* The parameters come from a variant, as a call renders them. */
+        fj__variant v;
+        memset(&v, 0, sizeof v);
+        v.family = FJ__FAMILY_FWD;
+        v.backend = FJ_BACKEND_OPENCL;
+        v.path = FJ__PATH_SIMT;
+        v.q_dtype = v.kv_dtype = v.out_dtype = dtypes[i];
+        v.acc_dtype = FJ_DTYPE_F32;
+        v.head_dim_pad = 64;
+        v.head_dim_v_pad = 48;
+        v.tile_m = v.threads = 32;
+        v.tile_n = 16;
+        v.local_mask = i != 0;
+        v.softcap = i == 2;
+        v.write_lse = 1;
+        v.mask_mod = i == 1 ? "(FJ_Q >= FJ_K)" : NULL;
+        v.alibi = i == 0;
+        v.bias = i == 1;
+        v.mask_tensor = i == 2;
+        v.varlen = (uint8_t)i;
+        v.mask_ranges = (uint8_t)(2 * i);
+        v.block_mask = i == 1;
         fj__err err = {{0}};
         char *out = NULL;
-        assert_int_equal(tpl_render("attn_fwd_simt.lua", params, 18, "dtype=x\n", &out, &err),
-                         FJ_OK);
+        assert_int_equal(fj__variant_render(&v, "dtype=x\n", &out, &err), FJ_OK);
         assert_true((strstr(out, "x -= c.slope") != NULL) == (i == 0));
         assert_true((strstr(out, "BIAS_LOAD(c.bias") != NULL) == (i == 1));
         assert_true((strstr(out, "c.mask[fj_q") != NULL) == (i == 2));
@@ -161,8 +164,79 @@ static void test_banner_and_embedded_attention(void **state)
         assert_non_null(strstr(out, "__kernel"));
         assert_non_null(strstr(out, "#define DVP 48"));
         assert_true((strstr(out, "F_TANH(x)") != NULL) == (i == 2));
+        /* One struct argument, written from the host's layout. */
+        assert_non_null(strstr(out, "typedef struct fj_fwd_params {"));
+        assert_non_null(strstr(out, "const fj_fwd_params P"));
+        assert_non_null(strstr(out, "fj_fwd_params_matches_host[sizeof(fj_fwd_params) =="));
         free(out);
     }
+}
+
+/* Renders params_struct() of layout l for backend; returns the status, the text in *out. */
+static fj_status render_layout(const fj__playout *l, const char *backend, char **out, fj__err *err)
+{
+    const tpl_embedded_file *params_lua = NULL;
+    for (size_t i = 0; i < tpl_embedded_count; i++)
+        if (!strcmp(tpl_embedded_files[i].name, "params.lua"))
+            params_lua = &tpl_embedded_files[i];
+    assert_non_null(params_lua);
+    memsrc m = {.names = {"t.lua", "params.lua"},
+                .texts = {"% include('params.lua')\n% params_struct(args)\n", params_lua->text}};
+    tpl_param params[] = {{.name = "backend", .kind = TPL_STR, .s = backend},
+                          {.name = "args", .kind = TPL_LAYOUT, .layout = l}};
+    return tpl_render_with(mem_lookup, &m, NULL, "t.lua", params, 2, NULL, out, err);
+}
+
+/* Every family's parameter block renders on both backends, with the device compiler's own check
+** of the host's layout; a block whose host layout differs from the kernel's (a field moved, a
+** size changed) fails at render time, naming the field. */
+static void test_param_blocks_match_the_host(void **state)
+{
+    (void)state;
+    const fj__playout *blocks[] = {&fj__fwd_params_layout, &fj__classify_params_layout,
+                                   &fj__fwd_tma_params_layout};
+    for (int b = 0; b < 3; b++)
+        for (int cuda = b == 2; cuda < 2; cuda++) { /* tensor maps: CUDA only */
+            fj__err err = {{0}};
+            char *out = NULL;
+            if (render_layout(blocks[b], cuda ? "cuda" : "opencl", &out, &err) != FJ_OK)
+                fail_msg("%s (%s): %s", blocks[b]->name, cuda ? "cuda" : "opencl", err.msg);
+            char want[128];
+            if (cuda)
+                snprintf(want, sizeof want, "static_assert(sizeof(%s) == %zu && alignof",
+                         blocks[b]->name, blocks[b]->size);
+            else
+                snprintf(want, sizeof want, "%s_matches_host[sizeof(%s) == %zu", blocks[b]->name,
+                         blocks[b]->name, blocks[b]->size);
+            assert_non_null(strstr(out, want));
+            free(out);
+        }
+
+    /* A deliberate mismatch: the host puts one field 4 bytes further than the kernel would. */
+    const fj__playout *real = &fj__classify_params_layout;
+    fj__pfield fields[16];
+    assert_true(real->nfields <= 16);
+    memcpy(fields, real->fields, (size_t)real->nfields * sizeof fields[0]);
+    int moved = -1;
+    for (int i = 0; i < real->nfields && moved < 0; i++)
+        if (!strcmp(fields[i].name, "seqlen_k"))
+            moved = i;
+    assert_true(moved > 0);
+    fields[moved].offset += 4;
+    fj__playout bad = *real;
+    bad.fields = fields;
+    fj__err err = {{0}};
+    char *out = NULL;
+    assert_int_equal(render_layout(&bad, "cuda", &out, &err), FJ_ERR_TEMPLATE);
+    assert_null(out);
+    if (!strstr(err.msg, "field seqlen_k is at offset"))
+        fail_msg("mismatch message: '%s'", err.msg);
+    /* And a block whose host size differs. */
+    memcpy(fields, real->fields, (size_t)real->nfields * sizeof fields[0]);
+    bad.size += 8;
+    assert_int_equal(render_layout(&bad, "opencl", &out, &err), FJ_ERR_TEMPLATE);
+    if (!strstr(err.msg, "fj_classify_params:") || !strstr(err.msg, "on the host"))
+        fail_msg("size message: '%s'", err.msg);
 }
 
 static void test_template_dir_override_and_hash(void **state)
@@ -206,6 +280,7 @@ int main(void)
         cmocka_unit_test(test_error_names_template_and_line),
         cmocka_unit_test(test_instruction_and_memory_limits),
         cmocka_unit_test(test_banner_and_embedded_attention),
+        cmocka_unit_test(test_param_blocks_match_the_host),
         cmocka_unit_test(test_template_dir_override_and_hash),
     };
     return cmocka_run_group_tests_name("render", tests, NULL, NULL);

@@ -15,9 +15,9 @@
 
 #include <cmocka.h>
 
-#include "context.h"
+#include "runtime/context.h"
 #include "reference.h"
-#include "render.h"
+#include "templates/render.h"
 
 extern char **environ;
 

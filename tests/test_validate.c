@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "internal.h"
+#include "runtime/context.h"
 
 typedef struct request {
     fj_attention_desc desc;
@@ -395,6 +395,15 @@ static void test_every_rejected_field(void **state)
     }
 }
 
+/* The heuristic's forward variant for p on dev, as a call plans it. */
+static void choose(const fj__problem *p, const fj_device_info *dev, const char *config,
+                   fj__variant *v)
+{
+    fj__features f;
+    fj__features_of(p, &f);
+    fj__choose_forward(&f, dev, config, v);
+}
+
 static void test_valid_request_is_resolved(void **state)
 {
     (void)state;
@@ -467,17 +476,17 @@ static void test_valid_request_is_resolved(void **state)
     fj_device_info hopper = {.backend = FJ_BACKEND_CUDA, .local_memory = 232448};
     snprintf(hopper.arch, sizeof hopper.arch, "sm_90a");
     fj__variant var;
-    fj__plan_forward(&p, &hopper, NULL, &var);
+    choose(&p, &hopper, NULL, &var);
     assert_int_equal(var.path, FJ__PATH_WGMMA); /* packed sequences on the Hopper kernel */
     assert_int_equal(var.varlen, 1);
     assert_true(var.persistent != 1); /* sequences differ in cost: not strided */
     p.mask_mod = "k <= q";            /* element masks take dense shapes there */
-    fj__plan_forward(&p, &hopper, NULL, &var);
+    choose(&p, &hopper, NULL, &var);
     assert_int_equal(var.path, FJ__PATH_SIMT);
     p.mask_mod = NULL;
     fj_device_info ampere = hopper;
     snprintf(ampere.arch, sizeof ampere.arch, "sm_80");
-    fj__plan_forward(&p, &ampere, NULL, &var); /* the mma.sync kernel takes dense shapes */
+    choose(&p, &ampere, NULL, &var); /* the mma.sync kernel takes dense shapes */
     assert_int_equal(var.path, FJ__PATH_SIMT);
     baseline(&r);
 
@@ -501,7 +510,7 @@ static void test_plan_pads_and_fits_local_memory(void **state)
     assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);
     fj_device_info dev = {.backend = FJ_BACKEND_OPENCL, .local_memory = 32768};
     fj__variant v;
-    fj__plan_forward(&p, &dev, NULL, &v);
+    choose(&p, &dev, NULL, &v);
     assert_int_equal(v.head_dim_pad, 208);
     assert_int_equal(v.head_dim_v_pad, 48);
     assert_true((size_t)v.tile_n * (208 + 48) * 4 <= 32768);
@@ -569,7 +578,7 @@ static void test_plan_paths_on_hopper(void **state)
     snprintf(hopper.arch, sizeof hopper.arch, "sm_90a");
     fj__variant v;
     assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);
-    fj__plan_forward(&p, &hopper, NULL, &v);
+    choose(&p, &hopper, NULL, &v);
     assert_int_equal(v.path, FJ__PATH_WGMMA);
     assert_int_equal(v.head_dim_pad, 64);
     assert_true(fj__variant_fits(&v, &hopper));
@@ -587,39 +596,38 @@ static void test_plan_paths_on_hopper(void **state)
     big.use_lse = 0;
     fj__problem bp;
     assert_int_equal(validate(&big, &bp, &err, 0), FJ_OK);
-    fj__plan_forward(&bp, &hopper, NULL, &v);
+    choose(&bp, &hopper, NULL, &v);
     assert_int_equal(v.tile_n, 160);
     assert_int_equal(v.stages, 2);
     assert_int_equal(v.q_stages, 1);
     assert_true(fj__variant_fits(&v, &hopper));
-    fj__plan_forward(&p, &hopper, "path=mma", &v);
+    choose(&p, &hopper, "path=mma", &v);
     assert_int_equal(v.path, FJ__PATH_MMA);
     /* A configuration that does not fit is ignored. */
-    fj__plan_forward(&p, &hopper, "tile_n=256,stages=4", &v);
+    choose(&p, &hopper, "tile_n=256,stages=4", &v);
     assert_int_equal(v.path, FJ__PATH_WGMMA);
     assert_true(fj__variant_fits(&v, &hopper));
     assert_int_equal(v.ctas_per_sm, 1);
     /* Two blocks per SM: one consumer warpgroup each, and half the SM's shared memory. */
-    fj__plan_forward(&p, &hopper, "tile_m=64,warps=8,ctas_per_sm=2,pingpong=0", &v);
+    choose(&p, &hopper, "tile_m=64,warps=8,ctas_per_sm=2,pingpong=0", &v);
     assert_int_equal(v.ctas_per_sm, 2);
     assert_int_equal(v.tile_m, 64);
     assert_true(2 * (fj__variant_shared_bytes(&v) + 1024) <= hopper.local_memory + 1024);
-    fj__plan_forward(&p, &hopper, "ctas_per_sm=2", &v); /* 128 rows: two consumers, refused */
+    choose(&p, &hopper, "ctas_per_sm=2", &v); /* 128 rows: two consumers, refused */
     assert_int_equal(v.ctas_per_sm, 1);
-    fj__plan_forward(&p, &hopper, "tile_m=64,warps=8,ctas_per_sm=2,pingpong=0,tile_n=256,stages=4",
-                     &v);
+    choose(&p, &hopper, "tile_m=64,warps=8,ctas_per_sm=2,pingpong=0,tile_n=256,stages=4", &v);
     assert_int_equal(v.ctas_per_sm, 1); /* too much shared memory for two: refused */
     /* Causal: tiles dealt zigzag, so that heavy and light ones pair up. */
     r.desc.causal = 1;
     assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);
-    fj__plan_forward(&p, &hopper, NULL, &v);
+    choose(&p, &hopper, NULL, &v);
     assert_int_equal(v.persistent, 3);
     assert_int_equal(v.exp_poly, 0);
     /* Score terms run on the Hopper kernel; element masks too, with tiles that divide the
     ** 128 x 128 blocks they are classified by; before Hopper, on the SIMT kernel. */
     r.desc.alibi_slopes = &r.alibi;
     assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);
-    fj__plan_forward(&p, &hopper, NULL, &v);
+    choose(&p, &hopper, NULL, &v);
     assert_int_equal(v.path, FJ__PATH_WGMMA);
     assert_true(v.alibi);
     r.desc.mask_mod = "k <= q";
@@ -628,26 +636,26 @@ static void test_plan_paths_on_hopper(void **state)
         r.q.stride[i] = r.k.stride[i] = r.v.stride[i] = r.out.stride[i] = r.q.stride[i] * 8;
     assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);
     p.mask_mod = "(FJ_K <= FJ_Q)"; /* as the context's parser gives it */
-    fj__plan_forward(&p, &hopper, NULL, &v);
+    choose(&p, &hopper, NULL, &v);
     assert_int_equal(v.path, FJ__PATH_WGMMA);
     assert_int_equal(128 % v.tile_n, 0);
     assert_int_equal(128 % v.tile_m, 0);
     assert_int_equal(v.lazy_rescale,
                      1); /* d 256: O rescaled only when a maximum outgrows its base */
-    fj__plan_forward(&p, &hopper, "tile_n=80", &v); /* does not divide: ignored */
+    choose(&p, &hopper, "tile_n=80", &v); /* does not divide: ignored */
     assert_int_equal(128 % v.tile_n, 0);
-    fj__plan_forward(&p, &hopper, "path=mma", &v);
+    choose(&p, &hopper, "path=mma", &v);
     assert_int_equal(v.path, FJ__PATH_SIMT);
     baseline(&r);
     r.q.dtype = r.k.dtype = r.v.dtype = r.out.dtype = FJ_DTYPE_F32;
     assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);
-    fj__plan_forward(&p, &hopper, NULL, &v);
+    choose(&p, &hopper, NULL, &v);
     assert_int_equal(v.path, FJ__PATH_SIMT);
     /* Before Hopper: the mma.sync kernel. */
     baseline(&r);
     snprintf(hopper.arch, sizeof hopper.arch, "sm_80");
     assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);
-    fj__plan_forward(&p, &hopper, NULL, &v);
+    choose(&p, &hopper, NULL, &v);
     assert_int_equal(v.path, FJ__PATH_MMA);
 }
 
@@ -656,12 +664,12 @@ static void test_plan_paths_on_hopper(void **state)
 static void test_zigzag_grid(void **state)
 {
     (void)state;
-    fj__problem p = {.seqlen_q = 2048,
-                     .seqlen_k = 2048,
-                     .heads_q = 32,
-                     .batch = 8,
-                     .window_left = -1,
-                     .window_right = 0};
+    fj__features p = {.seqlen_q = 2048,
+                      .seqlen_k = 2048,
+                      .heads_q = 32,
+                      .batch = 8,
+                      .window_left = -1,
+                      .window_right = 0};
     fj__variant v = {.path = FJ__PATH_WGMMA, .tile_m = 192, .tile_n = 128, .local_mask = 1};
     /* 11 query blocks of 192 rows x 256 heads = 2816 tiles: 21.3 rounds of 132. */
     uint32_t g = fj__zigzag_grid(&p, &v, 132);

@@ -7,26 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../cache/cache.h"
+#include "../plan/expr.h"
+#include "../runtime/build.h"
 #include "../templates/render.h"
-#include "cache.h"
-#include "context.h"
-#include "expr.h"
 #include "tools.h"
 
 #define MAX_VALUES 16
 #define MAX_BUILT 4096
-
-/* A comma-separated list of integers ("64,128,256"); returns the count. */
-static int parse_list(const char *s, int64_t *out)
-{
-    int n = 0;
-    char *copy = fj__strdup(s), *save = NULL;
-    for (char *tok = strtok_r(copy, ",", &save); tok && n < MAX_VALUES;
-         tok = strtok_r(NULL, ",", &save))
-        out[n++] = strtoll(tok, NULL, 10);
-    free(copy);
-    return n;
-}
 
 static int build_usage(FILE *f)
 {
@@ -82,69 +70,158 @@ typedef struct build_run {
     char (*built_keys)[65];
 } build_run;
 
-/* Renders, compiles and stores v (once per run) and prints its line. */
-static void build_variant(build_run *r, const fj__variant *v, int64_t d, int64_t dv,
-                          int64_t causal, int64_t softcap)
+/* The offline compiler: NVRTC for the run's arch. */
+static fj_status compile_for_arch(void *ud, const char *source, const char *options,
+                                  fj__blob *binary, char **log, fj__err *err)
 {
-    fj__err err = {{0}};
-    char *key_text = NULL, *source = NULL, *log = NULL, key[65], compiler[256];
-    fj__blob bin = {0};
+    return fj__cuda_compile_for(ud, source, options, binary, log, err);
+}
+
+/* Keys, renders, compiles and stores v (once per run) and prints its line. */
+static void build_variant(build_run *r, const fj__variant *v, int64_t d, int64_t dv, int64_t causal,
+                          int64_t softcap)
+{
+    fj__compile_job job = {.variant = *v,
+                           .target = r->target,
+                           .template_hash = r->hash,
+                           .backend = FJ_BACKEND_CUDA,
+                           .compile = compile_for_arch,
+                           .compile_ud = (void *)r->arch};
     double t0 = fj__now_ms();
-    fj_status st = fj__variant_key(v, r->target, r->hash, &key_text, key, &err);
-    /* Lengths that plan the same kernel build it once. */
+    fj_status st = fj__compile_job_key(&job);
+    /* Requests that plan the same kernel build it once. */
     for (int b = 0; st == FJ_OK && b < r->nbuilt; b++)
-        if (!strcmp(r->built_keys[b], key)) {
-            free(key_text);
+        if (!strcmp(r->built_keys[b], job.key_hash)) {
+            fj__compile_job_clear(&job);
             return;
         }
     if (st == FJ_OK && r->nbuilt < MAX_BUILT)
-        snprintf(r->built_keys[r->nbuilt++], sizeof r->built_keys[0], "%s", key);
-    if (st == FJ_OK)
-        st = fj__variant_render(v, key_text, &source, &err);
-    if (st == FJ_OK)
-        st = fj__cuda_compile_for(r->arch, source, fj__compile_options(FJ_BACKEND_CUDA), &bin,
-                                  &log, &err);
-    double ms = fj__now_ms() - t0;
-    if (source)
-        fj__dump_compile(key, key_text, source, fj__compile_options(FJ_BACKEND_CUDA), log);
+        snprintf(r->built_keys[r->nbuilt++], sizeof r->built_keys[0], "%s", job.key_hash);
     if (st == FJ_OK) {
+        fj__compile_job_run(&job);
+        st = job.status;
+    }
+    double ms = fj__now_ms() - t0;
+    if (st == FJ_OK) {
+        char compiler[256];
         snprintf(compiler, sizeof compiler, "%s %s", r->arch, fj__cuda_compiler_version());
         fj__err warn = {{0}};
-        cache_put_kernel(r->cache, key, "cuda", compiler, "offline", key_text, bin.data,
-                         bin.size, ms, log, &warn);
+        cache_put_kernel(r->cache, job.key_hash, "cuda", compiler, "offline", job.key_text,
+                         job.binary.data, job.binary.size, ms, job.log, &warn);
         if (warn.msg[0]) {
             st = FJ_ERR_CACHE;
-            snprintf(err.msg, sizeof err.msg, "%s", warn.msg);
+            snprintf(job.err.msg, sizeof job.err.msg, "%s", warn.msg);
         }
     }
     int regs = -1, spills = -1;
-    resources(log, &regs, &spills);
+    resources(job.log, &regs, &spills);
     /* ptxas' C7513: the kernel's wgmma instructions run one at a time. */
-    const char *serial = log && strstr(log, "C7513") ? "  wgmma serialised" : "";
-    printf("%-12.12s %-14s %-5s %4lld %4lld %6lld %7lld %5d %6d %7.0fms%s%s%s\n", key,
-           fj__variant_path(v), fj__dtype_name((fj_dtype)v->dtype), (long long)d, (long long)dv,
+    const char *serial = job.log && strstr(job.log, "C7513") ? "  wgmma serialised" : "";
+    printf("%-12.12s %-14s %-5s %4lld %4lld %6lld %7lld %5d %6d %7.0fms%s%s%s\n", job.key_hash,
+           fj__variant_path(v), fj__dtype_name((fj_dtype)v->q_dtype), (long long)d, (long long)dv,
            (long long)causal, (long long)softcap, regs, spills, ms, serial,
-           st == FJ_OK ? "" : "  FAILED: ", st == FJ_OK ? "" : err.msg);
+           st == FJ_OK ? "" : "  FAILED: ", st == FJ_OK ? "" : job.err.msg);
     r->built += st == FJ_OK;
     r->failed += st != FJ_OK;
-    free(key_text);
-    free(source);
-    free(log);
-    free(bin.data);
+    fj__compile_job_clear(&job);
 }
 
-/* Parses an expression option into its canonical text (static storage per option). */
-static int parse_mod(const char *field, const char *text, int score, const char **out)
+/* What shapes the kernels of one offline request (see flashjit cache build --help). */
+typedef struct build_request {
+    fj_dtype dtype;
+    int64_t d, dv, seqlen, causal, softcap, lse;
+    const char *mask_mod, *score_mod;
+    int alibi, bias, mask, ranges, block_mask, varlen;
+} build_request;
+
+/* Plans a representative request of r's shape (one sequence, one head, 16-byte aligned
+** tensors: only what shapes the code matters) as a call would, and builds each kernel of the
+** plan. Returns 0, or -1 when the request is not valid. */
+static int build_request_kernels(build_run *run, const fj_device_info *dev, fj__mods *mods,
+                                 const build_request *r)
 {
-    static fj__expr *parsed[2];
+    const int64_t s = r->seqlen, qb = (s + 127) / 128;
+    void *const fake = (void *)(uintptr_t)4096; /* never read: offline */
+    const int nd = r->varlen ? 3 : 4;
+    /* [1, s, 1, dim] dense, or [s, 1, dim] packed. */
+    fj_tensor q = {.data = fake, .dtype = r->dtype, .ndim = nd};
+    const int64_t shape4[4] = {1, s, 1, r->d}, stride4[4] = {s * 256, 256, 256, 1};
+    for (int i = 0; i < nd; i++) {
+        q.shape[i] = shape4[i + 4 - nd];
+        q.stride[i] = stride4[i + 4 - nd];
+    }
+    fj_tensor v = q;
+    v.shape[nd - 1] = r->dv;
+    fj_tensor lse = {.data = fake, .dtype = FJ_DTYPE_F32, .ndim = nd - 1};
+    for (int i = 0; i < nd - 1; i++) {
+        lse.shape[i] = i == nd - 2 ? s : 1;
+        lse.stride[i] = i == nd - 2 ? 1 : s;
+    }
+    fj_attention_desc desc;
+    fj_attention_desc_init(&desc);
+    desc.causal = (int32_t)r->causal;
+    desc.softcap = r->softcap ? 1.0f : 0.0f;
+    desc.mask_mod = r->mask_mod;
+    desc.score_mod = r->score_mod;
+    desc.mod_args = fake;
+    desc.mod_args_count = 1;
+    const fj_tensor alibi = {
+        .data = fake, .dtype = FJ_DTYPE_F32, .ndim = 1, .shape = {1}, .stride = {1}};
+    const fj_tensor bias = {.data = fake,
+                            .dtype = r->bias == 1 ? FJ_DTYPE_F32 : r->dtype,
+                            .ndim = 4,
+                            .shape = {1, 1, s, s},
+                            .stride = {s * s, s * s, s, 1}};
+    fj_tensor mask = bias;
+    mask.dtype = FJ_DTYPE_BOOL;
+    const fj_tensor ranges = {.data = fake,
+                              .dtype = FJ_DTYPE_I32,
+                              .ndim = 4,
+                              .shape = {1, 1, s, r->ranges},
+                              .stride = {s * r->ranges, s * r->ranges, r->ranges, 1}};
+    const fj_tensor blocks = {.data = fake,
+                              .dtype = FJ_DTYPE_I32,
+                              .ndim = 4,
+                              .shape = {1, 1, qb, qb},
+                              .stride = {qb * qb, qb * qb, qb, 1}};
+    const fj_tensor cu = {
+        .data = fake, .dtype = FJ_DTYPE_I32, .ndim = 1, .shape = {2}, .stride = {1}};
+    const fj_tensor used = {
+        .data = fake, .dtype = FJ_DTYPE_I32, .ndim = 1, .shape = {1}, .stride = {1}};
+    desc.alibi_slopes = r->alibi ? &alibi : NULL;
+    desc.bias = r->bias ? &bias : NULL;
+    desc.mask = r->mask ? &mask : NULL;
+    desc.mask_ranges = r->ranges ? &ranges : NULL;
+    desc.block_mask = r->block_mask ? &blocks : NULL;
+    if (r->varlen) {
+        desc.cu_seqlens_q = desc.cu_seqlens_k = &cu;
+        desc.seqused_k = r->varlen == 2 ? &used : NULL;
+        desc.max_seqlen_q = desc.max_seqlen_k = s;
+    }
+    fj__plan plan;
     fj__err err = {{0}};
-    fj__expr_free(parsed[score]);
-    parsed[score] = NULL;
-    if (fj__expr_parse(field, text, score, &parsed[score], &err) != FJ_OK) {
+    if (fj__plan_request(&desc, &q, &q, &v, &v, r->lse ? &lse : NULL, dev,
+                         getenv("FLASHJIT_CONFIG"), mods, &plan, &err) != FJ_OK) {
         fprintf(stderr, "flashjit cache build: %s\n", err.msg);
         return -1;
     }
-    *out = fj__expr_text(parsed[score]);
+    for (int i = 0; i < plan.nsteps; i++)
+        if (plan.steps[i].kind == FJ__STEP_KERNEL)
+            build_variant(run, &plan.steps[i].variant, r->d, r->dv, r->causal, r->softcap);
+    return 0;
+}
+
+/* Checks an expression option (its canonical text is made when a request is planned). */
+static int check_mod(const char *field, const char *text, int score)
+{
+    fj__expr *parsed = NULL;
+    fj__err err = {{0}};
+    fj_status st = fj__expr_parse(field, text, score, &parsed, &err);
+    fj__expr_free(parsed);
+    if (st != FJ_OK) {
+        fprintf(stderr, "flashjit cache build: %s\n", err.msg);
+        return -1;
+    }
     return 0;
 }
 
@@ -223,19 +300,39 @@ int fjt_cache_build(int argc, char **argv)
                 return fprintf(stderr, "flashjit cache build: --dtype takes bf16 and f16\n"), 2;
             break;
         }
-        case O_D: nd = parse_list(optarg, dims); break;
-        case O_DV: ndv = parse_list(optarg, dvs); break;
-        case O_CAUSAL: nc = parse_list(optarg, causal); break;
-        case O_SOFTCAP: ns = parse_list(optarg, softcap); break;
-        case O_LSE: nl = parse_list(optarg, lse); break;
-        case O_SEQ: nq = parse_list(optarg, lens); break;
-        case O_MASK_MOD:
-            if (parse_mod("mask_mod", optarg, 0, &mask_mod))
+        case O_D:
+            if ((nd = fjt_parse_list("head-dim", optarg, 1, 576, dims, MAX_VALUES)) < 0)
                 return 2;
             break;
-        case O_SCORE_MOD:
-            if (parse_mod("score_mod", optarg, 1, &score_mod))
+        case O_DV:
+            if ((ndv = fjt_parse_list("head-dim-v", optarg, 1, 576, dvs, MAX_VALUES)) < 0)
                 return 2;
+            break;
+        case O_CAUSAL:
+            if ((nc = fjt_parse_list("causal", optarg, 0, 1, causal, MAX_VALUES)) < 0)
+                return 2;
+            break;
+        case O_SOFTCAP:
+            if ((ns = fjt_parse_list("softcap", optarg, 0, 1, softcap, MAX_VALUES)) < 0)
+                return 2;
+            break;
+        case O_LSE:
+            if ((nl = fjt_parse_list("lse", optarg, 0, 1, lse, MAX_VALUES)) < 0)
+                return 2;
+            break;
+        case O_SEQ:
+            if ((nq = fjt_parse_list("seqlen", optarg, 1, INT32_MAX, lens, MAX_VALUES)) < 0)
+                return 2;
+            break;
+        case O_MASK_MOD:
+            if (check_mod("mask_mod", optarg, 0))
+                return 2;
+            mask_mod = optarg;
+            break;
+        case O_SCORE_MOD:
+            if (check_mod("score_mod", optarg, 1))
+                return 2;
+            score_mod = optarg;
             break;
         case O_ALIBI: alibi = 1; break;
         case O_BIAS:
@@ -287,59 +384,37 @@ int fjt_cache_build(int argc, char **argv)
 
     printf("%-12s %-14s %-5s %4s %4s %6s %7s %5s %6s %9s\n", "key", "path", "dtype", "d", "dv",
            "causal", "softcap", "regs", "spills", "compile");
-    for (int a = 0; a < ndt; a++)
-        for (int i = 0; i < nd; i++)
-            for (int c = 0; c < nc; c++)
-                for (int sc = 0; sc < ns; sc++)
-                    for (int l = 0; l < nl * nq; l++) {
-                        int64_t seqlen = lens[l % nq];
-                        int64_t d = dims[i], dv = ndv ? dvs[i < ndv ? i : ndv - 1] : d;
-                        /* A representative aligned request; only what shapes the code matters
-                        ** (the optional tensors' presence and the bias's dtype). */
-                        fj_tensor t = {.data = (void *)(uintptr_t)256,
-                                       .dtype = dtypes[a],
-                                       .ndim = 4,
-                                       .shape = {1, 128, 1, d},
-                                       .stride = {128 * 256, 256, 256, 1}};
-                        fj_tensor tv = t, tb = t, tr = t;
-                        tv.shape[3] = dv;
-                        tb.dtype = bias == 1 ? FJ_DTYPE_F32 : dtypes[a];
-                        tr.shape[3] = ranges;
-                        fj__problem p = {.dtype = dtypes[a],
-                                         .head_dim = d,
-                                         .head_dim_v = dv,
-                                         .q = &t,
-                                         .k = &t,
-                                         .v = &tv,
-                                         .out = &tv,
-                                         .lse = lse[l / nq] ? &t : NULL,
-                                         .seqlen_q = seqlen,
-                                         .seqlen_k = seqlen,
-                                         .softcap = softcap[sc] ? 1.0f : 0,
-                                         .window_left = -1,
-                                         .window_right = causal[c] ? 0 : -1,
-                                         .mask_mod = mask_mod,
-                                         .score_mod = score_mod,
-                                         .alibi = alibi ? &t : NULL,
-                                         .bias = bias ? &tb : NULL,
-                                         .mask = mask ? &t : NULL,
-                                         .mask_ranges = ranges ? &tr : NULL,
-                                         .block_mask = block_mask ? &t : NULL,
-                                         .cu_seqlens_q = varlen ? &t : NULL,
-                                         .cu_seqlens_k = varlen ? &t : NULL,
-                                         .seqused_k = varlen == 2 ? &t : NULL};
-                        p.bias_stride[2] = seqlen; /* a contiguous [1, 1, sq, sk] bias */
-                        fj__variant v;
-                        fj__plan_forward(&p, &dev, getenv("FLASHJIT_CONFIG"), &v);
-                        build_variant(&run, &v, d, dv, causal[c], softcap[sc]);
-                        if (fj__needs_classes(&v)) {
-                            fj__variant cv;
-                            fj__classify_variant(&v, &cv);
-                            build_variant(&run, &cv, d, dv, causal[c], softcap[sc]);
-                        }
+    fj__mods mods = {0};
+    int bad = 0;
+    for (int a = 0; a < ndt && !bad; a++)
+        for (int i = 0; i < nd && !bad; i++)
+            for (int c = 0; c < nc && !bad; c++)
+                for (int sc = 0; sc < ns && !bad; sc++)
+                    for (int l = 0; l < nl * nq && !bad; l++) {
+                        const build_request r = {.dtype = dtypes[a],
+                                                 .d = dims[i],
+                                                 .dv = ndv ? dvs[i < ndv ? i : ndv - 1] : dims[i],
+                                                 .seqlen = lens[l % nq],
+                                                 .causal = causal[c],
+                                                 .softcap = softcap[sc],
+                                                 .lse = lse[l / nq],
+                                                 .mask_mod = mask_mod,
+                                                 .score_mod = score_mod,
+                                                 .alibi = alibi,
+                                                 .bias = bias,
+                                                 .mask = mask,
+                                                 .ranges = ranges,
+                                                 .block_mask = block_mask,
+                                                 .varlen = varlen};
+                        bad = build_request_kernels(&run, &dev, &mods, &r) != 0;
                     }
-    printf("%d kernels built for %s into %s, %d failed\n", run.built, run.arch, path,
-           run.failed);
+    fj__mods_free(&mods);
+    if (bad) {
+        cache_close(run.cache);
+        free(path);
+        return 2;
+    }
+    printf("%d kernels built for %s into %s, %d failed\n", run.built, run.arch, path, run.failed);
     cache_close(run.cache);
     free(path);
     return run.failed ? 1 : 0;

@@ -6,7 +6,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "cache.h"
+#include "../cache/cache.h"
+#include "../runtime/build.h"
 #include "tools.h"
 
 static int cache_usage(FILE *f)

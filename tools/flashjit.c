@@ -1,13 +1,17 @@
 /* flashjit: the command-line tool. `info` describes the library and devices; `run` computes one
 ** attention on fresh random data, checks it against the float64 reference and times it. */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <getopt.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
-#include "backend.h"
+#include "../backend/backend.h"
 #include "flashjit.h"
 #include "reference.h"
 #include "tools.h"
@@ -30,36 +34,87 @@ static const char *source_name(fj_kernel_source s)
 
 static int usage(FILE *f)
 {
-    fprintf(f,
-            "usage: flashjit <command> [options]\n"
-            "\n"
-            "commands:\n"
-            "  info              version, backends, devices and the cache path\n"
-            "  run [options]     one attention on random data: checks it against a float64\n"
-            "                    reference, times it, prints PASS or FAIL (exit status 1)\n"
-            "  tune [options]    tune tile configurations over a grid of shapes (tune --help)\n"
-            "  cache <command>   path, ls, verify, export, import, prune, build (cache --help)\n"
-            "\n"
-            "run options (defaults in brackets):\n"
-            "  --backend auto|cuda|opencl [auto]   --device N [0]\n"
-            "  --batch N [2]   --heads N [8]   --kv-heads N [= heads]\n"
-            "  --seqlen N [512] (both)   --seqlen-q N   --seqlen-k N\n"
-            "  --head-dim N [64]   --head-dim-v N [= head-dim]\n"
-            "  --dtype bf16|f16|f32 [bf16]\n"
-            "  --causal   --window-left N   --window-right N   --softcap X   --scale X\n"
-            "  --layout bshd|bhsd|padded [bshd]   --no-lse\n"
-            "  --reps N [5] timed calls   --seed N [fresh]   --no-check   --cache PATH\n"
-            "  --mask-mod EXPR   --score-mod EXPR   --mod-args X,Y,... (arg[0], arg[1], ...)\n"
-            "      e.g. --mask-mod \"q / 64 == k / 64\" --score-mod \"s - arg[h] * abs(q - k)\"\n"
-            "  --alibi heads|batch     random ALiBi slopes, [heads] or [batch, heads]\n"
-            "  --bias full|heads|keys  random bias [b, h, sq, sk], [1, h, sq, sk] or a key bias\n"
-            "                          broadcast by stride 0; --bias-f32: in f32, else the dtype\n"
-            "  --mask random|keys      random bool mask [b, h, sq, sk], or key padding [b, 1, 1, sk]\n"
-            "  --varlen                the batch as packed sequences of random lengths up to the\n"
-            "                          seqlens (cu_seqlens_q/k); --seqused-k: also seqused_k\n"
-            "  --ranges 2|4            random FlashMask column ranges, one or two per key\n"
-            "  --block-mask full|shared  random 128 x 128 block classes, [b, h, ...] or [1, 1, ...]\n");
+    fprintf(
+        f,
+        "usage: flashjit <command> [options]\n"
+        "\n"
+        "commands:\n"
+        "  info              version, backends, devices and the cache path\n"
+        "  run [options]     one attention on random data: checks it against a float64\n"
+        "                    reference, times it, prints PASS or FAIL (exit status 1)\n"
+        "  tune [options]    tune tile configurations over a grid of shapes (tune --help)\n"
+        "  cache <command>   path, ls, verify, export, import, prune, build (cache --help)\n"
+        "\n"
+        "run options (defaults in brackets):\n"
+        "  --backend auto|cuda|opencl [auto]   --device N [0]\n"
+        "  --batch N [2]   --heads N [8]   --kv-heads N [= heads]\n"
+        "  --seqlen N [512] (both)   --seqlen-q N   --seqlen-k N\n"
+        "  --head-dim N [64]   --head-dim-v N [= head-dim]\n"
+        "  --dtype bf16|f16|f32 [bf16]\n"
+        "  --causal   --window-left N   --window-right N   --softcap X   --scale X\n"
+        "  --layout bshd|bhsd|padded [bshd]   --no-lse\n"
+        "  --reps N [5] timed calls   --seed N [fresh]   --no-check   --cache PATH\n"
+        "  --mask-mod EXPR   --score-mod EXPR   --mod-args X,Y,... (arg[0], arg[1], ...)\n"
+        "      e.g. --mask-mod \"q / 64 == k / 64\" --score-mod \"s - arg[h] * abs(q - k)\"\n"
+        "  --alibi heads|batch     random ALiBi slopes, [heads] or [batch, heads]\n"
+        "  --bias full|heads|keys  random bias [b, h, sq, sk], [1, h, sq, sk] or a key bias\n"
+        "                          broadcast by stride 0; --bias-f32: in f32, else the dtype\n"
+        "  --mask random|keys      random bool mask [b, h, sq, sk], or key padding [b, 1, 1, sk]\n"
+        "  --varlen                the batch as packed sequences of random lengths up to the\n"
+        "                          seqlens (cu_seqlens_q/k); --seqused-k: also seqused_k\n"
+        "  --ranges 2|4            random FlashMask column ranges, one or two per key\n"
+        "  --block-mask full|shared  random 128 x 128 block classes, [b, h, ...] or [1, 1, ...]\n");
     return 2;
+}
+
+int fjt_parse_int(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (!s[0] || *end || errno == ERANGE || v < lo || v > hi) {
+        fprintf(stderr, "flashjit: --%s takes an integer from %lld to %lld, not '%s'\n", opt,
+                (long long)lo, (long long)hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int fjt_parse_list(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out, int max)
+{
+    int n = 0;
+    const char *p = s;
+    for (;;) {
+        char item[32];
+        size_t len = strcspn(p, ",");
+        if (n == max || len >= sizeof item) {
+            fprintf(stderr,
+                    "flashjit: --%s takes up to %d integers separated by commas, not '%s'\n", opt,
+                    max, s);
+            return -1;
+        }
+        memcpy(item, p, len);
+        item[len] = '\0';
+        if (fjt_parse_int(opt, item, lo, hi, &out[n++]))
+            return -1;
+        if (!p[len])
+            return n;
+        p += len + 1;
+    }
+}
+
+int fjt_parse_float(const char *opt, const char *s, float *out)
+{
+    char *end = NULL;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (!s[0] || *end || errno == ERANGE || !isfinite(v)) {
+        fprintf(stderr, "flashjit: --%s takes a finite number, not '%s'\n", opt, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
 }
 
 int fjt_pick(const char *s, const char *const *words)
@@ -218,31 +273,63 @@ static int cmd_run(int argc, char **argv)
     fj_context_options o;
     fj_context_options_init(&o);
     int opt;
+    int64_t value = 0;
+/* The option's argument as an integer in [lo, hi] into value; nonzero (after a message) if not. */
+#define INT_ARG(lo, hi) fjt_parse_int(opts[optidx].name, optarg, lo, hi, &value)
+/* A size (batch, heads, lengths, head dims): 1 to 2^31 - 1, else exit 2. */
+#define SIZE_ARG(dst)                                                                              \
+    do {                                                                                           \
+        if (INT_ARG(1, INT32_MAX))                                                                 \
+            return 2;                                                                              \
+        (dst) = value;                                                                             \
+    } while (0)
+    int optidx = 0;
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "", opts, &optidx)) != -1) {
         switch (opt) {
         case O_BACKEND:
             if (fjt_parse_backend(optarg, &o.backend))
                 return fprintf(stderr, "flashjit: unknown backend '%s'\n", optarg), 2;
             break;
-        case O_DEVICE: o.device = atoi(optarg); break;
-        case O_BATCH: c.batch = atoll(optarg); break;
-        case O_HEADS: c.heads_q = atoll(optarg); break;
-        case O_KVHEADS: kv_heads = atoll(optarg); break;
-        case O_SEQLEN: c.seqlen_q = c.seqlen_k = atoll(optarg); break;
-        case O_SEQLEN_Q: c.seqlen_q = atoll(optarg); break;
-        case O_SEQLEN_K: c.seqlen_k = atoll(optarg); break;
-        case O_HEAD_DIM: c.head_dim = atoll(optarg); break;
-        case O_HEAD_DIM_V: head_dim_v = atoll(optarg); break;
+        case O_DEVICE:
+            if (INT_ARG(0, INT32_MAX))
+                return 2;
+            o.device = (int32_t)value;
+            break;
+        case O_BATCH: SIZE_ARG(c.batch); break;
+        case O_HEADS: SIZE_ARG(c.heads_q); break;
+        case O_KVHEADS: SIZE_ARG(kv_heads); break;
+        case O_SEQLEN:
+            SIZE_ARG(c.seqlen_q);
+            c.seqlen_k = c.seqlen_q;
+            break;
+        case O_SEQLEN_Q: SIZE_ARG(c.seqlen_q); break;
+        case O_SEQLEN_K: SIZE_ARG(c.seqlen_k); break;
+        case O_HEAD_DIM: SIZE_ARG(c.head_dim); break;
+        case O_HEAD_DIM_V: SIZE_ARG(head_dim_v); break;
         case O_DTYPE:
             if (fjt_parse_dtype(optarg, &c.dtype))
                 return fprintf(stderr, "flashjit: unknown dtype '%s'\n", optarg), 2;
             break;
         case O_CAUSAL: c.desc.causal = 1; break;
-        case O_WLEFT: c.desc.window_left = atoi(optarg); break;
-        case O_WRIGHT: c.desc.window_right = atoi(optarg); break;
-        case O_SOFTCAP: c.desc.softcap = strtof(optarg, NULL); break;
-        case O_SCALE: c.desc.softmax_scale = strtof(optarg, NULL); break;
+        case O_WLEFT:
+            if (INT_ARG(-1, INT32_MAX))
+                return 2;
+            c.desc.window_left = (int32_t)value;
+            break;
+        case O_WRIGHT:
+            if (INT_ARG(-1, INT32_MAX))
+                return 2;
+            c.desc.window_right = (int32_t)value;
+            break;
+        case O_SOFTCAP:
+            if (fjt_parse_float("softcap", optarg, &c.desc.softcap))
+                return 2;
+            break;
+        case O_SCALE:
+            if (fjt_parse_float("scale", optarg, &c.desc.softmax_scale))
+                return 2;
+            break;
         case O_LAYOUT: {
             /* In fjh_layout's order. */
             static const char *const layouts[] = {"bshd", "bhsd", "padded", NULL};
@@ -253,18 +340,34 @@ static int cmd_run(int argc, char **argv)
             break;
         }
         case O_NOLSE: c.with_lse = 0; break;
-        case O_REPS: c.timing_reps = atoi(optarg); break;
-        case O_SEED: c.seed = strtoull(optarg, NULL, 0); break;
+        case O_REPS:
+            if (INT_ARG(0, 1000000))
+                return 2;
+            c.timing_reps = (int)value;
+            break;
+        case O_SEED: {
+            char *end = NULL;
+            errno = 0;
+            c.seed = strtoull(optarg, &end, 0);
+            if (!optarg[0] || *end || errno == ERANGE)
+                return fprintf(stderr, "flashjit: --seed takes an unsigned integer, not '%s'\n",
+                               optarg),
+                       2;
+            break;
+        }
         case O_NOCHECK: c.skip_check = 1; break;
         case O_CACHE: o.cache_path = optarg; break;
         case O_MASKMOD: c.desc.mask_mod = optarg; break;
         case O_SCOREMOD: c.desc.score_mod = optarg; break;
         case O_MODARGS: {
             char *copy = strdup(optarg), *save = NULL;
-            for (char *tok = strtok_r(copy, ",", &save); tok && nargs < 256;
+            int bad = !copy;
+            for (char *tok = copy ? strtok_r(copy, ",", &save) : NULL; tok && !bad;
                  tok = strtok_r(NULL, ",", &save))
-                mod_args[nargs++] = strtof(tok, NULL);
+                bad = nargs == 256 || fjt_parse_float("mod-args", tok, &mod_args[nargs++]);
             free(copy);
+            if (bad)
+                return fprintf(stderr, "flashjit: --mod-args takes up to 256 numbers\n"), 2;
             break;
         }
         /* The harness's modes count from 1; 0 is none. */
@@ -287,7 +390,7 @@ static int cmd_run(int argc, char **argv)
         case O_VARLEN: c.varlen = c.varlen ? c.varlen : 1; break;
         case O_SEQUSED: c.varlen = 2; break;
         case O_RANGES:
-            c.ranges = atoi(optarg);
+            c.ranges = optarg[0] && !optarg[1] ? optarg[0] - '0' : 0;
             if (c.ranges != 2 && c.ranges != 4)
                 return fprintf(stderr, "flashjit: --ranges takes 2 or 4\n"), 2;
             break;
@@ -316,6 +419,22 @@ static int cmd_run(int argc, char **argv)
     }
     fj_device_info dev = {.struct_size = sizeof dev};
     fj_context_get_device_info(ctx, &dev);
+    /* A problem that cannot fit is refused here, with its size, rather than failing midway. */
+    double host_bytes = 0, device_bytes = 0;
+    fjh_memory(&c, &host_bytes, &device_bytes);
+    const double host_total = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    if (host_bytes > host_total ||
+        (dev.global_memory && device_bytes > (double)dev.global_memory)) {
+        const int on_host = host_bytes > host_total;
+        fprintf(stderr,
+                "flashjit: this problem needs %.1f GiB of %s memory (%s), more than the %.1f GiB "
+                "there are\n",
+                (on_host ? host_bytes : device_bytes) / (1 << 30), on_host ? "host" : "device",
+                on_host ? "inputs, copies and the float64 reference" : "its tensors",
+                (on_host ? host_total : (double)dev.global_memory) / (1 << 30));
+        fj_context_destroy(ctx);
+        return 2;
+    }
     char desc[512];
     fjh_describe(&c, desc, sizeof desc);
     printf("flashjit %s run\n", fj_version());
@@ -328,7 +447,8 @@ static int cmd_run(int argc, char **argv)
     int failed = 0;
     if (st != FJ_OK) {
         printf("error      %s: %s\n", fj_status_string(st), r.error);
-        failed = 1;
+        /* A request the library refuses is the caller's mistake, as a bad option is. */
+        failed = st == FJ_ERR_INVALID_ARGUMENT || st == FJ_ERR_UNSUPPORTED ? 2 : 1;
     } else {
         printf("kernel     %s, %s: lookup %.2f ms, render %.2f ms, compile %.1f ms, load %.2f ms\n",
                r.kernel_path, source_name(r.first.source), r.first.lookup_ms, r.first.render_ms,
@@ -357,7 +477,7 @@ static int cmd_run(int argc, char **argv)
     else
         printf("PASS\n");
     fj_context_destroy(ctx);
-    return failed ? 1 : 0;
+    return failed;
 }
 
 int main(int argc, char **argv)

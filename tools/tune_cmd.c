@@ -15,17 +15,6 @@
 
 #define MAX_LIST 16
 
-static int parse_ints(const char *s, long long *out)
-{
-    int n = 0;
-    char *copy = strdup(s), *save = NULL;
-    for (char *tok = strtok_r(copy, ",", &save); tok && n < MAX_LIST;
-         tok = strtok_r(NULL, ",", &save))
-        out[n++] = atoll(tok);
-    free(copy);
-    return n;
-}
-
 static int tune_usage(FILE *f)
 {
     fprintf(f,
@@ -79,11 +68,10 @@ int fjt_tune_command(int argc, char **argv)
     fj_context_options o;
     fj_context_options_init(&o);
     fj_dtype dtype = FJ_DTYPE_BF16;
-    long long dims[MAX_LIST] = {64, 128, 256},
-              lens[MAX_LIST] = {512, 1024, 2048, 4096, 8192, 16384};
-    long long causal[MAX_LIST] = {0, 1};
+    int64_t dims[MAX_LIST] = {64, 128, 256}, lens[MAX_LIST] = {512, 1024, 2048, 4096, 8192, 16384};
+    int64_t causal[MAX_LIST] = {0, 1};
     int nd = 3, ns = 6, nc = 2, opt;
-    long long tokens = 16384, hidden = 2048;
+    int64_t tokens = 16384, hidden = 2048, value = 0;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (opt) {
@@ -91,17 +79,36 @@ int fjt_tune_command(int argc, char **argv)
             if (fjt_parse_backend(optarg, &o.backend))
                 return fprintf(stderr, "flashjit tune: unknown backend '%s'\n", optarg), 2;
             break;
-        case O_DEVICE: o.device = atoi(optarg); break;
+        case O_DEVICE:
+            if (fjt_parse_int("device", optarg, 0, INT32_MAX, &value))
+                return 2;
+            o.device = (int32_t)value;
+            break;
         case O_CACHE: o.cache_path = optarg; break;
         case O_DTYPE:
             if (fjt_parse_dtype(optarg, &dtype))
                 return fprintf(stderr, "flashjit tune: unknown dtype '%s'\n", optarg), 2;
             break;
-        case O_D: nd = parse_ints(optarg, dims); break;
-        case O_S: ns = parse_ints(optarg, lens); break;
-        case O_CAUSAL: nc = parse_ints(optarg, causal); break;
-        case O_TOKENS: tokens = atoll(optarg); break;
-        case O_HIDDEN: hidden = atoll(optarg); break;
+        case O_D:
+            if ((nd = fjt_parse_list("head-dim", optarg, 1, 576, dims, MAX_LIST)) < 0)
+                return 2;
+            break;
+        case O_S:
+            if ((ns = fjt_parse_list("seqlen", optarg, 1, INT32_MAX, lens, MAX_LIST)) < 0)
+                return 2;
+            break;
+        case O_CAUSAL:
+            if ((nc = fjt_parse_list("causal", optarg, 0, 1, causal, MAX_LIST)) < 0)
+                return 2;
+            break;
+        case O_TOKENS:
+            if (fjt_parse_int("tokens", optarg, 1, INT32_MAX, &tokens))
+                return 2;
+            break;
+        case O_HIDDEN:
+            if (fjt_parse_int("hidden", optarg, 1, INT32_MAX, &hidden))
+                return 2;
+            break;
         case O_HELP: tune_usage(stdout); return 0;
         default: return tune_usage(stderr);
         }
@@ -133,23 +140,24 @@ int fjt_tune_command(int argc, char **argv)
                 k.tune = 1;
                 k.skip_check = 1;
                 char what[64];
-                snprintf(what, sizeof what, "d=%lld causal=%lld s=%lld", dims[a], causal[c],
-                         lens[s]);
+                snprintf(what, sizeof what, "d=%lld causal=%lld s=%lld", (long long)dims[a],
+                         (long long)causal[c], (long long)lens[s]);
                 progress(done, total, what);
                 fjh_result r;
                 st = fjh_run(ctx, &k, &r);
                 const fj_tune_result *t = &r.tune;
+                const long long d = dims[a], cz = causal[c], len = lens[s];
                 if (st != FJ_OK)
-                    snprintf(lines[done], sizeof lines[0], "%4lld %6lld %6lld  FAILED: %.200s",
-                             dims[a], causal[c], lens[s], r.why);
+                    snprintf(lines[done], sizeof lines[0], "%4lld %6lld %6lld  FAILED: %.200s", d,
+                             cz, len, r.why);
                 else if (t->from_record)
                     snprintf(lines[done], sizeof lines[0],
-                             "%4lld %6lld %6lld  %10s %10s %7s  %-50s (tuned before)", dims[a],
-                             causal[c], lens[s], "-", "-", "-", t->best_config);
+                             "%4lld %6lld %6lld  %10s %10s %7s  %-50s (tuned before)", d, cz, len,
+                             "-", "-", "-", t->best_config);
                 else
                     snprintf(lines[done], sizeof lines[0],
-                             "%4lld %6lld %6lld  %10.1f %10.1f %+6.1f%%  %-50s %d/%d dropped",
-                             dims[a], causal[c], lens[s], t->heuristic_us, t->best_us,
+                             "%4lld %6lld %6lld  %10.1f %10.1f %+6.1f%%  %-50s %d/%d dropped", d,
+                             cz, len, t->heuristic_us, t->best_us,
                              100.0 * (t->heuristic_us / t->best_us - 1.0), t->best_config,
                              t->dropped, t->candidates);
                 failed += st != FJ_OK;

@@ -4,7 +4,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "reference.h"
 
-#include "expr.h"
+#include "../../plan/expr.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -69,6 +69,52 @@ void fjh_describe(const fjh_case *c, char *buf, size_t size)
         used += (size_t)snprintf(buf + used, size - used, " ranges=%d", c->ranges);
     if (c->blocks && used < size)
         snprintf(buf + used, size - used, " block_mask=%s", c->blocks == 1 ? "[b,hq]" : "[1,1]");
+}
+
+/* The harness's answer to a failed host allocation: a message naming what it was for, and the
+** process ends (exit status 2, as for a bad request); fjh_memory() lets callers refuse such
+** problems before they start. */
+static void out_of_memory(const char *what, size_t bytes)
+{
+    fprintf(stderr, "flashjit check: out of host memory: %zu bytes for %s\n", bytes, what);
+    exit(2);
+}
+
+/* malloc that never returns NULL (see out_of_memory). */
+static void *xmalloc(size_t bytes, const char *what)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p)
+        out_of_memory(what, bytes);
+    return p;
+}
+
+static void *xcalloc(size_t n, size_t size, const char *what)
+{
+    void *p = calloc(n ? n : 1, size);
+    if (!p)
+        out_of_memory(what, n * size);
+    return p;
+}
+
+void fjh_memory(const fjh_case *c, double *host_bytes, double *device_bytes)
+{
+    const double b = (double)c->batch, sq = (double)c->seqlen_q, sk = (double)c->seqlen_k;
+    const double es = (double)fj_dtype_size(c->dtype);
+    const double q = b * sq * c->heads_q * c->head_dim, k = b * sk * c->heads_kv * c->head_dim,
+                 v = b * sk * c->heads_kv * c->head_dim_v, o = b * sq * c->heads_q * c->head_dim_v;
+    const double lse = b * c->heads_q * sq * 4;
+    /* Padded layouts add a few elements per row: a quarter is a generous bound. */
+    double device = 1.25 * (q + k + v + o) * es + lse;
+    if (c->bias || c->mask)
+        device += b * c->heads_q * sq * sk * (c->bias ? (c->bias_f32 ? 4 : es) : 1);
+    /* Host: a copy of every device tensor, the inputs as doubles and floats, the reference's
+    ** output (double) and the low-precision one (float), and the bytes-seen maps. */
+    double host = device;
+    if (!c->skip_check)
+        host += 12 * (q + k + v) + 13 * o + 2 * lse;
+    *host_bytes = host;
+    *device_bytes = device;
 }
 
 static uint64_t splitmix(uint64_t *s)
@@ -149,8 +195,8 @@ static void fill_random(htensor *h, uint64_t *rng, double **dense, float **dense
     if (!dense)
         return;
     size_t n = (size_t)(t->shape[0] * t->shape[1] * t->shape[2] * t->shape[3]);
-    *dense = malloc(n * sizeof **dense);
-    *densef = malloc(n * sizeof **densef);
+    *dense = xmalloc(n * sizeof **dense, "the reference's inputs");
+    *densef = xmalloc(n * sizeof **densef, "the reference's inputs");
     size_t idx = 0;
     for (int64_t a = 0; a < t->shape[0]; a++)
         for (int64_t b = 0; b < t->shape[1]; b++)
@@ -178,9 +224,7 @@ static void make_tensor(htensor *h, fj_dtype dtype, int ndim, const int64_t *sha
     }
     h->elements = (size_t)last + 1;
     size_t bytes = h->elements * fj_dtype_size(dtype);
-    h->host = malloc(bytes);
-    if (!h->host)
-        abort();
+    h->host = xmalloc(bytes, "a tensor's host copy");
     memset(h->host, POISON, bytes);
 }
 
@@ -269,7 +313,7 @@ static void make_score_terms(const fjh_case *c, uint64_t *rng, fjr_problem *p, h
 
 /* Packed sequences of a varlen case: lengths, offsets and the I32 tensors the library reads. */
 typedef struct packing {
-    int64_t n;                    /* sequences */
+    int64_t n;                       /* sequences */
     int64_t *len_q, *len_k, *used_k; /* per sequence; used_k = len_k without seqused_k */
     int64_t total_q, total_k;
     htensor cu_q, cu_k, seqused; /* I32 [n + 1], [n + 1], [n] */
@@ -279,16 +323,19 @@ static void make_packing(const fjh_case *c, uint64_t *rng, packing *pk)
 {
     memset(pk, 0, sizeof *pk);
     pk->n = c->batch;
-    pk->len_q = calloc((size_t)pk->n, sizeof *pk->len_q);
-    pk->len_k = calloc((size_t)pk->n, sizeof *pk->len_k);
-    pk->used_k = calloc((size_t)pk->n, sizeof *pk->used_k);
-    if (!pk->len_q || !pk->len_k || !pk->used_k)
-        abort();
+    pk->len_q = xcalloc((size_t)pk->n, sizeof *pk->len_q, "sequence lengths");
+    pk->len_k = xcalloc((size_t)pk->n, sizeof *pk->len_k, "sequence lengths");
+    pk->used_k = xcalloc((size_t)pk->n, sizeof *pk->used_k, "sequence lengths");
     for (int64_t b = 0; b < pk->n; b++) {
         /* Sequence 1 has no query; the others up to the maxima, the first at the maxima. */
-        pk->len_q[b] = b == 1 ? 0 : b == 0 ? c->seqlen_q : 1 + (int64_t)(splitmix(rng) % (uint64_t)c->seqlen_q);
+        pk->len_q[b] = b == 1   ? 0
+                       : b == 0 ? c->seqlen_q
+                                : 1 + (int64_t)(splitmix(rng) % (uint64_t)c->seqlen_q);
         pk->len_k[b] = b == 0 ? c->seqlen_k : 1 + (int64_t)(splitmix(rng) % (uint64_t)c->seqlen_k);
-        pk->used_k[b] = c->varlen == 2 ? pk->len_k[b] - (int64_t)(splitmix(rng) % (uint64_t)(pk->len_k[b] / 2 + 1)) : pk->len_k[b];
+        pk->used_k[b] =
+            c->varlen == 2
+                ? pk->len_k[b] - (int64_t)(splitmix(rng) % (uint64_t)(pk->len_k[b] / 2 + 1))
+                : pk->len_k[b];
         pk->total_q += pk->len_q[b];
         pk->total_k += pk->len_k[b];
     }
@@ -348,15 +395,14 @@ static fjr_problem sequence_problem(const fjr_problem *p, const packing *pk, int
 /* The reference of a varlen case, one sequence at a time, into packed outputs (one batch of
 ** total_q rows, as check() reads them). */
 static void reference_packed(const fjr_problem *p, const packing *pk, const double *qd,
-                             const double *kd, const double *vd, const float *qf,
-                             const float *kf, const float *vf, fj_dtype dtype, double *ref,
-                             double *ref_lse, float *lowp)
+                             const double *kd, const double *vd, const float *qf, const float *kf,
+                             const float *vf, fj_dtype dtype, double *ref, double *ref_lse,
+                             float *lowp)
 {
     int64_t row_q = 0, row_k = 0;
     const int64_t hq = p->heads_q, hkv = p->heads_kv, d = p->head_dim, dv = p->head_dim_v;
-    double *lse_b = malloc((size_t)(hq * (pk->total_q + 1)) * sizeof *lse_b);
-    if (!lse_b)
-        abort();
+    double *lse_b =
+        xmalloc((size_t)(hq * (pk->total_q + 1)) * sizeof *lse_b, "the reference's lse");
     for (int64_t b = 0; b < pk->n; b++) {
         const fjr_problem s = sequence_problem(p, pk, b);
         if (s.seqlen_q > 0 && s.seqlen_k > 0) {
@@ -425,7 +471,7 @@ static void check(const fjh_case *c, const fjr_problem *p, const htensor *out, c
                   const double *ref, const double *ref_lse, const float *lowp, fjh_result *r)
 {
     size_t es = fj_dtype_size(c->dtype);
-    unsigned char *seen = calloc(out->elements, 1);
+    unsigned char *seen = xcalloc(out->elements, 1, "the check of the output");
     size_t idx = 0;
     for (int64_t a = 0; a < p->batch; a++)
         for (int64_t i = 0; i < p->seqlen_q; i++)
@@ -449,7 +495,7 @@ static void check(const fjh_case *c, const fjr_problem *p, const htensor *out, c
     free(seen);
     if (lse && lse->host) {
         const float *l = (const float *)lse->host;
-        unsigned char *lseen = calloc(lse->elements, 1);
+        unsigned char *lseen = xcalloc(lse->elements, 1, "the check of lse");
         for (int64_t a = 0; a < p->batch; a++)
             for (int64_t h = 0; h < p->heads_q; h++)
                 for (int64_t i = 0; i < p->seqlen_q; i++) {
@@ -539,9 +585,7 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
     htensor *all[] = {&q, &k, &v, &out, &lse};
     for (int i = 0; i < 5; i++) {
         size_t bytes = all[i]->elements * fj_dtype_size(all[i]->t.dtype);
-        all[i]->host = malloc(bytes);
-        if (!all[i]->host)
-            abort();
+        all[i]->host = xmalloc(bytes, "a tensor's host copy");
         memset(all[i]->host, POISON, bytes);
     }
     double *qd = NULL, *kd = NULL, *vd = NULL, *ref = NULL, *ref_lse = NULL;
@@ -652,10 +696,11 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
             pc.seqlen_q = pk.total_q;
         }
         size_t nout = (size_t)(pc.batch * pc.seqlen_q * pc.heads_q * pc.head_dim_v);
-        ref = malloc(nout * sizeof *ref);
-        ref_lse = malloc((size_t)(pc.batch * pc.heads_q * pc.seqlen_q) * sizeof *ref_lse);
+        ref = xmalloc(nout * sizeof *ref, "the reference's output");
+        ref_lse = xmalloc((size_t)(pc.batch * pc.heads_q * pc.seqlen_q) * sizeof *ref_lse,
+                          "the reference's lse");
         if (c->dtype != FJ_DTYPE_F32)
-            lowp = malloc(nout * sizeof *lowp);
+            lowp = xmalloc(nout * sizeof *lowp, "the low-precision reference");
         if (c->varlen) {
             reference_packed(&p, &pk, qd, kd, vd, qf, kf, vf, c->dtype, ref, ref_lse, lowp);
         } else {
@@ -669,7 +714,7 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
     }
 
     if (c->timing_reps > 0) {
-        double *times = malloc((size_t)c->timing_reps * sizeof *times);
+        double *times = xmalloc((size_t)c->timing_reps * sizeof *times, "timings");
         for (int i = 0; i < c->timing_reps && st == FJ_OK; i++) {
             double t0 = now_ms();
             st = fj_attention_forward(ctx, &desc, &qt, &kt, &vt, &ot, lse_t, NULL);
@@ -680,8 +725,8 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
         if (st == FJ_OK) {
             qsort(times, (size_t)c->timing_reps, sizeof *times, cmp_double);
             r->kernel_ms = times[c->timing_reps / 2];
-            r->tflops = (c->varlen ? packed_flops(&p, &pk) : fjr_flops(&p)) /
-                        (r->kernel_ms * 1e-3) / 1e12;
+            r->tflops =
+                (c->varlen ? packed_flops(&p, &pk) : fjr_flops(&p)) / (r->kernel_ms * 1e-3) / 1e12;
         }
         free(times);
     }

@@ -1,5 +1,5 @@
 /* SHA-256 (FIPS 180-4), used for variant keys, template hashes and binary checksums. */
-#include "internal.h"
+#include "core.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../internal.h"
+#include "backend.h"
 
 /* Every OpenCL entry point the backend uses, resolved once from libOpenCL. */
 #define CL_FUNCS(X)                                                                                \
@@ -32,12 +32,13 @@
     X(clCreateKernel)                                                                              \
     X(clReleaseKernel)                                                                             \
     X(clSetKernelArg)                                                                              \
-    X(clSetKernelArgSVMPointer)                                                                    \
+    X(clSetKernelExecInfo)                                                                         \
     X(clEnqueueNDRangeKernel)                                                                      \
     X(clFinish)                                                                                    \
     X(clSVMAlloc)                                                                                  \
     X(clSVMFree)                                                                                   \
-    X(clEnqueueSVMMemcpy)
+    X(clEnqueueSVMMemcpy)                                                                          \
+    X(clEnqueueSVMMemFill)
 
 static struct {
     void *lib;
@@ -323,12 +324,12 @@ static fj_status cl_compile(void *p, const char *source, const char *options, fj
     return st;
 }
 
-/* A loaded kernel and the arguments last set on it: clSetKernelArg costs tens of nanoseconds
-** each, and most arguments repeat from call to call (sizes, strides, options). */
+/* A loaded kernel and the parameter block last set on it: most calls repeat the previous one's
+** (sizes, strides, options and often the tensors), and setting it again costs time. */
 typedef struct cl_kern {
     cl_kernel kernel;
-    int nset; /* leading arguments whose value is in last */
-    fj__arg last[FJ__MAX_ARGS];
+    unsigned char *last; /* the bytes last set, or NULL */
+    size_t last_size;
 } cl_kern;
 
 static fj_status cl_load_kernel(void *p, const void *binary, size_t size, const char *entry,
@@ -368,68 +369,53 @@ static void cl_unload(void *p, void *kernel)
     if (!ck)
         return;
     cl.clReleaseKernel(ck->kernel);
+    free(ck->last);
     free(ck);
 }
 
-/* Whether argument a equals the one last set (by-value structs are always set again). */
-static int same_arg(const fj__arg *a, const fj__arg *last)
+/* Sets the kernel's one argument, the parameter block, unless it is the one set last. The
+** block's pointers travel as integers, so the kernel is also told which SVM allocations it
+** reaches through them. */
+static fj_status set_params(clb *b, cl_kern *ck, const fj__launch *l)
 {
-    if (a->kind != last->kind || a->kind == FJ__ARG_BYTES)
-        return 0;
-    switch (a->kind) {
-    case FJ__ARG_PTR: return a->v.ptr == last->v.ptr;
-    case FJ__ARG_I32: return a->v.i32 == last->v.i32;
-    case FJ__ARG_I64: return a->v.i64 == last->v.i64;
-    case FJ__ARG_F32: return memcmp(&a->v.f32, &last->v.f32, sizeof a->v.f32) == 0;
-    default: return 0;
+    fj_status st = FJ_OK;
+    if (ck->last && ck->last_size == l->params_size &&
+        memcmp(ck->last, l->params, l->params_size) == 0)
+        return FJ_OK;
+    FJ_FREE(ck->last);
+    void *ptrs[64];
+    int n = fj__playout_pointers(l->layout, l->params, ptrs, 64);
+    if (n > 64)
+        return fj__fail(b->err, FJ_ERR_BACKEND, "%s has %d pointers, more than 64", l->layout->name,
+                        n);
+    CL_CHECK(cl.clSetKernelArg(ck->kernel, 0, l->params_size, l->params), FJ_ERR_BACKEND);
+    CL_CHECK(cl.clSetKernelExecInfo(ck->kernel, CL_KERNEL_EXEC_INFO_SVM_PTRS,
+                                    (size_t)n * sizeof ptrs[0], ptrs),
+             FJ_ERR_BACKEND);
+    if ((ck->last = malloc(l->params_size))) {
+        memcpy(ck->last, l->params, l->params_size);
+        ck->last_size = l->params_size;
     }
+out:
+    return st;
 }
 
 static fj_status cl_launch(void *p, void *kernel, const fj__launch *l, void *stream)
 {
     clb *b = p;
-    fj_status st = FJ_OK;
     cl_kern *ck = kernel;
-    cl_kernel k = ck->kernel;
-    if (l->nargs > FJ__MAX_ARGS)
-        return fj__fail(b->err, FJ_ERR_BACKEND, "too many kernel arguments (%d)", l->nargs);
-    for (int i = 0; i < l->nargs; i++) {
-        const fj__arg *a = &l->args[i];
-        if (i < ck->nset && same_arg(a, &ck->last[i]))
-            continue;
-        switch (a->kind) {
-        case FJ__ARG_PTR:
-            CL_CHECK(cl.clSetKernelArgSVMPointer(k, (cl_uint)i, a->v.ptr), FJ_ERR_BACKEND);
-            break;
-        case FJ__ARG_I32:
-            CL_CHECK(cl.clSetKernelArg(k, (cl_uint)i, sizeof(cl_int), &a->v.i32), FJ_ERR_BACKEND);
-            break;
-        case FJ__ARG_I64:
-            CL_CHECK(cl.clSetKernelArg(k, (cl_uint)i, sizeof(cl_long), &a->v.i64), FJ_ERR_BACKEND);
-            break;
-        case FJ__ARG_F32:
-            CL_CHECK(cl.clSetKernelArg(k, (cl_uint)i, sizeof(cl_float), &a->v.f32), FJ_ERR_BACKEND);
-            break;
-        case FJ__ARG_BYTES:
-            CL_CHECK(cl.clSetKernelArg(k, (cl_uint)i, a->v.bytes.size, a->v.bytes.data),
-                     FJ_ERR_BACKEND);
-            break;
-        }
-        ck->last[i] = *a;
-        if (ck->nset == i) /* the first launch sets every argument, in order */
-            ck->nset = i + 1;
-    }
+    fj_status st = set_params(b, ck, l);
+    if (st != FJ_OK)
+        return st;
     size_t global[3], local[3];
     for (int d = 0; d < 3; d++) {
         local[d] = l->block[d];
         global[d] = (size_t)l->grid[d] * l->block[d];
     }
     cl_command_queue queue = stream ? (cl_command_queue)stream : b->queue;
-    CL_CHECK(cl.clEnqueueNDRangeKernel(queue, k, 3, NULL, global, local, 0, NULL, NULL),
+    CL_CHECK(cl.clEnqueueNDRangeKernel(queue, ck->kernel, 3, NULL, global, local, 0, NULL, NULL),
              FJ_ERR_BACKEND);
 out:
-    if (st != FJ_OK)
-        ck->nset = 0; /* an argument may be half set: set them all next time */
     return st;
 }
 
@@ -470,6 +456,18 @@ static fj_status cl_copy_d2h(void *p, void *dst, const void *src, size_t bytes)
     return cl_copy(p, dst, src, bytes);
 }
 
+static fj_status cl_memset_async(void *p, void *dst, int value, size_t bytes, void *stream)
+{
+    clb *b = p;
+    fj_status st = FJ_OK;
+    const unsigned char pattern = (unsigned char)value;
+    CL_CHECK(cl.clEnqueueSVMMemFill(stream ? (cl_command_queue)stream : b->queue, dst, &pattern, 1,
+                                    bytes, 0, NULL, NULL),
+             FJ_ERR_BACKEND);
+out:
+    return st;
+}
+
 static fj_status cl_synchronize(void *p, void *stream)
 {
     clb *b = p;
@@ -497,5 +495,6 @@ const struct fj_backend_ops fj__opencl_backend = {
     .mem_free = cl_mem_free,
     .copy_h2d = cl_copy_h2d,
     .copy_d2h = cl_copy_d2h,
+    .memset_async = cl_memset_async,
     .synchronize = cl_synchronize,
 };

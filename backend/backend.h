@@ -1,52 +1,25 @@
 /* The backend interface: one versioned table of functions per backend (cuda, opencl). Nothing
 ** above this interface knows which backend runs. */
-#ifndef FJ_RUNTIME_BACKEND_H
-#define FJ_RUNTIME_BACKEND_H
+#ifndef FJ_BACKEND_H
+#define FJ_BACKEND_H
 
-#include "flashjit.h"
+#include "../core/core.h"
+#include "../core/layout.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
-#define FJ_BACKEND_API_VERSION 1
+#define FJ_BACKEND_API_VERSION 2
 
-/* Where a backend writes the detail of a failure. Owned by the context. */
-typedef struct fj__err {
-    char msg[2048];
-} fj__err;
-
-/* A kernel argument, in the order of the kernel's parameter list. */
-typedef enum fj__arg_kind {
-    FJ__ARG_PTR,
-    FJ__ARG_I32,
-    FJ__ARG_I64,
-    FJ__ARG_F32,
-    FJ__ARG_BYTES /* a struct passed by value (a TMA descriptor); the caller owns the bytes */
-} fj__arg_kind;
-typedef struct fj__arg {
-    fj__arg_kind kind;
-    union {
-        void *ptr;
-        int32_t i32;
-        int64_t i64;
-        float f32;
-        struct {
-            const void *data;
-            size_t size;
-        } bytes;
-    } v;
-} fj__arg;
-
-/* A tiled view of a rank-4 tensor of 16-bit elements for bulk tensor copies (CUDA's TMA):
-** dims[0] is contiguous, strides are in bytes for dims 1..3, box is the copied block; shared
-** memory gets the 128-byte swizzle and elements outside the tensor read as zeros. */
+/* A tiled view of a rank-4 tensor for bulk tensor copies (CUDA's TMA): dims[0] is contiguous,
+** strides are in bytes for dims 1..3, box is the copied block; shared memory gets the 128-byte
+** swizzle and elements outside the tensor read as zeros. Compared with memcmp: zero it first. */
 typedef struct fj__tensor_map_desc {
     const void *base;
     uint64_t dims[4];
     uint64_t strides[3];
     uint32_t box[4];
-    int bf16; /* element type: 1 bf16, 0 f16 ... */
-    int f32;  /* ... unless this is 1: f32 */
+    int32_t dtype; /* fj_dtype of the elements */
 } fj__tensor_map_desc;
 
 /* The bytes of an encoded tensor map (CUtensorMap), aligned as the driver requires. */
@@ -54,16 +27,17 @@ typedef struct fj__tensor_map {
     _Alignas(64) unsigned char bytes[128];
 } fj__tensor_map;
 
-/* The most arguments a launch passes (the forward kernels take 55, the Hopper one 8 more). */
-#define FJ__MAX_ARGS 96
-
-/* One launch: grid counts blocks (work-groups), block counts threads (work-items) per block. */
+/* One launch: grid counts blocks (work-groups), block counts threads (work-items) per block.
+** A kernel takes one argument, its parameter block: params_size bytes at params, laid out as
+** layout says (the backend reads it only to find the pointer fields, which OpenCL must be told
+** about). */
 typedef struct fj__launch {
     uint32_t grid[3];
     uint32_t block[3];
     uint32_t shared_bytes; /* dynamic shared memory (CUDA); 0 for OpenCL */
-    int nargs;
-    const fj__arg *args;
+    const void *params;
+    size_t params_size;
+    const fj__playout *layout;
 } fj__launch;
 
 /* A binary produced by compile(), malloc'd; the caller frees data. */
@@ -107,6 +81,8 @@ struct fj_backend_ops {
     fj_status (*mem_free)(void *b, void *ptr);
     fj_status (*copy_h2d)(void *b, void *dst, const void *src, size_t bytes);
     fj_status (*copy_d2h)(void *b, void *dst, const void *src, size_t bytes);
+    /* Sets bytes of device memory at dst to value, queued on stream. */
+    fj_status (*memset_async)(void *b, void *dst, int value, size_t bytes, void *stream);
     fj_status (*synchronize)(void *b, void *stream);
 
     /* Optional (NULL: unknown): registers per thread and local-memory (spill) bytes. */
@@ -127,4 +103,4 @@ const char *fj__cuda_compiler_version(void);
 /* What the CUDA backend found: the driver library and its version, NVRTC and where. */
 void fj__cuda_describe(char *buf, size_t size);
 
-#endif /* FJ_RUNTIME_BACKEND_H */
+#endif /* FJ_BACKEND_H */

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../internal.h"
+#include "backend.h"
 
 /* ---- the Driver API subset ------------------------------------------------------------------ */
 typedef int CUresult;
@@ -57,6 +57,7 @@ enum {
     X(cuMemFree_v2, CUresult, (CUdeviceptr))                                                       \
     X(cuMemcpyHtoD_v2, CUresult, (CUdeviceptr, const void *, size_t))                              \
     X(cuMemcpyDtoH_v2, CUresult, (void *, CUdeviceptr, size_t))                                    \
+    X(cuMemsetD8Async, CUresult, (CUdeviceptr, unsigned char, size_t, CUstream))                   \
     X(cuStreamSynchronize, CUresult, (CUstream))                                                   \
     X(cuGetErrorName, CUresult, (CUresult, const char **))
 
@@ -491,12 +492,8 @@ static fj_status cuda_launch(void *p, void *kernel, const fj__launch *l, void *s
                                        (int)l->shared_bytes));
         k->dynamic_smem = (int)l->shared_bytes;
     }
-    void *params[FJ__MAX_ARGS];
-    if (l->nargs > FJ__MAX_ARGS)
-        return fj__fail(b->err, FJ_ERR_BACKEND, "too many kernel arguments (%d)", l->nargs);
-    for (int i = 0; i < l->nargs; i++)
-        params[i] = l->args[i].kind == FJ__ARG_BYTES ? (void *)l->args[i].v.bytes.data
-                                                     : (void *)&l->args[i].v;
+    /* The one argument: the parameter block, which the driver copies at the launch. */
+    void *params[1] = {(void *)l->params};
     CU_CHECK(cu.cuLaunchKernel(k->function, l->grid[0], l->grid[1], l->grid[2], l->block[0],
                                l->block[1], l->block[2], l->shared_bytes, (CUstream)stream, params,
                                NULL));
@@ -516,11 +513,10 @@ static fj_status cuda_tensor_map(void *p, const fj__tensor_map_desc *d, fj__tens
     const unsigned ones[4] = {1, 1, 1, 1};
     CU_CHECK(cu.cuTensorMapEncodeTiled(
         out->bytes,
-        d->f32    ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
-        : d->bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                  : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-        4,
-        (void *)d->base, dims, strides, d->box, ones, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        d->dtype == FJ_DTYPE_F32    ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+        : d->dtype == FJ_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                    : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        4, (void *)d->base, dims, strides, d->box, ones, CU_TENSOR_MAP_INTERLEAVE_NONE,
         CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
 out:
@@ -581,6 +577,18 @@ out:
     return st;
 }
 
+static fj_status cuda_memset_async(void *p, void *dst, int value, size_t bytes, void *stream)
+{
+    cub *b = p;
+    fj_status st = make_current(b);
+    if (st != FJ_OK)
+        return st;
+    CU_CHECK(cu.cuMemsetD8Async((CUdeviceptr)(uintptr_t)dst, (unsigned char)value, bytes,
+                                (CUstream)stream));
+out:
+    return st;
+}
+
 static fj_status cuda_synchronize(void *p, void *stream)
 {
     cub *b = p;
@@ -610,6 +618,7 @@ const struct fj_backend_ops fj__cuda_backend = {
     .mem_free = cuda_mem_free,
     .copy_h2d = cuda_copy_h2d,
     .copy_d2h = cuda_copy_d2h,
+    .memset_async = cuda_memset_async,
     .synchronize = cuda_synchronize,
     .kernel_info = cuda_kernel_info,
     .tensor_map = cuda_tensor_map,

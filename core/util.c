@@ -1,6 +1,6 @@
 /* Status text, version, error formatting and small helpers used across the runtime. */
 #define _POSIX_C_SOURCE 200809L
-#include "internal.h"
+#include "core.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,8 +1,8 @@
 /* The float64 reference, a plain low-precision attention for the error bar, host-side dtype
 ** conversions, and a harness that runs one forward case on a context and checks every element.
-** Used by the tests, the CLI (`flashjit run`) and the benchmarks. */
-#ifndef FJ_TESTS_REFERENCE_H
-#define FJ_TESTS_REFERENCE_H
+** Used by the CLI (`flashjit run`), the tests and the benchmarks. */
+#ifndef FJ_TOOLS_CHECK_REFERENCE_H
+#define FJ_TOOLS_CHECK_REFERENCE_H
 
 #include "flashjit.h"
 
@@ -31,20 +31,20 @@ typedef struct fjr_problem {
     const void *mod_args; /* host copy of the expressions' arguments */
     int64_t mod_args_count;
     /* Score terms, host copies (NULL: none); broadcast dimensions have stride 0. */
-    const float *alibi;     /* slope of (b, h) at b * alibi_stride_b + h */
+    const float *alibi; /* slope of (b, h) at b * alibi_stride_b + h */
     int64_t alibi_stride_b;
     fj_dtype bias_dtype;
-    const void *bias;       /* bias of (b, h, i, j) at the strides below, in bias_dtype */
+    const void *bias; /* bias of (b, h, i, j) at the strides below, in bias_dtype */
     int64_t bias_stride[4];
     const unsigned char *mask; /* nonzero keeps (b, h, i, j) */
     int64_t mask_stride[4];
-    int64_t batch_offset; /* added to b where expressions and ALiBi see it (one sequence of a
-                          ** packed batch solved as a problem of its own) */
-    const int32_t *ranges;     /* FlashMask column ranges of (b, h, j) at the strides below */
+    int64_t batch_offset;  /* added to b where expressions and ALiBi see it (one sequence of a
+                           ** packed batch solved as a problem of its own) */
+    const int32_t *ranges; /* FlashMask column ranges of (b, h, j) at the strides below */
     int64_t ranges_stride[3];
-    int ranges_n;              /* 2 or 4 */
-    const int32_t *blocks;     /* block classes of (b, h, i / 128, j / 128) at the strides below
-                               ** (batch, head, query block; key blocks contiguous) */
+    int ranges_n;          /* 2 or 4 */
+    const int32_t *blocks; /* block classes of (b, h, i / 128, j / 128) at the strides below
+                           ** (batch, head, query block; key blocks contiguous) */
     int64_t blocks_stride[3];
 } fjr_problem;
 
@@ -122,7 +122,11 @@ void fjh_case_init(fjh_case *c);
 ** element against the float64 reference: f32 needs rel_err <= 1e-5, f16/bf16 an error no more
 ** than twice the plain low-precision implementation's. Returns the library's status. */
 fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r);
+/* What running c needs, in bytes (an upper estimate): host memory (inputs, copies, the
+** reference) and device memory. The harness ends the process with a message when a host
+** allocation fails; callers refuse problems that cannot fit first. */
+void fjh_memory(const fjh_case *c, double *host_bytes, double *device_bytes);
 /* A one-line description of a case, for logs. */
 void fjh_describe(const fjh_case *c, char *buf, size_t size);
 
-#endif /* FJ_TESTS_REFERENCE_H */
+#endif /* FJ_TOOLS_CHECK_REFERENCE_H */

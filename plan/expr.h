@@ -15,10 +15,10 @@
 **   funcs: min max abs (any), exp log sqrt tanh (float), floor (float -> float)
 **   arg[i] reads float i of mod_args, iarg[i] int32 i of mod_args
 ** Integer arithmetic stays integer (q / 64 is a block index); a float operand makes it float. */
-#ifndef FJ_RUNTIME_EXPR_H
-#define FJ_RUNTIME_EXPR_H
+#ifndef FJ_PLAN_EXPR_H
+#define FJ_PLAN_EXPR_H
 
-#include "internal.h"
+#include "../core/core.h"
 
 #define FJ__EXPR_MAX_NODES 256
 #define FJ__EXPR_MAX_TEXT 2048
@@ -47,4 +47,4 @@ int fj__expr_uses_args(const fj__expr *e);
 /* Evaluates the expression in double precision (reference and tests). */
 double fj__expr_eval(const fj__expr *e, const fj__expr_env *env);
 
-#endif /* FJ_RUNTIME_EXPR_H */
+#endif /* FJ_PLAN_EXPR_H */

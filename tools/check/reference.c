@@ -1,7 +1,7 @@
 /* The float64 reference attention, the plain low-precision one, and host dtype conversions. */
 #include "reference.h"
 
-#include "expr.h"
+#include "../../plan/expr.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,0 +1,55 @@
+/* The bottom layer: errors, memory helpers, names and small utilities that every other folder
+** uses. Depends on the public header alone; nothing here knows about kernels, caches or
+** backends. */
+#ifndef FJ_CORE_H
+#define FJ_CORE_H
+
+#include "flashjit.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+/* Frees p (NULL is fine) and clears it, so a pointer is never freed twice. */
+#define FJ_FREE(p)                                                                                 \
+    do {                                                                                           \
+        free(p);                                                                                   \
+        (p) = NULL;                                                                                \
+    } while (0)
+
+#if defined(__GNUC__)
+#define FJ_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+#else
+#define FJ_PRINTF(fmt, args)
+#endif
+
+/* ---- errors ---------------------------------------------------------------------------- */
+
+/* Where a failure's detail is written: the context's message, a thread's, or a job's own. */
+typedef struct fj__err {
+    char msg[2048];
+} fj__err;
+
+/* Formats the detail of a failure into err and returns status, so a failing path is one line:
+** `return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "q.ndim = %d, expected 4", n);` */
+fj_status fj__fail(fj__err *err, fj_status status, const char *fmt, ...) FJ_PRINTF(3, 4);
+/* Appends text to err's message (used to attach a warning to an otherwise successful call). */
+void fj__append(fj__err *err, const char *fmt, ...) FJ_PRINTF(2, 3);
+
+/* ---- small utilities ------------------------------------------------------------------- */
+
+/* Monotonic wall-clock time in milliseconds. */
+double fj__now_ms(void);
+/* SHA-256 of data; hex is 65 bytes (64 digits and a NUL). */
+void fj__sha256_hex(const void *data, size_t size, char hex[65]);
+/* strdup that returns NULL on NULL input or allocation failure. */
+char *fj__strdup(const char *s);
+/* The name used in variant keys and messages: "f16", "bf16", "f32", ... */
+const char *fj__dtype_name(fj_dtype dtype);
+const char *fj__backend_name(fj_backend_kind kind);
+/* t as [batch, seq, heads, dim]: a packed [total, heads, dim] tensor as one batch of total rows. */
+fj_tensor fj__tensor_4d(const fj_tensor *t);
+
+#endif /* FJ_CORE_H */

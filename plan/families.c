@@ -1,0 +1,7 @@
+/* The layouts of the parameter blocks (families.h). */
+#include "families.h"
+
+FJ__PARAM_LAYOUT(fj__mask_params, "fj_mask_params", FJ__MASK_PARAMS);
+FJ__PARAM_LAYOUT(fj__fwd_params, "fj_fwd_params", FJ__FWD_PARAMS);
+FJ__PARAM_LAYOUT(fj__fwd_tma_params, "fj_fwd_tma_params", FJ__FWD_TMA_PARAMS);
+FJ__PARAM_LAYOUT(fj__classify_params, "fj_classify_params", FJ__CLASSIFY_PARAMS);

@@ -1,0 +1,119 @@
+/* The kernel families' parameter blocks: each argument list is written here once. A kernel
+** family (forward, block classifier, ...) takes one struct argument; templates/params.lua
+** writes the kernel's struct from the layouts below, and a render fails if its layout differs
+** from the host's. To add a field: add a row, fill it in the family's fill function (fwd.c,
+** classify.c), read it in the template as P.<name>. */
+#ifndef FJ_PLAN_FAMILIES_H
+#define FJ_PLAN_FAMILIES_H
+
+#include "params.h"
+
+/* Masks and score terms beyond the causal/window band (templates/attn_masks.lua), for every
+** family that computes or classifies scores: mask_mod/score_mod arguments, ALiBi slopes, the
+** bias and mask tensors, FlashMask ranges and 128 x 128 block classes, with their batch, head
+** and row (or key, or query-block) strides; a pointer is NULL when its term is absent. */
+#define FJ__MASK_PARAMS(X, T)                                                                      \
+    X(T, PTR, mod_args, "const float")                                                             \
+    X(T, PTR, alibi, "const float")                                                                \
+    X(T, PTR, bias, "const void")                                                                  \
+    X(T, PTR, mask, "const unsigned char")                                                         \
+    X(T, PTR, mask_ranges, "const int")                                                            \
+    X(T, PTR, block_mask, "const int")                                                             \
+    X(T, I64, alibi_sb, 0)                                                                         \
+    X(T, I64, bias_sb, 0)                                                                          \
+    X(T, I64, bias_sh, 0)                                                                          \
+    X(T, I64, bias_ss, 0)                                                                          \
+    X(T, I64, mask_sb, 0)                                                                          \
+    X(T, I64, mask_sh, 0)                                                                          \
+    X(T, I64, mask_ss, 0)                                                                          \
+    X(T, I64, ranges_sb, 0)                                                                        \
+    X(T, I64, ranges_sh, 0)                                                                        \
+    X(T, I64, ranges_sk, 0)                                                                        \
+    X(T, I64, blocks_sb, 0)                                                                        \
+    X(T, I64, blocks_sh, 0)                                                                        \
+    X(T, I64, blocks_sq, 0)                                                                        \
+    X(T, I32, mod_args_count, 0)
+FJ__PARAM_STRUCT(fj__mask_params, FJ__MASK_PARAMS);
+
+/* The forward family (attn_fwd_*.lua): q [b, sq, hq, d], k [b, sk, hkv, d], v [b, sk, hkv, dv],
+** out [b, sq, hq, dv] (q_t, kv_t, o_t are the kernels' element types) with their batch, row and
+** head strides (batch 0 when packed), lse [b, hq, sq] (NULL: not written) with batch, head and
+** row strides; variable lengths (cu_seqlens_q/k, seqused_k: NULL when dense; total_q/k the
+** packed tensors' rows; seqlen_q/k are then the maxima); the scale folded into log2 units
+** (score_mul, and cap_mul with soft-capping), the window (-1: unbounded). */
+#define FJ__FWD_PARAMS(X, T)                                                                       \
+    X(T, PTR, q, "const q_t")                                                                      \
+    X(T, PTR, k, "const kv_t")                                                                     \
+    X(T, PTR, v, "const kv_t")                                                                     \
+    X(T, PTR, out, "o_t")                                                                          \
+    X(T, PTR, lse, "float")                                                                        \
+    X(T, PTR, cu_seqlens_q, "const int")                                                           \
+    X(T, PTR, cu_seqlens_k, "const int")                                                           \
+    X(T, PTR, seqused_k, "const int")                                                              \
+    X(T, I64, q_sb, 0)                                                                             \
+    X(T, I64, q_ss, 0)                                                                             \
+    X(T, I64, q_sh, 0)                                                                             \
+    X(T, I64, k_sb, 0)                                                                             \
+    X(T, I64, k_ss, 0)                                                                             \
+    X(T, I64, k_sh, 0)                                                                             \
+    X(T, I64, v_sb, 0)                                                                             \
+    X(T, I64, v_ss, 0)                                                                             \
+    X(T, I64, v_sh, 0)                                                                             \
+    X(T, I64, o_sb, 0)                                                                             \
+    X(T, I64, o_ss, 0)                                                                             \
+    X(T, I64, o_sh, 0)                                                                             \
+    X(T, I64, l_sb, 0)                                                                             \
+    X(T, I64, l_sh, 0)                                                                             \
+    X(T, I64, l_ss, 0)                                                                             \
+    X(T, BLOCK, mask, fj__mask_params)                                                             \
+    X(T, F32, score_mul, 0)                                                                        \
+    X(T, F32, cap_mul, 0)                                                                          \
+    X(T, I32, batches, 0)                                                                          \
+    X(T, I32, seqlen_q, 0)                                                                         \
+    X(T, I32, seqlen_k, 0)                                                                         \
+    X(T, I32, heads_q, 0)                                                                          \
+    X(T, I32, heads_kv, 0)                                                                         \
+    X(T, I32, head_dim, 0)                                                                         \
+    X(T, I32, head_dim_v, 0)                                                                       \
+    X(T, I32, window_left, 0)                                                                      \
+    X(T, I32, window_right, 0)                                                                     \
+    X(T, I32, total_q, 0)                                                                          \
+    X(T, I32, total_k, 0)
+FJ__PARAM_STRUCT(fj__fwd_params, FJ__FWD_PARAMS);
+
+/* The Hopper forward kernel (attn_fwd_wgmma.cu.lua): the family's block and what its bulk
+** tensor copies and persistent schedule need: tensor maps of q, k, v (and of the bias when it
+** comes by TMA; zeros otherwise), the slots of their row and head coordinates (perm_*: bits
+** 0-1 the row's, 2-3 the head's), and the tile counter of the dynamic schedule (zeroed before
+** the launch; NULL for the static ones). */
+#define FJ__FWD_TMA_PARAMS(X, T)                                                                   \
+    X(T, TMAP, tm_q, 0)                                                                            \
+    X(T, TMAP, tm_k, 0)                                                                            \
+    X(T, TMAP, tm_v, 0)                                                                            \
+    X(T, TMAP, tm_bias, 0)                                                                         \
+    X(T, BLOCK, fwd, fj__fwd_params)                                                               \
+    X(T, PTR, tile_counter, "int")                                                                 \
+    X(T, I32, perm_q, 0)                                                                           \
+    X(T, I32, perm_k, 0)                                                                           \
+    X(T, I32, perm_v, 0)
+FJ__PARAM_STRUCT(fj__fwd_tma_params, FJ__FWD_TMA_PARAMS);
+
+/* The block classifier (attn_classify.lua): writes the class of each 128 x 128 block of
+** (query, key) pairs of seqlen_q x seqlen_k under the element masks into classes, at the given
+** batch, head and query-block strides; cls_heads (batch, head) pairs per batch are classified
+** (1 when the masks do not differ by head). */
+#define FJ__CLASSIFY_PARAMS(X, T)                                                                  \
+    X(T, PTR, classes, "int")                                                                      \
+    X(T, I64, cls_sb, 0)                                                                           \
+    X(T, I64, cls_sh, 0)                                                                           \
+    X(T, I64, cls_sq, 0)                                                                           \
+    X(T, BLOCK, mask, fj__mask_params)                                                             \
+    X(T, I32, seqlen_q, 0)                                                                         \
+    X(T, I32, seqlen_k, 0)                                                                         \
+    X(T, I32, cls_heads, 0)
+FJ__PARAM_STRUCT(fj__classify_params, FJ__CLASSIFY_PARAMS);
+
+/* The largest parameter block, for buffers that hold any of them. */
+#define FJ__MAX_PARAMS_BYTES 2048
+
+#endif /* FJ_PLAN_FAMILIES_H */

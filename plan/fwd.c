@@ -1,0 +1,321 @@
+/* The forward plan and its parameter blocks: [zero the tile counter] [classify the element
+** masks' blocks] forward, and how each step's block is filled from a request. */
+#include <string.h>
+
+#include "plan.h"
+
+#define LOG2E 1.4426950408889634
+#define CLS 128             /* the block classifier's block edge (attn_classify.lua) */
+#define CLS_THREADS 256     /* its work-group */
+#define WORKSPACE_ALIGN 256 /* of every workspace in the arena */
+
+void fj__classify_variant(const fj__variant *v, fj__variant *cv)
+{
+    memset(cv, 0, sizeof *cv);
+    cv->family = FJ__FAMILY_CLASSIFY;
+    cv->backend = v->backend;
+    cv->path = FJ__PATH_SIMT;
+    cv->q_dtype = v->q_dtype;
+    cv->kv_dtype = v->kv_dtype;
+    cv->out_dtype = v->out_dtype;
+    cv->acc_dtype = v->acc_dtype;
+    cv->tile_m = cv->tile_n = CLS;
+    cv->threads = CLS_THREADS;
+    cv->mask_mod = v->mask_mod;
+    cv->mask_tensor = v->mask_tensor;
+    cv->mask_ranges = v->mask_ranges;
+}
+
+/* Declares a workspace of plan; returns its index. */
+static int add_workspace(fj__plan *plan, size_t bytes)
+{
+    const int i = plan->nworkspaces++;
+    fj__workspace *w = &plan->workspaces[i];
+    memset(w, 0, sizeof *w);
+    w->bytes = bytes;
+    w->offset = plan->workspace_bytes;
+    plan->workspace_bytes += (bytes + WORKSPACE_ALIGN - 1) / WORKSPACE_ALIGN * WORKSPACE_ALIGN;
+    return i;
+}
+
+static fj__step *add_step(fj__plan *plan, fj__step_kind kind)
+{
+    fj__step *s = &plan->steps[plan->nsteps++];
+    memset(s, 0, sizeof *s);
+    s->kind = kind;
+    s->workspace = -1;
+    s->skip_if_memo = -1;
+    s->block[0] = s->block[1] = s->block[2] = 1;
+    s->grid[0] = s->grid[1] = s->grid[2] = 1;
+    return s;
+}
+
+/* The classifier's step for forward variant v: classes of every 128 x 128 block, per batch and
+** head only where the masks differ by them. */
+static fj_status plan_classes(const fj__features *f, const fj__variant *v, fj__plan *plan,
+                              fj__err *err)
+{
+    const int64_t cb = f->classes_by_b ? f->batch : 1, ch = f->classes_by_h ? f->heads_q : 1;
+    const int64_t qb = (f->seqlen_q + CLS - 1) / CLS, kb = (f->seqlen_k + CLS - 1) / CLS;
+    if (qb > 65535 || cb * ch > 65535)
+        return fj__fail(err, FJ_ERR_UNSUPPORTED,
+                        "masks of %lld query blocks for %lld (batch, head) pairs: the block "
+                        "classifier's grid allows 65535 of each",
+                        (long long)qb, (long long)(cb * ch));
+    const int ws = add_workspace(plan, (size_t)(cb * ch * qb * kb) * sizeof(int32_t));
+    plan->fwd.classes = ws;
+    plan->fwd.cls_stride[0] = f->classes_by_b ? ch * qb * kb : 0;
+    plan->fwd.cls_stride[1] = f->classes_by_h ? qb * kb : 0;
+    plan->fwd.cls_stride[2] = kb;
+    plan->fwd.cls_heads = (int32_t)ch;
+    /* A mask_mod alone, reading no mod_args, is a pure function of the shape: its classes are
+    ** computed once and reused while the workspace holds them. Tensors and mod_args may change
+    ** between calls: classified every time. */
+    fj__workspace *w = &plan->workspaces[ws];
+    w->memo = f->mask_mod && !f->mask && !f->ranges && !f->mask_mod_reads_args;
+    const int64_t key[6] = {(int64_t)(uintptr_t)f->mask_mod, f->seqlen_q, f->seqlen_k, cb, ch, kb};
+    memcpy(w->memo_key, key, sizeof key);
+    fj__step *s = add_step(plan, FJ__STEP_KERNEL);
+    fj__classify_variant(v, &s->variant);
+    s->grid[0] = (uint32_t)kb;
+    s->grid[1] = (uint32_t)qb;
+    s->grid[2] = (uint32_t)(cb * ch);
+    s->block[0] = CLS_THREADS;
+    s->skip_if_memo = ws;
+    return FJ_OK;
+}
+
+fj_status fj__plan_forward(const fj__features *f, const fj_device_info *dev, const fj__variant *v,
+                           fj__plan *plan, fj__err *err)
+{
+    memset(plan, 0, sizeof *plan);
+    plan->fwd.classes = plan->fwd.counter = -1;
+    if (v->persistent == 2 && v->path == FJ__PATH_WGMMA) {
+        /* The dynamic schedule's tile counter, zero at the launch. */
+        plan->fwd.counter = add_workspace(plan, sizeof(int32_t));
+        add_step(plan, FJ__STEP_MEMSET)->workspace = plan->fwd.counter;
+    }
+    /* Element masks on the Hopper kernel: block classes first, read as its block_mask. */
+    if (v->path == FJ__PATH_WGMMA && !v->block_mask && fj__variant_element_masks(v)) {
+        fj_status st = plan_classes(f, v, plan, err);
+        if (st != FJ_OK)
+            return st;
+    }
+    plan->main_step = plan->nsteps;
+    fj__step *s = add_step(plan, FJ__STEP_KERNEL);
+    s->variant = *v;
+    s->block[0] = (uint32_t)v->threads;
+    s->shared_bytes = fj__variant_shared_bytes(v);
+    const uint64_t m_blocks = (uint64_t)((f->seqlen_q + v->tile_m - 1) / v->tile_m);
+    if (v->path != FJ__PATH_WGMMA) {
+        s->grid[0] = (uint32_t)m_blocks;
+        s->grid[1] = (uint32_t)f->heads_q;
+        s->grid[2] = (uint32_t)f->batch;
+        return FJ_OK;
+    }
+    /* Work tiles in one dimension; persistent: no more blocks than fit the SMs at once (one or
+    ** two each). */
+    const uint64_t work = m_blocks * (uint64_t)f->heads_q * (uint64_t)f->batch;
+    const uint64_t sms = dev->compute_units > 0
+                             ? (uint64_t)dev->compute_units * (v->ctas_per_sm ? v->ctas_per_sm : 1)
+                             : work;
+    s->grid[0] = (uint32_t)(v->persistent && sms < work ? sms : work);
+    if (v->persistent == 3 && sms < work && sms <= UINT32_MAX)
+        s->grid[0] = fj__zigzag_grid(f, v, (uint32_t)sms);
+    return FJ_OK;
+}
+
+/* ---- parameter blocks --------------------------------------------------------------------- */
+
+static void fill_mask(const fj__problem *p, fj__mask_params *m)
+{
+    m->mod_args = p->mod_args;
+    m->mod_args_count = (int32_t)p->mod_args_count;
+    m->alibi = p->alibi ? p->alibi->data : NULL;
+    m->alibi_sb = p->alibi_stride_b;
+    m->bias = p->bias ? p->bias->data : NULL;
+    m->bias_sb = p->bias_stride[0];
+    m->bias_sh = p->bias_stride[1];
+    m->bias_ss = p->bias_stride[2];
+    m->mask = p->mask ? p->mask->data : NULL;
+    m->mask_sb = p->mask_stride[0];
+    m->mask_sh = p->mask_stride[1];
+    m->mask_ss = p->mask_stride[2];
+    m->mask_ranges = p->mask_ranges ? p->mask_ranges->data : NULL;
+    m->ranges_sb = p->ranges_stride[0];
+    m->ranges_sh = p->ranges_stride[1];
+    m->ranges_sk = p->ranges_stride[2];
+    m->block_mask = p->block_mask ? p->block_mask->data : NULL;
+    m->blocks_sb = p->blocks_stride[0];
+    m->blocks_sh = p->blocks_stride[1];
+    m->blocks_sq = p->blocks_stride[2];
+}
+
+static void fill_fwd(const fj__plan *plan, const fj__problem *p, void *const *ws, fj__fwd_params *F)
+{
+    F->q = p->q->data;
+    F->k = p->k->data;
+    F->v = p->v->data;
+    F->out = p->out->data;
+    F->lse = p->lse ? p->lse->data : NULL;
+    F->cu_seqlens_q = p->cu_seqlens_q ? p->cu_seqlens_q->data : NULL;
+    F->cu_seqlens_k = p->cu_seqlens_k ? p->cu_seqlens_k->data : NULL;
+    F->seqused_k = p->seqused_k ? p->seqused_k->data : NULL;
+    int64_t *strides[4] = {&F->q_sb, &F->k_sb, &F->v_sb, &F->o_sb};
+    for (int t = 0; t < 4; t++) {
+        strides[t][0] = p->strides[t][0];
+        strides[t][1] = p->strides[t][1];
+        strides[t][2] = p->strides[t][2];
+    }
+    F->l_sb = p->lse_stride[0];
+    F->l_sh = p->lse_stride[1];
+    F->l_ss = p->lse_stride[2];
+    fill_mask(p, &F->mask);
+    if (plan->fwd.classes >= 0) { /* the classifier's classes stand in for a block_mask */
+        F->mask.block_mask = ws[plan->fwd.classes];
+        F->mask.blocks_sb = plan->fwd.cls_stride[0];
+        F->mask.blocks_sh = plan->fwd.cls_stride[1];
+        F->mask.blocks_sq = plan->fwd.cls_stride[2];
+    }
+    /* Without soft-capping q.k is scaled straight to log2 units; with it, to the tanh argument,
+    ** and the cap carries the log2 factor. */
+    if (p->softcap > 0.0f) {
+        F->score_mul = (float)((double)p->scale / p->softcap);
+        F->cap_mul = (float)((double)p->softcap * LOG2E);
+    } else {
+        F->score_mul = (float)((double)p->scale * LOG2E);
+        F->cap_mul = 0.0f;
+    }
+    F->batches = (int32_t)p->batch;
+    F->seqlen_q = (int32_t)p->seqlen_q;
+    F->seqlen_k = (int32_t)p->seqlen_k;
+    F->heads_q = (int32_t)p->heads_q;
+    F->heads_kv = (int32_t)p->heads_kv;
+    F->head_dim = (int32_t)p->head_dim;
+    F->head_dim_v = (int32_t)p->head_dim_v;
+    F->window_left = p->window_left;
+    F->window_right = p->window_right;
+    F->total_q = p->cu_seqlens_q ? (int32_t)p->q->shape[0] : 0;
+    F->total_k = p->cu_seqlens_q ? (int32_t)p->k->shape[0] : 0;
+}
+
+/* The TMA view of one [batch, seqlen, heads, dim] tensor for boxes of `rows` rows and one
+** 128-byte panel of columns. The three outer dimensions are ordered by stride, as the driver
+** expects of a tiled map (dimensions of one element go last, with any stride); *perm tells the
+** kernel which slot holds the row (bits 0-1) and head (bits 2-3) coordinates. */
+static void tensor_map_of(const fj_tensor *packed_or_4d, uint32_t rows, fj__tensor_map_desc *d,
+                          int32_t *perm)
+{
+    const fj_tensor t4 = fj__tensor_4d(packed_or_4d);
+    const fj_tensor *t = &t4;
+    const uint64_t es = fj_dtype_size(t->dtype);
+    int order[3] = {0, 1, 2}; /* batch, seqlen, heads */
+    for (int i = 1; i < 3; i++)
+        for (int j = i; j > 0; j--) {
+            const int a = order[j - 1], b = order[j];
+            const int64_t ka = t->shape[a] == 1 ? INT64_MAX : t->stride[a];
+            const int64_t kb = t->shape[b] == 1 ? INT64_MAX : t->stride[b];
+            if (kb >= ka)
+                break;
+            order[j - 1] = b;
+            order[j] = a;
+        }
+    memset(d, 0, sizeof *d); /* compared with memcmp: no stray padding bytes */
+    d->base = t->data;
+    d->dtype = t->dtype;
+    d->dims[0] = (uint64_t)t->shape[3];
+    d->box[0] = (uint32_t)(128 / es);
+    uint64_t extent = ((uint64_t)t->shape[3] * es + 15) / 16 * 16; /* bytes spanned so far */
+    *perm = 0;
+    for (int slot = 0; slot < 3; slot++) {
+        const int dim = order[slot];
+        const uint64_t n = (uint64_t)t->shape[dim];
+        const uint64_t stride = n == 1 ? extent : (uint64_t)t->stride[dim] * es;
+        d->dims[1 + slot] = n;
+        d->strides[slot] = stride;
+        d->box[1 + slot] = dim == 1 ? rows : 1;
+        if (stride * n > extent)
+            extent = stride * n;
+        if (dim == 1)
+            *perm |= slot;
+        else if (dim == 2)
+            *perm |= slot << 2;
+    }
+}
+
+/* The TMA view of the bias [batch, heads, sq, sk] (broadcast dimensions of size 1) for boxes
+** of 128 bytes of keys by `rows` query rows (see bias_tma in problem.c). */
+static void bias_map_of(const fj__problem *p, uint32_t rows, fj__tensor_map_desc *d)
+{
+    const uint64_t es = fj_dtype_size(p->bias->dtype);
+    const int64_t *s = p->bias_stride;
+    memset(d, 0, sizeof *d);
+    d->base = p->bias->data;
+    d->dtype = p->bias->dtype;
+    d->dims[0] = (uint64_t)p->seqlen_k;
+    d->dims[1] = (uint64_t)p->seqlen_q;
+    d->dims[2] = s[1] ? (uint64_t)p->heads_q : 1;
+    d->dims[3] = s[0] ? (uint64_t)p->batch : 1;
+    d->strides[0] = (uint64_t)s[2] * es;
+    d->strides[1] = s[1] ? (uint64_t)s[1] * es : d->strides[0] * d->dims[1];
+    d->strides[2] = s[0] ? (uint64_t)s[0] * es : d->strides[1] * d->dims[2];
+    d->box[0] = (uint32_t)(128 / es);
+    d->box[1] = rows;
+    d->box[2] = d->box[3] = 1;
+}
+
+static fj_status fill_fwd_tma(const fj__plan *plan, const fj__variant *v, const fj__problem *p,
+                              void *const *ws, fj__tmap_fn tmap, void *ud, fj__fwd_tma_params *P)
+{
+    fill_fwd(plan, p, ws, &P->fwd);
+    const fj_tensor *t[3] = {p->q, p->k, p->v};
+    const uint32_t rows[3] = {(uint32_t)v->tile_m, (uint32_t)v->tile_n, (uint32_t)v->tile_n};
+    fj__tensor_map *maps[3] = {&P->tm_q, &P->tm_k, &P->tm_v};
+    int32_t *perms[3] = {&P->perm_q, &P->perm_k, &P->perm_v};
+    fj_status st = FJ_OK;
+    for (int i = 0; i < 3 && st == FJ_OK; i++) {
+        fj__tensor_map_desc d;
+        tensor_map_of(t[i], rows[i], &d, perms[i]);
+        st = tmap(ud, i, &d, maps[i]);
+    }
+    if (st == FJ_OK && v->bias_tma) {
+        fj__tensor_map_desc d;
+        bias_map_of(p, (uint32_t)v->tile_m, &d);
+        st = tmap(ud, 3, &d, &P->tm_bias);
+    }
+    P->tile_counter = plan->fwd.counter >= 0 ? ws[plan->fwd.counter] : NULL;
+    return st;
+}
+
+static void fill_classify(const fj__plan *plan, const fj__problem *p, void *const *ws,
+                          fj__classify_params *C)
+{
+    C->classes = ws[plan->fwd.classes];
+    C->cls_sb = plan->fwd.cls_stride[0];
+    C->cls_sh = plan->fwd.cls_stride[1];
+    C->cls_sq = plan->fwd.cls_stride[2];
+    fill_mask(p, &C->mask);
+    C->seqlen_q = (int32_t)p->seqlen_q;
+    C->seqlen_k = (int32_t)p->seqlen_k;
+    C->cls_heads = plan->fwd.cls_heads;
+}
+
+fj_status fj__plan_fill(const fj__plan *plan, int i, const fj__problem *p, void *const *ws,
+                        fj__tmap_fn tmap, void *tmap_ud, void *params, fj__err *err)
+{
+    const fj__variant *v = &plan->steps[i].variant;
+    const fj__playout *layout = fj__variant_layout(v);
+    if (layout->size > FJ__MAX_PARAMS_BYTES)
+        return fj__fail(err, FJ_ERR_BACKEND, "%s is %zu bytes, more than %d", layout->name,
+                        layout->size, FJ__MAX_PARAMS_BYTES);
+    /* Zeroed whole: padding included, so equal requests give equal bytes. */
+    memset(params, 0, layout->size);
+    if (v->family == FJ__FAMILY_CLASSIFY) {
+        fill_classify(plan, p, ws, params);
+        return FJ_OK;
+    }
+    if (v->path == FJ__PATH_WGMMA)
+        return fill_fwd_tma(plan, v, p, ws, tmap, tmap_ud, params);
+    fill_fwd(plan, p, ws, params);
+    return FJ_OK;
+}

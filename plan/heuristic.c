@@ -1,0 +1,296 @@
+/* The default kernel path and tile choice, used until a tuned record exists for the device and
+** shape, and the zigzag schedule's grid model. Pure functions of a request's features. */
+#include "plan.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int32_t round_up(int64_t x, int32_t to)
+{
+    return (int32_t)((x + to - 1) / to * to);
+}
+
+/* Compute capability as major * 10 + minor from "sm_90a"; 0 when unknown. */
+static int sm_version(const fj_device_info *dev)
+{
+    int v = 0;
+    return sscanf(dev->arch, "sm_%d", &v) == 1 ? v : 0;
+}
+
+static void plan_mma(fj__variant *v, const fj__features *f, const fj_device_info *dev)
+{
+    int32_t widest = v->head_dim_pad > v->head_dim_v_pad ? v->head_dim_pad : v->head_dim_v_pad;
+    v->path = FJ__PATH_MMA;
+    /* Up to d = 128: 128 rows, four warps of two m16 tiles (each K/V fragment read from shared
+    ** memory feeds two mma). Beyond: 64 rows in four warps, or for long sequences 128 rows in
+    ** eight warps of one m16 tile (FA2's d = 256 shape) where shared memory allows: on an H200
+    ** that gains 3-7 % from 2k keys on (non-causal) and 8k (causal), and loses up to 10 % below
+    ** (bench/RESULTS.md). 64-key tiles throughout. No spills (ptxas, sm_80 to sm_90a). */
+    v->warps = widest > 128 && f->seqlen_q >= (v->local_mask ? 8192 : 2048) ? 8 : 4;
+    v->tile_m = widest <= 128 || v->warps == 8 ? 128 : 64;
+    v->tile_n = 64;
+    v->q_in_regs = widest <= 64;
+    /* The S = Q K^T k-loop. Fully unrolled, at d = 128 ptxas hoists fragments of later steps
+    ** and the 128 accumulators of O spill; two steps at a time fit except for the causal kernel
+    ** (its masking needs the registers), which runs it one step at a time. With Q in registers
+    ** the loop is always unrolled. Chosen from `flashjit tune` over the benchmark grid on an H200
+    ** (bench/RESULTS.md): this is the winner or within 1 % of it at every point. */
+    v->kk_unroll = v->q_in_regs ? 0 : widest <= 128 && v->local_mask ? 1 : 2;
+    /* Before Hopper, ptxas spills the causal d = 128 kernel at 64-key tiles (checked for sm_80,
+    ** sm_86, sm_89): halve the tile there. */
+    if (sm_version(dev) < 90 && v->local_mask && widest > 64 && widest <= 128) {
+        v->tile_n = 32;
+        v->kk_unroll = 2;
+    }
+    if (fj__variant_shared_bytes(v) > dev->local_memory && v->warps == 8) {
+        v->warps = 4;
+        v->tile_m = 64;
+    }
+    /* Shrink until the tiles fit the block's shared memory. */
+    while (fj__variant_shared_bytes(v) > dev->local_memory && v->tile_n > 16)
+        v->tile_n /= 2;
+    while (fj__variant_shared_bytes(v) > dev->local_memory && v->tile_m > 16 * v->warps)
+        v->tile_m /= 2;
+    v->threads = 32 * v->warps;
+}
+
+/* Whether the WGMMA kernel serves f on dev: Hopper's arch-specific target, 16-bit data that TMA
+** can read, head dims that pad to at most 256. */
+static int wgmma_serves(const fj__features *f, const fj_device_info *dev)
+{
+    /* The kernel numbers its work tiles (64-row blocks at the least) with 32-bit ints. */
+    if ((f->seqlen_q + 63) / 64 * f->heads_q * f->batch >= INT32_MAX)
+        return 0;
+    return sm_version(dev) == 90 && strchr(dev->arch, 'a') != NULL &&
+           round_up(f->head_dim, 64) <= 256 && round_up(f->head_dim_v, 64) <= 256 &&
+           f->tma[FJ__T_Q] && f->tma[FJ__T_K] && f->tma[FJ__T_V] && f->rows_16b[FJ__T_OUT];
+}
+
+static void plan_wgmma(fj__variant *v, const fj__features *f, const fj_device_info *dev)
+{
+    v->path = FJ__PATH_WGMMA;
+    /* 64-column panels of the 128-byte swizzle. */
+    v->head_dim_pad = round_up(v->head_dim_pad, 64);
+    v->head_dim_v_pad = round_up(v->head_dim_v_pad, 64);
+    int32_t widest = v->head_dim_pad > v->head_dim_v_pad ? v->head_dim_pad : v->head_dim_v_pad;
+    /* Measured on an H200 (bench/RESULTS.md). Two consumer warpgroups of 64 rows and a
+    ** producer; 128-key tiles up to d = 128, 80 beyond (O's accumulators take 128 registers;
+    ** 80 beat 64 by 19 % at d 256), two tiles in flight. From d = 128 on, the softmax of a tile
+    ** overlaps the previous P V; up to d = 128 the two warpgroups also ping-pong (below). At
+    ** d = 64 from 2k queries three warpgroups with the plain loop gain 8-10 % (112-key tiles)
+    ** (pipelined, they lost 13 % at 2k causal in one sweep). Non-causal
+    ** d = 128 keeps three tiles in flight (+8-15 % at 2k and 8k in one sweep, within the
+    ** run-to-run spread in the next grid run; causal: no gain). */
+    v->tile_m = 128;
+    v->warps = 12;
+    v->tile_n = widest <= 128 ? 128 : 80;
+    v->stages = 2;
+    v->q_stages = 1;
+    v->ctas_per_sm = 1;
+    v->overlap = widest > 64;
+    /* Element masks skip and mask by 128 x 128 blocks: tiles that divide them. */
+    const int classes = v->block_mask || fj__variant_element_masks(v);
+    /* Work tiles of unequal cost: a band, skipped blocks, sequences of different lengths. */
+    const int uneven = v->local_mask || classes || v->varlen;
+    v->bias_tma = v->bias && f->bias_tma;
+    if ((classes || v->bias_tma) && widest > 128)
+        v->tile_n = 64;
+    /* A persistent grid (a block per SM, the next tile's loads under the last one's epilogue).
+    ** Without a band every work tile costs the same: striding gains up to 27 % at 512 keys and
+    ** matches from 8k. Causal tiles differ in cost: strided they lost up to 40 % (whole
+    ** columns of heavy tiles land on the same blocks); dealt zigzag (heavy and light tiles
+    ** pair up) they gain 8-38 % over one block per tile at 512 to 4k keys, d 64 to 256, more
+    ** than the dynamic counter and without its spills at d 256; from 8k queries the static
+    ** deal lost up to 29 % (16k, d 128) to one block per tile, longest first, which the
+    ** hardware balances (bench/RESULTS.md). */
+    v->persistent = !uneven ? 1 : f->seqlen_q <= 4096 ? 3 : 0;
+    if (widest > 64 && widest <= 128 && !v->local_mask)
+        v->stages = 3;
+    v->threads = 32 * v->warps;
+    if (!fj__variant_fits(v, dev))
+        v->stages = 2; /* a smaller shared memory than the H200's */
+    /* (Three consumer warpgroups have 160 registers each: too few for score terms.) 128-key
+    ** tiles beat 112 by 1-13 % (non-causal 2k 444 -> 468-501, 8k 490 -> 510; causal 2k
+    ** 386 -> 400, 4k/16k +3 %): 2k keys fill 16 whole tiles, not 18 and a sliver. */
+    if (widest <= 64 && f->seqlen_q >= 2048 && !classes && !v->alibi && !v->bias && !v->score_mod) {
+        v->tile_m = 192;
+        v->warps = 16;
+        v->tile_n = 128;
+    }
+    /* Two consumer warpgroups take turns issuing their products (FA3's ping-pong), which
+    ** needs the pipelined loop; at d 64 the pair beats the plain loop (non-causal 512 / 1k keys
+    ** 350 -> 366 / 378 -> 404, causal +1-2 %) though the pipelined loop alone loses 6 % there;
+    ** non-causal d 128 +4-6 % at 512, even from 2k. */
+    if (v->tile_m == 128 && widest <= 128) {
+        v->overlap = 1;
+        v->pingpong = 1;
+    }
+    /* d 128 without a band from 4k keys: 160-key tiles in two slots and one Q buffer (FA3's
+    ** shape), +1-4 % at 4k-16k in the steady state (bench/RESULTS.md; a second Q buffer fits
+    ** but measured 2 % slower at 4k); at 2k, where 160 leaves a sliver, even. */
+    const int wide_keys =
+        widest > 64 && widest <= 128 && !uneven && !v->bias && f->seqlen_k >= 4096;
+    if (wide_keys) {
+        v->tile_n = 160;
+        v->stages = 2;
+    }
+    v->threads = 32 * v->warps;
+    while (!fj__variant_fits(v, dev) && v->tile_n > 16)
+        v->tile_n -= 16;
+    if (!fj__variant_fits(v, dev))
+        v->stages = 1;
+    /* O's 128 accumulators at d 256: rescaling them for every key tile costs more than a
+    ** stale exponent base (+4-5 % at 4k; at d 64 and 128 the skip lost 1-2 %). */
+    v->lazy_rescale = widest > 128;
+    /* d 64 with 128-row tiles and no band or score terms: the exponentials of two column
+    ** blocks in eight come from a polynomial on the FMA pipe, off the MUFU unit that is as
+    ** busy as the tensor cores there (with ping-pong: +1-3 % over none at 512 and 1k keys, one
+    ** in eight about as much; causal and 192-row tiles lost 2-10 % in an earlier sweep). */
+    if (widest <= 64 && v->tile_m == 128 && !uneven && !v->softcap && !v->neg_scale && !v->alibi &&
+        !v->bias && !v->score_mod)
+        v->exp_poly = 2;
+    /* A second Q buffer where shared memory allows (d 64; d 128 with two stages): the next
+    ** work tile's Q is copied while this one runs instead of after its last S = Q K^T. */
+    v->q_stages = wide_keys ? 1 : 2;
+    if (!fj__variant_fits(v, dev))
+        v->q_stages = 1;
+}
+
+/* Key tiles of width bn that query rows [r0, r1) see: the band's (attn_key_band in the
+** templates), cut at the keys' end. */
+static int64_t band_tiles(const fj__features *f, int64_t r0, int64_t r1, int64_t bn)
+{
+    const int64_t shift = (int64_t)f->seqlen_k - f->seqlen_q;
+    int64_t lo = 0, hi = f->seqlen_k;
+    if (f->window_left >= 0 && r0 + shift - f->window_left > 0)
+        lo = r0 + shift - f->window_left;
+    if (f->window_right >= 0 && r1 + shift + f->window_right < hi)
+        hi = r1 + shift + f->window_right;
+    if (hi <= lo)
+        return 0;
+    return (hi + bn - 1) / bn - lo / bn;
+}
+
+uint32_t fj__zigzag_grid(const fj__features *f, const fj__variant *v, uint32_t sms)
+{
+    const int64_t m_blocks = (f->seqlen_q + v->tile_m - 1) / v->tile_m;
+    const int64_t work = m_blocks * f->heads_q * f->batch;
+    /* Beyond 64 rounds the last round's share is small; the search costs work * sms / 8. */
+    if (work <= (int64_t)sms || work > 64 * (int64_t)sms || v->tile_m <= 0 || v->tile_n <= 0)
+        return work < (int64_t)sms ? (uint32_t)work : sms;
+    int64_t *cost = malloc((size_t)m_blocks * sizeof *cost);
+    int64_t *load = malloc(sizeof *load * sms);
+    if (!cost || !load) {
+        free(cost);
+        free(load);
+        return sms;
+    }
+    /* The w-th tile's query block is w % m_blocks (with a bias or mask tensor, whose batches
+    ** run fastest, (w / batch) % m_blocks), counted from the last block when the kernel runs
+    ** heavy tiles first (a band or block classes); its cost is the key tiles each of its 64-row
+    ** warpgroups computes, plus one for its prologue and epilogue. */
+    const int heavy_first = v->local_mask || v->block_mask || fj__variant_element_masks(v);
+    const int64_t repeat = v->bias || v->mask_tensor ? f->batch : 1;
+    for (int64_t mb = 0; mb < m_blocks; mb++) {
+        const int64_t m0 = (heavy_first ? m_blocks - 1 - mb : mb) * v->tile_m;
+        cost[mb] = 1;
+        for (int64_t r0 = m0; r0 < m0 + v->tile_m && r0 < f->seqlen_q; r0 += 64) {
+            const int64_t r1 = r0 + 64 < f->seqlen_q ? r0 + 64 : f->seqlen_q;
+            cost[mb] += band_tiles(f, r0, r1, v->tile_n);
+        }
+    }
+    uint32_t best = sms;
+    int64_t best_span = INT64_MAX;
+    for (uint32_t g = sms; g >= sms - sms / 8 && g > 0; g--) {
+        memset(load, 0, sizeof *load * g);
+        int64_t w = 0, mb = 0, seen = 0, span = 0; /* seen: tiles of block mb in a row */
+        for (int64_t round = 0; w < work; round++)
+            for (uint32_t pos = 0; pos < g && w < work; pos++, w++) {
+                int64_t *l = &load[round & 1 ? g - 1 - pos : pos];
+                *l += cost[mb];
+                span = *l > span ? *l : span;
+                if (++seen == repeat) {
+                    seen = 0;
+                    mb = mb + 1 == m_blocks ? 0 : mb + 1;
+                }
+            }
+        if (span < best_span) { /* ties keep the larger grid */
+            best_span = span;
+            best = g;
+        }
+    }
+    free(cost);
+    free(load);
+    return best;
+}
+
+static void plan_simt(fj__variant *v, const fj_device_info *dev)
+{
+    /* One work-item per query row; the key tile is as deep as local memory allows (K and V
+    ** tiles in float), at most 64 KiB on OpenCL and the 48 KiB of static shared memory on CUDA. */
+    v->path = FJ__PATH_SIMT;
+    v->tile_m = 32;
+    v->threads = v->tile_m;
+    v->tile_n = 32;
+    while (v->tile_n > 8 && !fj__variant_fits(v, dev))
+        v->tile_n /= 2;
+}
+
+void fj__choose_forward(const fj__features *f, const fj_device_info *dev, const char *config,
+                        fj__variant *v)
+{
+    memset(v, 0, sizeof *v);
+    v->family = FJ__FAMILY_FWD;
+    v->backend = dev->backend;
+    v->q_dtype = f->q_dtype;
+    v->kv_dtype = f->kv_dtype;
+    v->out_dtype = f->out_dtype;
+    v->acc_dtype = FJ_DTYPE_F32;
+    /* Head dims are padded to multiples of 16 (the tensor-core k step) so that nearby head dims
+    ** share a kernel; the padding lanes are masked at load and store. */
+    v->head_dim_pad = round_up(f->head_dim, 16);
+    v->head_dim_v_pad = round_up(f->head_dim_v, 16);
+    v->local_mask = f->window_left >= 0 || f->window_right >= 0;
+    v->softcap = f->softcap;
+    v->neg_scale = f->neg_scale;
+    v->mask_mod = f->mask_mod;
+    v->score_mod = f->score_mod;
+    v->alibi = f->alibi;
+    v->bias = f->bias_dtype < 0 ? 0 : f->bias_dtype == FJ_DTYPE_F32 ? 1 : 2;
+    v->mask_tensor = f->mask;
+    v->varlen = f->varlen;
+    v->mask_ranges = f->ranges;
+    v->block_mask = f->block_mask;
+    v->write_lse = f->lse;
+
+    /* Head dims beyond 256 run on the SIMT kernels only, so far; variable lengths, masks and
+    ** score terms beyond the band on the Hopper kernel (variable lengths without element masks,
+    ** whose block classifier takes dense shapes) and the SIMT kernels. */
+    const int extras = f->mask_mod || f->score_mod || v->alibi || v->bias || v->mask_tensor ||
+                       v->mask_ranges || v->block_mask;
+    const int sixteen_bit = (f->q_dtype == FJ_DTYPE_F16 || f->q_dtype == FJ_DTYPE_BF16) &&
+                            f->kv_dtype == f->q_dtype && f->out_dtype == f->q_dtype;
+    int tensor_cores = dev->backend == FJ_BACKEND_CUDA && sm_version(dev) >= 80 &&
+                       v->head_dim_pad <= 256 && v->head_dim_v_pad <= 256 && sixteen_bit &&
+                       f->rows_16b[FJ__T_Q] && f->rows_16b[FJ__T_K] && f->rows_16b[FJ__T_V] &&
+                       f->rows_16b[FJ__T_OUT];
+    /* "path=mma" in the override keeps Hopper on the mma.sync kernel (tests, comparisons). */
+    const int wgmma = tensor_cores && wgmma_serves(f, dev) &&
+                      !(v->varlen && fj__variant_element_masks(v)) &&
+                      !(config && strstr(config, "path=mma"));
+    tensor_cores = wgmma || (tensor_cores && !extras && !v->varlen);
+    if (wgmma)
+        plan_wgmma(v, f, dev);
+    else if (tensor_cores)
+        plan_mma(v, f, dev);
+    else
+        plan_simt(v, dev);
+    /* A development and tuning override, already validated when the context was made; a
+    ** configuration that does not fit this request keeps the heuristic's. */
+    fj__variant tuned = *v;
+    if (tensor_cores && config && fj__apply_config(&tuned, config, NULL) == 0 &&
+        fj__variant_fits(&tuned, dev))
+        *v = tuned;
+}

@@ -1,0 +1,88 @@
+/* Plans: a request becomes an ordered list of steps (kernel launches, workspace memsets) and
+** the workspaces they share, taken from the runtime's per-stream arena. Planning is a pure
+** function of the request's features and the device; filling a step's parameter block turns the
+** plan and the request's arguments into the bytes a launch passes. Nothing here runs anything.
+**
+** The forward plan: [zero the tile counter] [classify the masks' blocks] forward. */
+#ifndef FJ_PLAN_PLAN_H
+#define FJ_PLAN_PLAN_H
+
+#include "families.h"
+#include "problem.h"
+#include "variant.h"
+
+#define FJ__MAX_STEPS 4
+#define FJ__MAX_WORKSPACES 4
+
+typedef enum fj__step_kind {
+    FJ__STEP_KERNEL = 1, /* launch variant's kernel */
+    FJ__STEP_MEMSET = 2  /* zero a workspace */
+} fj__step_kind;
+
+typedef struct fj__step {
+    fj__step_kind kind;
+    fj__variant variant; /* KERNEL */
+    uint32_t grid[3], block[3];
+    uint32_t shared_bytes;
+    int workspace;    /* MEMSET: the workspace zeroed */
+    int skip_if_memo; /* KERNEL: skipped when this workspace (>= 0) still holds what an equal
+                      ** plan wrote into it (see fj__workspace.memo); -1: never skipped */
+} fj__step;
+
+typedef struct fj__workspace {
+    size_t bytes;
+    size_t offset; /* in the arena, 256-byte aligned */
+    /* memo: what the steps write here depends on memo_key alone, so a later run of a plan with
+    ** the same key, offset and arena may skip the steps that write it. */
+    int memo;
+    int64_t memo_key[6];
+} fj__workspace;
+
+typedef struct fj__plan {
+    int nsteps, nworkspaces;
+    fj__step steps[FJ__MAX_STEPS];
+    fj__workspace workspaces[FJ__MAX_WORKSPACES];
+    size_t workspace_bytes; /* the arena the plan needs */
+    int main_step;          /* the step that computes the result (reports, tuning) */
+    /* The forward's workspaces (-1: none): block classes and the tile counter, and how the
+    ** classes are laid out (I32 [cls_batches, cls_heads, query blocks, key blocks], strides 0
+    ** where the masks do not differ). */
+    struct {
+        int classes, counter;
+        int64_t cls_stride[3];
+        int32_t cls_heads;
+    } fwd;
+} fj__plan;
+
+/* The heuristic's forward variant for f on dev: kernel path and tile configuration. config,
+** when not NULL, overrides tile fields ("tile_m=64,tile_n=32"; see fj__apply_config) where the
+** result still fits. */
+void fj__choose_forward(const fj__features *f, const fj_device_info *dev, const char *config,
+                        fj__variant *v);
+/* The forward plan of f on dev with kernel v (from fj__choose_forward, perhaps changed by a
+** tuned record): its steps, grids and workspaces. Fails (FJ_ERR_UNSUPPORTED) only for masks too
+** large for the block classifier's grid. */
+fj_status fj__plan_forward(const fj__features *f, const fj_device_info *dev, const fj__variant *v,
+                           fj__plan *plan, fj__err *err);
+
+/* The classifier variant for forward variant v's masks. */
+void fj__classify_variant(const fj__variant *v, fj__variant *cv);
+
+/* The grid of a zigzag-scheduled (persistent = 3) launch of v on a device of sms blocks at
+** once: of the grids from sms down by an eighth, the one whose deal of f's work tiles has the
+** smallest largest share under a cost model of the band (the work count when it is smaller).
+** Counting an odd round and a short last one, the full grid can deal 10 % more to its busiest
+** block than the mean. */
+uint32_t fj__zigzag_grid(const fj__features *f, const fj__variant *v, uint32_t sms);
+
+/* Encodes a tensor map for a parameter block (the runtime's, which asks the backend and keeps
+** the last map of each role). role: 0-3 for q, k, v, bias. */
+typedef fj_status (*fj__tmap_fn)(void *ud, int role, const fj__tensor_map_desc *d,
+                                 fj__tensor_map *out);
+
+/* Fills the parameter block of kernel step i of plan for the request p, whose workspaces start
+** at ws[] (device pointers); params has room for FJ__MAX_PARAMS_BYTES. */
+fj_status fj__plan_fill(const fj__plan *plan, int i, const fj__problem *p, void *const *ws,
+                        fj__tmap_fn tmap, void *tmap_ud, void *params, fj__err *err);
+
+#endif /* FJ_PLAN_PLAN_H */

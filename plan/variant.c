@@ -1,0 +1,330 @@
+/* Variants: the families' templates and parameter blocks, the tile configuration's rules
+** (consistency, shared memory, registers), configuration strings, and the template parameters,
+** which feed both the render and the key, so the key always covers exactly what the template
+** sees. */
+#include "variant.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "families.h"
+
+const char *fj__variant_template(const fj__variant *v)
+{
+    if (v->family == FJ__FAMILY_CLASSIFY)
+        return "attn_classify.lua";
+    switch (v->path) {
+    case FJ__PATH_MMA: return "attn_fwd_mma.cu.lua";
+    case FJ__PATH_WGMMA: return "attn_fwd_wgmma.cu.lua";
+    default: return "attn_fwd_simt.lua";
+    }
+}
+
+const char *fj__variant_entry(const fj__variant *v)
+{
+    return v->family == FJ__FAMILY_CLASSIFY ? "fj_attn_classify" : "fj_attn_fwd";
+}
+
+const fj__playout *fj__variant_layout(const fj__variant *v)
+{
+    if (v->family == FJ__FAMILY_CLASSIFY)
+        return &fj__classify_params_layout;
+    return v->path == FJ__PATH_WGMMA ? &fj__fwd_tma_params_layout : &fj__fwd_params_layout;
+}
+
+const char *fj__variant_path(const fj__variant *v)
+{
+    if (v->family == FJ__FAMILY_CLASSIFY)
+        return v->backend == FJ_BACKEND_CUDA ? "cuda.classify" : "opencl.classify";
+    if (v->backend == FJ_BACKEND_CUDA)
+        return v->path == FJ__PATH_WGMMA ? "cuda.fwd.wgmma"
+               : v->path == FJ__PATH_MMA ? "cuda.fwd.mma"
+                                         : "cuda.fwd.simt";
+    return "opencl.fwd.simt";
+}
+
+int fj__variant_element_masks(const fj__variant *v)
+{
+    return v->mask_mod || v->mask_tensor || v->mask_ranges;
+}
+
+uint32_t fj__variant_bias_bytes(const fj__variant *v)
+{
+    return v->bias == 0 ? 0 : v->bias == 1 ? 4u : (uint32_t)fj_dtype_size((fj_dtype)v->q_dtype);
+}
+
+uint32_t fj__variant_shared_bytes(const fj__variant *v)
+{
+    const uint32_t qs = (uint32_t)fj_dtype_size((fj_dtype)v->q_dtype);
+    const uint32_t kvs = (uint32_t)fj_dtype_size((fj_dtype)v->kv_dtype);
+    if (v->family != FJ__FAMILY_FWD)
+        return 0;
+    if (v->path == FJ__PATH_WGMMA) {
+        /* Q buffers, a ring of K and V (and bias) tiles, 8 + 4 * stages mbarriers and two
+        ** tile slots (see the template), and slack to align the panels to 1024 bytes. */
+        uint32_t q =
+            qs * (uint32_t)(v->tile_m * v->head_dim_pad) * (v->q_stages ? v->q_stages : 1u);
+        uint32_t kv = kvs * (uint32_t)(v->tile_n * (v->head_dim_pad + v->head_dim_v_pad));
+        if (v->bias_tma) /* a bias tile per ring slot */
+            kv += fj__variant_bias_bytes(v) * (uint32_t)(v->tile_m * v->tile_n);
+        return q + v->stages * kv + 8u * (8u + 4u * v->stages) + 8u + 1023u;
+    }
+    if (v->path != FJ__PATH_MMA)
+        return 0; /* the SIMT kernel declares its shared memory statically */
+    /* Q [tile_m][d + 8], K [tile_n][d + 8], V [tile_n][dv + 8]. */
+    return (uint32_t)(qs * v->tile_m * (v->head_dim_pad + 8) +
+                      kvs * v->tile_n * (v->head_dim_pad + 8 + v->head_dim_v_pad + 8));
+}
+
+/* Registers a consumer thread of the WGMMA kernel has after reallocation (see the template). */
+static int wgmma_consumer_registers(int consumers, int ctas_per_sm)
+{
+    return ctas_per_sm == 2 ? 232 : consumers == 3 ? 160 : consumers == 2 ? 240 : 255;
+}
+
+int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
+{
+    if (v->family == FJ__FAMILY_CLASSIFY)
+        return v->threads == 256;
+    if (v->path == FJ__PATH_WGMMA) {
+        int consumers = v->tile_m / 64;
+        /* S and O fragments per consumer thread, plus ~40 for addresses and softmax state; and
+        ** P's when the loop is pipelined (the plain loop packs P as S dies: 192 x 128 tiles at
+        ** d 64 fit the 160 registers of three consumers without spills). */
+        int registers =
+            v->tile_n / 2 + (v->overlap ? v->tile_n / 4 : 0) + v->head_dim_v_pad / 2 + 40;
+        return consumers >= 1 && consumers <= 3 && v->tile_m == 64 * consumers &&
+               (!v->pingpong || (consumers == 2 && v->overlap)) &&
+               v->warps == 4 * (consumers + 1) && v->threads == 32 * v->warps &&
+               v->tile_n % 16 == 0 && v->tile_n >= 16 && v->tile_n <= 256 && v->stages >= 1 &&
+               v->stages <= 4 && v->q_stages >= 1 && v->q_stages <= 2 &&
+               v->head_dim_pad % 64 == 0 && v->head_dim_v_pad % 64 == 0 && v->head_dim_pad <= 256 &&
+               v->head_dim_v_pad <= 256 && v->ctas_per_sm >= 1 && v->ctas_per_sm <= 2 &&
+               (v->ctas_per_sm == 1 || consumers == 1) && v->exp_poly <= 8 &&
+               v->lazy_rescale <= 1 &&
+               registers <= wgmma_consumer_registers(consumers, v->ctas_per_sm) &&
+               (!(v->block_mask || fj__variant_element_masks(v)) ||
+                (128 % v->tile_m == 0 && 128 % v->tile_n == 0)) &&
+               (!v->bias_tma || (v->tile_n * fj__variant_bias_bytes(v)) % 128 == 0) &&
+               /* Each block also reserves 1 KiB of the SM's shared memory, which holds the
+               ** largest block's opt-in plus that kilobyte. */
+               (uint64_t)v->ctas_per_sm * (fj__variant_shared_bytes(v) + 1024u) <=
+                   dev->local_memory + 1024u;
+    }
+    if (v->path == FJ__PATH_MMA)
+        return v->warps >= 1 && v->tile_m % (16 * v->warps) == 0 && v->tile_n % 16 == 0 &&
+               v->threads == 32 * v->warps && fj__variant_shared_bytes(v) <= dev->local_memory;
+    /* SIMT: K and V tiles in float, in local memory (at most 64 KiB on OpenCL and the 48 KiB of
+    ** static shared memory on CUDA). */
+    uint64_t budget = dev->local_memory ? dev->local_memory : 32768;
+    uint64_t cap = dev->backend == FJ_BACKEND_CUDA ? 48 * 1024 : 64 * 1024;
+    budget = budget < cap ? budget : cap;
+    return v->threads == v->tile_m &&
+           (uint64_t)v->tile_n * (uint64_t)(v->head_dim_pad + v->head_dim_v_pad) * 4 <= budget;
+}
+
+void fj__variant_config(const fj__variant *v, char *buf, size_t size)
+{
+    if (v->path == FJ__PATH_WGMMA)
+        snprintf(buf, size,
+                 "path=wgmma,tile_m=%d,tile_n=%d,warps=%d,stages=%d,q_stages=%d,overlap=%d,"
+                 "pingpong=%d,persistent=%d,ctas_per_sm=%d,exp_poly=%d,lazy_rescale=%d",
+                 (int)v->tile_m, (int)v->tile_n, (int)v->warps, (int)v->stages, (int)v->q_stages,
+                 (int)v->overlap, (int)v->pingpong, (int)v->persistent, (int)v->ctas_per_sm,
+                 (int)v->exp_poly, (int)v->lazy_rescale);
+    else if (v->path == FJ__PATH_MMA)
+        snprintf(buf, size, "tile_m=%d,tile_n=%d,warps=%d,kk_unroll=%d,q_in_regs=%d",
+                 (int)v->tile_m, (int)v->tile_n, (int)v->warps, (int)v->kk_unroll,
+                 (int)v->q_in_regs);
+    else
+        snprintf(buf, size, "tile_m=%d,tile_n=%d", (int)v->tile_m, (int)v->tile_n);
+}
+
+int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
+{
+    /* The tunable fields: 32-bit tile sizes and one-byte switches and counts. */
+    static const struct {
+        const char *name;
+        size_t offset, size;
+        int32_t lo, hi;
+    } fields[] = {{"tile_m", offsetof(fj__variant, tile_m), 4, 16, 256},
+                  {"tile_n", offsetof(fj__variant, tile_n), 4, 8, 256},
+                  {"warps", offsetof(fj__variant, warps), 4, 1, 16},
+                  {"kk_unroll", offsetof(fj__variant, kk_unroll), 4, 0, 16},
+                  {"q_in_regs", offsetof(fj__variant, q_in_regs), 1, 0, 1},
+                  {"overlap", offsetof(fj__variant, overlap), 1, 0, 1},
+                  {"pingpong", offsetof(fj__variant, pingpong), 1, 0, 1},
+                  {"persistent", offsetof(fj__variant, persistent), 1, 0, 3},
+                  {"stages", offsetof(fj__variant, stages), 1, 1, 4},
+                  {"q_stages", offsetof(fj__variant, q_stages), 1, 1, 2},
+                  {"ctas_per_sm", offsetof(fj__variant, ctas_per_sm), 1, 1, 2},
+                  {"exp_poly", offsetof(fj__variant, exp_poly), 1, 0, 8},
+                  {"lazy_rescale", offsetof(fj__variant, lazy_rescale), 1, 0, 1}};
+    const char *p = config;
+    while (p && *p) {
+        if (!strncmp(p, "path=", 5)) {
+            size_t len = strspn(p + 5, "abcdefghijklmnopqrstuvwxyz");
+            if (!((len == 3 && !strncmp(p + 5, "mma", 3)) ||
+                  (len == 5 && !strncmp(p + 5, "wgmma", 5)) ||
+                  (len == 4 && !strncmp(p + 5, "simt", 4))))
+                return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                                "FLASHJIT_CONFIG: path must be simt, mma or wgmma: '%s'", p),
+                       -1;
+            p += 5 + len;
+            if (*p == ',')
+                p++;
+            continue;
+        }
+        char name[32];
+        int value = 0, used = 0;
+        if (sscanf(p, "%31[a-z_]=%d%n", name, &value, &used) != 2)
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "FLASHJIT_CONFIG: cannot read '%s'", p),
+                   -1;
+        size_t i = 0;
+        while (i < sizeof fields / sizeof fields[0] && strcmp(name, fields[i].name))
+            i++;
+        if (i == sizeof fields / sizeof fields[0])
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "FLASHJIT_CONFIG: unknown field '%s'",
+                            name),
+                   -1;
+        if (value < fields[i].lo || value > fields[i].hi)
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                            "FLASHJIT_CONFIG: %s = %d, expected %d..%d", name, value, fields[i].lo,
+                            fields[i].hi),
+                   -1;
+        if (fields[i].size == 4)
+            memcpy((char *)v + fields[i].offset, &(int32_t){value}, sizeof(int32_t));
+        else
+            *((uint8_t *)v + fields[i].offset) = (uint8_t)value;
+        p += used;
+        if (*p == ',')
+            p++;
+    }
+    v->threads = v->path == FJ__PATH_SIMT ? v->tile_m : 32 * v->warps;
+    return 0;
+}
+
+int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_TPL_PARAMS])
+{
+    int n = 0;
+#define INT_PARAM(field) out[n++] = (tpl_param){.name = #field, .kind = TPL_INT, .i = v->field}
+#define BOOL_PARAM(field)                                                                          \
+    out[n++] = (tpl_param)                                                                         \
+    {                                                                                              \
+        .name = #field, .kind = TPL_BOOL, .i = v->field                                            \
+    }
+#define STR_PARAM(field, value)                                                                    \
+    out[n++] = (tpl_param)                                                                         \
+    {                                                                                              \
+        .name = field, .kind = TPL_STR, .s = value                                                 \
+    }
+#define DTYPE_PARAM(field) STR_PARAM(#field, fj__dtype_name((fj_dtype)v->field))
+    STR_PARAM("backend", fj__backend_name((fj_backend_kind)v->backend));
+    DTYPE_PARAM(q_dtype);
+    DTYPE_PARAM(kv_dtype);
+    DTYPE_PARAM(out_dtype);
+    DTYPE_PARAM(acc_dtype);
+    STR_PARAM("kernel", fj__variant_template(v));
+    out[n++] = (tpl_param){.name = "args", .kind = TPL_LAYOUT, .layout = fj__variant_layout(v)};
+    STR_PARAM("mask_mod", v->mask_mod ? v->mask_mod : "");
+    STR_PARAM("score_mod", v->score_mod ? v->score_mod : "");
+    INT_PARAM(head_dim_pad);
+    INT_PARAM(head_dim_v_pad);
+    INT_PARAM(tile_m);
+    INT_PARAM(tile_n);
+    INT_PARAM(threads);
+    INT_PARAM(warps);
+    INT_PARAM(kk_unroll);
+    INT_PARAM(stages);
+    INT_PARAM(q_stages);
+    INT_PARAM(ctas_per_sm);
+    INT_PARAM(exp_poly);
+    BOOL_PARAM(q_in_regs);
+    BOOL_PARAM(lazy_rescale);
+    BOOL_PARAM(overlap);
+    BOOL_PARAM(pingpong);
+    INT_PARAM(persistent);
+    BOOL_PARAM(alibi);
+    STR_PARAM("bias", v->bias == 0 ? "" : v->bias == 1 ? "f32" : "dtype");
+    BOOL_PARAM(mask_tensor);
+    INT_PARAM(varlen);
+    INT_PARAM(mask_ranges);
+    BOOL_PARAM(block_mask);
+    BOOL_PARAM(bias_tma);
+    BOOL_PARAM(local_mask);
+    BOOL_PARAM(softcap);
+    BOOL_PARAM(neg_scale);
+    BOOL_PARAM(write_lse);
+#undef INT_PARAM
+#undef BOOL_PARAM
+#undef STR_PARAM
+#undef DTYPE_PARAM
+    return n;
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(((const tpl_param *)a)->name, ((const tpl_param *)b)->name);
+}
+
+/* Appends "name=value\n" to *buf (grown as needed); returns 0, or -1 out of memory. */
+static int append_line(char **buf, size_t *len, size_t *cap, const char *name, const char *value)
+{
+    size_t need = strlen(name) + strlen(value) + 3;
+    if (*len + need > *cap) {
+        size_t cap2 = (*cap ? *cap : 1024);
+        while (cap2 < *len + need)
+            cap2 *= 2;
+        char *grown = realloc(*buf, cap2);
+        if (!grown)
+            return -1;
+        *buf = grown;
+        *cap = cap2;
+    }
+    *len += (size_t)snprintf(*buf + *len, *cap - *len, "%s=%s\n", name, value);
+    return 0;
+}
+
+fj_status fj__variant_key(const fj__variant *v, const char *target, const char *template_hash,
+                          char **text, char hash[65], fj__err *err)
+{
+    tpl_param params[FJ__MAX_TPL_PARAMS + 2];
+    int n = fj__variant_params(v, params);
+    params[n++] = (tpl_param){.name = "target", .kind = TPL_STR, .s = target};
+    params[n++] = (tpl_param){.name = "templates", .kind = TPL_STR, .s = template_hash};
+    qsort(params, (size_t)n, sizeof params[0], by_name);
+    /* Built to any length: expressions are user text (no fixed buffer holds them). */
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    int bad = 0;
+    for (int i = 0; i < n && !bad; i++) {
+        char value[96];
+        const char *s = value;
+        if (params[i].kind == TPL_STR) {
+            s = params[i].s;
+        } else if (params[i].kind == TPL_LAYOUT) {
+            char sig[17];
+            fj__playout_signature(params[i].layout, sig);
+            snprintf(value, sizeof value, "%s/%s", params[i].layout->name, sig);
+        } else {
+            snprintf(value, sizeof value, "%lld", (long long)params[i].i);
+        }
+        bad = append_line(&buf, &len, &cap, params[i].name, s);
+    }
+    if (bad || !buf) {
+        free(buf);
+        *text = NULL;
+        return fj__fail(err, FJ_ERR_OUT_OF_MEMORY, "out of memory for a variant key");
+    }
+    *text = buf;
+    fj__sha256_hex(buf, len, hash);
+    return FJ_OK;
+}
+
+fj_status fj__variant_render(const fj__variant *v, const char *key_text, char **source,
+                             fj__err *err)
+{
+    tpl_param params[FJ__MAX_TPL_PARAMS];
+    int n = fj__variant_params(v, params);
+    return tpl_render(fj__variant_template(v), params, n, key_text, source, err);
+}

@@ -1,0 +1,104 @@
+/* Variants: everything that changes a kernel's generated code, and nothing else. Two launches
+** with equal variants share a binary; the variant's canonical key names that binary in caches.
+** A variant belongs to a kernel family (forward, block classifier), which fixes its template,
+** entry point and parameter block. */
+#ifndef FJ_PLAN_VARIANT_H
+#define FJ_PLAN_VARIANT_H
+
+#include "../core/core.h"
+#include "../templates/render.h"
+#include "params.h"
+
+/* The kernel families. FWD: the forward kernels (attn_fwd_*.lua); CLASSIFY: block classes of
+** masks (attn_classify.lua), a step before the Hopper forward. */
+typedef enum fj__kernel_family { FJ__FAMILY_FWD = 1, FJ__FAMILY_CLASSIFY = 2 } fj__kernel_family;
+
+/* The kernel designs of the forward family. */
+typedef enum fj__kernel_path {
+    FJ__PATH_SIMT = 0, /* portable: one thread per query row (OpenCL; CUDA f32 and unaligned) */
+    FJ__PATH_MMA = 1,  /* CUDA tensor cores, mma.sync (sm_80+) */
+    FJ__PATH_WGMMA = 2 /* Hopper: TMA, warp specialisation, wgmma (sm_90a) */
+} fj__kernel_path;
+
+/* Always zero the struct before filling it: it is compared with memcmp. */
+typedef struct fj__variant {
+    int32_t family;  /* fj__kernel_family */
+    int32_t backend; /* fj_backend_kind */
+    int32_t path;    /* fj__kernel_path */
+    /* Element types by role (fj_dtype): the query, the keys and values, the output, and the
+    ** accumulators (f32). */
+    int32_t q_dtype, kv_dtype, out_dtype, acc_dtype;
+    int32_t head_dim_pad; /* head_dim rounded up to a multiple of 16 */
+    int32_t head_dim_v_pad;
+    int32_t tile_m;     /* query rows per block */
+    int32_t tile_n;     /* keys per streamed tile */
+    int32_t threads;    /* threads (work-items) per block */
+    int32_t warps;      /* MMA, WGMMA: warps per block (threads / 32) */
+    int32_t kk_unroll;  /* MMA: unroll factor of the S = Q K^T k-loop (0: full) */
+    uint8_t q_in_regs;  /* MMA: Q fragments stay in registers across key tiles */
+    uint8_t local_mask; /* causal or sliding window: per-element masking near the diagonal */
+    uint8_t softcap;    /* tanh soft-capping of scores */
+    uint8_t write_lse;
+    uint8_t neg_scale;    /* softmax_scale < 0 (maxima must be taken on scaled scores) */
+    uint8_t stages;       /* WGMMA: key/value tiles in flight (shared-memory ring slots) */
+    uint8_t q_stages;     /* WGMMA: Q buffers (2: the next work tile's Q loads during this one) */
+    uint8_t ctas_per_sm;  /* WGMMA: blocks sharing an SM (2: of one consumer warpgroup each) */
+    uint8_t exp_poly;     /* WGMMA: of every 8 score column blocks, those whose exp2 is a
+                          ** polynomial on the FMA pipe (0: all on the MUFU unit) */
+    uint8_t lazy_rescale; /* WGMMA: a row's exponent base moves only when its maximum outgrows
+                          ** it by 2^8, so O is rarely rescaled */
+    uint8_t overlap;      /* WGMMA: the softmax of a tile overlaps P V of the previous one */
+    uint8_t pingpong;     /* WGMMA: the two consumer warpgroups take turns issuing products */
+    uint8_t persistent;   /* WGMMA: 0 a block per work tile; a block per SM taking 1 every
+                          ** gridDim.x-th tile, 2 tiles from a counter shared by the grid, or
+                          ** 3 tiles dealt zigzag by rounds */
+    uint8_t alibi;        /* ALiBi slopes */
+    uint8_t bias;         /* additive bias: 0 none, 1 f32, 2 in q's dtype */
+    uint8_t mask_tensor;
+    uint8_t varlen;       /* 0 dense, 1 packed sequences, 2 and seqused_k */
+    uint8_t mask_ranges;  /* 0 none, else the ranges' columns per key (2 or 4) */
+    uint8_t block_mask;   /* 128 x 128 block classes given */
+    uint8_t bias_tma;     /* WGMMA: bias tiles copied by TMA into shared memory with K's */
+    const char *mask_mod; /* canonical expression texts, interned by the context (NULL: none) */
+    const char *score_mod;
+} fj__variant;
+
+/* The template v renders with, its entry point, and its parameter block. */
+const char *fj__variant_template(const fj__variant *v);
+const char *fj__variant_entry(const fj__variant *v);
+const fj__playout *fj__variant_layout(const fj__variant *v);
+/* Which design runs, for reports: "opencl.fwd.simt", "cuda.fwd.mma", "cuda.classify", ... */
+const char *fj__variant_path(const fj__variant *v);
+
+/* Whether v masks by element beyond the band (mask_mod, mask tensor, ranges): on the Hopper
+** kernel these are classified and skipped by 128 x 128 blocks. */
+int fj__variant_element_masks(const fj__variant *v);
+/* Bytes of one bias element of v (0 without a bias). */
+uint32_t fj__variant_bias_bytes(const fj__variant *v);
+/* Dynamic shared memory a launch of v needs, in bytes. */
+uint32_t fj__variant_shared_bytes(const fj__variant *v);
+/* Whether v's tiles are consistent and fit the device (shared memory, threads, registers). */
+int fj__variant_fits(const fj__variant *v, const fj_device_info *dev);
+
+/* Writes v's tile fields as "tile_m=128,tile_n=64,warps=4,kk_unroll=1,q_in_regs=0" (MMA),
+** "path=wgmma,tile_m=128,tile_n=128,warps=12,stages=2,..." (WGMMA). */
+void fj__variant_config(const fj__variant *v, char *buf, size_t size);
+/* Applies "name=value,..." overrides of tile fields (tile_m, tile_n, warps, q_in_regs,
+** kk_unroll, stages, ...) to v. "path=mma|wgmma|simt" is accepted and ignored here: it steers
+** fj__choose_forward. Returns 0, or -1 naming the first bad item in err. */
+int fj__apply_config(fj__variant *v, const char *config, fj__err *err);
+
+/* The most template parameters a variant has. */
+#define FJ__MAX_TPL_PARAMS 48
+
+/* The template parameters of v, in a fixed order. Returns their number. */
+int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_TPL_PARAMS]);
+/* The key of v for a compile target: canonical text (malloc'd: sorted name=value lines, ending
+** with a newline) and its SHA-256. */
+fj_status fj__variant_key(const fj__variant *v, const char *target, const char *template_hash,
+                          char **text, char hash[65], fj__err *err);
+/* Renders v's kernel source, starting with key_text in a comment. */
+fj_status fj__variant_render(const fj__variant *v, const char *key_text, char **source,
+                             fj__err *err);
+
+#endif /* FJ_PLAN_VARIANT_H */

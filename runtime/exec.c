@@ -1,0 +1,143 @@
+/* Running plans: workspaces from the stream's arena, then each step in order (memsets and
+** kernel launches, each kernel with its one parameter block). */
+#include <string.h>
+
+#include "context.h"
+
+/* The arena of stream, holding at least bytes; a new stream takes a free slot, or the oldest
+** one's. Growing or taking over an arena frees its old memory after the work that may still use
+** it (its stream's) has finished. */
+static fj_status arena_for(fj_context *ctx, void *stream, size_t bytes, fj__arena **out)
+{
+    fj__arena *a = NULL;
+    for (int i = 0; i < ctx->narenas && !a; i++)
+        if (ctx->arenas[i].stream == stream)
+            a = &ctx->arenas[i];
+    if (!a) {
+        if (ctx->narenas < FJ__ARENAS) {
+            a = &ctx->arenas[ctx->narenas++];
+        } else {
+            a = &ctx->arenas[ctx->next_arena_victim];
+            ctx->next_arena_victim = (ctx->next_arena_victim + 1) % FJ__ARENAS;
+        }
+        if (a->mem) {
+            ctx->ops->synchronize(ctx->backend, a->stream);
+            ctx->ops->mem_free(ctx->backend, a->mem);
+        }
+        memset(a, 0, sizeof *a);
+        a->stream = stream;
+    }
+    if (a->bytes < bytes) {
+        if (a->mem) {
+            ctx->ops->synchronize(ctx->backend, stream);
+            ctx->ops->mem_free(ctx->backend, a->mem);
+        }
+        a->mem = NULL;
+        a->bytes = 0;
+        a->memo_valid = 0;
+        fj_status st = ctx->ops->mem_alloc(ctx->backend, bytes, &a->mem);
+        if (st != FJ_OK) {
+            a->mem = NULL;
+            return fj__fail(&ctx->err, st, "cannot allocate a %zu-byte workspace", bytes);
+        }
+        a->bytes = bytes;
+    }
+    *out = a;
+    return FJ_OK;
+}
+
+void fj__arenas_release(fj_context *ctx)
+{
+    for (int i = 0; i < ctx->narenas; i++)
+        if (ctx->arenas[i].mem)
+            ctx->ops->mem_free(ctx->backend, ctx->arenas[i].mem);
+    ctx->narenas = 0;
+}
+
+/* Whether arena a still holds what plan's memoised workspace w would be given. */
+static int memo_holds(const fj__arena *a, const fj__workspace *w)
+{
+    return a && w->memo && a->memo_valid && a->memo_offset == w->offset &&
+           memcmp(a->memo_key, w->memo_key, sizeof w->memo_key) == 0;
+}
+
+/* Encodes a tensor map for role (0-3: q, k, v, bias), or reuses the role's last one when the
+** description is the same. */
+static fj_status encode_map(void *ud, int role, const fj__tensor_map_desc *d, fj__tensor_map *map)
+{
+    fj_context *ctx = ud;
+    if (!ctx->ops->tensor_map)
+        return fj__fail(&ctx->err, FJ_ERR_UNSUPPORTED, "the %s backend has no tensor maps",
+                        ctx->ops->name);
+    if (ctx->last_maps[role].valid && !memcmp(&ctx->last_maps[role].desc, d, sizeof *d)) {
+        memcpy(map->bytes, ctx->last_maps[role].bytes, sizeof map->bytes);
+        return FJ_OK;
+    }
+    ctx->last_maps[role].valid = 0;
+    fj_status st = ctx->ops->tensor_map(ctx->backend, d, map);
+    if (st == FJ_OK) {
+        ctx->last_maps[role].desc = *d;
+        memcpy(ctx->last_maps[role].bytes, map->bytes, sizeof map->bytes);
+        ctx->last_maps[role].valid = 1;
+    }
+    return st;
+}
+
+fj_status fj__plan_run(fj_context *ctx, const fj__plan *plan, const fj__problem *p, void *stream)
+{
+    fj__arena *a = NULL;
+    void *ws[FJ__MAX_WORKSPACES] = {0};
+    fj_status st = FJ_OK;
+    if (plan->workspace_bytes > 0) {
+        st = arena_for(ctx, stream, plan->workspace_bytes, &a);
+        if (st != FJ_OK)
+            return st;
+        for (int i = 0; i < plan->nworkspaces; i++)
+            ws[i] = (char *)a->mem + plan->workspaces[i].offset;
+    }
+    /* Room for any parameter block, aligned for the tensor maps inside. */
+    _Alignas(64) unsigned char params[FJ__MAX_PARAMS_BYTES];
+    for (int i = 0; i < plan->nsteps && st == FJ_OK; i++) {
+        const fj__step *s = &plan->steps[i];
+        if (s->kind == FJ__STEP_MEMSET) {
+            const fj__workspace *w = &plan->workspaces[s->workspace];
+            st = ctx->ops->memset_async(ctx->backend, ws[s->workspace], 0, w->bytes, stream);
+            continue;
+        }
+        if (s->skip_if_memo >= 0 && memo_holds(a, &plan->workspaces[s->skip_if_memo]))
+            continue;
+        const fj__kernel *k = NULL;
+        st = fj__kernel_get(ctx, &s->variant, &k);
+        if (st == FJ_OK)
+            st = fj__plan_fill(plan, i, p, ws, encode_map, ctx, params, &ctx->err);
+        if (st != FJ_OK)
+            break;
+        const fj__playout *layout = fj__variant_layout(&s->variant);
+        const fj__launch l = {.grid = {s->grid[0], s->grid[1], s->grid[2]},
+                              .block = {s->block[0], s->block[1], s->block[2]},
+                              .shared_bytes = s->shared_bytes,
+                              .params = params,
+                              .params_size = layout->size,
+                              .layout = layout};
+        st = ctx->ops->launch(ctx->backend, k->handle, &l, stream);
+        if (i == plan->main_step) {
+            ctx->last_call.variant = k->key_text;
+            ctx->last_call.kernel_path = fj__variant_path(&s->variant);
+            ctx->last_call.registers = k->registers;
+            ctx->last_call.spill_bytes = k->spill_bytes;
+        }
+    }
+    ctx->last_call.compiles = ctx->compiles;
+    if (!a)
+        return st;
+    /* What the arena holds now: the plan's memoised workspace, once its steps ran; otherwise
+    ** the plan may have written anywhere in it. */
+    a->memo_valid = 0;
+    for (int w = 0; w < plan->nworkspaces && st == FJ_OK; w++)
+        if (plan->workspaces[w].memo) {
+            a->memo_valid = 1;
+            a->memo_offset = plan->workspaces[w].offset;
+            memcpy(a->memo_key, plan->workspaces[w].memo_key, sizeof a->memo_key);
+        }
+    return st;
+}
