@@ -199,13 +199,15 @@ fj_attn_fwd(
 % end
         if (need_mask) {
             /* Bounds relative to this thread's first column, so that each element compares a
-            ** compile-time column offset: key = n0 + 2t + c with c = 8j + (e % 2). */
+            ** compile-time column offset: key = n0 + 2t + c with c = 8j + (e % 2). Without a
+            ** left window edge (causal) only the right one is compared. */
             const int col0 = n0 + 2 * t;
+% local function mask_band(left)
 #pragma unroll
             for (int i = 0; i < MT; i++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-% attn_visible_cols("warp_row + i * 16 + g + h * 8")
+% attn_visible_cols("warp_row + i * 16 + g + h * 8", left)
 #pragma unroll
                     for (int j = 0; j < NT; j++)
 #pragma unroll
@@ -215,6 +217,16 @@ fj_attn_fwd(
                                 s[i][j][2 * h + e] = NEG_INF;
                         }
                 }
+% end
+% if local_mask then
+            if (window_left < 0) {
+% mask_band(false)
+            } else {
+% mask_band(true)
+            }
+% else
+% mask_band(false)
+% end
         }
 
         /* Online softmax: new row maxima, rescale O and the sums, P = exp2(S - max). */

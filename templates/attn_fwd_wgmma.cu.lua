@@ -263,11 +263,13 @@ __device__ __forceinline__ void softmax_tile(float *sc, consumer_state &st,
 % end
     if (need_mask) {
         /* Bounds relative to this thread's first column, so that each element compares a
-        ** compile-time column offset: key = n0 + 2t + 8j + e. */
+        ** compile-time column offset: key = n0 + 2t + 8j + e. Without a left window edge
+        ** (causal) only the right one is compared. */
         const int col0 = n0 + 2 * t;
+% local function mask_band(left)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-% attn_visible_cols("warp_row + g + h * 8")
+% attn_visible_cols("warp_row + g + h * 8", left)
 #pragma unroll
             for (int j = 0; j < BN / 8; j++)
 #pragma unroll
@@ -275,6 +277,16 @@ __device__ __forceinline__ void softmax_tile(float *sc, consumer_state &st,
                     if (j * 8 + e > hi || j * 8 + e < lo)
                         sc[4 * j + 2 * h + e] = NEG_INF;
         }
+% end
+% if local_mask then
+        if (window_left < 0) {
+% mask_band(false)
+        } else {
+% mask_band(true)
+        }
+% else
+% mask_band(false)
+% end
     }
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -386,7 +398,7 @@ fj_attn_fwd(
 #define Q_PHASE(n) (((n) / Q_STAGES) & 1)
 /* The block classes of a work tile's query rows, by key tile. */
 #define CLASS_ROW(wt) (P.fwd.mask.block_mask + (wt).batch * P.fwd.mask.blocks_sb + (wt).head * P.fwd.mask.blocks_sh + ((wt).m0 / 128) * P.fwd.mask.blocks_sq)
-#define CLASS_OF(row, nb) ((row)[(nb) * BN / 128])
+#define CLASS_OF(row, nb) __ldg((row) + (nb) * BN / 128)
 /* The block's next work tile after w under a static schedule: every gridDim.x-th, or zigzag
 ** (persistent = 3: the block's position in round r is blockIdx.x, or gridDim.x - 1 - blockIdx.x
 ** when r is odd). */
@@ -434,12 +446,12 @@ fj_attn_fwd(
 % if varlen > 0 then
         /* The sequence's first rows in the packed tensors and its lengths: the caller's device
         ** data, clamped into the tensors and to the maxima. */
-        wt.q_first = imin(imax(cu_seqlens_q[batch], 0), total_q);
-        wt.k_first = imin(imax(cu_seqlens_k[batch], 0), total_k);
-        wt.seqlen_q = imin(imax(imin(cu_seqlens_q[batch + 1], total_q) - wt.q_first, 0), seqlen_q);
-        wt.seqlen_k = imin(imax(imin(cu_seqlens_k[batch + 1], total_k) - wt.k_first, 0), seqlen_k);
+        wt.q_first = imin(imax(__ldg(cu_seqlens_q + batch), 0), total_q);
+        wt.k_first = imin(imax(__ldg(cu_seqlens_k + batch), 0), total_k);
+        wt.seqlen_q = imin(imax(imin(__ldg(cu_seqlens_q + batch + 1), total_q) - wt.q_first, 0), seqlen_q);
+        wt.seqlen_k = imin(imax(imin(__ldg(cu_seqlens_k + batch + 1), total_k) - wt.k_first, 0), seqlen_k);
 %   if varlen == 2 then
-        wt.seqlen_k = imin(wt.seqlen_k, imax(seqused_k[batch], 0));
+        wt.seqlen_k = imin(wt.seqlen_k, imax(__ldg(seqused_k + batch), 0));
 %   end
         wt.tb = 0;
 % end

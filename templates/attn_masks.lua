@@ -22,10 +22,10 @@
 
 % if bias == "f32" then
 typedef float BIAS_T;
-#define BIAS_LOAD(p, i) ((p)[i])
+#define BIAS_LOAD(p, i) LDG((p) + (i))
 % elseif bias == "dtype" then
 typedef STORE_T BIAS_T;
-#define BIAS_LOAD(p, i) LOAD(p, i)
+#define BIAS_LOAD(p, i) LOAD_RO(p, i)
 % end
 
 /* What the masks and score terms read for one (batch, head). */
@@ -71,7 +71,7 @@ typedef struct mask_ctx {
 #define MASK_CTX_MODS(c, m)
 % end
 % if alibi then
-#define MASK_CTX_ALIBI(c, m) c.slope = GPTR(const float, (m).alibi)[c.b * (m).alibi_sb + c.h] * (1.0f / F_LN2);
+#define MASK_CTX_ALIBI(c, m) c.slope = LDG(GPTR(const float, (m).alibi) + c.b * (m).alibi_sb + c.h) * (1.0f / F_LN2);
 % else
 #define MASK_CTX_ALIBI(c, m)
 % end
@@ -101,8 +101,8 @@ typedef struct mask_ctx {
 #define FJ_SK (c.sk)
 #define FJ_S fj_s
 #define ARG_INDEX(i) I_MIN(I_MAX((int)(i), 0), c.mod_args_count - 1)
-#define ARG_F(i) (c.mod_args_count > 0 ? c.mod_args[ARG_INDEX(i)] : 0.0f)
-#define ARG_I(i) (c.mod_args_count > 0 ? ((GLOBAL const int *)c.mod_args)[ARG_INDEX(i)] : 0)
+#define ARG_F(i) (c.mod_args_count > 0 ? LDG(c.mod_args + ARG_INDEX(i)) : 0.0f)
+#define ARG_I(i) (c.mod_args_count > 0 ? LDG((GLOBAL const int *)c.mod_args + ARG_INDEX(i)) : 0)
 % end
 
 % if element_masks then
@@ -113,13 +113,13 @@ INLINE bool fj_keeps(const mask_ctx c, int fj_q, int fj_k)
     keep = (${mask_mod}) != 0;
 %   end
 %   if mask_tensor then
-    keep = keep && c.mask[fj_q * c.mask_ss + fj_k] != 0;
+    keep = keep && LDG(c.mask + fj_q * c.mask_ss + fj_k) != 0;
 %   end
 %   if mask_ranges > 0 then
     GLOBAL const int *r = c.ranges + fj_k * c.ranges_sk;
-    keep = keep && !(fj_q >= r[0] && fj_q < r[1]);
+    keep = keep && !(fj_q >= LDG(r) && fj_q < LDG(r + 1));
 %     if mask_ranges == 4 then
-    keep = keep && !(fj_q >= r[2] && fj_q < r[3]);
+    keep = keep && !(fj_q >= LDG(r + 2) && fj_q < LDG(r + 3));
 %     end
 %   end
     return keep;

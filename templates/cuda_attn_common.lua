@@ -31,14 +31,21 @@
 % end
 
 % -- Inside a loop over the thread's rows: the offsets [lo, hi] from column col0 of the keys
-% -- that query `row` may see (the tensor's end, and the band when there is one).
-% function attn_visible_cols(row)
+% -- that query `row` may see (the tensor's end, and the band when there is one). left: the
+% -- window may have a left edge (nil: decided at run time; false: known not to, lo = -1).
+% function attn_visible_cols(row, left)
             int hi = seqlen_k - 1 - col0; /* last visible offset */
 % if local_mask then
             const int row = ${row};
             if (window_right >= 0)
                 hi = imin(hi, row + shift + window_right - col0);
+%   if left == nil then
             const int lo = window_left >= 0 ? row + shift - window_left - col0 : -1;
+%   elseif left then
+            const int lo = row + shift - window_left - col0;
+%   else
+            const int lo = -1;
+%   end
 % else
             const int lo = -1;
 % end

@@ -58,6 +58,13 @@ typedef unsigned int uint;
 %   error("dialect: unknown backend " .. tostring(backend))
 % end
 #define GPTR(T, x) ((GLOBAL T *)(x))
+% -- LDG(p): *p for memory the kernel only reads (masks, ranges, classes, offsets), through
+% -- CUDA's read-only data cache; LOAD_RO(p, i) likewise for an element as float.
+% if backend == "cuda" then
+#define LDG(p) __ldg(p)
+% else
+#define LDG(p) (*(p))
+% end
 #define I_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define I_MAX(a, b) ((a) > (b) ? (a) : (b))
 /* What mask and score expressions may call (runtime/expr.h). */
@@ -87,10 +94,12 @@ typedef unsigned int uint;
 % if dtype == "f32" then
 typedef float STORE_T;
 #define LOAD(p, i) ((p)[i])
+#define LOAD_RO(p, i) LDG((p) + (i))
 #define STORE(p, i, x) ((p)[i] = (x))
 % elseif dtype == "f16" and backend == "opencl" then
 typedef half STORE_T;
 #define LOAD(p, i) vload_half((i), (p))
+#define LOAD_RO(p, i) LOAD(p, i)
 #define STORE(p, i, x) vstore_half_rte((x), (i), (p))
 % elseif dtype == "f16" then
 typedef ushort STORE_T;
@@ -107,6 +116,7 @@ INLINE ushort float_to_f16(float f)
     return h;
 }
 #define LOAD(p, i) f16_to_float((p)[i])
+#define LOAD_RO(p, i) f16_to_float(LDG((p) + (i)))
 #define STORE(p, i, x) ((p)[i] = float_to_f16(x))
 % elseif dtype == "bf16" then
 typedef ushort STORE_T;
@@ -120,6 +130,7 @@ INLINE ushort float_to_bf16(float f)
     return (ushort)(u >> 16);
 }
 #define LOAD(p, i) bf16_to_float((p)[i])
+#define LOAD_RO(p, i) bf16_to_float(LDG((p) + (i)))
 #define STORE(p, i, x) ((p)[i] = float_to_bf16(x))
 % else
 %   error("dialect: unsupported dtype " .. tostring(dtype))
