@@ -153,11 +153,11 @@ static void test_banner_and_embedded_attention(void **state)
         assert_int_equal(fj__variant_render(&v, "dtype=x\n", &out, &err), FJ_OK);
         assert_true((strstr(out, "x -= c.slope") != NULL) == (i == 0));
         assert_true((strstr(out, "BIAS_LOAD(c.bias") != NULL) == (i == 1));
-        assert_true((strstr(out, "c.mask[fj_q") != NULL) == (i == 2));
+        assert_true((strstr(out, "LDG(c.mask + fj_q") != NULL) == (i == 2));
         assert_true((strstr(out, "cu_seqlens_q[batch + 1]") != NULL) == (i > 0));
         assert_true((strstr(out, "seqused_k[batch]") != NULL) == (i == 2));
-        assert_true((strstr(out, "fj_q < r[1]") != NULL) == (i > 0));
-        assert_true((strstr(out, "fj_q < r[3]") != NULL) == (i == 2));
+        assert_true((strstr(out, "fj_q < LDG(r + 1)") != NULL) == (i > 0));
+        assert_true((strstr(out, "fj_q < LDG(r + 3)") != NULL) == (i == 2));
         assert_true((strstr(out, "block_class == 0") != NULL) == (i == 1));
         assert_true((strstr(out, "keep = ((FJ_Q >= FJ_K))") != NULL) == (i == 1));
         assert_true(strncmp(out, "/* flashjit variant\ndtype=x\n*/\n", 30) == 0);
