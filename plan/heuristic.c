@@ -191,10 +191,10 @@ uint32_t fj__zigzag_grid(const fj__features *f, const fj__variant *v, uint32_t s
     ** run fastest, (w / batch) % m_blocks), counted from the last block when the kernel runs
     ** heavy tiles first (a band or block classes); its cost is the key tiles each of its 64-row
     ** warpgroups computes, plus one for its prologue and epilogue. */
-    const int heavy_first = v->local_mask || v->block_mask || fj__variant_element_masks(v);
-    const int64_t repeat = v->bias || v->mask_tensor ? f->batch : 1;
+    const fj__tile_order order = fj__variant_tile_order(v);
+    const int64_t repeat = order.batch_fastest ? f->batch : 1;
     for (int64_t mb = 0; mb < m_blocks; mb++) {
-        const int64_t m0 = (heavy_first ? m_blocks - 1 - mb : mb) * v->tile_m;
+        const int64_t m0 = (order.heavy_first ? m_blocks - 1 - mb : mb) * v->tile_m;
         cost[mb] = 1;
         for (int64_t r0 = m0; r0 < m0 + v->tile_m && r0 < f->seqlen_q; r0 += 64) {
             const int64_t r1 = r0 + 64 < f->seqlen_q ? r0 + 64 : f->seqlen_q;

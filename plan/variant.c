@@ -76,10 +76,20 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
                       kvs * v->tile_n * (v->head_dim_pad + 8 + v->head_dim_v_pad + 8));
 }
 
-/* Registers a consumer thread of the WGMMA kernel has after reallocation (see the template). */
-static int wgmma_consumer_registers(int consumers, int ctas_per_sm)
+int fj__variant_consumer_registers(const fj__variant *v)
 {
-    return ctas_per_sm == 2 ? 232 : consumers == 3 ? 160 : consumers == 2 ? 240 : 255;
+    /* The producer warpgroup keeps 24 (the least the ISA allows) and the consumers share the
+    ** rest of 64K per SM; two blocks of 256 threads per SM start with 128 each, 24 + 232 keeps
+    ** a block's share. One consumer warpgroup alone reallocates nothing: 255. */
+    const int consumers = v->tile_m / 64;
+    return v->ctas_per_sm == 2 ? 232 : consumers == 3 ? 160 : consumers == 2 ? 240 : 255;
+}
+
+fj__tile_order fj__variant_tile_order(const fj__variant *v)
+{
+    return (fj__tile_order){
+        .batch_fastest = v->bias || v->mask_tensor,
+        .heavy_first = v->local_mask || v->block_mask || fj__variant_element_masks(v)};
 }
 
 int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
@@ -102,7 +112,7 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
                v->head_dim_v_pad <= 256 && v->ctas_per_sm >= 1 && v->ctas_per_sm <= 2 &&
                (v->ctas_per_sm == 1 || consumers == 1) && v->exp_poly <= 8 &&
                v->lazy_rescale <= 1 &&
-               registers <= wgmma_consumer_registers(consumers, v->ctas_per_sm) &&
+               registers <= fj__variant_consumer_registers(v) &&
                (!(v->block_mask || fj__variant_element_masks(v)) ||
                 (128 % v->tile_m == 0 && 128 % v->tile_n == 0)) &&
                (!v->bias_tma || (v->tile_n * fj__variant_bias_bytes(v)) % 128 == 0) &&
@@ -244,6 +254,13 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_TPL_PARAMS])
     BOOL_PARAM(overlap);
     BOOL_PARAM(pingpong);
     INT_PARAM(persistent);
+    /* Derived from the fields above, so the kernel follows the host's arithmetic. */
+    const fj__tile_order order = fj__variant_tile_order(v);
+    out[n++] = (tpl_param){.name = "shared_bytes", .kind = TPL_INT, .i = fj__variant_shared_bytes(v)};
+    out[n++] = (tpl_param){
+        .name = "consumer_regs", .kind = TPL_INT, .i = fj__variant_consumer_registers(v)};
+    out[n++] = (tpl_param){.name = "batch_fastest", .kind = TPL_BOOL, .i = order.batch_fastest};
+    out[n++] = (tpl_param){.name = "heavy_first", .kind = TPL_BOOL, .i = order.heavy_first};
     BOOL_PARAM(alibi);
     STR_PARAM("bias", v->bias == 0 ? "" : v->bias == 1 ? "f32" : "dtype");
     BOOL_PARAM(mask_tensor);

@@ -75,8 +75,21 @@ const char *fj__variant_path(const fj__variant *v);
 int fj__variant_element_masks(const fj__variant *v);
 /* Bytes of one bias element of v (0 without a bias). */
 uint32_t fj__variant_bias_bytes(const fj__variant *v);
-/* Dynamic shared memory a launch of v needs, in bytes. */
+/* Dynamic shared memory a launch of v needs, in bytes. The kernel checks its own layout against
+** it (template parameter shared_bytes). */
 uint32_t fj__variant_shared_bytes(const fj__variant *v);
+/* WGMMA: registers per consumer thread after the producer gives its own away (template
+** parameter consumer_regs). */
+int fj__variant_consumer_registers(const fj__variant *v);
+
+/* WGMMA: the order of the work tiles, which the kernel follows and the zigzag grid's cost model
+** simulates (template parameters batch_fastest, heavy_first). */
+typedef struct fj__tile_order {
+    int batch_fastest; /* batches run fastest (a bias or mask tensor, mostly shared by all
+                       ** batches, is then read once through L2), else query blocks */
+    int heavy_first;   /* query blocks from the last (the heaviest: a band, block classes) */
+} fj__tile_order;
+fj__tile_order fj__variant_tile_order(const fj__variant *v);
 /* Whether v's tiles are consistent and fit the device (shared memory, threads, registers). */
 int fj__variant_fits(const fj__variant *v, const fj_device_info *dev);
 

@@ -18,41 +18,47 @@
 % -- rows past the tensor's end arrive as zeros. Key tiles run from last to first, so only the
 % -- first ones need per-element masking; tiles outside the causal/window band are never loaded.
 % --
-% -- Parameters: q_dtype, kv_dtype, out_dtype (one of bf16, f16 for all three), head_dim_pad, head_dim_v_pad (multiples of 64, at most 256), tile_m
-% -- (64 or 128 or 192), tile_n (multiple of 16), warps (4 * (1 + NC)), stages, local_mask,
-% -- softcap, neg_scale, write_lse, overlap (software-pipeline softmax against P V), pingpong
-% -- (with two consumer warpgroups and overlap: they take turns issuing their products),
-% -- q_stages (1 or 2 Q buffers: with two, the next work tile's Q is copied while this one runs),
-% -- ctas_per_sm (1, or 2 blocks of one consumer warpgroup sharing an SM: one's prologue and
-% -- epilogue run under the other's products), exp_poly (0..8: of every 8 column blocks of
-% -- scores, how many take exp2 from a polynomial on the FMA pipe rather than the MUFU unit,
-% -- which at d 64 is as busy as the tensor cores), lazy_rescale (the softmax's exponent base
-% -- moves only when a row's maximum outgrows it by 2^8, so O is rarely rescaled).
+% -- The kernel is a wiring of parts, each readable alone: the shared-memory layout (Smem), the
+% -- pipeline ring and its barriers (Bar, Ring), the tile scheduler (Scheduler), the producer
+% -- (produce), the key tiles a work tile visits (KeyWalk), the softmax of one tile with its
+% -- masks (softmax_tile), the main loop (mainloop) and the epilogue (store_tile).
+% --
+% -- Parameters: q_dtype, kv_dtype, out_dtype (one of bf16, f16 for all three), head_dim_pad,
+% -- head_dim_v_pad (multiples of 64, at most 256), tile_m (64, 128 or 192), tile_n (multiple of
+% -- 16), warps (4 * (1 + NC)), stages, local_mask, softcap, neg_scale, write_lse, overlap
+% -- (software-pipeline softmax against P V), pingpong (with two consumer warpgroups and overlap:
+% -- they take turns issuing their products), q_stages (1 or 2 Q buffers: with two, the next work
+% -- tile's Q is copied while this one runs), ctas_per_sm (1, or 2 blocks of one consumer
+% -- warpgroup sharing an SM: one's prologue and epilogue run under the other's products),
+% -- exp_poly (0..8: of every 8 column blocks of scores, how many take exp2 from a polynomial on
+% -- the FMA pipe rather than the MUFU unit, which at d 64 is as busy as the tensor cores),
+% -- lazy_rescale (the softmax's exponent base moves only when a row's maximum outgrows it by
+% -- 2^8, so O is rarely rescaled).
 % -- persistent: 0 one block per work tile (BM query rows of a batch and head); 1 one block per
 % -- SM, each taking every gridDim.x-th tile; 2 one block per SM, tiles after the first taken
-% -- from a counter shared by the grid (tile_counter: one int, zeroed by the plan before the launch),
-% -- which balances tiles of unequal cost (causal); 3 one block per SM, round r of tiles
+% -- from a counter shared by the grid (tile_counter: one int, zeroed by the plan before the
+% -- launch), which balances tiles of unequal cost (causal); 3 one block per SM, round r of tiles
 % -- [r * gridDim.x, (r + 1) * gridDim.x) dealt forwards when r is even and backwards when odd,
 % -- so that heavy and light causal tiles pair up without any shared state.
 % -- mask_mod, score_mod, alibi, bias, mask_tensor, mask_ranges: see attn_masks.lua. Element
 % -- masks need block classes: 128 x 128 blocks of (query, key) classed 0 (nothing kept: the
 % -- key tile is never loaded), 1 (the element masks apply), 2 (all kept), read through the
 % -- block_mask arguments, either the caller's (block_mask) or the classifier's
-% -- (attn_classify.lua, run by the runtime before this kernel).
+% -- (attn_classify.lua, a step of the plan before this kernel).
+% -- Derived on the host, so that both sides compute them once: shared_bytes (the dynamic
+% -- shared memory of a launch), consumer_regs (registers per consumer thread after the
+% -- producer's are given away), batch_fastest and heavy_first (the order of the work tiles,
+% -- which the host's zigzag grid model simulates).
 % local element_masks = mask_mod ~= "" or mask_tensor or mask_ranges > 0
 % local score_terms = alibi or bias ~= "" or score_mod ~= ""
 % local dtype = q_dtype -- one element type for q, k, v and out (cuda_mma.lua checks)
 % -- bias_tma: bias tiles (BM x BN) come with the key tiles, by TMA into shared memory, in
 % -- 128-byte panels of keys with the 128-byte swizzle.
 % local bias_es = bias == "f32" and 4 or 2
-% local bias_pc = 128 // bias_es
-% assert(not bias_tma or (bias ~= "" and tile_n % bias_pc == 0), "bias tiles need tile_n a multiple of 128 bytes of keys")
+% assert(not bias_tma or (bias ~= "" and tile_n % (128 // bias_es) == 0), "bias tiles need tile_n a multiple of 128 bytes of keys")
 % local classes = block_mask or element_masks
 % assert(not classes or (128 % tile_m == 0 and 128 % tile_n == 0), "block classes need tiles that divide 128")
 % assert(varlen == 0 or not classes, "variable lengths with element masks run on the SIMT kernel")
-% -- Work tiles of unequal cost run heaviest first (last query rows first).
-% local heavy_first = local_mask or classes
-% local fused = not softcap and not neg_scale and not score_terms
 % local NC = tile_m // 64
 % assert(NC >= 1 and NC <= 3 and NC * 64 == tile_m, "tile_m must be 64, 128 or 192")
 % assert(warps == 4 * (NC + 1), "warps must be 4 * (1 + tile_m / 64)")
@@ -63,11 +69,7 @@
 % assert(not pingpong or (NC == 2 and overlap), "pingpong needs two consumer warpgroups and overlap")
 % assert(ctas_per_sm == 1 or (ctas_per_sm == 2 and NC == 1), "two blocks per SM take one consumer warpgroup each")
 % assert(exp_poly >= 0 and exp_poly <= 8, "exp_poly must be 0..8")
-% -- Registers per thread after reallocation: the producer keeps the least the ISA allows. Two
-% -- blocks of 256 threads per SM start with 128 each: 24 + 232 keeps the block's share.
-% local regs_consumer = ctas_per_sm == 2 and 232 or ({ 240, 240, 160 })[NC]
-% local realloc = NC > 1 or ctas_per_sm == 2
-% local dynamic = persistent == 2
+% local fused = not softcap and not neg_scale and not score_terms
 % include("cuda_mma.lua")
 % include("cuda_hopper.lua")
 % include("cuda_attn_common.lua")
@@ -80,25 +82,194 @@
 % hopper_wgmma(tile_n)
 % if head_dim_v_pad ~= tile_n then hopper_wgmma(head_dim_v_pad) end
 
-#define BM ${tile_m}
-#define BN ${tile_n}
-#define D ${head_dim_pad}
-#define DV ${head_dim_v_pad}
-#define STAGES ${stages}
-#define Q_STAGES ${q_stages}
-#define THREADS ${warps * 32}
+/* ---- the variant, as constants ------------------------------------------------------------ */
+constexpr int BM = ${tile_m}, BN = ${tile_n};       /* query rows per work tile, keys per tile */
+constexpr int D = ${head_dim_pad}, DV = ${head_dim_v_pad}; /* head dims, padded to 64 */
+constexpr int NC = ${NC};                           /* consumer warpgroups of 64 rows */
+constexpr int THREADS = ${warps * 32};
+constexpr int STAGES = ${stages}, Q_STAGES = ${q_stages}; /* key/value ring slots, Q buffers */
+constexpr int PERSISTENT = ${persistent};
+constexpr int EXP_POLY = ${exp_poly};
+constexpr int CONSUMER_REGS = ${consumer_regs};
+constexpr bool LOCAL_MASK = ${local_mask};   /* a causal/window band */
+constexpr bool CLASSES = ${classes};         /* 128 x 128 block classes skip and mask tiles */
+constexpr bool HEAVY_FIRST = ${heavy_first}; /* query blocks from the last */
+constexpr bool BATCH_FASTEST = ${batch_fastest};
+constexpr bool VARLEN = ${varlen > 0};
+constexpr bool OVERLAP = ${overlap}, PINGPONG = ${pingpong};
+constexpr bool DYNAMIC = PERSISTENT == 2;
+constexpr bool LAZY_RESCALE = ${lazy_rescale};
+constexpr bool WRITE_LSE = ${write_lse};
+constexpr bool BIAS_TMA = ${bias_tma};
+/* The producer gives its registers away when there is a second consumer warpgroup to take them
+** or a second block to leave them to. */
+constexpr bool REALLOC = NC > 1 || ${ctas_per_sm} == 2;
 % attn_score_macros(not fused)
-/* Bytes of one tile in shared memory: 64-column panels of rows x 128 bytes. */
-#define Q_BYTES (BM * D * 2)
-#define K_BYTES (BN * D * 2)
-#define V_BYTES (BN * DV * 2)
-% if bias_tma then
-#define BIAS_BYTES (BM * BN * ${bias_es})
-#define BIAS_PC ${bias_pc} /* keys per 128-byte panel */
-% else
-#define BIAS_BYTES 0
-% end
 
+/* ---- shared memory ------------------------------------------------------------------------- */
+/* Bytes of one tile: 64-column panels of rows x 128 bytes. */
+constexpr int Q_BYTES = BM * D * 2, K_BYTES = BN * D * 2, V_BYTES = BN * DV * 2;
+constexpr int BIAS_BYTES = BIAS_TMA ? BM * BN * ${bias_es} : 0; /* a bias tile per ring slot */
+constexpr int BIAS_PC = 128 / ${bias_es};                        /* keys per 128-byte panel */
+
+/* The shared-memory barriers by kind: a kind of n takes n consecutive 8-byte words. */
+enum Bar : int {
+    Q_FULL = 0,                /* Q buffer k holds the work tile's Q (two, used or not) */
+    Q_EMPTY = 2,               /* Q buffer k is free: one arrival per consumer warp */
+    K_FULL = 4,                /* ring slot s holds a key (and bias) tile */
+    K_EMPTY = K_FULL + STAGES, /* ring slot s's key tile is read: one arrival per consumer warp */
+    V_FULL = K_EMPTY + STAGES,
+    V_EMPTY = V_FULL + STAGES,
+    TILE_FULL = V_EMPTY + STAGES, /* dynamic schedule: announcement slot k holds a tile */
+    TILE_EMPTY = TILE_FULL + 2,   /* ... and has been read by every consumer warp */
+    NUM_BARS = TILE_EMPTY + 2
+};
+
+/* Where everything lives: Q buffers, the key, value (and bias) ring, the barriers and the two
+** words of the tile announcements. The 128-byte swizzle repeats every 1024 bytes, so the base
+** is aligned to that. */
+struct Smem {
+    u32 q, k, v, bias, bars, slots;
+    __device__ explicit Smem(u32 base)
+        : q(base), k(q + Q_STAGES * Q_BYTES), v(k + STAGES * K_BYTES), bias(v + STAGES * V_BYTES),
+          bars(bias + STAGES * BIAS_BYTES), slots(bars + 8 * NUM_BARS)
+    {
+    }
+    static constexpr int BYTES =
+        Q_STAGES * Q_BYTES + STAGES * (K_BYTES + V_BYTES + BIAS_BYTES) + 8 * NUM_BARS + 8;
+};
+static_assert(Smem::BYTES + 1023 == ${shared_bytes}, "the host launches with the layout's size");
+
+/* ---- the pipeline ring ---------------------------------------------------------------------- */
+/* Key tile j of the block (counted over all its work tiles) goes to ring slot j % STAGES, whose
+** barriers are then in phase (j / STAGES) & 1; Q tile n likewise in its own buffers. */
+__device__ __forceinline__ int slot(int j) { return j % STAGES; }
+__device__ __forceinline__ u32 phase(int j) { return (j / STAGES) & 1; }
+__device__ __forceinline__ int q_slot(int n) { return n % Q_STAGES; }
+__device__ __forceinline__ u32 q_phase(int n) { return (n / Q_STAGES) & 1; }
+
+struct Ring {
+    u32 bars;
+    /* The address of barrier i of a kind. */
+    __device__ u32 operator()(Bar kind, int i) const { return bars + 8 * (kind + i); }
+    /* Sets up every barrier (one thread). */
+    __device__ void init() const
+    {
+        for (int k = 0; k < Q_STAGES; k++) {
+            mbar_init((*this)(Q_FULL, k), 1);
+            mbar_init((*this)(Q_EMPTY, k), 4 * NC);
+        }
+#pragma unroll
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init((*this)(K_FULL, s), 1);
+            mbar_init((*this)(V_FULL, s), 1);
+            mbar_init((*this)(K_EMPTY, s), 4 * NC); /* one arrival per consumer warp */
+            mbar_init((*this)(V_EMPTY, s), 4 * NC);
+        }
+        if constexpr (DYNAMIC)
+            for (int k = 0; k < 2; k++) {
+                mbar_init((*this)(TILE_FULL, k), 1);
+                mbar_init((*this)(TILE_EMPTY, k), 4 * NC);
+            }
+        mbar_init_fence();
+    }
+};
+
+/* ---- the tile scheduler ----------------------------------------------------------------------- */
+/* A block's unit of work: BM query rows of one (batch, head), with the key tiles [nb_lo, nb_hi)
+** its rows may see; its sequence's lengths, and with variable lengths its first rows in the
+** packed tensors (tb: the batch coordinate in the tensor maps, 0 for packed tensors). */
+struct WorkTile {
+    int m0, head, batch, head_kv, nb_lo, nb_hi, seqlen_q, seqlen_k, q_first, k_first, tb;
+};
+
+/* The block takes work tiles blockIdx.x, then (persistent) the next ones of its schedule: one
+** when the grid covers every tile, several when it is persistent (a block per SM), which
+** overlaps a tile's last products and stores with the next tile's loads. */
+struct Scheduler {
+    const fj_fwd_params &F;
+    int m_blocks, work_count; /* with variable lengths: blocks of the longest sequence */
+
+    __device__ explicit Scheduler(const fj_fwd_params &f)
+        : F(f), m_blocks((f.seqlen_q + BM - 1) / BM), work_count(m_blocks * f.heads_q * f.batches)
+    {
+    }
+
+    /* The w-th work tile. Query blocks run fastest, as a grid of one block per tile would run
+    ** them (heaviest first under a band or classes); with a bias or mask tensor (most often one
+    ** for all batches) the batches run fastest instead, so that the blocks which read the same
+    ** rows of it run together and share them through L2. */
+    __device__ WorkTile at(int w) const
+    {
+        int batch, mb, head;
+        if constexpr (BATCH_FASTEST) {
+            batch = w % F.batches, mb = (w / F.batches) % m_blocks, head = w / F.batches / m_blocks;
+        } else {
+            mb = w % m_blocks, head = (w / m_blocks) % F.heads_q, batch = w / m_blocks / F.heads_q;
+        }
+        const int m0 = (HEAVY_FIRST ? m_blocks - 1 - mb : mb) * BM;
+        WorkTile wt{m0,         head,       batch, head / (F.heads_q / F.heads_kv), 0, 0,
+                    F.seqlen_q, F.seqlen_k, 0,     0,                               batch};
+        if constexpr (VARLEN) {
+            /* The sequence's first rows in the packed tensors and its lengths: the caller's device
+            ** data, clamped into the tensors and to the maxima. */
+            wt.q_first = imin(imax(__ldg(F.cu_seqlens_q + batch), 0), F.total_q);
+            wt.k_first = imin(imax(__ldg(F.cu_seqlens_k + batch), 0), F.total_k);
+            wt.seqlen_q = imin(imax(imin(__ldg(F.cu_seqlens_q + batch + 1), F.total_q) - wt.q_first, 0), F.seqlen_q);
+            wt.seqlen_k = imin(imax(imin(__ldg(F.cu_seqlens_k + batch + 1), F.total_k) - wt.k_first, 0), F.seqlen_k);
+%   if varlen == 2 then
+            wt.seqlen_k = imin(wt.seqlen_k, imax(__ldg(F.seqused_k + batch), 0));
+%   end
+            wt.tb = 0;
+        }
+        const int seqlen_q = wt.seqlen_q, seqlen_k = wt.seqlen_k;
+        const int window_left = F.window_left, window_right = F.window_right;
+% attn_key_band()
+        wt.nb_lo = nb_lo;
+        wt.nb_hi = m0 < seqlen_q ? nb_hi : nb_lo; /* rows past a short sequence: no work */
+        return wt;
+    }
+
+    /* The block's next work tile after w under a static schedule: every gridDim.x-th, or zigzag
+    ** (persistent = 3: the block's position in round r is blockIdx.x, or gridDim.x - 1 -
+    ** blockIdx.x when r is odd). */
+    __device__ int next(int w) const
+    {
+        const int round = w / (int)gridDim.x + 1;
+        if constexpr (PERSISTENT == 3)
+            return (round & 1) ? (round + 1) * (int)gridDim.x - 1 - (int)blockIdx.x
+                               : round * (int)gridDim.x + (int)blockIdx.x;
+        else
+            return w + (int)gridDim.x;
+    }
+
+    /* The dynamic schedule: the producer takes tiles from the grid's counter and announces each
+    ** (or the end) to the consumers through a two-slot ring in shared memory. */
+    __device__ int take(int *counter) const { return gridDim.x + atomicAdd(counter, 1); }
+    __device__ void announce(const Ring &ring, u32 slots, int n, int w) const
+    {
+        mbar_wait(ring(TILE_EMPTY, n & 1), ((n >> 1) & 1) ^ 1);
+        st_shared_u32(slots + 4 * (n & 1), (u32)w);
+        mbar_arrive(ring(TILE_FULL, n & 1));
+    }
+    __device__ int receive(const Ring &ring, u32 slots, int n) const
+    {
+        mbar_wait(ring(TILE_FULL, n & 1), (n >> 1) & 1);
+        const int w = (int)ld_shared_u32(slots + 4 * (n & 1));
+        warp_arrive(ring(TILE_EMPTY, n & 1));
+        return w;
+    }
+};
+
+/* The block classes of a work tile's query rows, by key tile (with CLASSES). */
+__device__ __forceinline__ const int *class_row(const fj_fwd_params &F, const WorkTile &wt)
+{
+    return F.mask.block_mask + wt.batch * F.mask.blocks_sb + wt.head * F.mask.blocks_sh +
+           (wt.m0 / 128) * F.mask.blocks_sq;
+}
+__device__ __forceinline__ int class_of(const int *row, int nb) { return __ldg(row + nb * BN / 128); }
+
+/* ---- the producer --------------------------------------------------------------------------- */
 /* The coordinates of a box at (col, row) of (batch, head) in a tensor map whose three outer
 ** dimensions the host ordered by stride; perm holds the slot of the row and head dimensions. */
 __device__ __forceinline__ void tma_load_tile(u32 dst, const tmap_t *map, u32 bar, int col,
@@ -121,11 +292,65 @@ __device__ __forceinline__ void load_panels(u32 dst, const tmap_t *map, u32 bar,
         tma_load_tile(dst + p * rows * 128, map, bar, p * 64, row, head, batch, perm);
 }
 
-% if exp_poly > 0 then
-%   -- 2^f on [-1/2, 1/2] as 1 + f (c1 + f (c2 + ...)), minimax in relative error with p(0) = 1
-%   -- exactly: 4.3e-4 at degree 3, below bf16's rounding of P (2^-9); 3.6e-6 at degree 4 for f16.
-%   local coef = dtype == "bf16" and { "0.695766807f", "0.242030516f", "0.0416987501f" }
-%       or { "0.693113625f", "0.240207106f", "0.0559768826f", "0.00978291221f" }
+/* One thread copies each work tile's Q (with its first key tile: a tile without keys only
+** stores zeros), then its key and value tiles (and bias tiles) from the last down, skipping
+** those of class 0, each into the next ring slot once the consumers have freed it. */
+__device__ __forceinline__ void produce(const fj_fwd_tma_params &P, const Smem &sm,
+                                        const Ring &ring, const Scheduler &sched)
+{
+    tma_prefetch_map(&P.tm_k);
+    tma_prefetch_map(&P.tm_v);
+    if constexpr (BIAS_TMA)
+        tma_prefetch_map(&P.tm_bias);
+    int it = 0, qn = 0; /* key tiles and Q tiles loaded so far */
+    for (int w = blockIdx.x, n = 0;; n++) {
+        if constexpr (DYNAMIC)
+            sched.announce(ring, sm.slots, n, w);
+        if (w >= sched.work_count)
+            break;
+        const WorkTile wt = sched.at(w);
+        [[maybe_unused]] const int *cls_row = CLASSES ? class_row(P.fwd, wt) : nullptr;
+        bool q_loaded = false;
+        for (int nb = wt.nb_hi - 1; nb >= wt.nb_lo; nb--) {
+            if constexpr (CLASSES)
+                if (class_of(cls_row, nb) == 0)
+                    continue;
+            if (!q_loaded) {
+                mbar_wait(ring(Q_EMPTY, q_slot(qn)), q_phase(qn) ^ 1);
+                mbar_arrive_expect(ring(Q_FULL, q_slot(qn)), Q_BYTES);
+                load_panels<D>(sm.q + q_slot(qn) * Q_BYTES, &P.tm_q, ring(Q_FULL, q_slot(qn)), BM,
+                               wt.q_first + wt.m0, wt.head, wt.tb, P.perm_q);
+                qn++;
+                q_loaded = true;
+            }
+            const int s = slot(it);
+            const u32 ph = phase(it++);
+            mbar_wait(ring(K_EMPTY, s), ph ^ 1);
+            mbar_arrive_expect(ring(K_FULL, s), K_BYTES + BIAS_BYTES);
+            load_panels<D>(sm.k + s * K_BYTES, &P.tm_k, ring(K_FULL, s), BN, wt.k_first + nb * BN,
+                           wt.head_kv, wt.tb, P.perm_k);
+            if constexpr (BIAS_TMA) {
+                /* The bias of these rows and keys: broadcast dimensions at coordinate 0. */
+#pragma unroll
+                for (int p = 0; p < BN / BIAS_PC; p++)
+                    tma_load4(sm.bias + s * BIAS_BYTES + p * BM * 128, &P.tm_bias, ring(K_FULL, s),
+                              nb * BN + p * BIAS_PC, wt.m0, P.fwd.mask.bias_sh ? wt.head : 0,
+                              P.fwd.mask.bias_sb ? wt.batch : 0);
+            }
+            mbar_wait(ring(V_EMPTY, s), ph ^ 1);
+            mbar_arrive_expect(ring(V_FULL, s), V_BYTES);
+            load_panels<DV>(sm.v + s * V_BYTES, &P.tm_v, ring(V_FULL, s), BN, wt.k_first + nb * BN,
+                            wt.head_kv, wt.tb, P.perm_v);
+        }
+        w = DYNAMIC ? sched.take(P.tile_counter) : sched.next(w);
+    }
+}
+
+/* ---- the softmax of one key tile ------------------------------------------------------------ */
+% -- 2^f on [-1/2, 1/2] as 1 + f (c1 + f (c2 + ...)), minimax in relative error with p(0) = 1
+% -- exactly: 4.3e-4 at degree 3, below bf16's rounding of P (2^-9); 3.6e-6 at degree 4 for f16.
+% local coef = dtype == "bf16" and { "0.695766807f", "0.242030516f", "0.0416987501f" }
+%     or { "0.693113625f", "0.240207106f", "0.0559768826f", "0.00978291221f" }
 /* 2^x on the FMA and integer pipes, to take work off the MUFU unit: x = j + f with j an
 ** integer (x + 1.5 * 2^23 rounds it into the low mantissa bits) and |f| <= 1/2, 2^f by a
 ** polynomial, j added to its exponent field. x is clamped to -127, where f = 0, p = 1 and the
@@ -137,18 +362,15 @@ __device__ __forceinline__ float ex2_poly(float x)
     const float r = __fadd_rn(x, 12582912.0f);
     const float f = __fsub_rn(x, __fsub_rn(r, 12582912.0f));
     float p = ${coef[#coef]};
-%   for i = #coef - 1, 1, -1 do
+% for i = #coef - 1, 1, -1 do
     p = fmaf(p, f, ${coef[i]});
-%   end
+% end
     p = fmaf(p, f, 1.0f);
     return __uint_as_float(__float_as_uint(p) + (__float_as_uint(r) << 23));
 }
-/* exp2 of a score of column block j (keys 8j..8j+7 of the tile): ${exp_poly} of every 8 blocks,
+/* exp2 of a score of column block j (keys 8j..8j+7 of the tile): EXP_POLY of every 8 blocks,
 ** spread evenly, take the polynomial (j is a compile-time constant once unrolled). */
-#define EX2_SCORE(j, x) ((((j) * ${exp_poly}) % 8 + ${exp_poly} >= 8) ? ex2_poly(x) : ex2(x))
-% else
-#define EX2_SCORE(j, x) ex2(x)
-% end
+#define EX2_SCORE(j, x) ((((j) * EXP_POLY) % 8 + EXP_POLY >= 8) ? ex2_poly(x) : ex2(x))
 
 /* Per-thread state of a consumer: the output accumulators and the running row statistics of
 ** its two rows (g and g + 8 of its warp's 16). Fragment element 4j + 2h + e is row g + 8h,
@@ -158,35 +380,20 @@ struct consumer_state {
     float row_max[2], row_sum[2];
 };
 
-/* S = Q K^T for the key tile in ring slot s: issued, not waited for. */
-__device__ __forceinline__ void issue_qk(float *sc, u64 q_desc, u64 k_desc, int s)
-{
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++)
-        wgmma_ss_${tile_n}(sc, q_desc + (((kk / 4) * BM * 128 + (kk % 4) * 32) >> 4),
-                   k_desc + ((s * K_BYTES + (kk / 4) * BN * 128 + (kk % 4) * 32) >> 4), kk > 0);
-    wgmma_commit();
-}
+/* Which masks a key tile needs: the band's per-element masking (its edges, the keys' end) and,
+** in a block of class 1, the element masks. */
+struct TileMask {
+    bool band, elem;
+};
 
-/* O += P V for the value tile in ring slot s: issued, not waited for. */
-__device__ __forceinline__ void issue_pv(float *o, u32 (*p)[4], u64 v_desc, int s)
-{
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; kk++)
-        wgmma_rs_${head_dim_v_pad}(o, p[kk], v_desc + ((s * V_BYTES + kk * 16 * 128) >> 4), 1);
-    wgmma_commit();
-}
-
-/* One tile of scores (keys from n0) into probabilities, in place: scaling, masking where
-** need_mask, new row maxima and sums, P = exp2(S - max). Returns in alpha the factor by which O
-** must be rescaled once the previous P V has landed. */
+/* One tile of scores (keys from n0) into probabilities, in place: scaling, score terms, the
+** masks of `mask`, new row maxima and sums, P = exp2(S - max). Returns in alpha the factor by
+** which O must be rescaled once the previous P V has landed. */
 __device__ __forceinline__ void softmax_tile(float *sc, consumer_state &st,
-                                             float *alpha, bool need_mask, int n0, int warp_row,
+                                             float *alpha, TileMask mask, int n0, int warp_row,
                                              int g, int t, int seqlen_k, int shift,
                                              int window_left, int window_right, float score_mul,
-                                             float cap_mul${(element_masks or score_terms) and ",\n                                             const mask_ctx &mc, bool need_elem" or ""}${bias_tma and ", u32 bias_tile, int lrow0" or ""})
+                                             float cap_mul${(element_masks or score_terms) and ",\n                                             const mask_ctx &mc" or ""}${bias_tma and ", u32 bias_tile, int lrow0" or ""})
 {
 % if not fused then
 #pragma unroll
@@ -246,7 +453,7 @@ __device__ __forceinline__ void softmax_tile(float *sc, consumer_state &st,
 % if element_masks then
     /* A block of class 1: the element masks apply. Key by key, so that what a key's masks
     ** read (its ranges) serves both rows. */
-    if (need_elem) {
+    if (mask.elem) {
 #pragma unroll
         for (int j = 0; j < BN / 8; j++)
 #pragma unroll
@@ -261,7 +468,7 @@ __device__ __forceinline__ void softmax_tile(float *sc, consumer_state &st,
             }
     }
 % end
-    if (need_mask) {
+    if (mask.band) {
         /* Bounds relative to this thread's first column, so that each element compares a
         ** compile-time column offset: key = n0 + 2t + 8j + e. Without a left window edge
         ** (causal) only the right one is compared. */
@@ -301,14 +508,14 @@ __device__ __forceinline__ void softmax_tile(float *sc, consumer_state &st,
             for (int j = 0; j + w < BN / 8; j += 2 * w)
                 r[j] = fmaxf(r[j], r[j + w]);
         float mx = quad_max(fmaxf(st.row_max[h], r[0]));
-% if lazy_rescale then
-        /* The exponent base moves only when the row's maximum has grown past it by more than
-        ** 2^8 (a row's first key always moves it from -inf); below that, P may reach 256 and
-        ** its row sum grows by as much, both well inside f32 and bf16/f16's ranges, and O
-        ** keeps its scale. (-inf minus -inf is NaN: a row with no key yet stays put.) */
-        if (!(TO_LOG2(mx) - TO_LOG2(st.row_max[h]) > 8.0f))
-            mx = st.row_max[h];
-% end
+        if constexpr (LAZY_RESCALE) {
+            /* The exponent base moves only when the row's maximum has grown past it by more
+            ** than 2^8 (a row's first key always moves it from -inf); below that, P may reach
+            ** 256 and its row sum grows by as much, both well inside f32 and bf16/f16's ranges,
+            ** and O keeps its scale. (-inf minus -inf is NaN: a row with no key yet stays put.) */
+            if (!(TO_LOG2(mx) - TO_LOG2(st.row_max[h]) > 8.0f))
+                mx = st.row_max[h];
+        }
         /* A row with no key yet keeps max -inf; subtracting 0 then gives exp2(-inf) = 0. */
         const float base = mx == NEG_INF ? 0.0f : TO_LOG2(mx);
         alpha[h] = ex2(TO_LOG2(st.row_max[h]) - base);
@@ -347,11 +554,11 @@ __device__ __forceinline__ void pack_p(const float *sc, u32 (*p)[4])
 
 __device__ __forceinline__ void rescale(consumer_state &st, const float *alpha)
 {
-% if lazy_rescale then
-    /* No row of the warp moved its base (the common case): O keeps its scale. */
-    if (!__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f))
-        return;
-% end
+    if constexpr (LAZY_RESCALE) {
+        /* No row of the warp moved its base (the common case): O keeps its scale. */
+        if (!__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f))
+            return;
+    }
 #pragma unroll
     for (int j = 0; j < DV / 8; j++) {
         st.o[4 * j + 0] *= alpha[0];
@@ -361,456 +568,106 @@ __device__ __forceinline__ void rescale(consumer_state &st, const float *alpha)
     }
 }
 
-/* A block's unit of work: BM query rows of one (batch, head), with the key tiles [nb_lo, nb_hi)
-** its rows may see; its sequence's lengths, and with variable lengths its first rows in the
-** packed tensors (tb: the batch coordinate in the tensor maps, 0 for packed tensors). */
-struct work_tile {
-    int m0, head, batch, head_kv, nb_lo, nb_hi, seqlen_q, seqlen_k, q_first, k_first, tb;
+/* ---- the products ---------------------------------------------------------------------------- */
+/* S = Q K^T for the key tile in ring slot s: issued, not waited for. */
+__device__ __forceinline__ void issue_qk(float *sc, u64 q_desc, u64 k_desc, int s)
+{
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+        wgmma_ss_${tile_n}(sc, q_desc + (((kk / 4) * BM * 128 + (kk % 4) * 32) >> 4),
+                   k_desc + ((s * K_BYTES + (kk / 4) * BN * 128 + (kk % 4) * 32) >> 4), kk > 0);
+    wgmma_commit();
+}
+
+/* O += P V for the value tile in ring slot s: issued, not waited for. */
+__device__ __forceinline__ void issue_pv(float *o, u32 (*p)[4], u64 v_desc, int s)
+{
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; kk++)
+        wgmma_rs_${head_dim_v_pad}(o, p[kk], v_desc + ((s * V_BYTES + kk * 16 * 128) >> 4), 1);
+    wgmma_commit();
+}
+
+/* The two consumer warpgroups take turns issuing a round of products (named barriers 1 and 2,
+** FA3's ping-pong), so that one's softmax runs while the tensor cores serve the other. In each
+** work tile warpgroup 1 hands the first turn to warpgroup 0 and skips the hand-over after its
+** last round, so every arrival is matched. */
+__device__ __forceinline__ void turn_wait(int c)
+{
+    if constexpr (PINGPONG)
+        asm volatile("bar.sync %0, 256;" ::"r"(1 + c) : "memory");
+}
+__device__ __forceinline__ void turn_pass(int c)
+{
+    if constexpr (PINGPONG)
+        asm volatile("bar.arrive %0, 256;" ::"r"(2 - c) : "memory");
+}
+
+/* ---- the key tiles of a work tile ------------------------------------------------------------ */
+/* Which key tiles the consumers of a work tile visit, in the producer's order (from the last
+** down): the band's, or with classes those of classes 1 and 2, counted by the warp. */
+struct KeyWalk {
+    int tiles;  /* how many */
+    int nb_hi;  /* without classes: tile i has keys from (nb_hi - 1 - i) * BN */
+    int nb, cls; /* with classes: the current tile and its class */
+    const int *cls_row;
+    int nb_lo;
+
+    __device__ KeyWalk(const fj_fwd_params &F, const WorkTile &wt, int lane)
+        : tiles(wt.nb_hi - wt.nb_lo), nb_hi(wt.nb_hi), nb(wt.nb_hi), cls(0), cls_row(nullptr),
+          nb_lo(wt.nb_lo)
+    {
+        if constexpr (CLASSES) {
+            cls_row = class_row(F, wt);
+            tiles = 0;
+            for (int k = wt.nb_lo + lane; k < wt.nb_hi; k += 32)
+                tiles += class_of(cls_row, k) != 0;
+#pragma unroll
+            for (int o = 16; o > 0; o /= 2)
+                tiles += __shfl_xor_sync(0xffffffffu, tiles, o);
+            advance();
+        }
+    }
+    /* With classes: on to the next tile of class 1 or 2. */
+    __device__ void advance()
+    {
+        do
+            cls = --nb >= nb_lo ? class_of(cls_row, nb) : 1;
+        while (cls == 0);
+    }
+    /* Tile i's first key, and whether the element masks apply there; then on to tile i + 1. */
+    __device__ int take(int i, bool &elem)
+    {
+        if constexpr (CLASSES) {
+            const int n0 = nb * BN;
+            elem = cls == 1;
+            advance();
+            return n0;
+        } else {
+            elem = false;
+            return (nb_hi - 1 - i) * BN;
+        }
+    }
 };
 
-extern "C" __global__ void __launch_bounds__(THREADS, ${ctas_per_sm})
-fj_attn_fwd(
-% params_arg(args)
-)
+/* ---- the epilogue ------------------------------------------------------------------------------ */
+/* Normalises and stores a warp's 16 rows of O (from warp_row) and their lse; a row that saw no
+** key gets 0 and lse -inf. */
+__device__ __forceinline__ void store_tile(const fj_fwd_params &F, const WorkTile &wt,
+                                           const consumer_state &st, int warp_row, int seqlen_q,
+                                           int g, int t, float score_mul)
 {
-% params_unpack(args, "P")
-% params_unpack(params_block(args, "fwd"), "P.fwd")
-    extern __shared__ __align__(1024) unsigned char smem[];
-    /* The 128-byte swizzle repeats every 1024 bytes: panels start on such a boundary. */
-    const u32 sQ = (smem_addr(smem) + 1023) & ~1023u;
-    const u32 sK = sQ + Q_STAGES * Q_BYTES;
-    const u32 sV = sK + STAGES * K_BYTES;
-    const u32 sB = sV + STAGES * V_BYTES; /* bias tiles, with bias_tma */
-    const u32 bars = sB + STAGES * BIAS_BYTES;
-/* Barriers of the Q buffers (two reserved), the key/value ring, the tile announcements. */
-#define Q_FULL(k) (bars + 8 * (k))
-#define Q_EMPTY(k) (bars + 8 * (2 + (k)))
-#define K_FULL(s) (bars + 8 * (4 + (s)))
-#define K_EMPTY(s) (bars + 8 * (4 + STAGES + (s)))
-#define V_FULL(s) (bars + 8 * (4 + 2 * STAGES + (s)))
-#define V_EMPTY(s) (bars + 8 * (4 + 3 * STAGES + (s)))
-/* The two-slot ring through which the producer announces dynamically scheduled tiles. */
-#define TILE_FULL(k) (bars + 8 * (4 + 4 * STAGES + (k)))
-#define TILE_EMPTY(k) (bars + 8 * (6 + 4 * STAGES + (k)))
-#define TILE_SLOT(k) (bars + 8 * (8 + 4 * STAGES) + 4 * (k))
-/* Q tile n (counted over the block's work tiles that load one): its buffer and phase. */
-#define Q_SLOT(n) ((n) % Q_STAGES)
-#define Q_PHASE(n) (((n) / Q_STAGES) & 1)
-/* The block classes of a work tile's query rows, by key tile. */
-#define CLASS_ROW(wt) (P.fwd.mask.block_mask + (wt).batch * P.fwd.mask.blocks_sb + (wt).head * P.fwd.mask.blocks_sh + ((wt).m0 / 128) * P.fwd.mask.blocks_sq)
-#define CLASS_OF(row, nb) __ldg((row) + (nb) * BN / 128)
-/* The block's next work tile after w under a static schedule: every gridDim.x-th, or zigzag
-** (persistent = 3: the block's position in round r is blockIdx.x, or gridDim.x - 1 - blockIdx.x
-** when r is odd). */
-% if persistent == 3 then
-#define NEXT_TILE(w) ((((w) / (int)gridDim.x + 1) & 1) ? ((w) / (int)gridDim.x + 2) * (int)gridDim.x - 1 - (int)blockIdx.x \
-                                                     : ((w) / (int)gridDim.x + 1) * (int)gridDim.x + (int)blockIdx.x)
-% else
-#define NEXT_TILE(w) ((w) + (int)gridDim.x)
-% end
-/* Ring position j (counted over all the block's key tiles): slot and phase. */
-#define SLOT(j) ((j) % STAGES)
-#define PHASE(j) (((j) / STAGES) & 1)
-
-% if element_masks and head_dim_v_pad > 128 then
-    /* (Broadcast as below, this kernel spilled 4 bytes at d 256.) */
-    const int tid = threadIdx.x, wg = tid / 128;
-% else
-    /* The warpgroup index, broadcast from lane 0 so that ptxas knows it is warp-uniform and
-    ** keeps what derives from it (descriptors, loop bounds) in uniform registers: the wgmma
-    ** descriptors no longer go through vector registers (causal d 128 +4-8 %). */
-    const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0);
-% end
-    /* The block takes work tiles blockIdx.x, + gridDim.x, ...: one when the grid covers every
-    ** tile, several when it is persistent (a block per SM), which overlaps a tile's last
-    ** products and stores with the next tile's loads. */
-    const int m_blocks = (seqlen_q + BM - 1) / BM; /* with variable lengths: of the longest */
-    const int work_count = m_blocks * heads_q * batches;
-
-    /* The w-th work tile. Query blocks run fastest, as a grid of one block per tile would run
-    ** them; with a band, from the last (the heaviest) down, so causal work is balanced. With a
-    ** bias or mask tensor (most often one for all batches) the batches run fastest instead, so
-    ** that the blocks which read the same rows of it run together and share them through L2. */
-    auto work_at = [&](int w) {
-% if bias ~= "" or mask_tensor then
-        const int batch = w % batches, mb = (w / batches) % m_blocks, head = w / batches / m_blocks;
-% else
-        const int mb = w % m_blocks, head = (w / m_blocks) % heads_q, batch = w / m_blocks / heads_q;
-% end
-% if heavy_first then
-        const int m0 = (m_blocks - 1 - mb) * BM;
-% else
-        const int m0 = mb * BM;
-% end
-        work_tile wt{m0, head, batch, head / (heads_q / heads_kv), 0, 0, seqlen_q, seqlen_k, 0, 0, batch};
-% if varlen > 0 then
-        /* The sequence's first rows in the packed tensors and its lengths: the caller's device
-        ** data, clamped into the tensors and to the maxima. */
-        wt.q_first = imin(imax(__ldg(cu_seqlens_q + batch), 0), total_q);
-        wt.k_first = imin(imax(__ldg(cu_seqlens_k + batch), 0), total_k);
-        wt.seqlen_q = imin(imax(imin(__ldg(cu_seqlens_q + batch + 1), total_q) - wt.q_first, 0), seqlen_q);
-        wt.seqlen_k = imin(imax(imin(__ldg(cu_seqlens_k + batch + 1), total_k) - wt.k_first, 0), seqlen_k);
-%   if varlen == 2 then
-        wt.seqlen_k = imin(wt.seqlen_k, imax(__ldg(seqused_k + batch), 0));
-%   end
-        wt.tb = 0;
-% end
-        {
-            const int seqlen_q = wt.seqlen_q, seqlen_k = wt.seqlen_k;
-% attn_key_band()
-            wt.nb_lo = nb_lo;
-            wt.nb_hi = m0 < seqlen_q ? nb_hi : nb_lo; /* rows past a short sequence: no work */
-        }
-        return wt;
-    };
-
-    if (tid == 0) {
-        for (int k = 0; k < Q_STAGES; k++) {
-            mbar_init(Q_FULL(k), 1);
-            mbar_init(Q_EMPTY(k), ${4 * NC});
-        }
+    o_t *o_tile = F.out + wt.batch * F.o_sb + wt.head * F.o_sh + (long long)wt.q_first * F.o_ss;
+    [[maybe_unused]] float *l_tile =
+        F.lse + wt.batch * F.l_sb + wt.head * F.l_sh + (long long)wt.q_first * F.l_ss;
 #pragma unroll
-        for (int s = 0; s < STAGES; s++) {
-            mbar_init(K_FULL(s), 1);
-            mbar_init(V_FULL(s), 1);
-            mbar_init(K_EMPTY(s), ${4 * NC}); /* one arrival per consumer warp */
-            mbar_init(V_EMPTY(s), ${4 * NC});
-        }
-% if dynamic then
-        for (int k = 0; k < 2; k++) {
-            mbar_init(TILE_FULL(k), 1);
-            mbar_init(TILE_EMPTY(k), ${4 * NC});
-        }
-% end
-        mbar_init_fence();
-    }
-    __syncthreads();
-
-    if (wg == 0) {
-        /* ---- producer ---- */
-% if realloc then
-        regs_dec<24>();
-% end
-        if (tid == 0) {
-            tma_prefetch_map(&P.tm_k);
-            tma_prefetch_map(&P.tm_v);
-% if bias_tma then
-            tma_prefetch_map(&P.tm_bias);
-% end
-            int it = 0, qn = 0; /* key tiles and Q tiles loaded so far */
-            for (int w = blockIdx.x, n = 0;; n++) {
-% if dynamic then
-                /* Announce the tile (or the end) to the consumers. */
-                mbar_wait(TILE_EMPTY(n & 1), ((n >> 1) & 1) ^ 1);
-                st_shared_u32(TILE_SLOT(n & 1), (u32)w);
-                mbar_arrive(TILE_FULL(n & 1));
-% end
-                if (w >= work_count)
-                    break;
-                const work_tile wt = work_at(w);
-% if classes then
-                const int *cls_row = CLASS_ROW(wt);
-% end
-                /* Q comes with the first key tile: with no key visible the consumers only store
-                ** zeros. */
-                bool q_loaded = false;
-                for (int nb = wt.nb_hi - 1; nb >= wt.nb_lo; nb--) {
-% if classes then
-                    const int cls = CLASS_OF(cls_row, nb);
-                    if (cls == 0)
-                        continue;
-% end
-                    if (!q_loaded) {
-                        mbar_wait(Q_EMPTY(Q_SLOT(qn)), Q_PHASE(qn) ^ 1);
-                        mbar_arrive_expect(Q_FULL(Q_SLOT(qn)), Q_BYTES);
-                        load_panels<D>(sQ + Q_SLOT(qn) * Q_BYTES, &P.tm_q, Q_FULL(Q_SLOT(qn)), BM,
-                                       wt.q_first + wt.m0, wt.head, wt.tb, perm_q);
-                        qn++;
-                        q_loaded = true;
-                    }
-                    const int s = SLOT(it);
-                    const u32 phase = PHASE(it++);
-                    mbar_wait(K_EMPTY(s), phase ^ 1);
-                    mbar_arrive_expect(K_FULL(s), K_BYTES + BIAS_BYTES);
-                    load_panels<D>(sK + s * K_BYTES, &P.tm_k, K_FULL(s), BN, wt.k_first + nb * BN,
-                                   wt.head_kv, wt.tb, perm_k);
-% if bias_tma then
-                    /* The bias of these rows and keys: broadcast dimensions at coordinate 0. */
-#pragma unroll
-                    for (int p = 0; p < BN / BIAS_PC; p++)
-                        tma_load4(sB + s * BIAS_BYTES + p * BM * 128, &P.tm_bias, K_FULL(s),
-                                  nb * BN + p * BIAS_PC, wt.m0, P.fwd.mask.bias_sh ? wt.head : 0,
-                                  P.fwd.mask.bias_sb ? wt.batch : 0);
-% end
-                    mbar_wait(V_EMPTY(s), phase ^ 1);
-                    mbar_arrive_expect(V_FULL(s), V_BYTES);
-                    load_panels<DV>(sV + s * V_BYTES, &P.tm_v, V_FULL(s), BN, wt.k_first + nb * BN,
-                                    wt.head_kv, wt.tb, perm_v);
-                }
-% if dynamic then
-                w = gridDim.x + atomicAdd(tile_counter, 1);
-% else
-                w = NEXT_TILE(w);
-% end
-            }
-        }
-        return;
-    }
-
-    /* ---- consumers ---- */
-% if realloc then
-    regs_inc<${regs_consumer}>();
-% end
-    const int c = wg - 1, warp = (tid % 128) / 32, lane = tid % 32;
-    const int g = lane / 4, t = lane % 4; /* row group and column pair of the fragments */
-
-    /* Descriptors: Q and K K-major (k steps of 32 bytes inside a panel), V N-major (panels
-    ** BN * 128 bytes apart, k steps of 16 rows). */
-    const u64 q_desc0 = gmma_desc(sQ + 64 * c * 128, 16, 1024); /* Q buffer 0 */
-    const u64 k_desc = gmma_desc(sK, 16, 1024);
-    const u64 v_desc = gmma_desc(sV, BN * 128, 1024);
-
-% if pingpong then
-    /* The two consumer warpgroups take turns issuing a round of products (named barriers 1 and
-    ** 2, FA3's ping-pong), so that one's softmax runs while the tensor cores serve the other.
-    ** In each work tile warpgroup 1 hands the first turn to warpgroup 0 and skips the hand-over
-    ** after its last round, so every arrival is matched. */
-#define TURN_WAIT() asm volatile("bar.sync %0, 256;" ::"r"(1 + c) : "memory")
-#define TURN_PASS() asm volatile("bar.arrive %0, 256;" ::"r"(2 - c) : "memory")
-% else
-#define TURN_WAIT()
-#define TURN_PASS()
-% end
-
-    consumer_state st;
-    float sc[BN / 2];
-    u32 p[BN / 16][4];
-    float alpha[2];
-    int it = 0, qn = 0; /* key tiles and Q tiles consumed so far, as the producer counts them */
-    for (int w = blockIdx.x, n = 0;; n++) {
-% if dynamic then
-        mbar_wait(TILE_FULL(n & 1), (n >> 1) & 1);
-        w = (int)ld_shared_u32(TILE_SLOT(n & 1));
-        warp_arrive(TILE_EMPTY(n & 1));
-% end
-        if (w >= work_count)
-            break;
-        const work_tile wt = work_at(w);
-        /* This sequence's lengths (the arguments are the maxima with variable lengths). */
-        const int seqlen_q = wt.seqlen_q, seqlen_k = wt.seqlen_k;
-% if local_mask then
-        const int shift = seqlen_k - seqlen_q; /* keys align with queries bottom-right */
-% else
-        const int shift = 0; /* no band: the masks only cut the tensor's end */
-% end
-% if classes then
-        /* The key tiles the producer loads: those of classes 1 and 2, counted by the warp, then
-        ** walked from the last down as the producer walks them (nb, its class). */
-        const int *cls_row = CLASS_ROW(wt);
-        int tiles = 0;
-        for (int k = wt.nb_lo + lane; k < wt.nb_hi; k += 32)
-            tiles += CLASS_OF(cls_row, k) != 0;
-#pragma unroll
-        for (int o = 16; o > 0; o /= 2)
-            tiles += __shfl_xor_sync(0xffffffffu, tiles, o);
-        int nb = wt.nb_hi, cls = 0;
-        auto next_tile = [&]() {
-            do
-                cls = --nb >= wt.nb_lo ? CLASS_OF(cls_row, nb) : 1;
-            while (cls == 0);
-        };
-        next_tile();
-% else
-        const int nb_hi = wt.nb_hi, tiles = wt.nb_hi - wt.nb_lo;
-% end
-        const int wg_row = wt.m0 + 64 * c; /* first query row of this warpgroup */
-        const int warp_row = wg_row + 16 * warp;
-#pragma unroll
-        for (int i = 0; i < DV / 2; i++)
-            st.o[i] = 0.0f;
-        st.row_max[0] = st.row_max[1] = NEG_INF;
-        st.row_sum[0] = st.row_sum[1] = 0.0f;
-% if element_masks or score_terms then
-        MASK_CTX(mc, P.fwd.mask, wt.batch, wt.head, seqlen_q, seqlen_k);
-% end
-
-        /* Whether the tile of keys from n0 needs per-element masking for this warpgroup. */
-        auto needs_mask = [&](int n0) {
-            bool m = n0 + BN > seqlen_k;
-% if local_mask then
-            if (window_right >= 0)
-                m |= n0 + BN - 1 > wg_row + shift + window_right;
-            if (window_left >= 0)
-                m |= n0 < wg_row + 63 + shift - window_left;
-% end
-            return m;
-        };
-        /* Tile i's scores have landed in sc: hand its key slot back, then softmax them. */
-        auto take_scores = [&](int i) {
-            fence_regs<BN / 2>(sc);
-% if classes then
-            const int n0 = nb * BN;
-            const bool need_elem = cls == 1;
-            next_tile();
-% else
-            const int n0 = (nb_hi - 1 - i) * BN;
-% end
-% if not bias_tma then
-            warp_arrive(K_EMPTY(SLOT(it + i)));
-% end
-            softmax_tile(sc, st, alpha, needs_mask(n0), n0, warp_row, g, t, seqlen_k, shift,
-                         window_left, window_right, score_mul, cap_mul${(element_masks or score_terms) and ", mc, " .. (element_masks and "need_elem" or "false") or ""}${bias_tma and ", sB + SLOT(it + i) * BIAS_BYTES, warp_row - wt.m0" or ""});
-% if bias_tma then
-            /* The slot's bias has been read: K and bias go back together. */
-            warp_arrive(K_EMPTY(SLOT(it + i)));
-% end
-        };
-        /* The product of tile i into O has landed: hand its value slot back. */
-        auto take_product = [&](int i) {
-            fence_regs<DV / 2>(st.o);
-            warp_arrive(V_EMPTY(SLOT(it + i)));
-        };
-        /* The last S = Q K^T of this work tile has landed: Q's buffer may take the next. */
-        auto release_q = [&]() {
-            warp_arrive(Q_EMPTY(Q_SLOT(qn)));
-            qn++;
-        };
-
-        /* This work tile's Q buffer. */
-        const u64 q_desc = q_desc0 + ((Q_SLOT(qn) * Q_BYTES) >> 4);
-        if (tiles > 0)
-            mbar_wait(Q_FULL(Q_SLOT(qn)), Q_PHASE(qn));
-% if varlen > 0 then
-        /* Packed sequences: the rows of the first (last) key tile past this sequence's keys
-        ** hold another sequence's values, or anything (seqused_k). Their P is 0, but 0 * NaN is
-        ** not, so the consumers zero them in shared memory before any product reads them. */
-        if (tiles > 0 && nb_hi * BN > seqlen_k) {
-            mbar_wait(V_FULL(SLOT(it)), PHASE(it));
-            const int r0 = imax(seqlen_k - (nb_hi - 1) * BN, 0), per_panel = (BN - r0) * 8;
-            for (int i = tid - 128; i < per_panel * (DV / 64); i += ${128 * NC})
-                st_shared_zero16(sV + SLOT(it) * V_BYTES + (i / per_panel) * (BN * 128) + r0 * 128 +
-                                 (i % per_panel) * 16);
-            fence_proxy_async();
-            asm volatile("bar.sync 3, ${128 * NC};" ::: "memory");
-        }
-% end
-% if pingpong then
-        if (tiles > 0 && c == 1)
-            TURN_PASS();
-% end
-% if overlap then
-        /* Software-pipelined (FA3's intra-warpgroup overlap): the softmax of tile i runs while
-        ** the tensor cores do P V of tile i - 1. Tiles run from the last key tile down. */
-        if (tiles > 0) {
-            TURN_WAIT();
-            mbar_wait(K_FULL(SLOT(it)), PHASE(it));
-            issue_qk(sc, q_desc, k_desc, SLOT(it));
-            TURN_PASS();
-            wgmma_wait<0>();
-            take_scores(0);
-            pack_p(sc, p);
-        }
-        for (int i = 1; i < tiles; i++) {
-            const int j = it + i;
-            TURN_WAIT();
-            mbar_wait(K_FULL(SLOT(j)), PHASE(j));
-            issue_qk(sc, q_desc, k_desc, SLOT(j));
-            mbar_wait(V_FULL(SLOT(j - 1)), PHASE(j - 1));
-            issue_pv(st.o, p, v_desc, SLOT(j - 1));
-            TURN_PASS();
-            wgmma_wait<1>(); /* S of this tile; P V of the last may still run */
-            take_scores(i);
-            wgmma_wait<0>();
-            fence_regs<BN / 4>(&p[0][0]); /* P stays untouched until its product has landed */
-            take_product(i - 1);
-            /* P is packed only now that the last product has read it: a second P register set
-            ** copied over the first made ptxas serialise every wgmma (C7513). */
-            pack_p(sc, p);
-            rescale(st, alpha);
-            /* Pinned here: moved past the next wgmma.fence, these writes of wgmma inputs would
-            ** make ptxas serialise every wgmma. */
-            fence_regs<DV / 2>(st.o);
-            fence_regs<BN / 4>(&p[0][0]);
-        }
-        if (tiles > 0) {
-            const int j = it + tiles - 1;
-            release_q();
-            TURN_WAIT();
-            mbar_wait(V_FULL(SLOT(j)), PHASE(j));
-            issue_pv(st.o, p, v_desc, SLOT(j));
-            if (c == 0)
-                TURN_PASS();
-            wgmma_wait<0>();
-            take_product(tiles - 1);
-        }
-% else
-%   if classes then
-        const int i_first = 0, i_end = tiles;
-%   else
-        /* The block's tiles [0, tiles) run from key tile nb_hi - 1 down; this warpgroup's rows
-        ** see only [i_first, i_end) of them (192-row blocks span a band wider than each
-        ** warpgroup's: at 2k causal queries a warpgroup needs 89 % of the block's tiles), and
-        ** none when all its rows lie past the sequence's end. The rest it hands back untouched,
-        ** outside the main loop, whose branches then stay free of per-warpgroup conditions
-        ** (one inside it, even made warp-uniform by a vote, cost 10 % at d 64). */
-        int i_first = wg_row >= seqlen_q ? tiles : 0, i_end = tiles;
-%     if local_mask then
-        const int wg_last = imin(wg_row + 63, seqlen_q - 1);
-        if (window_right >= 0) /* keys up to wg_last + shift + window_right */
-            i_first = imax(i_first, nb_hi - 1 - floor_div(wg_last + shift + window_right, BN));
-        if (window_left >= 0) /* keys from wg_row + shift - window_left */
-            i_end = imin(i_end, nb_hi - floor_div(wg_row + shift - window_left, BN));
-%     end
-        i_first = imin(i_first, tiles);
-        i_end = imax(imin(i_end, tiles), i_first);
-%   end
-        /* A skipped slot is released once filled, so that each arrival counts in its own phase
-        ** of the empty barriers. */
-        auto hand_back = [&](int i) {
-            const int j = it + i;
-            mbar_wait(K_FULL(SLOT(j)), PHASE(j));
-            warp_arrive(K_EMPTY(SLOT(j)));
-            mbar_wait(V_FULL(SLOT(j)), PHASE(j));
-            warp_arrive(V_EMPTY(SLOT(j)));
-        };
-        for (int i = 0; i < i_first; i++)
-            hand_back(i);
-        for (int i = i_first; i < i_end; i++) {
-            const int j = it + i;
-            mbar_wait(K_FULL(SLOT(j)), PHASE(j));
-            issue_qk(sc, q_desc, k_desc, SLOT(j));
-            wgmma_wait<0>();
-            take_scores(i);
-            if (i == i_end - 1)
-                release_q();
-            pack_p(sc, p);
-            rescale(st, alpha);
-            mbar_wait(V_FULL(SLOT(j)), PHASE(j));
-            issue_pv(st.o, p, v_desc, SLOT(j));
-            wgmma_wait<0>();
-            take_product(i);
-        }
-        for (int i = i_end; i < tiles; i++)
-            hand_back(i);
-        if (i_first == i_end && tiles > 0)
-            release_q(); /* no S = Q K^T ran */
-% end
-        it += tiles;
-% if not dynamic then
-        w = NEXT_TILE(w);
-% end
-
-        /* Normalise and store; a row that saw no key gets 0 and lse -inf. */
-        elem_t *o_tile = out + wt.batch * o_sb + wt.head * o_sh + (long long)wt.q_first * o_ss;
-% if write_lse then
-        float *l_tile = lse + wt.batch * l_sb + wt.head * l_sh + (long long)wt.q_first * l_ss;
-% end
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const float sum = quad_sum(st.row_sum[h]);
-            const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-            const int row = warp_row + g + h * 8;
-% if not bias_tma then
+    for (int h = 0; h < 2; h++) {
+        const float sum = quad_sum(st.row_sum[h]);
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        const int row = warp_row + g + h * 8;
+        if constexpr (!BIAS_TMA) {
             /* A quad holds 8 consecutive columns of its row per j, two per thread. A 4 x 4
             ** transpose by shuffles (xor 1, then xor 2) hands thread t the whole 16-byte chunk
             ** j = 4m + t, so that each store of the warp writes 64 contiguous bytes of each of
@@ -837,24 +694,261 @@ fj_attn_fwd(
                 r1 = __shfl_xor_sync(0xffffffffu, high ? w[1] : w[3], 2);
                 const uint4 chunk = high ? make_uint4(r0, r1, w[2], w[3]) : make_uint4(w[0], w[1], r0, r1);
                 const int col = 8 * (4 * m + t);
-                if (row < seqlen_q && col < head_dim_v)
-                    *(uint4 *)(o_tile + (long long)row * o_ss + col) = chunk;
+                if (row < seqlen_q && col < F.head_dim_v)
+                    *(uint4 *)(o_tile + (long long)row * F.o_ss + col) = chunk;
             }
-% else
+        } else {
             if (row < seqlen_q) {
 #pragma unroll
                 for (int j = 0; j < DV / 8; j++) {
                     const int col = j * 8 + 2 * t;
-                    if (col < head_dim_v)
-                        *(u32 *)(o_tile + (long long)row * o_ss + col) =
+                    if (col < F.head_dim_v)
+                        *(u32 *)(o_tile + (long long)row * F.o_ss + col) =
                             pack2(st.o[4 * j + 2 * h] * inv, st.o[4 * j + 2 * h + 1] * inv);
                 }
             }
-% end
-% if write_lse then
-            if (row < seqlen_q && t == 0)
-                l_tile[row * l_ss] = sum > 0.0f ? (TO_LOG2(st.row_max[h]) + lg2(sum)) * 0.693147180559945309f : NEG_INF;
-% end
         }
+        if constexpr (WRITE_LSE)
+            if (row < seqlen_q && t == 0)
+                l_tile[row * F.l_ss] = sum > 0.0f ? (TO_LOG2(st.row_max[h]) + lg2(sum)) * 0.693147180559945309f : NEG_INF;
+    }
+}
+
+/* ---- the kernel: the parts wired together ---------------------------------------------------- */
+extern "C" __global__ void __launch_bounds__(THREADS, ${ctas_per_sm})
+fj_attn_fwd(
+% params_arg(args)
+)
+{
+    const fj_fwd_params &F = P.fwd;
+    const int window_left = F.window_left, window_right = F.window_right;
+    const float score_mul = F.score_mul, cap_mul = F.cap_mul;
+    extern __shared__ __align__(1024) unsigned char smem[];
+    const Smem sm((smem_addr(smem) + 1023) & ~1023u);
+    const Ring ring{sm.bars};
+    const Scheduler sched(F);
+
+% if element_masks and head_dim_v_pad > 128 then
+    /* (Broadcast as below, this kernel spilled 4 bytes at d 256.) */
+    const int tid = threadIdx.x, wg = tid / 128;
+% else
+    /* The warpgroup index, broadcast from lane 0 so that ptxas knows it is warp-uniform and
+    ** keeps what derives from it (descriptors, loop bounds) in uniform registers: the wgmma
+    ** descriptors no longer go through vector registers (causal d 128 +4-8 %). */
+    const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+% end
+    if (tid == 0)
+        ring.init();
+    __syncthreads();
+
+    if (wg == 0) {
+        if constexpr (REALLOC)
+            regs_dec<24>();
+        if (tid == 0)
+            produce(P, sm, ring, sched);
+        return;
+    }
+
+    /* ---- consumers ---- */
+    if constexpr (REALLOC)
+        regs_inc<CONSUMER_REGS>();
+    const int c = wg - 1, warp = (tid % 128) / 32, lane = tid % 32;
+    const int g = lane / 4, t = lane % 4; /* row group and column pair of the fragments */
+
+    /* Descriptors: Q and K K-major (k steps of 32 bytes inside a panel), V N-major (panels
+    ** BN * 128 bytes apart, k steps of 16 rows). */
+    const u64 q_desc0 = gmma_desc(sm.q + 64 * c * 128, 16, 1024); /* Q buffer 0 */
+    const u64 k_desc = gmma_desc(sm.k, 16, 1024);
+    const u64 v_desc = gmma_desc(sm.v, BN * 128, 1024);
+
+    consumer_state st;
+    float sc[BN / 2];
+    u32 p[BN / 16][4];
+    float alpha[2];
+    int it = 0, qn = 0; /* key tiles and Q tiles consumed so far, as the producer counts them */
+    for (int w = blockIdx.x, n = 0;; n++) {
+        if constexpr (DYNAMIC)
+            w = sched.receive(ring, sm.slots, n);
+        if (w >= sched.work_count)
+            break;
+        const WorkTile wt = sched.at(w);
+        /* This sequence's lengths (the parameters are the maxima with variable lengths). */
+        const int seqlen_q = wt.seqlen_q, seqlen_k = wt.seqlen_k;
+        /* Keys align with queries bottom-right; without a band the masks only cut the end. */
+        const int shift = LOCAL_MASK ? seqlen_k - seqlen_q : 0;
+        KeyWalk walk(F, wt, lane);
+        const int tiles = walk.tiles;
+        const int wg_row = wt.m0 + 64 * c; /* first query row of this warpgroup */
+        const int warp_row = wg_row + 16 * warp;
+#pragma unroll
+        for (int i = 0; i < DV / 2; i++)
+            st.o[i] = 0.0f;
+        st.row_max[0] = st.row_max[1] = NEG_INF;
+        st.row_sum[0] = st.row_sum[1] = 0.0f;
+% if element_masks or score_terms then
+        MASK_CTX(mc, F.mask, wt.batch, wt.head, seqlen_q, seqlen_k);
+% end
+
+        /* Whether the tile of keys from n0 needs the band's per-element masking for this
+        ** warpgroup. */
+        auto band_mask = [&](int n0) {
+            bool m = n0 + BN > seqlen_k;
+            if constexpr (LOCAL_MASK) {
+                if (window_right >= 0)
+                    m |= n0 + BN - 1 > wg_row + shift + window_right;
+                if (window_left >= 0)
+                    m |= n0 < wg_row + 63 + shift - window_left;
+            }
+            return m;
+        };
+        /* Tile i's scores have landed in sc: hand its key slot back, then softmax them. */
+        auto take_scores = [&](int i) {
+            fence_regs<BN / 2>(sc);
+            TileMask mask;
+            const int n0 = walk.take(i, mask.elem);
+            mask.band = band_mask(n0);
+            if constexpr (!BIAS_TMA)
+                warp_arrive(ring(K_EMPTY, slot(it + i)));
+            softmax_tile(sc, st, alpha, mask, n0, warp_row, g, t, seqlen_k, shift, window_left,
+                         window_right, score_mul, cap_mul${(element_masks or score_terms) and ", mc" or ""}${bias_tma and ", sm.bias + slot(it + i) * BIAS_BYTES, warp_row - wt.m0" or ""});
+            if constexpr (BIAS_TMA) /* the slot's bias has been read: K and bias go back together */
+                warp_arrive(ring(K_EMPTY, slot(it + i)));
+        };
+        /* The product of tile i into O has landed: hand its value slot back. */
+        auto take_product = [&](int i) {
+            fence_regs<DV / 2>(st.o);
+            warp_arrive(ring(V_EMPTY, slot(it + i)));
+        };
+        /* The last S = Q K^T of this work tile has landed: Q's buffer may take the next. */
+        auto release_q = [&]() {
+            warp_arrive(ring(Q_EMPTY, q_slot(qn)));
+            qn++;
+        };
+
+        /* This work tile's Q buffer. */
+        const u64 q_desc = q_desc0 + ((q_slot(qn) * Q_BYTES) >> 4);
+        if (tiles > 0)
+            mbar_wait(ring(Q_FULL, q_slot(qn)), q_phase(qn));
+        if constexpr (VARLEN) {
+            /* Packed sequences: the rows of the first (last) key tile past this sequence's keys
+            ** hold another sequence's values, or anything (seqused_k). Their P is 0, but 0 * NaN
+            ** is not, so the consumers zero them in shared memory before any product reads them. */
+            const int nb_hi = walk.nb_hi;
+            if (tiles > 0 && nb_hi * BN > seqlen_k) {
+                mbar_wait(ring(V_FULL, slot(it)), phase(it));
+                const int r0 = imax(seqlen_k - (nb_hi - 1) * BN, 0), per_panel = (BN - r0) * 8;
+                for (int i = tid - 128; i < per_panel * (DV / 64); i += 128 * NC)
+                    st_shared_zero16(sm.v + slot(it) * V_BYTES + (i / per_panel) * (BN * 128) +
+                                     r0 * 128 + (i % per_panel) * 16);
+                fence_proxy_async();
+                asm volatile("bar.sync 3, %0;" ::"n"(128 * NC) : "memory");
+            }
+        }
+        if constexpr (PINGPONG)
+            if (tiles > 0 && c == 1)
+                turn_pass(c);
+        if constexpr (OVERLAP) {
+            /* Software-pipelined (FA3's intra-warpgroup overlap): the softmax of tile i runs
+            ** while the tensor cores do P V of tile i - 1. Tiles run from the last key tile
+            ** down. */
+            if (tiles > 0) {
+                turn_wait(c);
+                mbar_wait(ring(K_FULL, slot(it)), phase(it));
+                issue_qk(sc, q_desc, k_desc, slot(it));
+                turn_pass(c);
+                wgmma_wait<0>();
+                take_scores(0);
+                pack_p(sc, p);
+            }
+            for (int i = 1; i < tiles; i++) {
+                const int j = it + i;
+                turn_wait(c);
+                mbar_wait(ring(K_FULL, slot(j)), phase(j));
+                issue_qk(sc, q_desc, k_desc, slot(j));
+                mbar_wait(ring(V_FULL, slot(j - 1)), phase(j - 1));
+                issue_pv(st.o, p, v_desc, slot(j - 1));
+                turn_pass(c);
+                wgmma_wait<1>(); /* S of this tile; P V of the last may still run */
+                take_scores(i);
+                wgmma_wait<0>();
+                fence_regs<BN / 4>(&p[0][0]); /* P stays untouched until its product has landed */
+                take_product(i - 1);
+                /* P is packed only now that the last product has read it: a second P register
+                ** set copied over the first made ptxas serialise every wgmma (C7513). */
+                pack_p(sc, p);
+                rescale(st, alpha);
+                /* Pinned here: moved past the next wgmma.fence, these writes of wgmma inputs
+                ** would make ptxas serialise every wgmma. */
+                fence_regs<DV / 2>(st.o);
+                fence_regs<BN / 4>(&p[0][0]);
+            }
+            if (tiles > 0) {
+                const int j = it + tiles - 1;
+                release_q();
+                turn_wait(c);
+                mbar_wait(ring(V_FULL, slot(j)), phase(j));
+                issue_pv(st.o, p, v_desc, slot(j));
+                if (c == 0)
+                    turn_pass(c);
+                wgmma_wait<0>();
+                take_product(tiles - 1);
+            }
+        } else {
+            /* The block's tiles [0, tiles) run from key tile nb_hi - 1 down; this warpgroup's rows
+            ** see only [i_first, i_end) of them (192-row blocks span a band wider than each
+            ** warpgroup's: at 2k causal queries a warpgroup needs 89 % of the block's tiles), and
+            ** none when all its rows lie past the sequence's end. The rest it hands back untouched,
+            ** outside the main loop, whose branches then stay free of per-warpgroup conditions
+            ** (one inside it, even made warp-uniform by a vote, cost 10 % at d 64). With classes
+            ** the warpgroup visits every tile the producer loads. */
+            int i_first = 0, i_end = tiles;
+            if constexpr (!CLASSES) {
+                const int nb_hi = walk.nb_hi;
+                i_first = wg_row >= seqlen_q ? tiles : 0;
+                if constexpr (LOCAL_MASK) {
+                    const int wg_last = imin(wg_row + 63, seqlen_q - 1);
+                    if (window_right >= 0) /* keys up to wg_last + shift + window_right */
+                        i_first = imax(i_first, nb_hi - 1 - floor_div(wg_last + shift + window_right, BN));
+                    if (window_left >= 0) /* keys from wg_row + shift - window_left */
+                        i_end = imin(i_end, nb_hi - floor_div(wg_row + shift - window_left, BN));
+                }
+                i_first = imin(i_first, tiles);
+                i_end = imax(imin(i_end, tiles), i_first);
+            }
+            /* A skipped slot is released once filled, so that each arrival counts in its own phase
+            ** of the empty barriers. */
+            auto hand_back = [&](int i) {
+                const int j = it + i;
+                mbar_wait(ring(K_FULL, slot(j)), phase(j));
+                warp_arrive(ring(K_EMPTY, slot(j)));
+                mbar_wait(ring(V_FULL, slot(j)), phase(j));
+                warp_arrive(ring(V_EMPTY, slot(j)));
+            };
+            for (int i = 0; i < i_first; i++)
+                hand_back(i);
+            for (int i = i_first; i < i_end; i++) {
+                const int j = it + i;
+                mbar_wait(ring(K_FULL, slot(j)), phase(j));
+                issue_qk(sc, q_desc, k_desc, slot(j));
+                wgmma_wait<0>();
+                take_scores(i);
+                if (i == i_end - 1)
+                    release_q();
+                pack_p(sc, p);
+                rescale(st, alpha);
+                mbar_wait(ring(V_FULL, slot(j)), phase(j));
+                issue_pv(st.o, p, v_desc, slot(j));
+                wgmma_wait<0>();
+                take_product(i);
+            }
+            for (int i = i_end; i < tiles; i++)
+                hand_back(i);
+            if (i_first == i_end && tiles > 0)
+                release_q(); /* no S = Q K^T ran */
+        }
+        it += tiles;
+        if constexpr (!DYNAMIC)
+            w = sched.next(w);
+        store_tile(F, wt, st, warp_row, seqlen_q, g, t, score_mul);
     }
 }
