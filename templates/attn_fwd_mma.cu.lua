@@ -36,6 +36,8 @@
 #define OT (DVP / 8)
 #define QS (DP + 8)
 #define VS (DVP + 8)
+/* Shared memory: Q [BM][QS], K [BN][QS], V [BN][VS], as much as the host launches with. */
+static_assert(2 * (BM * QS + BN * QS + BN * VS) == ${shared_bytes}, "the host's shared-memory size");
 % attn_score_macros()
 
 /* Copies rows [row0, row0 + ROWS) of a [rows, cols] matrix (row stride ld, in elements) into

@@ -109,7 +109,7 @@ int fjt_parse_float(const char *opt, const char *s, float *out)
     char *end = NULL;
     errno = 0;
     float v = strtof(s, &end);
-    if (!s[0] || *end || errno == ERANGE || !isfinite(v)) {
+    if (!s[0] || *end || !isfinite(v)) { /* underflow (ERANGE) to a subnormal is a number */
         fprintf(stderr, "flashjit: --%s takes a finite number, not '%s'\n", opt, s);
         return -1;
     }

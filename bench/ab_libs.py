@@ -1,0 +1,144 @@
+"""A/B of two builds of the library in one process: the forward grid, masks and packed
+sequences, each case timed for both libraries in turn (A, B, B, A) with the steady-state
+timing of bench/common.py, so that drift and noise show; cuDNN once per grid point as the
+reference of the same run. Before timing, both libraries' outputs are compared (a sanity
+check; the tests check numerics).
+
+Usage: python3 bench/ab_libs.py --a old/libflashjit.so --b build/libflashjit.so
+       [--names main,new] [--cases grid,masks,varlen] [--d 64,128,256] [--s 512,...,16384]
+       [--out DIR]
+Prints one line per case: TFLOP/s of each timing, B / A (mean of the two timings each) and
+the spread of A's own two timings; writes ab_libs.json into --out. TFLOP/s count 4 * d per
+query/key pair of the whole square, halved where the mask is causal-like (k <= q): a fixed
+count per case, so that the ratio is of times."""
+import argparse
+import json
+import os
+import random
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import flashjit  # noqa: E402
+from common import grid_shape, heat, sustained_ms, tflops  # noqa: E402
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--a", required=True, help="library A (the reference)")
+ap.add_argument("--b", required=True, help="library B")
+ap.add_argument("--names", default="A,B")
+ap.add_argument("--cases", default="grid,masks,varlen")
+ap.add_argument("--d", default="64,128,256")
+ap.add_argument("--s", default="512,1024,2048,4096,8192,16384")
+ap.add_argument("--causal", default="0,1")
+ap.add_argument("--warm", type=float, default=0.6, help="seconds of warm-up per timing")
+ap.add_argument("--windows", type=int, default=5, help="timed windows of ~0.1 s per timing")
+ap.add_argument("--out", default=os.environ.get("OUT", "."))
+args = ap.parse_args()
+names = args.names.split(",")
+contexts = [flashjit.Context(backend="cuda", lib=args.a), flashjit.Context(backend="cuda", lib=args.b)]
+results = []
+
+
+def time_ms(fn):
+    return sustained_ms(fn, warm_s=args.warm, windows=args.windows)
+
+
+def ab(label, flop, make_call, peer=None):
+    """Times make_call(ctx)() for both contexts in the order A B B A; flop counts one call."""
+    calls = [make_call(ctx) for ctx in contexts]
+    outs = [c() for c in calls]
+    torch.cuda.synchronize()
+    diff = (outs[0].float() - outs[1].float()).abs().max().item()
+    t = {0: [], 1: []}
+    for i in (0, 1, 1, 0):
+        t[i].append(flop / time_ms(calls[i]) / 1e9)
+    ref = flop / time_ms(peer) / 1e9 if peer else None
+    a, b = sum(t[0]) / 2, sum(t[1]) / 2
+    spread = abs(t[0][0] - t[0][1]) / a
+    line = (f"{label:<34} {names[0]} {t[0][0]:6.1f} {t[0][1]:6.1f}  {names[1]} {t[1][0]:6.1f} "
+            f"{t[1][1]:6.1f}  {names[1]}/{names[0]} {b / a:.3f}  spread {spread:.3f}")
+    if ref:
+        line += f"  cuDNN {ref:6.1f} ({b / ref:.2f})"
+    print(line + f"  maxdiff {diff:.1e}", flush=True)
+    results.append(dict(case=label, a=t[0], b=t[1], ratio=b / a, spread=spread, cudnn=ref,
+                        maxdiff=diff))
+
+
+torch.manual_seed(0)
+heat()
+cases = args.cases.split(",")
+if "grid" in cases:
+    for d in [int(x) for x in args.d.split(",")]:
+        for causal in [bool(int(x)) for x in args.causal.split(",")]:
+            for s in [int(x) for x in args.s.split(",")]:
+                b, h = grid_shape(s, d)
+                q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)
+                           for _ in range(3))
+                out = torch.empty_like(q)
+                qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+
+                def cudnn():
+                    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                        return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+
+                ab(f"grid d {d} causal {int(causal)} s {s}", tflops(b, h, s, d, causal, 1) * 1e9,
+                   lambda ctx: (lambda: ctx.forward(q, k, v, out=out, causal=causal)), cudnn)
+                del q, k, v, out
+
+if "masks" in cases:
+    s, d, h, b = 8192, 128, 16, 2
+    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    out = torch.empty_like(q)
+    qi = torch.arange(s, device="cuda")
+    docs = torch.tensor([0, 1500, 4000, 5200, s], device="cuda", dtype=torch.int32)
+    exprs = {"causal as mask_mod": ("k <= q", None),
+             "window 1024": ("k <= q && q - k < 1024", None),
+             "4 documents (iarg)": ("(iarg[1] <= q) + (iarg[2] <= q) + (iarg[3] <= q) == "
+                                    "(iarg[1] <= k) + (iarg[2] <= k) + (iarg[3] <= k)", docs),
+             "prefix-LM 1k": ("k < 1024 || k <= q", None)}
+    for label, (expr, mod_args) in exprs.items():
+        ab(f"masks {label}", 4 * d * h * b * s * s / (2 if "k <= q" in expr else 1),
+           lambda ctx, e=expr, m=mod_args: (lambda: ctx.forward(q, k, v, out=out, mask_mod=e,
+                                                                mod_args=m)))
+    bias = torch.randn(1, h, s, s, device="cuda", dtype=torch.bfloat16)
+    ab("masks dense bias [1, h, s, s]", 4 * d * h * b * s * s,
+       lambda ctx: (lambda: ctx.forward(q, k, v, out=out, bias=bias)))
+    del bias
+    # Causal as FlashMask ranges: key j is hidden from rows [0, j).
+    ranges = torch.stack([torch.zeros_like(qi), qi], dim=-1).to(torch.int32).view(1, 1, s, 2)
+    ab("masks ranges (causal as FlashMask)", 4 * d * h * b * s * s / 2,
+       lambda ctx: (lambda: ctx.forward(q, k, v, out=out, mask_ranges=ranges)))
+    del q, k, v, out
+
+if "varlen" in cases:
+    h, d, tokens = 16, 128, 32768
+    rng = random.Random(0)
+    for label, lens in (("16 x 2048", [2048] * 16),
+                        ("random 128-8k", None)):
+        if lens is None:
+            lens, left = [], tokens
+            while left > 128:
+                n = min(left, rng.randint(128, 8192))
+                lens.append(n)
+                left -= n
+        total = sum(lens)
+        cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), device="cuda", dtype=torch.int32)
+        q, k, v = (torch.randn(total, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        out = torch.empty_like(q)
+        for causal in (False, True):
+            flop = sum(4 * d * h * n * n / (2 if causal else 1) for n in lens)
+            ab(f"varlen {label} causal {int(causal)}", flop,
+               lambda ctx, c=causal: (lambda: ctx.forward(
+                   q, k, v, out=out, causal=c, cu_seqlens_q=cu, cu_seqlens_k=cu,
+                   max_seqlen_q=max(lens), max_seqlen_k=max(lens))))
+        del q, k, v, out
+
+worst = min(r["ratio"] for r in results)
+print(f"{len(results)} cases: {names[1]}/{names[0]} from {worst:.3f} to "
+      f"{max(r['ratio'] for r in results):.3f}; A's own spread up to "
+      f"{max(r['spread'] for r in results):.3f}")
+with open(os.path.join(args.out, "ab_libs.json"), "w") as f:
+    json.dump(dict(names=names, results=results), f, indent=1)
