@@ -104,12 +104,12 @@ static void report(fj_context *ctx, fj_kernel_source source, double lookup_ms, d
     info->load_ms += load_ms;
 }
 
-/* Loads binary into k and reads its resources once (a call reports them without asking the
-** driver again). */
-static fj_status load_binary(fj_context *ctx, fj__kernel *k, const void *binary, size_t size)
+/* Loads binary, the kernel of v, into k and reads its resources once (a call reports them
+** without asking the driver again). */
+static fj_status load_binary(fj_context *ctx, const fj__variant *v, fj__kernel *k,
+                             const void *binary, size_t size)
 {
-    fj_status st =
-        ctx->ops->load(ctx->backend, binary, size, fj__variant_entry(&k->variant), &k->handle);
+    fj_status st = ctx->ops->load(ctx->backend, binary, size, fj__variant_entry(v), &k->handle);
     if (st == FJ_OK && ctx->ops->kernel_info)
         ctx->ops->kernel_info(ctx->backend, k->handle, &k->registers, &k->spill_bytes);
     return st;
@@ -131,7 +131,7 @@ static int load_cached(fj_context *ctx, const fj__compile_job *job, fj__kernel *
         return 0;
     }
     fj__err scratch = ctx->err;
-    fj_status st = load_binary(ctx, k, bin, size);
+    fj_status st = load_binary(ctx, &job->variant, k, bin, size);
     free(bin);
     if (st != FJ_OK) {
         ctx->err = scratch; /* not the caller's problem: the kernel is rebuilt */
@@ -155,7 +155,7 @@ static fj_status finish_compile(fj_context *ctx, fj__compile_job *job, fj__kerne
     }
     ctx->compiles++;
     double t0 = fj__now_ms();
-    st = load_binary(ctx, k, job->binary.data, job->binary.size);
+    st = load_binary(ctx, &job->variant, k, job->binary.data, job->binary.size);
     report(ctx, FJ_KERNEL_COMPILED, 0, job->render_ms, job->compile_ms, fj__now_ms() - t0);
     if (st == FJ_OK)
         cache_put_kernel(ctx->cache, job->key_hash, ctx->ops->name,

@@ -1,0 +1,192 @@
+/* Plans on the OpenCL backend: every kernel family compiles, loads and loads again from the
+** cache; a plan's memset and classifier steps run with workspaces from the stream's arena,
+** write what the host computes, and an equal plan skips the classifier while the arena still
+** holds its classes. */
+#define _POSIX_C_SOURCE 200809L
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "runtime/context.h"
+
+static fj_context *opencl_context(const char *cache)
+{
+    fj_context_options o;
+    fj_context_options_init(&o);
+    o.backend = FJ_BACKEND_OPENCL;
+    o.cache_path = cache;
+    fj_context *ctx = NULL;
+    if (fj_context_create(&o, &ctx) != FJ_OK)
+        return NULL;
+    return ctx;
+}
+
+/* A request of seqlen x seqlen keys, one head, d 64, with mask_mod; tensors in device memory
+** (their contents do not matter to the classifier). */
+typedef struct request {
+    fj_tensor q, lse;
+    void *mem;
+    fj_attention_desc desc;
+    fj__problem p;
+    fj__features f;
+} request;
+
+static void make_request(fj_context *ctx, request *r, int64_t s, const char *mask_mod)
+{
+    memset(r, 0, sizeof *r);
+    assert_int_equal(fj_malloc(ctx, (size_t)(s * 64 * 2 + s * 4), &r->mem), FJ_OK);
+    r->q = (fj_tensor){.data = r->mem, .dtype = FJ_DTYPE_BF16, .ndim = 4,
+                       .shape = {1, s, 1, 64}, .stride = {s * 64, 64, 64, 1}};
+    r->lse = (fj_tensor){.data = (char *)r->mem + s * 64 * 2, .dtype = FJ_DTYPE_F32, .ndim = 3,
+                         .shape = {1, 1, s}, .stride = {s, s, 1}};
+    fj_attention_desc_init(&r->desc);
+    r->desc.mask_mod = mask_mod;
+    fj__err err = {{0}};
+    if (fj__validate_forward(&r->desc, &r->q, &r->q, &r->q, &r->q, &r->lse, &r->p, &err) != FJ_OK)
+        fail_msg("validate: %s", err.msg);
+    assert_int_equal(fj__mods_resolve(&ctx->mods, &r->p, &err), FJ_OK);
+    fj__features_of(&r->p, &r->f);
+}
+
+/* The plan of a Hopper-style forward of r on ctx's backend, cut before the forward itself:
+** zero the tile counter (a dynamic schedule), classify the mask's blocks. */
+static void classifier_plan(fj_context *ctx, const request *r, fj__plan *plan)
+{
+    fj__variant v;
+    memset(&v, 0, sizeof v);
+    v.family = FJ__FAMILY_FWD;
+    v.backend = ctx->ops->kind;
+    v.path = FJ__PATH_WGMMA;
+    v.q_dtype = v.kv_dtype = v.out_dtype = FJ_DTYPE_BF16;
+    v.acc_dtype = FJ_DTYPE_F32;
+    v.tile_m = v.tile_n = 128;
+    v.persistent = 2;
+    v.mask_mod = r->p.mask_mod;
+    fj__err err = {{0}};
+    assert_int_equal(fj__plan_forward(&r->f, &ctx->device, &v, plan, &err), FJ_OK);
+    assert_int_equal(plan->nsteps, 3);
+    assert_int_equal(plan->steps[0].kind, FJ__STEP_MEMSET);
+    assert_int_equal(plan->steps[1].variant.family, FJ__FAMILY_CLASSIFY);
+    assert_int_equal(plan->main_step, 2);
+    assert_true(plan->workspaces[plan->fwd.classes].memo);
+    plan->nsteps = 2; /* the forward itself needs a Hopper GPU */
+}
+
+/* The classes the arena holds for plan (qb x kb, one batch and head). */
+static void read_classes(fj_context *ctx, const fj__plan *plan, int32_t *out, size_t n)
+{
+    assert_int_equal(ctx->narenas, 1);
+    const char *mem = (const char *)ctx->arenas[0].mem;
+    assert_int_equal(fj_memcpy_d2h(ctx, out, mem + plan->workspaces[plan->fwd.classes].offset,
+                                   n * sizeof *out),
+                     FJ_OK);
+}
+
+static void test_every_family_loads_compiled_and_cached(void **state)
+{
+    (void)state;
+    char cache[] = "/tmp/fj-plan-XXXXXX";
+    int fd = mkstemp(cache);
+    assert_true(fd >= 0);
+    close(fd);
+    unlink(cache);
+    for (int round = 0; round < 2; round++) { /* compiled, then from the cache */
+        fj_context *ctx = opencl_context(cache);
+        if (!ctx) {
+            print_message("SKIP: no OpenCL device: %s\n", fj_last_create_error());
+            return;
+        }
+        request r;
+        make_request(ctx, &r, 300, "q / 64 == k / 64");
+        fj__variant fwd, cls;
+        fj__choose_forward(&r.f, &ctx->device, NULL, &fwd);
+        fj__classify_variant(&fwd, &cls);
+        const fj__variant *vs[2] = {&fwd, &cls};
+        for (int i = 0; i < 2; i++) {
+            const fj__kernel *k = NULL;
+            memset(&ctx->last_call, 0, sizeof ctx->last_call);
+            if (fj__kernel_get(ctx, vs[i], &k) != FJ_OK)
+                fail_msg("%s, round %d: %s", fj__variant_path(vs[i]), round, ctx->err.msg);
+            assert_int_equal(ctx->last_call.source,
+                             round == 0 ? FJ_KERNEL_COMPILED : FJ_KERNEL_USER_CACHE);
+        }
+        fj_free(ctx, r.mem);
+        fj_context_destroy(ctx);
+    }
+    unlink(cache);
+}
+
+static void test_classifier_plan_and_its_memo(void **state)
+{
+    (void)state;
+    fj_context *ctx = opencl_context(":memory:");
+    if (!ctx) {
+        print_message("SKIP: no OpenCL device: %s\n", fj_last_create_error());
+        return;
+    }
+    /* Documents of 64 rows: 300 keys are 3 x 3 blocks of 128; the diagonal ones keep some
+    ** pairs (the last, rows and keys 256-299 all in document 4, keeps every pair), the others
+    ** none. */
+    request r;
+    make_request(ctx, &r, 300, "q / 64 == k / 64");
+    fj__plan plan;
+    classifier_plan(ctx, &r, &plan);
+    assert_int_equal(fj__plan_run(ctx, &plan, &r.p, NULL), FJ_OK);
+    assert_int_equal(fj_synchronize(ctx, NULL), FJ_OK);
+    const int32_t want[9] = {1, 0, 0, 0, 1, 0, 0, 0, 2};
+    int32_t got[9];
+    read_classes(ctx, &plan, got, 9);
+    assert_memory_equal(got, want, sizeof want);
+    /* The tile counter was zeroed. */
+    int32_t counter = -1;
+    assert_int_equal(fj_memcpy_d2h(ctx, &counter,
+                                   (char *)ctx->arenas[0].mem +
+                                       plan.workspaces[plan.fwd.counter].offset,
+                                   sizeof counter),
+                     FJ_OK);
+    assert_int_equal(counter, 0);
+
+    /* Poisoned classes survive an equal plan: it skips the classifier. */
+    const int32_t poison[9] = {7, 7, 7, 7, 7, 7, 7, 7, 7};
+    char *classes = (char *)ctx->arenas[0].mem + plan.workspaces[plan.fwd.classes].offset;
+    assert_int_equal(fj_memcpy_h2d(ctx, classes, poison, sizeof poison), FJ_OK);
+    assert_int_equal(fj__plan_run(ctx, &plan, &r.p, NULL), FJ_OK);
+    assert_int_equal(fj_synchronize(ctx, NULL), FJ_OK);
+    read_classes(ctx, &plan, got, 9);
+    assert_memory_equal(got, poison, sizeof poison);
+
+    /* Another mask's plan writes its own classes, and the first one's are then recomputed. */
+    request other;
+    make_request(ctx, &other, 300, "k <= q");
+    fj__plan plan2;
+    classifier_plan(ctx, &other, &plan2);
+    assert_int_equal(fj__plan_run(ctx, &plan2, &other.p, NULL), FJ_OK);
+    assert_int_equal(fj_synchronize(ctx, NULL), FJ_OK);
+    const int32_t causal[9] = {1, 0, 0, 2, 1, 0, 2, 2, 1};
+    read_classes(ctx, &plan2, got, 9);
+    assert_memory_equal(got, causal, sizeof causal);
+    assert_int_equal(fj__plan_run(ctx, &plan, &r.p, NULL), FJ_OK);
+    assert_int_equal(fj_synchronize(ctx, NULL), FJ_OK);
+    read_classes(ctx, &plan, got, 9);
+    assert_memory_equal(got, want, sizeof want);
+
+    fj_free(ctx, r.mem);
+    fj_free(ctx, other.mem);
+    fj_context_destroy(ctx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_family_loads_compiled_and_cached),
+        cmocka_unit_test(test_classifier_plan_and_its_memo),
+    };
+    return cmocka_run_group_tests_name("plan", tests, NULL, NULL);
+}
