@@ -1,14 +1,14 @@
-"""A/B of two builds of the library in one process: the forward grid, masks and packed
-sequences, each case timed for both libraries in turn (A, B, B, A) with the steady-state
-timing of bench/common.py, so that drift and noise show; cuDNN once per grid point as the
-reference of the same run. Before timing, both libraries' outputs are compared (a sanity
-check; the tests check numerics).
+"""A/B of builds of the library in one process: the forward grid, masks and packed sequences,
+each case timed for every library in turn, forwards then backwards (A, B, ..., B, A), with the
+steady-state timing of bench/common.py, so that drift and noise show; cuDNN once per grid point
+as the reference of the same run. Before timing, the libraries' outputs are compared with the
+first's (a sanity check; the tests check numerics).
 
-Usage: python3 bench/ab_libs.py --a old/libflashjit.so --b build/libflashjit.so
+Usage: python3 bench/ab_libs.py --libs old/libflashjit.so,build/libflashjit.so
        [--names main,new] [--cases grid,masks,varlen] [--d 64,128,256] [--s 512,...,16384]
-       [--out DIR]
-Prints one line per case: TFLOP/s of each timing, B / A (mean of the two timings each) and
-the spread of A's own two timings; writes ab_libs.json into --out. TFLOP/s count 4 * d per
+       [--rounds 1] [--out DIR]
+Prints one line per case: TFLOP/s of each timing, each library's mean over the first's, and
+the spread of the first's own timings; writes ab_libs.json into --out. TFLOP/s count 4 * d per
 query/key pair of the whole square, halved where the mask is causal-like (k <= q): a fixed
 count per case, so that the ratio is of times."""
 import argparse
@@ -26,10 +26,11 @@ import flashjit  # noqa: E402
 from common import grid_shape, heat, sustained_ms, tflops  # noqa: E402
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--a", required=True, help="library A (the reference)")
-ap.add_argument("--b", required=True, help="library B")
-ap.add_argument("--names", default="A,B")
+ap.add_argument("--libs", required=True, help="comma-separated; the first is the reference")
+ap.add_argument("--names", default=None)
+ap.add_argument("--rounds", type=int, default=1, help="forward-and-back passes over the libraries")
 ap.add_argument("--cases", default="grid,masks,varlen")
+ap.add_argument("--only", default=None, help="run only the cases whose label contains one of these (comma-separated)")
 ap.add_argument("--d", default="64,128,256")
 ap.add_argument("--s", default="512,1024,2048,4096,8192,16384")
 ap.add_argument("--causal", default="0,1")
@@ -37,8 +38,9 @@ ap.add_argument("--warm", type=float, default=0.6, help="seconds of warm-up per 
 ap.add_argument("--windows", type=int, default=5, help="timed windows of ~0.1 s per timing")
 ap.add_argument("--out", default=os.environ.get("OUT", "."))
 args = ap.parse_args()
-names = args.names.split(",")
-contexts = [flashjit.Context(backend="cuda", lib=args.a), flashjit.Context(backend="cuda", lib=args.b)]
+libs = args.libs.split(",")
+names = args.names.split(",") if args.names else [chr(ord("A") + i) for i in range(len(libs))]
+contexts = [flashjit.Context(backend="cuda", lib=lib) for lib in libs]
 results = []
 
 
@@ -47,23 +49,30 @@ def time_ms(fn):
 
 
 def ab(label, flop, make_call, peer=None):
-    """Times make_call(ctx)() for both contexts in the order A B B A; flop counts one call."""
+    """Times make_call(ctx)() for every context, forwards then backwards; flop counts one call."""
+    if args.only and not any(x in label for x in args.only.split(",")):
+        return
     calls = [make_call(ctx) for ctx in contexts]
     outs = [c() for c in calls]
     torch.cuda.synchronize()
-    diff = (outs[0].float() - outs[1].float()).abs().max().item()
-    t = {0: [], 1: []}
-    for i in (0, 1, 1, 0):
+    diff = max((o.float() - outs[0].float()).abs().max().item() for o in outs[1:])
+    n = len(calls)
+    t = {i: [] for i in range(n)}
+    for i in (list(range(n)) + list(range(n - 1, -1, -1))) * args.rounds:
         t[i].append(flop / time_ms(calls[i]) / 1e9)
     ref = flop / time_ms(peer) / 1e9 if peer else None
-    a, b = sum(t[0]) / 2, sum(t[1]) / 2
-    spread = abs(t[0][0] - t[0][1]) / a
-    line = (f"{label:<34} {names[0]} {t[0][0]:6.1f} {t[0][1]:6.1f}  {names[1]} {t[1][0]:6.1f} "
-            f"{t[1][1]:6.1f}  {names[1]}/{names[0]} {b / a:.3f}  spread {spread:.3f}")
+    mean = [sum(t[i]) / len(t[i]) for i in range(n)]
+    spread = (max(t[0]) - min(t[0])) / mean[0]
+    line = f"{label:<34}"
+    for i in range(n):
+        line += f" {names[i]} " + " ".join(f"{x:6.1f}" for x in t[i])
+    line += "  " + " ".join(f"{names[i]}/{names[0]} {mean[i] / mean[0]:.3f}" for i in range(1, n))
+    line += f"  spread {spread:.3f}"
     if ref:
-        line += f"  cuDNN {ref:6.1f} ({b / ref:.2f})"
+        line += f"  cuDNN {ref:6.1f} ({mean[-1] / ref:.2f})"
     print(line + f"  maxdiff {diff:.1e}", flush=True)
-    results.append(dict(case=label, a=t[0], b=t[1], ratio=b / a, spread=spread, cudnn=ref,
+    results.append(dict(case=label, times=[t[i] for i in range(n)],
+                        ratios=[mean[i] / mean[0] for i in range(n)], spread=spread, cudnn=ref,
                         maxdiff=diff))
 
 
@@ -136,9 +145,10 @@ if "varlen" in cases:
                    max_seqlen_q=max(lens), max_seqlen_k=max(lens))))
         del q, k, v, out
 
-worst = min(r["ratio"] for r in results)
-print(f"{len(results)} cases: {names[1]}/{names[0]} from {worst:.3f} to "
-      f"{max(r['ratio'] for r in results):.3f}; A's own spread up to "
-      f"{max(r['spread'] for r in results):.3f}")
+for i in range(1, len(libs)):
+    ratios = [r["ratios"][i] for r in results]
+    print(f"{len(results)} cases: {names[i]}/{names[0]} from {min(ratios):.3f} to "
+          f"{max(ratios):.3f}, median {sorted(ratios)[len(ratios) // 2]:.3f}")
+print(f"{names[0]}'s own spread up to {max(r['spread'] for r in results):.3f}")
 with open(os.path.join(args.out, "ab_libs.json"), "w") as f:
-    json.dump(dict(names=names, results=results), f, indent=1)
+    json.dump(dict(names=names, libs=libs, results=results), f, indent=1)

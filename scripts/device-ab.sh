@@ -23,5 +23,5 @@ for build in build-base build-device; do
     echo -n "$build: "
     "$build/bench_host" overhead --backend cuda
 done 2>&1 | tee "$out/host_ab.log"
-PYTHONUNBUFFERED=1 python3 bench/ab_libs.py --a build-base/libflashjit.so \
-    --b build-device/libflashjit.so --out "$out" "$@" 2>&1 | tee "$out/ab.log"
+PYTHONUNBUFFERED=1 python3 bench/ab_libs.py --libs build-base/libflashjit.so,build-device/libflashjit.so \
+    --out "$out" "$@" 2>&1 | tee "$out/ab.log"
