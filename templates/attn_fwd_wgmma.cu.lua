@@ -188,10 +188,16 @@ struct WorkTile {
 ** overlaps a tile's last products and stores with the next tile's loads. */
 struct Scheduler {
     const fj_fwd_params &F;
-    int m_blocks, work_count; /* with variable lengths: blocks of the longest sequence */
+    /* The forward's sizes, read once (uniform registers rather than parameter loads in the
+    ** loops); with variable lengths the lengths are the maxima. */
+    int seqlen_q, seqlen_k, heads_q, heads_kv, batches, window_left, window_right;
+    int m_blocks, work_count;
 
     __device__ explicit Scheduler(const fj_fwd_params &f)
-        : F(f), m_blocks((f.seqlen_q + BM - 1) / BM), work_count(m_blocks * f.heads_q * f.batches)
+        : F(f), seqlen_q(f.seqlen_q), seqlen_k(f.seqlen_k), heads_q(f.heads_q),
+          heads_kv(f.heads_kv), batches(f.batches), window_left(f.window_left),
+          window_right(f.window_right), m_blocks((seqlen_q + BM - 1) / BM),
+          work_count(m_blocks * heads_q * batches)
     {
     }
 
@@ -203,30 +209,30 @@ struct Scheduler {
     {
         int batch, mb, head;
         if constexpr (BATCH_FASTEST) {
-            batch = w % F.batches, mb = (w / F.batches) % m_blocks, head = w / F.batches / m_blocks;
+            batch = w % batches, mb = (w / batches) % m_blocks, head = w / batches / m_blocks;
         } else {
-            mb = w % m_blocks, head = (w / m_blocks) % F.heads_q, batch = w / m_blocks / F.heads_q;
+            mb = w % m_blocks, head = (w / m_blocks) % heads_q, batch = w / m_blocks / heads_q;
         }
         const int m0 = (HEAVY_FIRST ? m_blocks - 1 - mb : mb) * BM;
-        WorkTile wt{m0,         head,       batch, head / (F.heads_q / F.heads_kv), 0, 0,
-                    F.seqlen_q, F.seqlen_k, 0,     0,                               batch};
+        WorkTile wt{m0, head, batch, head / (heads_q / heads_kv), 0, 0, seqlen_q, seqlen_k, 0, 0, batch};
         if constexpr (VARLEN) {
             /* The sequence's first rows in the packed tensors and its lengths: the caller's device
             ** data, clamped into the tensors and to the maxima. */
             wt.q_first = imin(imax(__ldg(F.cu_seqlens_q + batch), 0), F.total_q);
             wt.k_first = imin(imax(__ldg(F.cu_seqlens_k + batch), 0), F.total_k);
-            wt.seqlen_q = imin(imax(imin(__ldg(F.cu_seqlens_q + batch + 1), F.total_q) - wt.q_first, 0), F.seqlen_q);
-            wt.seqlen_k = imin(imax(imin(__ldg(F.cu_seqlens_k + batch + 1), F.total_k) - wt.k_first, 0), F.seqlen_k);
+            wt.seqlen_q = imin(imax(imin(__ldg(F.cu_seqlens_q + batch + 1), F.total_q) - wt.q_first, 0), seqlen_q);
+            wt.seqlen_k = imin(imax(imin(__ldg(F.cu_seqlens_k + batch + 1), F.total_k) - wt.k_first, 0), seqlen_k);
 %   if varlen == 2 then
             wt.seqlen_k = imin(wt.seqlen_k, imax(__ldg(F.seqused_k + batch), 0));
 %   end
             wt.tb = 0;
         }
-        const int seqlen_q = wt.seqlen_q, seqlen_k = wt.seqlen_k;
-        const int window_left = F.window_left, window_right = F.window_right;
+        {
+            const int seqlen_q = wt.seqlen_q, seqlen_k = wt.seqlen_k;
 % attn_key_band()
-        wt.nb_lo = nb_lo;
-        wt.nb_hi = m0 < seqlen_q ? nb_hi : nb_lo; /* rows past a short sequence: no work */
+            wt.nb_lo = nb_lo;
+            wt.nb_hi = m0 < seqlen_q ? nb_hi : nb_lo; /* rows past a short sequence: no work */
+        }
         return wt;
     }
 
@@ -653,9 +659,22 @@ struct KeyWalk {
 };
 
 /* ---- the epilogue ------------------------------------------------------------------------------ */
+/* Where the epilogue writes: out and lse with their strides, read once. */
+struct OutView {
+    o_t *out;
+    float *lse;
+    long long o_sb, o_sh, o_ss, l_sb, l_sh, l_ss;
+    int head_dim_v;
+    __device__ explicit OutView(const fj_fwd_params &F)
+        : out(F.out), lse(F.lse), o_sb(F.o_sb), o_sh(F.o_sh), o_ss(F.o_ss), l_sb(F.l_sb),
+          l_sh(F.l_sh), l_ss(F.l_ss), head_dim_v(F.head_dim_v)
+    {
+    }
+};
+
 /* Normalises and stores a warp's 16 rows of O (from warp_row) and their lse; a row that saw no
 ** key gets 0 and lse -inf. */
-__device__ __forceinline__ void store_tile(const fj_fwd_params &F, const WorkTile &wt,
+__device__ __forceinline__ void store_tile(const OutView &F, const WorkTile &wt,
                                            const consumer_state &st, int warp_row, int seqlen_q,
                                            int g, int t, float score_mul)
 {
@@ -727,6 +746,7 @@ fj_attn_fwd(
     const Smem sm((smem_addr(smem) + 1023) & ~1023u);
     const Ring ring{sm.bars};
     const Scheduler sched(F);
+    const OutView outv(F);
 
 % if element_masks and head_dim_v_pad > 128 then
     /* (Broadcast as below, this kernel spilled 4 bytes at d 256.) */
@@ -949,6 +969,6 @@ fj_attn_fwd(
         it += tiles;
         if constexpr (!DYNAMIC)
             w = sched.next(w);
-        store_tile(F, wt, st, warp_row, seqlen_q, g, t, score_mul);
+        store_tile(outv, wt, st, warp_row, seqlen_q, g, t, score_mul);
     }
 }

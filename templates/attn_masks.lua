@@ -100,9 +100,13 @@ typedef struct mask_ctx {
 #define FJ_SQ (c.sq)
 #define FJ_SK (c.sk)
 #define FJ_S fj_s
+/* An expression that reads arg[] or iarg[] is only accepted with mod_args_count >= 1 and
+** mod_args set (runtime/attention.c, validate.c), so the loads need no guard: unguarded, the
+** compiler merges the repeated ones (a guard made it load every one of them apart, 10 % of a
+** documents mask given as iarg[] bounds at 8k). */
 #define ARG_INDEX(i) I_MIN(I_MAX((int)(i), 0), c.mod_args_count - 1)
-#define ARG_F(i) (c.mod_args_count > 0 ? LDG(c.mod_args + ARG_INDEX(i)) : 0.0f)
-#define ARG_I(i) (c.mod_args_count > 0 ? LDG((GLOBAL const int *)c.mod_args + ARG_INDEX(i)) : 0)
+#define ARG_F(i) LDG(c.mod_args + ARG_INDEX(i))
+#define ARG_I(i) LDG((GLOBAL const int *)c.mod_args + ARG_INDEX(i))
 % end
 
 % if element_masks then
