@@ -87,9 +87,9 @@ int fj__variant_consumer_registers(const fj__variant *v)
 
 fj__tile_order fj__variant_tile_order(const fj__variant *v)
 {
-    return (fj__tile_order){
-        .batch_fastest = v->bias || v->mask_tensor,
-        .heavy_first = v->local_mask || v->block_mask || fj__variant_element_masks(v)};
+    return (fj__tile_order){.batch_fastest = v->bias || v->mask_tensor,
+                            .heavy_first =
+                                v->local_mask || v->block_mask || fj__variant_element_masks(v)};
 }
 
 int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
@@ -111,8 +111,7 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
                v->head_dim_pad % 64 == 0 && v->head_dim_v_pad % 64 == 0 && v->head_dim_pad <= 256 &&
                v->head_dim_v_pad <= 256 && v->ctas_per_sm >= 1 && v->ctas_per_sm <= 2 &&
                (v->ctas_per_sm == 1 || consumers == 1) && v->exp_poly <= 8 &&
-               v->lazy_rescale <= 1 &&
-               registers <= fj__variant_consumer_registers(v) &&
+               v->lazy_rescale <= 1 && registers <= fj__variant_consumer_registers(v) &&
                (!(v->block_mask || fj__variant_element_masks(v)) ||
                 (128 % v->tile_m == 0 && 128 % v->tile_n == 0)) &&
                (!v->bias_tma || (v->tile_n * fj__variant_bias_bytes(v)) % 128 == 0) &&
@@ -256,7 +255,8 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_TPL_PARAMS])
     INT_PARAM(persistent);
     /* Derived from the fields above, so the kernel follows the host's arithmetic. */
     const fj__tile_order order = fj__variant_tile_order(v);
-    out[n++] = (tpl_param){.name = "shared_bytes", .kind = TPL_INT, .i = fj__variant_shared_bytes(v)};
+    out[n++] =
+        (tpl_param){.name = "shared_bytes", .kind = TPL_INT, .i = fj__variant_shared_bytes(v)};
     out[n++] = (tpl_param){
         .name = "consumer_regs", .kind = TPL_INT, .i = fj__variant_consumer_registers(v)};
     out[n++] = (tpl_param){.name = "batch_fastest", .kind = TPL_BOOL, .i = order.batch_fastest};

@@ -220,15 +220,7 @@ fj_attn_fwd(
                         }
                 }
 % end
-% if local_mask then
-            if (window_left < 0) {
-% mask_band(false)
-            } else {
-% mask_band(true)
-            }
-% else
-% mask_band(false)
-% end
+% attn_band_cases(mask_band)
         }
 
         /* Online softmax: new row maxima, rescale O and the sums, P = exp2(S - max). */

@@ -491,15 +491,7 @@ __device__ __forceinline__ void softmax_tile(float *sc, consumer_state &st,
                         sc[4 * j + 2 * h + e] = NEG_INF;
         }
 % end
-% if local_mask then
-        if (window_left < 0) {
-% mask_band(false)
-        } else {
-% mask_band(true)
-        }
-% else
-% mask_band(false)
-% end
+% attn_band_cases(mask_band)
     }
 #pragma unroll
     for (int h = 0; h < 2; h++) {

@@ -51,6 +51,20 @@
 % end
 % end
 
+% -- The band's per-element masking, emit(left) (see attn_visible_cols), specialised at run time
+% -- on whether the window has a left edge: causal masks compare only the right one.
+% function attn_band_cases(emit)
+% if local_mask then
+        if (window_left < 0) {
+%   emit(false)
+        } else {
+%   emit(true)
+        }
+% else
+%   emit(false)
+% end
+% end
+
 % -- NEG_INF, and TO_LOG2(x): a raw score or maximum in log2 units. With a positive scale and no
 % -- soft-capping the kernels keep S unscaled (the scale folds into exp2's FFMA); otherwise S is
 % -- scaled (and capped) in place and already in log2 units.

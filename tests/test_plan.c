@@ -42,10 +42,16 @@ static void make_request(fj_context *ctx, request *r, int64_t s, const char *mas
 {
     memset(r, 0, sizeof *r);
     assert_int_equal(fj_malloc(ctx, (size_t)(s * 64 * 2 + s * 4), &r->mem), FJ_OK);
-    r->q = (fj_tensor){.data = r->mem, .dtype = FJ_DTYPE_BF16, .ndim = 4,
-                       .shape = {1, s, 1, 64}, .stride = {s * 64, 64, 64, 1}};
-    r->lse = (fj_tensor){.data = (char *)r->mem + s * 64 * 2, .dtype = FJ_DTYPE_F32, .ndim = 3,
-                         .shape = {1, 1, s}, .stride = {s, s, 1}};
+    r->q = (fj_tensor){.data = r->mem,
+                       .dtype = FJ_DTYPE_BF16,
+                       .ndim = 4,
+                       .shape = {1, s, 1, 64},
+                       .stride = {s * 64, 64, 64, 1}};
+    r->lse = (fj_tensor){.data = (char *)r->mem + s * 64 * 2,
+                         .dtype = FJ_DTYPE_F32,
+                         .ndim = 3,
+                         .shape = {1, 1, s},
+                         .stride = {s, s, 1}};
     fj_attention_desc_init(&r->desc);
     r->desc.mask_mod = mask_mod;
     fj__err err = {{0}};
@@ -79,14 +85,22 @@ static void classifier_plan(fj_context *ctx, const request *r, fj__plan *plan)
     plan->nsteps = 2; /* the forward itself needs a Hopper GPU */
 }
 
+/* Runs plan for p on the context's own queue and waits for it. */
+static void run_plan(fj_context *ctx, const fj__plan *plan, const fj__problem *p)
+{
+    if (fj__plan_run(ctx, plan, p, NULL) != FJ_OK)
+        fail_msg("plan: %s", ctx->err.msg);
+    assert_int_equal(fj_synchronize(ctx, NULL), FJ_OK);
+}
+
 /* The classes the arena holds for plan (qb x kb, one batch and head). */
 static void read_classes(fj_context *ctx, const fj__plan *plan, int32_t *out, size_t n)
 {
     assert_int_equal(ctx->narenas, 1);
     const char *mem = (const char *)ctx->arenas[0].mem;
-    assert_int_equal(fj_memcpy_d2h(ctx, out, mem + plan->workspaces[plan->fwd.classes].offset,
-                                   n * sizeof *out),
-                     FJ_OK);
+    assert_int_equal(
+        fj_memcpy_d2h(ctx, out, mem + plan->workspaces[plan->fwd.classes].offset, n * sizeof *out),
+        FJ_OK);
 }
 
 static void test_every_family_loads_compiled_and_cached(void **state)
@@ -138,27 +152,25 @@ static void test_classifier_plan_and_its_memo(void **state)
     make_request(ctx, &r, 300, "q / 64 == k / 64");
     fj__plan plan;
     classifier_plan(ctx, &r, &plan);
-    assert_int_equal(fj__plan_run(ctx, &plan, &r.p, NULL), FJ_OK);
-    assert_int_equal(fj_synchronize(ctx, NULL), FJ_OK);
+    run_plan(ctx, &plan, &r.p);
     const int32_t want[9] = {1, 0, 0, 0, 1, 0, 0, 0, 2};
     int32_t got[9];
     read_classes(ctx, &plan, got, 9);
     assert_memory_equal(got, want, sizeof want);
     /* The tile counter was zeroed. */
     int32_t counter = -1;
-    assert_int_equal(fj_memcpy_d2h(ctx, &counter,
-                                   (char *)ctx->arenas[0].mem +
-                                       plan.workspaces[plan.fwd.counter].offset,
-                                   sizeof counter),
-                     FJ_OK);
+    assert_int_equal(
+        fj_memcpy_d2h(ctx, &counter,
+                      (char *)ctx->arenas[0].mem + plan.workspaces[plan.fwd.counter].offset,
+                      sizeof counter),
+        FJ_OK);
     assert_int_equal(counter, 0);
 
     /* Poisoned classes survive an equal plan: it skips the classifier. */
     const int32_t poison[9] = {7, 7, 7, 7, 7, 7, 7, 7, 7};
     char *classes = (char *)ctx->arenas[0].mem + plan.workspaces[plan.fwd.classes].offset;
     assert_int_equal(fj_memcpy_h2d(ctx, classes, poison, sizeof poison), FJ_OK);
-    assert_int_equal(fj__plan_run(ctx, &plan, &r.p, NULL), FJ_OK);
-    assert_int_equal(fj_synchronize(ctx, NULL), FJ_OK);
+    run_plan(ctx, &plan, &r.p);
     read_classes(ctx, &plan, got, 9);
     assert_memory_equal(got, poison, sizeof poison);
 
@@ -167,13 +179,11 @@ static void test_classifier_plan_and_its_memo(void **state)
     make_request(ctx, &other, 300, "k <= q");
     fj__plan plan2;
     classifier_plan(ctx, &other, &plan2);
-    assert_int_equal(fj__plan_run(ctx, &plan2, &other.p, NULL), FJ_OK);
-    assert_int_equal(fj_synchronize(ctx, NULL), FJ_OK);
+    run_plan(ctx, &plan2, &other.p);
     const int32_t causal[9] = {1, 0, 0, 2, 1, 0, 2, 2, 1};
     read_classes(ctx, &plan2, got, 9);
     assert_memory_equal(got, causal, sizeof causal);
-    assert_int_equal(fj__plan_run(ctx, &plan, &r.p, NULL), FJ_OK);
-    assert_int_equal(fj_synchronize(ctx, NULL), FJ_OK);
+    run_plan(ctx, &plan, &r.p);
     read_classes(ctx, &plan, got, 9);
     assert_memory_equal(got, want, sizeof want);
 
