@@ -1,7 +1,6 @@
 /* Getting a kernel for a variant: memory first, then the user cache, then shipped caches, else
 ** render the template, compile, load and store the binary in the user cache. */
 #define _POSIX_C_SOURCE 200809L
-#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>

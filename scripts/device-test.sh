@@ -37,11 +37,15 @@ if [ "$what" = test ] || [ "$what" = all ]; then
         --seqlen-k 517 --head-dim 72 --head-dim-v 40 --dtype bf16 --causal | tee "$out/run.log"
     bench/first_call.sh cuda $build 2>&1 | tee "$out/first_call.log"
     if command -v compute-sanitizer >/dev/null; then
-        # Both kernel paths, ragged sizes, every mask kind; a report fails the run.
+        # Both kernel paths, ragged sizes, masks (the classifier step with a mask_mod reading
+        # mod_args, FlashMask ranges, a bias); a report fails the run.
         for args in "--seqlen-q 300 --seqlen-k 517 --head-dim 72 --head-dim-v 40 --causal" \
                     "--seqlen 129 --head-dim 128 --window-left 16 --window-right 8 --heads 2" \
                     "--seqlen 200 --head-dim 256 --causal --heads 2 --dtype f16" \
-                    "--seqlen 77 --head-dim 40 --dtype f32 --heads 2"; do
+                    "--seqlen 77 --head-dim 40 --dtype f32 --heads 2" \
+                    "--seqlen 300 --head-dim 128 --heads 2 --mask-mod iarg[0]<=k||k<=q --mod-args 1e-43" \
+                    "--seqlen 260 --head-dim 64 --heads 2 --ranges 4 --causal" \
+                    "--seqlen 200 --head-dim 128 --heads 2 --bias full"; do
             for tool in memcheck racecheck synccheck; do
                 if compute-sanitizer --tool $tool --error-exitcode 3 $build/flashjit run \
                     --backend cuda --reps 1 --batch 1 $args > "$out/sanitizer.tmp" 2>&1; then

@@ -83,14 +83,6 @@ const ${l.name} P
 %   end
 % end
 
-% -- The nested block named name of l.
-% function params_block(l, name)
-%   for _, f in ipairs(l.fields) do
-%     if f.name == name and f.kind == "block" then return f.block end
-%   end
-%   error("parameter block " .. l.name .. " has no block " .. name)
-% end
-
 % function params_unpack(l, var, rename)
 %   for _, f in ipairs(l.fields) do
 %     local name = rename and rename[f.name] or f.name
