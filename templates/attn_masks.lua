@@ -104,9 +104,9 @@ typedef struct mask_ctx {
 ** mod_args set (runtime/attention.c, validate.c), so the loads need no guard: unguarded, the
 ** compiler merges the repeated ones (a guard made it load every one of them apart, 10 % of a
 ** documents mask given as iarg[] bounds at 8k). */
-#define ARG_INDEX(i) I_MIN(I_MAX((int)(i), 0), c.mod_args_count - 1)
-#define ARG_F(i) LDG(c.mod_args + ARG_INDEX(i))
-#define ARG_I(i) LDG((GLOBAL const int *)c.mod_args + ARG_INDEX(i))
+INLINE int arg_index(int i, int n) { return i < 0 ? 0 : i < n ? i : n - 1; }
+#define ARG_F(i) LDG(c.mod_args + arg_index((int)(i), c.mod_args_count))
+#define ARG_I(i) LDG((GLOBAL const int *)c.mod_args + arg_index((int)(i), c.mod_args_count))
 % end
 
 % if element_masks then

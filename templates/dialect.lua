@@ -67,10 +67,15 @@ typedef unsigned int uint;
 % end
 #define I_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define I_MAX(a, b) ((a) > (b) ? (a) : (b))
-/* What mask and score expressions may call (runtime/expr.h). */
-#define EXPR_IMIN I_MIN
-#define EXPR_IMAX I_MAX
-#define EXPR_IABS(a) ((a) < 0 ? -(a) : (a))
+/* What mask and score expressions may call (plan/expr.h). Functions, not macros: a macro that
+** repeats its argument makes nested calls (abs(abs(...))) grow exponentially when the compiler
+** expands them. */
+INLINE int expr_imin(int a, int b) { return a < b ? a : b; }
+INLINE int expr_imax(int a, int b) { return a > b ? a : b; }
+INLINE int expr_iabs(int a) { return a < 0 ? -a : a; }
+#define EXPR_IMIN expr_imin
+#define EXPR_IMAX expr_imax
+#define EXPR_IABS expr_iabs
 % if backend == "opencl" then
 #define EXPR_FMIN fmin
 #define EXPR_FMAX fmax

@@ -367,6 +367,55 @@ static void test_mask_and_score_expressions(void **state)
     run_cases(state, cases, n);
 }
 
+/* Deeply nested calls and argument reads compile in bounded time and compute right: integer
+** abs/min/max and the argument reads are functions in the kernels, not macros that repeat their
+** argument (24 nested abs made the compiler expand 2^24 copies). */
+static void test_nested_expressions(void **state)
+{
+    static const int32_t perm[4] = {1, 2, 3, 0}; /* iarg[i]: a 4-cycle */
+    static char abs24[512], minmax[512], iarg12[512], *texts[3] = {abs24, minmax, iarg12};
+    strcpy(abs24, "q - k");
+    for (int i = 0; i < 24; i++) {
+        char t[512];
+        snprintf(t, sizeof t, "abs(%s)", abs24);
+        strcpy(abs24, t);
+    }
+    strcat(abs24, " % 7 != 3");
+    strcpy(minmax, "q");
+    for (int i = 0; i < 16; i++) {
+        char t[512];
+        snprintf(t, sizeof t, i % 2 ? "min(%s, k + %d)" : "max(%s, k - %d)", minmax, i);
+        strcpy(minmax, t);
+    }
+    strcat(minmax, " % 5 != 0");
+    strcpy(iarg12, "q % 4");
+    for (int i = 0; i < 12; i++) {
+        char t[512];
+        snprintf(t, sizeof t, "iarg[%s]", iarg12);
+        strcpy(iarg12, t);
+    }
+    strcat(iarg12, " != k % 4");
+    fjh_case cases[3];
+    for (int i = 0; i < 3; i++) {
+        cases[i] = base(150, 170, 32, FJ_DTYPE_F32);
+        cases[i].desc.mask_mod = texts[i];
+        cases[i].mod_args = (const float *)perm;
+        cases[i].mod_args_count = 4;
+    }
+    fj_context *ctx = context_or_skip(state);
+    for (int i = 0; i < 3; i++) {
+        fjh_result r;
+        fjh_run(ctx, &cases[i], &r);
+        if (!r.pass)
+            fail_msg("%s: %s", texts[i], r.why);
+        /* The first call renders and compiles: seconds, not the minutes of exponential source. */
+        if (r.first_call_ms > 30000)
+            fail_msg("%s: first call %.0f ms", texts[i], r.first_call_ms);
+        printf("  ok   %.60s... first call %.0f ms | %s\n", texts[i], r.first_call_ms,
+               r.kernel_path);
+    }
+}
+
 /* Masks over many 128 x 128 blocks, where the Hopper kernel classifies blocks and skips, masks
 ** or keeps them whole: documents, prefix-LM, a random block-sparse table read through iarg, a
 ** mask tensor and ranges with the band, ragged ends, head dims that take 64-key tiles. */
@@ -540,6 +589,7 @@ int main(void)
         cmocka_unit_test(test_mask_ranges),
         cmocka_unit_test(test_block_mask),
         cmocka_unit_test(test_mask_and_score_expressions),
+        cmocka_unit_test(test_nested_expressions),
         cmocka_unit_test(test_masks_over_many_blocks),
         cmocka_unit_test(test_long_sequences),
         cmocka_unit_test(test_second_call_is_memoised),
