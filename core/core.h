@@ -38,6 +38,16 @@ fj_status fj__fail(fj__err *err, fj_status status, const char *fmt, ...) FJ_PRIN
 /* Appends text to err's message (used to attach a warning to an otherwise successful call). */
 void fj__append(fj__err *err, const char *fmt, ...) FJ_PRINTF(2, 3);
 
+/* ---- extensible option structs ------------------------------------------------------------ */
+
+/* The offset just past field f of T: a struct_size a caller of an older (or this) version may
+** pass, since option structs only grow by whole fields at the end. */
+#define FJ__FIELD_END(T, f) (offsetof(T, f) + sizeof(((T *)0)->f))
+
+/* Whether size is one of the n field ends in ends (or the whole struct's size, whole): a
+** struct_size that ends inside a field would have the struct copied half a field deep. */
+int fj__size_on_field_end(size_t size, const size_t *ends, int n, size_t whole);
+
 /* ---- small utilities ------------------------------------------------------------------- */
 
 /* Monotonic wall-clock time in milliseconds. */

@@ -123,3 +123,13 @@ char *fj__strdup(const char *s)
         memcpy(d, s, n);
     return d;
 }
+
+int fj__size_on_field_end(size_t size, const size_t *ends, int n, size_t whole)
+{
+    if (size == whole)
+        return 1;
+    for (int i = 0; i < n; i++)
+        if (size == ends[i])
+            return 1;
+    return 0;
+}

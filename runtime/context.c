@@ -86,9 +86,16 @@ fj_status fj_context_create(const fj_context_options *opts, fj_context **out)
     fj_context_options o;
     fj_context_options_init(&o);
     if (opts) {
-        if (opts->struct_size < FJ__OPTIONS_V1_SIZE || opts->struct_size > sizeof o)
+#define END(f) FJ__FIELD_END(fj_context_options, f)
+        static const size_t ends[] = {END(cache_path), END(shipped_caches), END(cache_readonly),
+                                      END(tune)};
+#undef END
+        if (opts->struct_size < FJ__OPTIONS_V1_SIZE || opts->struct_size > sizeof o ||
+            !fj__size_on_field_end(opts->struct_size, ends, (int)(sizeof ends / sizeof ends[0]),
+                                   sizeof o))
             return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
-                            "opts.struct_size = %zu, expected %zu to %zu (call "
+                            "opts.struct_size = %zu is not the size of a released "
+                            "fj_context_options (%zu to %zu, ending on a field; call "
                             "fj_context_options_init)",
                             opts->struct_size, (size_t)FJ__OPTIONS_V1_SIZE, sizeof o);
         memcpy(&o, opts, opts->struct_size);

@@ -100,9 +100,20 @@ static fj_status check_desc(const fj_attention_desc *in, fj_attention_desc *d, f
     fj_attention_desc_init(d);
     if (!in)
         return FJ_OK;
-    if (in->struct_size < FJ__DESC_V1_SIZE || in->struct_size > sizeof *d)
+        /* The sizes of released layouts: every field end from the first version's on. */
+#define END(f) FJ__FIELD_END(fj_attention_desc, f)
+    static const size_t ends[] = {END(softcap),      END(mask_mod),       END(score_mod),
+                                  END(mod_args),     END(mod_args_count), END(alibi_slopes),
+                                  END(bias),         END(mask),           END(cu_seqlens_q),
+                                  END(cu_seqlens_k), END(seqused_k),      END(max_seqlen_q),
+                                  END(max_seqlen_k), END(mask_ranges),    END(block_mask)};
+#undef END
+    if (in->struct_size < FJ__DESC_V1_SIZE || in->struct_size > sizeof *d ||
+        !fj__size_on_field_end(in->struct_size, ends, (int)(sizeof ends / sizeof ends[0]),
+                               sizeof *d))
         return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
-                        "desc.struct_size = %zu, expected %zu to %zu (call fj_attention_desc_init)",
+                        "desc.struct_size = %zu is not the size of a released fj_attention_desc "
+                        "(%zu to %zu, ending on a field; call fj_attention_desc_init)",
                         in->struct_size, (size_t)FJ__DESC_V1_SIZE, sizeof *d);
     memcpy(d, in, in->struct_size);
     if (!isfinite(d->softmax_scale))

@@ -40,6 +40,18 @@ static void test_context_create_rejects_bad_options(void **state)
     assert_int_equal(fj_context_create(&o, &ctx), FJ_ERR_INVALID_ARGUMENT);
     assert_null(ctx);
     assert_non_null(strstr(fj_last_create_error(), "opts.struct_size = 4"));
+    /* A size ending inside a field (the shipped-cache list's pointer) is refused too. */
+    o.struct_size = offsetof(fj_context_options, shipped_caches) + 4;
+    assert_int_equal(fj_context_create(&o, &ctx), FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_last_create_error(), "not the size of a released"));
+    /* Every field end of a released layout is accepted: the first version's ... */
+    o.struct_size = offsetof(fj_context_options, shipped_caches);
+    o.backend = FJ_BACKEND_OPENCL;
+    fj_context *small = NULL;
+    if (fj_context_create(&o, &small) == FJ_OK)
+        fj_context_destroy(small);
+    else
+        assert_null(strstr(fj_last_create_error(), "struct_size"));
 
     fj_context_options_init(&o);
     o.backend = (fj_backend_kind)9;

@@ -134,6 +134,8 @@ MUT(lse_overlap, r->lse.stride[1] = 0)
 MUT(lse_data, r->lse.data = NULL)
 MUT(desc_size, r->desc.struct_size = 3)
 MUT(desc_size_big, r->desc.struct_size = sizeof(fj_attention_desc) + 8)
+/* Ends inside a pointer: copied byte by byte, half of it would be the caller's. */
+MUT(desc_size_inside, r->desc.struct_size = offsetof(fj_attention_desc, mask_mod) + 3)
 MUT(scale_nan, r->desc.softmax_scale = NAN)
 MUT(scale_inf, r->desc.softmax_scale = INFINITY)
 MUT(causal2, r->desc.causal = 2)
@@ -312,6 +314,8 @@ static const bad_case bad_cases[] = {
     {"lse data", lse_data, 0, FJ_ERR_INVALID_ARGUMENT, "lse.data is NULL"},
     {"desc size", desc_size, 0, FJ_ERR_INVALID_ARGUMENT, "desc.struct_size = 3"},
     {"desc size big", desc_size_big, 0, FJ_ERR_INVALID_ARGUMENT, "desc.struct_size"},
+    {"desc size inside a field", desc_size_inside, 0, FJ_ERR_INVALID_ARGUMENT,
+     "is not the size of a released fj_attention_desc"},
     {"scale nan", scale_nan, 0, FJ_ERR_INVALID_ARGUMENT, "desc.softmax_scale = nan is not finite"},
     {"scale inf", scale_inf, 0, FJ_ERR_INVALID_ARGUMENT, "desc.softmax_scale = inf is not finite"},
     {"causal 2", causal2, 0, FJ_ERR_INVALID_ARGUMENT, "desc.causal = 2, expected 0 or 1"},
