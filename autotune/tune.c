@@ -28,13 +28,13 @@ void fj__tune_bucket(const fj__features *f, const fj__variant *v, char *buf, siz
                        : f->window_right == 0 && f->window_left < 0 ? "causal"
                                                                     : "window";
     snprintf(buf, size,
-             "fwd.%s|%s|d=%d|dv=%d|sq=%lld|sk=%lld|bh=%lld|mask=%s|softcap=%d|lse=%d|neg=%d",
+             "fwd.%s|%s|d=%d|dv=%d|sq=%lld|sk=%lld|bh=%lld|mask=%s|softcap=%d|neg=%d",
              v->path == FJ__PATH_WGMMA ? "wgmma"
              : v->path == FJ__PATH_MMA ? "mma"
                                        : "simt",
              fj__dtype_name((fj_dtype)f->q_dtype), (int)v->head_dim_pad, (int)v->head_dim_v_pad,
              pow2_at_least(f->seqlen_q, 64), pow2_at_least(f->seqlen_k, 64),
-             pow2_at_least(f->batch * f->heads_q, 1), mask, (int)v->softcap, (int)v->write_lse,
+             pow2_at_least(f->batch * f->heads_q, 1), mask, (int)v->softcap,
              (int)v->neg_scale);
     if (v->alibi || v->bias || v->mask_tensor || v->varlen || v->mask_ranges || v->block_mask) {
         size_t used = strlen(buf);

@@ -28,7 +28,9 @@ typedef struct fj__tune_host {
 } fj__tune_host;
 
 /* The shape bucket of f under its planned variant v, e.g.
-** "fwd.mma|bf16|d=128|dv=128|sq=4096|sk=4096|bh=64|mask=causal|softcap=0|lse=1". */
+** "fwd.mma|bf16|d=128|dv=128|sq=4096|sk=4096|bh=64|mask=causal|softcap=0|neg=0". Whether lse
+** is written is not part of it: that is an epilogue store, and a record tuned either way serves
+** calls of both kinds (`flashjit tune` tunes without lse). */
 void fj__tune_bucket(const fj__features *f, const fj__variant *v, char *buf, size_t size);
 
 /* Tuning records looked up so far (a bucket's config, or NULL for none), kept per context. */

@@ -104,6 +104,10 @@ static void test_tune_on_miss_then_reuse(void **state)
     assert_int_equal(fjh_run(ctx, &c, &r), FJ_OK);
     assert_true(r.pass);
     assert_int_equal(r.first.tuned, 1);
+    c.with_lse = 0; /* a record tuned with lse serves calls without it (and the converse) */
+    assert_int_equal(fjh_run(ctx, &c, &r), FJ_OK);
+    assert_true(r.pass);
+    assert_int_equal(r.first.tuned, 1);
     fj_context_destroy(ctx);
 
     /* The record is in the cache, with every measurement. */
@@ -117,7 +121,7 @@ static void test_tune_on_miss_then_reuse(void **state)
     char bucket[256];
     snprintf(bucket, sizeof bucket,
              "fwd.simt|f16|d=32|dv=32|sq=128|sk=128|bh=2|mask=causal|"
-             "softcap=0|lse=1|neg=0");
+             "softcap=0|neg=0");
     assert_true(cache_get_tuning(cache, ctx->fingerprint, bucket, "fwd", &best, &us));
     assert_non_null(strstr(best, "tile_m="));
     assert_true(us > 0);
