@@ -362,8 +362,18 @@ int fjt_cache_build(int argc, char **argv)
         default: return build_usage(stderr);
         }
     }
-    if (!run.arch || strncmp(run.arch, "sm_", 3) != 0)
-        return build_usage(stderr);
+    int sm = 0;
+    char suffix = 0;
+    if (!run.arch || sscanf(run.arch, "sm_%d%c", &sm, &suffix) < 1 || sm < 80 ||
+        (suffix && suffix != 'a'))
+        return fprintf(stderr,
+                       "flashjit cache build: --arch takes sm_80 or newer (sm_80, sm_86, sm_89, "
+                       "sm_90a), not '%s'\n",
+                       run.arch ? run.arch : "(none)"),
+               2;
+    if (sm == 90 && suffix != 'a')
+        fprintf(stderr, "flashjit cache build: note: sm_90 has no wgmma; an H100 or H200 runs the "
+                        "Hopper kernel only from sm_90a binaries (--arch sm_90a)\n");
 
     fj__err err = {{0}};
     tpl_set_hash(run.hash, &err);

@@ -78,6 +78,8 @@ int fjt_cache_command(int argc, char **argv)
     if (argc < 2)
         return cache_usage(stderr);
     const char *sub = argv[1];
+    if (!strcmp(sub, "--help") || !strcmp(sub, "-h") || !strcmp(sub, "help"))
+        return cache_usage(stdout), 0;
     if (!strcmp(sub, "build"))
         return fjt_cache_build(argc - 1, argv + 1);
     enum { O_CACHE = 256, O_DEVICE, O_OLDER, O_ALL, O_HELP };
@@ -99,7 +101,15 @@ int fjt_cache_command(int argc, char **argv)
             path = fj__strdup(optarg);
             break;
         case O_DEVICE: device = optarg; break;
-        case O_OLDER: older_days = atof(optarg); break;
+        case O_OLDER: {
+            float days = 0;
+            if (fjt_parse_float("older-than", optarg, &days) || days < 0) {
+                free(path);
+                return fprintf(stderr, "flashjit cache: --older-than takes days >= 0\n"), 2;
+            }
+            older_days = days;
+            break;
+        }
         case O_ALL: all = 1; break;
         case O_HELP:
             free(path);

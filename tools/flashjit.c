@@ -413,8 +413,8 @@ static int cmd_run(int argc, char **argv)
     fj_context *ctx = NULL;
     fj_status st = fj_context_create(&o, &ctx);
     if (st != FJ_OK) {
-        fprintf(stderr, "flashjit: cannot create a %s context: %s: %s\n", backend_name(o.backend),
-                fj_status_string(st), fj_last_create_error());
+        fprintf(stderr, "flashjit: cannot create a context (backend %s): %s: %s\n",
+                backend_name(o.backend), fj_status_string(st), fj_last_create_error());
         return 2;
     }
     fj_device_info dev = {.struct_size = sizeof dev};
@@ -460,6 +460,8 @@ static int cmd_run(int argc, char **argv)
         if (c.timing_reps > 0)
             printf("time       %.3f ms (median of %d) = %.3f TFLOP/s\n", r.kernel_ms, c.timing_reps,
                    r.tflops);
+        else
+            printf("time       not measured (--reps 0)\n");
         if (!c.skip_check) {
             printf("error      max abs %.3g, relative %.3g", r.max_abs_err, r.rel_err);
             if (c.dtype != FJ_DTYPE_F32)

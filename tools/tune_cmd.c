@@ -113,6 +113,14 @@ int fjt_tune_command(int argc, char **argv)
         default: return tune_usage(stderr);
         }
     }
+    for (int a = 0; a < nd; a++)
+        if (hidden % dims[a] != 0)
+            return fprintf(
+                       stderr,
+                       "flashjit tune: --hidden %lld is not a multiple of --head-dim %lld (heads "
+                       "= hidden / head-dim)\n",
+                       (long long)hidden, (long long)dims[a]),
+                   2;
     fj_context *ctx = NULL;
     fj_status st = fj_context_create(&o, &ctx);
     if (st != FJ_OK) {
@@ -134,7 +142,7 @@ int fjt_tune_command(int argc, char **argv)
                 k.head_dim = k.head_dim_v = dims[a];
                 k.seqlen_q = k.seqlen_k = lens[s];
                 k.batch = tokens / lens[s] > 0 ? tokens / lens[s] : 1;
-                k.heads_q = k.heads_kv = hidden / dims[a] > 0 ? hidden / dims[a] : 1;
+                k.heads_q = k.heads_kv = hidden / dims[a];
                 k.desc.causal = (int)causal[c];
                 k.with_lse = 0;
                 k.tune = 1;
