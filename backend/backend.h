@@ -79,6 +79,9 @@ struct fj_backend_ops {
 
     fj_status (*mem_alloc)(void *b, size_t bytes, void **ptr);
     fj_status (*mem_free)(void *b, void *ptr);
+    /* Optional (NULL: cannot tell): FJ_OK when kernels may read and write [ptr, ptr + bytes),
+    ** FJ_ERR_INVALID_ARGUMENT otherwise. Sets no message; the caller names the tensor. */
+    fj_status (*check_memory)(void *b, const void *ptr, size_t bytes);
     fj_status (*copy_h2d)(void *b, void *dst, const void *src, size_t bytes);
     fj_status (*copy_d2h)(void *b, void *dst, const void *src, size_t bytes);
     /* Sets bytes of device memory at dst to value, queued on stream. */

@@ -8,8 +8,11 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend.h"
 
@@ -118,8 +121,18 @@ static const char *cl_error_name(cl_int code)
         }                                                                                          \
     } while (0)
 
+/* A block from clSVMAlloc. Kernels may only touch SVM memory of this context (the device has no
+** system SVM), so the backend keeps its blocks, sorted by base, to check pointers against. */
+typedef struct svm_block {
+    uintptr_t base;
+    size_t bytes;
+} svm_block;
+
 typedef struct clb {
     fj__err *err;
+    svm_block *blocks; /* sorted by base */
+    size_t nblocks, cap;
+    bool system_svm; /* any host pointer is device memory: nothing to check */
     cl_platform_id platform;
     cl_device_id device;
     cl_context context;
@@ -154,6 +167,27 @@ static fj_status find_device(int32_t index, cl_platform_id *platform, cl_device_
     return index >= 0 && index < *count ? FJ_OK : FJ_ERR_NO_DEVICE;
 }
 
+/* PoCL (the CPU driver) keeps compiled kernels under $POCL_CACHE_DIR, else $XDG_CACHE_HOME, else
+** $HOME/.cache; with none writable it registers no device at all, which looks like a missing
+** driver. True when that is the likely cause of finding no device. */
+static bool pocl_cache_dir_missing(void)
+{
+    if (getenv("POCL_CACHE_DIR") || getenv("XDG_CACHE_HOME"))
+        return false;
+    const char *home = getenv("HOME");
+    return !home || !*home || access(home, W_OK) != 0;
+}
+
+static fj_status no_such_device(fj__err *err, int32_t index, int32_t count)
+{
+    if (count == 0 && pocl_cache_dir_missing())
+        return fj__fail(err, FJ_ERR_NO_DEVICE,
+                        "no OpenCL device found; HOME is missing or not writable, and PoCL needs a "
+                        "writable cache directory: set POCL_CACHE_DIR (or XDG_CACHE_HOME or HOME)");
+    return fj__fail(err, FJ_ERR_NO_DEVICE, "OpenCL device %d does not exist (%d found)", index,
+                    count);
+}
+
 static fj_status clb_device_count(int32_t *count)
 {
     find_device(-1, NULL, NULL, count);
@@ -174,8 +208,7 @@ static fj_status clb_device_info(int32_t index, fj_device_info *info, fj__err *e
     cl_device_id dev;
     int32_t count;
     if (find_device(index, &plat, &dev, &count) != FJ_OK)
-        return fj__fail(err, FJ_ERR_NO_DEVICE, "OpenCL device %d does not exist (%d found)", index,
-                        count);
+        return no_such_device(err, index, count);
     info->backend = FJ_BACKEND_OPENCL;
     info->index = index;
     device_string(dev, CL_DEVICE_NAME, info->name, sizeof info->name);
@@ -207,6 +240,7 @@ static void cl_destroy(void *p)
     }
     if (b->context)
         cl.clReleaseContext(b->context);
+    free(b->blocks);
     free(b);
 }
 
@@ -220,8 +254,7 @@ static fj_status cl_create(int32_t index, fj__err *err, void **out)
         return fj__fail(err, FJ_ERR_NO_DEVICE,
                         "OpenCL is not available (libOpenCL.so.1 not found)");
     if (find_device(index, &plat, &dev, &count) != FJ_OK)
-        return fj__fail(err, FJ_ERR_NO_DEVICE, "OpenCL device %d does not exist (%d found)", index,
-                        count);
+        return no_such_device(err, index, count);
     clb *b = calloc(1, sizeof *b);
     if (!b)
         return fj__fail(err, FJ_ERR_OUT_OF_MEMORY, "out of memory");
@@ -237,6 +270,7 @@ static fj_status cl_create(int32_t index, fj__err *err, void **out)
                       index);
         goto out;
     }
+    b->system_svm = (svm & CL_DEVICE_SVM_FINE_GRAIN_SYSTEM) != 0;
     cl_int rc = CL_SUCCESS;
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)plat, 0};
     b->context = cl.clCreateContext(props, 1, &dev, NULL, NULL, &rc);
@@ -419,22 +453,68 @@ out:
     return st;
 }
 
+/* The index of the first block whose base is above addr. */
+static size_t block_after(const clb *b, uintptr_t addr)
+{
+    size_t lo = 0, hi = b->nblocks;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (b->blocks[mid].base <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 static fj_status cl_mem_alloc(void *p, size_t bytes, void **ptr)
 {
     clb *b = p;
+    if (b->nblocks == b->cap) {
+        size_t cap = b->cap ? 2 * b->cap : 16;
+        svm_block *grown = realloc(b->blocks, cap * sizeof *grown);
+        if (!grown)
+            return fj__fail(b->err, FJ_ERR_OUT_OF_MEMORY, "out of memory");
+        b->blocks = grown;
+        b->cap = cap;
+    }
     *ptr = cl.clSVMAlloc(b->context, CL_MEM_READ_WRITE, bytes, 0);
     if (!*ptr)
         return fj__fail(b->err, FJ_ERR_OUT_OF_MEMORY, "clSVMAlloc of %zu bytes failed", bytes);
+    size_t i = block_after(b, (uintptr_t)*ptr);
+    memmove(b->blocks + i + 1, b->blocks + i, (b->nblocks - i) * sizeof *b->blocks);
+    b->blocks[i] = (svm_block){(uintptr_t)*ptr, bytes};
+    b->nblocks++;
     return FJ_OK;
 }
 
 static fj_status cl_mem_free(void *p, void *ptr)
 {
     clb *b = p;
+    size_t i = block_after(b, (uintptr_t)ptr);
+    if (i == 0 || b->blocks[i - 1].base != (uintptr_t)ptr)
+        return fj__fail(b->err, FJ_ERR_INVALID_ARGUMENT,
+                        "ptr = %p was not returned by fj_malloc on this context (or was freed)",
+                        ptr);
     /* clSVMFree does not wait for kernels that may still use the memory. */
     cl.clFinish(b->queue);
     cl.clSVMFree(b->context, ptr);
+    memmove(b->blocks + i - 1, b->blocks + i, (b->nblocks - i) * sizeof *b->blocks);
+    b->nblocks--;
     return FJ_OK;
+}
+
+static fj_status cl_check_memory(void *p, const void *ptr, size_t bytes)
+{
+    clb *b = p;
+    if (b->system_svm)
+        return FJ_OK;
+    uintptr_t addr = (uintptr_t)ptr;
+    size_t i = block_after(b, addr);
+    if (i > 0 && addr - b->blocks[i - 1].base <= b->blocks[i - 1].bytes &&
+        bytes <= b->blocks[i - 1].bytes - (addr - b->blocks[i - 1].base))
+        return FJ_OK;
+    return FJ_ERR_INVALID_ARGUMENT;
 }
 
 static fj_status cl_copy(clb *b, void *dst, const void *src, size_t bytes)
@@ -493,6 +573,7 @@ const struct fj_backend_ops fj__opencl_backend = {
     .launch = cl_launch,
     .mem_alloc = cl_mem_alloc,
     .mem_free = cl_mem_free,
+    .check_memory = cl_check_memory,
     .copy_h2d = cl_copy_h2d,
     .copy_d2h = cl_copy_d2h,
     .memset_async = cl_memset_async,

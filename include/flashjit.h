@@ -14,7 +14,8 @@
 **  - Inputs are copied unless a comment says otherwise; returned const char * are borrowed.
 **  - A context is used by one thread at a time. Different contexts are independent.
 **  - Tensors live in device memory: fj_malloc() memory, or for CUDA any device pointer (for
-**    example a framework's tensor), for OpenCL an SVM pointer.
+**    example a framework's tensor). On OpenCL only the context's own fj_malloc() memory will do
+**    (unless the device has system SVM), and a tensor anywhere else is FJ_ERR_INVALID_ARGUMENT.
 */
 #ifndef FLASHJIT_H
 #define FLASHJIT_H
@@ -330,7 +331,9 @@ FJ_API fj_status fj_attention_tune(fj_context *ctx, const fj_attention_desc *des
                                    fj_tune_result *result);
 
 /* Device memory helpers for callers without a framework. fj_malloc of 0 bytes fails with
-** FJ_ERR_INVALID_ARGUMENT. fj_free(ctx, NULL) is a no-op. Copies are synchronous with respect
+** FJ_ERR_INVALID_ARGUMENT. fj_free(ctx, NULL) is a no-op; on OpenCL, freeing a pointer that
+** fj_malloc did not return on this context (or freeing twice) is FJ_ERR_INVALID_ARGUMENT. Copies
+*are synchronous with respect
 ** to the host and ordered after work already queued on the context's default queue. */
 FJ_API fj_status fj_malloc(fj_context *ctx, size_t bytes, void **ptr);
 FJ_API fj_status fj_free(fj_context *ctx, void *ptr);

@@ -246,6 +246,8 @@ fj_status fj_attention_forward(fj_context *ctx, const fj_attention_desc *desc, c
     fj__problem p;
     fj_status st = fj__validate_forward(desc, q, k, v, out, lse, &p, &ctx->err);
     if (st == FJ_OK)
+        st = fj__validate_memory(&p, ctx->ops, ctx->backend, &ctx->err);
+    if (st == FJ_OK)
         st = fj__mods_resolve(&ctx->mods, &p, &ctx->err);
     const fj__plan *plan = NULL;
     if (st == FJ_OK)
@@ -269,6 +271,8 @@ fj_status fj_attention_tune(fj_context *ctx, const fj_attention_desc *desc, cons
                         result->struct_size, sizeof *result);
     fj__problem p;
     fj_status st = fj__validate_forward(desc, q, k, v, out, lse, &p, &ctx->err);
+    if (st == FJ_OK)
+        st = fj__validate_memory(&p, ctx->ops, ctx->backend, &ctx->err);
     if (st == FJ_OK)
         st = fj__mods_resolve(&ctx->mods, &p, &ctx->err);
     if (st != FJ_OK)

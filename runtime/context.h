@@ -87,6 +87,11 @@ fj_status fj__validate_forward(const fj_attention_desc *desc, const fj_tensor *q
                                const fj_tensor *k, const fj_tensor *v, const fj_tensor *out,
                                const fj_tensor *lse, fj__problem *p, fj__err *err);
 
+/* Checks that every tensor of p lies in memory the backend's kernels may use (where the backend
+** can tell: OpenCL can, CUDA accepts any pointer). */
+fj_status fj__validate_memory(const fj__problem *p, const struct fj_backend_ops *ops, void *backend,
+                              fj__err *err);
+
 /* ---- kernels (kernels.c) ---- */
 
 /* Finds the kernel of variant v: already loaded, or from a cache, or rendered, compiled and

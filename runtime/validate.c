@@ -455,3 +455,46 @@ fj_status fj__validate_forward(const fj_attention_desc *desc, const fj_tensor *q
         p->window_right = -1;
     return FJ_OK;
 }
+
+/* The bytes from t's first element to its last. check_tensor bounded the offsets. */
+static size_t tensor_extent(const fj_tensor *t)
+{
+    int64_t last = 0;
+    for (int i = 0; i < t->ndim; i++)
+        last += (t->shape[i] - 1) * t->stride[i];
+    return (size_t)(last + 1) * fj_dtype_size(t->dtype);
+}
+
+fj_status fj__validate_memory(const fj__problem *p, const struct fj_backend_ops *ops, void *backend,
+                              fj__err *err)
+{
+    if (!ops->check_memory)
+        return FJ_OK;
+    const struct {
+        const char *name;
+        const fj_tensor *t;
+    } tensors[] = {
+        {"q", p->q},
+        {"k", p->k},
+        {"v", p->v},
+        {"out", p->out},
+        {"lse", p->lse},
+        {"desc.alibi_slopes", p->alibi},
+        {"desc.bias", p->bias},
+        {"desc.mask", p->mask},
+        {"desc.cu_seqlens_q", p->cu_seqlens_q},
+        {"desc.cu_seqlens_k", p->cu_seqlens_k},
+        {"desc.seqused_k", p->seqused_k},
+        {"desc.mask_ranges", p->mask_ranges},
+        {"desc.block_mask", p->block_mask},
+    };
+    for (size_t i = 0; i < sizeof tensors / sizeof tensors[0]; i++) {
+        const fj_tensor *t = tensors[i].t;
+        if (t && ops->check_memory(backend, t->data, tensor_extent(t)) != FJ_OK)
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                            "%s.data = %p (%zu bytes) is not device memory of this context: on the "
+                            "%s backend tensors must lie in fj_malloc() memory",
+                            tensors[i].name, t->data, tensor_extent(t), ops->name);
+    }
+    return FJ_OK;
+}

@@ -196,6 +196,51 @@ static void test_bad_expressions_are_rejected(void **state)
     assert_int_equal(fj_free(ctx, mem), FJ_OK);
 }
 
+/* The OpenCL device has no system SVM: its kernels can touch only this context's fj_malloc()
+** memory, so host pointers, tensors running past their block and foreign frees are refused. */
+static void test_opencl_tensors_must_be_context_memory(void **state)
+{
+    fj_context *ctx = *state;
+    if (!ctx)
+        skip();
+    void *mem = NULL;
+    assert_int_equal(fj_malloc(ctx, 4096, &mem), FJ_OK);
+    static float host[128 * 4];
+    fj_tensor t = {.data = mem,
+                   .dtype = FJ_DTYPE_F32,
+                   .ndim = 4,
+                   .shape = {1, 8, 1, 16},
+                   .stride = {128, 16, 16, 1}};
+    fj_tensor o = t;
+    o.data = (char *)mem + 2048;
+    fj_attention_desc d;
+    fj_attention_desc_init(&d);
+
+    fj_tensor h = t;
+    h.data = host;
+    assert_int_equal(fj_attention_forward(ctx, &d, &h, &t, &t, &o, NULL, NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_context_last_error(ctx), "q.data"));
+    assert_non_null(strstr(fj_context_last_error(ctx), "fj_malloc"));
+    /* 512 bytes starting 64 bytes before the block's end. */
+    o.data = (char *)mem + 4096 - 64;
+    assert_int_equal(fj_attention_forward(ctx, &d, &t, &t, &t, &o, NULL, NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_context_last_error(ctx), "out.data"));
+    o.data = (char *)mem + 4096 - 512;
+    assert_int_equal(fj_attention_forward(ctx, &d, &t, &t, &t, &o, NULL, NULL), FJ_OK);
+    assert_int_equal(fj_synchronize(ctx, NULL), FJ_OK);
+
+    assert_int_equal(fj_free(ctx, host), FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_context_last_error(ctx), "not returned by fj_malloc"));
+    assert_int_equal(fj_free(ctx, (char *)mem + 16), FJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(fj_free(ctx, mem), FJ_OK);
+    assert_int_equal(fj_free(ctx, mem), FJ_ERR_INVALID_ARGUMENT);
+    /* Freed memory is no longer a place for tensors. */
+    assert_int_equal(fj_attention_forward(ctx, &d, &t, &t, &t, &t, NULL, NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -204,6 +249,8 @@ int main(void)
         cmocka_unit_test(test_device_queries),
         cmocka_unit_test_setup_teardown(test_memory_and_call_checks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_expressions_are_rejected, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_opencl_tensors_must_be_context_memory, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests_name("public_api", tests, NULL, NULL);
 }
