@@ -201,6 +201,12 @@ typedef struct fj_attention_desc {
     ** arithmetic stays integer), comparisons, && || !, ?:, parentheses, min max abs exp log
     ** sqrt tanh floor, and arg[i] / iarg[i]: float / int32 element i of mod_args (indices are
     ** clamped into the array). Anything else is FJ_ERR_INVALID_ARGUMENT naming the position.
+    ** Arithmetic, the same in every kernel and in the library's reference: integers are 32-bit
+    ** two's complement and + - * and unary - wrap around; / truncates toward zero and x / 0 and
+    ** x % 0 are 0 (INT_MIN / -1 wraps to INT_MIN, abs(INT_MIN) is INT_MIN); a float operand
+    ** converts the other to float, and float arithmetic is IEEE single precision (x / 0.0 is
+    ** +-inf or NaN; the compiler may fuse a multiply and an add); min and max of a NaN and a
+    ** number give the number; comparisons, && || ! give the int 0 or 1.
     ** Requests with expressions run on the Hopper tensor-core kernel (sm_90a), elsewhere on the
     ** SIMT kernels. */
     const char *mask_mod;

@@ -1,5 +1,5 @@
 /* Mask and score expressions: tokenizer, recursive-descent parser, type check, canonical C
-** emission and a double-precision evaluator. See expr.h for the grammar. */
+** emission and an evaluator with the kernels' arithmetic. See expr.h for the grammar. */
 #define _POSIX_C_SOURCE 200809L
 #include "expr.h"
 
@@ -358,6 +358,21 @@ static void put(out *o, const char *s)
     o->used += n;
 }
 
+/* The function that computes integer op with the semantics of expr.h, or NULL for the operators
+** C defines on every int (comparisons, logic). */
+static const char *int_function(const char *op)
+{
+    static const char *const ops[][2] = {{"+", "EXPR_IADD"},
+                                         {"-", "EXPR_ISUB"},
+                                         {"*", "EXPR_IMUL"},
+                                         {"/", "EXPR_IDIV"},
+                                         {"%", "EXPR_IMOD"}};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (!strcmp(op, ops[i][0]))
+            return ops[i][1];
+    return NULL;
+}
+
 /* Emits node i; as_float converts an integer node to float. */
 static void emit(const fj__expr *e, int i, int as_float, out *o)
 {
@@ -383,13 +398,28 @@ static void emit(const fj__expr *e, int i, int as_float, out *o)
         break;
     case N_VAR: put(o, vars[n->id]); break;
     case N_NEG:
+        /* Integer negation wraps (expr.h): through a function, as C's '-' may not. */
+        put(o, n->is_float ? "(-" : "EXPR_INEG(");
+        emit(e, n->a, 0, o);
+        put(o, ")");
+        break;
     case N_NOT:
-        put(o, n->kind == N_NEG ? "(-" : "(!");
+        put(o, "(!");
         emit(e, n->a, 0, o);
         put(o, ")");
         break;
     case N_BIN: {
         int f = e->nodes[n->a].is_float || e->nodes[n->b].is_float;
+        const char *func = f ? NULL : int_function(n->op);
+        if (func) { /* integer arithmetic: wrapping, and defined for a zero divisor */
+            put(o, func);
+            put(o, "(");
+            emit(e, n->a, 0, o);
+            put(o, ", ");
+            emit(e, n->b, 0, o);
+            put(o, ")");
+            break;
+        }
         put(o, "(");
         emit(e, n->a, f, o);
         snprintf(tmp, sizeof tmp, " %s ", n->op);
@@ -475,65 +505,121 @@ int fj__expr_uses_args(const fj__expr *e)
 
 /* ---- evaluation ------------------------------------------------------------------------------ */
 
+/* The kernels' arithmetic (expr.h): integers are int32 and wrap, floats are IEEE single. Every
+** value is held in a double, which holds both exactly. */
+static double wrap32(int64_t v)
+{
+    return (double)(int32_t)(uint32_t)(uint64_t)v;
+}
+
+static double f32(double v)
+{
+    return (double)(float)v;
+}
+
+static double int_op(const char *op, int64_t x, int64_t y)
+{
+    switch (op[0]) {
+    case '+': return wrap32(x + y);
+    case '-': return wrap32(x - y);
+    case '*': return wrap32(x * y);
+    case '/': return y == 0 ? 0 : wrap32(x / y);
+    default: return y == 0 ? 0 : (double)(x % y);
+    }
+}
+
+static double float_op(const char *op, double x, double y)
+{
+    switch (op[0]) {
+    case '+': return f32(x + y);
+    case '-': return f32(x - y);
+    case '*': return f32(x * y);
+    default: return f32(x / y);
+    }
+}
+
+static double compare(const char *op, double x, double y)
+{
+    if (!strcmp(op, "<"))
+        return x < y;
+    if (!strcmp(op, "<="))
+        return x <= y;
+    if (!strcmp(op, ">"))
+        return x > y;
+    if (!strcmp(op, ">="))
+        return x >= y;
+    if (!strcmp(op, "=="))
+        return x == y;
+    if (!strcmp(op, "!="))
+        return x != y;
+    if (!strcmp(op, "&&"))
+        return x != 0 && y != 0;
+    return x != 0 || y != 0;
+}
+
+static double eval(const fj__expr *e, int i, const fj__expr_env *env);
+
+/* Node i as the kernel sees it where a float is expected: integers convert to float. */
+static double eval_as(const fj__expr *e, int i, int as_float, const fj__expr_env *env)
+{
+    double v = eval(e, i, env);
+    return as_float ? f32(v) : v;
+}
+
+static double call(const node *n, double x, double y)
+{
+    if (!n->is_float)
+        switch (n->id) {
+        case F_MIN: return x < y ? x : y;
+        case F_MAX: return x > y ? x : y;
+        default: return wrap32(x < 0 ? -(int64_t)x : (int64_t)x);
+        }
+    switch (n->id) {
+    case F_MIN: return fmin(x, y); /* as fminf: a NaN operand yields the other one */
+    case F_MAX: return fmax(x, y);
+    case F_ABS: return fabs(x);
+    case F_EXP: return f32(exp(x));
+    case F_LOG: return f32(log(x));
+    case F_SQRT: return f32(sqrt(x));
+    case F_TANH: return f32(tanh(x));
+    default: return floor(x);
+    }
+}
+
 static double eval(const fj__expr *e, int i, const fj__expr_env *env)
 {
     const node *n = &e->nodes[i];
     switch (n->kind) {
     case N_INT: return (double)n->ival;
-    case N_FLOAT: return (float)n->fval;
+    case N_FLOAT: return f32(n->fval);
     case N_VAR: {
         const int64_t ints[] = {env->b, env->h, env->q, env->k, env->sq, env->sk};
-        return n->id == V_S ? env->s : (double)ints[n->id];
+        return n->id == V_S ? f32(env->s) : (double)ints[n->id];
     }
-    case N_NEG: return -eval(e, n->a, env);
+    case N_NEG: {
+        double x = eval(e, n->a, env);
+        return n->is_float ? -x : wrap32(-(int64_t)x);
+    }
     case N_NOT: return !eval(e, n->a, env);
     case N_BIN: {
-        double x = eval(e, n->a, env), y = eval(e, n->b, env);
-        int ints = !e->nodes[n->a].is_float && !e->nodes[n->b].is_float;
-        const char *op = n->op;
-        if (!strcmp(op, "+"))
-            return x + y;
-        if (!strcmp(op, "-"))
-            return x - y;
-        if (!strcmp(op, "*"))
-            return x * y;
-        if (!strcmp(op, "/"))
-            return ints ? (y == 0 ? 0 : (double)((int64_t)x / (int64_t)y)) : x / y;
-        if (!strcmp(op, "%"))
-            return y == 0 ? 0 : (double)((int64_t)x % (int64_t)y);
-        if (!strcmp(op, "<"))
-            return x < y;
-        if (!strcmp(op, "<="))
-            return x <= y;
-        if (!strcmp(op, ">"))
-            return x > y;
-        if (!strcmp(op, ">="))
-            return x >= y;
-        if (!strcmp(op, "=="))
-            return x == y;
-        if (!strcmp(op, "!="))
-            return x != y;
-        if (!strcmp(op, "&&"))
-            return x != 0 && y != 0;
-        return x != 0 || y != 0;
+        int f = e->nodes[n->a].is_float || e->nodes[n->b].is_float;
+        double x = eval_as(e, n->a, f, env), y = eval_as(e, n->b, f, env);
+        if (!strchr("+-*/%", n->op[0]) || n->op[1] != '\0')
+            return compare(n->op, x, y);
+        return f ? float_op(n->op, x, y) : int_op(n->op, (int64_t)x, (int64_t)y);
     }
-    case N_COND: return eval(e, n->a, env) != 0 ? eval(e, n->b, env) : eval(e, n->c, env);
+    case N_COND:
+        return eval(e, n->a, env) != 0 ? eval_as(e, n->b, n->is_float, env)
+                                       : eval_as(e, n->c, n->is_float, env);
     case N_CALL: {
-        double x = eval(e, n->a, env), y = n->b >= 0 ? eval(e, n->b, env) : 0;
-        switch (n->id) {
-        case F_MIN: return x < y ? x : y;
-        case F_MAX: return x > y ? x : y;
-        case F_ABS: return fabs(x);
-        case F_EXP: return exp(x);
-        case F_LOG: return log(x);
-        case F_SQRT: return sqrt(x);
-        case F_TANH: return tanh(x);
-        default: return floor(x);
-        }
+        double x = eval_as(e, n->a, n->is_float, env);
+        double y = n->b >= 0 ? eval_as(e, n->b, n->is_float, env) : 0;
+        return call(n, x, y);
     }
     case N_LOAD_F:
     case N_LOAD_I: {
-        /* Indices are clamped into the array, as in the kernels: never a read outside it. */
+        /* Indices are clamped into the array, as in the kernels: never a read outside it. The
+        ** index is an int32 value, so the conversion is exact. */
         int64_t idx = (int64_t)eval(e, n->a, env);
         if (!env->args || env->nargs <= 0)
             return 0;

@@ -14,7 +14,10 @@
 **          score_mod s (the score after scaling and soft-capping, float)
 **   funcs: min max abs (any), exp log sqrt tanh (float), floor (float -> float)
 **   arg[i] reads float i of mod_args, iarg[i] int32 i of mod_args
-** Integer arithmetic stays integer (q / 64 is a block index); a float operand makes it float. */
+** Integer arithmetic stays integer (q / 64 is a block index); a float operand makes it float.
+** Semantics (flashjit.h, fj_attention_desc.mask_mod): int32 wraps, a zero divisor gives 0, floats
+** are single precision. The emitted C computes integer + - * / % and unary - through EXPR_I*
+** functions (templates/dialect.lua) and the evaluator rounds as the kernels do. */
 #ifndef FJ_PLAN_EXPR_H
 #define FJ_PLAN_EXPR_H
 
@@ -44,7 +47,7 @@ void fj__expr_free(fj__expr *e);
 const char *fj__expr_text(const fj__expr *e);
 /* Whether the expression reads mod_args. */
 int fj__expr_uses_args(const fj__expr *e);
-/* Evaluates the expression in double precision (reference and tests). */
+/* Evaluates the expression with the kernels' arithmetic (reference and tests). */
 double fj__expr_eval(const fj__expr *e, const fj__expr_env *env);
 
 #endif /* FJ_PLAN_EXPR_H */

@@ -69,10 +69,24 @@ typedef unsigned int uint;
 #define I_MAX(a, b) ((a) > (b) ? (a) : (b))
 /* What mask and score expressions may call (plan/expr.h). Functions, not macros: a macro that
 ** repeats its argument makes nested calls (abs(abs(...))) grow exponentially when the compiler
-** expands them. */
+** expands them. Integer arithmetic is int32 that wraps, computed on uint (C leaves signed overflow
+** undefined), and a zero divisor gives 0: the semantics the header promises and the host's
+** evaluator computes. */
+INLINE int expr_iadd(int a, int b) { return (int)((uint)a + (uint)b); }
+INLINE int expr_isub(int a, int b) { return (int)((uint)a - (uint)b); }
+INLINE int expr_imul(int a, int b) { return (int)((uint)a * (uint)b); }
+INLINE int expr_ineg(int a) { return (int)(0u - (uint)a); }
+INLINE int expr_idiv(int a, int b) { return b == 0 ? 0 : b == -1 ? expr_ineg(a) : a / b; }
+INLINE int expr_imod(int a, int b) { return b == 0 || b == -1 ? 0 : a % b; }
 INLINE int expr_imin(int a, int b) { return a < b ? a : b; }
 INLINE int expr_imax(int a, int b) { return a > b ? a : b; }
-INLINE int expr_iabs(int a) { return a < 0 ? -a : a; }
+INLINE int expr_iabs(int a) { return a < 0 ? expr_ineg(a) : a; }
+#define EXPR_IADD expr_iadd
+#define EXPR_ISUB expr_isub
+#define EXPR_IMUL expr_imul
+#define EXPR_INEG expr_ineg
+#define EXPR_IDIV expr_idiv
+#define EXPR_IMOD expr_imod
 #define EXPR_IMIN expr_imin
 #define EXPR_IMAX expr_imax
 #define EXPR_IABS expr_iabs

@@ -353,6 +353,11 @@ static void test_mask_and_score_expressions(void **state)
         {NULL, "s * 0.5f + (k % 5 == 0 ? 1.0 : 0.0)", 1, 3.0f, FJ_DTYPE_F16},
         {"b == 1 || k < q", "tanh(s / 4.0) * 4.0", 0, 0, FJ_DTYPE_BF16},
         {"k > 1000", NULL, 0, 0, FJ_DTYPE_F32}, /* no row keeps a key */
+        /* The defined arithmetic (flashjit.h): a zero divisor gives 0, int32 wraps. */
+        {"q / (k - k) == 0 && (q + 1) % (k % 3) != 1", NULL, 0, 0, FJ_DTYPE_BF16},
+        {"(q * 1000003 * 1000003 + k * 65537 * 65537) % 5 != 0", NULL, 0, 0, FJ_DTYPE_F16},
+        {"abs((q + 1) * 1073741824) >= 0 || k < q", "s + ((k * 2147483647) % 3 == 1 ? 0.5 : 0.0)",
+         0, 0, FJ_DTYPE_F32},
     };
     size_t n = sizeof m / sizeof m[0];
     fjh_case cases[sizeof m / sizeof m[0]];

@@ -61,6 +61,45 @@ static void test_accepted_expressions_compute(void **state)
     }
 }
 
+/* The arithmetic the header defines, which the kernels compute too: int32 that wraps, a zero
+** divisor gives 0, floats are IEEE single precision. */
+static void test_defined_arithmetic(void **state)
+{
+    (void)state;
+    fj__expr_env env = {.q = 70, .k = 0, .sq = 65536, .sk = 65536, .s = 1.0};
+    static const struct {
+        const char *text;
+        int score;
+        double want;
+    } cases[] = {
+        {"q / 0", 0, 0},
+        {"q % 0", 0, 0},
+        {"q / (k - k)", 0, 0},
+        {"-q / 0 == 0", 0, 1},
+        {"sq * sk", 0, 0},                    /* 2^32 wraps to 0 */
+        {"sq * sq / 2 + sq * sq / 2", 0, 0},  /* 0 / 2 twice */
+        {"2147483647 + 1", 0, -2147483648.0}, /* wraps */
+        {"-2147483647 - 1 - 1", 0, 2147483647.0},
+        {"(-2147483647 - 1) / -1", 0, -2147483648.0},
+        {"(-2147483647 - 1) % -1", 0, 0},
+        {"abs(-2147483647 - 1)", 0, -2147483648.0},
+        {"-(-2147483647 - 1)", 0, -2147483648.0},
+        {"-7 / 2", 0, -3}, /* truncates toward zero, as C */
+        {"-7 % 2", 0, -1},
+        {"16777217 + 0.0", 0, 16777216.0}, /* the int converts to float */
+        {"16777217 == 16777216.0", 0, 1},  /* ... rounding to 16777216 */
+        {"s / 0.0 > 3.4e38", 1, 1},        /* IEEE: +inf */
+        {"s * 3e38 * 10.0 > 3.4e38", 1, 1},
+        {"0.1 + 0.2 == 0.3", 0, 1},    /* true in single precision, false in double */
+        {"min(s, log(-1.0))", 1, 1.0}, /* fminf: a NaN operand yields the other one */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        double got = eval_text(cases[i].text, cases[i].score, &env);
+        if (got != cases[i].want)
+            fail_msg("'%s' = %.9g, expected %.9g", cases[i].text, got, cases[i].want);
+    }
+}
+
 static void test_canonical_text_has_only_grammar_tokens(void **state)
 {
     (void)state;
@@ -68,11 +107,11 @@ static void test_canonical_text_has_only_grammar_tokens(void **state)
     fj__err err = {{0}};
     assert_int_equal(fj__expr_parse("score_mod", "s - arg[h] * abs(q - k)", 1, &e, &err), FJ_OK);
     assert_string_equal(fj__expr_text(e),
-                        "(FJ_S - (ARG_F(FJ_H) * ((float)EXPR_IABS((FJ_Q - FJ_K)))))");
+                        "(FJ_S - (ARG_F(FJ_H) * ((float)EXPR_IABS(EXPR_ISUB(FJ_Q, FJ_K)))))");
     assert_true(fj__expr_uses_args(e));
     fj__expr_free(e);
     assert_int_equal(fj__expr_parse("mask_mod", "q / 64 == k / 64", 0, &e, &err), FJ_OK);
-    assert_string_equal(fj__expr_text(e), "((FJ_Q / 64) == (FJ_K / 64))");
+    assert_string_equal(fj__expr_text(e), "(EXPR_IDIV(FJ_Q, 64) == EXPR_IDIV(FJ_K, 64))");
     assert_false(fj__expr_uses_args(e));
     fj__expr_free(e);
     assert_int_equal(fj__expr_parse("score_mod", "s * 2", 1, &e, &err), FJ_OK);
@@ -160,6 +199,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_accepted_expressions_compute),
+        cmocka_unit_test(test_defined_arithmetic),
         cmocka_unit_test(test_canonical_text_has_only_grammar_tokens),
         cmocka_unit_test(test_rejected_expressions_name_the_position),
         cmocka_unit_test(test_long_expressions_are_bounded),
