@@ -185,15 +185,18 @@ FJ_API fj_status fj_context_get_device_info(const fj_context *ctx, fj_device_inf
 
 /* The attention to compute, beyond what the tensors say. */
 typedef struct fj_attention_desc {
-    size_t struct_size;  /* sizeof(fj_attention_desc), set by fj_attention_desc_init() */
-    float softmax_scale; /* scores = q.k * softmax_scale; 0 (default) means 1/sqrt(head_dim) */
+    size_t struct_size; /* sizeof(fj_attention_desc), set by fj_attention_desc_init() */
+    /* scores = q.k * softmax_scale; 0 (default) means 1/sqrt(head_dim). |softmax_scale| <= 1e6:
+    ** scores are computed in float. */
+    float softmax_scale;
     int32_t causal;      /* 0 or 1. Bottom-right aligned as in FlashAttention >= 2.1: query i
                          ** sees key j iff j <= i + seqlen_k - seqlen_q. Implies window_right=0. */
     int32_t window_left; /* sliding window: query i sees keys j with
                          ** i + seqlen_k - seqlen_q - window_left <= j <=
                          ** i + seqlen_k - seqlen_q + window_right; -1 (default) is unbounded */
     int32_t window_right;
-    float softcap; /* > 0: scores = softcap * tanh(scores / softcap); 0 (default): off */
+    /* 1e-6 to 1e6: scores = softcap * tanh(scores / softcap); 0 (default): off. */
+    float softcap;
     /* Expressions compiled into the kernel (NULL: none). mask_mod keeps the pair (q, k) where it
     ** is nonzero, on top of causal and window; score_mod replaces the score s (after scaling
     ** and soft-capping) by its value. The grammar: integers b h q k (batch, head, query row,
@@ -206,7 +209,9 @@ typedef struct fj_attention_desc {
     ** x % 0 are 0 (INT_MIN / -1 wraps to INT_MIN, abs(INT_MIN) is INT_MIN); a float operand
     ** converts the other to float, and float arithmetic is IEEE single precision (x / 0.0 is
     ** +-inf or NaN; the compiler may fuse a multiply and an add); min and max of a NaN and a
-    ** number give the number; comparisons, && || ! give the int 0 or 1.
+    ** number give the number; comparisons, && || ! give the int 0 or 1. A score_mod value of -inf
+    ** masks the pair; a finite one beyond +-2.35e38 saturates there (scores are held in log2
+    ** units: the output is right, lse is then off by the difference).
     ** Requests with expressions run on the Hopper tensor-core kernel (sm_90a), elsewhere on the
     ** SIMT kernels. */
     const char *mask_mod;

@@ -21,6 +21,8 @@
 #ifndef FJ_PLAN_EXPR_H
 #define FJ_PLAN_EXPR_H
 
+#include <math.h>
+
 #include "../core/core.h"
 
 #define FJ__EXPR_MAX_NODES 256
@@ -49,5 +51,15 @@ const char *fj__expr_text(const fj__expr *e);
 int fj__expr_uses_args(const fj__expr *e);
 /* Evaluates the expression with the kernels' arithmetic (reference and tests). */
 double fj__expr_eval(const fj__expr *e, const fj__expr_env *env);
+
+/* The kernels hold scores in log2 units, so a score_mod value of magnitude beyond FLT_MAX * ln 2
+** saturates there (flashjit.h); infinities and NaN stay. score_to_log2 in attn_masks.lua. */
+#define FJ__SCORE_MOD_MAX 2.3586574916681825e38
+static inline double fj__score_mod_saturate(double s)
+{
+    return s > FJ__SCORE_MOD_MAX && s != INFINITY     ? FJ__SCORE_MOD_MAX
+           : s < -FJ__SCORE_MOD_MAX && s != -INFINITY ? -FJ__SCORE_MOD_MAX
+                                                      : s;
+}
 
 #endif /* FJ_PLAN_EXPR_H */

@@ -11,6 +11,13 @@
 #define FJ__MAX_GRID_DIM 65535
 #define FJ__MAX_HEAD_DIM 576 /* DeepSeek's 576 / 512; beyond 256 the SIMT kernels serve */
 
+/* Scores are computed in float, in log2 units: q.k * softmax_scale * log2(e), or with soft-capping
+** tanh(q.k * softmax_scale / softcap) * softcap * log2(e). These bounds keep those factors, and the
+** scores of any inputs of moderate size, finite (flashjit.h documents them). */
+#define FJ__MAX_SCALE 1e6
+#define FJ__MIN_SOFTCAP 1e-6
+#define FJ__MAX_SOFTCAP 1e6
+
 /* The size of the first published fj_attention_desc: the smallest struct_size accepted. */
 #define FJ__DESC_V1_SIZE (offsetof(fj_attention_desc, softcap) + sizeof(float))
 
@@ -116,9 +123,11 @@ static fj_status check_desc(const fj_attention_desc *in, fj_attention_desc *d, f
                         "(%zu to %zu, ending on a field; call fj_attention_desc_init)",
                         in->struct_size, (size_t)FJ__DESC_V1_SIZE, sizeof *d);
     memcpy(d, in, in->struct_size);
-    if (!isfinite(d->softmax_scale))
-        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "desc.softmax_scale = %g is not finite",
-                        (double)d->softmax_scale);
+    if (!(fabsf(d->softmax_scale) <= FJ__MAX_SCALE))
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                        "desc.softmax_scale = %g, expected a finite value of magnitude at most %g "
+                        "(0: 1/sqrt(head_dim))",
+                        (double)d->softmax_scale, FJ__MAX_SCALE);
     if (d->causal != 0 && d->causal != 1)
         return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "desc.causal = %d, expected 0 or 1",
                         (int)d->causal);
@@ -143,10 +152,10 @@ static fj_status check_desc(const fj_attention_desc *in, fj_attention_desc *d, f
     if (d->mod_args_count > INT32_MAX)
         return fj__fail(err, FJ_ERR_UNSUPPORTED, "desc.mod_args_count = %lld exceeds 2^31 - 1",
                         (long long)d->mod_args_count);
-    if (!isfinite(d->softcap) || d->softcap < 0)
+    if (d->softcap != 0.0f && !(d->softcap >= FJ__MIN_SOFTCAP && d->softcap <= FJ__MAX_SOFTCAP))
         return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
-                        "desc.softcap = %g, expected a finite value >= 0 (0 disables it)",
-                        (double)d->softcap);
+                        "desc.softcap = %g, expected 0 (off) or a value from %g to %g",
+                        (double)d->softcap, FJ__MIN_SOFTCAP, FJ__MAX_SOFTCAP);
     return FJ_OK;
 }
 
@@ -488,6 +497,12 @@ fj_status fj__validate_memory(const fj__problem *p, const struct fj_backend_ops 
         {"desc.mask_ranges", p->mask_ranges},
         {"desc.block_mask", p->block_mask},
     };
+    if (p->mod_args_count > 0 &&
+        ops->check_memory(backend, p->mod_args, (size_t)p->mod_args_count * 4) != FJ_OK)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                        "desc.mod_args = %p (%lld elements) is not device memory of this context: "
+                        "on the %s backend it must lie in fj_malloc() memory",
+                        p->mod_args, (long long)p->mod_args_count, ops->name);
     for (size_t i = 0; i < sizeof tensors / sizeof tensors[0]; i++) {
         const fj_tensor *t = tensors[i].t;
         if (t && ops->check_memory(backend, t->data, tensor_extent(t)) != FJ_OK)

@@ -109,6 +109,16 @@ INLINE int arg_index(int i, int n) { return i < 0 ? 0 : i < n ? i : n - 1; }
 #define ARG_I(i) LDG((GLOBAL const int *)c.mod_args + arg_index((int)(i), c.mod_args_count))
 % end
 
+% if score_mod ~= "" then
+/* A score_mod value in the kernels' log2 units. A finite score beyond what those can hold
+** saturates (a row of equal huge scores is still a uniform softmax); -inf still masks, NaN stays. */
+INLINE float score_to_log2(float v)
+{
+    const float x = v * (1.0f / F_LN2);
+    return EXPR_FABS(v) < F_INF ? EXPR_FMIN(EXPR_FMAX(x, -F_MAXF), F_MAXF) : x;
+}
+% end
+
 % if element_masks then
 INLINE bool fj_keeps(const mask_ctx c, int fj_q, int fj_k)
 {
@@ -141,7 +151,7 @@ INLINE float fj_score(const mask_ctx c, float x, int fj_q, int fj_k)
 %   end
 %   if score_mod ~= "" then
     const float fj_s = x * F_LN2; /* the score after scaling and soft-capping */
-    x = (${score_mod}) * (1.0f / F_LN2);
+    x = score_to_log2(${score_mod});
 %   end
     return x;
 }

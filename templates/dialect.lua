@@ -58,6 +58,7 @@ typedef unsigned int uint;
 %   error("dialect: unknown backend " .. tostring(backend))
 % end
 #define GPTR(T, x) ((GLOBAL T *)(x))
+#define F_MAXF 3.40282347e38f /* the largest finite float */
 % -- LDG(p): *p for memory the kernel only reads (masks, ranges, classes, offsets), through
 % -- CUDA's read-only data cache; LOAD_RO(p, i) likewise for an element as float.
 % if backend == "cuda" then

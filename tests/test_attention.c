@@ -358,6 +358,10 @@ static void test_mask_and_score_expressions(void **state)
         {"(q * 1000003 * 1000003 + k * 65537 * 65537) % 5 != 0", NULL, 0, 0, FJ_DTYPE_F16},
         {"abs((q + 1) * 1073741824) >= 0 || k < q", "s + ((k * 2147483647) % 3 == 1 ? 0.5 : 0.0)",
          0, 0, FJ_DTYPE_F32},
+        /* Extreme finite scores are computed right (equal ones: a uniform softmax); -inf masks. */
+        {NULL, "-3.4e38", 0, 0, FJ_DTYPE_BF16},
+        {NULL, "k % 2 == 0 ? 3.4e38 : s", 0, 0, FJ_DTYPE_F16},
+        {NULL, "k > q ? -1.0 / 0.0 : s", 0, 0, FJ_DTYPE_F32},
     };
     size_t n = sizeof m / sizeof m[0];
     fjh_case cases[sizeof m / sizeof m[0]];

@@ -143,6 +143,11 @@ MUT(wleft, r->desc.window_left = -2)
 MUT(wright, r->desc.window_right = -5)
 MUT(softcap_neg, r->desc.softcap = -1)
 MUT(softcap_nan, r->desc.softcap = NAN)
+/* Finite but beyond what float scores in log2 units hold. */
+MUT(scale_huge, r->desc.softmax_scale = 3.4e38f)
+MUT(scale_huge_neg, r->desc.softmax_scale = -2e6f)
+MUT(softcap_tiny, r->desc.softcap = 1e-45f)
+MUT(softcap_huge, r->desc.softcap = 3.4e38f)
 MUT(overflow, r->q.stride[0] = INT64_MAX / 2)
 MUT(args_negative, r->desc.mod_args_count = -1)
 MUT(args_null, r->desc.mod_args_count = 4)
@@ -316,8 +321,15 @@ static const bad_case bad_cases[] = {
     {"desc size big", desc_size_big, 0, FJ_ERR_INVALID_ARGUMENT, "desc.struct_size"},
     {"desc size inside a field", desc_size_inside, 0, FJ_ERR_INVALID_ARGUMENT,
      "is not the size of a released fj_attention_desc"},
-    {"scale nan", scale_nan, 0, FJ_ERR_INVALID_ARGUMENT, "desc.softmax_scale = nan is not finite"},
-    {"scale inf", scale_inf, 0, FJ_ERR_INVALID_ARGUMENT, "desc.softmax_scale = inf is not finite"},
+    {"scale nan", scale_nan, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.softmax_scale = nan, expected a finite value of magnitude at most 1e+06"},
+    {"scale inf", scale_inf, 0, FJ_ERR_INVALID_ARGUMENT, "desc.softmax_scale = inf"},
+    {"scale huge", scale_huge, 0, FJ_ERR_INVALID_ARGUMENT, "desc.softmax_scale = 3.4e+38"},
+    {"scale huge negative", scale_huge_neg, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.softmax_scale = -2e+06"},
+    {"softcap tiny", softcap_tiny, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.softcap = 1.4013e-45, expected 0 (off) or a value from 1e-06 to 1e+06"},
+    {"softcap huge", softcap_huge, 0, FJ_ERR_INVALID_ARGUMENT, "desc.softcap = 3.4e+38"},
     {"causal 2", causal2, 0, FJ_ERR_INVALID_ARGUMENT, "desc.causal = 2, expected 0 or 1"},
     {"window left", wleft, 0, FJ_ERR_INVALID_ARGUMENT, "desc.window_left = -2"},
     {"window right", wright, 0, FJ_ERR_INVALID_ARGUMENT, "desc.window_right = -5"},

@@ -194,7 +194,7 @@ static double score_transform(const fjr_problem *p, int64_t b, int64_t h, int64_
     double s = dot * p->scale;
     s = p->softcap > 0 ? p->softcap * tanh(s / p->softcap) : s;
     s += score_terms(p, b, h, i, j);
-    return p->score_mod ? eval_mod(p, p->score_mod, b, h, i, j, s) : s;
+    return p->score_mod ? fj__score_mod_saturate(eval_mod(p, p->score_mod, b, h, i, j, s)) : s;
 }
 
 void fjr_attention(const fjr_problem *p, const double *q, const double *k, const double *v,
@@ -271,7 +271,7 @@ void fjr_attention_lowp(const fjr_problem *p, fj_dtype dtype, const float *q, co
                         x = (float)p->softcap * tanhf(x / (float)p->softcap);
                     x += (float)score_terms(p, b, h, i, j);
                     if (p->score_mod)
-                        x = (float)eval_mod(p, p->score_mod, b, h, i, j, x);
+                        x = (float)fj__score_mod_saturate(eval_mod(p, p->score_mod, b, h, i, j, x));
                     s[j] = x;
                     m = fmaxf(m, x);
                 }
