@@ -10,30 +10,35 @@
 -- parameter nor a library is an error, so a misspelt parameter never renders silently.
 --
 -- Called as engine(source, params, safe, load, main): source(name) returns a template's text,
--- params the parameter table, safe the whitelisted library table, load Lua's load, main the
--- template to render.
+-- params the parameter table, safe the whitelisted library table, load a loader of Lua text
+-- (never bytecode), main the template to render. The sandbox has no pattern matching (Lua's
+-- matcher runs in C, outside the instruction limit, and can backtrack exponentially): the
+-- engine scans with plain find.
 
 local source, params, safe, load, main = ...
 local concat, insert = safe.table.concat, safe.table.insert
-local format, find, sub = safe.string.format, safe.string.find, safe.string.sub
+local format, find, sub, byte = safe.string.format, safe.string.find, safe.string.sub,
+    safe.string.byte
 
 local out = {}
 local function emit(text)
     insert(out, text)
 end
 
--- Translates one text line into Lua statements that emit it.
+-- Translates one text line into Lua statements that emit it: each ${expr} becomes
+-- tostring(expr), the rest literal text.
 local function text_line(line, code)
     local pos = 1
     while true do
-        local s, e, expr = find(line, "%${(.-)}", pos)
-        if not s then
+        local s = find(line, "${", pos, true)
+        local e = s and find(line, "}", s + 2, true)
+        if not e then
             break
         end
         if s > pos then
             insert(code, format("_emit(%q)", sub(line, pos, s - 1)))
         end
-        insert(code, format("_emit(_str(%s))", expr))
+        insert(code, format("_emit(_str(%s))", sub(line, s + 2, e - 1)))
         pos = e + 1
     end
     -- %q would write the newline as a backslash and a real line break, which would shift
@@ -41,14 +46,29 @@ local function text_line(line, code)
     insert(code, format("_emit(%q)", sub(line, pos)) .. ' _emit("\\n")')
 end
 
+-- The Lua code of a line whose first non-blank character is '%', or nil.
+local function code_line(line)
+    local i = 1
+    local c = byte(line, i)
+    while c == 32 or (c and c >= 9 and c <= 13) do -- space, \t \n \v \f \r
+        i = i + 1
+        c = byte(line, i)
+    end
+    if c == 37 then -- '%'
+        return sub(line, i + 1)
+    end
+    return nil
+end
+
 -- Translates a template into Lua source, one Lua line per template line.
 local function translate(text)
     local lines = {}
-    if sub(text, -1) ~= "\n" then
-        text = text .. "\n"
-    end
-    for line in text:gmatch("([^\n]*)\n") do
-        local lua = line:match("^%s*%%(.*)$")
+    local pos = 1
+    while pos <= #text do
+        local nl = find(text, "\n", pos, true) or #text + 1
+        local line = sub(text, pos, nl - 1)
+        pos = nl + 1
+        local lua = code_line(line)
         if lua then
             insert(lines, lua)
         else

@@ -1,7 +1,10 @@
 /* The Lua sandbox that renders templates. A fresh Lua state per render (strings share one
 ** metatable, so a reused state could leak changes between renders), a byte-budget allocator,
-** an instruction-count hook, only base/string/table/math opened, and text chunks only (crafted
-** bytecode can crash Lua). Every Lua call runs under lua_pcall. */
+** an instruction-count hook that also enforces a wall-clock deadline (one VM instruction can do
+** work in proportion to a string's length), only base/string/table/math opened, no pattern
+** matching (Lua's matcher backtracks in C, where the hook never runs: string.find is plain-only,
+** match/gmatch/gsub are gone), and text chunks only, for the engine too (crafted bytecode can
+** crash Lua). Every Lua call runs under lua_pcall. */
 #define _POSIX_C_SOURCE 200809L
 #include "render.h"
 
@@ -10,16 +13,19 @@
 #include <lualib.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #define TPL_DEFAULT_MEMORY (16u << 20)
 #define TPL_DEFAULT_INSTRUCTIONS 50000000L
-#define TPL_HOOK_EVERY 1000
+#define TPL_DEFAULT_SECONDS 10.0
+#define TPL_HOOK_EVERY 100
 #define TPL_ENGINE "engine.lua"
 
 typedef struct sandbox {
     size_t used, budget;
     int over_budget;
     long instructions_left;
+    double deadline; /* CLOCK_MONOTONIC seconds */
     tpl_lookup_fn lookup;
     void *ud;
 } sandbox;
@@ -44,6 +50,13 @@ static void *sandbox_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
     return p;
 }
 
+static double monotonic_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static void sandbox_hook(lua_State *L, lua_Debug *ar)
 {
     (void)ar;
@@ -52,6 +65,57 @@ static void sandbox_hook(lua_State *L, lua_Debug *ar)
     sb->instructions_left -= TPL_HOOK_EVERY;
     if (sb->instructions_left < 0)
         luaL_error(L, "template exceeded the instruction limit");
+    if (monotonic_seconds() > sb->deadline)
+        luaL_error(L, "template exceeded the time limit");
+}
+
+/* load(text [, chunkname [, mode [, env]]]) for the engine: Lua's load restricted to text
+** chunks whatever mode says, and to strings (no reader functions). */
+static int lua_load_text(lua_State *L)
+{
+    size_t len = 0;
+    const char *text = luaL_checklstring(L, 1, &len);
+    const char *name = luaL_optstring(L, 2, "=(load)");
+    int has_env = !lua_isnoneornil(L, 4);
+    if (luaL_loadbufferx(L, text, len, name, "t") != LUA_OK) {
+        luaL_pushfail(L);
+        lua_insert(L, -2);
+        return 2;
+    }
+    if (has_env) {
+        lua_pushvalue(L, 4);
+        if (!lua_setupvalue(L, -2, 1))
+            lua_pop(L, 1);
+    }
+    return 1;
+}
+
+/* string.find(s, text [, init]): plain search only; the pattern flag is ignored. */
+static int lua_plain_find(lua_State *L)
+{
+    lua_settop(L, 3);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_pushboolean(L, 1);
+    lua_call(L, 4, LUA_MULTRET);
+    return lua_gettop(L);
+}
+
+/* Leaves the string library (which is also every string's metatable __index) with no bytecode
+** and no pattern matching. */
+static void restrict_string_library(lua_State *L)
+{
+    static const char *const removed[] = {"dump", "match",  "gmatch",  "gsub",
+                                          "pack", "unpack", "packsize"};
+    lua_getglobal(L, "string");
+    for (size_t i = 0; i < sizeof removed / sizeof removed[0]; i++) {
+        lua_pushnil(L);
+        lua_setfield(L, -2, removed[i]);
+    }
+    lua_getfield(L, -1, "find");
+    lua_pushcclosure(L, lua_plain_find, 1);
+    lua_setfield(L, -2, "find");
+    lua_pop(L, 1);
 }
 
 /* source(name) for the engine: the text of a template, or nil. */
@@ -68,17 +132,13 @@ static int lua_source(lua_State *L)
     return 1;
 }
 
-/* Copies the whitelisted globals into a new table on the stack. string.dump is dropped: the
-** string table is shared with the string metatable, so it must go from the library itself. */
+/* Copies the whitelisted globals into a new table on the stack (the string library restricted
+** first). */
 static void push_safe_table(lua_State *L)
 {
     static const char *const names[] = {"assert", "error",  "ipairs",   "next",     "pairs",
                                         "pcall",  "select", "tonumber", "tostring", "type",
                                         "string", "table",  "math"};
-    lua_getglobal(L, "string");
-    lua_pushnil(L);
-    lua_setfield(L, -2, "dump");
-    lua_pop(L, 1);
     lua_createtable(L, 0, (int)(sizeof names / sizeof names[0]));
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         lua_getglobal(L, names[i]);
@@ -153,6 +213,7 @@ static int render_protected(lua_State *L)
         luaL_requiref(L, libs[i].name, libs[i].func, 1);
         lua_pop(L, 1);
     }
+    restrict_string_library(L);
     size_t len = 0;
     const char *engine = sb->lookup(sb->ud, TPL_ENGINE, &len);
     if (!engine)
@@ -172,7 +233,7 @@ static int render_protected(lua_State *L)
     lua_pushcclosure(L, lua_source, 1);
     push_params(L, params, nparams);
     push_safe_table(L);
-    lua_getglobal(L, "load");
+    lua_pushcfunction(L, lua_load_text);
     lua_pushstring(L, name);
     lua_call(L, 5, 1);
     if (!lua_isstring(L, -1))
@@ -185,12 +246,14 @@ fj_status tpl_render_with(tpl_lookup_fn lookup, void *ud, const tpl_limits *limi
                           const char *banner, char **out, fj__err *err)
 {
     *out = NULL;
-    sandbox sb = {.budget =
-                      limits && limits->memory_bytes ? limits->memory_bytes : TPL_DEFAULT_MEMORY,
-                  .instructions_left = limits && limits->instructions ? limits->instructions
-                                                                      : TPL_DEFAULT_INSTRUCTIONS,
-                  .lookup = lookup,
-                  .ud = ud};
+    sandbox sb = {
+        .budget = limits && limits->memory_bytes ? limits->memory_bytes : TPL_DEFAULT_MEMORY,
+        .instructions_left =
+            limits && limits->instructions ? limits->instructions : TPL_DEFAULT_INSTRUCTIONS,
+        .deadline = monotonic_seconds() +
+                    (limits && limits->seconds > 0 ? limits->seconds : TPL_DEFAULT_SECONDS),
+        .lookup = lookup,
+        .ud = ud};
     lua_State *L = lua_newstate(sandbox_alloc, &sb);
     if (!L)
         return fj__fail(err, FJ_ERR_OUT_OF_MEMORY, "rendering %s: cannot create a Lua state", name);

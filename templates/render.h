@@ -27,10 +27,12 @@ typedef struct tpl_param {
 ** such template. The text must stay valid until the render returns. */
 typedef const char *(*tpl_lookup_fn)(void *ud, const char *name, size_t *len);
 
-/* Limits of one render; zeros select the defaults (16 MiB, 50 million VM instructions). */
+/* Limits of one render; zeros select the defaults (16 MiB, 50 million VM instructions, 10 s of
+** wall-clock time). */
 typedef struct tpl_limits {
     size_t memory_bytes;
     long instructions;
+    double seconds;
 } tpl_limits;
 
 /* Renders template `name` with params. The output starts with `banner` inside a C comment (the

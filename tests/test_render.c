@@ -121,6 +121,56 @@ static void test_instruction_and_memory_limits(void **state)
                           "instruction limit", NULL);
 }
 
+/* Lua's pattern matcher backtracks in C, where the instruction hook never runs: the sandbox has
+** only plain find, and no match, gmatch or gsub (string methods included). */
+static void test_sandbox_has_no_pattern_matching(void **state)
+{
+    (void)state;
+    fj__err err = {{0}};
+    char *out = NULL;
+    /* 30 nested a* against 30 a's and no b: exponential as a pattern, instant as plain text. */
+    assert_int_equal(render_text("${string.find(string.rep('a', 30), string.rep('a*', 30) .. 'b')}"
+                                 " ${string.find('a.b', '.', 1)} ${('x%d'):find('%d')}\n",
+                                 &out, &err, NULL),
+                     FJ_OK);
+    assert_string_equal(out, "nil 2 2\n");
+    free(out);
+    expect_template_error("% string.match('aaa', '(a*)*b')\n", "match", NULL);
+    expect_template_error("% local n = ('aaa'):gsub('a', 'b')\n", "gsub", NULL);
+    expect_template_error("% for w in ('a b'):gmatch('%a') do end\n", "gmatch", NULL);
+}
+
+/* One VM instruction can do work in proportion to a string's length, so the hook also keeps a
+** wall-clock deadline. */
+static void test_time_limit(void **state)
+{
+    (void)state;
+    tpl_limits quick = {.seconds = 0.2};
+    expect_template_error("% local s = string.rep('x', 1000000)\n"
+                          "% for i = 1, 1e9 do local t = s:upper() end\n",
+                          "time limit", &quick);
+}
+
+/* A template directory may replace engine.lua; the load it is given takes text chunks only. */
+static void test_engine_loads_no_bytecode(void **state)
+{
+    (void)state;
+    static const char engine[] =
+        "local source, params, safe, load, main = ...\n"
+        "local f, msg = load('\\27Lua\\84\\0\\25\\147\\13\\10', '=x', 'b')\n"
+        "if f then return 'loaded bytecode' end\n"
+        "local g = load('return 6 * 7', '=y', 'bt', {})\n"
+        "return tostring(msg) .. ' | ' .. tostring(g())\n";
+    memsrc m = {.names = {"engine.lua", "t.lua"}, .texts = {engine, "x\n"}};
+    fj__err err = {{0}};
+    char *out = NULL;
+    assert_int_equal(tpl_render_with(mem_lookup, &m, NULL, "t.lua", NULL, 0, NULL, &out, &err),
+                     FJ_OK);
+    assert_non_null(strstr(out, "binary chunk"));
+    assert_non_null(strstr(out, "| 42"));
+    free(out);
+}
+
 static void test_banner_and_embedded_attention(void **state)
 {
     (void)state;
@@ -279,6 +329,9 @@ int main(void)
         cmocka_unit_test(test_sandbox_refuses_io_os_require_load),
         cmocka_unit_test(test_error_names_template_and_line),
         cmocka_unit_test(test_instruction_and_memory_limits),
+        cmocka_unit_test(test_sandbox_has_no_pattern_matching),
+        cmocka_unit_test(test_time_limit),
+        cmocka_unit_test(test_engine_loads_no_bytecode),
         cmocka_unit_test(test_banner_and_embedded_attention),
         cmocka_unit_test(test_param_blocks_match_the_host),
         cmocka_unit_test(test_template_dir_override_and_hash),
