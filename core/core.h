@@ -52,8 +52,29 @@ int fj__size_on_field_end(size_t size, const size_t *ends, int n, size_t whole);
 
 /* Monotonic wall-clock time in milliseconds. */
 double fj__now_ms(void);
+/* ---- hashes and signatures (crypto.c, on libsodium) ---------------------------------------- */
+
 /* SHA-256 of data; hex is 65 bytes (64 digits and a NUL). */
 void fj__sha256_hex(const void *data, size_t size, char hex[65]);
+/* Incremental SHA-256. fj__sha256_field hashes a length (8 bytes, little-endian) and then the
+** bytes, so that a sequence of fields has one encoding. */
+typedef struct fj__sha256 {
+    _Alignas(16) unsigned char state[128];
+} fj__sha256;
+void fj__sha256_init(fj__sha256 *h);
+void fj__sha256_update(fj__sha256 *h, const void *data, size_t size);
+void fj__sha256_field(fj__sha256 *h, const void *data, size_t size);
+void fj__sha256_final(fj__sha256 *h, unsigned char digest[32]);
+/* Ed25519. Each returns 0 on success, -1 on failure (a bad signature, no usable libsodium). */
+int fj__sign_keypair(unsigned char public_key[32], unsigned char secret_key[64]);
+int fj__sign(const unsigned char *message, size_t size, const unsigned char secret_key[64],
+             unsigned char signature[64]);
+int fj__sign_verify(const unsigned char *message, size_t size, const unsigned char public_key[32],
+                    const unsigned char signature[64]);
+/* Hex of size bytes: decode needs exactly 2 * size digits (0, else -1); encode writes 2 * size
+** digits and a NUL. */
+int fj__hex_decode(const char *hex, unsigned char *out, size_t size);
+void fj__hex_encode(const unsigned char *data, size_t size, char *hex);
 /* strdup that returns NULL on NULL input or allocation failure. */
 char *fj__strdup(const char *s);
 /* The name used in variant keys and messages: "f16", "bf16", "f32", ... */

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 packages=(liblua5.4-dev liblua5.4-0 libcmocka-dev libcmocka0 libsqlite3-dev libsqlite3-0
-          opencl-c-headers)
+          libsodium-dev libsodium23 opencl-c-headers)
 mkdir -p .deps/debs .deps/root
 (cd .deps/debs && apt-get download "${packages[@]}")
 for deb in .deps/debs/*.deb; do dpkg -x "$deb" .deps/root; done

@@ -4,7 +4,7 @@
 # (for machines without apt, which build against FLASHJIT_DEPS_ROOT instead).
 set -euo pipefail
 [ "${FLASHJIT_SKIP_DEPS:-0}" = 1 ] && exit 0
-packages=(cmake make gcc libc6-dev liblua5.4-dev libsqlite3-dev libcmocka-dev
+packages=(cmake make gcc libc6-dev liblua5.4-dev libsqlite3-dev libsodium-dev libcmocka-dev
           pocl-opencl-icd ocl-icd-opencl-dev opencl-headers)
 missing=()
 for p in "${packages[@]}"; do
