@@ -2,8 +2,11 @@
 **  - every SQLite failure on a lookup is a miss, on a store a warning: never a failed call;
 **  - a file that is not ours (another application's, a newer schema, not a database at all) is
 **    left alone, never overwritten;
-**  - a row hits only if its variant text and binary checksum match, so a damaged or foreign row
-**    can never run;
+**  - a row hits only if its variant text matches and its checksum (SHA-256 of key and binary)
+**    matches, so a damaged row, or a binary moved to another row, can never run;
+**  - a shipped cache must carry a valid signature by a trusted key when the caller gives any
+**    (a cache is code): its signed rows are kept in memory, and a row hits only with the
+**    checksum that was signed;
 **  - writes use BEGIN IMMEDIATE (a deferred transaction that upgrades ignores busy_timeout), and
 **    compiles happen outside any transaction. */
 #define _POSIX_C_SOURCE 200809L
@@ -20,13 +23,28 @@
 #define CACHE_DEFAULT_BUSY_MS 5000
 #define CACHE_MAX_SHIPPED 16
 
+/* A kernel row as signed: its key and checksum. */
+typedef struct signed_row {
+    char key[65];
+    char checksum[65];
+} signed_row;
+
+/* A shipped cache; when verified against trusted keys, the rows its signature covers (sorted by
+** key), so that a file changed after opening still cannot supply another binary. */
+typedef struct shipped_cache {
+    sqlite3 *db;
+    signed_row *rows; /* NULL: not verified (no trusted keys given) */
+    size_t nrows;
+} shipped_cache;
+
 struct fj_cache {
     sqlite3 *user;
     int writable;
     char *path; /* the user cache's path, to start afresh when it turns out damaged */
     int readonly;
+    int own_file; /* cache_options.own_file */
     int busy_ms;
-    sqlite3 *shipped[CACHE_MAX_SHIPPED];
+    shipped_cache shipped[CACHE_MAX_SHIPPED];
     int nshipped;
 };
 
@@ -38,7 +56,7 @@ static const char *const schema_sql =
     " device TEXT NOT NULL," /* the device it was built on, or 'offline' */
     " variant_text TEXT NOT NULL,"
     " binary BLOB NOT NULL,"
-    " binary_sha256 TEXT NOT NULL,"
+    " checksum TEXT NOT NULL," /* SHA-256 of key and binary (row_checksum) */
     " compile_ms REAL,"
     " log TEXT,"
     " created INTEGER NOT NULL,"
@@ -51,9 +69,29 @@ static const char *const schema_sql =
     " measured_us REAL,"
     " all_results_json TEXT,"
     " created INTEGER NOT NULL,"
-    " PRIMARY KEY(fingerprint, problem_bucket, variant_base));";
+    " PRIMARY KEY(fingerprint, problem_bucket, variant_base));"
+    /* Ed25519 signatures (hex) over the cache's manifest (manifest_digest); empty unless
+    ** `flashjit cache sign` signed it. */
+    "CREATE TABLE IF NOT EXISTS signatures("
+    " public_key TEXT PRIMARY KEY,"
+    " signature TEXT NOT NULL,"
+    " created INTEGER NOT NULL);";
 
-/* SQL function fj_sha256(x): hex SHA-256 of a blob or text, so checks run inside queries. */
+/* A row's checksum: SHA-256 over its key and its binary, each length-prefixed, so that a binary
+** is bound to the variant it was compiled for. */
+static void row_checksum(const char *key, const void *binary, size_t size, char hex[65])
+{
+    fj__sha256 h;
+    unsigned char digest[32];
+    fj__sha256_init(&h);
+    fj__sha256_field(&h, key, strlen(key));
+    fj__sha256_field(&h, binary, size);
+    fj__sha256_final(&h, digest);
+    fj__hex_encode(digest, sizeof digest, hex);
+}
+
+/* SQL functions, so that checks run inside queries: fj_sha256(x) is the hex SHA-256 of a blob or
+** text, fj_checksum(key, binary) a row's checksum. */
 static void sql_sha256(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
     (void)argc;
@@ -61,6 +99,17 @@ static void sql_sha256(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     int n = sqlite3_value_bytes(argv[0]);
     char hex[65];
     fj__sha256_hex(data ? data : "", (size_t)n, hex);
+    sqlite3_result_text(ctx, hex, 64, SQLITE_TRANSIENT);
+}
+
+static void sql_checksum(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    (void)argc;
+    const char *key = (const char *)sqlite3_value_text(argv[0]);
+    const void *data = sqlite3_value_blob(argv[1]);
+    int n = sqlite3_value_bytes(argv[1]);
+    char hex[65];
+    row_checksum(key ? key : "", data ? data : "", (size_t)n, hex);
     sqlite3_result_text(ctx, hex, 64, SQLITE_TRANSIENT);
 }
 
@@ -119,7 +168,8 @@ static int create_schema(sqlite3 *db, int64_t version)
         return -1;
     int rc = SQLITE_OK;
     if (version > 0 && version < CACHE_SCHEMA_VERSION)
-        rc = exec(db, "DROP TABLE IF EXISTS kernels; DROP TABLE IF EXISTS tunings;");
+        rc = exec(db, "DROP TABLE IF EXISTS kernels; DROP TABLE IF EXISTS tunings; "
+                      "DROP TABLE IF EXISTS signatures;");
     char pragmas[128];
     snprintf(pragmas, sizeof pragmas, "PRAGMA application_id=%d; PRAGMA user_version=%d;",
              CACHE_APPLICATION_ID, CACHE_SCHEMA_VERSION);
@@ -177,8 +227,11 @@ static int check_schema(sqlite3 *db, int may_create, char *why, size_t why_size)
         return -1;
     }
     sqlite3_stmt *st = NULL;
-    int rc = sqlite3_prepare_v2(db, "SELECT key, variant_text, binary, binary_sha256 FROM kernels",
-                                -1, &st, NULL);
+    int rc = sqlite3_prepare_v2(db, "SELECT key, variant_text, binary, checksum FROM kernels", -1,
+                                &st, NULL);
+    sqlite3_finalize(st);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(db, "SELECT public_key, signature FROM signatures", -1, &st, NULL);
     sqlite3_finalize(st);
     if (rc != SQLITE_OK) {
         snprintf(why, why_size, "damaged schema (%s)", sqlite3_errmsg(db));
@@ -221,6 +274,8 @@ static sqlite3 *open_db(const char *path, int mode, int busy, char *why, size_t 
     sqlite3_busy_timeout(db, busy);
     sqlite3_create_function(db, "fj_sha256", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL,
                             sql_sha256, NULL, NULL);
+    sqlite3_create_function(db, "fj_checksum", 2, SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL,
+                            sql_checksum, NULL, NULL);
     return db;
 }
 
@@ -239,10 +294,11 @@ static int header_is_ours(const char *path)
 }
 
 /* Moves a damaged cache of ours aside (PATH.damaged) so that a fresh one can take its place.
-** Files that are not ours are never touched. Returns 0 when moved. */
-static int move_aside(const char *path, fj__err *warn)
+** Files that are not ours are never touched: ours says so in its header, or is at the library's
+** own location (own_file: its header may be the damaged part). Returns 0 when moved. */
+static int move_aside(const char *path, int own_file, fj__err *warn)
 {
-    if (!header_is_ours(path))
+    if (!own_file && !header_is_ours(path))
         return -1;
     char aside[4200], side[4200];
     snprintf(aside, sizeof aside, "%s.damaged", path);
@@ -258,7 +314,8 @@ static int move_aside(const char *path, fj__err *warn)
 }
 
 /* Opens the user cache read-write, falling back to read-only; NULL when neither works. */
-static sqlite3 *open_user(const char *path, int readonly, int busy, int *writable, fj__err *warn)
+static sqlite3 *open_user(const char *path, int readonly, int own_file, int busy, int *writable,
+                          fj__err *warn)
 {
     char why[512] = "";
     *writable = 0;
@@ -282,25 +339,160 @@ static sqlite3 *open_user(const char *path, int readonly, int busy, int *writabl
             sqlite3_close(db);
             db = NULL;
             int damaged = code == SQLITE_CORRUPT || code == SQLITE_NOTADB;
-            if (attempt == 0 && damaged && move_aside(path, warn) == 0)
+            if (attempt == 0 && damaged && move_aside(path, own_file, warn) == 0)
                 db = open_db(path, 0, busy, why, sizeof why);
         }
     }
-    if (access(path, R_OK) == 0) {
+    /* Read-only; then, for a file we cannot write either (a read-only mount), immutable: a
+    ** cache in WAL mode cannot be opened read-only without its -shm file, which such a place
+    ** cannot hold. */
+    for (int mode = 1; mode <= 2 && access(path, R_OK) == 0; mode++) {
+        if (mode == 2 && access(path, W_OK) == 0)
+            break;
         char why_ro[512] = "";
-        db = open_db(path, 1, busy, why_ro, sizeof why_ro);
+        db = open_db(path, mode, busy, why_ro, sizeof why_ro);
         if (db && check_schema(db, 0, why_ro, sizeof why_ro) == 0) {
             if (!readonly)
                 fj__append(warn, "kernel cache %s is read-only here: %s", path, why);
             return db;
         }
         sqlite3_close(db);
+        db = NULL;
         if (!why[0])
             snprintf(why, sizeof why, "%s", why_ro);
     }
     fj__append(warn, "kernel cache %s is not used (%s); kernels are kept in memory only", path,
                why[0] ? why : "missing");
     return NULL;
+}
+
+/* ---- signatures ------------------------------------------------------------------------------ */
+
+static void field_text(fj__sha256 *h, const unsigned char *text)
+{
+    const char *t = text ? (const char *)text : "";
+    fj__sha256_field(h, t, strlen(t));
+}
+
+/* The digest a signature covers: every kernel row's key and checksum and every tuning row, in
+** key order, each field length-prefixed. With rows, also returns the kernel rows (sorted by key,
+** malloc'd). Returns 0, or -1 when the tables cannot be read. */
+static int manifest_digest(sqlite3 *db, unsigned char digest[32], signed_row **rows, size_t *nrows)
+{
+    static const char *const queries[] = {
+        "SELECT key, checksum FROM kernels ORDER BY key",
+        "SELECT fingerprint, problem_bucket, variant_base, best_config FROM tunings "
+        "ORDER BY fingerprint, problem_bucket, variant_base"};
+    fj__sha256 h;
+    fj__sha256_init(&h);
+    field_text(&h, (const unsigned char *)"flashjit signed cache 2");
+    size_t n = 0, cap = 0;
+    signed_row *list = NULL;
+    int ok = 1;
+    for (int q = 0; q < 2 && ok; q++) {
+        sqlite3_stmt *st = NULL;
+        ok = sqlite3_prepare_v2(db, queries[q], -1, &st, NULL) == SQLITE_OK;
+        int rc = SQLITE_DONE;
+        while (ok && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+            int columns = sqlite3_column_count(st);
+            for (int c = 0; c < columns; c++)
+                field_text(&h, sqlite3_column_text(st, c));
+            if (q > 0 || !rows)
+                continue;
+            if (n == cap) {
+                cap = cap ? 2 * cap : 64;
+                signed_row *grown = realloc(list, cap * sizeof *grown);
+                if (!grown) {
+                    ok = 0;
+                    break;
+                }
+                list = grown;
+            }
+            const unsigned char *key = sqlite3_column_text(st, 0),
+                                *sum = sqlite3_column_text(st, 1);
+            snprintf(list[n].key, sizeof list[n].key, "%s", key ? (const char *)key : "");
+            snprintf(list[n].checksum, sizeof list[n].checksum, "%s", sum ? (const char *)sum : "");
+            n++;
+        }
+        ok = ok && rc == SQLITE_DONE;
+        sqlite3_finalize(st);
+        field_text(&h, (const unsigned char *)"end");
+    }
+    fj__sha256_final(&h, digest);
+    if (!ok) {
+        free(list);
+        return -1;
+    }
+    if (rows) {
+        *rows = list;
+        *nrows = n;
+    }
+    return 0;
+}
+
+/* Checks db's signatures against the trusted keys (any trusted key with a valid signature
+** will do; trusted may be NULL with ntrusted 0 to report the first valid signature of any key).
+** Returns 1 when verified (the signer's public key in signer as hex), 0 when not (the reason in
+** why), -1 when the file cannot be read. rows as in manifest_digest. */
+static int verify_signatures(sqlite3 *db, const fj__public_key *trusted, int ntrusted,
+                             char signer[65], signed_row **rows, size_t *nrows, char *why,
+                             size_t why_size)
+{
+    unsigned char digest[32];
+    if (manifest_digest(db, digest, rows, nrows) != 0) {
+        snprintf(why, why_size, "cannot read its rows (%s)", sqlite3_errmsg(db));
+        return -1;
+    }
+    sqlite3_stmt *st = NULL;
+    int found = 0, from_trusted = 0, verified = 0;
+    if (sqlite3_prepare_v2(db, "SELECT public_key, signature FROM signatures ORDER BY public_key",
+                           -1, &st, NULL) == SQLITE_OK)
+        while (!verified && sqlite3_step(st) == SQLITE_ROW) {
+            unsigned char pk[32], sig[64];
+            found++;
+            if (fj__hex_decode((const char *)sqlite3_column_text(st, 0), pk, sizeof pk) != 0 ||
+                fj__hex_decode((const char *)sqlite3_column_text(st, 1), sig, sizeof sig) != 0)
+                continue;
+            int trusted_key = ntrusted == 0;
+            for (int i = 0; i < ntrusted && !trusted_key; i++)
+                trusted_key = memcmp(trusted[i].bytes, pk, sizeof pk) == 0;
+            if (!trusted_key)
+                continue;
+            from_trusted++;
+            if (fj__sign_verify(digest, sizeof digest, pk, sig) == 0) {
+                verified = 1;
+                fj__hex_encode(pk, sizeof pk, signer);
+            }
+        }
+    sqlite3_finalize(st);
+    if (!verified) {
+        snprintf(why, why_size, "%s",
+                 !found          ? "it is not signed (flashjit cache sign)"
+                 : !from_trusted ? "it is not signed by a trusted key"
+                                 : "its signature does not match its contents (changed after "
+                                   "signing?)");
+        if (rows) {
+            free(*rows);
+            *rows = NULL;
+            *nrows = 0;
+        }
+    }
+    return verified;
+}
+
+static int compare_signed_rows(const void *a, const void *b)
+{
+    return strcmp(((const signed_row *)a)->key, ((const signed_row *)b)->key);
+}
+
+/* The checksum signed for key in a verified shipped cache, or NULL. */
+static const char *signed_checksum(const shipped_cache *sc, const char *key)
+{
+    signed_row probe;
+    snprintf(probe.key, sizeof probe.key, "%s", key);
+    const signed_row *r =
+        bsearch(&probe, sc->rows, sc->nrows, sizeof *sc->rows, compare_signed_rows);
+    return r ? r->checksum : NULL;
 }
 
 fj_status cache_open(const cache_options *o, fj_cache **out, fj__err *warn)
@@ -312,18 +504,28 @@ fj_status cache_open(const cache_options *o, fj_cache **out, fj__err *warn)
     int busy = busy_ms(o);
     c->busy_ms = busy;
     c->readonly = o->readonly;
+    c->own_file = o->own_file;
     if (o->path && o->path[0] && strcmp(o->path, ":memory:") != 0) {
         c->path = fj__strdup(o->path);
-        c->user = open_user(o->path, o->readonly, busy, &c->writable, warn);
+        c->user = open_user(o->path, o->readonly, o->own_file, busy, &c->writable, warn);
     }
     for (const char *const *p = o->shipped; p && *p && c->nshipped < CACHE_MAX_SHIPPED; p++) {
-        char why[512] = "";
-        sqlite3 *db = open_db(*p, 2, busy, why, sizeof why);
-        if (db && check_schema(db, 0, why, sizeof why) == 0) {
-            c->shipped[c->nshipped++] = db;
+        char why[512] = "", signer[65];
+        shipped_cache sc = {.db = open_db(*p, 2, busy, why, sizeof why)};
+        int usable = sc.db && check_schema(sc.db, 0, why, sizeof why) == 0;
+        if (usable && o->ntrusted > 0) {
+            usable = verify_signatures(sc.db, o->trusted, o->ntrusted, signer, &sc.rows, &sc.nrows,
+                                       why, sizeof why) == 1;
+            /* manifest_digest read them in key order; an empty cache has none. */
+            if (usable && !sc.rows)
+                sc.rows = calloc(1, sizeof *sc.rows);
+            usable = usable && sc.rows;
+        }
+        if (usable) {
+            c->shipped[c->nshipped++] = sc;
             continue;
         }
-        sqlite3_close(db);
+        sqlite3_close(sc.db);
         fj__append(warn, "shipped cache %s is not used (%s)", *p, why);
     }
     return FJ_OK;
@@ -334,8 +536,10 @@ void cache_close(fj_cache *c)
     if (!c)
         return;
     sqlite3_close(c->user);
-    for (int i = 0; i < c->nshipped; i++)
-        sqlite3_close(c->shipped[i]);
+    for (int i = 0; i < c->nshipped; i++) {
+        sqlite3_close(c->shipped[i].db);
+        free(c->shipped[i].rows);
+    }
     free(c->path);
     free(c);
 }
@@ -350,14 +554,14 @@ int cache_writable(const fj_cache *c)
     return c && c->user && c->writable;
 }
 
-/* Looks key up in one database; a hit needs matching text and checksum. */
-static int lookup(sqlite3 *db, const char *key, const char *variant_text, void **binary,
-                  size_t *size)
+/* Looks key up in one database; a hit needs matching text and checksum, and where signed_sum is
+** not NULL, that checksum. */
+static int lookup(sqlite3 *db, const char *key, const char *variant_text, const char *signed_sum,
+                  void **binary, size_t *size, fj__err *warn)
 {
     sqlite3_stmt *st = NULL;
     int hit = 0;
-    if (sqlite3_prepare_v2(db,
-                           "SELECT variant_text, binary, binary_sha256 FROM kernels WHERE key = ?",
+    if (sqlite3_prepare_v2(db, "SELECT variant_text, binary, checksum FROM kernels WHERE key = ?",
                            -1, &st, NULL) != SQLITE_OK)
         return 0;
     sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
@@ -367,9 +571,15 @@ static int lookup(sqlite3 *db, const char *key, const char *variant_text, void *
         int n = sqlite3_column_bytes(st, 1);
         const char *sum = (const char *)sqlite3_column_text(st, 2);
         char hex[65];
-        if (text && blob && n > 0 && sum && strcmp(text, variant_text) == 0) {
-            fj__sha256_hex(blob, (size_t)n, hex);
-            if (strcmp(hex, sum) == 0 && (*binary = malloc((size_t)n))) {
+        if (text && blob && n > 0 && sum && strcmp(text, variant_text) == 0 &&
+            (!signed_sum || strcmp(sum, signed_sum) == 0)) {
+            row_checksum(key, blob, (size_t)n, hex);
+            if (strcmp(hex, sum) != 0)
+                fj__append(warn,
+                           "kernel cache %s: the row of kernel %.12s is damaged (its checksum "
+                           "does not match); compiling the kernel again",
+                           sqlite3_db_filename(db, "main"), key);
+            else if ((*binary = malloc((size_t)n))) {
                 memcpy(*binary, blob, (size_t)n);
                 *size = (size_t)n;
                 hit = 1;
@@ -390,11 +600,11 @@ static void recover_if_damaged(fj_cache *c, fj__err *warn)
     sqlite3_close(c->user);
     c->user = NULL;
     c->writable = 0;
-    if (c->readonly || move_aside(c->path, warn) != 0) {
+    if (c->readonly || move_aside(c->path, c->own_file, warn) != 0) {
         fj__append(warn, "kernel cache %s is damaged; kernels are kept in memory only", c->path);
         return;
     }
-    c->user = open_user(c->path, 0, c->busy_ms, &c->writable, warn);
+    c->user = open_user(c->path, 0, c->own_file, c->busy_ms, &c->writable, warn);
 }
 
 cache_origin cache_get_kernel(fj_cache *c, const char *key, const char *variant_text, void **binary,
@@ -404,7 +614,7 @@ cache_origin cache_get_kernel(fj_cache *c, const char *key, const char *variant_
     *size = 0;
     if (!c)
         return CACHE_MISS;
-    int hit = c->user && lookup(c->user, key, variant_text, binary, size);
+    int hit = c->user && lookup(c->user, key, variant_text, NULL, binary, size, warn);
     if (!hit)
         recover_if_damaged(c, warn);
     if (hit) {
@@ -420,22 +630,30 @@ cache_origin cache_get_kernel(fj_cache *c, const char *key, const char *variant_
         }
         return CACHE_USER;
     }
-    for (int i = 0; i < c->nshipped; i++)
-        if (lookup(c->shipped[i], key, variant_text, binary, size))
+    for (int i = 0; i < c->nshipped; i++) {
+        const shipped_cache *sc = &c->shipped[i];
+        const char *signed_sum = NULL;
+        if (sc->rows && !(signed_sum = signed_checksum(sc, key)))
+            continue; /* not among the signed rows */
+        if (lookup(sc->db, key, variant_text, signed_sum, binary, size, warn))
             return CACHE_SHIPPED;
+    }
     return CACHE_MISS;
 }
 
-/* Runs a prepared write in its own IMMEDIATE transaction. Returns SQLITE_OK or the error. */
-static int write_one(sqlite3 *db, sqlite3_stmt *st)
+/* Runs a prepared write in its own IMMEDIATE transaction. Returns SQLITE_OK or the error; why
+** (may be NULL) gets the failing step's message, before a rollback can replace it. */
+static int write_one(sqlite3 *db, sqlite3_stmt *st, char *why, size_t why_size)
 {
     int rc = exec(db, "BEGIN IMMEDIATE");
     if (rc == SQLITE_OK) {
         rc = sqlite3_step(st);
         rc = rc == SQLITE_DONE ? exec(db, "COMMIT") : rc;
-        if (rc != SQLITE_OK)
-            exec(db, "ROLLBACK");
     }
+    if (rc != SQLITE_OK && why)
+        snprintf(why, why_size, "%s", sqlite3_errmsg(db));
+    if (rc != SQLITE_OK && !sqlite3_get_autocommit(db))
+        exec(db, "ROLLBACK");
     return rc;
 }
 
@@ -445,13 +663,13 @@ void cache_put_kernel(fj_cache *c, const char *key, const char *backend, const c
 {
     if (!cache_writable(c))
         return;
-    char sum[65];
-    fj__sha256_hex(binary, size, sum);
+    char sum[65], why[256] = "";
+    row_checksum(key, binary, size, sum);
     sqlite3_stmt *st = NULL;
     int rc = sqlite3_prepare_v2(
         c->user,
         "INSERT OR REPLACE INTO kernels(key, backend, target, device, variant_text, binary, "
-        "binary_sha256, compile_ms, log, created, last_used) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
+        "checksum, compile_ms, log, created, last_used) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
         -1, &st, NULL);
     if (rc == SQLITE_OK) {
         int64_t now = now_s();
@@ -466,10 +684,12 @@ void cache_put_kernel(fj_cache *c, const char *key, const char *backend, const c
         sqlite3_bind_text(st, 9, log ? log : "", -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 10, now);
         sqlite3_bind_int64(st, 11, now);
-        rc = write_one(c->user, st);
+        rc = write_one(c->user, st, why, sizeof why);
+    } else {
+        snprintf(why, sizeof why, "%s", sqlite3_errmsg(c->user));
     }
     if (rc != SQLITE_OK)
-        fj__append(warn, "kernel cache: cannot store a kernel (%s)", sqlite3_errmsg(c->user));
+        fj__append(warn, "kernel cache: cannot store a kernel (%s)", why);
     sqlite3_finalize(st);
     recover_if_damaged(c, warn);
 }
@@ -482,7 +702,7 @@ void cache_forget_kernel(fj_cache *c, const char *key)
     if (sqlite3_prepare_v2(c->user, "DELETE FROM kernels WHERE key = ?", -1, &st, NULL) ==
         SQLITE_OK) {
         sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-        write_one(c->user, st);
+        write_one(c->user, st, NULL, 0);
     }
     sqlite3_finalize(st);
 }
@@ -518,7 +738,7 @@ int cache_get_tuning(fj_cache *c, const char *fingerprint, const char *bucket, c
     if (c->user && tuning_lookup(c->user, fingerprint, bucket, family, best_config, measured_us))
         return 1;
     for (int i = 0; i < c->nshipped; i++)
-        if (tuning_lookup(c->shipped[i], fingerprint, bucket, family, best_config, measured_us))
+        if (tuning_lookup(c->shipped[i].db, fingerprint, bucket, family, best_config, measured_us))
             return 1;
     return 0;
 }
@@ -529,6 +749,7 @@ void cache_put_tuning(fj_cache *c, const char *fingerprint, const char *bucket, 
 {
     if (!cache_writable(c))
         return;
+    char why[256] = "";
     sqlite3_stmt *st = NULL;
     int rc = sqlite3_prepare_v2(c->user,
                                 "INSERT OR REPLACE INTO tunings(fingerprint, problem_bucket, "
@@ -543,11 +764,12 @@ void cache_put_tuning(fj_cache *c, const char *fingerprint, const char *bucket, 
         sqlite3_bind_double(st, 5, measured_us);
         sqlite3_bind_text(st, 6, all_results_json ? all_results_json : "[]", -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 7, now_s());
-        rc = write_one(c->user, st);
+        rc = write_one(c->user, st, why, sizeof why);
+    } else {
+        snprintf(why, sizeof why, "%s", sqlite3_errmsg(c->user));
     }
     if (rc != SQLITE_OK)
-        fj__append(warn, "kernel cache: cannot store a tuning result (%s)",
-                   sqlite3_errmsg(c->user));
+        fj__append(warn, "kernel cache: cannot store a tuning result (%s)", why);
     sqlite3_finalize(st);
 }
 
@@ -606,13 +828,14 @@ fj_status cache_list(const char *path, cache_row_fn fn, void *ud, fj__err *err)
     return s;
 }
 
-/* A row is sound when its key is the hash of its variant text and its binary matches its
-** checksum. */
-#define SOUND_ROW "fj_sha256(binary) = binary_sha256 AND fj_sha256(variant_text) = key"
+/* A row is sound when its key is the hash of its variant text and its checksum is that of its
+** key and binary. */
+#define SOUND_ROW "fj_checksum(key, binary) = checksum AND fj_sha256(variant_text) = key"
 
-fj_status cache_verify(const char *path, int64_t *rows, int64_t *damaged, fj__err *err)
+fj_status cache_verify(const char *path, const fj__public_key *trusted, int ntrusted,
+                       cache_verify_result *r, fj__err *err)
 {
-    *rows = *damaged = 0;
+    memset(r, 0, sizeof *r);
     sqlite3 *db = NULL;
     fj_status s = open_checked(path, 1, &db, err);
     if (s != FJ_OK)
@@ -627,14 +850,72 @@ fj_status cache_verify(const char *path, int64_t *rows, int64_t *damaged, fj__er
                                                       : sqlite3_errmsg(db));
     sqlite3_finalize(st);
     if (s == FJ_OK) {
-        *rows = query_int(db, "SELECT count(*) FROM kernels");
+        r->rows = query_int(db, "SELECT count(*) FROM kernels");
         int64_t sound = query_int(db, "SELECT count(*) FROM kernels WHERE " SOUND_ROW);
-        if (*rows < 0 || sound < 0)
+        if (r->rows < 0 || sound < 0)
             s = fj__fail(err, FJ_ERR_CACHE, "%s: %s", path, sqlite3_errmsg(db));
-        else if ((*damaged = *rows - sound) > 0)
+        else if ((r->damaged = r->rows - sound) > 0)
             s = fj__fail(err, FJ_ERR_CACHE, "%s: %lld of %lld kernels are damaged", path,
-                         (long long)*damaged, (long long)*rows);
+                         (long long)r->damaged, (long long)r->rows);
     }
+    if (s == FJ_OK) {
+        int v = verify_signatures(db, trusted, ntrusted, r->signer, NULL, NULL, r->unsigned_why,
+                                  sizeof r->unsigned_why);
+        r->is_signed = v == 1;
+        if (v < 0 || (!r->is_signed && ntrusted > 0))
+            s = fj__fail(err, FJ_ERR_CACHE, "%s: %s", path, r->unsigned_why);
+    }
+    sqlite3_close(db);
+    return s;
+}
+
+fj_status cache_sign(const char *path, const unsigned char secret_key[64], char signer[65],
+                     fj__err *err)
+{
+    sqlite3 *db = NULL;
+    fj_status s = open_checked(path, 0, &db, err);
+    if (s != FJ_OK)
+        return s;
+    /* One write transaction: the rows signed are the rows in the file when it commits. */
+    int rc = exec(db, "BEGIN IMMEDIATE");
+    int64_t rows = query_int(db, "SELECT count(*) FROM kernels");
+    int64_t sound = query_int(db, "SELECT count(*) FROM kernels WHERE " SOUND_ROW);
+    unsigned char digest[32], signature[64];
+    char sig_hex[129];
+    if (rc != SQLITE_OK || rows < 0 || sound < 0)
+        s = fj__fail(err, FJ_ERR_CACHE, "%s: %s", path, sqlite3_errmsg(db));
+    else if (sound != rows)
+        s = fj__fail(err, FJ_ERR_CACHE, "%s: %lld of %lld kernels are damaged; not signed", path,
+                     (long long)(rows - sound), (long long)rows);
+    else if (manifest_digest(db, digest, NULL, NULL) != 0)
+        s = fj__fail(err, FJ_ERR_CACHE, "%s: %s", path, sqlite3_errmsg(db));
+    else if (fj__sign(digest, sizeof digest, secret_key, signature) != 0)
+        s = fj__fail(err, FJ_ERR_CACHE, "%s: signing failed (libsodium)", path);
+    if (s == FJ_OK) {
+        fj__hex_encode(secret_key + 32, 32, signer); /* Ed25519 secret keys end with the public */
+        fj__hex_encode(signature, sizeof signature, sig_hex);
+        sqlite3_stmt *st = NULL;
+        rc = exec(db, "DELETE FROM signatures");
+        if (rc == SQLITE_OK)
+            rc = sqlite3_prepare_v2(db, "INSERT INTO signatures VALUES(?, ?, ?)", -1, &st, NULL);
+        if (rc == SQLITE_OK) {
+            sqlite3_bind_text(st, 1, signer, -1, SQLITE_STATIC);
+            sqlite3_bind_text(st, 2, sig_hex, -1, SQLITE_STATIC);
+            sqlite3_bind_int64(st, 3, now_s());
+            rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
+        }
+        sqlite3_finalize(st);
+        if (rc == SQLITE_OK)
+            rc = exec(db, "COMMIT");
+        if (rc != SQLITE_OK)
+            s = fj__fail(err, FJ_ERR_CACHE, "%s: cannot store the signature (%s)", path,
+                         sqlite3_errmsg(db));
+    }
+    if (s != FJ_OK && !sqlite3_get_autocommit(db))
+        exec(db, "ROLLBACK");
+    /* Shipped caches are opened immutable, which ignores a write-ahead log: fold it in. */
+    if (s == FJ_OK)
+        exec(db, "PRAGMA journal_mode=DELETE");
     sqlite3_close(db);
     return s;
 }
@@ -693,6 +974,8 @@ static fj_status copy_rows(sqlite3 *db, const char *filter, int64_t *copied, fj_
                           "INSERT OR REPLACE INTO main.tunings SELECT * FROM src.tunings "
                           "WHERE ?1 IS NULL OR instr(fingerprint, ?1) > 0",
                           filter);
+    if (rc == SQLITE_OK) /* a signature covers the rows it was made for, no others */
+        rc = exec(db, "DELETE FROM main.signatures");
     if (rc == SQLITE_OK)
         rc = exec(db, "COMMIT");
     if (rc != SQLITE_OK) {
@@ -754,16 +1037,26 @@ fj_status cache_prune(const char *path, int64_t older_than_s, const char *filter
                                 "DELETE FROM kernels WHERE (?1 < 0 OR last_used <= ?2) AND "
                                 "(?3 IS NULL OR instr(device, ?3) > 0 OR instr(target, ?3) > 0)",
                                 -1, &st, NULL);
+    if (rc == SQLITE_OK)
+        rc = exec(db, "BEGIN IMMEDIATE");
     if (rc == SQLITE_OK) {
         sqlite3_bind_int64(st, 1, older_than_s);
         sqlite3_bind_int64(st, 2, now_s() - older_than_s);
         sqlite3_bind_text(st, 3, filter, -1, SQLITE_STATIC);
-        rc = write_one(db, st);
+        rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
         *deleted = sqlite3_changes(db);
+        if (rc == SQLITE_OK && *deleted > 0) /* a signature covered the deleted rows too */
+            rc = exec(db, "DELETE FROM signatures");
+        if (rc == SQLITE_OK)
+            rc = exec(db, "COMMIT");
     }
     sqlite3_finalize(st);
-    if (rc != SQLITE_OK)
+    if (rc != SQLITE_OK) {
         s = fj__fail(err, FJ_ERR_CACHE, "%s: %s", path, sqlite3_errmsg(db));
+        *deleted = 0;
+        if (!sqlite3_get_autocommit(db))
+            exec(db, "ROLLBACK");
+    }
     sqlite3_close(db);
     return s;
 }

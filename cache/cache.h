@@ -6,7 +6,7 @@
 
 #include "../core/core.h"
 
-#define CACHE_SCHEMA_VERSION 1
+#define CACHE_SCHEMA_VERSION 2          /* 2: checksums bind key and binary; signatures */
 #define CACHE_APPLICATION_ID 0x464a4954 /* "FJIT" */
 
 typedef struct fj_cache fj_cache;
@@ -18,7 +18,13 @@ typedef struct cache_options {
     const char *path;           /* user cache; NULL or ":memory:" for none */
     const char *const *shipped; /* NULL-terminated read-only caches; may be NULL */
     int readonly;               /* never write the user cache */
+    int own_file;               /* path is the library's own (the default location): damaged
+                                ** beyond recognition (its header too), it is still moved aside */
     int busy_timeout_ms;        /* 0: $FLASHJIT_CACHE_TIMEOUT_MS, else 5000 */
+    /* Ed25519 public keys; with any, a shipped cache is used only when one of them signed it
+    ** (cache_sign), and only its signed rows can hit. */
+    const fj__public_key *trusted;
+    int ntrusted;
 } cache_options;
 
 /* Opens the caches. Always succeeds unless out of memory: a user cache that cannot be used is
@@ -32,8 +38,9 @@ struct sqlite3 *cache_user_db(fj_cache *c);
 int cache_writable(const fj_cache *c);
 
 /* Looks a kernel up by its key (SHA-256 of variant_text), user cache first, then shipped ones.
-** A row only hits when its variant text equals variant_text and its binary matches its
-** checksum; anything else is a miss. *binary is malloc'd. A user cache found damaged is moved
+** A row only hits when its variant text equals variant_text and its checksum is the SHA-256 of
+** its key and binary (and, in a verified shipped cache, the checksum signed); anything else is a
+** miss. *binary is malloc'd. A user cache found damaged is moved
 ** aside and replaced by a fresh one, with a warning in warn. */
 cache_origin cache_get_kernel(fj_cache *c, const char *key, const char *variant_text, void **binary,
                               size_t *size, fj__err *warn);
@@ -67,9 +74,23 @@ typedef void (*cache_row_fn)(void *ud, const cache_row *row);
 
 /* Calls fn for every kernel row of the file at path (opened read-only). */
 fj_status cache_list(const char *path, cache_row_fn fn, void *ud, fj__err *err);
+/* What cache_verify found. */
+typedef struct cache_verify_result {
+    int64_t rows, damaged;
+    int is_signed;          /* a valid signature (by a trusted key, when any are given) */
+    char signer[65];        /* its public key, hex */
+    char unsigned_why[160]; /* when not: why ("it is not signed ...") */
+} cache_verify_result;
 /* Checks the file at path: SQLite integrity, application id, schema version, each row's
-** checksum and key. Returns FJ_OK when sound; *damaged counts bad rows. */
-fj_status cache_verify(const char *path, int64_t *rows, int64_t *damaged, fj__err *err);
+** checksum and key, and its signature. Returns FJ_OK when sound (and, with trusted keys, signed
+** by one of them). */
+fj_status cache_verify(const char *path, const fj__public_key *trusted, int ntrusted,
+                       cache_verify_result *r, fj__err *err);
+/* Signs the cache at path with an Ed25519 secret key (replacing earlier signatures): the
+** signature covers every kernel row's key and checksum and every tuning row. Refuses a cache
+** with damaged rows. signer gets the public key (hex). Importing or pruning drops it. */
+fj_status cache_sign(const char *path, const unsigned char secret_key[64], char signer[65],
+                     fj__err *err);
 /* Writes a standalone cache at dest with the rows of src whose device or target contains
 ** filter (all rows when filter is NULL), ready to ship: rollback journal, vacuumed. */
 fj_status cache_export(const char *src, const char *dest, const char *filter, int64_t *copied,

@@ -65,6 +65,10 @@ void fj__sha256_init(fj__sha256 *h);
 void fj__sha256_update(fj__sha256 *h, const void *data, size_t size);
 void fj__sha256_field(fj__sha256 *h, const void *data, size_t size);
 void fj__sha256_final(fj__sha256 *h, unsigned char digest[32]);
+/* An Ed25519 public key. */
+typedef struct fj__public_key {
+    unsigned char bytes[32];
+} fj__public_key;
 /* Ed25519. Each returns 0 on success, -1 on failure (a bad signature, no usable libsodium). */
 int fj__sign_keypair(unsigned char public_key[32], unsigned char secret_key[64]);
 int fj__sign(const unsigned char *message, size_t size, const unsigned char secret_key[64],

@@ -116,6 +116,12 @@ typedef struct fj_context_options {
                              ** strings are copied. */
     int32_t cache_readonly; /* 1: never write the user cache (look up only) */
     int32_t tune;           /* fj_tune_policy; $FLASHJIT_TUNE (never, on_miss) overrides it */
+    /* NULL-terminated list of Ed25519 public keys, 64 hex digits each (at most 16); NULL for
+    ** none. With any, a shipped cache is used only if `flashjit cache sign` signed it with the
+    ** secret key of one of them (checked when the context is created), and only the rows signed
+    ** can supply kernels. Without, shipped caches are trusted as they are: a cache holds code
+    ** that runs on the device, so ship signed caches and pass your key. */
+    const char *const *trusted_keys;
 } fj_context_options;
 
 /* When flashjit measures tile configurations itself. Tuned results are kept in the cache per

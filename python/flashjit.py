@@ -25,7 +25,8 @@ class _ContextOptions(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_size_t), ("backend", ctypes.c_int),
                 ("device", ctypes.c_int32), ("cache_path", ctypes.c_char_p),
                 ("shipped_caches", ctypes.POINTER(ctypes.c_char_p)),
-                ("cache_readonly", ctypes.c_int32), ("tune", ctypes.c_int32)]
+                ("cache_readonly", ctypes.c_int32), ("tune", ctypes.c_int32),
+                ("trusted_keys", ctypes.POINTER(ctypes.c_char_p))]
 
 
 class _AttentionDesc(ctypes.Structure):
@@ -89,7 +90,10 @@ def _tensor(t):
 
 
 class Context:
-    def __init__(self, backend="cuda", device=0, cache_path=None, lib=None):
+    def __init__(self, backend="cuda", device=0, cache_path=None, shipped_caches=(),
+                 trusted_keys=(), lib=None):
+        """shipped_caches: read-only cache files consulted after the user cache; trusted_keys:
+        Ed25519 public keys (hex) one of which must have signed each shipped cache."""
         self.lib = _load(lib)
         opts = _ContextOptions()
         self.lib.fj_context_options_init(ctypes.byref(opts))
@@ -97,6 +101,15 @@ class Context:
         opts.device = device
         if cache_path is not None:
             opts.cache_path = cache_path.encode()
+        # NULL-terminated string arrays; the library copies what it needs during the call.
+        shipped = (ctypes.c_char_p * (len(shipped_caches) + 1))(
+            *[p.encode() for p in shipped_caches], None)
+        keys = (ctypes.c_char_p * (len(trusted_keys) + 1))(*[k.encode() for k in trusted_keys],
+                                                           None)
+        if shipped_caches:
+            opts.shipped_caches = shipped
+        if trusted_keys:
+            opts.trusted_keys = keys
         handle = ctypes.c_void_p()
         st = self.lib.fj_context_create(ctypes.byref(opts), ctypes.byref(handle))
         if st != 0:

@@ -22,6 +22,8 @@ static const struct fj_backend_ops *find_backend(fj_backend_kind kind)
     return NULL;
 }
 
+#define FJ__MAX_TRUSTED_KEYS 16
+
 void fj_context_options_init(fj_context_options *opts)
 {
     if (!opts)
@@ -53,7 +55,9 @@ const char *fj_context_last_error(const fj_context *ctx)
 
 const char *fj_context_cache_path(const fj_context *ctx)
 {
-    return ctx ? ctx->cache_path : "";
+    if (!ctx)
+        return "";
+    return cache_user_db(ctx->cache) ? ctx->cache_path : ":memory:";
 }
 
 /* The first-version size of fj_context_options: the smallest struct_size accepted. */
@@ -88,7 +92,7 @@ fj_status fj_context_create(const fj_context_options *opts, fj_context **out)
     if (opts) {
 #define END(f) FJ__FIELD_END(fj_context_options, f)
         static const size_t ends[] = {END(cache_path), END(shipped_caches), END(cache_readonly),
-                                      END(tune)};
+                                      END(tune), END(trusted_keys)};
 #undef END
         if (opts->struct_size < FJ__OPTIONS_V1_SIZE || opts->struct_size > sizeof o ||
             !fj__size_on_field_end(opts->struct_size, ends, (int)(sizeof ends / sizeof ends[0]),
@@ -114,6 +118,17 @@ fj_status fj_context_create(const fj_context_options *opts, fj_context **out)
         if (!(*p)[0])
             return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "opts.shipped_caches[%d] is empty",
                             (int)(p - o.shipped_caches));
+    fj__public_key trusted[FJ__MAX_TRUSTED_KEYS];
+    int ntrusted = 0;
+    for (const char *const *p = o.trusted_keys; p && *p; p++, ntrusted++)
+        if (ntrusted == FJ__MAX_TRUSTED_KEYS ||
+            fj__hex_decode(*p, trusted[ntrusted].bytes, 32) != 0)
+            return fj__fail(
+                err, FJ_ERR_INVALID_ARGUMENT,
+                ntrusted == FJ__MAX_TRUSTED_KEYS
+                    ? "opts.trusted_keys[%d]: at most 16 keys"
+                    : "opts.trusted_keys[%d] is not an Ed25519 public key (64 hex digits)",
+                ntrusted);
     if (o.tune != FJ_TUNE_NEVER && o.tune != FJ_TUNE_ON_MISS)
         return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
                         "opts.tune = %d, expected FJ_TUNE_NEVER or FJ_TUNE_ON_MISS", (int)o.tune);
@@ -175,10 +190,14 @@ fj_status fj_context_create(const fj_context_options *opts, fj_context **out)
     if (st == FJ_OK) {
         /* Cache problems become a warning in ctx->err, never a failure. */
         ctx->err.msg[0] = '\0';
-        ctx->opts.shipped_caches = NULL; /* the caller's list is not retained */
+        ctx->opts.shipped_caches = NULL; /* the caller's lists are not retained */
+        ctx->opts.trusted_keys = NULL;
         cache_options co = {.path = ctx->cache_path,
                             .shipped = o.shipped_caches,
-                            .readonly = o.cache_readonly != 0};
+                            .readonly = o.cache_readonly != 0,
+                            .own_file = o.cache_path == NULL,
+                            .trusted = trusted,
+                            .ntrusted = ntrusted};
         st = cache_open(&co, &ctx->cache, &ctx->err);
         fj__fingerprint(ctx, ctx->fingerprint, sizeof ctx->fingerprint);
     }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `flashjit run` with bad sizes and numbers: each exits 2 with a message naming the option,
 # before any kernel runs (no device is needed for that); a problem too large for the machine is
-# refused with its size. Usage: cli_args.sh path/to/flashjit
+# refused with its size. Then the cache commands that sign and verify, and `tune` against a
+# cache it cannot write. Usage: cli_args.sh path/to/flashjit
 set -uo pipefail
 cli=$1
 failed=0
@@ -41,5 +42,38 @@ if [ $status -ne 2 ] || ! grep -qE "GiB of (host|device) memory|cannot create" <
     failed=1
 else
     echo "ok   a huge problem: $(head -1 <<<"$out")"
+fi
+# expect STATUS MESSAGE args...: flashjit ARGS exits with STATUS and prints MESSAGE.
+expect() {
+    local want_status=$1 want=$2
+    shift 2
+    out=$("$cli" "$@" 2>&1)
+    status=$?
+    if [ $status -ne "$want_status" ] || ! grep -q -- "$want" <<<"$out"; then
+        echo "FAIL: flashjit $*: status $status (expected $want_status), output: $out"
+        failed=1
+    else
+        echo "ok   flashjit $*: $(head -1 <<<"$out")"
+    fi
+}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+expect 2 "--trusted-key takes an Ed25519 public key" cache verify --trusted-key zz "$tmp/none.db"
+expect 2 "--key FILE is missing" cache sign "$tmp/c.db"
+expect 0 "public key" cache keygen --key "$tmp/key"
+expect 1 "File exists" cache keygen --key "$tmp/key" # never replaces a key
+expect 0 "public key" cache keygen --key "$tmp/other"
+expect 1 "not a secret key" cache sign --key "$tmp/key.pub" --cache "$tmp/c.db"
+expect 0 "signed $tmp/c.db with public key $(cat "$tmp/key.pub")" cache sign --key "$tmp/key" \
+    --cache "$tmp/c.db"
+expect 0 "ok, 0 kernels, signed by $(cat "$tmp/key.pub")" cache verify "$tmp/c.db" \
+    --trusted-key "$(cat "$tmp/key.pub")"
+expect 1 "not signed by a trusted key" cache verify "$tmp/c.db" \
+    --trusted-key "$(cat "$tmp/other.pub")"
+expect 2 "opts.trusted_keys\[0\] is not an Ed25519 public key" run --trusted-key 1234
+# Tuning with nowhere to keep the results stops before it starts (given a device to tune on).
+if "$cli" info 2>/dev/null | grep -qE "^backend opencl: [1-9]"; then
+    expect 1 "cannot be written, so the results would be lost" tune --backend opencl \
+        --cache /proc/version/kernels.db --head-dim 64 --seqlen 64
 fi
 exit $failed

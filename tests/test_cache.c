@@ -188,9 +188,185 @@ static void test_store_roundtrip_and_mismatches(void **state)
     assert_false(cache_get_tuning(c, "other-device", "bucket", "fwd", &best, &us));
     cache_close(c);
 
-    int64_t rows, damaged;
-    assert_int_equal(cache_verify(path, &rows, &damaged, &warn), FJ_OK);
-    assert_int_equal(rows, 1);
+    cache_verify_result r;
+    assert_int_equal(cache_verify(path, NULL, 0, &r, &warn), FJ_OK);
+    assert_int_equal(r.rows, 1);
+    assert_false(r.is_signed);
+}
+
+/* Stores a kernel row whose text is name and binary is name's bytes repeated; returns the key. */
+static void put_named(fj_cache *c, const char *name, char key[65])
+{
+    fj__err warn = {{0}};
+    char bin[64];
+    for (size_t i = 0; i < sizeof bin; i++)
+        bin[i] = name[i % strlen(name)];
+    fj__sha256_hex(name, strlen(name), key);
+    cache_put_kernel(c, key, "opencl", "t", "d", name, bin, sizeof bin, 1, NULL, &warn);
+    assert_string_equal(warn.msg, "");
+}
+
+/* Each row's checksum covers its key and binary: two rows whose binaries (with their
+** checksums) were swapped by someone writing the file are misses, and verify reports them. */
+static void test_binaries_are_bound_to_their_keys(void **state)
+{
+    (void)state;
+    char path[512];
+    path_in_tmp(path, sizeof path, "swap.db");
+    fj__err warn = {{0}};
+    fj_cache *c = NULL;
+    cache_options o = {.path = path};
+    assert_int_equal(cache_open(&o, &c, &warn), FJ_OK);
+    char causal[65], plain[65];
+    put_named(c, "causal=1", causal);
+    put_named(c, "causal=0", plain);
+    assert_int_equal(
+        sqlite3_exec(cache_user_db(c),
+                     "CREATE TEMP TABLE t AS SELECT key, binary, checksum FROM kernels;"
+                     "UPDATE kernels SET binary = (SELECT binary FROM t WHERE t.key != "
+                     "kernels.key), checksum = (SELECT checksum FROM t WHERE t.key != "
+                     "kernels.key);",
+                     NULL, NULL, NULL),
+        SQLITE_OK);
+    void *got = NULL;
+    size_t size = 0;
+    assert_int_equal(cache_get_kernel(c, causal, "causal=1", &got, &size, &warn), CACHE_MISS);
+    assert_int_equal(cache_get_kernel(c, plain, "causal=0", &got, &size, &warn), CACHE_MISS);
+    /* A damaged row is recompiled with a warning, not silently. */
+    assert_non_null(strstr(warn.msg, "is damaged (its checksum does not match)"));
+    cache_close(c);
+    cache_verify_result r;
+    fj__err err = {{0}};
+    assert_int_equal(cache_verify(path, NULL, 0, &r, &err), FJ_ERR_CACHE);
+    assert_int_equal(r.damaged, 2);
+}
+
+/* A shipped cache with trusted keys: used only when signed by one of them and unchanged since;
+** only its signed rows hit, even if the file changes while open. */
+static void test_signed_shipped_caches(void **state)
+{
+    (void)state;
+    char path[512];
+    path_in_tmp(path, sizeof path, "signed.db");
+    fj__err warn = {{0}}, err = {{0}};
+    fj_cache *c = NULL;
+    cache_options o = {.path = path};
+    assert_int_equal(cache_open(&o, &c, &warn), FJ_OK);
+    char k1[65], k2[65], k3[65];
+    put_named(c, "variant one", k1);
+    put_named(c, "variant two", k2);
+    cache_put_tuning(c, "fp", "bucket", "fwd", "tile_m=64", 12.0, "[]", &warn);
+    cache_close(c);
+
+    fj__public_key pk, other;
+    unsigned char sk[64], other_sk[64];
+    char signer[65], pk_hex[65];
+    assert_int_equal(fj__sign_keypair(pk.bytes, sk), 0);
+    assert_int_equal(fj__sign_keypair(other.bytes, other_sk), 0);
+    fj__hex_encode(pk.bytes, 32, pk_hex);
+    cache_verify_result r;
+    assert_int_equal(cache_verify(path, &pk, 1, &r, &err), FJ_ERR_CACHE);
+    assert_non_null(strstr(err.msg, "not signed"));
+    assert_int_equal(cache_sign(path, sk, signer, &err), FJ_OK);
+    assert_string_equal(signer, pk_hex);
+    assert_int_equal(cache_verify(path, &pk, 1, &r, &err), FJ_OK);
+    assert_true(r.is_signed);
+    assert_string_equal(r.signer, pk_hex);
+
+    const char *shipped[] = {path, NULL};
+    void *got = NULL;
+    size_t size = 0;
+    /* Trusted: hits. Another key only: not used, with the reason. */
+    cache_options ship = {.shipped = shipped, .trusted = &pk, .ntrusted = 1};
+    assert_int_equal(cache_open(&ship, &c, &warn), FJ_OK);
+    assert_string_equal(warn.msg, "");
+    assert_int_equal(cache_get_kernel(c, k1, "variant one", &got, &size, &warn), CACHE_SHIPPED);
+    free(got);
+
+    /* A row added to the file after it was opened (and verified) is not among the signed ones. */
+    fj_cache *writer = NULL;
+    cache_options wo = {.path = path};
+    assert_int_equal(cache_open(&wo, &writer, &warn), FJ_OK);
+    put_named(writer, "variant three", k3);
+    cache_close(writer); /* checkpoints the row into the file itself */
+    assert_int_equal(cache_get_kernel(c, k3, "variant three", &got, &size, &warn), CACHE_MISS);
+    cache_close(c);
+
+    /* Now the file's contents differ from what was signed: not used at all. */
+    assert_int_equal(cache_open(&ship, &c, &warn), FJ_OK);
+    assert_non_null(strstr(warn.msg, "does not match its contents"));
+    assert_int_equal(cache_get_kernel(c, k2, "variant two", &got, &size, &warn), CACHE_MISS);
+    cache_close(c);
+    assert_int_equal(cache_open(&wo, &writer, &warn), FJ_OK);
+    cache_forget_kernel(writer, k3);
+    cache_close(writer);
+    warn.msg[0] = '\0';
+
+    cache_options wrong = {.shipped = shipped, .trusted = &other, .ntrusted = 1};
+    assert_int_equal(cache_open(&wrong, &c, &warn), FJ_OK);
+    assert_non_null(strstr(warn.msg, "not signed by a trusted key"));
+    assert_int_equal(cache_get_kernel(c, k1, "variant one", &got, &size, &warn), CACHE_MISS);
+    cache_close(c);
+    warn.msg[0] = '\0';
+
+    /* Changing a tuning record breaks the signature too; without trusted keys the file is used
+    ** as it is. */
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(
+        sqlite3_exec(db, "UPDATE tunings SET best_config = 'tile_m=128'", NULL, NULL, NULL),
+        SQLITE_OK);
+    sqlite3_close(db);
+    assert_int_equal(cache_open(&ship, &c, &warn), FJ_OK);
+    assert_non_null(strstr(warn.msg, "does not match"));
+    cache_close(c);
+    cache_options trusting = {.shipped = shipped};
+    warn.msg[0] = '\0';
+    assert_int_equal(cache_open(&trusting, &c, &warn), FJ_OK);
+    assert_string_equal(warn.msg, "");
+    assert_int_equal(cache_get_kernel(c, k1, "variant one", &got, &size, &warn), CACHE_SHIPPED);
+    free(got);
+    cache_close(c);
+
+    /* Pruning drops the signature (it covered the rows pruned). */
+    assert_int_equal(cache_sign(path, sk, signer, &err), FJ_OK);
+    int64_t deleted = 0;
+    assert_int_equal(cache_prune(path, -1, "d", &deleted, &err), FJ_OK);
+    assert_int_equal(cache_verify(path, NULL, 0, &r, &err), FJ_OK);
+    assert_false(r.is_signed);
+}
+
+/* A cache whose first page (the header) is garbage cannot say it is ours. At the library's own
+** location it is moved aside and replaced; anywhere else it is left alone and not used. */
+static void test_damaged_header(void **state)
+{
+    (void)state;
+    char path[512];
+    path_in_tmp(path, sizeof path, "header.db");
+    for (int own = 0; own < 2; own++) {
+        fj__err warn = {{0}};
+        fj_cache *c = NULL;
+        cache_options o = {.path = path, .own_file = own};
+        assert_int_equal(cache_open(&o, &c, &warn), FJ_OK);
+        char key[65];
+        put_named(c, "some variant", key);
+        cache_close(c);
+        FILE *f = fopen(path, "r+b");
+        assert_non_null(f);
+        for (int i = 0; i < 100; i++)
+            fputc(0x5a, f);
+        fclose(f);
+        assert_int_equal(cache_open(&o, &c, &warn), FJ_OK);
+        if (own) {
+            assert_non_null(strstr(warn.msg, "moved to"));
+            assert_true(cache_writable(c));
+        } else {
+            assert_non_null(strstr(warn.msg, "is not used"));
+            assert_false(cache_writable(c));
+        }
+        cache_close(c);
+        unlink(path);
+    }
 }
 
 static void test_store_full_is_a_warning(void **state)
@@ -207,7 +383,8 @@ static void test_store_full_is_a_warning(void **state)
                      SQLITE_OK);
     static unsigned char big[100000];
     cache_put_kernel(c, "k", "opencl", "t", "d", "text", big, sizeof big, 1, NULL, &warn);
-    assert_non_null(strstr(warn.msg, "cannot store"));
+    /* The cause, not the failed rollback's "no transaction is active". */
+    assert_non_null(strstr(warn.msg, "cannot store a kernel (database or disk is full)"));
     void *got = NULL;
     size_t size;
     assert_int_equal(cache_get_kernel(c, "k", "text", &got, &size, &warn), CACHE_MISS);
@@ -235,10 +412,10 @@ static void test_concurrent_processes(void **state)
         if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
             fail_msg("worker %d failed (status 0x%x)", i, status);
     }
-    int64_t rows, damaged;
+    cache_verify_result r;
     fj__err err = {{0}};
-    assert_int_equal(cache_verify(path, &rows, &damaged, &err), FJ_OK);
-    assert_int_equal(rows, 24);
+    assert_int_equal(cache_verify(path, NULL, 0, &r, &err), FJ_OK);
+    assert_int_equal(r.rows, 24);
 }
 
 /* Worker body: 150 rounds over 24 shared keys; a hit must hold exactly the expected bytes. */
@@ -509,10 +686,10 @@ static void test_every_damage_still_computes(void **state)
             sqlite3_close(db);
         }
         if (d == FLIP_BLOB) { /* the bad row was replaced by the rebuilt kernel */
-            int64_t rows, damaged;
+            cache_verify_result r;
             fj__err err = {{0}};
-            assert_int_equal(cache_verify(path, &rows, &damaged, &err), FJ_OK);
-            assert_int_equal(damaged, 0);
+            assert_int_equal(cache_verify(path, NULL, 0, &r, &err), FJ_OK);
+            assert_int_equal(r.damaged, 0);
         }
         /* A second process on the same file also computes correctly, whatever it finds. */
         fj_kernel_source again = run_with_cache(path, NULL, warning, sizeof warning);
@@ -534,11 +711,11 @@ static void test_verify_reports_damage(void **state)
     char path[512];
     path_in_tmp(path, sizeof path, "verify.db");
     copy_file(golden, path);
-    int64_t rows, damaged;
+    cache_verify_result r;
     fj__err err = {{0}};
-    assert_int_equal(cache_verify(path, &rows, &damaged, &err), FJ_OK);
+    assert_int_equal(cache_verify(path, NULL, 0, &r, &err), FJ_OK);
     flip_inside_blob(path);
-    assert_int_equal(cache_verify(path, &rows, &damaged, &err), FJ_ERR_CACHE);
+    assert_int_equal(cache_verify(path, NULL, 0, &r, &err), FJ_ERR_CACHE);
     assert_non_null(strstr(err.msg, "damaged"));
 }
 
@@ -560,6 +737,9 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_store_roundtrip_and_mismatches),
         cmocka_unit_test(test_store_full_is_a_warning),
+        cmocka_unit_test(test_binaries_are_bound_to_their_keys),
+        cmocka_unit_test(test_damaged_header),
+        cmocka_unit_test(test_signed_shipped_caches),
         cmocka_unit_test(test_concurrent_processes),
         cmocka_unit_test(test_second_context_and_process_hit),
         cmocka_unit_test(test_template_change_misses),

@@ -64,6 +64,13 @@ static void test_context_create_rejects_bad_options(void **state)
     assert_non_null(strstr(fj_last_create_error(), "opts.device = -1"));
 
     fj_context_options_init(&o);
+    const char *keys[] = {"00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
+                          "not-a-key", NULL};
+    o.trusted_keys = keys;
+    assert_int_equal(fj_context_create(&o, &ctx), FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_last_create_error(), "opts.trusted_keys[1] is not an Ed25519"));
+
+    fj_context_options_init(&o);
     o.backend = FJ_BACKEND_OPENCL;
     o.device = 999;
     assert_int_equal(fj_context_create(&o, &ctx), FJ_ERR_NO_DEVICE);
@@ -159,6 +166,17 @@ static void test_memory_and_call_checks(void **state)
     assert_int_equal(dev.backend, FJ_BACKEND_OPENCL);
     assert_true(strlen(dev.name) > 0);
     assert_string_equal(fj_context_cache_path(ctx), ":memory:");
+
+    /* A cache file that cannot be used: a warning, and the path says there is none. */
+    fj_context_options o;
+    fj_context_options_init(&o);
+    o.backend = FJ_BACKEND_OPENCL;
+    o.cache_path = "/proc/version/kernels.db"; /* its folder is a file */
+    fj_context *nocache = NULL;
+    assert_int_equal(fj_context_create(&o, &nocache), FJ_OK);
+    assert_non_null(strstr(fj_context_last_error(nocache), "is not used"));
+    assert_string_equal(fj_context_cache_path(nocache), ":memory:");
+    fj_context_destroy(nocache);
 }
 
 /* Expressions are checked before anything is compiled: a bad one names its position, and one

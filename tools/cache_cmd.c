@@ -1,10 +1,13 @@
-/* `flashjit cache ...`: inspect, verify, export, import and prune kernel caches. */
+/* `flashjit cache ...`: inspect, verify, export, import, prune and sign kernel caches. */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../cache/cache.h"
 #include "../runtime/build.h"
@@ -12,17 +15,23 @@
 
 static int cache_usage(FILE *f)
 {
-    fprintf(f,
-            "usage: flashjit cache <command> [--cache PATH]\n"
-            "  path                        the cache file in use\n"
-            "  ls                          kernels: key, backend, device, size, compile time, age\n"
-            "  verify [FILE]               integrity, schema, checksums; exit 1 on damage\n"
-            "  export FILE [--device S]    a standalone cache to ship (rows whose device or\n"
-            "                              target contains S)\n"
-            "  import FILE                 copy the sound kernels of FILE into the cache\n"
-            "  prune [--older-than DAYS] [--device S] [--all]\n"
-            "  build --arch sm_80|sm_90a ... compile CUDA kernels without a GPU (see "
-            "`cache build --help`)\n");
+    fprintf(
+        f, "usage: flashjit cache <command> [--cache PATH]\n"
+           "  path                        the cache file in use\n"
+           "  ls                          kernels: key, backend, device, size, compile time, age\n"
+           "  verify [FILE] [--trusted-key HEX]...\n"
+           "                              integrity, schema, checksums, signature; exit 1 on\n"
+           "                              damage (or, with trusted keys, no signature by one)\n"
+           "  export FILE [--device S]    a standalone cache to ship (rows whose device or\n"
+           "                              target contains S)\n"
+           "  import FILE                 copy the sound kernels of FILE into the cache\n"
+           "  prune [--older-than DAYS] [--device S] [--all]\n"
+           "  keygen --key FILE           a new Ed25519 key pair: FILE (secret, mode 0600) and\n"
+           "                              FILE.pub; prints the public key\n"
+           "  sign --key FILE [CACHE]     sign CACHE (default the cache) for shipping; users pass\n"
+           "                              the public key in fj_context_options.trusted_keys\n"
+           "  build --arch sm_80|sm_90a ... compile CUDA kernels without a GPU (see "
+           "`cache build --help`)\n");
     return 2;
 }
 
@@ -50,6 +59,62 @@ static void print_variant_summary(const char *text)
             printf(" %.*s", (int)n, p);
         p = end ? end + 1 : NULL;
     }
+}
+
+/* Writes text to path, created with mode (never replacing a file). 0 on success. */
+static int write_new_file(const char *path, const char *text, mode_t mode)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, mode);
+    if (fd < 0)
+        return fprintf(stderr, "flashjit cache keygen: %s: %s\n", path, strerror(errno)), -1;
+    size_t n = strlen(text);
+    int ok = write(fd, text, n) == (ssize_t)n;
+    ok = close(fd) == 0 && ok;
+    if (!ok)
+        fprintf(stderr, "flashjit cache keygen: %s: %s\n", path, strerror(errno));
+    return ok ? 0 : -1;
+}
+
+static int keygen(const char *key_path)
+{
+    unsigned char pk[32], sk[64];
+    char pk_hex[65], sk_hex[129], line[160], pub_path[4200];
+    if (fj__sign_keypair(pk, sk) != 0)
+        return fprintf(stderr, "flashjit cache keygen: no key pair (libsodium failed)\n"), 1;
+    fj__hex_encode(pk, sizeof pk, pk_hex);
+    fj__hex_encode(sk, sizeof sk, sk_hex);
+    snprintf(pub_path, sizeof pub_path, "%s.pub", key_path);
+    snprintf(line, sizeof line, "%s\n", sk_hex);
+    int rc = write_new_file(key_path, line, 0600);
+    snprintf(line, sizeof line, "%s\n", pk_hex);
+    if (rc == 0)
+        rc = write_new_file(pub_path, line, 0644);
+    memset(sk, 0, sizeof sk);
+    memset(sk_hex, 0, sizeof sk_hex);
+    if (rc != 0)
+        return 1;
+    printf("secret key %s, public key %s:\n%s\n", key_path, pub_path, pk_hex);
+    return 0;
+}
+
+/* Reads an Ed25519 secret key (128 hex digits, as keygen writes it) from path. */
+static int read_secret_key(const char *path, unsigned char sk[64])
+{
+    char line[256] = "";
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return fprintf(stderr, "flashjit cache sign: %s: %s\n", path, strerror(errno)), -1;
+    int got = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    line[strcspn(line, " \t\r\n")] = '\0';
+    int ok = got && fj__hex_decode(line, sk, 64) == 0;
+    memset(line, 0, sizeof line);
+    if (!ok)
+        fprintf(stderr,
+                "flashjit cache sign: %s is not a secret key (128 hex digits, as `flashjit cache "
+                "keygen` writes)\n",
+                path);
+    return ok ? 0 : -1;
 }
 
 typedef struct ls_state {
@@ -82,15 +147,19 @@ int fjt_cache_command(int argc, char **argv)
         return cache_usage(stdout), 0;
     if (!strcmp(sub, "build"))
         return fjt_cache_build(argc - 1, argv + 1);
-    enum { O_CACHE = 256, O_DEVICE, O_OLDER, O_ALL, O_HELP };
+    enum { O_CACHE = 256, O_DEVICE, O_OLDER, O_ALL, O_HELP, O_KEY, O_TRUSTED };
     static const struct option opts[] = {{"cache", required_argument, 0, O_CACHE},
+                                         {"key", required_argument, 0, O_KEY},
+                                         {"trusted-key", required_argument, 0, O_TRUSTED},
                                          {"device", required_argument, 0, O_DEVICE},
                                          {"older-than", required_argument, 0, O_OLDER},
                                          {"all", no_argument, 0, O_ALL},
                                          {"help", no_argument, 0, O_HELP},
                                          {0, 0, 0, 0}};
     char *path = NULL;
-    const char *device = NULL;
+    const char *device = NULL, *key_path = NULL;
+    fj__public_key trusted[8];
+    int ntrusted = 0;
     double older_days = -1;
     int all = 0, opt;
     optind = 2;
@@ -111,6 +180,18 @@ int fjt_cache_command(int argc, char **argv)
             break;
         }
         case O_ALL: all = 1; break;
+        case O_KEY: key_path = optarg; break;
+        case O_TRUSTED:
+            if (ntrusted == 8 || fj__hex_decode(optarg, trusted[ntrusted].bytes, 32) != 0) {
+                free(path);
+                fprintf(stderr,
+                        "flashjit cache: --trusted-key takes an Ed25519 public key (64 hex "
+                        "digits, at most 8 keys), not '%s'\n",
+                        optarg);
+                return 2;
+            }
+            ntrusted++;
+            break;
         case O_HELP:
             free(path);
             cache_usage(stdout);
@@ -133,12 +214,35 @@ int fjt_cache_command(int argc, char **argv)
             printf("%lld kernels, %.1f KiB in %s\n", (long long)s.count, (double)s.bytes / 1024.0,
                    path);
     } else if (!strcmp(sub, "verify")) {
-        int64_t rows = 0, damaged = 0;
+        cache_verify_result r;
         const char *target = file ? file : path;
-        st = cache_verify(target, &rows, &damaged, &err);
-        if (st == FJ_OK)
-            printf("%s: ok, %lld kernels\n", target, (long long)rows);
+        st = cache_verify(target, trusted, ntrusted, &r, &err);
+        if (st == FJ_OK && r.is_signed)
+            printf("%s: ok, %lld kernels, signed by %s\n", target, (long long)r.rows, r.signer);
+        else if (st == FJ_OK)
+            printf("%s: ok, %lld kernels; %s\n", target, (long long)r.rows, r.unsigned_why);
         rc = st == FJ_OK ? 0 : 1;
+    } else if (!strcmp(sub, "keygen") || !strcmp(sub, "sign")) {
+        if (!key_path) {
+            fprintf(stderr, "flashjit cache %s: --key FILE is missing\n", sub);
+            free(path);
+            return 2;
+        }
+        if (!strcmp(sub, "keygen")) {
+            rc = keygen(key_path);
+        } else {
+            unsigned char sk[64];
+            char signer[65];
+            const char *target = file ? file : path;
+            if (read_secret_key(key_path, sk) != 0) {
+                free(path);
+                return 1;
+            }
+            st = cache_sign(target, sk, signer, &err);
+            memset(sk, 0, sizeof sk);
+            if (st == FJ_OK)
+                printf("signed %s with public key %s\n", target, signer);
+        }
     } else if (!strcmp(sub, "export") || !strcmp(sub, "import")) {
         if (!file) {
             fprintf(stderr, "flashjit cache %s: FILE is missing\n", sub);

@@ -43,7 +43,8 @@ static int usage(FILE *f)
         "  run [options]     one attention on random data: checks it against a float64\n"
         "                    reference, times it, prints PASS or FAIL (exit status 1)\n"
         "  tune [options]    tune tile configurations over a grid of shapes (tune --help)\n"
-        "  cache <command>   path, ls, verify, export, import, prune, build (cache --help)\n"
+        "  cache <command>   path, ls, verify, export, import, prune, keygen, sign,\n"
+        "                    build (cache --help)\n"
         "\n"
         "run options (defaults in brackets):\n"
         "  --backend auto|cuda|opencl [auto]   --device N [0]\n"
@@ -54,6 +55,8 @@ static int usage(FILE *f)
         "  --causal   --window-left N   --window-right N   --softcap X   --scale X\n"
         "  --layout bshd|bhsd|padded [bshd]   --no-lse\n"
         "  --reps N [5] timed calls   --seed N [fresh]   --no-check   --cache PATH\n"
+        "  --shipped PATH (read-only cache, repeatable)   --trusted-key HEX (Ed25519, repeatable:\n"
+        "      shipped caches must be signed by one; see flashjit cache sign)\n"
         "  --mask-mod EXPR   --score-mod EXPR   --mod-args X,Y,... (arg[0], arg[1], ...)\n"
         "      e.g. --mask-mod \"q / 64 == k / 64\" --score-mod \"s - arg[h] * abs(q - k)\"\n"
         "  --alibi heads|batch     random ALiBi slopes, [heads] or [batch, heads]\n"
@@ -158,6 +161,14 @@ static void print_device(const fj_device_info *d)
            (unsigned long long)(d->local_memory >> 10), d->arch, d->driver);
 }
 
+/* A context's cache warning (an unusable cache file, a shipped cache not used), if any. */
+static void print_cache_warning(const fj_context *ctx)
+{
+    const char *w = fj_context_last_error(ctx);
+    if (w && w[0])
+        fprintf(stderr, "flashjit: warning: %s\n", w);
+}
+
 static int cmd_info(void)
 {
     printf("flashjit %s\n", fj_version());
@@ -180,6 +191,7 @@ static int cmd_info(void)
     fj_context *ctx = NULL;
     if (fj_context_create(NULL, &ctx) == FJ_OK) {
         printf("cache: %s\n", fj_context_cache_path(ctx));
+        print_cache_warning(ctx);
         fj_context_destroy(ctx);
     } else {
         printf("no usable device: %s\n", fj_last_create_error());
@@ -223,6 +235,8 @@ static int cmd_run(int argc, char **argv)
         O_SEQUSED,
         O_RANGES,
         O_BLOCKS,
+        O_SHIPPED,
+        O_TRUSTED,
         O_HELP
     };
     static const struct option opts[] = {{"backend", required_argument, 0, O_BACKEND},
@@ -258,6 +272,8 @@ static int cmd_run(int argc, char **argv)
                                          {"seqused-k", no_argument, 0, O_SEQUSED},
                                          {"ranges", required_argument, 0, O_RANGES},
                                          {"block-mask", required_argument, 0, O_BLOCKS},
+                                         {"shipped", required_argument, 0, O_SHIPPED},
+                                         {"trusted-key", required_argument, 0, O_TRUSTED},
                                          {"help", no_argument, 0, O_HELP},
                                          {0, 0, 0, 0}};
     fjh_case c;
@@ -272,6 +288,8 @@ static int cmd_run(int argc, char **argv)
     int nargs = 0;
     fj_context_options o;
     fj_context_options_init(&o);
+    const char *shipped[9] = {0}, *trusted[9] = {0}; /* NULL-terminated */
+    int nshipped = 0, ntrusted = 0;
     int opt;
     int64_t value = 0;
 /* The option's argument as an integer in [lo, hi] into value; nonzero (after a message) if not. */
@@ -399,10 +417,21 @@ static int cmd_run(int argc, char **argv)
             if (c.blocks == 0)
                 return fprintf(stderr, "flashjit: --block-mask takes full or shared\n"), 2;
             break;
+        case O_SHIPPED:
+        case O_TRUSTED: {
+            const char **list = opt == O_SHIPPED ? shipped : trusted;
+            int *n = opt == O_SHIPPED ? &nshipped : &ntrusted;
+            if (*n == 8)
+                return fprintf(stderr, "flashjit: --%s at most 8 times\n", opts[optidx].name), 2;
+            list[(*n)++] = optarg;
+            break;
+        }
         case O_HELP: usage(stdout); return 0;
         default: return usage(stderr);
         }
     }
+    o.shipped_caches = nshipped ? shipped : NULL;
+    o.trusted_keys = ntrusted ? trusted : NULL;
     if (c.bias_f32 && !c.bias)
         c.bias = 1;
     c.heads_kv = kv_heads ? kv_heads : c.heads_q;
@@ -417,6 +446,7 @@ static int cmd_run(int argc, char **argv)
                 backend_name(o.backend), fj_status_string(st), fj_last_create_error());
         return 2;
     }
+    print_cache_warning(ctx);
     fj_device_info dev = {.struct_size = sizeof dev};
     fj_context_get_device_info(ctx, &dev);
     /* A problem that cannot fit is refused here, with its size, rather than failing midway. */

@@ -9,6 +9,8 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "../cache/cache.h"
+#include "../runtime/context.h"
 #include "flashjit.h"
 #include "reference.h"
 #include "tools.h"
@@ -126,6 +128,15 @@ int fjt_tune_command(int argc, char **argv)
     if (st != FJ_OK) {
         fprintf(stderr, "flashjit tune: %s: %s\n", fj_status_string(st), fj_last_create_error());
         return 2;
+    }
+    /* Tuning is worth its minutes only if the records are kept. */
+    if (!cache_writable(ctx->cache)) {
+        const char *why = fj_context_last_error(ctx);
+        fprintf(stderr,
+                "flashjit tune: the cache %s cannot be written, so the results would be lost%s%s\n",
+                o.cache_path ? o.cache_path : "(the default)", why[0] ? ": " : "", why);
+        fj_context_destroy(ctx);
+        return 1;
     }
     fj_device_info dev = {.struct_size = sizeof dev};
     fj_context_get_device_info(ctx, &dev);
