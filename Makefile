@@ -10,7 +10,7 @@ else
 WERROR ?= OFF
 endif
 
-.PHONY: all deps build run test clean
+.PHONY: all deps build run test sanitize fuzz clean
 
 all: build
 
@@ -27,5 +27,22 @@ run: build
 test: build
 	cd $(BUILD) && ctest --output-on-failure -V $(CTEST_ARGS)
 
+# The unit suite again, built with AddressSanitizer and UBSan (any report fails the test). Left
+# out: the Python layout check (the interpreter would need the ASan runtime preloaded) and the
+# offline cache build (minutes inside NVRTC; its host side runs in `make test`).
+sanitize: deps
+	cmake -S . -B build-asan -DFLASHJIT_SANITIZE=ON -DFLASHJIT_WERROR=$(WERROR) $(CMAKE_FLAGS)
+	cmake --build build-asan -j $(JOBS)
+	cd build-asan && ctest --output-on-failure -L unit -E "python_layout|cache_build_offline" $(CTEST_ARGS)
+
+# Each libFuzzer target (fuzz/) for FUZZ_SECONDS over its corpus; needs clang.
+FUZZ_SECONDS ?= 60
+fuzz:
+	@scripts/install-deps.sh fuzz
+	CC=clang cmake -S . -B build-fuzz -DFLASHJIT_FUZZ=ON -DFLASHJIT_TESTS=OFF \
+		-DFLASHJIT_FUZZ_SECONDS=$(FUZZ_SECONDS) -DFLASHJIT_WERROR=$(WERROR) $(CMAKE_FLAGS)
+	cmake --build build-fuzz -j $(JOBS)
+	cd build-fuzz && ctest --output-on-failure -L fuzz
+
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) build-asan build-fuzz

@@ -26,7 +26,7 @@ static int cmp(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static void die(fj_context *ctx, fj_status st, const char *what)
+static _Noreturn void die(fj_context *ctx, fj_status st, const char *what)
 {
     fprintf(stderr, "%s: %s: %s\n", what, fj_status_string(st),
             ctx ? fj_context_last_error(ctx) : fj_last_create_error());
@@ -61,7 +61,7 @@ int main(int argc, char **argv)
     unsigned short *host = malloc(bytes);
     for (size_t i = 0; i < n; i++)
         host[i] = (unsigned short)(0x3c00 + (rand() & 0x3ff)); /* f16 values in [1, 2) */
-    void *q, *k, *v, *out;
+    void *q = NULL, *k = NULL, *v = NULL, *out = NULL;
     if ((st = fj_malloc(ctx, bytes, &q)) || (st = fj_malloc(ctx, bytes, &k)) ||
         (st = fj_malloc(ctx, bytes, &v)) || (st = fj_malloc(ctx, bytes, &out)))
         die(ctx, st, "fj_malloc");

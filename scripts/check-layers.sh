@@ -15,6 +15,7 @@ declare -A allowed=(
     [autotune]="include core backend templates cache plan"
     [runtime]="include core backend templates cache plan autotune"
     [tools]="include core backend templates cache plan autotune runtime"
+    [fuzz]="include core backend templates cache plan autotune runtime"
 )
 bad=0
 checked=0

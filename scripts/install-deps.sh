@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Installs the Debian packages flashjit builds and runs with, when any is missing. As root it
 # runs apt-get; otherwise it prints the command to run. FLASHJIT_SKIP_DEPS=1 skips the check
-# (for machines without apt, which build against FLASHJIT_DEPS_ROOT instead).
+# (for machines without apt, which build against FLASHJIT_DEPS_ROOT instead). With the argument
+# `fuzz` it also installs what `make fuzz` needs.
 set -euo pipefail
 [ "${FLASHJIT_SKIP_DEPS:-0}" = 1 ] && exit 0
 packages=(cmake make gcc libc6-dev liblua5.4-dev libsqlite3-dev libsodium-dev libcmocka-dev
           pocl-opencl-icd ocl-icd-opencl-dev opencl-headers)
+if [ "${1:-}" = fuzz ]; then # clang and its libFuzzer runtime
+    packages+=(clang libclang-rt-dev)
+fi
 missing=()
 for p in "${packages[@]}"; do
     status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)

@@ -1,0 +1,107 @@
+/* libFuzzer target: a request's validation and planning, as fj_attention_forward does them before
+** anything runs (runtime/validate.c, the expressions, features, the heuristic, the plan, the
+** kernels' keys), for a described Hopper GPU and an OpenCL device. The bytes choose every field
+** of the descriptor and of up to 13 tensors, the struct size, the expressions and a tile
+** config. No device memory is touched: data pointers only matter for their alignment. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fuzz_input.h"
+#include "../runtime/build.h"
+
+static _Alignas(256) unsigned char memory[1024];
+
+static void fill_tensor(fuzz_input *in, fj_tensor *t)
+{
+    t->data = memory + (fuzz_bits(in, 1) & 0x3f) * 4; /* aligned or not, never NULL here */
+    if ((fuzz_bits(in, 1) & 0x1f) == 0)
+        t->data = NULL;
+    t->dtype = (fj_dtype)(fuzz_bits(in, 1) % 9);
+    t->ndim = (int32_t)(fuzz_bits(in, 1) % 6);
+    for (int i = 0; i < 4; i++) {
+        t->shape[i] = fuzz_int(in);
+        t->stride[i] = fuzz_int(in);
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    fuzz_input in = {.data = data, .size = size};
+    fj_tensor t[13]; /* q k v out lse alibi bias mask cu_q cu_k used ranges blocks */
+    memset(t, 0, sizeof t);
+    for (int i = 0; i < 13; i++)
+        fill_tensor(&in, &t[i]);
+    uint32_t present = (uint32_t)fuzz_bits(&in, 2); /* which optional tensors are given */
+
+    fj_attention_desc d;
+    fj_attention_desc_init(&d);
+    uint8_t size_pick = (uint8_t)fuzz_bits(&in, 1);
+    if (size_pick >= 0xe0) /* any struct size, field ends and field middles alike */
+        d.struct_size = (size_t)fuzz_bits(&in, 2) % (sizeof d + 16);
+    uint32_t scale_bits = (uint32_t)fuzz_bits(&in, 4), cap_bits = (uint32_t)fuzz_bits(&in, 4);
+    if (fuzz_bits(&in, 1) & 1)
+        memcpy(&d.softmax_scale, &scale_bits, 4);
+    if (fuzz_bits(&in, 1) & 1)
+        memcpy(&d.softcap, &cap_bits, 4);
+    d.causal = (int32_t)fuzz_int(&in);
+    d.window_left = (int32_t)((uint64_t)fuzz_int(&in) - 2); /* -2 .. 253 from one byte */
+    d.window_right = (int32_t)((uint64_t)fuzz_int(&in) - 2);
+    d.max_seqlen_q = fuzz_int(&in);
+    d.max_seqlen_k = fuzz_int(&in);
+    d.mod_args_count = (int64_t)((uint64_t)fuzz_int(&in) - 1);
+    const int has_args = fuzz_bits(&in, 1) & 1;
+    const size_t args_offset = fuzz_bits(&in, 1) & 7;
+    d.mod_args = has_args ? (const void *)(memory + args_offset) : NULL;
+    const fj_tensor **optional[] = {&d.alibi_slopes, &d.bias,      &d.mask,        &d.cu_seqlens_q,
+                                    &d.cu_seqlens_k, &d.seqused_k, &d.mask_ranges, &d.block_mask};
+    for (int i = 0; i < 8; i++)
+        if (present & (1u << i))
+            *optional[i] = &t[5 + i];
+    char mask[512], score[512], config[128];
+    const char *m = fuzz_string(&in, mask, sizeof mask);
+    const char *s = fuzz_string(&in, score, sizeof score);
+    const char *cfg = fuzz_string(&in, config, sizeof config);
+    d.mask_mod = m[0] ? m : NULL;
+    d.score_mod = s[0] ? s : NULL;
+    const int with_lse = (present >> 8) & 1;
+
+    static const fj_device_info devices[2] = {
+        {.struct_size = sizeof(fj_device_info),
+         .backend = FJ_BACKEND_CUDA,
+         .name = "H200",
+         .arch = "sm_90a",
+         .compute_units = 132,
+         .global_memory = 141ull << 30,
+         .local_memory = 227 << 10},
+        {.struct_size = sizeof(fj_device_info),
+         .backend = FJ_BACKEND_OPENCL,
+         .name = "cpu",
+         .arch = "opencl",
+         .compute_units = 2,
+         .global_memory = 1ull << 30,
+         .local_memory = 64 << 10},
+    };
+    for (int dev = 0; dev < 2; dev++) {
+        fj__mods mods = {0};
+        fj__plan plan;
+        fj__err err = {{0}};
+        fj_status st = fj__plan_request(&d, &t[0], &t[1], &t[2], &t[3], with_lse ? &t[4] : NULL,
+                                        &devices[dev], cfg[0] ? cfg : NULL, &mods, &plan, &err);
+        if (st == FJ_OK)
+            for (int i = 0; i < plan.nsteps; i++) {
+                if (plan.steps[i].kind != FJ__STEP_KERNEL)
+                    continue;
+                char *text = NULL, hash[65];
+                if (fj__variant_key(&plan.steps[i].variant, "target", "0123", &text, hash, &err) ==
+                    FJ_OK)
+                    free(text);
+            }
+        else if (!err.msg[0])
+            abort();                 /* every rejection names its reason */
+        if (getenv("FJ_FUZZ_DEBUG")) /* why a seed does (not) plan */
+            fprintf(stderr, "device %d: %s %s\n", dev, fj_status_string(st), err.msg);
+        fj__mods_free(&mods);
+    }
+    return 0;
+}
