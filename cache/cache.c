@@ -29,12 +29,20 @@ typedef struct signed_row {
     char checksum[65];
 } signed_row;
 
-/* A shipped cache; when verified against trusted keys, the rows its signature covers (sorted by
-** key), so that a file changed after opening still cannot supply another binary. */
+/* What a verified signature covers, kept in memory so that a file changed after opening still
+** cannot supply another binary or tile choice: the kernel rows (sorted by key) and the hashes
+** of the tuning rows (tuning_hash, sorted). */
+typedef struct signed_set {
+    signed_row *rows;
+    size_t nrows;
+    unsigned char (*tunings)[32];
+    size_t ntunings;
+} signed_set;
+
 typedef struct shipped_cache {
     sqlite3 *db;
-    signed_row *rows; /* NULL: not verified (no trusted keys given) */
-    size_t nrows;
+    int verified; /* checked against trusted keys: only `signed` can hit */
+    signed_set signed_rows;
 } shipped_cache;
 
 struct fj_cache {
@@ -374,10 +382,50 @@ static void field_text(fj__sha256 *h, const unsigned char *text)
     fj__sha256_field(h, t, strlen(t));
 }
 
-/* The digest a signature covers: every kernel row's key and checksum and every tuning row, in
-** key order, each field length-prefixed. With rows, also returns the kernel rows (sorted by key,
-** malloc'd). Returns 0, or -1 when the tables cannot be read. */
-static int manifest_digest(sqlite3 *db, unsigned char digest[32], signed_row **rows, size_t *nrows)
+/* A tuning row's fields (fingerprint, bucket, family, config) hashed, each length-prefixed. */
+static void tuning_hash(const unsigned char *const fields[4], unsigned char out[32])
+{
+    fj__sha256 h;
+    fj__sha256_init(&h);
+    for (int i = 0; i < 4; i++)
+        field_text(&h, fields[i]);
+    fj__sha256_final(&h, out);
+}
+
+static int compare_signed_rows(const void *a, const void *b)
+{
+    return strcmp(((const signed_row *)a)->key, ((const signed_row *)b)->key);
+}
+
+static int compare_hashes(const void *a, const void *b)
+{
+    return memcmp(a, b, 32);
+}
+
+static void signed_set_free(signed_set *set)
+{
+    free(set->rows);
+    free(set->tunings);
+    memset(set, 0, sizeof *set);
+}
+
+/* Room for one more of n elements of size bytes at *list (*cap allocated): the new
+** allocation, or NULL when out of memory (then *list is unchanged). */
+static void *reserve(void *list, size_t n, size_t *cap, size_t size)
+{
+    if (n < *cap)
+        return list;
+    size_t more = *cap ? 2 * *cap : 64;
+    void *grown = realloc(list, more * size);
+    if (grown)
+        *cap = more;
+    return grown;
+}
+
+/* The digest a signature covers: every kernel row's key and checksum and every tuning row's
+** fields, in key order, each field length-prefixed. With set, also what it covers (sorted,
+** malloc'd; signed_set_free). Returns 0, or -1 when the tables cannot be read. */
+static int manifest_digest(sqlite3 *db, unsigned char digest[32], signed_set *set)
 {
     static const char *const queries[] = {
         "SELECT key, checksum FROM kernels ORDER BY key",
@@ -386,60 +434,61 @@ static int manifest_digest(sqlite3 *db, unsigned char digest[32], signed_row **r
     fj__sha256 h;
     fj__sha256_init(&h);
     field_text(&h, (const unsigned char *)"flashjit signed cache 2");
-    size_t n = 0, cap = 0;
-    signed_row *list = NULL;
+    signed_set local = {0};
+    size_t row_cap = 0, tuning_cap = 0;
     int ok = 1;
     for (int q = 0; q < 2 && ok; q++) {
         sqlite3_stmt *st = NULL;
         ok = sqlite3_prepare_v2(db, queries[q], -1, &st, NULL) == SQLITE_OK;
         int rc = SQLITE_DONE;
         while (ok && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-            int columns = sqlite3_column_count(st);
-            for (int c = 0; c < columns; c++)
-                field_text(&h, sqlite3_column_text(st, c));
-            if (q > 0 || !rows)
+            const unsigned char *f[4] = {NULL, NULL, NULL, NULL};
+            for (int c = 0; c < sqlite3_column_count(st) && c < 4; c++)
+                field_text(&h, f[c] = sqlite3_column_text(st, c));
+            if (!set)
                 continue;
-            if (n == cap) {
-                cap = cap ? 2 * cap : 64;
-                signed_row *grown = realloc(list, cap * sizeof *grown);
-                if (!grown) {
-                    ok = 0;
+            if (q == 0) {
+                signed_row *rows = reserve(local.rows, local.nrows, &row_cap, sizeof *rows);
+                if (!(ok = rows != NULL))
                     break;
-                }
-                list = grown;
+                local.rows = rows;
+                signed_row *r = &rows[local.nrows++];
+                snprintf(r->key, sizeof r->key, "%s", f[0] ? (const char *)f[0] : "");
+                snprintf(r->checksum, sizeof r->checksum, "%s", f[1] ? (const char *)f[1] : "");
+            } else {
+                unsigned char(*hashes)[32] =
+                    reserve(local.tunings, local.ntunings, &tuning_cap, sizeof *hashes);
+                if (!(ok = hashes != NULL))
+                    break;
+                local.tunings = hashes;
+                tuning_hash(f, hashes[local.ntunings++]);
             }
-            const unsigned char *key = sqlite3_column_text(st, 0),
-                                *sum = sqlite3_column_text(st, 1);
-            snprintf(list[n].key, sizeof list[n].key, "%s", key ? (const char *)key : "");
-            snprintf(list[n].checksum, sizeof list[n].checksum, "%s", sum ? (const char *)sum : "");
-            n++;
         }
         ok = ok && rc == SQLITE_DONE;
         sqlite3_finalize(st);
         field_text(&h, (const unsigned char *)"end");
     }
     fj__sha256_final(&h, digest);
-    if (!ok) {
-        free(list);
-        return -1;
+    if (!ok || !set) {
+        signed_set_free(&local);
+        return ok ? 0 : -1;
     }
-    if (rows) {
-        *rows = list;
-        *nrows = n;
-    }
+    /* SQLite's ORDER BY sorted the keys as strcmp does; the hashes need sorting. */
+    if (local.ntunings)
+        qsort(local.tunings, local.ntunings, 32, compare_hashes);
+    *set = local;
     return 0;
 }
 
 /* Checks db's signatures against the trusted keys (any trusted key with a valid signature
 ** will do; trusted may be NULL with ntrusted 0 to report the first valid signature of any key).
 ** Returns 1 when verified (the signer's public key in signer as hex), 0 when not (the reason in
-** why), -1 when the file cannot be read. rows as in manifest_digest. */
+** why), -1 when the file cannot be read. set as in manifest_digest (emptied unless verified). */
 static int verify_signatures(sqlite3 *db, const fj__public_key *trusted, int ntrusted,
-                             char signer[65], signed_row **rows, size_t *nrows, char *why,
-                             size_t why_size)
+                             char signer[65], signed_set *set, char *why, size_t why_size)
 {
     unsigned char digest[32];
-    if (manifest_digest(db, digest, rows, nrows) != 0) {
+    if (manifest_digest(db, digest, set) != 0) {
         snprintf(why, why_size, "cannot read its rows (%s)", sqlite3_errmsg(db));
         return -1;
     }
@@ -471,18 +520,10 @@ static int verify_signatures(sqlite3 *db, const fj__public_key *trusted, int ntr
                  : !from_trusted ? "it is not signed by a trusted key"
                                  : "its signature does not match its contents (changed after "
                                    "signing?)");
-        if (rows) {
-            free(*rows);
-            *rows = NULL;
-            *nrows = 0;
-        }
+        if (set)
+            signed_set_free(set);
     }
     return verified;
-}
-
-static int compare_signed_rows(const void *a, const void *b)
-{
-    return strcmp(((const signed_row *)a)->key, ((const signed_row *)b)->key);
 }
 
 /* The checksum signed for key in a verified shipped cache, or NULL. */
@@ -490,9 +531,20 @@ static const char *signed_checksum(const shipped_cache *sc, const char *key)
 {
     signed_row probe;
     snprintf(probe.key, sizeof probe.key, "%s", key);
-    const signed_row *r =
-        bsearch(&probe, sc->rows, sc->nrows, sizeof *sc->rows, compare_signed_rows);
+    const signed_row *r = sc->signed_rows.nrows
+                              ? bsearch(&probe, sc->signed_rows.rows, sc->signed_rows.nrows,
+                                        sizeof probe, compare_signed_rows)
+                              : NULL;
     return r ? r->checksum : NULL;
+}
+
+/* Whether a tuning row with these fields is among those a verified shipped cache signed. */
+static int tuning_signed(const shipped_cache *sc, const unsigned char *const fields[4])
+{
+    unsigned char hash[32];
+    tuning_hash(fields, hash);
+    return sc->signed_rows.ntunings &&
+           bsearch(hash, sc->signed_rows.tunings, sc->signed_rows.ntunings, 32, compare_hashes);
 }
 
 fj_status cache_open(const cache_options *o, fj_cache **out, fj__err *warn)
@@ -513,14 +565,9 @@ fj_status cache_open(const cache_options *o, fj_cache **out, fj__err *warn)
         char why[512] = "", signer[65];
         shipped_cache sc = {.db = open_db(*p, 2, busy, why, sizeof why)};
         int usable = sc.db && check_schema(sc.db, 0, why, sizeof why) == 0;
-        if (usable && o->ntrusted > 0) {
-            usable = verify_signatures(sc.db, o->trusted, o->ntrusted, signer, &sc.rows, &sc.nrows,
-                                       why, sizeof why) == 1;
-            /* manifest_digest read them in key order; an empty cache has none. */
-            if (usable && !sc.rows)
-                sc.rows = calloc(1, sizeof *sc.rows);
-            usable = usable && sc.rows;
-        }
+        if (usable && o->ntrusted > 0)
+            usable = sc.verified = verify_signatures(sc.db, o->trusted, o->ntrusted, signer,
+                                                     &sc.signed_rows, why, sizeof why) == 1;
         if (usable) {
             c->shipped[c->nshipped++] = sc;
             continue;
@@ -538,7 +585,7 @@ void cache_close(fj_cache *c)
     sqlite3_close(c->user);
     for (int i = 0; i < c->nshipped; i++) {
         sqlite3_close(c->shipped[i].db);
-        free(c->shipped[i].rows);
+        signed_set_free(&c->shipped[i].signed_rows);
     }
     free(c->path);
     free(c);
@@ -633,7 +680,7 @@ cache_origin cache_get_kernel(fj_cache *c, const char *key, const char *variant_
     for (int i = 0; i < c->nshipped; i++) {
         const shipped_cache *sc = &c->shipped[i];
         const char *signed_sum = NULL;
-        if (sc->rows && !(signed_sum = signed_checksum(sc, key)))
+        if (sc->verified && !(signed_sum = signed_checksum(sc, key)))
             continue; /* not among the signed rows */
         if (lookup(sc->db, key, variant_text, signed_sum, binary, size, warn))
             return CACHE_SHIPPED;
@@ -707,8 +754,9 @@ void cache_forget_kernel(fj_cache *c, const char *key)
     sqlite3_finalize(st);
 }
 
-static int tuning_lookup(sqlite3 *db, const char *fingerprint, const char *bucket,
-                         const char *family, char **best, double *us)
+/* Looks a tuning record up in db; where sc is a verified shipped cache, only a signed one. */
+static int tuning_lookup(sqlite3 *db, const shipped_cache *sc, const char *fingerprint,
+                         const char *bucket, const char *family, char **best, double *us)
 {
     sqlite3_stmt *st = NULL;
     int hit = 0;
@@ -720,8 +768,13 @@ static int tuning_lookup(sqlite3 *db, const char *fingerprint, const char *bucke
     sqlite3_bind_text(st, 1, fingerprint, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, bucket, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 3, family, -1, SQLITE_STATIC);
-    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0)) {
-        *best = fj__strdup((const char *)sqlite3_column_text(st, 0));
+    const unsigned char *config = NULL;
+    if (sqlite3_step(st) == SQLITE_ROW && (config = sqlite3_column_text(st, 0)) &&
+        (!sc || !sc->verified ||
+         tuning_signed(sc, (const unsigned char *const[4]){
+                               (const unsigned char *)fingerprint, (const unsigned char *)bucket,
+                               (const unsigned char *)family, config}))) {
+        *best = fj__strdup((const char *)config);
         *us = sqlite3_column_double(st, 1);
         hit = *best != NULL;
     }
@@ -735,10 +788,12 @@ int cache_get_tuning(fj_cache *c, const char *fingerprint, const char *bucket, c
     *best_config = NULL;
     if (!c)
         return 0;
-    if (c->user && tuning_lookup(c->user, fingerprint, bucket, family, best_config, measured_us))
+    if (c->user &&
+        tuning_lookup(c->user, NULL, fingerprint, bucket, family, best_config, measured_us))
         return 1;
     for (int i = 0; i < c->nshipped; i++)
-        if (tuning_lookup(c->shipped[i].db, fingerprint, bucket, family, best_config, measured_us))
+        if (tuning_lookup(c->shipped[i].db, &c->shipped[i], fingerprint, bucket, family,
+                          best_config, measured_us))
             return 1;
     return 0;
 }
@@ -859,7 +914,7 @@ fj_status cache_verify(const char *path, const fj__public_key *trusted, int ntru
                          (long long)r->damaged, (long long)r->rows);
     }
     if (s == FJ_OK) {
-        int v = verify_signatures(db, trusted, ntrusted, r->signer, NULL, NULL, r->unsigned_why,
+        int v = verify_signatures(db, trusted, ntrusted, r->signer, NULL, r->unsigned_why,
                                   sizeof r->unsigned_why);
         r->is_signed = v == 1;
         if (v < 0 || (!r->is_signed && ntrusted > 0))
@@ -887,7 +942,7 @@ fj_status cache_sign(const char *path, const unsigned char secret_key[64], char 
     else if (sound != rows)
         s = fj__fail(err, FJ_ERR_CACHE, "%s: %lld of %lld kernels are damaged; not signed", path,
                      (long long)(rows - sound), (long long)rows);
-    else if (manifest_digest(db, digest, NULL, NULL) != 0)
+    else if (manifest_digest(db, digest, NULL) != 0)
         s = fj__fail(err, FJ_ERR_CACHE, "%s: %s", path, sqlite3_errmsg(db));
     else if (fj__sign(digest, sizeof digest, secret_key, signature) != 0)
         s = fj__fail(err, FJ_ERR_CACHE, "%s: signing failed (libsodium)", path);

@@ -282,6 +282,30 @@ static void test_signed_shipped_caches(void **state)
     assert_string_equal(warn.msg, "");
     assert_int_equal(cache_get_kernel(c, k1, "variant one", &got, &size, &warn), CACHE_SHIPPED);
     free(got);
+    char *best = NULL;
+    double us = 0;
+    assert_true(cache_get_tuning(c, "fp", "bucket", "fwd", &best, &us));
+    assert_string_equal(best, "tile_m=64");
+    free(best);
+    /* A tuning record changed in the file after it was verified is not the one signed: the
+    ** lookup gives the signed record (pages read before) or none, never the new one. */
+    sqlite3 *edit = NULL;
+    assert_int_equal(sqlite3_open(path, &edit), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(edit,
+                                  "PRAGMA journal_mode=DELETE; UPDATE tunings SET best_config = "
+                                  "'tile_m=16'",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(edit);
+    best = NULL;
+    if (cache_get_tuning(c, "fp", "bucket", "fwd", &best, &us))
+        assert_string_equal(best, "tile_m=64");
+    free(best);
+    assert_int_equal(sqlite3_open(path, &edit), SQLITE_OK);
+    assert_int_equal(
+        sqlite3_exec(edit, "UPDATE tunings SET best_config = 'tile_m=64'", NULL, NULL, NULL),
+        SQLITE_OK);
+    sqlite3_close(edit);
 
     /* A row added to the file after it was opened (and verified) is not among the signed ones. */
     fj_cache *writer = NULL;
