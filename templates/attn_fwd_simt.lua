@@ -31,6 +31,7 @@
 % end
 % end
 % assert(tile_m > 0 and tile_n > 0, "tile sizes must be positive")
+% assert(kv_dtype == q_dtype and out_dtype == q_dtype, "the SIMT forward takes one element type for q, k, v and out")
 % include("dialect.lua")
 % include("attn_masks.lua")
 % include("params.lua")

@@ -1,14 +1,15 @@
 % -- The portable dialect: one spelling of a kernel for OpenCL C and CUDA C++. Templates written
 % -- with these macros (KERNEL, GLOBAL, SHARED, BARRIER, THREAD_X, BLOCK_X/Y/Z, F_* math, I64,
 % -- LOCAL_FLAG_SET: set a shared int to 1 from any number of threads)
-% -- render for either backend. Element access: STORE_T is the element type in memory, LOAD(p, i)
-% -- reads element i as float, STORE(p, i, x) writes x rounded to nearest even.
+% -- render for either backend. Element access by role: q_t, kv_t, o_t are the element types in
+% -- memory of q, of k and v, and of out (a family may give the roles other meanings); Q_LOAD(p,
+% -- i) reads element i as float (likewise KV_, O_; *_LOAD_RO through the read-only path) and
+% -- Q_STORE(p, i, x) writes x rounded to nearest even. Where all three types are one, STORE_T,
+% -- LOAD, LOAD_RO and STORE name it and its accesses.
 % -- GPTR(T, x): a pointer field of a parameter block as a pointer to T (on OpenCL pointers
-% -- travel in blocks as integers). q_t, kv_t, o_t: the element types of q, k and v, and out.
+% -- travel in blocks as integers).
 % -- Parameters: backend ("opencl" or "cuda"), q_dtype, kv_dtype, out_dtype ("f32", "f16",
-% -- "bf16"; one type for all three so far).
-% assert(kv_dtype == q_dtype and out_dtype == q_dtype, "the portable kernels take one element type for q, k, v and out")
-% local dtype = q_dtype
+% -- "bf16").
 % if backend == "opencl" then
 #define KERNEL(threads) __kernel __attribute__((reqd_work_group_size(threads, 1, 1))) void
 #define GLOBAL __global
@@ -111,18 +112,8 @@ INLINE int expr_iabs(int a) { return a < 0 ? expr_ineg(a) : a; }
 #define EXPR_FLOOR floorf
 % end
 
-% if dtype == "f32" then
-typedef float STORE_T;
-#define LOAD(p, i) ((p)[i])
-#define LOAD_RO(p, i) LDG((p) + (i))
-#define STORE(p, i, x) ((p)[i] = (x))
-% elseif dtype == "f16" and backend == "opencl" then
-typedef half STORE_T;
-#define LOAD(p, i) vload_half((i), (p))
-#define LOAD_RO(p, i) LOAD(p, i)
-#define STORE(p, i, x) vstore_half_rte((x), (i), (p))
-% elseif dtype == "f16" then
-typedef ushort STORE_T;
+/* Conversions of the 16-bit types, for whichever roles use them. */
+% if backend == "cuda" then
 INLINE float f16_to_float(ushort h)
 {
     float f;
@@ -135,11 +126,7 @@ INLINE ushort float_to_f16(float f)
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
     return h;
 }
-#define LOAD(p, i) f16_to_float((p)[i])
-#define LOAD_RO(p, i) f16_to_float(LDG((p) + (i)))
-#define STORE(p, i, x) ((p)[i] = float_to_f16(x))
-% elseif dtype == "bf16" then
-typedef ushort STORE_T;
+% end
 INLINE float bf16_to_float(ushort b) { return BITS_TO_FLOAT((uint)b << 16); }
 INLINE ushort float_to_bf16(float f)
 {
@@ -149,12 +136,35 @@ INLINE ushort float_to_bf16(float f)
     u += 0x7fffu + ((u >> 16) & 1u);
     return (ushort)(u >> 16);
 }
-#define LOAD(p, i) bf16_to_float((p)[i])
-#define LOAD_RO(p, i) bf16_to_float(LDG((p) + (i)))
-#define STORE(p, i, x) ((p)[i] = float_to_bf16(x))
-% else
-%   error("dialect: unsupported dtype " .. tostring(dtype))
+% -- One role's element type and accesses: typedef T <role>_t; <ROLE>_LOAD, _LOAD_RO, _STORE.
+% local function element_role(role, dt)
+%   local R = role:upper()
+%   if dt == "f32" then
+typedef float ${role}_t;
+#define ${R}_LOAD(p, i) ((p)[i])
+#define ${R}_LOAD_RO(p, i) LDG((p) + (i))
+#define ${R}_STORE(p, i, x) ((p)[i] = (x))
+%   elseif dt == "f16" and backend == "opencl" then
+typedef half ${role}_t;
+#define ${R}_LOAD(p, i) vload_half((i), (p))
+#define ${R}_LOAD_RO(p, i) ${R}_LOAD(p, i)
+#define ${R}_STORE(p, i, x) vstore_half_rte((x), (i), (p))
+%   elseif dt == "f16" or dt == "bf16" then
+%     local cvt = dt == "f16" and "f16" or "bf16"
+typedef ushort ${role}_t;
+#define ${R}_LOAD(p, i) ${cvt}_to_float((p)[i])
+#define ${R}_LOAD_RO(p, i) ${cvt}_to_float(LDG((p) + (i)))
+#define ${R}_STORE(p, i, x) ((p)[i] = float_to_${cvt}(x))
+%   else
+%     error("dialect: unsupported dtype " .. tostring(dt))
+%   end
 % end
-typedef STORE_T q_t;
-typedef STORE_T kv_t;
-typedef STORE_T o_t;
+% element_role("q", q_dtype)
+% element_role("kv", kv_dtype)
+% element_role("o", out_dtype)
+% if kv_dtype == q_dtype and out_dtype == q_dtype then
+typedef q_t STORE_T;
+#define LOAD Q_LOAD
+#define LOAD_RO Q_LOAD_RO
+#define STORE Q_STORE
+% end
