@@ -1,27 +1,35 @@
 /* libFuzzer target: a request's validation and planning, as fj_attention_forward does them before
 ** anything runs (runtime/validate.c, the expressions, features, the heuristic, the plan, the
-** kernels' keys), for a described Hopper GPU and an OpenCL device. The bytes choose every field
+** kernels' keys), for a described Hopper GPU and an OpenCL device; and a merge's, from the same
+** tensors (fj_attention_merge). The bytes choose every field
 ** of the descriptor and of up to 13 tensors, the struct size, the expressions and a tile
-** config. No device memory is touched: data pointers only matter for their alignment. */
+** config. No memory behind a tensor is touched: data pointers only matter for their alignment
+** and where they lie relative to each other. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fuzz_input.h"
 #include "../runtime/build.h"
+#include "../runtime/context.h"
 
-static _Alignas(256) unsigned char memory[1024];
-
-static void fill_tensor(fuzz_input *in, fj_tensor *t)
+/* Tensor i's data lies at (i + 1) << 32 (never dereferenced: nothing here touches memory), plus
+** a byte's offset, aligned or not; or, by the byte's top bits, at the previous tensor's address
+** (in-place merges and overlaps), or NULL. */
+static void fill_tensor(fuzz_input *in, fj_tensor *t, int i)
 {
-    t->data = memory + (fuzz_bits(in, 1) & 0x3f) * 4; /* aligned or not, never NULL here */
+    const uint8_t where = (uint8_t)fuzz_bits(in, 1);
+    uintptr_t base = ((uintptr_t)(i + 1) << 32) + (where & 0x3f) * 4;
+    if ((where >> 6) == 3 && i > 0)
+        base = (uintptr_t)t[-1].data;
+    t->data = (void *)base;
     if ((fuzz_bits(in, 1) & 0x1f) == 0)
         t->data = NULL;
     t->dtype = (fj_dtype)(fuzz_bits(in, 1) % 9);
     t->ndim = (int32_t)(fuzz_bits(in, 1) % 6);
-    for (int i = 0; i < 4; i++) {
-        t->shape[i] = fuzz_int(in);
-        t->stride[i] = fuzz_int(in);
+    for (int d = 0; d < 4; d++) {
+        t->shape[d] = fuzz_int(in);
+        t->stride[d] = fuzz_int(in);
     }
 }
 
@@ -31,7 +39,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fj_tensor t[13]; /* q k v out lse alibi bias mask cu_q cu_k used ranges blocks */
     memset(t, 0, sizeof t);
     for (int i = 0; i < 13; i++)
-        fill_tensor(&in, &t[i]);
+        fill_tensor(&in, &t[i], i);
     uint32_t present = (uint32_t)fuzz_bits(&in, 2); /* which optional tensors are given */
 
     fj_attention_desc d;
@@ -52,7 +60,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     d.mod_args_count = (int64_t)((uint64_t)fuzz_int(&in) - 1);
     const int has_args = fuzz_bits(&in, 1) & 1;
     const size_t args_offset = fuzz_bits(&in, 1) & 7;
-    d.mod_args = has_args ? (const void *)(memory + args_offset) : NULL;
+    d.mod_args = has_args ? (const void *)((uintptr_t)1 << 40 | args_offset) : NULL;
     const fj_tensor **optional[] = {&d.alibi_slopes, &d.bias,      &d.mask,        &d.cu_seqlens_q,
                                     &d.cu_seqlens_k, &d.seqused_k, &d.mask_ranges, &d.block_mask};
     for (int i = 0; i < 8; i++)
@@ -103,5 +111,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             fprintf(stderr, "device %d: %s %s\n", dev, fj_status_string(st), err.msg);
         fj__mods_free(&mods);
     }
+    /* The same tensors as a merge: states t[0..n-1], their lses t[6..], the result t[12] and
+    ** maybe t[11] (aliases and overlaps included, as the bytes make them). */
+    const int n = (int)(fuzz_bits(&in, 1) % 8) - 1; /* -1 .. 6 */
+    fj__merge_problem mp;
+    fj__err err = {{0}};
+    if (fj__validate_merge(n >= 0 ? &t[0] : NULL, &t[6], n < 0 ? 1 : n, &t[12],
+                           (present >> 9) & 1 ? &t[11] : NULL, &mp, &err) == FJ_OK) {
+        fj__plan plan;
+        if (fj__plan_merge(&mp, FJ_BACKEND_CUDA, &plan, &err) == FJ_OK)
+            for (int i = 0; i < plan.nsteps; i++) {
+                char *text = NULL, hash[65];
+                if (fj__variant_key(&plan.steps[i].variant, "target", "0123", &text, hash, &err) ==
+                    FJ_OK)
+                    free(text);
+            }
+    } else if (!err.msg[0]) {
+        abort();
+    }
+    if (getenv("FJ_FUZZ_DEBUG"))
+        fprintf(stderr, "merge of %d: %s\n", n, err.msg[0] ? err.msg : "planned");
     return 0;
 }

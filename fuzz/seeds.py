@@ -29,13 +29,14 @@ def tensor(dtype, shape, offset=0, present=True):
 
 
 def request(tensors, present, scale=0.0, softcap=0.0, causal=0, window=(-1, -1), maxq=0, maxk=0,
-            nargs=0, mask="", score="", config=""):
+            nargs=0, mask="", score="", config="", merge=0):
     out = b"".join(tensors)
     out += struct.pack("<H", present) + bytes([0])  # which optional tensors; the desc's own size
     out += struct.pack("<f", scale) + struct.pack("<f", softcap) + bytes([1, 1])
     out += num(causal) + num(window[0] + 2) + num(window[1] + 2) + num(maxq) + num(maxk)
     out += num(nargs + 1) + bytes([1 if nargs else 0, 0])
-    return out + b"\0".join(s.encode() for s in (mask, score, config)) + b"\0"
+    out += b"\0".join(s.encode() for s in (mask, score, config)) + b"\0"
+    return out + bytes([merge + 1])  # the merge's state count (fuzz_validate.c reads n - 1)
 
 
 def dense(b, sq, sk, hq, hkv, d, extra=()):
@@ -59,6 +60,9 @@ seeds = {
                        tensor(F32, (1,)), tensor(I32, (4,)), tensor(I32, (4,)), tensor(I32, (3,)),
                        tensor(F32, (1,)), tensor(F32, (1,))],
                       0b111000 | 1 << 8, maxq=300, maxk=400, config="tile_m=64,tile_n=64"),
+    # A merge of 3 states (and their lses) into t[12], with lse t[11] (present bit 9).
+    "merge": request([tensor(BF16, (2, 16, 4, 64))] * 6 + [tensor(F32, (2, 4, 16))] * 6 +
+                     [tensor(BF16, (2, 16, 4, 64))], 1 << 9, merge=3),
 }
 folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "validate")
 os.makedirs(folder, exist_ok=True)

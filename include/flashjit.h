@@ -293,6 +293,25 @@ FJ_API fj_status fj_attention_forward(fj_context *ctx, const fj_attention_desc *
                                       const fj_tensor *q, const fj_tensor *k, const fj_tensor *v,
                                       fj_tensor *out, fj_tensor *lse, void *stream);
 
+/* Merges attention states: outs[i] and lses[i] (i < n) are the output and log-sum-exp of
+** attention over disjoint sets of keys (split-KV partials, a shared prefix and the rest, one
+** device's keys in ring attention); out and lse become those of attention over their union:
+** with m = max lses[i] and w_i = exp(lses[i] - m) per (batch, row, head),
+**     out = sum w_i outs[i] / sum w_i,    lse = m + log(sum w_i).
+**  - outs[i]: [b, sq, h, dv] (or packed [total, h, dv]) as fj_attention_forward writes out, all
+**    of one shape and one dtype (f16, bf16, f32); lses[i]: F32 [b, h, sq] (or [h, total]), as it
+**    writes lse. Any strides with a contiguous last dimension.
+**  - out: their shape, any of the three dtypes; lse: NULL (not written) or like lses[i].
+**  - A state whose lse is -inf holds no keys and weighs nothing (its out is never read); a row
+**    where every state is empty gets out 0 and lse -inf; a NaN or +inf lse makes the row NaN.
+**  - In place: out may be one of outs[i] and lse one of lses[i] (the same memory and strides);
+**    any other overlap between the result and the inputs is FJ_ERR_INVALID_ARGUMENT.
+**  - 1 <= n <= 64 (more than 8 run as a chain of launches through an f32 workspace).
+** Returns FJ_ERR_INVALID_ARGUMENT naming the bad argument ("outs[2].shape[1]"),
+** FJ_ERR_UNSUPPORTED, FJ_ERR_TEMPLATE, FJ_ERR_COMPILE, FJ_ERR_BACKEND, FJ_ERR_OUT_OF_MEMORY. */
+FJ_API fj_status fj_attention_merge(fj_context *ctx, const fj_tensor *outs, const fj_tensor *lses,
+                                    int32_t n, fj_tensor *out, fj_tensor *lse, void *stream);
+
 /* Where the kernel of a call came from. */
 typedef enum fj_kernel_source {
     FJ_KERNEL_NONE = 0,          /* no kernel was needed or the call failed before */
@@ -302,7 +321,7 @@ typedef enum fj_kernel_source {
     FJ_KERNEL_COMPILED = 4       /* rendered and compiled now */
 } fj_kernel_source;
 
-/* A report on the last fj_attention_forward() call of a context. */
+/* A report on the last fj_attention_forward() or fj_attention_merge() call of a context. */
 typedef struct fj_call_info {
     size_t struct_size; /* set by the caller to sizeof(fj_call_info) */
     fj_kernel_source source;
@@ -314,7 +333,7 @@ typedef struct fj_call_info {
     uint64_t compiles;       /* kernels this context compiled since it was created */
     const char *variant;     /* the variant key text (sorted name=value lines); owned by ctx */
     const char *kernel_path; /* which kernel design ran: "cuda.fwd.wgmma" (Hopper), "cuda.fwd.mma",
-                             ** "cuda.fwd.simt", "opencl.fwd.simt" */
+                             ** "cuda.fwd.simt", "opencl.fwd.simt"; "cuda.merge", "opencl.merge" */
     int32_t registers;       /* registers per thread of that kernel; 0 if unknown */
     int32_t spill_bytes;     /* local memory per thread (spills); 0 if none or unknown */
     int32_t tuned;           /* 0: heuristic tiles, 1: a tuned record's, 2: tuned in this call */

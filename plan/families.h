@@ -113,6 +113,39 @@ FJ__PARAM_STRUCT(fj__fwd_tma_params, FJ__FWD_TMA_PARAMS);
     X(T, I32, cls_heads, 0)
 FJ__PARAM_STRUCT(fj__classify_params, FJ__CLASSIFY_PARAMS);
 
+/* One attention state of a merge (attn_merge.lua): out o [b, s, h, dv] (element type by role,
+** see the template) and its log-sum-exp l [b, h, s], with batch, row and head strides of o and
+** batch, head and row strides of l. The merge's destination uses it too (l NULL: not written). */
+#define FJ__MERGE_SLOT_PARAMS(X, T)                                                                \
+    X(T, PTR, o, "const void")                                                                     \
+    X(T, PTR, l, "const float")                                                                    \
+    X(T, I64, o_sb, 0)                                                                             \
+    X(T, I64, o_ss, 0)                                                                             \
+    X(T, I64, o_sh, 0)                                                                             \
+    X(T, I64, l_sb, 0)                                                                             \
+    X(T, I64, l_sh, 0)                                                                             \
+    X(T, I64, l_ss, 0)
+FJ__PARAM_STRUCT(fj__merge_slot, FJ__MERGE_SLOT_PARAMS);
+
+/* The merge (attn_merge.lua): up to FJ__MERGE_SLOTS states in[0..inputs-1] combined into dst,
+** for pairs = batches * seqlen * heads (batch, row, head) rows of head_dim_v elements. */
+#define FJ__MERGE_SLOTS 8
+#define FJ__MERGE_PARAMS(X, T)                                                                     \
+    X(T, BLOCK, in0, fj__merge_slot)                                                               \
+    X(T, BLOCK, in1, fj__merge_slot)                                                               \
+    X(T, BLOCK, in2, fj__merge_slot)                                                               \
+    X(T, BLOCK, in3, fj__merge_slot)                                                               \
+    X(T, BLOCK, in4, fj__merge_slot)                                                               \
+    X(T, BLOCK, in5, fj__merge_slot)                                                               \
+    X(T, BLOCK, in6, fj__merge_slot)                                                               \
+    X(T, BLOCK, in7, fj__merge_slot)                                                               \
+    X(T, BLOCK, dst, fj__merge_slot)                                                               \
+    X(T, I64, pairs, 0)                                                                            \
+    X(T, I32, seqlen, 0)                                                                           \
+    X(T, I32, heads, 0)                                                                            \
+    X(T, I32, head_dim_v, 0)
+FJ__PARAM_STRUCT(fj__merge_params, FJ__MERGE_PARAMS);
+
 /* The largest parameter block, for buffers that hold any of them. */
 #define FJ__MAX_PARAMS_BYTES 2048
 

@@ -5,9 +5,8 @@
 #include "plan.h"
 
 #define LOG2E 1.4426950408889634
-#define CLS 128             /* the block classifier's block edge (attn_classify.lua) */
-#define CLS_THREADS 256     /* its work-group */
-#define WORKSPACE_ALIGN 256 /* of every workspace in the arena */
+#define CLS 128         /* the block classifier's block edge (attn_classify.lua) */
+#define CLS_THREADS 256 /* its work-group */
 
 void fj__classify_variant(const fj__variant *v, fj__variant *cv)
 {
@@ -26,30 +25,6 @@ void fj__classify_variant(const fj__variant *v, fj__variant *cv)
     cv->mask_ranges = v->mask_ranges;
 }
 
-/* Declares a workspace of plan; returns its index. */
-static int add_workspace(fj__plan *plan, size_t bytes)
-{
-    const int i = plan->nworkspaces++;
-    fj__workspace *w = &plan->workspaces[i];
-    memset(w, 0, sizeof *w);
-    w->bytes = bytes;
-    w->offset = plan->workspace_bytes;
-    plan->workspace_bytes += (bytes + WORKSPACE_ALIGN - 1) / WORKSPACE_ALIGN * WORKSPACE_ALIGN;
-    return i;
-}
-
-static fj__step *add_step(fj__plan *plan, fj__step_kind kind)
-{
-    fj__step *s = &plan->steps[plan->nsteps++];
-    memset(s, 0, sizeof *s);
-    s->kind = kind;
-    s->workspace = -1;
-    s->skip_if_memo = -1;
-    s->block[0] = s->block[1] = s->block[2] = 1;
-    s->grid[0] = s->grid[1] = s->grid[2] = 1;
-    return s;
-}
-
 /* The classifier's step for forward variant v: classes of every 128 x 128 block, per batch and
 ** head only where the masks differ by them. */
 static fj_status plan_classes(const fj__features *f, const fj__variant *v, fj__plan *plan,
@@ -62,7 +37,7 @@ static fj_status plan_classes(const fj__features *f, const fj__variant *v, fj__p
                         "masks of %lld query blocks for %lld (batch, head) pairs: the block "
                         "classifier's grid allows 65535 of each",
                         (long long)qb, (long long)(cb * ch));
-    const int ws = add_workspace(plan, (size_t)(cb * ch * qb * kb) * sizeof(int32_t));
+    const int ws = fj__plan_add_workspace(plan, (size_t)(cb * ch * qb * kb) * sizeof(int32_t));
     plan->fwd.classes = ws;
     plan->fwd.cls_stride[0] = f->classes_by_b ? ch * qb * kb : 0;
     plan->fwd.cls_stride[1] = f->classes_by_h ? qb * kb : 0;
@@ -75,7 +50,7 @@ static fj_status plan_classes(const fj__features *f, const fj__variant *v, fj__p
     w->memo = f->mask_mod && !f->mask && !f->ranges && !f->mask_mod_reads_args;
     const int64_t key[6] = {(int64_t)(uintptr_t)f->mask_mod, f->seqlen_q, f->seqlen_k, cb, ch, kb};
     memcpy(w->memo_key, key, sizeof key);
-    fj__step *s = add_step(plan, FJ__STEP_KERNEL);
+    fj__step *s = fj__plan_add_step(plan, FJ__STEP_KERNEL);
     fj__classify_variant(v, &s->variant);
     s->grid[0] = (uint32_t)kb;
     s->grid[1] = (uint32_t)qb;
@@ -92,8 +67,8 @@ fj_status fj__plan_forward(const fj__features *f, const fj_device_info *dev, con
     plan->fwd.classes = plan->fwd.counter = -1;
     if (v->persistent == 2 && v->path == FJ__PATH_WGMMA) {
         /* The dynamic schedule's tile counter, zero at the launch. */
-        plan->fwd.counter = add_workspace(plan, sizeof(int32_t));
-        add_step(plan, FJ__STEP_MEMSET)->workspace = plan->fwd.counter;
+        plan->fwd.counter = fj__plan_add_workspace(plan, sizeof(int32_t));
+        fj__plan_add_step(plan, FJ__STEP_MEMSET)->workspace = plan->fwd.counter;
     }
     /* Element masks on the Hopper kernel: block classes first, read as its block_mask. */
     if (v->path == FJ__PATH_WGMMA && !v->block_mask && fj__variant_element_masks(v)) {
@@ -102,7 +77,7 @@ fj_status fj__plan_forward(const fj__features *f, const fj_device_info *dev, con
             return st;
     }
     plan->main_step = plan->nsteps;
-    fj__step *s = add_step(plan, FJ__STEP_KERNEL);
+    fj__step *s = fj__plan_add_step(plan, FJ__STEP_KERNEL);
     s->variant = *v;
     s->block[0] = (uint32_t)v->threads;
     s->shared_bytes = fj__variant_shared_bytes(v);
@@ -300,16 +275,10 @@ static void fill_classify(const fj__plan *plan, const fj__problem *p, void *cons
     C->cls_heads = plan->fwd.cls_heads;
 }
 
-fj_status fj__plan_fill(const fj__plan *plan, int i, const fj__problem *p, void *const *ws,
-                        fj__tmap_fn tmap, void *tmap_ud, void *params, fj__err *err)
+fj_status fj__fwd_fill(const fj__plan *plan, int i, const fj__problem *p, void *const *ws,
+                       fj__tmap_fn tmap, void *tmap_ud, void *params)
 {
     const fj__variant *v = &plan->steps[i].variant;
-    const fj__playout *layout = fj__variant_layout(v);
-    if (layout->size > FJ__MAX_PARAMS_BYTES)
-        return fj__fail(err, FJ_ERR_BACKEND, "%s is %zu bytes, more than %d", layout->name,
-                        layout->size, FJ__MAX_PARAMS_BYTES);
-    /* Zeroed whole: padding included, so equal requests give equal bytes. */
-    memset(params, 0, layout->size);
     if (v->family == FJ__FAMILY_CLASSIFY) {
         fill_classify(plan, p, ws, params);
         return FJ_OK;

@@ -3,15 +3,17 @@
 ** function of the request's features and the device; filling a step's parameter block turns the
 ** plan and the request's arguments into the bytes a launch passes. Nothing here runs anything.
 **
-** The forward plan: [zero the tile counter] [classify the masks' blocks] forward. */
+** The forward plan: [zero the tile counter] [classify the masks' blocks] forward.
+** The merge plan: one merge of up to 8 states, or a chain of them through an f32 workspace. */
 #ifndef FJ_PLAN_PLAN_H
 #define FJ_PLAN_PLAN_H
 
 #include "families.h"
+#include "merge.h"
 #include "problem.h"
 #include "variant.h"
 
-#define FJ__MAX_STEPS 4
+#define FJ__MAX_STEPS 10 /* a merge of 64 states chains 9 */
 #define FJ__MAX_WORKSPACES 4
 
 typedef enum fj__step_kind {
@@ -38,7 +40,14 @@ typedef struct fj__workspace {
     int64_t memo_key[6];
 } fj__workspace;
 
+/* What a plan computes, and so which request fills its steps' blocks (fj__plan_fill). */
+typedef enum fj__plan_kind {
+    FJ__PLAN_FORWARD = 0, /* from an fj__problem */
+    FJ__PLAN_MERGE = 1    /* from an fj__merge_problem */
+} fj__plan_kind;
+
 typedef struct fj__plan {
+    int32_t kind; /* fj__plan_kind */
     int nsteps, nworkspaces;
     fj__step steps[FJ__MAX_STEPS];
     fj__workspace workspaces[FJ__MAX_WORKSPACES];
@@ -52,7 +61,18 @@ typedef struct fj__plan {
         int64_t cls_stride[3];
         int32_t cls_heads;
     } fwd;
+    /* The merge's steps: step i merges the states from first[i] on (after the running state in
+    ** the workspace, for every step but the first); the running state (-1: none, one step). */
+    struct {
+        int first[FJ__MAX_STEPS];
+        int ws_out, ws_lse;
+    } merge;
 } fj__plan;
+
+/* Building blocks of the planners (plan.c): a workspace (its index; 256-byte aligned in the
+** arena) and a step (zeroed, grid and block 1, no workspace, never skipped). */
+int fj__plan_add_workspace(fj__plan *plan, size_t bytes);
+fj__step *fj__plan_add_step(fj__plan *plan, fj__step_kind kind);
 
 /* The heuristic's forward variant for f on dev: kernel path and tile configuration. config,
 ** when not NULL, overrides tile fields ("tile_m=64,tile_n=32"; see fj__apply_config) where the
@@ -80,9 +100,19 @@ uint32_t fj__zigzag_grid(const fj__features *f, const fj__variant *v, uint32_t s
 typedef fj_status (*fj__tmap_fn)(void *ud, int role, const fj__tensor_map_desc *d,
                                  fj__tensor_map *out);
 
-/* Fills the parameter block of kernel step i of plan for the request p, whose workspaces start
-** at ws[] (device pointers); params has room for FJ__MAX_PARAMS_BYTES. */
-fj_status fj__plan_fill(const fj__plan *plan, int i, const fj__problem *p, void *const *ws,
+/* The merge plan of p on backend: its steps, grids and workspace. */
+fj_status fj__plan_merge(const fj__merge_problem *p, fj_backend_kind backend, fj__plan *plan,
+                         fj__err *err);
+
+/* Fills the parameter block of kernel step i of plan for its request (an fj__problem for a
+** forward plan, an fj__merge_problem for a merge; see plan->kind), whose workspaces start at
+** ws[] (device pointers); params has room for FJ__MAX_PARAMS_BYTES. */
+fj_status fj__plan_fill(const fj__plan *plan, int i, const void *request, void *const *ws,
                         fj__tmap_fn tmap, void *tmap_ud, void *params, fj__err *err);
+/* The families' fills, which fj__plan_fill calls with the block zeroed (fwd.c, merge.c). */
+fj_status fj__fwd_fill(const fj__plan *plan, int i, const fj__problem *p, void *const *ws,
+                       fj__tmap_fn tmap, void *tmap_ud, void *params);
+void fj__merge_fill(const fj__plan *plan, int i, const fj__merge_problem *p, void *const *ws,
+                    void *params);
 
 #endif /* FJ_PLAN_PLAN_H */

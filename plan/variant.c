@@ -13,6 +13,8 @@ const char *fj__variant_template(const fj__variant *v)
 {
     if (v->family == FJ__FAMILY_CLASSIFY)
         return "attn_classify.lua";
+    if (v->family == FJ__FAMILY_MERGE)
+        return "attn_merge.lua";
     switch (v->path) {
     case FJ__PATH_MMA: return "attn_fwd_mma.cu.lua";
     case FJ__PATH_WGMMA: return "attn_fwd_wgmma.cu.lua";
@@ -22,13 +24,17 @@ const char *fj__variant_template(const fj__variant *v)
 
 const char *fj__variant_entry(const fj__variant *v)
 {
-    return v->family == FJ__FAMILY_CLASSIFY ? "fj_attn_classify" : "fj_attn_fwd";
+    return v->family == FJ__FAMILY_CLASSIFY ? "fj_attn_classify"
+           : v->family == FJ__FAMILY_MERGE  ? "fj_attn_merge"
+                                            : "fj_attn_fwd";
 }
 
 const fj__playout *fj__variant_layout(const fj__variant *v)
 {
     if (v->family == FJ__FAMILY_CLASSIFY)
         return &fj__classify_params_layout;
+    if (v->family == FJ__FAMILY_MERGE)
+        return &fj__merge_params_layout;
     return v->path == FJ__PATH_WGMMA ? &fj__fwd_tma_params_layout : &fj__fwd_params_layout;
 }
 
@@ -36,6 +42,8 @@ const char *fj__variant_path(const fj__variant *v)
 {
     if (v->family == FJ__FAMILY_CLASSIFY)
         return v->backend == FJ_BACKEND_CUDA ? "cuda.classify" : "opencl.classify";
+    if (v->family == FJ__FAMILY_MERGE)
+        return v->backend == FJ_BACKEND_CUDA ? "cuda.merge" : "opencl.merge";
     if (v->backend == FJ_BACKEND_CUDA)
         return v->path == FJ__PATH_WGMMA ? "cuda.fwd.wgmma"
                : v->path == FJ__PATH_MMA ? "cuda.fwd.mma"
@@ -96,6 +104,8 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
 {
     if (v->family == FJ__FAMILY_CLASSIFY)
         return v->threads == 256;
+    if (v->family == FJ__FAMILY_MERGE)
+        return v->threads == 128 && v->inputs >= 1 && v->inputs <= FJ__MERGE_SLOTS;
     if (v->path == FJ__PATH_WGMMA) {
         int consumers = v->tile_m / 64;
         /* S and O fragments per consumer thread, plus ~40 for addresses and softmax state; and
@@ -242,6 +252,7 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_TPL_PARAMS])
     INT_PARAM(tile_m);
     INT_PARAM(tile_n);
     INT_PARAM(threads);
+    INT_PARAM(inputs);
     INT_PARAM(warps);
     INT_PARAM(kk_unroll);
     INT_PARAM(stages);

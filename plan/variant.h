@@ -10,8 +10,13 @@
 #include "params.h"
 
 /* The kernel families. FWD: the forward kernels (attn_fwd_*.lua); CLASSIFY: block classes of
-** masks (attn_classify.lua), a step before the Hopper forward. */
-typedef enum fj__kernel_family { FJ__FAMILY_FWD = 1, FJ__FAMILY_CLASSIFY = 2 } fj__kernel_family;
+** masks (attn_classify.lua), a step before the Hopper forward; MERGE: attention states combined
+** by their log-sum-exps (attn_merge.lua). */
+typedef enum fj__kernel_family {
+    FJ__FAMILY_FWD = 1,
+    FJ__FAMILY_CLASSIFY = 2,
+    FJ__FAMILY_MERGE = 3
+} fj__kernel_family;
 
 /* The kernel designs of the forward family. */
 typedef enum fj__kernel_path {
@@ -33,6 +38,8 @@ typedef struct fj__variant {
     int32_t tile_m;     /* query rows per block */
     int32_t tile_n;     /* keys per streamed tile */
     int32_t threads;    /* threads (work-items) per block */
+    int32_t inputs;     /* MERGE: the states one launch reads (slot 0's elements are q_dtype,
+                        ** the others' kv_dtype; out_dtype the result's) */
     int32_t warps;      /* MMA, WGMMA: warps per block (threads / 32) */
     int32_t kk_unroll;  /* MMA: unroll factor of the S = Q K^T k-loop (0: full) */
     uint8_t q_in_regs;  /* MMA: Q fragments stay in registers across key tiles */

@@ -72,6 +72,10 @@ def _load(path=None):
     lib.fj_attention_desc_init.argtypes = [ctypes.POINTER(_AttentionDesc)]
     lib.fj_attention_forward.argtypes = [ctypes.c_void_p, ctypes.POINTER(_AttentionDesc)] + \
         [ctypes.POINTER(_Tensor)] * 5 + [ctypes.c_void_p]
+    lib.fj_attention_merge.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Tensor),
+                                       ctypes.POINTER(_Tensor), ctypes.c_int32,
+                                       ctypes.POINTER(_Tensor), ctypes.POINTER(_Tensor),
+                                       ctypes.c_void_p]
     lib.fj_context_last_call.argtypes = [ctypes.c_void_p, ctypes.POINTER(_CallInfo)]
     return lib
 
@@ -170,6 +174,30 @@ class Context:
             raise FlashjitError(self.lib.fj_status_string(st).decode() + ": " +
                                 self.lib.fj_context_last_error(self.handle).decode())
         return out
+
+    def merge(self, outs, lses, out=None, lse=None, stream=None):
+        """Merges attention states over disjoint key sets (see fj_attention_merge): outs and
+        lses are sequences of the partial outputs [b, s, h, dv] (or packed [total, h, dv]) and
+        their float32 log-sum-exps [b, h, s] (or [h, total]); returns (out, lse), allocating
+        what is not given (out in the states' dtype). out / lse may be one of the inputs."""
+        import torch
+        if len(outs) != len(lses) or not outs:
+            raise FlashjitError("merge: outs and lses must be non-empty and of equal length")
+        if out is None:
+            out = torch.empty_like(outs[0])
+        if lse is None:
+            lse = torch.empty_like(lses[0])
+        states = (_Tensor * len(outs))(*[_tensor(t) for t in outs])
+        state_lses = (_Tensor * len(lses))(*[_tensor(t) for t in lses])
+        to, tl = _tensor(out), _tensor(lse)
+        if stream is None and out.is_cuda:
+            stream = torch.cuda.current_stream(out.device).cuda_stream
+        st = self.lib.fj_attention_merge(self.handle, states, state_lses, len(outs),
+                                         ctypes.byref(to), ctypes.byref(tl), stream)
+        if st != 0:
+            raise FlashjitError(self.lib.fj_status_string(st).decode() + ": " +
+                                self.lib.fj_context_last_error(self.handle).decode())
+        return out, lse
 
     def last_call(self):
         info = _CallInfo()

@@ -228,13 +228,6 @@ static fj_status plan_of(fj_context *ctx, const fj__problem *p, void *stream, co
 }
 
 /* Starts a call: clears the error and the report. */
-static void begin_call(fj_context *ctx)
-{
-    ctx->err.msg[0] = '\0';
-    memset(&ctx->last_call, 0, sizeof ctx->last_call);
-    ctx->last_call.struct_size = sizeof ctx->last_call;
-}
-
 fj_status fj_attention_forward(fj_context *ctx, const fj_attention_desc *desc, const fj_tensor *q,
                                const fj_tensor *k, const fj_tensor *v, fj_tensor *out,
                                fj_tensor *lse, void *stream)
@@ -242,7 +235,7 @@ fj_status fj_attention_forward(fj_context *ctx, const fj_attention_desc *desc, c
     if (!ctx)
         return FJ_ERR_INVALID_ARGUMENT;
     double t0 = fj__now_ms();
-    begin_call(ctx);
+    fj__begin_call(ctx);
     fj__problem p;
     fj_status st = fj__validate_forward(desc, q, k, v, out, lse, &p, &ctx->err);
     if (st == FJ_OK)
@@ -264,7 +257,7 @@ fj_status fj_attention_tune(fj_context *ctx, const fj_attention_desc *desc, cons
 {
     if (!ctx)
         return FJ_ERR_INVALID_ARGUMENT;
-    begin_call(ctx);
+    fj__begin_call(ctx);
     if (result && result->struct_size != sizeof *result)
         return fj__fail(&ctx->err, FJ_ERR_INVALID_ARGUMENT,
                         "result.struct_size = %zu, expected sizeof(fj_tune_result) = %zu",

@@ -53,6 +53,13 @@ const char *fj_context_last_error(const fj_context *ctx)
     return ctx ? ctx->err.msg : "ctx is NULL";
 }
 
+void fj__begin_call(fj_context *ctx)
+{
+    ctx->err.msg[0] = '\0';
+    memset(&ctx->last_call, 0, sizeof ctx->last_call);
+    ctx->last_call.struct_size = sizeof ctx->last_call;
+}
+
 const char *fj_context_cache_path(const fj_context *ctx)
 {
     if (!ctx)

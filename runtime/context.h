@@ -81,6 +81,19 @@ struct fj_context {
 
 /* ---- validation (validate.c) ---- */
 
+/* Starts a call on ctx: clears the last error and the last call's report. */
+void fj__begin_call(fj_context *ctx);
+
+/* Checks every argument of a merge (fj_attention_merge) and fills *p, naming the first bad
+** argument in err. */
+fj_status fj__validate_merge(const fj_tensor *outs, const fj_tensor *lses, int32_t n,
+                             const fj_tensor *out, const fj_tensor *lse, fj__merge_problem *p,
+                             fj__err *err);
+
+/* The merge's counterpart of fj__validate_memory. */
+fj_status fj__validate_merge_memory(const fj__merge_problem *p, const struct fj_backend_ops *ops,
+                                    void *backend, fj__err *err);
+
 /* Checks every argument of a forward call and fills *p. The message in err names the first bad
 ** field and its value. */
 fj_status fj__validate_forward(const fj_attention_desc *desc, const fj_tensor *q,
@@ -105,9 +118,9 @@ void fj__kernels_release(fj_context *ctx);
 
 /* ---- plans (exec.c) ---- */
 
-/* Runs plan for the request p on stream: takes its workspaces from the stream's arena, then
-** runs its steps in order. */
-fj_status fj__plan_run(fj_context *ctx, const fj__plan *plan, const fj__problem *p, void *stream);
+/* Runs plan for its request (an fj__problem or fj__merge_problem, by plan->kind) on stream:
+** takes its workspaces from the stream's arena, then runs its steps in order. */
+fj_status fj__plan_run(fj_context *ctx, const fj__plan *plan, const void *request, void *stream);
 void fj__arenas_release(fj_context *ctx);
 
 /* ---- tuning (attention.c) ---- */

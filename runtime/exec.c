@@ -83,7 +83,7 @@ static fj_status encode_map(void *ud, int role, const fj__tensor_map_desc *d, fj
     return st;
 }
 
-fj_status fj__plan_run(fj_context *ctx, const fj__plan *plan, const fj__problem *p, void *stream)
+fj_status fj__plan_run(fj_context *ctx, const fj__plan *plan, const void *request, void *stream)
 {
     fj__arena *a = NULL;
     void *ws[FJ__MAX_WORKSPACES] = {0};
@@ -109,7 +109,7 @@ fj_status fj__plan_run(fj_context *ctx, const fj__plan *plan, const fj__problem 
         const fj__kernel *k = NULL;
         st = fj__kernel_get(ctx, &s->variant, &k);
         if (st == FJ_OK)
-            st = fj__plan_fill(plan, i, p, ws, encode_map, ctx, params, &ctx->err);
+            st = fj__plan_fill(plan, i, request, ws, encode_map, ctx, params, &ctx->err);
         if (st != FJ_OK)
             break;
         const fj__playout *layout = fj__variant_layout(&s->variant);

@@ -1,7 +1,9 @@
-/* Validation of forward requests. Every rejection names the field and its value, so a caller can
-** fix the call from the message alone. Nothing past this point checks arguments again. */
+/* Validation of requests (forward, merge). Every rejection names the field and its value, so a
+** caller can fix the call from the message alone. Nothing past this point checks arguments
+** again. */
 #include <math.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "context.h"
@@ -474,6 +476,18 @@ static size_t tensor_extent(const fj_tensor *t)
     return (size_t)(last + 1) * fj_dtype_size(t->dtype);
 }
 
+/* t lies in memory the backend's kernels may use (ops->check_memory is set). */
+static fj_status device_memory(const struct fj_backend_ops *ops, void *backend, const fj_tensor *t,
+                               const char *name, fj__err *err)
+{
+    if (ops->check_memory(backend, t->data, tensor_extent(t)) == FJ_OK)
+        return FJ_OK;
+    return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                    "%s.data = %p (%zu bytes) is not device memory of this context: on the %s "
+                    "backend tensors must lie in fj_malloc() memory",
+                    name, t->data, tensor_extent(t), ops->name);
+}
+
 fj_status fj__validate_memory(const fj__problem *p, const struct fj_backend_ops *ops, void *backend,
                               fj__err *err)
 {
@@ -503,13 +517,157 @@ fj_status fj__validate_memory(const fj__problem *p, const struct fj_backend_ops 
                         "desc.mod_args = %p (%lld elements) is not device memory of this context: "
                         "on the %s backend it must lie in fj_malloc() memory",
                         p->mod_args, (long long)p->mod_args_count, ops->name);
-    for (size_t i = 0; i < sizeof tensors / sizeof tensors[0]; i++) {
-        const fj_tensor *t = tensors[i].t;
-        if (t && ops->check_memory(backend, t->data, tensor_extent(t)) != FJ_OK)
-            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
-                            "%s.data = %p (%zu bytes) is not device memory of this context: on the "
-                            "%s backend tensors must lie in fj_malloc() memory",
-                            tensors[i].name, t->data, tensor_extent(t), ops->name);
+    for (size_t i = 0; i < sizeof tensors / sizeof tensors[0]; i++)
+        if (tensors[i].t)
+            TRY(device_memory(ops, backend, tensors[i].t, tensors[i].name, err));
+    return FJ_OK;
+}
+
+fj_status fj__validate_merge_memory(const fj__merge_problem *p, const struct fj_backend_ops *ops,
+                                    void *backend, fj__err *err)
+{
+    if (!ops->check_memory)
+        return FJ_OK;
+    char name[32];
+    for (int i = 0; i < p->n; i++) {
+        snprintf(name, sizeof name, "outs[%d]", i);
+        TRY(device_memory(ops, backend, &p->outs[i], name, err));
+        snprintf(name, sizeof name, "lses[%d]", i);
+        TRY(device_memory(ops, backend, &p->lses[i], name, err));
     }
+    TRY(device_memory(ops, backend, p->out, "out", err));
+    return p->lse ? device_memory(ops, backend, p->lse, "lse", err) : FJ_OK;
+}
+
+/* ---- merges ------------------------------------------------------------------------------- */
+
+static int is_state_dtype(fj_dtype d)
+{
+    return d == FJ_DTYPE_F16 || d == FJ_DTYPE_BF16 || d == FJ_DTYPE_F32;
+}
+
+/* t has shape want[0..ndim-1]; else names the first dimension that differs. */
+static fj_status check_shape(const fj_tensor *t, const char *name, const int64_t *want,
+                             const char *as, fj__err *err)
+{
+    for (int i = 0; i < t->ndim; i++)
+        if (t->shape[i] != want[i])
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "%s.shape[%d] = %lld, expected %lld (%s)",
+                            name, i, (long long)t->shape[i], (long long)want[i], as);
+    return FJ_OK;
+}
+
+/* The bytes [first, last] a tensor's elements span. */
+static void byte_span(const fj_tensor *t, uintptr_t *first, uintptr_t *last)
+{
+    *first = (uintptr_t)t->data;
+    *last = *first + tensor_extent(t) - 1;
+}
+
+static int same_view(const fj_tensor *a, const fj_tensor *b)
+{
+    return a->data == b->data && a->dtype == b->dtype && a->ndim == b->ndim &&
+           !memcmp(a->shape, b->shape, sizeof a->shape) &&
+           !memcmp(a->stride, b->stride, sizeof a->stride);
+}
+
+/* A result tensor may be an input exactly (in place) or lie apart from it. */
+static fj_status check_apart(const fj_tensor *result, const char *rname, const fj_tensor *input,
+                             const char *iname, int may_be_it, fj__err *err)
+{
+    if (may_be_it && same_view(result, input))
+        return FJ_OK;
+    uintptr_t r0, r1, i0, i1;
+    byte_span(result, &r0, &r1);
+    byte_span(input, &i0, &i1);
+    if (r0 <= i1 && i0 <= r1)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                        may_be_it ? "%s overlaps %s without being it (in place needs the same "
+                                    "memory, dtype and strides)"
+                                  : "%s overlaps %s",
+                        rname, iname);
+    return FJ_OK;
+}
+
+fj_status fj__validate_merge(const fj_tensor *outs, const fj_tensor *lses, int32_t n,
+                             const fj_tensor *out, const fj_tensor *lse, fj__merge_problem *p,
+                             fj__err *err)
+{
+    memset(p, 0, sizeof *p);
+    if (n < 1 || n > FJ__MERGE_MAX_STATES)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "n = %d, expected 1 to %d", (int)n,
+                        FJ__MERGE_MAX_STATES);
+    if (!outs)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "outs is NULL");
+    if (!lses)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "lses is NULL");
+    const int rank = outs[0].ndim == 3 ? 3 : 4; /* packed [total, h, dv] or [b, s, h, dv] */
+    const int64_t *s0 = outs[0].shape;
+    char name[32], as[32];
+    for (int i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "outs[%d]", i);
+        TRY(check_tensor(&outs[i], name, rank, err));
+        if (!is_state_dtype(outs[i].dtype))
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                            "%s.dtype = %s, expected f16, bf16 or f32", name,
+                            fj__dtype_name(outs[i].dtype));
+        if (outs[i].dtype != outs[0].dtype)
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                            "%s.dtype = %s, expected %s (as outs[0]: the states share one dtype)",
+                            name, fj__dtype_name(outs[i].dtype), fj__dtype_name(outs[0].dtype));
+        TRY(check_shape(&outs[i], name, s0, "as outs[0]", err));
+    }
+    /* lse: [b, h, s] for [b, s, h, dv]; [h, total] for [total, h, dv]. */
+    const int64_t lse_shape[3] = {rank == 4 ? s0[0] : s0[1], rank == 4 ? s0[2] : s0[0],
+                                  rank == 4 ? s0[1] : 0};
+    for (int i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "lses[%d]", i);
+        snprintf(as, sizeof as, "the lse of outs[%d]", i);
+        TRY(check_tensor(&lses[i], name, rank - 1, err));
+        if (lses[i].dtype != FJ_DTYPE_F32)
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "%s.dtype = %s, expected f32", name,
+                            fj__dtype_name(lses[i].dtype));
+        TRY(check_shape(&lses[i], name, lse_shape, as, err));
+    }
+    TRY(check_tensor(out, "out", rank, err));
+    if (!is_state_dtype(out->dtype))
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "out.dtype = %s, expected f16, bf16 or f32",
+                        fj__dtype_name(out->dtype));
+    TRY(check_shape(out, "out", s0, "as outs[0]", err));
+    TRY(check_no_overlap(out, "out", err));
+    if (lse) {
+        TRY(check_tensor(lse, "lse", rank - 1, err));
+        if (lse->dtype != FJ_DTYPE_F32)
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "lse.dtype = %s, expected f32",
+                            fj__dtype_name(lse->dtype));
+        TRY(check_shape(lse, "lse", lse_shape, "the lse of out", err));
+        TRY(check_no_overlap(lse, "lse", err));
+        TRY(check_apart(lse, "lse", out, "out", 0, err));
+    }
+    for (int i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "outs[%d]", i);
+        snprintf(as, sizeof as, "lses[%d]", i);
+        TRY(check_apart(out, "out", &outs[i], name, 1, err));
+        TRY(check_apart(out, "out", &lses[i], as, 0, err));
+        if (lse) {
+            TRY(check_apart(lse, "lse", &lses[i], as, 1, err));
+            TRY(check_apart(lse, "lse", &outs[i], name, 0, err));
+        }
+    }
+    p->batch = rank == 4 ? s0[0] : 1;
+    p->seqlen = rank == 4 ? s0[1] : s0[0];
+    p->heads = rank == 4 ? s0[2] : s0[1];
+    p->head_dim_v = s0[rank - 1];
+    if (p->seqlen > INT32_MAX || p->heads > INT32_MAX || p->head_dim_v > INT32_MAX)
+        return fj__fail(err, FJ_ERR_UNSUPPORTED,
+                        "rows %lld, heads %lld, head_dim_v %lld: at most 2^31 - 1 each",
+                        (long long)p->seqlen, (long long)p->heads, (long long)p->head_dim_v);
+    p->n = n;
+    p->outs = outs;
+    p->lses = lses;
+    p->out = out;
+    p->lse = lse;
+    p->in_dtype = outs[0].dtype;
+    p->out_dtype = out->dtype;
     return FJ_OK;
 }

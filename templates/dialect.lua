@@ -60,6 +60,7 @@ typedef unsigned int uint;
 % end
 #define GPTR(T, x) ((GLOBAL T *)(x))
 #define F_MAXF 3.40282347e38f /* the largest finite float */
+#define F_NAN BITS_TO_FLOAT(0x7fc00000u)
 % -- LDG(p): *p for memory the kernel only reads (masks, ranges, classes, offsets), through
 % -- CUDA's read-only data cache; LOAD_RO(p, i) likewise for an element as float.
 % if backend == "cuda" then

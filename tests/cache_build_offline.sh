@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `flashjit cache build` on a machine without a GPU: NVRTC alone compiles the tensor-core
-# kernels for sm_80 and sm_90a into a cache that verifies, with no register spills in the
-# default configurations and no serialised wgmma on Hopper. Skips (exit 77) where NVRTC is not
+# kernels for sm_80 and sm_90a (and the merges) into a cache that verifies, with no register
+# spills in the default configurations and no serialised wgmma on Hopper. Skips (exit 77) where NVRTC is not
 # installed.
 set -uo pipefail
 cli=$1
@@ -68,6 +68,18 @@ spills=$(echo "$out" | awk '$2 ~ /^cuda.fwd.wgmma$/ && $9 != 0' | wc -l)
 [ "$spills" -eq 0 ] || { echo "FAIL: $spills kernels spill with two blocks per SM"; exit 1; }
 expected=$((expected + $(echo "$out" | sed -n 's/^\([0-9]*\) kernels built.*/\1/p')))
 checked=$((checked + 1))
+# Merges: one launch and a chain, with and without lse, both archs: no spills.
+for arch in sm_80 sm_90a; do
+    out=$("$cli" cache build --arch $arch --cache "$dir/offline.db" --merge 2,8,20 --lse 0,1 2>&1)
+    status=$?
+    echo "$out"
+    [ $status -eq 0 ] || { echo "FAIL: cache build --merge for $arch"; exit 1; }
+    spills=$(echo "$out" | awk '$2 ~ /^cuda.merge$/ && $9 != 0' | wc -l)
+    [ "$spills" -eq 0 ] || { echo "FAIL: $spills merge kernels spill on $arch"; exit 1; }
+    echo "$out" | grep -q "cuda.merge" || { echo "FAIL: no merge kernel built for $arch"; exit 1; }
+    expected=$((expected + $(echo "$out" | sed -n 's/^\([0-9]*\) kernels built.*/\1/p')))
+    checked=$((checked + 1))
+done
 "$cli" cache verify "$dir/offline.db" || exit 1
 kernels=$("$cli" cache ls --cache "$dir/offline.db" | grep -c "^[0-9a-f]\{12\} cuda")
 [ "$kernels" -eq "$expected" ] || { echo "FAIL: expected $expected kernels in the cache, found $kernels"; exit 1; }

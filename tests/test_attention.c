@@ -12,48 +12,13 @@
 
 #include <cmocka.h>
 
+#include "backend_suite.h"
 #include "reference.h"
-
-#ifndef FJ_TEST_BACKEND
-#define FJ_TEST_BACKEND FJ_BACKEND_OPENCL
-#endif
-
-static fj_status setup_status; /* the context's creation, for main's skip decision */
-
-static int setup(void **state)
-{
-    fj_context_options o;
-    fj_context_options_init(&o);
-    o.backend = FJ_TEST_BACKEND;
-    o.cache_path = ":memory:";
-    fj_context *ctx = NULL;
-    fj_status st = fj_context_create(&o, &ctx);
-    setup_status = st;
-    if (st != FJ_OK)
-        printf("SKIP: no %s device (%s: %s)\n",
-               FJ_TEST_BACKEND == FJ_BACKEND_CUDA ? "CUDA" : "OpenCL", fj_status_string(st),
-               fj_last_create_error());
-    *state = ctx;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    fj_context_destroy(*state);
-    return 0;
-}
-
-static fj_context *context_or_skip(void **state)
-{
-    if (!*state)
-        skip();
-    return *state;
-}
 
 /* Runs every case, prints one line per case, and fails the test if any case failed. */
 static void run_cases(void **state, const fjh_case *cases, size_t n)
 {
-    fj_context *ctx = context_or_skip(state);
+    fj_context *ctx = suite_context(state);
     int failures = 0;
     for (size_t i = 0; i < n; i++) {
         fjh_result r;
@@ -413,7 +378,7 @@ static void test_nested_expressions(void **state)
         cases[i].mod_args = (const float *)perm;
         cases[i].mod_args_count = 4;
     }
-    fj_context *ctx = context_or_skip(state);
+    fj_context *ctx = suite_context(state);
     for (int i = 0; i < 3; i++) {
         fjh_result r;
         fjh_run(ctx, &cases[i], &r);
@@ -521,7 +486,7 @@ static void test_long_sequences(void **state)
 
 static void test_second_call_is_memoised(void **state)
 {
-    fj_context *ctx = context_or_skip(state);
+    fj_context *ctx = suite_context(state);
     fjh_case c = base(64, 64, 32, FJ_DTYPE_BF16);
     fjh_result r1, r2;
     assert_int_equal(fjh_run(ctx, &c, &r1), FJ_OK);
@@ -541,7 +506,7 @@ static void test_second_call_is_memoised(void **state)
 ** message, and the context keeps working afterwards. */
 static void test_template_and_compile_errors_reach_caller(void **state)
 {
-    fj_context *ctx = context_or_skip(state);
+    fj_context *ctx = suite_context(state);
     char dir[] = "/tmp/fj-broken-XXXXXX";
     assert_non_null(mkdtemp(dir));
     /* Every kernel design, so the override applies whichever the device uses. */
@@ -584,17 +549,8 @@ static void test_template_and_compile_errors_reach_caller(void **state)
     assert_true(r.pass);
 }
 
-/* ctest's skip return code (SKIP_RETURN_CODE in tests/CMakeLists.txt): a suite that has no device
-** to run on says so in ctest's summary instead of passing without checking anything. */
-enum { SKIPPED = 77 };
-
 int main(void)
 {
-    fj_context *probe = NULL;
-    setup((void **)&probe);
-    if (!probe)
-        return setup_status == FJ_ERR_NO_DEVICE ? SKIPPED : 1;
-    teardown((void **)&probe);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_seqlens),
         cmocka_unit_test(test_head_dims),
@@ -615,7 +571,5 @@ int main(void)
         cmocka_unit_test(test_second_call_is_memoised),
         cmocka_unit_test(test_template_and_compile_errors_reach_caller),
     };
-    return cmocka_run_group_tests_name(FJ_TEST_BACKEND == FJ_BACKEND_CUDA ? "attention_cuda"
-                                                                          : "attention_opencl",
-                                       tests, setup, teardown);
+    return suite_run("attention", tests);
 }

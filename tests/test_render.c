@@ -243,10 +243,10 @@ static fj_status render_layout(const fj__playout *l, const char *backend, char *
 static void test_param_blocks_match_the_host(void **state)
 {
     (void)state;
-    const fj__playout *blocks[] = {&fj__fwd_params_layout, &fj__classify_params_layout,
-                                   &fj__fwd_tma_params_layout};
-    for (int b = 0; b < 3; b++)
-        for (int cuda = b == 2; cuda < 2; cuda++) { /* tensor maps: CUDA only */
+    const fj__playout *blocks[] = {&fj__fwd_tma_params_layout, &fj__fwd_params_layout,
+                                   &fj__classify_params_layout, &fj__merge_params_layout};
+    for (int b = 0; b < (int)(sizeof blocks / sizeof blocks[0]); b++)
+        for (int cuda = b == 0; cuda < 2; cuda++) { /* tensor maps: CUDA only */
             fj__err err = {{0}};
             char *out = NULL;
             if (render_layout(blocks[b], cuda ? "cuda" : "opencl", &out, &err) != FJ_OK)

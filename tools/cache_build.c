@@ -30,7 +30,9 @@ static int build_usage(FILE *f)
         "Masks and score terms (one kernel each; see flashjit run):\n"
         "  --mask-mod EXPR   --score-mod EXPR   --alibi   --bias f32|dtype   --mask\n"
         "  --ranges 2|4      --block-mask\n"
-        "Packed sequences: --varlen 1 (cu_seqlens_q/k) or 2 (and seqused_k)\n");
+        "Packed sequences: --varlen 1 (cu_seqlens_q/k) or 2 (and seqused_k)\n"
+        "Merges (fj_attention_merge) instead of the forward kernels: --merge N,... (states per\n"
+        "  merge, 1 to 64), for each --dtype (states and result) and --lse\n");
     return 2;
 }
 
@@ -211,6 +213,30 @@ static int build_request_kernels(build_run *run, const fj_device_info *dev, fj__
     return 0;
 }
 
+/* Plans a merge of n states of dtype (the result too; lse written or not) as a call would, and
+** builds each kernel of the plan. */
+static void build_merge_kernels(build_run *run, fj_dtype dtype, int n, int lse)
+{
+    fj__merge_problem p = {.n = n,
+                           .batch = 1,
+                           .seqlen = 1,
+                           .heads = 1,
+                           .head_dim_v = 128,
+                           .in_dtype = dtype,
+                           .out_dtype = dtype};
+    const fj_tensor fake = {.data = (void *)(uintptr_t)4096, .dtype = FJ_DTYPE_F32};
+    p.lse = lse ? &fake : NULL;
+    fj__plan plan;
+    fj__err err = {{0}};
+    if (fj__plan_merge(&p, FJ_BACKEND_CUDA, &plan, &err) != FJ_OK) {
+        fprintf(stderr, "flashjit cache build: %s\n", err.msg);
+        run->failed++;
+        return;
+    }
+    for (int i = 0; i < plan.nsteps; i++)
+        build_variant(run, &plan.steps[i].variant, 0, 0, 0, 0);
+}
+
 /* Checks an expression option (its canonical text is made when a request is planned). */
 static int check_mod(const char *field, const char *text, int score)
 {
@@ -246,6 +272,7 @@ int fjt_cache_build(int argc, char **argv)
         O_BLOCK_MASK,
         O_VARLEN,
         O_BACKEND,
+        O_MERGE,
         O_HELP
     };
     static const struct option opts[] = {{"arch", required_argument, 0, O_ARCH},
@@ -266,13 +293,15 @@ int fjt_cache_build(int argc, char **argv)
                                          {"block-mask", no_argument, 0, O_BLOCK_MASK},
                                          {"varlen", required_argument, 0, O_VARLEN},
                                          {"backend", required_argument, 0, O_BACKEND},
+                                         {"merge", required_argument, 0, O_MERGE},
                                          {"help", no_argument, 0, O_HELP},
                                          {0, 0, 0, 0}};
     const char *path_opt = NULL, *mask_mod = NULL, *score_mod = NULL;
     int64_t dims[MAX_VALUES] = {64, 128}, dvs[MAX_VALUES], causal[MAX_VALUES] = {0, 1};
     int64_t softcap[MAX_VALUES] = {0}, lse[MAX_VALUES] = {1};
     int64_t lens[MAX_VALUES] = {1024, 8192}; /* the planner picks some tiles by length */
-    int nd = 2, ndv = 0, nc = 2, ns = 1, nl = 1, nq = 2;
+    int64_t merges[MAX_VALUES];
+    int nd = 2, ndv = 0, nc = 2, ns = 1, nl = 1, nq = 2, nm = 0;
     int alibi = 0, bias = 0, mask = 0, ranges = 0, block_mask = 0, varlen = 0;
     fj_dtype dtypes[2] = {FJ_DTYPE_BF16};
     int ndt = 1, opt;
@@ -352,6 +381,11 @@ int fjt_cache_build(int argc, char **argv)
             if (varlen == 0)
                 return fprintf(stderr, "flashjit cache build: --varlen takes 1 or 2\n"), 2;
             break;
+        case O_MERGE:
+            if ((nm = fjt_parse_list("merge", optarg, 1, FJ__MERGE_MAX_STATES, merges,
+                                     MAX_VALUES)) < 0)
+                return 2;
+            break;
         case O_BACKEND:
             if (strcmp(optarg, "cuda") != 0)
                 return fprintf(stderr,
@@ -396,7 +430,11 @@ int fjt_cache_build(int argc, char **argv)
            "causal", "softcap", "regs", "spills", "compile");
     fj__mods mods = {0};
     int bad = 0;
-    for (int a = 0; a < ndt && !bad; a++)
+    for (int a = 0; a < ndt && nm; a++)
+        for (int m = 0; m < nm; m++)
+            for (int l = 0; l < nl; l++)
+                build_merge_kernels(&run, dtypes[a], (int)merges[m], (int)lse[l]);
+    for (int a = 0; a < ndt && !bad && !nm; a++)
         for (int i = 0; i < nd && !bad; i++)
             for (int c = 0; c < nc && !bad; c++)
                 for (int sc = 0; sc < ns && !bad; sc++)

@@ -294,3 +294,30 @@ void fjr_attention_lowp(const fjr_problem *p, fj_dtype dtype, const float *q, co
     free(s);
     free(acc);
 }
+
+void fjr_merge(int n, const double *const *outs, const double *lses, int64_t rows, int64_t dv,
+               double *out, double *lse)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        double m = -INFINITY;
+        int bad = 0;
+        for (int s = 0; s < n; s++) {
+            const double l = lses[s * rows + r];
+            bad |= !(l < INFINITY);
+            if (l > m)
+                m = l;
+        }
+        double sum = 0;
+        for (int s = 0; s < n && m > -INFINITY; s++)
+            sum += exp(lses[s * rows + r] - m);
+        for (int64_t d = 0; d < dv; d++) {
+            double acc = 0;
+            for (int s = 0; s < n && m > -INFINITY; s++)
+                if (lses[s * rows + r] > -INFINITY)
+                    acc += exp(lses[s * rows + r] - m) * outs[s][r * dv + d];
+            out[r * dv + d] = bad ? NAN : m > -INFINITY ? acc / sum : 0.0;
+        }
+        if (lse)
+            lse[r] = bad ? NAN : m > -INFINITY ? m + log(sum) : -INFINITY;
+    }
+}

@@ -62,6 +62,13 @@ void fjr_attention(const fjr_problem *p, const double *q, const double *k, const
 void fjr_attention_lowp(const fjr_problem *p, fj_dtype dtype, const float *q, const float *k,
                         const float *v, float *out);
 
+/* Merged attention states in float64 (fj_attention_merge's definition): states s < n hold rows
+** r < rows of dv elements at outs[s][r * dv + d] and log-sum-exps at lses[s * rows + r]; out
+** [rows, dv] and lse [rows] (may be NULL) get the merge. Empty states (lse -inf) weigh nothing;
+** a row of empty states is 0 with lse -inf; a NaN or +inf lse makes the row NaN. */
+void fjr_merge(int n, const double *const *outs, const double *lses, int64_t rows, int64_t dv,
+               double *out, double *lse);
+
 /* ---- the harness --------------------------------------------------------------------------- */
 typedef enum fjh_layout {
     FJH_LAYOUT_BSHD = 0,  /* dense [batch, seq, heads, dim] */

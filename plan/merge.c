@@ -1,0 +1,115 @@
+/* The merge plan and its parameter blocks. Up to 8 states merge in one launch; more chain
+** through a running state in an f32 workspace: the first step merges 8 states into it, each
+** later step it and 7 more, the last step writing the result. */
+#include <string.h>
+
+#include "plan.h"
+
+#define MERGE_THREADS 128 /* attn_merge.lua: 4 (batch, row, head) pairs per work-group */
+#define MERGE_PAIRS 4
+
+static void merge_variant(fj_backend_kind backend, int inputs, fj_dtype first, fj_dtype rest,
+                          fj_dtype out, int write_lse, fj__variant *v)
+{
+    memset(v, 0, sizeof *v);
+    v->family = FJ__FAMILY_MERGE;
+    v->backend = backend;
+    v->path = FJ__PATH_SIMT;
+    v->q_dtype = first;
+    v->kv_dtype = rest;
+    v->out_dtype = out;
+    v->acc_dtype = FJ_DTYPE_F32;
+    v->threads = MERGE_THREADS;
+    v->inputs = inputs;
+    v->write_lse = (uint8_t)write_lse;
+}
+
+fj_status fj__plan_merge(const fj__merge_problem *p, fj_backend_kind backend, fj__plan *plan,
+                         fj__err *err)
+{
+    memset(plan, 0, sizeof *plan);
+    plan->kind = FJ__PLAN_MERGE;
+    plan->merge.ws_out = plan->merge.ws_lse = -1;
+    const uint64_t pairs = (uint64_t)(p->batch * p->seqlen * p->heads);
+    const uint64_t blocks = (pairs + MERGE_PAIRS - 1) / MERGE_PAIRS;
+    if (blocks > INT32_MAX)
+        return fj__fail(err, FJ_ERR_UNSUPPORTED,
+                        "%llu (batch, row, head) rows to merge: at most %llu",
+                        (unsigned long long)pairs, (unsigned long long)INT32_MAX * MERGE_PAIRS);
+    if (p->n > FJ__MERGE_SLOTS) {
+        plan->merge.ws_out =
+            fj__plan_add_workspace(plan, (size_t)pairs * (size_t)p->head_dim_v * sizeof(float));
+        plan->merge.ws_lse = fj__plan_add_workspace(plan, (size_t)pairs * sizeof(float));
+    }
+    int next = 0; /* the first state not merged yet */
+    while (next < p->n) {
+        const int first_step = next == 0;
+        const int room = first_step ? FJ__MERGE_SLOTS : FJ__MERGE_SLOTS - 1;
+        const int take = p->n - next < room ? p->n - next : room;
+        const int last = next + take == p->n;
+        plan->merge.first[plan->nsteps] = next;
+        fj__step *s = fj__plan_add_step(plan, FJ__STEP_KERNEL);
+        merge_variant(backend, first_step ? take : take + 1,
+                      first_step ? p->in_dtype : FJ_DTYPE_F32, p->in_dtype,
+                      last ? p->out_dtype : FJ_DTYPE_F32, last ? p->lse != NULL : 1, &s->variant);
+        s->grid[0] = (uint32_t)blocks;
+        s->block[0] = MERGE_THREADS;
+        next += take;
+    }
+    plan->main_step = plan->nsteps - 1;
+    return FJ_OK;
+}
+
+/* A state's view in a slot: dense [b, s, h, dv] or packed [total, h, dv] (batch stride 0), and
+** its lse [b, h, s] or [h, total] (NULL: none). */
+static void slot_of(const fj_tensor *o, const fj_tensor *l, fj__merge_slot *S)
+{
+    const int packed = o->ndim == 3;
+    S->o = o->data;
+    S->o_sb = packed ? 0 : o->stride[0];
+    S->o_ss = o->stride[packed ? 0 : 1];
+    S->o_sh = o->stride[packed ? 1 : 2];
+    if (!l)
+        return;
+    S->l = l->data;
+    S->l_sb = packed ? 0 : l->stride[0];
+    S->l_sh = l->stride[packed ? 0 : 1];
+    S->l_ss = l->stride[packed ? 1 : 2];
+}
+
+/* The running state in the workspace: contiguous [pairs, dv] and [pairs]. */
+static void running_slot(const fj__merge_problem *p, void *out, void *lse, fj__merge_slot *S)
+{
+    S->o = out;
+    S->l = lse;
+    S->o_sh = p->head_dim_v;
+    S->o_ss = p->heads * p->head_dim_v;
+    S->o_sb = p->seqlen * S->o_ss;
+    S->l_ss = 1;
+    S->l_sh = p->seqlen;
+    S->l_sb = p->heads * p->seqlen;
+}
+
+void fj__merge_fill(const fj__plan *plan, int i, const fj__merge_problem *p, void *const *ws,
+                    void *params)
+{
+    fj__merge_params *M = params;
+    fj__merge_slot *slots[FJ__MERGE_SLOTS] = {&M->in0, &M->in1, &M->in2, &M->in3,
+                                              &M->in4, &M->in5, &M->in6, &M->in7};
+    const fj__variant *v = &plan->steps[i].variant;
+    void *run_o = plan->merge.ws_out >= 0 ? ws[plan->merge.ws_out] : NULL;
+    void *run_l = plan->merge.ws_lse >= 0 ? ws[plan->merge.ws_lse] : NULL;
+    int slot = 0;
+    if (i > 0)
+        running_slot(p, run_o, run_l, slots[slot++]);
+    for (int s = plan->merge.first[i]; slot < v->inputs; s++)
+        slot_of(&p->outs[s], &p->lses[s], slots[slot++]);
+    if (i == plan->nsteps - 1)
+        slot_of(p->out, p->lse, &M->dst);
+    else
+        running_slot(p, run_o, run_l, &M->dst);
+    M->pairs = p->batch * p->seqlen * p->heads;
+    M->seqlen = (int32_t)p->seqlen;
+    M->heads = (int32_t)p->heads;
+    M->head_dim_v = (int32_t)p->head_dim_v;
+}

@@ -1,0 +1,84 @@
+% -- Merging attention states (fj_attention_merge, and the chained steps of longer merges): each
+% -- state is the output o and log-sum-exp l of attention over one set of keys; over the union of
+% -- disjoint sets, with m = max l_i and w_i = exp(l_i - m),
+% --     o = sum w_i o_i / sum w_i,    l = m + log(sum w_i).
+% -- A state with l = -inf holds no keys and weighs nothing; a row whose states all hold none
+% -- gets o = 0, l = -inf; a NaN or +inf log-sum-exp makes the row NaN. An empty state's o is
+% -- never used (whatever it holds).
+% --
+% -- Work: a work-group of THREADS work-items takes PAIRS (batch, row, head) pairs, a warp-sized
+% -- team of LANES each; a team reads its pair's log-sum-exps, the work-group waits at a barrier,
+% -- then each lane merges every LANES-th element. Everything a pair's result depends on is read
+% -- before any of it is written, and only by its own work-group, so dst may be one of the inputs
+% -- (in place, with the same strides).
+% --
+% -- Parameters: backend, q_dtype (slot 0's elements), kv_dtype (the other slots'), out_dtype
+% -- (dst's), inputs (slots read, 1 to 8), write_lse (dst.l is written), threads (128), args (the
+% -- family's parameter block, fj_merge_params).
+% assert(inputs >= 1 and inputs <= 8, "attn_merge: 1 to 8 inputs per launch")
+% assert(threads == 128, "attn_merge: 128 work-items per work-group")
+% include("dialect.lua")
+% include("params.lua")
+% params_struct(args)
+#define THREADS ${threads}
+#define LANES 32
+#define PAIRS (THREADS / LANES)
+#define INPUTS ${inputs}
+
+/* Element e of state s at (b, row, h) and its log-sum-exp. */
+#define STATE_AT(s, b, row, h) ((b) * (s).o_sb + (I64)(row) * (s).o_ss + (I64)(h) * (s).o_sh)
+#define LSE_AT(s, b, row, h) ((b) * (s).l_sb + (I64)(h) * (s).l_sh + (I64)(row) * (s).l_ss)
+
+KERNEL(THREADS)
+fj_attn_merge(
+% params_arg(args)
+)
+{
+    SHARED float lse[PAIRS][INPUTS];
+    const int team = THREAD_X / LANES, lane = THREAD_X % LANES;
+    const I64 pair = (I64)BLOCK_X * PAIRS + team;
+    const bool live = pair < P.pairs;
+    const int h = (int)(pair % P.heads);
+    const I64 row_all = pair / P.heads;
+    const int row = (int)(row_all % P.seqlen);
+    const I64 b = row_all / P.seqlen;
+    if (live && lane < INPUTS) {
+% for i = 0, inputs - 1 do
+        if (lane == ${i})
+            lse[team][${i}] = LDG(GPTR(const float, P.in${i}.l) + LSE_AT(P.in${i}, b, row, h));
+% end
+    }
+    BARRIER();
+    if (!live)
+        return;
+    float m = -F_INF;
+    bool nan = false;
+    for (int i = 0; i < INPUTS; i++) {
+        nan = nan || !(lse[team][i] < F_INF); /* NaN or +inf */
+        m = F_MAX(m, lse[team][i]);
+    }
+    float w[INPUTS], sum = 0.0f;
+    for (int i = 0; i < INPUTS; i++) {
+        /* exp(-inf - m) is 0: an empty state weighs nothing; m = -inf: every state is empty. */
+        w[i] = m > -F_INF ? EXPR_EXP(lse[team][i] - m) : 0.0f;
+        sum += w[i];
+    }
+    const float scale = nan ? F_NAN : sum > 0.0f ? 1.0f / sum : 0.0f;
+% for i = 0, inputs - 1 do
+    GLOBAL const ${i == 0 and "q_t" or "kv_t"} *o${i} = GPTR(const ${i == 0 and "q_t" or "kv_t"}, P.in${i}.o) + STATE_AT(P.in${i}, b, row, h);
+% end
+    GLOBAL o_t *out = GPTR(o_t, P.dst.o) + STATE_AT(P.dst, b, row, h);
+    for (int d = lane; d < P.head_dim_v; d += LANES) {
+        float acc = 0.0f;
+% for i = 0, inputs - 1 do
+        if (w[${i}] > 0.0f)
+            acc = F_FMA(w[${i}], ${i == 0 and "Q" or "KV"}_LOAD(o${i}, d), acc);
+% end
+        O_STORE(out, d, acc * scale);
+    }
+% if write_lse then
+    if (lane == 0)
+        GPTR(float, P.dst.l)[LSE_AT(P.dst, b, row, h)] =
+            nan ? F_NAN : m > -F_INF ? m + EXPR_LOG(sum) : -F_INF;
+% end
+}

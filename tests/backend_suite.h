@@ -1,0 +1,66 @@
+/* A cmocka suite that runs on one backend's device (FJ_TEST_BACKEND, OpenCL unless the build
+** says otherwise): the group state is a context on it, each test takes it with
+** suite_context(), and suite_run() exits with ctest's skip code (SKIP_RETURN_CODE in
+** tests/CMakeLists.txt) when there is no such device, so the summary says skipped instead of
+** passed without checking anything. Include once, in the suite's own file. */
+#ifndef FJ_TESTS_BACKEND_SUITE_H
+#define FJ_TESTS_BACKEND_SUITE_H
+
+#include <stdio.h>
+
+#include "flashjit.h"
+
+#ifndef FJ_TEST_BACKEND
+#define FJ_TEST_BACKEND FJ_BACKEND_OPENCL
+#endif
+
+enum { SUITE_SKIPPED = 77 };
+
+static fj_status suite_status; /* the context's creation, for suite_run's skip decision */
+
+static int suite_setup(void **state)
+{
+    fj_context_options o;
+    fj_context_options_init(&o);
+    o.backend = FJ_TEST_BACKEND;
+    o.cache_path = ":memory:";
+    fj_context *ctx = NULL;
+    suite_status = fj_context_create(&o, &ctx);
+    if (suite_status != FJ_OK)
+        printf("SKIP: no %s device (%s: %s)\n",
+               FJ_TEST_BACKEND == FJ_BACKEND_CUDA ? "CUDA" : "OpenCL",
+               fj_status_string(suite_status), fj_last_create_error());
+    *state = ctx;
+    return 0;
+}
+
+static int suite_teardown(void **state)
+{
+    fj_context_destroy(*state);
+    return 0;
+}
+
+/* The suite's context; skips the test where there is none. */
+static fj_context *suite_context(void **state)
+{
+    if (!*state)
+        skip();
+    return *state;
+}
+
+/* Runs the tests as the group "<name>_cuda" or "<name>_opencl"; 77 without a device. */
+#define suite_run(name, tests)                                                                     \
+    suite_run_((FJ_TEST_BACKEND == FJ_BACKEND_CUDA ? name "_cuda" : name "_opencl"), (tests),      \
+               sizeof(tests) / sizeof((tests)[0]))
+
+static int suite_run_(const char *name, const struct CMUnitTest *tests, size_t n)
+{
+    fj_context *probe = NULL;
+    suite_setup((void **)&probe);
+    if (!probe)
+        return suite_status == FJ_ERR_NO_DEVICE ? SUITE_SKIPPED : 1;
+    suite_teardown((void **)&probe);
+    return _cmocka_run_group_tests(name, tests, n, suite_setup, suite_teardown);
+}
+
+#endif /* FJ_TESTS_BACKEND_SUITE_H */
