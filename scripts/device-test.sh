@@ -55,6 +55,13 @@ if [ "$what" = test ] || [ "$what" = all ]; then
                 fi
             done
         done | tee "$out/sanitizer.log"
+        # The merge kernel, every case of its suite (in place, packed, chained through the workspace).
+        if compute-sanitizer --tool memcheck --error-exitcode 3 $build/test_merge_cuda \
+            > "$out/sanitizer.tmp" 2>&1; then
+            echo "compute-sanitizer memcheck clean: test_merge_cuda"
+        else
+            echo "compute-sanitizer memcheck FAILED: test_merge_cuda"; tail -20 "$out/sanitizer.tmp"
+        fi | tee -a "$out/sanitizer.log"
         grep -q FAILED "$out/sanitizer.log" && status=1
     fi
     # The default Hopper kernels of the benchmark grid: wgmma and TMA in their SASS, no spills.
