@@ -293,8 +293,14 @@ static void cuda_destroy(void *p)
     cub *b = p;
     if (!b)
         return;
-    if (b->retained_primary)
+    if (b->retained_primary) {
+        /* The release may destroy the context; a thread left pointing at it would hand the
+        ** dead handle to the next context created here (cuda_create adopts the current one). */
+        CUcontext cur = NULL;
+        if (cu.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == b->context)
+            cu.cuCtxSetCurrent(NULL);
         cu.cuDevicePrimaryCtxRelease_v2(b->device);
+    }
     free(b);
 }
 

@@ -81,8 +81,16 @@ INLINE int expr_imul(int a, int b) { return (int)((uint)a * (uint)b); }
 INLINE int expr_ineg(int a) { return (int)(0u - (uint)a); }
 INLINE int expr_idiv(int a, int b) { return b == 0 ? 0 : b == -1 ? expr_ineg(a) : a / b; }
 INLINE int expr_imod(int a, int b) { return b == 0 || b == -1 ? 0 : a % b; }
+% if backend == "cuda" then
+/* NVVM's optimiser takes time exponential in the depth of nested integer min/max (a select or
+** its min intrinsic: 12 levels ~50 s, each level ~3x), so they are PTX it cannot look through;
+** ptxas still makes them one IMNMX each. */
+INLINE int expr_imin(int a, int b) { int r; asm("min.s32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b)); return r; }
+INLINE int expr_imax(int a, int b) { int r; asm("max.s32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b)); return r; }
+% else
 INLINE int expr_imin(int a, int b) { return a < b ? a : b; }
 INLINE int expr_imax(int a, int b) { return a > b ? a : b; }
+% end
 INLINE int expr_iabs(int a) { return a < 0 ? expr_ineg(a) : a; }
 #define EXPR_IADD expr_iadd
 #define EXPR_ISUB expr_isub

@@ -55,6 +55,8 @@ static fj_context *suite_context(void **state)
 
 static int suite_run_(const char *name, const struct CMUnitTest *tests, size_t n)
 {
+    /* The probe is created and destroyed before the suite's context, so every GPU suite also
+    ** checks that a context can be made again after the last one released the device. */
     fj_context *probe = NULL;
     suite_setup((void **)&probe);
     if (!probe)
