@@ -109,6 +109,7 @@ typedef struct fjh_result {
     double ref_max_abs;      /* max |ref| */
     double rel_err;          /* max_abs_err / ref_max_abs */
     double lowp_max_abs_err; /* the plain low-precision implementation's max error */
+    double rounding_atol;    /* twice the dtype's rounding error of an add at the output's size */
     double lse_max_err;      /* max |lse - ref| where finite */
     int64_t bad_elements;    /* outputs non-finite, unwritten, or lse not -inf where it must be */
     int64_t clobbered;       /* bytes outside the output views that changed */
