@@ -267,6 +267,13 @@ typedef struct fj_attention_desc {
     ** finding it. Not with variable lengths; the Hopper tensor-core kernel (sm_90a), elsewhere
     ** the SIMT kernels. */
     const fj_tensor *block_mask;
+    /* Decode (at most 16 query rows per sequence, no score terms or element masks: bias, mask,
+    ** mask_ranges, block_mask, alibi_slopes, mask_mod, score_mod): a kernel that packs the
+    ** query heads of each kv head (each key read once for all of them) and splits the keys of
+    ** each sequence into parts run in parallel, merged by log-sum-exp (FlashDecoding).
+    ** num_splits: 0 (default) lets the plan choose (enough to fill the device), 1 to 64 asks for
+    ** that many (fewer when the keys run out). Variable lengths run unsplit. */
+    int32_t num_splits;
 } fj_attention_desc;
 
 /* Fills *desc with the defaults (plain non-causal attention) and sets struct_size. NULL is a

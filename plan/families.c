@@ -7,3 +7,4 @@ FJ__PARAM_LAYOUT(fj__fwd_tma_params, "fj_fwd_tma_params", FJ__FWD_TMA_PARAMS);
 FJ__PARAM_LAYOUT(fj__classify_params, "fj_classify_params", FJ__CLASSIFY_PARAMS);
 FJ__PARAM_LAYOUT(fj__merge_slot, "fj_merge_slot", FJ__MERGE_SLOT_PARAMS);
 FJ__PARAM_LAYOUT(fj__merge_params, "fj_merge_params", FJ__MERGE_PARAMS);
+FJ__PARAM_LAYOUT(fj__decode_params, "fj_decode_params", FJ__DECODE_PARAMS);

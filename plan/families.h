@@ -128,7 +128,9 @@ FJ__PARAM_STRUCT(fj__classify_params, FJ__CLASSIFY_PARAMS);
 FJ__PARAM_STRUCT(fj__merge_slot, FJ__MERGE_SLOT_PARAMS);
 
 /* The merge (attn_merge.lua): up to FJ__MERGE_SLOTS states in[0..inputs-1] combined into dst,
-** for pairs = batches * seqlen * heads (batch, row, head) rows of head_dim_v elements. */
+** for pairs = batches * seqlen * heads (batch, row, head) rows of head_dim_v elements; or
+** (inputs 0) `states` states of one layout, state i at in0 moved by i * state_so elements of o
+** and i * state_sl of l. */
 #define FJ__MERGE_SLOTS 8
 #define FJ__MERGE_PARAMS(X, T)                                                                     \
     X(T, BLOCK, in0, fj__merge_slot)                                                               \
@@ -141,10 +143,25 @@ FJ__PARAM_STRUCT(fj__merge_slot, FJ__MERGE_SLOT_PARAMS);
     X(T, BLOCK, in7, fj__merge_slot)                                                               \
     X(T, BLOCK, dst, fj__merge_slot)                                                               \
     X(T, I64, pairs, 0)                                                                            \
+    X(T, I64, state_so, 0)                                                                         \
+    X(T, I64, state_sl, 0)                                                                         \
+    X(T, I32, states, 0)                                                                           \
     X(T, I32, seqlen, 0)                                                                           \
     X(T, I32, heads, 0)                                                                            \
     X(T, I32, head_dim_v, 0)
 FJ__PARAM_STRUCT(fj__merge_params, FJ__MERGE_PARAMS);
+
+/* Decode (attn_decode.lua): the forward's block, and for split-KV (variant.partial) the f32
+** state of split 0 (rows as out's; see plan/decode.c) with the split strides of its o and l;
+** the keys of each split, and the row tiles of each kv head's packed query rows. */
+#define FJ__DECODE_PARAMS(X, T)                                                                    \
+    X(T, BLOCK, fwd, fj__fwd_params)                                                               \
+    X(T, BLOCK, part, fj__merge_slot)                                                              \
+    X(T, I64, part_so, 0)                                                                          \
+    X(T, I64, part_sl, 0)                                                                          \
+    X(T, I32, keys_per_split, 0)                                                                   \
+    X(T, I32, row_tiles, 0)
+FJ__PARAM_STRUCT(fj__decode_params, FJ__DECODE_PARAMS);
 
 /* The largest parameter block, for buffers that hold any of them. */
 #define FJ__MAX_PARAMS_BYTES 2048

@@ -126,7 +126,8 @@ static void fill_mask(const fj__problem *p, fj__mask_params *m)
     m->blocks_sq = p->blocks_stride[2];
 }
 
-static void fill_fwd(const fj__plan *plan, const fj__problem *p, void *const *ws, fj__fwd_params *F)
+void fj__fill_fwd_params(const fj__plan *plan, const fj__problem *p, void *const *ws,
+                         fj__fwd_params *F)
 {
     F->q = p->q->data;
     F->k = p->k->data;
@@ -242,7 +243,7 @@ static void bias_map_of(const fj__problem *p, uint32_t rows, fj__tensor_map_desc
 static fj_status fill_fwd_tma(const fj__plan *plan, const fj__variant *v, const fj__problem *p,
                               void *const *ws, fj__tmap_fn tmap, void *ud, fj__fwd_tma_params *P)
 {
-    fill_fwd(plan, p, ws, &P->fwd);
+    fj__fill_fwd_params(plan, p, ws, &P->fwd);
     const fj_tensor *t[3] = {p->q, p->k, p->v};
     const uint32_t rows[3] = {(uint32_t)v->tile_m, (uint32_t)v->tile_n, (uint32_t)v->tile_n};
     fj__tensor_map *maps[3] = {&P->tm_q, &P->tm_k, &P->tm_v};
@@ -279,12 +280,16 @@ fj_status fj__fwd_fill(const fj__plan *plan, int i, const fj__problem *p, void *
                        fj__tmap_fn tmap, void *tmap_ud, void *params)
 {
     const fj__variant *v = &plan->steps[i].variant;
+    if (plan->steps[plan->main_step].variant.family == FJ__FAMILY_DECODE) {
+        fj__decode_fill(plan, i, p, ws, params);
+        return FJ_OK;
+    }
     if (v->family == FJ__FAMILY_CLASSIFY) {
         fill_classify(plan, p, ws, params);
         return FJ_OK;
     }
     if (v->path == FJ__PATH_WGMMA)
         return fill_fwd_tma(plan, v, p, ws, tmap, tmap_ud, params);
-    fill_fwd(plan, p, ws, params);
+    fj__fill_fwd_params(plan, p, ws, params);
     return FJ_OK;
 }

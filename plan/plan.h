@@ -4,6 +4,7 @@
 ** plan and the request's arguments into the bytes a launch passes. Nothing here runs anything.
 **
 ** The forward plan: [zero the tile counter] [classify the masks' blocks] forward.
+** The decode plan: the decode kernel, and with split keys a merge of the splits' states.
 ** The merge plan: one merge of up to 8 states, or a chain of them through an f32 workspace. */
 #ifndef FJ_PLAN_PLAN_H
 #define FJ_PLAN_PLAN_H
@@ -15,6 +16,9 @@
 
 #define FJ__MAX_STEPS 10 /* a merge of 64 states chains 9 */
 #define FJ__MAX_WORKSPACES 4
+#define FJ__MAX_GRID_DIM_Y 65535 /* of a launch's second and third grid dimensions */
+#define FJ__DECODE_MAX_SEQLEN_Q 16 /* query rows per sequence the decode kernel takes */
+#define FJ__DECODE_MAX_SPLITS 64   /* key splits of a decode (the strided merge's states) */
 
 typedef enum fj__step_kind {
     FJ__STEP_KERNEL = 1, /* launch variant's kernel */
@@ -67,6 +71,12 @@ typedef struct fj__plan {
         int first[FJ__MAX_STEPS];
         int ws_out, ws_lse;
     } merge;
+    /* The decode's split states (-1: one split, none), its splits, the keys of each, and the
+    ** row tiles of each kv head's packed rows. */
+    struct {
+        int ws_o, ws_l;
+        int32_t splits, keys_per_split, row_tiles;
+    } decode;
 } fj__plan;
 
 /* Building blocks of the planners (plan.c): a workspace (its index; 256-byte aligned in the
@@ -84,6 +94,15 @@ void fj__choose_forward(const fj__features *f, const fj_device_info *dev, const 
 ** large for the block classifier's grid. */
 fj_status fj__plan_forward(const fj__features *f, const fj_device_info *dev, const fj__variant *v,
                            fj__plan *plan, fj__err *err);
+
+/* The decode variant for f on dev (decode.c): returns 1 and fills *v when the decode kernel
+** serves f (at most FJ__DECODE_MAX_SEQLEN_Q rows per sequence, no score terms or element masks,
+** one element type, tiles that fit), else 0. */
+int fj__choose_decode(const fj__features *f, const fj_device_info *dev, fj__variant *v);
+/* The decode plan of f on dev with kernel v (from fj__choose_decode): splits (the caller's
+** num_splits, or enough to fill the device), the kernel step, and the merge of the splits. */
+fj_status fj__plan_decode(const fj__features *f, const fj_device_info *dev, const fj__variant *v,
+                          fj__plan *plan, fj__err *err);
 
 /* The classifier variant for forward variant v's masks. */
 void fj__classify_variant(const fj__variant *v, fj__variant *cv);
@@ -109,9 +128,15 @@ fj_status fj__plan_merge(const fj__merge_problem *p, fj_backend_kind backend, fj
 ** ws[] (device pointers); params has room for FJ__MAX_PARAMS_BYTES. */
 fj_status fj__plan_fill(const fj__plan *plan, int i, const void *request, void *const *ws,
                         fj__tmap_fn tmap, void *tmap_ud, void *params, fj__err *err);
-/* The families' fills, which fj__plan_fill calls with the block zeroed (fwd.c, merge.c). */
+/* The families' fills, which fj__plan_fill calls with the block zeroed (fwd.c, merge.c,
+** decode.c); fj__fwd_fill hands a decode plan's steps to fj__decode_fill. */
 fj_status fj__fwd_fill(const fj__plan *plan, int i, const fj__problem *p, void *const *ws,
                        fj__tmap_fn tmap, void *tmap_ud, void *params);
+void fj__decode_fill(const fj__plan *plan, int i, const fj__problem *p, void *const *ws,
+                     void *params);
+/* The forward family's block of p (fwd.c), for the families that embed it. */
+void fj__fill_fwd_params(const fj__plan *plan, const fj__problem *p, void *const *ws,
+                         fj__fwd_params *F);
 void fj__merge_fill(const fj__plan *plan, int i, const fj__merge_problem *p, void *const *ws,
                     void *params);
 

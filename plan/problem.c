@@ -82,4 +82,5 @@ void fj__features_of(const fj__problem *p, fj__features *f)
                       (p->mask_ranges && p->ranges_stride[0]);
     f->classes_by_h = (mm && strstr(mm, "FJ_H")) || (p->mask && p->mask_stride[1]) ||
                       (p->mask_ranges && p->ranges_stride[1]);
+    f->num_splits = p->num_splits;
 }

@@ -38,6 +38,7 @@ typedef struct fj__problem {
     int64_t ranges_stride[3];     /* batch, head, key */
     const fj_tensor *block_mask;  /* 128 x 128 block classes, or NULL */
     int64_t blocks_stride[3];     /* batch, head, query block */
+    int32_t num_splits;           /* decode: the caller's split count (0: the plan's) */
 } fj__problem;
 
 /* The tensors of a problem by role, in the order of fj__features' per-tensor flags. */
@@ -60,6 +61,7 @@ typedef struct fj__features {
     uint8_t bias_tma;    /* bulk tensor copies can read the bias's tiles */
     uint8_t mask_mod_reads_args;
     uint8_t classes_by_b, classes_by_h; /* element masks differ by batch / by head */
+    int32_t num_splits;                 /* decode: the caller's split count (0: automatic) */
     const char *mask_mod, *score_mod;   /* interned canonical texts: equal texts, equal pointers */
 } fj__features;
 

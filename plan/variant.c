@@ -15,6 +15,8 @@ const char *fj__variant_template(const fj__variant *v)
         return "attn_classify.lua";
     if (v->family == FJ__FAMILY_MERGE)
         return "attn_merge.lua";
+    if (v->family == FJ__FAMILY_DECODE)
+        return "attn_decode.lua";
     switch (v->path) {
     case FJ__PATH_MMA: return "attn_fwd_mma.cu.lua";
     case FJ__PATH_WGMMA: return "attn_fwd_wgmma.cu.lua";
@@ -26,6 +28,7 @@ const char *fj__variant_entry(const fj__variant *v)
 {
     return v->family == FJ__FAMILY_CLASSIFY ? "fj_attn_classify"
            : v->family == FJ__FAMILY_MERGE  ? "fj_attn_merge"
+           : v->family == FJ__FAMILY_DECODE ? "fj_attn_decode"
                                             : "fj_attn_fwd";
 }
 
@@ -35,6 +38,8 @@ const fj__playout *fj__variant_layout(const fj__variant *v)
         return &fj__classify_params_layout;
     if (v->family == FJ__FAMILY_MERGE)
         return &fj__merge_params_layout;
+    if (v->family == FJ__FAMILY_DECODE)
+        return &fj__decode_params_layout;
     return v->path == FJ__PATH_WGMMA ? &fj__fwd_tma_params_layout : &fj__fwd_params_layout;
 }
 
@@ -44,6 +49,8 @@ const char *fj__variant_path(const fj__variant *v)
         return v->backend == FJ_BACKEND_CUDA ? "cuda.classify" : "opencl.classify";
     if (v->family == FJ__FAMILY_MERGE)
         return v->backend == FJ_BACKEND_CUDA ? "cuda.merge" : "opencl.merge";
+    if (v->family == FJ__FAMILY_DECODE)
+        return v->backend == FJ_BACKEND_CUDA ? "cuda.decode" : "opencl.decode";
     if (v->backend == FJ_BACKEND_CUDA)
         return v->path == FJ__PATH_WGMMA ? "cuda.fwd.wgmma"
                : v->path == FJ__PATH_MMA ? "cuda.fwd.mma"
@@ -65,6 +72,10 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
 {
     const uint32_t qs = (uint32_t)fj_dtype_size((fj_dtype)v->q_dtype);
     const uint32_t kvs = (uint32_t)fj_dtype_size((fj_dtype)v->kv_dtype);
+    if (v->family == FJ__FAMILY_DECODE) /* attn_decode.lua's Smem: floats only */
+        return 4u * (uint32_t)(v->tile_m * v->head_dim_pad + v->tile_n * (v->head_dim_pad + 1) +
+                               v->tile_n * v->head_dim_v_pad + v->tile_m * v->tile_n +
+                               3 * v->tile_m);
     if (v->family != FJ__FAMILY_FWD)
         return 0;
     if (v->path == FJ__PATH_WGMMA) {
@@ -105,7 +116,11 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
     if (v->family == FJ__FAMILY_CLASSIFY)
         return v->threads == 256;
     if (v->family == FJ__FAMILY_MERGE)
-        return v->threads == 128 && v->inputs >= 1 && v->inputs <= FJ__MERGE_SLOTS;
+        return v->threads == 128 && v->inputs >= 0 && v->inputs <= FJ__MERGE_SLOTS;
+    if (v->family == FJ__FAMILY_DECODE) /* static shared memory: 48 KiB on CUDA */
+        return v->threads == 128 && v->tile_m >= 1 && v->tile_m <= 128 && v->tile_n >= 8 &&
+               v->tile_n <= 64 && fj__variant_shared_bytes(v) <= FJ__DECODE_MAX_SHARED &&
+               fj__variant_shared_bytes(v) <= dev->local_memory;
     if (v->path == FJ__PATH_WGMMA) {
         int consumers = v->tile_m / 64;
         /* S and O fragments per consumer thread, plus ~40 for addresses and softmax state; and
@@ -279,6 +294,7 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_TPL_PARAMS])
     INT_PARAM(mask_ranges);
     BOOL_PARAM(block_mask);
     BOOL_PARAM(bias_tma);
+    BOOL_PARAM(partial);
     BOOL_PARAM(local_mask);
     BOOL_PARAM(softcap);
     BOOL_PARAM(neg_scale);

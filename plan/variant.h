@@ -11,11 +11,13 @@
 
 /* The kernel families. FWD: the forward kernels (attn_fwd_*.lua); CLASSIFY: block classes of
 ** masks (attn_classify.lua), a step before the Hopper forward; MERGE: attention states combined
-** by their log-sum-exps (attn_merge.lua). */
+** by their log-sum-exps (attn_merge.lua); DECODE: forwards of a few query rows per sequence,
+** grouped-query heads packed, keys split (attn_decode.lua). */
 typedef enum fj__kernel_family {
     FJ__FAMILY_FWD = 1,
     FJ__FAMILY_CLASSIFY = 2,
-    FJ__FAMILY_MERGE = 3
+    FJ__FAMILY_MERGE = 3,
+    FJ__FAMILY_DECODE = 4
 } fj__kernel_family;
 
 /* The kernel designs of the forward family. */
@@ -35,11 +37,12 @@ typedef struct fj__variant {
     int32_t q_dtype, kv_dtype, out_dtype, acc_dtype;
     int32_t head_dim_pad; /* head_dim rounded up to a multiple of 16 */
     int32_t head_dim_v_pad;
-    int32_t tile_m;     /* query rows per block */
+    int32_t tile_m;     /* query rows per block (DECODE: packed group rows) */
     int32_t tile_n;     /* keys per streamed tile */
     int32_t threads;    /* threads (work-items) per block */
     int32_t inputs;     /* MERGE: the states one launch reads (slot 0's elements are q_dtype,
-                        ** the others' kv_dtype; out_dtype the result's) */
+                        ** the others' kv_dtype; out_dtype the result's); 0: a run-time count
+                        ** of strided states of q_dtype */
     int32_t warps;      /* MMA, WGMMA: warps per block (threads / 32) */
     int32_t kk_unroll;  /* MMA: unroll factor of the S = Q K^T k-loop (0: full) */
     uint8_t q_in_regs;  /* MMA: Q fragments stay in registers across key tiles */
@@ -66,9 +69,13 @@ typedef struct fj__variant {
     uint8_t mask_ranges;  /* 0 none, else the ranges' columns per key (2 or 4) */
     uint8_t block_mask;   /* 128 x 128 block classes given */
     uint8_t bias_tma;     /* WGMMA: bias tiles copied by TMA into shared memory with K's */
+    uint8_t partial;      /* DECODE: writes each split's state to the workspace for a merge */
     const char *mask_mod; /* canonical expression texts, interned by the context (NULL: none) */
     const char *score_mod;
 } fj__variant;
+
+/* The decode kernel declares its shared memory statically: CUDA's limit for that. */
+#define FJ__DECODE_MAX_SHARED (48 * 1024)
 
 /* The template v renders with, its entry point, and its parameter block. */
 const char *fj__variant_template(const fj__variant *v);
@@ -109,7 +116,7 @@ void fj__variant_config(const fj__variant *v, char *buf, size_t size);
 int fj__apply_config(fj__variant *v, const char *config, fj__err *err);
 
 /* The most template parameters a variant has. */
-#define FJ__MAX_TPL_PARAMS 48
+#define FJ__MAX_TPL_PARAMS 56
 
 /* The template parameters of v, in a fixed order. Returns their number. */
 int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_TPL_PARAMS]);

@@ -39,7 +39,8 @@ class _AttentionDesc(ctypes.Structure):
                 ("mask", ctypes.POINTER(_Tensor)), ("cu_seqlens_q", ctypes.POINTER(_Tensor)),
                 ("cu_seqlens_k", ctypes.POINTER(_Tensor)), ("seqused_k", ctypes.POINTER(_Tensor)),
                 ("max_seqlen_q", ctypes.c_int64), ("max_seqlen_k", ctypes.c_int64),
-                ("mask_ranges", ctypes.POINTER(_Tensor)), ("block_mask", ctypes.POINTER(_Tensor))]
+                ("mask_ranges", ctypes.POINTER(_Tensor)), ("block_mask", ctypes.POINTER(_Tensor)),
+                ("num_splits", ctypes.c_int32)]
 
 
 class _CallInfo(ctypes.Structure):
@@ -129,7 +130,8 @@ class Context:
     def forward(self, q, k, v, out=None, lse=None, causal=False, window=(-1, -1), softcap=0.0,
                 scale=0.0, mask_mod=None, score_mod=None, mod_args=None, alibi_slopes=None,
                 bias=None, mask=None, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None,
-                max_seqlen_q=0, max_seqlen_k=0, mask_ranges=None, block_mask=None, stream=None):
+                max_seqlen_q=0, max_seqlen_k=0, mask_ranges=None, block_mask=None, num_splits=0,
+                stream=None):
         """mask_mod / score_mod: expression strings (see flashjit.h); mod_args: a float32 or
         int32 tensor on the device, read by arg[i] / iarg[i]. alibi_slopes: float32 [hq] or
         [b, hq]; bias (float32 or q's dtype) and mask (bool): [b | 1, hq | 1, sq | 1, sk],
@@ -137,7 +139,9 @@ class Context:
         with int32 cu_seqlens_q / cu_seqlens_k [batch + 1], optional seqused_k [batch], and the
         maxima max_seqlen_q / max_seqlen_k. mask_ranges: int32 [b | 1, hq | 1, sk, 2 or 4],
         FlashMask's masked row ranges per key. block_mask: int32 [b | 1, hq | 1, ceil(sq / 128),
-        ceil(sk / 128)], 0 skip / 1 apply the masks / 2 keep the whole 128 x 128 block."""
+        ceil(sk / 128)], 0 skip / 1 apply the masks / 2 keep the whole 128 x 128 block.
+        num_splits: decode (at most 16 query rows per sequence) splits the keys this many ways
+        (1 to 64; 0: the plan's choice)."""
         import torch
         if out is None:
             out = torch.empty(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype, device=q.device)
@@ -147,6 +151,7 @@ class Context:
         desc.window_left, desc.window_right = window
         desc.softcap = softcap
         desc.softmax_scale = scale
+        desc.num_splits = num_splits
         if mask_mod is not None:
             desc.mask_mod = mask_mod.encode()
         if score_mod is not None:

@@ -91,6 +91,8 @@ fj_status fj__plan_request(const fj_attention_desc *desc, const fj_tensor *q, co
     fj__features f;
     fj__features_of(&p, &f);
     fj__variant var;
+    if (fj__choose_decode(&f, dev, &var))
+        return fj__plan_decode(&f, dev, &var, plan, err);
     fj__choose_forward(&f, dev, config, &var);
     return fj__plan_forward(&f, dev, &var, plan, err);
 }
@@ -175,12 +177,15 @@ static fj_status tune(fj_context *ctx, const fj__problem *p, const fj__features 
 
 /* ---- the forward -------------------------------------------------------------------------- */
 
-/* The plan a request runs with: the heuristic's variant, a tuned record's, or (under
-** FJ_TUNE_ON_MISS) the winner of tuning it now; $FLASHJIT_CONFIG overrides all of them. */
+/* The plan a request runs with: the decode plan where it serves; else the heuristic's
+** forward variant, a tuned record's, or (under FJ_TUNE_ON_MISS) the winner of tuning it now;
+** $FLASHJIT_CONFIG overrides all of them. */
 static fj_status plan_slow(fj_context *ctx, const fj__problem *p, const fj__features *f,
                            fj__plan *plan, void *stream)
 {
     fj__variant v;
+    if (fj__choose_decode(f, &ctx->device, &v))
+        return fj__plan_decode(f, &ctx->device, &v, plan, &ctx->err);
     fj__choose_forward(f, &ctx->device, ctx->config, &v);
     if (!ctx->config) {
         char bucket[256];

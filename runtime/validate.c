@@ -115,7 +115,8 @@ static fj_status check_desc(const fj_attention_desc *in, fj_attention_desc *d, f
                                   END(mod_args),     END(mod_args_count), END(alibi_slopes),
                                   END(bias),         END(mask),           END(cu_seqlens_q),
                                   END(cu_seqlens_k), END(seqused_k),      END(max_seqlen_q),
-                                  END(max_seqlen_k), END(mask_ranges),    END(block_mask)};
+                                  END(max_seqlen_k), END(mask_ranges),    END(block_mask),
+                                  END(num_splits)};
 #undef END
     if (in->struct_size < FJ__DESC_V1_SIZE || in->struct_size > sizeof *d ||
         !fj__size_on_field_end(in->struct_size, ends, (int)(sizeof ends / sizeof ends[0]),
@@ -133,6 +134,10 @@ static fj_status check_desc(const fj_attention_desc *in, fj_attention_desc *d, f
     if (d->causal != 0 && d->causal != 1)
         return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "desc.causal = %d, expected 0 or 1",
                         (int)d->causal);
+    if (d->num_splits < 0 || d->num_splits > FJ__DECODE_MAX_SPLITS)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                        "desc.num_splits = %d, expected 0 (automatic) to %d", (int)d->num_splits,
+                        FJ__DECODE_MAX_SPLITS);
     if (d->window_left < -1)
         return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
                         "desc.window_left = %d, expected -1 (unbounded) or >= 0",
@@ -456,6 +461,7 @@ fj_status fj__validate_forward(const fj_attention_desc *desc, const fj_tensor *q
     p->score_mod_src = d.score_mod;
     p->mod_args = d.mod_args;
     p->mod_args_count = d.mod_args_count;
+    p->num_splits = d.num_splits;
     /* Resolve the band of visible keys. A bound that no row can reach is dropped, so equivalent
     ** requests share one kernel without per-element masking. */
     p->window_left = d.window_left;

@@ -12,10 +12,14 @@
 % -- before any of it is written, and only by its own work-group, so dst may be one of the inputs
 % -- (in place, with the same strides).
 % --
+% -- Strided states (inputs = 0): P.states states (1 to 64) of one element type (q_t), state i at
+% -- slot in0 moved by i * state_so elements of o and i * state_sl of l: the split-KV partials of
+% -- a decode plan (attn_decode.lua), which lie in one workspace.
+% --
 % -- Parameters: backend, q_dtype (slot 0's elements), kv_dtype (the other slots'), out_dtype
-% -- (dst's), inputs (slots read, 1 to 8), write_lse (dst.l is written), threads (128), args (the
-% -- family's parameter block, fj_merge_params).
-% assert(inputs >= 1 and inputs <= 8, "attn_merge: 1 to 8 inputs per launch")
+% -- (dst's), inputs (slots read, 1 to 8; 0 strided states), write_lse (dst.l is written), threads
+% -- (128), args (the family's parameter block, fj_merge_params).
+% assert(inputs >= 0 and inputs <= 8, "attn_merge: 1 to 8 inputs per launch, or 0 (strided)")
 % assert(threads == 128, "attn_merge: 128 work-items per work-group")
 % include("dialect.lua")
 % include("params.lua")
@@ -24,11 +28,63 @@
 #define LANES 32
 #define PAIRS (THREADS / LANES)
 #define INPUTS ${inputs}
+#define MAX_STATES 64 /* strided states */
 
 /* Element e of state s at (b, row, h) and its log-sum-exp. */
 #define STATE_AT(s, b, row, h) ((b) * (s).o_sb + (I64)(row) * (s).o_ss + (I64)(h) * (s).o_sh)
 #define LSE_AT(s, b, row, h) ((b) * (s).l_sb + (I64)(h) * (s).l_sh + (I64)(row) * (s).l_ss)
 
+% if inputs == 0 then
+KERNEL(THREADS)
+fj_attn_merge(
+% params_arg(args)
+)
+{
+    SHARED float w[PAIRS][MAX_STATES]; /* the states' log-sum-exps, then their weights */
+    const int team = THREAD_X / LANES, lane = THREAD_X % LANES;
+    const I64 pair = (I64)BLOCK_X * PAIRS + team;
+    const bool live = pair < P.pairs;
+    const int h = (int)(pair % P.heads);
+    const I64 row_all = pair / P.heads;
+    const int row = (int)(row_all % P.seqlen);
+    const I64 b = row_all / P.seqlen;
+    const int n = I_MIN(P.states, MAX_STATES);
+    GLOBAL const float *l0 = GPTR(const float, P.in0.l) + LSE_AT(P.in0, b, row, h);
+    for (int i = lane; live && i < n; i += LANES)
+        w[team][i] = LDG(l0 + i * P.state_sl);
+    BARRIER();
+    float m = -F_INF;
+    bool nan = false;
+    for (int i = 0; live && i < n; i++) {
+        nan = nan || !(w[team][i] < F_INF); /* NaN or +inf */
+        m = F_MAX(m, w[team][i]);
+    }
+    BARRIER(); /* every lane has read the log-sum-exps */
+    for (int i = lane; live && i < n; i += LANES)
+        w[team][i] = m > -F_INF ? EXPR_EXP(w[team][i] - m) : 0.0f;
+    BARRIER();
+    if (!live)
+        return;
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++)
+        sum += w[team][i];
+    const float scale = nan ? F_NAN : sum > 0.0f ? 1.0f / sum : 0.0f;
+    GLOBAL const q_t *o0 = GPTR(const q_t, P.in0.o) + STATE_AT(P.in0, b, row, h);
+    GLOBAL o_t *out = GPTR(o_t, P.dst.o) + STATE_AT(P.dst, b, row, h);
+    for (int d = lane; d < P.head_dim_v; d += LANES) {
+        float acc = 0.0f;
+        for (int i = 0; i < n; i++)
+            if (w[team][i] > 0.0f)
+                acc = F_FMA(w[team][i], Q_LOAD(o0, i * P.state_so + d), acc);
+        O_STORE(out, d, acc * scale);
+    }
+%   if write_lse then
+    if (lane == 0)
+        GPTR(float, P.dst.l)[LSE_AT(P.dst, b, row, h)] =
+            nan ? F_NAN : m > -F_INF ? m + EXPR_LOG(sum) : -F_INF;
+%   end
+}
+% else
 KERNEL(THREADS)
 fj_attn_merge(
 % params_arg(args)
@@ -82,3 +138,4 @@ fj_attn_merge(
             nan ? F_NAN : m > -F_INF ? m + EXPR_LOG(sum) : -F_INF;
 % end
 }
+% end

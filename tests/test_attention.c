@@ -511,9 +511,10 @@ static void test_template_and_compile_errors_reach_caller(void **state)
     assert_non_null(mkdtemp(dir));
     /* Every kernel design, so the override applies whichever the device uses. */
     static const char *const names[] = {"attn_fwd_simt.lua", "attn_fwd_mma.cu.lua",
-                                        "attn_fwd_wgmma.cu.lua"};
-    char paths[3][256];
-    for (int p = 0; p < 3; p++)
+                                        "attn_fwd_wgmma.cu.lua", "attn_decode.lua"};
+    enum { NAMES = sizeof names / sizeof names[0] };
+    char paths[NAMES][256];
+    for (int p = 0; p < NAMES; p++)
         snprintf(paths[p], sizeof paths[p], "%s/%s", dir, names[p]);
     setenv("FLASHJIT_TEMPLATE_DIR", dir, 1);
 
@@ -527,7 +528,7 @@ static void test_template_and_compile_errors_reach_caller(void **state)
         {"this is not a kernel;\n", FJ_ERR_COMPILE, "error", 136},
     };
     for (int i = 0; i < 2; i++) {
-        for (int p = 0; p < 3; p++) {
+        for (int p = 0; p < NAMES; p++) {
             FILE *f = fopen(paths[p], "w");
             assert_non_null(f);
             fputs(broken[i].text, f);
@@ -540,7 +541,7 @@ static void test_template_and_compile_errors_reach_caller(void **state)
             fail_msg("message '%s' lacks '%s'", r.error, broken[i].message);
     }
     unsetenv("FLASHJIT_TEMPLATE_DIR");
-    for (int p = 0; p < 3; p++)
+    for (int p = 0; p < NAMES; p++)
         unlink(paths[p]);
     rmdir(dir);
     fjh_case c = base(16, 16, 100, FJ_DTYPE_BF16);

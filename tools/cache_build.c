@@ -31,6 +31,9 @@ static int build_usage(FILE *f)
         "  --mask-mod EXPR   --score-mod EXPR   --alibi   --bias f32|dtype   --mask\n"
         "  --ranges 2|4      --block-mask\n"
         "Packed sequences: --varlen 1 (cu_seqlens_q/k) or 2 (and seqused_k)\n"
+        "Decode (the decode kernels, whole and split, and the merge of splits; --seqlen is the\n"
+        "  keys'): --decode N,... query rows per sequence (1 to 16), --group G,... [1] query\n"
+        "  heads per kv head\n"
         "Merges (fj_attention_merge) instead of the forward kernels: --merge N,... (states per\n"
         "  merge, 1 to 64), for each --dtype (states and result) and --lse\n");
     return 2;
@@ -132,6 +135,7 @@ static void build_variant(build_run *r, const fj__variant *v, int64_t d, int64_t
 typedef struct build_request {
     fj_dtype dtype;
     int64_t d, dv, seqlen, causal, softcap, lse;
+    int64_t decode_rows, group; /* decode: query rows and query heads per kv head (0: no) */
     const char *mask_mod, *score_mod;
     int alibi, bias, mask, ranges, block_mask, varlen;
 } build_request;
@@ -147,7 +151,8 @@ static int build_request_kernels(build_run *run, const fj_device_info *dev, fj__
     const int nd = r->varlen ? 3 : 4;
     /* [1, s, 1, dim] dense, or [s, 1, dim] packed. */
     fj_tensor q = {.data = fake, .dtype = r->dtype, .ndim = nd};
-    const int64_t shape4[4] = {1, s, 1, r->d}, stride4[4] = {s * 256, 256, 256, 1};
+    const int64_t row = 1024; /* elements between rows and heads: room for any head dim */
+    const int64_t shape4[4] = {1, s, 1, r->d}, stride4[4] = {s * row, row, row, 1};
     for (int i = 0; i < nd; i++) {
         q.shape[i] = shape4[i + 4 - nd];
         q.stride[i] = stride4[i + 4 - nd];
@@ -200,16 +205,32 @@ static int build_request_kernels(build_run *run, const fj_device_info *dev, fj__
         desc.seqused_k = r->varlen == 2 ? &used : NULL;
         desc.max_seqlen_q = desc.max_seqlen_k = s;
     }
-    fj__plan plan;
-    fj__err err = {{0}};
-    if (fj__plan_request(&desc, &q, &q, &v, &v, r->lse ? &lse : NULL, dev,
-                         getenv("FLASHJIT_CONFIG"), mods, &plan, &err) != FJ_OK) {
-        fprintf(stderr, "flashjit cache build: %s\n", err.msg);
-        return -1;
+    fj_tensor k = q, out = v;
+    if (r->decode_rows) { /* q and out [1, rows, group, dim], lse [1, group, rows] */
+        const int64_t g = r->group, sq = r->decode_rows;
+        q.shape[1] = out.shape[1] = sq;
+        q.shape[2] = out.shape[2] = g;
+        q.stride[0] = out.stride[0] = sq * g * row;
+        q.stride[1] = out.stride[1] = g * row;
+        lse.shape[1] = g;
+        lse.shape[2] = sq;
+        lse.stride[0] = g * sq;
+        lse.stride[1] = sq;
     }
-    for (int i = 0; i < plan.nsteps; i++)
-        if (plan.steps[i].kind == FJ__STEP_KERNEL)
-            build_variant(run, &plan.steps[i].variant, r->d, r->dv, r->causal, r->softcap);
+    /* A decode builds its kernel whole and split (with the merge of the splits). */
+    for (int32_t splits = r->decode_rows ? 1 : 0; splits <= (r->decode_rows ? 2 : 0); splits++) {
+        desc.num_splits = splits;
+        fj__plan plan;
+        fj__err err = {{0}};
+        if (fj__plan_request(&desc, &q, &k, &v, &out, r->lse ? &lse : NULL, dev,
+                             getenv("FLASHJIT_CONFIG"), mods, &plan, &err) != FJ_OK) {
+            fprintf(stderr, "flashjit cache build: %s\n", err.msg);
+            return -1;
+        }
+        for (int i = 0; i < plan.nsteps; i++)
+            if (plan.steps[i].kind == FJ__STEP_KERNEL)
+                build_variant(run, &plan.steps[i].variant, r->d, r->dv, r->causal, r->softcap);
+    }
     return 0;
 }
 
@@ -273,6 +294,8 @@ int fjt_cache_build(int argc, char **argv)
         O_VARLEN,
         O_BACKEND,
         O_MERGE,
+        O_DECODE,
+        O_GROUP,
         O_HELP
     };
     static const struct option opts[] = {{"arch", required_argument, 0, O_ARCH},
@@ -294,6 +317,8 @@ int fjt_cache_build(int argc, char **argv)
                                          {"varlen", required_argument, 0, O_VARLEN},
                                          {"backend", required_argument, 0, O_BACKEND},
                                          {"merge", required_argument, 0, O_MERGE},
+                                         {"decode", required_argument, 0, O_DECODE},
+                                         {"group", required_argument, 0, O_GROUP},
                                          {"help", no_argument, 0, O_HELP},
                                          {0, 0, 0, 0}};
     const char *path_opt = NULL, *mask_mod = NULL, *score_mod = NULL;
@@ -302,6 +327,8 @@ int fjt_cache_build(int argc, char **argv)
     int64_t lens[MAX_VALUES] = {1024, 8192}; /* the planner picks some tiles by length */
     int64_t merges[MAX_VALUES];
     int nd = 2, ndv = 0, nc = 2, ns = 1, nl = 1, nq = 2, nm = 0;
+    int64_t decode_rows[MAX_VALUES] = {0}, groups[MAX_VALUES] = {1};
+    int ndec = 1, ngroup = 1, decoding = 0;
     int alibi = 0, bias = 0, mask = 0, ranges = 0, block_mask = 0, varlen = 0;
     fj_dtype dtypes[2] = {FJ_DTYPE_BF16};
     int ndt = 1, opt;
@@ -386,6 +413,16 @@ int fjt_cache_build(int argc, char **argv)
                                      MAX_VALUES)) < 0)
                 return 2;
             break;
+        case O_DECODE:
+            if ((ndec = fjt_parse_list("decode", optarg, 1, FJ__DECODE_MAX_SEQLEN_Q, decode_rows,
+                                       MAX_VALUES)) < 0)
+                return 2;
+            decoding = 1;
+            break;
+        case O_GROUP:
+            if ((ngroup = fjt_parse_list("group", optarg, 1, 128, groups, MAX_VALUES)) < 0)
+                return 2;
+            break;
         case O_BACKEND:
             if (strcmp(optarg, "cuda") != 0)
                 return fprintf(stderr,
@@ -438,14 +475,17 @@ int fjt_cache_build(int argc, char **argv)
         for (int i = 0; i < nd && !bad; i++)
             for (int c = 0; c < nc && !bad; c++)
                 for (int sc = 0; sc < ns && !bad; sc++)
-                    for (int l = 0; l < nl * nq && !bad; l++) {
+                    for (int l = 0; l < nl * nq * ndec * ngroup && !bad; l++) {
+                        const int rest = l / (nl * nq);
                         const build_request r = {.dtype = dtypes[a],
+                                                 .decode_rows = decoding ? decode_rows[rest % ndec] : 0,
+                                                 .group = groups[rest / ndec],
                                                  .d = dims[i],
                                                  .dv = ndv ? dvs[i < ndv ? i : ndv - 1] : dims[i],
                                                  .seqlen = lens[l % nq],
                                                  .causal = causal[c],
                                                  .softcap = softcap[sc],
-                                                 .lse = lse[l / nq],
+                                                 .lse = lse[l / nq % nl],
                                                  .mask_mod = mask_mod,
                                                  .score_mod = score_mod,
                                                  .alibi = alibi,

@@ -66,7 +66,9 @@ static int usage(FILE *f)
         "  --varlen                the batch as packed sequences of random lengths up to the\n"
         "                          seqlens (cu_seqlens_q/k); --seqused-k: also seqused_k\n"
         "  --ranges 2|4            random FlashMask column ranges, one or two per key\n"
-        "  --block-mask full|shared  random 128 x 128 block classes, [b, h, ...] or [1, 1, ...]\n");
+        "  --block-mask full|shared  random 128 x 128 block classes, [b, h, ...] or [1, 1, ...]\n"
+        "  --splits N              decode (seqlen-q <= 16): split the keys N ways (1-64;\n"
+        "                          0 [default]: the plan's choice)\n");
     return 2;
 }
 
@@ -235,6 +237,7 @@ static int cmd_run(int argc, char **argv)
         O_SEQUSED,
         O_RANGES,
         O_BLOCKS,
+        O_SPLITS,
         O_SHIPPED,
         O_TRUSTED,
         O_HELP
@@ -254,6 +257,7 @@ static int cmd_run(int argc, char **argv)
                                          {"window-left", required_argument, 0, O_WLEFT},
                                          {"window-right", required_argument, 0, O_WRIGHT},
                                          {"softcap", required_argument, 0, O_SOFTCAP},
+                                         {"splits", required_argument, 0, O_SPLITS},
                                          {"scale", required_argument, 0, O_SCALE},
                                          {"layout", required_argument, 0, O_LAYOUT},
                                          {"no-lse", no_argument, 0, O_NOLSE},
@@ -343,6 +347,11 @@ static int cmd_run(int argc, char **argv)
         case O_SOFTCAP:
             if (fjt_parse_float("softcap", optarg, &c.desc.softcap))
                 return 2;
+            break;
+        case O_SPLITS:
+            if (INT_ARG(0, 64))
+                return 2;
+            c.desc.num_splits = (int32_t)value;
             break;
         case O_SCALE:
             if (fjt_parse_float("scale", optarg, &c.desc.softmax_scale))

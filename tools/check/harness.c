@@ -62,6 +62,8 @@ void fjh_describe(const fjh_case *c, char *buf, size_t size)
                                  c->bias_f32 ? ",f32" : "");
     if (c->mask >= 1 && c->mask <= 2 && used < size)
         used += (size_t)snprintf(buf + used, size - used, " mask=%s", masks[c->mask]);
+    if (c->desc.num_splits && used < size)
+        used += (size_t)snprintf(buf + used, size - used, " splits=%d", (int)c->desc.num_splits);
     if (c->varlen && used < size)
         used += (size_t)snprintf(buf + used, size - used, " varlen%s",
                                  c->varlen == 2 ? "+seqused_k" : "");

@@ -1,0 +1,190 @@
+/* The decode plan: forwards of a few query rows per sequence (decoding, speculative decoding)
+** on the decode kernel (attn_decode.lua), every query head of a kv head packed into one
+** work-group so each key and value is read once for all of them, and the keys of each sequence
+** split so the grid fills the device (FlashDecoding): with more than one split, each split's
+** state goes to an f32 workspace and a merge step (attn_merge.lua, strided states) combines
+** them into out and lse.
+**
+** Workspace layout of the partial states: split s's output at [s][batch][row][head][dv] and its
+** log-sum-exp at [s][batch][head][row] (rows as out's, seqlen_q of them). */
+#include <string.h>
+
+#include "plan.h"
+
+#define DECODE_THREADS 128  /* attn_decode.lua */
+#define MERGE_THREADS 128   /* attn_merge.lua: MERGE_PAIRS (batch, row, head) rows per group */
+#define MERGE_PAIRS 4
+#define MAX_ROWS 64         /* packed group rows per work-group */
+#define MIN_SPLIT_KEYS 256  /* an automatic split keeps at least this many keys */
+#define BLOCKS_PER_UNIT 2   /* automatic splits aim at this many work-groups per compute unit */
+
+static int32_t round_up(int64_t x, int32_t to)
+{
+    return (int32_t)((x + to - 1) / to * to);
+}
+
+static int64_t div_up(int64_t a, int64_t b)
+{
+    return (a + b - 1) / b;
+}
+
+int fj__choose_decode(const fj__features *f, const fj_device_info *dev, fj__variant *v)
+{
+    memset(v, 0, sizeof *v);
+    const int64_t group_rows = f->heads_q / f->heads_kv * f->seqlen_q;
+    if (f->seqlen_q > FJ__DECODE_MAX_SEQLEN_Q || f->mask_mod || f->score_mod || f->alibi ||
+        f->bias_dtype >= 0 || f->mask || f->block_mask || f->ranges ||
+        f->kv_dtype != f->q_dtype || f->out_dtype != f->q_dtype)
+        return 0;
+    v->family = FJ__FAMILY_DECODE;
+    v->backend = dev->backend;
+    v->path = FJ__PATH_SIMT;
+    v->q_dtype = f->q_dtype;
+    v->kv_dtype = f->kv_dtype;
+    v->out_dtype = f->out_dtype;
+    v->acc_dtype = FJ_DTYPE_F32;
+    v->head_dim_pad = round_up(f->head_dim, 16);
+    v->head_dim_v_pad = round_up(f->head_dim_v, 16);
+    v->threads = DECODE_THREADS;
+    v->local_mask = f->window_left >= 0 || f->window_right >= 0;
+    v->softcap = f->softcap;
+    v->write_lse = f->lse;
+    v->varlen = f->varlen;
+    /* Every packed row of a kv head in one work-group where they fit (up to 64), 32-key tiles;
+    ** smaller where shared memory runs out (large head dims). */
+    v->tile_m = 1;
+    while (v->tile_m < group_rows && v->tile_m < MAX_ROWS)
+        v->tile_m *= 2;
+    v->tile_n = 32;
+    while (!fj__variant_fits(v, dev) && v->tile_m > 1)
+        v->tile_m /= 2;
+    while (!fj__variant_fits(v, dev) && v->tile_n > 8)
+        v->tile_n /= 2;
+    return fj__variant_fits(v, dev);
+}
+
+/* The number of splits of f's keys: the caller's, or enough work-groups for every compute unit
+** without splits of fewer than MIN_SPLIT_KEYS keys; 1 with variable lengths (the merge finds
+** rows by position, and packed rows between sequences are not the call's to write). */
+static int32_t splits_of(const fj__features *f, const fj_device_info *dev, int64_t blocks,
+                         int32_t tile_n)
+{
+    if (f->varlen)
+        return 1;
+    int64_t want = f->num_splits;
+    if (want == 0) {
+        const int64_t units = dev->compute_units > 0 ? dev->compute_units : 1;
+        want = div_up(BLOCKS_PER_UNIT * units, blocks);
+        const int64_t most = div_up(f->seqlen_k, MIN_SPLIT_KEYS);
+        if (want > most)
+            want = most;
+    }
+    const int64_t tiles = div_up(f->seqlen_k, tile_n);
+    if (want > tiles)
+        want = tiles;
+    if (want > FJ__DECODE_MAX_SPLITS)
+        want = FJ__DECODE_MAX_SPLITS;
+    return want < 1 ? 1 : (int32_t)want;
+}
+
+fj_status fj__plan_decode(const fj__features *f, const fj_device_info *dev, const fj__variant *v,
+                          fj__plan *plan, fj__err *err)
+{
+    memset(plan, 0, sizeof *plan);
+    plan->kind = FJ__PLAN_FORWARD;
+    plan->fwd.classes = plan->fwd.counter = -1;
+    plan->decode.ws_o = plan->decode.ws_l = -1;
+    const int64_t group_rows = f->heads_q / f->heads_kv * f->seqlen_q;
+    const int64_t row_tiles = div_up(group_rows, v->tile_m);
+    const int64_t blocks = f->batch * f->heads_kv * row_tiles;
+    if (f->heads_kv * row_tiles > FJ__MAX_GRID_DIM_Y)
+        return fj__fail(err, FJ_ERR_UNSUPPORTED,
+                        "%lld kv heads x %lld row tiles: the decode grid allows %d",
+                        (long long)f->heads_kv, (long long)row_tiles, FJ__MAX_GRID_DIM_Y);
+    int32_t splits = splits_of(f, dev, blocks, v->tile_n);
+    const int32_t keys = round_up(div_up(f->seqlen_k, splits), v->tile_n);
+    splits = (int32_t)div_up(f->seqlen_k, keys);
+    plan->decode.splits = splits;
+    plan->decode.keys_per_split = keys;
+    plan->decode.row_tiles = (int32_t)row_tiles;
+    const uint64_t rows = (uint64_t)(f->batch * f->seqlen_q * f->heads_q);
+    if (splits > 1) {
+        plan->decode.ws_o = fj__plan_add_workspace(
+            plan, (size_t)splits * rows * (size_t)f->head_dim_v * sizeof(float));
+        plan->decode.ws_l = fj__plan_add_workspace(plan, (size_t)splits * rows * sizeof(float));
+    }
+    fj__step *s = fj__plan_add_step(plan, FJ__STEP_KERNEL);
+    s->variant = *v;
+    s->variant.partial = splits > 1;
+    s->block[0] = DECODE_THREADS;
+    s->grid[0] = (uint32_t)splits;
+    s->grid[1] = (uint32_t)(f->heads_kv * row_tiles);
+    s->grid[2] = (uint32_t)f->batch;
+    plan->main_step = 0;
+    if (splits == 1)
+        return FJ_OK;
+    fj__step *m = fj__plan_add_step(plan, FJ__STEP_KERNEL);
+    fj__variant *mv = &m->variant;
+    mv->family = FJ__FAMILY_MERGE;
+    mv->backend = v->backend;
+    mv->path = FJ__PATH_SIMT;
+    mv->q_dtype = mv->kv_dtype = mv->acc_dtype = FJ_DTYPE_F32;
+    mv->out_dtype = v->out_dtype;
+    mv->threads = MERGE_THREADS;
+    mv->inputs = 0; /* strided states */
+    mv->write_lse = v->write_lse;
+    m->block[0] = MERGE_THREADS;
+    m->grid[0] = (uint32_t)div_up((int64_t)rows, MERGE_PAIRS);
+    return FJ_OK;
+}
+
+/* Split 0's state in the workspace (see the layout above). */
+static void partial_slot(const fj__plan *plan, const fj__problem *p, void *const *ws,
+                         fj__merge_slot *S)
+{
+    S->o = ws[plan->decode.ws_o];
+    S->l = ws[plan->decode.ws_l];
+    S->o_sh = p->head_dim_v;
+    S->o_ss = p->heads_q * p->head_dim_v;
+    S->o_sb = p->seqlen_q * S->o_ss;
+    S->l_ss = 1;
+    S->l_sh = p->seqlen_q;
+    S->l_sb = p->heads_q * p->seqlen_q;
+}
+
+void fj__decode_fill(const fj__plan *plan, int i, const fj__problem *p, void *const *ws,
+                     void *params)
+{
+    const int64_t rows = p->batch * p->seqlen_q * p->heads_q;
+    if (plan->steps[i].variant.family == FJ__FAMILY_MERGE) {
+        fj__merge_params *M = params;
+        partial_slot(plan, p, ws, &M->in0);
+        M->dst.o = p->out->data;
+        M->dst.o_sb = p->strides[FJ__T_OUT][0];
+        M->dst.o_ss = p->strides[FJ__T_OUT][1];
+        M->dst.o_sh = p->strides[FJ__T_OUT][2];
+        if (p->lse) {
+            M->dst.l = p->lse->data;
+            M->dst.l_sb = p->lse_stride[0];
+            M->dst.l_sh = p->lse_stride[1];
+            M->dst.l_ss = p->lse_stride[2];
+        }
+        M->states = plan->decode.splits;
+        M->state_so = rows * p->head_dim_v;
+        M->state_sl = rows;
+        M->pairs = rows;
+        M->seqlen = (int32_t)p->seqlen_q;
+        M->heads = (int32_t)p->heads_q;
+        M->head_dim_v = (int32_t)p->head_dim_v;
+        return;
+    }
+    fj__decode_params *D = params;
+    fj__fill_fwd_params(plan, p, ws, &D->fwd);
+    if (plan->decode.splits > 1) {
+        partial_slot(plan, p, ws, &D->part);
+        D->part_so = rows * p->head_dim_v;
+        D->part_sl = rows;
+    }
+    D->keys_per_split = plan->decode.keys_per_split;
+    D->row_tiles = plan->decode.row_tiles;
+}

@@ -1,0 +1,199 @@
+% -- Decode attention: a few query rows per sequence (seqlen_q <= 16: decoding, speculative
+% -- decoding) against a long key range, for any backend (the portable dialect).
+% --
+% -- Work: a work-group takes one (batch, kv head, row tile, split). Its rows are the query rows of
+% -- every query head that shares the kv head (grouped-query heads packed: group row g is query
+% -- head kv_head * group + g / seqlen_q, row g % seqlen_q), so each key and value tile is read
+% -- from memory once for all of them. The split's keys stream through shared memory in tiles of
+% -- TILE_N, converted to float once; all THREADS work-items score (row, key) pairs, a work-item
+% -- per row runs the online softmax, and the accumulators of O are spread over the work-items
+% -- (ACC elements each, row-major over rows x DVP).
+% --
+% -- Output: with `partial`, the split's normalised output and natural-log log-sum-exp go to f32
+% -- workspaces, split 0's state at P.part (a merge slot: rows as out's), split s's at
+% -- part_so / part_sl elements further, and a merge step (attn_merge.lua, strided states)
+% -- combines them; else straight to out and lse. A
+% -- row that sees no key writes out 0 and lse -inf (an empty state, weighing nothing).
+% --
+% -- Parameters: backend, q/kv/out dtypes (one type), head_dim_pad, head_dim_v_pad, tile_m (rows
+% -- per work-group), tile_n (keys per tile), threads, local_mask (causal or window), softcap,
+% -- write_lse, varlen (0 dense; 1 packed through cu_seqlens_q/k; 2 and seqused_k), partial,
+% -- shared_bytes (the host's size of Smem), args (fj_decode_params).
+% assert(threads == 128, "attn_decode: 128 work-items per work-group")
+% assert(tile_m >= 1 and tile_m <= threads, "attn_decode: 1 to 128 rows per work-group")
+% assert(kv_dtype == q_dtype and out_dtype == q_dtype, "attn_decode takes one element type for q, k, v and out")
+% include("dialect.lua")
+% include("params.lua")
+% params_struct(args)
+#define THREADS ${threads}
+#define ROWS ${tile_m}
+#define TILE_N ${tile_n}
+#define DP ${head_dim_pad}
+#define DVP ${head_dim_v_pad}
+#define ACC ((ROWS * DVP + THREADS - 1) / THREADS) /* O elements per work-item */
+
+/* Shared memory (its size is the host's fj__variant_shared_bytes: checked below). K rows are
+** padded by one float so that work-items scoring different keys hit different banks. */
+typedef struct Smem {
+    float q[ROWS][DP]; /* the rows' queries, scaled to log2 units (or to the tanh argument) */
+    float k[TILE_N][DP + 1];
+    float v[TILE_N][DVP];
+    float p[ROWS][TILE_N]; /* scores, then their exponentials */
+    float m[ROWS];         /* running max per row (log2 units) */
+    float l[ROWS];         /* running sum of exp2(score - m) */
+    float alpha[ROWS];     /* this tile's rescale of the row's accumulators */
+} Smem;
+% if backend == "cuda" then
+static_assert(sizeof(Smem) == ${shared_bytes}, "Smem: the host's fj__variant_shared_bytes");
+% else
+typedef char Smem_matches_host[sizeof(Smem) == ${shared_bytes} ? 1 : -1];
+% end
+
+KERNEL(THREADS)
+fj_attn_decode(
+% params_arg(args)
+)
+{
+    SHARED Smem sm;
+% params_unpack(args.fields[1].block, "P.fwd", varlen > 0 and { seqlen_q = "max_seqlen_q", seqlen_k = "max_seqlen_k" } or nil)
+    const int tid = THREAD_X;
+    const int split = BLOCK_X;
+    const int group = heads_q / heads_kv;
+    const int head_kv = BLOCK_Y / P.row_tiles;
+    const int g0 = (BLOCK_Y % P.row_tiles) * ROWS; /* the tile's first group row */
+    const int batch = BLOCK_Z;
+% if varlen > 0 then
+    /* The sequence's rows in the packed tensors and its lengths, clamped (device data). */
+    const int q_first = I_MIN(I_MAX(cu_seqlens_q[batch], 0), total_q);
+    const int k_first = I_MIN(I_MAX(cu_seqlens_k[batch], 0), total_k);
+    const int seqlen_q = I_MIN(I_MAX(I_MIN(cu_seqlens_q[batch + 1], total_q) - q_first, 0), max_seqlen_q);
+    int used_k = I_MIN(I_MAX(I_MIN(cu_seqlens_k[batch + 1], total_k) - k_first, 0), max_seqlen_k);
+%   if varlen == 2 then
+    used_k = I_MIN(used_k, I_MAX(seqused_k[batch], 0));
+%   end
+    const int seqlen_k = used_k;
+    q += (I64)q_first * q_ss;
+    k += (I64)k_first * k_ss;
+    v += (I64)k_first * v_ss;
+% else
+    const int q_first = 0;
+% end
+    q += batch * q_sb;
+    k += batch * k_sb + head_kv * k_sh;
+    v += batch * v_sb + head_kv * v_sh;
+    const int rows = group * seqlen_q; /* group rows of this sequence */
+
+    /* This split's keys, and the keys any of the tile's rows may see: [lo, hi]. */
+    const int shift = seqlen_k - seqlen_q;
+    int lo = split * P.keys_per_split;
+    int hi = I_MIN(seqlen_k, lo + P.keys_per_split) - 1;
+% if local_mask then
+    /* Rows 0 .. seqlen_q - 1 all belong to every head: the band of the whole sequence. */
+    if (window_left >= 0)
+        lo = I_MAX(lo, shift - window_left);
+    if (window_right >= 0)
+        hi = I_MIN(hi, seqlen_q - 1 + shift + window_right);
+% end
+
+    for (int i = tid; i < ROWS * DP; i += THREADS) {
+        const int r = i / DP, c = i % DP, g = g0 + r;
+        const int head = head_kv * group + g / I_MAX(seqlen_q, 1), row = g % I_MAX(seqlen_q, 1);
+        sm.q[r][c] = (g < rows && c < head_dim)
+                         ? Q_LOAD(q, (I64)row * q_ss + (I64)head * q_sh + c) * score_mul
+                         : 0.0f;
+    }
+    if (tid < ROWS) {
+        sm.m[tid] = -F_INF;
+        sm.l[tid] = 0.0f;
+    }
+    float acc[ACC];
+    for (int e = 0; e < ACC; e++)
+        acc[e] = 0.0f;
+
+    for (int n0 = I_MAX(lo, 0) / TILE_N * TILE_N; n0 <= hi; n0 += TILE_N) {
+        BARRIER(); /* the previous tile is consumed (and q, m, l are in place) */
+        for (int i = tid; i < TILE_N * DP; i += THREADS) {
+            const int j = i / DP, c = i % DP, key = n0 + j;
+            sm.k[j][c] = (key <= hi && c < head_dim) ? KV_LOAD(k, (I64)key * k_ss + c) : 0.0f;
+        }
+        for (int i = tid; i < TILE_N * DVP; i += THREADS) {
+            const int j = i / DVP, c = i % DVP, key = n0 + j;
+            sm.v[j][c] = (key <= hi && c < head_dim_v) ? KV_LOAD(v, (I64)key * v_ss + c) : 0.0f;
+        }
+        BARRIER();
+        /* Scores of every (row, key) pair of the tile; -inf where the key is not seen. */
+        for (int i = tid; i < ROWS * TILE_N; i += THREADS) {
+            const int r = i / TILE_N, j = i % TILE_N, key = n0 + j, g = g0 + r;
+            float x = 0.0f;
+            for (int c = 0; c < DP; c++)
+                x = F_FMA(sm.q[r][c], sm.k[j][c], x);
+% if softcap then
+            x = cap_mul * F_TANH(x);
+% end
+            bool seen = g < rows && key >= lo && key <= hi;
+% if local_mask then
+            const int row = g % I_MAX(seqlen_q, 1);
+            seen = seen && (window_left < 0 || key >= row + shift - window_left) &&
+                   (window_right < 0 || key <= row + shift + window_right);
+% end
+            sm.p[r][j] = seen ? x : -F_INF;
+        }
+        BARRIER();
+        /* The online softmax, a work-item per row. */
+        if (tid < ROWS) {
+            const float m_old = sm.m[tid];
+            float m_new = m_old;
+            for (int j = 0; j < TILE_N; j++)
+                m_new = F_MAX(m_new, sm.p[tid][j]);
+            /* m_new = -inf: nothing seen yet; the row's accumulators are all zero. */
+            const float alpha = m_new == -F_INF ? 1.0f : F_EXP2(m_old - m_new);
+            float sum = 0.0f;
+            for (int j = 0; j < TILE_N; j++) {
+                const float e = m_new == -F_INF ? 0.0f : F_EXP2(sm.p[tid][j] - m_new);
+                sm.p[tid][j] = e;
+                sum += e;
+            }
+            sm.m[tid] = m_new;
+            sm.l[tid] = sm.l[tid] * alpha + sum;
+            sm.alpha[tid] = alpha;
+        }
+        BARRIER();
+        for (int e = 0; e < ACC; e++) {
+            const int i = tid + e * THREADS, r = i / DVP, c = i % DVP;
+            if (r < ROWS) {
+                float a = acc[e] * sm.alpha[r];
+                for (int j = 0; j < TILE_N; j++)
+                    a = F_FMA(sm.p[r][j], sm.v[j][c], a);
+                acc[e] = a;
+            }
+        }
+    }
+    BARRIER(); /* m and l are final */
+
+    for (int e = 0; e < ACC; e++) {
+        const int i = tid + e * THREADS, r = i / DVP, c = i % DVP, g = g0 + r;
+        if (r >= ROWS || g >= rows || c >= head_dim_v)
+            continue;
+        const int head = head_kv * group + g / seqlen_q, row = q_first + g % seqlen_q;
+        const float l = sm.l[r];
+        const float o = l > 0.0f ? acc[e] / l : 0.0f;
+% if partial then
+        GPTR(float, P.part.o)[split * P.part_so + batch * P.part.o_sb + (I64)row * P.part.o_ss +
+                              (I64)head * P.part.o_sh + c] = o;
+% else
+        O_STORE(out, batch * o_sb + (I64)row * o_ss + (I64)head * o_sh + c, o);
+% end
+    }
+    if (tid < ROWS && g0 + tid < rows) {
+        const int g = g0 + tid;
+        const int head = head_kv * group + g / seqlen_q, row = q_first + g % seqlen_q;
+        const float l = sm.l[tid];
+        const float x = l > 0.0f ? (sm.m[tid] + F_LOG2(l)) * F_LN2 : -F_INF;
+% if partial then
+        GPTR(float, P.part.l)[split * P.part_sl + batch * P.part.l_sb + (I64)head * P.part.l_sh +
+                              (I64)row * P.part.l_ss] = x;
+% elseif write_lse then
+        lse[batch * l_sb + (I64)head * l_sh + (I64)row * l_ss] = x;
+% end
+    }
+}

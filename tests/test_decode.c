@@ -1,0 +1,179 @@
+/* Decode numerics on one backend (FJ_TEST_BACKEND): forwards of 1 to 16 query rows per sequence,
+** which run on the decode kernel (grouped-query heads packed, keys split and merged), against
+** the float64 reference on fresh random data with poisoned outputs; every case also checks that
+** the decode kernel is the one that ran. Built once per backend; without a device of that
+** backend the suite skips. */
+#define _POSIX_C_SOURCE 200809L
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "backend_suite.h"
+#include "reference.h"
+
+static fjh_case decode_case(int64_t sq, int64_t sk, int64_t hq, int64_t hkv, int64_t d,
+                            fj_dtype dtype)
+{
+    fjh_case c;
+    fjh_case_init(&c);
+    c.batch = 3;
+    c.heads_q = hq;
+    c.heads_kv = hkv;
+    c.seqlen_q = sq;
+    c.seqlen_k = sk;
+    c.head_dim = c.head_dim_v = d;
+    c.dtype = dtype;
+    return c;
+}
+
+/* Runs every case, one line each; a case fails on the numerics or when another kernel ran
+** (want_decode: whether the decode kernel should). */
+static void run_cases(void **state, const fjh_case *cases, size_t n, int want_decode)
+{
+    fj_context *ctx = suite_context(state);
+    int failures = 0;
+    for (size_t i = 0; i < n; i++) {
+        fjh_result r;
+        char desc[512];
+        fjh_describe(&cases[i], desc, sizeof desc);
+        fjh_run(ctx, &cases[i], &r);
+        const int decoded = strstr(r.kernel_path, ".decode") != NULL;
+        const int ok = r.pass && decoded == want_decode;
+        printf("  %s %s | err %.3g (plain %.3g) lse %.3g | %s\n", ok ? "ok  " : "FAIL", desc,
+               r.max_abs_err, r.lowp_max_abs_err, r.lse_max_err,
+               !r.pass ? r.why : r.kernel_path);
+        if (!ok) {
+            if (r.pass)
+                printf("       expected %s kernel\n", want_decode ? "the decode" : "another");
+            printf("       seed 0x%llx\n", (unsigned long long)r.seed);
+            failures++;
+        }
+    }
+    assert_int_equal(failures, 0);
+}
+
+/* Grouped-query packing: MHA, GQA 4:1 and 8:1 (the packed rows span several row tiles at 16
+** query rows), MQA; query lengths 1 to 16 against short, ragged and longer key ranges. */
+static void test_heads_and_lengths(void **state)
+{
+    static const int64_t heads[][2] = {{4, 4}, {8, 2}, {32, 4}, {6, 1}};
+    static const int64_t lens[][2] = {{1, 1}, {1, 300}, {2, 7}, {5, 130}, {16, 1000}, {16, 16}};
+    fjh_case cases[24];
+    size_t n = 0;
+    for (size_t h = 0; h < 4; h++)
+        for (size_t l = 0; l < 6; l++) {
+            cases[n] = decode_case(lens[l][0], lens[l][1], heads[h][0], heads[h][1], 64,
+                                   FJ_DTYPE_BF16);
+            cases[n].desc.causal = (int32_t)((h + l) % 2);
+            n++;
+        }
+    run_cases(state, cases, n, 1);
+}
+
+/* Split counts 1 to 64 (more than the key tiles: fewer splits run), automatic, with causal
+** rows whose bands end in different splits, windows, soft-capping and a negative scale. */
+static void test_splits(void **state)
+{
+    static const int32_t splits[] = {0, 1, 2, 3, 7, 16, 64};
+    fjh_case cases[14];
+    size_t n = 0;
+    for (size_t i = 0; i < 7; i++) {
+        cases[n] = decode_case(4, 2049, 8, 2, 128, FJ_DTYPE_BF16);
+        cases[n].desc.num_splits = splits[i];
+        cases[n++].desc.causal = 1;
+        cases[n] = decode_case(1, 777, 4, 1, 64, FJ_DTYPE_F16);
+        cases[n].desc.num_splits = splits[i];
+        cases[n].desc.window_left = (int32_t)(100 * i);
+        cases[n].desc.softcap = i % 2 ? 20.0f : 0.0f;
+        cases[n].desc.softmax_scale = i % 3 == 2 ? -0.2f : 0.0f;
+        cases[n++].with_lse = i % 2 == 0;
+    }
+    run_cases(state, cases, n, 1);
+}
+
+/* Head dims: small, odd, large, d != dv, MLA's 576 / 512; f32; layouts. */
+static void test_head_dims_dtypes_layouts(void **state)
+{
+    static const int64_t dims[][2] = {{8, 8}, {40, 40}, {72, 40}, {128, 128},
+                                      {256, 256}, {96, 200}, {576, 512}};
+    fjh_case cases[12];
+    size_t n = 0;
+    for (size_t i = 0; i < 7; i++) {
+        cases[n] = decode_case(i % 3 + 1, 515, 8, 2, dims[i][0], FJ_DTYPE_BF16);
+        cases[n].head_dim_v = dims[i][1];
+        cases[n].desc.num_splits = (int32_t)(i % 4);
+        cases[n++].desc.causal = (int32_t)(i % 2);
+    }
+    cases[n] = decode_case(3, 333, 8, 2, 64, FJ_DTYPE_F32);
+    cases[n++].desc.num_splits = 5;
+    cases[n] = decode_case(2, 333, 8, 2, 64, FJ_DTYPE_F16);
+    cases[n].desc.num_splits = 3;
+    cases[n++].layout = FJH_LAYOUT_BHSD;
+    cases[n] = decode_case(7, 333, 4, 4, 64, FJ_DTYPE_BF16);
+    cases[n].desc.num_splits = 2;
+    cases[n].desc.causal = 1;
+    cases[n++].layout = FJH_LAYOUT_PADDED;
+    run_cases(state, cases, n, 1);
+}
+
+/* Packed sequences of different lengths (one without queries), with seqused_k: unsplit. */
+static void test_varlen(void **state)
+{
+    fjh_case cases[4];
+    size_t n = 0;
+    for (int i = 0; i < 4; i++) {
+        cases[n] = decode_case(i % 2 ? 16 : 1, 700, 8, 2, 64, FJ_DTYPE_BF16);
+        cases[n].batch = 4;
+        cases[n].varlen = 1 + i / 2;
+        cases[n].desc.num_splits = 4; /* runs unsplit */
+        cases[n++].desc.causal = i % 2;
+    }
+    run_cases(state, cases, n, 1);
+}
+
+/* What the decode kernel does not take runs on the forward kernels: 17 query rows, a bias, a
+** mask_mod. */
+static void test_other_requests_keep_the_forward(void **state)
+{
+    fjh_case cases[3];
+    cases[0] = decode_case(17, 300, 8, 2, 64, FJ_DTYPE_BF16);
+    cases[1] = decode_case(1, 300, 8, 2, 64, FJ_DTYPE_BF16);
+    cases[1].bias = 1;
+    cases[2] = decode_case(2, 300, 8, 2, 64, FJ_DTYPE_BF16);
+    cases[2].desc.mask_mod = "k % 3 != 0";
+    run_cases(state, cases, 3, 0);
+}
+
+/* desc.num_splits out of range is named. */
+static void test_bad_num_splits(void **state)
+{
+    fj_context *ctx = suite_context(state);
+    static const int32_t bad[] = {-1, 65, 1000};
+    for (size_t i = 0; i < 3; i++) {
+        fjh_case c = decode_case(1, 100, 4, 4, 64, FJ_DTYPE_BF16);
+        c.desc.num_splits = bad[i];
+        c.skip_check = 1;
+        fjh_result r;
+        fjh_run(ctx, &c, &r);
+        assert_int_equal(r.status, FJ_ERR_INVALID_ARGUMENT);
+        assert_non_null(strstr(r.error, "desc.num_splits"));
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_heads_and_lengths),
+        cmocka_unit_test(test_splits),
+        cmocka_unit_test(test_head_dims_dtypes_layouts),
+        cmocka_unit_test(test_varlen),
+        cmocka_unit_test(test_other_requests_keep_the_forward),
+        cmocka_unit_test(test_bad_num_splits),
+    };
+    return suite_run("decode", tests);
+}
