@@ -1,0 +1,102 @@
+"""Decode attention: flashjit against PyTorch's SDPA backends (cuDNN, FA2 "flash") on the same
+tensors, in the same process. Decode is bound by reading K and V, so the figure is bytes of Q, K,
+V and O moved per second (GB/s), and the ratio to each peer; the read bandwidth of a large sum
+is printed as the ceiling.
+
+Shapes: bf16, hq 32 / hkv 8, d 128, seqlen_q 1 (--sq), batch x kv length over --b and --sk,
+contiguous [b, s, h, d] caches. SDPA takes grouped heads with enable_gqa.
+
+Usage: python3 bench/bench_decode.py [--lib build/libflashjit.so] [--b 1,8,32,128]
+       [--sk 1024,8192,131072] [--splits 0] [--out DIR]"""
+import argparse
+import json
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import flashjit  # noqa: E402
+from common import add_timing_args, heat, time_ms  # noqa: E402
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--lib", default=None)
+ap.add_argument("--b", default="1,8,32,128")
+ap.add_argument("--sk", default="1024,8192,32768,131072")
+ap.add_argument("--sq", type=int, default=1)
+ap.add_argument("--hq", type=int, default=32)
+ap.add_argument("--hkv", type=int, default=8)
+ap.add_argument("--d", type=int, default=128)
+ap.add_argument("--splits", type=int, default=0, help="desc.num_splits (0: the plan's)")
+ap.add_argument("--max-gib", type=float, default=24.0, help="skip shapes whose K + V exceed this")
+add_timing_args(ap)
+ap.add_argument("--out", default=os.environ.get("OUT", "."))
+args = ap.parse_args()
+
+torch.manual_seed(0)
+heat()
+dev = "cuda"
+ctx = flashjit.Context(backend="cuda", lib=args.lib, cache_path=":memory:")
+peers = {"cudnn": SDPBackend.CUDNN_ATTENTION, "fa2": SDPBackend.FLASH_ATTENTION}
+
+
+def read_bandwidth():
+    """GB/s of summing a 4 GiB bf16 tensor: the ceiling a decode can approach."""
+    x = torch.empty(2 * 1024**3, device=dev, dtype=torch.bfloat16).normal_()
+    ms = time_ms(lambda: x.sum(dtype=torch.float32), args.timing, args.reps)
+    del x
+    return 4 * 1024**3 / ms / 1e6
+
+
+ceiling = read_bandwidth()
+print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, "
+      f"flashjit {ctx.lib.fj_version().decode()}; read ceiling {ceiling:.0f} GB/s", flush=True)
+print(f"{'b':>4} {'sk':>7} {'MiB':>7} | {'flashjit':>8} {'cudnn':>7} {'fa2':>7} GB/s | "
+      f"{'x cudnn':>7} {'x fa2':>6} {'% ceil':>6} | {'us':>7} {'maxdiff':>8} path", flush=True)
+rows = []
+hq, hkv, d, sq = args.hq, args.hkv, args.d, args.sq
+for b in [int(x) for x in args.b.split(",")]:
+    for sk in [int(x) for x in args.sk.split(",")]:
+        kv_bytes = 2 * b * sk * hkv * d * 2
+        if kv_bytes > args.max_gib * 1024**3:
+            continue
+        q = torch.randn(b, sq, hq, d, device=dev, dtype=torch.bfloat16)
+        k, v = (torch.randn(b, sk, hkv, d, device=dev, dtype=torch.bfloat16) for _ in range(2))
+        out = torch.empty_like(q)
+        moved = kv_bytes + 2 * q.numel() * 2  # K, V read; Q read, O written
+        causal = sq > 1
+        fj = lambda: ctx.forward(q, k, v, out=out, causal=causal,  # noqa: E731
+                                 num_splits=args.splits)
+        fj()
+        path = ctx.last_call()["kernel_path"]
+        qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION]):
+            ref = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal,
+                                                 enable_gqa=True).transpose(1, 2)
+        torch.cuda.synchronize()
+        diff = (out.float() - ref.float()).abs().max().item()
+        row = dict(b=b, sk=sk, sq=sq, hq=hq, hkv=hkv, d=d, path=path, maxdiff=diff,
+                   bytes=moved, flashjit_ms=time_ms(fj, args.timing, args.reps))
+        for name, be in peers.items():
+            try:
+                with sdpa_kernel([be]):
+                    fn = lambda: F.scaled_dot_product_attention(  # noqa: E731
+                        qt, kt, vt, is_causal=causal, enable_gqa=True)
+                    fn()
+                    row[name + "_ms"] = time_ms(fn, args.timing, args.reps)
+            except RuntimeError as e:  # the backend refuses the shape
+                row[name + "_err"] = str(e).splitlines()[0][:80]
+        gbs = {n: moved / row[n + "_ms"] / 1e6 for n in ("flashjit", *peers) if n + "_ms" in row}
+        row.update({n + "_gbs": g for n, g in gbs.items()})
+        ratio = {n: gbs["flashjit"] / gbs[n] if n in gbs else float("nan") for n in peers}
+        print(f"{b:4d} {sk:7d} {kv_bytes / 2**20:7.0f} | {gbs['flashjit']:8.0f} "
+              f"{gbs.get('cudnn', float('nan')):7.0f} {gbs.get('fa2', float('nan')):7.0f}      | "
+              f"{ratio['cudnn']:7.2f} {ratio['fa2']:6.2f} {100 * gbs['flashjit'] / ceiling:6.1f} | "
+              f"{1000 * row['flashjit_ms']:7.1f} {diff:8.2g} {path}", flush=True)
+        rows.append(row)
+        del q, k, v, out, qt, kt, vt, ref
+        torch.cuda.empty_cache()
+with open(os.path.join(args.out, "bench_decode.json"), "w") as f:
+    json.dump(dict(ceiling_gbs=ceiling, rows=rows), f, indent=1)
