@@ -63,6 +63,13 @@ int fj__choose_decode(const fj__features *f, const fj_device_info *dev, fj__vari
     return fj__variant_fits(v, dev);
 }
 
+int fj__prefer_decode(const fj__features *f, const fj_device_info *dev, const char *config,
+                      const fj__variant *fwd, fj__variant *v)
+{
+    const int asked = config && strstr(config, "path=decode");
+    return (fwd->path == FJ__PATH_SIMT || asked) && fj__choose_decode(f, dev, v);
+}
+
 /* The number of splits of f's keys: the caller's, or enough work-groups for every compute unit
 ** without splits of fewer than MIN_SPLIT_KEYS keys; 1 with variable lengths (the merge finds
 ** rows by position, and packed rows between sequences are not the call's to write). */

@@ -99,6 +99,12 @@ fj_status fj__plan_forward(const fj__features *f, const fj_device_info *dev, con
 ** serves f (at most FJ__DECODE_MAX_SEQLEN_Q rows per sequence, no score terms or element masks,
 ** one element type, tiles that fit), else 0. */
 int fj__choose_decode(const fj__features *f, const fj_device_info *dev, fj__variant *v);
+/* Whether f runs on the decode kernel (filling *v) rather than fwd, the forward variant
+** fj__choose_forward gave: where the decode kernel serves and fwd is the SIMT kernel, or where
+** config asks for it ("path=decode"). The tensor-core forward kernels are faster at decode
+** shapes than the decode kernel so far (bench/RESULTS.md), so they keep those. */
+int fj__prefer_decode(const fj__features *f, const fj_device_info *dev, const char *config,
+                      const fj__variant *fwd, fj__variant *v);
 /* The decode plan of f on dev with kernel v (from fj__choose_decode): splits (the caller's
 ** num_splits, or enough to fill the device), the kernel step, and the merge of the splits. */
 fj_status fj__plan_decode(const fj__features *f, const fj_device_info *dev, const fj__variant *v,

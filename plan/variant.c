@@ -200,9 +200,11 @@ int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
             size_t len = strspn(p + 5, "abcdefghijklmnopqrstuvwxyz");
             if (!((len == 3 && !strncmp(p + 5, "mma", 3)) ||
                   (len == 5 && !strncmp(p + 5, "wgmma", 5)) ||
-                  (len == 4 && !strncmp(p + 5, "simt", 4))))
+                  (len == 4 && !strncmp(p + 5, "simt", 4)) ||
+                  (len == 6 && !strncmp(p + 5, "decode", 6))))
                 return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
-                                "FLASHJIT_CONFIG: path must be simt, mma or wgmma: '%s'", p),
+                                "FLASHJIT_CONFIG: path must be simt, mma, wgmma or decode: '%s'",
+                                p),
                        -1;
             p += 5 + len;
             if (*p == ',')

@@ -111,8 +111,9 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev);
 ** "path=wgmma,tile_m=128,tile_n=128,warps=12,stages=2,..." (WGMMA). */
 void fj__variant_config(const fj__variant *v, char *buf, size_t size);
 /* Applies "name=value,..." overrides of tile fields (tile_m, tile_n, warps, q_in_regs,
-** kk_unroll, stages, ...) to v. "path=mma|wgmma|simt" is accepted and ignored here: it steers
-** fj__choose_forward. Returns 0, or -1 naming the first bad item in err. */
+** kk_unroll, stages, ...) to v. "path=mma|wgmma|simt|decode" is accepted and ignored here: it
+** steers fj__choose_forward and fj__prefer_decode. Returns 0, or -1 naming the first bad item
+** in err. */
 int fj__apply_config(fj__variant *v, const char *config, fj__err *err);
 
 /* The most template parameters a variant has. */

@@ -90,10 +90,10 @@ fj_status fj__plan_request(const fj_attention_desc *desc, const fj_tensor *q, co
         return st;
     fj__features f;
     fj__features_of(&p, &f);
-    fj__variant var;
-    if (fj__choose_decode(&f, dev, &var))
-        return fj__plan_decode(&f, dev, &var, plan, err);
+    fj__variant var, dec;
     fj__choose_forward(&f, dev, config, &var);
+    if (fj__prefer_decode(&f, dev, config, &var, &dec))
+        return fj__plan_decode(&f, dev, &dec, plan, err);
     return fj__plan_forward(&f, dev, &var, plan, err);
 }
 
@@ -177,16 +177,16 @@ static fj_status tune(fj_context *ctx, const fj__problem *p, const fj__features 
 
 /* ---- the forward -------------------------------------------------------------------------- */
 
-/* The plan a request runs with: the decode plan where it serves; else the heuristic's
+/* The plan a request runs with: the decode plan where fj__prefer_decode says; else the heuristic's
 ** forward variant, a tuned record's, or (under FJ_TUNE_ON_MISS) the winner of tuning it now;
 ** $FLASHJIT_CONFIG overrides all of them. */
 static fj_status plan_slow(fj_context *ctx, const fj__problem *p, const fj__features *f,
                            fj__plan *plan, void *stream)
 {
-    fj__variant v;
-    if (fj__choose_decode(f, &ctx->device, &v))
-        return fj__plan_decode(f, &ctx->device, &v, plan, &ctx->err);
+    fj__variant v, dec;
     fj__choose_forward(f, &ctx->device, ctx->config, &v);
+    if (fj__prefer_decode(f, &ctx->device, ctx->config, &v, &dec))
+        return fj__plan_decode(f, &ctx->device, &dec, plan, &ctx->err);
     if (!ctx->config) {
         char bucket[256];
         fj__tune_bucket(f, &v, bucket, sizeof bucket);

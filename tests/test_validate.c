@@ -570,7 +570,7 @@ static void test_config_overrides(void **state)
                {"ctas_per_sm=0", "ctas_per_sm = 0, expected 1..2"},
                {"exp_poly=9", "exp_poly = 9, expected 0..8"},
                {"bogus=1", "unknown field 'bogus'"},
-               {"path=fast", "path must be simt, mma or wgmma"},
+               {"path=fast", "path must be simt, mma, wgmma or decode"},
                {"tile_n", "cannot read 'tile_n'"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err.msg[0] = '\0';
