@@ -274,6 +274,17 @@ typedef struct fj_attention_desc {
     ** num_splits: 0 (default) lets the plan choose (enough to fill the device), 1 to 64 asks for
     ** that many (fewer when the keys run out). Variable lengths run unsplit. */
     int32_t num_splits;
+    /* A paged KV cache (NULL: off), as vLLM and FlashInfer lay it out: k and v are pages
+    ** [num_pages, page_size, heads_kv, head_dim (head_dim_v)] (any page_size >= 1, any strides
+    ** with a contiguous last dimension), page_table is I32 [batch, max_pages_per_seq] (its row
+    ** b lists the pages of sequence b in key order) and seqused_k (required) I32 [batch] holds
+    ** each sequence's key count, at most max_pages_per_seq * page_size. q, out and lse are dense
+    ** as without paging; causal and windows align each sequence's keys to its queries
+    ** bottom-right, so decode, speculative decode and chunked prefill against the cache all
+    ** work. Page numbers come from device memory the host cannot check: the kernel clamps them
+    ** into [0, num_pages). Runs on the decode kernel (any seqlen_q); not with variable lengths,
+    ** score terms or element masks. */
+    const fj_tensor *page_table;
 } fj_attention_desc;
 
 /* Fills *desc with the defaults (plain non-causal attention) and sets struct_size. NULL is a

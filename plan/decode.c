@@ -32,7 +32,8 @@ int fj__choose_decode(const fj__features *f, const fj_device_info *dev, fj__vari
 {
     memset(v, 0, sizeof *v);
     const int64_t group_rows = f->heads_q / f->heads_kv * f->seqlen_q;
-    if (f->seqlen_q > FJ__DECODE_MAX_SEQLEN_Q || f->mask_mod || f->score_mod || f->alibi ||
+    /* A paged cache has no other kernel: any number of query rows (chunked prefill). */
+    if ((f->seqlen_q > FJ__DECODE_MAX_SEQLEN_Q && !f->paged) || f->mask_mod || f->score_mod || f->alibi ||
         f->bias_dtype >= 0 || f->mask || f->block_mask || f->ranges ||
         f->kv_dtype != f->q_dtype || f->out_dtype != f->q_dtype)
         return 0;
@@ -50,6 +51,7 @@ int fj__choose_decode(const fj__features *f, const fj_device_info *dev, fj__vari
     v->softcap = f->softcap;
     v->write_lse = f->lse;
     v->varlen = f->varlen;
+    v->paged = f->paged;
     /* Every packed row of a kv head in one work-group where they fit (up to 64), 32-key tiles;
     ** smaller where shared memory runs out (large head dims). */
     v->tile_m = 1;
@@ -67,7 +69,7 @@ int fj__prefer_decode(const fj__features *f, const fj_device_info *dev, const ch
                       const fj__variant *fwd, fj__variant *v)
 {
     const int asked = config && strstr(config, "path=decode");
-    return (fwd->path == FJ__PATH_SIMT || asked) && fj__choose_decode(f, dev, v);
+    return (fwd->path == FJ__PATH_SIMT || asked || f->paged) && fj__choose_decode(f, dev, v);
 }
 
 /* The number of splits of f's keys: the caller's, or enough work-groups for every compute unit
@@ -194,4 +196,10 @@ void fj__decode_fill(const fj__plan *plan, int i, const fj__problem *p, void *co
     }
     D->keys_per_split = plan->decode.keys_per_split;
     D->row_tiles = plan->decode.row_tiles;
+    if (p->page_table) {
+        D->page_table = p->page_table->data;
+        D->pt_sb = p->page_table->stride[0];
+        D->page_size = (int32_t)p->page_size;
+        D->num_pages = (int32_t)p->num_pages;
+    }
 }

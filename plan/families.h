@@ -151,16 +151,23 @@ FJ__PARAM_STRUCT(fj__merge_slot, FJ__MERGE_SLOT_PARAMS);
     X(T, I32, head_dim_v, 0)
 FJ__PARAM_STRUCT(fj__merge_params, FJ__MERGE_PARAMS);
 
-/* Decode (attn_decode.lua): the forward's block, and for split-KV (variant.partial) the f32
-** state of split 0 (rows as out's; see plan/decode.c) with the split strides of its o and l;
-** the keys of each split, and the row tiles of each kv head's packed query rows. */
+/* Decode (attn_decode.lua): the forward's block (with a paged cache its k and v strides are
+** the page's, the row's in the page and the head's; seqlen_k the most keys a sequence can
+** have); for split-KV (variant.partial) the f32 state of split 0 (rows as out's; see
+** plan/decode.c) with the split strides of its o and l; the keys of each split; the row tiles
+** of each kv head's packed query rows; a paged cache's page table [batch, pages] (batch
+** stride), page size and page count. */
 #define FJ__DECODE_PARAMS(X, T)                                                                    \
     X(T, BLOCK, fwd, fj__fwd_params)                                                               \
     X(T, BLOCK, part, fj__merge_slot)                                                              \
+    X(T, PTR, page_table, "const int")                                                             \
     X(T, I64, part_so, 0)                                                                          \
     X(T, I64, part_sl, 0)                                                                          \
+    X(T, I64, pt_sb, 0)                                                                            \
     X(T, I32, keys_per_split, 0)                                                                   \
-    X(T, I32, row_tiles, 0)
+    X(T, I32, row_tiles, 0)                                                                        \
+    X(T, I32, page_size, 0)                                                                        \
+    X(T, I32, num_pages, 0)
 FJ__PARAM_STRUCT(fj__decode_params, FJ__DECODE_PARAMS);
 
 /* The largest parameter block, for buffers that hold any of them. */

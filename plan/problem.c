@@ -65,7 +65,7 @@ void fj__features_of(const fj__problem *p, fj__features *f)
     f->alibi = p->alibi != NULL;
     f->mask = p->mask != NULL;
     f->block_mask = p->block_mask != NULL;
-    f->varlen = (uint8_t)((p->cu_seqlens_q != NULL) + (p->seqused_k != NULL));
+    f->varlen = (uint8_t)(p->cu_seqlens_q ? 1 + (p->seqused_k != NULL) : 0);
     f->ranges = p->mask_ranges ? (uint8_t)p->mask_ranges->shape[3] : 0;
     const fj_tensor *t[4] = {p->q, p->k, p->v, p->out};
     for (int i = 0; i < 4; i++)
@@ -83,4 +83,5 @@ void fj__features_of(const fj__problem *p, fj__features *f)
     f->classes_by_h = (mm && strstr(mm, "FJ_H")) || (p->mask && p->mask_stride[1]) ||
                       (p->mask_ranges && p->ranges_stride[1]);
     f->num_splits = p->num_splits;
+    f->paged = p->page_table != NULL;
 }

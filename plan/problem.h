@@ -39,6 +39,10 @@ typedef struct fj__problem {
     const fj_tensor *block_mask;  /* 128 x 128 block classes, or NULL */
     int64_t blocks_stride[3];     /* batch, head, query block */
     int32_t num_splits;           /* decode: the caller's split count (0: the plan's) */
+    /* A paged KV cache (NULL: none): k and v are pages (their strides above: page, row in the
+    ** page, head), seqlen_k is the most keys a sequence can have, seqused_k its count. */
+    const fj_tensor *page_table;
+    int64_t num_pages, page_size;
 } fj__problem;
 
 /* The tensors of a problem by role, in the order of fj__features' per-tensor flags. */
@@ -62,6 +66,7 @@ typedef struct fj__features {
     uint8_t mask_mod_reads_args;
     uint8_t classes_by_b, classes_by_h; /* element masks differ by batch / by head */
     int32_t num_splits;                 /* decode: the caller's split count (0: automatic) */
+    uint8_t paged;                      /* k and v are pages of a KV cache */
     const char *mask_mod, *score_mod;   /* interned canonical texts: equal texts, equal pointers */
 } fj__features;
 

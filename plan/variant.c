@@ -297,6 +297,7 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_TPL_PARAMS])
     BOOL_PARAM(block_mask);
     BOOL_PARAM(bias_tma);
     BOOL_PARAM(partial);
+    BOOL_PARAM(paged);
     BOOL_PARAM(local_mask);
     BOOL_PARAM(softcap);
     BOOL_PARAM(neg_scale);

@@ -70,6 +70,7 @@ typedef struct fj__variant {
     uint8_t block_mask;   /* 128 x 128 block classes given */
     uint8_t bias_tma;     /* WGMMA: bias tiles copied by TMA into shared memory with K's */
     uint8_t partial;      /* DECODE: writes each split's state to the workspace for a merge */
+    uint8_t paged;        /* DECODE: k and v are pages of a KV cache found through a table */
     const char *mask_mod; /* canonical expression texts, interned by the context (NULL: none) */
     const char *score_mod;
 } fj__variant;

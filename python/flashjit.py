@@ -40,7 +40,7 @@ class _AttentionDesc(ctypes.Structure):
                 ("cu_seqlens_k", ctypes.POINTER(_Tensor)), ("seqused_k", ctypes.POINTER(_Tensor)),
                 ("max_seqlen_q", ctypes.c_int64), ("max_seqlen_k", ctypes.c_int64),
                 ("mask_ranges", ctypes.POINTER(_Tensor)), ("block_mask", ctypes.POINTER(_Tensor)),
-                ("num_splits", ctypes.c_int32)]
+                ("num_splits", ctypes.c_int32), ("page_table", ctypes.POINTER(_Tensor))]
 
 
 class _CallInfo(ctypes.Structure):
@@ -131,7 +131,7 @@ class Context:
                 scale=0.0, mask_mod=None, score_mod=None, mod_args=None, alibi_slopes=None,
                 bias=None, mask=None, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None,
                 max_seqlen_q=0, max_seqlen_k=0, mask_ranges=None, block_mask=None, num_splits=0,
-                stream=None):
+                page_table=None, stream=None):
         """mask_mod / score_mod: expression strings (see flashjit.h); mod_args: a float32 or
         int32 tensor on the device, read by arg[i] / iarg[i]. alibi_slopes: float32 [hq] or
         [b, hq]; bias (float32 or q's dtype) and mask (bool): [b | 1, hq | 1, sq | 1, sk],
@@ -141,7 +141,8 @@ class Context:
         FlashMask's masked row ranges per key. block_mask: int32 [b | 1, hq | 1, ceil(sq / 128),
         ceil(sk / 128)], 0 skip / 1 apply the masks / 2 keep the whole 128 x 128 block.
         num_splits: decode (at most 16 query rows per sequence) splits the keys this many ways
-        (1 to 64; 0: the plan's choice)."""
+        (1 to 64; 0: the plan's choice). page_table: int32 [b, max_pages] for a paged KV cache,
+        k and v then [num_pages, page_size, hkv, d] and seqused_k [b] required."""
         import torch
         if out is None:
             out = torch.empty(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype, device=q.device)
@@ -164,7 +165,7 @@ class Context:
         for name, t in (("alibi_slopes", alibi_slopes), ("bias", bias), ("mask", mask),
                         ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k),
                         ("seqused_k", seqused_k), ("mask_ranges", mask_ranges),
-                        ("block_mask", block_mask)):
+                        ("block_mask", block_mask), ("page_table", page_table)):
             if t is not None:
                 terms[name] = _tensor(t)
                 setattr(desc, name, ctypes.pointer(terms[name]))

@@ -94,6 +94,8 @@ fj_status fj__plan_request(const fj_attention_desc *desc, const fj_tensor *q, co
     fj__choose_forward(&f, dev, config, &var);
     if (fj__prefer_decode(&f, dev, config, &var, &dec))
         return fj__plan_decode(&f, dev, &dec, plan, err);
+    if (f.paged)
+        return fj__fail(err, FJ_ERR_UNSUPPORTED, "no kernel serves this paged KV cache request");
     return fj__plan_forward(&f, dev, &var, plan, err);
 }
 
@@ -187,6 +189,9 @@ static fj_status plan_slow(fj_context *ctx, const fj__problem *p, const fj__feat
     fj__choose_forward(f, &ctx->device, ctx->config, &v);
     if (fj__prefer_decode(f, &ctx->device, ctx->config, &v, &dec))
         return fj__plan_decode(f, &ctx->device, &dec, plan, &ctx->err);
+    if (f->paged)
+        return fj__fail(&ctx->err, FJ_ERR_UNSUPPORTED,
+                        "no kernel serves this paged KV cache request");
     if (!ctx->config) {
         char bucket[256];
         fj__tune_bucket(f, &v, bucket, sizeof bucket);
@@ -277,6 +282,9 @@ fj_status fj_attention_tune(fj_context *ctx, const fj_attention_desc *desc, cons
         return st;
     fj__features f;
     fj__features_of(&p, &f);
+    if (f.paged)
+        return fj__fail(&ctx->err, FJ_ERR_UNSUPPORTED,
+                        "desc.page_table: tuning the decode kernel is not supported yet");
     fj__variant var;
     fj__choose_forward(&f, &ctx->device, NULL, &var);
     fj_tune_result local = {.struct_size = sizeof local};

@@ -116,7 +116,7 @@ static fj_status check_desc(const fj_attention_desc *in, fj_attention_desc *d, f
                                   END(bias),         END(mask),           END(cu_seqlens_q),
                                   END(cu_seqlens_k), END(seqused_k),      END(max_seqlen_q),
                                   END(max_seqlen_k), END(mask_ranges),    END(block_mask),
-                                  END(num_splits)};
+                                  END(num_splits),   END(page_table)};
 #undef END
     if (in->struct_size < FJ__DESC_V1_SIZE || in->struct_size > sizeof *d ||
         !fj__size_on_field_end(in->struct_size, ends, (int)(sizeof ends / sizeof ends[0]),
@@ -345,6 +345,64 @@ static fj_status check_i32_vector(const fj_tensor *t, const char *name, int64_t 
     return FJ_OK;
 }
 
+/* A paged KV cache: q, out, lse dense; k, v pages [num_pages, page_size, heads_kv, dim]; the
+** page table [batch, max_pages] and seqused_k [batch]. */
+static fj_status check_paged(const fj_attention_desc *d, const fj_tensor *q, const fj_tensor *k,
+                             const fj_tensor *v, const fj_tensor *out, const fj_tensor *lse,
+                             fj__problem *p, fj__err *err)
+{
+    static const char *const fields[] = {"cu_seqlens_q", "cu_seqlens_k", "bias", "mask",
+                                         "mask_ranges", "block_mask", "alibi_slopes",
+                                         "mask_mod", "score_mod"};
+    const void *given[] = {d->cu_seqlens_q, d->cu_seqlens_k, d->bias,     d->mask,    d->mask_ranges,
+                           d->block_mask,   d->alibi_slopes, d->mask_mod, d->score_mod};
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        if (given[i])
+            return fj__fail(err, FJ_ERR_UNSUPPORTED,
+                            "desc.%s with desc.page_table (a paged KV cache) is not supported",
+                            fields[i]);
+    TRY(check_tensor(d->page_table, "desc.page_table", 2, err));
+    if (d->page_table->dtype != FJ_DTYPE_I32)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "desc.page_table.dtype = %s, expected i32",
+                        fj__dtype_name(d->page_table->dtype));
+    if (!d->seqused_k)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                        "desc.seqused_k is NULL: a paged KV cache needs each sequence's length");
+    TRY(check_tensor(k, "k", 4, err));
+    TRY(check_tensor(v, "v", 4, err));
+    TRY(check_dim(err, "v", 0, v->shape[0], k->shape[0], "num_pages, as k.shape[0]"));
+    TRY(check_dim(err, "v", 1, v->shape[1], k->shape[1], "page_size, as k.shape[1]"));
+    /* k and v as one batch of pages: their shapes check as dense [num_pages, page_size, ...]. */
+    fj_tensor q1 = *q, out1 = *out;
+    q1.shape[0] = out1.shape[0] = k->ndim == 4 ? k->shape[0] : q->shape[0];
+    TRY(check_dense(&q1, k, v, &out1, NULL, p, err));
+    p->batch = q->shape[0];
+    TRY(check_dim(err, "out", 0, out->shape[0], p->batch, "batch, as q.shape[0]"));
+    TRY(check_tensor(q, "q", 4, err));
+    TRY(check_tensor(out, "out", 4, err));
+    TRY(check_no_overlap(out, "out", err));
+    TRY(check_dim(err, "desc.page_table", 0, d->page_table->shape[0], p->batch,
+                  "batch, as q.shape[0]"));
+    TRY(check_i32_vector(d->seqused_k, "desc.seqused_k", p->batch, err));
+    p->num_pages = k->shape[0];
+    p->page_size = k->shape[1];
+    p->page_table = d->page_table;
+    p->seqused_k = d->seqused_k;
+    const int64_t pages = d->page_table->shape[1];
+    if (p->num_pages > INT32_MAX || pages > INT32_MAX / p->page_size)
+        return fj__fail(err, FJ_ERR_UNSUPPORTED,
+                        "%lld pages of %lld keys, %lld pages per sequence: at most 2^31 - 1 keys "
+                        "per sequence and pages",
+                        (long long)p->num_pages, (long long)p->page_size, (long long)pages);
+    p->seqlen_k = pages * p->page_size; /* the most keys a sequence can have */
+    if (lse) {
+        static const char *const what[3] = {"batch", "heads_q", "seqlen_q"};
+        const int64_t want[3] = {p->batch, p->heads_q, p->seqlen_q};
+        TRY(check_lse(lse, 3, want, what, p->lse_stride, err));
+    }
+    return FJ_OK;
+}
+
 /* Packed [total, heads, dim] tensors with sequence offsets, lse [heads_q, total_q]. */
 static fj_status check_packed(const fj_attention_desc *d, const fj_tensor *q, const fj_tensor *k,
                               const fj_tensor *v, const fj_tensor *out, const fj_tensor *lse,
@@ -420,7 +478,9 @@ fj_status fj__validate_forward(const fj_attention_desc *desc, const fj_tensor *q
     memset(p, 0, sizeof *p);
     fj_attention_desc d;
     TRY(check_desc(desc, &d, err));
-    if (d.cu_seqlens_q || d.cu_seqlens_k || d.seqused_k)
+    if (d.page_table)
+        TRY(check_paged(&d, q, k, v, out, lse, p, err));
+    else if (d.cu_seqlens_q || d.cu_seqlens_k || d.seqused_k)
         TRY(check_packed(&d, q, k, v, out, lse, p, err));
     else
         TRY(check_dense(q, k, v, out, lse, p, err));
@@ -516,6 +576,7 @@ fj_status fj__validate_memory(const fj__problem *p, const struct fj_backend_ops 
         {"desc.seqused_k", p->seqused_k},
         {"desc.mask_ranges", p->mask_ranges},
         {"desc.block_mask", p->block_mask},
+        {"desc.page_table", p->page_table},
     };
     if (p->mod_args_count > 0 &&
         ops->check_memory(backend, p->mod_args, (size_t)p->mod_args_count * 4) != FJ_OK)

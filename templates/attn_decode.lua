@@ -17,7 +17,8 @@
 % --
 % -- Parameters: backend, q/kv/out dtypes (one type), head_dim_pad, head_dim_v_pad, tile_m (rows
 % -- per work-group), tile_n (keys per tile), threads, local_mask (causal or window), softcap,
-% -- write_lse, varlen (0 dense; 1 packed through cu_seqlens_q/k; 2 and seqused_k), partial,
+% -- write_lse, varlen (0 dense; 1 packed through cu_seqlens_q/k; 2 and seqused_k), paged (k and
+% -- v are pages found through P.page_table, seqused_k the keys of each sequence), partial,
 % -- shared_bytes (the host's size of Smem), args (fj_decode_params).
 % assert(threads == 128, "attn_decode: 128 work-items per work-group")
 % assert(tile_m >= 1 and tile_m <= threads, "attn_decode: 1 to 128 rows per work-group")
@@ -49,13 +50,23 @@ static_assert(sizeof(Smem) == ${shared_bytes}, "Smem: the host's fj__variant_sha
 typedef char Smem_matches_host[sizeof(Smem) == ${shared_bytes} ? 1 : -1];
 % end
 
+/* Where key `key` of the sequence starts in k or v (batch and head applied), given the tensor's
+** batch (page) and row strides: a page's number comes from the table, clamped into the cache. */
+% if paged then
+#define key_row(key, s_page, s_row)                                                            \
+    ((I64)I_MIN(I_MAX(LDG(pages + (key) / P.page_size), 0), P.num_pages - 1) * (s_page) +        \
+     (I64)((key) % P.page_size) * (s_row))
+% else
+#define key_row(key, s_batch, s_row) ((I64)(key) * (s_row))
+% end
+
 KERNEL(THREADS)
 fj_attn_decode(
 % params_arg(args)
 )
 {
     SHARED Smem sm;
-% params_unpack(args.fields[1].block, "P.fwd", varlen > 0 and { seqlen_q = "max_seqlen_q", seqlen_k = "max_seqlen_k" } or nil)
+% params_unpack(args.fields[1].block, "P.fwd", varlen > 0 and { seqlen_q = "max_seqlen_q", seqlen_k = "max_seqlen_k" } or paged and { seqlen_k = "max_seqlen_k" } or nil)
     const int tid = THREAD_X;
     const int split = BLOCK_X;
     const int group = heads_q / heads_kv;
@@ -78,9 +89,18 @@ fj_attn_decode(
 % else
     const int q_first = 0;
 % end
+% if paged then
+    /* The sequence's keys: seqused_k of them (clamped), in the pages its table row lists. */
+    const int seqlen_k = I_MIN(I_MAX(LDG(seqused_k + batch), 0), max_seqlen_k);
+    GLOBAL const int *pages = GPTR(const int, P.page_table) + batch * P.pt_sb;
+    q += batch * q_sb;
+    k += head_kv * k_sh;
+    v += head_kv * v_sh;
+% else
     q += batch * q_sb;
     k += batch * k_sb + head_kv * k_sh;
     v += batch * v_sb + head_kv * v_sh;
+% end
     const int rows = group * seqlen_q; /* group rows of this sequence */
 
     /* This split's keys, and the keys any of the tile's rows may see: [lo, hi]. */
@@ -114,11 +134,11 @@ fj_attn_decode(
         BARRIER(); /* the previous tile is consumed (and q, m, l are in place) */
         for (int i = tid; i < TILE_N * DP; i += THREADS) {
             const int j = i / DP, c = i % DP, key = n0 + j;
-            sm.k[j][c] = (key <= hi && c < head_dim) ? KV_LOAD(k, (I64)key * k_ss + c) : 0.0f;
+            sm.k[j][c] = (key <= hi && c < head_dim) ? KV_LOAD(k, key_row(key, k_sb, k_ss) + c) : 0.0f;
         }
         for (int i = tid; i < TILE_N * DVP; i += THREADS) {
             const int j = i / DVP, c = i % DVP, key = n0 + j;
-            sm.v[j][c] = (key <= hi && c < head_dim_v) ? KV_LOAD(v, (I64)key * v_ss + c) : 0.0f;
+            sm.v[j][c] = (key <= hi && c < head_dim_v) ? KV_LOAD(v, key_row(key, v_sb, v_ss) + c) : 0.0f;
         }
         BARRIER();
         /* Scores of every (row, key) pair of the tile; -inf where the key is not seen. */

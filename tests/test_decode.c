@@ -136,6 +136,32 @@ static void test_varlen(void **state)
     run_cases(state, cases, n, 1);
 }
 
+/* A paged KV cache: page sizes 1 to 256 with shuffled page tables and spare pages, sequences
+** of the full length, 0 and 1 keys and random counts (seqused_k), decode and speculative
+** decode (causal bottom-right), chunked prefill (more than 16 rows), split counts, GQA. */
+static void test_paged(void **state)
+{
+    static const int pages[] = {1, 16, 64, 256, 7};
+    static const int64_t sq[] = {1, 4, 16, 40, 2};
+    static const int32_t splits[] = {0, 7, 1, 3, 64};
+    fjh_case cases[10];
+    size_t n = 0;
+    for (size_t i = 0; i < 5; i++) {
+        cases[n] = decode_case(sq[i], 300 + 131 * (int64_t)i, 8, 2, 64, FJ_DTYPE_BF16);
+        cases[n].batch = 5;
+        cases[n].paged = pages[i];
+        cases[n].desc.num_splits = splits[i];
+        cases[n++].desc.causal = sq[i] > 1;
+        cases[n] = decode_case(sq[i] % 3 + 1, 200, 4, 4, 128, i % 2 ? FJ_DTYPE_F16 : FJ_DTYPE_F32);
+        cases[n].batch = 4;
+        cases[n].paged = pages[4 - i];
+        cases[n].desc.num_splits = splits[4 - i];
+        cases[n].desc.window_left = i == 2 ? 30 : -1;
+        cases[n++].desc.softcap = i == 3 ? 10.0f : 0.0f;
+    }
+    run_cases(state, cases, n, 1);
+}
+
 /* What the decode kernel does not take runs on the forward kernels: 17 query rows, a bias, a
 ** mask_mod. */
 static void test_other_requests_keep_the_forward(void **state)
@@ -172,6 +198,7 @@ int main(void)
         cmocka_unit_test(test_splits),
         cmocka_unit_test(test_head_dims_dtypes_layouts),
         cmocka_unit_test(test_varlen),
+        cmocka_unit_test(test_paged),
         cmocka_unit_test(test_other_requests_keep_the_forward),
         cmocka_unit_test(test_bad_num_splits),
     };

@@ -16,7 +16,7 @@ typedef struct request {
     fj_attention_desc desc;
     fj_tensor q, k, v, out, lse;
     fj_tensor alibi, bias, mask; /* used where a case points desc at them */
-    fj_tensor cu_q, cu_k, used_k, ranges, blocks;
+    fj_tensor cu_q, cu_k, used_k, ranges, blocks, pages;
     int use_lse;
 } request;
 
@@ -70,6 +70,19 @@ static void packed(request *r)
     r->desc.cu_seqlens_k = &r->cu_k;
     r->desc.max_seqlen_q = 20;
     r->desc.max_seqlen_k = 30;
+}
+
+/* The baseline against a paged KV cache: k [5, 8, 2, 64] and v [5, 8, 2, 48] pages, a page table
+** [2, 4] and seqused_k [2]. */
+static void paged(request *r)
+{
+    baseline(r);
+    dense(&r->k, FJ_DTYPE_BF16, 4, (int64_t[]){5, 8, 2, 64});
+    dense(&r->v, FJ_DTYPE_BF16, 4, (int64_t[]){5, 8, 2, 48});
+    dense(&r->pages, FJ_DTYPE_I32, 2, (int64_t[]){2, 4});
+    dense(&r->used_k, FJ_DTYPE_I32, 1, (int64_t[]){2});
+    r->desc.page_table = &r->pages;
+    r->desc.seqused_k = &r->used_k;
 }
 
 static fj_status validate(request *r, fj__problem *p, fj__err *err, int null_tensor)
@@ -271,6 +284,44 @@ MUT(varlen_bias, {
     packed(r);
     r->desc.bias = &r->bias;
 })
+MUT(paged_no_used, {
+    paged(r);
+    r->desc.seqused_k = NULL;
+})
+MUT(paged_table_dtype, {
+    paged(r);
+    r->pages.dtype = FJ_DTYPE_F32;
+})
+MUT(paged_table_ndim, {
+    paged(r);
+    dense(&r->pages, FJ_DTYPE_I32, 1, (int64_t[]){2});
+})
+MUT(paged_table_batch, {
+    paged(r);
+    dense(&r->pages, FJ_DTYPE_I32, 2, (int64_t[]){3, 4});
+})
+MUT(paged_v_pages, {
+    paged(r);
+    r->v.shape[0] = 4;
+})
+MUT(paged_v_page_size, {
+    paged(r);
+    r->v.shape[1] = 16;
+})
+MUT(paged_used_count, {
+    paged(r);
+    dense(&r->used_k, FJ_DTYPE_I32, 1, (int64_t[]){3});
+})
+MUT(paged_bias, {
+    paged(r);
+    r->desc.bias = &r->bias;
+})
+MUT(paged_varlen, {
+    paged(r);
+    r->desc.cu_seqlens_q = &r->cu_q;
+})
+MUT(splits_negative, r->desc.num_splits = -1)
+MUT(splits_many, r->desc.num_splits = 65)
 MUT(batch_huge, {
     r->q.shape[0] = r->k.shape[0] = r->v.shape[0] = r->out.shape[0] = 70000;
     r->use_lse = 0;
@@ -392,6 +443,26 @@ static const bad_case bad_cases[] = {
      "lse.shape[1] (total_q) = 39, expected 40"},
     {"varlen bias", varlen_bias, 0, FJ_ERR_UNSUPPORTED,
      "desc.bias with variable lengths is not supported"},
+    {"paged without seqused_k", paged_no_used, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.seqused_k is NULL: a paged KV cache needs"},
+    {"paged table dtype", paged_table_dtype, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.page_table.dtype = f32, expected i32"},
+    {"paged table ndim", paged_table_ndim, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.page_table.ndim = 1, expected 2"},
+    {"paged table batch", paged_table_batch, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.page_table.shape[0] (batch, as q.shape[0]) = 3, expected 2"},
+    {"paged v pages", paged_v_pages, 0, FJ_ERR_INVALID_ARGUMENT,
+     "v.shape[0] (num_pages, as k.shape[0]) = 4, expected 5"},
+    {"paged v page size", paged_v_page_size, 0, FJ_ERR_INVALID_ARGUMENT,
+     "v.shape[1] (page_size, as k.shape[1]) = 16, expected 8"},
+    {"paged seqused_k", paged_used_count, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.seqused_k.shape[0] (batch) = 3, expected 2"},
+    {"paged bias", paged_bias, 0, FJ_ERR_UNSUPPORTED, "desc.bias with desc.page_table"},
+    {"paged varlen", paged_varlen, 0, FJ_ERR_UNSUPPORTED,
+     "desc.cu_seqlens_q with desc.page_table"},
+    {"num_splits negative", splits_negative, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.num_splits = -1, expected 0 (automatic) to 64"},
+    {"num_splits too many", splits_many, 0, FJ_ERR_INVALID_ARGUMENT, "desc.num_splits = 65"},
 };
 
 static void test_every_rejected_field(void **state)
@@ -409,6 +480,28 @@ static void test_every_rejected_field(void **state)
             fail_msg("case '%s': status %d (%s), message '%s'; expected status %d and '%s'",
                      c->what, st, fj_status_string(st), err.msg, c->status, c->message);
     }
+}
+
+/* A paged request resolves to the cache's geometry: the most keys a sequence can have, the
+** page strides in k's and v's batch slot, and features that say paged (not varlen). */
+static void test_paged_request_is_resolved(void **state)
+{
+    (void)state;
+    request r;
+    paged(&r);
+    fj__problem p;
+    fj__err err = {{0}};
+    assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);
+    assert_int_equal(p.batch, 2);
+    assert_int_equal(p.seqlen_k, 32); /* 4 pages of 8 */
+    assert_int_equal(p.num_pages, 5);
+    assert_int_equal(p.page_size, 8);
+    assert_int_equal(p.strides[FJ__T_K][0], 8 * 2 * 64);
+    assert_int_equal(p.strides[FJ__T_V][1], 2 * 48);
+    fj__features f;
+    fj__features_of(&p, &f);
+    assert_int_equal(f.paged, 1);
+    assert_int_equal(f.varlen, 0);
 }
 
 /* The heuristic's forward variant for p on dev, as a call plans it. */
@@ -713,6 +806,7 @@ int main(void)
         cmocka_unit_test(test_zigzag_grid),
         cmocka_unit_test(test_config_overrides),
         cmocka_unit_test(test_every_rejected_field),
+        cmocka_unit_test(test_paged_request_is_resolved),
         cmocka_unit_test(test_valid_request_is_resolved),
         cmocka_unit_test(test_plan_pads_and_fits_local_memory),
     };

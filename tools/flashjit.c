@@ -68,7 +68,9 @@ static int usage(FILE *f)
         "  --ranges 2|4            random FlashMask column ranges, one or two per key\n"
         "  --block-mask full|shared  random 128 x 128 block classes, [b, h, ...] or [1, 1, ...]\n"
         "  --splits N              decode (seqlen-q <= 16): split the keys N ways (1-64;\n"
-        "                          0 [default]: the plan's choice)\n");
+        "                          0 [default]: the plan's choice)\n"
+        "  --paged N               k and v as a paged KV cache of N-key pages (shuffled page\n"
+        "                          table; sequences of seqlen-k, 0, 1 and random keys)\n");
     return 2;
 }
 
@@ -238,6 +240,7 @@ static int cmd_run(int argc, char **argv)
         O_RANGES,
         O_BLOCKS,
         O_SPLITS,
+        O_PAGED,
         O_SHIPPED,
         O_TRUSTED,
         O_HELP
@@ -258,6 +261,7 @@ static int cmd_run(int argc, char **argv)
                                          {"window-right", required_argument, 0, O_WRIGHT},
                                          {"softcap", required_argument, 0, O_SOFTCAP},
                                          {"splits", required_argument, 0, O_SPLITS},
+                                         {"paged", required_argument, 0, O_PAGED},
                                          {"scale", required_argument, 0, O_SCALE},
                                          {"layout", required_argument, 0, O_LAYOUT},
                                          {"no-lse", no_argument, 0, O_NOLSE},
@@ -352,6 +356,11 @@ static int cmd_run(int argc, char **argv)
             if (INT_ARG(0, 64))
                 return 2;
             c.desc.num_splits = (int32_t)value;
+            break;
+        case O_PAGED:
+            if (INT_ARG(1, 65536))
+                return 2;
+            c.paged = (int)value;
             break;
         case O_SCALE:
             if (fjt_parse_float("scale", optarg, &c.desc.softmax_scale))

@@ -64,6 +64,8 @@ void fjh_describe(const fjh_case *c, char *buf, size_t size)
         used += (size_t)snprintf(buf + used, size - used, " mask=%s", masks[c->mask]);
     if (c->desc.num_splits && used < size)
         used += (size_t)snprintf(buf + used, size - used, " splits=%d", (int)c->desc.num_splits);
+    if (c->paged > 0 && used < size)
+        used += (size_t)snprintf(buf + used, size - used, " paged=%d", c->paged);
     if (c->varlen && used < size)
         used += (size_t)snprintf(buf + used, size - used, " varlen%s",
                                  c->varlen == 2 ? "+seqused_k" : "");
@@ -431,6 +433,97 @@ static void reference_packed(const fjr_problem *p, const packing *pk, const doub
     free(lse_b);
 }
 
+/* The paged KV cache of a case: each sequence's keys (seqlen_k, 0, 1, then random counts)
+** copied from the dense k and v into pages of c->paged keys dealt in a shuffled order from a
+** cache with three spare pages; rows and pages no sequence uses hold NaN. */
+typedef struct paging {
+    int64_t *used;          /* keys of each sequence */
+    htensor table, seqused; /* I32 [batch, pages per sequence], [batch] */
+    htensor k, v;           /* [num_pages, page, heads_kv, dim] */
+} paging;
+
+static void page_copy(const htensor *dense, htensor *pages, const fjh_case *c, const paging *pg)
+{
+    const size_t es = fj_dtype_size(dense->t.dtype);
+    const int64_t page = c->paged, per = pg->table.t.shape[1];
+    const int32_t *table = (const int32_t *)pg->table.host;
+    memset(pages->host, POISON, pages->elements * es);
+    for (int64_t b = 0; b < c->batch; b++)
+        for (int64_t key = 0; key < pg->used[b]; key++)
+            for (int64_t h = 0; h < dense->t.shape[2]; h++)
+                for (int64_t d = 0; d < dense->t.shape[3]; d++)
+                    memcpy(pages->host +
+                               (size_t)offset4(&pages->t, table[b * per + key / page], key % page,
+                                               h, d) * es,
+                           dense->host + (size_t)offset4(&dense->t, b, key, h, d) * es, es);
+}
+
+static void make_paging(const fjh_case *c, uint64_t *rng, const htensor *k, const htensor *v,
+                        paging *pg)
+{
+    memset(pg, 0, sizeof *pg);
+    const int64_t b = c->batch, page = c->paged, sk = c->seqlen_k;
+    const int64_t per = (sk + page - 1) / page, num = b * per + 3;
+    pg->used = xcalloc((size_t)b, sizeof *pg->used, "sequence lengths");
+    for (int64_t i = 0; i < b; i++)
+        pg->used[i] = i == 0 ? sk : i == 1 ? 0 : i == 2 ? 1 : (int64_t)(splitmix(rng) % (uint64_t)(sk + 1));
+    int64_t *perm = xcalloc((size_t)num, sizeof *perm, "a page order");
+    for (int64_t i = 0; i < num; i++)
+        perm[i] = i;
+    for (int64_t i = num - 1; i > 0; i--) { /* Fisher-Yates */
+        const int64_t j = (int64_t)(splitmix(rng) % (uint64_t)(i + 1)), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    const int64_t tshape[2] = {b, per}, tstride[2] = {per, 1}, one = 1;
+    make_tensor(&pg->table, FJ_DTYPE_I32, 2, tshape, tstride);
+    make_tensor(&pg->seqused, FJ_DTYPE_I32, 1, &b, &one);
+    for (int64_t i = 0; i < b * per; i++)
+        ((int32_t *)pg->table.host)[i] = (int32_t)perm[i];
+    for (int64_t i = 0; i < b; i++)
+        ((int32_t *)pg->seqused.host)[i] = (int32_t)pg->used[i];
+    free(perm);
+    const htensor *dense[2] = {k, v};
+    htensor *pages[2] = {&pg->k, &pg->v};
+    for (int t = 0; t < 2; t++) {
+        const int64_t h = dense[t]->t.shape[2], d = dense[t]->t.shape[3];
+        const int64_t shape[4] = {num, page, h, d}, stride[4] = {page * h * d, h * d, d, 1};
+        make_tensor(pages[t], dense[t]->t.dtype, 4, shape, stride);
+        page_copy(dense[t], pages[t], c, pg);
+    }
+}
+
+/* The reference of a paged case: sequence b against its first used[b] keys. */
+static void reference_paged(const fjr_problem *p, const int64_t *used, const double *qd,
+                            const double *kd, const double *vd, const float *qf, const float *kf,
+                            const float *vf, fj_dtype dtype, double *ref, double *ref_lse,
+                            float *lowp)
+{
+    const int64_t sq = p->seqlen_q, sk = p->seqlen_k, hq = p->heads_q, hkv = p->heads_kv;
+    const int64_t d = p->head_dim, dv = p->head_dim_v;
+    for (int64_t b = 0; b < p->batch; b++) {
+        fjr_problem s = *p;
+        s.batch = 1;
+        s.batch_offset = b;
+        s.seqlen_k = used[b];
+        const int64_t qo = b * sq * hq * d, ko = b * sk * hkv * d, vo = b * sk * hkv * dv;
+        const int64_t oo = b * sq * hq * dv, lo = b * hq * sq;
+        if (used[b] > 0) {
+            fjr_attention(&s, qd + qo, kd + ko, vd + vo, ref + oo, ref_lse + lo);
+            if (lowp)
+                fjr_attention_lowp(&s, dtype, qf + qo, kf + ko, vf + vo, lowp + oo);
+            continue;
+        }
+        for (int64_t i = 0; i < sq * hq * dv; i++) {
+            ref[oo + i] = 0;
+            if (lowp)
+                lowp[oo + i] = 0;
+        }
+        for (int64_t i = 0; i < hq * sq; i++)
+            ref_lse[lo + i] = -INFINITY;
+    }
+}
+
 /* Forward FLOPs of a varlen case: the sum over its sequences. */
 static double packed_flops(const fjr_problem *p, const packing *pk)
 {
@@ -610,6 +703,10 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
         poison_unused_keys(&k, &pk);
         poison_unused_keys(&v, &pk);
     }
+    paging pg;
+    memset(&pg, 0, sizeof pg);
+    if (c->paged > 0)
+        make_paging(c, &rng, &k, &v, &pg);
     htensor terms[5]; /* alibi, bias, mask, ranges, blocks */
     memset(terms, 0, sizeof terms);
     make_score_terms(c, &rng, &p, &terms[0], &terms[1], &terms[2], &terms[3], &terms[4]);
@@ -624,6 +721,9 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
     htensor *packs[] = {&pk.cu_q, &pk.cu_k, &pk.seqused};
     for (int i = 0; i < 3 && st == FJ_OK && c->varlen; i++)
         st = upload(ctx, packs[i]);
+    htensor *page_parts[] = {&pg.table, &pg.seqused, &pg.k, &pg.v};
+    for (int i = 0; i < 4 && st == FJ_OK && c->paged > 0; i++)
+        st = upload(ctx, page_parts[i]);
     /* What the library sees: the tensors, or their packed views. */
     fj_tensor qt = q.t, kt = k.t, vt = v.t, ot = out.t, lt = lse.t;
     if (c->varlen) {
@@ -632,6 +732,10 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
         vt = packed_view(&v.t);
         ot = packed_view(&out.t);
         lt = packed_view(&lse.t);
+    }
+    if (c->paged > 0) {
+        kt = pg.k.t;
+        vt = pg.v.t;
     }
     fj_tensor *lse_t = c->with_lse ? &lt : NULL;
     /* The expressions' arguments go to the device; the reference reads the host copy. */
@@ -642,6 +746,10 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
         desc.seqused_k = c->varlen == 2 ? &pk.seqused.t : NULL;
         desc.max_seqlen_q = c->seqlen_q;
         desc.max_seqlen_k = c->seqlen_k;
+    }
+    if (c->paged > 0) {
+        desc.page_table = &pg.table.t;
+        desc.seqused_k = &pg.seqused.t;
     }
     desc.alibi_slopes = terms[0].host ? &terms[0].t : desc.alibi_slopes;
     desc.bias = terms[1].host ? &terms[1].t : desc.bias;
@@ -715,6 +823,8 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
             lowp = xmalloc(nout * sizeof *lowp, "the low-precision reference");
         if (c->varlen) {
             reference_packed(&p, &pk, qd, kd, vd, qf, kf, vf, c->dtype, ref, ref_lse, lowp);
+        } else if (c->paged > 0) {
+            reference_paged(&p, pg.used, qd, kd, vd, qf, kf, vf, c->dtype, ref, ref_lse, lowp);
         } else {
             fjr_attention(&p, qd, kd, vd, ref, ref_lse);
             if (lowp)
@@ -754,6 +864,9 @@ out:
         release(ctx, &terms[i]);
     for (int i = 0; i < 3; i++)
         release(ctx, packs[i]);
+    for (int i = 0; i < 4; i++)
+        release(ctx, page_parts[i]);
+    free(pg.used);
     free(pk.len_q);
     free(pk.len_k);
     free(pk.used_k);

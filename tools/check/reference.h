@@ -99,6 +99,9 @@ typedef struct fjh_case {
                   ** empty), through cu_seqlens; 2: also seqused_k */
     int ranges;   /* 2: random masked row ranges [b, hq, sk, 2]; 4: two per key, [1, hq, sk, 4] */
     int blocks;   /* 1: random block classes (0 / 1 / 2) [b, hq, qb, kb]; 2: [1, 1, qb, kb] */
+    int paged;    /* > 0: k and v as a paged KV cache of pages of this many keys, in a shuffled
+                  ** page order with spare pages; sequences of seqlen_k, 0, 1 and random keys
+                  ** (seqused_k); unused rows and pages hold NaN */
 } fjh_case;
 
 typedef struct fjh_result {
