@@ -36,7 +36,7 @@ static void fill_tensor(fuzz_input *in, fj_tensor *t, int i)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fuzz_input in = {.data = data, .size = size};
-    fj_tensor t[13]; /* q k v out lse alibi bias mask cu_q cu_k used ranges blocks */
+    fj_tensor t[14]; /* q k v out lse alibi bias mask cu_q cu_k used ranges blocks, pages */
     memset(t, 0, sizeof t);
     for (int i = 0; i < 13; i++)
         fill_tensor(&in, &t[i], i);
@@ -73,6 +73,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     d.mask_mod = m[0] ? m : NULL;
     d.score_mod = s[0] ? s : NULL;
     const int with_lse = (present >> 8) & 1;
+    /* Decode and paged caches: a split count and a page table (read last: older seeds keep
+    ** their meaning up to here). */
+    fill_tensor(&in, &t[13], 13);
+    d.num_splits = (int32_t)((uint64_t)fuzz_int(&in) - 2); /* -2 .. 253 */
+    d.page_table = (present >> 10) & 1 ? &t[13] : NULL;
 
     static const fj_device_info devices[2] = {
         {.struct_size = sizeof(fj_device_info),
