@@ -434,6 +434,9 @@ int fjt_cache_build(int argc, char **argv)
         default: return build_usage(stderr);
         }
     }
+    if (decoding && varlen)
+        return fprintf(stderr, "flashjit cache build: --decode takes dense tensors, not --varlen\n"),
+               2;
     int sm = 0;
     char suffix = 0;
     if (!run.arch || sscanf(run.arch, "sm_%d%c", &sm, &suffix) < 1 || sm < 80 ||
