@@ -222,6 +222,52 @@ static void test_banner_and_embedded_attention(void **state)
     }
 }
 
+/* The decode kernel for both backends, dense and paged, whole and split: the page table is read
+** (and its numbers clamped) only when paged, the workspace written only when split. With
+** FJ_RENDER_OUT set, the CUDA sources are written there (for compiling them by hand). */
+static void test_decode_variants_render(void **state)
+{
+    (void)state;
+    for (int backend = 0; backend < 2; backend++)
+        for (int paged = 0; paged < 2; paged++)
+            for (int partial = 0; partial < 2; partial++) {
+                fj__variant v;
+                memset(&v, 0, sizeof v);
+                v.family = FJ__FAMILY_DECODE;
+                v.backend = backend ? FJ_BACKEND_CUDA : FJ_BACKEND_OPENCL;
+                v.path = FJ__PATH_SIMT;
+                v.q_dtype = v.kv_dtype = v.out_dtype = FJ_DTYPE_BF16;
+                v.acc_dtype = FJ_DTYPE_F32;
+                v.head_dim_pad = 64;
+                v.head_dim_v_pad = 48;
+                v.tile_m = 4;
+                v.tile_n = 32;
+                v.threads = 128;
+                v.local_mask = (uint8_t)paged;
+                v.softcap = (uint8_t)partial;
+                v.write_lse = 1;
+                v.paged = (uint8_t)paged;
+                v.partial = (uint8_t)partial;
+                fj__err err = {{0}};
+                char *out = NULL;
+                assert_int_equal(fj__variant_render(&v, "dtype=x\n", &out, &err), FJ_OK);
+                assert_non_null(strstr(out, "fj_attn_decode("));
+                assert_true((strstr(out, "P.page_table") != NULL) == paged);
+                assert_true((strstr(out, "P.num_pages - 1") != NULL) == paged);
+                assert_true((strstr(out, "P.part.o") != NULL) == partial);
+                const char *dir = getenv("FJ_RENDER_OUT");
+                if (dir && backend) {
+                    char path[512];
+                    snprintf(path, sizeof path, "%s/decode_p%d_s%d.cu", dir, paged, partial);
+                    FILE *f = fopen(path, "w");
+                    assert_non_null(f);
+                    fputs(out, f);
+                    fclose(f);
+                }
+                free(out);
+            }
+}
+
 /* Renders params_struct() of layout l for backend; returns the status, the text in *out. */
 static fj_status render_layout(const fj__playout *l, const char *backend, char **out, fj__err *err)
 {
@@ -335,6 +381,7 @@ int main(void)
         cmocka_unit_test(test_engine_loads_no_bytecode),
         cmocka_unit_test(test_banner_and_embedded_attention),
         cmocka_unit_test(test_param_blocks_match_the_host),
+        cmocka_unit_test(test_decode_variants_render),
         cmocka_unit_test(test_template_dir_override_and_hash),
     };
     return cmocka_run_group_tests_name("render", tests, NULL, NULL);
