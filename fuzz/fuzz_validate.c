@@ -136,5 +136,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (getenv("FJ_FUZZ_DEBUG"))
         fprintf(stderr, "merge of %d: %s\n", n, err.msg[0] ? err.msg : "planned");
+    /* The same tensors as an append to a paged cache: new keys and values t[0], t[1] into
+    ** t[2], t[3] through the page table t[13] at the lengths t[10]. */
+    fj__append_problem ap;
+    fj__err aerr = {{0}};
+    if (fj__validate_append(&t[0], &t[1], &t[2], &t[3], &t[13], &t[10], &ap, &aerr) == FJ_OK) {
+        fj__plan plan;
+        if (fj__plan_append(&ap, FJ_BACKEND_OPENCL, &plan, &aerr) == FJ_OK) {
+            char *text = NULL, hash[65];
+            if (fj__variant_key(&plan.steps[0].variant, "target", "0123", &text, hash, &aerr) ==
+                FJ_OK)
+                free(text);
+        }
+    } else if (!aerr.msg[0]) {
+        abort();
+    }
     return 0;
 }

@@ -330,6 +330,25 @@ FJ_API fj_status fj_attention_forward(fj_context *ctx, const fj_attention_desc *
 FJ_API fj_status fj_attention_merge(fj_context *ctx, const fj_tensor *outs, const fj_tensor *lses,
                                     int32_t n, fj_tensor *out, fj_tensor *lse, void *stream);
 
+/* Appends new keys and values to a paged KV cache (see fj_attention_desc.page_table): token t of
+** sequence b, k_new[b, t] and v_new[b, t], goes to position seqused_k[b] + t of the sequence,
+** i.e. row (position % page_size) of page page_table[b, position / page_size].
+**  - k_new [b, tokens, heads_kv, head_dim], v_new [b, tokens, heads_kv, head_dim_v]: any
+**    strides with a contiguous last dimension, the caches' dtype (f16, bf16 or f32).
+**  - k_cache, v_cache [num_pages, page_size, heads_kv, head_dim (head_dim_v)]; page_table I32
+**    [b, max_pages]; seqused_k I32 [b], the sequences' lengths before the append. It is read,
+**    not changed: add tokens to it (on the device) before the attention call that should see
+**    the new keys.
+**  - The host cannot read the table or the lengths: a position beyond max_pages * page_size is
+**    not written, and page numbers are clamped into [0, num_pages). Pages shared between
+**    sequences get whatever was written last.
+** Returns FJ_ERR_INVALID_ARGUMENT naming the bad argument, FJ_ERR_UNSUPPORTED, FJ_ERR_TEMPLATE,
+** FJ_ERR_COMPILE, FJ_ERR_BACKEND. */
+FJ_API fj_status fj_kv_cache_append(fj_context *ctx, const fj_tensor *k_new,
+                                    const fj_tensor *v_new, fj_tensor *k_cache, fj_tensor *v_cache,
+                                    const fj_tensor *page_table, const fj_tensor *seqused_k,
+                                    void *stream);
+
 /* Where the kernel of a call came from. */
 typedef enum fj_kernel_source {
     FJ_KERNEL_NONE = 0,          /* no kernel was needed or the call failed before */

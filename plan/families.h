@@ -170,6 +170,37 @@ FJ__PARAM_STRUCT(fj__merge_params, FJ__MERGE_PARAMS);
     X(T, I32, num_pages, 0)
 FJ__PARAM_STRUCT(fj__decode_params, FJ__DECODE_PARAMS);
 
+/* Appending to a paged KV cache (kv_append.lua): the new keys and values [b, tokens, hkv, d]
+** with batch, token and head strides; the caches [num_pages, page_size, hkv, d] with page, row
+** and head strides; the page table [b, max_pages] (batch stride) and seqused_k [b]. */
+#define FJ__APPEND_PARAMS(X, T)                                                                    \
+    X(T, PTR, k_new, "const void")                                                                 \
+    X(T, PTR, v_new, "const void")                                                                 \
+    X(T, PTR, k_cache, "void")                                                                     \
+    X(T, PTR, v_cache, "void")                                                                     \
+    X(T, PTR, page_table, "const int")                                                             \
+    X(T, PTR, seqused_k, "const int")                                                              \
+    X(T, I64, kn_sb, 0)                                                                            \
+    X(T, I64, kn_ss, 0)                                                                            \
+    X(T, I64, kn_sh, 0)                                                                            \
+    X(T, I64, vn_sb, 0)                                                                            \
+    X(T, I64, vn_ss, 0)                                                                            \
+    X(T, I64, vn_sh, 0)                                                                            \
+    X(T, I64, kc_sp, 0)                                                                            \
+    X(T, I64, kc_ss, 0)                                                                            \
+    X(T, I64, kc_sh, 0)                                                                            \
+    X(T, I64, vc_sp, 0)                                                                            \
+    X(T, I64, vc_ss, 0)                                                                            \
+    X(T, I64, vc_sh, 0)                                                                            \
+    X(T, I64, pt_sb, 0)                                                                            \
+    X(T, I32, heads_kv, 0)                                                                         \
+    X(T, I32, head_dim, 0)                                                                         \
+    X(T, I32, head_dim_v, 0)                                                                       \
+    X(T, I32, page_size, 0)                                                                        \
+    X(T, I32, num_pages, 0)                                                                        \
+    X(T, I32, max_pages, 0)
+FJ__PARAM_STRUCT(fj__append_params, FJ__APPEND_PARAMS);
+
 /* The largest parameter block, for buffers that hold any of them. */
 #define FJ__MAX_PARAMS_BYTES 2048
 

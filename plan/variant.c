@@ -17,6 +17,8 @@ const char *fj__variant_template(const fj__variant *v)
         return "attn_merge.lua";
     if (v->family == FJ__FAMILY_DECODE)
         return "attn_decode.lua";
+    if (v->family == FJ__FAMILY_APPEND)
+        return "kv_append.lua";
     switch (v->path) {
     case FJ__PATH_MMA: return "attn_fwd_mma.cu.lua";
     case FJ__PATH_WGMMA: return "attn_fwd_wgmma.cu.lua";
@@ -29,6 +31,7 @@ const char *fj__variant_entry(const fj__variant *v)
     return v->family == FJ__FAMILY_CLASSIFY ? "fj_attn_classify"
            : v->family == FJ__FAMILY_MERGE  ? "fj_attn_merge"
            : v->family == FJ__FAMILY_DECODE ? "fj_attn_decode"
+           : v->family == FJ__FAMILY_APPEND ? "fj_kv_append"
                                             : "fj_attn_fwd";
 }
 
@@ -40,6 +43,8 @@ const fj__playout *fj__variant_layout(const fj__variant *v)
         return &fj__merge_params_layout;
     if (v->family == FJ__FAMILY_DECODE)
         return &fj__decode_params_layout;
+    if (v->family == FJ__FAMILY_APPEND)
+        return &fj__append_params_layout;
     return v->path == FJ__PATH_WGMMA ? &fj__fwd_tma_params_layout : &fj__fwd_params_layout;
 }
 
@@ -51,6 +56,8 @@ const char *fj__variant_path(const fj__variant *v)
         return v->backend == FJ_BACKEND_CUDA ? "cuda.merge" : "opencl.merge";
     if (v->family == FJ__FAMILY_DECODE)
         return v->backend == FJ_BACKEND_CUDA ? "cuda.decode" : "opencl.decode";
+    if (v->family == FJ__FAMILY_APPEND)
+        return v->backend == FJ_BACKEND_CUDA ? "cuda.kv_append" : "opencl.kv_append";
     if (v->backend == FJ_BACKEND_CUDA)
         return v->path == FJ__PATH_WGMMA ? "cuda.fwd.wgmma"
                : v->path == FJ__PATH_MMA ? "cuda.fwd.mma"
@@ -117,6 +124,8 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
         return v->threads == 256;
     if (v->family == FJ__FAMILY_MERGE)
         return v->threads == 128 && v->inputs >= 0 && v->inputs <= FJ__MERGE_SLOTS;
+    if (v->family == FJ__FAMILY_APPEND)
+        return v->threads == 128;
     if (v->family == FJ__FAMILY_DECODE) /* static shared memory: 48 KiB on CUDA */
         return v->threads == 128 && v->tile_m >= 1 && v->tile_m <= 128 && v->tile_n >= 8 &&
                v->tile_n <= 64 && fj__variant_shared_bytes(v) <= FJ__DECODE_MAX_SHARED &&

@@ -12,12 +12,14 @@
 /* The kernel families. FWD: the forward kernels (attn_fwd_*.lua); CLASSIFY: block classes of
 ** masks (attn_classify.lua), a step before the Hopper forward; MERGE: attention states combined
 ** by their log-sum-exps (attn_merge.lua); DECODE: forwards of a few query rows per sequence,
-** grouped-query heads packed, keys split (attn_decode.lua). */
+** grouped-query heads packed, keys split (attn_decode.lua); APPEND: keys and values written
+** into a paged KV cache (kv_append.lua). */
 typedef enum fj__kernel_family {
     FJ__FAMILY_FWD = 1,
     FJ__FAMILY_CLASSIFY = 2,
     FJ__FAMILY_MERGE = 3,
-    FJ__FAMILY_DECODE = 4
+    FJ__FAMILY_DECODE = 4,
+    FJ__FAMILY_APPEND = 5
 } fj__kernel_family;
 
 /* The kernel designs of the forward family. */

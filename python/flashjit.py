@@ -77,6 +77,8 @@ def _load(path=None):
                                        ctypes.POINTER(_Tensor), ctypes.c_int32,
                                        ctypes.POINTER(_Tensor), ctypes.POINTER(_Tensor),
                                        ctypes.c_void_p]
+    lib.fj_kv_cache_append.argtypes = [ctypes.c_void_p] + [ctypes.POINTER(_Tensor)] * 6 + \
+        [ctypes.c_void_p]
     lib.fj_context_last_call.argtypes = [ctypes.c_void_p, ctypes.POINTER(_CallInfo)]
     return lib
 
@@ -180,6 +182,21 @@ class Context:
             raise FlashjitError(self.lib.fj_status_string(st).decode() + ": " +
                                 self.lib.fj_context_last_error(self.handle).decode())
         return out
+
+    def kv_cache_append(self, k_new, v_new, k_cache, v_cache, page_table, seqused_k,
+                        stream=None):
+        """Writes k_new / v_new [b, tokens, hkv, d] into the paged caches [num_pages, page_size,
+        hkv, d] at each sequence's length seqused_k[b] (int32 [b]), in the pages its row of
+        page_table (int32 [b, max_pages]) lists (see fj_kv_cache_append). seqused_k is not
+        changed: add the tokens to it before attending to them."""
+        import torch
+        ts = [_tensor(t) for t in (k_new, v_new, k_cache, v_cache, page_table, seqused_k)]
+        if stream is None and k_cache.is_cuda:
+            stream = torch.cuda.current_stream(k_cache.device).cuda_stream
+        st = self.lib.fj_kv_cache_append(self.handle, *[ctypes.byref(t) for t in ts], stream)
+        if st != 0:
+            raise FlashjitError(self.lib.fj_status_string(st).decode() + ": " +
+                                self.lib.fj_context_last_error(self.handle).decode())
 
     def merge(self, outs, lses, out=None, lse=None, stream=None):
         """Merges attention states over disjoint key sets (see fj_attention_merge): outs and

@@ -90,6 +90,15 @@ fj_status fj__validate_merge(const fj_tensor *outs, const fj_tensor *lses, int32
                              const fj_tensor *out, const fj_tensor *lse, fj__merge_problem *p,
                              fj__err *err);
 
+/* Checks every argument of fj_kv_cache_append and fills *p. */
+fj_status fj__validate_append(const fj_tensor *k_new, const fj_tensor *v_new,
+                              const fj_tensor *k_cache, const fj_tensor *v_cache,
+                              const fj_tensor *page_table, const fj_tensor *seqused_k,
+                              fj__append_problem *p, fj__err *err);
+/* The append's counterpart of fj__validate_memory. */
+fj_status fj__validate_append_memory(const fj__append_problem *p, const struct fj_backend_ops *ops,
+                                     void *backend, fj__err *err);
+
 /* The merge's counterpart of fj__validate_memory. */
 fj_status fj__validate_merge_memory(const fj__merge_problem *p, const struct fj_backend_ops *ops,
                                     void *backend, fj__err *err);

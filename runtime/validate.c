@@ -738,3 +738,96 @@ fj_status fj__validate_merge(const fj_tensor *outs, const fj_tensor *lses, int32
     p->out_dtype = out->dtype;
     return FJ_OK;
 }
+
+/* ---- appends to a paged KV cache ---------------------------------------------------------- */
+
+fj_status fj__validate_append(const fj_tensor *k_new, const fj_tensor *v_new,
+                              const fj_tensor *k_cache, const fj_tensor *v_cache,
+                              const fj_tensor *page_table, const fj_tensor *seqused_k,
+                              fj__append_problem *p, fj__err *err)
+{
+    memset(p, 0, sizeof *p);
+    TRY(check_tensor(k_new, "k_new", 4, err));
+    TRY(check_tensor(v_new, "v_new", 4, err));
+    TRY(check_tensor(k_cache, "k_cache", 4, err));
+    TRY(check_tensor(v_cache, "v_cache", 4, err));
+    if (!is_state_dtype(k_cache->dtype))
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                        "k_cache.dtype = %s, expected f16, bf16 or f32",
+                        fj__dtype_name(k_cache->dtype));
+    const struct {
+        const fj_tensor *t;
+        const char *name;
+    } same[3] = {{v_cache, "v_cache"}, {k_new, "k_new"}, {v_new, "v_new"}};
+    for (int i = 0; i < 3; i++)
+        if (same[i].t->dtype != k_cache->dtype)
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                            "%s.dtype = %s differs from k_cache.dtype = %s", same[i].name,
+                            fj__dtype_name(same[i].t->dtype), fj__dtype_name(k_cache->dtype));
+    p->batch = k_new->shape[0];
+    p->tokens = k_new->shape[1];
+    p->heads_kv = k_new->shape[2];
+    p->head_dim = k_new->shape[3];
+    p->head_dim_v = v_new->shape[3];
+    p->num_pages = k_cache->shape[0];
+    p->page_size = k_cache->shape[1];
+    p->dtype = k_cache->dtype;
+    TRY(check_dim(err, "v_new", 0, v_new->shape[0], p->batch, "batch, as k_new.shape[0]"));
+    TRY(check_dim(err, "v_new", 1, v_new->shape[1], p->tokens, "tokens, as k_new.shape[1]"));
+    TRY(check_dim(err, "v_new", 2, v_new->shape[2], p->heads_kv, "heads_kv, as k_new.shape[2]"));
+    TRY(check_dim(err, "k_cache", 2, k_cache->shape[2], p->heads_kv,
+                  "heads_kv, as k_new.shape[2]"));
+    TRY(check_dim(err, "k_cache", 3, k_cache->shape[3], p->head_dim,
+                  "head_dim, as k_new.shape[3]"));
+    TRY(check_dim(err, "v_cache", 0, v_cache->shape[0], p->num_pages,
+                  "num_pages, as k_cache.shape[0]"));
+    TRY(check_dim(err, "v_cache", 1, v_cache->shape[1], p->page_size,
+                  "page_size, as k_cache.shape[1]"));
+    TRY(check_dim(err, "v_cache", 2, v_cache->shape[2], p->heads_kv,
+                  "heads_kv, as k_new.shape[2]"));
+    TRY(check_dim(err, "v_cache", 3, v_cache->shape[3], p->head_dim_v,
+                  "head_dim_v, as v_new.shape[3]"));
+    TRY(check_no_overlap(k_cache, "k_cache", err));
+    TRY(check_no_overlap(v_cache, "v_cache", err));
+    TRY(check_apart(v_cache, "v_cache", k_cache, "k_cache", 0, err));
+    const fj_tensor *inputs[2] = {k_new, v_new};
+    const char *names[2] = {"k_new", "v_new"};
+    for (int i = 0; i < 2; i++) {
+        TRY(check_apart(k_cache, "k_cache", inputs[i], names[i], 0, err));
+        TRY(check_apart(v_cache, "v_cache", inputs[i], names[i], 0, err));
+    }
+    TRY(check_tensor(page_table, "page_table", 2, err));
+    if (page_table->dtype != FJ_DTYPE_I32)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "page_table.dtype = %s, expected i32",
+                        fj__dtype_name(page_table->dtype));
+    TRY(check_dim(err, "page_table", 0, page_table->shape[0], p->batch,
+                  "batch, as k_new.shape[0]"));
+    TRY(check_i32_vector(seqused_k, "seqused_k", p->batch, err));
+    p->max_pages = page_table->shape[1];
+    if (p->num_pages > INT32_MAX || p->max_pages > INT32_MAX / p->page_size)
+        return fj__fail(err, FJ_ERR_UNSUPPORTED,
+                        "%lld pages of %lld rows, %lld per sequence: at most 2^31 - 1 rows",
+                        (long long)p->num_pages, (long long)p->page_size,
+                        (long long)p->max_pages);
+    p->k_new = k_new;
+    p->v_new = v_new;
+    p->k_cache = k_cache;
+    p->v_cache = v_cache;
+    p->page_table = page_table;
+    p->seqused_k = seqused_k;
+    return FJ_OK;
+}
+
+fj_status fj__validate_append_memory(const fj__append_problem *p, const struct fj_backend_ops *ops,
+                                     void *backend, fj__err *err)
+{
+    if (!ops->check_memory)
+        return FJ_OK;
+    const fj_tensor *t[6] = {p->k_new,   p->v_new,      p->k_cache,
+                             p->v_cache, p->page_table, p->seqused_k};
+    static const char *const names[6] = {"k_new",   "v_new",      "k_cache",
+                                         "v_cache", "page_table", "seqused_k"};
+    for (int i = 0; i < 6; i++)
+        TRY(device_memory(ops, backend, t[i], names[i], err));
+    return FJ_OK;
+}

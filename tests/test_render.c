@@ -291,7 +291,7 @@ static void test_param_blocks_match_the_host(void **state)
     (void)state;
     const fj__playout *blocks[] = {&fj__fwd_tma_params_layout, &fj__fwd_params_layout,
                                    &fj__classify_params_layout, &fj__merge_params_layout,
-                                   &fj__decode_params_layout};
+                                   &fj__decode_params_layout, &fj__append_params_layout};
     for (int b = 0; b < (int)(sizeof blocks / sizeof blocks[0]); b++)
         for (int cuda = b == 0; cuda < 2; cuda++) { /* tensor maps: CUDA only */
             fj__err err = {{0}};

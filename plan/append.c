@@ -1,0 +1,53 @@
+/* The plan of an append to a paged KV cache: one launch, a work-group per (token, sequence). */
+#include <string.h>
+
+#include "plan.h"
+
+#define APPEND_THREADS 128 /* kv_append.lua */
+
+fj_status fj__plan_append(const fj__append_problem *p, fj_backend_kind backend, fj__plan *plan,
+                          fj__err *err)
+{
+    memset(plan, 0, sizeof *plan);
+    plan->kind = FJ__PLAN_APPEND;
+    if (p->batch > FJ__MAX_GRID_DIM_Y || p->tokens > INT32_MAX)
+        return fj__fail(err, FJ_ERR_UNSUPPORTED,
+                        "%lld sequences of %lld new tokens: at most %d sequences, 2^31 - 1 tokens",
+                        (long long)p->batch, (long long)p->tokens, FJ__MAX_GRID_DIM_Y);
+    fj__step *s = fj__plan_add_step(plan, FJ__STEP_KERNEL);
+    fj__variant *v = &s->variant;
+    v->family = FJ__FAMILY_APPEND;
+    v->backend = backend;
+    v->path = FJ__PATH_SIMT;
+    v->q_dtype = v->kv_dtype = v->out_dtype = p->dtype;
+    v->acc_dtype = FJ_DTYPE_F32;
+    v->threads = APPEND_THREADS;
+    s->block[0] = APPEND_THREADS;
+    s->grid[0] = (uint32_t)p->tokens;
+    s->grid[1] = (uint32_t)p->batch;
+    plan->main_step = 0;
+    return FJ_OK;
+}
+
+void fj__append_fill(const fj__append_problem *p, void *params)
+{
+    fj__append_params *A = params;
+    A->k_new = p->k_new->data;
+    A->v_new = p->v_new->data;
+    A->k_cache = p->k_cache->data;
+    A->v_cache = p->v_cache->data;
+    A->page_table = p->page_table->data;
+    A->seqused_k = p->seqused_k->data;
+    const fj_tensor *t[4] = {p->k_new, p->v_new, p->k_cache, p->v_cache};
+    int64_t *strides[4] = {&A->kn_sb, &A->vn_sb, &A->kc_sp, &A->vc_sp};
+    for (int i = 0; i < 4; i++)
+        for (int d = 0; d < 3; d++)
+            strides[i][d] = t[i]->stride[d];
+    A->pt_sb = p->page_table->stride[0];
+    A->heads_kv = (int32_t)p->heads_kv;
+    A->head_dim = (int32_t)p->head_dim;
+    A->head_dim_v = (int32_t)p->head_dim_v;
+    A->page_size = (int32_t)p->page_size;
+    A->num_pages = (int32_t)p->num_pages;
+    A->max_pages = (int32_t)p->max_pages;
+}

@@ -1,0 +1,44 @@
+% -- Appending keys and values to a paged KV cache (fj_kv_cache_append): token t of sequence b
+% -- (k_new[b, t], v_new[b, t]) goes to position seqused_k[b] + t of the sequence, that is row
+% -- position % page_size of page page_table[b, position / page_size]. A position beyond the
+% -- table's pages is not written; a page number is clamped into the cache (device data the host
+% -- cannot check). Elements are copied as bits.
+% --
+% -- Work: a work-group of THREADS work-items per (token, sequence) copies the token's keys and
+% -- values of every kv head.
+% --
+% -- Parameters: backend, q/kv/out dtypes (the cache's; kv_dtype decides the element size),
+% -- threads, args (fj_append_params).
+% assert(threads == 128, "kv_append: 128 work-items per work-group")
+% include("dialect.lua")
+% include("params.lua")
+% params_struct(args)
+#define THREADS ${threads}
+% local raw = kv_dtype == "f32" and "uint" or "ushort"
+typedef ${raw} elem_t; /* an element's bits */
+
+KERNEL(THREADS)
+fj_kv_append(
+% params_arg(args)
+)
+{
+    const int t = BLOCK_X, b = BLOCK_Y, tid = THREAD_X;
+    const I64 position = (I64)I_MAX(LDG(GPTR(const int, P.seqused_k) + b), 0) + t;
+    if (position >= (I64)P.max_pages * P.page_size)
+        return; /* beyond the sequence's pages */
+    const int slot = (int)(position / P.page_size), row = (int)(position % P.page_size);
+    const int page =
+        I_MIN(I_MAX(LDG(GPTR(const int, P.page_table) + b * P.pt_sb + slot), 0), P.num_pages - 1);
+    GLOBAL const elem_t *kn = GPTR(const elem_t, P.k_new) + b * P.kn_sb + (I64)t * P.kn_ss;
+    GLOBAL const elem_t *vn = GPTR(const elem_t, P.v_new) + b * P.vn_sb + (I64)t * P.vn_ss;
+    GLOBAL elem_t *kc = GPTR(elem_t, P.k_cache) + page * P.kc_sp + (I64)row * P.kc_ss;
+    GLOBAL elem_t *vc = GPTR(elem_t, P.v_cache) + page * P.vc_sp + (I64)row * P.vc_ss;
+    for (int i = tid; i < P.heads_kv * P.head_dim; i += THREADS) {
+        const int h = i / P.head_dim, c = i % P.head_dim;
+        kc[h * P.kc_sh + c] = kn[h * P.kn_sh + c];
+    }
+    for (int i = tid; i < P.heads_kv * P.head_dim_v; i += THREADS) {
+        const int h = i / P.head_dim_v, c = i % P.head_dim_v;
+        vc[h * P.vc_sh + c] = vn[h * P.vn_sh + c];
+    }
+}

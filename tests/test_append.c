@@ -1,0 +1,214 @@
+/* fj_kv_cache_append on one backend (FJ_TEST_BACKEND): new keys and values land at each
+** sequence's length in its shuffled pages, bit for bit, nothing else in the caches changes
+** (positions beyond a sequence's pages are dropped); bad arguments are named. Without a device
+** of that backend the suite skips. */
+#define _POSIX_C_SOURCE 200809L
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "backend_suite.h"
+
+enum { B = 4, TOKENS = 3, HKV = 2, D = 24, DV = 40, PAGE = 4, MAX_PAGES = 5 };
+enum { NUM_PAGES = B * MAX_PAGES + 2 };
+
+static uint64_t next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* A host buffer of random elements of es bytes (never NaN: the top bits of each kept low). */
+static unsigned char *random_bytes(size_t elements, size_t es, uint64_t *rng)
+{
+    unsigned char *p = malloc(elements * es);
+    assert_non_null(p);
+    for (size_t i = 0; i < elements * es; i++)
+        p[i] = (unsigned char)(next(rng) & ((i % es) == es - 1 ? 0x3f : 0xff));
+    return p;
+}
+
+static void tensor4(fj_tensor *t, void *data, fj_dtype dtype, const int64_t shape[4],
+                    const int64_t stride[4])
+{
+    memset(t, 0, sizeof *t);
+    t->data = data;
+    t->dtype = dtype;
+    t->ndim = 4;
+    memcpy(t->shape, shape, sizeof t->shape);
+    memcpy(t->stride, stride, sizeof t->stride);
+}
+
+static void *upload(fj_context *ctx, const void *host, size_t bytes)
+{
+    void *dev = NULL;
+    assert_int_equal(fj_malloc(ctx, bytes, &dev), FJ_OK);
+    assert_int_equal(fj_memcpy_h2d(ctx, dev, host, bytes), FJ_OK);
+    return dev;
+}
+
+/* Appends to caches of each dtype and checks every byte of both caches. */
+static void test_append_lands_in_pages(void **state)
+{
+    fj_context *ctx = suite_context(state);
+    static const fj_dtype dtypes[] = {FJ_DTYPE_BF16, FJ_DTYPE_F16, FJ_DTYPE_F32};
+    /* Lengths before the append: empty, mid-page, and one whose last tokens fall beyond its
+    ** pages (19 + 3 > 5 pages of 4: positions 20 and 21 are dropped). */
+    static const int32_t used[B] = {0, 5, 19, 11};
+    uint64_t rng = 0x5eed;
+    for (size_t di = 0; di < 3; di++) {
+        const fj_dtype dt = dtypes[di];
+        const size_t es = fj_dtype_size(dt);
+        /* New tokens with padded token rows; caches contiguous. */
+        const int64_t kn_shape[4] = {B, TOKENS, HKV, D}, vn_shape[4] = {B, TOKENS, HKV, DV};
+        const int64_t kn_stride[4] = {TOKENS * (HKV * D + 8), HKV * D + 8, D, 1};
+        const int64_t vn_stride[4] = {TOKENS * HKV * DV, HKV * DV, DV, 1};
+        const int64_t kc_shape[4] = {NUM_PAGES, PAGE, HKV, D}, vc_shape[4] = {NUM_PAGES, PAGE, HKV, DV};
+        const int64_t kc_stride[4] = {PAGE * HKV * D, HKV * D, D, 1};
+        const int64_t vc_stride[4] = {PAGE * HKV * DV, HKV * DV, DV, 1};
+        const size_t kn_n = (size_t)(B * kn_stride[0]), vn_n = (size_t)(B * vn_stride[0]);
+        const size_t kc_n = (size_t)(NUM_PAGES * kc_stride[0]);
+        const size_t vc_n = (size_t)(NUM_PAGES * vc_stride[0]);
+        unsigned char *kn = random_bytes(kn_n, es, &rng), *vn = random_bytes(vn_n, es, &rng);
+        unsigned char *kc = random_bytes(kc_n, es, &rng), *vc = random_bytes(vc_n, es, &rng);
+        int32_t table[B * MAX_PAGES];
+        int32_t perm[NUM_PAGES];
+        for (int i = 0; i < NUM_PAGES; i++)
+            perm[i] = i;
+        for (int i = NUM_PAGES - 1; i > 0; i--) {
+            const int j = (int)(next(&rng) % (uint64_t)(i + 1));
+            const int32_t t = perm[i];
+            perm[i] = perm[j];
+            perm[j] = t;
+        }
+        memcpy(table, perm, sizeof table);
+        /* The expected caches: the old ones with the new rows written where they belong. */
+        unsigned char *want_k = malloc(kc_n * es), *want_v = malloc(vc_n * es);
+        assert_non_null(want_k);
+        assert_non_null(want_v);
+        memcpy(want_k, kc, kc_n * es);
+        memcpy(want_v, vc, vc_n * es);
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < TOKENS; t++) {
+                const int pos = used[b] + t;
+                if (pos >= MAX_PAGES * PAGE)
+                    continue;
+                const int64_t page = table[b * MAX_PAGES + pos / PAGE], row = pos % PAGE;
+                for (int h = 0; h < HKV; h++) {
+                    memcpy(want_k + (size_t)(page * kc_stride[0] + row * kc_stride[1] +
+                                             h * kc_stride[2]) * es,
+                           kn + (size_t)(b * kn_stride[0] + t * kn_stride[1] + h * kn_stride[2]) *
+                                    es,
+                           D * es);
+                    memcpy(want_v + (size_t)(page * vc_stride[0] + row * vc_stride[1] +
+                                             h * vc_stride[2]) * es,
+                           vn + (size_t)(b * vn_stride[0] + t * vn_stride[1] + h * vn_stride[2]) *
+                                    es,
+                           DV * es);
+                }
+            }
+        void *d_kn = upload(ctx, kn, kn_n * es), *d_vn = upload(ctx, vn, vn_n * es);
+        void *d_kc = upload(ctx, kc, kc_n * es), *d_vc = upload(ctx, vc, vc_n * es);
+        void *d_table = upload(ctx, table, sizeof table), *d_used = upload(ctx, used, sizeof used);
+        fj_tensor tkn, tvn, tkc, tvc;
+        tensor4(&tkn, d_kn, dt, kn_shape, kn_stride);
+        tensor4(&tvn, d_vn, dt, vn_shape, vn_stride);
+        tensor4(&tkc, d_kc, dt, kc_shape, kc_stride);
+        tensor4(&tvc, d_vc, dt, vc_shape, vc_stride);
+        const fj_tensor ttable = {.data = d_table, .dtype = FJ_DTYPE_I32, .ndim = 2,
+                                  .shape = {B, MAX_PAGES}, .stride = {MAX_PAGES, 1}};
+        const fj_tensor tused = {
+            .data = d_used, .dtype = FJ_DTYPE_I32, .ndim = 1, .shape = {B}, .stride = {1}};
+        fj_status st = fj_kv_cache_append(ctx, &tkn, &tvn, &tkc, &tvc, &ttable, &tused, NULL);
+        if (st != FJ_OK)
+            fail_msg("fj_kv_cache_append: %s", fj_context_last_error(ctx));
+        assert_int_equal(fj_synchronize(ctx, NULL), FJ_OK);
+        assert_int_equal(fj_memcpy_d2h(ctx, kc, d_kc, kc_n * es), FJ_OK);
+        assert_int_equal(fj_memcpy_d2h(ctx, vc, d_vc, vc_n * es), FJ_OK);
+        assert_memory_equal(kc, want_k, kc_n * es);
+        assert_memory_equal(vc, want_v, vc_n * es);
+        printf("  ok   %s: %d sequences x %d tokens into %d shuffled pages of %d\n",
+               dt == FJ_DTYPE_F32 ? "f32" : dt == FJ_DTYPE_F16 ? "f16" : "bf16", B, TOKENS,
+               NUM_PAGES, PAGE);
+        void *devs[6] = {d_kn, d_vn, d_kc, d_vc, d_table, d_used};
+        for (int i = 0; i < 6; i++)
+            fj_free(ctx, devs[i]);
+        free(kn);
+        free(vn);
+        free(kc);
+        free(vc);
+        free(want_k);
+        free(want_v);
+    }
+}
+
+/* Bad arguments are refused with the argument named (nothing is launched: validation comes
+** first, so the data pointers are never read). */
+static void test_bad_arguments(void **state)
+{
+    fj_context *ctx = suite_context(state);
+    /* Addresses never read, 1 MiB apart so that only the case that means to overlaps. */
+    char *a = (char *)(uintptr_t)(1u << 20);
+    const int64_t kn_shape[4] = {2, 3, 2, 8}, kc_shape[4] = {6, 4, 2, 8};
+    const int64_t kn_stride[4] = {48, 16, 8, 1}, kc_stride[4] = {64, 16, 8, 1};
+    fj_tensor kn, vn, kc, vc;
+    tensor4(&kn, a, FJ_DTYPE_BF16, kn_shape, kn_stride);
+    tensor4(&vn, a + (1 << 20), FJ_DTYPE_BF16, kn_shape, kn_stride);
+    tensor4(&kc, a + (2 << 20), FJ_DTYPE_BF16, kc_shape, kc_stride);
+    tensor4(&vc, a + (3 << 20), FJ_DTYPE_BF16, kc_shape, kc_stride);
+    fj_tensor table = {.data = a + (4 << 20), .dtype = FJ_DTYPE_I32, .ndim = 2, .shape = {2, 3},
+                       .stride = {3, 1}};
+    fj_tensor used = {
+        .data = a + (5 << 20), .dtype = FJ_DTYPE_I32, .ndim = 1, .shape = {2}, .stride = {1}};
+    fj_tensor bad;
+    /* v_cache of another dtype */
+    bad = vc;
+    bad.dtype = FJ_DTYPE_F16;
+    assert_int_equal(fj_kv_cache_append(ctx, &kn, &vn, &kc, &bad, &table, &used, NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_context_last_error(ctx), "v_cache.dtype = f16 differs"));
+    /* v_cache with another page size */
+    bad = vc;
+    bad.shape[1] = 8;
+    assert_int_equal(fj_kv_cache_append(ctx, &kn, &vn, &kc, &bad, &table, &used, NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_context_last_error(ctx), "v_cache.shape[1] (page_size"));
+    /* a page table of another dtype, or batch */
+    bad = table;
+    bad.dtype = FJ_DTYPE_F32;
+    assert_int_equal(fj_kv_cache_append(ctx, &kn, &vn, &kc, &vc, &bad, &used, NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_context_last_error(ctx), "page_table.dtype = f32, expected i32"));
+    bad = table;
+    bad.shape[0] = 3;
+    assert_int_equal(fj_kv_cache_append(ctx, &kn, &vn, &kc, &vc, &bad, &used, NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_context_last_error(ctx), "page_table.shape[0] (batch"));
+    /* seqused_k missing */
+    assert_int_equal(fj_kv_cache_append(ctx, &kn, &vn, &kc, &vc, &table, NULL, NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_context_last_error(ctx), "seqused_k is NULL"));
+    /* the new keys inside the cache */
+    bad = kn;
+    bad.data = kc.data;
+    assert_int_equal(fj_kv_cache_append(ctx, &bad, &vn, &kc, &vc, &table, &used, NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_context_last_error(ctx), "k_cache overlaps k_new"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_append_lands_in_pages),
+        cmocka_unit_test(test_bad_arguments),
+    };
+    return suite_run("append", tests);
+}
