@@ -162,6 +162,23 @@ static void test_paged(void **state)
     run_cases(state, cases, n, 1);
 }
 
+/* DeepSeek's MLA decode shape: one latent kv head of 576 whose first 512 dims are also v (v a
+** view of k), 16 or 128 query heads, paged by 64, dense too. */
+static void test_mla(void **state)
+{
+    fjh_case cases[3];
+    for (int i = 0; i < 3; i++) {
+        cases[i] = decode_case(i == 2 ? 2 : 1, 700, i == 1 ? 128 : 16, 1, 576, FJ_DTYPE_BF16);
+        cases[i].head_dim_v = 512;
+        cases[i].batch = 4;
+        cases[i].v_in_k = 1;
+        cases[i].paged = i < 2 ? 64 : 0;
+        cases[i].desc.causal = i == 2;
+        cases[i].desc.num_splits = i == 1 ? 0 : 5;
+    }
+    run_cases(state, cases, 3, 1);
+}
+
 /* What the decode kernel does not take runs on the forward kernels: 17 query rows, a bias, a
 ** mask_mod. */
 static void test_other_requests_keep_the_forward(void **state)
@@ -199,6 +216,7 @@ int main(void)
         cmocka_unit_test(test_head_dims_dtypes_layouts),
         cmocka_unit_test(test_varlen),
         cmocka_unit_test(test_paged),
+        cmocka_unit_test(test_mla),
         cmocka_unit_test(test_other_requests_keep_the_forward),
         cmocka_unit_test(test_bad_num_splits),
     };

@@ -70,7 +70,9 @@ static int usage(FILE *f)
         "  --splits N              decode (seqlen-q <= 16): split the keys N ways (1-64;\n"
         "                          0 [default]: the plan's choice)\n"
         "  --paged N               k and v as a paged KV cache of N-key pages (shuffled page\n"
-        "                          table; sequences of seqlen-k, 0, 1 and random keys)\n");
+        "                          table; sequences of seqlen-k, 0, 1 and random keys)\n"
+        "  --mla                   MLA's shape: one kv head of 576 dims whose first 512 are v\n"
+        "                          (v a view of k); sets --head-dim, --head-dim-v, --kv-heads\n");
     return 2;
 }
 
@@ -241,6 +243,7 @@ static int cmd_run(int argc, char **argv)
         O_BLOCKS,
         O_SPLITS,
         O_PAGED,
+        O_MLA,
         O_SHIPPED,
         O_TRUSTED,
         O_HELP
@@ -262,6 +265,7 @@ static int cmd_run(int argc, char **argv)
                                          {"softcap", required_argument, 0, O_SOFTCAP},
                                          {"splits", required_argument, 0, O_SPLITS},
                                          {"paged", required_argument, 0, O_PAGED},
+                                         {"mla", no_argument, 0, O_MLA},
                                          {"scale", required_argument, 0, O_SCALE},
                                          {"layout", required_argument, 0, O_LAYOUT},
                                          {"no-lse", no_argument, 0, O_NOLSE},
@@ -361,6 +365,12 @@ static int cmd_run(int argc, char **argv)
             if (INT_ARG(1, 65536))
                 return 2;
             c.paged = (int)value;
+            break;
+        case O_MLA: /* DeepSeek's latent cache: one kv head of 576, v its first 512 dims */
+            c.head_dim = 576;
+            head_dim_v = 512;
+            kv_heads = 1;
+            c.v_in_k = 1;
             break;
         case O_SCALE:
             if (fjt_parse_float("scale", optarg, &c.desc.softmax_scale))

@@ -66,6 +66,8 @@ void fjh_describe(const fjh_case *c, char *buf, size_t size)
         used += (size_t)snprintf(buf + used, size - used, " splits=%d", (int)c->desc.num_splits);
     if (c->paged > 0 && used < size)
         used += (size_t)snprintf(buf + used, size - used, " paged=%d", c->paged);
+    if (c->v_in_k && used < size)
+        used += (size_t)snprintf(buf + used, size - used, " v=k[..dv]");
     if (c->varlen && used < size)
         used += (size_t)snprintf(buf + used, size - used, " varlen%s",
                                  c->varlen == 2 ? "+seqused_k" : "");
@@ -190,14 +192,11 @@ static int64_t offset4(const fj_tensor *t, int64_t a, int64_t b, int64_t c, int6
 
 /* Fills all storage of h with random values of its dtype and, when dense is not NULL, returns
 ** the logical values as dense [b, s, h, dim] doubles and floats (for the reference). */
-static void fill_random(htensor *h, uint64_t *rng, double **dense, float **densef)
+/* The reference's contiguous copies of h's values (double and float), allocated. */
+static void dense_of(const htensor *h, double **dense, float **densef)
 {
-    fj_tensor *t = &h->t;
+    const fj_tensor *t = &h->t;
     size_t es = fj_dtype_size(t->dtype);
-    for (size_t i = 0; i < h->elements; i++)
-        fjr_store(t->dtype, h->host + i * es, (float)normal(rng));
-    if (!dense)
-        return;
     size_t n = (size_t)(t->shape[0] * t->shape[1] * t->shape[2] * t->shape[3]);
     *dense = xmalloc(n * sizeof **dense, "the reference's inputs");
     *densef = xmalloc(n * sizeof **densef, "the reference's inputs");
@@ -210,6 +209,37 @@ static void fill_random(htensor *h, uint64_t *rng, double **dense, float **dense
                     (*densef)[idx] = x;
                     (*dense)[idx] = x;
                 }
+}
+
+static void fill_random(htensor *h, uint64_t *rng, double **dense, float **densef)
+{
+    fj_tensor *t = &h->t;
+    size_t es = fj_dtype_size(t->dtype);
+    for (size_t i = 0; i < h->elements; i++)
+        fjr_store(t->dtype, h->host + i * es, (float)normal(rng));
+    if (dense)
+        dense_of(h, dense, densef);
+}
+
+/* v's values made k's first head_dim_v dims (MLA: v is a view of k). */
+static void v_from_k(const htensor *k, htensor *v)
+{
+    const fj_tensor *kt = &k->t, *vt = &v->t;
+    const size_t es = fj_dtype_size(kt->dtype);
+    for (int64_t a = 0; a < vt->shape[0]; a++)
+        for (int64_t b = 0; b < vt->shape[1]; b++)
+            for (int64_t c = 0; c < vt->shape[2]; c++)
+                for (int64_t d = 0; d < vt->shape[3]; d++)
+                    memcpy(v->host + (size_t)offset4(vt, a, b, c, d) * es,
+                           k->host + (size_t)offset4(kt, a, b, c, d) * es, es);
+}
+
+/* The view of k that reads its first head_dim_v dims as v. */
+static fj_tensor v_view_of(const fj_tensor *k, int64_t head_dim_v)
+{
+    fj_tensor v = *k;
+    v.shape[v.ndim - 1] = head_dim_v;
+    return v;
 }
 
 /* A tensor of any rank with the given shape and strides (0 broadcasts), host storage allocated
@@ -650,6 +680,13 @@ static void check(const fjh_case *c, const fjr_problem *p, const htensor *out, c
 fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
 {
     memset(r, 0, sizeof *r);
+    if (c->v_in_k && (c->head_dim_v > c->head_dim || c->varlen)) {
+        r->status = FJ_ERR_INVALID_ARGUMENT;
+        snprintf(r->why, sizeof r->why, "v as a view of k needs head_dim_v <= head_dim, dense "
+                                        "or paged");
+        snprintf(r->error, sizeof r->error, "%s", r->why);
+        return r->status;
+    }
     r->seed = c->seed;
     if (!r->seed) {
         struct timespec ts;
@@ -699,6 +736,14 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
     fill_random(&q, &rng, dense ? &qd : NULL, &qf);
     fill_random(&k, &rng, dense ? &kd : NULL, &kf);
     fill_random(&v, &rng, dense ? &vd : NULL, &vf);
+    if (c->v_in_k) { /* v's values are k's first dims; the library reads them through k */
+        v_from_k(&k, &v);
+        if (dense) {
+            free(vd);
+            free(vf);
+            dense_of(&v, &vd, &vf);
+        }
+    }
     if (c->varlen == 2) { /* after the reference's copies, which never read these rows */
         poison_unused_keys(&k, &pk);
         poison_unused_keys(&v, &pk);
@@ -737,6 +782,8 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
         kt = pg.k.t;
         vt = pg.v.t;
     }
+    if (c->v_in_k)
+        vt = v_view_of(&kt, c->head_dim_v);
     fj_tensor *lse_t = c->with_lse ? &lt : NULL;
     /* The expressions' arguments go to the device; the reference reads the host copy. */
     fj_attention_desc desc = c->desc;

@@ -102,6 +102,7 @@ typedef struct fjh_case {
     int paged;    /* > 0: k and v as a paged KV cache of pages of this many keys, in a shuffled
                   ** page order with spare pages; sequences of seqlen_k, 0, 1 and random keys
                   ** (seqused_k); unused rows and pages hold NaN */
+    int v_in_k;   /* 1: v is a view of k's first head_dim_v dims (MLA's latent cache) */
 } fjh_case;
 
 typedef struct fjh_result {
