@@ -4,6 +4,8 @@
 **   bench_host overhead [--backend B]               memoised per-call host time of
 **                                                   fj_attention_forward (validation, plan, lookup,
 **                                                   launch), median over many calls
+** --seqlen-q N (default 64) sets the query rows: 1 times a decode call (on tensor-core GPUs
+** with FLASHJIT_CONFIG=path=decode, as they keep decode on the forward kernels by default).
 ** bench/first_call.sh runs `first` cold and warm in fresh processes. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -37,17 +39,22 @@ int main(int argc, char **argv)
 {
     if (argc < 2)
         return fprintf(stderr, "usage: bench_host first|overhead [--backend cuda|opencl] "
-                               "[--cache PATH]\n"),
+                               "[--cache PATH] [--seqlen-q N]\n"),
                2;
     fj_context_options o;
     fj_context_options_init(&o);
     o.cache_path = ":memory:";
+    int sq = 64;
     for (int i = 2; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--backend"))
             o.backend = !strcmp(argv[i + 1], "cuda") ? FJ_BACKEND_CUDA : FJ_BACKEND_OPENCL;
         else if (!strcmp(argv[i], "--cache"))
             o.cache_path = argv[i + 1];
+        else if (!strcmp(argv[i], "--seqlen-q"))
+            sq = atoi(argv[i + 1]);
     }
+    if (sq < 1 || sq > 64)
+        return fprintf(stderr, "bench_host: --seqlen-q takes 1 to 64\n"), 2;
     double t0 = now_ms();
     fj_context *ctx = NULL;
     fj_status st = fj_context_create(&o, &ctx);
@@ -77,6 +84,7 @@ int main(int argc, char **argv)
     tk.data = k;
     tv.data = v;
     to.data = out;
+    tq.shape[1] = to.shape[1] = sq; /* the first sq rows */
     fj_attention_desc desc;
     fj_attention_desc_init(&desc);
     desc.causal = 1;
