@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds and tests flashjit on a machine without apt (the GPU machine), against the packages
 # that scripts/device-deps.sh extracted into .deps/root; then benchmarks. Logs go to $OUT (or
-# ./out). Usage: scripts/device-test.sh [smoke|test|bench|all] [extra bench arguments...]
+# ./out). Usage: scripts/device-test.sh [smoke|test|bench|decode|all] [extra bench arguments...]
 # smoke: a few `flashjit run` checks, each under a time limit (a kernel that hangs is killed).
+# decode: the decode, paged, MLA and append suites, compute-sanitizer on paged decode and append,
+# and bench/bench_decode.py on the decode kernel and on the default path (not part of all).
 # CTEST_LABEL=gpu runs only the tests with that label.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -69,6 +71,30 @@ if [ "$what" = test ] || [ "$what" = all ]; then
         bench/sass_check.sh $build > "$out/sass.log" 2>&1 || status=1
         tail -1 "$out/sass.log"
     fi
+fi
+if [ "$what" = decode ]; then
+    (cd $build && ctest --output-on-failure --timeout 300 -R "test_(decode|append|merge)_cuda") \
+        > "$out/ctest_decode.log" 2>&1 || status=1
+    grep -E "Test +#|tests passed" "$out/ctest_decode.log"
+    for args in "--seqlen-q 2 --seqlen-k 300 --paged 16 --causal --splits 3" \
+                "--seqlen-q 1 --seqlen-k 700 --mla --heads 16 --paged 64 --splits 5"; do
+        if FLASHJIT_CONFIG=path=decode compute-sanitizer --tool memcheck --error-exitcode 3 \
+            $build/flashjit run --backend cuda --reps 1 --batch 5 --heads 8 --kv-heads 2 $args \
+            > "$out/sanitizer.tmp" 2>&1; then
+            echo "compute-sanitizer memcheck clean: $args"
+        else
+            echo "compute-sanitizer memcheck FAILED: $args"; tail -20 "$out/sanitizer.tmp"; status=1
+        fi
+    done | tee "$out/sanitizer_decode.log"
+    grep -q FAILED "$out/sanitizer_decode.log" && status=1
+    compute-sanitizer --tool memcheck --error-exitcode 3 $build/test_append_cuda \
+        > "$out/sanitizer.tmp" 2>&1 && echo "compute-sanitizer memcheck clean: test_append_cuda" ||
+        { echo "compute-sanitizer memcheck FAILED: test_append_cuda"; status=1; }
+    for config in path=decode ""; do
+        echo "== FLASHJIT_CONFIG=$config"
+        FLASHJIT_CONFIG=$config PYTHONUNBUFFERED=1 python3 bench/bench_decode.py \
+            --lib $build/libflashjit.so --out "$out" "$@" 2>&1 | tee -a "$out/bench_decode.log"
+    done
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
     PYTHONUNBUFFERED=1 python3 bench/bench_fwd.py --lib $build/libflashjit.so --out "$out" "$@" \
