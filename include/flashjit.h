@@ -285,6 +285,9 @@ typedef struct fj_attention_desc {
     ** into [0, num_pages). Runs on the decode kernel (any seqlen_q); not with variable lengths,
     ** score terms or element masks. */
     const fj_tensor *page_table;
+    /* fj_attention_backward: 1 gives bit-identical gradients run to run (no floating-point
+    ** atomics in a varying order); 0 (default) lets the plan use them. */
+    int32_t deterministic;
 } fj_attention_desc;
 
 /* Fills *desc with the defaults (plain non-causal attention) and sets struct_size. NULL is a
@@ -310,6 +313,26 @@ FJ_API void fj_attention_desc_init(fj_attention_desc *desc);
 FJ_API fj_status fj_attention_forward(fj_context *ctx, const fj_attention_desc *desc,
                                       const fj_tensor *q, const fj_tensor *k, const fj_tensor *v,
                                       fj_tensor *out, fj_tensor *lse, void *stream);
+
+/* The gradients of fj_attention_forward: from dout (the loss's gradient with respect to out),
+** dq, dk and dv. desc, q, k, v, out and lse exactly as passed to and written by the forward (lse
+** is required); dout like out; dq like q, dk like k, dv like v (same dtype and shapes, any
+** strides with a contiguous last dimension; none may overlap another tensor of the call).
+** Grouped-query: dk and dv sum over each kv head's query heads. Every score and mask feature of
+** the forward is honoured (the gradient goes through soft-capping; ALiBi, bias and masks are
+** constants) except score_mod (FJ_ERR_UNSUPPORTED until its gradient exists); rows that see no
+** key get zero gradients. The kernels recompute the scores from q, k and lse (no N x N
+** storage): D = rowsum(dout * out) first, then dk and dv per key block, then dq per query block;
+** neither uses atomics, so the result is deterministic whatever desc.deterministic says.
+** Runs on the SIMT kernels so far (OpenCL, and CUDA without tensor cores); not with variable
+** lengths or a paged cache yet (FJ_ERR_UNSUPPORTED).
+** Returns FJ_ERR_INVALID_ARGUMENT naming the bad field, FJ_ERR_UNSUPPORTED, FJ_ERR_TEMPLATE,
+** FJ_ERR_COMPILE, FJ_ERR_BACKEND, FJ_ERR_OUT_OF_MEMORY. */
+FJ_API fj_status fj_attention_backward(fj_context *ctx, const fj_attention_desc *desc,
+                                       const fj_tensor *q, const fj_tensor *k, const fj_tensor *v,
+                                       const fj_tensor *out, const fj_tensor *dout,
+                                       const fj_tensor *lse, fj_tensor *dq, fj_tensor *dk,
+                                       fj_tensor *dv, void *stream);
 
 /* Merges attention states: outs[i] and lses[i] (i < n) are the output and log-sum-exp of
 ** attention over disjoint sets of keys (split-KV partials, a shared prefix and the rest, one

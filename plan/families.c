@@ -9,3 +9,4 @@ FJ__PARAM_LAYOUT(fj__merge_slot, "fj_merge_slot", FJ__MERGE_SLOT_PARAMS);
 FJ__PARAM_LAYOUT(fj__merge_params, "fj_merge_params", FJ__MERGE_PARAMS);
 FJ__PARAM_LAYOUT(fj__decode_params, "fj_decode_params", FJ__DECODE_PARAMS);
 FJ__PARAM_LAYOUT(fj__append_params, "fj_append_params", FJ__APPEND_PARAMS);
+FJ__PARAM_LAYOUT(fj__bwd_params, "fj_bwd_params", FJ__BWD_PARAMS);

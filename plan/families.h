@@ -170,6 +170,32 @@ FJ__PARAM_STRUCT(fj__merge_params, FJ__MERGE_PARAMS);
     X(T, I32, num_pages, 0)
 FJ__PARAM_STRUCT(fj__decode_params, FJ__DECODE_PARAMS);
 
+/* The backward (attn_bwd.lua): the forward's block (q, k, v, out, lse and everything that
+** decides the scores); dout [b, sq, hq, dv] and the gradients dq, dk, dv (shaped as q, k, v)
+** with their batch, row and head strides; D = rowsum(dout * out), an f32 workspace
+** [b, hq, sq]; the softmax scale (natural units: dS's factor). */
+#define FJ__BWD_PARAMS(X, T)                                                                       \
+    X(T, BLOCK, fwd, fj__fwd_params)                                                               \
+    X(T, PTR, dout, "const o_t")                                                                   \
+    X(T, PTR, dq, "q_t")                                                                           \
+    X(T, PTR, dk, "kv_t")                                                                          \
+    X(T, PTR, dv, "kv_t")                                                                          \
+    X(T, PTR, delta, "float")                                                                      \
+    X(T, I64, do_sb, 0)                                                                            \
+    X(T, I64, do_ss, 0)                                                                            \
+    X(T, I64, do_sh, 0)                                                                            \
+    X(T, I64, dq_sb, 0)                                                                            \
+    X(T, I64, dq_ss, 0)                                                                            \
+    X(T, I64, dq_sh, 0)                                                                            \
+    X(T, I64, dk_sb, 0)                                                                            \
+    X(T, I64, dk_ss, 0)                                                                            \
+    X(T, I64, dk_sh, 0)                                                                            \
+    X(T, I64, dv_sb, 0)                                                                            \
+    X(T, I64, dv_ss, 0)                                                                            \
+    X(T, I64, dv_sh, 0)                                                                            \
+    X(T, F32, scale, 0)
+FJ__PARAM_STRUCT(fj__bwd_params, FJ__BWD_PARAMS);
+
 /* Appending to a paged KV cache (kv_append.lua): the new keys and values [b, tokens, hkv, d]
 ** with batch, token and head strides; the caches [num_pages, page_size, hkv, d] with page, row
 ** and head strides; the page table [b, max_pages] (batch stride) and seqused_k [b]. */

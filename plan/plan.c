@@ -46,5 +46,9 @@ fj_status fj__plan_fill(const fj__plan *plan, int i, const void *request, void *
         fj__append_fill(request, params);
         return FJ_OK;
     }
+    if (plan->kind == FJ__PLAN_BACKWARD) {
+        fj__bwd_fill(plan, request, ws, params);
+        return FJ_OK;
+    }
     return fj__fwd_fill(plan, i, request, ws, tmap, tmap_ud, params);
 }

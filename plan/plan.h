@@ -6,7 +6,8 @@
 ** The forward plan: [zero the tile counter] [classify the masks' blocks] forward.
 ** The decode plan: the decode kernel, and with split keys a merge of the splits' states.
 ** The merge plan: one merge of up to 8 states, or a chain of them through an f32 workspace.
-** The append plan: one launch writing new keys and values into a paged KV cache. */
+** The append plan: one launch writing new keys and values into a paged KV cache.
+** The backward plan: D = rowsum(dout * out), then dk and dv, then dq. */
 #ifndef FJ_PLAN_PLAN_H
 #define FJ_PLAN_PLAN_H
 
@@ -50,7 +51,8 @@ typedef struct fj__workspace {
 typedef enum fj__plan_kind {
     FJ__PLAN_FORWARD = 0, /* from an fj__problem */
     FJ__PLAN_MERGE = 1,   /* from an fj__merge_problem */
-    FJ__PLAN_APPEND = 2   /* from an fj__append_problem */
+    FJ__PLAN_APPEND = 2,  /* from an fj__append_problem */
+    FJ__PLAN_BACKWARD = 3 /* from an fj__bwd_problem */
 } fj__plan_kind;
 
 typedef struct fj__plan {
@@ -80,6 +82,10 @@ typedef struct fj__plan {
         int ws_o, ws_l;
         int32_t splits, keys_per_split, row_tiles;
     } decode;
+    /* The backward's workspace of D = rowsum(dout * out), [batch, heads_q, seqlen_q]. */
+    struct {
+        int delta;
+    } bwd;
 } fj__plan;
 
 /* Building blocks of the planners (plan.c): a workspace (its index; 256-byte aligned in the
@@ -132,13 +138,17 @@ typedef fj_status (*fj__tmap_fn)(void *ud, int role, const fj__tensor_map_desc *
 fj_status fj__plan_merge(const fj__merge_problem *p, fj_backend_kind backend, fj__plan *plan,
                          fj__err *err);
 
+/* The backward plan of f on dev (bwd.c): D, then dk and dv, then dq (attn_bwd.lua). */
+fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, fj__plan *plan,
+                            fj__err *err);
+
 /* The plan of an append to a paged KV cache (append.c): one launch. */
 fj_status fj__plan_append(const fj__append_problem *p, fj_backend_kind backend, fj__plan *plan,
                           fj__err *err);
 
 /* Fills the parameter block of kernel step i of plan for its request (an fj__problem for a
-** forward plan, an fj__merge_problem for a merge, an fj__append_problem for an append; see
-** plan->kind), whose workspaces start at ws[] (device pointers); params has room for
+** forward plan, an fj__merge_problem for a merge, an fj__append_problem for an append, an
+** fj__bwd_problem for a backward; see plan->kind), whose workspaces start at ws[] (device pointers); params has room for
 ** FJ__MAX_PARAMS_BYTES. */
 fj_status fj__plan_fill(const fj__plan *plan, int i, const void *request, void *const *ws,
                         fj__tmap_fn tmap, void *tmap_ud, void *params, fj__err *err);
@@ -149,6 +159,7 @@ fj_status fj__fwd_fill(const fj__plan *plan, int i, const fj__problem *p, void *
 void fj__decode_fill(const fj__plan *plan, int i, const fj__problem *p, void *const *ws,
                      void *params);
 void fj__append_fill(const fj__append_problem *p, void *params);
+void fj__bwd_fill(const fj__plan *plan, const fj__bwd_problem *p, void *const *ws, void *params);
 /* The forward family's block of p (fwd.c), for the families that embed it. */
 void fj__fill_fwd_params(const fj__plan *plan, const fj__problem *p, void *const *ws,
                          fj__fwd_params *F);

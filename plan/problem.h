@@ -45,6 +45,15 @@ typedef struct fj__problem {
     int64_t num_pages, page_size;
 } fj__problem;
 
+/* A validated backward: the forward's problem and the gradients' tensors with their batch, row
+** and head strides (dout, dq, dk, dv). */
+typedef struct fj__bwd_problem {
+    fj__problem f;
+    const fj_tensor *dout, *dq, *dk, *dv;
+    int64_t grad_strides[4][3];
+    int32_t deterministic;
+} fj__bwd_problem;
+
 /* The tensors of a problem by role, in the order of fj__features' per-tensor flags. */
 enum { FJ__T_Q, FJ__T_K, FJ__T_V, FJ__T_OUT };
 

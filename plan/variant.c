@@ -19,6 +19,8 @@ const char *fj__variant_template(const fj__variant *v)
         return "attn_decode.lua";
     if (v->family == FJ__FAMILY_APPEND)
         return "kv_append.lua";
+    if (v->family == FJ__FAMILY_BWD)
+        return "attn_bwd.lua";
     switch (v->path) {
     case FJ__PATH_MMA: return "attn_fwd_mma.cu.lua";
     case FJ__PATH_WGMMA: return "attn_fwd_wgmma.cu.lua";
@@ -32,6 +34,9 @@ const char *fj__variant_entry(const fj__variant *v)
            : v->family == FJ__FAMILY_MERGE  ? "fj_attn_merge"
            : v->family == FJ__FAMILY_DECODE ? "fj_attn_decode"
            : v->family == FJ__FAMILY_APPEND ? "fj_kv_append"
+           : v->family == FJ__FAMILY_BWD    ? (v->stage == 1   ? "fj_attn_bwd_dot"
+                                               : v->stage == 2 ? "fj_attn_bwd_dkdv"
+                                                               : "fj_attn_bwd_dq")
                                             : "fj_attn_fwd";
 }
 
@@ -45,6 +50,8 @@ const fj__playout *fj__variant_layout(const fj__variant *v)
         return &fj__decode_params_layout;
     if (v->family == FJ__FAMILY_APPEND)
         return &fj__append_params_layout;
+    if (v->family == FJ__FAMILY_BWD)
+        return &fj__bwd_params_layout;
     return v->path == FJ__PATH_WGMMA ? &fj__fwd_tma_params_layout : &fj__fwd_params_layout;
 }
 
@@ -58,6 +65,8 @@ const char *fj__variant_path(const fj__variant *v)
         return v->backend == FJ_BACKEND_CUDA ? "cuda.decode" : "opencl.decode";
     if (v->family == FJ__FAMILY_APPEND)
         return v->backend == FJ_BACKEND_CUDA ? "cuda.kv_append" : "opencl.kv_append";
+    if (v->family == FJ__FAMILY_BWD)
+        return v->backend == FJ_BACKEND_CUDA ? "cuda.bwd.simt" : "opencl.bwd.simt";
     if (v->backend == FJ_BACKEND_CUDA)
         return v->path == FJ__PATH_WGMMA ? "cuda.fwd.wgmma"
                : v->path == FJ__PATH_MMA ? "cuda.fwd.mma"
@@ -79,6 +88,11 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
 {
     const uint32_t qs = (uint32_t)fj_dtype_size((fj_dtype)v->q_dtype);
     const uint32_t kvs = (uint32_t)fj_dtype_size((fj_dtype)v->kv_dtype);
+    if (v->family == FJ__FAMILY_BWD) /* attn_bwd.lua's Smem of each stage: floats only */
+        return v->stage == 2 ? 4u * (uint32_t)(v->tile_m * (v->head_dim_pad + v->head_dim_v_pad) +
+                                               2 * v->tile_m)
+               : v->stage == 3 ? 4u * (uint32_t)(v->tile_n * (v->head_dim_pad + v->head_dim_v_pad))
+                               : 0u;
     if (v->family == FJ__FAMILY_DECODE) /* attn_decode.lua's Smem: floats only */
         return 4u * (uint32_t)(v->tile_m * v->head_dim_pad + v->tile_n * (v->head_dim_pad + 1) +
                                v->tile_n * v->head_dim_v_pad + v->tile_m * v->tile_n +
@@ -126,6 +140,14 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
         return v->threads == 128 && v->inputs >= 0 && v->inputs <= FJ__MERGE_SLOTS;
     if (v->family == FJ__FAMILY_APPEND)
         return v->threads == 128;
+    if (v->family == FJ__FAMILY_BWD) { /* static shared memory, as the SIMT forward's */
+        uint64_t budget = dev->local_memory ? dev->local_memory : 32768;
+        const uint64_t cap = dev->backend == FJ_BACKEND_CUDA ? 48 * 1024 : 64 * 1024;
+        budget = budget < cap ? budget : cap;
+        return v->stage >= 1 && v->stage <= 3 && v->tile_m >= 1 && v->tile_n >= 1 &&
+               v->threads == (v->stage == 2 ? v->tile_n : v->tile_m) &&
+               fj__variant_shared_bytes(v) <= budget;
+    }
     if (v->family == FJ__FAMILY_DECODE) /* static shared memory: 48 KiB on CUDA */
         return v->threads == 128 && v->tile_m >= 1 && v->tile_m <= 128 && v->tile_n >= 8 &&
                v->tile_n <= 64 && fj__variant_shared_bytes(v) <= FJ__DECODE_MAX_SHARED &&
@@ -306,6 +328,7 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_TPL_PARAMS])
     BOOL_PARAM(block_mask);
     BOOL_PARAM(bias_tma);
     BOOL_PARAM(partial);
+    INT_PARAM(stage);
     BOOL_PARAM(paged);
     BOOL_PARAM(local_mask);
     BOOL_PARAM(softcap);

@@ -13,13 +13,14 @@
 ** masks (attn_classify.lua), a step before the Hopper forward; MERGE: attention states combined
 ** by their log-sum-exps (attn_merge.lua); DECODE: forwards of a few query rows per sequence,
 ** grouped-query heads packed, keys split (attn_decode.lua); APPEND: keys and values written
-** into a paged KV cache (kv_append.lua). */
+** into a paged KV cache (kv_append.lua); BWD: the backward's stages (attn_bwd.lua). */
 typedef enum fj__kernel_family {
     FJ__FAMILY_FWD = 1,
     FJ__FAMILY_CLASSIFY = 2,
     FJ__FAMILY_MERGE = 3,
     FJ__FAMILY_DECODE = 4,
-    FJ__FAMILY_APPEND = 5
+    FJ__FAMILY_APPEND = 5,
+    FJ__FAMILY_BWD = 6
 } fj__kernel_family;
 
 /* The kernel designs of the forward family. */
@@ -73,6 +74,7 @@ typedef struct fj__variant {
     uint8_t bias_tma;     /* WGMMA: bias tiles copied by TMA into shared memory with K's */
     uint8_t partial;      /* DECODE: writes each split's state to the workspace for a merge */
     uint8_t paged;        /* DECODE: k and v are pages of a KV cache found through a table */
+    uint8_t stage;        /* BWD: 1 D = rowsum(dout * out), 2 dk and dv, 3 dq */
     const char *mask_mod; /* canonical expression texts, interned by the context (NULL: none) */
     const char *score_mod;
 } fj__variant;

@@ -40,7 +40,8 @@ class _AttentionDesc(ctypes.Structure):
                 ("cu_seqlens_k", ctypes.POINTER(_Tensor)), ("seqused_k", ctypes.POINTER(_Tensor)),
                 ("max_seqlen_q", ctypes.c_int64), ("max_seqlen_k", ctypes.c_int64),
                 ("mask_ranges", ctypes.POINTER(_Tensor)), ("block_mask", ctypes.POINTER(_Tensor)),
-                ("num_splits", ctypes.c_int32), ("page_table", ctypes.POINTER(_Tensor))]
+                ("num_splits", ctypes.c_int32), ("page_table", ctypes.POINTER(_Tensor)),
+                ("deterministic", ctypes.c_int32)]
 
 
 class _CallInfo(ctypes.Structure):
@@ -79,6 +80,8 @@ def _load(path=None):
                                        ctypes.c_void_p]
     lib.fj_kv_cache_append.argtypes = [ctypes.c_void_p] + [ctypes.POINTER(_Tensor)] * 6 + \
         [ctypes.c_void_p]
+    lib.fj_attention_backward.argtypes = [ctypes.c_void_p, ctypes.POINTER(_AttentionDesc)] + \
+        [ctypes.POINTER(_Tensor)] * 9 + [ctypes.c_void_p]
     lib.fj_context_last_call.argtypes = [ctypes.c_void_p, ctypes.POINTER(_CallInfo)]
     return lib
 
@@ -182,6 +185,45 @@ class Context:
             raise FlashjitError(self.lib.fj_status_string(st).decode() + ": " +
                                 self.lib.fj_context_last_error(self.handle).decode())
         return out
+
+    def backward(self, q, k, v, out, dout, lse, dq=None, dk=None, dv=None, causal=False,
+                 window=(-1, -1), softcap=0.0, scale=0.0, mask_mod=None, mod_args=None,
+                 alibi_slopes=None, bias=None, mask=None, mask_ranges=None, block_mask=None,
+                 deterministic=False, stream=None):
+        """The gradients of forward() (see fj_attention_backward): q, k, v, out and lse as the
+        forward had and wrote them (same options), dout the gradient of out; returns (dq, dk,
+        dv), allocating what is not given."""
+        import torch
+        dq = torch.empty_like(q) if dq is None else dq
+        dk = torch.empty_like(k) if dk is None else dk
+        dv = torch.empty_like(v) if dv is None else dv
+        desc = _AttentionDesc()
+        self.lib.fj_attention_desc_init(ctypes.byref(desc))
+        desc.causal = int(causal)
+        desc.window_left, desc.window_right = window
+        desc.softcap = softcap
+        desc.softmax_scale = scale
+        desc.deterministic = int(deterministic)
+        if mask_mod is not None:
+            desc.mask_mod = mask_mod.encode()
+        if mod_args is not None:
+            desc.mod_args = mod_args.data_ptr()
+            desc.mod_args_count = mod_args.numel()
+        terms = {}
+        for name, t in (("alibi_slopes", alibi_slopes), ("bias", bias), ("mask", mask),
+                        ("mask_ranges", mask_ranges), ("block_mask", block_mask)):
+            if t is not None:
+                terms[name] = _tensor(t)
+                setattr(desc, name, ctypes.pointer(terms[name]))
+        if stream is None and q.is_cuda:
+            stream = torch.cuda.current_stream(q.device).cuda_stream
+        ts = [_tensor(t) for t in (q, k, v, out, dout, lse, dq, dk, dv)]
+        st = self.lib.fj_attention_backward(self.handle, ctypes.byref(desc),
+                                            *[ctypes.byref(t) for t in ts], stream)
+        if st != 0:
+            raise FlashjitError(self.lib.fj_status_string(st).decode() + ": " +
+                                self.lib.fj_context_last_error(self.handle).decode())
+        return dq, dk, dv
 
     def kv_cache_append(self, k_new, v_new, k_cache, v_cache, page_table, seqused_k,
                         stream=None):

@@ -90,6 +90,16 @@ fj_status fj__validate_merge(const fj_tensor *outs, const fj_tensor *lses, int32
                              const fj_tensor *out, const fj_tensor *lse, fj__merge_problem *p,
                              fj__err *err);
 
+/* Checks every argument of fj_attention_backward and fills *p (the forward's checks first). */
+fj_status fj__validate_backward(const fj_attention_desc *desc, const fj_tensor *q,
+                                const fj_tensor *k, const fj_tensor *v, const fj_tensor *out,
+                                const fj_tensor *dout, const fj_tensor *lse, const fj_tensor *dq,
+                                const fj_tensor *dk, const fj_tensor *dv, fj__bwd_problem *p,
+                                fj__err *err);
+fj_status fj__validate_backward_memory(const fj__bwd_problem *p,
+                                       const struct fj_backend_ops *ops, void *backend,
+                                       fj__err *err);
+
 /* Checks every argument of fj_kv_cache_append and fills *p. */
 fj_status fj__validate_append(const fj_tensor *k_new, const fj_tensor *v_new,
                               const fj_tensor *k_cache, const fj_tensor *v_cache,

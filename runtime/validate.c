@@ -116,7 +116,7 @@ static fj_status check_desc(const fj_attention_desc *in, fj_attention_desc *d, f
                                   END(bias),         END(mask),           END(cu_seqlens_q),
                                   END(cu_seqlens_k), END(seqused_k),      END(max_seqlen_q),
                                   END(max_seqlen_k), END(mask_ranges),    END(block_mask),
-                                  END(num_splits),   END(page_table)};
+                                  END(num_splits),   END(page_table),     END(deterministic)};
 #undef END
     if (in->struct_size < FJ__DESC_V1_SIZE || in->struct_size > sizeof *d ||
         !fj__size_on_field_end(in->struct_size, ends, (int)(sizeof ends / sizeof ends[0]),
@@ -134,6 +134,9 @@ static fj_status check_desc(const fj_attention_desc *in, fj_attention_desc *d, f
     if (d->causal != 0 && d->causal != 1)
         return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "desc.causal = %d, expected 0 or 1",
                         (int)d->causal);
+    if (d->deterministic != 0 && d->deterministic != 1)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "desc.deterministic = %d, expected 0 or 1",
+                        (int)d->deterministic);
     if (d->num_splits < 0 || d->num_splits > FJ__DECODE_MAX_SPLITS)
         return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
                         "desc.num_splits = %d, expected 0 (automatic) to %d", (int)d->num_splits,
@@ -828,6 +831,85 @@ fj_status fj__validate_append_memory(const fj__append_problem *p, const struct f
     static const char *const names[6] = {"k_new",   "v_new",      "k_cache",
                                          "v_cache", "page_table", "seqused_k"};
     for (int i = 0; i < 6; i++)
+        TRY(device_memory(ops, backend, t[i], names[i], err));
+    return FJ_OK;
+}
+
+/* ---- the backward ------------------------------------------------------------------------- */
+
+/* A gradient (or dout) of the shape and dtype of its tensor. */
+static fj_status check_like(const fj_tensor *t, const char *name, const fj_tensor *like,
+                            const char *like_name, fj__err *err)
+{
+    TRY(check_tensor(t, name, like->ndim, err));
+    if (t->dtype != like->dtype)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "%s.dtype = %s differs from %s.dtype = %s",
+                        name, fj__dtype_name(t->dtype), like_name, fj__dtype_name(like->dtype));
+    for (int i = 0; i < like->ndim; i++)
+        if (t->shape[i] != like->shape[i])
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                            "%s.shape[%d] = %lld, expected %lld (as %s.shape[%d])", name, i,
+                            (long long)t->shape[i], (long long)like->shape[i], like_name, i);
+    return FJ_OK;
+}
+
+fj_status fj__validate_backward(const fj_attention_desc *desc, const fj_tensor *q,
+                                const fj_tensor *k, const fj_tensor *v, const fj_tensor *out,
+                                const fj_tensor *dout, const fj_tensor *lse, const fj_tensor *dq,
+                                const fj_tensor *dk, const fj_tensor *dv, fj__bwd_problem *p,
+                                fj__err *err)
+{
+    memset(p, 0, sizeof *p);
+    if (!lse)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                        "lse is NULL: the backward needs the forward's log-sum-exp");
+    TRY(fj__validate_forward(desc, q, k, v, out, lse, &p->f, err));
+    fj_attention_desc d;
+    TRY(check_desc(desc, &d, err));
+    if (d.score_mod)
+        return fj__fail(err, FJ_ERR_UNSUPPORTED,
+                        "desc.score_mod: the backward through a score_mod is not supported yet");
+    if (d.page_table || d.cu_seqlens_q)
+        return fj__fail(err, FJ_ERR_UNSUPPORTED, "desc.%s: the backward of %s is not supported yet",
+                        d.page_table ? "page_table" : "cu_seqlens_q",
+                        d.page_table ? "a paged KV cache" : "variable lengths");
+    TRY(check_like(dout, "dout", out, "out", err));
+    TRY(check_like(dq, "dq", q, "q", err));
+    TRY(check_like(dk, "dk", k, "k", err));
+    TRY(check_like(dv, "dv", v, "v", err));
+    const fj_tensor *grads[3] = {dq, dk, dv};
+    static const char *const gnames[3] = {"dq", "dk", "dv"};
+    const fj_tensor *inputs[6] = {q, k, v, out, dout, lse};
+    static const char *const inames[6] = {"q", "k", "v", "out", "dout", "lse"};
+    for (int g = 0; g < 3; g++) {
+        TRY(check_no_overlap(grads[g], gnames[g], err));
+        for (int i = 0; i < 6; i++)
+            TRY(check_apart(grads[g], gnames[g], inputs[i], inames[i], 0, err));
+        for (int h = g + 1; h < 3; h++)
+            TRY(check_apart(grads[g], gnames[g], grads[h], gnames[h], 0, err));
+    }
+    p->dout = dout;
+    p->dq = dq;
+    p->dk = dk;
+    p->dv = dv;
+    const fj_tensor *t4[4] = {dout, dq, dk, dv};
+    for (int i = 0; i < 4; i++)
+        for (int a = 0; a < 3; a++)
+            p->grad_strides[i][a] = t4[i]->stride[a];
+    p->deterministic = d.deterministic;
+    return FJ_OK;
+}
+
+fj_status fj__validate_backward_memory(const fj__bwd_problem *p,
+                                       const struct fj_backend_ops *ops, void *backend,
+                                       fj__err *err)
+{
+    TRY(fj__validate_memory(&p->f, ops, backend, err));
+    if (!ops->check_memory)
+        return FJ_OK;
+    const fj_tensor *t[4] = {p->dout, p->dq, p->dk, p->dv};
+    static const char *const names[4] = {"dout", "dq", "dk", "dv"};
+    for (int i = 0; i < 4; i++)
         TRY(device_memory(ops, backend, t[i], names[i], err));
     return FJ_OK;
 }

@@ -268,6 +268,48 @@ static void test_decode_variants_render(void **state)
             }
 }
 
+/* The backward's three stages render for both backends, with soft-capping, a window, a bias
+** and a mask_mod (FJ_RENDER_OUT: the CUDA sources are written there). */
+static void test_backward_stages_render(void **state)
+{
+    (void)state;
+    static const char *const entries[3] = {"fj_attn_bwd_dot(", "fj_attn_bwd_dkdv(",
+                                           "fj_attn_bwd_dq("};
+    for (int backend = 0; backend < 2; backend++)
+        for (int stage = 1; stage <= 3; stage++) {
+            fj__variant v;
+            memset(&v, 0, sizeof v);
+            v.family = FJ__FAMILY_BWD;
+            v.backend = backend ? FJ_BACKEND_CUDA : FJ_BACKEND_OPENCL;
+            v.path = FJ__PATH_SIMT;
+            v.q_dtype = v.kv_dtype = v.out_dtype = backend ? FJ_DTYPE_BF16 : FJ_DTYPE_F16;
+            v.acc_dtype = FJ_DTYPE_F32;
+            v.head_dim_pad = 64;
+            v.head_dim_v_pad = 48;
+            v.tile_m = v.tile_n = 16;
+            v.threads = 16;
+            v.stage = (uint8_t)stage;
+            v.local_mask = v.softcap = 1;
+            v.bias = 1;
+            v.mask_mod = "(FJ_Q >= FJ_K)";
+            fj__err err = {{0}};
+            char *out = NULL;
+            assert_int_equal(fj__variant_render(&v, "dtype=x\n", &out, &err), FJ_OK);
+            assert_non_null(strstr(out, entries[stage - 1]));
+            assert_true((strstr(out, "1.0f - t * t") != NULL) == (stage > 1));
+            const char *dir = getenv("FJ_RENDER_OUT");
+            if (dir && backend) {
+                char path[512];
+                snprintf(path, sizeof path, "%s/bwd_stage%d.cu", dir, stage);
+                FILE *f = fopen(path, "w");
+                assert_non_null(f);
+                fputs(out, f);
+                fclose(f);
+            }
+            free(out);
+        }
+}
+
 /* Renders params_struct() of layout l for backend; returns the status, the text in *out. */
 static fj_status render_layout(const fj__playout *l, const char *backend, char **out, fj__err *err)
 {
@@ -291,7 +333,8 @@ static void test_param_blocks_match_the_host(void **state)
     (void)state;
     const fj__playout *blocks[] = {&fj__fwd_tma_params_layout, &fj__fwd_params_layout,
                                    &fj__classify_params_layout, &fj__merge_params_layout,
-                                   &fj__decode_params_layout, &fj__append_params_layout};
+                                   &fj__decode_params_layout, &fj__append_params_layout,
+                                   &fj__bwd_params_layout};
     for (int b = 0; b < (int)(sizeof blocks / sizeof blocks[0]); b++)
         for (int cuda = b == 0; cuda < 2; cuda++) { /* tensor maps: CUDA only */
             fj__err err = {{0}};
@@ -382,6 +425,7 @@ int main(void)
         cmocka_unit_test(test_banner_and_embedded_attention),
         cmocka_unit_test(test_param_blocks_match_the_host),
         cmocka_unit_test(test_decode_variants_render),
+        cmocka_unit_test(test_backward_stages_render),
         cmocka_unit_test(test_template_dir_override_and_hash),
     };
     return cmocka_run_group_tests_name("render", tests, NULL, NULL);

@@ -72,7 +72,9 @@ static int usage(FILE *f)
         "  --paged N               k and v as a paged KV cache of N-key pages (shuffled page\n"
         "                          table; sequences of seqlen-k, 0, 1 and random keys)\n"
         "  --mla                   MLA's shape: one kv head of 576 dims whose first 512 are v\n"
-        "                          (v a view of k); sets --head-dim, --head-dim-v, --kv-heads\n");
+        "                          (v a view of k); sets --head-dim, --head-dim-v, --kv-heads\n"
+        "  --backward              also the gradients (fj_attention_backward) of a random dout,\n"
+        "                          each checked against the float64 reference\n");
     return 2;
 }
 
@@ -244,6 +246,7 @@ static int cmd_run(int argc, char **argv)
         O_SPLITS,
         O_PAGED,
         O_MLA,
+        O_BACKWARD,
         O_SHIPPED,
         O_TRUSTED,
         O_HELP
@@ -266,6 +269,7 @@ static int cmd_run(int argc, char **argv)
                                          {"splits", required_argument, 0, O_SPLITS},
                                          {"paged", required_argument, 0, O_PAGED},
                                          {"mla", no_argument, 0, O_MLA},
+                                         {"backward", no_argument, 0, O_BACKWARD},
                                          {"scale", required_argument, 0, O_SCALE},
                                          {"layout", required_argument, 0, O_LAYOUT},
                                          {"no-lse", no_argument, 0, O_NOLSE},
@@ -366,6 +370,7 @@ static int cmd_run(int argc, char **argv)
                 return 2;
             c.paged = (int)value;
             break;
+        case O_BACKWARD: c.backward = 1; break;
         case O_MLA: /* DeepSeek's latent cache: one kv head of 576, v its first 512 dims */
             c.head_dim = 576;
             head_dim_v = 512;
@@ -528,6 +533,13 @@ static int cmd_run(int argc, char **argv)
             if (c.with_lse)
                 printf(", lse %.3g", r.lse_max_err);
             printf("\n");
+            static const char *const grads[3] = {"dq", "dk", "dv"};
+            for (int g = 0; c.backward && g < 3; g++) {
+                printf("%-10s max abs %.3g of %.3g", grads[g], r.grad_err[g], r.grad_max[g]);
+                if (c.dtype != FJ_DTYPE_F32)
+                    printf(", plain %.3g", r.grad_lowp_err[g]);
+                printf("\n");
+            }
         }
         failed = !r.pass;
     }

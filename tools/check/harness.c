@@ -68,6 +68,8 @@ void fjh_describe(const fjh_case *c, char *buf, size_t size)
         used += (size_t)snprintf(buf + used, size - used, " paged=%d", c->paged);
     if (c->v_in_k && used < size)
         used += (size_t)snprintf(buf + used, size - used, " v=k[..dv]");
+    if (c->backward && used < size)
+        used += (size_t)snprintf(buf + used, size - used, " backward");
     if (c->varlen && used < size)
         used += (size_t)snprintf(buf + used, size - used, " varlen%s",
                                  c->varlen == 2 ? "+seqused_k" : "");
@@ -677,6 +679,128 @@ static void check(const fjh_case *c, const fjr_problem *p, const htensor *out, c
         r->pass = 1;
 }
 
+/* Compares one gradient (host copy g, its tensor's view) with the reference ref (contiguous)
+** and the plain implementation lowp (NULL for f32); 0, or -1 with r->why set. */
+static int check_grad(const fjh_case *c, const char *name, const htensor *g, const double *ref,
+                      const float *lowp, int slot, fjh_result *r)
+{
+    const fj_tensor *t = &g->t;
+    const size_t es = fj_dtype_size(t->dtype);
+    unsigned char *seen = xcalloc(g->elements, 1, "a coverage map");
+    double err = 0, low = 0, big = 0, atol = 0;
+    int64_t bad = 0, idx = 0;
+    for (int64_t a = 0; a < t->shape[0]; a++)
+        for (int64_t b = 0; b < t->shape[1]; b++)
+            for (int64_t h = 0; h < t->shape[2]; h++)
+                for (int64_t d = 0; d < t->shape[3]; d++, idx++) {
+                    const int64_t off = offset4(t, a, b, h, d);
+                    seen[off] = 1;
+                    const double x = fjr_load(t->dtype, g->host + (size_t)off * es);
+                    if (!isfinite(x)) {
+                        bad++;
+                        continue;
+                    }
+                    err = fmax(err, fabs(x - ref[idx]));
+                    big = fmax(big, fabs(ref[idx]));
+                    if (lowp) {
+                        low = fmax(low, fabs(lowp[idx] - ref[idx]));
+                        const float y = fjr_round(t->dtype, (float)ref[idx]);
+                        const float z = fjr_round(t->dtype, fjr_round(t->dtype, y + 0.3f) - 0.3f);
+                        atol = fmax(atol, 2.0 * fabs((double)z - y));
+                    }
+                }
+    int64_t clobbered = 0;
+    for (size_t e = 0; e < g->elements; e++)
+        for (size_t byte = 0; !seen[e] && byte < es; byte++)
+            clobbered += g->host[e * es + byte] != POISON;
+    free(seen);
+    r->grad_err[slot] = err;
+    r->grad_lowp_err[slot] = low;
+    r->grad_max[slot] = big;
+    if (bad)
+        snprintf(r->why, sizeof r->why, "%s: %lld elements non-finite or not written", name,
+                 (long long)bad);
+    else if (clobbered)
+        snprintf(r->why, sizeof r->why, "%s: %lld bytes outside the view were written", name,
+                 (long long)clobbered);
+    else if (!lowp && err > 1e-4 * fmax(big, 1e-30))
+        snprintf(r->why, sizeof r->why, "%s: f32 relative error %.3g > 1e-4", name,
+                 big > 0 ? err / big : err);
+    else if (lowp && err > fmax(2.0 * low + atol, 1e-6 * big))
+        snprintf(r->why, sizeof r->why,
+                 "%s: error %.3g > 2 x plain low-precision error %.3g + rounding %.3g", name, err,
+                 low, atol);
+    else
+        return 0;
+    (void)c;
+    return -1;
+}
+
+/* The backward of a checked dense case: a random dout, poisoned dq, dk, dv, one call, and each
+** gradient against the float64 reference (criteria as the forward's; f32 relative 1e-4). */
+static fj_status run_backward(fj_context *ctx, const fjh_case *c, const fjr_problem *p,
+                              uint64_t *rng, const fj_attention_desc *desc, const fj_tensor *qt,
+                              const fj_tensor *kt, const fj_tensor *vt, const fj_tensor *ot,
+                              const fj_tensor *lt, const double *const dense[3],
+                              const float *const densef[3], fjh_result *r)
+{
+    const size_t es = fj_dtype_size(c->dtype);
+    htensor dout, g[3];
+    geometry(&dout, c->dtype, c->batch, c->seqlen_q, c->heads_q, c->head_dim_v, c->layout);
+    geometry(&g[0], c->dtype, c->batch, c->seqlen_q, c->heads_q, c->head_dim, c->layout);
+    geometry(&g[1], c->dtype, c->batch, c->seqlen_k, c->heads_kv, c->head_dim, c->layout);
+    geometry(&g[2], c->dtype, c->batch, c->seqlen_k, c->heads_kv, c->head_dim_v, c->layout);
+    htensor *all[4] = {&dout, &g[0], &g[1], &g[2]};
+    for (int i = 0; i < 4; i++) {
+        all[i]->host = xmalloc(all[i]->elements * es, "a gradient's host copy");
+        memset(all[i]->host, POISON, all[i]->elements * es);
+    }
+    double *dd = NULL, *ref[3] = {NULL, NULL, NULL};
+    float *df = NULL, *low[3] = {NULL, NULL, NULL};
+    fill_random(&dout, rng, &dd, &df);
+    fj_status st = FJ_OK;
+    for (int i = 0; i < 4 && st == FJ_OK; i++)
+        st = upload(ctx, all[i]);
+    if (st == FJ_OK)
+        st = fj_attention_backward(ctx, desc, qt, kt, vt, ot, &dout.t, lt, &g[0].t, &g[1].t,
+                                   &g[2].t, NULL);
+    if (st == FJ_OK)
+        st = fj_synchronize(ctx, NULL);
+    for (int i = 0; i < 3 && st == FJ_OK; i++)
+        st = fj_memcpy_d2h(ctx, g[i].host, g[i].dev, g[i].elements * es);
+    if (st != FJ_OK) {
+        snprintf(r->error, sizeof r->error, "%s", fj_context_last_error(ctx));
+        snprintf(r->why, sizeof r->why, "backward: %s: %.200s", fj_status_string(st), r->error);
+        r->pass = 0;
+    } else {
+        const int64_t n[3] = {p->batch * p->seqlen_q * p->heads_q * p->head_dim,
+                              p->batch * p->seqlen_k * p->heads_kv * p->head_dim,
+                              p->batch * p->seqlen_k * p->heads_kv * p->head_dim_v};
+        for (int i = 0; i < 3; i++) {
+            ref[i] = xmalloc((size_t)n[i] * sizeof *ref[i], "the reference's gradients");
+            if (c->dtype != FJ_DTYPE_F32)
+                low[i] = xmalloc((size_t)n[i] * sizeof *low[i], "the plain gradients");
+        }
+        fjr_attention_backward(p, dense[0], dense[1], dense[2], dd, ref[0], ref[1], ref[2]);
+        if (low[0])
+            fjr_attention_backward_lowp(p, c->dtype, densef[0], densef[1], densef[2], df, low[0],
+                                        low[1], low[2]);
+        static const char *const names[3] = {"dq", "dk", "dv"};
+        for (int i = 0; i < 3 && r->pass; i++)
+            if (check_grad(c, names[i], &g[i], ref[i], low[i], i, r))
+                r->pass = 0;
+    }
+    for (int i = 0; i < 4; i++)
+        release(ctx, all[i]);
+    for (int i = 0; i < 3; i++) {
+        free(ref[i]);
+        free(low[i]);
+    }
+    free(dd);
+    free(df);
+    return st;
+}
+
 fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
 {
     memset(r, 0, sizeof *r);
@@ -878,6 +1002,18 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
                 fjr_attention_lowp(&p, c->dtype, qf, kf, vf, lowp);
         }
         check(c, &pc, &out, c->with_lse ? &lse : NULL, ref, ref_lse, lowp, r);
+        if (c->backward && r->pass) {
+            if (!c->with_lse || c->varlen || c->paged || c->v_in_k) {
+                r->pass = 0;
+                snprintf(r->why, sizeof r->why,
+                         "the backward check takes dense cases with lse");
+            } else {
+                const double *const dense3[3] = {qd, kd, vd};
+                const float *const densef3[3] = {qf, kf, vf};
+                st = run_backward(ctx, c, &p, &rng, &desc, &qt, &kt, &vt, &ot, lse_t, dense3,
+                                  densef3, r);
+            }
+        }
     } else {
         r->pass = 1;
     }

@@ -295,6 +295,110 @@ void fjr_attention_lowp(const fjr_problem *p, fj_dtype dtype, const float *q, co
     free(acc);
 }
 
+/* One backward for T = double or float; lowp rounds P, dS and the results to dtype. */
+#define FJR_BACKWARD(T, EXP, TANH, ROUND)                                                          \
+    const int64_t d = p->head_dim, dvd = p->head_dim_v, group = p->heads_q / p->heads_kv;         \
+    const int64_t sk = p->seqlen_k;                                                                \
+    T *s = malloc((size_t)sk * sizeof *s), *u = malloc((size_t)sk * sizeof *u);                     \
+    T *o = malloc((size_t)dvd * sizeof *o);                                                        \
+    if (!s || !u || !o)                                                                            \
+        abort();                                                                                   \
+    const size_t nq = (size_t)(p->batch * p->seqlen_q * p->heads_q * d);                           \
+    const size_t nk = (size_t)(p->batch * sk * p->heads_kv * d);                                   \
+    const size_t nv = (size_t)(p->batch * sk * p->heads_kv * dvd);                                 \
+    memset(dq, 0, nq * sizeof *dq);                                                                \
+    memset(dk, 0, nk * sizeof *dk);                                                                \
+    memset(dv, 0, nv * sizeof *dv);                                                                \
+    for (int64_t b = 0; b < p->batch; b++)                                                         \
+        for (int64_t h = 0; h < p->heads_q; h++)                                                   \
+            for (int64_t i = 0; i < p->seqlen_q; i++) {                                            \
+                const int64_t hk = h / group;                                                      \
+                const T *qi = q + ((b * p->seqlen_q + i) * p->heads_q + h) * d;                    \
+                const T *gi = dout + ((b * p->seqlen_q + i) * p->heads_q + h) * dvd;               \
+                T *dqi = dq + ((b * p->seqlen_q + i) * p->heads_q + h) * d;                        \
+                T m = -INFINITY;                                                                   \
+                for (int64_t j = 0; j < sk; j++) {                                                 \
+                    s[j] = -INFINITY;                                                              \
+                    if (!fjr_visible(p, b, h, i, j))                                               \
+                        continue;                                                                  \
+                    const T *kj = k + ((b * sk + j) * p->heads_kv + hk) * d;                       \
+                    T dot = 0;                                                                     \
+                    for (int64_t c = 0; c < d; c++)                                                \
+                        dot += qi[c] * kj[c];                                                      \
+                    u[j] = dot * (T)p->scale;                                                      \
+                    T x = p->softcap > 0 ? (T)p->softcap * TANH(u[j] / (T)p->softcap) : u[j];      \
+                    s[j] = x + (T)score_terms(p, b, h, i, j);                                      \
+                    m = s[j] > m ? s[j] : m;                                                       \
+                }                                                                                  \
+                if (m == -INFINITY)                                                                \
+                    continue; /* no key: zero gradients */                                         \
+                T sum = 0;                                                                         \
+                for (int64_t j = 0; j < sk; j++)                                                   \
+                    sum += s[j] == -INFINITY ? 0 : EXP(s[j] - m);                                  \
+                for (int64_t c = 0; c < dvd; c++)                                                  \
+                    o[c] = 0;                                                                      \
+                for (int64_t j = 0; j < sk; j++) { /* P, in place of s, and O */                  \
+                    s[j] = s[j] == -INFINITY ? 0 : ROUND(EXP(s[j] - m) / sum);                     \
+                    const T *vj = v + ((b * sk + j) * p->heads_kv + hk) * dvd;                     \
+                    for (int64_t c = 0; c < dvd && s[j] != 0; c++)                                 \
+                        o[c] += s[j] * vj[c];                                                      \
+                }                                                                                  \
+                T delta = 0;                                                                       \
+                for (int64_t c = 0; c < dvd; c++)                                                  \
+                    delta += gi[c] * o[c];                                                         \
+                for (int64_t j = 0; j < sk; j++) {                                                 \
+                    if (s[j] == 0) /* masked (or underflowed): contributes nothing */           \
+                        continue;                                                                  \
+                    const T *kj = k + ((b * sk + j) * p->heads_kv + hk) * d;                       \
+                    const T *vj = v + ((b * sk + j) * p->heads_kv + hk) * dvd;                     \
+                    T *dkj = dk + ((b * sk + j) * p->heads_kv + hk) * d;                           \
+                    T *dvj = dv + ((b * sk + j) * p->heads_kv + hk) * dvd;                         \
+                    T dp = 0;                                                                      \
+                    for (int64_t c = 0; c < dvd; c++)                                              \
+                        dp += gi[c] * vj[c];                                                       \
+                    T ds = ROUND(s[j] * (dp - delta));                                             \
+                    T t = p->softcap > 0 ? TANH(u[j] / (T)p->softcap) : 0;                         \
+                    T dd = ds * (T)p->scale * (p->softcap > 0 ? 1 - t * t : 1);                    \
+                    for (int64_t c = 0; c < d; c++) {                                              \
+                        dqi[c] += dd * kj[c];                                                      \
+                        dkj[c] += dd * qi[c];                                                      \
+                    }                                                                              \
+                    for (int64_t c = 0; c < dvd; c++)                                              \
+                        dvj[c] += s[j] * gi[c];                                                    \
+                }                                                                                  \
+            }                                                                                      \
+    free(s);                                                                                       \
+    free(u);                                                                                       \
+    free(o)
+
+static double keep_double(double x)
+{
+    return x;
+}
+
+void fjr_attention_backward(const fjr_problem *p, const double *q, const double *k,
+                            const double *v, const double *dout, double *dq, double *dk,
+                            double *dv)
+{
+    FJR_BACKWARD(double, exp, tanh, keep_double);
+}
+
+void fjr_attention_backward_lowp(const fjr_problem *p, fj_dtype dtype, const float *q,
+                                 const float *k, const float *v, const float *dout, float *dq,
+                                 float *dk, float *dv)
+{
+#define ROUND_DT(x) fjr_round(dtype, (x))
+    FJR_BACKWARD(float, expf, tanhf, ROUND_DT);
+#undef ROUND_DT
+    const size_t n[3] = {(size_t)(p->batch * p->seqlen_q * p->heads_q * p->head_dim),
+                         (size_t)(p->batch * p->seqlen_k * p->heads_kv * p->head_dim),
+                         (size_t)(p->batch * p->seqlen_k * p->heads_kv * p->head_dim_v)};
+    float *g[3] = {dq, dk, dv};
+    for (int t = 0; t < 3; t++)
+        for (size_t i = 0; i < n[t]; i++)
+            g[t][i] = fjr_round(dtype, g[t][i]);
+}
+
 void fjr_merge(int n, const double *const *outs, const double *lses, int64_t rows, int64_t dv,
                double *out, double *lse)
 {

@@ -57,6 +57,17 @@ double fjr_flops(const fjr_problem *p);
 ** out [b, sq, hq, dv], lse [b, hq, sq] (may be NULL). */
 void fjr_attention(const fjr_problem *p, const double *q, const double *k, const double *v,
                    double *out, double *lse);
+/* The gradients of attention (no score_mod) in float64, from dout [b, sq, hq, dv]: dq like q,
+** dk and dv like k and v (summed over each kv head's query heads). */
+void fjr_attention_backward(const fjr_problem *p, const double *q, const double *k,
+                            const double *v, const double *dout, double *dq, double *dk,
+                            double *dv);
+/* The plain low-precision backward the error bar is measured against: float arithmetic on the
+** rounded inputs, P and dS rounded to dtype, the gradients rounded to dtype. */
+void fjr_attention_backward_lowp(const fjr_problem *p, fj_dtype dtype, const float *q,
+                                 const float *k, const float *v, const float *dout, float *dq,
+                                 float *dk, float *dv);
+
 /* The plain low-precision attention the error bar is measured against: scores and softmax in
 ** float32, P rounded to dtype before P.V, output rounded to dtype. Same layouts, float data. */
 void fjr_attention_lowp(const fjr_problem *p, fj_dtype dtype, const float *q, const float *k,
@@ -103,6 +114,8 @@ typedef struct fjh_case {
                   ** page order with spare pages; sequences of seqlen_k, 0, 1 and random keys
                   ** (seqused_k); unused rows and pages hold NaN */
     int v_in_k;   /* 1: v is a view of k's first head_dim_v dims (MLA's latent cache) */
+    int backward; /* 1: also fj_attention_backward from a random dout, its dq, dk, dv checked
+                  ** (dense cases with lse) */
 } fjh_case;
 
 typedef struct fjh_result {
@@ -115,6 +128,9 @@ typedef struct fjh_result {
     double lowp_max_abs_err; /* the plain low-precision implementation's max error */
     double rounding_atol;    /* twice the dtype's rounding error of an add at the output's size */
     double lse_max_err;      /* max |lse - ref| where finite */
+    /* The backward's dq, dk, dv: max errors, the plain implementation's, the references' max
+    ** magnitudes (when the case asked for it). */
+    double grad_err[3], grad_lowp_err[3], grad_max[3];
     int64_t bad_elements;    /* outputs non-finite, unwritten, or lse not -inf where it must be */
     int64_t clobbered;       /* bytes outside the output views that changed */
     int pass;

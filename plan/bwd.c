@@ -1,0 +1,91 @@
+/* The backward plan (attn_bwd.lua): D = rowsum(dout * out) into an f32 workspace, then dk and
+** dv per key block, then dq per query block; and how each stage's block is filled. */
+#include <string.h>
+
+#include "plan.h"
+
+#define TILE 32 /* query rows and keys per work-group, halved where local memory runs out */
+
+static int32_t round_up(int64_t x, int32_t to)
+{
+    return (int32_t)((x + to - 1) / to * to);
+}
+
+/* The variant of stage `stage` for f on dev: what decides the scores, as the forward's. */
+static void bwd_variant(const fj__features *f, const fj_device_info *dev, int stage,
+                        fj__variant *v)
+{
+    memset(v, 0, sizeof *v);
+    v->family = FJ__FAMILY_BWD;
+    v->backend = dev->backend;
+    v->path = FJ__PATH_SIMT;
+    v->q_dtype = f->q_dtype;
+    v->kv_dtype = f->kv_dtype;
+    v->out_dtype = f->out_dtype;
+    v->acc_dtype = FJ_DTYPE_F32;
+    v->head_dim_pad = round_up(f->head_dim, 16);
+    v->head_dim_v_pad = round_up(f->head_dim_v, 16);
+    v->stage = (uint8_t)stage;
+    if (stage > 1) { /* what the scores depend on */
+        v->local_mask = f->window_left >= 0 || f->window_right >= 0;
+        v->softcap = f->softcap;
+        v->neg_scale = f->neg_scale;
+        v->mask_mod = f->mask_mod;
+        v->alibi = f->alibi;
+        v->bias = f->bias_dtype < 0 ? 0 : f->bias_dtype == FJ_DTYPE_F32 ? 1 : 2;
+        v->mask_tensor = f->mask;
+        v->mask_ranges = f->ranges;
+        v->block_mask = f->block_mask;
+    }
+    v->tile_m = v->tile_n = TILE;
+    v->threads = stage == 2 ? v->tile_n : v->tile_m;
+    while (!fj__variant_fits(v, dev) && (stage == 2 ? v->tile_m : v->tile_n) > 1) {
+        if (stage == 2)
+            v->tile_m /= 2;
+        else
+            v->tile_n /= 2;
+    }
+}
+
+fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, fj__plan *plan,
+                            fj__err *err)
+{
+    memset(plan, 0, sizeof *plan);
+    plan->kind = FJ__PLAN_BACKWARD;
+    plan->fwd.classes = plan->fwd.counter = -1;
+    plan->bwd.delta = fj__plan_add_workspace(
+        plan, (size_t)(f->batch * f->heads_q * f->seqlen_q) * sizeof(float));
+    for (int stage = 1; stage <= 3; stage++) {
+        fj__step *s = fj__plan_add_step(plan, FJ__STEP_KERNEL);
+        bwd_variant(f, dev, stage, &s->variant);
+        if (!fj__variant_fits(&s->variant, dev))
+            return fj__fail(err, FJ_ERR_UNSUPPORTED,
+                            "head dims %lld / %lld: the backward's tiles do not fit this device",
+                            (long long)f->head_dim, (long long)f->head_dim_v);
+        const fj__variant *v = &s->variant;
+        s->block[0] = (uint32_t)v->threads;
+        const int64_t n = stage == 2 ? f->seqlen_k : f->seqlen_q;
+        const int32_t tile = stage == 2 ? v->tile_n : v->tile_m;
+        s->grid[0] = (uint32_t)((n + tile - 1) / tile);
+        s->grid[1] = (uint32_t)(stage == 2 ? f->heads_kv : f->heads_q);
+        s->grid[2] = (uint32_t)f->batch;
+    }
+    plan->main_step = 2; /* dk and dv: most of the work */
+    return FJ_OK;
+}
+
+void fj__bwd_fill(const fj__plan *plan, const fj__bwd_problem *p, void *const *ws, void *params)
+{
+    fj__bwd_params *B = params;
+    fj__fill_fwd_params(plan, &p->f, ws, &B->fwd);
+    B->dout = p->dout->data;
+    B->dq = p->dq->data;
+    B->dk = p->dk->data;
+    B->dv = p->dv->data;
+    B->delta = ws[plan->bwd.delta];
+    int64_t *strides[4] = {&B->do_sb, &B->dq_sb, &B->dk_sb, &B->dv_sb};
+    for (int i = 0; i < 4; i++)
+        for (int a = 0; a < 3; a++)
+            strides[i][a] = p->grad_strides[i][a];
+    B->scale = p->f.scale;
+}

@@ -1,0 +1,268 @@
+% -- The backward of attention for any backend (the portable dialect), FlashAttention-2 style:
+% -- nothing N x N is stored; the scores are recomputed from q, k and the forward's log-sum-exp.
+% -- With P = exp(s - lse), D = rowsum(dO * O):
+% --     dV = P^T dO,   dP = dO V^T,   dS = P * (dP - D),   dQ = dS' K,   dK = dS'^T Q,
+% -- where dS' is dS times the derivative of the score with respect to q.k (scale, and
+% -- 1 - tanh^2 through soft-capping; ALiBi, bias and masks are constants). Three stages, one
+% -- kernel each (parameter `stage`):
+% --   dot   D of every query row, into an f32 workspace [batch, heads_q, seqlen_q];
+% --   dkdv  a work-item per key: its dK and dV summed over every query row of every query head
+% --         of its kv head (query tiles of TILE_M rows streamed through local memory);
+% --   dq    a work-item per query row: its dQ over the key tiles of TILE_N keys it sees.
+% -- No stage uses atomics: the gradients are bit-identical run to run.
+% --
+% -- Parameters: dtypes (one type), head_dim_pad, head_dim_v_pad, tile_m, tile_n, threads, stage,
+% -- local_mask, softcap, the masks' and score terms' (attn_masks.lua), shared_bytes (the host's
+% -- size of Smem), args (fj_bwd_params).
+% assert(stage == 1 or stage == 2 or stage == 3, "attn_bwd: stage 1 (dot), 2 (dkdv) or 3 (dq)")
+% assert(score_mod == "", "attn_bwd: no gradient through score_mod yet")
+% assert(kv_dtype == q_dtype and out_dtype == q_dtype, "attn_bwd takes one element type")
+% include("dialect.lua")
+% include("attn_masks.lua")
+% include("params.lua")
+% params_struct(args)
+% local sparse = mask_mod ~= "" or mask_tensor or mask_ranges > 0
+% local terms = alibi or bias ~= ""
+#define TILE_M ${tile_m}
+#define TILE_N ${tile_n}
+#define DP ${head_dim_pad}
+#define DVP ${head_dim_v_pad}
+#define LOG2E 1.4426950408889634f
+
+% -- `bool seen`: whether query row `row` of this (batch, head) sees key `key`, as the forward
+% -- decides it: the tensors' ends, the band, the caller's block classes, the element masks.
+% local function emit_seen(row, key)
+        bool seen = ${row} < seqlen_q && ${key} < seqlen_k;
+%   if local_mask then
+        seen = seen && (window_left < 0 || ${key} >= ${row} + shift - window_left) &&
+               (window_right < 0 || ${key} <= ${row} + shift + window_right);
+%   end
+%   if block_mask then
+        const int cls = seen ? LDG(GPTR(const int, P.fwd.mask.block_mask) + batch * P.fwd.mask.blocks_sb +
+                                   head * P.fwd.mask.blocks_sh + (${row} / 128) * P.fwd.mask.blocks_sq +
+                                   ${key} / 128)
+                             : 0;
+        seen = seen && cls != 0;
+%     if sparse then
+        seen = seen && (cls == 2 || fj_keeps(mc, ${row}, ${key}));
+%     end
+%   elseif sparse then
+        seen = seen && fj_keeps(mc, ${row}, ${key});
+%   end
+% end
+
+% -- `p` and `dd` of a seen pair: P from the score (log2 units), dd = dS times the score's
+% -- derivative; from the raw q.k `qk`, the row's lse (log2 units) and D, and dP `dp`.
+% local function emit_pair(qk, row, key)
+        float x = ${qk} * score_mul;
+%   if softcap then
+        const float t = F_TANH(x);
+        x = cap_mul * t;
+%   end
+%   if terms then
+        x = fj_score(mc, x, ${row}, ${key});
+%   end
+        const float p = lse_l2 == -F_INF ? 0.0f : F_EXP2(x - lse_l2);
+%   if softcap then
+        const float dd = p * (dp - delta) * P.scale * (1.0f - t * t);
+%   else
+        const float dd = p * (dp - delta) * P.scale;
+%   end
+% end
+
+% if stage == 1 then
+/* D = rowsum(dO * O) of every query row (0 past the rows). */
+KERNEL(TILE_M)
+fj_attn_bwd_dot(
+% params_arg(args)
+)
+{
+% params_unpack(args.fields[1].block, "P.fwd")
+    const int row = BLOCK_X * TILE_M + THREAD_X, head = BLOCK_Y, batch = BLOCK_Z;
+    if (row >= seqlen_q)
+        return;
+    GLOBAL const o_t *o = out + batch * o_sb + (I64)row * o_ss + (I64)head * o_sh;
+    GLOBAL const o_t *g = GPTR(const o_t, P.dout) + batch * P.do_sb + (I64)row * P.do_ss +
+                          (I64)head * P.do_sh;
+    float d = 0.0f;
+    for (int c = 0; c < head_dim_v; c++)
+        d = F_FMA(O_LOAD(g, c), O_LOAD(o, c), d);
+    GPTR(float, P.delta)[((I64)batch * heads_q + head) * seqlen_q + row] = d;
+}
+% elseif stage == 2 then
+typedef struct Smem {
+    float q[TILE_M][DP];   /* a tile of query rows (raw) */
+    float g[TILE_M][DVP];  /* their dO */
+    float lse[TILE_M];     /* log2 units */
+    float delta[TILE_M];
+} Smem;
+%   if backend == "cuda" then
+static_assert(sizeof(Smem) == ${shared_bytes}, "Smem: the host's fj__variant_shared_bytes");
+%   else
+typedef char Smem_matches_host[sizeof(Smem) == ${shared_bytes} ? 1 : -1];
+%   end
+
+/* dK and dV of one key per work-item, over every query row of the kv head's query heads. */
+KERNEL(TILE_N)
+fj_attn_bwd_dkdv(
+% params_arg(args)
+)
+{
+    SHARED Smem sm;
+% params_unpack(args.fields[1].block, "P.fwd")
+    const int tid = THREAD_X, key0 = BLOCK_X * TILE_N, key = key0 + tid;
+    const int head_kv = BLOCK_Y, batch = BLOCK_Z, group = heads_q / heads_kv;
+    const bool live = key < seqlen_k;
+    const int shift = seqlen_k - seqlen_q;
+    float k_row[DP], v_row[DVP], dk[DP], dv[DVP];
+    GLOBAL const kv_t *kp = k + batch * k_sb + (I64)key * k_ss + (I64)head_kv * k_sh;
+    GLOBAL const kv_t *vp = v + batch * v_sb + (I64)key * v_ss + (I64)head_kv * v_sh;
+    for (int c = 0; c < DP; c++) {
+        k_row[c] = live && c < head_dim ? KV_LOAD(kp, c) : 0.0f;
+        dk[c] = 0.0f;
+    }
+    for (int c = 0; c < DVP; c++) {
+        v_row[c] = live && c < head_dim_v ? KV_LOAD(vp, c) : 0.0f;
+        dv[c] = 0.0f;
+    }
+    /* The query rows that may see one of this block's keys. */
+    const int last_key = I_MIN(key0 + TILE_N, seqlen_k) - 1;
+    const int row_lo = window_right < 0 ? 0 : I_MAX(0, key0 - shift - window_right);
+    const int row_hi = window_left < 0 ? seqlen_q - 1 : I_MIN(seqlen_q - 1, last_key - shift + window_left);
+    for (int hh = 0; hh < group; hh++) {
+        const int head = head_kv * group + hh;
+%   if sparse or terms then
+        MASK_CTX(mc, P.fwd.mask, batch, head, seqlen_q, seqlen_k);
+%   end
+        for (int m0 = row_lo / TILE_M * TILE_M; m0 <= row_hi; m0 += TILE_M) {
+            BARRIER();
+            for (int i = tid; i < TILE_M * DP; i += TILE_N) {
+                const int r = i / DP, c = i % DP, row = m0 + r;
+                sm.q[r][c] = row < seqlen_q && c < head_dim
+                                 ? Q_LOAD(q, batch * q_sb + (I64)row * q_ss + (I64)head * q_sh + c)
+                                 : 0.0f;
+            }
+            for (int i = tid; i < TILE_M * DVP; i += TILE_N) {
+                const int r = i / DVP, c = i % DVP, row = m0 + r;
+                sm.g[r][c] = row < seqlen_q && c < head_dim_v
+                                 ? O_LOAD(GPTR(const o_t, P.dout), batch * P.do_sb + (I64)row * P.do_ss +
+                                                                      (I64)head * P.do_sh + c)
+                                 : 0.0f;
+            }
+            for (int r = tid; r < TILE_M; r += TILE_N) {
+                const int row = m0 + r;
+                sm.lse[r] = row < seqlen_q ? lse[batch * l_sb + (I64)head * l_sh + (I64)row * l_ss] * LOG2E : -F_INF;
+                sm.delta[r] = row < seqlen_q ? GPTR(const float, P.delta)[((I64)batch * heads_q + head) * seqlen_q + row] : 0.0f;
+            }
+            BARRIER();
+            if (!live)
+                continue;
+            for (int r = 0; r < TILE_M; r++) {
+                const int row = m0 + r;
+% emit_seen("row", "key")
+                if (!seen)
+                    continue;
+                float qk = 0.0f, dp = 0.0f;
+                for (int c = 0; c < DP; c++)
+                    qk = F_FMA(sm.q[r][c], k_row[c], qk);
+                for (int c = 0; c < DVP; c++)
+                    dp = F_FMA(sm.g[r][c], v_row[c], dp);
+                const float lse_l2 = sm.lse[r], delta = sm.delta[r];
+% emit_pair("qk", "row", "key")
+                for (int c = 0; c < DP; c++)
+                    dk[c] = F_FMA(dd, sm.q[r][c], dk[c]);
+                for (int c = 0; c < DVP; c++)
+                    dv[c] = F_FMA(p, sm.g[r][c], dv[c]);
+            }
+        }
+    }
+    if (!live)
+        return;
+    GLOBAL kv_t *dkp = GPTR(kv_t, P.dk) + batch * P.dk_sb + (I64)key * P.dk_ss + (I64)head_kv * P.dk_sh;
+    GLOBAL kv_t *dvp = GPTR(kv_t, P.dv) + batch * P.dv_sb + (I64)key * P.dv_ss + (I64)head_kv * P.dv_sh;
+    for (int c = 0; c < head_dim; c++)
+        KV_STORE(dkp, c, dk[c]);
+    for (int c = 0; c < head_dim_v; c++)
+        KV_STORE(dvp, c, dv[c]);
+}
+% else
+typedef struct Smem {
+    float k[TILE_N][DP];
+    float v[TILE_N][DVP];
+} Smem;
+%   if backend == "cuda" then
+static_assert(sizeof(Smem) == ${shared_bytes}, "Smem: the host's fj__variant_shared_bytes");
+%   else
+typedef char Smem_matches_host[sizeof(Smem) == ${shared_bytes} ? 1 : -1];
+%   end
+
+/* dQ of one query row per work-item, over the key tiles its band reaches. */
+KERNEL(TILE_M)
+fj_attn_bwd_dq(
+% params_arg(args)
+)
+{
+    SHARED Smem sm;
+% params_unpack(args.fields[1].block, "P.fwd")
+    const int tid = THREAD_X, row0 = BLOCK_X * TILE_M, row = row0 + tid;
+    const int head = BLOCK_Y, batch = BLOCK_Z, head_kv = head / (heads_q / heads_kv);
+    const bool live = row < seqlen_q;
+    const int shift = seqlen_k - seqlen_q;
+    float q_row[DP], g_row[DVP], dq[DP];
+    GLOBAL const q_t *qp = q + batch * q_sb + (I64)row * q_ss + (I64)head * q_sh;
+    GLOBAL const o_t *gp = GPTR(const o_t, P.dout) + batch * P.do_sb + (I64)row * P.do_ss +
+                           (I64)head * P.do_sh;
+    for (int c = 0; c < DP; c++) {
+        q_row[c] = live && c < head_dim ? Q_LOAD(qp, c) : 0.0f;
+        dq[c] = 0.0f;
+    }
+    for (int c = 0; c < DVP; c++)
+        g_row[c] = live && c < head_dim_v ? O_LOAD(gp, c) : 0.0f;
+    const float lse_l2 = live ? lse[batch * l_sb + (I64)head * l_sh + (I64)row * l_ss] * LOG2E : -F_INF;
+    const float delta = live ? GPTR(const float, P.delta)[((I64)batch * heads_q + head) * seqlen_q + row] : 0.0f;
+%   if sparse or terms then
+    MASK_CTX(mc, P.fwd.mask, batch, head, seqlen_q, seqlen_k);
+%   end
+    /* The keys the block's rows may see. */
+    const int last_row = I_MIN(row0 + TILE_M, seqlen_q) - 1;
+    const int key_lo = window_left < 0 ? 0 : I_MAX(0, row0 + shift - window_left);
+    const int key_hi = window_right < 0 ? seqlen_k - 1 : I_MIN(seqlen_k - 1, last_row + shift + window_right);
+    for (int n0 = key_lo / TILE_N * TILE_N; n0 <= key_hi; n0 += TILE_N) {
+        BARRIER();
+        for (int i = tid; i < TILE_N * DP; i += TILE_M) {
+            const int j = i / DP, c = i % DP, key = n0 + j;
+            sm.k[j][c] = key < seqlen_k && c < head_dim
+                             ? KV_LOAD(k, batch * k_sb + (I64)key * k_ss + (I64)head_kv * k_sh + c)
+                             : 0.0f;
+        }
+        for (int i = tid; i < TILE_N * DVP; i += TILE_M) {
+            const int j = i / DVP, c = i % DVP, key = n0 + j;
+            sm.v[j][c] = key < seqlen_k && c < head_dim_v
+                             ? KV_LOAD(v, batch * v_sb + (I64)key * v_ss + (I64)head_kv * v_sh + c)
+                             : 0.0f;
+        }
+        BARRIER();
+        if (!live)
+            continue;
+        for (int j = 0; j < TILE_N; j++) {
+            const int key = n0 + j;
+% emit_seen("row", "key")
+            if (!seen)
+                continue;
+            float qk = 0.0f, dp = 0.0f;
+            for (int c = 0; c < DP; c++)
+                qk = F_FMA(q_row[c], sm.k[j][c], qk);
+            for (int c = 0; c < DVP; c++)
+                dp = F_FMA(g_row[c], sm.v[j][c], dp);
+% emit_pair("qk", "row", "key")
+            for (int c = 0; c < DP; c++)
+                dq[c] = F_FMA(dd, sm.k[j][c], dq[c]);
+        }
+    }
+    if (!live)
+        return;
+    GLOBAL q_t *dqp = GPTR(q_t, P.dq) + batch * P.dq_sb + (I64)row * P.dq_ss + (I64)head * P.dq_sh;
+    for (int c = 0; c < head_dim; c++)
+        Q_STORE(dqp, c, dq[c]);
+}
+% end

@@ -1,0 +1,306 @@
+/* The backward on one backend (FJ_TEST_BACKEND): dq, dk, dv of random problems against the
+** float64 reference's analytic gradients (which a finite-difference check confirms first), over
+** odd sizes, GQA, every mask kind and score term, soft-capping, both scale signs, layouts and
+** dtypes; bit-identical gradients run to run; bad arguments named. Without a device of that
+** backend the suite skips. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "backend_suite.h"
+#include "reference.h"
+
+static fjh_case bwd_case(int64_t sq, int64_t sk, int64_t hq, int64_t hkv, int64_t d,
+                         fj_dtype dtype)
+{
+    fjh_case c;
+    fjh_case_init(&c);
+    c.batch = 2;
+    c.heads_q = hq;
+    c.heads_kv = hkv;
+    c.seqlen_q = sq;
+    c.seqlen_k = sk;
+    c.head_dim = c.head_dim_v = d;
+    c.dtype = dtype;
+    c.backward = 1;
+    return c;
+}
+
+static void run_cases(void **state, const fjh_case *cases, size_t n)
+{
+    fj_context *ctx = suite_context(state);
+    int failures = 0;
+    for (size_t i = 0; i < n; i++) {
+        fjh_result r;
+        char desc[512];
+        fjh_describe(&cases[i], desc, sizeof desc);
+        fjh_run(ctx, &cases[i], &r);
+        printf("  %s %s | dq %.3g dk %.3g dv %.3g (plain %.3g %.3g %.3g) | %s\n",
+               r.pass ? "ok  " : "FAIL", desc, r.grad_err[0], r.grad_err[1], r.grad_err[2],
+               r.grad_lowp_err[0], r.grad_lowp_err[1], r.grad_lowp_err[2],
+               r.pass ? r.kernel_path : r.why);
+        if (!r.pass) {
+            printf("       seed 0x%llx\n", (unsigned long long)r.seed);
+            failures++;
+        }
+    }
+    assert_int_equal(failures, 0);
+}
+
+/* The reference's gradients against central differences of L = sum(dout * out), in float64,
+** with soft-capping, ALiBi, a window and GQA (a wrong formula fails by far more than 1e-6). */
+static void test_reference_matches_finite_differences(void **state)
+{
+    (void)state;
+    enum { B = 1, SQ = 3, SK = 5, HQ = 2, HKV = 1, D = 4, DV = 3 };
+    static const float slopes[HQ] = {0.3f, 0.7f};
+    fjr_problem p = {.batch = B, .seqlen_q = SQ, .seqlen_k = SK, .heads_q = HQ,
+                     .heads_kv = HKV, .head_dim = D, .head_dim_v = DV, .scale = 0.7,
+                     .softcap = 1.5, .window_left = 3, .window_right = 1,
+                     .alibi = slopes};
+    double q[B * SQ * HQ * D], k[B * SK * HKV * D], v[B * SK * HKV * DV];
+    double g[B * SQ * HQ * DV], out[B * SQ * HQ * DV];
+    double dq[sizeof q / sizeof q[0]], dk[sizeof k / sizeof k[0]], dv[sizeof v / sizeof v[0]];
+    uint64_t s = 7;
+    double *all[4] = {q, k, v, g};
+    const size_t n[4] = {sizeof q / 8, sizeof k / 8, sizeof v / 8, sizeof g / 8};
+    for (int t = 0; t < 4; t++)
+        for (size_t i = 0; i < n[t]; i++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            all[t][i] = (double)(s >> 11) / 9007199254740992.0 * 2 - 1;
+        }
+    fjr_attention_backward(&p, q, k, v, g, dq, dk, dv);
+    double *grads[3] = {dq, dk, dv};
+    const double h = 1e-6;
+    for (int t = 0; t < 3; t++)
+        for (size_t i = 0; i < n[t]; i++) {
+            double loss[2];
+            for (int side = 0; side < 2; side++) {
+                const double keep = all[t][i];
+                all[t][i] = keep + (side ? -h : h);
+                fjr_attention(&p, q, k, v, out, NULL);
+                all[t][i] = keep;
+                loss[side] = 0;
+                for (size_t e = 0; e < n[3]; e++)
+                    loss[side] += g[e] * out[e];
+            }
+            const double numeric = (loss[0] - loss[1]) / (2 * h);
+            if (fabs(numeric - grads[t][i]) > 1e-6)
+                fail_msg("tensor %d element %zu: analytic %.9g, finite difference %.9g", t, i,
+                         grads[t][i], numeric);
+        }
+}
+
+/* Odd sizes, GQA, causal and windows, soft-capping, a negative scale, d != dv, dtypes. */
+static void test_shapes_and_options(void **state)
+{
+    static const int64_t sizes[][5] = {{1, 1, 2, 2, 16}, {7, 130, 4, 2, 40}, {129, 65, 6, 2, 64},
+                                       {33, 33, 4, 1, 128}, {50, 300, 2, 2, 72}};
+    static const fj_dtype dtypes[] = {FJ_DTYPE_BF16, FJ_DTYPE_F16, FJ_DTYPE_F32};
+    fjh_case cases[15];
+    size_t n = 0;
+    for (size_t i = 0; i < 5; i++)
+        for (int causal = 0; causal < 2; causal++) {
+            cases[n] = bwd_case(sizes[i][0], sizes[i][1], sizes[i][2], sizes[i][3], sizes[i][4],
+                                dtypes[(i + causal) % 3]);
+            cases[n].desc.causal = causal;
+            if (i == 1)
+                cases[n].head_dim_v = 24;
+            if (i == 2 && causal)
+                cases[n].desc.window_left = 20;
+            if (i == 3)
+                cases[n].desc.softcap = 3.0f;
+            if (i == 4)
+                cases[n].desc.softmax_scale = causal ? -0.15f : 0.3f;
+            n++;
+        }
+    cases[n] = bwd_case(45, 70, 4, 2, 64, FJ_DTYPE_BF16);
+    cases[n++].layout = FJH_LAYOUT_BHSD;
+    cases[n] = bwd_case(45, 70, 4, 2, 64, FJ_DTYPE_F16);
+    cases[n].desc.window_left = 5;
+    cases[n].desc.window_right = 9;
+    cases[n++].layout = FJH_LAYOUT_PADDED;
+    cases[n] = bwd_case(21, 40, 2, 1, 576, FJ_DTYPE_F32);
+    cases[n++].head_dim_v = 512;
+    run_cases(state, cases, n);
+}
+
+/* Every mask kind and score term alone and in pairs; a row that sees no key (zero gradients). */
+static void test_masks_and_terms(void **state)
+{
+    fjh_case cases[9];
+    size_t n = 0;
+    cases[n] = bwd_case(70, 90, 4, 2, 32, FJ_DTYPE_BF16);
+    cases[n++].desc.mask_mod = "k % 3 != 0 && k <= q + 20";
+    cases[n] = bwd_case(40, 90, 4, 2, 48, FJ_DTYPE_F16);
+    cases[n].alibi = 2;
+    cases[n++].bias = 1;
+    cases[n] = bwd_case(60, 60, 2, 2, 16, FJ_DTYPE_F32);
+    cases[n++].mask = 1; /* row 0 of (0, 0) sees no key */
+    cases[n] = bwd_case(150, 150, 2, 1, 32, FJ_DTYPE_BF16);
+    cases[n].ranges = 4;
+    cases[n++].desc.causal = 1;
+    cases[n] = bwd_case(300, 260, 2, 2, 16, FJ_DTYPE_BF16);
+    cases[n++].blocks = 1;
+    cases[n] = bwd_case(300, 260, 2, 2, 16, FJ_DTYPE_F32);
+    cases[n].blocks = 2;
+    cases[n++].desc.mask_mod = "(q + k) % 4 != 1";
+    cases[n] = bwd_case(64, 64, 4, 2, 32, FJ_DTYPE_F16);
+    cases[n].mask = 2;
+    cases[n++].bias = 3;
+    cases[n] = bwd_case(64, 80, 4, 2, 32, FJ_DTYPE_BF16);
+    cases[n].alibi = 1;
+    cases[n].desc.softcap = 10.0f;
+    cases[n++].desc.causal = 1;
+    static const int32_t perm[4] = {3, 1, 2, 0};
+    cases[n] = bwd_case(50, 50, 2, 2, 32, FJ_DTYPE_F32);
+    cases[n].desc.mask_mod = "iarg[q % 4] != k % 4";
+    cases[n].mod_args = (const float *)perm;
+    cases[n++].mod_args_count = 4;
+    run_cases(state, cases, n);
+}
+
+/* Two runs of the same backward give the same bits (deterministic = 1; the plan never uses
+** atomics, so 0 gives them too). */
+static void test_bit_identical_runs(void **state)
+{
+    fj_context *ctx = suite_context(state);
+    enum { B = 2, S = 77, H = 4, HKV = 2, D = 40 };
+    const size_t nq = (size_t)B * S * H * D, nk = (size_t)B * S * HKV * D;
+    float *host = malloc(nq * sizeof *host);
+    assert_non_null(host);
+    uint64_t s = 99;
+    for (size_t i = 0; i < nq; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        host[i] = (float)((double)(s >> 11) / 9007199254740992.0 * 2 - 1);
+    }
+    void *q, *k, *v, *o, *g, *l, *grads[2][3];
+    const size_t qb = nq * 4, kb = nk * 4, lb = (size_t)B * H * S * 4;
+    assert_int_equal(fj_malloc(ctx, qb, &q), FJ_OK);
+    assert_int_equal(fj_malloc(ctx, kb, &k), FJ_OK);
+    assert_int_equal(fj_malloc(ctx, kb, &v), FJ_OK);
+    assert_int_equal(fj_malloc(ctx, qb, &o), FJ_OK);
+    assert_int_equal(fj_malloc(ctx, qb, &g), FJ_OK);
+    assert_int_equal(fj_malloc(ctx, lb, &l), FJ_OK);
+    assert_int_equal(fj_memcpy_h2d(ctx, q, host, qb), FJ_OK);
+    assert_int_equal(fj_memcpy_h2d(ctx, k, host, kb), FJ_OK);
+    assert_int_equal(fj_memcpy_h2d(ctx, v, host + 7, kb - 28), FJ_OK);
+    assert_int_equal(fj_memcpy_h2d(ctx, g, host + 3, qb - 12), FJ_OK);
+    fj_tensor tq = {.data = q, .dtype = FJ_DTYPE_F32, .ndim = 4, .shape = {B, S, H, D},
+                    .stride = {S * H * D, H * D, D, 1}};
+    fj_tensor tk = tq, tv, to = tq, tg = tq;
+    tk.data = k;
+    tk.shape[2] = HKV;
+    tk.stride[0] = S * HKV * D;
+    tk.stride[1] = HKV * D;
+    tv = tk;
+    tv.data = v;
+    to.data = o;
+    tg.data = g;
+    fj_tensor tl = {.data = l, .dtype = FJ_DTYPE_F32, .ndim = 3, .shape = {B, H, S},
+                    .stride = {H * S, S, 1}};
+    fj_attention_desc desc;
+    fj_attention_desc_init(&desc);
+    desc.causal = 1;
+    desc.deterministic = 1;
+    assert_int_equal(fj_attention_forward(ctx, &desc, &tq, &tk, &tv, &to, &tl, NULL), FJ_OK);
+    unsigned char *bytes[2][3];
+    const size_t sizes[3] = {qb, kb, kb};
+    for (int run = 0; run < 2; run++) {
+        fj_tensor td[3] = {tq, tk, tv};
+        for (int i = 0; i < 3; i++) {
+            assert_int_equal(fj_malloc(ctx, sizes[i], &grads[run][i]), FJ_OK);
+            td[i].data = grads[run][i];
+        }
+        fj_status st = fj_attention_backward(ctx, &desc, &tq, &tk, &tv, &to, &tg, &tl, &td[0],
+                                             &td[1], &td[2], NULL);
+        if (st != FJ_OK)
+            fail_msg("fj_attention_backward: %s", fj_context_last_error(ctx));
+        for (int i = 0; i < 3; i++) {
+            bytes[run][i] = malloc(sizes[i]);
+            assert_non_null(bytes[run][i]);
+            assert_int_equal(fj_memcpy_d2h(ctx, bytes[run][i], grads[run][i], sizes[i]), FJ_OK);
+        }
+    }
+    for (int i = 0; i < 3; i++) {
+        assert_memory_equal(bytes[0][i], bytes[1][i], sizes[i]);
+        free(bytes[0][i]);
+        free(bytes[1][i]);
+        fj_free(ctx, grads[0][i]);
+        fj_free(ctx, grads[1][i]);
+    }
+    void *bufs[6] = {q, k, v, o, g, l};
+    for (int i = 0; i < 6; i++)
+        fj_free(ctx, bufs[i]);
+    free(host);
+}
+
+/* Bad arguments are named (validation comes first: the data is never read). */
+static void test_bad_arguments(void **state)
+{
+    fj_context *ctx = suite_context(state);
+    char *a = (char *)(uintptr_t)(1u << 20); /* never read; tensors 1 MiB apart */
+    fj_tensor t[10];
+    for (int i = 0; i < 10; i++) {
+        t[i] = (fj_tensor){.data = a + ((size_t)i << 20), .dtype = FJ_DTYPE_BF16, .ndim = 4,
+                           .shape = {2, 8, 2, 16}, .stride = {256, 32, 16, 1}};
+    }
+    fj_tensor lse = {.data = a + (20u << 20), .dtype = FJ_DTYPE_F32, .ndim = 3, .shape = {2, 2, 8},
+                     .stride = {16, 8, 1}};
+    /* q k v out dout dq dk dv */
+    fj_tensor *q = &t[0], *k = &t[1], *v = &t[2], *out = &t[3], *dout = &t[4];
+    fj_tensor *dq = &t[5], *dk = &t[6], *dv = &t[7];
+    fj_attention_desc desc;
+    fj_attention_desc_init(&desc);
+    struct {
+        const char *message;
+        fj_status status;
+    } want[6] = {{"lse is NULL", FJ_ERR_INVALID_ARGUMENT},
+                 {"dout.shape[1] = 9, expected 8 (as out.shape[1])", FJ_ERR_INVALID_ARGUMENT},
+                 {"dk.dtype = f16 differs from k.dtype = bf16", FJ_ERR_INVALID_ARGUMENT},
+                 {"dv overlaps v", FJ_ERR_INVALID_ARGUMENT},
+                 {"desc.score_mod", FJ_ERR_UNSUPPORTED},
+                 {"desc.deterministic = 2", FJ_ERR_INVALID_ARGUMENT}};
+    for (int i = 0; i < 6; i++) {
+        fj_tensor b_dout = *dout, b_dk = *dk, b_dv = *dv;
+        fj_attention_desc d = desc;
+        const fj_tensor *l = &lse;
+        if (i == 0)
+            l = NULL;
+        if (i == 1)
+            b_dout.shape[1] = 9;
+        if (i == 2)
+            b_dk.dtype = FJ_DTYPE_F16;
+        if (i == 3)
+            b_dv.data = v->data;
+        if (i == 4)
+            d.score_mod = "s * 2.0";
+        if (i == 5)
+            d.deterministic = 2;
+        fj_status st = fj_attention_backward(ctx, &d, q, k, v, out, &b_dout, l, dq, &b_dk, &b_dv,
+                                             NULL);
+        if (st != want[i].status || !strstr(fj_context_last_error(ctx), want[i].message))
+            fail_msg("case %d: status %d, '%s'; expected %d and '%s'", i, st,
+                     fj_context_last_error(ctx), want[i].status, want[i].message);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_reference_matches_finite_differences),
+        cmocka_unit_test(test_shapes_and_options),
+        cmocka_unit_test(test_masks_and_terms),
+        cmocka_unit_test(test_bit_identical_runs),
+        cmocka_unit_test(test_bad_arguments),
+    };
+    return suite_run("backward", tests);
+}
