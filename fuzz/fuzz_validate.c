@@ -136,6 +136,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (getenv("FJ_FUZZ_DEBUG"))
         fprintf(stderr, "merge of %d: %s\n", n, err.msg[0] ? err.msg : "planned");
+    /* The same tensors as a backward: dout t[5], dq dk dv t[6..8] (overlaps as the bytes make
+    ** them), planned for both devices. */
+    fj__bwd_problem bp;
+    fj__err berr = {{0}};
+    if (fj__validate_backward(&d, &t[0], &t[1], &t[2], &t[3], &t[5], with_lse ? &t[4] : NULL,
+                              &t[6], &t[7], &t[8], &bp, &berr) == FJ_OK) {
+        fj__mods mods = {0};
+        if (fj__mods_resolve(&mods, &bp.f, &berr) == FJ_OK) {
+            fj__features f;
+            fj__features_of(&bp.f, &f);
+            for (int dev = 0; dev < 2; dev++) {
+                fj__plan plan;
+                if (fj__plan_backward(&f, &devices[dev], &plan, &berr) == FJ_OK)
+                    for (int i = 0; i < plan.nsteps; i++) {
+                        char *text = NULL, hash[65];
+                        if (fj__variant_key(&plan.steps[i].variant, "target", "0123", &text, hash,
+                                            &berr) == FJ_OK)
+                            free(text);
+                    }
+            }
+        }
+        fj__mods_free(&mods);
+    } else if (!berr.msg[0]) {
+        abort();
+    }
     /* The same tensors as an append to a paged cache: new keys and values t[0], t[1] into
     ** t[2], t[3] through the page table t[13] at the lengths t[10]. */
     fj__append_problem ap;
