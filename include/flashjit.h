@@ -324,8 +324,9 @@ FJ_API fj_status fj_attention_forward(fj_context *ctx, const fj_attention_desc *
 ** key get zero gradients. The kernels recompute the scores from q, k and lse (no N x N
 ** storage): D = rowsum(dout * out) first, then dk and dv per key block, then dq per query block;
 ** neither uses atomics, so the result is deterministic whatever desc.deterministic says.
-** Runs on the SIMT kernels so far (OpenCL, and CUDA without tensor cores); not with variable
-** lengths or a paged cache yet (FJ_ERR_UNSUPPORTED).
+** Variable lengths as the forward's (keys past seqused_k get zero dk and dv). Runs on the SIMT
+** kernels so far (OpenCL, and CUDA without tensor cores); not with a paged cache
+** (FJ_ERR_UNSUPPORTED).
 ** Returns FJ_ERR_INVALID_ARGUMENT naming the bad field, FJ_ERR_UNSUPPORTED, FJ_ERR_TEMPLATE,
 ** FJ_ERR_COMPILE, FJ_ERR_BACKEND, FJ_ERR_OUT_OF_MEMORY. */
 FJ_API fj_status fj_attention_backward(fj_context *ctx, const fj_attention_desc *desc,

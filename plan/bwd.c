@@ -26,6 +26,7 @@ static void bwd_variant(const fj__features *f, const fj_device_info *dev, int st
     v->head_dim_pad = round_up(f->head_dim, 16);
     v->head_dim_v_pad = round_up(f->head_dim_v, 16);
     v->stage = (uint8_t)stage;
+    v->varlen = f->varlen;
     if (stage > 1) { /* what the scores depend on */
         v->local_mask = f->window_left >= 0 || f->window_right >= 0;
         v->softcap = f->softcap;

@@ -869,10 +869,9 @@ fj_status fj__validate_backward(const fj_attention_desc *desc, const fj_tensor *
     if (d.score_mod)
         return fj__fail(err, FJ_ERR_UNSUPPORTED,
                         "desc.score_mod: the backward through a score_mod is not supported yet");
-    if (d.page_table || d.cu_seqlens_q)
-        return fj__fail(err, FJ_ERR_UNSUPPORTED, "desc.%s: the backward of %s is not supported yet",
-                        d.page_table ? "page_table" : "cu_seqlens_q",
-                        d.page_table ? "a paged KV cache" : "variable lengths");
+    if (d.page_table)
+        return fj__fail(err, FJ_ERR_UNSUPPORTED,
+                        "desc.page_table: the backward of a paged KV cache is not supported");
     TRY(check_like(dout, "dout", out, "out", err));
     TRY(check_like(dq, "dq", q, "q", err));
     TRY(check_like(dk, "dk", k, "k", err));
@@ -892,10 +891,12 @@ fj_status fj__validate_backward(const fj_attention_desc *desc, const fj_tensor *
     p->dq = dq;
     p->dk = dk;
     p->dv = dv;
+    /* Batch, row and head strides: dense [b, s, h, d]; packed [total, h, d] has no batch. */
     const fj_tensor *t4[4] = {dout, dq, dk, dv};
+    const int packed = p->f.cu_seqlens_q != NULL;
     for (int i = 0; i < 4; i++)
         for (int a = 0; a < 3; a++)
-            p->grad_strides[i][a] = t4[i]->stride[a];
+            p->grad_strides[i][a] = packed ? (a == 0 ? 0 : t4[i]->stride[a - 1]) : t4[i]->stride[a];
     p->deterministic = d.deterministic;
     return FJ_OK;
 }

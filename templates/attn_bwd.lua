@@ -11,9 +11,12 @@
 % --   dq    a work-item per query row: its dQ over the key tiles of TILE_N keys it sees.
 % -- No stage uses atomics: the gradients are bit-identical run to run.
 % --
+% -- Variable lengths (varlen 1, 2 with seqused_k): BLOCK_Z is the sequence, found as the
+% -- forward finds it; keys past seqused_k get zero dk and dv.
+% --
 % -- Parameters: dtypes (one type), head_dim_pad, head_dim_v_pad, tile_m, tile_n, threads, stage,
-% -- local_mask, softcap, the masks' and score terms' (attn_masks.lua), shared_bytes (the host's
-% -- size of Smem), args (fj_bwd_params).
+% -- local_mask, softcap, varlen, the masks' and score terms' (attn_masks.lua), shared_bytes (the
+% -- host's size of Smem), args (fj_bwd_params).
 % assert(stage == 1 or stage == 2 or stage == 3, "attn_bwd: stage 1 (dot), 2 (dkdv) or 3 (dq)")
 % assert(score_mod == "", "attn_bwd: no gradient through score_mod yet")
 % assert(kv_dtype == q_dtype and out_dtype == q_dtype, "attn_bwd takes one element type")
@@ -28,6 +31,39 @@
 #define DP ${head_dim_pad}
 #define DVP ${head_dim_v_pad}
 #define LOG2E 1.4426950408889634f
+
+% -- The block's sequence: `batch`, its lengths (seqlen_q, seqlen_k; len_k the keys it holds,
+% -- seqused_k or not), the tensors moved to its first rows (packed: through cu_seqlens,
+% -- clamped as the forward clamps them), the gradients' pointers, and d_rows, the rows per
+% -- (batch, head) of the D workspace.
+% local function emit_sequence()
+    const int batch = BLOCK_Z;
+%   if varlen > 0 then
+    const int q_first = I_MIN(I_MAX(cu_seqlens_q[batch], 0), total_q);
+    const int k_first = I_MIN(I_MAX(cu_seqlens_k[batch], 0), total_k);
+    const int seqlen_q = I_MIN(I_MAX(I_MIN(cu_seqlens_q[batch + 1], total_q) - q_first, 0), max_seqlen_q);
+    const int len_k = I_MIN(I_MAX(I_MIN(cu_seqlens_k[batch + 1], total_k) - k_first, 0), max_seqlen_k);
+%     if varlen == 2 then
+    const int seqlen_k = I_MIN(len_k, I_MAX(seqused_k[batch], 0));
+%     else
+    const int seqlen_k = len_k;
+%     end
+    const int d_rows = max_seqlen_q;
+%   else
+    const int q_first = 0, k_first = 0, len_k = seqlen_k, d_rows = seqlen_q;
+%   end
+    q += (I64)q_first * q_ss + batch * q_sb;
+    k += (I64)k_first * k_ss + batch * k_sb;
+    v += (I64)k_first * v_ss + batch * v_sb;
+    out += (I64)q_first * o_ss + batch * o_sb;
+    lse += (I64)q_first * l_ss + batch * l_sb;
+    GLOBAL const o_t *dout = GPTR(const o_t, P.dout) + (I64)q_first * P.do_ss + batch * P.do_sb;
+    GLOBAL q_t *dq_p = GPTR(q_t, P.dq) + (I64)q_first * P.dq_ss + batch * P.dq_sb;
+    GLOBAL kv_t *dk_p = GPTR(kv_t, P.dk) + (I64)k_first * P.dk_ss + batch * P.dk_sb;
+    GLOBAL kv_t *dv_p = GPTR(kv_t, P.dv) + (I64)k_first * P.dv_ss + batch * P.dv_sb;
+    GLOBAL float *delta_p = GPTR(float, P.delta) + (I64)batch * heads_q * d_rows;
+% end
+% local unpack_names = varlen > 0 and { seqlen_q = "max_seqlen_q", seqlen_k = "max_seqlen_k" } or nil
 
 % -- `bool seen`: whether query row `row` of this (batch, head) sees key `key`, as the forward
 % -- decides it: the tensors' ends, the band, the caller's block classes, the element masks.
@@ -77,17 +113,17 @@ fj_attn_bwd_dot(
 % params_arg(args)
 )
 {
-% params_unpack(args.fields[1].block, "P.fwd")
-    const int row = BLOCK_X * TILE_M + THREAD_X, head = BLOCK_Y, batch = BLOCK_Z;
+% params_unpack(args.fields[1].block, "P.fwd", unpack_names)
+% emit_sequence()
+    const int row = BLOCK_X * TILE_M + THREAD_X, head = BLOCK_Y;
     if (row >= seqlen_q)
         return;
-    GLOBAL const o_t *o = out + batch * o_sb + (I64)row * o_ss + (I64)head * o_sh;
-    GLOBAL const o_t *g = GPTR(const o_t, P.dout) + batch * P.do_sb + (I64)row * P.do_ss +
-                          (I64)head * P.do_sh;
+    GLOBAL const o_t *o = out + (I64)row * o_ss + (I64)head * o_sh;
+    GLOBAL const o_t *g = dout + (I64)row * P.do_ss + (I64)head * P.do_sh;
     float d = 0.0f;
     for (int c = 0; c < head_dim_v; c++)
         d = F_FMA(O_LOAD(g, c), O_LOAD(o, c), d);
-    GPTR(float, P.delta)[((I64)batch * heads_q + head) * seqlen_q + row] = d;
+    delta_p[(I64)head * d_rows + row] = d;
 }
 % elseif stage == 2 then
 typedef struct Smem {
@@ -109,14 +145,15 @@ fj_attn_bwd_dkdv(
 )
 {
     SHARED Smem sm;
-% params_unpack(args.fields[1].block, "P.fwd")
+% params_unpack(args.fields[1].block, "P.fwd", unpack_names)
+% emit_sequence()
     const int tid = THREAD_X, key0 = BLOCK_X * TILE_N, key = key0 + tid;
-    const int head_kv = BLOCK_Y, batch = BLOCK_Z, group = heads_q / heads_kv;
+    const int head_kv = BLOCK_Y, group = heads_q / heads_kv;
     const bool live = key < seqlen_k;
     const int shift = seqlen_k - seqlen_q;
     float k_row[DP], v_row[DVP], dk[DP], dv[DVP];
-    GLOBAL const kv_t *kp = k + batch * k_sb + (I64)key * k_ss + (I64)head_kv * k_sh;
-    GLOBAL const kv_t *vp = v + batch * v_sb + (I64)key * v_ss + (I64)head_kv * v_sh;
+    GLOBAL const kv_t *kp = k + (I64)key * k_ss + (I64)head_kv * k_sh;
+    GLOBAL const kv_t *vp = v + (I64)key * v_ss + (I64)head_kv * v_sh;
     for (int c = 0; c < DP; c++) {
         k_row[c] = live && c < head_dim ? KV_LOAD(kp, c) : 0.0f;
         dk[c] = 0.0f;
@@ -139,20 +176,19 @@ fj_attn_bwd_dkdv(
             for (int i = tid; i < TILE_M * DP; i += TILE_N) {
                 const int r = i / DP, c = i % DP, row = m0 + r;
                 sm.q[r][c] = row < seqlen_q && c < head_dim
-                                 ? Q_LOAD(q, batch * q_sb + (I64)row * q_ss + (I64)head * q_sh + c)
+                                 ? Q_LOAD(q, (I64)row * q_ss + (I64)head * q_sh + c)
                                  : 0.0f;
             }
             for (int i = tid; i < TILE_M * DVP; i += TILE_N) {
                 const int r = i / DVP, c = i % DVP, row = m0 + r;
                 sm.g[r][c] = row < seqlen_q && c < head_dim_v
-                                 ? O_LOAD(GPTR(const o_t, P.dout), batch * P.do_sb + (I64)row * P.do_ss +
-                                                                      (I64)head * P.do_sh + c)
+                                 ? O_LOAD(dout, (I64)row * P.do_ss + (I64)head * P.do_sh + c)
                                  : 0.0f;
             }
             for (int r = tid; r < TILE_M; r += TILE_N) {
                 const int row = m0 + r;
-                sm.lse[r] = row < seqlen_q ? lse[batch * l_sb + (I64)head * l_sh + (I64)row * l_ss] * LOG2E : -F_INF;
-                sm.delta[r] = row < seqlen_q ? GPTR(const float, P.delta)[((I64)batch * heads_q + head) * seqlen_q + row] : 0.0f;
+                sm.lse[r] = row < seqlen_q ? lse[(I64)head * l_sh + (I64)row * l_ss] * LOG2E : -F_INF;
+                sm.delta[r] = row < seqlen_q ? delta_p[(I64)head * d_rows + row] : 0.0f;
             }
             BARRIER();
             if (!live)
@@ -176,10 +212,10 @@ fj_attn_bwd_dkdv(
             }
         }
     }
-    if (!live)
+    if (key >= len_k) /* keys past seqused_k, in the sequence's rows, get zeros */
         return;
-    GLOBAL kv_t *dkp = GPTR(kv_t, P.dk) + batch * P.dk_sb + (I64)key * P.dk_ss + (I64)head_kv * P.dk_sh;
-    GLOBAL kv_t *dvp = GPTR(kv_t, P.dv) + batch * P.dv_sb + (I64)key * P.dv_ss + (I64)head_kv * P.dv_sh;
+    GLOBAL kv_t *dkp = dk_p + (I64)key * P.dk_ss + (I64)head_kv * P.dk_sh;
+    GLOBAL kv_t *dvp = dv_p + (I64)key * P.dv_ss + (I64)head_kv * P.dv_sh;
     for (int c = 0; c < head_dim; c++)
         KV_STORE(dkp, c, dk[c]);
     for (int c = 0; c < head_dim_v; c++)
@@ -203,23 +239,23 @@ fj_attn_bwd_dq(
 )
 {
     SHARED Smem sm;
-% params_unpack(args.fields[1].block, "P.fwd")
+% params_unpack(args.fields[1].block, "P.fwd", unpack_names)
+% emit_sequence()
     const int tid = THREAD_X, row0 = BLOCK_X * TILE_M, row = row0 + tid;
-    const int head = BLOCK_Y, batch = BLOCK_Z, head_kv = head / (heads_q / heads_kv);
+    const int head = BLOCK_Y, head_kv = head / (heads_q / heads_kv);
     const bool live = row < seqlen_q;
     const int shift = seqlen_k - seqlen_q;
     float q_row[DP], g_row[DVP], dq[DP];
-    GLOBAL const q_t *qp = q + batch * q_sb + (I64)row * q_ss + (I64)head * q_sh;
-    GLOBAL const o_t *gp = GPTR(const o_t, P.dout) + batch * P.do_sb + (I64)row * P.do_ss +
-                           (I64)head * P.do_sh;
+    GLOBAL const q_t *qp = q + (I64)row * q_ss + (I64)head * q_sh;
+    GLOBAL const o_t *gp = dout + (I64)row * P.do_ss + (I64)head * P.do_sh;
     for (int c = 0; c < DP; c++) {
         q_row[c] = live && c < head_dim ? Q_LOAD(qp, c) : 0.0f;
         dq[c] = 0.0f;
     }
     for (int c = 0; c < DVP; c++)
         g_row[c] = live && c < head_dim_v ? O_LOAD(gp, c) : 0.0f;
-    const float lse_l2 = live ? lse[batch * l_sb + (I64)head * l_sh + (I64)row * l_ss] * LOG2E : -F_INF;
-    const float delta = live ? GPTR(const float, P.delta)[((I64)batch * heads_q + head) * seqlen_q + row] : 0.0f;
+    const float lse_l2 = live ? lse[(I64)head * l_sh + (I64)row * l_ss] * LOG2E : -F_INF;
+    const float delta = live ? delta_p[(I64)head * d_rows + row] : 0.0f;
 %   if sparse or terms then
     MASK_CTX(mc, P.fwd.mask, batch, head, seqlen_q, seqlen_k);
 %   end
@@ -232,13 +268,13 @@ fj_attn_bwd_dq(
         for (int i = tid; i < TILE_N * DP; i += TILE_M) {
             const int j = i / DP, c = i % DP, key = n0 + j;
             sm.k[j][c] = key < seqlen_k && c < head_dim
-                             ? KV_LOAD(k, batch * k_sb + (I64)key * k_ss + (I64)head_kv * k_sh + c)
+                             ? KV_LOAD(k, (I64)key * k_ss + (I64)head_kv * k_sh + c)
                              : 0.0f;
         }
         for (int i = tid; i < TILE_N * DVP; i += TILE_M) {
             const int j = i / DVP, c = i % DVP, key = n0 + j;
             sm.v[j][c] = key < seqlen_k && c < head_dim_v
-                             ? KV_LOAD(v, batch * v_sb + (I64)key * v_ss + (I64)head_kv * v_sh + c)
+                             ? KV_LOAD(v, (I64)key * v_ss + (I64)head_kv * v_sh + c)
                              : 0.0f;
         }
         BARRIER();
@@ -261,7 +297,7 @@ fj_attn_bwd_dq(
     }
     if (!live)
         return;
-    GLOBAL q_t *dqp = GPTR(q_t, P.dq) + batch * P.dq_sb + (I64)row * P.dq_ss + (I64)head * P.dq_sh;
+    GLOBAL q_t *dqp = dq_p + (I64)row * P.dq_ss + (I64)head * P.dq_sh;
     for (int c = 0; c < head_dim; c++)
         Q_STORE(dqp, c, dq[c]);
 }

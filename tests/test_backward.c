@@ -1,7 +1,7 @@
 /* The backward on one backend (FJ_TEST_BACKEND): dq, dk, dv of random problems against the
 ** float64 reference's analytic gradients (which a finite-difference check confirms first), over
-** odd sizes, GQA, every mask kind and score term, soft-capping, both scale signs, layouts and
-** dtypes; bit-identical gradients run to run; bad arguments named. Without a device of that
+** odd sizes, GQA, every mask kind and score term, soft-capping, both scale signs, layouts,
+** dtypes and packed sequences; bit-identical gradients run to run; bad arguments named. Without a device of that
 ** backend the suite skips. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -168,6 +168,23 @@ static void test_masks_and_terms(void **state)
     run_cases(state, cases, n);
 }
 
+/* Packed sequences of different lengths (one without queries), with seqused_k (the keys past
+** it get zero gradients), causal, windows, a mask_mod. */
+static void test_varlen(void **state)
+{
+    fjh_case cases[4];
+    for (int i = 0; i < 4; i++) {
+        cases[i] = bwd_case(40 + 13 * i, 70, 4, 2, 32,
+                            i == 2 ? FJ_DTYPE_F32 : i == 3 ? FJ_DTYPE_F16 : FJ_DTYPE_BF16);
+        cases[i].batch = 4;
+        cases[i].varlen = 1 + i % 2;
+        cases[i].desc.causal = i == 1;
+        cases[i].desc.window_left = i == 2 ? 7 : -1;
+        cases[i].desc.mask_mod = i == 3 ? "k % 2 == 0 || q == k" : NULL;
+    }
+    run_cases(state, cases, 4);
+}
+
 /* Two runs of the same backward give the same bits (deterministic = 1; the plan never uses
 ** atomics, so 0 gives them too). */
 static void test_bit_identical_runs(void **state)
@@ -299,6 +316,7 @@ int main(void)
         cmocka_unit_test(test_reference_matches_finite_differences),
         cmocka_unit_test(test_shapes_and_options),
         cmocka_unit_test(test_masks_and_terms),
+        cmocka_unit_test(test_varlen),
         cmocka_unit_test(test_bit_identical_runs),
         cmocka_unit_test(test_bad_arguments),
     };

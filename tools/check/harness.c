@@ -736,20 +736,56 @@ static int check_grad(const fjh_case *c, const char *name, const htensor *g, con
     return -1;
 }
 
-/* The backward of a checked dense case: a random dout, poisoned dq, dk, dv, one call, and each
-** gradient against the float64 reference (criteria as the forward's; f32 relative 1e-4). */
+/* The float64 gradients of a varlen case, one sequence at a time, into packed arrays (keys past
+** seqused_k and sequences without queries keep zero gradients). */
+static void reference_backward_packed(const fjr_problem *p, const packing *pk,
+                                      const double *const in[4], double *const out[3],
+                                      const float *const inf[4], float *const low[3],
+                                      fj_dtype dtype)
+{
+    const int64_t hq = p->heads_q, hkv = p->heads_kv, d = p->head_dim, dv = p->head_dim_v;
+    const size_t n[3] = {(size_t)(pk->total_q * hq * d), (size_t)(pk->total_k * hkv * d),
+                         (size_t)(pk->total_k * hkv * dv)};
+    for (int t = 0; t < 3; t++) {
+        memset(out[t], 0, n[t] * sizeof *out[t]);
+        if (low[t])
+            memset(low[t], 0, n[t] * sizeof *low[t]);
+    }
+    int64_t row_q = 0, row_k = 0;
+    for (int64_t b = 0; b < pk->n; b++) {
+        const fjr_problem s = sequence_problem(p, pk, b);
+        const int64_t oq = row_q * hq * d, ok = row_k * hkv * d, ov = row_k * hkv * dv;
+        const int64_t og = row_q * hq * dv;
+        if (s.seqlen_q > 0 && s.seqlen_k > 0) {
+            fjr_attention_backward(&s, in[0] + oq, in[1] + ok, in[2] + ov, in[3] + og,
+                                   out[0] + oq, out[1] + ok, out[2] + ov);
+            if (low[0])
+                fjr_attention_backward_lowp(&s, dtype, inf[0] + oq, inf[1] + ok, inf[2] + ov,
+                                            inf[3] + og, low[0] + oq, low[1] + ok, low[2] + ov);
+        }
+        row_q += pk->len_q[b];
+        row_k += pk->len_k[b];
+    }
+}
+
+/* The backward of a checked case (dense or packed): a random dout, poisoned dq, dk, dv, one
+** call, and each gradient against the float64 reference (criteria as the forward's; f32
+** relative 1e-4). pk: the packing of a varlen case, else NULL. */
 static fj_status run_backward(fj_context *ctx, const fjh_case *c, const fjr_problem *p,
-                              uint64_t *rng, const fj_attention_desc *desc, const fj_tensor *qt,
-                              const fj_tensor *kt, const fj_tensor *vt, const fj_tensor *ot,
-                              const fj_tensor *lt, const double *const dense[3],
-                              const float *const densef[3], fjh_result *r)
+                              const packing *pk, uint64_t *rng, const fj_attention_desc *desc,
+                              const fj_tensor *qt, const fj_tensor *kt, const fj_tensor *vt,
+                              const fj_tensor *ot, const fj_tensor *lt,
+                              const double *const dense[3], const float *const densef[3],
+                              fjh_result *r)
 {
     const size_t es = fj_dtype_size(c->dtype);
+    const int64_t b = pk ? 1 : c->batch, sq = pk ? pk->total_q : c->seqlen_q;
+    const int64_t sk = pk ? pk->total_k : c->seqlen_k;
     htensor dout, g[3];
-    geometry(&dout, c->dtype, c->batch, c->seqlen_q, c->heads_q, c->head_dim_v, c->layout);
-    geometry(&g[0], c->dtype, c->batch, c->seqlen_q, c->heads_q, c->head_dim, c->layout);
-    geometry(&g[1], c->dtype, c->batch, c->seqlen_k, c->heads_kv, c->head_dim, c->layout);
-    geometry(&g[2], c->dtype, c->batch, c->seqlen_k, c->heads_kv, c->head_dim_v, c->layout);
+    geometry(&dout, c->dtype, b, sq, c->heads_q, c->head_dim_v, c->layout);
+    geometry(&g[0], c->dtype, b, sq, c->heads_q, c->head_dim, c->layout);
+    geometry(&g[1], c->dtype, b, sk, c->heads_kv, c->head_dim, c->layout);
+    geometry(&g[2], c->dtype, b, sk, c->heads_kv, c->head_dim_v, c->layout);
     htensor *all[4] = {&dout, &g[0], &g[1], &g[2]};
     for (int i = 0; i < 4; i++) {
         all[i]->host = xmalloc(all[i]->elements * es, "a gradient's host copy");
@@ -761,9 +797,12 @@ static fj_status run_backward(fj_context *ctx, const fjh_case *c, const fjr_prob
     fj_status st = FJ_OK;
     for (int i = 0; i < 4 && st == FJ_OK; i++)
         st = upload(ctx, all[i]);
+    fj_tensor views[4] = {dout.t, g[0].t, g[1].t, g[2].t}; /* packed: [total, heads, dim] */
+    for (int i = 0; i < 4 && pk; i++)
+        views[i] = packed_view(&all[i]->t);
     if (st == FJ_OK)
-        st = fj_attention_backward(ctx, desc, qt, kt, vt, ot, &dout.t, lt, &g[0].t, &g[1].t,
-                                   &g[2].t, NULL);
+        st = fj_attention_backward(ctx, desc, qt, kt, vt, ot, &views[0], lt, &views[1],
+                                   &views[2], &views[3], NULL);
     if (st == FJ_OK)
         st = fj_synchronize(ctx, NULL);
     for (int i = 0; i < 3 && st == FJ_OK; i++)
@@ -773,18 +812,24 @@ static fj_status run_backward(fj_context *ctx, const fjh_case *c, const fjr_prob
         snprintf(r->why, sizeof r->why, "backward: %s: %.200s", fj_status_string(st), r->error);
         r->pass = 0;
     } else {
-        const int64_t n[3] = {p->batch * p->seqlen_q * p->heads_q * p->head_dim,
-                              p->batch * p->seqlen_k * p->heads_kv * p->head_dim,
-                              p->batch * p->seqlen_k * p->heads_kv * p->head_dim_v};
+        const int64_t n[3] = {b * sq * p->heads_q * p->head_dim,
+                              b * sk * p->heads_kv * p->head_dim,
+                              b * sk * p->heads_kv * p->head_dim_v};
         for (int i = 0; i < 3; i++) {
             ref[i] = xmalloc((size_t)n[i] * sizeof *ref[i], "the reference's gradients");
             if (c->dtype != FJ_DTYPE_F32)
                 low[i] = xmalloc((size_t)n[i] * sizeof *low[i], "the plain gradients");
         }
-        fjr_attention_backward(p, dense[0], dense[1], dense[2], dd, ref[0], ref[1], ref[2]);
-        if (low[0])
-            fjr_attention_backward_lowp(p, c->dtype, densef[0], densef[1], densef[2], df, low[0],
-                                        low[1], low[2]);
+        if (pk) {
+            const double *const in[4] = {dense[0], dense[1], dense[2], dd};
+            const float *const inf[4] = {densef[0], densef[1], densef[2], df};
+            reference_backward_packed(p, pk, in, ref, inf, low, c->dtype);
+        } else {
+            fjr_attention_backward(p, dense[0], dense[1], dense[2], dd, ref[0], ref[1], ref[2]);
+            if (low[0])
+                fjr_attention_backward_lowp(p, c->dtype, densef[0], densef[1], densef[2], df,
+                                            low[0], low[1], low[2]);
+        }
         static const char *const names[3] = {"dq", "dk", "dv"};
         for (int i = 0; i < 3 && r->pass; i++)
             if (check_grad(c, names[i], &g[i], ref[i], low[i], i, r))
@@ -1003,15 +1048,15 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
         }
         check(c, &pc, &out, c->with_lse ? &lse : NULL, ref, ref_lse, lowp, r);
         if (c->backward && r->pass) {
-            if (!c->with_lse || c->varlen || c->paged || c->v_in_k) {
+            if (!c->with_lse || c->paged || c->v_in_k) {
                 r->pass = 0;
                 snprintf(r->why, sizeof r->why,
-                         "the backward check takes dense cases with lse");
+                         "the backward check takes dense or packed cases with lse");
             } else {
                 const double *const dense3[3] = {qd, kd, vd};
                 const float *const densef3[3] = {qf, kf, vf};
-                st = run_backward(ctx, c, &p, &rng, &desc, &qt, &kt, &vt, &ot, lse_t, dense3,
-                                  densef3, r);
+                st = run_backward(ctx, c, &p, c->varlen ? &pk : NULL, &rng, &desc, &qt, &kt, &vt,
+                                  &ot, lse_t, dense3, densef3, r);
             }
         }
     } else {
