@@ -10,7 +10,7 @@ else
 WERROR ?= OFF
 endif
 
-.PHONY: all deps build run test sanitize fuzz clean
+.PHONY: all deps build run test install sanitize fuzz clean
 
 all: build
 
@@ -27,13 +27,19 @@ run: build
 test: build
 	cd $(BUILD) && ctest --output-on-failure -V $(CTEST_ARGS)
 
+# The library, header, CLI, CMake package and pkg-config file under PREFIX.
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
 # The unit suite again, built with AddressSanitizer and UBSan (any report fails the test). Left
-# out: the Python layout check (the interpreter would need the ASan runtime preloaded) and the
-# offline cache build (minutes inside NVRTC; its host side runs in `make test`).
+# out: the Python layout check (the interpreter would need the ASan runtime preloaded), the
+# offline cache build (minutes inside NVRTC; its host side runs in `make test`) and the install
+# consumers (their programs are not built with the sanitizers).
 sanitize: deps
 	cmake -S . -B build-asan -DFLASHJIT_SANITIZE=ON -DFLASHJIT_WERROR=$(WERROR) $(CMAKE_FLAGS)
 	cmake --build build-asan -j $(JOBS)
-	cd build-asan && ctest --output-on-failure -L unit -E "python_layout|cache_build_offline" $(CTEST_ARGS)
+	cd build-asan && ctest --output-on-failure -L unit -E "python_layout|cache_build_offline|install_consumers" $(CTEST_ARGS)
 
 # Each libFuzzer target (fuzz/) for FUZZ_SECONDS over its corpus; needs clang.
 FUZZ_SECONDS ?= 60

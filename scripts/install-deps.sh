@@ -5,7 +5,7 @@
 # `fuzz` it also installs what `make fuzz` needs.
 set -euo pipefail
 [ "${FLASHJIT_SKIP_DEPS:-0}" = 1 ] && exit 0
-packages=(cmake make gcc libc6-dev liblua5.4-dev libsqlite3-dev libsodium-dev libcmocka-dev
+packages=(cmake make gcc libc6-dev pkgconf liblua5.4-dev libsqlite3-dev libsodium-dev libcmocka-dev
           pocl-opencl-icd ocl-icd-opencl-dev opencl-headers)
 if [ "${1:-}" = fuzz ]; then # clang and its libFuzzer runtime
     packages+=(clang libclang-rt-dev)
