@@ -3,8 +3,9 @@
 # that scripts/device-deps.sh extracted into .deps/root; then benchmarks. Logs go to $OUT (or
 # ./out). Usage: scripts/device-test.sh [smoke|test|bench|decode|all] [extra bench arguments...]
 # smoke: a few `flashjit run` checks, each under a time limit (a kernel that hangs is killed).
-# decode: the decode, paged, MLA and append suites, compute-sanitizer on paged decode and append,
-# and bench/bench_decode.py on the decode kernel and on the default path (not part of all).
+# decode: the decode, paged, MLA, append, merge and backward suites, compute-sanitizer on paged
+# and MLA decode, the append and a backward, and bench/bench_decode.py on the decode kernel and
+# on the default path (not part of all).
 # CTEST_LABEL=gpu runs only the tests with that label.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -73,11 +74,12 @@ if [ "$what" = test ] || [ "$what" = all ]; then
     fi
 fi
 if [ "$what" = decode ]; then
-    (cd $build && ctest --output-on-failure --timeout 300 -R "test_(decode|append|merge)_cuda") \
+    (cd $build && ctest --output-on-failure --timeout 300 -R "test_(decode|append|merge|backward)_cuda") \
         > "$out/ctest_decode.log" 2>&1 || status=1
     grep -E "Test +#|tests passed" "$out/ctest_decode.log"
     for args in "--seqlen-q 2 --seqlen-k 300 --paged 16 --causal --splits 3" \
-                "--seqlen-q 1 --seqlen-k 700 --mla --heads 16 --paged 64 --splits 5"; do
+                "--seqlen-q 1 --seqlen-k 700 --mla --heads 16 --paged 64 --splits 5" \
+                "--seqlen-q 70 --seqlen-k 90 --head-dim 64 --causal --backward"; do
         if FLASHJIT_CONFIG=path=decode compute-sanitizer --tool memcheck --error-exitcode 3 \
             $build/flashjit run --backend cuda --reps 1 --batch 5 --heads 8 --kv-heads 2 $args \
             > "$out/sanitizer.tmp" 2>&1; then
