@@ -6,11 +6,6 @@
 
 #define TILE 32 /* query rows and keys per work-group, halved where local memory runs out */
 
-static int32_t round_up(int64_t x, int32_t to)
-{
-    return (int32_t)((x + to - 1) / to * to);
-}
-
 /* The variant of stage `stage` for f on dev: what decides the scores, as the forward's. */
 static void bwd_variant(const fj__features *f, const fj_device_info *dev, int stage,
                         fj__variant *v)
@@ -23,8 +18,8 @@ static void bwd_variant(const fj__features *f, const fj_device_info *dev, int st
     v->kv_dtype = f->kv_dtype;
     v->out_dtype = f->out_dtype;
     v->acc_dtype = FJ_DTYPE_F32;
-    v->head_dim_pad = round_up(f->head_dim, 16);
-    v->head_dim_v_pad = round_up(f->head_dim_v, 16);
+    v->head_dim_pad = fj__round_up(f->head_dim, 16);
+    v->head_dim_v_pad = fj__round_up(f->head_dim_v, 16);
     v->stage = (uint8_t)stage;
     v->varlen = f->varlen;
     if (stage > 1) { /* what the scores depend on */

@@ -12,21 +12,9 @@
 #include "plan.h"
 
 #define DECODE_THREADS 128  /* attn_decode.lua */
-#define MERGE_THREADS 128   /* attn_merge.lua: MERGE_PAIRS (batch, row, head) rows per group */
-#define MERGE_PAIRS 4
 #define MAX_ROWS 64         /* packed group rows per work-group */
 #define MIN_SPLIT_KEYS 256  /* an automatic split keeps at least this many keys */
 #define BLOCKS_PER_UNIT 2   /* automatic splits aim at this many work-groups per compute unit */
-
-static int32_t round_up(int64_t x, int32_t to)
-{
-    return (int32_t)((x + to - 1) / to * to);
-}
-
-static int64_t div_up(int64_t a, int64_t b)
-{
-    return (a + b - 1) / b;
-}
 
 int fj__choose_decode(const fj__features *f, const fj_device_info *dev, fj__variant *v)
 {
@@ -44,8 +32,8 @@ int fj__choose_decode(const fj__features *f, const fj_device_info *dev, fj__vari
     v->kv_dtype = f->kv_dtype;
     v->out_dtype = f->out_dtype;
     v->acc_dtype = FJ_DTYPE_F32;
-    v->head_dim_pad = round_up(f->head_dim, 16);
-    v->head_dim_v_pad = round_up(f->head_dim_v, 16);
+    v->head_dim_pad = fj__round_up(f->head_dim, 16);
+    v->head_dim_v_pad = fj__round_up(f->head_dim_v, 16);
     v->threads = DECODE_THREADS;
     v->local_mask = f->window_left >= 0 || f->window_right >= 0;
     v->softcap = f->softcap;
@@ -83,12 +71,12 @@ static int32_t splits_of(const fj__features *f, const fj_device_info *dev, int64
     int64_t want = f->num_splits;
     if (want == 0) {
         const int64_t units = dev->compute_units > 0 ? dev->compute_units : 1;
-        want = div_up(BLOCKS_PER_UNIT * units, blocks);
-        const int64_t most = div_up(f->seqlen_k, MIN_SPLIT_KEYS);
+        want = fj__div_up(BLOCKS_PER_UNIT * units, blocks);
+        const int64_t most = fj__div_up(f->seqlen_k, MIN_SPLIT_KEYS);
         if (want > most)
             want = most;
     }
-    const int64_t tiles = div_up(f->seqlen_k, tile_n);
+    const int64_t tiles = fj__div_up(f->seqlen_k, tile_n);
     if (want > tiles)
         want = tiles;
     if (want > FJ__DECODE_MAX_SPLITS)
@@ -104,15 +92,15 @@ fj_status fj__plan_decode(const fj__features *f, const fj_device_info *dev, cons
     plan->fwd.classes = plan->fwd.counter = -1;
     plan->decode.ws_o = plan->decode.ws_l = -1;
     const int64_t group_rows = f->heads_q / f->heads_kv * f->seqlen_q;
-    const int64_t row_tiles = div_up(group_rows, v->tile_m);
+    const int64_t row_tiles = fj__div_up(group_rows, v->tile_m);
     const int64_t blocks = f->batch * f->heads_kv * row_tiles;
     if (f->heads_kv * row_tiles > FJ__MAX_GRID_DIM_Y)
         return fj__fail(err, FJ_ERR_UNSUPPORTED,
                         "%lld kv heads x %lld row tiles: the decode grid allows %d",
                         (long long)f->heads_kv, (long long)row_tiles, FJ__MAX_GRID_DIM_Y);
     int32_t splits = splits_of(f, dev, blocks, v->tile_n);
-    const int32_t keys = round_up(div_up(f->seqlen_k, splits), v->tile_n);
-    splits = (int32_t)div_up(f->seqlen_k, keys);
+    const int32_t keys = fj__round_up(fj__div_up(f->seqlen_k, splits), v->tile_n);
+    splits = (int32_t)fj__div_up(f->seqlen_k, keys);
     plan->decode.splits = splits;
     plan->decode.keys_per_split = keys;
     plan->decode.row_tiles = (int32_t)row_tiles;
@@ -132,18 +120,8 @@ fj_status fj__plan_decode(const fj__features *f, const fj_device_info *dev, cons
     plan->main_step = 0;
     if (splits == 1)
         return FJ_OK;
-    fj__step *m = fj__plan_add_step(plan, FJ__STEP_KERNEL);
-    fj__variant *mv = &m->variant;
-    mv->family = FJ__FAMILY_MERGE;
-    mv->backend = v->backend;
-    mv->path = FJ__PATH_SIMT;
-    mv->q_dtype = mv->kv_dtype = mv->acc_dtype = FJ_DTYPE_F32;
-    mv->out_dtype = v->out_dtype;
-    mv->threads = MERGE_THREADS;
-    mv->inputs = 0; /* strided states */
-    mv->write_lse = v->write_lse;
-    m->block[0] = MERGE_THREADS;
-    m->grid[0] = (uint32_t)div_up((int64_t)rows, MERGE_PAIRS);
+    fj__plan_add_merge_step(plan, v->backend, 0 /* strided states */, FJ_DTYPE_F32,
+                            FJ_DTYPE_F32, v->out_dtype, v->write_lse, rows);
     return FJ_OK;
 }
 
@@ -151,14 +129,8 @@ fj_status fj__plan_decode(const fj__features *f, const fj_device_info *dev, cons
 static void partial_slot(const fj__plan *plan, const fj__problem *p, void *const *ws,
                          fj__merge_slot *S)
 {
-    S->o = ws[plan->decode.ws_o];
-    S->l = ws[plan->decode.ws_l];
-    S->o_sh = p->head_dim_v;
-    S->o_ss = p->heads_q * p->head_dim_v;
-    S->o_sb = p->seqlen_q * S->o_ss;
-    S->l_ss = 1;
-    S->l_sh = p->seqlen_q;
-    S->l_sb = p->heads_q * p->seqlen_q;
+    fj__merge_contiguous_slot(ws[plan->decode.ws_o], ws[plan->decode.ws_l], p->seqlen_q,
+                              p->heads_q, p->head_dim_v, S);
 }
 
 void fj__decode_fill(const fj__plan *plan, int i, const fj__problem *p, void *const *ws,

@@ -7,11 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int32_t round_up(int64_t x, int32_t to)
-{
-    return (int32_t)((x + to - 1) / to * to);
-}
-
 /* Compute capability as major * 10 + minor from "sm_90a"; 0 when unknown. */
 static int sm_version(const fj_device_info *dev)
 {
@@ -64,7 +59,7 @@ static int wgmma_serves(const fj__features *f, const fj_device_info *dev)
     if ((f->seqlen_q + 63) / 64 * f->heads_q * f->batch >= INT32_MAX)
         return 0;
     return sm_version(dev) == 90 && strchr(dev->arch, 'a') != NULL &&
-           round_up(f->head_dim, 64) <= 256 && round_up(f->head_dim_v, 64) <= 256 &&
+           fj__round_up(f->head_dim, 64) <= 256 && fj__round_up(f->head_dim_v, 64) <= 256 &&
            f->tma[FJ__T_Q] && f->tma[FJ__T_K] && f->tma[FJ__T_V] && f->rows_16b[FJ__T_OUT];
 }
 
@@ -72,8 +67,8 @@ static void plan_wgmma(fj__variant *v, const fj__features *f, const fj_device_in
 {
     v->path = FJ__PATH_WGMMA;
     /* 64-column panels of the 128-byte swizzle. */
-    v->head_dim_pad = round_up(v->head_dim_pad, 64);
-    v->head_dim_v_pad = round_up(v->head_dim_v_pad, 64);
+    v->head_dim_pad = fj__round_up(v->head_dim_pad, 64);
+    v->head_dim_v_pad = fj__round_up(v->head_dim_v_pad, 64);
     int32_t widest = v->head_dim_pad > v->head_dim_v_pad ? v->head_dim_pad : v->head_dim_v_pad;
     /* Measured on an H200 (bench/RESULTS.md). Two consumer warpgroups of 64 rows and a
     ** producer; 128-key tiles up to d = 128, 80 beyond (O's accumulators take 128 registers;
@@ -250,8 +245,8 @@ void fj__choose_forward(const fj__features *f, const fj_device_info *dev, const 
     v->acc_dtype = FJ_DTYPE_F32;
     /* Head dims are padded to multiples of 16 (the tensor-core k step) so that nearby head dims
     ** share a kernel; the padding lanes are masked at load and store. */
-    v->head_dim_pad = round_up(f->head_dim, 16);
-    v->head_dim_v_pad = round_up(f->head_dim_v, 16);
+    v->head_dim_pad = fj__round_up(f->head_dim, 16);
+    v->head_dim_v_pad = fj__round_up(f->head_dim_v, 16);
     v->local_mask = f->window_left >= 0 || f->window_right >= 0;
     v->softcap = f->softcap;
     v->neg_scale = f->neg_scale;

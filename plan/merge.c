@@ -8,10 +8,12 @@
 #define MERGE_THREADS 128 /* attn_merge.lua: 4 (batch, row, head) pairs per work-group */
 #define MERGE_PAIRS 4
 
-static void merge_variant(fj_backend_kind backend, int inputs, fj_dtype first, fj_dtype rest,
-                          fj_dtype out, int write_lse, fj__variant *v)
+fj__step *fj__plan_add_merge_step(fj__plan *plan, fj_backend_kind backend, int inputs,
+                                  fj_dtype first, fj_dtype rest, fj_dtype out, int write_lse,
+                                  uint64_t rows)
 {
-    memset(v, 0, sizeof *v);
+    fj__step *s = fj__plan_add_step(plan, FJ__STEP_KERNEL);
+    fj__variant *v = &s->variant;
     v->family = FJ__FAMILY_MERGE;
     v->backend = backend;
     v->path = FJ__PATH_SIMT;
@@ -22,6 +24,9 @@ static void merge_variant(fj_backend_kind backend, int inputs, fj_dtype first, f
     v->threads = MERGE_THREADS;
     v->inputs = inputs;
     v->write_lse = (uint8_t)write_lse;
+    s->grid[0] = (uint32_t)fj__div_up((int64_t)rows, MERGE_PAIRS);
+    s->block[0] = MERGE_THREADS;
+    return s;
 }
 
 fj_status fj__plan_merge(const fj__merge_problem *p, fj_backend_kind backend, fj__plan *plan,
@@ -48,12 +53,10 @@ fj_status fj__plan_merge(const fj__merge_problem *p, fj_backend_kind backend, fj
         const int take = p->n - next < room ? p->n - next : room;
         const int last = next + take == p->n;
         plan->merge.first[plan->nsteps] = next;
-        fj__step *s = fj__plan_add_step(plan, FJ__STEP_KERNEL);
-        merge_variant(backend, first_step ? take : take + 1,
-                      first_step ? p->in_dtype : FJ_DTYPE_F32, p->in_dtype,
-                      last ? p->out_dtype : FJ_DTYPE_F32, last ? p->lse != NULL : 1, &s->variant);
-        s->grid[0] = (uint32_t)blocks;
-        s->block[0] = MERGE_THREADS;
+        fj__plan_add_merge_step(plan, backend, first_step ? take : take + 1,
+                                first_step ? p->in_dtype : FJ_DTYPE_F32, p->in_dtype,
+                                last ? p->out_dtype : FJ_DTYPE_F32, last ? p->lse != NULL : 1,
+                                pairs);
         next += take;
     }
     plan->main_step = plan->nsteps - 1;
@@ -77,17 +80,23 @@ static void slot_of(const fj_tensor *o, const fj_tensor *l, fj__merge_slot *S)
     S->l_ss = l->stride[packed ? 1 : 2];
 }
 
-/* The running state in the workspace: contiguous [pairs, dv] and [pairs]. */
+void fj__merge_contiguous_slot(void *o, void *l, int64_t seqlen, int64_t heads, int64_t dv,
+                               fj__merge_slot *S)
+{
+    S->o = o;
+    S->l = l;
+    S->o_sh = dv;
+    S->o_ss = heads * dv;
+    S->o_sb = seqlen * S->o_ss;
+    S->l_ss = 1;
+    S->l_sh = seqlen;
+    S->l_sb = heads * seqlen;
+}
+
+/* The running state in the workspace. */
 static void running_slot(const fj__merge_problem *p, void *out, void *lse, fj__merge_slot *S)
 {
-    S->o = out;
-    S->l = lse;
-    S->o_sh = p->head_dim_v;
-    S->o_ss = p->heads * p->head_dim_v;
-    S->o_sb = p->seqlen * S->o_ss;
-    S->l_ss = 1;
-    S->l_sh = p->seqlen;
-    S->l_sb = p->heads * p->seqlen;
+    fj__merge_contiguous_slot(out, lse, p->seqlen, p->heads, p->head_dim_v, S);
 }
 
 void fj__merge_fill(const fj__plan *plan, int i, const fj__merge_problem *p, void *const *ws,

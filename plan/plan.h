@@ -93,6 +93,27 @@ typedef struct fj__plan {
 int fj__plan_add_workspace(fj__plan *plan, size_t bytes);
 fj__step *fj__plan_add_step(fj__plan *plan, fj__step_kind kind);
 
+static inline int64_t fj__div_up(int64_t a, int64_t b)
+{
+    return (a + b - 1) / b;
+}
+
+static inline int32_t fj__round_up(int64_t x, int32_t to)
+{
+    return (int32_t)fj__div_up(x, to) * to;
+}
+
+/* A merge slot of states laid out contiguously: o [b, seqlen, heads, dv], l [b, heads, seqlen]
+** (merge.c; the running state of a chained merge, the splits of a decode). */
+void fj__merge_contiguous_slot(void *o, void *l, int64_t seqlen, int64_t heads, int64_t dv,
+                               fj__merge_slot *S);
+/* A merge step (merge.c) of `rows` (batch, row, head) rows: `inputs` states per launch (0: a
+** run-time count of strided states), slot 0's elements `first`, the others' `rest`, the result's
+** `out`; write_lse: the result's lse is written. */
+fj__step *fj__plan_add_merge_step(fj__plan *plan, fj_backend_kind backend, int inputs,
+                                  fj_dtype first, fj_dtype rest, fj_dtype out, int write_lse,
+                                  uint64_t rows);
+
 /* The heuristic's forward variant for f on dev: kernel path and tile configuration. config,
 ** when not NULL, overrides tile fields ("tile_m=64,tile_n=32"; see fj__apply_config) where the
 ** result still fits. */

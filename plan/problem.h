@@ -39,6 +39,7 @@ typedef struct fj__problem {
     const fj_tensor *block_mask;  /* 128 x 128 block classes, or NULL */
     int64_t blocks_stride[3];     /* batch, head, query block */
     int32_t num_splits;           /* decode: the caller's split count (0: the plan's) */
+    int32_t deterministic;        /* backward: no floating-point atomics in a varying order */
     /* A paged KV cache (NULL: none): k and v are pages (their strides above: page, row in the
     ** page, head), seqlen_k is the most keys a sequence can have, seqused_k its count. */
     const fj_tensor *page_table;
@@ -51,7 +52,6 @@ typedef struct fj__bwd_problem {
     fj__problem f;
     const fj_tensor *dout, *dq, *dk, *dv;
     int64_t grad_strides[4][3];
-    int32_t deterministic;
 } fj__bwd_problem;
 
 /* The tensors of a problem by role, in the order of fj__features' per-tensor flags. */

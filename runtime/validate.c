@@ -525,6 +525,7 @@ fj_status fj__validate_forward(const fj_attention_desc *desc, const fj_tensor *q
     p->mod_args = d.mod_args;
     p->mod_args_count = d.mod_args_count;
     p->num_splits = d.num_splits;
+    p->deterministic = d.deterministic;
     /* Resolve the band of visible keys. A bound that no row can reach is dropped, so equivalent
     ** requests share one kernel without per-element masking. */
     p->window_left = d.window_left;
@@ -864,12 +865,10 @@ fj_status fj__validate_backward(const fj_attention_desc *desc, const fj_tensor *
         return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
                         "lse is NULL: the backward needs the forward's log-sum-exp");
     TRY(fj__validate_forward(desc, q, k, v, out, lse, &p->f, err));
-    fj_attention_desc d;
-    TRY(check_desc(desc, &d, err));
-    if (d.score_mod)
+    if (p->f.score_mod_src)
         return fj__fail(err, FJ_ERR_UNSUPPORTED,
                         "desc.score_mod: the backward through a score_mod is not supported yet");
-    if (d.page_table)
+    if (p->f.page_table)
         return fj__fail(err, FJ_ERR_UNSUPPORTED,
                         "desc.page_table: the backward of a paged KV cache is not supported");
     TRY(check_like(dout, "dout", out, "out", err));
@@ -897,7 +896,6 @@ fj_status fj__validate_backward(const fj_attention_desc *desc, const fj_tensor *
     for (int i = 0; i < 4; i++)
         for (int a = 0; a < 3; a++)
             p->grad_strides[i][a] = packed ? (a == 0 ? 0 : t4[i]->stride[a - 1]) : t4[i]->stride[a];
-    p->deterministic = d.deterministic;
     return FJ_OK;
 }
 

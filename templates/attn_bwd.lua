@@ -23,6 +23,7 @@
 % include("dialect.lua")
 % include("attn_masks.lua")
 % include("params.lua")
+% include("sequence.lua")
 % params_struct(args)
 % local sparse = mask_mod ~= "" or mask_tensor or mask_ranges > 0
 % local terms = alibi or bias ~= ""
@@ -39,15 +40,7 @@
 % local function emit_sequence()
     const int batch = BLOCK_Z;
 %   if varlen > 0 then
-    const int q_first = I_MIN(I_MAX(cu_seqlens_q[batch], 0), total_q);
-    const int k_first = I_MIN(I_MAX(cu_seqlens_k[batch], 0), total_k);
-    const int seqlen_q = I_MIN(I_MAX(I_MIN(cu_seqlens_q[batch + 1], total_q) - q_first, 0), max_seqlen_q);
-    const int len_k = I_MIN(I_MAX(I_MIN(cu_seqlens_k[batch + 1], total_k) - k_first, 0), max_seqlen_k);
-%     if varlen == 2 then
-    const int seqlen_k = I_MIN(len_k, I_MAX(seqused_k[batch], 0));
-%     else
-    const int seqlen_k = len_k;
-%     end
+% packed_sequence()
     const int d_rows = max_seqlen_q;
 %   else
     const int q_first = 0, k_first = 0, len_k = seqlen_k, d_rows = seqlen_q;

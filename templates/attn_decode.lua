@@ -25,6 +25,7 @@
 % assert(kv_dtype == q_dtype and out_dtype == q_dtype, "attn_decode takes one element type for q, k, v and out")
 % include("dialect.lua")
 % include("params.lua")
+% include("sequence.lua")
 % params_struct(args)
 #define THREADS ${threads}
 #define ROWS ${tile_m}
@@ -74,15 +75,7 @@ fj_attn_decode(
     const int g0 = (BLOCK_Y % P.row_tiles) * ROWS; /* the tile's first group row */
     const int batch = BLOCK_Z;
 % if varlen > 0 then
-    /* The sequence's rows in the packed tensors and its lengths, clamped (device data). */
-    const int q_first = I_MIN(I_MAX(cu_seqlens_q[batch], 0), total_q);
-    const int k_first = I_MIN(I_MAX(cu_seqlens_k[batch], 0), total_k);
-    const int seqlen_q = I_MIN(I_MAX(I_MIN(cu_seqlens_q[batch + 1], total_q) - q_first, 0), max_seqlen_q);
-    int used_k = I_MIN(I_MAX(I_MIN(cu_seqlens_k[batch + 1], total_k) - k_first, 0), max_seqlen_k);
-%   if varlen == 2 then
-    used_k = I_MIN(used_k, I_MAX(seqused_k[batch], 0));
-%   end
-    const int seqlen_k = used_k;
+% packed_sequence()
     q += (I64)q_first * q_ss;
     k += (I64)k_first * k_ss;
     v += (I64)k_first * v_ss;

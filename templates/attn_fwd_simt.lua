@@ -35,6 +35,7 @@
 % include("dialect.lua")
 % include("attn_masks.lua")
 % include("params.lua")
+% include("sequence.lua")
 % params_struct(args)
 
 #define TILE_M ${tile_m}
@@ -59,16 +60,7 @@ fj_attn_fwd(
     const int batch = BLOCK_Z;
     const int head_kv = head / (heads_q / heads_kv);
 % if varlen > 0 then
-    /* This block's sequence: its first rows in the packed tensors and its lengths. The offsets
-    ** are the caller's device data: clamped into the tensors and to the maxima. */
-    const int q_first = I_MIN(I_MAX(cu_seqlens_q[batch], 0), total_q);
-    const int k_first = I_MIN(I_MAX(cu_seqlens_k[batch], 0), total_k);
-    const int seqlen_q = I_MIN(I_MAX(I_MIN(cu_seqlens_q[batch + 1], total_q) - q_first, 0), max_seqlen_q);
-    int used_k = I_MIN(I_MAX(I_MIN(cu_seqlens_k[batch + 1], total_k) - k_first, 0), max_seqlen_k);
-%   if varlen == 2 then
-    used_k = I_MIN(used_k, I_MAX(seqused_k[batch], 0));
-%   end
-    const int seqlen_k = used_k;
+% packed_sequence()
     q += (I64)q_first * q_ss;
     k += (I64)k_first * k_ss;
     v += (I64)k_first * v_ss;

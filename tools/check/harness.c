@@ -593,6 +593,15 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* FlashAttention-3's rounding allowance at reference value x: twice |(x + 0.3) - 0.3 - x| with
+** every step rounded to dtype (one rounding step of an output of that size). */
+static double rounding_allowance(fj_dtype dtype, double x)
+{
+    const float y = fjr_round(dtype, (float)x);
+    const float z = fjr_round(dtype, fjr_round(dtype, y + 0.3f) - 0.3f);
+    return 2.0 * fabs((double)z - y);
+}
+
 /* Compares the downloaded outputs with the reference and checks the bytes around the views. */
 static void check(const fjh_case *c, const fjr_problem *p, const htensor *out, const htensor *lse,
                   const double *ref, const double *ref_lse, const float *lowp, fjh_result *r)
@@ -617,11 +626,9 @@ static void check(const fjh_case *c, const fjr_problem *p, const htensor *out, c
                     r->ref_max_abs = fmax(r->ref_max_abs, fabs(ref[idx]));
                     if (lowp)
                         r->lowp_max_abs_err = fmax(r->lowp_max_abs_err, fabs(lowp[idx] - ref[idx]));
-                    if (c->dtype != FJ_DTYPE_F32) { /* (ref + 0.3) - 0.3 - ref in the dtype */
-                        float y = fjr_round(c->dtype, (float)ref[idx]);
-                        float z = fjr_round(c->dtype, fjr_round(c->dtype, y + 0.3f) - 0.3f);
-                        r->rounding_atol = fmax(r->rounding_atol, 2.0 * fabs((double)z - y));
-                    }
+                    if (c->dtype != FJ_DTYPE_F32)
+                        r->rounding_atol =
+                            fmax(r->rounding_atol, rounding_allowance(c->dtype, ref[idx]));
                 }
     for (size_t e = 0; e < out->elements; e++)
         for (size_t byte = 0; !seen[e] && byte < es; byte++)
@@ -704,9 +711,7 @@ static int check_grad(const fjh_case *c, const char *name, const htensor *g, con
                     big = fmax(big, fabs(ref[idx]));
                     if (lowp) {
                         low = fmax(low, fabs(lowp[idx] - ref[idx]));
-                        const float y = fjr_round(t->dtype, (float)ref[idx]);
-                        const float z = fjr_round(t->dtype, fjr_round(t->dtype, y + 0.3f) - 0.3f);
-                        atol = fmax(atol, 2.0 * fabs((double)z - y));
+                        atol = fmax(atol, rounding_allowance(t->dtype, ref[idx]));
                     }
                 }
     int64_t clobbered = 0;
