@@ -4,10 +4,12 @@ V and O moved per second (GB/s), and the ratio to each peer; the read bandwidth 
 is printed as the ceiling.
 
 Shapes: bf16, hq 32 / hkv 8, d 128, seqlen_q 1 (--sq), batch x kv length over --b and --sk,
-contiguous [b, s, h, d] caches. SDPA takes grouped heads with enable_gqa.
+contiguous [b, s, h, d] caches, and with --paged page sizes also flashjit on a paged cache of the
+same keys (pages in shuffled order; the peers, which take no pages, on the contiguous one). SDPA
+takes grouped heads with enable_gqa.
 
 Usage: python3 bench/bench_decode.py [--lib build/libflashjit.so] [--b 1,8,32,128]
-       [--sk 1024,8192,131072] [--splits 0] [--out DIR]"""
+       [--sk 1024,8192,131072] [--paged 16,64] [--splits 0] [--out DIR]"""
 import argparse
 import json
 import os
@@ -30,6 +32,7 @@ ap.add_argument("--hq", type=int, default=32)
 ap.add_argument("--hkv", type=int, default=8)
 ap.add_argument("--d", type=int, default=128)
 ap.add_argument("--splits", type=int, default=0, help="desc.num_splits (0: the plan's)")
+ap.add_argument("--paged", default="", help="page sizes to time flashjit on too (e.g. 16,64)")
 ap.add_argument("--max-gib", type=float, default=24.0, help="skip shapes whose K + V exceed this")
 add_timing_args(ap)
 ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -53,7 +56,7 @@ def read_bandwidth():
 ceiling = read_bandwidth()
 print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, "
       f"flashjit {ctx.lib.fj_version().decode()}; read ceiling {ceiling:.0f} GB/s", flush=True)
-print(f"{'b':>4} {'sk':>7} {'MiB':>7} | {'flashjit':>8} {'cudnn':>7} {'fa2':>7} GB/s | "
+print(f"{'b':>4} {'sk':>7} {'page':>4} {'MiB':>7} | {'flashjit':>8} {'cudnn':>7} {'fa2':>7} GB/s | "
       f"{'x cudnn':>7} {'x fa2':>6} {'% ceil':>6} | {'us':>7} {'maxdiff':>8} path", flush=True)
 rows = []
 hq, hkv, d, sq = args.hq, args.hkv, args.d, args.sq
@@ -77,6 +80,7 @@ for b in [int(x) for x in args.b.split(",")]:
                                                  enable_gqa=True).transpose(1, 2)
         torch.cuda.synchronize()
         diff = (out.float() - ref.float()).abs().max().item()
+        paged_rows = []
         row = dict(b=b, sk=sk, sq=sq, hq=hq, hkv=hkv, d=d, path=path, maxdiff=diff,
                    bytes=moved, flashjit_ms=time_ms(fj, args.timing, args.reps))
         for name, be in peers.items():
@@ -88,15 +92,45 @@ for b in [int(x) for x in args.b.split(",")]:
                     row[name + "_ms"] = time_ms(fn, args.timing, args.reps)
             except RuntimeError as e:  # the backend refuses the shape
                 row[name + "_err"] = str(e).splitlines()[0][:80]
+        for page in [int(x) for x in args.paged.split(",") if x]:
+            paged_row = dict(row, page=page)
+            pages_per_seq = -(-sk // page)
+            perm = torch.randperm(b * pages_per_seq, device=dev, dtype=torch.int32)
+            table = perm.view(b, pages_per_seq)
+            kp, vp = (torch.zeros(b * pages_per_seq, page, hkv, d, device=dev,
+                                  dtype=torch.bfloat16) for _ in range(2))
+            for src, dst in ((k, kp), (v, vp)):
+                padded = torch.zeros(b, pages_per_seq * page, hkv, d, device=dev,
+                                     dtype=torch.bfloat16)
+                padded[:, :sk] = src
+                dst[perm.long()] = padded.view(b * pages_per_seq, page, hkv, d)
+            used = torch.full((b,), sk, device=dev, dtype=torch.int32)
+            outp = torch.empty_like(q)
+            fjp = lambda: ctx.forward(q, kp, vp, out=outp, causal=causal,  # noqa: E731
+                                      num_splits=args.splits, page_table=table,
+                                      seqused_k=used, max_seqlen_k=sk)
+            fjp()
+            torch.cuda.synchronize()
+            paged_row["path"] = ctx.last_call()["kernel_path"]
+            paged_row["maxdiff"] = (outp.float() - ref.float()).abs().max().item()
+            paged_row["flashjit_ms"] = time_ms(fjp, args.timing, args.reps)
+            paged_rows.append(paged_row)
+            del kp, vp, padded, outp
         gbs = {n: moved / row[n + "_ms"] / 1e6 for n in ("flashjit", *peers) if n + "_ms" in row}
         row.update({n + "_gbs": g for n, g in gbs.items()})
-        ratio = {n: gbs["flashjit"] / gbs[n] if n in gbs else float("nan") for n in peers}
-        print(f"{b:4d} {sk:7d} {kv_bytes / 2**20:7.0f} | {gbs['flashjit']:8.0f} "
-              f"{gbs.get('cudnn', float('nan')):7.0f} {gbs.get('fa2', float('nan')):7.0f}      | "
-              f"{ratio['cudnn']:7.2f} {ratio['fa2']:6.2f} {100 * gbs['flashjit'] / ceiling:6.1f} | "
-              f"{1000 * row['flashjit_ms']:7.1f} {diff:8.2g} {path}", flush=True)
-        rows.append(row)
+        for r in [dict(row, page=0)] + paged_rows:
+            r.update({n + "_gbs": g for n, g in gbs.items()})
+            r["flashjit_gbs"] = moved / r["flashjit_ms"] / 1e6
+            ratio = {n: r["flashjit_gbs"] / gbs[n] if n in gbs else float("nan") for n in peers}
+            print(f"{b:4d} {sk:7d} {r['page']:4d} {kv_bytes / 2**20:7.0f} | "
+                  f"{r['flashjit_gbs']:8.0f} {gbs.get('cudnn', float('nan')):7.0f} "
+                  f"{gbs.get('fa2', float('nan')):7.0f}      | {ratio['cudnn']:7.2f} "
+                  f"{ratio['fa2']:6.2f} {100 * r['flashjit_gbs'] / ceiling:6.1f} | "
+                  f"{1000 * r['flashjit_ms']:7.1f} {r['maxdiff']:8.2g} {r['path']}", flush=True)
+            rows.append(r)
         del q, k, v, out, qt, kt, vt, ref
         torch.cuda.empty_cache()
-with open(os.path.join(args.out, "bench_decode.json"), "w") as f:
+config = os.environ.get("FLASHJIT_CONFIG", "")
+name = "bench_decode" + ("_" + config.replace("=", "-").replace(",", "_") if config else "")
+with open(os.path.join(args.out, name + ".json"), "w") as f:
     json.dump(dict(ceiling_gbs=ceiling, rows=rows), f, indent=1)

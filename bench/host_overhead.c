@@ -4,8 +4,7 @@
 **   bench_host overhead [--backend B]               memoised per-call host time of
 **                                                   fj_attention_forward (validation, plan, lookup,
 **                                                   launch), median over many calls
-** --seqlen-q N (default 64) sets the query rows: 1 times a decode call (on tensor-core GPUs
-** with FLASHJIT_CONFIG=path=decode, as they keep decode on the forward kernels by default).
+** --seqlen-q N (default 64) sets the query rows: 1 to 16 time a decode call.
 ** bench/first_call.sh runs `first` cold and warm in fresh processes. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>

@@ -394,7 +394,10 @@ typedef struct fj_call_info {
     uint64_t compiles;       /* kernels this context compiled since it was created */
     const char *variant;     /* the variant key text (sorted name=value lines); owned by ctx */
     const char *kernel_path; /* which kernel design ran: "cuda.fwd.wgmma" (Hopper), "cuda.fwd.mma",
-                             ** "cuda.fwd.simt", "opencl.fwd.simt"; "cuda.merge", "opencl.merge" */
+                             ** "cuda.fwd.simt", "opencl.fwd.simt"; decoding "cuda.decode.vec",
+                             ** "cuda.decode", "opencl.decode"; "cuda.merge", "opencl.merge"; the
+                             ** backward's "cuda.bwd.simt", "opencl.bwd.simt"; the cache append's
+                             ** "cuda.kv_append", "opencl.kv_append" */
     int32_t registers;       /* registers per thread of that kernel; 0 if unknown */
     int32_t spill_bytes;     /* local memory per thread (spills); 0 if none or unknown */
     int32_t tuned;           /* 0: heuristic tiles, 1: a tuned record's, 2: tuned in this call */

@@ -14,7 +14,7 @@
 #define DECODE_THREADS 128  /* attn_decode.lua */
 #define MAX_ROWS 64         /* packed group rows per work-group */
 #define MIN_SPLIT_KEYS 256  /* an automatic split keeps at least this many keys */
-#define BLOCKS_PER_UNIT 2   /* automatic splits aim at this many work-groups per compute unit */
+#define BLOCKS_PER_UNIT 4   /* automatic splits aim at this many work-groups per compute unit */
 
 int fj__choose_decode(const fj__features *f, const fj_device_info *dev, fj__variant *v)
 {
@@ -40,6 +40,24 @@ int fj__choose_decode(const fj__features *f, const fj_device_info *dev, fj__vari
     v->write_lse = f->lse;
     v->varlen = f->varlen;
     v->paged = f->paged;
+    /* On CUDA, 16-bit data in 16-byte rows: keys as vectors straight into registers, up to 8
+    ** packed rows per block (each lane keeps a slice of every row's query and output). */
+    const int sixteen_bit = f->q_dtype == FJ_DTYPE_BF16 || f->q_dtype == FJ_DTYPE_F16;
+    if (dev->backend == FJ_BACKEND_CUDA && sixteen_bit && f->rows_16b[FJ__T_Q] &&
+        f->rows_16b[FJ__T_K] && f->rows_16b[FJ__T_V] && f->head_dim <= 256 &&
+        f->head_dim_v <= 256) {
+        v->path = FJ__PATH_VECTOR;
+        v->head_dim_pad = (int32_t)f->head_dim; /* multiples of 8: rows_16b */
+        v->head_dim_v_pad = (int32_t)f->head_dim_v;
+        v->tile_m = 1;
+        while (v->tile_m < group_rows && v->tile_m < 8)
+            v->tile_m *= 2;
+        if (fj__variant_fits(v, dev))
+            return 1;
+        v->path = FJ__PATH_SIMT;
+        v->head_dim_pad = fj__round_up(f->head_dim, 16);
+        v->head_dim_v_pad = fj__round_up(f->head_dim_v, 16);
+    }
     /* Every packed row of a kv head in one work-group where they fit (up to 64), 32-key tiles;
     ** smaller where shared memory runs out (large head dims). */
     v->tile_m = 1;
@@ -57,7 +75,12 @@ int fj__prefer_decode(const fj__features *f, const fj_device_info *dev, const ch
                       const fj__variant *fwd, fj__variant *v)
 {
     const int asked = config && strstr(config, "path=decode");
-    return (fwd->path == FJ__PATH_SIMT || asked || f->paged) && fj__choose_decode(f, dev, v);
+    const int forward_asked = config && (strstr(config, "path=mma") || strstr(config, "path=wgmma") ||
+                                         strstr(config, "path=simt"));
+    if (!fj__choose_decode(f, dev, v))
+        return 0;
+    return f->paged || asked || fwd->path == FJ__PATH_SIMT ||
+           (v->path == FJ__PATH_VECTOR && !forward_asked);
 }
 
 /* The number of splits of f's keys: the caller's, or enough work-groups for every compute unit
@@ -98,8 +121,9 @@ fj_status fj__plan_decode(const fj__features *f, const fj_device_info *dev, cons
         return fj__fail(err, FJ_ERR_UNSUPPORTED,
                         "%lld kv heads x %lld row tiles: the decode grid allows %d",
                         (long long)f->heads_kv, (long long)row_tiles, FJ__MAX_GRID_DIM_Y);
-    int32_t splits = splits_of(f, dev, blocks, v->tile_n);
-    const int32_t keys = fj__round_up(fj__div_up(f->seqlen_k, splits), v->tile_n);
+    const int32_t grain = v->tile_n > 0 ? v->tile_n : 32; /* keys a split is rounded to */
+    int32_t splits = splits_of(f, dev, blocks, grain);
+    const int32_t keys = fj__round_up(fj__div_up(f->seqlen_k, splits), grain);
     splits = (int32_t)fj__div_up(f->seqlen_k, keys);
     plan->decode.splits = splits;
     plan->decode.keys_per_split = keys;

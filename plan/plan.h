@@ -130,9 +130,11 @@ fj_status fj__plan_forward(const fj__features *f, const fj_device_info *dev, con
 ** one element type, tiles that fit), else 0. */
 int fj__choose_decode(const fj__features *f, const fj_device_info *dev, fj__variant *v);
 /* Whether f runs on the decode kernel (filling *v) rather than fwd, the forward variant
-** fj__choose_forward gave: where the decode kernel serves and fwd is the SIMT kernel, or where
-** config asks for it ("path=decode"). The tensor-core forward kernels are faster at decode
-** shapes than the decode kernel so far (bench/RESULTS.md), so they keep those. */
+** fj__choose_forward gave: where the decode kernel serves and fwd is the SIMT kernel, where the
+** decode kernel is CUDA's vector kernel (it reads K and V at the bandwidth limit; the tensor-core
+** forward kernels do not at one query row: bench/RESULTS.md), for a paged cache, or where config
+** asks for it ("path=decode"). A config naming a forward path ("path=mma|wgmma|simt") keeps dense
+** requests on the forward (comparisons). */
 int fj__prefer_decode(const fj__features *f, const fj_device_info *dev, const char *config,
                       const fj__variant *fwd, fj__variant *v);
 /* The decode plan of f on dev with kernel v (from fj__choose_decode): splits (the caller's

@@ -16,7 +16,7 @@ const char *fj__variant_template(const fj__variant *v)
     if (v->family == FJ__FAMILY_MERGE)
         return "attn_merge.lua";
     if (v->family == FJ__FAMILY_DECODE)
-        return "attn_decode.lua";
+        return v->path == FJ__PATH_VECTOR ? "attn_decode_vec.cu.lua" : "attn_decode.lua";
     if (v->family == FJ__FAMILY_APPEND)
         return "kv_append.lua";
     if (v->family == FJ__FAMILY_BWD)
@@ -62,7 +62,9 @@ const char *fj__variant_path(const fj__variant *v)
     if (v->family == FJ__FAMILY_MERGE)
         return v->backend == FJ_BACKEND_CUDA ? "cuda.merge" : "opencl.merge";
     if (v->family == FJ__FAMILY_DECODE)
-        return v->backend == FJ_BACKEND_CUDA ? "cuda.decode" : "opencl.decode";
+        return v->backend != FJ_BACKEND_CUDA   ? "opencl.decode"
+               : v->path == FJ__PATH_VECTOR ? "cuda.decode.vec"
+                                            : "cuda.decode";
     if (v->family == FJ__FAMILY_APPEND)
         return v->backend == FJ_BACKEND_CUDA ? "cuda.kv_append" : "opencl.kv_append";
     if (v->family == FJ__FAMILY_BWD)
@@ -93,6 +95,11 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
                                                2 * v->tile_m)
                : v->stage == 3 ? 4u * (uint32_t)(v->tile_n * (v->head_dim_pad + v->head_dim_v_pad))
                                : 0u;
+    if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_VECTOR) {
+        /* attn_decode_vec.cu.lua's Smem: each key group's max, sum and accumulators per row. */
+        const uint32_t groups = (uint32_t)(v->threads / 32 * (32 / fj__variant_decode_lanes(v)));
+        return 4u * groups * (uint32_t)(v->tile_m * (v->head_dim_v_pad + 2));
+    }
     if (v->family == FJ__FAMILY_DECODE) /* attn_decode.lua's Smem: floats only */
         return 4u * (uint32_t)(v->tile_m * v->head_dim_pad + v->tile_n * (v->head_dim_pad + 1) +
                                v->tile_n * v->head_dim_v_pad + v->tile_m * v->tile_n +
@@ -114,6 +121,15 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
     /* Q [tile_m][d + 8], K [tile_n][d + 8], V [tile_n][dv + 8]. */
     return (uint32_t)(qs * v->tile_m * (v->head_dim_pad + 8) +
                       kvs * v->tile_n * (v->head_dim_pad + 8 + v->head_dim_v_pad + 8));
+}
+
+int fj__variant_decode_lanes(const fj__variant *v)
+{
+    const int widest = v->head_dim_pad > v->head_dim_v_pad ? v->head_dim_pad : v->head_dim_v_pad;
+    int lanes = 1;
+    while (lanes * 8 < widest && lanes < 32)
+        lanes *= 2;
+    return lanes;
 }
 
 int fj__variant_consumer_registers(const fj__variant *v)
@@ -148,6 +164,11 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
                v->threads == (v->stage == 2 ? v->tile_n : v->tile_m) &&
                fj__variant_shared_bytes(v) <= budget;
     }
+    if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_VECTOR)
+        return v->backend == FJ_BACKEND_CUDA && v->threads == 128 && v->tile_m >= 1 &&
+               v->tile_m <= 8 && v->head_dim_pad % 8 == 0 && v->head_dim_v_pad % 8 == 0 &&
+               v->head_dim_pad <= 256 && v->head_dim_v_pad <= 256 &&
+               fj__variant_shared_bytes(v) <= FJ__DECODE_MAX_SHARED;
     if (v->family == FJ__FAMILY_DECODE) /* static shared memory: 48 KiB on CUDA */
         return v->threads == 128 && v->tile_m >= 1 && v->tile_m <= 128 && v->tile_n >= 8 &&
                v->tile_n <= 64 && fj__variant_shared_bytes(v) <= FJ__DECODE_MAX_SHARED &&
@@ -320,6 +341,7 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_TPL_PARAMS])
         .name = "consumer_regs", .kind = TPL_INT, .i = fj__variant_consumer_registers(v)};
     out[n++] = (tpl_param){.name = "batch_fastest", .kind = TPL_BOOL, .i = order.batch_fastest};
     out[n++] = (tpl_param){.name = "heavy_first", .kind = TPL_BOOL, .i = order.heavy_first};
+    out[n++] = (tpl_param){.name = "lanes", .kind = TPL_INT, .i = fj__variant_decode_lanes(v)};
     BOOL_PARAM(alibi);
     STR_PARAM("bias", v->bias == 0 ? "" : v->bias == 1 ? "f32" : "dtype");
     BOOL_PARAM(mask_tensor);

@@ -23,11 +23,12 @@ typedef enum fj__kernel_family {
     FJ__FAMILY_BWD = 6
 } fj__kernel_family;
 
-/* The kernel designs of the forward family. */
+/* The kernel designs of the forward and decode families. */
 typedef enum fj__kernel_path {
     FJ__PATH_SIMT = 0, /* portable: one thread per query row (OpenCL; CUDA f32 and unaligned) */
     FJ__PATH_MMA = 1,  /* CUDA tensor cores, mma.sync (sm_80+) */
-    FJ__PATH_WGMMA = 2 /* Hopper: TMA, warp specialisation, wgmma (sm_90a) */
+    FJ__PATH_WGMMA = 2, /* Hopper: TMA, warp specialisation, wgmma (sm_90a) */
+    FJ__PATH_VECTOR = 3 /* DECODE on CUDA: keys in 16-byte vectors straight into registers */
 } fj__kernel_path;
 
 /* Always zero the struct before filling it: it is compared with memcmp. */
@@ -97,6 +98,8 @@ uint32_t fj__variant_bias_bytes(const fj__variant *v);
 /* Dynamic shared memory a launch of v needs, in bytes. The kernel checks its own layout against
 ** it (template parameter shared_bytes). */
 uint32_t fj__variant_shared_bytes(const fj__variant *v);
+/* DECODE on the VECTOR path: the lanes that hold one key (a power of two, 8 elements each). */
+int fj__variant_decode_lanes(const fj__variant *v);
 /* WGMMA: registers per consumer thread after the producer gives its own away (template
 ** parameter consumer_regs). */
 int fj__variant_consumer_registers(const fj__variant *v);

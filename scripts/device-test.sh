@@ -3,9 +3,10 @@
 # that scripts/device-deps.sh extracted into .deps/root; then benchmarks. Logs go to $OUT (or
 # ./out). Usage: scripts/device-test.sh [smoke|test|bench|decode|all] [extra bench arguments...]
 # smoke: a few `flashjit run` checks, each under a time limit (a kernel that hangs is killed).
-# decode: the decode, paged, MLA, append, merge and backward suites, compute-sanitizer on paged
-# and MLA decode, the append and a backward, and bench/bench_decode.py on the decode kernel and
-# on the default path (not part of all).
+# decode: the decode, graph-capture, paged, MLA, append, merge and backward suites,
+# compute-sanitizer on paged and MLA decode, the append and a backward, the host time of a
+# memoised decode call, and bench/bench_decode.py on the default path (the decode kernel) and on
+# the Hopper forward kernel (not part of all).
 # CTEST_LABEL=gpu runs only the tests with that label.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -74,7 +75,7 @@ if [ "$what" = test ] || [ "$what" = all ]; then
     fi
 fi
 if [ "$what" = decode ]; then
-    (cd $build && ctest --output-on-failure --timeout 300 -R "test_(decode|append|merge|backward)_cuda") \
+    (cd $build && ctest --output-on-failure --timeout 300 -R "test_(decode|graph|append|merge|backward)_cuda") \
         > "$out/ctest_decode.log" 2>&1 || status=1
     grep -E "Test +#|tests passed" "$out/ctest_decode.log"
     for args in "--seqlen-q 2 --seqlen-k 300 --paged 16 --causal --splits 3" \
@@ -92,7 +93,12 @@ if [ "$what" = decode ]; then
     compute-sanitizer --tool memcheck --error-exitcode 3 $build/test_append_cuda \
         > "$out/sanitizer.tmp" 2>&1 && echo "compute-sanitizer memcheck clean: test_append_cuda" ||
         { echo "compute-sanitizer memcheck FAILED: test_append_cuda"; status=1; }
-    for config in path=decode ""; do
+    for seqlen_q in 1 4; do
+        echo -n "host time, memoised decode call, seqlen_q $seqlen_q: "
+        $build/bench_host overhead --backend cuda --seqlen-q $seqlen_q
+    done 2>&1 | tee "$out/host_decode.log"
+    # The default (the decode kernel) against the Hopper forward kernel at decode shapes.
+    for config in "" path=wgmma; do
         echo "== FLASHJIT_CONFIG=$config"
         FLASHJIT_CONFIG=$config PYTHONUNBUFFERED=1 python3 bench/bench_decode.py \
             --lib $build/libflashjit.so --out "$out" "$@" 2>&1 | tee -a "$out/bench_decode.log"

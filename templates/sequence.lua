@@ -18,3 +18,41 @@
     const int seqlen_k = len_k;
 %   end
 % end
+%
+% -- The decode kernels' sequence (parameters varlen and paged): decode_key_row() defines
+% -- key_row(key, s_batch_or_page, s_row), where key `key` of the sequence starts in k or v;
+% -- decode_sequence() goes after `batch` and head_kv are declared, and moves q, k and v to the
+% -- sequence (and kv head), declaring q_first and seqlen_q / seqlen_k.
+% function decode_key_row()
+/* Where key `key` of the sequence starts in k or v (batch and head applied), given the tensor's
+** batch (page) and row strides: a page's number comes from the table, clamped into the cache. */
+% if paged then
+#define key_row(key, s_page, s_row)                                                            \
+    ((I64)I_MIN(I_MAX(LDG(pages + (key) / P.page_size), 0), P.num_pages - 1) * (s_page) +        \
+     (I64)((key) % P.page_size) * (s_row))
+% else
+#define key_row(key, s_batch, s_row) ((I64)(key) * (s_row))
+% end
+% end
+% function decode_sequence()
+% if varlen > 0 then
+% packed_sequence()
+    q += (I64)q_first * q_ss;
+    k += (I64)k_first * k_ss;
+    v += (I64)k_first * v_ss;
+% else
+    const int q_first = 0;
+% end
+% if paged then
+    /* The sequence's keys: seqused_k of them (clamped), in the pages its table row lists. */
+    const int seqlen_k = I_MIN(I_MAX(LDG(seqused_k + batch), 0), max_seqlen_k);
+    GLOBAL const int *pages = GPTR(const int, P.page_table) + batch * P.pt_sb;
+    q += batch * q_sb;
+    k += head_kv * k_sh;
+    v += head_kv * v_sh;
+% else
+    q += batch * q_sb;
+    k += batch * k_sb + head_kv * k_sh;
+    v += batch * v_sb + head_kv * v_sh;
+% end
+% end

@@ -222,26 +222,27 @@ static void test_banner_and_embedded_attention(void **state)
     }
 }
 
-/* The decode kernel for both backends, dense and paged, whole and split: the page table is read
-** (and its numbers clamped) only when paged, the workspace written only when split. With
-** FJ_RENDER_OUT set, the CUDA sources are written there (for compiling them by hand). */
+/* The decode kernels (the portable one for both backends, CUDA's vector one), dense and paged,
+** whole and split: the page table is read (and its numbers clamped) only when paged, the
+** workspace written only when split. With FJ_RENDER_OUT set, the CUDA sources are written there
+** (for compiling them by hand). */
 static void test_decode_variants_render(void **state)
 {
     (void)state;
-    for (int backend = 0; backend < 2; backend++)
+    for (int kind = 0; kind < 3; kind++) /* OpenCL, CUDA, CUDA vector */
         for (int paged = 0; paged < 2; paged++)
             for (int partial = 0; partial < 2; partial++) {
                 fj__variant v;
                 memset(&v, 0, sizeof v);
                 v.family = FJ__FAMILY_DECODE;
-                v.backend = backend ? FJ_BACKEND_CUDA : FJ_BACKEND_OPENCL;
-                v.path = FJ__PATH_SIMT;
+                v.backend = kind ? FJ_BACKEND_CUDA : FJ_BACKEND_OPENCL;
+                v.path = kind == 2 ? FJ__PATH_VECTOR : FJ__PATH_SIMT;
                 v.q_dtype = v.kv_dtype = v.out_dtype = FJ_DTYPE_BF16;
                 v.acc_dtype = FJ_DTYPE_F32;
                 v.head_dim_pad = 64;
                 v.head_dim_v_pad = 48;
                 v.tile_m = 4;
-                v.tile_n = 32;
+                v.tile_n = kind == 2 ? 0 : 32;
                 v.threads = 128;
                 v.local_mask = (uint8_t)paged;
                 v.softcap = (uint8_t)partial;
@@ -256,9 +257,10 @@ static void test_decode_variants_render(void **state)
                 assert_true((strstr(out, "P.num_pages - 1") != NULL) == paged);
                 assert_true((strstr(out, "P.part.o") != NULL) == partial);
                 const char *dir = getenv("FJ_RENDER_OUT");
-                if (dir && backend) {
+                if (dir && kind) {
                     char path[512];
-                    snprintf(path, sizeof path, "%s/decode_p%d_s%d.cu", dir, paged, partial);
+                    snprintf(path, sizeof path, "%s/decode%s_p%d_s%d.cu", dir,
+                             kind == 2 ? "_vec" : "", paged, partial);
                     FILE *f = fopen(path, "w");
                     assert_non_null(f);
                     fputs(out, f);

@@ -1,0 +1,230 @@
+% -- Decode attention on CUDA for 16-bit data in 16-byte rows: the decode family's bandwidth
+% -- kernel. Same work and output as attn_decode.lua (a work-group per (batch, kv head, row tile,
+% -- split); grouped-query heads packed; with `partial` the split's state goes to the workspace),
+% -- but no shared-memory tiles: each key is read straight into registers as 16-byte vectors.
+% --
+% -- A key group of LANES lanes (a power of two, LANES * 8 >= the head dims) holds one key: lane
+% -- j reads elements 8j .. 8j + 7 of its K row and of its V row. A warp holds KEYS_PER_WARP
+% -- keys at a time and a work-group GROUPS; the groups walk the split's keys in chunks of UNROLL
+% -- keys each, every vector of a chunk loaded before any is used. Every lane keeps the query rows'
+% -- 8-element slices (scaled to log2 units, or to the tanh argument) and its slice of each
+% -- row's output accumulator; a key's score is the group's lanes' partial dot products summed
+% -- with shuffles, and every lane of the group runs the row's online softmax on it. At the end
+% -- the groups' states (max, sum, accumulators) meet in shared memory and are combined.
+% --
+% -- Parameters: as attn_decode.lua (backend "cuda" only), and lanes (the key group's lanes).
+% assert(backend == "cuda", "attn_decode_vec is a CUDA kernel")
+% assert(threads == 128, "attn_decode_vec: 128 threads per block")
+% assert(tile_m >= 1 and tile_m <= 8, "attn_decode_vec: 1 to 8 rows per block")
+% assert(head_dim_pad % 8 == 0 and head_dim_v_pad % 8 == 0, "attn_decode_vec: head dims in 16-byte vectors")
+% assert(lanes >= 1 and lanes <= 32 and lanes * 8 >= math.max(head_dim_pad, head_dim_v_pad), "attn_decode_vec: lanes cover the head dims")
+% assert(q_dtype ~= "f32" and kv_dtype == q_dtype and out_dtype == q_dtype, "attn_decode_vec takes one 16-bit type")
+% include("dialect.lua")
+% include("params.lua")
+% include("sequence.lua")
+% params_struct(args)
+#define THREADS ${threads}
+#define ROWS ${tile_m}
+#define DP ${head_dim_pad}
+#define DVP ${head_dim_v_pad}
+#define LANES ${lanes}
+#define KEYS_PER_WARP (32 / LANES)
+#define GROUPS (THREADS / 32 * KEYS_PER_WARP)
+#define UNROLL ${tile_m > 4 and 2 or 4} /* keys per group in flight */
+#define FULL_MASK 0xffffffffu
+
+/* The key groups' states, combined at the end (size: the host's fj__variant_shared_bytes). */
+typedef struct Smem {
+    float m[GROUPS][ROWS];
+    float l[GROUPS][ROWS];
+    float o[GROUPS][ROWS][DVP];
+} Smem;
+static_assert(sizeof(Smem) == ${shared_bytes}, "Smem: the host's fj__variant_shared_bytes");
+
+/* Eight 16-bit elements of a 16-byte vector as floats. */
+INLINE void unpack8(uint4 x, float f[8])
+{
+    const uint w[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+%   if kv_dtype == "bf16" then
+        f[2 * i] = __uint_as_float(w[i] << 16);
+        f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+%   else
+        f[2 * i] = f16_to_float((ushort)(w[i] & 0xffffu));
+        f[2 * i + 1] = f16_to_float((ushort)(w[i] >> 16));
+%   end
+    }
+}
+
+% decode_key_row()
+
+KERNEL(THREADS)
+fj_attn_decode(
+% params_arg(args)
+)
+{
+    __shared__ Smem sm;
+% params_unpack(args.fields[1].block, "P.fwd", varlen > 0 and { seqlen_q = "max_seqlen_q", seqlen_k = "max_seqlen_k" } or paged and { seqlen_k = "max_seqlen_k" } or nil)
+    const int tid = THREAD_X, lane = tid % 32;
+    const int group = tid / 32 * KEYS_PER_WARP + lane / LANES; /* this lane's key group */
+    const int gl = lane % LANES;                                /* its lane in the group */
+    const int split = BLOCK_X;
+    const int qgroup = heads_q / heads_kv;
+    const int head_kv = BLOCK_Y / P.row_tiles;
+    const int g0 = (BLOCK_Y % P.row_tiles) * ROWS;
+    const int batch = BLOCK_Z;
+% decode_sequence()
+    const int rows = qgroup * seqlen_q;
+    const int shift = seqlen_k - seqlen_q;
+    int lo = split * P.keys_per_split;
+    int hi = I_MIN(seqlen_k, lo + P.keys_per_split) - 1;
+% if local_mask then
+    if (window_left >= 0)
+        lo = I_MAX(lo, shift - window_left);
+    if (window_right >= 0)
+        hi = I_MIN(hi, seqlen_q - 1 + shift + window_right);
+% end
+
+    /* The rows' query slices and states; a row beyond the tile's rows sees nothing. */
+    float qv[ROWS][8], acc[ROWS][8], m[ROWS], l[ROWS];
+    int row_of[ROWS];
+    bool live[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) {
+        const int g = g0 + r;
+        live[r] = g < rows;
+        const int head = head_kv * qgroup + (live[r] ? g / seqlen_q : 0);
+        row_of[r] = live[r] ? g % seqlen_q : 0;
+        float f[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if (live[r] && gl * 8 < head_dim)
+            unpack8(*(const uint4 *)(q + (I64)row_of[r] * q_ss + (I64)head * q_sh + gl * 8), f);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            qv[r][i] = f[i] * score_mul;
+            acc[r][i] = 0.0f;
+        }
+        m[r] = -F_INF;
+        l[r] = 0.0f;
+    }
+
+    /* The walk, a chunk at a time: a chunk is UNROLL keys per group (key group + u * GROUPS of
+    ** the chunk, so a warp's groups read neighbouring rows), all its vectors loaded before any
+    ** is used (UNROLL * 32 bytes in flight per lane); all lanes of a warp stay in step (the
+    ** shuffles need them all). Each row's state is rescaled once per chunk. */
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    for (int base = I_MAX(lo, 0) + group; base <= hi; base += GROUPS * UNROLL) {
+        uint4 kx[UNROLL], vx[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) {
+            const int key = base + u * GROUPS;
+            kx[u] = key <= hi && gl * 8 < head_dim
+                        ? *(const uint4 *)(k + key_row(key, k_sb, k_ss) + gl * 8) : zero;
+            vx[u] = key <= hi && gl * 8 < head_dim_v
+                        ? *(const uint4 *)(v + key_row(key, v_sb, v_ss) + gl * 8) : zero;
+        }
+        float s[ROWS][UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) {
+            float kf[8];
+            unpack8(kx[u], kf);
+#pragma unroll
+            for (int r = 0; r < ROWS; r++) {
+                float x = 0.0f;
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    x = F_FMA(qv[r][i], kf[i], x);
+#pragma unroll
+                for (int off = LANES / 2; off > 0; off /= 2)
+                    x += __shfl_xor_sync(FULL_MASK, x, off);
+% if softcap then
+                x = cap_mul * F_TANH(x);
+% end
+                const int key = base + u * GROUPS;
+                bool seen = live[r] && key <= hi;
+% if local_mask then
+                seen = seen && (window_left < 0 || key >= row_of[r] + shift - window_left) &&
+                       (window_right < 0 || key <= row_of[r] + shift + window_right);
+% end
+                s[r][u] = seen ? x : -F_INF;
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) {
+            float m_new = m[r];
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++)
+                m_new = F_MAX(m_new, s[r][u]);
+            if (m_new == -F_INF)
+                continue; /* nothing seen yet: the state stays empty */
+            const float alpha = F_EXP2(m[r] - m_new);
+            l[r] *= alpha;
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                acc[r][i] *= alpha;
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++) {
+                const float p = F_EXP2(s[r][u] - m_new);
+                l[r] += p;
+                s[r][u] = p;
+            }
+            m[r] = m_new;
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) {
+            float vf[8];
+            unpack8(vx[u], vf);
+#pragma unroll
+            for (int r = 0; r < ROWS; r++)
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    acc[r][i] = F_FMA(s[r][u], vf[i], acc[r][i]);
+        }
+    }
+
+    /* The groups' states into shared memory, then each output element combined over them. */
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) {
+        if (gl == 0) {
+            sm.m[group][r] = m[r];
+            sm.l[group][r] = l[r];
+        }
+        if (gl * 8 < DVP)
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                sm.o[group][r][gl * 8 + i] = acc[r][i];
+    }
+    __syncthreads();
+    for (int i = tid; i < ROWS * DVP; i += THREADS) {
+        const int r = i / DVP, c = i % DVP, g = g0 + r;
+        if (g >= rows || c >= head_dim_v)
+            continue;
+        float mx = -F_INF;
+        for (int j = 0; j < GROUPS; j++)
+            mx = F_MAX(mx, sm.m[j][r]);
+        float sum = 0.0f, o = 0.0f;
+        if (mx > -F_INF)
+            for (int j = 0; j < GROUPS; j++) {
+                const float w = sm.m[j][r] > -F_INF ? F_EXP2(sm.m[j][r] - mx) : 0.0f;
+                sum = F_FMA(w, sm.l[j][r], sum);
+                o = F_FMA(w, sm.o[j][r][c], o);
+            }
+        const int head = head_kv * qgroup + g / seqlen_q, row = q_first + g % seqlen_q;
+        const float val = sum > 0.0f ? o / sum : 0.0f;
+% if partial then
+        GPTR(float, P.part.o)[split * P.part_so + batch * P.part.o_sb + (I64)row * P.part.o_ss +
+                              (I64)head * P.part.o_sh + c] = val;
+% else
+        O_STORE(out, batch * o_sb + (I64)row * o_ss + (I64)head * o_sh + c, val);
+% end
+        if (c == 0) {
+            const float x = sum > 0.0f ? (mx + F_LOG2(sum)) * F_LN2 : -F_INF;
+% if partial then
+            GPTR(float, P.part.l)[split * P.part_sl + batch * P.part.l_sb + (I64)head * P.part.l_sh +
+                                  (I64)row * P.part.l_ss] = x;
+% elseif write_lse then
+            lse[batch * l_sb + (I64)head * l_sh + (I64)row * l_ss] = x;
+% end
+        }
+    }
+}
