@@ -75,13 +75,26 @@ if [ "$what" = test ] || [ "$what" = all ]; then
     fi
 fi
 if [ "$what" = decode ]; then
-    (cd $build && ctest --output-on-failure --timeout 300 -R "test_(decode|graph|append|merge|backward)_cuda") \
+    # Quick suites first, then the benchmark, the sanitizer and the (slow) backward suite, each
+    # under a time limit, so a hang costs one step rather than the whole run.
+    (cd $build && ctest --output-on-failure --timeout 150 -R "test_(decode|graph|append|merge)_cuda") \
         > "$out/ctest_decode.log" 2>&1 || status=1
     grep -E "Test +#|tests passed" "$out/ctest_decode.log"
+    for seqlen_q in 1 4; do
+        echo -n "host time, memoised decode call, seqlen_q $seqlen_q: "
+        $build/bench_host overhead --backend cuda --seqlen-q $seqlen_q
+    done 2>&1 | tee "$out/host_decode.log"
+    # The default (the decode kernel) against the Hopper forward kernel at decode shapes.
+    for config in "" path=wgmma; do
+        echo "== FLASHJIT_CONFIG=$config"
+        FLASHJIT_CONFIG=$config PYTHONUNBUFFERED=1 timeout 200 python3 bench/bench_decode.py \
+            --lib $build/libflashjit.so --out "$out" "$@" 2>&1 | tee -a "$out/bench_decode.log"
+    done
     for args in "--seqlen-q 2 --seqlen-k 300 --paged 16 --causal --splits 3" \
+                "--seqlen-q 1 --seqlen-k 700 --head-dim 128 --splits 5" \
                 "--seqlen-q 1 --seqlen-k 700 --mla --heads 16 --paged 64 --splits 5" \
                 "--seqlen-q 70 --seqlen-k 90 --head-dim 64 --causal --backward"; do
-        if FLASHJIT_CONFIG=path=decode compute-sanitizer --tool memcheck --error-exitcode 3 \
+        if timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 \
             $build/flashjit run --backend cuda --reps 1 --batch 5 --heads 8 --kv-heads 2 $args \
             > "$out/sanitizer.tmp" 2>&1; then
             echo "compute-sanitizer memcheck clean: $args"
@@ -90,19 +103,12 @@ if [ "$what" = decode ]; then
         fi
     done | tee "$out/sanitizer_decode.log"
     grep -q FAILED "$out/sanitizer_decode.log" && status=1
-    compute-sanitizer --tool memcheck --error-exitcode 3 $build/test_append_cuda \
+    timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 $build/test_append_cuda \
         > "$out/sanitizer.tmp" 2>&1 && echo "compute-sanitizer memcheck clean: test_append_cuda" ||
         { echo "compute-sanitizer memcheck FAILED: test_append_cuda"; status=1; }
-    for seqlen_q in 1 4; do
-        echo -n "host time, memoised decode call, seqlen_q $seqlen_q: "
-        $build/bench_host overhead --backend cuda --seqlen-q $seqlen_q
-    done 2>&1 | tee "$out/host_decode.log"
-    # The default (the decode kernel) against the Hopper forward kernel at decode shapes.
-    for config in "" path=wgmma; do
-        echo "== FLASHJIT_CONFIG=$config"
-        FLASHJIT_CONFIG=$config PYTHONUNBUFFERED=1 python3 bench/bench_decode.py \
-            --lib $build/libflashjit.so --out "$out" "$@" 2>&1 | tee -a "$out/bench_decode.log"
-    done
+    (cd $build && ctest --output-on-failure --timeout 150 -R "test_backward_cuda") \
+        > "$out/ctest_backward.log" 2>&1 || status=1
+    grep -E "Test +#|tests passed" "$out/ctest_backward.log"
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
     PYTHONUNBUFFERED=1 python3 bench/bench_fwd.py --lib $build/libflashjit.so --out "$out" "$@" \
