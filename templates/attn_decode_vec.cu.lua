@@ -6,7 +6,7 @@
 % -- A key group of LANES lanes (a power of two, LANES * 8 >= the head dims) holds one key: lane
 % -- j reads elements 8j .. 8j + 7 of its K row and of its V row. A warp holds KEYS_PER_WARP
 % -- keys at a time and a work-group GROUPS; the groups walk the split's keys in chunks of UNROLL
-% -- keys each, every vector of a chunk loaded before any is used. Every lane keeps the query rows'
+% -- keys each, the next chunk's vectors loading while one is used. Every lane keeps the query rows'
 % -- 8-element slices (scaled to log2 units, or to the tanh argument) and its slice of each
 % -- row's output accumulator; a key's score is the group's lanes' partial dot products summed
 % -- with shuffles, and every lane of the group runs the row's online softmax on it. At the end
@@ -108,21 +108,48 @@ fj_attn_decode(
         l[r] = 0.0f;
     }
 
-    /* The walk, a chunk at a time: a chunk is UNROLL keys per group (key group + u * GROUPS of
-    ** the chunk, so a warp's groups read neighbouring rows), all its vectors loaded before any
-    ** is used (UNROLL * 32 bytes in flight per lane); all lanes of a warp stay in step (the
-    ** shuffles need them all). Each row's state is rescaled once per chunk. */
+    /* The walk, a chunk at a time. A warp's chunk is UNROLL rounds of its KEYS_PER_WARP
+    ** neighbouring keys, GROUPS keys apart: keys base + mine + u * GROUPS for this lane, with
+    ** base the same for the whole warp (the loop and the shuffles keep all 32 lanes in step).
+    ** Chunk c + 1's vectors load while chunk c is used (and, paged, chunk c + 2's page numbers),
+    ** so a lane has 2 * UNROLL * 32 bytes in flight. Each row's state is rescaled once per chunk. */
     const uint4 zero = make_uint4(0, 0, 0, 0);
-    for (int base = I_MAX(lo, 0) + group; base <= hi; base += GROUPS * UNROLL) {
-        uint4 kx[UNROLL], vx[UNROLL];
+    const int mine = lane / LANES;
+    const int wfirst = I_MAX(lo, 0) + tid / 32 * KEYS_PER_WARP;
+    uint4 kx[UNROLL], vx[UNROLL], kn[UNROLL], vn[UNROLL];
+% if paged then
+    int pg[UNROLL]; /* the page numbers of the next chunk to load */
+    auto pages_of = [&](int base) {
 #pragma unroll
         for (int u = 0; u < UNROLL; u++) {
-            const int key = base + u * GROUPS;
-            kx[u] = key <= hi && gl * 8 < head_dim
-                        ? *(const uint4 *)(k + key_row(key, k_sb, k_ss) + gl * 8) : zero;
-            vx[u] = key <= hi && gl * 8 < head_dim_v
-                        ? *(const uint4 *)(v + key_row(key, v_sb, v_ss) + gl * 8) : zero;
+            const int key = base + mine + u * GROUPS;
+            pg[u] = key <= hi ? PAGE_OF(key) : 0;
         }
+    };
+%   key_offset = function(t) return "(I64)pg[u] * " .. t .. "_sb + (I64)(key % P.page_size) * " .. t .. "_ss" end
+% else
+%   key_offset = function(t) return "(I64)key * " .. t .. "_ss" end
+% end
+    auto load = [&](uint4 (&kd)[UNROLL], uint4 (&vd)[UNROLL], int base) {
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) {
+            const int key = base + mine + u * GROUPS;
+            kd[u] = key <= hi && gl * 8 < head_dim ? *(const uint4 *)(k + ${key_offset("k")} + gl * 8) : zero;
+            vd[u] = key <= hi && gl * 8 < head_dim_v ? *(const uint4 *)(v + ${key_offset("v")} + gl * 8) : zero;
+        }
+    };
+% if paged then
+    pages_of(wfirst);
+    load(kx, vx, wfirst);
+    pages_of(wfirst + GROUPS * UNROLL);
+% else
+    load(kx, vx, wfirst);
+% end
+    for (int base = wfirst; base <= hi; base += GROUPS * UNROLL) {
+        load(kn, vn, base + GROUPS * UNROLL);
+% if paged then
+        pages_of(base + 2 * GROUPS * UNROLL);
+% end
         float s[ROWS][UNROLL];
 #pragma unroll
         for (int u = 0; u < UNROLL; u++) {
@@ -140,7 +167,7 @@ fj_attn_decode(
 % if softcap then
                 x = cap_mul * F_TANH(x);
 % end
-                const int key = base + u * GROUPS;
+                const int key = base + mine + u * GROUPS;
                 bool seen = live[r] && key <= hi;
 % if local_mask then
                 seen = seen && (window_left < 0 || key >= row_of[r] + shift - window_left) &&
@@ -179,6 +206,11 @@ fj_attn_decode(
 #pragma unroll
                 for (int i = 0; i < 8; i++)
                     acc[r][i] = F_FMA(s[r][u], vf[i], acc[r][i]);
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) {
+            kx[u] = kn[u];
+            vx[u] = vn[u];
         }
     }
 
