@@ -84,9 +84,10 @@ if [ "$what" = decode ]; then
         echo -n "host time, memoised decode call, seqlen_q $seqlen_q: "
         $build/bench_host overhead --backend cuda --seqlen-q $seqlen_q
     done 2>&1 | tee "$out/host_decode.log"
-    # The default (the decode kernel), and (DECODE_CONFIGS) the Hopper forward kernel at decode
-    # shapes.
-    for config in ${DECODE_CONFIGS-"" path=wgmma}; do
+    # The default (the decode kernel) and the Hopper forward kernel at decode shapes
+    # (DECODE_CONFIGS: FLASHJIT_CONFIG values, "default" for none).
+    for config in ${DECODE_CONFIGS:-default path=wgmma}; do
+        [ "$config" = default ] && config=
         echo "== FLASHJIT_CONFIG=$config"
         FLASHJIT_CONFIG=$config PYTHONUNBUFFERED=1 timeout 200 python3 bench/bench_decode.py \
             --lib $build/libflashjit.so --out "$out" "$@" 2>&1 | tee -a "$out/bench_decode.log"
