@@ -52,9 +52,11 @@ int fj__choose_decode(const fj__features *f, const fj_device_info *dev, fj__vari
         v->tile_m = 1;
         while (v->tile_m < group_rows && v->tile_m < 8)
             v->tile_m *= 2;
+        v->stages = v->tile_m > 4 ? 2 : 4; /* keys per group and chunk, as registers allow */
         if (fj__variant_fits(v, dev))
             return 1;
         v->path = FJ__PATH_SIMT;
+        v->stages = 0;
         v->head_dim_pad = fj__round_up(f->head_dim, 16);
         v->head_dim_v_pad = fj__round_up(f->head_dim_v, 16);
     }
@@ -79,6 +81,11 @@ int fj__prefer_decode(const fj__features *f, const fj_device_info *dev, const ch
                                          strstr(config, "path=simt"));
     if (!fj__choose_decode(f, dev, v))
         return 0;
+    /* The vector kernel's chunk and blocks per SM take overrides (stages=, ctas_per_sm=). */
+    fj__variant t = *v;
+    if (v->path == FJ__PATH_VECTOR && config && fj__apply_config(&t, config, NULL) == 0 &&
+        fj__variant_fits(&t, dev))
+        *v = t;
     return f->paged || asked || fwd->path == FJ__PATH_SIMT ||
            (v->path == FJ__PATH_VECTOR && !forward_asked);
 }

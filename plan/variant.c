@@ -166,7 +166,8 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
     }
     if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_VECTOR)
         return v->backend == FJ_BACKEND_CUDA && v->threads == 128 && v->tile_m >= 1 &&
-               v->tile_m <= 8 && v->head_dim_pad % 8 == 0 && v->head_dim_v_pad % 8 == 0 &&
+               v->tile_m <= 8 && v->stages >= 1 && v->stages <= 8 &&
+               v->ctas_per_sm <= 4 && v->head_dim_pad % 8 == 0 && v->head_dim_v_pad % 8 == 0 &&
                v->head_dim_pad <= 256 && v->head_dim_v_pad <= 256 &&
                fj__variant_shared_bytes(v) <= FJ__DECODE_MAX_SHARED;
     if (v->family == FJ__FAMILY_DECODE) /* static shared memory: 48 KiB on CUDA */
@@ -241,9 +242,9 @@ int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
                   {"overlap", offsetof(fj__variant, overlap), 1, 0, 1},
                   {"pingpong", offsetof(fj__variant, pingpong), 1, 0, 1},
                   {"persistent", offsetof(fj__variant, persistent), 1, 0, 3},
-                  {"stages", offsetof(fj__variant, stages), 1, 1, 4},
+                  {"stages", offsetof(fj__variant, stages), 1, 1, 8},
                   {"q_stages", offsetof(fj__variant, q_stages), 1, 1, 2},
-                  {"ctas_per_sm", offsetof(fj__variant, ctas_per_sm), 1, 1, 2},
+                  {"ctas_per_sm", offsetof(fj__variant, ctas_per_sm), 1, 0, 4},
                   {"exp_poly", offsetof(fj__variant, exp_poly), 1, 0, 8},
                   {"lazy_rescale", offsetof(fj__variant, lazy_rescale), 1, 0, 1}};
     const char *p = config;
@@ -288,7 +289,8 @@ int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
         if (*p == ',')
             p++;
     }
-    v->threads = v->path == FJ__PATH_SIMT ? v->tile_m : 32 * v->warps;
+    if (v->family == FJ__FAMILY_FWD) /* the forward's threads follow its tiles */
+        v->threads = v->path == FJ__PATH_SIMT ? v->tile_m : 32 * v->warps;
     return 0;
 }
 

@@ -54,9 +54,11 @@ typedef struct fj__variant {
     uint8_t softcap;    /* tanh soft-capping of scores */
     uint8_t write_lse;
     uint8_t neg_scale;    /* softmax_scale < 0 (maxima must be taken on scaled scores) */
-    uint8_t stages;       /* WGMMA: key/value tiles in flight (shared-memory ring slots) */
+    uint8_t stages;       /* WGMMA: key/value tiles in flight (shared-memory ring slots);
+                          ** DECODE VECTOR: keys per lane group and chunk */
     uint8_t q_stages;     /* WGMMA: Q buffers (2: the next work tile's Q loads during this one) */
-    uint8_t ctas_per_sm;  /* WGMMA: blocks sharing an SM (2: of one consumer warpgroup each) */
+    uint8_t ctas_per_sm;  /* WGMMA: blocks sharing an SM (2: of one consumer warpgroup each);
+                          ** DECODE VECTOR: blocks per SM the registers must allow (0: any) */
     uint8_t exp_poly;     /* WGMMA: of every 8 score column blocks, those whose exp2 is a
                           ** polynomial on the FMA pipe (0: all on the MUFU unit) */
     uint8_t lazy_rescale; /* WGMMA: a row's exponent base moves only when its maximum outgrows

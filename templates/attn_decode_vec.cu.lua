@@ -12,11 +12,14 @@
 % -- with shuffles, and every lane of the group runs the row's online softmax on it. At the end
 % -- the groups' states (max, sum, accumulators) meet in shared memory and are combined.
 % --
-% -- Parameters: as attn_decode.lua (backend "cuda" only), and lanes (the key group's lanes).
+% -- Parameters: as attn_decode.lua (backend "cuda" only, no tile_n), lanes (the key group's
+% -- lanes), stages (UNROLL: keys per group and chunk), ctas_per_sm (blocks per SM the register
+% -- allocation must allow; 0 for no bound).
 % assert(backend == "cuda", "attn_decode_vec is a CUDA kernel")
 % assert(threads == 128, "attn_decode_vec: 128 threads per block")
 % assert(tile_m >= 1 and tile_m <= 8, "attn_decode_vec: 1 to 8 rows per block")
 % assert(head_dim_pad % 8 == 0 and head_dim_v_pad % 8 == 0, "attn_decode_vec: head dims in 16-byte vectors")
+% assert(stages >= 1 and stages <= 8, "attn_decode_vec: 1 to 8 keys per group and chunk")
 % assert(lanes >= 1 and lanes <= 32 and lanes * 8 >= math.max(head_dim_pad, head_dim_v_pad), "attn_decode_vec: lanes cover the head dims")
 % assert(q_dtype ~= "f32" and kv_dtype == q_dtype and out_dtype == q_dtype, "attn_decode_vec takes one 16-bit type")
 % include("dialect.lua")
@@ -30,7 +33,7 @@
 #define LANES ${lanes}
 #define KEYS_PER_WARP (32 / LANES)
 #define GROUPS (THREADS / 32 * KEYS_PER_WARP)
-#define UNROLL ${tile_m > 4 and 2 or 4} /* keys per group in flight */
+#define UNROLL ${stages} /* keys per group and chunk */
 #define FULL_MASK 0xffffffffu
 
 /* The key groups' states, combined at the end (size: the host's fj__variant_shared_bytes). */
@@ -59,7 +62,7 @@ INLINE void unpack8(uint4 x, float f[8])
 
 % decode_key_row()
 
-KERNEL(THREADS)
+extern "C" __global__ void __launch_bounds__(THREADS, ${math.max(ctas_per_sm, 1)})
 fj_attn_decode(
 % params_arg(args)
 )
@@ -182,8 +185,12 @@ fj_attn_decode(
 #pragma unroll
             for (int u = 0; u < UNROLL; u++)
                 m_new = F_MAX(m_new, s[r][u]);
-            if (m_new == -F_INF)
-                continue; /* nothing seen yet: the state stays empty */
+            if (m_new == -F_INF) { /* nothing seen yet: the state stays empty */
+#pragma unroll
+                for (int u = 0; u < UNROLL; u++)
+                    s[r][u] = 0.0f;
+                continue;
+            }
             const float alpha = F_EXP2(m[r] - m_new);
             l[r] *= alpha;
 #pragma unroll
