@@ -52,11 +52,14 @@ int fj__choose_decode(const fj__features *f, const fj_device_info *dev, fj__vari
         v->tile_m = 1;
         while (v->tile_m < group_rows && v->tile_m < 8)
             v->tile_m *= 2;
-        v->stages = v->tile_m > 4 ? 2 : 4; /* keys per group and chunk, as registers allow */
+        /* Keys per group and chunk, and blocks per SM: the best of an A/B on the H200
+        ** (bench/RESULTS.md); fewer where more rows or page arithmetic take registers. */
+        v->stages = v->tile_m > 4 || f->paged ? 2 : 3;
+        v->ctas_per_sm = v->tile_m > 4 || f->paged ? 0 : 3;
         if (fj__variant_fits(v, dev))
             return 1;
         v->path = FJ__PATH_SIMT;
-        v->stages = 0;
+        v->stages = v->ctas_per_sm = 0;
         v->head_dim_pad = fj__round_up(f->head_dim, 16);
         v->head_dim_v_pad = fj__round_up(f->head_dim_v, 16);
     }

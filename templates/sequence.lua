@@ -21,17 +21,17 @@
 %
 % -- The decode kernels' sequence (parameters varlen and paged): decode_key_row() defines
 % -- key_row(key, s_batch_or_page, s_row), where key `key` of the sequence starts in k or v (and,
-% -- paged, PAGE_OF(key));
+% -- paged, PAGE_NUMBER(i) of the sequence's page i);
 % -- decode_sequence() goes after `batch` and head_kv are declared, and moves q, k and v to the
 % -- sequence (and kv head), declaring q_first and seqlen_q / seqlen_k.
 % function decode_key_row()
 /* Where key `key` of the sequence starts in k or v (batch and head applied), given the tensor's
-** batch (page) and row strides. Paged: PAGE_OF(key) is the number of the page holding it, from
-** the table, clamped into the cache. */
+** batch (page) and row strides. Paged: PAGE_NUMBER(i) is the number of the sequence's page i,
+** from the table, clamped into the cache. */
 % if paged then
-#define PAGE_OF(key) I_MIN(I_MAX(LDG(pages + (key) / P.page_size), 0), P.num_pages - 1)
+#define PAGE_NUMBER(i) I_MIN(I_MAX(LDG(pages + (i)), 0), P.num_pages - 1)
 #define key_row(key, s_page, s_row)                                                            \
-    ((I64)PAGE_OF(key) * (s_page) + (I64)((key) % P.page_size) * (s_row))
+    ((I64)PAGE_NUMBER((key) / P.page_size) * (s_page) + (I64)((key) % P.page_size) * (s_row))
 % else
 #define key_row(key, s_batch, s_row) ((I64)(key) * (s_row))
 % end

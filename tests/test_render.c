@@ -243,6 +243,7 @@ static void test_decode_variants_render(void **state)
                 v.head_dim_v_pad = 48;
                 v.tile_m = 4;
                 v.tile_n = kind == 2 ? 0 : 32;
+                v.stages = kind == 2 ? 3 : 0;
                 v.threads = 128;
                 v.local_mask = (uint8_t)paged;
                 v.softcap = (uint8_t)partial;
