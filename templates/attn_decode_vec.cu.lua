@@ -121,19 +121,15 @@ fj_attn_decode(
     const int wfirst = I_MAX(lo, 0) + tid / 32 * KEYS_PER_WARP;
     uint4 kx[UNROLL], vx[UNROLL], kn[UNROLL], vn[UNROLL];
 % if paged then
-    /* Page arithmetic by shifts where the page size is a power of two (a uniform branch). */
-    const int page_size = P.page_size;
-    const bool pow2 = (page_size & (page_size - 1)) == 0;
-    const int page_shift = __ffs(page_size) - 1;
     int pg[UNROLL]; /* the page numbers of the next chunk to load */
     auto pages_of = [&](int base) {
 #pragma unroll
         for (int u = 0; u < UNROLL; u++) {
             const int key = base + mine + u * GROUPS;
-            pg[u] = key <= hi ? PAGE_NUMBER(pow2 ? key >> page_shift : key / page_size) : 0;
+            pg[u] = key <= hi ? PAGE_NUMBER(key / P.page_size) : 0;
         }
     };
-%   key_offset = function(t) return "(I64)pg[u] * " .. t .. "_sb + (pow2 ? key & (page_size - 1) : key % page_size) * " .. t .. "_ss" end
+%   key_offset = function(t) return "(I64)pg[u] * " .. t .. "_sb + (I64)(key % P.page_size) * " .. t .. "_ss" end
 % else
 %   key_offset = function(t) return "(I64)key * " .. t .. "_ss" end
 % end
