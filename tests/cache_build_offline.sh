@@ -78,17 +78,17 @@ for expr in "$nested % 5 != 0" "$abs24 % 7 != 3"; do
     expected=$((expected + $(echo "$out" | sed -n 's/^\([0-9]*\) kernels built.*/\1/p')))
     checked=$((checked + 1))
 done
-# Decode: the decode kernel whole and split and the merge of its splits (asked for: on
-# tensor-core archs the forward kernels serve decode by default), both archs, no spills.
+# Decode: the decode kernel (CUDA's vector kernel at these shapes) whole and split and the
+# merge of its splits, both archs, no spills.
 for arch in sm_80 sm_90a; do
-    out=$(FLASHJIT_CONFIG=path=decode "$cli" cache build --arch $arch --cache "$dir/offline.db" \
+    out=$("$cli" cache build --arch $arch --cache "$dir/offline.db" \
         --decode 1,4 --group 1,8 --head-dim 64,128 --causal 0,1 --seqlen 8192 2>&1)
     status=$?
     echo "$out"
     [ $status -eq 0 ] || { echo "FAIL: cache build --decode for $arch"; exit 1; }
-    spills=$(echo "$out" | awk '$2 ~ /^cuda.(decode|merge)$/ && $9 != 0' | wc -l)
+    spills=$(echo "$out" | awk '$2 ~ /^cuda\.(decode|decode\.vec|merge)$/ && $9 != 0' | wc -l)
     [ "$spills" -eq 0 ] || { echo "FAIL: $spills decode kernels spill on $arch"; exit 1; }
-    echo "$out" | grep -q "cuda.decode" && echo "$out" | grep -q "cuda.merge" ||
+    echo "$out" | grep -q "cuda.decode.vec" && echo "$out" | grep -q "cuda.merge" ||
         { echo "FAIL: no decode or merge kernel built for $arch"; exit 1; }
     expected=$((expected + $(echo "$out" | sed -n 's/^\([0-9]*\) kernels built.*/\1/p')))
     checked=$((checked + 1))

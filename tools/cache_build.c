@@ -33,8 +33,7 @@ static int build_usage(FILE *f)
         "Packed sequences: --varlen 1 (cu_seqlens_q/k) or 2 (and seqused_k)\n"
         "Decode shapes (--seqlen is the keys'): --decode N,... query rows per sequence (1 to\n"
         "  16), --group G,... [1] query heads per kv head; what such calls run, whole and split\n"
-        "  (the decode kernel and the merge of its splits where it runs: on tensor-core archs\n"
-        "  with FLASHJIT_CONFIG=path=decode)\n"
+        "  (the decode kernel and the merge of its splits)\n"
         "Merges (fj_attention_merge) instead of the forward kernels: --merge N,... (states per\n"
         "  merge, 1 to 64), for each --dtype (states and result) and --lse\n");
     return 2;
