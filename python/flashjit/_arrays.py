@@ -1,0 +1,167 @@
+"""Arrays in, fj_tensor out. A torch tensor is read through its device pointer and strides; any
+other array through DLPack (`__dlpack__`: NumPy, CuPy, JAX, ...). Arrays in device memory of the
+context's backend pass straight through; arrays in host memory are staged through device
+buffers of the context: copied in before the call, and outputs copied back after it."""
+import ctypes
+
+from . import _lib
+from .errors import InvalidArgument
+
+_TORCH_DTYPES = {"torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32",
+                 "torch.bool": "bool", "torch.int32": "i32", "torch.float8_e4m3fn": "f8_e4m3",
+                 "torch.float8_e5m2": "f8_e5m2"}
+# DLPack (code, bits): kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4, kDLBool 6.
+_DLPACK_DTYPES = {(2, 16): "f16", (4, 16): "bf16", (2, 32): "f32", (0, 32): "i32",
+                  (6, 8): "bool", (1, 8): "bool"}
+_DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype = ctypes.c_void_p
+_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def is_torch(x):
+    return type(x).__module__.startswith("torch") and hasattr(x, "data_ptr")
+
+
+def describe(x, name):
+    """(pointer, dtype name, shape, strides in elements, where) of array x, where is "host" or
+    "cuda"; keeps nothing alive (the caller holds x, and the capsule while it uses the pointer:
+    returned last)."""
+    if is_torch(x):
+        dtype = _TORCH_DTYPES.get(str(x.dtype))
+        if dtype is None:
+            raise InvalidArgument(f"{name}: dtype {x.dtype} is not one flashjit takes")
+        where = "cuda" if x.is_cuda else "host" if x.device.type == "cpu" else x.device.type
+        return x.data_ptr(), dtype, tuple(x.shape), tuple(x.stride()), where, None
+    if not hasattr(x, "__dlpack__"):
+        raise InvalidArgument(f"{name}: {type(x).__name__} is neither a torch tensor nor a "
+                              "DLPack array (__dlpack__)")
+    capsule = x.__dlpack__()
+    dl = _DLTensor.from_address(_capsule_pointer(capsule, b"dltensor"))
+    key = (dl.dtype.code, dl.dtype.bits)
+    if key not in _DLPACK_DTYPES or dl.dtype.lanes != 1:
+        kind = {0: "int", 1: "uint", 2: "float", 4: "bfloat", 6: "bool"}.get(key[0], "code ")
+        raise InvalidArgument(f"{name}: dtype {kind}{key[1]} (x{dl.dtype.lanes}) is not one "
+                              "flashjit takes (float16, bfloat16, float32; bool and int32 for "
+                              "masks and offsets)")
+    shape = tuple(dl.shape[i] for i in range(dl.ndim))
+    if dl.strides:
+        strides = tuple(dl.strides[i] for i in range(dl.ndim))
+    else:  # compact row-major
+        strides, step = [], 1
+        for extent in reversed(shape):
+            strides.insert(0, step)
+            step *= max(extent, 1)
+        strides = tuple(strides)
+    kind = dl.device.device_type
+    where = ("host" if kind in (_DL_CPU, _DL_CUDA_HOST) else
+             "cuda" if kind in (_DL_CUDA, _DL_CUDA_MANAGED) else f"DLPack device {kind}")
+    return (dl.data or 0) + dl.byte_offset, _DLPACK_DTYPES[key], shape, strides, where, capsule
+
+
+class Call:
+    """The arrays of one library call: tensor() gives each its fj_tensor; finish() copies the
+    staged outputs back and frees the staging buffers (also on failure: use as a context
+    manager)."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.keep = []      # capsules and ctypes structures alive through the call
+        self.staged = []    # (device buffer, host pointer, bytes, is output)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.finish(copy_back=exc[0] is None)
+        return False
+
+    def tensor(self, x, name, output=False):
+        ptr, dtype, shape, strides, where, capsule = describe(x, name)
+        self.keep.append(capsule)
+        if len(shape) > 4:
+            raise InvalidArgument(f"{name}: {len(shape)} dimensions, at most 4")
+        if where == "host":
+            ptr = self._stage(ptr, dtype, shape, strides, name, output)
+        elif where != self.ctx.memory:
+            raise InvalidArgument(f"{name} is in {where} memory, but the context's backend "
+                                  f"({self.ctx.backend}) reads {self.ctx.memory} memory")
+        t = _lib.Tensor()
+        t.data, t.dtype, t.ndim = ptr, _lib.DTYPES[dtype], len(shape)
+        for i, (extent, stride) in enumerate(zip(shape, strides)):
+            t.shape[i], t.stride[i] = extent, stride
+        self.keep.append(t)
+        return t
+
+    def _stage(self, ptr, dtype, shape, strides, name, output):
+        if any(s < 0 for s in strides):
+            raise InvalidArgument(f"{name}: negative strides are not supported")
+        span = 0 if 0 in shape else 1 + sum((n - 1) * s for n, s in zip(shape, strides))
+        nbytes = span * _lib.DTYPE_SIZES[_lib.DTYPES[dtype]]
+        if nbytes == 0:
+            return ptr
+        buf = ctypes.c_void_p()
+        lib, handle = self.ctx.lib, self.ctx.handle
+        self.ctx.check(lib.fj_malloc(handle, nbytes, ctypes.byref(buf)))
+        self.staged.append((buf.value, ptr, nbytes, output))
+        self.ctx.check(lib.fj_memcpy_h2d(handle, buf, ptr, nbytes))
+        return buf.value
+
+    def finish(self, copy_back=True):
+        lib, handle = self.ctx.lib, self.ctx.handle
+        try:
+            if copy_back and any(out for *_, out in self.staged):
+                self.ctx.check(lib.fj_synchronize(handle, None))
+                for dev, host, nbytes, out in self.staged:
+                    if out:
+                        self.ctx.check(lib.fj_memcpy_d2h(handle, host, dev, nbytes))
+        finally:
+            for dev, *_ in self.staged:
+                lib.fj_free(handle, dev)
+            self.staged, self.keep = [], []
+
+
+def empty_like(ref, shape, dtype):
+    """A new array of shape and dtype name where ref lives: torch beside a torch tensor, NumPy
+    for other host arrays (bf16 as uint16 bits unless ml_dtypes is installed), CuPy for other
+    CUDA arrays."""
+    if is_torch(ref):
+        import torch
+        return torch.empty(shape, dtype=getattr(torch, {"f16": "float16", "bf16": "bfloat16",
+                                                        "f32": "float32"}[dtype]),
+                           device=ref.device)
+    where = describe(ref, "array")[4]
+    if where == "host":
+        import numpy
+        if dtype == "bf16":
+            try:
+                import ml_dtypes
+                return numpy.empty(shape, dtype=ml_dtypes.bfloat16)
+            except ImportError:
+                return numpy.empty(shape, dtype=numpy.uint16)
+        return numpy.empty(shape, dtype={"f16": numpy.float16, "f32": numpy.float32}[dtype])
+    if where == "cuda":
+        import cupy
+        return cupy.empty(shape, dtype={"f16": cupy.float16, "f32": cupy.float32}[dtype])
+    raise InvalidArgument(f"cannot allocate an output beside a {type(ref).__name__}: pass out=")
+
+
+def dtype_of(x, name):
+    """The dtype name of array x (an error naming it where flashjit does not take it)."""
+    return describe(x, name)[1]

@@ -1,0 +1,236 @@
+"""The flashjit context: attention calls on torch tensors or DLPack arrays.
+
+    import flashjit
+    ctx = flashjit.Context()                          # backend "auto": CUDA if usable, else OpenCL
+    out = ctx.forward(q, k, v, causal=True)           # q [b, sq, hq, d], k/v [b, sk, hkv, d|dv]
+
+Tensors may have any strides with a contiguous last dimension. CUDA tensors are used in place
+on PyTorch's current stream (or `stream=`); host arrays (NumPy, CPU torch) are copied to the
+device and back. Failures raise FlashjitError subclasses (flashjit.errors) with the library's
+message, which names the bad field.
+"""
+import ctypes
+import sys
+
+from . import _lib
+from ._arrays import Call, empty_like, dtype_of, is_torch
+from .errors import FlashjitError, InvalidArgument, error_for  # noqa: F401
+
+_BACKEND_NAMES = {1: "cuda", 2: "opencl"}
+
+
+class Context:
+    def __init__(self, backend="auto", device=0, cache_path=None, shipped_caches=(),
+                 trusted_keys=(), lib=None):
+        """backend: "auto" (CUDA where usable, else OpenCL), "cuda" or "opencl"; cache_path:
+        the kernel cache file (None: the default location, ":memory:": none); shipped_caches:
+        read-only cache files consulted after the user cache; trusted_keys: Ed25519 public keys
+        (hex) one of which must have signed each shipped cache."""
+        if backend not in _lib.BACKENDS:
+            raise InvalidArgument(f"backend = {backend!r}, expected one of "
+                                  f"{', '.join(_lib.BACKENDS)}")
+        self.lib = _lib.load(lib)
+        opts = _lib.ContextOptions()
+        self.lib.fj_context_options_init(ctypes.byref(opts))
+        opts.backend = _lib.BACKENDS[backend]
+        opts.device = device
+        if cache_path is not None:
+            opts.cache_path = cache_path.encode()
+        # NULL-terminated string arrays; the library copies what it needs during the call.
+        shipped = (ctypes.c_char_p * (len(shipped_caches) + 1))(
+            *[p.encode() for p in shipped_caches], None)
+        keys = (ctypes.c_char_p * (len(trusted_keys) + 1))(*[k.encode() for k in trusted_keys],
+                                                           None)
+        if shipped_caches:
+            opts.shipped_caches = shipped
+        if trusted_keys:
+            opts.trusted_keys = keys
+        handle = ctypes.c_void_p()
+        st = self.lib.fj_context_create(ctypes.byref(opts), ctypes.byref(handle))
+        if st != 0:
+            raise error_for(st, self.lib.fj_status_string(st).decode() + ": " +
+                            self.lib.fj_last_create_error().decode())
+        self.handle = handle
+        info = _lib.DeviceInfo()
+        info.struct_size = ctypes.sizeof(info)
+        self.check(self.lib.fj_context_get_device_info(handle, ctypes.byref(info)))
+        self.backend = _BACKEND_NAMES.get(info.backend, "?")
+        self.device_name = info.name.decode()
+        self.arch = info.arch.decode()
+        # Where the kernels read: device pointers of CUDA, or buffers the context allocates.
+        self.memory = "cuda" if self.backend == "cuda" else "opencl"
+        # A cache the context could not open or write is reported once, as a warning.
+        note = self.lib.fj_context_last_error(handle).decode()
+        if note:
+            print(f"flashjit: {note}", file=sys.stderr)
+
+    def __del__(self):
+        if getattr(self, "handle", None):
+            self.lib.fj_context_destroy(self.handle)
+            self.handle = None
+
+    def __repr__(self):
+        return f"<flashjit.Context {self.backend} {self.device_name} ({self.arch})>"
+
+    def check(self, status):
+        """Raises the error of a failed library call on this context."""
+        if status != 0:
+            raise error_for(status, self.lib.fj_status_string(status).decode() + ": " +
+                            self.lib.fj_context_last_error(self.handle).decode())
+
+    @property
+    def cache_path(self):
+        return self.lib.fj_context_cache_path(self.handle).decode()
+
+    def _stream(self, stream, x):
+        if stream is not None:
+            return stream
+        if self.backend == "cuda" and is_torch(x) and x.is_cuda:
+            import torch
+            return torch.cuda.current_stream(x.device).cuda_stream
+        return None
+
+    def _desc(self, call, causal=False, window=(-1, -1), softcap=0.0, scale=0.0, mask_mod=None,
+              score_mod=None, mod_args=None, num_splits=0, deterministic=False,
+              max_seqlen_q=0, max_seqlen_k=0, **tensors):
+        """The attention descriptor; tensors (alibi_slopes, bias, mask, cu_seqlens_q, ...) go
+        through call, which keeps them alive."""
+        desc = _lib.AttentionDesc()
+        self.lib.fj_attention_desc_init(ctypes.byref(desc))
+        desc.causal = int(causal)
+        desc.window_left, desc.window_right = (int(w) for w in window)
+        desc.softcap = softcap
+        desc.softmax_scale = scale
+        desc.num_splits = num_splits
+        desc.deterministic = int(deterministic)
+        desc.max_seqlen_q, desc.max_seqlen_k = max_seqlen_q, max_seqlen_k
+        if mask_mod is not None:
+            desc.mask_mod = mask_mod.encode()
+        if score_mod is not None:
+            desc.score_mod = score_mod.encode()
+        if mod_args is not None:
+            t = call.tensor(mod_args, "mod_args")
+            if t.ndim != 1:
+                raise InvalidArgument(f"mod_args: {t.ndim} dimensions, expected a 1-D float32 "
+                                      "or int32 array")
+            desc.mod_args, desc.mod_args_count = t.data, t.shape[0]
+        for name, t in tensors.items():
+            if t is not None:
+                setattr(desc, name, ctypes.pointer(call.tensor(t, name)))
+        return desc
+
+    def forward(self, q, k, v, out=None, lse=None, causal=False, window=(-1, -1), softcap=0.0,
+                scale=0.0, mask_mod=None, score_mod=None, mod_args=None, alibi_slopes=None,
+                bias=None, mask=None, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None,
+                max_seqlen_q=0, max_seqlen_k=0, mask_ranges=None, block_mask=None, num_splits=0,
+                page_table=None, stream=None):
+        """Attention (see fj_attention_forward); returns out, allocating it when not given.
+        mask_mod / score_mod: expression strings (see flashjit.h); mod_args: a float32 or int32
+        array read by arg[i] / iarg[i]. alibi_slopes: float32 [hq] or [b, hq]; bias (float32 or
+        q's dtype) and mask (bool, True keeps): [b | 1, hq | 1, sq | 1, sk], expanded (stride-0)
+        tensors welcome. Variable lengths: q, k, v packed [total, heads, dim] with int32
+        cu_seqlens_q / cu_seqlens_k [batch + 1], optional seqused_k [batch], and the maxima
+        max_seqlen_q / max_seqlen_k. mask_ranges: int32 [b | 1, hq | 1, sk, 2 or 4], FlashMask's
+        masked row ranges per key. block_mask: int32 [b | 1, hq | 1, ceil(sq / 128),
+        ceil(sk / 128)], 0 skip / 1 apply the masks / 2 keep the whole 128 x 128 block.
+        num_splits: decode (at most 16 query rows per sequence) splits the keys this many ways
+        (1 to 64; 0: the plan's choice). page_table: int32 [b, max_pages] for a paged KV cache,
+        k and v then [num_pages, page_size, hkv, d] and seqused_k [b] required. lse (float32
+        [b, hq, sq], or [hq, total] packed) receives the log-sum-exps when given."""
+        if out is None:
+            out = empty_like(q, tuple(q.shape[:-1]) + (v.shape[-1],), dtype_of(q, "q"))
+        with Call(self) as call:
+            desc = self._desc(call, causal=causal, window=window, softcap=softcap, scale=scale,
+                              mask_mod=mask_mod, score_mod=score_mod, mod_args=mod_args,
+                              num_splits=num_splits, max_seqlen_q=max_seqlen_q,
+                              max_seqlen_k=max_seqlen_k, alibi_slopes=alibi_slopes, bias=bias,
+                              mask=mask, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                              seqused_k=seqused_k, mask_ranges=mask_ranges,
+                              block_mask=block_mask, page_table=page_table)
+            ts = [call.tensor(q, "q"), call.tensor(k, "k"), call.tensor(v, "v"),
+                  call.tensor(out, "out", output=True)]
+            tl = call.tensor(lse, "lse", output=True) if lse is not None else None
+            self.check(self.lib.fj_attention_forward(
+                self.handle, ctypes.byref(desc), *[ctypes.byref(t) for t in ts],
+                ctypes.byref(tl) if tl is not None else None, self._stream(stream, q)))
+        return out
+
+    def backward(self, q, k, v, out, dout, lse, dq=None, dk=None, dv=None, causal=False,
+                 window=(-1, -1), softcap=0.0, scale=0.0, mask_mod=None, mod_args=None,
+                 alibi_slopes=None, bias=None, mask=None, cu_seqlens_q=None, cu_seqlens_k=None,
+                 seqused_k=None, max_seqlen_q=0, max_seqlen_k=0, mask_ranges=None,
+                 block_mask=None, deterministic=False, stream=None):
+        """The gradients of forward() (see fj_attention_backward): q, k, v, out and lse as the
+        forward had and wrote them (same options), dout the gradient of out; returns (dq, dk,
+        dv), allocating what is not given."""
+        dq = empty_like(q, tuple(q.shape), dtype_of(q, "q")) if dq is None else dq
+        dk = empty_like(k, tuple(k.shape), dtype_of(k, "k")) if dk is None else dk
+        dv = empty_like(v, tuple(v.shape), dtype_of(v, "v")) if dv is None else dv
+        with Call(self) as call:
+            desc = self._desc(call, causal=causal, window=window, softcap=softcap, scale=scale,
+                              mask_mod=mask_mod, mod_args=mod_args,
+                              deterministic=deterministic, max_seqlen_q=max_seqlen_q,
+                              max_seqlen_k=max_seqlen_k, alibi_slopes=alibi_slopes, bias=bias,
+                              mask=mask, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                              seqused_k=seqused_k, mask_ranges=mask_ranges,
+                              block_mask=block_mask)
+            ts = [call.tensor(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v"), (out, "out"),
+                                                 (dout, "dout"), (lse, "lse"))]
+            ts += [call.tensor(x, n, output=True) for x, n in ((dq, "dq"), (dk, "dk"),
+                                                               (dv, "dv"))]
+            self.check(self.lib.fj_attention_backward(
+                self.handle, ctypes.byref(desc), *[ctypes.byref(t) for t in ts],
+                self._stream(stream, q)))
+        return dq, dk, dv
+
+    def kv_cache_append(self, k_new, v_new, k_cache, v_cache, page_table, seqused_k,
+                        stream=None):
+        """Writes k_new / v_new [b, tokens, hkv, d] into the paged caches [num_pages, page_size,
+        hkv, d] at each sequence's length seqused_k[b] (int32 [b]), in the pages its row of
+        page_table (int32 [b, max_pages]) lists (see fj_kv_cache_append). seqused_k is not
+        changed: add the tokens to it before attending to them."""
+        with Call(self) as call:
+            ts = [call.tensor(k_new, "k_new"), call.tensor(v_new, "v_new"),
+                  call.tensor(k_cache, "k_cache", output=True),
+                  call.tensor(v_cache, "v_cache", output=True),
+                  call.tensor(page_table, "page_table"), call.tensor(seqused_k, "seqused_k")]
+            self.check(self.lib.fj_kv_cache_append(self.handle, *[ctypes.byref(t) for t in ts],
+                                                   self._stream(stream, k_cache)))
+
+    def merge(self, outs, lses, out=None, lse=None, stream=None):
+        """Merges attention states over disjoint key sets (see fj_attention_merge): outs and
+        lses are sequences of the partial outputs [b, s, h, dv] (or packed [total, h, dv]) and
+        their float32 log-sum-exps [b, h, s] (or [h, total]); returns (out, lse), allocating
+        what is not given (out in the states' dtype). out / lse may be one of the inputs."""
+        if len(outs) != len(lses) or not outs:
+            raise InvalidArgument("merge: outs and lses must be non-empty and of equal length")
+        if out is None:
+            out = empty_like(outs[0], tuple(outs[0].shape), dtype_of(outs[0], "outs[0]"))
+        if lse is None:
+            lse = empty_like(lses[0], tuple(lses[0].shape), "f32")
+        with Call(self) as call:
+            states = (_lib.Tensor * len(outs))(*[call.tensor(t, f"outs[{i}]")
+                                                  for i, t in enumerate(outs)])
+            state_lses = (_lib.Tensor * len(lses))(*[call.tensor(t, f"lses[{i}]")
+                                                      for i, t in enumerate(lses)])
+            to = call.tensor(out, "out", output=True)
+            tl = call.tensor(lse, "lse", output=True)
+            self.check(self.lib.fj_attention_merge(self.handle, states, state_lses, len(outs),
+                                                   ctypes.byref(to), ctypes.byref(tl),
+                                                   self._stream(stream, out)))
+        return out, lse
+
+    def last_call(self):
+        """What the last call ran: kernel path, variant, where the binary came from, times."""
+        info = _lib.CallInfo()
+        info.struct_size = ctypes.sizeof(_lib.CallInfo)
+        self.check(self.lib.fj_context_last_call(self.handle, ctypes.byref(info)))
+        return dict(source=_lib.SOURCES[info.source], lookup_ms=info.lookup_ms,
+                    render_ms=info.render_ms, compile_ms=info.compile_ms, load_ms=info.load_ms,
+                    total_ms=info.total_ms, compiles=info.compiles,
+                    variant=(info.variant or b"").decode(),
+                    kernel_path=(info.kernel_path or b"").decode(),
+                    registers=info.registers, spill_bytes=info.spill_bytes, tuned=info.tuned)
+
+
+__all__ = ["Context", "FlashjitError"]

@@ -1,0 +1,139 @@
+"""The installed Python package on a real device without torch: NumPy arrays (through DLPack)
+against float64 references computed here. Forward (f32, f16; causal, GQA, odd sizes, strided
+[b, h, s, d] views, lse), the backward against analytic gradients, the merge of two key halves
+against the whole, and errors raised as the right FlashjitError subclass naming the field.
+Usage: python tests/python_api.py [backend]   (default opencl; exits 77 without a device)"""
+import sys
+
+import numpy as np
+
+import flashjit
+
+backend = sys.argv[1] if len(sys.argv) > 1 else "opencl"
+assert "torch" not in sys.modules, "import flashjit imported torch"
+try:
+    ctx = flashjit.Context(backend=backend, cache_path=":memory:")
+except flashjit.NoDevice as e:
+    print(f"SKIP: {e}")
+    sys.exit(77)
+print(ctx, flashjit.info()["version"])
+rng = np.random.default_rng(1234)
+failures = 0
+
+
+def check(name, ok, detail=""):
+    global failures
+    failures += not ok
+    print(f"{'ok  ' if ok else 'FAIL'} {name} {detail}")
+
+
+def reference(q, k, v, causal, scale=None):
+    """Attention in float64 on [b, s, h, d] arrays; returns (out, lse [b, hq, sq], p)."""
+    q, k, v = (x.astype(np.float64) for x in (q, k, v))
+    b, sq, hq, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    k = np.repeat(k, hq // hkv, axis=2)
+    v = np.repeat(v, hq // hkv, axis=2)
+    s = np.einsum("bqhd,bkhd->bhqk", q, k) * (scale or 1 / np.sqrt(d))
+    if causal:
+        keep = np.arange(sk)[None, :] <= np.arange(sq)[:, None] + sk - sq
+        s = np.where(keep, s, -np.inf)
+    m = s.max(-1, keepdims=True)
+    p = np.exp(s - m)
+    lse = (np.log(p.sum(-1)) + m[..., 0])
+    p /= p.sum(-1, keepdims=True)
+    return np.einsum("bhqk,bkhd->bqhd", p, v), lse, p
+
+
+def rand(*shape, dtype=np.float32):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+# Forward: f32 to 1e-4 relative; f16 within twice a plain f16 computation's error (+ rounding).
+for dtype, causal, (b, sq, sk, hq, hkv, d, dv) in [
+        (np.float32, False, (2, 37, 53, 4, 2, 32, 32)),
+        (np.float32, True, (1, 64, 64, 3, 1, 40, 24)),
+        (np.float16, True, (2, 19, 77, 8, 2, 64, 64)),
+        (np.float16, False, (1, 5, 300, 4, 4, 128, 128))]:
+    q, k, v = rand(b, sq, hq, d, dtype=dtype), rand(b, sk, hkv, d, dtype=dtype), \
+        rand(b, sk, hkv, dv, dtype=dtype)
+    lse = np.full((b, hq, sq), np.nan, np.float32)
+    out = ctx.forward(q, k, v, lse=lse, causal=causal)
+    ref, ref_lse, p = reference(q, k, v, causal)
+    err = np.abs(out.astype(np.float64) - ref).max()
+    if dtype == np.float32:
+        ok, bar = err <= 1e-4 * np.abs(ref).max() + 1e-6, "1e-4 relative"
+    else:
+        pv = np.repeat(v, hq // hkv, axis=2).astype(np.float32)
+        plain = np.einsum("bhqk,bkhd->bqhd", p.astype(np.float16).astype(np.float32), pv)
+        plain_err = np.abs(plain.astype(np.float16).astype(np.float64) - ref).max()
+        ulp = np.spacing(np.float16(np.abs(ref).max())).astype(np.float64)
+        ok, bar = err <= 2 * plain_err + 2 * ulp, f"2 x plain {plain_err:.3g} + 2 ulp"
+    lse_err = np.abs(lse - ref_lse).max()
+    check(f"forward {np.dtype(dtype).name} causal={int(causal)} b{b} sq{sq} sk{sk} hq{hq} "
+          f"hkv{hkv} d{d} dv{dv}", ok and lse_err < 1e-3 and out.dtype == dtype,
+          f"err {err:.3g} ({bar}), lse {lse_err:.3g}, {ctx.last_call()['kernel_path']}")
+
+# Strided views: [b, h, s, d] storage passed as [b, s, h, d] (DLPack strides).
+qh, kh, vh = rand(2, 4, 33, 16), rand(2, 2, 45, 16), rand(2, 2, 45, 16)
+q, k, v = (x.transpose(0, 2, 1, 3) for x in (qh, kh, vh))
+out = ctx.forward(q, k, v, causal=True)
+err = np.abs(out - reference(q, k, v, True)[0]).max()
+check("forward on transposed views", err < 1e-4, f"err {err:.3g}")
+
+# Backward: f32 gradients against the analytic ones in float64.
+b, sq, sk, hq, hkv, d = 2, 21, 30, 4, 2, 16
+q, k, v, dout = rand(b, sq, hq, d), rand(b, sk, hkv, d), rand(b, sk, hkv, d), rand(b, sq, hq, d)
+lse = np.empty((b, hq, sq), np.float32)
+out = ctx.forward(q, k, v, lse=lse, causal=True)
+dq, dk, dv = ctx.backward(q, k, v, out, dout, lse, causal=True)
+ref, _, p = reference(q, k, v, True)
+g = hq // hkv
+do = dout.astype(np.float64)
+vv = np.repeat(v.astype(np.float64), g, axis=2)
+kk = np.repeat(k.astype(np.float64), g, axis=2)
+dp = np.einsum("bqhd,bkhd->bhqk", do, vv)
+ds = p * (dp - np.einsum("bqhd,bqhd->bhq", do, ref)[..., None]) / np.sqrt(d)
+ref_dq = np.einsum("bhqk,bkhd->bqhd", ds, kk)
+ref_dk = np.einsum("bhqk,bqhd->bkhd", ds, q.astype(np.float64)).reshape(b, sk, hkv, g, d).sum(3)
+ref_dv = np.einsum("bhqk,bqhd->bkhd", p, do).reshape(b, sk, hkv, g, d).sum(3)
+for name, got, want in (("dq", dq, ref_dq), ("dk", dk, ref_dk), ("dv", dv, ref_dv)):
+    err = np.abs(got - want).max() / np.abs(want).max()
+    check(f"backward {name}", err < 1e-4, f"relative err {err:.3g}")
+
+# Merge: attention over two key halves, merged, equals attention over all keys.
+q, k, v = rand(1, 9, 2, 32), rand(1, 40, 2, 32), rand(1, 40, 2, 32)
+parts = []
+for lo, hi in ((0, 17), (17, 40)):
+    lse = np.empty((1, 2, 9), np.float32)
+    parts.append((ctx.forward(q, k[:, lo:hi], v[:, lo:hi], lse=lse), lse))
+out, lse = ctx.merge([o for o, _ in parts], [l for _, l in parts])
+ref, ref_lse, _ = reference(q, k, v, False)
+err = max(np.abs(out - ref).max(), np.abs(lse - ref_lse).max())
+check("merge of two key halves", err < 1e-4, f"err {err:.3g}")
+
+# Errors: the subclass and the field.
+q, k, v = rand(1, 8, 2, 32), rand(1, 8, 2, 32), rand(1, 8, 2, 16)
+cases = [("bad head dim", lambda: ctx.forward(q, rand(1, 8, 2, 24), v), flashjit.InvalidArgument,
+          "k"),
+         ("float64", lambda: ctx.forward(q.astype(np.float64), k, v), flashjit.InvalidArgument,
+          "q"),
+         ("lse shape", lambda: ctx.forward(q, k, v, lse=np.empty((1, 2, 7), np.float32)),
+          flashjit.InvalidArgument, "lse"),
+         ("bad backend", lambda: flashjit.Context(backend="metal"), flashjit.InvalidArgument,
+          "backend"),
+         ("bias with a paged cache",
+          lambda: ctx.forward(q, rand(4, 16, 2, 32), rand(4, 16, 2, 16),
+                              page_table=np.zeros((1, 4), np.int32),
+                              seqused_k=np.full(1, 8, np.int32), max_seqlen_k=64,
+                              bias=np.zeros((1, 2, 8, 64), np.float32)),
+          flashjit.Unsupported, "bias")]
+for name, fn, cls, field in cases:
+    try:
+        fn()
+        check(f"error: {name}", False, "no exception")
+    except cls as e:
+        check(f"error: {name}", field in str(e), f"{type(e).__name__}: {e}")
+    except Exception as e:  # noqa: BLE001 - any other type is the failure reported
+        check(f"error: {name}", False, f"{type(e).__name__}: {e}")
+sys.exit(1 if failures else 0)
