@@ -39,7 +39,7 @@ install: build
 sanitize: deps
 	cmake -S . -B build-asan -DFLASHJIT_SANITIZE=ON -DFLASHJIT_WERROR=$(WERROR) $(CMAKE_FLAGS)
 	cmake --build build-asan -j $(JOBS)
-	cd build-asan && ctest --output-on-failure -L unit -E "python_layout|cache_build_offline|install_consumers" $(CTEST_ARGS)
+	cd build-asan && ctest --output-on-failure -L unit -E "python_layout|python_package|cache_build_offline|install_consumers" $(CTEST_ARGS)
 
 # Each libFuzzer target (fuzz/) for FUZZ_SECONDS over its corpus; needs clang.
 FUZZ_SECONDS ?= 60

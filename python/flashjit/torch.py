@@ -1,0 +1,253 @@
+"""flashjit for PyTorch: operators registered with torch.library, so they run under autograd,
+trace under torch.compile (fake implementations give the output shapes, no graph breaks) and
+capture into CUDA graphs; and the entry points built on them:
+
+    import flashjit.torch as fjt
+    out = fjt.scaled_dot_product_attention(q, k, v, is_causal=True)    # SDPA's drop-in, [b, h, s, d]
+    out = fjt.attention(q, k, v, causal=True, mask_mod="k % 64 != 0")  # every feature, [b, s, h, d]
+    out = fjt.flex_attention(q, k, v, score_mod="s + 0.1 * (k - q)")   # FlexAttention-like, strings
+
+Operators: flashjit::attention_forward (returns out and the float32 log-sum-exp),
+flashjit::attention_backward, flashjit::attention_merge, flashjit::kv_cache_append (in place).
+Calls run on PyTorch's current stream of the tensors' device, through one flashjit context per
+device (created on first use, inside PyTorch's CUDA context). CPU tensors run on the default
+backend (CUDA if usable, else OpenCL), copied to its device and back. Gradients flow to q, k
+and v; bias, mask and the other terms get none (a backward with score_mod raises Unsupported).
+"""
+from typing import List, Optional, Tuple
+
+import torch
+
+from ._core import Context
+from .errors import InvalidArgument, Unsupported
+
+Tensor = torch.Tensor
+_contexts = {}
+
+
+def context(device=None):
+    """The flashjit context serving tensors on `device` (a torch.device or string)."""
+    device = torch.device(device if device is not None else "cpu")
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    key = (device.type, device.index)
+    if key not in _contexts:
+        if device.type == "cuda":
+            with torch.cuda.device(device):  # the library adopts PyTorch's context
+                torch.cuda.init()
+                _contexts[key] = Context(backend="cuda", device=device.index)
+        elif device.type == "cpu":
+            _contexts[key] = Context(backend="auto")
+        else:
+            raise InvalidArgument(f"tensors on {device}: flashjit serves cuda and cpu tensors")
+    return _contexts[key]
+
+
+def _last_dim_contiguous(x):
+    return x if x is None or x.stride(-1) == 1 else x.contiguous()
+
+
+def _lse_shape(q, packed):
+    return (q.shape[1], q.shape[0]) if packed else (q.shape[0], q.shape[2], q.shape[1])
+
+
+# ---- operators ------------------------------------------------------------------------------
+@torch.library.custom_op("flashjit::attention_forward", mutates_args=())
+def attention_forward(
+        q: Tensor, k: Tensor, v: Tensor, alibi_slopes: Optional[Tensor], bias: Optional[Tensor],
+        mask: Optional[Tensor], mask_ranges: Optional[Tensor], block_mask: Optional[Tensor],
+        mod_args: Optional[Tensor], cu_seqlens_q: Optional[Tensor],
+        cu_seqlens_k: Optional[Tensor], seqused_k: Optional[Tensor],
+        page_table: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int, causal: bool,
+        window_left: int, window_right: int, softcap: float, scale: float, mask_mod: str,
+        score_mod: str, num_splits: int) -> Tuple[Tensor, Tensor]:
+    packed = cu_seqlens_q is not None
+    out = q.new_empty(tuple(q.shape[:-1]) + (v.shape[-1],))
+    lse = q.new_empty(_lse_shape(q, packed), dtype=torch.float32)
+    context(q.device).forward(
+        q, k, v, out=out, lse=lse, causal=causal, window=(window_left, window_right),
+        softcap=softcap, scale=scale, mask_mod=mask_mod or None, score_mod=score_mod or None,
+        mod_args=mod_args, alibi_slopes=alibi_slopes, bias=bias, mask=mask,
+        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k,
+        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, mask_ranges=mask_ranges,
+        block_mask=block_mask, num_splits=num_splits, page_table=page_table)
+    return out, lse
+
+
+@attention_forward.register_fake
+def _attention_forward_fake(q, k, v, alibi_slopes, bias, mask, mask_ranges, block_mask,
+                            mod_args, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table,
+                            max_seqlen_q, max_seqlen_k, causal, window_left, window_right,
+                            softcap, scale, mask_mod, score_mod, num_splits):
+    out = q.new_empty(tuple(q.shape[:-1]) + (v.shape[-1],))
+    return out, q.new_empty(_lse_shape(q, cu_seqlens_q is not None), dtype=torch.float32)
+
+
+@torch.library.custom_op("flashjit::attention_backward", mutates_args=())
+def attention_backward(
+        dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+        alibi_slopes: Optional[Tensor], bias: Optional[Tensor], mask: Optional[Tensor],
+        mask_ranges: Optional[Tensor], block_mask: Optional[Tensor], mod_args: Optional[Tensor],
+        cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
+        seqused_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int, causal: bool,
+        window_left: int, window_right: int, softcap: float, scale: float, mask_mod: str,
+        deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    context(q.device).backward(
+        q, k, v, out, _last_dim_contiguous(dout), lse, dq=dq, dk=dk, dv=dv, causal=causal,
+        window=(window_left, window_right), softcap=softcap, scale=scale,
+        mask_mod=mask_mod or None, mod_args=mod_args, alibi_slopes=alibi_slopes, bias=bias,
+        mask=mask, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k,
+        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, mask_ranges=mask_ranges,
+        block_mask=block_mask, deterministic=deterministic)
+    return dq, dk, dv
+
+
+@attention_backward.register_fake
+def _attention_backward_fake(dout, q, k, v, out, lse, *rest):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+# The forward's arguments by position (setup_context and the backward read them by name).
+_FORWARD_ARGS = ("q", "k", "v", "alibi_slopes", "bias", "mask", "mask_ranges", "block_mask",
+                 "mod_args", "cu_seqlens_q", "cu_seqlens_k", "seqused_k", "page_table",
+                 "max_seqlen_q", "max_seqlen_k", "causal", "window_left", "window_right",
+                 "softcap", "scale", "mask_mod", "score_mod", "num_splits")
+_TENSOR_ARGS = _FORWARD_ARGS[:13]
+deterministic_backward = False  # flashjit.torch.deterministic_backward = True: bit-identical
+
+
+def _setup_context(ctx, inputs, output):
+    args = dict(zip(_FORWARD_ARGS, inputs))
+    ctx.save_for_backward(*[args[n] for n in _TENSOR_ARGS], *output)
+    ctx.options = {n: args[n] for n in _FORWARD_ARGS[13:]}
+
+
+def _backward(ctx, dout, dlse):
+    saved = dict(zip(_TENSOR_ARGS + ("out", "lse"), ctx.saved_tensors))
+    o = ctx.options
+    if o["score_mod"]:
+        raise Unsupported("the gradient through score_mod is not supported yet")
+    if saved["page_table"] is not None:
+        raise Unsupported("no gradient through a paged KV cache")
+    dq, dk, dv = attention_backward(
+        dout, saved["q"], saved["k"], saved["v"], saved["out"], saved["lse"],
+        saved["alibi_slopes"], saved["bias"], saved["mask"], saved["mask_ranges"],
+        saved["block_mask"], saved["mod_args"], saved["cu_seqlens_q"], saved["cu_seqlens_k"],
+        saved["seqused_k"], o["max_seqlen_q"], o["max_seqlen_k"], o["causal"],
+        o["window_left"], o["window_right"], o["softcap"], o["scale"], o["mask_mod"],
+        deterministic_backward)
+    return (dq, dk, dv) + (None,) * (len(_FORWARD_ARGS) - 3)
+
+
+attention_forward.register_autograd(_backward, setup_context=_setup_context)
+
+
+@torch.library.custom_op("flashjit::attention_merge", mutates_args=())
+def attention_merge(outs: List[Tensor], lses: List[Tensor]) -> Tuple[Tensor, Tensor]:
+    out, lse = torch.empty_like(outs[0]), torch.empty_like(lses[0])
+    return context(outs[0].device).merge(list(outs), list(lses), out=out, lse=lse)
+
+
+@attention_merge.register_fake
+def _attention_merge_fake(outs, lses):
+    return torch.empty_like(outs[0]), torch.empty_like(lses[0])
+
+
+@torch.library.custom_op("flashjit::kv_cache_append", mutates_args=("k_cache", "v_cache"))
+def kv_cache_append(k_new: Tensor, v_new: Tensor, k_cache: Tensor, v_cache: Tensor,
+                    page_table: Tensor, seqused_k: Tensor) -> None:
+    context(k_cache.device).kv_cache_append(k_new, v_new, k_cache, v_cache, page_table,
+                                            seqused_k)
+
+
+@kv_cache_append.register_fake
+def _kv_cache_append_fake(k_new, v_new, k_cache, v_cache, page_table, seqused_k):
+    return None
+
+
+# ---- entry points ---------------------------------------------------------------------------
+def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None,
+              mask_mod=None, score_mod=None, mod_args=None, alibi_slopes=None, bias=None,
+              mask=None, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, max_seqlen_q=0,
+              max_seqlen_k=0, mask_ranges=None, block_mask=None, page_table=None, num_splits=0,
+              return_lse=False):
+    """Attention with every flashjit feature, q [b, sq, hq, d], k/v [b, sk, hkv, d|dv] (or
+    packed [total, heads, dim] with cu_seqlens_q/k; or paged k/v [num_pages, page_size, hkv,
+    d] with page_table and seqused_k); see flashjit.Context.forward for each argument. Returns
+    out [b, sq, hq, dv] (and the float32 log-sum-exp [b, hq, sq] with return_lse)."""
+    out, lse = attention_forward(
+        _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v), alibi_slopes,
+        bias, mask, mask_ranges, block_mask, mod_args, cu_seqlens_q, cu_seqlens_k, seqused_k,
+        page_table, int(max_seqlen_q), int(max_seqlen_k), bool(causal), int(window[0]),
+        int(window[1]), float(softcap), float(scale or 0.0), mask_mod or "", score_mod or "",
+        int(num_splits))
+    return (out, lse) if return_lse else out
+
+
+def _to_bshd(x):
+    """[b, h, s, d] (or [h, s, d]) as the [b, s, h, d] view flashjit reads."""
+    if x.dim() == 3:
+        x = x.unsqueeze(0)
+    if x.dim() != 4:
+        raise InvalidArgument(f"expected [batch, heads, seq, dim] tensors, got {x.dim()} dims")
+    return x.transpose(1, 2)
+
+
+def _as_4d(t, name):
+    if t.dim() > 4:
+        raise InvalidArgument(f"{name}: {t.dim()} dims, at most 4")
+    while t.dim() < 4:
+        t = t.unsqueeze(0)
+    return t
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, scale=None, enable_gqa=False):
+    """torch.nn.functional.scaled_dot_product_attention's signature and [b, h, s, d] layout.
+    attn_mask: bool (True takes part) or a float bias, broadcastable to [b, h, sq, sk];
+    is_causal aligns top-left as SDPA does (for sq != sk: query i sees keys j <= i).
+    dropout_p other than 0 is not supported."""
+    if dropout_p != 0.0:
+        raise Unsupported(f"dropout_p = {dropout_p}: flashjit computes attention without "
+                          "dropout; pass 0.0")
+    if is_causal and attn_mask is not None:
+        raise InvalidArgument("attn_mask and is_causal both given (SDPA allows one)")
+    q, k, v = _to_bshd(query), _to_bshd(key), _to_bshd(value)
+    if q.shape[2] != k.shape[2] and not enable_gqa:
+        raise InvalidArgument(f"query has {q.shape[2]} heads and key {k.shape[2]}: pass "
+                              "enable_gqa=True for grouped-query attention")
+    sq, sk = q.shape[1], k.shape[1]
+    mask = bias = None
+    if attn_mask is not None:
+        attn_mask = _as_4d(attn_mask, "attn_mask")
+        if attn_mask.dtype == torch.bool:
+            mask = attn_mask
+        else:
+            bias = attn_mask if attn_mask.dtype in (torch.float32, q.dtype) else \
+                attn_mask.to(torch.float32)
+    causal = bool(is_causal) and sq == sk
+    mask_mod = "k <= q" if is_causal and sq != sk else None  # SDPA's top-left alignment
+    out = attention(q, k, v, causal=causal, mask_mod=mask_mod, scale=scale, mask=mask,
+                    bias=bias)
+    out = out.transpose(1, 2)
+    return out[0] if query.dim() == 3 else out
+
+
+def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None,
+                   enable_gqa=False, return_lse=False, *, mask_mod=None, mod_args=None):
+    """FlexAttention's shape of call on [b, h, s, d] tensors, with score_mod and mask_mod as
+    flashjit expression strings ("s + 0.5 * (k - q)", "k <= q && q - k < 256"; see flashjit.h)
+    rather than Python functions, and block_mask flashjit's int32 block classes."""
+    q, k, v = _to_bshd(query), _to_bshd(key), _to_bshd(value)
+    if q.shape[2] != k.shape[2] and not enable_gqa:
+        raise InvalidArgument(f"query has {q.shape[2]} heads and key {k.shape[2]}: pass "
+                              "enable_gqa=True for grouped-query attention")
+    out, lse = attention(q, k, v, score_mod=score_mod, mask_mod=mask_mod, mod_args=mod_args,
+                         block_mask=block_mask, scale=scale, return_lse=True)
+    out = out.transpose(1, 2)
+    return (out, lse) if return_lse else out
+
+
+__all__ = ["attention", "scaled_dot_product_attention", "flex_attention", "context",
+           "attention_forward", "attention_backward", "attention_merge", "kv_cache_append"]
