@@ -52,6 +52,12 @@ int fj__size_on_field_end(size_t size, const size_t *ends, int n, size_t whole);
 
 /* Monotonic wall-clock time in milliseconds. */
 double fj__now_ms(void);
+
+/* Event logging to stderr, chosen by $FLASHJIT_LOG (read once): "info" reports where each
+** kernel came from (compiled, and why, or loaded from a cache) and what it cost; anything else
+** or unset, nothing. fj__log_info is cheap to call when logging is off. */
+int fj__log_info_enabled(void);
+void fj__log_info(const char *fmt, ...) FJ_PRINTF(1, 2);
 /* ---- hashes and signatures (crypto.c, on libsodium) ---------------------------------------- */
 
 /* SHA-256 of data; hex is 65 bytes (64 digits and a NUL). */

@@ -2,7 +2,9 @@
 #define _POSIX_C_SOURCE 200809L
 #include "core.h"
 
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -111,6 +113,28 @@ double fj__now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+int fj__log_info_enabled(void)
+{
+    static int enabled = -1; /* racy first read is benign: every thread computes the same */
+    if (enabled < 0) {
+        const char *level = getenv("FLASHJIT_LOG");
+        enabled = level && (!strcmp(level, "info") || !strcmp(level, "debug"));
+    }
+    return enabled;
+}
+
+void fj__log_info(const char *fmt, ...)
+{
+    if (!fj__log_info_enabled())
+        return;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "flashjit: %s\n", line);
 }
 
 char *fj__strdup(const char *s)

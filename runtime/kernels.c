@@ -141,6 +141,8 @@ static int load_cached(fj_context *ctx, const fj__compile_job *job, fj__kernel *
     }
     report(ctx, origin == CACHE_USER ? FJ_KERNEL_USER_CACHE : FJ_KERNEL_SHIPPED_CACHE, t1 - t0, 0,
            0, fj__now_ms() - t1);
+    fj__log_info("%s %.12s from the %s cache in %.1f ms", fj__variant_path(&job->variant),
+                 job->key_hash, origin == CACHE_USER ? "user" : "shipped", fj__now_ms() - t0);
     return 1;
 }
 
@@ -156,6 +158,10 @@ static fj_status finish_compile(fj_context *ctx, fj__compile_job *job, fj__kerne
     double t0 = fj__now_ms();
     st = load_binary(ctx, &job->variant, k, job->binary.data, job->binary.size);
     report(ctx, FJ_KERNEL_COMPILED, 0, job->render_ms, job->compile_ms, fj__now_ms() - t0);
+    fj__log_info("%s %.12s compiled (in no cache): render %.1f ms, compile %.1f ms, load %.1f ms; "
+                 "%d registers, %d bytes spilled",
+                 fj__variant_path(&job->variant), job->key_hash, job->render_ms, job->compile_ms,
+                 fj__now_ms() - t0, k->registers, k->spill_bytes);
     if (st == FJ_OK)
         cache_put_kernel(ctx->cache, job->key_hash, ctx->ops->name,
                          ctx->ops->compiler(ctx->backend), ctx->device.name, job->key_text,

@@ -74,7 +74,25 @@ static int usage(FILE *f)
         "  --mla                   MLA's shape: one kv head of 576 dims whose first 512 are v\n"
         "                          (v a view of k); sets --head-dim, --head-dim-v, --kv-heads\n"
         "  --backward              also the gradients (fj_attention_backward) of a random dout,\n"
-        "                          each checked against the float64 reference\n");
+        "                          each checked against the float64 reference\n"
+        "\n"
+        "environment:\n"
+        "  FLASHJIT_CACHE    the kernel cache file [$XDG_CACHE_HOME/flashjit/kernels.db,\n"
+        "                    else ~/.cache/flashjit/kernels.db]\n"
+        "  FLASHJIT_CONFIG   tile and path overrides, e.g. path=mma or stages=3 (README)\n"
+        "  FLASHJIT_TUNE     never | on_miss: tune the first call of each shape bucket\n"
+        "  FLASHJIT_LOG      info: a line on stderr for each kernel compiled (and what it\n"
+        "                    cost) or loaded from a cache\n"
+        "  FLASHJIT_DUMP     a folder: each compile's source, options, log and key\n"
+        "\n"
+        "exit status: 0 success (PASS), 1 a check failed (FAIL), 2 bad usage or arguments,\n"
+        "  or no usable device\n"
+        "\n"
+        "examples:\n"
+        "  flashjit info\n"
+        "  flashjit run --seqlen 4096 --head-dim 128 --causal --backward\n"
+        "  flashjit run --seqlen-q 1 --seqlen-k 32768 --heads 32 --kv-heads 8 --paged 16\n"
+        "  flashjit cache build --arch sm_90a --head-dim 64,128 --cache app.db\n");
     return 2;
 }
 

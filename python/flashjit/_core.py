@@ -10,7 +10,7 @@ device and back. Failures raise FlashjitError subclasses (flashjit.errors) with 
 message, which names the bad field.
 """
 import ctypes
-import sys
+import warnings
 
 from . import _lib
 from ._arrays import Call, empty_like, dtype_of, is_torch
@@ -62,7 +62,7 @@ class Context:
         # A cache the context could not open or write is reported once, as a warning.
         note = self.lib.fj_context_last_error(handle).decode()
         if note:
-            print(f"flashjit: {note}", file=sys.stderr)
+            warnings.warn(f"flashjit: {note}", RuntimeWarning, stacklevel=2)
 
     def __del__(self):
         if getattr(self, "handle", None):
