@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The three ways to consume flashjit, each built and run: the installed CMake package
 # (flashjit::flashjit and flashjit::flashjit_static), the installed pkg-config file (shared, and
-# static with Libs.private), and add_subdirectory of the source tree. Usage:
+# static with Libs.private), and add_subdirectory of the source tree; and the C++ example
+# (examples/cpp, find_package), which runs an attention on the device. Usage:
 # tests/install_consumers.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
 build=$1
@@ -30,9 +31,10 @@ ldd "$dir/pkg/app_static" | grep -q libflashjit && fail "app_static links libfla
 
 # 2. pkg-config
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
-cc -o "$dir/pc_shared" "$src/tests/consumer/main.c" $(pkg-config --cflags --libs flashjit) \
-    -Wl,-rpath,"$prefix/lib" || fail "pkg-config: shared link"
-"$dir/pc_shared" || fail "pkg-config: the shared-library program"
+# The new user's way: no rpath or LD_LIBRARY_PATH of their own (the .pc file carries the rpath).
+cc -o "$dir/pc_shared" "$src/tests/consumer/main.c" $(pkg-config --cflags --libs flashjit) ||
+    fail "pkg-config: shared link"
+env -u LD_LIBRARY_PATH "$dir/pc_shared" || fail "pkg-config: the shared-library program"
 cc -o "$dir/pc_static" "$src/tests/consumer/main.c" $(pkg-config --cflags flashjit) \
     "$prefix/lib/libflashjit.a" $(pkg-config --static --libs-only-l flashjit | sed 's/-lflashjit//') ||
     fail "pkg-config: static link with Libs.private"
@@ -44,4 +46,8 @@ cmake -S "$src/tests/consumer" -B "$dir/sub" -DFLASHJIT_SOURCE="$src" > "$dir/su
     { tail -30 "$dir/sub.log"; fail "add_subdirectory consumer"; }
 "$dir/sub/app_shared" || fail "add_subdirectory: the program"
 [ ! -e "$dir/sub/flashjit/tests" ] || fail "add_subdirectory built flashjit's tests"
-echo "ok: find_package (shared, static), pkg-config (shared, static), add_subdirectory"
+# 4. The C++ example of examples/cpp, with find_package; it runs an attention on the device.
+cmake -S "$src/examples/cpp" -B "$dir/cpp" -DCMAKE_PREFIX_PATH="$prefix" > "$dir/cpp.log" 2>&1 &&
+    cmake --build "$dir/cpp" >> "$dir/cpp.log" 2>&1 || { cat "$dir/cpp.log"; fail "C++ example"; }
+"$dir/cpp/attention_cpp" || fail "C++ example: the program (no device, or a wrong result)"
+echo "ok: find_package (shared, static), pkg-config (shared, static), add_subdirectory, C++"
