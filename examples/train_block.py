@@ -1,5 +1,5 @@
 """Training with flashjit's attention: a small causal transformer block learns to continue
-random token sequences, once with flashjit.torch.scaled_dot_product_attention and once with
+repeated phrases, once with flashjit.torch.scaled_dot_product_attention and once with
 PyTorch's, from the same seed and data; the two loss curves are printed side by side with
 their largest relative difference (they agree to the dtype's noise when the gradients do).
 
@@ -27,13 +27,15 @@ VOCAB = 512
 
 
 class Block(torch.nn.Module):
-    """Embedding, one pre-norm attention + MLP block with grouped-query heads, and a head."""
+    """Token and position embeddings, one pre-norm attention + MLP block with grouped-query
+    heads, and a head."""
 
     def __init__(self, attention):
         super().__init__()
         d, self.h, self.hkv = args.dim, args.heads, args.kv_heads
         self.attention = attention
         self.embed = torch.nn.Embedding(VOCAB, d)
+        self.pos = torch.nn.Embedding(args.seq, d)
         self.norm1, self.norm2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
         self.q = torch.nn.Linear(d, d)
         self.kv = torch.nn.Linear(d, 2 * d // self.h * self.hkv)
@@ -44,7 +46,7 @@ class Block(torch.nn.Module):
 
     def forward(self, tokens):
         b, s = tokens.shape
-        x = self.embed(tokens)
+        x = self.embed(tokens) + self.pos(torch.arange(s, device=tokens.device))
         y = self.norm1(x)
         q = self.q(y).view(b, s, self.h, -1).transpose(1, 2)
         k, v = self.kv(y).view(b, s, 2, self.hkv, -1).permute(2, 0, 3, 1, 4)
@@ -57,12 +59,13 @@ class Block(torch.nn.Module):
 def train(attention):
     torch.manual_seed(0)
     model = Block(attention).to(args.device, dtype)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     data = torch.Generator().manual_seed(1)
+    bank = torch.randint(0, VOCAB, (64, 16), generator=data)  # phrases to learn
     losses = []
     for _ in range(args.steps):
-        # Sequences of a few repeated random phrases: learnable by attending back.
-        phrase = torch.randint(0, VOCAB, (args.batch, 16), generator=data)
+        # Each sequence repeats one phrase of the bank.
+        phrase = bank[torch.randint(0, len(bank), (args.batch,), generator=data)]
         tokens = phrase.repeat(1, args.seq // 16 + 1)[:, :args.seq + 1].to(args.device)
         logits = model(tokens[:, :-1])
         loss = F.cross_entropy(logits.float().reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
