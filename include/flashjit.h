@@ -319,9 +319,11 @@ FJ_API fj_status fj_attention_forward(fj_context *ctx, const fj_attention_desc *
 ** is required); dout like out; dq like q, dk like k, dv like v (same dtype and shapes, any
 ** strides with a contiguous last dimension; none may overlap another tensor of the call).
 ** Grouped-query: dk and dv sum over each kv head's query heads. Every score and mask feature of
-** the forward is honoured (the gradient goes through soft-capping; ALiBi, bias and masks are
-** constants) except score_mod (FJ_ERR_UNSUPPORTED until its gradient exists); rows that see no
-** key get zero gradients. The kernels recompute the scores from q, k and lse (no N x N
+** the forward is honoured (the gradient goes through soft-capping, and through score_mod by its
+** derivative with respect to s, generated from the expression: comparisons, floor and integer
+** parts are piecewise constant, min/max/abs and ternaries take the branch they pick; ALiBi,
+** bias, masks and mod_args are constants, and a score_mod whose derivative text would exceed
+** 16 KiB is FJ_ERR_UNSUPPORTED); rows that see no key get zero gradients. The kernels recompute the scores from q, k and lse (no N x N
 ** storage): D = rowsum(dout * out) first, then dk and dv per key block, then dq per query block;
 ** neither uses atomics, so the result is deterministic whatever desc.deterministic says.
 ** Variable lengths as the forward's (keys past seqused_k get zero dk and dv). Runs on the SIMT

@@ -2,6 +2,7 @@
 ** dv per key block, then dq per query block; and how each stage's block is filled. */
 #include <string.h>
 
+#include "expr.h"
 #include "plan.h"
 
 #define TILE 32 /* query rows and keys per work-group, halved where local memory runs out */
@@ -27,6 +28,8 @@ static void bwd_variant(const fj__features *f, const fj_device_info *dev, int st
         v->softcap = f->softcap;
         v->neg_scale = f->neg_scale;
         v->mask_mod = f->mask_mod;
+        v->score_mod = f->score_mod;
+        v->score_mod_grad = f->score_mod_grad;
         v->alibi = f->alibi;
         v->bias = f->bias_dtype < 0 ? 0 : f->bias_dtype == FJ_DTYPE_F32 ? 1 : 2;
         v->mask_tensor = f->mask;
@@ -49,6 +52,11 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, fj
     memset(plan, 0, sizeof *plan);
     plan->kind = FJ__PLAN_BACKWARD;
     plan->fwd.classes = plan->fwd.counter = -1;
+    if (f->score_mod && !f->score_mod_grad)
+        return fj__fail(err, FJ_ERR_UNSUPPORTED,
+                        "desc.score_mod: too long to differentiate (its derivative would exceed "
+                        "%d characters)",
+                        FJ__EXPR_MAX_GRAD_TEXT);
     plan->bwd.delta = fj__plan_add_workspace(
         plan, (size_t)(f->batch * f->heads_q * f->seqlen_q) * sizeof(float));
     for (int stage = 1; stage <= 3; stage++) {

@@ -40,6 +40,8 @@ struct fj__expr {
     int n, root;
     int uses_args;
     char text[FJ__EXPR_MAX_TEXT];
+    int grad_ok;                       /* score_mod: grad holds d(expr)/ds */
+    char grad[FJ__EXPR_MAX_GRAD_TEXT]; /* "" when grad_ok is 0 */
 };
 
 /* ---- tokens ------------------------------------------------------------------------------ */
@@ -460,6 +462,162 @@ static void emit(const fj__expr *e, int i, int as_float, out *o)
     }
 }
 
+/* ---- the derivative with respect to s ----------------------------------------------------- */
+
+/* Whether node i varies smoothly with s: a float that reads s through arithmetic, the selected
+** branch of a ternary or a differentiable function (comparisons, floor and integers are
+** piecewise constant: derivative 0). */
+static int varies(const fj__expr *e, int i)
+{
+    const node *n = &e->nodes[i];
+    if (!n->is_float)
+        return 0;
+    switch (n->kind) {
+    case N_VAR: return n->id == V_S;
+    case N_NEG: return varies(e, n->a);
+    case N_BIN: return varies(e, n->a) || varies(e, n->b);
+    case N_COND: return varies(e, n->b) || varies(e, n->c);
+    case N_CALL: return n->id != F_FLOOR && (varies(e, n->a) || (n->b >= 0 && varies(e, n->b)));
+    default: return 0;
+    }
+}
+
+static void emit_grad(const fj__expr *e, int i, out *o);
+
+/* The derivative of node i, or 0 where it does not vary. */
+static void emit_grad_or_zero(const fj__expr *e, int i, out *o)
+{
+    if (varies(e, i))
+        emit_grad(e, i, o);
+    else
+        put(o, "0.0f");
+}
+
+/* Emits d(node i)/ds for a node that varies, in the kernels' float arithmetic: the chain rule
+** over the parse tree, terms that do not vary left out. Values are emitted as emit() does. */
+static void emit_grad(const fj__expr *e, int i, out *o)
+{
+    const node *n = &e->nodes[i];
+    switch (n->kind) {
+    case N_VAR: put(o, "1.0f"); break;
+    case N_NEG:
+        put(o, "(-");
+        emit_grad(e, n->a, o);
+        put(o, ")");
+        break;
+    case N_BIN: {
+        const int da = varies(e, n->a), db = varies(e, n->b);
+        put(o, "(");
+        switch (n->op[0]) {
+        case '+':
+        case '-':
+            if (da)
+                emit_grad(e, n->a, o);
+            if (da && db)
+                put(o, n->op[0] == '+' ? " + " : " - ");
+            else if (db && n->op[0] == '-')
+                put(o, "-");
+            if (db)
+                emit_grad(e, n->b, o);
+            break;
+        case '*':
+            if (da) {
+                emit_grad(e, n->a, o);
+                put(o, " * ");
+                emit(e, n->b, 1, o);
+            }
+            if (da && db)
+                put(o, " + ");
+            if (db) {
+                emit(e, n->a, 1, o);
+                put(o, " * ");
+                emit_grad(e, n->b, o);
+            }
+            break;
+        default: /* '/': (a' b - a b') / b^2 */
+            put(o, "(");
+            if (da) {
+                emit_grad(e, n->a, o);
+                put(o, " * ");
+                emit(e, n->b, 1, o);
+            }
+            if (db) {
+                put(o, " - ");
+                emit(e, n->a, 1, o);
+                put(o, " * ");
+                emit_grad(e, n->b, o);
+            }
+            put(o, ") / (");
+            emit(e, n->b, 1, o);
+            put(o, " * ");
+            emit(e, n->b, 1, o);
+            put(o, ")");
+            break;
+        }
+        put(o, ")");
+        break;
+    }
+    case N_COND:
+        put(o, "(");
+        emit(e, n->a, 0, o);
+        put(o, " ? ");
+        emit_grad_or_zero(e, n->b, o);
+        put(o, " : ");
+        emit_grad_or_zero(e, n->c, o);
+        put(o, ")");
+        break;
+    case N_CALL:
+        put(o, "(");
+        switch (n->id) {
+        case F_MIN:
+        case F_MAX: /* the derivative of the operand the function picks */
+            emit(e, n->a, 1, o);
+            put(o, n->id == F_MIN ? " <= " : " >= ");
+            emit(e, n->b, 1, o);
+            put(o, " ? ");
+            emit_grad_or_zero(e, n->a, o);
+            put(o, " : ");
+            emit_grad_or_zero(e, n->b, o);
+            break;
+        case F_ABS:
+            emit(e, n->a, 1, o);
+            put(o, " >= 0.0f ? ");
+            emit_grad(e, n->a, o);
+            put(o, " : -");
+            emit_grad(e, n->a, o);
+            break;
+        case F_EXP:
+            put(o, "EXPR_EXP(");
+            emit(e, n->a, 1, o);
+            put(o, ") * ");
+            emit_grad(e, n->a, o);
+            break;
+        case F_LOG:
+            emit_grad(e, n->a, o);
+            put(o, " / ");
+            emit(e, n->a, 1, o);
+            break;
+        case F_SQRT:
+            emit_grad(e, n->a, o);
+            put(o, " / (2.0f * EXPR_SQRT(");
+            emit(e, n->a, 1, o);
+            put(o, "))");
+            break;
+        default: /* F_TANH: 1 - tanh^2 */
+            put(o, "(1.0f - EXPR_TANH(");
+            emit(e, n->a, 1, o);
+            put(o, ") * EXPR_TANH(");
+            emit(e, n->a, 1, o);
+            put(o, ")) * ");
+            emit_grad(e, n->a, o);
+            break;
+        }
+        put(o, ")");
+        break;
+    default: put(o, "0.0f"); break;
+    }
+}
+
 fj_status fj__expr_parse(const char *field, const char *text, int allow_score, fj__expr **out_e,
                          fj__err *err)
 {
@@ -480,6 +638,13 @@ fj_status fj__expr_parse(const char *field, const char *text, int allow_score, f
         if (o.overflow)
             fail(&p, "%s", "expression too long");
     }
+    if (!p.failed && allow_score) { /* an expression too long to differentiate has no grad */
+        out g = {.buf = e->grad, .size = sizeof e->grad};
+        emit_grad_or_zero(e, e->root, &g);
+        e->grad_ok = !g.overflow;
+        if (g.overflow)
+            e->grad[0] = '\0';
+    }
     if (p.failed) {
         free(e);
         return FJ_ERR_INVALID_ARGUMENT;
@@ -498,6 +663,11 @@ const char *fj__expr_text(const fj__expr *e)
     return e ? e->text : "";
 }
 
+const char *fj__expr_grad_text(const fj__expr *e)
+{
+    return e && e->grad_ok ? e->grad : NULL;
+}
+
 int fj__expr_uses_args(const fj__expr *e)
 {
     return e && e->uses_args;
@@ -512,9 +682,10 @@ static double wrap32(int64_t v)
     return (double)(int32_t)(uint32_t)(uint64_t)v;
 }
 
-static double f32(double v)
+/* A float result as the kernels round it (single precision), or exactly where env asks. */
+static double f32(const fj__expr_env *env, double v)
 {
-    return (double)(float)v;
+    return env->exact ? v : (double)(float)v;
 }
 
 static double int_op(const char *op, int64_t x, int64_t y)
@@ -528,13 +699,13 @@ static double int_op(const char *op, int64_t x, int64_t y)
     }
 }
 
-static double float_op(const char *op, double x, double y)
+static double float_op(const fj__expr_env *env, const char *op, double x, double y)
 {
     switch (op[0]) {
-    case '+': return f32(x + y);
-    case '-': return f32(x - y);
-    case '*': return f32(x * y);
-    default: return f32(x / y);
+    case '+': return f32(env, x + y);
+    case '-': return f32(env, x - y);
+    case '*': return f32(env, x * y);
+    default: return f32(env, x / y);
     }
 }
 
@@ -563,10 +734,10 @@ static double eval(const fj__expr *e, int i, const fj__expr_env *env);
 static double eval_as(const fj__expr *e, int i, int as_float, const fj__expr_env *env)
 {
     double v = eval(e, i, env);
-    return as_float ? f32(v) : v;
+    return as_float ? f32(env, v) : v;
 }
 
-static double call(const node *n, double x, double y)
+static double call(const fj__expr_env *env, const node *n, double x, double y)
 {
     if (!n->is_float)
         switch (n->id) {
@@ -578,10 +749,10 @@ static double call(const node *n, double x, double y)
     case F_MIN: return fmin(x, y); /* as fminf: a NaN operand yields the other one */
     case F_MAX: return fmax(x, y);
     case F_ABS: return fabs(x);
-    case F_EXP: return f32(exp(x));
-    case F_LOG: return f32(log(x));
-    case F_SQRT: return f32(sqrt(x));
-    case F_TANH: return f32(tanh(x));
+    case F_EXP: return f32(env, exp(x));
+    case F_LOG: return f32(env, log(x));
+    case F_SQRT: return f32(env, sqrt(x));
+    case F_TANH: return f32(env, tanh(x));
     default: return floor(x);
     }
 }
@@ -591,10 +762,10 @@ static double eval(const fj__expr *e, int i, const fj__expr_env *env)
     const node *n = &e->nodes[i];
     switch (n->kind) {
     case N_INT: return (double)n->ival;
-    case N_FLOAT: return f32(n->fval);
+    case N_FLOAT: return f32(env, n->fval);
     case N_VAR: {
         const int64_t ints[] = {env->b, env->h, env->q, env->k, env->sq, env->sk};
-        return n->id == V_S ? f32(env->s) : (double)ints[n->id];
+        return n->id == V_S ? f32(env, env->s) : (double)ints[n->id];
     }
     case N_NEG: {
         double x = eval(e, n->a, env);
@@ -606,7 +777,7 @@ static double eval(const fj__expr *e, int i, const fj__expr_env *env)
         double x = eval_as(e, n->a, f, env), y = eval_as(e, n->b, f, env);
         if (!strchr("+-*/%", n->op[0]) || n->op[1] != '\0')
             return compare(n->op, x, y);
-        return f ? float_op(n->op, x, y) : int_op(n->op, (int64_t)x, (int64_t)y);
+        return f ? float_op(env, n->op, x, y) : int_op(n->op, (int64_t)x, (int64_t)y);
     }
     case N_COND:
         return eval(e, n->a, env) != 0 ? eval_as(e, n->b, n->is_float, env)
@@ -614,7 +785,7 @@ static double eval(const fj__expr *e, int i, const fj__expr_env *env)
     case N_CALL: {
         double x = eval_as(e, n->a, n->is_float, env);
         double y = n->b >= 0 ? eval_as(e, n->b, n->is_float, env) : 0;
-        return call(n, x, y);
+        return call(env, n, x, y);
     }
     case N_LOAD_F:
     case N_LOAD_I: {
@@ -640,4 +811,51 @@ static double eval(const fj__expr *e, int i, const fj__expr_env *env)
 double fj__expr_eval(const fj__expr *e, const fj__expr_env *env)
 {
     return eval(e, e->root, env);
+}
+
+/* The value and derivative with respect to s of node i (dual numbers), the value as eval()
+** computes it, the derivative in double precision following emit_grad's rules. */
+static double eval_grad(const fj__expr *e, int i, const fj__expr_env *env)
+{
+    const node *n = &e->nodes[i];
+    if (!varies(e, i))
+        return 0;
+    switch (n->kind) {
+    case N_VAR: return 1;
+    case N_NEG: return -eval_grad(e, n->a, env);
+    case N_BIN: {
+        const double a = eval_as(e, n->a, 1, env), b = eval_as(e, n->b, 1, env);
+        const double da = eval_grad(e, n->a, env), db = eval_grad(e, n->b, env);
+        switch (n->op[0]) {
+        case '+': return da + db;
+        case '-': return da - db;
+        case '*': return da * b + a * db;
+        default: return (da * b - a * db) / (b * b);
+        }
+    }
+    case N_COND:
+        return eval(e, n->a, env) != 0 ? eval_grad(e, n->b, env) : eval_grad(e, n->c, env);
+    case N_CALL: {
+        const double a = eval_as(e, n->a, 1, env), da = eval_grad(e, n->a, env);
+        switch (n->id) {
+        case F_MIN:
+        case F_MAX: {
+            const double b = eval_as(e, n->b, 1, env);
+            const int first = n->id == F_MIN ? a <= b : a >= b;
+            return first ? da : eval_grad(e, n->b, env);
+        }
+        case F_ABS: return a >= 0 ? da : -da;
+        case F_EXP: return exp(a) * da;
+        case F_LOG: return da / a;
+        case F_SQRT: return da / (2 * sqrt(a));
+        default: return (1 - tanh(a) * tanh(a)) * da;
+        }
+    }
+    default: return 0;
+    }
+}
+
+double fj__expr_eval_grad(const fj__expr *e, const fj__expr_env *env)
+{
+    return eval_grad(e, e->root, env);
 }

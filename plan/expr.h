@@ -27,6 +27,7 @@
 
 #define FJ__EXPR_MAX_NODES 256
 #define FJ__EXPR_MAX_TEXT 2048
+#define FJ__EXPR_MAX_GRAD_TEXT 16384
 
 typedef struct fj__expr fj__expr;
 
@@ -36,6 +37,8 @@ typedef struct fj__expr_env {
     double s;
     const void *args; /* host copy of mod_args, or NULL */
     int64_t nargs;    /* elements of 4 bytes in args */
+    int exact;        /* 1: float arithmetic in double precision (finite-difference checks);
+                      ** 0: rounded to single precision as the kernels do */
 } fj__expr_env;
 
 /* Parses text; allow_score permits the name s. On success *out (malloc'd, fj__expr_free) holds
@@ -47,6 +50,14 @@ void fj__expr_free(fj__expr *e);
 /* The canonical C text: fully parenthesised, only grammar tokens, integers as int, floats as
 ** float literals, loads through the macros ARG_F(i) and ARG_I(i), functions through EXPR_*. */
 const char *fj__expr_text(const fj__expr *e);
+/* A score_mod's derivative with respect to s as canonical C text (the chain rule over the parse
+** tree: comparisons, floor and integer parts are piecewise constant, min/max/abs and ternaries
+** take the derivative of the branch they pick), or NULL where the text would exceed
+** FJ__EXPR_MAX_GRAD_TEXT (or e is not a score_mod). */
+const char *fj__expr_grad_text(const fj__expr *e);
+/* The same derivative evaluated in double precision at env (the value part as the kernels
+** compute it): the reference's. */
+double fj__expr_eval_grad(const fj__expr *e, const fj__expr_env *env);
 /* Whether the expression reads mod_args. */
 int fj__expr_uses_args(const fj__expr *e);
 /* Evaluates the expression with the kernels' arithmetic (reference and tests). */

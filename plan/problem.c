@@ -75,6 +75,7 @@ void fj__features_of(const fj__problem *p, fj__features *f)
     f->bias_tma = p->bias && bias_tma_can_read(p);
     f->mask_mod = p->mask_mod;
     f->score_mod = p->score_mod;
+    f->score_mod_grad = p->score_mod_grad;
     f->mask_mod_reads_args = (uint8_t)p->mask_mod_reads_args;
     /* Block classes are shared across batches and heads unless a mask differs by them. */
     const char *mm = p->mask_mod;

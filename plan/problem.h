@@ -22,6 +22,7 @@ typedef struct fj__problem {
     int64_t mod_args_count;
     /* Set once parsed: canonical C texts, owned by the context (NULL: none). */
     const char *mask_mod, *score_mod;
+    const char *score_mod_grad; /* d(score_mod)/ds as C text; NULL: none, or too long */
     int mask_mod_reads_args; /* the mask_mod reads mod_args (arg[] or iarg[]) */
     /* Score terms (NULL: none). Broadcast dimensions have stride 0 in the strides below. */
     const fj_tensor *alibi, *bias, *mask;
@@ -77,6 +78,7 @@ typedef struct fj__features {
     int32_t num_splits;                 /* decode: the caller's split count (0: automatic) */
     uint8_t paged;                      /* k and v are pages of a KV cache */
     const char *mask_mod, *score_mod;   /* interned canonical texts: equal texts, equal pointers */
+    const char *score_mod_grad;         /* its derivative's (interned with it), or NULL */
 } fj__features;
 
 /* Fills *f from p (zeroing it first). */

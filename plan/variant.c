@@ -318,6 +318,7 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_TPL_PARAMS])
     out[n++] = (tpl_param){.name = "args", .kind = TPL_LAYOUT, .layout = fj__variant_layout(v)};
     STR_PARAM("mask_mod", v->mask_mod ? v->mask_mod : "");
     STR_PARAM("score_mod", v->score_mod ? v->score_mod : "");
+    STR_PARAM("score_mod_grad", v->score_mod_grad ? v->score_mod_grad : "");
     INT_PARAM(head_dim_pad);
     INT_PARAM(head_dim_v_pad);
     INT_PARAM(tile_m);

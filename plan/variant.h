@@ -80,6 +80,7 @@ typedef struct fj__variant {
     uint8_t stage;        /* BWD: 1 D = rowsum(dout * out), 2 dk and dv, 3 dq */
     const char *mask_mod; /* canonical expression texts, interned by the context (NULL: none) */
     const char *score_mod;
+    const char *score_mod_grad; /* BWD: score_mod's derivative with respect to s (interned) */
 } fj__variant;
 
 /* The decode kernel declares its shared memory statically: CUDA's limit for that. */

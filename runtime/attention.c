@@ -64,6 +64,7 @@ fj_status fj__mods_resolve(fj__mods *m, fj__problem *p, fj__err *err)
     p->mask_mod = mask ? fj__expr_text(mask) : NULL;
     p->mask_mod_reads_args = fj__expr_uses_args(mask);
     p->score_mod = score ? fj__expr_text(score) : NULL;
+    p->score_mod_grad = score ? fj__expr_grad_text(score) : NULL;
     return FJ_OK;
 }
 

@@ -15,14 +15,14 @@ fj_status fj_attention_backward(fj_context *ctx, const fj_attention_desc *desc,
     fj_status st =
         fj__validate_backward(desc, q, k, v, out, dout, lse, dq, dk, dv, &p, &ctx->err);
     if (st == FJ_OK)
-        st = fj__validate_backward_memory(&p, ctx->ops, ctx->backend, &ctx->err);
-    if (st == FJ_OK)
         st = fj__mods_resolve(&ctx->mods, &p.f, &ctx->err);
-    if (st == FJ_OK) {
+    if (st == FJ_OK) { /* what the request asks is checked before where its data lies */
         fj__features f;
         fj__features_of(&p.f, &f);
         st = fj__plan_backward(&f, &ctx->device, &plan, &ctx->err);
     }
+    if (st == FJ_OK)
+        st = fj__validate_backward_memory(&p, ctx->ops, ctx->backend, &ctx->err);
     if (st == FJ_OK)
         st = fj__plan_run(ctx, &plan, &p, stream);
     ctx->last_call.total_ms = fj__now_ms() - t0;

@@ -865,9 +865,6 @@ fj_status fj__validate_backward(const fj_attention_desc *desc, const fj_tensor *
         return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
                         "lse is NULL: the backward needs the forward's log-sum-exp");
     TRY(fj__validate_forward(desc, q, k, v, out, lse, &p->f, err));
-    if (p->f.score_mod_src)
-        return fj__fail(err, FJ_ERR_UNSUPPORTED,
-                        "desc.score_mod: the backward through a score_mod is not supported yet");
     if (p->f.page_table)
         return fj__fail(err, FJ_ERR_UNSUPPORTED,
                         "desc.page_table: the backward of a paged KV cache is not supported");

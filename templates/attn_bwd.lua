@@ -18,7 +18,7 @@
 % -- local_mask, softcap, varlen, the masks' and score terms' (attn_masks.lua), shared_bytes (the
 % -- host's size of Smem), args (fj_bwd_params).
 % assert(stage == 1 or stage == 2 or stage == 3, "attn_bwd: stage 1 (dot), 2 (dkdv) or 3 (dq)")
-% assert(score_mod == "", "attn_bwd: no gradient through score_mod yet")
+% assert(score_mod == "" or score_mod_grad ~= "", "attn_bwd: score_mod needs score_mod_grad")
 % assert(kv_dtype == q_dtype and out_dtype == q_dtype, "attn_bwd takes one element type")
 % include("dialect.lua")
 % include("attn_masks.lua")
@@ -26,7 +26,7 @@
 % include("sequence.lua")
 % params_struct(args)
 % local sparse = mask_mod ~= "" or mask_tensor or mask_ranges > 0
-% local terms = alibi or bias ~= ""
+% local terms = alibi or bias ~= "" or score_mod ~= ""
 #define TILE_M ${tile_m}
 #define TILE_N ${tile_n}
 #define DP ${head_dim_pad}
@@ -81,21 +81,30 @@
 % end
 
 % -- `p` and `dd` of a seen pair: P from the score (log2 units), dd = dS times the score's
-% -- derivative; from the raw q.k `qk`, the row's lse (log2 units) and D, and dP `dp`.
+% -- derivative (scale; 1 - tanh^2 through soft-capping; score_mod's derivative at its s); from
+% -- the raw q.k `qk`, the row's lse (log2 units) and D, and dP `dp`.
 % local function emit_pair(qk, row, key)
         float x = ${qk} * score_mul;
 %   if softcap then
         const float t = F_TANH(x);
         x = cap_mul * t;
 %   end
+%   if score_mod ~= "" then
+        const float capped = x;
+%   end
 %   if terms then
         x = fj_score(mc, x, ${row}, ${key});
 %   end
         const float p = lse_l2 == -F_INF ? 0.0f : F_EXP2(x - lse_l2);
 %   if softcap then
-        const float dd = p * (dp - delta) * P.scale * (1.0f - t * t);
+        float dd = p * (dp - delta) * P.scale * (1.0f - t * t);
 %   else
-        const float dd = p * (dp - delta) * P.scale;
+        float dd = p * (dp - delta) * P.scale;
+%   end
+%   if score_mod ~= "" then
+        /* p = 0 (a score the expression masked to -inf) contributes nothing, whatever the
+        ** derivative there. */
+        dd = p > 0.0f ? dd * fj_score_grad(mc, capped, ${row}, ${key}) : 0.0f;
 %   end
 % end
 

@@ -4,8 +4,8 @@
 % -- plan/families.h).
 % --
 % -- Parameters: mask_mod and score_mod (checked canonical expressions, "" for none: see
-% -- runtime/expr.h), alibi, bias ("", "f32", "dtype"), bias_tma, mask_tensor, mask_ranges (0, 2
-% -- or 4).
+% -- plan/expr.h), score_mod_grad (its derivative with respect to s, "" outside the backward),
+% -- alibi, bias ("", "f32", "dtype"), bias_tma, mask_tensor, mask_ranges (0, 2 or 4).
 % --
 % -- MASK_CTX(c, m, batch, head, sq, sk) declares `mask_ctx c` for one (batch, head) of sequence
 % -- lengths sq and sk from the mask block m; then
@@ -13,7 +13,9 @@
 % --                                ranges (the band, the block classes and the tensor's ends
 % --                                are the caller's: row < seqlen_q, key < seqlen_k);
 % --   fj_score(c, x, row, key)     score x (log2 units, scaled and capped) with ALiBi, bias and
-% --                                score_mod applied; the same bounds.
+% --                                score_mod applied; the same bounds;
+% --   fj_score_grad(c, x, row, key) (score_mod_grad given: the backward) the derivative of
+% --                                score_mod with respect to s at the s fj_score gives it.
 
 % -- bias_tma: the kernel adds the bias itself from shared memory (fj_score leaves it out).
 % local element_masks = mask_mod ~= "" or mask_tensor or mask_ranges > 0
@@ -141,7 +143,8 @@ INLINE bool fj_keeps(const mask_ctx c, int fj_q, int fj_k)
 % end
 
 % if score_terms then
-INLINE float fj_score(const mask_ctx c, float x, int fj_q, int fj_k)
+/* Score x with ALiBi and the bias added: what score_mod reads as s (in log2 units). */
+INLINE float fj_score_input(const mask_ctx c, float x, int fj_q, int fj_k)
 {
 %   if alibi then
     x -= c.slope * (float)EXPR_IABS(fj_q + c.shift - fj_k);
@@ -149,10 +152,24 @@ INLINE float fj_score(const mask_ctx c, float x, int fj_q, int fj_k)
 %   if bias_global then
     x += BIAS_LOAD(c.bias, fj_q * c.bias_ss + fj_k) * (1.0f / F_LN2);
 %   end
+    return x;
+}
+
+INLINE float fj_score(const mask_ctx c, float x, int fj_q, int fj_k)
+{
+    x = fj_score_input(c, x, fj_q, fj_k);
 %   if score_mod ~= "" then
-    const float fj_s = x * F_LN2; /* the score after scaling and soft-capping */
+    const float fj_s = x * F_LN2; /* the score after scaling, soft-capping, ALiBi and bias */
     x = score_to_log2(${score_mod});
 %   end
     return x;
+}
+% end
+% if score_mod_grad ~= "" then
+
+INLINE float fj_score_grad(const mask_ctx c, float x, int fj_q, int fj_k)
+{
+    const float fj_s = fj_score_input(c, x, fj_q, fj_k) * F_LN2;
+    return ${score_mod_grad};
 }
 % end

@@ -17,6 +17,7 @@
 
 #include "backend_suite.h"
 #include "reference.h"
+#include "plan/expr.h"
 
 static fjh_case bwd_case(int64_t sq, int64_t sk, int64_t hq, int64_t hkv, int64_t d,
                          fj_dtype dtype)
@@ -56,47 +57,61 @@ static void run_cases(void **state, const fjh_case *cases, size_t n)
 }
 
 /* The reference's gradients against central differences of L = sum(dout * out), in float64,
-** with soft-capping, ALiBi, a window and GQA (a wrong formula fails by far more than 1e-6). */
+** with soft-capping, ALiBi, a window and GQA, and through score_mod expressions (evaluated in
+** double precision here): smooth ones, a piecewise ternary, min/abs kinks, a relative-position
+** term (a wrong formula fails by far more than 1e-6). */
 static void test_reference_matches_finite_differences(void **state)
 {
     (void)state;
     enum { B = 1, SQ = 3, SK = 5, HQ = 2, HKV = 1, D = 4, DV = 3 };
     static const float slopes[HQ] = {0.3f, 0.7f};
-    fjr_problem p = {.batch = B, .seqlen_q = SQ, .seqlen_k = SK, .heads_q = HQ,
-                     .heads_kv = HKV, .head_dim = D, .head_dim_v = DV, .scale = 0.7,
-                     .softcap = 1.5, .window_left = 3, .window_right = 1,
-                     .alibi = slopes};
-    double q[B * SQ * HQ * D], k[B * SK * HKV * D], v[B * SK * HKV * DV];
-    double g[B * SQ * HQ * DV], out[B * SQ * HQ * DV];
-    double dq[sizeof q / sizeof q[0]], dk[sizeof k / sizeof k[0]], dv[sizeof v / sizeof v[0]];
-    uint64_t s = 7;
-    double *all[4] = {q, k, v, g};
-    const size_t n[4] = {sizeof q / 8, sizeof k / 8, sizeof v / 8, sizeof g / 8};
-    for (int t = 0; t < 4; t++)
-        for (size_t i = 0; i < n[t]; i++) {
-            s = s * 6364136223846793005ull + 1442695040888963407ull;
-            all[t][i] = (double)(s >> 11) / 9007199254740992.0 * 2 - 1;
-        }
-    fjr_attention_backward(&p, q, k, v, g, dq, dk, dv);
-    double *grads[3] = {dq, dk, dv};
-    const double h = 1e-6;
-    for (int t = 0; t < 3; t++)
-        for (size_t i = 0; i < n[t]; i++) {
-            double loss[2];
-            for (int side = 0; side < 2; side++) {
-                const double keep = all[t][i];
-                all[t][i] = keep + (side ? -h : h);
-                fjr_attention(&p, q, k, v, out, NULL);
-                all[t][i] = keep;
-                loss[side] = 0;
-                for (size_t e = 0; e < n[3]; e++)
-                    loss[side] += g[e] * out[e];
+    static const char *const mods[] = {NULL, "tanh(s) * 2.0 + s * s / 3.0",
+                                       "s > 0.1 ? exp(s) - 1.0 : 0.5 * s",
+                                       "sqrt(s * s + 1.0) - 0.1 * abs(q - k) + min(s, 0.3)",
+                                       "log(1.0 + exp(s)) / (1.5 + s * s)"};
+    for (size_t m = 0; m < sizeof mods / sizeof mods[0]; m++) {
+        fj__expr *mod = NULL;
+        fj__err err = {{0}};
+        if (mods[m])
+            assert_int_equal(fj__expr_parse("score_mod", mods[m], 1, &mod, &err), FJ_OK);
+        fjr_problem p = {.batch = B, .seqlen_q = SQ, .seqlen_k = SK, .heads_q = HQ,
+                         .heads_kv = HKV, .head_dim = D, .head_dim_v = DV, .scale = 0.7,
+                         .softcap = m % 2 ? 0 : 1.5, .window_left = 3, .window_right = 1,
+                         .alibi = slopes, .score_mod = mod, .exact_mods = 1};
+        double q[B * SQ * HQ * D], k[B * SK * HKV * D], v[B * SK * HKV * DV];
+        double g[B * SQ * HQ * DV], out[B * SQ * HQ * DV];
+        double dq[sizeof q / sizeof q[0]], dk[sizeof k / sizeof k[0]], dv[sizeof v / sizeof v[0]];
+        uint64_t s = 7 + m;
+        double *all[4] = {q, k, v, g};
+        const size_t n[4] = {sizeof q / 8, sizeof k / 8, sizeof v / 8, sizeof g / 8};
+        for (int t = 0; t < 4; t++)
+            for (size_t i = 0; i < n[t]; i++) {
+                s = s * 6364136223846793005ull + 1442695040888963407ull;
+                all[t][i] = (double)(s >> 11) / 9007199254740992.0 * 2 - 1;
             }
-            const double numeric = (loss[0] - loss[1]) / (2 * h);
-            if (fabs(numeric - grads[t][i]) > 1e-6)
-                fail_msg("tensor %d element %zu: analytic %.9g, finite difference %.9g", t, i,
-                         grads[t][i], numeric);
-        }
+        fjr_attention_backward(&p, q, k, v, g, dq, dk, dv);
+        double *grads[3] = {dq, dk, dv};
+        const double h = 1e-6;
+        for (int t = 0; t < 3; t++)
+            for (size_t i = 0; i < n[t]; i++) {
+                double loss[2];
+                for (int side = 0; side < 2; side++) {
+                    const double keep = all[t][i];
+                    all[t][i] = keep + (side ? -h : h);
+                    fjr_attention(&p, q, k, v, out, NULL);
+                    all[t][i] = keep;
+                    loss[side] = 0;
+                    for (size_t e = 0; e < n[3]; e++)
+                        loss[side] += g[e] * out[e];
+                }
+                const double numeric = (loss[0] - loss[1]) / (2 * h);
+                if (fabs(numeric - grads[t][i]) > 1e-6)
+                    fail_msg("score_mod \"%s\", tensor %d element %zu: analytic %.9g, finite "
+                             "difference %.9g",
+                             mods[m] ? mods[m] : "", t, i, grads[t][i], numeric);
+            }
+        fj__expr_free(mod);
+    }
 }
 
 /* Odd sizes, GQA, causal and windows, soft-capping, a negative scale, d != dv, dtypes. */
@@ -165,6 +180,42 @@ static void test_masks_and_terms(void **state)
     cases[n].desc.mask_mod = "iarg[q % 4] != k % 4";
     cases[n].mod_args = (const float *)perm;
     cases[n++].mod_args_count = 4;
+    run_cases(state, cases, n);
+}
+
+/* Gradients through score_mod (its derivative generated from the expression): smooth terms,
+** piecewise ternaries, a relative-position term, per-head arguments, with soft-capping, ALiBi,
+** a bias, masks and GQA; a score_mod that masks (-inf) some pairs. */
+static void test_score_mod(void **state)
+{
+    static const float per_head[4] = {0.5f, 1.0f, 1.5f, -0.25f};
+    fjh_case cases[8];
+    size_t n = 0;
+    cases[n] = bwd_case(70, 90, 4, 2, 32, FJ_DTYPE_F32);
+    cases[n++].desc.score_mod = "s * 0.5 + tanh(s)";
+    cases[n] = bwd_case(65, 65, 4, 2, 64, FJ_DTYPE_BF16);
+    cases[n].desc.causal = 1;
+    cases[n++].desc.score_mod = "s > 0.0 ? s : 0.3 * s";
+    cases[n] = bwd_case(40, 100, 4, 1, 48, FJ_DTYPE_F16);
+    cases[n++].desc.score_mod = "s - 0.05 * abs(q - k)";
+    cases[n] = bwd_case(33, 47, 4, 4, 32, FJ_DTYPE_F32);
+    cases[n].desc.score_mod = "s * arg[h] + 0.01 * (k - q)";
+    cases[n].mod_args = per_head;
+    cases[n++].mod_args_count = 4;
+    cases[n] = bwd_case(50, 60, 2, 2, 32, FJ_DTYPE_BF16);
+    cases[n].desc.softcap = 5.0f;
+    cases[n].alibi = 1;
+    cases[n++].desc.score_mod = "exp(-s * s / 8.0) + s";
+    cases[n] = bwd_case(64, 64, 4, 2, 32, FJ_DTYPE_F32);
+    cases[n].bias = 1;
+    cases[n].mask = 1;
+    cases[n++].desc.score_mod = "min(s, 2.0) + sqrt(s * s + 1.0)";
+    cases[n] = bwd_case(80, 80, 2, 1, 32, FJ_DTYPE_F32);
+    cases[n].desc.causal = 1;
+    cases[n++].desc.score_mod = "k % 5 == 0 ? -1.0 / 0.0 : s * 1.25";
+    cases[n] = bwd_case(30, 200, 2, 2, 32, FJ_DTYPE_BF16);
+    cases[n].desc.window_left = 50;
+    cases[n++].desc.score_mod = "log(1.0 + exp(s)) + floor(s)";
     run_cases(state, cases, n);
 }
 
@@ -284,7 +335,7 @@ static void test_bad_arguments(void **state)
                  {"dout.shape[1] = 9, expected 8 (as out.shape[1])", FJ_ERR_INVALID_ARGUMENT},
                  {"dk.dtype = f16 differs from k.dtype = bf16", FJ_ERR_INVALID_ARGUMENT},
                  {"dv overlaps v", FJ_ERR_INVALID_ARGUMENT},
-                 {"desc.score_mod", FJ_ERR_UNSUPPORTED},
+                 {"desc.score_mod: too long to differentiate", FJ_ERR_UNSUPPORTED},
                  {"desc.deterministic = 2", FJ_ERR_INVALID_ARGUMENT}};
     for (int i = 0; i < 6; i++) {
         fj_tensor b_dout = *dout, b_dk = *dk, b_dv = *dv;
@@ -298,8 +349,14 @@ static void test_bad_arguments(void **state)
             b_dk.dtype = FJ_DTYPE_F16;
         if (i == 3)
             b_dv.data = v->data;
+        char nested[512] = ""; /* exp(exp(...exp(s)...)): a derivative text of ~24 KB */
+        for (int j = 0; j < 60; j++)
+            strcat(nested, "exp(");
+        strcat(nested, "s");
+        for (int j = 0; j < 60; j++)
+            strcat(nested, ")");
         if (i == 4)
-            d.score_mod = "s * 2.0";
+            d.score_mod = nested;
         if (i == 5)
             d.deterministic = 2;
         fj_status st = fj_attention_backward(ctx, &d, q, k, v, out, &b_dout, l, dq, &b_dk, &b_dv,
@@ -314,6 +371,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference_matches_finite_differences),
+        cmocka_unit_test(test_score_mod),
         cmocka_unit_test(test_shapes_and_options),
         cmocka_unit_test(test_masks_and_terms),
         cmocka_unit_test(test_varlen),

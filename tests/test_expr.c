@@ -228,6 +228,53 @@ static void test_long_expressions_key_whole(void **state)
     fj__expr_free(e);
 }
 
+/* score_mod derivatives: the generated text only where s varies (integer parts, comparisons
+** and floor give none), and its evaluation against central differences in double precision
+** over the branches of ternaries, min/max/abs and every function. */
+static void test_score_mod_derivatives(void **state)
+{
+    (void)state;
+    struct {
+        const char *expr, *grad; /* grad: the exact text, or NULL to check it only numerically */
+    } cases[] = {{"s", "1.0f"},
+                 {"s * 2.0 + 1.0", "((1.0f * 2.0f))"},
+                 {"q / 64 == k / 64 ? s : -1.0 / 0.0", "((EXPR_IDIV(FJ_Q, 64) == EXPR_IDIV(FJ_K, 64)) ? 1.0f : 0.0f)"},
+                 {"floor(s) + (s > 1.0)", "0.0f"},
+                 {"tanh(s / 3.0) * 3.0", NULL},
+                 {"s > 0.2 ? exp(s) - 1.0 : -log(1.0 - s)", NULL},
+                 {"max(s, 0.5 * s) + abs(s - 0.3) - min(s * s, 1.0)", NULL},
+                 {"sqrt(s * s + 2.0) / (1.0 + exp(-s))", NULL},
+                 {"-s + (q - k) * 0.01", NULL}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fj__expr *e = NULL;
+        fj__err err = {{0}};
+        assert_int_equal(fj__expr_parse("score_mod", cases[i].expr, 1, &e, &err), FJ_OK);
+        const char *g = fj__expr_grad_text(e);
+        assert_non_null(g);
+        if (cases[i].grad && strcmp(g, cases[i].grad) != 0)
+            fail_msg("%s: derivative text %s, expected %s", cases[i].expr, g, cases[i].grad);
+        for (double s = -2.05; s < 2.0; s += 0.1) {
+            fj__expr_env env = {.q = 3, .k = 70, .sq = 100, .sk = 100, .s = s, .exact = 1};
+            const double analytic = fj__expr_eval_grad(e, &env);
+            const double h = 1e-6;
+            env.s = s + h;
+            const double up = fj__expr_eval(e, &env);
+            env.s = s - h;
+            const double down = fj__expr_eval(e, &env);
+            const double numeric = (up - down) / (2 * h);
+            if (fabs(numeric - analytic) > 1e-5 * (1 + fabs(numeric)))
+                fail_msg("%s at s = %g: derivative %.9g, finite difference %.9g", cases[i].expr, s,
+                         analytic, numeric);
+        }
+        fj__expr_free(e);
+    }
+    fj__expr *mask = NULL;
+    fj__err err = {{0}};
+    assert_int_equal(fj__expr_parse("mask_mod", "k <= q", 0, &mask, &err), FJ_OK);
+    assert_null(fj__expr_grad_text(mask)); /* only a score_mod has one */
+    fj__expr_free(mask);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -237,6 +284,7 @@ int main(void)
         cmocka_unit_test(test_rejected_expressions_name_the_position),
         cmocka_unit_test(test_long_expressions_are_bounded),
         cmocka_unit_test(test_long_expressions_key_whole),
+        cmocka_unit_test(test_score_mod_derivatives),
     };
     return cmocka_run_group_tests_name("expr", tests, NULL, NULL);
 }

@@ -271,8 +271,9 @@ static void test_decode_variants_render(void **state)
             }
 }
 
-/* The backward's three stages render for both backends, with soft-capping, a window, a bias
-** and a mask_mod (FJ_RENDER_OUT: the CUDA sources are written there). */
+/* The backward's three stages render for both backends, with soft-capping, a window, a bias,
+** a mask_mod and a score_mod with its derivative (FJ_RENDER_OUT: the CUDA sources are written
+** there). */
 static void test_backward_stages_render(void **state)
 {
     (void)state;
@@ -295,11 +296,14 @@ static void test_backward_stages_render(void **state)
             v.local_mask = v.softcap = 1;
             v.bias = 1;
             v.mask_mod = "(FJ_Q >= FJ_K)";
+            v.score_mod = "(EXPR_TANH(FJ_S) * 2.0f)";
+            v.score_mod_grad = "((1.0f - EXPR_TANH(FJ_S) * EXPR_TANH(FJ_S)) * 2.0f)";
             fj__err err = {{0}};
             char *out = NULL;
             assert_int_equal(fj__variant_render(&v, "dtype=x\n", &out, &err), FJ_OK);
             assert_non_null(strstr(out, entries[stage - 1]));
             assert_true((strstr(out, "1.0f - t * t") != NULL) == (stage > 1));
+            assert_true((strstr(out, "fj_score_grad(mc, capped") != NULL) == (stage > 1));
             const char *dir = getenv("FJ_RENDER_OUT");
             if (dir && backend) {
                 char path[512];

@@ -1,6 +1,7 @@
 """flashjit.torch against PyTorch: the SDPA drop-in's outputs and autograd gradients against
 float64 SDPA (within twice the error of SDPA in the same dtype, plus rounding), GQA, bool and
-float masks, top-left causal for sq != sk; torch.library.opcheck of the forward operator
+float masks, top-left causal for sq != sk; flex_attention with a score_mod expression and its
+gradients against the same function in torch; torch.library.opcheck of the forward operator
 (schema, fake tensor, autograd registration, AOT dispatch); torch.compile(fullgraph=True) of a
 block using it against eager. On a CUDA device, in bf16, also a paged decode step
 (kv_cache_append + attention) captured in a CUDA graph and replayed against eager, and the host
@@ -78,6 +79,32 @@ for (b, hq, hkv, sq, sk, d), kw in shapes:
     within(name + " out", out, ref, plain)
     for n, got, r, p in (("dq", dq, rq, pq), ("dk", dk, rk, pk), ("dv", dv, rv, pv)):
         within(f"{name} {n}", got, r, p)
+
+# flex_attention with a score_mod expression: output and gradients against the same function
+# written in torch, in float64.
+b, h, sq, sk, d = (2, 4, 70, 90, 32) if dev == "cpu" else (2, 8, 300, 400, 64)
+q, k, v = (torch.randn(b, h, n, d, device=dev, dtype=dtype, requires_grad=True)
+           for n in (sq, sk, sk))
+g = torch.randn(b, h, sq, d, device=dev, dtype=dtype)
+out = fjt.flex_attention(q, k, v, score_mod="s * 0.5 + tanh(s) - 0.01 * abs(q - k)")
+grads = torch.autograd.grad(out, (q, k, v), g)
+
+
+def flex_reference(q, k, v):
+    s = q @ k.transpose(-1, -2) / d ** 0.5
+    rel = (torch.arange(sq, device=dev)[:, None] - torch.arange(sk, device=dev)[None]).abs()
+    s = s * 0.5 + torch.tanh(s) - 0.01 * rel.to(s.dtype)
+    return torch.softmax(s, -1) @ v
+
+
+q64, k64, v64 = (x.detach().double().requires_grad_() for x in (q, k, v))
+ref = flex_reference(q64, k64, v64)
+ref_grads = torch.autograd.grad(ref, (q64, k64, v64), g.double())
+plain = flex_reference(q, k, v)
+plain_grads = torch.autograd.grad(plain, (q, k, v), g)
+within("flex_attention score_mod out", out, ref, plain)
+for n, got, r, p in zip(("dq", "dk", "dv"), grads, ref_grads, plain_grads):
+    within(f"flex_attention score_mod {n}", got, r, p)
 
 # The forward operator through torch.library.opcheck: schema, fake tensor, autograd, AOT.
 q, k, v = (torch.randn(1, 33, h, 32, device=dev, dtype=dtype, requires_grad=True)

@@ -156,19 +156,21 @@ class Context:
         return out
 
     def backward(self, q, k, v, out, dout, lse, dq=None, dk=None, dv=None, causal=False,
-                 window=(-1, -1), softcap=0.0, scale=0.0, mask_mod=None, mod_args=None,
+                 window=(-1, -1), softcap=0.0, scale=0.0, mask_mod=None, score_mod=None,
+                 mod_args=None,
                  alibi_slopes=None, bias=None, mask=None, cu_seqlens_q=None, cu_seqlens_k=None,
                  seqused_k=None, max_seqlen_q=0, max_seqlen_k=0, mask_ranges=None,
                  block_mask=None, deterministic=False, stream=None):
         """The gradients of forward() (see fj_attention_backward): q, k, v, out and lse as the
         forward had and wrote them (same options), dout the gradient of out; returns (dq, dk,
-        dv), allocating what is not given."""
+        dv), allocating what is not given. Through a score_mod by its derivative, generated
+        from the expression (mod_args get no gradient)."""
         dq = empty_like(q, tuple(q.shape), dtype_of(q, "q")) if dq is None else dq
         dk = empty_like(k, tuple(k.shape), dtype_of(k, "k")) if dk is None else dk
         dv = empty_like(v, tuple(v.shape), dtype_of(v, "v")) if dv is None else dv
         with Call(self) as call:
             desc = self._desc(call, causal=causal, window=window, softcap=softcap, scale=scale,
-                              mask_mod=mask_mod, mod_args=mod_args,
+                              mask_mod=mask_mod, score_mod=score_mod, mod_args=mod_args,
                               deterministic=deterministic, max_seqlen_q=max_seqlen_q,
                               max_seqlen_k=max_seqlen_k, alibi_slopes=alibi_slopes, bias=bias,
                               mask=mask, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,

@@ -12,7 +12,8 @@ flashjit::attention_backward, flashjit::attention_merge, flashjit::kv_cache_appe
 Calls run on PyTorch's current stream of the tensors' device, through one flashjit context per
 device (created on first use, inside PyTorch's CUDA context). CPU tensors run on the default
 backend (CUDA if usable, else OpenCL), copied to its device and back. Gradients flow to q, k
-and v; bias, mask and the other terms get none (a backward with score_mod raises Unsupported).
+and v (through score_mod by its generated derivative); bias, mask, mod_args and the other terms
+get none.
 """
 from typing import List, Optional, Tuple
 
@@ -91,12 +92,13 @@ def attention_backward(
         cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
         seqused_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int, causal: bool,
         window_left: int, window_right: int, softcap: float, scale: float, mask_mod: str,
-        deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
+        score_mod: str, deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     context(q.device).backward(
         q, k, v, out, _last_dim_contiguous(dout), lse, dq=dq, dk=dk, dv=dv, causal=causal,
         window=(window_left, window_right), softcap=softcap, scale=scale,
-        mask_mod=mask_mod or None, mod_args=mod_args, alibi_slopes=alibi_slopes, bias=bias,
+        mask_mod=mask_mod or None, score_mod=score_mod or None, mod_args=mod_args,
+        alibi_slopes=alibi_slopes, bias=bias,
         mask=mask, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k,
         max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, mask_ranges=mask_ranges,
         block_mask=block_mask, deterministic=deterministic)
@@ -126,8 +128,6 @@ def _setup_context(ctx, inputs, output):
 def _backward(ctx, dout, dlse):
     saved = dict(zip(_TENSOR_ARGS + ("out", "lse"), ctx.saved_tensors))
     o = ctx.options
-    if o["score_mod"]:
-        raise Unsupported("the gradient through score_mod is not supported yet")
     if saved["page_table"] is not None:
         raise Unsupported("no gradient through a paged KV cache")
     dq, dk, dv = attention_backward(
@@ -136,7 +136,7 @@ def _backward(ctx, dout, dlse):
         saved["block_mask"], saved["mod_args"], saved["cu_seqlens_q"], saved["cu_seqlens_k"],
         saved["seqused_k"], o["max_seqlen_q"], o["max_seqlen_k"], o["causal"],
         o["window_left"], o["window_right"], o["softcap"], o["scale"], o["mask_mod"],
-        deterministic_backward)
+        o["score_mod"], deterministic_backward)
     return (dq, dk, dv) + (None,) * (len(_FORWARD_ARGS) - 3)
 
 

@@ -106,8 +106,10 @@ float fjr_load(fj_dtype dtype, const void *src)
 }
 
 /* Evaluates expression e of the problem for (b, h, i, j) and score s. */
-static double eval_mod(const fjr_problem *p, const struct fj__expr *e, int64_t b, int64_t h,
-                       int64_t i, int64_t j, double s)
+/* The value of expression e at (b, h, i, j) and score s; with grad, its derivative with respect
+** to s instead. */
+static double eval_mod_at(const fjr_problem *p, const struct fj__expr *e, int64_t b, int64_t h,
+                          int64_t i, int64_t j, double s, int grad)
 {
     fj__expr_env env = {.b = b + p->batch_offset,
                         .h = h,
@@ -117,8 +119,15 @@ static double eval_mod(const fjr_problem *p, const struct fj__expr *e, int64_t b
                         .sk = p->seqlen_k,
                         .s = s,
                         .args = p->mod_args,
-                        .nargs = p->mod_args_count};
-    return fj__expr_eval(e, &env);
+                        .nargs = p->mod_args_count,
+                        .exact = p->exact_mods};
+    return grad ? fj__expr_eval_grad(e, &env) : fj__expr_eval(e, &env);
+}
+
+static double eval_mod(const fjr_problem *p, const struct fj__expr *e, int64_t b, int64_t h,
+                       int64_t i, int64_t j, double s)
+{
+    return eval_mod_at(p, e, b, h, i, j, s, 0);
 }
 
 static int64_t pair_offset(const int64_t stride[4], int64_t b, int64_t h, int64_t i, int64_t j)
@@ -300,8 +309,8 @@ void fjr_attention_lowp(const fjr_problem *p, fj_dtype dtype, const float *q, co
     const int64_t d = p->head_dim, dvd = p->head_dim_v, group = p->heads_q / p->heads_kv;         \
     const int64_t sk = p->seqlen_k;                                                                \
     T *s = malloc((size_t)sk * sizeof *s), *u = malloc((size_t)sk * sizeof *u);                     \
-    T *o = malloc((size_t)dvd * sizeof *o);                                                        \
-    if (!s || !u || !o)                                                                            \
+    T *o = malloc((size_t)dvd * sizeof *o), *g = malloc((size_t)sk * sizeof *g);                   \
+    if (!s || !u || !o || !g)                                                                      \
         abort();                                                                                   \
     const size_t nq = (size_t)(p->batch * p->seqlen_q * p->heads_q * d);                           \
     const size_t nk = (size_t)(p->batch * sk * p->heads_kv * d);                                   \
@@ -328,6 +337,12 @@ void fjr_attention_lowp(const fjr_problem *p, fj_dtype dtype, const float *q, co
                     u[j] = dot * (T)p->scale;                                                      \
                     T x = p->softcap > 0 ? (T)p->softcap * TANH(u[j] / (T)p->softcap) : u[j];      \
                     s[j] = x + (T)score_terms(p, b, h, i, j);                                      \
+                    g[j] = 1; /* d(score_mod)/ds */                                                \
+                    if (p->score_mod) {                                                            \
+                        g[j] = (T)eval_mod_at(p, p->score_mod, b, h, i, j, s[j], 1);               \
+                        s[j] = (T)fj__score_mod_saturate(                                          \
+                            eval_mod_at(p, p->score_mod, b, h, i, j, s[j], 0));                    \
+                    }                                                                              \
                     m = s[j] > m ? s[j] : m;                                                       \
                 }                                                                                  \
                 if (m == -INFINITY)                                                                \
@@ -358,7 +373,7 @@ void fjr_attention_lowp(const fjr_problem *p, fj_dtype dtype, const float *q, co
                         dp += gi[c] * vj[c];                                                       \
                     T ds = ROUND(s[j] * (dp - delta));                                             \
                     T t = p->softcap > 0 ? TANH(u[j] / (T)p->softcap) : 0;                         \
-                    T dd = ds * (T)p->scale * (p->softcap > 0 ? 1 - t * t : 1);                    \
+                    T dd = ds * (T)p->scale * (p->softcap > 0 ? 1 - t * t : 1) * g[j];             \
                     for (int64_t c = 0; c < d; c++) {                                              \
                         dqi[c] += dd * kj[c];                                                      \
                         dkj[c] += dd * qi[c];                                                      \
@@ -369,6 +384,7 @@ void fjr_attention_lowp(const fjr_problem *p, fj_dtype dtype, const float *q, co
             }                                                                                      \
     free(s);                                                                                       \
     free(u);                                                                                       \
+    free(g);                                                                                       \
     free(o)
 
 static double keep_double(double x)
@@ -393,10 +409,10 @@ void fjr_attention_backward_lowp(const fjr_problem *p, fj_dtype dtype, const flo
     const size_t n[3] = {(size_t)(p->batch * p->seqlen_q * p->heads_q * p->head_dim),
                          (size_t)(p->batch * p->seqlen_k * p->heads_kv * p->head_dim),
                          (size_t)(p->batch * p->seqlen_k * p->heads_kv * p->head_dim_v)};
-    float *g[3] = {dq, dk, dv};
+    float *grads[3] = {dq, dk, dv};
     for (int t = 0; t < 3; t++)
         for (size_t i = 0; i < n[t]; i++)
-            g[t][i] = fjr_round(dtype, g[t][i]);
+            grads[t][i] = fjr_round(dtype, grads[t][i]);
 }
 
 void fjr_merge(int n, const double *const *outs, const double *lses, int64_t rows, int64_t dv,

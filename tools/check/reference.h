@@ -30,6 +30,8 @@ typedef struct fjr_problem {
     const struct fj__expr *score_mod;
     const void *mod_args; /* host copy of the expressions' arguments */
     int64_t mod_args_count;
+    int exact_mods;       /* 1: expressions in double precision (finite differences); 0: as
+                          ** the kernels round them */
     /* Score terms, host copies (NULL: none); broadcast dimensions have stride 0. */
     const float *alibi; /* slope of (b, h) at b * alibi_stride_b + h */
     int64_t alibi_stride_b;
@@ -57,8 +59,9 @@ double fjr_flops(const fjr_problem *p);
 ** out [b, sq, hq, dv], lse [b, hq, sq] (may be NULL). */
 void fjr_attention(const fjr_problem *p, const double *q, const double *k, const double *v,
                    double *out, double *lse);
-/* The gradients of attention (no score_mod) in float64, from dout [b, sq, hq, dv]: dq like q,
-** dk and dv like k and v (summed over each kv head's query heads). */
+/* The gradients of attention in float64, from dout [b, sq, hq, dv]: dq like q, dk and dv like k
+** and v (summed over each kv head's query heads); through score_mod by its derivative with
+** respect to s (fj__expr_eval_grad). */
 void fjr_attention_backward(const fjr_problem *p, const double *q, const double *k,
                             const double *v, const double *dout, double *dq, double *dk,
                             double *dv);
