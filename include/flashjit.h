@@ -288,6 +288,11 @@ typedef struct fj_attention_desc {
     /* fj_attention_backward: 1 gives bit-identical gradients run to run (no floating-point
     ** atomics in a varying order); 0 (default) lets the plan use them. */
     int32_t deterministic;
+    /* fj_attention_backward only (the forward ignores it): where the gradient with respect to
+    ** desc.bias goes (NULL: not computed). F32, 4-D, shaped as bias with every dimension the
+    ** bias broadcasts (extent 1, or stride 0 over a larger extent) of extent 1: the gradient is
+    ** summed over it. Dense requests only (no variable lengths). */
+    fj_tensor *dbias;
 } fj_attention_desc;
 
 /* Fills *desc with the defaults (plain non-causal attention) and sets struct_size. NULL is a

@@ -59,7 +59,7 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, fj
                         FJ__EXPR_MAX_GRAD_TEXT);
     plan->bwd.delta = fj__plan_add_workspace(
         plan, (size_t)(f->batch * f->heads_q * f->seqlen_q) * sizeof(float));
-    for (int stage = 1; stage <= 3; stage++) {
+    for (int stage = 1; stage <= (f->dbias_elements ? 4 : 3); stage++) {
         fj__step *s = fj__plan_add_step(plan, FJ__STEP_KERNEL);
         bwd_variant(f, dev, stage, &s->variant);
         if (!fj__variant_fits(&s->variant, dev))
@@ -68,6 +68,12 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, fj
                             (long long)f->head_dim, (long long)f->head_dim_v);
         const fj__variant *v = &s->variant;
         s->block[0] = (uint32_t)v->threads;
+        if (stage == 4) { /* dbias: a work-item per element, one row of blocks */
+            const int64_t n = f->dbias_elements;
+            s->grid[0] = (uint32_t)((n + v->tile_m - 1) / v->tile_m);
+            s->grid[1] = s->grid[2] = 1;
+            continue;
+        }
         const int64_t n = stage == 2 ? f->seqlen_k : f->seqlen_q;
         const int32_t tile = stage == 2 ? v->tile_n : v->tile_m;
         s->grid[0] = (uint32_t)((n + tile - 1) / tile);
@@ -92,4 +98,14 @@ void fj__bwd_fill(const fj__plan *plan, const fj__bwd_problem *p, void *const *w
         for (int a = 0; a < 3; a++)
             strides[i][a] = p->grad_strides[i][a];
     B->scale = p->f.scale;
+    if (p->dbias) {
+        B->dbias = p->dbias->data;
+        B->dbias_sb = p->dbias->stride[0];
+        B->dbias_sh = p->dbias->stride[1];
+        B->dbias_ss = p->dbias->stride[2];
+        B->dbias_batches = (int32_t)p->dbias_extent[0];
+        B->dbias_heads = (int32_t)p->dbias_extent[1];
+        B->dbias_rows = (int32_t)p->dbias_extent[2];
+        B->dbias_n = p->dbias_elements;
+    }
 }

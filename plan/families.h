@@ -173,7 +173,9 @@ FJ__PARAM_STRUCT(fj__decode_params, FJ__DECODE_PARAMS);
 /* The backward (attn_bwd.lua): the forward's block (q, k, v, out, lse and everything that
 ** decides the scores); dout [b, sq, hq, dv] and the gradients dq, dk, dv (shaped as q, k, v)
 ** with their batch, row and head strides; D = rowsum(dout * out), an f32 workspace
-** [b, hq, sq]; the softmax scale (natural units: dS's factor). */
+** [b, hq, sq]; the bias's gradient (f32; NULL: not asked for) with its batch, head and row
+** strides, element count and batch, head and row extents (1: summed over); the softmax scale
+** (natural units: dS's factor). */
 #define FJ__BWD_PARAMS(X, T)                                                                       \
     X(T, BLOCK, fwd, fj__fwd_params)                                                               \
     X(T, PTR, dout, "const o_t")                                                                   \
@@ -193,6 +195,14 @@ FJ__PARAM_STRUCT(fj__decode_params, FJ__DECODE_PARAMS);
     X(T, I64, dv_sb, 0)                                                                            \
     X(T, I64, dv_ss, 0)                                                                            \
     X(T, I64, dv_sh, 0)                                                                            \
+    X(T, PTR, dbias, "float")                                                                      \
+    X(T, I64, dbias_sb, 0)                                                                         \
+    X(T, I64, dbias_sh, 0)                                                                         \
+    X(T, I64, dbias_ss, 0)                                                                         \
+    X(T, I64, dbias_n, 0)                                                                          \
+    X(T, I32, dbias_batches, 0)                                                                    \
+    X(T, I32, dbias_heads, 0)                                                                      \
+    X(T, I32, dbias_rows, 0)                                                                       \
     X(T, F32, scale, 0)
 FJ__PARAM_STRUCT(fj__bwd_params, FJ__BWD_PARAMS);
 

@@ -53,6 +53,9 @@ typedef struct fj__bwd_problem {
     fj__problem f;
     const fj_tensor *dout, *dq, *dk, *dv;
     int64_t grad_strides[4][3];
+    const fj_tensor *dbias; /* NULL: not asked for */
+    int64_t dbias_extent[3]; /* its batch, head and row extents (1: summed over) */
+    int64_t dbias_elements;  /* their product times seqlen_k (0: no dbias) */
 } fj__bwd_problem;
 
 /* The tensors of a problem by role, in the order of fj__features' per-tensor flags. */
@@ -79,6 +82,7 @@ typedef struct fj__features {
     uint8_t paged;                      /* k and v are pages of a KV cache */
     const char *mask_mod, *score_mod;   /* interned canonical texts: equal texts, equal pointers */
     const char *score_mod_grad;         /* its derivative's (interned with it), or NULL */
+    int64_t dbias_elements;             /* backward: elements of the bias's gradient (0: none) */
 } fj__features;
 
 /* Fills *f from p (zeroing it first). */

@@ -36,7 +36,8 @@ const char *fj__variant_entry(const fj__variant *v)
            : v->family == FJ__FAMILY_APPEND ? "fj_kv_append"
            : v->family == FJ__FAMILY_BWD    ? (v->stage == 1   ? "fj_attn_bwd_dot"
                                                : v->stage == 2 ? "fj_attn_bwd_dkdv"
-                                                               : "fj_attn_bwd_dq")
+                                               : v->stage == 3 ? "fj_attn_bwd_dq"
+                                                               : "fj_attn_bwd_dbias")
                                             : "fj_attn_fwd";
 }
 
@@ -160,7 +161,7 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
         uint64_t budget = dev->local_memory ? dev->local_memory : 32768;
         const uint64_t cap = dev->backend == FJ_BACKEND_CUDA ? 48 * 1024 : 64 * 1024;
         budget = budget < cap ? budget : cap;
-        return v->stage >= 1 && v->stage <= 3 && v->tile_m >= 1 && v->tile_n >= 1 &&
+        return v->stage >= 1 && v->stage <= 4 && v->tile_m >= 1 && v->tile_n >= 1 &&
                v->threads == (v->stage == 2 ? v->tile_n : v->tile_m) &&
                fj__variant_shared_bytes(v) <= budget;
     }

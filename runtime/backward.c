@@ -19,6 +19,7 @@ fj_status fj_attention_backward(fj_context *ctx, const fj_attention_desc *desc,
     if (st == FJ_OK) { /* what the request asks is checked before where its data lies */
         fj__features f;
         fj__features_of(&p.f, &f);
+        f.dbias_elements = p.dbias_elements;
         st = fj__plan_backward(&f, &ctx->device, &plan, &ctx->err);
     }
     if (st == FJ_OK)

@@ -116,7 +116,8 @@ static fj_status check_desc(const fj_attention_desc *in, fj_attention_desc *d, f
                                   END(bias),         END(mask),           END(cu_seqlens_q),
                                   END(cu_seqlens_k), END(seqused_k),      END(max_seqlen_q),
                                   END(max_seqlen_k), END(mask_ranges),    END(block_mask),
-                                  END(num_splits),   END(page_table),     END(deterministic)};
+                                  END(num_splits),   END(page_table),     END(deterministic),
+                                  END(dbias)};
 #undef END
     if (in->struct_size < FJ__DESC_V1_SIZE || in->struct_size > sizeof *d ||
         !fj__size_on_field_end(in->struct_size, ends, (int)(sizeof ends / sizeof ends[0]),
@@ -887,6 +888,38 @@ fj_status fj__validate_backward(const fj_attention_desc *desc, const fj_tensor *
     p->dq = dq;
     p->dk = dk;
     p->dv = dv;
+    if (desc->dbias) {
+        const fj_tensor *db = desc->dbias;
+        if (!p->f.bias)
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                            "desc.dbias is set but desc.bias is NULL (no bias to differentiate)");
+        if (p->f.cu_seqlens_q)
+            return fj__fail(err, FJ_ERR_UNSUPPORTED,
+                            "desc.dbias with variable lengths (desc.cu_seqlens_q) is not "
+                            "supported");
+        TRY(check_tensor(db, "desc.dbias", 4, err));
+        if (db->dtype != FJ_DTYPE_F32)
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "desc.dbias.dtype = %s, expected f32",
+                            fj__dtype_name(db->dtype));
+        static const char *const what[3] = {"batch, or 1 where the bias broadcasts it",
+                                            "heads_q, or 1 where the bias broadcasts them",
+                                            "seqlen_q, or 1 where the bias broadcasts it"};
+        const int64_t full[3] = {p->f.batch, p->f.heads_q, p->f.seqlen_q};
+        for (int a = 0; a < 3; a++) {
+            p->dbias_extent[a] = p->f.bias_stride[a] == 0 ? 1 : full[a];
+            TRY(check_dim(err, "desc.dbias", a, db->shape[a], p->dbias_extent[a], what[a]));
+        }
+        TRY(check_dim(err, "desc.dbias", 3, db->shape[3], p->f.seqlen_k, "seqlen_k"));
+        p->dbias_elements =
+            p->dbias_extent[0] * p->dbias_extent[1] * p->dbias_extent[2] * p->f.seqlen_k;
+        TRY(check_no_overlap(db, "desc.dbias", err));
+        for (int i = 0; i < 6; i++)
+            TRY(check_apart(db, "desc.dbias", inputs[i], inames[i], 0, err));
+        for (int g = 0; g < 3; g++)
+            TRY(check_apart(db, "desc.dbias", grads[g], gnames[g], 0, err));
+        TRY(check_apart(db, "desc.dbias", p->f.bias, "desc.bias", 0, err));
+        p->dbias = db;
+    }
     /* Batch, row and head strides: dense [b, s, h, d]; packed [total, h, d] has no batch. */
     const fj_tensor *t4[4] = {dout, dq, dk, dv};
     const int packed = p->f.cu_seqlens_q != NULL;
@@ -907,5 +940,7 @@ fj_status fj__validate_backward_memory(const fj__bwd_problem *p,
     static const char *const names[4] = {"dout", "dq", "dk", "dv"};
     for (int i = 0; i < 4; i++)
         TRY(device_memory(ops, backend, t[i], names[i], err));
+    if (p->dbias)
+        TRY(device_memory(ops, backend, p->dbias, "desc.dbias", err));
     return FJ_OK;
 }

@@ -2,13 +2,15 @@
 % -- nothing N x N is stored; the scores are recomputed from q, k and the forward's log-sum-exp.
 % -- With P = exp(s - lse), D = rowsum(dO * O):
 % --     dV = P^T dO,   dP = dO V^T,   dS = P * (dP - D),   dQ = dS' K,   dK = dS'^T Q,
-% -- where dS' is dS times the derivative of the score with respect to q.k (scale, and
-% -- 1 - tanh^2 through soft-capping; ALiBi, bias and masks are constants). Three stages, one
-% -- kernel each (parameter `stage`):
+% -- where dS' is dS times the derivative of the score with respect to q.k (scale, 1 - tanh^2
+% -- through soft-capping, score_mod's generated derivative; ALiBi, bias and masks are
+% -- constants). Three stages, one kernel each (parameter `stage`), and a fourth on request:
 % --   dot   D of every query row, into an f32 workspace [batch, heads_q, seqlen_q];
 % --   dkdv  a work-item per key: its dK and dV summed over every query row of every query head
 % --         of its kv head (query tiles of TILE_M rows streamed through local memory);
-% --   dq    a work-item per query row: its dQ over the key tiles of TILE_N keys it sees.
+% --   dq    a work-item per query row: its dQ over the key tiles of TILE_N keys it sees;
+% --   dbias a work-item per element of the bias's gradient (dS through score_mod), summed over
+% --         the dimensions the bias broadcasts (dense requests).
 % -- No stage uses atomics: the gradients are bit-identical run to run.
 % --
 % -- Variable lengths (varlen 1, 2 with seqused_k): BLOCK_Z is the sequence, found as the
@@ -17,7 +19,7 @@
 % -- Parameters: dtypes (one type), head_dim_pad, head_dim_v_pad, tile_m, tile_n, threads, stage,
 % -- local_mask, softcap, varlen, the masks' and score terms' (attn_masks.lua), shared_bytes (the
 % -- host's size of Smem), args (fj_bwd_params).
-% assert(stage == 1 or stage == 2 or stage == 3, "attn_bwd: stage 1 (dot), 2 (dkdv) or 3 (dq)")
+% assert(stage >= 1 and stage <= 4, "attn_bwd: stage 1 (dot), 2 (dkdv), 3 (dq) or 4 (dbias)")
 % assert(score_mod == "" or score_mod_grad ~= "", "attn_bwd: score_mod needs score_mod_grad")
 % assert(kv_dtype == q_dtype and out_dtype == q_dtype, "attn_bwd takes one element type")
 % include("dialect.lua")
@@ -80,9 +82,10 @@
 %   end
 % end
 
-% -- `p` and `dd` of a seen pair: P from the score (log2 units), dd = dS times the score's
-% -- derivative (scale; 1 - tanh^2 through soft-capping; score_mod's derivative at its s); from
-% -- the raw q.k `qk`, the row's lse (log2 units) and D, and dP `dp`.
+% -- `p`, `ds` and `dd` of a seen pair: P from the score (log2 units); ds = dS through
+% -- score_mod's derivative at its s (the bias's gradient); dd = ds times the raw score's
+% -- derivative (scale; 1 - tanh^2 through soft-capping); from the raw q.k `qk`, the row's lse
+% -- (log2 units) and D, and dP `dp`.
 % local function emit_pair(qk, row, key)
         float x = ${qk} * score_mul;
 %   if softcap then
@@ -96,15 +99,16 @@
         x = fj_score(mc, x, ${row}, ${key});
 %   end
         const float p = lse_l2 == -F_INF ? 0.0f : F_EXP2(x - lse_l2);
-%   if softcap then
-        float dd = p * (dp - delta) * P.scale * (1.0f - t * t);
-%   else
-        float dd = p * (dp - delta) * P.scale;
-%   end
+        float ds = p * (dp - delta); /* dL/d(score), natural units */
 %   if score_mod ~= "" then
-        /* p = 0 (a score the expression masked to -inf) contributes nothing, whatever the
-        ** derivative there. */
-        dd = p > 0.0f ? dd * fj_score_grad(mc, capped, ${row}, ${key}) : 0.0f;
+        /* Through score_mod: dL/d(its s), which is also dL/d(bias). p = 0 (a score the
+        ** expression masked to -inf) contributes nothing, whatever the derivative there. */
+        ds = p > 0.0f ? ds * fj_score_grad(mc, capped, ${row}, ${key}) : 0.0f;
+%   end
+%   if softcap then
+        const float dd = ds * P.scale * (1.0f - t * t);
+%   else
+        const float dd = ds * P.scale;
 %   end
 % end
 
@@ -223,7 +227,7 @@ fj_attn_bwd_dkdv(
     for (int c = 0; c < head_dim_v; c++)
         KV_STORE(dvp, c, dv[c]);
 }
-% else
+% elseif stage == 3 then
 typedef struct Smem {
     float k[TILE_N][DP];
     float v[TILE_N][DVP];
@@ -302,5 +306,58 @@ fj_attn_bwd_dq(
     GLOBAL q_t *dqp = dq_p + (I64)row * P.dq_ss + (I64)head * P.dq_sh;
     for (int c = 0; c < head_dim; c++)
         Q_STORE(dqp, c, dq[c]);
+}
+% elseif stage == 4 then
+/* The bias's gradient: a work-item per element of dbias [batches, heads, rows, seqlen_k] (an
+** extent of 1 where the bias broadcasts: summed over), the sum of ds over the (batch, head,
+** query row) triples the element stands for, each recomputed from q, k, v, dout, lse and D.
+** Dense requests only. */
+KERNEL(TILE_M)
+fj_attn_bwd_dbias(
+% params_arg(args)
+)
+{
+% params_unpack(args.fields[1].block, "P.fwd", unpack_names)
+    const I64 e = (I64)BLOCK_X * TILE_M + THREAD_X;
+    if (e >= P.dbias_n)
+        return;
+    const int key = (int)(e % seqlen_k);
+    const I64 rest = e / seqlen_k;
+    const int r_ = (int)(rest % P.dbias_rows), h_ = (int)(rest / P.dbias_rows % P.dbias_heads);
+    const int b_ = (int)(rest / P.dbias_rows / P.dbias_heads);
+    const int shift = seqlen_k - seqlen_q, group = heads_q / heads_kv;
+    const int b_lo = P.dbias_batches == 1 ? 0 : b_, b_hi = P.dbias_batches == 1 ? batches : b_ + 1;
+    const int h_lo = P.dbias_heads == 1 ? 0 : h_, h_hi = P.dbias_heads == 1 ? heads_q : h_ + 1;
+    const int r_lo = P.dbias_rows == 1 ? 0 : r_, r_hi = P.dbias_rows == 1 ? seqlen_q : r_ + 1;
+    float acc = 0.0f;
+    for (int batch = b_lo; batch < b_hi; batch++)
+        for (int head = h_lo; head < h_hi; head++) {
+            const int head_kv = head / group;
+%   if sparse or terms then
+            MASK_CTX(mc, P.fwd.mask, batch, head, seqlen_q, seqlen_k);
+%   end
+            GLOBAL const kv_t *kp = k + batch * k_sb + (I64)key * k_ss + (I64)head_kv * k_sh;
+            GLOBAL const kv_t *vp = v + batch * v_sb + (I64)key * v_ss + (I64)head_kv * v_sh;
+            for (int row = r_lo; row < r_hi; row++) {
+% emit_seen("row", "key")
+                if (!seen)
+                    continue;
+                GLOBAL const q_t *qp = q + batch * q_sb + (I64)row * q_ss + (I64)head * q_sh;
+                GLOBAL const o_t *gp = GPTR(const o_t, P.dout) + batch * P.do_sb +
+                                       (I64)row * P.do_ss + (I64)head * P.do_sh;
+                float qk = 0.0f, dp = 0.0f;
+                for (int c = 0; c < head_dim; c++)
+                    qk = F_FMA(Q_LOAD(qp, c), KV_LOAD(kp, c), qk);
+                for (int c = 0; c < head_dim_v; c++)
+                    dp = F_FMA(O_LOAD(gp, c), KV_LOAD(vp, c), dp);
+                const float lse_l2 = lse[batch * l_sb + (I64)head * l_sh + (I64)row * l_ss] * LOG2E;
+                const float delta =
+                    GPTR(float, P.delta)[((I64)batch * heads_q + head) * seqlen_q + row];
+% emit_pair("qk", "row", "key")
+                (void)dd;
+                acc += ds;
+            }
+        }
+    GPTR(float, P.dbias)[b_ * P.dbias_sb + h_ * P.dbias_sh + (I64)r_ * P.dbias_ss + key] = acc;
 }
 % end

@@ -44,11 +44,15 @@ static void run_cases(void **state, const fjh_case *cases, size_t n)
         char desc[512];
         fjh_describe(&cases[i], desc, sizeof desc);
         fjh_run(ctx, &cases[i], &r);
-        printf("  %s %s | dq %.3g dk %.3g dv %.3g (plain %.3g %.3g %.3g) | %s\n",
-               r.pass ? "ok  " : "FAIL", desc, r.grad_err[0], r.grad_err[1], r.grad_err[2],
-               r.grad_lowp_err[0], r.grad_lowp_err[1], r.grad_lowp_err[2],
-               r.pass ? r.kernel_path : r.why);
-        if (!r.pass) {
+        /* A dbias case must have checked it (a reference of nonzero magnitude). */
+        const int ok = r.pass && (!cases[i].dbias || r.grad_max[3] > 0);
+        printf("  %s %s | dq %.3g dk %.3g dv %.3g (plain %.3g %.3g %.3g)", ok ? "ok  " : "FAIL",
+               desc, r.grad_err[0], r.grad_err[1], r.grad_err[2], r.grad_lowp_err[0],
+               r.grad_lowp_err[1], r.grad_lowp_err[2]);
+        if (cases[i].dbias)
+            printf(" dbias %.3g (plain %.3g)", r.grad_err[3], r.grad_lowp_err[3]);
+        printf(" | %s\n", !r.pass ? r.why : ok ? r.kernel_path : "dbias not checked");
+        if (!ok) {
             printf("       seed 0x%llx\n", (unsigned long long)r.seed);
             failures++;
         }
@@ -219,6 +223,35 @@ static void test_score_mod(void **state)
     run_cases(state, cases, n);
 }
 
+/* The bias's gradient (desc.dbias): full, shared by the batch, a key bias broadcast over heads
+** and rows (summed over them); with score_mod, ALiBi, masks, causal and GQA; dtypes. */
+static void test_dbias(void **state)
+{
+    fjh_case cases[6];
+    size_t n = 0;
+    cases[n] = bwd_case(37, 53, 4, 2, 32, FJ_DTYPE_F32);
+    cases[n++].bias = 1;
+    cases[n] = bwd_case(40, 40, 4, 4, 32, FJ_DTYPE_BF16);
+    cases[n].bias = 2;
+    cases[n++].desc.causal = 1;
+    cases[n] = bwd_case(30, 70, 4, 2, 48, FJ_DTYPE_F16);
+    cases[n].bias = 3;
+    cases[n++].mask = 1;
+    cases[n] = bwd_case(33, 47, 2, 2, 32, FJ_DTYPE_F32);
+    cases[n].bias = 1;
+    cases[n].bias_f32 = 1;
+    cases[n++].desc.score_mod = "s > 0.0 ? tanh(s) * 2.0 : s";
+    cases[n] = bwd_case(50, 50, 4, 1, 32, FJ_DTYPE_BF16);
+    cases[n].bias = 3;
+    cases[n].alibi = 1;
+    cases[n++].desc.softcap = 4.0f;
+    cases[n] = bwd_case(1, 90, 2, 2, 16, FJ_DTYPE_F32);
+    cases[n++].bias = 2;
+    for (size_t i = 0; i < n; i++)
+        cases[i].dbias = 1;
+    run_cases(state, cases, n);
+}
+
 /* Packed sequences of different lengths (one without queries), with seqused_k (the keys past
 ** it get zero gradients), causal, windows, a mask_mod. */
 static void test_varlen(void **state)
@@ -328,16 +361,27 @@ static void test_bad_arguments(void **state)
     fj_tensor *dq = &t[5], *dk = &t[6], *dv = &t[7];
     fj_attention_desc desc;
     fj_attention_desc_init(&desc);
+    fj_tensor bias = {.data = a + (22u << 20), .dtype = FJ_DTYPE_F32, .ndim = 4,
+                      .shape = {2, 2, 8, 8}, .stride = {0, 64, 8, 1}}; /* shared by the batch */
+    fj_tensor dbias = {.data = a + (24u << 20), .dtype = FJ_DTYPE_F32, .ndim = 4,
+                       .shape = {1, 2, 8, 8}, .stride = {128, 64, 8, 1}};
+    fj_tensor dbias_full = dbias, dbias_bf16 = dbias;
+    dbias_full.shape[0] = 2;
+    dbias_bf16.dtype = FJ_DTYPE_BF16;
     struct {
         const char *message;
         fj_status status;
-    } want[6] = {{"lse is NULL", FJ_ERR_INVALID_ARGUMENT},
+    } want[9] = {{"lse is NULL", FJ_ERR_INVALID_ARGUMENT},
                  {"dout.shape[1] = 9, expected 8 (as out.shape[1])", FJ_ERR_INVALID_ARGUMENT},
                  {"dk.dtype = f16 differs from k.dtype = bf16", FJ_ERR_INVALID_ARGUMENT},
                  {"dv overlaps v", FJ_ERR_INVALID_ARGUMENT},
                  {"desc.score_mod: too long to differentiate", FJ_ERR_UNSUPPORTED},
-                 {"desc.deterministic = 2", FJ_ERR_INVALID_ARGUMENT}};
-    for (int i = 0; i < 6; i++) {
+                 {"desc.deterministic = 2", FJ_ERR_INVALID_ARGUMENT},
+                 {"desc.dbias is set but desc.bias is NULL", FJ_ERR_INVALID_ARGUMENT},
+                 {"desc.dbias.shape[0] (batch, or 1 where the bias broadcasts it) = 2, expected 1",
+                  FJ_ERR_INVALID_ARGUMENT},
+                 {"desc.dbias.dtype = bf16, expected f32", FJ_ERR_INVALID_ARGUMENT}};
+    for (int i = 0; i < 9; i++) {
         fj_tensor b_dout = *dout, b_dk = *dk, b_dv = *dv;
         fj_attention_desc d = desc;
         const fj_tensor *l = &lse;
@@ -359,6 +403,12 @@ static void test_bad_arguments(void **state)
             d.score_mod = nested;
         if (i == 5)
             d.deterministic = 2;
+        if (i == 6)
+            d.dbias = &dbias;
+        if (i >= 7) {
+            d.bias = &bias;
+            d.dbias = i == 7 ? &dbias_full : &dbias_bf16;
+        }
         fj_status st = fj_attention_backward(ctx, &d, q, k, v, out, &b_dout, l, dq, &b_dk, &b_dv,
                                              NULL);
         if (st != want[i].status || !strstr(fj_context_last_error(ctx), want[i].message))
@@ -372,6 +422,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference_matches_finite_differences),
         cmocka_unit_test(test_score_mod),
+        cmocka_unit_test(test_dbias),
         cmocka_unit_test(test_shapes_and_options),
         cmocka_unit_test(test_masks_and_terms),
         cmocka_unit_test(test_varlen),

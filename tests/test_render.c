@@ -277,10 +277,10 @@ static void test_decode_variants_render(void **state)
 static void test_backward_stages_render(void **state)
 {
     (void)state;
-    static const char *const entries[3] = {"fj_attn_bwd_dot(", "fj_attn_bwd_dkdv(",
-                                           "fj_attn_bwd_dq("};
+    static const char *const entries[4] = {"fj_attn_bwd_dot(", "fj_attn_bwd_dkdv(",
+                                           "fj_attn_bwd_dq(", "fj_attn_bwd_dbias("};
     for (int backend = 0; backend < 2; backend++)
-        for (int stage = 1; stage <= 3; stage++) {
+        for (int stage = 1; stage <= 4; stage++) {
             fj__variant v;
             memset(&v, 0, sizeof v);
             v.family = FJ__FAMILY_BWD;
@@ -300,7 +300,8 @@ static void test_backward_stages_render(void **state)
             v.score_mod_grad = "((1.0f - EXPR_TANH(FJ_S) * EXPR_TANH(FJ_S)) * 2.0f)";
             fj__err err = {{0}};
             char *out = NULL;
-            assert_int_equal(fj__variant_render(&v, "dtype=x\n", &out, &err), FJ_OK);
+            if (fj__variant_render(&v, "dtype=x\n", &out, &err) != FJ_OK)
+                fail_msg("stage %d: %s", stage, err.msg);
             assert_non_null(strstr(out, entries[stage - 1]));
             assert_true((strstr(out, "1.0f - t * t") != NULL) == (stage > 1));
             assert_true((strstr(out, "fj_score_grad(mc, capped") != NULL) == (stage > 1));

@@ -62,22 +62,26 @@ for (b, hq, hkv, sq, sk, d), kw in shapes:
     if kw.get("attn_mask") == "bool":
         kw["attn_mask"] = torch.rand(b, 1, sq, sk, device=dev) > 0.3
         kw["attn_mask"][..., 0] = True
-    elif kw.get("attn_mask") == "float":
-        kw["attn_mask"] = torch.randn(1, hq, sq, sk, device=dev, dtype=dtype)
+    elif kw.get("attn_mask") == "float":  # a bias that learns: its gradient is checked too
+        kw["attn_mask"] = torch.randn(1, hq, sq, sk, device=dev, dtype=dtype,
+                                      requires_grad=True)
     name = f"sdpa b{b} hq{hq} hkv{hkv} sq{sq} sk{sk} d{d} " + \
         ",".join(f"{n}" for n in kw)
     g = torch.randn(b, hq, sq, d, device=dev, dtype=dtype)
+    inputs = (q, k, v) + ((kw["attn_mask"],) if isinstance(kw.get("attn_mask"), torch.Tensor)
+                          and kw["attn_mask"].requires_grad else ())
     out = fjt.scaled_dot_product_attention(q, k, v, **kw)
-    dq, dk, dv = torch.autograd.grad(out, (q, k, v), g)
+    grads = torch.autograd.grad(out, inputs, g)
     plain = sdpa(q, k, v, **kw)
-    pq, pk, pv = torch.autograd.grad(plain, (q, k, v), g)
-    q64, k64, v64 = (x.detach().double().requires_grad_() for x in (q, k, v))
-    kw64 = {n: (x.double() if torch.is_tensor(x) and x.is_floating_point() else x)
-            for n, x in kw.items()}
-    ref = sdpa(q64, k64, v64, **kw64)
-    rq, rk, rv = torch.autograd.grad(ref, (q64, k64, v64), g.double())
+    plain_grads = torch.autograd.grad(plain, inputs, g)
+    inputs64 = tuple(x.detach().double().requires_grad_() for x in inputs)
+    kw64 = dict(kw)
+    if len(inputs) == 4:
+        kw64["attn_mask"] = inputs64[3]
+    ref = sdpa(*inputs64[:3], **kw64)
+    ref_grads = torch.autograd.grad(ref, inputs64, g.double())
     within(name + " out", out, ref, plain)
-    for n, got, r, p in (("dq", dq, rq, pq), ("dk", dk, rk, pk), ("dv", dv, rv, pv)):
+    for n, got, r, p in zip(("dq", "dk", "dv", "dbias"), grads, ref_grads, plain_grads):
         within(f"{name} {n}", got, r, p)
 
 # flex_attention with a score_mod expression: output and gradients against the same function

@@ -75,6 +75,8 @@ static int usage(FILE *f)
         "                          (v a view of k); sets --head-dim, --head-dim-v, --kv-heads\n"
         "  --backward              also the gradients (fj_attention_backward) of a random dout,\n"
         "                          each checked against the float64 reference\n"
+        "  --dbias                 with --bias: also the bias's gradient (desc.dbias; implies\n"
+        "                          --backward)\n"
         "\n"
         "environment:\n"
         "  FLASHJIT_CACHE    the kernel cache file [$XDG_CACHE_HOME/flashjit/kernels.db,\n"
@@ -265,6 +267,7 @@ static int cmd_run(int argc, char **argv)
         O_PAGED,
         O_MLA,
         O_BACKWARD,
+        O_DBIAS,
         O_SHIPPED,
         O_TRUSTED,
         O_HELP
@@ -288,6 +291,7 @@ static int cmd_run(int argc, char **argv)
                                          {"paged", required_argument, 0, O_PAGED},
                                          {"mla", no_argument, 0, O_MLA},
                                          {"backward", no_argument, 0, O_BACKWARD},
+                                         {"dbias", no_argument, 0, O_DBIAS},
                                          {"scale", required_argument, 0, O_SCALE},
                                          {"layout", required_argument, 0, O_LAYOUT},
                                          {"no-lse", no_argument, 0, O_NOLSE},
@@ -389,6 +393,7 @@ static int cmd_run(int argc, char **argv)
             c.paged = (int)value;
             break;
         case O_BACKWARD: c.backward = 1; break;
+        case O_DBIAS: c.dbias = c.backward = 1; break;
         case O_MLA: /* DeepSeek's latent cache: one kv head of 576, v its first 512 dims */
             c.head_dim = 576;
             head_dim_v = 512;
@@ -551,8 +556,8 @@ static int cmd_run(int argc, char **argv)
             if (c.with_lse)
                 printf(", lse %.3g", r.lse_max_err);
             printf("\n");
-            static const char *const grads[3] = {"dq", "dk", "dv"};
-            for (int g = 0; c.backward && g < 3; g++) {
+            static const char *const grads[4] = {"dq", "dk", "dv", "dbias"};
+            for (int g = 0; c.backward && g < (c.dbias && c.bias ? 4 : 3); g++) {
                 printf("%-10s max abs %.3g of %.3g", grads[g], r.grad_err[g], r.grad_max[g]);
                 if (c.dtype != FJ_DTYPE_F32)
                     printf(", plain %.3g", r.grad_lowp_err[g]);

@@ -160,11 +160,13 @@ class Context:
                  mod_args=None,
                  alibi_slopes=None, bias=None, mask=None, cu_seqlens_q=None, cu_seqlens_k=None,
                  seqused_k=None, max_seqlen_q=0, max_seqlen_k=0, mask_ranges=None,
-                 block_mask=None, deterministic=False, stream=None):
+                 block_mask=None, deterministic=False, dbias=None, stream=None):
         """The gradients of forward() (see fj_attention_backward): q, k, v, out and lse as the
         forward had and wrote them (same options), dout the gradient of out; returns (dq, dk,
         dv), allocating what is not given. Through a score_mod by its derivative, generated
-        from the expression (mod_args get no gradient)."""
+        from the expression (mod_args get no gradient). dbias: a float32 array shaped as bias
+        with each broadcast dimension of extent 1, which receives the bias's gradient (see
+        bias_grad_shape)."""
         dq = empty_like(q, tuple(q.shape), dtype_of(q, "q")) if dq is None else dq
         dk = empty_like(k, tuple(k.shape), dtype_of(k, "k")) if dk is None else dk
         dv = empty_like(v, tuple(v.shape), dtype_of(v, "v")) if dv is None else dv
@@ -180,10 +182,20 @@ class Context:
                                                  (dout, "dout"), (lse, "lse"))]
             ts += [call.tensor(x, n, output=True) for x, n in ((dq, "dq"), (dk, "dk"),
                                                                (dv, "dv"))]
+            if dbias is not None:
+                desc.dbias = ctypes.pointer(call.tensor(dbias, "dbias", output=True))
             self.check(self.lib.fj_attention_backward(
                 self.handle, ctypes.byref(desc), *[ctypes.byref(t) for t in ts],
                 self._stream(stream, q)))
         return dq, dk, dv
+
+    @staticmethod
+    def bias_grad_shape(bias_shape, bias_strides, batch, heads_q, seqlen_q, seqlen_k):
+        """The shape of the bias's gradient (desc.dbias): the bias's, with 1 wherever the bias
+        broadcasts (extent 1, or stride 0)."""
+        full = (batch, heads_q, seqlen_q)
+        return tuple(1 if bias_shape[a] == 1 or bias_strides[a] == 0 else full[a]
+                     for a in range(3)) + (seqlen_k,)
 
     def kv_cache_append(self, k_new, v_new, k_cache, v_cache, page_table, seqused_k,
                         stream=None):

@@ -11,9 +11,9 @@ Operators: flashjit::attention_forward (returns out and the float32 log-sum-exp)
 flashjit::attention_backward, flashjit::attention_merge, flashjit::kv_cache_append (in place).
 Calls run on PyTorch's current stream of the tensors' device, through one flashjit context per
 device (created on first use, inside PyTorch's CUDA context). CPU tensors run on the default
-backend (CUDA if usable, else OpenCL), copied to its device and back. Gradients flow to q, k
-and v (through score_mod by its generated derivative); bias, mask, mod_args and the other terms
-get none.
+backend (CUDA if usable, else OpenCL), copied to its device and back. Gradients flow to q, k,
+v (through score_mod by its generated derivative) and a float bias (summed over what it
+broadcasts); masks, mod_args and the other terms get none.
 """
 from typing import List, Optional, Tuple
 
@@ -92,8 +92,10 @@ def attention_backward(
         cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
         seqused_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int, causal: bool,
         window_left: int, window_right: int, softcap: float, scale: float, mask_mod: str,
-        score_mod: str, deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
+        score_mod: str, deterministic: bool,
+        want_dbias: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    dbias = _dbias_like(q, k, bias, want_dbias)
     context(q.device).backward(
         q, k, v, out, _last_dim_contiguous(dout), lse, dq=dq, dk=dk, dv=dv, causal=causal,
         window=(window_left, window_right), softcap=softcap, scale=scale,
@@ -101,13 +103,29 @@ def attention_backward(
         alibi_slopes=alibi_slopes, bias=bias,
         mask=mask, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k,
         max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, mask_ranges=mask_ranges,
-        block_mask=block_mask, deterministic=deterministic)
-    return dq, dk, dv
+        block_mask=block_mask, deterministic=deterministic,
+        dbias=dbias if want_dbias else None)
+    return dq, dk, dv, dbias
+
+
+def _dbias_like(q, k, bias, want):
+    """The bias's gradient buffer (float32, broadcast dimensions of extent 1), or an empty
+    tensor when it is not wanted."""
+    if not want or bias is None:
+        return q.new_empty((0,), dtype=torch.float32)
+    bias4 = bias
+    while bias4.dim() < 4:
+        bias4 = bias4.unsqueeze(0)
+    shape = Context.bias_grad_shape(tuple(bias4.shape), bias4.stride(), q.shape[0],
+                                    q.shape[2], q.shape[1], k.shape[1])
+    return q.new_empty(shape, dtype=torch.float32)
 
 
 @attention_backward.register_fake
-def _attention_backward_fake(dout, q, k, v, out, lse, *rest):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+def _attention_backward_fake(dout, q, k, v, out, lse, alibi_slopes, bias, *rest):
+    want_dbias = rest[-1]
+    return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
+            _dbias_like(q, k, bias, want_dbias))
 
 
 # The forward's arguments by position (setup_context and the backward read them by name).
@@ -130,14 +148,21 @@ def _backward(ctx, dout, dlse):
     o = ctx.options
     if saved["page_table"] is not None:
         raise Unsupported("no gradient through a paged KV cache")
-    dq, dk, dv = attention_backward(
+    want_dbias = saved["bias"] is not None and ctx.needs_input_grad[_FORWARD_ARGS.index("bias")]
+    dq, dk, dv, dbias = attention_backward(
         dout, saved["q"], saved["k"], saved["v"], saved["out"], saved["lse"],
         saved["alibi_slopes"], saved["bias"], saved["mask"], saved["mask_ranges"],
         saved["block_mask"], saved["mod_args"], saved["cu_seqlens_q"], saved["cu_seqlens_k"],
         saved["seqused_k"], o["max_seqlen_q"], o["max_seqlen_k"], o["causal"],
         o["window_left"], o["window_right"], o["softcap"], o["scale"], o["mask_mod"],
-        o["score_mod"], deterministic_backward)
-    return (dq, dk, dv) + (None,) * (len(_FORWARD_ARGS) - 3)
+        o["score_mod"], deterministic_backward, want_dbias)
+    grads = [dq, dk, dv] + [None] * (len(_FORWARD_ARGS) - 3)
+    if want_dbias:  # summed over the broadcast dimensions; autograd wants the bias's shape
+        bias = saved["bias"]
+        grads[_FORWARD_ARGS.index("bias")] = \
+            dbias.view(dbias.shape[4 - bias.dim():] if bias.dim() < 4 else dbias.shape) \
+            .expand(bias.shape).to(bias.dtype)
+    return tuple(grads)
 
 
 attention_forward.register_autograd(_backward, setup_context=_setup_context)

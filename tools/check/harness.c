@@ -69,7 +69,7 @@ void fjh_describe(const fjh_case *c, char *buf, size_t size)
     if (c->v_in_k && used < size)
         used += (size_t)snprintf(buf + used, size - used, " v=k[..dv]");
     if (c->backward && used < size)
-        used += (size_t)snprintf(buf + used, size - used, " backward");
+        used += (size_t)snprintf(buf + used, size - used, c->dbias ? " backward+dbias" : " backward");
     if (c->varlen && used < size)
         used += (size_t)snprintf(buf + used, size - used, " varlen%s",
                                  c->varlen == 2 ? "+seqused_k" : "");
@@ -805,13 +805,34 @@ static fj_status run_backward(fj_context *ctx, const fjh_case *c, const fjr_prob
     fj_tensor views[4] = {dout.t, g[0].t, g[1].t, g[2].t}; /* packed: [total, heads, dim] */
     for (int i = 0; i < 4 && pk; i++)
         views[i] = packed_view(&all[i]->t);
+    /* dbias: the bias's shape with its broadcast dimensions (stride 0 in p) of extent 1. */
+    htensor db;
+    memset(&db, 0, sizeof db);
+    fj_attention_desc with_dbias = *desc;
+    int64_t db_ext[3] = {1, 1, 1};
+    if (c->dbias && p->bias && !pk) {
+        const int64_t full[3] = {b, c->heads_q, sq};
+        for (int a = 0; a < 3; a++)
+            db_ext[a] = p->bias_stride[a] == 0 ? 1 : full[a];
+        db.t = (fj_tensor){.dtype = FJ_DTYPE_F32, .ndim = 4,
+                           .shape = {db_ext[0], db_ext[1], db_ext[2], sk},
+                           .stride = {db_ext[1] * db_ext[2] * sk, db_ext[2] * sk, sk, 1}};
+        db.elements = (size_t)(db_ext[0] * db_ext[1] * db_ext[2] * sk);
+        db.host = xmalloc(db.elements * 4, "dbias's host copy");
+        memset(db.host, POISON, db.elements * 4);
+        if (st == FJ_OK)
+            st = upload(ctx, &db);
+        with_dbias.dbias = &db.t;
+    }
     if (st == FJ_OK)
-        st = fj_attention_backward(ctx, desc, qt, kt, vt, ot, &views[0], lt, &views[1],
+        st = fj_attention_backward(ctx, &with_dbias, qt, kt, vt, ot, &views[0], lt, &views[1],
                                    &views[2], &views[3], NULL);
     if (st == FJ_OK)
         st = fj_synchronize(ctx, NULL);
     for (int i = 0; i < 3 && st == FJ_OK; i++)
         st = fj_memcpy_d2h(ctx, g[i].host, g[i].dev, g[i].elements * es);
+    if (st == FJ_OK && db.dev)
+        st = fj_memcpy_d2h(ctx, db.host, db.dev, db.elements * 4);
     if (st != FJ_OK) {
         snprintf(r->error, sizeof r->error, "%s", fj_context_last_error(ctx));
         snprintf(r->why, sizeof r->why, "backward: %s: %.200s", fj_status_string(st), r->error);
@@ -830,16 +851,34 @@ static fj_status run_backward(fj_context *ctx, const fjh_case *c, const fjr_prob
             const float *const inf[4] = {densef[0], densef[1], densef[2], df};
             reference_backward_packed(p, pk, in, ref, inf, low, c->dtype);
         } else {
-            fjr_attention_backward(p, dense[0], dense[1], dense[2], dd, ref[0], ref[1], ref[2]);
-            if (low[0])
-                fjr_attention_backward_lowp(p, c->dtype, densef[0], densef[1], densef[2], df,
+            fjr_problem pd = *p; /* with the bias's gradient, where asked */
+            double *ref_db = NULL;
+            float *low_db = NULL;
+            if (db.dev) {
+                ref_db = xcalloc(db.elements, sizeof *ref_db, "the reference's dbias");
+                for (int a = 0; a < 3; a++)
+                    pd.dbias_stride[a] = db_ext[a] == 1 ? 0 : db.t.stride[a];
+                pd.dbias = ref_db;
+            }
+            fjr_attention_backward(&pd, dense[0], dense[1], dense[2], dd, ref[0], ref[1],
+                                   ref[2]);
+            if (low[0]) {
+                if (db.dev)
+                    pd.dbias = low_db = xcalloc(db.elements, sizeof *low_db, "the plain dbias");
+                fjr_attention_backward_lowp(&pd, c->dtype, densef[0], densef[1], densef[2], df,
                                             low[0], low[1], low[2]);
+            }
+            if (db.dev && check_grad(c, "dbias", &db, ref_db, low_db, 3, r))
+                r->pass = 0;
+            free(ref_db);
+            free(low_db);
         }
         static const char *const names[3] = {"dq", "dk", "dv"};
         for (int i = 0; i < 3 && r->pass; i++)
             if (check_grad(c, names[i], &g[i], ref[i], low[i], i, r))
                 r->pass = 0;
     }
+    release(ctx, &db);
     for (int i = 0; i < 4; i++)
         release(ctx, all[i]);
     for (int i = 0; i < 3; i++) {

@@ -48,6 +48,11 @@ typedef struct fjr_problem {
     const int32_t *blocks; /* block classes of (b, h, i / 128, j / 128) at the strides below
                            ** (batch, head, query block; key blocks contiguous) */
     int64_t blocks_stride[3];
+    /* The backward's bias gradient (NULL: none), zeroed by the caller: double for
+    ** fjr_attention_backward, float for _lowp; (b, h, i, j) adds into b * dbias_stride[0] +
+    ** h * dbias_stride[1] + i * dbias_stride[2] + j (stride 0: summed over). */
+    void *dbias;
+    int64_t dbias_stride[3];
 } fjr_problem;
 
 /* Whether query row i of (batch b, head h) sees key j, straight from the API's definition. */
@@ -61,7 +66,7 @@ void fjr_attention(const fjr_problem *p, const double *q, const double *k, const
                    double *out, double *lse);
 /* The gradients of attention in float64, from dout [b, sq, hq, dv]: dq like q, dk and dv like k
 ** and v (summed over each kv head's query heads); through score_mod by its derivative with
-** respect to s (fj__expr_eval_grad). */
+** respect to s (fj__expr_eval_grad); and the bias's into p->dbias when set. */
 void fjr_attention_backward(const fjr_problem *p, const double *q, const double *k,
                             const double *v, const double *dout, double *dq, double *dk,
                             double *dv);
@@ -119,6 +124,8 @@ typedef struct fjh_case {
     int v_in_k;   /* 1: v is a view of k's first head_dim_v dims (MLA's latent cache) */
     int backward; /* 1: also fj_attention_backward from a random dout, its dq, dk, dv checked
                   ** (dense cases with lse) */
+    int dbias;    /* with backward and bias: also desc.dbias (f32, the bias's broadcast
+                  ** dimensions summed), checked (dense cases) */
 } fjh_case;
 
 typedef struct fjh_result {
@@ -131,9 +138,9 @@ typedef struct fjh_result {
     double lowp_max_abs_err; /* the plain low-precision implementation's max error */
     double rounding_atol;    /* twice the dtype's rounding error of an add at the output's size */
     double lse_max_err;      /* max |lse - ref| where finite */
-    /* The backward's dq, dk, dv: max errors, the plain implementation's, the references' max
-    ** magnitudes (when the case asked for it). */
-    double grad_err[3], grad_lowp_err[3], grad_max[3];
+    /* The backward's dq, dk, dv and dbias: max errors, the plain implementation's, the
+    ** references' max magnitudes (when the case asked for them). */
+    double grad_err[4], grad_lowp_err[4], grad_max[4];
     int64_t bad_elements;    /* outputs non-finite, unwritten, or lse not -inf where it must be */
     int64_t clobbered;       /* bytes outside the output views that changed */
     int pass;
