@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Builds and tests flashjit on a machine without apt (the GPU machine), against the packages
 # that scripts/device-deps.sh extracted into .deps/root; then benchmarks. Logs go to $OUT (or
-# ./out). Usage: scripts/device-test.sh [smoke|test|bench|decode|all] [extra bench arguments...]
+# ./out). Usage: scripts/device-test.sh [smoke|test|bench|decode|python|all] [extra bench arguments...]
 # smoke: a few `flashjit run` checks, each under a time limit (a kernel that hangs is killed).
 # decode: the decode, graph-capture, paged, MLA, append, merge and backward suites,
 # compute-sanitizer on paged and MLA decode, the append and a backward, the host time of a
 # memoised decode call, and bench/bench_decode.py on the default path (the decode kernel) and on
 # the Hopper forward kernel (not part of all).
+# python: the Python package on the GPU (tests/torch_api.py: the drop-in, gradients, torch.compile,
+# a CUDA graph of a paged decode step, the Python call's host time; tests/python_api.py on CUDA;
+# examples/train_block.py against SDPA).
 # CTEST_LABEL=gpu runs only the tests with that label.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -111,6 +114,13 @@ if [ "$what" = decode ]; then
     (cd $build && ctest --output-on-failure --timeout 150 -R "test_backward_cuda") \
         > "$out/ctest_backward.log" 2>&1 || status=1
     grep -E "Test +#|tests passed" "$out/ctest_backward.log"
+fi
+if [ "$what" = python ]; then
+    export PYTHONPATH=$PWD/python FLASHJIT_LIB=$PWD/$build/libflashjit.so PYTHONUNBUFFERED=1
+    timeout 300 python3 tests/torch_api.py 2>&1 | tee "$out/torch_api.log" || status=1
+    timeout 120 python3 tests/python_api.py cuda 2>&1 | tee "$out/python_api.log" || status=1
+    timeout 300 python3 examples/train_block.py --steps 300 2>&1 | tee "$out/train_block.log" ||
+        status=1
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
     PYTHONUNBUFFERED=1 python3 bench/bench_fwd.py --lib $build/libflashjit.so --out "$out" "$@" \
