@@ -633,6 +633,7 @@ static void test_config_overrides(void **state)
     (void)state;
     fj__variant v;
     memset(&v, 0, sizeof v);
+    v.family = FJ__FAMILY_FWD;
     v.path = FJ__PATH_WGMMA;
     fj__err err = {{0}};
     assert_int_equal(fj__apply_config(&v,
@@ -656,11 +657,11 @@ static void test_config_overrides(void **state)
     static const struct {
         const char *config, *message;
     } bad[] = {{"tile_n=300", "tile_n = 300, expected 8..256"},
-               {"stages=0", "stages = 0, expected 1..4"},
+               {"stages=0", "stages = 0, expected 1..8"},
                {"persistent=4", "persistent = 4, expected 0..3"},
                {"overlap=2", "overlap = 2, expected 0..1"},
                {"q_stages=3", "q_stages = 3, expected 1..2"},
-               {"ctas_per_sm=0", "ctas_per_sm = 0, expected 1..2"},
+               {"ctas_per_sm=5", "ctas_per_sm = 5, expected 0..4"},
                {"exp_poly=9", "exp_poly = 9, expected 0..8"},
                {"bogus=1", "unknown field 'bogus'"},
                {"path=fast", "path must be simt, mma, wgmma or decode"},
