@@ -178,7 +178,7 @@ torch.cuda.current_stream().wait_stream(s)
 kc.copy_(kc0)
 vc.copy_(vc0)
 graph = torch.cuda.CUDAGraph()
-with torch.cuda.graph(graph):
+with torch.cuda.graph(graph, stream=s):  # the stream whose workspace the warm-up sized
     got = step()
 kc.copy_(kc0)
 vc.copy_(vc0)
