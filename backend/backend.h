@@ -87,6 +87,9 @@ struct fj_backend_ops {
     /* Sets bytes of device memory at dst to value, queued on stream. */
     fj_status (*memset_async)(void *b, void *dst, int value, size_t bytes, void *stream);
     fj_status (*synchronize)(void *b, void *stream);
+    /* Optional (NULL: never): whether stream is being captured into a graph, so that nothing
+    ** may allocate or wait on it. */
+    int (*capturing)(void *b, void *stream);
 
     /* Optional (NULL: unknown): registers per thread and local-memory (spill) bytes. */
     void (*kernel_info)(void *b, void *kernel, int32_t *registers, int32_t *local_bytes);

@@ -83,6 +83,7 @@ static struct {
     int ok;
     CUresult init_rc;
     cuTensorMapEncodeTiled_fn cuTensorMapEncodeTiled; /* NULL on drivers before CUDA 12 */
+    CUresult (*cuStreamIsCapturing)(CUstream, int *); /* optional: NULL, never capturing */
 #define CU_FIELD(name, ret, args) ret(*name) args;
     CU_FUNCS(CU_FIELD)
 #undef CU_FIELD
@@ -102,6 +103,7 @@ static void cu_load(void)
     CU_FUNCS(CU_RESOLVE)
 #undef CU_RESOLVE
     *(void **)(&cu.cuTensorMapEncodeTiled) = dlsym(cu.lib, "cuTensorMapEncodeTiled");
+    *(void **)(&cu.cuStreamIsCapturing) = dlsym(cu.lib, "cuStreamIsCapturing");
     cu.init_rc = cu.cuInit(0);
     cu.ok = cu.init_rc == CUDA_SUCCESS;
 }
@@ -606,6 +608,15 @@ out:
     return st;
 }
 
+/* Whether stream is being captured into a CUDA graph (then nothing may allocate or wait). */
+static int cuda_capturing(void *p, void *stream)
+{
+    int status = 0; /* CU_STREAM_CAPTURE_STATUS_NONE */
+    if (!cu.cuStreamIsCapturing || make_current(p) != FJ_OK)
+        return 0;
+    return cu.cuStreamIsCapturing((CUstream)stream, &status) == CUDA_SUCCESS && status != 0;
+}
+
 const struct fj_backend_ops fj__cuda_backend = {
     .api_version = FJ_BACKEND_API_VERSION,
     .name = "cuda",
@@ -626,6 +637,7 @@ const struct fj_backend_ops fj__cuda_backend = {
     .copy_d2h = cuda_copy_d2h,
     .memset_async = cuda_memset_async,
     .synchronize = cuda_synchronize,
+    .capturing = cuda_capturing,
     .kernel_info = cuda_kernel_info,
     .tensor_map = cuda_tensor_map,
 };

@@ -1,7 +1,7 @@
 /* CUDA graphs: after the first call of a kind, a decode call (dense with split keys, paged,
 ** speculative with causal rows) launches only kernels on the caller's stream, so it can be
 ** captured into a CUDA graph (global capture mode: any synchronisation or allocation during the
-** capture fails it). The replay must reproduce the direct call bit for bit, and must read the
+** capture fails it); a first call during a capture is refused with a message instead. The replay must reproduce the direct call bit for bit, and must read the
 ** buffers' current contents: the queries are replaced between replays. The Driver API calls the
 ** test itself needs (streams and graphs) come from libcuda.so.1 through dlopen, as the library's.
 ** gpu label; without a CUDA device the suite skips. */
@@ -250,10 +250,50 @@ static void test_decode_graphs(void **state)
         check_graph(ctx, &problems[i]);
 }
 
+/* A first call on a stream that is being captured cannot allocate the stream's workspace: the
+** call says so (naming the cause) instead of breaking the capture with an allocation. */
+static void test_first_call_in_capture_is_named(void **state)
+{
+    fj_context *ctx = suite_context(state);
+    assert_true(load_driver());
+    const int64_t b = 1, sk = 8192, hq = 8, hkv = 2, d = 128;
+    buf q, k, v, out;
+    buf_random(ctx, &q, (size_t)(b * hq * d));
+    buf_random(ctx, &k, (size_t)(b * sk * hkv * d));
+    buf_random(ctx, &v, (size_t)(b * sk * hkv * d));
+    buf_random(ctx, &out, (size_t)(b * hq * d));
+    fj_attention_desc desc;
+    fj_attention_desc_init(&desc);
+    desc.num_splits = 8; /* split states: a workspace */
+    fj_tensor tq = bshd(q.dev, b, 1, hq, d), tk = bshd(k.dev, b, sk, hkv, d);
+    fj_tensor tv = bshd(v.dev, b, sk, hkv, d), to = bshd(out.dev, b, 1, hq, d);
+    CUstream stream = NULL;
+    CU_OK(cu.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    CU_OK(cu.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    const fj_status st = fj_attention_forward(ctx, &desc, &tq, &tk, &tv, &to, NULL, stream);
+    const char *message = fj_context_last_error(ctx);
+    printf("  first call in a capture: %s: %s\n", fj_status_string(st), message);
+    CUgraph graph = NULL;
+    const CUresult ended = cu.cuStreamEndCapture(stream, &graph);
+    assert_int_equal(st, FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(message, "being captured"));
+    CU_OK(ended); /* nothing was queued or allocated: the capture is intact */
+    CU_OK(cu.cuGraphDestroy(graph));
+    /* Outside the capture the same call runs. */
+    assert_int_equal(fj_attention_forward(ctx, &desc, &tq, &tk, &tv, &to, NULL, stream), FJ_OK);
+    CU_OK(cu.cuStreamSynchronize(stream));
+    CU_OK(cu.cuStreamDestroy(stream));
+    buf_free(ctx, &q);
+    buf_free(ctx, &k);
+    buf_free(ctx, &v);
+    buf_free(ctx, &out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_graphs),
+        cmocka_unit_test(test_first_call_in_capture_is_named),
     };
     return suite_run("graph", tests);
 }
