@@ -29,6 +29,15 @@ fj_status fj__plan_request(const fj_attention_desc *desc, const fj_tensor *q, co
                            const fj_device_info *dev, const char *config, fj__mods *mods,
                            fj__plan *plan, fj__err *err);
 
+/* The same for a backward (fj_attention_backward's validation and plan, p the validated
+** problem): the call and the offline build plan it through here. */
+fj_status fj__plan_backward_request(const fj_attention_desc *desc, const fj_tensor *q,
+                                    const fj_tensor *k, const fj_tensor *v, const fj_tensor *out,
+                                    const fj_tensor *dout, const fj_tensor *lse,
+                                    const fj_tensor *dq, const fj_tensor *dk, const fj_tensor *dv,
+                                    const fj_device_info *dev, fj__mods *mods,
+                                    fj__bwd_problem *p, fj__plan *plan, fj__err *err);
+
 /* Compiles source for the job's target; thread-safe (several jobs compile at once). */
 typedef fj_status (*fj__compile_fn)(void *ud, const char *source, const char *options,
                                     fj__blob *binary, char **log, fj__err *err);

@@ -93,6 +93,17 @@ for arch in sm_80 sm_90a; do
     expected=$((expected + $(echo "$out" | sed -n 's/^\([0-9]*\) kernels built.*/\1/p')))
     checked=$((checked + 1))
 done
+# Training: --backward adds the backward's kernels (dot, dkdv, dq; dbias with a bias, through a
+# score_mod's derivative): all build.
+out=$("$cli" cache build --arch sm_90a --cache "$dir/offline.db" --head-dim 64 --causal 1 \
+    --seqlen 1024 --backward --bias f32 --score-mod "s * 0.5 + tanh(s)" 2>&1)
+status=$?
+echo "$out"
+[ $status -eq 0 ] || { echo "FAIL: cache build --backward (status $status)"; exit 1; }
+[ "$(echo "$out" | grep -c "cuda.bwd.simt")" -eq 4 ] ||
+    { echo "FAIL: cache build --backward did not build the four backward kernels"; exit 1; }
+expected=$((expected + $(echo "$out" | sed -n 's/^\([0-9]*\) kernels built.*/\1/p')))
+checked=$((checked + 1))
 # The opt-in two blocks per SM (one consumer warpgroup each, 232 registers): no spills either.
 out=$(FLASHJIT_CONFIG=tile_m=64,warps=8,ctas_per_sm=2,pingpong=0 "$cli" cache build --arch sm_90a \
     --cache "$dir/offline.db" --head-dim 64 --causal 0,1 --seqlen 1024 2>&1)

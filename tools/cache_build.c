@@ -35,7 +35,9 @@ static int build_usage(FILE *f)
         "  16), --group G,... [1] query heads per kv head; what such calls run, whole and split\n"
         "  (the decode kernel and the merge of its splits)\n"
         "Merges (fj_attention_merge) instead of the forward kernels: --merge N,... (states per\n"
-        "  merge, 1 to 64), for each --dtype (states and result) and --lse\n");
+        "  merge, 1 to 64), for each --dtype (states and result) and --lse\n"
+        "Training: --backward also builds each request's backward kernels (fj_attention_backward;\n"
+        "  with --bias, its dbias kernel too)\n");
     return 2;
 }
 
@@ -138,6 +140,7 @@ typedef struct build_request {
     int64_t decode_rows, group; /* decode: query rows and query heads per kv head (0: no) */
     const char *mask_mod, *score_mod;
     int alibi, bias, mask, ranges, block_mask, varlen;
+    int backward; /* also the backward's kernels (with a bias, the dbias kernel too) */
 } build_request;
 
 /* Plans a representative request of r's shape (one sequence, one head, 16-byte aligned
@@ -231,6 +234,28 @@ static int build_request_kernels(build_run *run, const fj_device_info *dev, fj__
             if (plan.steps[i].kind == FJ__STEP_KERNEL)
                 build_variant(run, &plan.steps[i].variant, r->d, r->dv, r->causal, r->softcap);
     }
+    if (r->backward) {
+        /* Gradients like their tensors, each at an address of its own (the backward checks
+        ** that no output overlaps an input); dbias shaped as the bias. */
+        fj_tensor dout = out, dq = q, dk = k, dv = v, dbias = bias;
+        fj_tensor *moved[5] = {&dout, &dq, &dk, &dv, &dbias};
+        for (int i = 0; i < 5; i++)
+            moved[i]->data = (char *)fake + ((size_t)(i + 1) << 36);
+        dbias.dtype = FJ_DTYPE_F32;
+        desc.dbias = r->bias ? &dbias : NULL;
+        desc.num_splits = 0;
+        fj__bwd_problem bp;
+        fj__plan plan;
+        fj__err err = {{0}};
+        if (fj__plan_backward_request(&desc, &q, &k, &v, &out, &dout, &lse, &dq, &dk, &dv, dev,
+                                      mods, &bp, &plan, &err) != FJ_OK) {
+            fprintf(stderr, "flashjit cache build: backward: %s\n", err.msg);
+            return -1;
+        }
+        for (int i = 0; i < plan.nsteps; i++)
+            if (plan.steps[i].kind == FJ__STEP_KERNEL)
+                build_variant(run, &plan.steps[i].variant, r->d, r->dv, r->causal, r->softcap);
+    }
     return 0;
 }
 
@@ -295,6 +320,7 @@ int fjt_cache_build(int argc, char **argv)
         O_BACKEND,
         O_MERGE,
         O_DECODE,
+        O_BACKWARD,
         O_GROUP,
         O_HELP
     };
@@ -318,6 +344,7 @@ int fjt_cache_build(int argc, char **argv)
                                          {"backend", required_argument, 0, O_BACKEND},
                                          {"merge", required_argument, 0, O_MERGE},
                                          {"decode", required_argument, 0, O_DECODE},
+                                         {"backward", no_argument, 0, O_BACKWARD},
                                          {"group", required_argument, 0, O_GROUP},
                                          {"help", no_argument, 0, O_HELP},
                                          {0, 0, 0, 0}};
@@ -328,7 +355,7 @@ int fjt_cache_build(int argc, char **argv)
     int64_t merges[MAX_VALUES];
     int nd = 2, ndv = 0, nc = 2, ns = 1, nl = 1, nq = 2, nm = 0;
     int64_t decode_rows[MAX_VALUES] = {0}, groups[MAX_VALUES] = {1};
-    int ndec = 1, ngroup = 1, decoding = 0;
+    int ndec = 1, ngroup = 1, decoding = 0, backward = 0;
     int alibi = 0, bias = 0, mask = 0, ranges = 0, block_mask = 0, varlen = 0;
     fj_dtype dtypes[2] = {FJ_DTYPE_BF16};
     int ndt = 1, opt;
@@ -419,6 +446,7 @@ int fjt_cache_build(int argc, char **argv)
                 return 2;
             decoding = 1;
             break;
+        case O_BACKWARD: backward = 1; break;
         case O_GROUP:
             if ((ngroup = fjt_parse_list("group", optarg, 1, 128, groups, MAX_VALUES)) < 0)
                 return 2;
@@ -433,6 +461,10 @@ int fjt_cache_build(int argc, char **argv)
         default: return build_usage(stderr);
         }
     }
+    if (backward && decoding)
+        return fprintf(stderr, "flashjit cache build: --backward takes prefill shapes, not "
+                               "--decode\n"),
+               2;
     if (decoding && varlen)
         return fprintf(stderr, "flashjit cache build: --decode takes dense tensors, not --varlen\n"),
                2;
@@ -496,7 +528,8 @@ int fjt_cache_build(int argc, char **argv)
                                                  .mask = mask,
                                                  .ranges = ranges,
                                                  .block_mask = block_mask,
-                                                 .varlen = varlen};
+                                                 .varlen = varlen,
+                                                 .backward = backward};
                         bad = build_request_kernels(&run, &dev, &mods, &r) != 0;
                     }
     fj__mods_free(&mods);
