@@ -16,7 +16,11 @@ from ._lib import load as _load_library
 from .errors import (BackendError, CacheError, CompileError, FlashjitError, InvalidArgument,
                      NoDevice, OutOfMemory, TemplateError, Unsupported)
 
-__version__ = "0.1.0"
+try:  # the installed package's version (the CMake project's); info() has the library's
+    from importlib.metadata import PackageNotFoundError, version as _version
+    __version__ = _version("flashjit")
+except PackageNotFoundError:  # running from a source checkout
+    __version__ = "unknown"
 
 
 def info(lib=None):
