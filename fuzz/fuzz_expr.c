@@ -1,6 +1,7 @@
-/* libFuzzer target: the expression parser, its C emission, the evaluator, and the variant key
-** that carries the emitted text. Input: one flag byte (bit 0: score_mod), then the text. Any
-** accepted text must emit bounded C, evaluate without undefined behaviour, and key cleanly. */
+/* libFuzzer target: the expression parser, its C emission, the evaluator, a score_mod's
+** derivative (text and dual-number value), and the variant key that carries the emitted text.
+** Input: one flag byte (bit 0: score_mod), then the text. Any accepted text must emit bounded C,
+** evaluate without undefined behaviour, and key cleanly. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const char *c = fj__expr_text(e);
         if (strlen(c) >= FJ__EXPR_MAX_TEXT)
             abort();
+        const char *g = fj__expr_grad_text(e);
+        if (!score && g) /* only a score_mod has one (NULL where it would be too long) */
+            abort();
+        if (g && strlen(g) >= FJ__EXPR_MAX_GRAD_TEXT)
+            abort();
         static const float args[5] = {0.5f, -2.0f, 3.4e38f, 1e-45f, -0.0f};
         for (int i = 0; i < 4; i++) {
             fj__expr_env env = {.b = i,
@@ -38,6 +44,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                 .args = args,
                                 .nargs = i == 3 ? 0 : 5};
             (void)fj__expr_eval(e, &env);
+            if (score) {
+                (void)fj__expr_eval_grad(e, &env);
+                env.exact = 1;
+                (void)fj__expr_eval_grad(e, &env);
+            }
         }
         fj__variant v;
         memset(&v, 0, sizeof v);
