@@ -1,7 +1,8 @@
 """flashjit.torch against PyTorch: the SDPA drop-in's outputs and autograd gradients against
 float64 SDPA (within twice the error of SDPA in the same dtype, plus rounding), GQA, bool and
 float masks, top-left causal for sq != sk; flex_attention with a score_mod expression and its
-gradients against the same function in torch; torch.library.opcheck of the forward operator
+gradients against the same function in torch; kv_cache_append into shuffled pages with paged
+attention over them, and attention_merge of two key halves; torch.library.opcheck of the forward operator
 (schema, fake tensor, autograd registration, AOT dispatch); torch.compile(fullgraph=True) of a
 block using it against eager. On a CUDA device, in bf16, also a paged decode step
 (kv_cache_append + attention) captured in a CUDA graph and replayed against eager, and the host
@@ -145,6 +146,39 @@ try:
           f"max diff {diff:.3g}")
 except Exception as e:  # noqa: BLE001 - reported as the failure
     check("torch.compile(fullgraph=True) block", False, f"{type(e).__name__}: {e}")
+
+# The decode operators: kv_cache_append into shuffled pages, paged attention of the appended
+# cache against dense SDPA on the same keys, and attention_merge of two key halves.
+b, hq, hkv, d, page, pages_per_seq = 3, 8, 2, 64, 16, 6
+lens = torch.tensor([5, 40, 77], device=dev, dtype=torch.int32)
+table = torch.randperm(b * pages_per_seq, device=dev, dtype=torch.int32).view(b, -1)
+kc = torch.randn(b * pages_per_seq, page, hkv, d, device=dev, dtype=dtype)
+vc = torch.randn_like(kc)
+kn, vn = (torch.randn(b, 2, hkv, d, device=dev, dtype=dtype) for _ in range(2))
+fjt.kv_cache_append(kn, vn, kc, vc, table, lens)
+lens2 = lens + 2
+q1 = torch.randn(b, 1, hq, d, device=dev, dtype=dtype)
+got = fjt.attention(q1, kc, vc, page_table=table, seqused_k=lens2,
+                    max_seqlen_k=pages_per_seq * page)
+worst = 0.0
+for i in range(b):
+    n = int(lens2[i])
+    rows = torch.cat([kc[table[i, j // page], j % page][None] for j in range(n)])
+    vals = torch.cat([vc[table[i, j // page], j % page][None] for j in range(n)])
+    ok_tail = torch.equal(rows[-2:], kn[i]) and torch.equal(vals[-2:], vn[i])
+    ref = sdpa(q1[i:i + 1].transpose(1, 2).double(), rows[None].transpose(1, 2).double(),
+               vals[None].transpose(1, 2).double(), enable_gqa=True).transpose(1, 2)
+    worst = max(worst, (got[i:i + 1].double() - ref).abs().max().item()) if ok_tail else 1e9
+check("kv_cache_append + paged attention", worst < (1e-4 if dtype == torch.float32 else 0.02),
+      f"max err {worst:.3g}")
+q, k, v = (torch.randn(2, n, 4, 32, device=dev, dtype=dtype) for n in (9, 40, 40))
+halves = [fjt.attention(q, k[:, lo:hi], v[:, lo:hi], return_lse=True) for lo, hi in ((0, 17), (17, 40))]
+merged, merged_lse = fjt.attention_merge([o for o, _ in halves], [l for _, l in halves])
+whole, whole_lse = fjt.attention(q, k, v, return_lse=True)
+err = max((merged.float() - whole.float()).abs().max().item(),
+          (merged_lse - whole_lse).abs().max().item())
+check("attention_merge of two key halves", err < (1e-4 if dtype == torch.float32 else 0.02),
+      f"max err {err:.3g}")
 
 if dev != "cuda":
     sys.exit(1 if failures else 0)
