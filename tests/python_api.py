@@ -1,6 +1,7 @@
 """The installed Python package on a real device without torch: NumPy arrays (through DLPack)
 against float64 references computed here. Forward (f32, f16; causal, GQA, odd sizes, strided
-[b, h, s, d] views, lse), the backward against analytic gradients, the merge of two key halves
+[b, h, s, d] views, lse), the backward against analytic gradients (also through a score_mod,
+with the bias's gradient), the merge of two key halves
 against the whole, and errors raised as the right FlashjitError subclass naming the field.
 Usage: python tests/python_api.py [backend]   (default opencl; exits 77 without a device)"""
 import sys
@@ -100,6 +101,30 @@ ref_dv = np.einsum("bhqk,bqhd->bkhd", p, do).reshape(b, sk, hkv, g, d).sum(3)
 for name, got, want in (("dq", dq, ref_dq), ("dk", dk, ref_dk), ("dv", dv, ref_dv)):
     err = np.abs(got - want).max() / np.abs(want).max()
     check(f"backward {name}", err < 1e-4, f"relative err {err:.3g}")
+
+# Backward through a score_mod with a bias shared by the batch: dq and the bias's gradient
+# (summed over the batch) against float64 ones computed here.
+b, sq, sk, hq, d = 2, 13, 19, 2, 16
+q, k, v, dout = rand(b, sq, hq, d), rand(b, sk, hq, d), rand(b, sk, hq, d), rand(b, sq, hq, d)
+bias = rand(1, hq, sq, sk)
+mod = "s * 0.5 + tanh(s)"
+lse = np.empty((b, hq, sq), np.float32)
+out = ctx.forward(q, k, v, lse=lse, score_mod=mod, bias=bias)
+dbias = np.full((1, hq, sq, sk), np.nan, np.float32)
+dq, dk, dv = ctx.backward(q, k, v, out, dout, lse, score_mod=mod, bias=bias, dbias=dbias)
+qd, kd, vd, gd = (x.astype(np.float64) for x in (q, k, v, dout))
+s_in = np.einsum("bqhd,bkhd->bhqk", qd, kd) / np.sqrt(d) + bias.astype(np.float64)
+s_out = 0.5 * s_in + np.tanh(s_in)
+p = np.exp(s_out - s_out.max(-1, keepdims=True))
+p /= p.sum(-1, keepdims=True)
+o = np.einsum("bhqk,bkhd->bqhd", p, vd)
+dp = np.einsum("bqhd,bkhd->bhqk", gd, vd)
+ds = p * (dp - np.einsum("bqhd,bqhd->bhq", gd, o)[..., None]) * (1.5 - np.tanh(s_in) ** 2)
+ref_dq = np.einsum("bhqk,bkhd->bqhd", ds, kd) / np.sqrt(d)
+ref_dbias = ds.sum(0, keepdims=True)
+for name, got, want in (("dq", dq, ref_dq), ("dbias", dbias, ref_dbias)):
+    err = np.abs(got - want).max() / np.abs(want).max()
+    check(f"backward through score_mod, {name}", err < 1e-4, f"relative err {err:.3g}")
 
 # Merge: attention over two key halves, merged, equals attention over all keys.
 q, k, v = rand(1, 9, 2, 32), rand(1, 40, 2, 32), rand(1, 40, 2, 32)
