@@ -11,30 +11,12 @@
 static void bwd_variant(const fj__features *f, const fj_device_info *dev, int stage,
                         fj__variant *v)
 {
-    memset(v, 0, sizeof *v);
-    v->family = FJ__FAMILY_BWD;
-    v->backend = dev->backend;
-    v->path = FJ__PATH_SIMT;
-    v->q_dtype = f->q_dtype;
-    v->kv_dtype = f->kv_dtype;
-    v->out_dtype = f->out_dtype;
-    v->acc_dtype = FJ_DTYPE_F32;
-    v->head_dim_pad = fj__round_up(f->head_dim, 16);
-    v->head_dim_v_pad = fj__round_up(f->head_dim_v, 16);
+    fj__variant_from_features(v, FJ__FAMILY_BWD, f, dev);
     v->stage = (uint8_t)stage;
     v->varlen = f->varlen;
-    if (stage > 1) { /* what the scores depend on */
-        v->local_mask = f->window_left >= 0 || f->window_right >= 0;
-        v->softcap = f->softcap;
-        v->neg_scale = f->neg_scale;
-        v->mask_mod = f->mask_mod;
-        v->score_mod = f->score_mod;
+    if (stage > 1) { /* what the scores depend on, and score_mod's derivative */
+        fj__variant_score_fields(v, f);
         v->score_mod_grad = f->score_mod_grad;
-        v->alibi = f->alibi;
-        v->bias = f->bias_dtype < 0 ? 0 : f->bias_dtype == FJ_DTYPE_F32 ? 1 : 2;
-        v->mask_tensor = f->mask;
-        v->mask_ranges = f->ranges;
-        v->block_mask = f->block_mask;
     }
     v->tile_m = v->tile_n = TILE;
     v->threads = stage == 2 ? v->tile_n : v->tile_m;

@@ -16,6 +16,34 @@
 #define MIN_SPLIT_KEYS 256  /* an automatic split keeps at least this many keys */
 #define BLOCKS_PER_UNIT 4   /* automatic splits aim at this many work-groups per compute unit */
 
+/* On CUDA, 16-bit data in 16-byte rows: the vector kernel (keys as vectors straight into
+** registers), up to 8 packed rows per block (each lane keeps a slice of every row's query and
+** output). Returns 1 and fills *v when it serves f on dev. */
+static int choose_vector(const fj__features *f, const fj_device_info *dev, int64_t group_rows,
+                         fj__variant *v)
+{
+    const int sixteen_bit = f->q_dtype == FJ_DTYPE_BF16 || f->q_dtype == FJ_DTYPE_F16;
+    if (dev->backend != FJ_BACKEND_CUDA || !sixteen_bit || !f->rows_16b[FJ__T_Q] ||
+        !f->rows_16b[FJ__T_K] || !f->rows_16b[FJ__T_V] || f->head_dim > 256 ||
+        f->head_dim_v > 256)
+        return 0;
+    fj__variant t = *v;
+    t.path = FJ__PATH_VECTOR;
+    t.head_dim_pad = (int32_t)f->head_dim; /* multiples of 8: rows_16b */
+    t.head_dim_v_pad = (int32_t)f->head_dim_v;
+    t.tile_m = 1;
+    while (t.tile_m < group_rows && t.tile_m < 8)
+        t.tile_m *= 2;
+    /* Keys per group and chunk, and blocks per SM: the best of an A/B on the H200
+    ** (bench/RESULTS.md); fewer where more rows or page arithmetic take registers. */
+    t.stages = t.tile_m > 4 || f->paged ? 2 : 3;
+    t.ctas_per_sm = t.tile_m > 4 || f->paged ? 0 : 3;
+    if (!fj__variant_fits(&t, dev))
+        return 0;
+    *v = t;
+    return 1;
+}
+
 int fj__choose_decode(const fj__features *f, const fj_device_info *dev, fj__variant *v)
 {
     memset(v, 0, sizeof *v);
@@ -25,44 +53,15 @@ int fj__choose_decode(const fj__features *f, const fj_device_info *dev, fj__vari
         f->bias_dtype >= 0 || f->mask || f->block_mask || f->ranges ||
         f->kv_dtype != f->q_dtype || f->out_dtype != f->q_dtype)
         return 0;
-    v->family = FJ__FAMILY_DECODE;
-    v->backend = dev->backend;
-    v->path = FJ__PATH_SIMT;
-    v->q_dtype = f->q_dtype;
-    v->kv_dtype = f->kv_dtype;
-    v->out_dtype = f->out_dtype;
-    v->acc_dtype = FJ_DTYPE_F32;
-    v->head_dim_pad = fj__round_up(f->head_dim, 16);
-    v->head_dim_v_pad = fj__round_up(f->head_dim_v, 16);
+    fj__variant_from_features(v, FJ__FAMILY_DECODE, f, dev);
     v->threads = DECODE_THREADS;
     v->local_mask = f->window_left >= 0 || f->window_right >= 0;
     v->softcap = f->softcap;
     v->write_lse = f->lse;
     v->varlen = f->varlen;
     v->paged = f->paged;
-    /* On CUDA, 16-bit data in 16-byte rows: keys as vectors straight into registers, up to 8
-    ** packed rows per block (each lane keeps a slice of every row's query and output). */
-    const int sixteen_bit = f->q_dtype == FJ_DTYPE_BF16 || f->q_dtype == FJ_DTYPE_F16;
-    if (dev->backend == FJ_BACKEND_CUDA && sixteen_bit && f->rows_16b[FJ__T_Q] &&
-        f->rows_16b[FJ__T_K] && f->rows_16b[FJ__T_V] && f->head_dim <= 256 &&
-        f->head_dim_v <= 256) {
-        v->path = FJ__PATH_VECTOR;
-        v->head_dim_pad = (int32_t)f->head_dim; /* multiples of 8: rows_16b */
-        v->head_dim_v_pad = (int32_t)f->head_dim_v;
-        v->tile_m = 1;
-        while (v->tile_m < group_rows && v->tile_m < 8)
-            v->tile_m *= 2;
-        /* Keys per group and chunk, and blocks per SM: the best of an A/B on the H200
-        ** (bench/RESULTS.md); fewer where more rows or page arithmetic take registers. */
-        v->stages = v->tile_m > 4 || f->paged ? 2 : 3;
-        v->ctas_per_sm = v->tile_m > 4 || f->paged ? 0 : 3;
-        if (fj__variant_fits(v, dev))
-            return 1;
-        v->path = FJ__PATH_SIMT;
-        v->stages = v->ctas_per_sm = 0;
-        v->head_dim_pad = fj__round_up(f->head_dim, 16);
-        v->head_dim_v_pad = fj__round_up(f->head_dim_v, 16);
-    }
+    if (choose_vector(f, dev, group_rows, v))
+        return 1;
     /* Every packed row of a kv head in one work-group where they fit (up to 64), 32-key tiles;
     ** smaller where shared memory runs out (large head dims). */
     v->tile_m = 1;

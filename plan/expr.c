@@ -493,6 +493,24 @@ static void emit_grad_or_zero(const fj__expr *e, int i, out *o)
         put(o, "0.0f");
 }
 
+/* The product rule's terms of binary node n, a' b and a b', joined by sign ('+': d(a * b); '-':
+** the numerator of d(a / b)); a term whose factor does not vary is left out. */
+static void emit_product_rule(const fj__expr *e, const node *n, char sign, out *o)
+{
+    const int da = varies(e, n->a), db = varies(e, n->b);
+    if (da) {
+        emit_grad(e, n->a, o);
+        put(o, " * ");
+        emit(e, n->b, 1, o);
+    }
+    if (db) {
+        put(o, da ? (sign == '+' ? " + " : " - ") : sign == '+' ? "" : "-");
+        emit(e, n->a, 1, o);
+        put(o, " * ");
+        emit_grad(e, n->b, o);
+    }
+}
+
 /* Emits d(node i)/ds for a node that varies, in the kernels' float arithmetic: the chain rule
 ** over the parse tree, terms that do not vary left out. Values are emitted as emit() does. */
 static void emit_grad(const fj__expr *e, int i, out *o)
@@ -520,33 +538,10 @@ static void emit_grad(const fj__expr *e, int i, out *o)
             if (db)
                 emit_grad(e, n->b, o);
             break;
-        case '*':
-            if (da) {
-                emit_grad(e, n->a, o);
-                put(o, " * ");
-                emit(e, n->b, 1, o);
-            }
-            if (da && db)
-                put(o, " + ");
-            if (db) {
-                emit(e, n->a, 1, o);
-                put(o, " * ");
-                emit_grad(e, n->b, o);
-            }
-            break;
+        case '*': emit_product_rule(e, n, '+', o); break;
         default: /* '/': (a' b - a b') / b^2 */
             put(o, "(");
-            if (da) {
-                emit_grad(e, n->a, o);
-                put(o, " * ");
-                emit(e, n->b, 1, o);
-            }
-            if (db) {
-                put(o, " - ");
-                emit(e, n->a, 1, o);
-                put(o, " * ");
-                emit_grad(e, n->b, o);
-            }
+            emit_product_rule(e, n, '-', o);
             put(o, ") / (");
             emit(e, n->b, 1, o);
             put(o, " * ");

@@ -236,28 +236,9 @@ static void plan_simt(fj__variant *v, const fj_device_info *dev)
 void fj__choose_forward(const fj__features *f, const fj_device_info *dev, const char *config,
                         fj__variant *v)
 {
-    memset(v, 0, sizeof *v);
-    v->family = FJ__FAMILY_FWD;
-    v->backend = dev->backend;
-    v->q_dtype = f->q_dtype;
-    v->kv_dtype = f->kv_dtype;
-    v->out_dtype = f->out_dtype;
-    v->acc_dtype = FJ_DTYPE_F32;
-    /* Head dims are padded to multiples of 16 (the tensor-core k step) so that nearby head dims
-    ** share a kernel; the padding lanes are masked at load and store. */
-    v->head_dim_pad = fj__round_up(f->head_dim, 16);
-    v->head_dim_v_pad = fj__round_up(f->head_dim_v, 16);
-    v->local_mask = f->window_left >= 0 || f->window_right >= 0;
-    v->softcap = f->softcap;
-    v->neg_scale = f->neg_scale;
-    v->mask_mod = f->mask_mod;
-    v->score_mod = f->score_mod;
-    v->alibi = f->alibi;
-    v->bias = f->bias_dtype < 0 ? 0 : f->bias_dtype == FJ_DTYPE_F32 ? 1 : 2;
-    v->mask_tensor = f->mask;
+    fj__variant_from_features(v, FJ__FAMILY_FWD, f, dev);
+    fj__variant_score_fields(v, f);
     v->varlen = f->varlen;
-    v->mask_ranges = f->ranges;
-    v->block_mask = f->block_mask;
     v->write_lse = f->lse;
 
     /* Head dims beyond 256 run on the SIMT kernels only, so far; variable lengths, masks and

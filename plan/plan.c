@@ -6,6 +6,37 @@
 
 #define WORKSPACE_ALIGN 256 /* of every workspace in the arena */
 
+void fj__variant_from_features(fj__variant *v, int family, const fj__features *f,
+                               const fj_device_info *dev)
+{
+    memset(v, 0, sizeof *v);
+    v->family = family;
+    v->backend = dev->backend;
+    v->path = FJ__PATH_SIMT;
+    v->q_dtype = f->q_dtype;
+    v->kv_dtype = f->kv_dtype;
+    v->out_dtype = f->out_dtype;
+    v->acc_dtype = FJ_DTYPE_F32;
+    /* Padded to multiples of 16 (the tensor-core k step) so that nearby head dims share a
+    ** kernel; the padding lanes are masked at load and store. */
+    v->head_dim_pad = fj__round_up(f->head_dim, 16);
+    v->head_dim_v_pad = fj__round_up(f->head_dim_v, 16);
+}
+
+void fj__variant_score_fields(fj__variant *v, const fj__features *f)
+{
+    v->local_mask = f->window_left >= 0 || f->window_right >= 0;
+    v->softcap = f->softcap;
+    v->neg_scale = f->neg_scale;
+    v->mask_mod = f->mask_mod;
+    v->score_mod = f->score_mod;
+    v->alibi = f->alibi;
+    v->bias = f->bias_dtype < 0 ? 0 : f->bias_dtype == FJ_DTYPE_F32 ? 1 : 2;
+    v->mask_tensor = f->mask;
+    v->mask_ranges = f->ranges;
+    v->block_mask = f->block_mask;
+}
+
 int fj__plan_add_workspace(fj__plan *plan, size_t bytes)
 {
     const int i = plan->nworkspaces++;

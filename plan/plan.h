@@ -93,6 +93,15 @@ typedef struct fj__plan {
 int fj__plan_add_workspace(fj__plan *plan, size_t bytes);
 fj__step *fj__plan_add_step(fj__plan *plan, fj__step_kind kind);
 
+/* Zeroes *v and fills what every family's variant takes from the request: the family, the
+** backend, the SIMT path, the element types, f32 accumulation, head dims padded to 16. */
+void fj__variant_from_features(fj__variant *v, int family, const fj__features *f,
+                               const fj_device_info *dev);
+/* Fills what decides a pair's score and whether it is seen, for the kernels that recompute
+** scores (the forward's, the backward's): the band, soft-capping, the scale's sign, the
+** expressions, ALiBi, the bias, the mask tensor, the ranges and the block classes. */
+void fj__variant_score_fields(fj__variant *v, const fj__features *f);
+
 static inline int64_t fj__div_up(int64_t a, int64_t b)
 {
     return (a + b - 1) / b;

@@ -9,22 +9,18 @@
 ** it (its stream's) has finished. */
 static fj_status arena_for(fj_context *ctx, void *stream, size_t bytes, fj__arena **out)
 {
-    /* Growing or taking an arena allocates (and waits): impossible while the stream is being
-    ** captured into a graph, so that is named rather than left to break the capture. */
-    const fj__arena *held = NULL;
-    for (int i = 0; i < ctx->narenas && !held; i++)
+    fj__arena *a = NULL;
+    for (int i = 0; i < ctx->narenas && !a; i++)
         if (ctx->arenas[i].stream == stream)
-            held = &ctx->arenas[i];
-    if ((!held || held->bytes < bytes) && ctx->ops->capturing &&
+            a = &ctx->arenas[i];
+    /* Taking or growing an arena allocates (and waits): impossible while the stream is being
+    ** captured into a graph, so that is named rather than left to break the capture. */
+    if ((!a || a->bytes < bytes) && ctx->ops->capturing &&
         ctx->ops->capturing(ctx->backend, stream))
         return fj__fail(&ctx->err, FJ_ERR_INVALID_ARGUMENT,
                         "stream %p is being captured into a graph and has no %zu-byte workspace "
                         "yet: make one call of this kind on it before capturing",
                         stream, bytes);
-    fj__arena *a = NULL;
-    for (int i = 0; i < ctx->narenas && !a; i++)
-        if (ctx->arenas[i].stream == stream)
-            a = &ctx->arenas[i];
     if (!a) {
         if (ctx->narenas < FJ__ARENAS) {
             a = &ctx->arenas[ctx->narenas++];

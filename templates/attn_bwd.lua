@@ -138,11 +138,7 @@ typedef struct Smem {
     float lse[TILE_M];     /* log2 units */
     float delta[TILE_M];
 } Smem;
-%   if backend == "cuda" then
-static_assert(sizeof(Smem) == ${shared_bytes}, "Smem: the host's fj__variant_shared_bytes");
-%   else
-typedef char Smem_matches_host[sizeof(Smem) == ${shared_bytes} ? 1 : -1];
-%   end
+% smem_matches_host()
 
 /* dK and dV of one key per work-item, over every query row of the kv head's query heads. */
 KERNEL(TILE_N)
@@ -232,11 +228,7 @@ typedef struct Smem {
     float k[TILE_N][DP];
     float v[TILE_N][DVP];
 } Smem;
-%   if backend == "cuda" then
-static_assert(sizeof(Smem) == ${shared_bytes}, "Smem: the host's fj__variant_shared_bytes");
-%   else
-typedef char Smem_matches_host[sizeof(Smem) == ${shared_bytes} ? 1 : -1];
-%   end
+% smem_matches_host()
 
 /* dQ of one query row per work-item, over the key tiles its band reaches. */
 KERNEL(TILE_M)

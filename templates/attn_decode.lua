@@ -45,11 +45,7 @@ typedef struct Smem {
     float l[ROWS];         /* running sum of exp2(score - m) */
     float alpha[ROWS];     /* this tile's rescale of the row's accumulators */
 } Smem;
-% if backend == "cuda" then
-static_assert(sizeof(Smem) == ${shared_bytes}, "Smem: the host's fj__variant_shared_bytes");
-% else
-typedef char Smem_matches_host[sizeof(Smem) == ${shared_bytes} ? 1 : -1];
-% end
+% smem_matches_host()
 
 % decode_key_row()
 
@@ -68,18 +64,7 @@ fj_attn_decode(
     const int batch = BLOCK_Z;
 % decode_sequence()
     const int rows = group * seqlen_q; /* group rows of this sequence */
-
-    /* This split's keys, and the keys any of the tile's rows may see: [lo, hi]. */
-    const int shift = seqlen_k - seqlen_q;
-    int lo = split * P.keys_per_split;
-    int hi = I_MIN(seqlen_k, lo + P.keys_per_split) - 1;
-% if local_mask then
-    /* Rows 0 .. seqlen_q - 1 all belong to every head: the band of the whole sequence. */
-    if (window_left >= 0)
-        lo = I_MAX(lo, shift - window_left);
-    if (window_right >= 0)
-        hi = I_MIN(hi, seqlen_q - 1 + shift + window_right);
-% end
+% decode_split_keys()
 
     for (int i = tid; i < ROWS * DP; i += THREADS) {
         const int r = i / DP, c = i % DP, g = g0 + r;

@@ -42,7 +42,7 @@ typedef struct Smem {
     float l[GROUPS][ROWS];
     float o[GROUPS][ROWS][DVP];
 } Smem;
-static_assert(sizeof(Smem) == ${shared_bytes}, "Smem: the host's fj__variant_shared_bytes");
+% smem_matches_host()
 
 /* Eight 16-bit elements of a 16-byte vector as floats. */
 INLINE void unpack8(uint4 x, float f[8])
@@ -79,15 +79,7 @@ fj_attn_decode(
     const int batch = BLOCK_Z;
 % decode_sequence()
     const int rows = qgroup * seqlen_q;
-    const int shift = seqlen_k - seqlen_q;
-    int lo = split * P.keys_per_split;
-    int hi = I_MIN(seqlen_k, lo + P.keys_per_split) - 1;
-% if local_mask then
-    if (window_left >= 0)
-        lo = I_MAX(lo, shift - window_left);
-    if (window_right >= 0)
-        hi = I_MIN(hi, seqlen_q - 1 + shift + window_right);
-% end
+% decode_split_keys()
 
     /* The rows' query slices and states; a row beyond the tile's rows sees nothing. */
     float qv[ROWS][8], acc[ROWS][8], m[ROWS], l[ROWS];

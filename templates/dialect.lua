@@ -8,6 +8,8 @@
 % -- LOAD, LOAD_RO and STORE name it and its accesses.
 % -- GPTR(T, x): a pointer field of a parameter block as a pointer to T (on OpenCL pointers
 % -- travel in blocks as integers).
+% -- smem_matches_host() checks, at compile time, that the kernel's struct Smem has the size the
+% -- host gave as shared_bytes (fj__variant_shared_bytes).
 % -- Parameters: backend ("opencl" or "cuda"), q_dtype, kv_dtype, out_dtype ("f32", "f16",
 % -- "bf16").
 % if backend == "opencl" then
@@ -176,4 +178,11 @@ typedef q_t STORE_T;
 #define LOAD Q_LOAD
 #define LOAD_RO Q_LOAD_RO
 #define STORE Q_STORE
+% end
+% function smem_matches_host()
+%   if backend == "cuda" then
+static_assert(sizeof(Smem) == ${shared_bytes}, "Smem: the host's fj__variant_shared_bytes");
+%   else
+typedef char Smem_matches_host[sizeof(Smem) == ${shared_bytes} ? 1 : -1];
+%   end
 % end

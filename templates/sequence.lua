@@ -23,7 +23,8 @@
 % -- key_row(key, s_batch_or_page, s_row), where key `key` of the sequence starts in k or v (and,
 % -- paged, PAGE_NUMBER(i) of the sequence's page i);
 % -- decode_sequence() goes after `batch` and head_kv are declared, and moves q, k and v to the
-% -- sequence (and kv head), declaring q_first and seqlen_q / seqlen_k.
+% -- sequence (and kv head), declaring q_first and seqlen_q / seqlen_k; decode_split_keys(),
+% -- after it and `split`, declares shift and the keys [lo, hi] the split's rows may see.
 % function decode_key_row()
 /* Where key `key` of the sequence starts in k or v (batch and head applied), given the tensor's
 ** batch (page) and row strides. Paged: PAGE_NUMBER(i) is the number of the sequence's page i,
@@ -57,4 +58,17 @@
     k += batch * k_sb + head_kv * k_sh;
     v += batch * v_sb + head_kv * v_sh;
 % end
+% end
+% function decode_split_keys()
+    /* This split's keys, and the keys any of the rows may see: [lo, hi]. */
+    const int shift = seqlen_k - seqlen_q;
+    int lo = split * P.keys_per_split;
+    int hi = I_MIN(seqlen_k, lo + P.keys_per_split) - 1;
+%   if local_mask then
+    /* Rows 0 .. seqlen_q - 1 all belong to every head: the band of the whole sequence. */
+    if (window_left >= 0)
+        lo = I_MAX(lo, shift - window_left);
+    if (window_right >= 0)
+        hi = I_MIN(hi, seqlen_q - 1 + shift + window_right);
+%   end
 % end
