@@ -85,6 +85,24 @@ for (b, hq, hkv, sq, sk, d), kw in shapes:
     for n, got, r, p in zip(("dq", "dk", "dv", "dbias"), grads, ref_grads, plain_grads):
         within(f"{name} {n}", got, r, p)
 
+# Bad input: the drop-in names what it does not take.
+q, k, v = (torch.randn(1, h, 16, 32, device=dev, dtype=dtype) for h in (4, 2, 2))
+for name, call, cls in (
+        ("dropout", lambda: fjt.scaled_dot_product_attention(q, q, q, dropout_p=0.1),
+         fjt.Unsupported),
+        ("grouped heads without enable_gqa", lambda: fjt.scaled_dot_product_attention(q, k, v),
+         fjt.InvalidArgument),
+        ("attn_mask with is_causal",
+         lambda: fjt.scaled_dot_product_attention(q, q, q, attn_mask=torch.ones(
+             16, 16, dtype=torch.bool, device=dev), is_causal=True), fjt.InvalidArgument),
+        ("5-D query", lambda: fjt.scaled_dot_product_attention(q[None], q[None], q[None]),
+         fjt.InvalidArgument)):
+    try:
+        call()
+        check(f"bad input: {name}", False, "no error")
+    except cls as e:
+        check(f"bad input: {name}", True, f"{type(e).__name__}: {e}")
+
 # flex_attention with a score_mod expression: output and gradients against the same function
 # written in torch, in float64.
 b, h, sq, sk, d = (2, 4, 70, 90, 32) if dev == "cpu" else (2, 8, 300, 400, 64)
