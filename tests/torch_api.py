@@ -2,12 +2,13 @@
 float64 SDPA (within twice the error of SDPA in the same dtype, plus rounding), GQA, bool and
 float masks, top-left causal for sq != sk; flex_attention with a score_mod expression and its
 gradients against the same function in torch; kv_cache_append into shuffled pages with paged
-attention over them, and attention_merge of two key halves; torch.library.opcheck of the forward operator
-(schema, fake tensor, autograd registration, AOT dispatch); torch.compile(fullgraph=True) of a
-block using it against eager. On a CUDA device, in bf16, also a paged decode step
-(kv_cache_append + attention) captured in a CUDA graph and replayed against eager, and the host
-time of a Python call (printed, not asserted). Without a CUDA device the checks run on CPU
-tensors in float32 (the context's device is then OpenCL's: PoCL). Exits 77 without torch.
+attention over them, and attention_merge of two key halves; repeated calls of one signature;
+torch.library.opcheck of the forward operator (schema, fake tensor, autograd registration, AOT
+dispatch); torch.compile(fullgraph=True) of a block using it against eager. On a CUDA device,
+in bf16, also a paged decode step (kv_cache_append + attention), eager and torch.compile'd,
+captured in a CUDA graph and replayed against eager, and the host time of a Python call
+(printed, not asserted). Without a CUDA device the checks run on CPU tensors in float32 (the
+context's device is then OpenCL's: PoCL). Exits 77 without torch.
 Usage: python tests/torch_api.py  (flashjit importable: installed, or PYTHONPATH=python with
 FLASHJIT_LIB)"""
 import sys
@@ -198,6 +199,22 @@ err = max((merged.float() - whole.float()).abs().max().item(),
 check("attention_merge of two key halves", err < (1e-4 if dtype == torch.float32 else 0.02),
       f"max err {err:.3g}")
 
+# Repeated calls of one signature (on CUDA the binding's prepared path: only the data pointers
+# change): new tensors and a mod_args of new contents each time, through the direct path and
+# the operator (a tensor wanting a gradient), against SDPA with the same mask.
+worst = 0.0
+for cut, grad in ((5, False), (20, True), (49, False)):
+    q, k, v = (torch.randn(1, 50, 4, 32, device=dev, dtype=dtype, requires_grad=grad)
+               for _ in range(3))
+    got = fjt.attention(q, k, v, mask_mod="k <= iarg[0]",
+                        mod_args=torch.tensor([cut], device=dev, dtype=torch.int32))
+    keep = (torch.arange(50, device=dev) <= cut).expand(50, 50)
+    ref = sdpa(*(x.detach().transpose(1, 2).double() for x in (q, k, v)),
+               attn_mask=keep).transpose(1, 2)
+    worst = max(worst, (got.double() - ref).abs().max().item())
+check("repeated calls of one signature", worst < (1e-4 if dtype == torch.float32 else 0.02),
+      f"max err {worst:.3g}")
+
 if dev != "cuda":
     sys.exit(1 if failures else 0)
 
@@ -217,33 +234,47 @@ def step():
                          max_seqlen_k=pages_per_seq * page)
 
 
+def replayed(fn):
+    """fn's result when captured in a CUDA graph (after a warm-up on the capture stream) and
+    replayed, from the cache's first contents."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=s):  # the stream whose workspace the warm-up sized
+        got = fn()
+    kc.copy_(kc0)
+    vc.copy_(vc0)
+    graph.replay()
+    torch.cuda.synchronize()
+    return got
+
+
 kc0, vc0 = kc.clone(), vc.clone()
 want = step()
-torch.cuda.synchronize()
-kc.copy_(kc0)
-vc.copy_(vc0)
-s = torch.cuda.Stream()
-s.wait_stream(torch.cuda.current_stream())
-with torch.cuda.stream(s):
-    step()  # warm-up on the capture stream
-torch.cuda.current_stream().wait_stream(s)
-kc.copy_(kc0)
-vc.copy_(vc0)
-graph = torch.cuda.CUDAGraph()
-with torch.cuda.graph(graph, stream=s):  # the stream whose workspace the warm-up sized
-    got = step()
-kc.copy_(kc0)
-vc.copy_(vc0)
-graph.replay()
-torch.cuda.synchronize()
-check("CUDA graph of a paged decode step", torch.equal(got, want),
-      f"max diff {(got.float() - want.float()).abs().max().item():.3g}")
+for label, fn in (("", step), ("torch.compile(fullgraph=True)'d ", torch.compile(
+        step, fullgraph=True))):
+    kc.copy_(kc0)
+    vc.copy_(vc0)
+    try:
+        got = replayed(fn)
+        check(f"CUDA graph of a {label}paged decode step", torch.equal(got, want),
+              f"max diff {(got.float() - want.float()).abs().max().item():.3g}")
+    except Exception as e:  # noqa: BLE001 - reported as the failure
+        check(f"CUDA graph of a {label}paged decode step", False, f"{type(e).__name__}: {e}")
 
 # Host time of a Python call (decode shape), median of 2000 calls.
+ctx = fjt.context(q1.device)
+out1 = torch.empty_like(q1)
 for label, fn in (("attention", lambda: fjt.attention(q1, kc, vc, page_table=table,
                                                       seqused_k=used, max_seqlen_k=128)),
-                  ("Context.forward", lambda: fjt.context(q1.device).forward(
-                      q1, kc, vc, page_table=table, seqused_k=used, max_seqlen_k=128))):
+                  ("Context.forward", lambda: ctx.forward(
+                      q1, kc, vc, page_table=table, seqused_k=used, max_seqlen_k=128)),
+                  ("Context.forward, out given", lambda: ctx.forward(
+                      q1, kc, vc, out=out1, page_table=table, seqused_k=used,
+                      max_seqlen_k=128))):
     fn()
     times = []
     for _ in range(2000):

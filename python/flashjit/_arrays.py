@@ -3,6 +3,7 @@ other array through DLPack (`__dlpack__`: NumPy, CuPy, JAX, ...). Arrays in devi
 context's backend pass straight through; arrays in host memory are staged through device
 buffers of the context: copied in before the call, and outputs copied back after it."""
 import ctypes
+import sys
 
 from . import _lib
 from .errors import InvalidArgument
@@ -37,6 +38,38 @@ _capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 def is_torch(x):
     return type(x).__module__.startswith("torch") and hasattr(x, "data_ptr")
+
+
+def torch_cuda_signature(arrays):
+    """The (dtype, shape, strides) of each array (None for None): what a prepared call is keyed
+    by; None where an array is not a torch CUDA tensor (those go through Call every time)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    tensor = torch.Tensor
+    sig = []
+    for x in arrays:
+        if x is None:
+            sig.append(None)
+        elif isinstance(x, tensor) and x.is_cuda:
+            sig.append((x.dtype, x.shape, x.stride()))
+        else:
+            return None
+    return tuple(sig)
+
+
+_raw_stream = None
+
+
+def current_stream(x):
+    """PyTorch's current stream on torch CUDA tensor x's device (a CUstream as an int)."""
+    global _raw_stream
+    if _raw_stream is None:
+        import torch
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # the fast form, if present
+        _raw_stream = ((lambda t: raw(t.get_device())) if raw is not None else
+                       (lambda t: torch.cuda.current_stream(t.device).cuda_stream))
+    return _raw_stream(x)
 
 
 def describe(x, name):
@@ -137,15 +170,19 @@ class Call:
             self.staged, self.keep = [], []
 
 
-def empty_like(ref, shape, dtype):
-    """A new array of shape and dtype name where ref lives: torch beside a torch tensor, NumPy
-    for other host arrays (bf16 as uint16 bits unless ml_dtypes is installed), CuPy for other
-    CUDA arrays."""
+def empty_like(ref, shape, dtype=None, name="array"):
+    """A new array of shape and dtype name (None: ref's, an error naming `name` where flashjit
+    does not take it) where ref lives: torch beside a torch
+    tensor, NumPy for other host arrays (bf16 as uint16 bits unless ml_dtypes is installed),
+    CuPy for other CUDA arrays."""
     if is_torch(ref):
+        if dtype is None:
+            return ref.new_empty(shape)
         import torch
-        return torch.empty(shape, dtype=getattr(torch, {"f16": "float16", "bf16": "bfloat16",
-                                                        "f32": "float32"}[dtype]),
-                           device=ref.device)
+        return ref.new_empty(shape, dtype=getattr(torch, {"f16": "float16", "bf16": "bfloat16",
+                                                          "f32": "float32"}[dtype]))
+    if dtype is None:
+        dtype = dtype_of(ref, name)
     where = describe(ref, "array")[4]
     if where == "host":
         import numpy

@@ -5,18 +5,90 @@
     out = ctx.forward(q, k, v, causal=True)           # q [b, sq, hq, d], k/v [b, sk, hkv, d|dv]
 
 Tensors may have any strides with a contiguous last dimension. CUDA tensors are used in place
-on PyTorch's current stream (or `stream=`); host arrays (NumPy, CPU torch) are copied to the
-device and back. Failures raise FlashjitError subclasses (flashjit.errors) with the library's
-message, which names the bad field.
+on PyTorch's current stream (or `stream=`: a CUstream as an int, or a torch.cuda.Stream); host
+arrays (NumPy, CPU torch) are copied to the device and back. Failures raise FlashjitError
+subclasses (flashjit.errors) with the library's message, which names the bad field.
 """
 import ctypes
+import threading
 import warnings
 
 from . import _lib
-from ._arrays import Call, empty_like, dtype_of, is_torch
+from ._arrays import Call, current_stream, empty_like, is_torch, torch_cuda_signature
 from .errors import FlashjitError, InvalidArgument, error_for  # noqa: F401
 
 _BACKEND_NAMES = {1: "cuda", 2: "opencl"}
+# The fj_tensor arguments of the functions called through _run: (name, is output).
+_FORWARD = (("q", False), ("k", False), ("v", False), ("out", True), ("lse", True))
+_BACKWARD = (("q", False), ("k", False), ("v", False), ("out", False), ("dout", False),
+             ("lse", False), ("dq", True), ("dk", True), ("dv", True))
+_APPEND = (("k_new", False), ("v_new", False), ("k_cache", True), ("v_cache", True),
+           ("page_table", False), ("seqused_k", False))
+# fj_attention_desc as _run takes it: the options in this order, and the array fields (all
+# fj_tensor pointers but mod_args, a pointer and a count; dbias written).
+_DESC_OPTIONS = ("causal", "window", "softcap", "scale", "mask_mod", "score_mod", "num_splits",
+                 "deterministic", "max_seqlen_q", "max_seqlen_k")
+_DESC_ARRAYS = ("alibi_slopes", "bias", "mask", "cu_seqlens_q", "cu_seqlens_k", "seqused_k",
+                "mask_ranges", "block_mask", "page_table", "dbias", "mod_args")
+_PREPARED_LIMIT = 256  # prepared signatures kept per thread; the oldest go all at once
+
+
+class _Prepared:
+    """The ctypes arguments of one library call: an fj_tensor per array (None for None), the
+    descriptor with its fields pointing at theirs, and the function. point() moves them to new
+    arrays of the same signature."""
+
+    def __init__(self, call, function, spec, arrays, options, desc_arrays):
+        lib = call.ctx.lib
+        self.fn = lib.unchecked[function]
+        self.keep = call.keep  # what the structures need alive (capsules), as long as they live
+        self.structs = [None if x is None else call.tensor(x, name, output)
+                        for (name, output), x in zip(spec, arrays)]
+        args = [None if t is None else _address(t) for t in self.structs]
+        self.mod_args = None
+        if options is not None:
+            desc = self.desc = _lib.AttentionDesc()
+            lib.fj_attention_desc_init(ctypes.byref(desc))
+            o = dict(zip(_DESC_OPTIONS, options))
+            desc.causal, desc.deterministic = int(o["causal"]), int(o["deterministic"])
+            desc.window_left, desc.window_right = (int(w) for w in o["window"])
+            desc.softcap, desc.softmax_scale = o["softcap"], o["scale"]
+            desc.num_splits = o["num_splits"]
+            desc.max_seqlen_q, desc.max_seqlen_k = o["max_seqlen_q"], o["max_seqlen_k"]
+            if o["mask_mod"] is not None:
+                desc.mask_mod = o["mask_mod"].encode()
+            if o["score_mod"] is not None:
+                desc.score_mod = o["score_mod"].encode()
+            for name, x in zip(_DESC_ARRAYS, desc_arrays):
+                t = None if x is None else call.tensor(x, name, output=name == "dbias")
+                self.structs.append(t)
+                if t is None:
+                    continue
+                if name != "mod_args":
+                    setattr(desc, name, ctypes.pointer(t))
+                elif t.ndim != 1:
+                    raise InvalidArgument(f"mod_args: {t.ndim} dimensions, expected a 1-D "
+                                          "float32 or int32 array")
+                else:
+                    self.mod_args = t
+                    desc.mod_args, desc.mod_args_count = t.data, t.shape[0]
+            args.insert(0, _address(desc))
+        self.args = args
+        self.live = [(i, t) for i, t in enumerate(self.structs) if t is not None]
+
+    def point(self, arrays):
+        for i, t in self.live:
+            t.data = arrays[i].data_ptr()
+        if self.mod_args is not None:
+            self.desc.mod_args = self.mod_args.data
+
+    def invoke(self, handle, stream):
+        return self.fn(handle, *self.args, None if stream is None else ctypes.c_void_p(stream))
+
+
+def _address(struct):
+    """A ctypes structure's address as an argument of an unchecked function (see _lib.load)."""
+    return ctypes.c_void_p(ctypes.addressof(struct))
 
 
 class Context:
@@ -59,6 +131,7 @@ class Context:
         self.arch = info.arch.decode()
         # Where the kernels read: device pointers of CUDA, or buffers the context allocates.
         self.memory = "cuda" if self.backend == "cuda" else "opencl"
+        self._local = threading.local()  # each thread's prepared calls (see _run)
         # A cache the context could not open or write is reported once, as a warning.
         note = self.lib.fj_context_last_error(handle).decode()
         if note:
@@ -82,42 +155,47 @@ class Context:
     def cache_path(self):
         return self.lib.fj_context_cache_path(self.handle).decode()
 
-    def _stream(self, stream, x):
-        if stream is not None:
-            return stream
-        if self.backend == "cuda" and is_torch(x) and x.is_cuda:
-            import torch
-            return torch.cuda.current_stream(x.device).cuda_stream
-        return None
+    # ---- one library call ------------------------------------------------------------------
+    def _run(self, function, spec, arrays, options=None, desc_arrays=(), stream=None):
+        """Calls library function `function` on arrays, its fj_tensor arguments in order (None:
+        NULL) named by spec ((name, is output) pairs); options (in _DESC_OPTIONS' order) and
+        desc_arrays (in _DESC_ARRAYS' order) make its fj_attention_desc, options None for a
+        function without one. Torch CUDA tensors take the prepared path: the ctypes arguments
+        of a signature (options; each tensor's dtype, shape and strides) are built once per
+        thread, and a repeated call only writes the data pointers. Other arrays (host arrays
+        to stage, DLPack capsules to hold) go through a Call each time."""
+        every = arrays + desc_arrays
+        sig = torch_cuda_signature(every) if self.memory == "cuda" else None
+        if stream is None:
+            if self.backend == "cuda":
+                stream = current_stream(arrays[0]) if sig is not None else \
+                    self._stream(arrays[0])
+        else:  # a CUstream as an int or ctypes pointer, or a torch.cuda.Stream
+            stream = getattr(stream, "cuda_stream", getattr(stream, "value", stream))
+        if sig is None:
+            with Call(self) as call:
+                prepared = _Prepared(call, function, spec, arrays, options, desc_arrays)
+                self.check(prepared.invoke(self.handle, stream))
+            return
+        try:
+            cache = self._local.prepared
+        except AttributeError:
+            cache = self._local.prepared = {}
+        key = (function, options, sig)
+        prepared = cache.get(key)
+        if prepared is None:
+            if len(cache) >= _PREPARED_LIMIT:
+                cache.clear()
+            # Nothing is staged, so the structures may outlive the Call: the entry holds them.
+            prepared = _Prepared(Call(self), function, spec, arrays, options, desc_arrays)
+            cache[key] = prepared
+        else:
+            prepared.point(every)
+        self.check(prepared.invoke(self.handle, stream))
 
-    def _desc(self, call, causal=False, window=(-1, -1), softcap=0.0, scale=0.0, mask_mod=None,
-              score_mod=None, mod_args=None, num_splits=0, deterministic=False,
-              max_seqlen_q=0, max_seqlen_k=0, **tensors):
-        """The attention descriptor; tensors (alibi_slopes, bias, mask, cu_seqlens_q, ...) go
-        through call, which keeps them alive."""
-        desc = _lib.AttentionDesc()
-        self.lib.fj_attention_desc_init(ctypes.byref(desc))
-        desc.causal = int(causal)
-        desc.window_left, desc.window_right = (int(w) for w in window)
-        desc.softcap = softcap
-        desc.softmax_scale = scale
-        desc.num_splits = num_splits
-        desc.deterministic = int(deterministic)
-        desc.max_seqlen_q, desc.max_seqlen_k = max_seqlen_q, max_seqlen_k
-        if mask_mod is not None:
-            desc.mask_mod = mask_mod.encode()
-        if score_mod is not None:
-            desc.score_mod = score_mod.encode()
-        if mod_args is not None:
-            t = call.tensor(mod_args, "mod_args")
-            if t.ndim != 1:
-                raise InvalidArgument(f"mod_args: {t.ndim} dimensions, expected a 1-D float32 "
-                                      "or int32 array")
-            desc.mod_args, desc.mod_args_count = t.data, t.shape[0]
-        for name, t in tensors.items():
-            if t is not None:
-                setattr(desc, name, ctypes.pointer(call.tensor(t, name)))
-        return desc
+    def _stream(self, x):
+        """PyTorch's current stream for a torch CUDA tensor, else the default stream (None)."""
+        return current_stream(x) if is_torch(x) and x.is_cuda else None
 
     def forward(self, q, k, v, out=None, lse=None, causal=False, window=(-1, -1), softcap=0.0,
                 scale=0.0, mask_mod=None, score_mod=None, mod_args=None, alibi_slopes=None,
@@ -138,55 +216,34 @@ class Context:
         k and v then [num_pages, page_size, hkv, d] and seqused_k [b] required. lse (float32
         [b, hq, sq], or [hq, total] packed) receives the log-sum-exps when given."""
         if out is None:
-            out = empty_like(q, tuple(q.shape[:-1]) + (v.shape[-1],), dtype_of(q, "q"))
-        with Call(self) as call:
-            desc = self._desc(call, causal=causal, window=window, softcap=softcap, scale=scale,
-                              mask_mod=mask_mod, score_mod=score_mod, mod_args=mod_args,
-                              num_splits=num_splits, max_seqlen_q=max_seqlen_q,
-                              max_seqlen_k=max_seqlen_k, alibi_slopes=alibi_slopes, bias=bias,
-                              mask=mask, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-                              seqused_k=seqused_k, mask_ranges=mask_ranges,
-                              block_mask=block_mask, page_table=page_table)
-            ts = [call.tensor(q, "q"), call.tensor(k, "k"), call.tensor(v, "v"),
-                  call.tensor(out, "out", output=True)]
-            tl = call.tensor(lse, "lse", output=True) if lse is not None else None
-            self.check(self.lib.fj_attention_forward(
-                self.handle, ctypes.byref(desc), *[ctypes.byref(t) for t in ts],
-                ctypes.byref(tl) if tl is not None else None, self._stream(stream, q)))
+            out = empty_like(q, tuple(q.shape[:-1]) + (v.shape[-1],), name="q")
+        self._run("fj_attention_forward", _FORWARD, (q, k, v, out, lse),
+                  (causal, tuple(window), softcap, scale, mask_mod, score_mod, num_splits,
+                   False, max_seqlen_q, max_seqlen_k),
+                  (alibi_slopes, bias, mask, cu_seqlens_q, cu_seqlens_k, seqused_k, mask_ranges,
+                   block_mask, page_table, None, mod_args), stream)
         return out
 
     def backward(self, q, k, v, out, dout, lse, dq=None, dk=None, dv=None, causal=False,
                  window=(-1, -1), softcap=0.0, scale=0.0, mask_mod=None, score_mod=None,
-                 mod_args=None,
-                 alibi_slopes=None, bias=None, mask=None, cu_seqlens_q=None, cu_seqlens_k=None,
-                 seqused_k=None, max_seqlen_q=0, max_seqlen_k=0, mask_ranges=None,
-                 block_mask=None, deterministic=False, dbias=None, stream=None):
+                 mod_args=None, alibi_slopes=None, bias=None, mask=None, cu_seqlens_q=None,
+                 cu_seqlens_k=None, seqused_k=None, max_seqlen_q=0, max_seqlen_k=0,
+                 mask_ranges=None, block_mask=None, deterministic=False, dbias=None,
+                 stream=None):
         """The gradients of forward() (see fj_attention_backward): q, k, v, out and lse as the
         forward had and wrote them (same options), dout the gradient of out; returns (dq, dk,
         dv), allocating what is not given. Through a score_mod by its derivative, generated
         from the expression (mod_args get no gradient). dbias: a float32 array shaped as bias
         with each broadcast dimension of extent 1, which receives the bias's gradient (see
         bias_grad_shape)."""
-        dq = empty_like(q, tuple(q.shape), dtype_of(q, "q")) if dq is None else dq
-        dk = empty_like(k, tuple(k.shape), dtype_of(k, "k")) if dk is None else dk
-        dv = empty_like(v, tuple(v.shape), dtype_of(v, "v")) if dv is None else dv
-        with Call(self) as call:
-            desc = self._desc(call, causal=causal, window=window, softcap=softcap, scale=scale,
-                              mask_mod=mask_mod, score_mod=score_mod, mod_args=mod_args,
-                              deterministic=deterministic, max_seqlen_q=max_seqlen_q,
-                              max_seqlen_k=max_seqlen_k, alibi_slopes=alibi_slopes, bias=bias,
-                              mask=mask, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-                              seqused_k=seqused_k, mask_ranges=mask_ranges,
-                              block_mask=block_mask)
-            ts = [call.tensor(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v"), (out, "out"),
-                                                 (dout, "dout"), (lse, "lse"))]
-            ts += [call.tensor(x, n, output=True) for x, n in ((dq, "dq"), (dk, "dk"),
-                                                               (dv, "dv"))]
-            if dbias is not None:
-                desc.dbias = ctypes.pointer(call.tensor(dbias, "dbias", output=True))
-            self.check(self.lib.fj_attention_backward(
-                self.handle, ctypes.byref(desc), *[ctypes.byref(t) for t in ts],
-                self._stream(stream, q)))
+        dq = empty_like(q, tuple(q.shape), name="q") if dq is None else dq
+        dk = empty_like(k, tuple(k.shape), name="k") if dk is None else dk
+        dv = empty_like(v, tuple(v.shape), name="v") if dv is None else dv
+        self._run("fj_attention_backward", _BACKWARD, (q, k, v, out, dout, lse, dq, dk, dv),
+                  (causal, tuple(window), softcap, scale, mask_mod, score_mod, 0,
+                   deterministic, max_seqlen_q, max_seqlen_k),
+                  (alibi_slopes, bias, mask, cu_seqlens_q, cu_seqlens_k, seqused_k, mask_ranges,
+                   block_mask, None, dbias, mod_args), stream)
         return dq, dk, dv
 
     @staticmethod
@@ -203,13 +260,8 @@ class Context:
         hkv, d] at each sequence's length seqused_k[b] (int32 [b]), in the pages its row of
         page_table (int32 [b, max_pages]) lists (see fj_kv_cache_append). seqused_k is not
         changed: add the tokens to it before attending to them."""
-        with Call(self) as call:
-            ts = [call.tensor(k_new, "k_new"), call.tensor(v_new, "v_new"),
-                  call.tensor(k_cache, "k_cache", output=True),
-                  call.tensor(v_cache, "v_cache", output=True),
-                  call.tensor(page_table, "page_table"), call.tensor(seqused_k, "seqused_k")]
-            self.check(self.lib.fj_kv_cache_append(self.handle, *[ctypes.byref(t) for t in ts],
-                                                   self._stream(stream, k_cache)))
+        self._run("fj_kv_cache_append", _APPEND,
+                  (k_new, v_new, k_cache, v_cache, page_table, seqused_k), stream=stream)
 
     def merge(self, outs, lses, out=None, lse=None, stream=None):
         """Merges attention states over disjoint key sets (see fj_attention_merge): outs and
@@ -219,9 +271,11 @@ class Context:
         if len(outs) != len(lses) or not outs:
             raise InvalidArgument("merge: outs and lses must be non-empty and of equal length")
         if out is None:
-            out = empty_like(outs[0], tuple(outs[0].shape), dtype_of(outs[0], "outs[0]"))
+            out = empty_like(outs[0], tuple(outs[0].shape), name="outs[0]")
         if lse is None:
             lse = empty_like(lses[0], tuple(lses[0].shape), "f32")
+        if stream is None and self.backend == "cuda":
+            stream = self._stream(out)
         with Call(self) as call:
             states = (_lib.Tensor * len(outs))(*[call.tensor(t, f"outs[{i}]")
                                                   for i, t in enumerate(outs)])
@@ -231,7 +285,7 @@ class Context:
             tl = call.tensor(lse, "lse", output=True)
             self.check(self.lib.fj_attention_merge(self.handle, states, state_lses, len(outs),
                                                    ctypes.byref(to), ctypes.byref(tl),
-                                                   self._stream(stream, out)))
+                                                   stream))
         return out, lse
 
     def last_call(self):

@@ -118,5 +118,12 @@ def load(path=None):
     for name, (restype, argtypes) in sig.items():
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = restype, argtypes
+    # The calls the binding repeats most, also without argtypes (a microsecond less a call):
+    # every argument a ctypes pointer-sized object or None, which the caller makes sure of.
+    lib.unchecked = {}
+    for name in ("fj_attention_forward", "fj_attention_backward", "fj_kv_cache_append"):
+        fn = lib[name]
+        fn.restype = ctypes.c_int
+        lib.unchecked[name] = fn
     lib.path = p
     return lib

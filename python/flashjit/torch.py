@@ -62,16 +62,14 @@ def attention_forward(
         page_table: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int, causal: bool,
         window_left: int, window_right: int, softcap: float, scale: float, mask_mod: str,
         score_mod: str, num_splits: int) -> Tuple[Tensor, Tensor]:
-    packed = cu_seqlens_q is not None
-    out = q.new_empty(tuple(q.shape[:-1]) + (v.shape[-1],))
-    lse = q.new_empty(_lse_shape(q, packed), dtype=torch.float32)
-    context(q.device).forward(
-        q, k, v, out=out, lse=lse, causal=causal, window=(window_left, window_right),
-        softcap=softcap, scale=scale, mask_mod=mask_mod or None, score_mod=score_mod or None,
-        mod_args=mod_args, alibi_slopes=alibi_slopes, bias=bias, mask=mask,
-        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k,
-        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, mask_ranges=mask_ranges,
-        block_mask=block_mask, num_splits=num_splits, page_table=page_table)
+    lse = q.new_empty(_lse_shape(q, cu_seqlens_q is not None), dtype=torch.float32)
+    out = context(q.device).forward(
+        q, k, v, lse=lse, causal=causal, window=(window_left, window_right), softcap=softcap,
+        scale=scale, mask_mod=mask_mod or None, score_mod=score_mod or None, mod_args=mod_args,
+        alibi_slopes=alibi_slopes, bias=bias, mask=mask, cu_seqlens_q=cu_seqlens_q,
+        cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k, max_seqlen_q=max_seqlen_q,
+        max_seqlen_k=max_seqlen_k, mask_ranges=mask_ranges, block_mask=block_mask,
+        num_splits=num_splits, page_table=page_table)
     return out, lse
 
 
@@ -192,6 +190,20 @@ def _kv_cache_append_fake(k_new, v_new, k_cache, v_cache, page_table, seqused_k)
 
 
 # ---- entry points ---------------------------------------------------------------------------
+def _direct(q, k, v, bias):
+    """Whether attention() may call the context without the operator's dispatch (tens of
+    microseconds a call): in eager mode (torch.compile traces the operator), on plain tensors
+    (not fake tensors or other subclasses), with autograd not recording (no input wants a
+    gradient)."""
+    if type(q) is not Tensor or type(k) is not Tensor or type(v) is not Tensor:
+        return False
+    if torch.compiler.is_compiling():
+        return False
+    return not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or
+                                             v.requires_grad or
+                                             (bias is not None and bias.requires_grad)))
+
+
 def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None,
               mask_mod=None, score_mod=None, mod_args=None, alibi_slopes=None, bias=None,
               mask=None, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, max_seqlen_q=0,
@@ -201,12 +213,24 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
     packed [total, heads, dim] with cu_seqlens_q/k; or paged k/v [num_pages, page_size, hkv,
     d] with page_table and seqused_k); see flashjit.Context.forward for each argument. Returns
     out [b, sq, hq, dv] (and the float32 log-sum-exp [b, hq, sq] with return_lse)."""
-    out, lse = attention_forward(
-        _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v), alibi_slopes,
-        bias, mask, mask_ranges, block_mask, mod_args, cu_seqlens_q, cu_seqlens_k, seqused_k,
-        page_table, int(max_seqlen_q), int(max_seqlen_k), bool(causal), int(window[0]),
-        int(window[1]), float(softcap), float(scale or 0.0), mask_mod or "", score_mod or "",
-        int(num_splits))
+    q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
+    if _direct(q, k, v, bias):  # the context straight away, options as given
+        lse = q.new_empty(_lse_shape(q, cu_seqlens_q is not None),
+                          dtype=torch.float32) if return_lse else None
+        d = q.device
+        out = (_contexts.get((d.type, d.index)) or context(d)).forward(
+            q, k, v, lse=lse, causal=causal, window=window, softcap=softcap, scale=scale or 0.0,
+            mask_mod=mask_mod, score_mod=score_mod, mod_args=mod_args,
+            alibi_slopes=alibi_slopes, bias=bias, mask=mask, cu_seqlens_q=cu_seqlens_q,
+            cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k, max_seqlen_q=max_seqlen_q,
+            max_seqlen_k=max_seqlen_k, mask_ranges=mask_ranges, block_mask=block_mask,
+            num_splits=num_splits, page_table=page_table)
+    else:
+        out, lse = attention_forward(
+            q, k, v, alibi_slopes, bias, mask, mask_ranges, block_mask, mod_args, cu_seqlens_q,
+            cu_seqlens_k, seqused_k, page_table, int(max_seqlen_q), int(max_seqlen_k),
+            bool(causal), int(window[0]), int(window[1]), float(softcap), float(scale or 0.0),
+            mask_mod or "", score_mod or "", int(num_splits))
     return (out, lse) if return_lse else out
 
 
