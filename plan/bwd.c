@@ -1,11 +1,46 @@
-/* The backward plan (attn_bwd.lua): D = rowsum(dout * out) into an f32 workspace, then dk and
-** dv per key block, then dq per query block; and how each stage's block is filled. */
+/* The backward plan: D = rowsum(dout * out) into an f32 workspace (attn_bwd.lua), then dk and
+** dv per key block, then dq per query block (attn_bwd_mma.cu.lua on tensor cores where it
+** serves, else attn_bwd.lua), then the bias's gradient if asked for; and how each stage's block
+** is filled. */
 #include <string.h>
 
 #include "expr.h"
 #include "plan.h"
 
 #define TILE 32 /* query rows and keys per work-group, halved where local memory runs out */
+
+/* Whether the tensor-core stages serve f on dev: CUDA sm_80+, one 16-bit element type in rows
+** of 16-byte chunks, head dims that pad to at most 128, dense, and no score terms or masks
+** beyond the band (those, and the bias's gradient, run on the SIMT stages). */
+static int mma_serves(const fj__features *f, const fj_device_info *dev)
+{
+    const int sixteen_bit = (f->q_dtype == FJ_DTYPE_F16 || f->q_dtype == FJ_DTYPE_BF16) &&
+                            f->kv_dtype == f->q_dtype && f->out_dtype == f->q_dtype;
+    const int extras = f->mask_mod || f->score_mod || f->alibi || f->bias_dtype >= 0 ||
+                       f->mask || f->ranges || f->block_mask || f->varlen || f->dbias_elements;
+    return dev->backend == FJ_BACKEND_CUDA && fj__sm_version(dev) >= 80 && sixteen_bit &&
+           !extras && f->head_dim <= 128 && f->head_dim_v <= 128 && f->rows_16b[FJ__T_Q] &&
+           f->rows_16b[FJ__T_K] && f->rows_16b[FJ__T_V] && f->rows_16b[FJ__T_OUT] &&
+           f->grads_16b;
+}
+
+/* The tensor-core variant of stage 2 (dk, dv) or 3 (dq): four warps of 16 rows (keys for stage
+** 2, query rows for 3) and 64-deep streamed tiles, 32 where dK and dV (d, dv above 64) leave
+** fewer registers for the streamed products. */
+static void bwd_mma_variant(int stage, fj__variant *v)
+{
+    const int widest = v->head_dim_pad > v->head_dim_v_pad ? v->head_dim_pad : v->head_dim_v_pad;
+    v->path = FJ__PATH_MMA;
+    v->warps = 4;
+    v->threads = 32 * v->warps;
+    if (stage == 2) {
+        v->tile_n = 16 * v->warps;
+        v->tile_m = widest <= 64 ? 64 : 32;
+    } else {
+        v->tile_m = 16 * v->warps;
+        v->tile_n = 64;
+    }
+}
 
 /* The variant of stage `stage` for f on dev: what decides the scores, as the forward's. */
 static void bwd_variant(const fj__features *f, const fj_device_info *dev, int stage,
@@ -17,6 +52,14 @@ static void bwd_variant(const fj__features *f, const fj_device_info *dev, int st
     if (stage > 1) { /* what the scores depend on, and score_mod's derivative */
         fj__variant_score_fields(v, f);
         v->score_mod_grad = f->score_mod_grad;
+    }
+    if ((stage == 2 || stage == 3) && mma_serves(f, dev)) {
+        fj__variant mma = *v;
+        bwd_mma_variant(stage, &mma);
+        if (fj__variant_fits(&mma, dev)) {
+            *v = mma;
+            return;
+        }
     }
     v->tile_m = v->tile_n = TILE;
     v->threads = stage == 2 ? v->tile_n : v->tile_m;
@@ -50,6 +93,7 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, fj
                             (long long)f->head_dim, (long long)f->head_dim_v);
         const fj__variant *v = &s->variant;
         s->block[0] = (uint32_t)v->threads;
+        s->shared_bytes = v->path == FJ__PATH_MMA ? fj__variant_shared_bytes(v) : 0;
         if (stage == 4) { /* dbias: a work-item per element, one row of blocks */
             const int64_t n = f->dbias_elements;
             s->grid[0] = (uint32_t)((n + v->tile_m - 1) / v->tile_m);

@@ -7,8 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Compute capability as major * 10 + minor from "sm_90a"; 0 when unknown. */
-static int sm_version(const fj_device_info *dev)
+int fj__sm_version(const fj_device_info *dev)
 {
     int v = 0;
     return sscanf(dev->arch, "sm_%d", &v) == 1 ? v : 0;
@@ -35,7 +34,7 @@ static void plan_mma(fj__variant *v, const fj__features *f, const fj_device_info
     v->kk_unroll = v->q_in_regs ? 0 : widest <= 128 && v->local_mask ? 1 : 2;
     /* Before Hopper, ptxas spills the causal d = 128 kernel at 64-key tiles (checked for sm_80,
     ** sm_86, sm_89): halve the tile there. */
-    if (sm_version(dev) < 90 && v->local_mask && widest > 64 && widest <= 128) {
+    if (fj__sm_version(dev) < 90 && v->local_mask && widest > 64 && widest <= 128) {
         v->tile_n = 32;
         v->kk_unroll = 2;
     }
@@ -58,7 +57,7 @@ static int wgmma_serves(const fj__features *f, const fj_device_info *dev)
     /* The kernel numbers its work tiles (64-row blocks at the least) with 32-bit ints. */
     if ((f->seqlen_q + 63) / 64 * f->heads_q * f->batch >= INT32_MAX)
         return 0;
-    return sm_version(dev) == 90 && strchr(dev->arch, 'a') != NULL &&
+    return fj__sm_version(dev) == 90 && strchr(dev->arch, 'a') != NULL &&
            fj__round_up(f->head_dim, 64) <= 256 && fj__round_up(f->head_dim_v, 64) <= 256 &&
            f->tma[FJ__T_Q] && f->tma[FJ__T_K] && f->tma[FJ__T_V] && f->rows_16b[FJ__T_OUT];
 }
@@ -248,7 +247,7 @@ void fj__choose_forward(const fj__features *f, const fj_device_info *dev, const 
                        v->mask_ranges || v->block_mask;
     const int sixteen_bit = (f->q_dtype == FJ_DTYPE_F16 || f->q_dtype == FJ_DTYPE_BF16) &&
                             f->kv_dtype == f->q_dtype && f->out_dtype == f->q_dtype;
-    int tensor_cores = dev->backend == FJ_BACKEND_CUDA && sm_version(dev) >= 80 &&
+    int tensor_cores = dev->backend == FJ_BACKEND_CUDA && fj__sm_version(dev) >= 80 &&
                        v->head_dim_pad <= 256 && v->head_dim_v_pad <= 256 && sixteen_bit &&
                        f->rows_16b[FJ__T_Q] && f->rows_16b[FJ__T_K] && f->rows_16b[FJ__T_V] &&
                        f->rows_16b[FJ__T_OUT];

@@ -7,7 +7,7 @@
 ** The decode plan: the decode kernel, and with split keys a merge of the splits' states.
 ** The merge plan: one merge of up to 8 states, or a chain of them through an f32 workspace.
 ** The append plan: one launch writing new keys and values into a paged KV cache.
-** The backward plan: D = rowsum(dout * out), then dk and dv, then dq. */
+** The backward plan: D = rowsum(dout * out), then dk and dv, then dq [, then dbias]. */
 #ifndef FJ_PLAN_PLAN_H
 #define FJ_PLAN_PLAN_H
 
@@ -123,6 +123,9 @@ fj__step *fj__plan_add_merge_step(fj__plan *plan, fj_backend_kind backend, int i
                                   fj_dtype first, fj_dtype rest, fj_dtype out, int write_lse,
                                   uint64_t rows);
 
+/* Compute capability as major * 10 + minor from dev's arch ("sm_90a": 90); 0 when unknown. */
+int fj__sm_version(const fj_device_info *dev);
+
 /* The heuristic's forward variant for f on dev: kernel path and tile configuration. config,
 ** when not NULL, overrides tile fields ("tile_m=64,tile_n=32"; see fj__apply_config) where the
 ** result still fits. */
@@ -170,7 +173,8 @@ typedef fj_status (*fj__tmap_fn)(void *ud, int role, const fj__tensor_map_desc *
 fj_status fj__plan_merge(const fj__merge_problem *p, fj_backend_kind backend, fj__plan *plan,
                          fj__err *err);
 
-/* The backward plan of f on dev (bwd.c): D, then dk and dv, then dq (attn_bwd.lua). */
+/* The backward plan of f on dev (bwd.c): D, then dk and dv, then dq (attn_bwd.lua; dk, dv and dq
+** on tensor cores where attn_bwd_mma.cu.lua serves f). */
 fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, fj__plan *plan,
                             fj__err *err);
 

@@ -43,6 +43,13 @@ static int bias_tma_can_read(const fj__problem *p)
     return s[0] * es < ((int64_t)1 << 40) && s[1] * es < ((int64_t)1 << 40);
 }
 
+void fj__bwd_features_of(const fj__bwd_problem *p, fj__features *f)
+{
+    fj__features_of(&p->f, f);
+    f->dbias_elements = p->dbias_elements;
+    f->grads_16b = rows_16b(p->dout) && rows_16b(p->dq) && rows_16b(p->dk) && rows_16b(p->dv);
+}
+
 void fj__features_of(const fj__problem *p, fj__features *f)
 {
     memset(f, 0, sizeof *f);

@@ -83,9 +83,12 @@ typedef struct fj__features {
     const char *mask_mod, *score_mod;   /* interned canonical texts: equal texts, equal pointers */
     const char *score_mod_grad;         /* its derivative's (interned with it), or NULL */
     int64_t dbias_elements;             /* backward: elements of the bias's gradient (0: none) */
+    uint8_t grads_16b; /* backward: dout, dq, dk, dv have rows of whole 16-byte chunks */
 } fj__features;
 
 /* Fills *f from p (zeroing it first). */
 void fj__features_of(const fj__problem *p, fj__features *f);
+/* Fills *f from a backward request: its forward's features, and the gradients'. */
+void fj__bwd_features_of(const fj__bwd_problem *p, fj__features *f);
 
 #endif /* FJ_PLAN_PROBLEM_H */

@@ -20,7 +20,7 @@ const char *fj__variant_template(const fj__variant *v)
     if (v->family == FJ__FAMILY_APPEND)
         return "kv_append.lua";
     if (v->family == FJ__FAMILY_BWD)
-        return "attn_bwd.lua";
+        return v->path == FJ__PATH_MMA ? "attn_bwd_mma.cu.lua" : "attn_bwd.lua";
     switch (v->path) {
     case FJ__PATH_MMA: return "attn_fwd_mma.cu.lua";
     case FJ__PATH_WGMMA: return "attn_fwd_wgmma.cu.lua";
@@ -69,7 +69,9 @@ const char *fj__variant_path(const fj__variant *v)
     if (v->family == FJ__FAMILY_APPEND)
         return v->backend == FJ_BACKEND_CUDA ? "cuda.kv_append" : "opencl.kv_append";
     if (v->family == FJ__FAMILY_BWD)
-        return v->backend == FJ_BACKEND_CUDA ? "cuda.bwd.simt" : "opencl.bwd.simt";
+        return v->backend != FJ_BACKEND_CUDA ? "opencl.bwd.simt"
+               : v->path == FJ__PATH_MMA     ? "cuda.bwd.mma"
+                                             : "cuda.bwd.simt";
     if (v->backend == FJ_BACKEND_CUDA)
         return v->path == FJ__PATH_WGMMA ? "cuda.fwd.wgmma"
                : v->path == FJ__PATH_MMA ? "cuda.fwd.mma"
@@ -91,6 +93,13 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
 {
     const uint32_t qs = (uint32_t)fj_dtype_size((fj_dtype)v->q_dtype);
     const uint32_t kvs = (uint32_t)fj_dtype_size((fj_dtype)v->kv_dtype);
+    if (v->family == FJ__FAMILY_BWD && v->path == FJ__PATH_MMA) {
+        /* attn_bwd_mma.cu.lua, rows padded by 8 elements: stage 2 K and V, two buffers of Q
+        ** and dO, two of the rows' lse and D; stage 3 Q and dO, two buffers of K and V. */
+        const uint32_t row = qs * (uint32_t)(v->head_dim_pad + 8 + v->head_dim_v_pad + 8);
+        return v->stage == 2 ? row * (uint32_t)(v->tile_n + 2 * v->tile_m) + 16u * (uint32_t)v->tile_m
+                             : row * (uint32_t)(v->tile_m + 2 * v->tile_n);
+    }
     if (v->family == FJ__FAMILY_BWD) /* attn_bwd.lua's Smem of each stage: floats only */
         return v->stage == 2 ? 4u * (uint32_t)(v->tile_m * (v->head_dim_pad + v->head_dim_v_pad) +
                                                2 * v->tile_m)
@@ -157,6 +166,12 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
         return v->threads == 128 && v->inputs >= 0 && v->inputs <= FJ__MERGE_SLOTS;
     if (v->family == FJ__FAMILY_APPEND)
         return v->threads == 128;
+    if (v->family == FJ__FAMILY_BWD && v->path == FJ__PATH_MMA) /* attn_bwd_mma.cu.lua */
+        return (v->stage == 2 || v->stage == 3) && v->warps >= 1 && v->threads == 32 * v->warps &&
+               (v->stage == 2 ? v->tile_n == 16 * v->warps && v->tile_m % 16 == 0
+                              : v->tile_m == 16 * v->warps && v->tile_n % 16 == 0) &&
+               v->head_dim_pad <= 128 && v->head_dim_v_pad <= 128 &&
+               fj__variant_shared_bytes(v) <= dev->local_memory;
     if (v->family == FJ__FAMILY_BWD) { /* static shared memory, as the SIMT forward's */
         uint64_t budget = dev->local_memory ? dev->local_memory : 32768;
         const uint64_t cap = dev->backend == FJ_BACKEND_CUDA ? 48 * 1024 : 64 * 1024;

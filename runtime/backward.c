@@ -14,8 +14,7 @@ fj_status fj__plan_backward_request(const fj_attention_desc *desc, const fj_tens
     if (st != FJ_OK)
         return st;
     fj__features f;
-    fj__features_of(&p->f, &f);
-    f.dbias_elements = p->dbias_elements;
+    fj__bwd_features_of(p, &f);
     return fj__plan_backward(&f, dev, plan, err);
 }
 

@@ -40,44 +40,7 @@
 static_assert(2 * (BM * QS + BN * QS + BN * VS) == ${shared_bytes}, "the host's shared-memory size");
 % attn_score_macros()
 
-/* Copies rows [row0, row0 + ROWS) of a [rows, cols] matrix (row stride ld, in elements) into
-** shared memory (row stride SS), zero-filling rows past `rows` and columns past `cols`. Each
-** thread always copies the same 16-byte column of rows STEP apart, so the addresses are one base
-** and constant steps; only a tile at the edge of the matrix checks bounds. */
-template <int ROWS, int COLS, int SS>
-__device__ __forceinline__ void load_tile(elem_t *s, const elem_t *g, long long ld, int row0,
-                                          int rows, int cols)
-{
-    constexpr int CHUNKS = COLS / 8;
-    if constexpr (THREADS % CHUNKS == 0) {
-        constexpr int STEP = THREADS / CHUNKS;
-        const int r = threadIdx.x / CHUNKS, c = (threadIdx.x % CHUNKS) * 8;
-        const elem_t *src = g + (row0 + r) * ld + c;
-        const long long step = STEP * ld;
-        u32 dst = smem_addr(s + r * SS + c);
-        /* Loops not unrolled: unrolled, their addresses compete with the accumulators for
-        ** registers. */
-        if (row0 + ROWS <= rows && cols == COLS) {
-#pragma unroll 1
-            for (int rr = r; rr < ROWS; rr += STEP, src += step, dst += STEP * SS * 2)
-                cp_async16(dst, src, 16);
-        } else {
-            const bool col_ok = c < cols;
-#pragma unroll 1
-            for (int rr = r; rr < ROWS; rr += STEP, src += step, dst += STEP * SS * 2) {
-                const bool ok = col_ok && row0 + rr < rows;
-                cp_async16(dst, ok ? src : g, ok ? 16 : 0);
-            }
-        }
-    } else {
-#pragma unroll 1
-        for (int i = threadIdx.x; i < ROWS * CHUNKS; i += THREADS) {
-            const int r = i / CHUNKS, c = (i % CHUNKS) * 8;
-            const bool ok = row0 + r < rows && c < cols;
-            cp_async16(smem_addr(s + r * SS + c), ok ? g + (row0 + r) * ld + c : g, ok ? 16 : 0);
-        }
-    }
-}
+% mma_load_tile()
 
 extern "C" __global__ void __launch_bounds__(THREADS, ${warps <= 4 and 2 or 1})
 fj_attn_fwd(

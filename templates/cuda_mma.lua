@@ -85,3 +85,101 @@ __device__ __forceinline__ float quad_sum(float x)
     x += __shfl_xor_sync(0xffffffffu, x, 1);
     return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
+
+% -- load_tile<ROWS, COLS, SS>(s, g, ld, row0, rows, cols): cp.async of a tile of rows into shared
+% -- memory. Emitted where called: it reads THREADS, which the kernel defines first.
+% function mma_load_tile()
+/* Copies rows [row0, row0 + ROWS) of a [rows, cols] matrix (row stride ld, in elements) into
+** shared memory (row stride SS), zero-filling rows past `rows` and columns past `cols`. Each
+** thread always copies the same 16-byte column of rows STEP apart, so the addresses are one base
+** and constant steps; only a tile at the edge of the matrix checks bounds. */
+template <int ROWS, int COLS, int SS>
+__device__ __forceinline__ void load_tile(elem_t *s, const elem_t *g, long long ld, int row0,
+                                          int rows, int cols)
+{
+    constexpr int CHUNKS = COLS / 8;
+    if constexpr (THREADS % CHUNKS == 0) {
+        constexpr int STEP = THREADS / CHUNKS;
+        const int r = threadIdx.x / CHUNKS, c = (threadIdx.x % CHUNKS) * 8;
+        const elem_t *src = g + (row0 + r) * ld + c;
+        const long long step = STEP * ld;
+        u32 dst = smem_addr(s + r * SS + c);
+        /* Loops not unrolled: unrolled, their addresses compete with the accumulators for
+        ** registers. */
+        if (row0 + ROWS <= rows && cols == COLS) {
+#pragma unroll 1
+            for (int rr = r; rr < ROWS; rr += STEP, src += step, dst += STEP * SS * 2)
+                cp_async16(dst, src, 16);
+        } else {
+            const bool col_ok = c < cols;
+#pragma unroll 1
+            for (int rr = r; rr < ROWS; rr += STEP, src += step, dst += STEP * SS * 2) {
+                const bool ok = col_ok && row0 + rr < rows;
+                cp_async16(dst, ok ? src : g, ok ? 16 : 0);
+            }
+        }
+    } else {
+#pragma unroll 1
+        for (int i = threadIdx.x; i < ROWS * CHUNKS; i += THREADS) {
+            const int r = i / CHUNKS, c = (i % CHUNKS) * 8;
+            const bool ok = row0 + r < rows && c < cols;
+            cp_async16(smem_addr(s + r * SS + c), ok ? g + (row0 + r) * ld + c : g, ok ? 16 : 0);
+        }
+    }
+}
+% end
+
+/* acc[N / 8][4] += A B^T over K = 16 * KSTEPS: A the 16 rows at a (row stride AS), B the N rows
+** at b (row stride BS), both row-major in shared memory (S = Q K^T: the key rows are B's). */
+template <int N, int KSTEPS, int AS, int BS>
+__device__ __forceinline__ void mma_rows_by_rows(float (*acc)[4], const elem_t *a, const elem_t *b,
+                                                 int lane)
+{
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; kk++) {
+        u32 af[4];
+        ldmatrix_x4(smem_addr(a + (lane % 16) * AS + kk * 16 + (lane / 16) * 8), af[0], af[1], af[2],
+                    af[3]);
+#pragma unroll
+        for (int np = 0; np < N / 16; np++) {
+            u32 b0, b1, b2, b3;
+            ldmatrix_x4(smem_addr(b + (np * 16 + (lane / 16) * 8 + lane % 8) * BS + kk * 16 +
+                                  ((lane / 8) % 2) * 8),
+                        b0, b1, b2, b3);
+            mma16816(acc[2 * np], af, b0, b1);
+            mma16816(acc[2 * np + 1], af, b2, b3);
+        }
+    }
+}
+
+/* acc[N / 8][4] += A B over K = 16 * KSTEPS: A in registers as packed fragments (pack_rows), B
+** the K rows at b (row stride BS) of N columns, row-major in shared memory (O += P V). */
+template <int N, int KSTEPS, int BS>
+__device__ __forceinline__ void mma_regs_by_rows(float (*acc)[4], const u32 (*a)[4],
+                                                 const elem_t *b, int lane)
+{
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; kk++)
+#pragma unroll
+        for (int op = 0; op < N / 16; op++) {
+            u32 b0, b1, b2, b3;
+            ldmatrix_x4_trans(smem_addr(b + (kk * 16 + lane % 16) * BS + op * 16 + (lane / 16) * 8),
+                              b0, b1, b2, b3);
+            mma16816(acc[2 * op], a[kk], b0, b1);
+            mma16816(acc[2 * op + 1], a[kk], b2, b3);
+        }
+}
+
+/* The accumulators of 16 rows by 16 * KSTEPS columns as A-operand fragments of 16-bit pairs: the
+** layout of two n8 accumulator tiles is that of one k16 A fragment. */
+template <int KSTEPS>
+__device__ __forceinline__ void pack_rows(u32 (*a)[4], const float (*acc)[4])
+{
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; kk++) {
+        a[kk][0] = pack2(acc[2 * kk][0], acc[2 * kk][1]);
+        a[kk][1] = pack2(acc[2 * kk][2], acc[2 * kk][3]);
+        a[kk][2] = pack2(acc[2 * kk + 1][0], acc[2 * kk + 1][1]);
+        a[kk][3] = pack2(acc[2 * kk + 1][2], acc[2 * kk + 1][3]);
+    }
+}

@@ -35,7 +35,8 @@ static fjh_case bwd_case(int64_t sq, int64_t sk, int64_t hq, int64_t hkv, int64_
     return c;
 }
 
-static void run_cases(void **state, const fjh_case *cases, size_t n)
+/* Runs and checks the cases; bwd_path (NULL: any) the backward kernel each must have run on. */
+static void run_cases_on(void **state, const fjh_case *cases, size_t n, const char *bwd_path)
 {
     fj_context *ctx = suite_context(state);
     int failures = 0;
@@ -45,19 +46,29 @@ static void run_cases(void **state, const fjh_case *cases, size_t n)
         fjh_describe(&cases[i], desc, sizeof desc);
         fjh_run(ctx, &cases[i], &r);
         /* A dbias case must have checked it (a reference of nonzero magnitude). */
-        const int ok = r.pass && (!cases[i].dbias || r.grad_max[3] > 0);
+        const int ok = r.pass && (!cases[i].dbias || r.grad_max[3] > 0) &&
+                       (!bwd_path || !strcmp(r.bwd_kernel_path, bwd_path));
         printf("  %s %s | dq %.3g dk %.3g dv %.3g (plain %.3g %.3g %.3g)", ok ? "ok  " : "FAIL",
                desc, r.grad_err[0], r.grad_err[1], r.grad_err[2], r.grad_lowp_err[0],
                r.grad_lowp_err[1], r.grad_lowp_err[2]);
         if (cases[i].dbias)
             printf(" dbias %.3g (plain %.3g)", r.grad_err[3], r.grad_lowp_err[3]);
-        printf(" | %s\n", !r.pass ? r.why : ok ? r.kernel_path : "dbias not checked");
+        printf(" | %s%s\n", !r.pass ? r.why : r.bwd_kernel_path,
+               r.pass && !ok ? (bwd_path && strcmp(r.bwd_kernel_path, bwd_path)
+                                    ? ": not the expected backward kernel"
+                                    : ": dbias not checked")
+                             : "");
         if (!ok) {
             printf("       seed 0x%llx\n", (unsigned long long)r.seed);
             failures++;
         }
     }
     assert_int_equal(failures, 0);
+}
+
+static void run_cases(void **state, const fjh_case *cases, size_t n)
+{
+    run_cases_on(state, cases, n, NULL);
 }
 
 /* The reference's gradients against central differences of L = sum(dout * out), in float64,
@@ -152,6 +163,42 @@ static void test_shapes_and_options(void **state)
     run_cases(state, cases, n);
 }
 
+/* The tensor-core stages (CUDA): many tiles each way, ragged ends, causal with sq < sk and
+** sq > sk (rows that see no key), windows, soft-capping, a negative scale, GQA and MQA, d != dv;
+** each must run on the tensor-core kernels. */
+static void test_tensor_core_tiles(void **state)
+{
+    if (FJ_TEST_BACKEND != FJ_BACKEND_CUDA) {
+        (void)suite_context(state);
+        printf("  (the tensor-core stages exist on CUDA only)\n");
+        skip();
+    }
+    fjh_case cases[8];
+    size_t n = 0;
+    cases[n] = bwd_case(300, 517, 8, 2, 128, FJ_DTYPE_BF16);
+    cases[n++].desc.causal = 1;
+    cases[n] = bwd_case(517, 300, 8, 2, 128, FJ_DTYPE_F16);
+    cases[n++].desc.causal = 1;
+    cases[n] = bwd_case(256, 256, 4, 4, 64, FJ_DTYPE_BF16);
+    cases[n].desc.window_left = 64;
+    cases[n++].desc.window_right = 16;
+    cases[n] = bwd_case(200, 333, 6, 3, 96, FJ_DTYPE_F16);
+    cases[n++].desc.softcap = 5.0f;
+    cases[n] = bwd_case(130, 130, 4, 1, 112, FJ_DTYPE_BF16);
+    cases[n].desc.causal = 1;
+    cases[n].desc.softmax_scale = -0.1f;
+    cases[n++].head_dim_v = 64;
+    cases[n] = bwd_case(1000, 1000, 2, 1, 128, FJ_DTYPE_BF16);
+    cases[n].desc.causal = 1;
+    cases[n++].desc.softcap = 30.0f;
+    cases[n] = bwd_case(77, 1200, 4, 2, 32, FJ_DTYPE_BF16);
+    cases[n].desc.window_left = 100;
+    cases[n++].desc.window_right = 0;
+    cases[n] = bwd_case(64, 64, 2, 2, 16, FJ_DTYPE_F16);
+    cases[n++].layout = FJH_LAYOUT_BHSD;
+    run_cases_on(state, cases, n, "cuda.bwd.mma");
+}
+
 /* Every mask kind and score term alone and in pairs; a row that sees no key (zero gradients). */
 static void test_masks_and_terms(void **state)
 {
@@ -219,7 +266,9 @@ static void test_score_mod(void **state)
     cases[n++].desc.score_mod = "k % 5 == 0 ? -1.0 / 0.0 : s * 1.25";
     cases[n] = bwd_case(30, 200, 2, 2, 32, FJ_DTYPE_BF16);
     cases[n].desc.window_left = 50;
-    cases[n++].desc.score_mod = "log(1.0 + exp(s)) + floor(s)";
+    /* floor's steps away from where scores gather: a score within rounding of a step would
+    ** flip it between the kernel and the reference (lse jumps by one). */
+    cases[n++].desc.score_mod = "log(1.0 + exp(s)) + floor(s * 0.125 + 0.5)";
     run_cases(state, cases, n);
 }
 
@@ -423,6 +472,7 @@ int main(void)
         cmocka_unit_test(test_reference_matches_finite_differences),
         cmocka_unit_test(test_score_mod),
         cmocka_unit_test(test_dbias),
+        cmocka_unit_test(test_tensor_core_tiles),
         cmocka_unit_test(test_shapes_and_options),
         cmocka_unit_test(test_masks_and_terms),
         cmocka_unit_test(test_varlen),

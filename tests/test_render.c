@@ -318,6 +318,51 @@ static void test_backward_stages_render(void **state)
         }
 }
 
+/* The backward's tensor-core stages (dk and dv; dq) render, with and without the band and
+** soft-capping, at head dims 64 and 128 / 96: the products are mma.sync, and soft-capping's
+** derivative is in dS (FJ_RENDER_OUT: the sources are written there). */
+static void test_backward_mma_render(void **state)
+{
+    (void)state;
+    for (int stage = 2; stage <= 3; stage++)
+        for (int wide = 0; wide < 2; wide++)
+            for (int extras = 0; extras < 2; extras++) {
+                fj__variant v;
+                memset(&v, 0, sizeof v);
+                v.family = FJ__FAMILY_BWD;
+                v.backend = FJ_BACKEND_CUDA;
+                v.path = FJ__PATH_MMA;
+                v.q_dtype = v.kv_dtype = v.out_dtype = FJ_DTYPE_BF16;
+                v.acc_dtype = FJ_DTYPE_F32;
+                v.head_dim_pad = wide ? 128 : 64;
+                v.head_dim_v_pad = wide ? 96 : 64;
+                v.warps = 4;
+                v.threads = 128;
+                v.tile_m = stage == 2 ? (wide ? 32 : 64) : 64;
+                v.tile_n = stage == 2 ? 64 : 64;
+                v.stage = (uint8_t)stage;
+                v.local_mask = v.softcap = (uint8_t)extras;
+                fj__err err = {{0}};
+                char *out = NULL;
+                if (fj__variant_render(&v, "dtype=x\n", &out, &err) != FJ_OK)
+                    fail_msg("stage %d: %s", stage, err.msg);
+                assert_non_null(strstr(out, stage == 2 ? "fj_attn_bwd_dkdv(" : "fj_attn_bwd_dq("));
+                assert_non_null(strstr(out, "mma.sync.aligned.m16n8k16"));
+                assert_true((strstr(out, "1.0f - th * th") != NULL) == extras);
+                const char *dir = getenv("FJ_RENDER_OUT");
+                if (dir) {
+                    char path[512];
+                    snprintf(path, sizeof path, "%s/bwd_mma_stage%d_d%d_x%d.cu", dir, stage,
+                             v.head_dim_pad, extras);
+                    FILE *f = fopen(path, "w");
+                    assert_non_null(f);
+                    fputs(out, f);
+                    fclose(f);
+                }
+                free(out);
+            }
+}
+
 /* Renders params_struct() of layout l for backend; returns the status, the text in *out. */
 static fj_status render_layout(const fj__playout *l, const char *backend, char **out, fj__err *err)
 {
@@ -434,6 +479,7 @@ int main(void)
         cmocka_unit_test(test_param_blocks_match_the_host),
         cmocka_unit_test(test_decode_variants_render),
         cmocka_unit_test(test_backward_stages_render),
+        cmocka_unit_test(test_backward_mma_render),
         cmocka_unit_test(test_template_dir_override_and_hash),
     };
     return cmocka_run_group_tests_name("render", tests, NULL, NULL);

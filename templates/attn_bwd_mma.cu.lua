@@ -1,0 +1,359 @@
+% -- The backward of attention on tensor cores (sm_80+): FlashAttention-2's products, without its
+% -- atomics. After attn_bwd.lua's first stage (D = rowsum(dO * O) into the f32 workspace), two
+% -- kernels, each a forward-like loop of mma.sync m16n8k16 products with f32 accumulators:
+% --   stage 2, dkdv: a block owns tile_n keys of one (batch, kv head), 16 per warp, and streams
+% --     tiles of tile_m query rows of every query head of the group:
+% --       S^T = K Q^T, dP^T = V dO^T, P^T = exp2(S^T - lse), dS^T = P^T * (dP^T - D),
+% --       dV += P^T dO, dK += dS^T Q;
+% --   stage 3, dq: a block owns tile_m query rows of one (batch, head), 16 per warp, and streams
+% --     tiles of tile_n keys: S = Q K^T, dP = dO V^T, P and dS as above, dQ += dS K.
+% -- P and dS go from the accumulators to the A operand as 16-bit pairs, as P in the forward.
+% -- The streamed tiles are double-buffered (cp.async). No atomics: the gradients are
+% -- bit-identical run to run. dS is taken with respect to the raw q.k times its derivative
+% -- (scale; scale * (1 - tanh^2) through soft-capping): without soft-capping the scale
+% -- multiplies dK and dQ once, at the store.
+% --
+% -- Serves dense requests with the band (causal, windows), soft-capping, any scale sign,
+% -- grouped heads, d and dv multiples of 8 up to 128 in 16-byte-aligned rows; the planner
+% -- (plan/bwd.c) sends the rest to attn_bwd.lua's SIMT stages.
+% --
+% -- Parameters: dtypes (one 16-bit type), head_dim_pad, head_dim_v_pad, tile_m, tile_n, warps,
+% -- stage (2 or 3), local_mask, softcap, shared_bytes (the host's size of the tiles), args
+% -- (fj_bwd_params).
+% assert(stage == 2 or stage == 3, "attn_bwd_mma: stage 2 (dkdv) or 3 (dq)")
+% assert(head_dim_pad % 16 == 0 and head_dim_v_pad % 16 == 0 and tile_m % 16 == 0 and tile_n % 16 == 0, "attn_bwd_mma: tiles of 16")
+% assert((stage == 2 and tile_n == 16 * warps) or (stage == 3 and tile_m == 16 * warps), "attn_bwd_mma: 16 rows a warp")
+% include("cuda_mma.lua")
+% include("cuda_attn_common.lua")
+% include("params.lua")
+% params_struct(args)
+
+#define BM ${tile_m}
+#define BN ${tile_n}
+#define THREADS ${warps * 32}
+#define DP ${head_dim_pad}
+#define DVP ${head_dim_v_pad}
+#define QS (DP + 8)  /* row strides in shared memory: 16 bytes of padding, no bank conflicts */
+#define VS (DVP + 8)
+#define NEG_INF __int_as_float(0xff800000)
+#define POS_INF __int_as_float(0x7f800000)
+#define LOG2E 1.4426950408889634f
+% mma_load_tile()
+
+% -- The element pass over the two products of one tile, s (scores) and dp (dP), NT n8 tiles of
+% -- a warp's 16 rows: s becomes P and dp becomes dS (times 1 / scale without soft-capping).
+% -- lse2(col) and delta(col): the log-sum-exp (log2 units, +inf for rows that see nothing) and
+% -- D of the element's query, as C expressions of the row half h, j and e; masked: elements
+% -- outside [lo[h], hi[h]] (offsets from the thread's first column) get P = 0.
+% local function emit_ds(nt, lse2, delta, masked)
+#pragma unroll
+        for (int j = 0; j < ${nt}; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int h = e / 2;
+                float x = s[j][e] * score_mul;
+%   if softcap then
+                const float th = tanhf(x);
+                x = cap_mul * th;
+%   end
+                float p = ex2(x - ${lse2});
+%   if masked then
+                const int c = j * 8 + (e & 1);
+                if (c > hi[h] || c < lo[h])
+                    p = 0.0f;
+%   end
+                s[j][e] = p;
+%   if softcap then
+                dp[j][e] = p * (dp[j][e] - ${delta}) * (scale * (1.0f - th * th));
+%   else
+                dp[j][e] = p * (dp[j][e] - ${delta});
+%   end
+            }
+% end
+% -- What dS was not multiplied by: the scale, or nothing with soft-capping.
+% local ds_factor = softcap and "1.0f" or "scale"
+
+% if stage == 2 then
+/* Shared memory: K [BN][QS], V [BN][VS], then two buffers of Q [BM][QS] and dO [BM][VS], then
+** two of the rows' lse (log2 units) and D, [BM] floats each. */
+#define QG_ELEMS (BM * (QS + VS))
+static_assert(2 * (BN * (QS + VS) + 2 * QG_ELEMS) + 16 * BM == ${shared_bytes}, "the host's shared-memory size");
+
+/* dK and dV of BN keys of one (batch, kv head), over every query row of the group's heads. */
+extern "C" __global__ void __launch_bounds__(THREADS, 2)
+fj_attn_bwd_dkdv(
+% params_arg(args)
+)
+{
+% params_unpack(args.fields[1].block, "P.fwd")
+    const float scale = P.scale;
+    extern __shared__ __attribute__((aligned(128))) unsigned char smem[];
+    elem_t *sK = (elem_t *)smem;
+    elem_t *sV = sK + BN * QS;
+    elem_t *sQG = sV + BN * VS; /* buffer b: Q at sQG + b * QG_ELEMS, dO after it */
+    float *sLD = (float *)(sQG + 2 * QG_ELEMS); /* buffer b: lse at sLD + 2 * BM * b, D after */
+
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int g = lane / 4, t = lane % 4; /* row group and column pair of mma fragments */
+    const int n0 = blockIdx.x * BN, head_kv = blockIdx.y, batch = blockIdx.z;
+    const int group = heads_q / heads_kv;
+    k += batch * k_sb + head_kv * k_sh;
+    v += batch * v_sb + head_kv * v_sh;
+    q += batch * q_sb;
+    lse += batch * l_sb;
+    const elem_t *dout = P.dout + batch * P.do_sb;
+    const float *delta = P.delta + (long long)batch * heads_q * seqlen_q;
+
+    /* The query rows [m_lo, m_hi) that may see one of the block's keys. */
+    int m_lo = 0, m_hi = seqlen_q;
+% if local_mask then
+    const int shift = seqlen_k - seqlen_q;
+    if (window_right >= 0)
+        m_lo = imax(0, n0 - shift - window_right);
+    if (window_left >= 0)
+        m_hi = imin(seqlen_q, imin(seqlen_k, n0 + BN) - 1 - shift + window_left + 1);
+% end
+    const int mb_lo = m_lo / BM, tiles = imax(0, (m_hi + BM - 1) / BM - mb_lo);
+    const int count = tiles * group; /* (head, query tile) pairs, heads outermost */
+
+    /* Tile i of the stream into buffer b: Q and dO by cp.async, lse and D by the threads. */
+    auto issue = [&](int i, int b) {
+        const int head = head_kv * group + i / tiles, m0 = (mb_lo + i % tiles) * BM;
+        elem_t *sQ = sQG + b * QG_ELEMS;
+        load_tile<BM, DP, QS>(sQ, q + head * q_sh, q_ss, m0, seqlen_q, head_dim);
+        load_tile<BM, DVP, VS>(sQ + BM * QS, dout + head * P.do_sh, P.do_ss, m0, seqlen_q,
+                               head_dim_v);
+        for (int r = tid; r < BM; r += THREADS) {
+            const int row = m0 + r;
+            const float l = row < seqlen_q ? lse[head * l_sh + row * l_ss] : NEG_INF;
+            sLD[2 * BM * b + r] = l == NEG_INF ? POS_INF : l * LOG2E;
+            sLD[2 * BM * b + BM + r] = row < seqlen_q ? delta[(long long)head * seqlen_q + row] : 0.0f;
+        }
+    };
+
+    float dka[DP / 8][4], dva[DVP / 8][4];
+#pragma unroll
+    for (int j = 0; j < DP / 8; j++)
+        dka[j][0] = dka[j][1] = dka[j][2] = dka[j][3] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < DVP / 8; j++)
+        dva[j][0] = dva[j][1] = dva[j][2] = dva[j][3] = 0.0f;
+
+    if (count > 0) {
+        load_tile<BN, DP, QS>(sK, k, k_ss, n0, seqlen_k, head_dim);
+        load_tile<BN, DVP, VS>(sV, v, v_ss, n0, seqlen_k, head_dim_v);
+        issue(0, 0);
+        cp_async_commit();
+    }
+    const int key_row = n0 + warp * 16; /* this warp's first key */
+    for (int i = 0; i < count; i++) {
+        const int b = i & 1, m0 = (mb_lo + i % tiles) * BM;
+        cp_async_wait_all();
+        __syncthreads(); /* tile i landed; every warp is done with buffer b ^ 1 */
+        if (i + 1 < count) {
+            issue(i + 1, b ^ 1);
+            cp_async_commit();
+        }
+        const elem_t *sQ = sQG + b * QG_ELEMS, *sG = sQ + BM * QS;
+        const float *sL = sLD + 2 * BM * b, *sD = sL + BM;
+
+        /* S^T = K Q^T and dP^T = V dO^T: the warp's 16 keys by BM queries. */
+        float s[BM / 8][4], dp[BM / 8][4];
+#pragma unroll
+        for (int j = 0; j < BM / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[j][e] = dp[j][e] = 0.0f;
+        mma_rows_by_rows<BM, DP / 16, QS, QS>(s, sK + warp * 16 * QS, sQ, lane);
+        mma_rows_by_rows<BM, DVP / 16, VS, VS>(dp, sV + warp * 16 * VS, sG, lane);
+
+        /* Masked where the tile crosses the ends or the band: query offsets [lo, hi] from the
+        ** thread's first column col0 that each of its two keys sees. */
+        bool need_mask = m0 + BM > seqlen_q || n0 + BN > seqlen_k;
+% if local_mask then
+        if (window_right >= 0)
+            need_mask |= n0 + BN - 1 > m0 + shift + window_right;
+        if (window_left >= 0)
+            need_mask |= n0 < m0 + BM - 1 + shift - window_left;
+% end
+#define LSE2 sL[j * 8 + 2 * t + (e & 1)]
+#define DELTA sD[j * 8 + 2 * t + (e & 1)]
+        if (need_mask) {
+            const int col0 = m0 + 2 * t;
+            int lo[2], hi[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int key = key_row + g + 8 * h;
+                hi[h] = key < seqlen_k ? seqlen_q - 1 - col0 : -1;
+                lo[h] = 0 - col0;
+% if local_mask then
+                if (window_right >= 0)
+                    lo[h] = imax(lo[h], key - shift - window_right - col0);
+                if (window_left >= 0)
+                    hi[h] = imin(hi[h], key - shift + window_left - col0);
+% end
+            }
+% emit_ds("BM / 8", "LSE2", "DELTA", true)
+        } else {
+% emit_ds("BM / 8", "LSE2", "DELTA", false)
+        }
+#undef LSE2
+#undef DELTA
+
+        /* dV += P^T dO, dK += dS^T Q: P^T and dS^T as A fragments, dO and Q by ldmatrix.trans. */
+        u32 pf[BM / 16][4], dsf[BM / 16][4];
+        pack_rows<BM / 16>(pf, s);
+        pack_rows<BM / 16>(dsf, dp);
+        mma_regs_by_rows<DVP, BM / 16, VS>(dva, pf, sG, lane);
+        mma_regs_by_rows<DP, BM / 16, QS>(dka, dsf, sQ, lane);
+    }
+
+    /* The warp's keys' rows of dK and dV (zeros for keys no query sees). */
+    elem_t *dk = P.dk + batch * P.dk_sb + head_kv * P.dk_sh;
+    elem_t *dv = P.dv + batch * P.dv_sb + head_kv * P.dv_sh;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int key = key_row + g + 8 * h;
+        if (key >= seqlen_k)
+            continue;
+#pragma unroll
+        for (int j = 0; j < DP / 8; j++) {
+            const int col = j * 8 + 2 * t;
+            if (col < head_dim)
+                *(u32 *)(dk + key * P.dk_ss + col) =
+                    pack2(dka[j][2 * h] * ${ds_factor}, dka[j][2 * h + 1] * ${ds_factor});
+        }
+#pragma unroll
+        for (int j = 0; j < DVP / 8; j++) {
+            const int col = j * 8 + 2 * t;
+            if (col < head_dim_v)
+                *(u32 *)(dv + key * P.dv_ss + col) = pack2(dva[j][2 * h], dva[j][2 * h + 1]);
+        }
+    }
+}
+% else
+/* Shared memory: Q [BM][QS] and dO [BM][VS], then two buffers of K [BN][QS] and V [BN][VS]. */
+#define KV_ELEMS (BN * (QS + VS))
+static_assert(2 * (BM * (QS + VS) + 2 * KV_ELEMS) == ${shared_bytes}, "the host's shared-memory size");
+
+/* dQ of BM query rows of one (batch, head), over the key tiles their band reaches. */
+extern "C" __global__ void __launch_bounds__(THREADS, 2)
+fj_attn_bwd_dq(
+% params_arg(args)
+)
+{
+% params_unpack(args.fields[1].block, "P.fwd")
+    const float scale = P.scale;
+    extern __shared__ __attribute__((aligned(128))) unsigned char smem[];
+    elem_t *sQ = (elem_t *)smem;
+    elem_t *sG = sQ + BM * QS;
+    elem_t *sKV = sG + BM * VS; /* buffer b: K at sKV + b * KV_ELEMS, V after it */
+
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int g = lane / 4, t = lane % 4; /* row group and column pair of mma fragments */
+% attn_block_origin()
+    q += batch * q_sb + head * q_sh;
+    k += batch * k_sb + head_kv * k_sh;
+    v += batch * v_sb + head_kv * v_sh;
+    lse += batch * l_sb + head * l_sh;
+    const elem_t *dout = P.dout + batch * P.do_sb + head * P.do_sh;
+    const float *delta = P.delta + ((long long)batch * heads_q + head) * seqlen_q;
+    const int warp_row = m0 + warp * 16; /* first query row of this warp */
+% attn_key_band()
+
+    /* The lse (log2 units; +inf for rows past the end or that see nothing) and D of the
+    ** thread's two rows. */
+    float lse2[2], dl[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int row = warp_row + g + 8 * h;
+        const float l = row < seqlen_q ? lse[row * l_ss] : NEG_INF;
+        lse2[h] = l == NEG_INF ? POS_INF : l * LOG2E;
+        dl[h] = row < seqlen_q ? delta[row] : 0.0f;
+    }
+    float dqa[DP / 8][4];
+#pragma unroll
+    for (int j = 0; j < DP / 8; j++)
+        dqa[j][0] = dqa[j][1] = dqa[j][2] = dqa[j][3] = 0.0f;
+
+    if (nb_lo < nb_hi) {
+        load_tile<BM, DP, QS>(sQ, q, q_ss, m0, seqlen_q, head_dim);
+        load_tile<BM, DVP, VS>(sG, dout, P.do_ss, m0, seqlen_q, head_dim_v);
+        load_tile<BN, DP, QS>(sKV, k, k_ss, nb_lo * BN, seqlen_k, head_dim);
+        load_tile<BN, DVP, VS>(sKV + BN * QS, v, v_ss, nb_lo * BN, seqlen_k, head_dim_v);
+        cp_async_commit();
+    }
+    for (int nb = nb_lo; nb < nb_hi; nb++) {
+        const int n0 = nb * BN, b = (nb - nb_lo) & 1;
+        cp_async_wait_all();
+        __syncthreads(); /* tile nb landed; every warp is done with buffer b ^ 1 */
+        if (nb + 1 < nb_hi) {
+            elem_t *next = sKV + (b ^ 1) * KV_ELEMS;
+            load_tile<BN, DP, QS>(next, k, k_ss, n0 + BN, seqlen_k, head_dim);
+            load_tile<BN, DVP, VS>(next + BN * QS, v, v_ss, n0 + BN, seqlen_k, head_dim_v);
+            cp_async_commit();
+        }
+        const elem_t *sK = sKV + b * KV_ELEMS, *sV = sK + BN * QS;
+
+        /* S = Q K^T and dP = dO V^T: the warp's 16 rows by BN keys. */
+        float s[BN / 8][4], dp[BN / 8][4];
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[j][e] = dp[j][e] = 0.0f;
+        mma_rows_by_rows<BN, DP / 16, QS, QS>(s, sQ + warp * 16 * QS, sK, lane);
+        mma_rows_by_rows<BN, DVP / 16, VS, VS>(dp, sG + warp * 16 * VS, sV, lane);
+
+        /* Masked where the tile crosses the keys' end or the band: key offsets [lo, hi] from
+        ** the thread's first column col0 that each of its two rows sees. */
+        bool need_mask = n0 + BN > seqlen_k;
+% if local_mask then
+        if (window_right >= 0)
+            need_mask |= n0 + BN - 1 > m0 + shift + window_right;
+        if (window_left >= 0)
+            need_mask |= n0 < m0 + BM - 1 + shift - window_left;
+% end
+        if (need_mask) {
+            const int col0 = n0 + 2 * t;
+            int lo[2], hi[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                hi[h] = seqlen_k - 1 - col0;
+                lo[h] = 0 - col0;
+% if local_mask then
+                const int row = warp_row + g + 8 * h;
+                if (window_right >= 0)
+                    hi[h] = imin(hi[h], row + shift + window_right - col0);
+                if (window_left >= 0)
+                    lo[h] = imax(lo[h], row + shift - window_left - col0);
+% end
+            }
+% emit_ds("BN / 8", "lse2[h]", "dl[h]", true)
+        } else {
+% emit_ds("BN / 8", "lse2[h]", "dl[h]", false)
+        }
+
+        /* dQ += dS K: dS as A fragments, K by ldmatrix.trans. */
+        u32 dsf[BN / 16][4];
+        pack_rows<BN / 16>(dsf, dp);
+        mma_regs_by_rows<DP, BN / 16, QS>(dqa, dsf, sK, lane);
+    }
+
+    /* The warp's rows of dQ (zeros for rows that see no key). */
+    elem_t *dq = P.dq + batch * P.dq_sb + head * P.dq_sh;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int row = warp_row + g + 8 * h;
+        if (row >= seqlen_q)
+            continue;
+#pragma unroll
+        for (int j = 0; j < DP / 8; j++) {
+            const int col = j * 8 + 2 * t;
+            if (col < head_dim)
+                *(u32 *)(dq + row * P.dq_ss + col) =
+                    pack2(dqa[j][2 * h] * ${ds_factor}, dqa[j][2 * h + 1] * ${ds_factor});
+        }
+    }
+}
+% end
