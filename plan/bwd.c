@@ -10,8 +10,8 @@
 #define TILE 32 /* query rows and keys per work-group, halved where local memory runs out */
 
 /* Whether the tensor-core stages serve f on dev: CUDA sm_80+, one 16-bit element type in rows
-** of 16-byte chunks, head dims that pad to at most 128, dense, and no score terms or masks
-** beyond the band (those, and the bias's gradient, run on the SIMT stages). */
+** of 16-byte chunks, head dims to 256, dense, and no score terms or masks beyond the band
+** (those, and the bias's gradient, run on the SIMT stages). */
 static int mma_serves(const fj__features *f, const fj_device_info *dev)
 {
     const int sixteen_bit = (f->q_dtype == FJ_DTYPE_F16 || f->q_dtype == FJ_DTYPE_BF16) &&
@@ -19,14 +19,16 @@ static int mma_serves(const fj__features *f, const fj_device_info *dev)
     const int extras = f->mask_mod || f->score_mod || f->alibi || f->bias_dtype >= 0 ||
                        f->mask || f->ranges || f->block_mask || f->varlen || f->dbias_elements;
     return dev->backend == FJ_BACKEND_CUDA && fj__sm_version(dev) >= 80 && sixteen_bit &&
-           !extras && f->head_dim <= 128 && f->head_dim_v <= 128 && f->rows_16b[FJ__T_Q] &&
+           !extras && f->head_dim <= 256 && f->head_dim_v <= 256 && f->rows_16b[FJ__T_Q] &&
            f->rows_16b[FJ__T_K] && f->rows_16b[FJ__T_V] && f->rows_16b[FJ__T_OUT] &&
            f->grads_16b;
 }
 
 /* The tensor-core variant of stage 2 (dk, dv) or 3 (dq): four warps of 16 rows (keys for stage
-** 2, query rows for 3) and 64-deep streamed tiles, 32 where dK and dV (d, dv above 64) leave
-** fewer registers for the streamed products. */
+** 2, query rows for 3) and 64-deep streamed tiles, 32 where the accumulators (d, dv above 64
+** for stage 2, above 128 for stage 3) leave fewer registers for the streamed products. Stage 2
+** writes dK and dV in one launch where both accumulators fit a thread (d + dv to 256), else
+** dV and dK in two (grads: see fj__variant). */
 static void bwd_mma_variant(int stage, fj__variant *v)
 {
     const int widest = v->head_dim_pad > v->head_dim_v_pad ? v->head_dim_pad : v->head_dim_v_pad;
@@ -36,9 +38,10 @@ static void bwd_mma_variant(int stage, fj__variant *v)
     if (stage == 2) {
         v->tile_n = 16 * v->warps;
         v->tile_m = widest <= 64 ? 64 : 32;
+        v->grads = v->head_dim_pad + v->head_dim_v_pad <= 256 ? 3 : 2;
     } else {
         v->tile_m = 16 * v->warps;
-        v->tile_n = 64;
+        v->tile_n = widest <= 128 ? 64 : 32;
     }
 }
 
@@ -105,8 +108,15 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, fj
         s->grid[0] = (uint32_t)((n + tile - 1) / tile);
         s->grid[1] = (uint32_t)(stage == 2 ? f->heads_kv : f->heads_q);
         s->grid[2] = (uint32_t)f->batch;
+        if (stage == 2) {
+            plan->main_step = plan->nsteps - 1; /* dk and dv: most of the work */
+            if (v->grads == 2) { /* dV here, dK in a launch of its own */
+                fj__step *dk = fj__plan_add_step(plan, FJ__STEP_KERNEL);
+                *dk = *s;
+                dk->variant.grads = 1;
+            }
+        }
     }
-    plan->main_step = 2; /* dk and dv: most of the work */
     return FJ_OK;
 }
 

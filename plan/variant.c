@@ -168,9 +168,12 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
         return v->threads == 128;
     if (v->family == FJ__FAMILY_BWD && v->path == FJ__PATH_MMA) /* attn_bwd_mma.cu.lua */
         return (v->stage == 2 || v->stage == 3) && v->warps >= 1 && v->threads == 32 * v->warps &&
-               (v->stage == 2 ? v->tile_n == 16 * v->warps && v->tile_m % 16 == 0
-                              : v->tile_m == 16 * v->warps && v->tile_n % 16 == 0) &&
-               v->head_dim_pad <= 128 && v->head_dim_v_pad <= 128 &&
+               (v->stage == 2 ? v->tile_n == 16 * v->warps && v->tile_m % 16 == 0 &&
+                                    v->grads >= 1 && v->grads <= 3
+                              : v->tile_m == 16 * v->warps && v->tile_n % 16 == 0 && !v->grads) &&
+               v->head_dim_pad <= 256 && v->head_dim_v_pad <= 256 &&
+               /* dK's and dV's accumulators in one launch: 2 * (d + dv) / 8 floats a thread */
+               (v->grads != 3 || v->head_dim_pad + v->head_dim_v_pad <= 256) &&
                fj__variant_shared_bytes(v) <= dev->local_memory;
     if (v->family == FJ__FAMILY_BWD) { /* static shared memory, as the SIMT forward's */
         uint64_t budget = dev->local_memory ? dev->local_memory : 32768;
@@ -370,6 +373,7 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_TPL_PARAMS])
     BOOL_PARAM(bias_tma);
     BOOL_PARAM(partial);
     INT_PARAM(stage);
+    INT_PARAM(grads);
     BOOL_PARAM(paged);
     BOOL_PARAM(local_mask);
     BOOL_PARAM(softcap);

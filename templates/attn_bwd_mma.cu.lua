@@ -8,6 +8,8 @@
 % --   stage 3, dq: a block owns tile_m query rows of one (batch, head), 16 per warp, and streams
 % --     tiles of tile_n keys: S = Q K^T, dP = dO V^T, P and dS as above, dQ += dS K.
 % -- P and dS go from the accumulators to the A operand as 16-bit pairs, as P in the forward.
+% -- Where dK's and dV's accumulators would not both fit a thread's registers (d + dv above 256)
+% -- stage 2 runs twice, writing dV (S, P) and then dK (S, dP, dS): `grads` 2 and 1, 3 both.
 % -- The streamed tiles are double-buffered (cp.async). No atomics: the gradients are
 % -- bit-identical run to run. dS is taken with respect to the raw q.k times its derivative
 % -- (scale; scale * (1 - tanh^2) through soft-capping): without soft-capping the scale
@@ -18,11 +20,14 @@
 % -- (plan/bwd.c) sends the rest to attn_bwd.lua's SIMT stages.
 % --
 % -- Parameters: dtypes (one 16-bit type), head_dim_pad, head_dim_v_pad, tile_m, tile_n, warps,
-% -- stage (2 or 3), local_mask, softcap, shared_bytes (the host's size of the tiles), args
-% -- (fj_bwd_params).
+% -- stage (2 or 3), grads (stage 2: 1 dK, 2 dV, 3 both), local_mask, softcap, shared_bytes (the
+% -- host's size of the tiles), args (fj_bwd_params).
 % assert(stage == 2 or stage == 3, "attn_bwd_mma: stage 2 (dkdv) or 3 (dq)")
 % assert(head_dim_pad % 16 == 0 and head_dim_v_pad % 16 == 0 and tile_m % 16 == 0 and tile_n % 16 == 0, "attn_bwd_mma: tiles of 16")
 % assert((stage == 2 and tile_n == 16 * warps) or (stage == 3 and tile_m == 16 * warps), "attn_bwd_mma: 16 rows a warp")
+% assert(stage == 3 or (grads >= 1 and grads <= 3), "attn_bwd_mma: stage 2 writes dk (1), dv (2) or both (3)")
+% local want_dk = stage == 3 or grads % 2 == 1 -- dS is needed (stage 3: for dQ)
+% local want_dv = stage == 2 and grads >= 2
 % include("cuda_mma.lua")
 % include("cuda_attn_common.lua")
 % include("params.lua")
@@ -41,7 +46,8 @@
 % mma_load_tile()
 
 % -- The element pass over the two products of one tile, s (scores) and dp (dP), NT n8 tiles of
-% -- a warp's 16 rows: s becomes P and dp becomes dS (times 1 / scale without soft-capping).
+% -- a warp's 16 rows: s becomes P and dp becomes dS (times 1 / scale without soft-capping;
+% -- only where dS is wanted).
 % -- lse2(col) and delta(col): the log-sum-exp (log2 units, +inf for rows that see nothing) and
 % -- D of the element's query, as C expressions of the row half h, j and e; masked: elements
 % -- outside [lo[h], hi[h]] (offsets from the thread's first column) get P = 0.
@@ -63,7 +69,8 @@
                     p = 0.0f;
 %   end
                 s[j][e] = p;
-%   if softcap then
+%   if not want_dk then
+%   elseif softcap then
                 dp[j][e] = p * (dp[j][e] - ${delta}) * (scale * (1.0f - th * th));
 %   else
                 dp[j][e] = p * (dp[j][e] - ${delta});
@@ -131,17 +138,24 @@ fj_attn_bwd_dkdv(
         }
     };
 
-    float dka[DP / 8][4], dva[DVP / 8][4];
+% if want_dk then
+    float dka[DP / 8][4];
 #pragma unroll
     for (int j = 0; j < DP / 8; j++)
         dka[j][0] = dka[j][1] = dka[j][2] = dka[j][3] = 0.0f;
+% end
+% if want_dv then
+    float dva[DVP / 8][4];
 #pragma unroll
     for (int j = 0; j < DVP / 8; j++)
         dva[j][0] = dva[j][1] = dva[j][2] = dva[j][3] = 0.0f;
+% end
 
     if (count > 0) {
         load_tile<BN, DP, QS>(sK, k, k_ss, n0, seqlen_k, head_dim);
+% if want_dk then
         load_tile<BN, DVP, VS>(sV, v, v_ss, n0, seqlen_k, head_dim_v);
+% end
         issue(0, 0);
         cp_async_commit();
     }
@@ -165,7 +179,9 @@ fj_attn_bwd_dkdv(
             for (int e = 0; e < 4; e++)
                 s[j][e] = dp[j][e] = 0.0f;
         mma_rows_by_rows<BM, DP / 16, QS, QS>(s, sK + warp * 16 * QS, sQ, lane);
+% if want_dk then
         mma_rows_by_rows<BM, DVP / 16, VS, VS>(dp, sV + warp * 16 * VS, sG, lane);
+% end
 
         /* Masked where the tile crosses the ends or the band: query offsets [lo, hi] from the
         ** thread's first column col0 that each of its two keys sees. */
@@ -201,11 +217,16 @@ fj_attn_bwd_dkdv(
 #undef DELTA
 
         /* dV += P^T dO, dK += dS^T Q: P^T and dS^T as A fragments, dO and Q by ldmatrix.trans. */
-        u32 pf[BM / 16][4], dsf[BM / 16][4];
+% if want_dv then
+        u32 pf[BM / 16][4];
         pack_rows<BM / 16>(pf, s);
-        pack_rows<BM / 16>(dsf, dp);
         mma_regs_by_rows<DVP, BM / 16, VS>(dva, pf, sG, lane);
+% end
+% if want_dk then
+        u32 dsf[BM / 16][4];
+        pack_rows<BM / 16>(dsf, dp);
         mma_regs_by_rows<DP, BM / 16, QS>(dka, dsf, sQ, lane);
+% end
     }
 
     /* The warp's keys' rows of dK and dV (zeros for keys no query sees). */
@@ -216,6 +237,7 @@ fj_attn_bwd_dkdv(
         const int key = key_row + g + 8 * h;
         if (key >= seqlen_k)
             continue;
+% if want_dk then
 #pragma unroll
         for (int j = 0; j < DP / 8; j++) {
             const int col = j * 8 + 2 * t;
@@ -223,12 +245,15 @@ fj_attn_bwd_dkdv(
                 *(u32 *)(dk + key * P.dk_ss + col) =
                     pack2(dka[j][2 * h] * ${ds_factor}, dka[j][2 * h + 1] * ${ds_factor});
         }
+% end
+% if want_dv then
 #pragma unroll
         for (int j = 0; j < DVP / 8; j++) {
             const int col = j * 8 + 2 * t;
             if (col < head_dim_v)
                 *(u32 *)(dv + key * P.dv_ss + col) = pack2(dva[j][2 * h], dva[j][2 * h + 1]);
         }
+% end
     }
 }
 % else

@@ -164,7 +164,8 @@ static void test_shapes_and_options(void **state)
 }
 
 /* The tensor-core stages (CUDA): many tiles each way, ragged ends, causal with sq < sk and
-** sq > sk (rows that see no key), windows, soft-capping, a negative scale, GQA and MQA, d != dv;
+** sq > sk (rows that see no key), windows, soft-capping, a negative scale, GQA and MQA, d != dv,
+** head dims to 256 (dV and dK in separate launches beyond d + dv = 256: MLA's 192 / 128, 256);
 ** each must run on the tensor-core kernels. */
 static void test_tensor_core_tiles(void **state)
 {
@@ -173,7 +174,7 @@ static void test_tensor_core_tiles(void **state)
         printf("  (the tensor-core stages exist on CUDA only)\n");
         skip();
     }
-    fjh_case cases[8];
+    fjh_case cases[12];
     size_t n = 0;
     cases[n] = bwd_case(300, 517, 8, 2, 128, FJ_DTYPE_BF16);
     cases[n++].desc.causal = 1;
@@ -196,6 +197,16 @@ static void test_tensor_core_tiles(void **state)
     cases[n++].desc.window_right = 0;
     cases[n] = bwd_case(64, 64, 2, 2, 16, FJ_DTYPE_F16);
     cases[n++].layout = FJH_LAYOUT_BHSD;
+    cases[n] = bwd_case(333, 250, 4, 2, 256, FJ_DTYPE_BF16);
+    cases[n++].desc.causal = 1;
+    cases[n] = bwd_case(200, 300, 4, 1, 192, FJ_DTYPE_BF16);
+    cases[n].head_dim_v = 128;
+    cases[n++].desc.softcap = 20.0f;
+    cases[n] = bwd_case(150, 150, 2, 2, 160, FJ_DTYPE_F16);
+    cases[n].desc.window_left = 40;
+    cases[n++].desc.window_right = 40;
+    cases[n] = bwd_case(97, 130, 4, 4, 256, FJ_DTYPE_F16);
+    cases[n++].head_dim_v = 64;
     run_cases_on(state, cases, n, "cuda.bwd.mma");
 }
 

@@ -319,13 +319,14 @@ static void test_backward_stages_render(void **state)
 }
 
 /* The backward's tensor-core stages (dk and dv; dq) render, with and without the band and
-** soft-capping, at head dims 64 and 128 / 96: the products are mma.sync, and soft-capping's
-** derivative is in dS (FJ_RENDER_OUT: the sources are written there). */
+** soft-capping, at head dims 64, 128 / 96 and 256 (dV and dK in separate launches there): the
+** products are mma.sync, and soft-capping's derivative is in dS where dS is computed
+** (FJ_RENDER_OUT: the sources are written there). */
 static void test_backward_mma_render(void **state)
 {
     (void)state;
     for (int stage = 2; stage <= 3; stage++)
-        for (int wide = 0; wide < 2; wide++)
+        for (int wide = 0; wide < 3; wide++)
             for (int extras = 0; extras < 2; extras++) {
                 fj__variant v;
                 memset(&v, 0, sizeof v);
@@ -334,12 +335,14 @@ static void test_backward_mma_render(void **state)
                 v.path = FJ__PATH_MMA;
                 v.q_dtype = v.kv_dtype = v.out_dtype = FJ_DTYPE_BF16;
                 v.acc_dtype = FJ_DTYPE_F32;
-                v.head_dim_pad = wide ? 128 : 64;
-                v.head_dim_v_pad = wide ? 96 : 64;
+                v.head_dim_pad = wide == 2 ? 256 : wide ? 128 : 64;
+                v.head_dim_v_pad = wide == 2 ? 256 : wide ? 96 : 64;
+                /* at 256, stage 2 writes dV (plain) or dK (with the band and soft-capping) */
+                v.grads = stage == 3 ? 0 : wide < 2 ? 3 : extras ? 1 : 2;
                 v.warps = 4;
                 v.threads = 128;
                 v.tile_m = stage == 2 ? (wide ? 32 : 64) : 64;
-                v.tile_n = stage == 2 ? 64 : 64;
+                v.tile_n = stage == 2 || wide < 2 ? 64 : 32;
                 v.stage = (uint8_t)stage;
                 v.local_mask = v.softcap = (uint8_t)extras;
                 fj__err err = {{0}};
@@ -348,12 +351,15 @@ static void test_backward_mma_render(void **state)
                     fail_msg("stage %d: %s", stage, err.msg);
                 assert_non_null(strstr(out, stage == 2 ? "fj_attn_bwd_dkdv(" : "fj_attn_bwd_dq("));
                 assert_non_null(strstr(out, "mma.sync.aligned.m16n8k16"));
-                assert_true((strstr(out, "1.0f - th * th") != NULL) == extras);
+                assert_true((strstr(out, "1.0f - th * th") != NULL) ==
+                            (extras && (stage == 3 || v.grads & 1)));
+                assert_true((strstr(out, "*(u32 *)(dk + ") != NULL) == (stage == 2 && (v.grads & 1)));
+                assert_true((strstr(out, "*(u32 *)(dv + ") != NULL) == (stage == 2 && (v.grads & 2)));
                 const char *dir = getenv("FJ_RENDER_OUT");
                 if (dir) {
                     char path[512];
-                    snprintf(path, sizeof path, "%s/bwd_mma_stage%d_d%d_x%d.cu", dir, stage,
-                             v.head_dim_pad, extras);
+                    snprintf(path, sizeof path, "%s/bwd_mma_stage%d_d%d_x%d_g%d.cu", dir, stage,
+                             v.head_dim_pad, extras, v.grads);
                     FILE *f = fopen(path, "w");
                     assert_non_null(f);
                     fputs(out, f);
