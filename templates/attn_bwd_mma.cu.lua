@@ -15,21 +15,31 @@
 % -- (scale; scale * (1 - tanh^2) through soft-capping): without soft-capping the scale
 % -- multiplies dK and dQ once, at the store.
 % --
-% -- Serves dense requests with the band (causal, windows), soft-capping, any scale sign,
-% -- grouped heads, d and dv multiples of 8 up to 128 in 16-byte-aligned rows; the planner
-% -- (plan/bwd.c) sends the rest to attn_bwd.lua's SIMT stages.
+% -- Serves dense requests with the band (causal, windows), soft-capping, any scale sign, the
+% -- element masks (mask_mod, the mask tensor, FlashMask ranges) and score terms (ALiBi, a bias,
+% -- score_mod through its generated derivative) of attn_masks.lua, grouped heads, d and dv
+% -- multiples of 8 up to 256 in 16-byte-aligned rows; the planner (plan/bwd.c) sends the rest
+% -- (block classes, packed sequences, the bias's gradient) to attn_bwd.lua's SIMT stages.
 % --
 % -- Parameters: dtypes (one 16-bit type), head_dim_pad, head_dim_v_pad, tile_m, tile_n, warps,
-% -- stage (2 or 3), grads (stage 2: 1 dK, 2 dV, 3 both), local_mask, softcap, shared_bytes (the
-% -- host's size of the tiles), args (fj_bwd_params).
+% -- stage (2 or 3), grads (stage 2: 1 dK, 2 dV, 3 both), local_mask, softcap, the masks' and
+% -- score terms' (attn_masks.lua), shared_bytes (the host's size of the tiles), args
+% -- (fj_bwd_params).
 % assert(stage == 2 or stage == 3, "attn_bwd_mma: stage 2 (dkdv) or 3 (dq)")
 % assert(head_dim_pad % 16 == 0 and head_dim_v_pad % 16 == 0 and tile_m % 16 == 0 and tile_n % 16 == 0, "attn_bwd_mma: tiles of 16")
 % assert((stage == 2 and tile_n == 16 * warps) or (stage == 3 and tile_m == 16 * warps), "attn_bwd_mma: 16 rows a warp")
 % assert(stage == 3 or (grads >= 1 and grads <= 3), "attn_bwd_mma: stage 2 writes dk (1), dv (2) or both (3)")
 % local want_dk = stage == 3 or grads % 2 == 1 -- dS is needed (stage 3: for dQ)
 % local want_dv = stage == 2 and grads >= 2
+% assert(score_mod == "" or score_mod_grad ~= "", "attn_bwd_mma: score_mod needs score_mod_grad")
+% local element_masks = mask_mod ~= "" or mask_tensor or mask_ranges > 0
+% local terms = alibi or bias ~= "" or score_mod ~= ""
 % include("cuda_mma.lua")
 % include("cuda_attn_common.lua")
+% if element_masks or terms then
+% include("dialect.lua")
+% include("attn_masks.lua")
+% end
 % include("params.lua")
 % params_struct(args)
 
@@ -47,33 +57,53 @@
 
 % -- The element pass over the two products of one tile, s (scores) and dp (dP), NT n8 tiles of
 % -- a warp's 16 rows: s becomes P and dp becomes dS (times 1 / scale without soft-capping;
-% -- only where dS is wanted).
-% -- lse2(col) and delta(col): the log-sum-exp (log2 units, +inf for rows that see nothing) and
-% -- D of the element's query, as C expressions of the row half h, j and e; masked: elements
-% -- outside [lo[h], hi[h]] (offsets from the thread's first column) get P = 0.
-% local function emit_ds(nt, lse2, delta, masked)
+% -- only where dS is wanted). lse2 and delta: the log-sum-exp (log2 units, +inf for rows that
+% -- see nothing) and D of the element's query; row and key: its query row and key; all C
+% -- expressions of the row half h, j and e. masked: elements outside [lo[h], hi[h]] (offsets
+% -- from the thread's first column: the ends and the band) get P = 0 without their masks and
+% -- terms being read; the element masks (mc: MASK_CTX) apply everywhere.
+% local function emit_ds(nt, lse2, delta, row, key, masked)
 #pragma unroll
         for (int j = 0; j < ${nt}; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int h = e / 2;
-                float x = s[j][e] * score_mul;
+%   if masked then
+                const int c = j * 8 + (e & 1);
+                const bool inside = c <= hi[h] && c >= lo[h];
+%   else
+                const bool inside = true;
+%   end
+                float x = s[j][e] * score_mul, p = 0.0f;
 %   if softcap then
                 const float th = tanhf(x);
                 x = cap_mul * th;
 %   end
-                float p = ex2(x - ${lse2});
-%   if masked then
-                const int c = j * 8 + (e & 1);
-                if (c > hi[h] || c < lo[h])
-                    p = 0.0f;
+%   if score_mod ~= "" then
+                const float capped = x;
 %   end
+                if (inside) {
+%   if terms then
+                    x = fj_score(mc, x, ${row}, ${key});
+%   end
+                    p = ex2(x - ${lse2});
+%   if element_masks then
+                    if (!fj_keeps(mc, ${row}, ${key}))
+                        p = 0.0f;
+%   end
+                }
                 s[j][e] = p;
-%   if not want_dk then
-%   elseif softcap then
-                dp[j][e] = p * (dp[j][e] - ${delta}) * (scale * (1.0f - th * th));
-%   else
-                dp[j][e] = p * (dp[j][e] - ${delta});
+%   if want_dk then
+                float ds = p * (dp[j][e] - ${delta});
+%     if score_mod ~= "" then
+                /* Through score_mod: p = 0 (masked, or -inf from the expression) contributes
+                ** nothing, whatever the derivative there. */
+                ds = p > 0.0f ? ds * fj_score_grad(mc, capped, ${row}, ${key}) : 0.0f;
+%     end
+%     if softcap then
+                ds *= scale * (1.0f - th * th);
+%     end
+                dp[j][e] = ds;
 %   end
             }
 % end
@@ -162,6 +192,9 @@ fj_attn_bwd_dkdv(
     const int key_row = n0 + warp * 16; /* this warp's first key */
     for (int i = 0; i < count; i++) {
         const int b = i & 1, m0 = (mb_lo + i % tiles) * BM;
+% if element_masks or terms then
+        MASK_CTX(mc, P.fwd.mask, batch, head_kv * group + i / tiles, seqlen_q, seqlen_k);
+% end
         cp_async_wait_all();
         __syncthreads(); /* tile i landed; every warp is done with buffer b ^ 1 */
         if (i + 1 < count) {
@@ -209,9 +242,9 @@ fj_attn_bwd_dkdv(
                     hi[h] = imin(hi[h], key - shift + window_left - col0);
 % end
             }
-% emit_ds("BM / 8", "LSE2", "DELTA", true)
+% emit_ds("BM / 8", "LSE2", "DELTA", "m0 + 8 * j + 2 * t + (e & 1)", "key_row + g + 8 * h", true)
         } else {
-% emit_ds("BM / 8", "LSE2", "DELTA", false)
+% emit_ds("BM / 8", "LSE2", "DELTA", "m0 + 8 * j + 2 * t + (e & 1)", "key_row + g + 8 * h", false)
         }
 #undef LSE2
 #undef DELTA
@@ -285,6 +318,9 @@ fj_attn_bwd_dq(
     const float *delta = P.delta + ((long long)batch * heads_q + head) * seqlen_q;
     const int warp_row = m0 + warp * 16; /* first query row of this warp */
 % attn_key_band()
+% if element_masks or terms then
+    MASK_CTX(mc, P.fwd.mask, batch, head, seqlen_q, seqlen_k);
+% end
 
     /* The lse (log2 units; +inf for rows past the end or that see nothing) and D of the
     ** thread's two rows. */
@@ -354,9 +390,9 @@ fj_attn_bwd_dq(
                     lo[h] = imax(lo[h], row + shift - window_left - col0);
 % end
             }
-% emit_ds("BN / 8", "lse2[h]", "dl[h]", true)
+% emit_ds("BN / 8", "lse2[h]", "dl[h]", "warp_row + g + 8 * h", "n0 + 8 * j + 2 * t + (e & 1)", true)
         } else {
-% emit_ds("BN / 8", "lse2[h]", "dl[h]", false)
+% emit_ds("BN / 8", "lse2[h]", "dl[h]", "warp_row + g + 8 * h", "n0 + 8 * j + 2 * t + (e & 1)", false)
         }
 
         /* dQ += dS K: dS as A fragments, K by ldmatrix.trans. */

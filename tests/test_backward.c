@@ -165,8 +165,9 @@ static void test_shapes_and_options(void **state)
 
 /* The tensor-core stages (CUDA): many tiles each way, ragged ends, causal with sq < sk and
 ** sq > sk (rows that see no key), windows, soft-capping, a negative scale, GQA and MQA, d != dv,
-** head dims to 256 (dV and dK in separate launches beyond d + dv = 256: MLA's 192 / 128, 256);
-** each must run on the tensor-core kernels. */
+** head dims to 256 (dV and dK in separate launches beyond d + dv = 256: MLA's 192 / 128, 256),
+** element masks and score terms (a mask_mod, the mask tensor, ranges, ALiBi with a bias, a
+** score_mod with soft-capping); each must run on the tensor-core kernels. */
 static void test_tensor_core_tiles(void **state)
 {
     if (FJ_TEST_BACKEND != FJ_BACKEND_CUDA) {
@@ -174,7 +175,7 @@ static void test_tensor_core_tiles(void **state)
         printf("  (the tensor-core stages exist on CUDA only)\n");
         skip();
     }
-    fjh_case cases[12];
+    fjh_case cases[16];
     size_t n = 0;
     cases[n] = bwd_case(300, 517, 8, 2, 128, FJ_DTYPE_BF16);
     cases[n++].desc.causal = 1;
@@ -207,6 +208,18 @@ static void test_tensor_core_tiles(void **state)
     cases[n++].desc.window_right = 40;
     cases[n] = bwd_case(97, 130, 4, 4, 256, FJ_DTYPE_F16);
     cases[n++].head_dim_v = 64;
+    cases[n] = bwd_case(300, 300, 4, 2, 64, FJ_DTYPE_BF16);
+    cases[n].desc.mask_mod = "k % 3 != 0 && k <= q + 20";
+    cases[n++].mask = 1;
+    cases[n] = bwd_case(200, 330, 4, 2, 128, FJ_DTYPE_F16);
+    cases[n].alibi = 2;
+    cases[n].bias = 1;
+    cases[n++].desc.causal = 1;
+    cases[n] = bwd_case(250, 250, 2, 1, 64, FJ_DTYPE_BF16);
+    cases[n++].ranges = 4;
+    cases[n] = bwd_case(180, 220, 4, 2, 96, FJ_DTYPE_BF16);
+    cases[n].desc.softcap = 15.0f;
+    cases[n++].desc.score_mod = "s * 0.5 + tanh(s) - 0.01 * abs(q - k)";
     run_cases_on(state, cases, n, "cuda.bwd.mma");
 }
 

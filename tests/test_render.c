@@ -345,6 +345,14 @@ static void test_backward_mma_render(void **state)
                 v.tile_n = stage == 2 || wide < 2 ? 64 : 32;
                 v.stage = (uint8_t)stage;
                 v.local_mask = v.softcap = (uint8_t)extras;
+                if (extras && wide == 1) { /* the masks and score terms of attn_masks.lua */
+                    v.alibi = v.mask_tensor = 1;
+                    v.bias = 2;
+                    v.mask_ranges = 4;
+                    v.mask_mod = "(FJ_Q >= FJ_K)";
+                    v.score_mod = "(EXPR_TANH(FJ_S) * 2.0f)";
+                    v.score_mod_grad = "((1.0f - EXPR_TANH(FJ_S) * EXPR_TANH(FJ_S)) * 2.0f)";
+                }
                 fj__err err = {{0}};
                 char *out = NULL;
                 if (fj__variant_render(&v, "dtype=x\n", &out, &err) != FJ_OK)
@@ -355,6 +363,7 @@ static void test_backward_mma_render(void **state)
                             (extras && (stage == 3 || v.grads & 1)));
                 assert_true((strstr(out, "*(u32 *)(dk + ") != NULL) == (stage == 2 && (v.grads & 1)));
                 assert_true((strstr(out, "*(u32 *)(dv + ") != NULL) == (stage == 2 && (v.grads & 2)));
+                assert_true((strstr(out, "fj_score_grad(mc, capped") != NULL) == (v.score_mod != NULL));
                 const char *dir = getenv("FJ_RENDER_OUT");
                 if (dir) {
                     char path[512];

@@ -1,0 +1,76 @@
+"""Host time of the Python call path (no GPU time: a decode-shaped call whose kernel is tiny), and
+where it goes: the whole of flashjit.torch.attention and Context.forward, then each part of a
+prepared call alone (the signature, the current stream, the output's allocation, the library
+call through the unchecked ctypes entry, the checked one, and one that keeps the GIL), medians
+of 5000 calls.
+
+Shapes: bf16, b 4, hq 16 / hkv 4, d 128, seqlen_q 1, a paged cache of 128 keys per sequence.
+
+Usage: python3 bench/bench_pyhost.py [--lib build/libflashjit.so]"""
+import argparse
+import ctypes
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import flashjit.torch as fjt  # noqa: E402
+from flashjit import _arrays  # noqa: E402
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--lib", default=None)
+args = ap.parse_args()
+if args.lib:
+    os.environ["FLASHJIT_LIB"] = args.lib
+
+dev = "cuda"
+b, hq, hkv, d, page, pages = 4, 16, 4, 128, 16, 8
+q = torch.randn(b, 1, hq, d, device=dev, dtype=torch.bfloat16)
+kc = torch.randn(b * pages, page, hkv, d, device=dev, dtype=torch.bfloat16)
+vc = torch.randn_like(kc)
+table = torch.randperm(b * pages, device=dev, dtype=torch.int32).view(b, -1)
+used = torch.full((b,), 100, device=dev, dtype=torch.int32)
+out = torch.empty_like(q)
+ctx = fjt.context(q.device)
+kw = dict(page_table=table, seqused_k=used, max_seqlen_k=pages * page)
+
+
+def median_us(fn, n=5000):
+    fn()
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    torch.cuda.synchronize()
+    times.sort()
+    return 1e6 * times[n // 2]
+
+
+ctx.forward(q, kc, vc, out=out, **kw)
+prepared = next(iter(ctx._local.prepared.values()))
+# forward's arrays, then the descriptor's (see _core._DESC_ARRAYS)
+every = (q, kc, vc, out, None, None, None, None, None, None, used, None, None, table, None, None)
+stream = _arrays.current_stream(q)
+checked = getattr(ctx.lib, "fj_attention_forward")
+kept = ctypes.PyDLL(ctx.lib.path)["fj_attention_forward"]  # no GIL release around the call
+kept.restype = ctypes.c_int
+checked_args = [ctypes.byref(prepared.desc)] + [
+    None if t is None else ctypes.byref(t) for t in prepared.structs[:5]]
+rows = [
+    ("flashjit.torch.attention", lambda: fjt.attention(q, kc, vc, **kw)),
+    ("Context.forward", lambda: ctx.forward(q, kc, vc, **kw)),
+    ("Context.forward, out given", lambda: ctx.forward(q, kc, vc, out=out, **kw)),
+    ("  signature", lambda: _arrays.torch_cuda_signature(every)),
+    ("  current stream", lambda: _arrays.current_stream(q)),
+    ("  output allocation", lambda: q.new_empty((b, 1, hq, d))),
+    ("  library call, unchecked entry", lambda: prepared.invoke(ctx.handle, stream)),
+    ("  library call, checked entry", lambda: checked(ctx.handle, *checked_args, stream)),
+    ("  library call, GIL kept", lambda: kept(ctx.handle, *prepared.args,
+                                              ctypes.c_void_p(stream))),
+]
+print(f"torch {torch.__version__}, {ctx}")
+for name, fn in rows:
+    print(f"{name:34s} {median_us(fn):7.1f} us", flush=True)
