@@ -17,13 +17,14 @@
 % --
 % -- Serves dense requests with the band (causal, windows), soft-capping, any scale sign, the
 % -- element masks (mask_mod, the mask tensor, FlashMask ranges) and score terms (ALiBi, a bias,
-% -- score_mod through its generated derivative) of attn_masks.lua, grouped heads, d and dv
-% -- multiples of 8 up to 256 in 16-byte-aligned rows; the planner (plan/bwd.c) sends the rest
-% -- (block classes, packed sequences, the bias's gradient) to attn_bwd.lua's SIMT stages.
+% -- score_mod through its generated derivative) of attn_masks.lua, packed sequences (varlen 1,
+% -- and 2 with seqused_k), grouped heads, d and dv multiples of 8 up to 256 in 16-byte-aligned
+% -- rows; the planner (plan/bwd.c) sends the rest (block classes, the bias's gradient) to
+% -- attn_bwd.lua's SIMT stages.
 % --
 % -- Parameters: dtypes (one 16-bit type), head_dim_pad, head_dim_v_pad, tile_m, tile_n, warps,
-% -- stage (2 or 3), grads (stage 2: 1 dK, 2 dV, 3 both), local_mask, softcap, the masks' and
-% -- score terms' (attn_masks.lua), shared_bytes (the host's size of the tiles), args
+% -- stage (2 or 3), grads (stage 2: 1 dK, 2 dV, 3 both), local_mask, softcap, varlen, the
+% -- masks' and score terms' (attn_masks.lua), shared_bytes (the host's size of the tiles), args
 % -- (fj_bwd_params).
 % assert(stage == 2 or stage == 3, "attn_bwd_mma: stage 2 (dkdv) or 3 (dq)")
 % assert(head_dim_pad % 16 == 0 and head_dim_v_pad % 16 == 0 and tile_m % 16 == 0 and tile_n % 16 == 0, "attn_bwd_mma: tiles of 16")
@@ -36,9 +37,14 @@
 % local terms = alibi or bias ~= "" or score_mod ~= ""
 % include("cuda_mma.lua")
 % include("cuda_attn_common.lua")
-% if element_masks or terms then
+% if element_masks or terms or varlen > 0 then
 % include("dialect.lua")
+% end
+% if element_masks or terms then
 % include("attn_masks.lua")
+% end
+% if varlen > 0 then
+% include("sequence.lua")
 % end
 % include("params.lua")
 % params_struct(args)
@@ -54,6 +60,20 @@
 #define POS_INF __int_as_float(0x7f800000)
 #define LOG2E 1.4426950408889634f
 % mma_load_tile()
+
+% -- The block's sequence: with packed sequences (varlen), where it starts in the packed tensors
+% -- and its lengths (sequence.lua: q_first, k_first, seqlen_q, seqlen_k the keys it uses, len_k
+% -- those it holds, whose rows past seqlen_k get zero gradients), and the rows per (batch,
+% -- head) of the D workspace; dense: the tensors' own. Goes where `batch` is declared.
+% local unpack_names = varlen > 0 and { seqlen_q = "max_seqlen_q", seqlen_k = "max_seqlen_k" } or nil
+% local function emit_sequence()
+%   if varlen > 0 then
+% packed_sequence()
+    const int d_rows = max_seqlen_q;
+%   else
+    const int q_first = 0, k_first = 0, len_k = seqlen_k, d_rows = seqlen_q;
+%   end
+% end
 
 % -- The element pass over the two products of one tile, s (scores) and dp (dP), NT n8 tiles of
 % -- a warp's 16 rows: s becomes P and dp becomes dS (times 1 / scale without soft-capping;
@@ -122,7 +142,7 @@ fj_attn_bwd_dkdv(
 % params_arg(args)
 )
 {
-% params_unpack(args.fields[1].block, "P.fwd")
+% params_unpack(args.fields[1].block, "P.fwd", unpack_names)
     const float scale = P.scale;
     extern __shared__ __attribute__((aligned(128))) unsigned char smem[];
     elem_t *sK = (elem_t *)smem;
@@ -134,12 +154,15 @@ fj_attn_bwd_dkdv(
     const int g = lane / 4, t = lane % 4; /* row group and column pair of mma fragments */
     const int n0 = blockIdx.x * BN, head_kv = blockIdx.y, batch = blockIdx.z;
     const int group = heads_q / heads_kv;
-    k += batch * k_sb + head_kv * k_sh;
-    v += batch * v_sb + head_kv * v_sh;
-    q += batch * q_sb;
-    lse += batch * l_sb;
-    const elem_t *dout = P.dout + batch * P.do_sb;
-    const float *delta = P.delta + (long long)batch * heads_q * seqlen_q;
+% emit_sequence()
+    if (n0 >= len_k)
+        return;
+    k += batch * k_sb + (long long)k_first * k_ss + head_kv * k_sh;
+    v += batch * v_sb + (long long)k_first * v_ss + head_kv * v_sh;
+    q += batch * q_sb + (long long)q_first * q_ss;
+    lse += batch * l_sb + (long long)q_first * l_ss;
+    const elem_t *dout = P.dout + batch * P.do_sb + (long long)q_first * P.do_ss;
+    const float *delta = P.delta + (long long)batch * heads_q * d_rows;
 
     /* The query rows [m_lo, m_hi) that may see one of the block's keys. */
     int m_lo = 0, m_hi = seqlen_q;
@@ -151,7 +174,8 @@ fj_attn_bwd_dkdv(
         m_hi = imin(seqlen_q, imin(seqlen_k, n0 + BN) - 1 - shift + window_left + 1);
 % end
     const int mb_lo = m_lo / BM, tiles = imax(0, (m_hi + BM - 1) / BM - mb_lo);
-    const int count = tiles * group; /* (head, query tile) pairs, heads outermost */
+    /* (head, query tile) pairs, heads outermost; none for keys past seqlen_k (zero gradients). */
+    const int count = n0 < seqlen_k ? tiles * group : 0;
 
     /* Tile i of the stream into buffer b: Q and dO by cp.async, lse and D by the threads. */
     auto issue = [&](int i, int b) {
@@ -164,7 +188,7 @@ fj_attn_bwd_dkdv(
             const int row = m0 + r;
             const float l = row < seqlen_q ? lse[head * l_sh + row * l_ss] : NEG_INF;
             sLD[2 * BM * b + r] = l == NEG_INF ? POS_INF : l * LOG2E;
-            sLD[2 * BM * b + BM + r] = row < seqlen_q ? delta[(long long)head * seqlen_q + row] : 0.0f;
+            sLD[2 * BM * b + BM + r] = row < seqlen_q ? delta[(long long)head * d_rows + row] : 0.0f;
         }
     };
 
@@ -263,12 +287,12 @@ fj_attn_bwd_dkdv(
     }
 
     /* The warp's keys' rows of dK and dV (zeros for keys no query sees). */
-    elem_t *dk = P.dk + batch * P.dk_sb + head_kv * P.dk_sh;
-    elem_t *dv = P.dv + batch * P.dv_sb + head_kv * P.dv_sh;
+    elem_t *dk = P.dk + batch * P.dk_sb + (long long)k_first * P.dk_ss + head_kv * P.dk_sh;
+    elem_t *dv = P.dv + batch * P.dv_sb + (long long)k_first * P.dv_ss + head_kv * P.dv_sh;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int key = key_row + g + 8 * h;
-        if (key >= seqlen_k)
+        if (key >= len_k)
             continue;
 % if want_dk then
 #pragma unroll
@@ -300,7 +324,7 @@ fj_attn_bwd_dq(
 % params_arg(args)
 )
 {
-% params_unpack(args.fields[1].block, "P.fwd")
+% params_unpack(args.fields[1].block, "P.fwd", unpack_names)
     const float scale = P.scale;
     extern __shared__ __attribute__((aligned(128))) unsigned char smem[];
     elem_t *sQ = (elem_t *)smem;
@@ -310,12 +334,15 @@ fj_attn_bwd_dq(
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int g = lane / 4, t = lane % 4; /* row group and column pair of mma fragments */
 % attn_block_origin()
-    q += batch * q_sb + head * q_sh;
-    k += batch * k_sb + head_kv * k_sh;
-    v += batch * v_sb + head_kv * v_sh;
-    lse += batch * l_sb + head * l_sh;
-    const elem_t *dout = P.dout + batch * P.do_sb + head * P.do_sh;
-    const float *delta = P.delta + ((long long)batch * heads_q + head) * seqlen_q;
+% emit_sequence()
+    if (m0 >= seqlen_q)
+        return;
+    q += batch * q_sb + (long long)q_first * q_ss + head * q_sh;
+    k += batch * k_sb + (long long)k_first * k_ss + head_kv * k_sh;
+    v += batch * v_sb + (long long)k_first * v_ss + head_kv * v_sh;
+    lse += batch * l_sb + (long long)q_first * l_ss + head * l_sh;
+    const elem_t *dout = P.dout + batch * P.do_sb + (long long)q_first * P.do_ss + head * P.do_sh;
+    const float *delta = P.delta + ((long long)batch * heads_q + head) * d_rows;
     const int warp_row = m0 + warp * 16; /* first query row of this warp */
 % attn_key_band()
 % if element_masks or terms then
@@ -402,7 +429,7 @@ fj_attn_bwd_dq(
     }
 
     /* The warp's rows of dQ (zeros for rows that see no key). */
-    elem_t *dq = P.dq + batch * P.dq_sb + head * P.dq_sh;
+    elem_t *dq = P.dq + batch * P.dq_sb + (long long)q_first * P.dq_ss + head * P.dq_sh;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int row = warp_row + g + 8 * h;

@@ -167,7 +167,8 @@ static void test_shapes_and_options(void **state)
 ** sq > sk (rows that see no key), windows, soft-capping, a negative scale, GQA and MQA, d != dv,
 ** head dims to 256 (dV and dK in separate launches beyond d + dv = 256: MLA's 192 / 128, 256),
 ** element masks and score terms (a mask_mod, the mask tensor, ranges, ALiBi with a bias, a
-** score_mod with soft-capping); each must run on the tensor-core kernels. */
+** score_mod with soft-capping), packed sequences (with seqused_k, causal; with a mask_mod);
+** each must run on the tensor-core kernels. */
 static void test_tensor_core_tiles(void **state)
 {
     if (FJ_TEST_BACKEND != FJ_BACKEND_CUDA) {
@@ -175,7 +176,7 @@ static void test_tensor_core_tiles(void **state)
         printf("  (the tensor-core stages exist on CUDA only)\n");
         skip();
     }
-    fjh_case cases[16];
+    fjh_case cases[18];
     size_t n = 0;
     cases[n] = bwd_case(300, 517, 8, 2, 128, FJ_DTYPE_BF16);
     cases[n++].desc.causal = 1;
@@ -220,6 +221,14 @@ static void test_tensor_core_tiles(void **state)
     cases[n] = bwd_case(180, 220, 4, 2, 96, FJ_DTYPE_BF16);
     cases[n].desc.softcap = 15.0f;
     cases[n++].desc.score_mod = "s * 0.5 + tanh(s) - 0.01 * abs(q - k)";
+    cases[n] = bwd_case(230, 300, 4, 2, 64, FJ_DTYPE_BF16);
+    cases[n].batch = 5;
+    cases[n].varlen = 2;
+    cases[n++].desc.causal = 1;
+    cases[n] = bwd_case(180, 180, 4, 4, 128, FJ_DTYPE_F16);
+    cases[n].batch = 3;
+    cases[n].varlen = 1;
+    cases[n++].desc.mask_mod = "k % 2 == 0 || q == k";
     run_cases_on(state, cases, n, "cuda.bwd.mma");
 }
 

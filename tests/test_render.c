@@ -345,6 +345,7 @@ static void test_backward_mma_render(void **state)
                 v.tile_n = stage == 2 || wide < 2 ? 64 : 32;
                 v.stage = (uint8_t)stage;
                 v.local_mask = v.softcap = (uint8_t)extras;
+                v.varlen = (uint8_t)(wide == 0 ? 2 * extras : 0); /* packed, with seqused_k */
                 if (extras && wide == 1) { /* the masks and score terms of attn_masks.lua */
                     v.alibi = v.mask_tensor = 1;
                     v.bias = 2;
