@@ -393,9 +393,10 @@ fj_attn_bwd_dq(
         mma_rows_by_rows<BN, DP / 16, QS, QS>(s, sQ + warp * 16 * QS, sK, lane);
         mma_rows_by_rows<BN, DVP / 16, VS, VS>(dp, sG + warp * 16 * VS, sV, lane);
 
-        /* Masked where the tile crosses the keys' end or the band: key offsets [lo, hi] from
-        ** the thread's first column col0 that each of its two rows sees. */
-        bool need_mask = n0 + BN > seqlen_k;
+        /* Masked where the tile crosses the ends or the band: key offsets [lo, hi] from the
+        ** thread's first column col0 that each of its two rows sees (none past the rows' end,
+        ** whose masks and terms are not to be read). */
+        bool need_mask = m0 + BM > seqlen_q || n0 + BN > seqlen_k;
 % if local_mask then
         if (window_right >= 0)
             need_mask |= n0 + BN - 1 > m0 + shift + window_right;
@@ -407,10 +408,10 @@ fj_attn_bwd_dq(
             int lo[2], hi[2];
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                hi[h] = seqlen_k - 1 - col0;
+                const int row = warp_row + g + 8 * h;
+                hi[h] = row < seqlen_q ? seqlen_k - 1 - col0 : -1;
                 lo[h] = 0 - col0;
 % if local_mask then
-                const int row = warp_row + g + 8 * h;
                 if (window_right >= 0)
                     hi[h] = imin(hi[h], row + shift + window_right - col0);
                 if (window_left >= 0)
