@@ -27,8 +27,10 @@ static int mma_serves(const fj__features *f, const fj_device_info *dev)
 ** 2, query rows for 3) and 64-deep streamed tiles, 32 where the accumulators (d, dv above 64
 ** for stage 2, above 128 for stage 3) leave fewer registers for the streamed products. Stage 2
 ** writes dK and dV in one launch where both accumulators fit a thread (d + dv to 256), else
-** dV and dK in two (grads: see fj__variant). */
-static void bwd_mma_variant(int stage, fj__variant *v)
+** dV and dK in two (grads: see fj__variant). Until the block's shared memory fits the device
+** (sm_86/89: 99 KiB), the streamed tiles halve (to 16), then the warps (and the block's own
+** rows with them). */
+static void bwd_mma_variant(int stage, const fj_device_info *dev, fj__variant *v)
 {
     const int widest = v->head_dim_pad > v->head_dim_v_pad ? v->head_dim_pad : v->head_dim_v_pad;
     v->path = FJ__PATH_MMA;
@@ -41,6 +43,19 @@ static void bwd_mma_variant(int stage, fj__variant *v)
     } else {
         v->tile_m = 16 * v->warps;
         v->tile_n = widest <= 128 ? 64 : 32;
+    }
+    int32_t *streamed = stage == 2 ? &v->tile_m : &v->tile_n;
+    int32_t *owned = stage == 2 ? &v->tile_n : &v->tile_m;
+    while (fj__variant_shared_bytes(v) > dev->local_memory) {
+        if (*streamed > 16) {
+            *streamed /= 2;
+        } else if (v->warps > 1) {
+            v->warps /= 2;
+            v->threads = 32 * v->warps;
+            *owned = 16 * v->warps;
+        } else {
+            break; /* fj__variant_fits refuses it: the SIMT stage runs */
+        }
     }
 }
 
@@ -57,7 +72,7 @@ static void bwd_variant(const fj__features *f, const fj_device_info *dev, int st
     }
     if ((stage == 2 || stage == 3) && mma_serves(f, dev)) {
         fj__variant mma = *v;
-        bwd_mma_variant(stage, &mma);
+        bwd_mma_variant(stage, dev, &mma);
         if (fj__variant_fits(&mma, dev)) {
             *v = mma;
             return;

@@ -1,7 +1,8 @@
 /* Plans on the OpenCL backend: every kernel family compiles, loads and loads again from the
 ** cache; a plan's memset and classifier steps run with workspaces from the stream's arena,
 ** write what the host computes, and an equal plan skips the classifier while the arena still
-** holds its classes. */
+** holds its classes. The backward's plans for GPUs without one: which stages run on tensor
+** cores, and their launches. */
 #define _POSIX_C_SOURCE 200809L
 #include <setjmp.h>
 #include <stdarg.h>
@@ -192,11 +193,121 @@ static void test_classifier_plan_and_its_memo(void **state)
     fj_context_destroy(ctx);
 }
 
+/* A dense 16-bit backward request's features: b 2, 300 x 300, 8 / 2 heads, tensors in rows of
+** 16-byte chunks. */
+static fj__features bwd_features(int64_t d, int64_t dv, fj_dtype dtype)
+{
+    fj__features f;
+    memset(&f, 0, sizeof f);
+    f.batch = 2;
+    f.seqlen_q = f.seqlen_k = 300;
+    f.heads_q = 8;
+    f.heads_kv = 2;
+    f.head_dim = d;
+    f.head_dim_v = dv;
+    f.q_dtype = f.kv_dtype = f.out_dtype = dtype;
+    f.bias_dtype = -1;
+    f.window_left = f.window_right = -1;
+    f.lse = 1;
+    for (int i = 0; i < 4; i++)
+        f.rows_16b[i] = 1;
+    f.grads_16b = 1;
+    return f;
+}
+
+/* The paths of plan's stages, as "simt,mma,mma" (stage 2's second launch included). */
+static void stage_paths(const fj__plan *plan, char *buf, size_t size)
+{
+    buf[0] = 0;
+    for (int i = 0; i < plan->nsteps; i++)
+        snprintf(buf + strlen(buf), size - strlen(buf), "%s%s", i ? "," : "",
+                 plan->steps[i].variant.path == FJ__PATH_MMA ? "mma" : "simt");
+}
+
+static void test_backward_plans(void **state)
+{
+    (void)state;
+    const fj_device_info h200 = {.struct_size = sizeof(fj_device_info),
+                                 .backend = FJ_BACKEND_CUDA,
+                                 .arch = "sm_90a",
+                                 .compute_units = 132,
+                                 .local_memory = 227 << 10};
+    fj_device_info sm86 = h200, sm75 = h200, cpu = h200;
+    snprintf(sm86.arch, sizeof sm86.arch, "sm_86");
+    sm86.local_memory = 99 << 10;
+    snprintf(sm75.arch, sizeof sm75.arch, "sm_75");
+    cpu.backend = FJ_BACKEND_OPENCL;
+    snprintf(cpu.arch, sizeof cpu.arch, "opencl");
+    cpu.local_memory = 64 << 10;
+    const struct {
+        int64_t d, dv;
+        fj_dtype dtype;
+        int change; /* 1 dbias, 2 block classes, 3 unaligned dout, 4 a mask_mod */
+        const fj_device_info *dev;
+        const char *paths;
+    } cases[] = {
+        {128, 128, FJ_DTYPE_BF16, 0, &h200, "simt,mma,mma"},
+        {64, 64, FJ_DTYPE_F16, 4, &h200, "simt,mma,mma"},
+        {256, 256, FJ_DTYPE_BF16, 0, &h200, "simt,mma,mma,mma"}, /* dV, dK, dQ */
+        {192, 128, FJ_DTYPE_BF16, 0, &h200, "simt,mma,mma,mma"},
+        {128, 128, FJ_DTYPE_F32, 0, &h200, "simt,simt,simt"},
+        {128, 128, FJ_DTYPE_BF16, 1, &h200, "simt,simt,simt,simt"},
+        {128, 128, FJ_DTYPE_BF16, 2, &h200, "simt,simt,simt"},
+        {128, 128, FJ_DTYPE_BF16, 3, &h200, "simt,simt,simt"},
+        {512, 512, FJ_DTYPE_BF16, 0, &h200, "simt,simt,simt"},
+        {128, 128, FJ_DTYPE_BF16, 0, &sm86, "simt,mma,mma"},
+        {256, 256, FJ_DTYPE_BF16, 0, &sm86, "simt,mma,mma,mma"}, /* smaller tiles: 99 KiB */
+        {128, 128, FJ_DTYPE_BF16, 0, &sm75, "simt,simt,simt"},
+        {128, 128, FJ_DTYPE_BF16, 0, &cpu, "simt,simt,simt"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fj__features f = bwd_features(cases[i].d, cases[i].dv, cases[i].dtype);
+        f.dbias_elements = cases[i].change == 1 ? 300 : 0;
+        f.bias_dtype = cases[i].change == 1 ? FJ_DTYPE_F32 : -1;
+        f.block_mask = cases[i].change == 2;
+        f.grads_16b = cases[i].change != 3;
+        f.mask_mod = cases[i].change == 4 ? "(FJ_Q >= FJ_K)" : NULL;
+        fj__plan plan;
+        fj__err err = {{0}};
+        if (fj__plan_backward(&f, cases[i].dev, &plan, &err) != FJ_OK)
+            fail_msg("case %zu: %s", i, err.msg);
+        char paths[64];
+        stage_paths(&plan, paths, sizeof paths);
+        if (strcmp(paths, cases[i].paths))
+            fail_msg("case %zu (d %lld, %s): stages %s, expected %s", i, (long long)cases[i].d,
+                     cases[i].dev->arch, paths, cases[i].paths);
+        assert_int_equal(plan.steps[plan.main_step].variant.stage, 2);
+        for (int s = 0; s < plan.nsteps; s++) {
+            const fj__step *st = &plan.steps[s];
+            assert_true(fj__variant_fits(&st->variant, cases[i].dev));
+            /* Tensor-core launches take their tiles as dynamic shared memory; one block per
+            ** tile of the stage's rows (keys for dk/dv, query rows for dq). */
+            assert_int_equal(st->shared_bytes, st->variant.path == FJ__PATH_MMA
+                                                   ? fj__variant_shared_bytes(&st->variant)
+                                                   : 0);
+            if (st->variant.path == FJ__PATH_MMA) {
+                const int stage = st->variant.stage;
+                const int32_t tile = stage == 2 ? st->variant.tile_n : st->variant.tile_m;
+                assert_int_equal(st->grid[0], (300 + tile - 1) / tile);
+                assert_int_equal(st->grid[1], stage == 2 ? 2 : 8);
+                assert_int_equal(st->block[0], st->variant.threads);
+            }
+        }
+        if (plan.nsteps == 4 && plan.steps[1].variant.path == FJ__PATH_MMA) {
+            assert_int_equal(plan.steps[1].variant.grads, 2); /* dV first, then dK */
+            assert_int_equal(plan.steps[2].variant.grads, 1);
+        } else if (plan.steps[1].variant.path == FJ__PATH_MMA) {
+            assert_int_equal(plan.steps[1].variant.grads, 3);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_family_loads_compiled_and_cached),
         cmocka_unit_test(test_classifier_plan_and_its_memo),
+        cmocka_unit_test(test_backward_plans),
     };
     return cmocka_run_group_tests_name("plan", tests, NULL, NULL);
 }
