@@ -1,6 +1,8 @@
 % -- Device helpers for CUDA tensor-core kernels (sm_80+), in inline PTX so that a compile needs
 % -- no toolkit header: shared-memory addresses, cp.async, ldmatrix, mma.sync m16n8k16 with f32
-% -- accumulators, packing floats into 16-bit pairs, ex2. q_t, kv_t, o_t: the element types of
+% -- accumulators, packing floats into 16-bit pairs, ex2; the tile copy (mma_load_tile) and a
+% -- warp's products of shared-memory and register operands (mma_rows_by_rows,
+% -- mma_regs_by_rows, pack_rows). q_t, kv_t, o_t: the element types of
 % -- q, k and v, and out. Parameters: q_dtype, kv_dtype, out_dtype ("bf16" or "f16", one type
 % -- for all three so far).
 % assert(q_dtype == "bf16" or q_dtype == "f16", "cuda_mma: tensor cores take bf16 or f16, not " .. tostring(q_dtype))
