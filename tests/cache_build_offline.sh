@@ -104,6 +104,27 @@ echo "$out"
     { echo "FAIL: cache build --backward did not build the four backward kernels"; exit 1; }
 expected=$((expected + $(echo "$out" | sed -n 's/^\([0-9]*\) kernels built.*/\1/p')))
 checked=$((checked + 1))
+# The backward's tensor-core stages (dkdv, dq; dV and dK apart at d 256), both archs, and with
+# the masks, score terms and packed sequences they take (sm_90a): built, no spills. A cache of
+# their own: the builds share the D stage's kernels, which the count at the end would see twice.
+for arch in sm_80 sm_90a; do
+    kinds=("")
+    [ $arch = sm_90a ] && kinds+=("--mask-mod|k % 3 != 0" "--score-mod|s * 0.5 + tanh(s)" "--varlen|2")
+    for kind in "${kinds[@]}"; do
+        opt=()
+        [ -n "$kind" ] && opt=("${kind%%|*}" "${kind#*|}")
+        out=$("$cli" cache build --arch $arch --cache "$dir/backward.db" --dtype bf16 \
+            --head-dim 64,128,256 --causal 0,1 --seqlen 2048 --backward "${opt[@]}" 2>&1)
+        status=$?
+        echo "$out"
+        [ $status -eq 0 ] || { echo "FAIL: cache build --backward ${opt[*]} for $arch"; exit 1; }
+        spills=$(echo "$out" | awk '$2 ~ /^cuda.bwd.mma$/ && $9 != 0' | wc -l)
+        [ "$spills" -eq 0 ] || { echo "FAIL: $spills backward kernels spill on $arch ${opt[*]}"; exit 1; }
+        echo "$out" | grep -q "cuda.bwd.mma" ||
+            { echo "FAIL: no tensor-core backward built for $arch ${opt[*]}"; exit 1; }
+        checked=$((checked + 1))
+    done
+done
 # The opt-in two blocks per SM (one consumer warpgroup each, 232 registers): no spills either.
 out=$(FLASHJIT_CONFIG=tile_m=64,warps=8,ctas_per_sm=2,pingpong=0 "$cli" cache build --arch sm_90a \
     --cache "$dir/offline.db" --head-dim 64 --causal 0,1 --seqlen 1024 2>&1)
