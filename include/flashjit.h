@@ -403,15 +403,21 @@ typedef struct fj_call_info {
     const char *kernel_path; /* which kernel design ran: "cuda.fwd.wgmma" (Hopper), "cuda.fwd.mma",
                              ** "cuda.fwd.simt", "opencl.fwd.simt"; decoding "cuda.decode.vec",
                              ** "cuda.decode", "opencl.decode"; "cuda.merge", "opencl.merge"; the
-                             ** backward's "cuda.bwd.simt", "opencl.bwd.simt"; the cache append's
-                             ** "cuda.kv_append", "opencl.kv_append" */
+                             ** backward's "cuda.bwd.mma" (tensor cores), "cuda.bwd.simt",
+                             ** "opencl.bwd.simt"; the cache append's "cuda.kv_append",
+                             ** "opencl.kv_append" */
     int32_t registers;       /* registers per thread of that kernel; 0 if unknown */
     int32_t spill_bytes;     /* local memory per thread (spills); 0 if none or unknown */
     int32_t tuned;           /* 0: heuristic tiles, 1: a tuned record's, 2: tuned in this call */
+    /* Added after the first version (whose struct_size is still accepted: filled up to tuned): */
+    uint64_t workspace_bytes; /* device workspace the call's plan used, from the stream's arena
+                              ** (the backward: D, 4 bytes per query row and head; split decode:
+                              ** the splits' states); 0 for none */
 } fj_call_info;
 
-/* Fills *info with the report of the last forward call on ctx; info->struct_size must be set.
-** The strings stay valid until the next call on ctx. */
+/* Fills *info with the report of the last call on ctx; info->struct_size must be set (to
+** sizeof(fj_call_info), or an earlier version's size). The strings stay valid until the next
+** call on ctx. */
 FJ_API fj_status fj_context_last_call(const fj_context *ctx, fj_call_info *info);
 
 /* The outcome of tuning one request's bucket. */

@@ -286,10 +286,14 @@ fj_status fj_context_last_call(const fj_context *ctx, fj_call_info *info)
 {
     if (!ctx)
         return FJ_ERR_INVALID_ARGUMENT;
-    if (!info || info->struct_size != sizeof *info)
+    /* The first version ended with `tuned`. */
+    const size_t v1 = offsetof(fj_call_info, tuned) + sizeof info->tuned;
+    if (!info || (info->struct_size != sizeof *info && info->struct_size != v1))
         return fj__fail((fj__err *)&ctx->err, FJ_ERR_INVALID_ARGUMENT,
                         "info is NULL or info.struct_size is not sizeof(fj_call_info)");
-    *info = ctx->last_call;
+    const size_t size = info->struct_size;
+    memcpy(info, &ctx->last_call, size);
+    info->struct_size = size;
     return FJ_OK;
 }
 

@@ -96,6 +96,7 @@ fj_status fj__plan_run(fj_context *ctx, const fj__plan *plan, const void *reques
     fj__arena *a = NULL;
     void *ws[FJ__MAX_WORKSPACES] = {0};
     fj_status st = FJ_OK;
+    ctx->last_call.workspace_bytes = plan->workspace_bytes;
     if (plan->workspace_bytes > 0) {
         st = arena_for(ctx, stream, plan->workspace_bytes, &a);
         if (st != FJ_OK)

@@ -351,8 +351,8 @@ static void test_varlen(void **state)
     run_cases(state, cases, 4);
 }
 
-/* Two runs of the same backward give the same bits (deterministic = 1; the plan never uses
-** atomics, so 0 gives them too). */
+/* Ten runs of the same backward give the same bits (deterministic = 1; the plan never uses
+** atomics, so 0 gives them too), and the call reports its workspace. */
 static void test_bit_identical_runs(void **state)
 {
     fj_context *ctx = suite_context(state);
@@ -365,7 +365,7 @@ static void test_bit_identical_runs(void **state)
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         host[i] = (float)((double)(s >> 11) / 9007199254740992.0 * 2 - 1);
     }
-    void *q, *k, *v, *o, *g, *l, *grads[2][3];
+    void *q, *k, *v, *o, *g, *l, *grads[3];
     const size_t qb = nq * 4, kb = nk * 4, lb = (size_t)B * H * S * 4;
     assert_int_equal(fj_malloc(ctx, qb, &q), FJ_OK);
     assert_int_equal(fj_malloc(ctx, kb, &k), FJ_OK);
@@ -395,30 +395,44 @@ static void test_bit_identical_runs(void **state)
     desc.causal = 1;
     desc.deterministic = 1;
     assert_int_equal(fj_attention_forward(ctx, &desc, &tq, &tk, &tv, &to, &tl, NULL), FJ_OK);
-    unsigned char *bytes[2][3];
+    /* Ten runs into the same gradient buffers, poisoned before each, against the first. The
+    ** workspace is D alone: 4 bytes per query row and head (256-byte aligned), nothing N x N. */
+    enum { RUNS = 10 };
+    unsigned char *first[3], *bytes[3];
     const size_t sizes[3] = {qb, kb, kb};
-    for (int run = 0; run < 2; run++) {
-        fj_tensor td[3] = {tq, tk, tv};
+    fj_tensor td[3] = {tq, tk, tv};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(fj_malloc(ctx, sizes[i], &grads[i]), FJ_OK);
+        td[i].data = grads[i];
+        first[i] = malloc(sizes[i]);
+        bytes[i] = malloc(sizes[i]);
+        assert_true(first[i] && bytes[i]);
+    }
+    for (int run = 0; run < RUNS; run++) {
         for (int i = 0; i < 3; i++) {
-            assert_int_equal(fj_malloc(ctx, sizes[i], &grads[run][i]), FJ_OK);
-            td[i].data = grads[run][i];
+            memset(bytes[i], 0x5a + run, sizes[i]);
+            assert_int_equal(fj_memcpy_h2d(ctx, grads[i], bytes[i], sizes[i]), FJ_OK);
         }
         fj_status st = fj_attention_backward(ctx, &desc, &tq, &tk, &tv, &to, &tg, &tl, &td[0],
                                              &td[1], &td[2], NULL);
         if (st != FJ_OK)
             fail_msg("fj_attention_backward: %s", fj_context_last_error(ctx));
+        fj_call_info info;
+        memset(&info, 0, sizeof info);
+        info.struct_size = sizeof info;
+        assert_int_equal(fj_context_last_call(ctx, &info), FJ_OK);
+        assert_true(info.workspace_bytes >= (uint64_t)lb && info.workspace_bytes <= lb + 256);
         for (int i = 0; i < 3; i++) {
-            bytes[run][i] = malloc(sizes[i]);
-            assert_non_null(bytes[run][i]);
-            assert_int_equal(fj_memcpy_d2h(ctx, bytes[run][i], grads[run][i], sizes[i]), FJ_OK);
+            assert_int_equal(fj_memcpy_d2h(ctx, run ? bytes[i] : first[i], grads[i], sizes[i]),
+                             FJ_OK);
+            if (run && memcmp(first[i], bytes[i], sizes[i]))
+                fail_msg("run %d: gradient %d differs from the first run's", run, i);
         }
     }
     for (int i = 0; i < 3; i++) {
-        assert_memory_equal(bytes[0][i], bytes[1][i], sizes[i]);
-        free(bytes[0][i]);
-        free(bytes[1][i]);
-        fj_free(ctx, grads[0][i]);
-        fj_free(ctx, grads[1][i]);
+        free(first[i]);
+        free(bytes[i]);
+        fj_free(ctx, grads[i]);
     }
     void *bufs[6] = {q, k, v, o, g, l};
     for (int i = 0; i < 6; i++)

@@ -157,6 +157,15 @@ static void test_memory_and_call_checks(void **state)
     info.struct_size = sizeof info;
     assert_int_equal(fj_context_last_call(ctx, &info), FJ_OK);
     assert_int_equal(info.source, FJ_KERNEL_NONE);
+    /* The first version's size (up to `tuned`) is still filled, and nothing past it. */
+    memset(&info, 0x5a, sizeof info);
+    info.struct_size = offsetof(fj_call_info, tuned) + sizeof info.tuned;
+    assert_int_equal(fj_context_last_call(ctx, &info), FJ_OK);
+    assert_int_equal(info.source, FJ_KERNEL_NONE);
+    assert_int_equal(info.struct_size, offsetof(fj_call_info, tuned) + sizeof info.tuned);
+    uint64_t untouched;
+    memset(&untouched, 0x5a, sizeof untouched);
+    assert_memory_equal(&info.workspace_bytes, &untouched, sizeof untouched);
 
     fj_device_info dev = {.struct_size = 12};
     assert_int_equal(fj_context_get_device_info(ctx, &dev), FJ_ERR_INVALID_ARGUMENT);

@@ -289,7 +289,8 @@ class Context:
         return out, lse
 
     def last_call(self):
-        """What the last call ran: kernel path, variant, where the binary came from, times."""
+        """What the last call ran: kernel path, variant, where the binary came from, times, the
+        device workspace it used."""
         info = _lib.CallInfo()
         info.struct_size = ctypes.sizeof(_lib.CallInfo)
         self.check(self.lib.fj_context_last_call(self.handle, ctypes.byref(info)))
@@ -298,7 +299,8 @@ class Context:
                     total_ms=info.total_ms, compiles=info.compiles,
                     variant=(info.variant or b"").decode(),
                     kernel_path=(info.kernel_path or b"").decode(),
-                    registers=info.registers, spill_bytes=info.spill_bytes, tuned=info.tuned)
+                    registers=info.registers, spill_bytes=info.spill_bytes, tuned=info.tuned,
+                    workspace_bytes=info.workspace_bytes)
 
 
 __all__ = ["Context", "FlashjitError"]
