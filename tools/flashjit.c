@@ -74,7 +74,7 @@ static int usage(FILE *f)
         "  --mla                   MLA's shape: one kv head of 576 dims whose first 512 are v\n"
         "                          (v a view of k); sets --head-dim, --head-dim-v, --kv-heads\n"
         "  --backward              also the gradients (fj_attention_backward) of a random dout,\n"
-        "                          each checked against the float64 reference\n"
+        "                          each checked against the float64 reference, and timed\n"
         "  --dbias                 with --bias: also the bias's gradient (desc.dbias; implies\n"
         "                          --backward)\n"
         "\n"
@@ -548,6 +548,13 @@ static int cmd_run(int argc, char **argv)
                    r.tflops);
         else
             printf("time       not measured (--reps 0)\n");
+        if (c.backward && r.bwd_kernel_path[0]) {
+            printf("backward   %s", r.bwd_kernel_path);
+            if (r.bwd_kernel_ms > 0)
+                printf(", %.3f ms (median of %d) = %.3f TFLOP/s (2.5x the forward's FLOPs)",
+                       r.bwd_kernel_ms, c.timing_reps, r.bwd_tflops);
+            printf("\n");
+        }
         if (!c.skip_check) {
             printf("error      max abs %.3g, relative %.3g", r.max_abs_err, r.rel_err);
             if (c.dtype != FJ_DTYPE_F32)

@@ -885,6 +885,25 @@ static fj_status run_backward(fj_context *ctx, const fjh_case *c, const fjr_prob
             if (check_grad(c, names[i], &g[i], ref[i], low[i], i, r))
                 r->pass = 0;
     }
+    if (st == FJ_OK && c->timing_reps > 0) { /* the backward alone, as the forward is timed */
+        double *times = xmalloc((size_t)c->timing_reps * sizeof *times, "timings");
+        for (int i = 0; i < c->timing_reps && st == FJ_OK; i++) {
+            const double t0 = now_ms();
+            st = fj_attention_backward(ctx, &with_dbias, qt, kt, vt, ot, &views[0], lt, &views[1],
+                                       &views[2], &views[3], NULL);
+            if (st == FJ_OK)
+                st = fj_synchronize(ctx, NULL);
+            times[i] = now_ms() - t0;
+        }
+        if (st == FJ_OK) {
+            qsort(times, (size_t)c->timing_reps, sizeof *times, cmp_double);
+            r->bwd_kernel_ms = times[c->timing_reps / 2];
+            /* FlashAttention's count: 2.5 times the forward's products */
+            r->bwd_tflops = 2.5 * (pk ? packed_flops(p, pk) : fjr_flops(p)) /
+                            (r->bwd_kernel_ms * 1e-3) / 1e12;
+        }
+        free(times);
+    }
     release(ctx, &db);
     for (int i = 0; i < 4; i++)
         release(ctx, all[i]);

@@ -152,6 +152,8 @@ typedef struct fjh_result {
     double first_call_ms; /* host time of the first call, synchronised */
     double kernel_ms;     /* median of timing_reps synchronised calls */
     double tflops;
+    double bwd_kernel_ms; /* the same of the backward, when the case ran one */
+    double bwd_tflops;    /* FlashAttention's count: 2.5 x the forward's */
     fj_tune_result tune; /* when the case asked for tuning */
 } fjh_result;
 
