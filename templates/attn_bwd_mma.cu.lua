@@ -15,7 +15,7 @@
 % -- (scale; scale * (1 - tanh^2) through soft-capping): without soft-capping the scale
 % -- multiplies dK and dQ once, at the store.
 % --
-% -- Serves dense requests with the band (causal, windows), soft-capping, any scale sign, the
+% -- Serves requests with the band (causal, windows), soft-capping, any scale sign, the
 % -- element masks (mask_mod, the mask tensor, FlashMask ranges) and score terms (ALiBi, a bias,
 % -- score_mod through its generated derivative) of attn_masks.lua, packed sequences (varlen 1,
 % -- and 2 with seqused_k), grouped heads, d and dv multiples of 8 up to 256 in 16-byte-aligned
