@@ -3,10 +3,12 @@
 process. The cases of the masks issue: causal, sliding window, documents, prefix-LM and random
 block sparsity as mask_mod; mask_mod "k <= q" against causal=1; a dense additive bias.
 
-TFLOP/s count the kept work only: 4 * d * (kept query/key pairs) per head.
+TFLOP/s count the kept work only: 4 * d * (kept query/key pairs) per head; with --backward
+also the backward of each mask case against FlexAttention's (autograd of one Flex forward,
+retained graph), 2.5 times that count.
 
 Usage: python3 bench/bench_masks.py [--lib build/libflashjit.so] [--s 8192] [--d 128]
-       [--out DIR]
+       [--backward] [--out DIR]
 Prints one line per case and writes bench_masks.json into --out (default $OUT or .)."""
 import argparse
 import json
@@ -28,6 +30,8 @@ ap.add_argument("--hidden", type=int, default=2048)
 add_timing_args(ap)
 ap.add_argument("--cases", default="all",
                 help="comma-separated: causal,window,documents,prefix_lm,block_sparse,builtin,bias")
+ap.add_argument("--backward", action="store_true",
+                help="also time each mask case's backward against FlexAttention's")
 ap.add_argument("--out", default=os.environ.get("OUT", "."))
 args = ap.parse_args()
 
@@ -43,6 +47,9 @@ flex = torch.compile(flex_attention, dynamic=False)
 q, k, v = (torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16) for _ in range(3))
 qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))  # [b, h, s, d] views for the peers
 out = torch.empty_like(q)
+lse = torch.empty(b, h, s, device=dev, dtype=torch.float32)
+dout = torch.randn_like(q)
+grads = [torch.empty_like(x) for x in (q, k, v)]
 
 docs, window, prefix, block = 4, 1024, 1024, 128
 nblocks = (s + block - 1) // block
@@ -57,7 +64,7 @@ cases = {
                   lambda b_, h_, qi, ki: (qi // (s // docs) == ki // (s // docs)) & (ki <= qi)),
     "prefix_lm": (f"k < {prefix} || k <= q", None,
                   lambda b_, h_, qi, ki: (ki < prefix) | (ki <= qi)),
-    "block_sparse": (f"iarg[(q / {block}) * {nblocks} + k / {block}] != 0", keep_blocks,
+    "block_sparse": (f"iarg[(q / {block}) * {nblocks} + k / {block}] != 0", keep_blocks.view(-1),
                      lambda b_, h_, qi, ki: keep_blocks[qi // block, ki // block] != 0),
 }
 
@@ -98,6 +105,26 @@ for name, (expr, mod_args, mask_mod) in cases.items():
     rows.append(row)
     print(f"{name:>14} | {row['flashjit']:8.1f} {row['flex']:8.1f} | "
           f"{row['flashjit'] / row['flex']:6.2f} | {diff:8.4f} {row['path']}", flush=True)
+    if args.backward:  # dq, dk, dv from the forward's out and lse, against Flex's autograd
+        ctx.forward(q, k, v, out=out, lse=lse, mask_mod=expr, mod_args=mod_args)
+        fjb = lambda: ctx.backward(q, k, v, out, dout, lse, *grads,  # noqa: E731
+                                   mask_mod=expr, mod_args=mod_args)
+        leaves = [x.detach().requires_grad_() for x in (qt, kt, vt)]
+        flex_out = flex(*leaves, block_mask=bm)
+        fxb = lambda: torch.autograd.grad(flex_out, leaves, dout.transpose(1, 2),  # noqa: E731
+                                          retain_graph=True)
+        t_fjb, t_fxb = bench(fjb), bench(fxb)
+        bwd_path = ctx.last_call()["kernel_path"]
+        want = fxb()
+        bdiff = max((g.float() - w.transpose(1, 2).float()).abs().max().item()
+                    for g, w in zip(grads, want))
+        brow = dict(case=name + "_backward", pairs=pairs,
+                    flashjit=2.5 * tflops(pairs, t_fjb), flex=2.5 * tflops(pairs, t_fxb),
+                    maxdiff=bdiff, path=bwd_path)
+        rows.append(brow)
+        print(f"{name + ' bwd':>14} | {brow['flashjit']:8.1f} {brow['flex']:8.1f} | "
+              f"{brow['flashjit'] / brow['flex']:6.2f} | {bdiff:8.4f} {bwd_path}", flush=True)
+        del flex_out, leaves
 
 # mask_mod "k <= q" against the built-in causal mask.
 if "builtin" in wanted:
