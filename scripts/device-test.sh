@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds and tests flashjit on a machine without apt (the GPU machine), against the packages
 # that scripts/device-deps.sh extracted into .deps/root; then benchmarks. Logs go to $OUT (or
-# ./out). Usage: scripts/device-test.sh [smoke|test|bench|decode|python|all] [extra bench arguments...]
+# ./out). Usage: scripts/device-test.sh [smoke|test|bench|decode|python|bwd|all] [extra bench
+# arguments...]
 # smoke: a few `flashjit run` checks, each under a time limit (a kernel that hangs is killed).
 # decode: the decode, graph-capture, paged, MLA, append, merge and backward suites,
 # compute-sanitizer on paged and MLA decode, the append and a backward, the host time of a
@@ -10,6 +11,10 @@
 # python: the Python package on the GPU (tests/torch_api.py: the drop-in, gradients, torch.compile,
 # a CUDA graph of a paged decode step, the Python call's host time; tests/python_api.py on CUDA;
 # examples/train_block.py against SDPA).
+# bwd: the backward on the GPU (test_backward_cuda; compute-sanitizer memcheck, racecheck and
+# synccheck on tensor-core backward runs: ragged causal, masks, packed, d 256), bench/bench_bwd.py
+# over d 64/128/256 x causal x 1k/4k/16k, bench/bench_masks.py --backward against FlexAttention,
+# and examples/train_block.py against SDPA (not part of all).
 # CTEST_LABEL=gpu runs only the tests with that label.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -114,6 +119,34 @@ if [ "$what" = decode ]; then
     (cd $build && ctest --output-on-failure --timeout 150 -R "test_backward_cuda") \
         > "$out/ctest_backward.log" 2>&1 || status=1
     grep -E "Test +#|tests passed" "$out/ctest_backward.log"
+fi
+if [ "$what" = bwd ]; then
+    (cd $build && timeout 200 ./test_backward_cuda) > "$out/test_backward.log" 2>&1 || status=1
+    grep -E "FAIL|PASSED|FAILED" "$out/test_backward.log"
+    echo "on tensor cores: $(grep -c cuda.bwd.mma "$out/test_backward.log") cases"
+    for args in "--seqlen-q 130 --seqlen-k 200 --head-dim 128 --causal" \
+                "--seqlen 150 --head-dim 64 --bias full --alibi heads --mask-mod k%3!=0" \
+                "--seqlen 300 --head-dim 128 --varlen --causal" \
+                "--seqlen 140 --head-dim 256 --window-left 40 --window-right 8"; do
+        for tool in memcheck racecheck synccheck; do
+            if timeout 150 compute-sanitizer --tool $tool --error-exitcode 3 $build/flashjit run \
+                --backend cuda --reps 1 --batch 2 --heads 4 --kv-heads 2 --backward $args \
+                > "$out/sanitizer.tmp" 2>&1; then
+                echo "compute-sanitizer $tool clean: $args"
+            else
+                echo "compute-sanitizer $tool FAILED: $args"; tail -20 "$out/sanitizer.tmp"
+            fi
+        done
+    done | tee "$out/sanitizer_bwd.log"
+    grep -q FAILED "$out/sanitizer_bwd.log" && status=1
+    PYTHONUNBUFFERED=1 timeout 400 python3 bench/bench_bwd.py --lib $build/libflashjit.so \
+        --d 64,128,256 --s 1024,4096,16384 --out "$out" 2>&1 | tee "$out/bench_bwd.log"
+    PYTHONUNBUFFERED=1 timeout 300 python3 bench/bench_masks.py --lib $build/libflashjit.so \
+        --backward --cases causal,window,documents,prefix_lm,block_sparse --out "$out" 2>&1 |
+        tee "$out/bench_masks_bwd.log"
+    PYTHONPATH=$PWD/python FLASHJIT_LIB=$PWD/$build/libflashjit.so PYTHONUNBUFFERED=1 \
+        timeout 300 python3 examples/train_block.py --steps 300 2>&1 | tee "$out/train_block.log" ||
+        status=1
 fi
 if [ "$what" = python ]; then
     export PYTHONPATH=$PWD/python FLASHJIT_LIB=$PWD/$build/libflashjit.so PYTHONUNBUFFERED=1
