@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `flashjit run` with bad sizes and numbers: each exits 2 with a message naming the option,
 # before any kernel runs (no device is needed for that); a problem too large for the machine is
-# refused with its size. Then the cache commands that sign and verify, and `tune` against a
-# cache it cannot write. Usage: cli_args.sh path/to/flashjit
+# refused with its size. Then the cache commands that sign and verify, `tune` against a cache
+# it cannot write, and the backward's report. Usage: cli_args.sh path/to/flashjit
 set -uo pipefail
 cli=$1
 failed=0
@@ -71,8 +71,11 @@ expect 0 "ok, 0 kernels, signed by $(cat "$tmp/key.pub")" cache verify "$tmp/c.d
 expect 1 "not signed by a trusted key" cache verify "$tmp/c.db" \
     --trusted-key "$(cat "$tmp/other.pub")"
 expect 2 "opts.trusted_keys\[0\] is not an Ed25519 public key" run --trusted-key 1234
-# Tuning with nowhere to keep the results stops before it starts (given a device to tune on).
+# Tuning with nowhere to keep the results stops before it starts (given a device to tune on);
+# `run --backward` checks and times the backward and names its kernel.
 if "$cli" info 2>/dev/null | grep -qE "^backend opencl: [1-9]"; then
+    expect 0 "backward   opencl.bwd.simt, [0-9.]* ms (median of 2)" run --backend opencl \
+        --cache :memory: --seqlen 40 --head-dim 16 --heads 2 --backward --reps 2
     expect 1 "cannot be written, so the results would be lost" tune --backend opencl \
         --cache /proc/version/kernels.db --head-dim 64 --seqlen 64
 fi
