@@ -264,8 +264,8 @@ typedef struct fj_attention_desc {
     ** 0: the block is skipped (its pairs are masked); 2: all its pairs are kept (mask_mod, mask
     ** and mask_ranges are not applied there); 1: the masks apply. Causal and window apply
     ** everywhere. A caller that knows its mask's structure saves the kernels the work of
-    ** finding it. Not with variable lengths; the Hopper tensor-core kernel (sm_90a), elsewhere
-    ** the SIMT kernels. */
+    ** finding it; fj_block_mask_build writes it from the masks once, for many calls. Not with
+    ** variable lengths; the Hopper tensor-core kernel (sm_90a), elsewhere the SIMT kernels. */
     const fj_tensor *block_mask;
     /* Decode (at most 16 query rows per sequence, no score terms or element masks: bias, mask,
     ** mask_ranges, block_mask, alibi_slopes, mask_mod, score_mod): a kernel that packs the
@@ -331,8 +331,10 @@ FJ_API fj_status fj_attention_forward(fj_context *ctx, const fj_attention_desc *
 ** 16 KiB is FJ_ERR_UNSUPPORTED); rows that see no key get zero gradients. The kernels recompute the scores from q, k and lse (no N x N
 ** storage): D = rowsum(dout * out) first, then dk and dv per key block, then dq per query block;
 ** neither uses atomics, so the result is deterministic whatever desc.deterministic says.
-** Variable lengths as the forward's (keys past seqused_k get zero dk and dv). Runs on the SIMT
-** kernels so far (OpenCL, and CUDA without tensor cores); not with a paged cache
+** Variable lengths as the forward's (keys past seqused_k get zero dk and dv). On CUDA sm_80+
+** with f16/bf16 rows of 16-byte multiples and head dims to 256, dk/dv and dq run on tensor
+** cores (mma.sync), masks, score terms and variable lengths included; block_mask, dbias, f32
+** and wider heads on the SIMT kernels (as everything on OpenCL). Not with a paged cache
 ** (FJ_ERR_UNSUPPORTED).
 ** Returns FJ_ERR_INVALID_ARGUMENT naming the bad field, FJ_ERR_UNSUPPORTED, FJ_ERR_TEMPLATE,
 ** FJ_ERR_COMPILE, FJ_ERR_BACKEND, FJ_ERR_OUT_OF_MEMORY. */
@@ -341,6 +343,23 @@ FJ_API fj_status fj_attention_backward(fj_context *ctx, const fj_attention_desc 
                                        const fj_tensor *out, const fj_tensor *dout,
                                        const fj_tensor *lse, fj_tensor *dq, fj_tensor *dk,
                                        fj_tensor *dv, void *stream);
+
+/* Block classes of desc's element masks, built once for many calls (FlexAttention's
+** create_block_mask): for every 128 x 128 block of (query, key) pairs of a dense forward of q
+** and k (shaped as fj_attention_forward takes them), 0 where the masks keep no pair, 2 where they
+** keep every pair, 1 where they must be applied pair by pair, written into classes, I32
+** [batch | 1, heads_q | 1, ceil(seqlen_q / 128), ceil(seqlen_k / 128)] (extent 1 where the masks
+** do not differ by batch or head; any strides with a contiguous last dimension). The masks are
+** desc's mask_mod (with mod_args), mask and mask_ranges; causal and windows are left to the
+** calls. Pass classes as desc.block_mask of later calls with the same masks (forward and
+** backward): they skip the per-call classification that masks otherwise cost on the Hopper
+** kernel, and every path skips the blocks of class 0. desc.block_mask must be NULL here, and
+** desc must have an element mask; packed and paged requests are FJ_ERR_UNSUPPORTED.
+** Returns FJ_ERR_INVALID_ARGUMENT naming the bad argument ("classes.shape[2]"),
+** FJ_ERR_UNSUPPORTED, FJ_ERR_TEMPLATE, FJ_ERR_COMPILE, FJ_ERR_BACKEND. */
+FJ_API fj_status fj_block_mask_build(fj_context *ctx, const fj_attention_desc *desc,
+                                     const fj_tensor *q, const fj_tensor *k, fj_tensor *classes,
+                                     void *stream);
 
 /* Merges attention states: outs[i] and lses[i] (i < n) are the output and log-sum-exp of
 ** attention over disjoint sets of keys (split-KV partials, a shared prefix and the rest, one

@@ -60,6 +60,43 @@ static fj_status plan_classes(const fj__features *f, const fj__variant *v, fj__p
     return FJ_OK;
 }
 
+fj_status fj__plan_block_mask(const fj__features *f, const fj_device_info *dev,
+                              const int64_t extent[2], const int64_t stride[3], fj__plan *plan,
+                              fj__err *err)
+{
+    memset(plan, 0, sizeof *plan);
+    plan->kind = FJ__PLAN_FORWARD;
+    plan->fwd.classes = plan->fwd.counter = -1;
+    static const char *const by[2] = {"batch", "head"};
+    const int differs[2] = {f->classes_by_b, f->classes_by_h};
+    const int64_t full[2] = {f->batch, f->heads_q};
+    for (int a = 0; a < 2; a++)
+        if (differs[a] && extent[a] != full[a])
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                            "classes.shape[%d] = %lld, but the masks differ by %s: expected %lld",
+                            a, (long long)extent[a], by[a], (long long)full[a]);
+    const int64_t qb = (f->seqlen_q + CLS - 1) / CLS, kb = (f->seqlen_k + CLS - 1) / CLS;
+    if (qb > 65535 || extent[0] * extent[1] > 65535)
+        return fj__fail(err, FJ_ERR_UNSUPPORTED,
+                        "masks of %lld query blocks for %lld (batch, head) pairs: the block "
+                        "classifier's grid allows 65535 of each",
+                        (long long)qb, (long long)(extent[0] * extent[1]));
+    fj__variant v;
+    fj__variant_from_features(&v, FJ__FAMILY_FWD, f, dev);
+    fj__variant_score_fields(&v, f);
+    memcpy(plan->fwd.cls_stride, stride, sizeof plan->fwd.cls_stride);
+    plan->fwd.cls_heads = (int32_t)extent[1];
+    fj__step *s = fj__plan_add_step(plan, FJ__STEP_KERNEL);
+    fj__classify_variant(&v, &s->variant);
+    s->grid[0] = (uint32_t)kb;
+    s->grid[1] = (uint32_t)qb;
+    s->grid[2] = (uint32_t)(extent[0] * extent[1]);
+    s->block[0] = CLS_THREADS;
+    s->skip_if_memo = -1;
+    plan->main_step = 0;
+    return FJ_OK;
+}
+
 fj_status fj__plan_forward(const fj__features *f, const fj_device_info *dev, const fj__variant *v,
                            fj__plan *plan, fj__err *err)
 {
@@ -266,7 +303,8 @@ static fj_status fill_fwd_tma(const fj__plan *plan, const fj__variant *v, const 
 static void fill_classify(const fj__plan *plan, const fj__problem *p, void *const *ws,
                           fj__classify_params *C)
 {
-    C->classes = ws[plan->fwd.classes];
+    /* Into the forward's workspace, or (fj_block_mask_build) the request's block_mask. */
+    C->classes = plan->fwd.classes >= 0 ? ws[plan->fwd.classes] : p->block_mask->data;
     C->cls_sb = plan->fwd.cls_stride[0];
     C->cls_sh = plan->fwd.cls_stride[1];
     C->cls_sq = plan->fwd.cls_stride[2];

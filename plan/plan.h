@@ -154,6 +154,14 @@ int fj__prefer_decode(const fj__features *f, const fj_device_info *dev, const ch
 fj_status fj__plan_decode(const fj__features *f, const fj_device_info *dev, const fj__variant *v,
                           fj__plan *plan, fj__err *err);
 
+/* The plan of fj_block_mask_build: the classifier's one step writing f's block classes into
+** the caller's tensor of the given batch and head extents (1: shared) and batch, head and
+** query-block strides, which the request's problem holds as its block_mask. Fails naming
+** classes.shape[0] or [1] where the masks differ by batch or head but the extent is 1. */
+fj_status fj__plan_block_mask(const fj__features *f, const fj_device_info *dev,
+                              const int64_t extent[2], const int64_t stride[3], fj__plan *plan,
+                              fj__err *err);
+
 /* The classifier variant for forward variant v's masks. */
 void fj__classify_variant(const fj__variant *v, fj__variant *cv);
 

@@ -119,6 +119,13 @@ fj_status fj__validate_forward(const fj_attention_desc *desc, const fj_tensor *q
                                const fj_tensor *k, const fj_tensor *v, const fj_tensor *out,
                                const fj_tensor *lse, fj__problem *p, fj__err *err);
 
+/* fj_block_mask_build's checks: desc's masks (at least one element mask, dense shapes), q and k
+** as a forward's, classes as that forward's block_mask (errors name it "classes"); fills p
+** with p->block_mask the classes. */
+fj_status fj__validate_block_mask(const fj_attention_desc *desc, const fj_tensor *q,
+                                  const fj_tensor *k, const fj_tensor *classes, fj__problem *p,
+                                  fj__err *err);
+
 /* Checks that every tensor of p lies in memory the backend's kernels may use (where the backend
 ** can tell: OpenCL can, CUDA accepts any pointer). */
 fj_status fj__validate_memory(const fj__problem *p, const struct fj_backend_ops *ops, void *backend,

@@ -538,6 +538,45 @@ fj_status fj__validate_forward(const fj_attention_desc *desc, const fj_tensor *q
     return FJ_OK;
 }
 
+fj_status fj__validate_block_mask(const fj_attention_desc *desc, const fj_tensor *q,
+                                  const fj_tensor *k, const fj_tensor *classes, fj__problem *p,
+                                  fj__err *err)
+{
+    fj_attention_desc d;
+    TRY(check_desc(desc, &d, err));
+    const char *packed = d.page_table     ? "page_table"
+                         : d.cu_seqlens_q ? "cu_seqlens_q"
+                         : d.cu_seqlens_k ? "cu_seqlens_k"
+                         : d.seqused_k    ? "seqused_k"
+                                          : NULL;
+    if (packed)
+        return fj__fail(err, FJ_ERR_UNSUPPORTED,
+                        "desc.%s: block classes are built for dense [batch, seqlen, heads, dim] "
+                        "requests",
+                        packed);
+    if (d.block_mask)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                        "desc.block_mask is set: the classes this call writes become the "
+                        "block_mask of later calls");
+    if (!d.mask_mod && !d.mask && !d.mask_ranges)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                        "desc has no element mask to classify (mask_mod, mask, mask_ranges)");
+    if (!classes)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "classes is NULL");
+    /* As a forward of q and k (v and out shaped by them) whose block_mask the classes are. */
+    d.struct_size = sizeof d;
+    d.block_mask = classes;
+    fj_status st = fj__validate_forward(&d, q, k, k, q, NULL, p, err);
+    if (st != FJ_OK && !strncmp(err->msg, "desc.block_mask", 15)) {
+        char msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "classes%s", err->msg + 15);
+        memcpy(err->msg, msg, sizeof msg);
+    }
+    if (st == FJ_OK)
+        st = check_no_overlap(classes, "classes", err);
+    return st;
+}
+
 /* The bytes from t's first element to its last. check_tensor bounded the offsets. */
 static size_t tensor_extent(const fj_tensor *t)
 {

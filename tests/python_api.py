@@ -1,8 +1,8 @@
 """The installed Python package on a real device without torch: NumPy arrays (through DLPack)
 against float64 references computed here. Forward (f32, f16; causal, GQA, odd sizes, strided
 [b, h, s, d] views, lse), the backward against analytic gradients (also through a score_mod,
-with the bias's gradient), the merge of two key halves
-against the whole, and errors raised as the right FlashjitError subclass naming the field.
+with the bias's gradient), the merge of two key halves against the whole, block classes
+built once and used, and errors raised as the right FlashjitError subclass naming the field.
 Usage: python tests/python_api.py [backend]   (default opencl; exits 77 without a device)"""
 import sys
 
@@ -136,6 +136,18 @@ out, lse = ctx.merge([o for o, _ in parts], [l for _, l in parts])
 ref, ref_lse, _ = reference(q, k, v, False)
 err = max(np.abs(out - ref).max(), np.abs(lse - ref_lse).max())
 check("merge of two key halves", err < 1e-4, f"err {err:.3g}")
+
+# Block classes built once (documents of 32 and a 16-key prefix, 300 x 300): a forward given
+# them as block_mask equals one that classifies itself.
+q, k, v = rand(1, 300, 2, 32), rand(1, 300, 1, 32), rand(1, 300, 1, 32)
+docs = "q / 32 == k / 32 || k < 16"
+classes = ctx.block_mask(q, k, mask_mod=docs)
+want = np.array([[1 if qb == kb or kb == 0 else 0 for kb in range(3)] for qb in range(3)])
+got = ctx.forward(q, k, v, mask_mod=docs, block_mask=classes)
+err = np.abs(got - ctx.forward(q, k, v, mask_mod=docs)).max()
+check("block_mask built once", classes.shape == (1, 2, 3, 3) and
+      (classes[0, 0] == want).all() and err < 1e-6,
+      f"classes {classes[0, 0].tolist()}, err {err:.3g}")
 
 # Errors: the subclass and the field.
 q, k, v = rand(1, 8, 2, 32), rand(1, 8, 2, 32), rand(1, 8, 2, 16)

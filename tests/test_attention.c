@@ -2,6 +2,7 @@
 ** random data each run, outputs poisoned, every element against the float64 reference. Built
 ** once per backend; without a device of that backend every test skips with a message. */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -502,6 +503,103 @@ static void test_second_call_is_memoised(void **state)
     assert_int_equal(r2.first.source, FJ_KERNEL_MEMORY);
 }
 
+/* fj_block_mask_build: the classes of a mask_mod (documents of 64 plus a prefix of 16 keys)
+** over 300 x 300 pairs equal the host's count of kept pairs per 128 x 128 block (pairs past
+** the ends ignored); a forward given them as desc.block_mask equals one that classifies itself;
+** bad arguments are named. */
+static void test_block_mask_build(void **state)
+{
+    fj_context *ctx = suite_context(state);
+    enum { B = 2, S = 300, H = 4, HKV = 2, D = 32, NB = (S + 127) / 128 };
+    const size_t nq = (size_t)B * S * H * D, nk = (size_t)B * S * HKV * D;
+    float *host = malloc(nq * sizeof *host);
+    assert_non_null(host);
+    uint64_t r = 7;
+    for (size_t i = 0; i < nq; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        host[i] = (float)((double)(r >> 11) / 9007199254740992.0 * 2 - 1);
+    }
+    void *q, *k, *o1, *o2, *cls;
+    assert_int_equal(fj_malloc(ctx, nq * 4, &q), FJ_OK);
+    assert_int_equal(fj_malloc(ctx, nk * 4, &k), FJ_OK);
+    assert_int_equal(fj_malloc(ctx, nq * 4, &o1), FJ_OK);
+    assert_int_equal(fj_malloc(ctx, nq * 4, &o2), FJ_OK);
+    assert_int_equal(fj_malloc(ctx, NB * NB * 4, &cls), FJ_OK);
+    assert_int_equal(fj_memcpy_h2d(ctx, q, host, nq * 4), FJ_OK);
+    assert_int_equal(fj_memcpy_h2d(ctx, k, host + 5, nk * 4), FJ_OK);
+    fj_tensor tq = {.data = q, .dtype = FJ_DTYPE_F32, .ndim = 4, .shape = {B, S, H, D},
+                    .stride = {S * H * D, H * D, D, 1}};
+    fj_tensor tk = tq, to1 = tq, to2 = tq;
+    tk.data = k;
+    tk.shape[2] = HKV;
+    tk.stride[0] = S * HKV * D;
+    tk.stride[1] = HKV * D;
+    to1.data = o1;
+    to2.data = o2;
+    fj_tensor tc = {.data = cls, .dtype = FJ_DTYPE_I32, .ndim = 4, .shape = {1, 1, NB, NB},
+                    .stride = {NB * NB, NB * NB, NB, 1}};
+    fj_attention_desc desc;
+    fj_attention_desc_init(&desc);
+    desc.mask_mod = "q / 64 == k / 64 || k < 16";
+    fj_status st = fj_block_mask_build(ctx, &desc, &tq, &tk, &tc, NULL);
+    if (st != FJ_OK)
+        fail_msg("fj_block_mask_build: %s", fj_context_last_error(ctx));
+    int32_t got[NB * NB], want[NB * NB];
+    assert_int_equal(fj_memcpy_d2h(ctx, got, cls, sizeof got), FJ_OK);
+    for (int qb = 0; qb < NB; qb++)
+        for (int kb = 0; kb < NB; kb++) {
+            int kept = 0, pairs = 0;
+            for (int i = qb * 128; i < S && i < qb * 128 + 128; i++)
+                for (int j = kb * 128; j < S && j < kb * 128 + 128; j++, pairs++)
+                    kept += i / 64 == j / 64 || j < 16;
+            want[qb * NB + kb] = kept == 0 ? 0 : kept == pairs ? 2 : 1;
+        }
+    assert_memory_equal(got, want, sizeof want);
+
+    /* The forward with the classes as its block_mask, against one that classifies itself. */
+    assert_int_equal(fj_attention_forward(ctx, &desc, &tq, &tk, &tk, &to1, NULL, NULL), FJ_OK);
+    fj_attention_desc with = desc;
+    with.block_mask = &tc;
+    assert_int_equal(fj_attention_forward(ctx, &with, &tq, &tk, &tk, &to2, NULL, NULL), FJ_OK);
+    float *a = malloc(nq * 4), *b = malloc(nq * 4);
+    assert_true(a && b);
+    assert_int_equal(fj_memcpy_d2h(ctx, a, o1, nq * 4), FJ_OK);
+    assert_int_equal(fj_memcpy_d2h(ctx, b, o2, nq * 4), FJ_OK);
+    double diff = 0;
+    for (size_t i = 0; i < nq; i++)
+        diff = fmax(diff, fabs((double)a[i] - b[i]));
+    assert_true(diff <= 1e-6);
+
+    /* Bad arguments, each named. */
+    fj_tensor bad = tc;
+    bad.shape[2] = NB + 1;
+    assert_int_equal(fj_block_mask_build(ctx, &desc, &tq, &tk, &bad, NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_context_last_error(ctx), "classes.shape[2]"));
+    assert_int_equal(fj_block_mask_build(ctx, &with, &tq, &tk, &tc, NULL), FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_context_last_error(ctx), "desc.block_mask is set"));
+    assert_int_equal(fj_block_mask_build(ctx, &desc, &tq, &tk, NULL, NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
+    assert_string_equal(fj_context_last_error(ctx), "classes is NULL");
+    fj_attention_desc plain;
+    fj_attention_desc_init(&plain);
+    assert_int_equal(fj_block_mask_build(ctx, &plain, &tq, &tk, &tc, NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_context_last_error(ctx), "no element mask"));
+    fj_attention_desc by_head = desc;
+    by_head.mask_mod = "h == 0 || k <= q";
+    assert_int_equal(fj_block_mask_build(ctx, &by_head, &tq, &tk, &tc, NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_context_last_error(ctx), "classes.shape[1] = 1, but the masks "
+                                                       "differ by head"));
+    void *bufs[5] = {q, k, o1, o2, cls};
+    for (int i = 0; i < 5; i++)
+        fj_free(ctx, bufs[i]);
+    free(host);
+    free(a);
+    free(b);
+}
+
 /* A broken template or a kernel that does not compile reaches the caller as a status and a
 ** message, and the context keeps working afterwards. */
 static void test_template_and_compile_errors_reach_caller(void **state)
@@ -565,6 +663,7 @@ int main(void)
         cmocka_unit_test(test_varlen),
         cmocka_unit_test(test_mask_ranges),
         cmocka_unit_test(test_block_mask),
+        cmocka_unit_test(test_block_mask_build),
         cmocka_unit_test(test_mask_and_score_expressions),
         cmocka_unit_test(test_nested_expressions),
         cmocka_unit_test(test_masks_over_many_blocks),

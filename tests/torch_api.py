@@ -3,6 +3,7 @@ float64 SDPA (within twice the error of SDPA in the same dtype, plus rounding), 
 float masks, top-left causal for sq != sk; flex_attention with a score_mod expression and its
 gradients against the same function in torch; kv_cache_append into shuffled pages with paged
 attention over them, and attention_merge of two key halves; repeated calls of one signature;
+block classes built once (create_block_mask) and used;
 torch.library.opcheck of the forward operator (schema, fake tensor, autograd registration, AOT
 dispatch); torch.compile(fullgraph=True) of a block using it against eager. On a CUDA device,
 in bf16, also a paged decode step (kv_cache_append + attention), eager and torch.compile'd,
@@ -214,6 +215,16 @@ for cut, grad in ((5, False), (20, True), (49, False)):
     worst = max(worst, (got.double() - ref).abs().max().item())
 check("repeated calls of one signature", worst < (1e-4 if dtype == torch.float32 else 0.02),
       f"max err {worst:.3g}")
+
+# Block classes built once, used by a later call: equal to the call that classifies itself.
+q, k, v = (torch.randn(1, 300, h, 32, device=dev, dtype=dtype) for h in (4, 2, 2))
+docs = "q / 64 == k / 64 || k < 16"
+classes = fjt.create_block_mask(q, k, mask_mod=docs)
+diff = (fjt.attention(q, k, v, mask_mod=docs, block_mask=classes).float() -
+        fjt.attention(q, k, v, mask_mod=docs).float()).abs().max().item()
+check("create_block_mask, then attention with it",
+      classes.dtype == torch.int32 and diff <= (1e-6 if dtype == torch.float32 else 0.02),
+      f"classes {tuple(classes.shape)}, max diff {diff:.3g}")
 
 if dev != "cuda":
     sys.exit(1 if failures else 0)

@@ -180,7 +180,8 @@ def empty_like(ref, shape, dtype=None, name="array"):
             return ref.new_empty(shape)
         import torch
         return ref.new_empty(shape, dtype=getattr(torch, {"f16": "float16", "bf16": "bfloat16",
-                                                          "f32": "float32"}[dtype]))
+                                                          "f32": "float32",
+                                                          "i32": "int32"}[dtype]))
     if dtype is None:
         dtype = dtype_of(ref, name)
     where = describe(ref, "array")[4]
@@ -192,10 +193,12 @@ def empty_like(ref, shape, dtype=None, name="array"):
                 return numpy.empty(shape, dtype=ml_dtypes.bfloat16)
             except ImportError:
                 return numpy.empty(shape, dtype=numpy.uint16)
-        return numpy.empty(shape, dtype={"f16": numpy.float16, "f32": numpy.float32}[dtype])
+        return numpy.empty(shape, dtype={"f16": numpy.float16, "f32": numpy.float32,
+                                         "i32": numpy.int32}[dtype])
     if where == "cuda":
         import cupy
-        return cupy.empty(shape, dtype={"f16": cupy.float16, "f32": cupy.float32}[dtype])
+        return cupy.empty(shape, dtype={"f16": cupy.float16, "f32": cupy.float32,
+                                        "i32": cupy.int32}[dtype])
     raise InvalidArgument(f"cannot allocate an output beside a {type(ref).__name__}: pass out=")
 
 

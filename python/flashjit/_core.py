@@ -24,6 +24,7 @@ _BACKWARD = (("q", False), ("k", False), ("v", False), ("out", False), ("dout", 
              ("lse", False), ("dq", True), ("dk", True), ("dv", True))
 _APPEND = (("k_new", False), ("v_new", False), ("k_cache", True), ("v_cache", True),
            ("page_table", False), ("seqused_k", False))
+_BLOCK_MASK = (("q", False), ("k", False), ("classes", True))
 # fj_attention_desc as _run takes it: the options in this order, and the array fields (all
 # fj_tensor pointers but mod_args, a pointer and a count; dbias written).
 _DESC_OPTIONS = ("causal", "window", "softcap", "scale", "mask_mod", "score_mod", "num_splits",
@@ -245,6 +246,23 @@ class Context:
                   (alibi_slopes, bias, mask, cu_seqlens_q, cu_seqlens_k, seqused_k, mask_ranges,
                    block_mask, None, dbias, mod_args), stream)
         return dq, dk, dv
+
+    def block_mask(self, q, k, mask_mod=None, mod_args=None, mask=None, mask_ranges=None,
+                   classes=None, stream=None):
+        """The 128 x 128 block classes of the masks (see fj_block_mask_build) for a forward of q
+        and k: int32 [b, hq, ceil(sq / 128), ceil(sk / 128)] (allocated when not given; extent
+        1 where the masks do not differ by batch or head is also accepted), 0 skip, 1 apply the
+        masks, 2 keep all. Pass them as block_mask= of calls with the same masks, which then
+        skip their own classification."""
+        if classes is None:
+            b, sq, hq = q.shape[0], q.shape[1], q.shape[2]
+            classes = empty_like(q, (b, hq, (sq + 127) // 128, (k.shape[1] + 127) // 128),
+                                 "i32", name="q")
+        self._run("fj_block_mask_build", _BLOCK_MASK, (q, k, classes),
+                  (False, (-1, -1), 0.0, 0.0, mask_mod, None, 0, False, 0, 0),
+                  (None, None, mask, None, None, None, mask_ranges, None, None, None, mod_args),
+                  stream)
+        return classes
 
     @staticmethod
     def bias_grad_shape(bias_shape, bias_strides, batch, heads_q, seqlen_q, seqlen_k):

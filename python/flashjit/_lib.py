@@ -106,6 +106,8 @@ def load(path=None):
         "fj_attention_merge": (ctypes.c_int, [ctypes.c_void_p, T, T, ctypes.c_int32, T, T,
                                               ctypes.c_void_p]),
         "fj_kv_cache_append": (ctypes.c_int, [ctypes.c_void_p] + [T] * 6 + [ctypes.c_void_p]),
+        "fj_block_mask_build": (ctypes.c_int, [ctypes.c_void_p, P(AttentionDesc)] + [T] * 3 +
+                                [ctypes.c_void_p]),
         "fj_context_last_call": (ctypes.c_int, [ctypes.c_void_p, P(CallInfo)]),
         "fj_malloc": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t, P(ctypes.c_void_p)]),
         "fj_free": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p]),
@@ -121,7 +123,8 @@ def load(path=None):
     # The calls the binding repeats most, also without argtypes (a microsecond less a call):
     # every argument a ctypes pointer-sized object or None, which the caller makes sure of.
     lib.unchecked = {}
-    for name in ("fj_attention_forward", "fj_attention_backward", "fj_kv_cache_append"):
+    for name in ("fj_attention_forward", "fj_attention_backward", "fj_kv_cache_append",
+                 "fj_block_mask_build"):
         fn = lib[name]
         fn.restype = ctypes.c_int
         lib.unchecked[name] = fn

@@ -234,6 +234,15 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
     return (out, lse) if return_lse else out
 
 
+def create_block_mask(q, k, *, mask_mod=None, mod_args=None, mask=None, mask_ranges=None):
+    """The 128 x 128 block classes of the masks for attention() of q and k ([b, s, h, d]): an
+    int32 tensor to pass as block_mask= of the calls with the same masks, which then skip their
+    own classification (FlexAttention's create_block_mask; see Context.block_mask)."""
+    d = q.device
+    return (_contexts.get((d.type, d.index)) or context(d)).block_mask(
+        q, k, mask_mod=mask_mod, mod_args=mod_args, mask=mask, mask_ranges=mask_ranges)
+
+
 def _to_bshd(x):
     """[b, h, s, d] (or [h, s, d]) as the [b, s, h, d] view flashjit reads."""
     if x.dim() == 3:
@@ -298,5 +307,6 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
     return (out, lse) if return_lse else out
 
 
-__all__ = ["attention", "scaled_dot_product_attention", "flex_attention", "context",
+__all__ = ["attention", "scaled_dot_product_attention", "flex_attention", "create_block_mask",
+           "context",
            "attention_forward", "attention_backward", "attention_merge", "kv_cache_append"]
