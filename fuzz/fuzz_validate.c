@@ -145,7 +145,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fj__mods mods = {0};
         if (fj__mods_resolve(&mods, &bp.f, &berr) == FJ_OK) {
             fj__features f;
-            fj__features_of(&bp.f, &f);
+            fj__bwd_features_of(&bp, &f); /* the gradients' alignment: the tensor-core stages */
             for (int dev = 0; dev < 2; dev++) {
                 fj__plan plan;
                 if (fj__plan_backward(&f, &devices[dev], &plan, &berr) == FJ_OK)
@@ -159,6 +159,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         fj__mods_free(&mods);
     } else if (!berr.msg[0]) {
+        abort();
+    }
+    /* The same q and k with t[9] as the block classes fj_block_mask_build would write. */
+    fj__problem kp;
+    fj__err kerr = {{0}};
+    if (fj__validate_block_mask(&d, &t[0], &t[1], &t[9], &kp, &kerr) == FJ_OK) {
+        fj__mods mods = {0};
+        if (fj__mods_resolve(&mods, &kp, &kerr) == FJ_OK) {
+            fj__features f;
+            fj__features_of(&kp, &f);
+            const int64_t extent[2] = {t[9].shape[0], t[9].shape[1]};
+            fj__plan plan;
+            if (fj__plan_block_mask(&f, &devices[0], extent, kp.blocks_stride, &plan, &kerr) ==
+                FJ_OK) {
+                char *text = NULL, hash[65];
+                if (fj__variant_key(&plan.steps[0].variant, "target", "0123", &text, hash,
+                                    &kerr) == FJ_OK)
+                    free(text);
+            } else if (!kerr.msg[0]) {
+                abort();
+            }
+        }
+        fj__mods_free(&mods);
+    } else if (!kerr.msg[0]) {
         abort();
     }
     /* The same tensors as an append to a paged cache: new keys and values t[0], t[1] into
