@@ -25,6 +25,28 @@ void fj__classify_variant(const fj__variant *v, fj__variant *cv)
     cv->mask_ranges = v->mask_ranges;
 }
 
+/* Adds the classifier's step for forward variant v's masks over f's shape, for cb x ch (batch,
+** head) pairs of classes (ch of them per batch), once the grid allows them. */
+static fj_status add_classify_step(const fj__features *f, const fj__variant *v, int64_t cb,
+                                   int64_t ch, fj__plan *plan, fj__step **out, fj__err *err)
+{
+    const int64_t qb = (f->seqlen_q + CLS - 1) / CLS, kb = (f->seqlen_k + CLS - 1) / CLS;
+    if (qb > 65535 || cb * ch > 65535)
+        return fj__fail(err, FJ_ERR_UNSUPPORTED,
+                        "masks of %lld query blocks for %lld (batch, head) pairs: the block "
+                        "classifier's grid allows 65535 of each",
+                        (long long)qb, (long long)(cb * ch));
+    fj__step *s = fj__plan_add_step(plan, FJ__STEP_KERNEL);
+    fj__classify_variant(v, &s->variant);
+    s->grid[0] = (uint32_t)kb;
+    s->grid[1] = (uint32_t)qb;
+    s->grid[2] = (uint32_t)(cb * ch);
+    s->block[0] = CLS_THREADS;
+    plan->fwd.cls_heads = (int32_t)ch;
+    *out = s;
+    return FJ_OK;
+}
+
 /* The classifier's step for forward variant v: classes of every 128 x 128 block, per batch and
 ** head only where the masks differ by them. */
 static fj_status plan_classes(const fj__features *f, const fj__variant *v, fj__plan *plan,
@@ -32,17 +54,15 @@ static fj_status plan_classes(const fj__features *f, const fj__variant *v, fj__p
 {
     const int64_t cb = f->classes_by_b ? f->batch : 1, ch = f->classes_by_h ? f->heads_q : 1;
     const int64_t qb = (f->seqlen_q + CLS - 1) / CLS, kb = (f->seqlen_k + CLS - 1) / CLS;
-    if (qb > 65535 || cb * ch > 65535)
-        return fj__fail(err, FJ_ERR_UNSUPPORTED,
-                        "masks of %lld query blocks for %lld (batch, head) pairs: the block "
-                        "classifier's grid allows 65535 of each",
-                        (long long)qb, (long long)(cb * ch));
+    fj__step *s;
+    fj_status st = add_classify_step(f, v, cb, ch, plan, &s, err);
+    if (st != FJ_OK)
+        return st;
     const int ws = fj__plan_add_workspace(plan, (size_t)(cb * ch * qb * kb) * sizeof(int32_t));
     plan->fwd.classes = ws;
     plan->fwd.cls_stride[0] = f->classes_by_b ? ch * qb * kb : 0;
     plan->fwd.cls_stride[1] = f->classes_by_h ? qb * kb : 0;
     plan->fwd.cls_stride[2] = kb;
-    plan->fwd.cls_heads = (int32_t)ch;
     /* A mask_mod alone, reading no mod_args, is a pure function of the shape: its classes are
     ** computed once and reused while the workspace holds them. Tensors and mod_args may change
     ** between calls: classified every time. */
@@ -50,12 +70,6 @@ static fj_status plan_classes(const fj__features *f, const fj__variant *v, fj__p
     w->memo = f->mask_mod && !f->mask && !f->ranges && !f->mask_mod_reads_args;
     const int64_t key[6] = {(int64_t)(uintptr_t)f->mask_mod, f->seqlen_q, f->seqlen_k, cb, ch, kb};
     memcpy(w->memo_key, key, sizeof key);
-    fj__step *s = fj__plan_add_step(plan, FJ__STEP_KERNEL);
-    fj__classify_variant(v, &s->variant);
-    s->grid[0] = (uint32_t)kb;
-    s->grid[1] = (uint32_t)qb;
-    s->grid[2] = (uint32_t)(cb * ch);
-    s->block[0] = CLS_THREADS;
     s->skip_if_memo = ws;
     return FJ_OK;
 }
@@ -75,26 +89,13 @@ fj_status fj__plan_block_mask(const fj__features *f, const fj_device_info *dev,
             return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
                             "classes.shape[%d] = %lld, but the masks differ by %s: expected %lld",
                             a, (long long)extent[a], by[a], (long long)full[a]);
-    const int64_t qb = (f->seqlen_q + CLS - 1) / CLS, kb = (f->seqlen_k + CLS - 1) / CLS;
-    if (qb > 65535 || extent[0] * extent[1] > 65535)
-        return fj__fail(err, FJ_ERR_UNSUPPORTED,
-                        "masks of %lld query blocks for %lld (batch, head) pairs: the block "
-                        "classifier's grid allows 65535 of each",
-                        (long long)qb, (long long)(extent[0] * extent[1]));
     fj__variant v;
     fj__variant_from_features(&v, FJ__FAMILY_FWD, f, dev);
     fj__variant_score_fields(&v, f);
     memcpy(plan->fwd.cls_stride, stride, sizeof plan->fwd.cls_stride);
-    plan->fwd.cls_heads = (int32_t)extent[1];
-    fj__step *s = fj__plan_add_step(plan, FJ__STEP_KERNEL);
-    fj__classify_variant(&v, &s->variant);
-    s->grid[0] = (uint32_t)kb;
-    s->grid[1] = (uint32_t)qb;
-    s->grid[2] = (uint32_t)(extent[0] * extent[1]);
-    s->block[0] = CLS_THREADS;
-    s->skip_if_memo = -1;
+    fj__step *s;
     plan->main_step = 0;
-    return FJ_OK;
+    return add_classify_step(f, &v, extent[0], extent[1], plan, &s, err);
 }
 
 fj_status fj__plan_forward(const fj__features *f, const fj_device_info *dev, const fj__variant *v,

@@ -49,13 +49,7 @@
 % include("params.lua")
 % params_struct(args)
 
-#define BM ${tile_m}
-#define BN ${tile_n}
-#define THREADS ${warps * 32}
-#define DP ${head_dim_pad}
-#define DVP ${head_dim_v_pad}
-#define QS (DP + 8)  /* row strides in shared memory: 16 bytes of padding, no bank conflicts */
-#define VS (DVP + 8)
+% mma_tile_macros()
 #define NEG_INF __int_as_float(0xff800000)
 #define POS_INF __int_as_float(0x7f800000)
 #define LOG2E 1.4426950408889634f
@@ -73,6 +67,18 @@
 %   else
     const int q_first = 0, k_first = 0, len_k = seqlen_k, d_rows = seqlen_q;
 %   end
+% end
+
+% -- `bool need_mask`: whether the tile of query rows [m0, m0 + BM) and keys [n0, n0 + BN)
+% -- crosses the ends or the band, so that its elements are masked one by one.
+% local function emit_need_mask()
+        bool need_mask = m0 + BM > seqlen_q || n0 + BN > seqlen_k;
+% if local_mask then
+        if (window_right >= 0)
+            need_mask |= n0 + BN - 1 > m0 + shift + window_right;
+        if (window_left >= 0)
+            need_mask |= n0 < m0 + BM - 1 + shift - window_left;
+% end
 % end
 
 % -- The element pass over the two products of one tile, s (scores) and dp (dP), NT n8 tiles of
@@ -194,15 +200,11 @@ fj_attn_bwd_dkdv(
 
 % if want_dk then
     float dka[DP / 8][4];
-#pragma unroll
-    for (int j = 0; j < DP / 8; j++)
-        dka[j][0] = dka[j][1] = dka[j][2] = dka[j][3] = 0.0f;
+    zero_acc<DP>(dka);
 % end
 % if want_dv then
     float dva[DVP / 8][4];
-#pragma unroll
-    for (int j = 0; j < DVP / 8; j++)
-        dva[j][0] = dva[j][1] = dva[j][2] = dva[j][3] = 0.0f;
+    zero_acc<DVP>(dva);
 % end
 
     if (count > 0) {
@@ -230,11 +232,8 @@ fj_attn_bwd_dkdv(
 
         /* S^T = K Q^T and dP^T = V dO^T: the warp's 16 keys by BM queries. */
         float s[BM / 8][4], dp[BM / 8][4];
-#pragma unroll
-        for (int j = 0; j < BM / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                s[j][e] = dp[j][e] = 0.0f;
+        zero_acc<BM>(s);
+        zero_acc<BM>(dp);
         mma_rows_by_rows<BM, DP / 16, QS, QS>(s, sK + warp * 16 * QS, sQ, lane);
 % if want_dk then
         mma_rows_by_rows<BM, DVP / 16, VS, VS>(dp, sV + warp * 16 * VS, sG, lane);
@@ -242,13 +241,7 @@ fj_attn_bwd_dkdv(
 
         /* Masked where the tile crosses the ends or the band: query offsets [lo, hi] from the
         ** thread's first column col0 that each of its two keys sees. */
-        bool need_mask = m0 + BM > seqlen_q || n0 + BN > seqlen_k;
-% if local_mask then
-        if (window_right >= 0)
-            need_mask |= n0 + BN - 1 > m0 + shift + window_right;
-        if (window_left >= 0)
-            need_mask |= n0 < m0 + BM - 1 + shift - window_left;
-% end
+% emit_need_mask()
 #define LSE2 sL[j * 8 + 2 * t + (e & 1)]
 #define DELTA sD[j * 8 + 2 * t + (e & 1)]
         if (need_mask) {
@@ -360,9 +353,7 @@ fj_attn_bwd_dq(
         dl[h] = row < seqlen_q ? delta[row] : 0.0f;
     }
     float dqa[DP / 8][4];
-#pragma unroll
-    for (int j = 0; j < DP / 8; j++)
-        dqa[j][0] = dqa[j][1] = dqa[j][2] = dqa[j][3] = 0.0f;
+    zero_acc<DP>(dqa);
 
     if (nb_lo < nb_hi) {
         load_tile<BM, DP, QS>(sQ, q, q_ss, m0, seqlen_q, head_dim);
@@ -385,24 +376,15 @@ fj_attn_bwd_dq(
 
         /* S = Q K^T and dP = dO V^T: the warp's 16 rows by BN keys. */
         float s[BN / 8][4], dp[BN / 8][4];
-#pragma unroll
-        for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                s[j][e] = dp[j][e] = 0.0f;
+        zero_acc<BN>(s);
+        zero_acc<BN>(dp);
         mma_rows_by_rows<BN, DP / 16, QS, QS>(s, sQ + warp * 16 * QS, sK, lane);
         mma_rows_by_rows<BN, DVP / 16, VS, VS>(dp, sG + warp * 16 * VS, sV, lane);
 
         /* Masked where the tile crosses the ends or the band: key offsets [lo, hi] from the
         ** thread's first column col0 that each of its two rows sees (none past the rows' end,
         ** whose masks and terms are not to be read). */
-        bool need_mask = m0 + BM > seqlen_q || n0 + BN > seqlen_k;
-% if local_mask then
-        if (window_right >= 0)
-            need_mask |= n0 + BN - 1 > m0 + shift + window_right;
-        if (window_left >= 0)
-            need_mask |= n0 < m0 + BM - 1 + shift - window_left;
-% end
+% emit_need_mask()
         if (need_mask) {
             const int col0 = n0 + 2 * t;
             int lo[2], hi[2];

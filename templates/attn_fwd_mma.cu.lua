@@ -25,17 +25,11 @@
 % include("params.lua")
 % params_struct(args)
 
-#define BM ${tile_m}
-#define BN ${tile_n}
-#define THREADS ${warps * 32}
-#define DP ${head_dim_pad}
-#define DVP ${head_dim_v_pad}
+% mma_tile_macros()
 #define MT ${mt}
 #define NT (BN / 8)
 #define KT (DP / 16)
 #define OT (DVP / 8)
-#define QS (DP + 8)
-#define VS (DVP + 8)
 /* Shared memory: Q [BM][QS], K [BN][QS], V [BN][VS], as much as the host launches with. */
 static_assert(2 * (BM * QS + BN * QS + BN * VS) == ${shared_bytes}, "the host's shared-memory size");
 % attn_score_macros()

@@ -88,6 +88,19 @@ __device__ __forceinline__ float quad_sum(float x)
     return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+% -- The tile macros of a kernel of tile_m x tile_n tiles on `warps` warps and padded head dims:
+% -- BM, BN, THREADS, DP, DVP, and QS, VS, the row strides of q/k and v tiles in shared memory
+% -- (16 bytes of padding: ldmatrix without bank conflicts; fj__variant_shared_bytes counts them).
+% function mma_tile_macros()
+#define BM ${tile_m}
+#define BN ${tile_n}
+#define THREADS ${warps * 32}
+#define DP ${head_dim_pad}
+#define DVP ${head_dim_v_pad}
+#define QS (DP + 8)
+#define VS (DVP + 8)
+% end
+
 % -- load_tile<ROWS, COLS, SS>(s, g, ld, row0, rows, cols): cp.async of a tile of rows into shared
 % -- memory. Emitted where called: it reads THREADS, which the kernel defines first.
 % function mma_load_tile()
@@ -170,6 +183,15 @@ __device__ __forceinline__ void mma_regs_by_rows(float (*acc)[4], const u32 (*a)
             mma16816(acc[2 * op], a[kk], b0, b1);
             mma16816(acc[2 * op + 1], a[kk], b2, b3);
         }
+}
+
+/* Zeroes N / 8 accumulator tiles. */
+template <int N>
+__device__ __forceinline__ void zero_acc(float (*acc)[4])
+{
+#pragma unroll
+    for (int j = 0; j < N / 8; j++)
+        acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 }
 
 /* The accumulators of 16 rows by 16 * KSTEPS columns as A-operand fragments of 16-bit pairs: the
