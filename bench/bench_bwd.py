@@ -3,7 +3,8 @@ tensors, in the same process. Each side is timed on the backward alone: flashjit
 fj_attention_backward from the forward's out and lse, the peers' autograd backward of one SDPA
 forward (retained graph). TFLOP/s as FlashAttention counts a backward: 2.5 times the forward's
 4 * b * h * s^2 * d, halved when causal. The gradients are compared with the first peer's
-(max |difference| of dq, dk, dv).
+(max |difference| of dq, dk, dv). flashjit runs as called by default (dq by atomics on tensor
+cores) and with deterministic=True ("det": its time over the default's).
 
 Shapes: bf16, b * s = 16k tokens, hidden 2048 (h = 2048 / d), over --s, --d and --causal.
 
@@ -39,7 +40,7 @@ peers = {"cudnn": SDPBackend.CUDNN_ATTENTION, "fa2": SDPBackend.FLASH_ATTENTION}
 print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, "
       f"flashjit {ctx.lib.fj_version().decode()}", flush=True)
 print(f"{'s':>6} {'d':>4} {'c':>1} | {'flashjit':>8} {'cudnn':>7} {'fa2':>7} TFLOP/s | "
-      f"{'x cudnn':>7} {'x fa2':>6} | {'ms':>8} {'maxdiff':>8} path", flush=True)
+      f"{'x cudnn':>7} {'x fa2':>6} | {'ms':>8} {'det':>5} {'maxdiff':>8} path", flush=True)
 rows = []
 for d in [int(x) for x in args.d.split(",")]:
     for s in [int(x) for x in args.s.split(",")]:
@@ -51,11 +52,13 @@ for d in [int(x) for x in args.d.split(",")]:
             lse = torch.empty(b, h, s, device=dev, dtype=torch.float32)
             ctx.forward(q, k, v, out=out, lse=lse, causal=causal)
             dq, dk, dv = (torch.empty_like(x) for x in (q, k, v))
-            fj = lambda: ctx.backward(q, k, v, out, dout, lse, dq=dq, dk=dk,  # noqa: E731
-                                      dv=dv, causal=causal)
+            fj, fj_det = (lambda det=det: ctx.backward(  # noqa: E731
+                q, k, v, out, dout, lse, dq=dq, dk=dk, dv=dv, causal=causal, deterministic=det)
+                for det in (False, True))
             fj()
             path = ctx.last_call()["kernel_path"]
             row = dict(s=s, d=d, b=b, h=h, causal=causal, path=path,
+                       flashjit_det_ms=time_ms(fj_det, args.timing, args.reps),
                        flashjit_ms=time_ms(fj, args.timing, args.reps))
             qt, kt, vt = (x.detach().transpose(1, 2).requires_grad_() for x in (q, k, v))
             for name, backend in peers.items():
@@ -79,7 +82,8 @@ for d in [int(x) for x in args.d.split(",")]:
             print(f"{s:6d} {d:4d} {int(causal):1d} | {tf['flashjit']:8.1f} "
                   f"{tf.get('cudnn', float('nan')):7.1f} {tf.get('fa2', float('nan')):7.1f}"
                   f"         | {ratio['cudnn']:7.3f} {ratio['fa2']:6.3f} | "
-                  f"{row['flashjit_ms']:8.2f} {row.get('maxdiff', float('nan')):8.2g} {path}",
+                  f"{row['flashjit_ms']:8.2f} {row['flashjit_det_ms'] / row['flashjit_ms']:5.2f} "
+                  f"{row.get('maxdiff', float('nan')):8.2g} {path}",
                   flush=True)
             rows.append(row)
             del q, k, v, dout, out, lse, dq, dk, dv, qt, kt, vt

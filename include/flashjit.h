@@ -286,7 +286,8 @@ typedef struct fj_attention_desc {
     ** score terms or element masks. */
     const fj_tensor *page_table;
     /* fj_attention_backward: 1 gives bit-identical gradients run to run (no floating-point
-    ** atomics in a varying order); 0 (default) lets the plan use them. */
+    ** atomics in a varying order); 0 (default) lets the plan use them (on tensor cores, dq is
+    ** then added by atomics in the dk/dv kernel instead of recomputed by a kernel of its own). */
     int32_t deterministic;
     /* fj_attention_backward only (the forward ignores it): where the gradient with respect to
     ** desc.bias goes (NULL: not computed). F32, 4-D, shaped as bias with every dimension the
@@ -329,8 +330,12 @@ FJ_API fj_status fj_attention_forward(fj_context *ctx, const fj_attention_desc *
 ** parts are piecewise constant, min/max/abs and ternaries take the branch they pick; ALiBi,
 ** bias, masks and mod_args are constants, and a score_mod whose derivative text would exceed
 ** 16 KiB is FJ_ERR_UNSUPPORTED); rows that see no key get zero gradients. The kernels recompute the scores from q, k and lse (no N x N
-** storage): D = rowsum(dout * out) first, then dk and dv per key block, then dq per query block;
-** neither uses atomics, so the result is deterministic whatever desc.deterministic says.
+** storage): D = rowsum(dout * out) first, then dk and dv per key block, then dq per query block.
+** On tensor cores with desc.deterministic 0 (the default), the dk/dv kernel also adds each key
+** block's share of dq into an f32 workspace by atomics (its size, 4 bytes per element of dq
+** with the head dim padded to 16, is in fj_call_info.workspace_bytes) and a last kernel casts
+** it: faster, but the order of the additions, and so dq's last bits, vary run to run. With 1,
+** and on the SIMT kernels, no atomics: bit-identical gradients.
 ** Variable lengths as the forward's (keys past seqused_k get zero dk and dv). On CUDA sm_80+
 ** with f16/bf16 rows of 16-byte multiples and head dims to 256, dk/dv and dq run on tensor
 ** cores (mma.sync), masks, score terms and variable lengths included; block_mask, dbias, f32

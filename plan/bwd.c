@@ -1,7 +1,9 @@
 /* The backward plan: D = rowsum(dout * out) into an f32 workspace (attn_bwd.lua), then dk and
 ** dv per key block, then dq per query block (attn_bwd_mma.cu.lua on tensor cores where it
 ** serves, else attn_bwd.lua), then the bias's gradient if asked for; and how each stage's block
-** is filled. */
+** is filled. On tensor cores, unless the request is deterministic, dq is not a stage of its
+** own: the dk/dv blocks add their share of it into a zeroed f32 workspace by atomics (five
+** products where the deterministic plan computes seven), and a last stage casts the sum. */
 #include <string.h>
 
 #include "expr.h"
@@ -27,10 +29,10 @@ static int mma_serves(const fj__features *f, const fj_device_info *dev)
 ** 2, query rows for 3) and 64-deep streamed tiles, 32 where the accumulators (d, dv above 64
 ** for stage 2, above 128 for stage 3) leave fewer registers for the streamed products. Stage 2
 ** writes dK and dV in one launch where both accumulators fit a thread (d + dv to 256), else
-** dV and dK in two (grads: see fj__variant). Until the block's shared memory fits the device
-** (sm_86/89: 99 KiB), the streamed tiles halve (to 16), then the warps (and the block's own
-** rows with them). */
-static void bwd_mma_variant(int stage, const fj_device_info *dev, fj__variant *v)
+** dK and then dV in two (grads: see fj__variant); unless `deterministic`, dK's launch also adds
+** dQ into the workspace. Until the block's shared memory fits the device (sm_86/89: 99 KiB),
+** the streamed tiles halve (to 16), then the warps (and the block's own rows with them). */
+static void bwd_mma_variant(int stage, int deterministic, const fj_device_info *dev, fj__variant *v)
 {
     const int widest = v->head_dim_pad > v->head_dim_v_pad ? v->head_dim_pad : v->head_dim_v_pad;
     v->path = FJ__PATH_MMA;
@@ -39,7 +41,7 @@ static void bwd_mma_variant(int stage, const fj_device_info *dev, fj__variant *v
     if (stage == 2) {
         v->tile_n = 16 * v->warps;
         v->tile_m = widest <= 64 ? 64 : 32;
-        v->grads = v->head_dim_pad + v->head_dim_v_pad <= 256 ? 3 : 2;
+        v->grads = (v->head_dim_pad + v->head_dim_v_pad <= 256 ? 3 : 1) | (deterministic ? 0 : 4);
     } else {
         v->tile_m = 16 * v->warps;
         v->tile_n = widest <= 128 ? 64 : 32;
@@ -66,13 +68,18 @@ static void bwd_variant(const fj__features *f, const fj_device_info *dev, int st
     fj__variant_from_features(v, FJ__FAMILY_BWD, f, dev);
     v->stage = (uint8_t)stage;
     v->varlen = f->varlen;
+    if (stage == 5) { /* a cast: a work-item per element; soft-capping decides its factor */
+        v->softcap = f->softcap;
+        v->tile_m = v->tile_n = v->threads = 128;
+        return;
+    }
     if (stage > 1) { /* what the scores depend on, and score_mod's derivative */
         fj__variant_score_fields(v, f);
         v->score_mod_grad = f->score_mod_grad;
     }
     if ((stage == 2 || stage == 3) && mma_serves(f, dev)) {
         fj__variant mma = *v;
-        bwd_mma_variant(stage, dev, &mma);
+        bwd_mma_variant(stage, f->deterministic, dev, &mma);
         if (fj__variant_fits(&mma, dev)) {
             *v = mma;
             return;
@@ -99,9 +106,21 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, fj
                         "desc.score_mod: too long to differentiate (its derivative would exceed "
                         "%d characters)",
                         FJ__EXPR_MAX_GRAD_TEXT);
-    plan->bwd.delta = fj__plan_add_workspace(
-        plan, (size_t)(f->batch * f->heads_q * f->seqlen_q) * sizeof(float));
-    for (int stage = 1; stage <= (f->dbias_elements ? 4 : 3); stage++) {
+    const size_t rows = (size_t)(f->batch * f->heads_q * f->seqlen_q);
+    plan->bwd.delta = fj__plan_add_workspace(plan, rows * sizeof(float));
+    plan->bwd.dq_acc = -1;
+    /* dq by atomics in stage 2 (on tensor cores, unless deterministic): its f32 sum is zeroed
+    ** first, and stage 5 casts it where stage 3 would compute dq. */
+    fj__variant dkdv;
+    bwd_variant(f, dev, 2, &dkdv);
+    if (dkdv.grads & 4) {
+        plan->bwd.dq_acc =
+            fj__plan_add_workspace(plan, rows * (size_t)dkdv.head_dim_pad * sizeof(float));
+        fj__plan_add_step(plan, FJ__STEP_MEMSET)->workspace = plan->bwd.dq_acc;
+    }
+    const int stages[] = {1, 2, plan->bwd.dq_acc >= 0 ? 5 : 3, 4};
+    for (int i = 0; i < (f->dbias_elements ? 4 : 3); i++) {
+        const int stage = stages[i];
         fj__step *s = fj__plan_add_step(plan, FJ__STEP_KERNEL);
         bwd_variant(f, dev, stage, &s->variant);
         if (!fj__variant_fits(&s->variant, dev))
@@ -111,23 +130,22 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, fj
         const fj__variant *v = &s->variant;
         s->block[0] = (uint32_t)v->threads;
         s->shared_bytes = v->path == FJ__PATH_MMA ? fj__variant_shared_bytes(v) : 0;
-        if (stage == 4) { /* dbias: a work-item per element, one row of blocks */
-            const int64_t n = f->dbias_elements;
-            s->grid[0] = (uint32_t)((n + v->tile_m - 1) / v->tile_m);
-            s->grid[1] = s->grid[2] = 1;
-            continue;
-        }
-        const int64_t n = stage == 2 ? f->seqlen_k : f->seqlen_q;
+        /* Work-items: a key (stage 2), a query row (1, 3), an element of dq (5) or dbias (4). */
+        const int64_t n = stage == 2   ? f->seqlen_k
+                          : stage == 4 ? f->dbias_elements
+                          : stage == 5 ? f->seqlen_q * v->head_dim_pad
+                                       : f->seqlen_q;
         const int32_t tile = stage == 2 ? v->tile_n : v->tile_m;
         s->grid[0] = (uint32_t)((n + tile - 1) / tile);
-        s->grid[1] = (uint32_t)(stage == 2 ? f->heads_kv : f->heads_q);
-        s->grid[2] = (uint32_t)f->batch;
+        s->grid[1] = (uint32_t)(stage == 4 ? 1 : stage == 2 ? f->heads_kv : f->heads_q);
+        s->grid[2] = (uint32_t)(stage == 4 ? 1 : f->batch);
         if (stage == 2) {
             plan->main_step = plan->nsteps - 1; /* dk and dv: most of the work */
-            if (v->grads == 2) { /* dV here, dK in a launch of its own */
-                fj__step *dk = fj__plan_add_step(plan, FJ__STEP_KERNEL);
-                *dk = *s;
-                dk->variant.grads = 1;
+            if (v->path == FJ__PATH_MMA && !(v->grads & 2)) { /* dK here, dV apart */
+                fj__step *dv = fj__plan_add_step(plan, FJ__STEP_KERNEL);
+                *dv = *s;
+                dv->variant.grads = 2;
+                dv->shared_bytes = fj__variant_shared_bytes(&dv->variant);
             }
         }
     }
@@ -143,6 +161,7 @@ void fj__bwd_fill(const fj__plan *plan, const fj__bwd_problem *p, void *const *w
     B->dk = p->dk->data;
     B->dv = p->dv->data;
     B->delta = ws[plan->bwd.delta];
+    B->dq_acc = plan->bwd.dq_acc >= 0 ? ws[plan->bwd.dq_acc] : NULL;
     int64_t *strides[4] = {&B->do_sb, &B->dq_sb, &B->dk_sb, &B->dv_sb};
     for (int i = 0; i < 4; i++)
         for (int a = 0; a < 3; a++)

@@ -173,7 +173,8 @@ FJ__PARAM_STRUCT(fj__decode_params, FJ__DECODE_PARAMS);
 /* The backward (attn_bwd.lua): the forward's block (q, k, v, out, lse and everything that
 ** decides the scores); dout [b, sq, hq, dv] and the gradients dq, dk, dv (shaped as q, k, v)
 ** with their batch, row and head strides; D = rowsum(dout * out), an f32 workspace
-** [b, hq, sq]; the bias's gradient (f32; NULL: not asked for) with its batch, head and row
+** [b, hq, sq]; dQ's f32 sum where stage 2 accumulates it by atomics (NULL: not), a workspace
+** [b, hq, sq, head_dim_pad]; the bias's gradient (f32; NULL: not asked for) with its batch, head and row
 ** strides, element count and batch, head and row extents (1: summed over); the softmax scale
 ** (natural units: dS's factor). */
 #define FJ__BWD_PARAMS(X, T)                                                                       \
@@ -183,6 +184,7 @@ FJ__PARAM_STRUCT(fj__decode_params, FJ__DECODE_PARAMS);
     X(T, PTR, dk, "kv_t")                                                                          \
     X(T, PTR, dv, "kv_t")                                                                          \
     X(T, PTR, delta, "float")                                                                      \
+    X(T, PTR, dq_acc, "float")                                                                     \
     X(T, I64, do_sb, 0)                                                                            \
     X(T, I64, do_ss, 0)                                                                            \
     X(T, I64, do_sh, 0)                                                                            \

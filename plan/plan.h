@@ -82,9 +82,10 @@ typedef struct fj__plan {
         int ws_o, ws_l;
         int32_t splits, keys_per_split, row_tiles;
     } decode;
-    /* The backward's workspace of D = rowsum(dout * out), [batch, heads_q, seqlen_q]. */
+    /* The backward's workspaces: D = rowsum(dout * out), [batch, heads_q, seqlen_q]; dq's f32
+    ** sum, [batch, heads_q, seqlen_q, head_dim_pad] (-1: dq is a stage of its own). */
     struct {
-        int delta;
+        int delta, dq_acc;
     } bwd;
 } fj__plan;
 

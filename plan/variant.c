@@ -37,7 +37,8 @@ const char *fj__variant_entry(const fj__variant *v)
            : v->family == FJ__FAMILY_BWD    ? (v->stage == 1   ? "fj_attn_bwd_dot"
                                                : v->stage == 2 ? "fj_attn_bwd_dkdv"
                                                : v->stage == 3 ? "fj_attn_bwd_dq"
-                                                               : "fj_attn_bwd_dbias")
+                                               : v->stage == 4 ? "fj_attn_bwd_dbias"
+                                                               : "fj_attn_bwd_dq_store")
                                             : "fj_attn_fwd";
 }
 
@@ -95,10 +96,13 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
     const uint32_t kvs = (uint32_t)fj_dtype_size((fj_dtype)v->kv_dtype);
     if (v->family == FJ__FAMILY_BWD && v->path == FJ__PATH_MMA) {
         /* attn_bwd_mma.cu.lua, rows padded by 8 elements: stage 2 K and V, two buffers of Q
-        ** and dO, two of the rows' lse and D; stage 3 Q and dO, two buffers of K and V. */
+        ** and dO, two of the rows' lse and D, and with dQ (grads 4) dS^T [tile_n][tile_m + 8];
+        ** stage 3 Q and dO, two buffers of K and V. */
         const uint32_t row = qs * (uint32_t)(v->head_dim_pad + 8 + v->head_dim_v_pad + 8);
-        return v->stage == 2 ? row * (uint32_t)(v->tile_n + 2 * v->tile_m) + 16u * (uint32_t)v->tile_m
-                             : row * (uint32_t)(v->tile_m + 2 * v->tile_n);
+        const uint32_t ds = v->grads & 4 ? qs * (uint32_t)(v->tile_n * (v->tile_m + 8)) : 0u;
+        return v->stage == 2
+                   ? row * (uint32_t)(v->tile_n + 2 * v->tile_m) + 16u * (uint32_t)v->tile_m + ds
+                   : row * (uint32_t)(v->tile_m + 2 * v->tile_n);
     }
     if (v->family == FJ__FAMILY_BWD) /* attn_bwd.lua's Smem of each stage: floats only */
         return v->stage == 2 ? 4u * (uint32_t)(v->tile_m * (v->head_dim_pad + v->head_dim_v_pad) +
@@ -168,18 +172,19 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
         return v->threads == 128;
     if (v->family == FJ__FAMILY_BWD && v->path == FJ__PATH_MMA) /* attn_bwd_mma.cu.lua */
         return (v->stage == 2 || v->stage == 3) && v->warps >= 1 && v->threads == 32 * v->warps &&
-               (v->stage == 2 ? v->tile_n == 16 * v->warps && v->tile_m % 16 == 0 &&
-                                    v->grads >= 1 && v->grads <= 3
-                              : v->tile_m == 16 * v->warps && v->tile_n % 16 == 0 && !v->grads) &&
+               (v->stage == 2
+                    ? v->tile_n == 16 * v->warps && v->tile_m % 16 == 0 && v->grads >= 1 &&
+                          v->grads <= 7 && (!(v->grads & 4) || (v->grads & 1)) /* dQ needs dS */
+                    : v->tile_m == 16 * v->warps && v->tile_n % 16 == 0 && !v->grads) &&
                v->head_dim_pad <= 256 && v->head_dim_v_pad <= 256 &&
                /* dK's and dV's accumulators in one launch: 2 * (d + dv) / 8 floats a thread */
-               (v->grads != 3 || v->head_dim_pad + v->head_dim_v_pad <= 256) &&
+               ((v->grads & 3) != 3 || v->head_dim_pad + v->head_dim_v_pad <= 256) &&
                fj__variant_shared_bytes(v) <= dev->local_memory;
     if (v->family == FJ__FAMILY_BWD) { /* static shared memory, as the SIMT forward's */
         uint64_t budget = dev->local_memory ? dev->local_memory : 32768;
         const uint64_t cap = dev->backend == FJ_BACKEND_CUDA ? 48 * 1024 : 64 * 1024;
         budget = budget < cap ? budget : cap;
-        return v->stage >= 1 && v->stage <= 4 && v->tile_m >= 1 && v->tile_n >= 1 &&
+        return v->stage >= 1 && v->stage <= 5 && v->tile_m >= 1 && v->tile_n >= 1 &&
                v->threads == (v->stage == 2 ? v->tile_n : v->tile_m) &&
                fj__variant_shared_bytes(v) <= budget;
     }

@@ -77,8 +77,11 @@ typedef struct fj__variant {
     uint8_t bias_tma;     /* WGMMA: bias tiles copied by TMA into shared memory with K's */
     uint8_t partial;      /* DECODE: writes each split's state to the workspace for a merge */
     uint8_t paged;        /* DECODE: k and v are pages of a KV cache found through a table */
-    uint8_t stage;        /* BWD: 1 D = rowsum(dout * out), 2 dk and dv, 3 dq, 4 dbias */
-    uint8_t grads;        /* BWD stage 2 on MMA: what the launch writes, 1 dk, 2 dv, 3 both */
+    uint8_t stage;        /* BWD: 1 D = rowsum(dout * out), 2 dk and dv, 3 dq, 4 dbias, 5 dq
+                          ** from the f32 sum that stage 2 accumulated (grads 4) */
+    uint8_t grads;        /* BWD stage 2 on MMA: what the launch writes, the sum of 1 dk, 2 dv
+                          ** and 4 dq (added by atomics into an f32 workspace; with dk, whose
+                          ** launch forms dS) */
     const char *mask_mod; /* canonical expression texts, interned by the context (NULL: none) */
     const char *score_mod;
     const char *score_mod_grad; /* BWD: score_mod's derivative with respect to s (interned) */

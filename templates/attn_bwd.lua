@@ -10,8 +10,10 @@
 % --         of its kv head (query tiles of TILE_M rows streamed through local memory);
 % --   dq    a work-item per query row: its dQ over the key tiles of TILE_N keys it sees;
 % --   dbias a work-item per element of the bias's gradient (dS through score_mod), summed over
-% --         the dimensions the bias broadcasts (dense requests).
-% -- No stage uses atomics: the gradients are bit-identical run to run.
+% --         the dimensions the bias broadcasts (dense requests);
+% --   and stage 5, dq_store: a work-item per element of dq, cast from the f32 sum that the
+% --         tensor-core dkdv stage (attn_bwd_mma.cu.lua, grads 4) accumulated by atomics.
+% -- No stage here uses atomics: the gradients are bit-identical run to run.
 % --
 % -- Variable lengths (varlen 1, 2 with seqused_k): BLOCK_Z is the sequence, found as the
 % -- forward finds it; keys past seqused_k get zero dk and dv.
@@ -19,7 +21,7 @@
 % -- Parameters: dtypes (one type), head_dim_pad, head_dim_v_pad, tile_m, tile_n, threads, stage,
 % -- local_mask, softcap, varlen, the masks' and score terms' (attn_masks.lua), shared_bytes (the
 % -- host's size of Smem), args (fj_bwd_params).
-% assert(stage >= 1 and stage <= 4, "attn_bwd: stage 1 (dot), 2 (dkdv), 3 (dq) or 4 (dbias)")
+% assert(stage >= 1 and stage <= 5, "attn_bwd: stage 1 (dot), 2 (dkdv), 3 (dq), 4 (dbias) or 5 (dq_store)")
 % assert(score_mod == "" or score_mod_grad ~= "", "attn_bwd: score_mod needs score_mod_grad")
 % assert(kv_dtype == q_dtype and out_dtype == q_dtype, "attn_bwd takes one element type")
 % include("dialect.lua")
@@ -351,5 +353,27 @@ fj_attn_bwd_dbias(
             }
         }
     GPTR(float, P.dbias)[b_ * P.dbias_sb + h_ * P.dbias_sh + (I64)r_ * P.dbias_ss + key] = acc;
+}
+% elseif stage == 5 then
+/* dQ from its f32 sum [batch, heads_q, d_rows, DP] in the workspace: a work-item per element,
+** times what dS was not multiplied by (the scale; nothing through soft-capping). */
+KERNEL(TILE_M)
+fj_attn_bwd_dq_store(
+% params_arg(args)
+)
+{
+% params_unpack(args.fields[1].block, "P.fwd", unpack_names)
+% emit_sequence()
+    const I64 e = (I64)BLOCK_X * TILE_M + THREAD_X;
+    const int row = (int)(e / DP), c = (int)(e % DP), head = BLOCK_Y;
+    if (row >= seqlen_q || c >= head_dim)
+        return;
+    const float sum = GPTR(const float, P.dq_acc)[(((I64)batch * heads_q + head) * d_rows + row) * DP + c];
+%   if softcap then
+    const float factor = 1.0f;
+%   else
+    const float factor = P.scale;
+%   end
+    Q_STORE(dq_p + (I64)row * P.dq_ss + (I64)head * P.dq_sh, c, sum * factor);
 }
 % end

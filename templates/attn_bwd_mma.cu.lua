@@ -9,9 +9,13 @@
 % --     tiles of tile_n keys: S = Q K^T, dP = dO V^T, P and dS as above, dQ += dS K.
 % -- P and dS go from the accumulators to the A operand as 16-bit pairs, as P in the forward.
 % -- Where dK's and dV's accumulators would not both fit a thread's registers (d + dv above 256)
-% -- stage 2 runs twice, writing dV (S, P) and then dK (S, dP, dS): `grads` 2 and 1, 3 both.
-% -- The streamed tiles are double-buffered (cp.async). No atomics: the gradients are
-% -- bit-identical run to run. dS is taken with respect to the raw q.k times its derivative
+% -- stage 2 runs twice, writing dK (S, dP, dS) and then dV (S, P): `grads` 1 and 2, 3 both.
+% -- Unless the request is deterministic, stage 2 also forms dQ (grads + 4, with dK) and stage 3
+% -- does not run: dS^T goes to shared memory, the warps take its tile's dQ = dS K by query rows
+% -- and add it by atomics into an f32 workspace [batch, heads_q, rows, DP] (zeroed before;
+% -- attn_bwd.lua's stage 5 casts it): five products a tile instead of seven, in an order of
+% -- additions that varies run to run. Otherwise no atomics: the gradients are bit-identical.
+% -- The streamed tiles are double-buffered (cp.async). dS is taken with respect to the raw q.k times its derivative
 % -- (scale; scale * (1 - tanh^2) through soft-capping): without soft-capping the scale
 % -- multiplies dK and dQ once, at the store.
 % --
@@ -23,15 +27,16 @@
 % -- attn_bwd.lua's SIMT stages.
 % --
 % -- Parameters: dtypes (one 16-bit type), head_dim_pad, head_dim_v_pad, tile_m, tile_n, warps,
-% -- stage (2 or 3), grads (stage 2: 1 dK, 2 dV, 3 both), local_mask, softcap, varlen, the
+% -- stage (2 or 3), grads (stage 2: the sum of 1 dK, 2 dV, 4 dQ by atomics), local_mask, softcap, varlen, the
 % -- masks' and score terms' (attn_masks.lua), shared_bytes (the host's size of the tiles), args
 % -- (fj_bwd_params).
 % assert(stage == 2 or stage == 3, "attn_bwd_mma: stage 2 (dkdv) or 3 (dq)")
 % assert(head_dim_pad % 16 == 0 and head_dim_v_pad % 16 == 0 and tile_m % 16 == 0 and tile_n % 16 == 0, "attn_bwd_mma: tiles of 16")
 % assert((stage == 2 and tile_n == 16 * warps) or (stage == 3 and tile_m == 16 * warps), "attn_bwd_mma: 16 rows a warp")
-% assert(stage == 3 or (grads >= 1 and grads <= 3), "attn_bwd_mma: stage 2 writes dk (1), dv (2) or both (3)")
+% assert(stage == 3 or (grads >= 1 and grads <= 7 and (grads < 4 or grads % 2 == 1)), "attn_bwd_mma: stage 2 writes dk (1), dv (2), dq (4, with dk)")
 % local want_dk = stage == 3 or grads % 2 == 1 -- dS is needed (stage 3: for dQ)
-% local want_dv = stage == 2 and grads >= 2
+% local want_dv = stage == 2 and grads % 4 >= 2
+% local want_dq = stage == 2 and grads >= 4 -- stage 2 adds dQ by atomics
 % assert(score_mod == "" or score_mod_grad ~= "", "attn_bwd_mma: score_mod needs score_mod_grad")
 % local element_masks = mask_mod ~= "" or mask_tensor or mask_ranges > 0
 % local terms = alibi or bias ~= "" or score_mod ~= ""
@@ -138,9 +143,49 @@
 
 % if stage == 2 then
 /* Shared memory: K [BN][QS], V [BN][VS], then two buffers of Q [BM][QS] and dO [BM][VS], then
-** two of the rows' lse (log2 units) and D, [BM] floats each. */
+** two of the rows' lse (log2 units) and D, [BM] floats each; with dQ, the tile's dS^T
+** [BN][DSS]. */
 #define QG_ELEMS (BM * (QS + VS))
-static_assert(2 * (BN * (QS + VS) + 2 * QG_ELEMS) + 16 * BM == ${shared_bytes}, "the host's shared-memory size");
+#define DSS (BM + 8)
+static_assert(2 * (BN * (QS + VS) + 2 * QG_ELEMS) + 16 * BM ${want_dq and "+ 2 * BN * DSS " or ""}== ${shared_bytes},
+              "the host's shared-memory size");
+% if want_dq then
+% -- dQ of a tile, BM rows by DP columns, in pieces of 16 rows by DQ_COLS: a warp's share, with
+% -- as many pieces as warps where the rows allow (their accumulators stay few).
+%   local strips = tile_m // 16
+%   local per_strip = math.max(1, warps // strips)
+%   while head_dim_pad % (16 * per_strip) ~= 0 do per_strip = per_strip // 2 end
+#define DQ_STRIPS ${strips}
+#define DQ_COLS ${head_dim_pad // per_strip}
+#define DQ_PIECES ${strips * per_strip}
+
+/* Adds dQ = dS K of a tile (rows [m0, m0 + BM) of `head`) into the f32 sum: dS^T in sDS, K in
+** sK; each warp takes pieces of 16 rows by DQ_COLS columns. */
+__device__ __forceinline__ void add_dq_tile(float *dq_acc, const elem_t *sDS, const elem_t *sK,
+                                            int m0, int seqlen_q, int warp, int lane)
+{
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll 1
+    for (int piece = warp; piece < DQ_PIECES; piece += THREADS / 32) {
+        const int strip = piece % DQ_STRIPS, c0 = piece / DQ_STRIPS * DQ_COLS;
+        u32 dsf[BN / 16][4];
+        ldmatrix_a_trans<BN / 16, DSS>(dsf, sDS + strip * 16, lane);
+        float acc[DQ_COLS / 8][4];
+        zero_acc<DQ_COLS>(acc);
+        mma_regs_by_rows<DQ_COLS, BN / 16, QS>(acc, dsf, sK + c0, lane);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int row = m0 + strip * 16 + g + 8 * h;
+            if (row >= seqlen_q)
+                continue;
+            float *dst = dq_acc + (long long)row * DP + c0 + 2 * t;
+#pragma unroll
+            for (int j = 0; j < DQ_COLS / 8; j++)
+                red_add2(dst + j * 8, acc[j][2 * h], acc[j][2 * h + 1]);
+        }
+    }
+}
+% end
 
 /* dK and dV of BN keys of one (batch, kv head), over every query row of the group's heads. */
 extern "C" __global__ void __launch_bounds__(THREADS, 2)
@@ -155,6 +200,9 @@ fj_attn_bwd_dkdv(
     elem_t *sV = sK + BN * QS;
     elem_t *sQG = sV + BN * VS; /* buffer b: Q at sQG + b * QG_ELEMS, dO after it */
     float *sLD = (float *)(sQG + 2 * QG_ELEMS); /* buffer b: lse at sLD + 2 * BM * b, D after */
+% if want_dq then
+    elem_t *sDS = (elem_t *)(sLD + 4 * BM);
+% end
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int g = lane / 4, t = lane % 4; /* row group and column pair of mma fragments */
@@ -275,7 +323,22 @@ fj_attn_bwd_dkdv(
 % if want_dk then
         u32 dsf[BM / 16][4];
         pack_rows<BM / 16>(dsf, dp);
+%   if want_dq then
+        /* The warp's rows of dS^T, for dQ: fragment register r holds rows g + 8 (r % 2), columns
+        ** 16 kk + 8 (r / 2) + 2 t. */
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; kk++)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                *(u32 *)(sDS + (warp * 16 + g + 8 * (r % 2)) * DSS + kk * 16 + 8 * (r / 2) + 2 * t) =
+                    dsf[kk][r];
+%   end
         mma_regs_by_rows<DP, BM / 16, QS>(dka, dsf, sQ, lane);
+% end
+% if want_dq then
+        __syncthreads(); /* dS^T whole; the next tile's first barrier guards its rewrite */
+        add_dq_tile(P.dq_acc + ((long long)(batch * heads_q + head_kv * group + i / tiles) * d_rows) * DP,
+                    sDS, sK, m0, seqlen_q, warp, lane);
 % end
     }
 

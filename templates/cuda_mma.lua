@@ -58,6 +58,18 @@ __device__ __forceinline__ u32 pack2(float lo, float hi)
     return r;
 }
 
+/* p[0] += a, p[1] += b in global memory, atomically (8-byte aligned p): one vector reduction
+** on sm_90, two scalar ones before. */
+__device__ __forceinline__ void red_add2(float *p, float a, float b)
+{
+#if __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(a), "f"(b) : "memory");
+#else
+    asm volatile("red.global.add.f32 [%0], %1;" ::"l"(p), "f"(a) : "memory");
+    asm volatile("red.global.add.f32 [%0], %1;" ::"l"(p + 1), "f"(b) : "memory");
+#endif
+}
+
 __device__ __forceinline__ float ex2(float x)
 {
     float y;
@@ -183,6 +195,18 @@ __device__ __forceinline__ void mma_regs_by_rows(float (*acc)[4], const u32 (*a)
             mma16816(acc[2 * op], a[kk], b0, b1);
             mma16816(acc[2 * op + 1], a[kk], b2, b3);
         }
+}
+
+/* a[KSTEPS][4] = the A fragments of the 16 rows x 16 * KSTEPS columns of a matrix held
+** transposed in shared memory: t, its column 0, the rows of the transpose (K of them) with row
+** stride TS (dQ += dS K with dS^T stored). */
+template <int KSTEPS, int TS>
+__device__ __forceinline__ void ldmatrix_a_trans(u32 (*a)[4], const elem_t *t, int lane)
+{
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; kk++)
+        ldmatrix_x4_trans(smem_addr(t + (kk * 16 + (lane / 16) * 8 + lane % 8) * TS + ((lane / 8) % 2) * 8),
+                          a[kk][0], a[kk][1], a[kk][2], a[kk][3]);
 }
 
 /* Zeroes N / 8 accumulator tiles. */

@@ -168,7 +168,8 @@ static void test_shapes_and_options(void **state)
 ** head dims to 256 (dV and dK in separate launches beyond d + dv = 256: MLA's 192 / 128, 256),
 ** element masks and score terms (a mask_mod, the mask tensor, ranges, ALiBi with a bias, a
 ** score_mod with soft-capping), packed sequences (with seqused_k, causal; with a mask_mod);
-** each must run on the tensor-core kernels. */
+** each must run on the tensor-core kernels, with dq added by atomics (the default) and
+** deterministic (dq a stage of its own). */
 static void test_tensor_core_tiles(void **state)
 {
     if (FJ_TEST_BACKEND != FJ_BACKEND_CUDA) {
@@ -229,7 +230,11 @@ static void test_tensor_core_tiles(void **state)
     cases[n].batch = 3;
     cases[n].varlen = 1;
     cases[n++].desc.mask_mod = "k % 2 == 0 || q == k";
-    run_cases_on(state, cases, n, "cuda.bwd.mma");
+    for (int deterministic = 0; deterministic <= 1; deterministic++) {
+        for (size_t i = 0; i < n; i++)
+            cases[i].desc.deterministic = deterministic;
+        run_cases_on(state, cases, n, "cuda.bwd.mma");
+    }
 }
 
 /* Every mask kind and score term alone and in pairs; a row that sees no key (zero gradients). */
@@ -351,22 +356,31 @@ static void test_varlen(void **state)
     run_cases(state, cases, 4);
 }
 
-/* Ten runs of the same backward give the same bits (deterministic = 1; the plan never uses
-** atomics, so 0 gives them too), and the call reports its workspace. */
-static void test_bit_identical_runs(void **state)
+/* Ten runs of the same deterministic backward give the same bits, in f32 (the SIMT stages) and
+** bf16 (on CUDA the tensor-core stages, dq a stage of its own rather than atomics), and the call
+** reports its workspace: D alone. */
+static void bit_identical_runs(fj_context *ctx, fj_dtype dtype)
 {
-    fj_context *ctx = suite_context(state);
     enum { B = 2, S = 77, H = 4, HKV = 2, D = 40 };
     const size_t nq = (size_t)B * S * H * D, nk = (size_t)B * S * HKV * D;
-    float *host = malloc(nq * sizeof *host);
+    const size_t es = fj_dtype_size(dtype);
+    unsigned char *host = malloc(nq * 4);
     assert_non_null(host);
     uint64_t s = 99;
     for (size_t i = 0; i < nq; i++) {
         s = s * 6364136223846793005ull + 1442695040888963407ull;
-        host[i] = (float)((double)(s >> 11) / 9007199254740992.0 * 2 - 1);
+        const float x = (float)((double)(s >> 11) / 9007199254740992.0 * 2 - 1);
+        uint32_t bits;
+        memcpy(&bits, &x, 4);
+        if (dtype == FJ_DTYPE_BF16) { /* truncated: any bf16 values will do */
+            const uint16_t h = (uint16_t)(bits >> 16);
+            memcpy(host + i * 2, &h, 2);
+        } else {
+            memcpy(host + i * 4, &x, 4);
+        }
     }
     void *q, *k, *v, *o, *g, *l, *grads[3];
-    const size_t qb = nq * 4, kb = nk * 4, lb = (size_t)B * H * S * 4;
+    const size_t qb = nq * es, kb = nk * es, lb = (size_t)B * H * S * 4;
     assert_int_equal(fj_malloc(ctx, qb, &q), FJ_OK);
     assert_int_equal(fj_malloc(ctx, kb, &k), FJ_OK);
     assert_int_equal(fj_malloc(ctx, kb, &v), FJ_OK);
@@ -375,9 +389,12 @@ static void test_bit_identical_runs(void **state)
     assert_int_equal(fj_malloc(ctx, lb, &l), FJ_OK);
     assert_int_equal(fj_memcpy_h2d(ctx, q, host, qb), FJ_OK);
     assert_int_equal(fj_memcpy_h2d(ctx, k, host, kb), FJ_OK);
-    assert_int_equal(fj_memcpy_h2d(ctx, v, host + 7, kb - 28), FJ_OK);
-    assert_int_equal(fj_memcpy_h2d(ctx, g, host + 3, qb - 12), FJ_OK);
-    fj_tensor tq = {.data = q, .dtype = FJ_DTYPE_F32, .ndim = 4, .shape = {B, S, H, D},
+    assert_int_equal(fj_memcpy_h2d(ctx, v, host + 7 * es, kb - 7 * es), FJ_OK);
+    assert_int_equal(fj_memcpy_h2d(ctx, g, host + 3 * es, qb - 3 * es), FJ_OK);
+    fj_tensor tq = {.data = q,
+                    .dtype = dtype,
+                    .ndim = 4,
+                    .shape = {B, S, H, D},
                     .stride = {S * H * D, H * D, D, 1}};
     fj_tensor tk = tq, tv, to = tq, tg = tq;
     tk.data = k;
@@ -438,6 +455,13 @@ static void test_bit_identical_runs(void **state)
     for (int i = 0; i < 6; i++)
         fj_free(ctx, bufs[i]);
     free(host);
+}
+
+static void test_bit_identical_runs(void **state)
+{
+    fj_context *ctx = suite_context(state);
+    bit_identical_runs(ctx, FJ_DTYPE_F32);
+    bit_identical_runs(ctx, FJ_DTYPE_BF16);
 }
 
 /* Bad arguments are named (validation comes first: the data is never read). */

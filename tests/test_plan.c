@@ -215,13 +215,15 @@ static fj__features bwd_features(int64_t d, int64_t dv, fj_dtype dtype)
     return f;
 }
 
-/* The paths of plan's stages, as "simt,mma,mma" (stage 2's second launch included). */
+/* The paths of plan's steps, as "memset,simt,mma,simt" (stage 2's second launch included). */
 static void stage_paths(const fj__plan *plan, char *buf, size_t size)
 {
     buf[0] = 0;
     for (int i = 0; i < plan->nsteps; i++)
         snprintf(buf + strlen(buf), size - strlen(buf), "%s%s", i ? "," : "",
-                 plan->steps[i].variant.path == FJ__PATH_MMA ? "mma" : "simt");
+                 plan->steps[i].kind == FJ__STEP_MEMSET        ? "memset"
+                 : plan->steps[i].variant.path == FJ__PATH_MMA ? "mma"
+                                                               : "simt");
 }
 
 static void test_backward_plans(void **state)
@@ -239,29 +241,37 @@ static void test_backward_plans(void **state)
     cpu.backend = FJ_BACKEND_OPENCL;
     snprintf(cpu.arch, sizeof cpu.arch, "opencl");
     cpu.local_memory = 64 << 10;
+    /* Deterministic: D, dk/dv (dK and dV apart above d + dv = 256), dq. Not: dq's f32 sum
+    ** zeroed, D, dk/dv adding dq by atomics (with dK), dq cast from the sum. */
     const struct {
         int64_t d, dv;
         fj_dtype dtype;
         int change; /* 1 dbias, 2 block classes, 3 unaligned dout, 4 a mask_mod */
         const fj_device_info *dev;
+        int deterministic;
         const char *paths;
     } cases[] = {
-        {128, 128, FJ_DTYPE_BF16, 0, &h200, "simt,mma,mma"},
-        {64, 64, FJ_DTYPE_F16, 4, &h200, "simt,mma,mma"},
-        {256, 256, FJ_DTYPE_BF16, 0, &h200, "simt,mma,mma,mma"}, /* dV, dK, dQ */
-        {192, 128, FJ_DTYPE_BF16, 0, &h200, "simt,mma,mma,mma"},
-        {128, 128, FJ_DTYPE_F32, 0, &h200, "simt,simt,simt"},
-        {128, 128, FJ_DTYPE_BF16, 1, &h200, "simt,simt,simt,simt"},
-        {128, 128, FJ_DTYPE_BF16, 2, &h200, "simt,simt,simt"},
-        {128, 128, FJ_DTYPE_BF16, 3, &h200, "simt,simt,simt"},
-        {512, 512, FJ_DTYPE_BF16, 0, &h200, "simt,simt,simt"},
-        {128, 128, FJ_DTYPE_BF16, 0, &sm86, "simt,mma,mma"},
-        {256, 256, FJ_DTYPE_BF16, 0, &sm86, "simt,mma,mma,mma"}, /* smaller tiles: 99 KiB */
-        {128, 128, FJ_DTYPE_BF16, 0, &sm75, "simt,simt,simt"},
-        {128, 128, FJ_DTYPE_BF16, 0, &cpu, "simt,simt,simt"},
+        {128, 128, FJ_DTYPE_BF16, 0, &h200, 1, "simt,mma,mma"},
+        {128, 128, FJ_DTYPE_BF16, 0, &h200, 0, "memset,simt,mma,simt"},
+        {64, 64, FJ_DTYPE_F16, 4, &h200, 1, "simt,mma,mma"},
+        {64, 64, FJ_DTYPE_F16, 4, &h200, 0, "memset,simt,mma,simt"},
+        {256, 256, FJ_DTYPE_BF16, 0, &h200, 1, "simt,mma,mma,mma"}, /* dK, dV, dQ */
+        {256, 256, FJ_DTYPE_BF16, 0, &h200, 0, "memset,simt,mma,mma,simt"},
+        {192, 128, FJ_DTYPE_BF16, 0, &h200, 1, "simt,mma,mma,mma"},
+        {128, 128, FJ_DTYPE_F32, 0, &h200, 0, "simt,simt,simt"},
+        {128, 128, FJ_DTYPE_BF16, 1, &h200, 0, "simt,simt,simt,simt"},
+        {128, 128, FJ_DTYPE_BF16, 2, &h200, 0, "simt,simt,simt"},
+        {128, 128, FJ_DTYPE_BF16, 3, &h200, 0, "simt,simt,simt"},
+        {512, 512, FJ_DTYPE_BF16, 0, &h200, 0, "simt,simt,simt"},
+        {128, 128, FJ_DTYPE_BF16, 0, &sm86, 1, "simt,mma,mma"},
+        {256, 256, FJ_DTYPE_BF16, 0, &sm86, 1, "simt,mma,mma,mma"}, /* smaller tiles: 99 KiB */
+        {256, 256, FJ_DTYPE_BF16, 0, &sm86, 0, "memset,simt,mma,mma,simt"},
+        {128, 128, FJ_DTYPE_BF16, 0, &sm75, 0, "simt,simt,simt"},
+        {128, 128, FJ_DTYPE_BF16, 0, &cpu, 0, "simt,simt,simt"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fj__features f = bwd_features(cases[i].d, cases[i].dv, cases[i].dtype);
+        f.deterministic = (uint8_t)cases[i].deterministic;
         f.dbias_elements = cases[i].change == 1 ? 300 : 0;
         f.bias_dtype = cases[i].change == 1 ? FJ_DTYPE_F32 : -1;
         f.block_mask = cases[i].change == 2;
@@ -277,8 +287,20 @@ static void test_backward_plans(void **state)
             fail_msg("case %zu (d %lld, %s): stages %s, expected %s", i, (long long)cases[i].d,
                      cases[i].dev->arch, paths, cases[i].paths);
         assert_int_equal(plan.steps[plan.main_step].variant.stage, 2);
+        /* dq's sum: zeroed first, as large as dq in f32 (padded head dim) */
+        const int atomic = plan.steps[0].kind == FJ__STEP_MEMSET;
+        assert_int_equal(plan.bwd.dq_acc >= 0, atomic);
+        if (atomic) {
+            assert_int_equal(plan.steps[0].workspace, plan.bwd.dq_acc);
+            assert_true(plan.workspaces[plan.bwd.dq_acc].bytes ==
+                        (size_t)(2 * 8 * 300 * plan.steps[plan.main_step].variant.head_dim_pad) *
+                            4);
+            assert_int_equal(plan.steps[plan.nsteps - 1].variant.stage, 5);
+        }
         for (int s = 0; s < plan.nsteps; s++) {
             const fj__step *st = &plan.steps[s];
+            if (st->kind == FJ__STEP_MEMSET)
+                continue;
             assert_true(fj__variant_fits(&st->variant, cases[i].dev));
             /* Tensor-core launches take their tiles as dynamic shared memory; one block per
             ** tile of the stage's rows (keys for dk/dv, query rows for dq). */
@@ -293,11 +315,12 @@ static void test_backward_plans(void **state)
                 assert_int_equal(st->block[0], st->variant.threads);
             }
         }
-        if (plan.nsteps == 4 && plan.steps[1].variant.path == FJ__PATH_MMA) {
-            assert_int_equal(plan.steps[1].variant.grads, 2); /* dV first, then dK */
-            assert_int_equal(plan.steps[2].variant.grads, 1);
-        } else if (plan.steps[1].variant.path == FJ__PATH_MMA) {
-            assert_int_equal(plan.steps[1].variant.grads, 3);
+        const fj__variant *dkdv = &plan.steps[plan.main_step].variant;
+        if (dkdv->path == FJ__PATH_MMA) {
+            const int dq = atomic ? 4 : 0, apart = cases[i].d + cases[i].dv > 256;
+            assert_int_equal(dkdv->grads, (apart ? 1 : 3) | dq); /* dK (and dV) */
+            if (apart)
+                assert_int_equal(plan.steps[plan.main_step + 1].variant.grads, 2);
         }
     }
 }

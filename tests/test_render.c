@@ -271,16 +271,17 @@ static void test_decode_variants_render(void **state)
             }
 }
 
-/* The backward's three stages render for both backends, with soft-capping, a window, a bias,
+/* The backward's SIMT stages render for both backends, with soft-capping, a window, a bias,
 ** a mask_mod and a score_mod with its derivative (FJ_RENDER_OUT: the CUDA sources are written
 ** there). */
 static void test_backward_stages_render(void **state)
 {
     (void)state;
-    static const char *const entries[4] = {"fj_attn_bwd_dot(", "fj_attn_bwd_dkdv(",
-                                           "fj_attn_bwd_dq(", "fj_attn_bwd_dbias("};
+    static const char *const entries[5] = {"fj_attn_bwd_dot(", "fj_attn_bwd_dkdv(",
+                                           "fj_attn_bwd_dq(", "fj_attn_bwd_dbias(",
+                                           "fj_attn_bwd_dq_store("};
     for (int backend = 0; backend < 2; backend++)
-        for (int stage = 1; stage <= 4; stage++) {
+        for (int stage = 1; stage <= 5; stage++) {
             fj__variant v;
             memset(&v, 0, sizeof v);
             v.family = FJ__FAMILY_BWD;
@@ -303,8 +304,9 @@ static void test_backward_stages_render(void **state)
             if (fj__variant_render(&v, "dtype=x\n", &out, &err) != FJ_OK)
                 fail_msg("stage %d: %s", stage, err.msg);
             assert_non_null(strstr(out, entries[stage - 1]));
-            assert_true((strstr(out, "1.0f - t * t") != NULL) == (stage > 1));
-            assert_true((strstr(out, "fj_score_grad(mc, capped") != NULL) == (stage > 1));
+            const int scores = stage > 1 && stage < 5; /* stage 5 casts dq's sum */
+            assert_true((strstr(out, "1.0f - t * t") != NULL) == scores);
+            assert_true((strstr(out, "fj_score_grad(mc, capped") != NULL) == scores);
             const char *dir = getenv("FJ_RENDER_OUT");
             if (dir && backend) {
                 char path[512];
@@ -318,65 +320,75 @@ static void test_backward_stages_render(void **state)
         }
 }
 
-/* The backward's tensor-core stages (dk and dv; dq) render, with and without the band and
-** soft-capping, at head dims 64, 128 / 96 and 256 (dV and dK in separate launches there): the
-** products are mma.sync, and soft-capping's derivative is in dS where dS is computed
-** (FJ_RENDER_OUT: the sources are written there). */
+/* The backward's tensor-core stages (dk and dv, with dq by atomics or not; dq) render, with and
+** without the band and soft-capping, at head dims 64, 128 / 96 and 256 (dV and dK in separate
+** launches there): the products are mma.sync, soft-capping's derivative is in dS where dS is
+** computed, and dq is added by atomics where asked (FJ_RENDER_OUT: the sources are written
+** there). */
 static void test_backward_mma_render(void **state)
 {
     (void)state;
     for (int stage = 2; stage <= 3; stage++)
         for (int wide = 0; wide < 3; wide++)
-            for (int extras = 0; extras < 2; extras++) {
-                fj__variant v;
-                memset(&v, 0, sizeof v);
-                v.family = FJ__FAMILY_BWD;
-                v.backend = FJ_BACKEND_CUDA;
-                v.path = FJ__PATH_MMA;
-                v.q_dtype = v.kv_dtype = v.out_dtype = FJ_DTYPE_BF16;
-                v.acc_dtype = FJ_DTYPE_F32;
-                v.head_dim_pad = wide == 2 ? 256 : wide ? 128 : 64;
-                v.head_dim_v_pad = wide == 2 ? 256 : wide ? 96 : 64;
-                /* at 256, stage 2 writes dV (plain) or dK (with the band and soft-capping) */
-                v.grads = stage == 3 ? 0 : wide < 2 ? 3 : extras ? 1 : 2;
-                v.warps = 4;
-                v.threads = 128;
-                v.tile_m = stage == 2 ? (wide ? 32 : 64) : 64;
-                v.tile_n = stage == 2 || wide < 2 ? 64 : 32;
-                v.stage = (uint8_t)stage;
-                v.local_mask = v.softcap = (uint8_t)extras;
-                v.varlen = (uint8_t)(wide == 0 ? 2 * extras : 0); /* packed, with seqused_k */
-                if (extras && wide == 1) { /* the masks and score terms of attn_masks.lua */
-                    v.alibi = v.mask_tensor = 1;
-                    v.bias = 2;
-                    v.mask_ranges = 4;
-                    v.mask_mod = "(FJ_Q >= FJ_K)";
-                    v.score_mod = "(EXPR_TANH(FJ_S) * 2.0f)";
-                    v.score_mod_grad = "((1.0f - EXPR_TANH(FJ_S) * EXPR_TANH(FJ_S)) * 2.0f)";
+            for (int extras = 0; extras < 2; extras++)
+                for (int atomic = 0; atomic < (stage == 2 ? 2 : 1); atomic++) {
+                    fj__variant v;
+                    memset(&v, 0, sizeof v);
+                    v.family = FJ__FAMILY_BWD;
+                    v.backend = FJ_BACKEND_CUDA;
+                    v.path = FJ__PATH_MMA;
+                    v.q_dtype = v.kv_dtype = v.out_dtype = FJ_DTYPE_BF16;
+                    v.acc_dtype = FJ_DTYPE_F32;
+                    v.head_dim_pad = wide == 2 ? 256 : wide ? 128 : 64;
+                    v.head_dim_v_pad = wide == 2 ? 256 : wide ? 96 : 64;
+                    /* at 256, stage 2 writes dV (plain) or dK (with the band and soft-capping) */
+                    v.grads = stage == 3 ? 0 : wide < 2 ? 3 : extras ? 1 : 2;
+                    if (atomic && (v.grads & 1))
+                        v.grads |= 4;
+                    v.warps = 4;
+                    v.threads = 128;
+                    v.tile_m = stage == 2 ? (wide ? 32 : 64) : 64;
+                    v.tile_n = stage == 2 || wide < 2 ? 64 : 32;
+                    v.stage = (uint8_t)stage;
+                    v.local_mask = v.softcap = (uint8_t)extras;
+                    v.varlen = (uint8_t)(wide == 0 ? 2 * extras : 0); /* packed, with seqused_k */
+                    if (extras && wide == 1) { /* the masks and score terms of attn_masks.lua */
+                        v.alibi = v.mask_tensor = 1;
+                        v.bias = 2;
+                        v.mask_ranges = 4;
+                        v.mask_mod = "(FJ_Q >= FJ_K)";
+                        v.score_mod = "(EXPR_TANH(FJ_S) * 2.0f)";
+                        v.score_mod_grad = "((1.0f - EXPR_TANH(FJ_S) * EXPR_TANH(FJ_S)) * 2.0f)";
+                    }
+                    fj__err err = {{0}};
+                    char *out = NULL;
+                    if (fj__variant_render(&v, "dtype=x\n", &out, &err) != FJ_OK)
+                        fail_msg("stage %d: %s", stage, err.msg);
+                    assert_non_null(
+                        strstr(out, stage == 2 ? "fj_attn_bwd_dkdv(" : "fj_attn_bwd_dq("));
+                    assert_non_null(strstr(out, "mma.sync.aligned.m16n8k16"));
+                    assert_true((strstr(out, "1.0f - th * th") != NULL) ==
+                                (extras && (stage == 3 || v.grads & 1)));
+                    assert_true((strstr(out, "*(u32 *)(dk + ") != NULL) ==
+                                (stage == 2 && (v.grads & 1)));
+                    assert_true((strstr(out, "*(u32 *)(dv + ") != NULL) ==
+                                (stage == 2 && (v.grads & 2)));
+                    assert_true((strstr(out, "fj_score_grad(mc, capped") != NULL) ==
+                                (v.score_mod != NULL));
+                    assert_true((strstr(out, "add_dq_tile(P.dq_acc") != NULL) ==
+                                ((v.grads & 4) != 0));
+                    const char *dir = getenv("FJ_RENDER_OUT");
+                    if (dir) {
+                        char path[512];
+                        snprintf(path, sizeof path, "%s/bwd_mma_stage%d_d%d_x%d_g%d.cu", dir, stage,
+                                 v.head_dim_pad, extras, v.grads);
+                        FILE *f = fopen(path, "w");
+                        assert_non_null(f);
+                        fputs(out, f);
+                        fclose(f);
+                    }
+                    free(out);
                 }
-                fj__err err = {{0}};
-                char *out = NULL;
-                if (fj__variant_render(&v, "dtype=x\n", &out, &err) != FJ_OK)
-                    fail_msg("stage %d: %s", stage, err.msg);
-                assert_non_null(strstr(out, stage == 2 ? "fj_attn_bwd_dkdv(" : "fj_attn_bwd_dq("));
-                assert_non_null(strstr(out, "mma.sync.aligned.m16n8k16"));
-                assert_true((strstr(out, "1.0f - th * th") != NULL) ==
-                            (extras && (stage == 3 || v.grads & 1)));
-                assert_true((strstr(out, "*(u32 *)(dk + ") != NULL) == (stage == 2 && (v.grads & 1)));
-                assert_true((strstr(out, "*(u32 *)(dv + ") != NULL) == (stage == 2 && (v.grads & 2)));
-                assert_true((strstr(out, "fj_score_grad(mc, capped") != NULL) == (v.score_mod != NULL));
-                const char *dir = getenv("FJ_RENDER_OUT");
-                if (dir) {
-                    char path[512];
-                    snprintf(path, sizeof path, "%s/bwd_mma_stage%d_d%d_x%d_g%d.cu", dir, stage,
-                             v.head_dim_pad, extras, v.grads);
-                    FILE *f = fopen(path, "w");
-                    assert_non_null(f);
-                    fputs(out, f);
-                    fclose(f);
-                }
-                free(out);
-            }
 }
 
 /* Renders params_struct() of layout l for backend; returns the status, the text in *out. */

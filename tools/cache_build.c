@@ -244,17 +244,21 @@ static int build_request_kernels(build_run *run, const fj_device_info *dev, fj__
         dbias.dtype = FJ_DTYPE_F32;
         desc.dbias = r->bias ? &dbias : NULL;
         desc.num_splits = 0;
-        fj__bwd_problem bp;
-        fj__plan plan;
-        fj__err err = {{0}};
-        if (fj__plan_backward_request(&desc, &q, &k, &v, &out, &dout, &lse, &dq, &dk, &dv, dev,
-                                      mods, &bp, &plan, &err) != FJ_OK) {
-            fprintf(stderr, "flashjit cache build: backward: %s\n", err.msg);
-            return -1;
+        /* Both plans: dq by atomics (the default) and deterministic. */
+        for (int deterministic = 0; deterministic <= 1; deterministic++) {
+            desc.deterministic = deterministic;
+            fj__bwd_problem bp;
+            fj__plan plan;
+            fj__err err = {{0}};
+            if (fj__plan_backward_request(&desc, &q, &k, &v, &out, &dout, &lse, &dq, &dk, &dv, dev,
+                                          mods, &bp, &plan, &err) != FJ_OK) {
+                fprintf(stderr, "flashjit cache build: backward: %s\n", err.msg);
+                return -1;
+            }
+            for (int i = 0; i < plan.nsteps; i++)
+                if (plan.steps[i].kind == FJ__STEP_KERNEL)
+                    build_variant(run, &plan.steps[i].variant, r->d, r->dv, r->causal, r->softcap);
         }
-        for (int i = 0; i < plan.nsteps; i++)
-            if (plan.steps[i].kind == FJ__STEP_KERNEL)
-                build_variant(run, &plan.steps[i].variant, r->d, r->dv, r->causal, r->softcap);
     }
     return 0;
 }

@@ -77,6 +77,8 @@ static int usage(FILE *f)
         "                          each checked against the float64 reference, and timed\n"
         "  --dbias                 with --bias: also the bias's gradient (desc.dbias; implies\n"
         "                          --backward)\n"
+        "  --deterministic         the backward bit-identical run to run (desc.deterministic;\n"
+        "                          implies --backward; default: dq added by atomics)\n"
         "\n"
         "environment:\n"
         "  FLASHJIT_CACHE    the kernel cache file [$XDG_CACHE_HOME/flashjit/kernels.db,\n"
@@ -268,6 +270,7 @@ static int cmd_run(int argc, char **argv)
         O_MLA,
         O_BACKWARD,
         O_DBIAS,
+        O_DETERMINISTIC,
         O_SHIPPED,
         O_TRUSTED,
         O_HELP
@@ -292,6 +295,7 @@ static int cmd_run(int argc, char **argv)
                                          {"mla", no_argument, 0, O_MLA},
                                          {"backward", no_argument, 0, O_BACKWARD},
                                          {"dbias", no_argument, 0, O_DBIAS},
+                                         {"deterministic", no_argument, 0, O_DETERMINISTIC},
                                          {"scale", required_argument, 0, O_SCALE},
                                          {"layout", required_argument, 0, O_LAYOUT},
                                          {"no-lse", no_argument, 0, O_NOLSE},
@@ -394,6 +398,7 @@ static int cmd_run(int argc, char **argv)
             break;
         case O_BACKWARD: c.backward = 1; break;
         case O_DBIAS: c.dbias = c.backward = 1; break;
+        case O_DETERMINISTIC: c.desc.deterministic = c.backward = 1; break;
         case O_MLA: /* DeepSeek's latent cache: one kv head of 576, v its first 512 dims */
             c.head_dim = 576;
             head_dim_v = 512;

@@ -69,7 +69,9 @@ void fjh_describe(const fjh_case *c, char *buf, size_t size)
     if (c->v_in_k && used < size)
         used += (size_t)snprintf(buf + used, size - used, " v=k[..dv]");
     if (c->backward && used < size)
-        used += (size_t)snprintf(buf + used, size - used, c->dbias ? " backward+dbias" : " backward");
+        used += (size_t)snprintf(buf + used, size - used, "%s%s",
+                                 c->dbias ? " backward+dbias" : " backward",
+                                 c->desc.deterministic ? " deterministic" : "");
     if (c->varlen && used < size)
         used += (size_t)snprintf(buf + used, size - used, " varlen%s",
                                  c->varlen == 2 ? "+seqused_k" : "");
