@@ -338,8 +338,8 @@ FJ_API fj_status fj_attention_forward(fj_context *ctx, const fj_attention_desc *
 ** and on the SIMT kernels, no atomics: bit-identical gradients.
 ** Variable lengths as the forward's (keys past seqused_k get zero dk and dv). On CUDA sm_80+
 ** with f16/bf16 rows of 16-byte multiples and head dims to 256, dk/dv and dq run on tensor
-** cores (mma.sync), masks, score terms and variable lengths included; block_mask, dbias, f32
-** and wider heads on the SIMT kernels (as everything on OpenCL). Not with a paged cache
+** cores (mma.sync), masks, block_mask (tiles of class 0 skipped), score terms and variable
+** lengths included; dbias, f32 and wider heads on the SIMT kernels (as everything on OpenCL). Not with a paged cache
 ** (FJ_ERR_UNSUPPORTED).
 ** Returns FJ_ERR_INVALID_ARGUMENT naming the bad field, FJ_ERR_UNSUPPORTED, FJ_ERR_TEMPLATE,
 ** FJ_ERR_COMPILE, FJ_ERR_BACKEND, FJ_ERR_OUT_OF_MEMORY. */

@@ -12,15 +12,14 @@
 #define TILE 32 /* query rows and keys per work-group, halved where local memory runs out */
 
 /* Whether the tensor-core stages serve f on dev: CUDA sm_80+, one 16-bit element type in rows
-** of 16-byte chunks, head dims to 256, without block classes and the bias's gradient (those run
-** on the SIMT stages; masks, score terms and packed sequences are the kernels' own). */
+** of 16-byte chunks, head dims to 256, without the bias's gradient (that runs on the SIMT
+** stages; masks, block classes, score terms and packed sequences are the kernels' own). */
 static int mma_serves(const fj__features *f, const fj_device_info *dev)
 {
     const int sixteen_bit = (f->q_dtype == FJ_DTYPE_F16 || f->q_dtype == FJ_DTYPE_BF16) &&
                             f->kv_dtype == f->q_dtype && f->out_dtype == f->q_dtype;
-    const int extras = f->block_mask || f->dbias_elements;
     return dev->backend == FJ_BACKEND_CUDA && fj__sm_version(dev) >= 80 && sixteen_bit &&
-           !extras && f->head_dim <= 256 && f->head_dim_v <= 256 && f->rows_16b[FJ__T_Q] &&
+           !f->dbias_elements && f->head_dim <= 256 && f->head_dim_v <= 256 && f->rows_16b[FJ__T_Q] &&
            f->rows_16b[FJ__T_K] && f->rows_16b[FJ__T_V] && f->rows_16b[FJ__T_OUT] &&
            f->grads_16b;
 }

@@ -21,13 +21,15 @@
 % --
 % -- Serves requests with the band (causal, windows), soft-capping, any scale sign, the
 % -- element masks (mask_mod, the mask tensor, FlashMask ranges) and score terms (ALiBi, a bias,
-% -- score_mod through its generated derivative) of attn_masks.lua, packed sequences (varlen 1,
-% -- and 2 with seqused_k), grouped heads, d and dv multiples of 8 up to 256 in 16-byte-aligned
-% -- rows; the planner (plan/bwd.c) sends the rest (block classes, the bias's gradient) to
-% -- attn_bwd.lua's SIMT stages.
+% -- score_mod through its generated derivative) of attn_masks.lua, the caller's 128 x 128
+% -- block classes (a tile, which lies in one block, is skipped where its class is 0 and read
+% -- without the element masks where it is 2), packed sequences (varlen 1, and 2 with
+% -- seqused_k), grouped heads, d and dv multiples of 8 up to 256 in 16-byte-aligned rows; the
+% -- planner (plan/bwd.c) sends the rest (the bias's gradient, f32) to attn_bwd.lua's SIMT
+% -- stages.
 % --
 % -- Parameters: dtypes (one 16-bit type), head_dim_pad, head_dim_v_pad, tile_m, tile_n, warps,
-% -- stage (2 or 3), grads (stage 2: the sum of 1 dK, 2 dV, 4 dQ by atomics), local_mask, softcap, varlen, the
+% -- stage (2 or 3), grads (stage 2: the sum of 1 dK, 2 dV, 4 dQ by atomics), local_mask, softcap, block_mask, varlen, the
 % -- masks' and score terms' (attn_masks.lua), shared_bytes (the host's size of the tiles), args
 % -- (fj_bwd_params).
 % assert(stage == 2 or stage == 3, "attn_bwd_mma: stage 2 (dkdv) or 3 (dq)")
@@ -38,6 +40,7 @@
 % local want_dv = stage == 2 and grads % 4 >= 2
 % local want_dq = stage == 2 and grads >= 4 -- stage 2 adds dQ by atomics
 % assert(score_mod == "" or score_mod_grad ~= "", "attn_bwd_mma: score_mod needs score_mod_grad")
+% assert(not block_mask or (128 % tile_m == 0 and 128 % tile_n == 0), "attn_bwd_mma: block classes need tiles that divide 128")
 % local element_masks = mask_mod ~= "" or mask_tensor or mask_ranges > 0
 % local terms = alibi or bias ~= "" or score_mod ~= ""
 % include("cuda_mma.lua")
@@ -74,6 +77,15 @@
 %   end
 % end
 
+% -- `const int block_class`: the caller's class (0 skip, 1 partial, 2 full) of the 128 x 128
+% -- block that holds the tile of query rows from m0 and keys from n0 of (batch, `head`).
+% local function emit_block_class(head)
+%   if block_mask then
+        const int block_class = P.fwd.mask.block_mask[batch * P.fwd.mask.blocks_sb + (${head}) * P.fwd.mask.blocks_sh +
+                                                       (m0 / 128) * P.fwd.mask.blocks_sq + n0 / 128];
+%   end
+% end
+
 % -- `bool need_mask`: whether the tile of query rows [m0, m0 + BM) and keys [n0, n0 + BN)
 % -- crosses the ends or the band, so that its elements are masked one by one.
 % local function emit_need_mask()
@@ -92,7 +104,8 @@
 % -- see nothing) and D of the element's query; row and key: its query row and key; all C
 % -- expressions of the row half h, j and e. masked: elements outside [lo[h], hi[h]] (offsets
 % -- from the thread's first column: the ends and the band) get P = 0 without their masks and
-% -- terms being read; the element masks (mc: MASK_CTX) apply everywhere.
+% -- terms being read; the element masks (mc: MASK_CTX) apply everywhere, but in tiles whose
+% -- block class (`block_class`, with block_mask) is 2.
 % local function emit_ds(nt, lse2, delta, row, key, masked)
 #pragma unroll
         for (int j = 0; j < ${nt}; j++)
@@ -119,7 +132,7 @@
 %   end
                     p = ex2(x - ${lse2});
 %   if element_masks then
-                    if (!fj_keeps(mc, ${row}, ${key}))
+                    if (${block_mask and "block_class != 2 && " or ""}!fj_keeps(mc, ${row}, ${key}))
                         p = 0.0f;
 %   end
                 }
@@ -277,6 +290,11 @@ fj_attn_bwd_dkdv(
         }
         const elem_t *sQ = sQG + b * QG_ELEMS, *sG = sQ + BM * QS;
         const float *sL = sLD + 2 * BM * b, *sD = sL + BM;
+% if block_mask then
+% emit_block_class("head_kv * group + i / tiles")
+        if (block_class == 0)
+            continue; /* the block's threads all skip it: its class is theirs */
+% end
 
         /* S^T = K Q^T and dP^T = V dO^T: the warp's 16 keys by BM queries. */
         float s[BM / 8][4], dp[BM / 8][4];
@@ -436,6 +454,11 @@ fj_attn_bwd_dq(
             cp_async_commit();
         }
         const elem_t *sK = sKV + b * KV_ELEMS, *sV = sK + BN * QS;
+% if block_mask then
+% emit_block_class("head")
+        if (block_class == 0)
+            continue;
+% end
 
         /* S = Q K^T and dP = dO V^T: the warp's 16 rows by BN keys. */
         float s[BN / 8][4], dp[BN / 8][4];

@@ -167,7 +167,7 @@ static void test_shapes_and_options(void **state)
 ** sq > sk (rows that see no key), windows, soft-capping, a negative scale, GQA and MQA, d != dv,
 ** head dims to 256 (dV and dK in separate launches beyond d + dv = 256: MLA's 192 / 128, 256),
 ** element masks and score terms (a mask_mod, the mask tensor, ranges, ALiBi with a bias, a
-** score_mod with soft-capping), packed sequences (with seqused_k, causal; with a mask_mod);
+** score_mod with soft-capping), block classes (alone; shared, with a mask_mod), packed sequences (with seqused_k, causal; with a mask_mod);
 ** each must run on the tensor-core kernels, with dq added by atomics (the default) and
 ** deterministic (dq a stage of its own). */
 static void test_tensor_core_tiles(void **state)
@@ -177,7 +177,7 @@ static void test_tensor_core_tiles(void **state)
         printf("  (the tensor-core stages exist on CUDA only)\n");
         skip();
     }
-    fjh_case cases[18];
+    fjh_case cases[20];
     size_t n = 0;
     cases[n] = bwd_case(300, 517, 8, 2, 128, FJ_DTYPE_BF16);
     cases[n++].desc.causal = 1;
@@ -230,6 +230,12 @@ static void test_tensor_core_tiles(void **state)
     cases[n].batch = 3;
     cases[n].varlen = 1;
     cases[n++].desc.mask_mod = "k % 2 == 0 || q == k";
+    cases[n] = bwd_case(400, 520, 4, 2, 64, FJ_DTYPE_BF16);
+    cases[n].desc.causal = 1;
+    cases[n++].blocks = 1;
+    cases[n] = bwd_case(300, 300, 4, 1, 128, FJ_DTYPE_F16);
+    cases[n].desc.mask_mod = "(q / 50) % 2 == (k / 50) % 2";
+    cases[n++].blocks = 2;
     for (int deterministic = 0; deterministic <= 1; deterministic++) {
         for (size_t i = 0; i < n; i++)
             cases[i].desc.deterministic = deterministic;

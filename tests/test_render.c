@@ -352,8 +352,8 @@ static void test_backward_mma_render(void **state)
                     v.stage = (uint8_t)stage;
                     v.local_mask = v.softcap = (uint8_t)extras;
                     v.varlen = (uint8_t)(wide == 0 ? 2 * extras : 0); /* packed, with seqused_k */
-                    if (extras && wide == 1) { /* the masks and score terms of attn_masks.lua */
-                        v.alibi = v.mask_tensor = 1;
+                    if (extras && wide == 1) { /* attn_masks.lua's masks and terms, block classes */
+                        v.alibi = v.mask_tensor = v.block_mask = 1;
                         v.bias = 2;
                         v.mask_ranges = 4;
                         v.mask_mod = "(FJ_Q >= FJ_K)";
