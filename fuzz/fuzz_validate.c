@@ -148,7 +148,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             fj__bwd_features_of(&bp, &f); /* the gradients' alignment: the tensor-core stages */
             for (int dev = 0; dev < 2; dev++) {
                 fj__plan plan;
-                if (fj__plan_backward(&f, &devices[dev], &plan, &berr) == FJ_OK)
+                if (fj__plan_backward(&f, &devices[dev], NULL, &plan, &berr) == FJ_OK)
                     for (int i = 0; i < plan.nsteps; i++) {
                         char *text = NULL, hash[65];
                         if (fj__variant_key(&plan.steps[i].variant, "target", "0123", &text, hash,

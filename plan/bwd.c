@@ -60,9 +60,26 @@ static void bwd_mma_variant(int stage, int deterministic, const fj_device_info *
     }
 }
 
+/* v with config's tile fields applied (a block owning 16 rows a warp: keys for stage 2,
+** query rows for 3), where that fits dev; else v unchanged. */
+static void apply_bwd_config(const char *config, const fj_device_info *dev, fj__variant *v)
+{
+    fj__variant o = *v;
+    fj__err ignored;
+    if (!config || fj__apply_config(&o, config, &ignored) != 0)
+        return;
+    o.threads = 32 * o.warps;
+    if (o.stage == 2)
+        o.tile_n = 16 * o.warps;
+    else
+        o.tile_m = 16 * o.warps;
+    if (fj__variant_fits(&o, dev))
+        *v = o;
+}
+
 /* The variant of stage `stage` for f on dev: what decides the scores, as the forward's. */
-static void bwd_variant(const fj__features *f, const fj_device_info *dev, int stage,
-                        fj__variant *v)
+static void bwd_variant(const fj__features *f, const fj_device_info *dev, const char *config,
+                        int stage, fj__variant *v)
 {
     fj__variant_from_features(v, FJ__FAMILY_BWD, f, dev);
     v->stage = (uint8_t)stage;
@@ -80,6 +97,7 @@ static void bwd_variant(const fj__features *f, const fj_device_info *dev, int st
         fj__variant mma = *v;
         bwd_mma_variant(stage, f->deterministic, dev, &mma);
         if (fj__variant_fits(&mma, dev)) {
+            apply_bwd_config(config, dev, &mma);
             *v = mma;
             return;
         }
@@ -94,8 +112,8 @@ static void bwd_variant(const fj__features *f, const fj_device_info *dev, int st
     }
 }
 
-fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, fj__plan *plan,
-                            fj__err *err)
+fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, const char *config,
+                            fj__plan *plan, fj__err *err)
 {
     memset(plan, 0, sizeof *plan);
     plan->kind = FJ__PLAN_BACKWARD;
@@ -111,7 +129,7 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, fj
     /* dq by atomics in stage 2 (on tensor cores, unless deterministic): its f32 sum is zeroed
     ** first, and stage 5 casts it where stage 3 would compute dq. */
     fj__variant dkdv;
-    bwd_variant(f, dev, 2, &dkdv);
+    bwd_variant(f, dev, config, 2, &dkdv);
     if (dkdv.grads & 4) {
         plan->bwd.dq_acc =
             fj__plan_add_workspace(plan, rows * (size_t)dkdv.head_dim_pad * sizeof(float));
@@ -121,7 +139,7 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, fj
     for (int i = 0; i < (f->dbias_elements ? 4 : 3); i++) {
         const int stage = stages[i];
         fj__step *s = fj__plan_add_step(plan, FJ__STEP_KERNEL);
-        bwd_variant(f, dev, stage, &s->variant);
+        bwd_variant(f, dev, config, stage, &s->variant);
         if (!fj__variant_fits(&s->variant, dev))
             return fj__fail(err, FJ_ERR_UNSUPPORTED,
                             "head dims %lld / %lld: the backward's tiles do not fit this device",

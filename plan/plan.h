@@ -183,9 +183,11 @@ fj_status fj__plan_merge(const fj__merge_problem *p, fj_backend_kind backend, fj
                          fj__err *err);
 
 /* The backward plan of f on dev (bwd.c): D, then dk and dv, then dq (attn_bwd.lua; dk, dv and dq
-** on tensor cores where attn_bwd_mma.cu.lua serves f). */
-fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, fj__plan *plan,
-                            fj__err *err);
+** on tensor cores where attn_bwd_mma.cu.lua serves f). config (NULL: none; see
+** $FLASHJIT_BWD_CONFIG in the README) overrides the tensor-core stages' tile_m, tile_n and
+** warps where the result fits, the rows a block owns following the warps (16 each). */
+fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, const char *config,
+                            fj__plan *plan, fj__err *err);
 
 /* The plan of an append to a paged KV cache (append.c): one launch. */
 fj_status fj__plan_append(const fj__append_problem *p, fj_backend_kind backend, fj__plan *plan,

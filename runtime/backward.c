@@ -5,8 +5,9 @@ fj_status fj__plan_backward_request(const fj_attention_desc *desc, const fj_tens
                                     const fj_tensor *k, const fj_tensor *v, const fj_tensor *out,
                                     const fj_tensor *dout, const fj_tensor *lse,
                                     const fj_tensor *dq, const fj_tensor *dk, const fj_tensor *dv,
-                                    const fj_device_info *dev, fj__mods *mods,
-                                    fj__bwd_problem *p, fj__plan *plan, fj__err *err)
+                                    const fj_device_info *dev, const char *config,
+                                    fj__mods *mods, fj__bwd_problem *p, fj__plan *plan,
+                                    fj__err *err)
 {
     fj_status st = fj__validate_backward(desc, q, k, v, out, dout, lse, dq, dk, dv, p, err);
     if (st == FJ_OK)
@@ -15,7 +16,7 @@ fj_status fj__plan_backward_request(const fj_attention_desc *desc, const fj_tens
         return st;
     fj__features f;
     fj__bwd_features_of(p, &f);
-    return fj__plan_backward(&f, dev, plan, err);
+    return fj__plan_backward(&f, dev, config, plan, err);
 }
 
 fj_status fj_attention_backward(fj_context *ctx, const fj_attention_desc *desc,
@@ -31,7 +32,8 @@ fj_status fj_attention_backward(fj_context *ctx, const fj_attention_desc *desc,
     fj__plan plan;
     /* What the request asks is checked (and planned) before where its data lies. */
     fj_status st = fj__plan_backward_request(desc, q, k, v, out, dout, lse, dq, dk, dv,
-                                             &ctx->device, &ctx->mods, &p, &plan, &ctx->err);
+                                             &ctx->device, ctx->bwd_config, &ctx->mods, &p,
+                                             &plan, &ctx->err);
     if (st == FJ_OK)
         st = fj__validate_backward_memory(&p, ctx->ops, ctx->backend, &ctx->err);
     if (st == FJ_OK)

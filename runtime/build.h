@@ -35,8 +35,9 @@ fj_status fj__plan_backward_request(const fj_attention_desc *desc, const fj_tens
                                     const fj_tensor *k, const fj_tensor *v, const fj_tensor *out,
                                     const fj_tensor *dout, const fj_tensor *lse,
                                     const fj_tensor *dq, const fj_tensor *dk, const fj_tensor *dv,
-                                    const fj_device_info *dev, fj__mods *mods,
-                                    fj__bwd_problem *p, fj__plan *plan, fj__err *err);
+                                    const fj_device_info *dev, const char *config,
+                                    fj__mods *mods, fj__bwd_problem *p, fj__plan *plan,
+                                    fj__err *err);
 
 /* Compiles source for the job's target; thread-safe (several jobs compile at once). */
 typedef fj_status (*fj__compile_fn)(void *ud, const char *source, const char *options,

@@ -186,13 +186,17 @@ fj_status fj_context_create(const fj_context_options *opts, fj_context **out)
         st = ops->create(o.device, &ctx->err, &ctx->backend);
     if (st == FJ_OK)
         st = tpl_set_hash(ctx->template_hash, &ctx->err);
-    const char *config = getenv("FLASHJIT_CONFIG");
-    if (st == FJ_OK && config && config[0]) {
-        fj__variant probe = {0};
-        if (fj__apply_config(&probe, config, &ctx->err) != 0)
-            st = FJ_ERR_INVALID_ARGUMENT;
-        else if (!(ctx->config = fj__strdup(config)))
-            st = fj__fail(&ctx->err, FJ_ERR_OUT_OF_MEMORY, "out of memory");
+    const char *const names[2] = {"FLASHJIT_CONFIG", "FLASHJIT_BWD_CONFIG"};
+    char **kept[2] = {&ctx->config, &ctx->bwd_config};
+    for (int i = 0; i < 2; i++) {
+        const char *config = getenv(names[i]);
+        if (st == FJ_OK && config && config[0]) {
+            fj__variant probe = {0};
+            if (fj__apply_config(&probe, config, &ctx->err) != 0)
+                st = FJ_ERR_INVALID_ARGUMENT;
+            else if (!(*kept[i] = fj__strdup(config)))
+                st = fj__fail(&ctx->err, FJ_ERR_OUT_OF_MEMORY, "out of memory");
+        }
     }
     if (st == FJ_OK) {
         /* Cache problems become a warning in ctx->err, never a failure. */
@@ -231,6 +235,7 @@ void fj_context_destroy(fj_context *ctx)
     cache_close(ctx->cache);
     FJ_FREE(ctx->cache_path);
     FJ_FREE(ctx->config);
+    FJ_FREE(ctx->bwd_config);
     free(ctx);
 }
 

@@ -39,6 +39,7 @@ struct fj_context {
     fj_context_options opts;
     char *cache_path; /* resolved path, or ":memory:" */
     char *config;     /* $FLASHJIT_CONFIG at creation: tile overrides, or NULL */
+    char *bwd_config; /* $FLASHJIT_BWD_CONFIG at creation: the backward's, or NULL */
     fj_cache *cache;
     const struct fj_backend_ops *ops;
     void *backend;

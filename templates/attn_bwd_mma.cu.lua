@@ -201,7 +201,7 @@ __device__ __forceinline__ void add_dq_tile(float *dq_acc, const elem_t *sDS, co
 % end
 
 /* dK and dV of BN keys of one (batch, kv head), over every query row of the group's heads. */
-extern "C" __global__ void __launch_bounds__(THREADS, 2)
+extern "C" __global__ void __launch_bounds__(THREADS, ${warps <= 4 and 2 or 1})
 fj_attn_bwd_dkdv(
 % params_arg(args)
 )
@@ -393,7 +393,7 @@ fj_attn_bwd_dkdv(
 static_assert(2 * (BM * (QS + VS) + 2 * KV_ELEMS) == ${shared_bytes}, "the host's shared-memory size");
 
 /* dQ of BM query rows of one (batch, head), over the key tiles their band reaches. */
-extern "C" __global__ void __launch_bounds__(THREADS, 2)
+extern "C" __global__ void __launch_bounds__(THREADS, ${warps <= 4 and 2 or 1})
 fj_attn_bwd_dq(
 % params_arg(args)
 )

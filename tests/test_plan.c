@@ -280,7 +280,7 @@ static void test_backward_plans(void **state)
         f.mask_mod = cases[i].change == 4 ? "(FJ_Q >= FJ_K)" : NULL;
         fj__plan plan;
         fj__err err = {{0}};
-        if (fj__plan_backward(&f, cases[i].dev, &plan, &err) != FJ_OK)
+        if (fj__plan_backward(&f, cases[i].dev, NULL, &plan, &err) != FJ_OK)
             fail_msg("case %zu: %s", i, err.msg);
         char paths[64];
         stage_paths(&plan, paths, sizeof paths);
@@ -317,6 +317,18 @@ static void test_backward_plans(void **state)
             }
         }
         const fj__variant *dkdv = &plan.steps[plan.main_step].variant;
+        if (i == 0) { /* a tile override: eight warps own 128 keys; one that cannot fit: ignored */
+            fj__plan tuned;
+            assert_int_equal(fj__plan_backward(&f, cases[i].dev, "warps=8,tile_m=16", &tuned, &err),
+                             FJ_OK);
+            const fj__variant *t = &tuned.steps[tuned.main_step].variant;
+            assert_true(t->warps == 8 && t->tile_n == 128 && t->tile_m == 16 && t->threads == 256);
+            assert_int_equal(tuned.steps[tuned.main_step].grid[0], (300 + 127) / 128);
+            assert_int_equal(
+                fj__plan_backward(&f, cases[i].dev, "warps=16,tile_m=256", &tuned, &err), FJ_OK);
+            assert_true(tuned.steps[tuned.main_step].variant.warps == dkdv->warps &&
+                        tuned.steps[tuned.main_step].variant.tile_m == dkdv->tile_m);
+        }
         if (dkdv->path == FJ__PATH_MMA) {
             const int dq = atomic ? 4 : 0, apart = cases[i].d + cases[i].dv > 256;
             assert_int_equal(dkdv->grads, (apart ? 1 : 3) | dq); /* dK (and dV) */

@@ -84,6 +84,7 @@ static int usage(FILE *f)
         "  FLASHJIT_CACHE    the kernel cache file [$XDG_CACHE_HOME/flashjit/kernels.db,\n"
         "                    else ~/.cache/flashjit/kernels.db]\n"
         "  FLASHJIT_CONFIG   tile and path overrides, e.g. path=mma or stages=3 (README)\n"
+        "  FLASHJIT_BWD_CONFIG  the backward's tile overrides, e.g. warps=8,tile_m=32\n"
         "  FLASHJIT_TUNE     never | on_miss: tune the first call of each shape bucket\n"
         "  FLASHJIT_LOG      info: a line on stderr for each kernel compiled (and what it\n"
         "                    cost) or loaded from a cache\n"
