@@ -24,9 +24,12 @@ static int mma_serves(const fj__features *f, const fj_device_info *dev)
            f->grads_16b;
 }
 
-/* The tensor-core variant of stage 2 (dk, dv) or 3 (dq): four warps of 16 rows (keys for stage
-** 2, query rows for 3) and 64-deep streamed tiles, 32 where the accumulators (d, dv above 64
-** for stage 2, above 128 for stage 3) leave fewer registers for the streamed products. Stage 2
+/* The tensor-core variant of stage 2 (dk, dv) or 3 (dq): warps of 16 rows each (keys for stage
+** 2, query rows for 3), four, or eight for stage 2 to d and dv 128 (a block of 128 keys: each
+** streamed tile of Q and dO, and each atomic addition to dQ, serves twice the keys; H200, 4k:
+** 1.09x at d 64 and 1.16x at d 128 over four), and 64-deep streamed tiles, 32 where the
+** accumulators (d, dv above 64 for stage 2, above 128 for stage 3) leave fewer registers for
+** the streamed products (at d 128 stage 2 would be 1.13x faster with 64, but spills). Stage 2
 ** writes dK and dV in one launch where both accumulators fit a thread (d + dv to 256), else
 ** dK and then dV in two (grads: see fj__variant); unless `deterministic`, dK's launch also adds
 ** dQ into the workspace. Until the block's shared memory fits the device (sm_86/89: 99 KiB),
@@ -35,7 +38,7 @@ static void bwd_mma_variant(int stage, int deterministic, const fj_device_info *
 {
     const int widest = v->head_dim_pad > v->head_dim_v_pad ? v->head_dim_pad : v->head_dim_v_pad;
     v->path = FJ__PATH_MMA;
-    v->warps = 4;
+    v->warps = stage == 2 && widest <= 128 ? 8 : 4;
     v->threads = 32 * v->warps;
     if (stage == 2) {
         v->tile_n = 16 * v->warps;

@@ -163,11 +163,13 @@
 static_assert(2 * (BN * (QS + VS) + 2 * QG_ELEMS) + 16 * BM ${want_dq and "+ 2 * BN * DSS " or ""}== ${shared_bytes},
               "the host's shared-memory size");
 % if want_dq then
-% -- dQ of a tile, BM rows by DP columns, in pieces of 16 rows by DQ_COLS: a warp's share, with
-% -- as many pieces as warps where the rows allow (their accumulators stay few).
+% -- dQ of a tile, BM rows by DP columns, in pieces of 16 rows by DQ_COLS: as many pieces as
+% -- warps where the rows allow, and at most 64 columns each (32 accumulators a thread, beside
+% -- dK's and dV's).
 %   local strips = tile_m // 16
 %   local per_strip = math.max(1, warps // strips)
 %   while head_dim_pad % (16 * per_strip) ~= 0 do per_strip = per_strip // 2 end
+%   while head_dim_pad // per_strip > 64 and head_dim_pad % (32 * per_strip) == 0 do per_strip = per_strip * 2 end
 #define DQ_STRIPS ${strips}
 #define DQ_COLS ${head_dim_pad // per_strip}
 #define DQ_PIECES ${strips * per_strip}
