@@ -3,7 +3,8 @@
 ** serves, else attn_bwd.lua), then the bias's gradient if asked for; and how each stage's block
 ** is filled. On tensor cores, unless the request is deterministic, dq is not a stage of its
 ** own: the dk/dv blocks add their share of it into a zeroed f32 workspace by atomics (five
-** products where the deterministic plan computes seven), and a last stage casts the sum. */
+** products where the deterministic plan computes seven), and a last stage casts the sum; and
+** element masks are classified by blocks first (the forward's classifier). */
 #include <string.h>
 
 #include "expr.h"
@@ -138,11 +139,21 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, co
             fj__plan_add_workspace(plan, rows * (size_t)dkdv.head_dim_pad * sizeof(float));
         fj__plan_add_step(plan, FJ__STEP_MEMSET)->workspace = plan->bwd.dq_acc;
     }
+    /* Element masks on tensor cores: classified by 128 x 128 blocks first, as the forward's, so
+    ** that the kernels skip empty tiles and read full ones without the masks (dense requests:
+    ** the classifier takes dense shapes; where its grid cannot cover f, the masks are read
+    ** everywhere). */
+    fj__err unclassified;
+    const int classes = dkdv.path == FJ__PATH_MMA && !dkdv.block_mask && !dkdv.varlen &&
+                        fj__variant_element_masks(&dkdv) &&
+                        fj__plan_classes(f, &dkdv, plan, &unclassified) == FJ_OK;
     const int stages[] = {1, 2, plan->bwd.dq_acc >= 0 ? 5 : 3, 4};
     for (int i = 0; i < (f->dbias_elements ? 4 : 3); i++) {
         const int stage = stages[i];
         fj__step *s = fj__plan_add_step(plan, FJ__STEP_KERNEL);
         bwd_variant(f, dev, config, stage, &s->variant);
+        if (classes && s->variant.path == FJ__PATH_MMA)
+            s->variant.block_mask = 1;
         if (!fj__variant_fits(&s->variant, dev))
             return fj__fail(err, FJ_ERR_UNSUPPORTED,
                             "head dims %lld / %lld: the backward's tiles do not fit this device",

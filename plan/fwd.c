@@ -47,10 +47,8 @@ static fj_status add_classify_step(const fj__features *f, const fj__variant *v, 
     return FJ_OK;
 }
 
-/* The classifier's step for forward variant v: classes of every 128 x 128 block, per batch and
-** head only where the masks differ by them. */
-static fj_status plan_classes(const fj__features *f, const fj__variant *v, fj__plan *plan,
-                              fj__err *err)
+fj_status fj__plan_classes(const fj__features *f, const fj__variant *v, fj__plan *plan,
+                           fj__err *err)
 {
     const int64_t cb = f->classes_by_b ? f->batch : 1, ch = f->classes_by_h ? f->heads_q : 1;
     const int64_t qb = (f->seqlen_q + CLS - 1) / CLS, kb = (f->seqlen_k + CLS - 1) / CLS;
@@ -110,7 +108,7 @@ fj_status fj__plan_forward(const fj__features *f, const fj_device_info *dev, con
     }
     /* Element masks on the Hopper kernel: block classes first, read as its block_mask. */
     if (v->path == FJ__PATH_WGMMA && !v->block_mask && fj__variant_element_masks(v)) {
-        fj_status st = plan_classes(f, v, plan, err);
+        fj_status st = fj__plan_classes(f, v, plan, err);
         if (st != FJ_OK)
             return st;
     }

@@ -78,6 +78,9 @@ fj_status fj__plan_fill(const fj__plan *plan, int i, const void *request, void *
         return FJ_OK;
     }
     if (plan->kind == FJ__PLAN_BACKWARD) {
+        const fj__bwd_problem *p = request;
+        if (plan->steps[i].variant.family == FJ__FAMILY_CLASSIFY) /* the forward's classifier */
+            return fj__fwd_fill(plan, i, &p->f, ws, tmap, tmap_ud, params);
         fj__bwd_fill(plan, request, ws, params);
         return FJ_OK;
     }

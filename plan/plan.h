@@ -182,6 +182,14 @@ typedef fj_status (*fj__tmap_fn)(void *ud, int role, const fj__tensor_map_desc *
 fj_status fj__plan_merge(const fj__merge_problem *p, fj_backend_kind backend, fj__plan *plan,
                          fj__err *err);
 
+/* Adds the block classifier's step for variant v's element masks (fwd.c): classes of every
+** 128 x 128 block into a workspace (plan->fwd.classes, laid out as cls_stride says), per batch
+** and head only where the masks differ by them, which the kernels then read as their
+** block_mask. Fails (FJ_ERR_UNSUPPORTED, nothing added) where the classifier's grid is too
+** small for f. */
+fj_status fj__plan_classes(const fj__features *f, const fj__variant *v, fj__plan *plan,
+                           fj__err *err);
+
 /* The backward plan of f on dev (bwd.c): D, then dk and dv, then dq (attn_bwd.lua; dk, dv and dq
 ** on tensor cores where attn_bwd_mma.cu.lua serves f). config (NULL: none; see
 ** $FLASHJIT_BWD_CONFIG in the README) overrides the tensor-core stages' tile_m, tile_n and

@@ -221,9 +221,10 @@ static void stage_paths(const fj__plan *plan, char *buf, size_t size)
     buf[0] = 0;
     for (int i = 0; i < plan->nsteps; i++)
         snprintf(buf + strlen(buf), size - strlen(buf), "%s%s", i ? "," : "",
-                 plan->steps[i].kind == FJ__STEP_MEMSET        ? "memset"
-                 : plan->steps[i].variant.path == FJ__PATH_MMA ? "mma"
-                                                               : "simt");
+                 plan->steps[i].kind == FJ__STEP_MEMSET                 ? "memset"
+                 : plan->steps[i].variant.family == FJ__FAMILY_CLASSIFY ? "classify"
+                 : plan->steps[i].variant.path == FJ__PATH_MMA          ? "mma"
+                                                                        : "simt");
 }
 
 static void test_backward_plans(void **state)
@@ -253,8 +254,8 @@ static void test_backward_plans(void **state)
     } cases[] = {
         {128, 128, FJ_DTYPE_BF16, 0, &h200, 1, "simt,mma,mma"},
         {128, 128, FJ_DTYPE_BF16, 0, &h200, 0, "memset,simt,mma,simt"},
-        {64, 64, FJ_DTYPE_F16, 4, &h200, 1, "simt,mma,mma"},
-        {64, 64, FJ_DTYPE_F16, 4, &h200, 0, "memset,simt,mma,simt"},
+        {64, 64, FJ_DTYPE_F16, 4, &h200, 1, "classify,simt,mma,mma"},
+        {64, 64, FJ_DTYPE_F16, 4, &h200, 0, "memset,classify,simt,mma,simt"},
         {256, 256, FJ_DTYPE_BF16, 0, &h200, 1, "simt,mma,mma,mma"}, /* dK, dV, dQ */
         {256, 256, FJ_DTYPE_BF16, 0, &h200, 0, "memset,simt,mma,mma,simt"},
         {192, 128, FJ_DTYPE_BF16, 0, &h200, 1, "simt,mma,mma,mma"},
@@ -317,6 +318,10 @@ static void test_backward_plans(void **state)
             }
         }
         const fj__variant *dkdv = &plan.steps[plan.main_step].variant;
+        /* Element masks classified first: the tensor-core stages read the classes */
+        const int classified = strstr(cases[i].paths, "classify") != NULL;
+        assert_int_equal(plan.fwd.classes >= 0, classified);
+        assert_int_equal(dkdv->block_mask, classified || cases[i].change == 2);
         if (i == 0) { /* a tile override: eight warps own 128 keys; one that cannot fit: ignored */
             fj__plan tuned;
             assert_int_equal(fj__plan_backward(&f, cases[i].dev, "warps=8,tile_m=16", &tuned, &err),
