@@ -77,12 +77,14 @@
 %   end
 % end
 
-% -- `const int block_class`: the caller's class (0 skip, 1 partial, 2 full) of the 128 x 128
-% -- block that holds the tile of query rows from m0 and keys from n0 of (batch, `head`).
-% local function emit_block_class(head)
+% -- With block_mask, `block_class_of(head, m, n)`: the class (0 skip, 1 partial, 2 full) of the
+% -- 128 x 128 block of (batch, head) that holds query row m and key n. Goes after `batch`.
+% local function emit_block_classes()
 %   if block_mask then
-        const int block_class = P.fwd.mask.block_mask[batch * P.fwd.mask.blocks_sb + (${head}) * P.fwd.mask.blocks_sh +
-                                                       (m0 / 128) * P.fwd.mask.blocks_sq + n0 / 128];
+    auto block_class_of = [&](int head_, int m, int n) {
+        return P.fwd.mask.block_mask[batch * P.fwd.mask.blocks_sb + head_ * P.fwd.mask.blocks_sh +
+                                     (m / 128) * P.fwd.mask.blocks_sq + n / 128];
+    };
 %   end
 % end
 
@@ -270,32 +272,42 @@ fj_attn_bwd_dkdv(
     zero_acc<DVP>(dva);
 % end
 
-    if (count > 0) {
+% emit_block_classes()
+    /* The stream's first item from i on that is live: with block classes, tiles of class 0 are
+    ** neither loaded nor computed. */
+    auto live_from = [&](int i) {
+% if block_mask then
+        while (i < count && block_class_of(head_kv * group + i / tiles, (mb_lo + i % tiles) * BM, n0) == 0)
+            i++;
+% end
+        return i;
+    };
+    int i = live_from(0), next;
+    if (i < count) {
         load_tile<BN, DP, QS>(sK, k, k_ss, n0, seqlen_k, head_dim);
 % if want_dk then
         load_tile<BN, DVP, VS>(sV, v, v_ss, n0, seqlen_k, head_dim_v);
 % end
-        issue(0, 0);
+        issue(i, 0);
         cp_async_commit();
     }
     const int key_row = n0 + warp * 16; /* this warp's first key */
-    for (int i = 0; i < count; i++) {
-        const int b = i & 1, m0 = (mb_lo + i % tiles) * BM;
+    for (int b = 0; i < count; b ^= 1, i = next) {
+        const int m0 = (mb_lo + i % tiles) * BM;
+        next = live_from(i + 1);
 % if element_masks or terms then
         MASK_CTX(mc, P.fwd.mask, batch, head_kv * group + i / tiles, seqlen_q, seqlen_k);
 % end
         cp_async_wait_all();
         __syncthreads(); /* tile i landed; every warp is done with buffer b ^ 1 */
-        if (i + 1 < count) {
-            issue(i + 1, b ^ 1);
+        if (next < count) {
+            issue(next, b ^ 1);
             cp_async_commit();
         }
         const elem_t *sQ = sQG + b * QG_ELEMS, *sG = sQ + BM * QS;
         const float *sL = sLD + 2 * BM * b, *sD = sL + BM;
 % if block_mask then
-% emit_block_class("head_kv * group + i / tiles")
-        if (block_class == 0)
-            continue; /* the block's threads all skip it: its class is theirs */
+        const int block_class = block_class_of(head_kv * group + i / tiles, m0, n0);
 % end
 
         /* S^T = K Q^T and dP^T = V dO^T: the warp's 16 keys by BM queries. */
@@ -438,28 +450,37 @@ fj_attn_bwd_dq(
     float dqa[DP / 8][4];
     zero_acc<DP>(dqa);
 
-    if (nb_lo < nb_hi) {
+% emit_block_classes()
+    /* The first key tile from nb on that is live (as stage 2's). */
+    auto live_from = [&](int nb) {
+% if block_mask then
+        while (nb < nb_hi && block_class_of(head, m0, nb * BN) == 0)
+            nb++;
+% end
+        return nb;
+    };
+    int nb = live_from(nb_lo), next;
+    if (nb < nb_hi) {
         load_tile<BM, DP, QS>(sQ, q, q_ss, m0, seqlen_q, head_dim);
         load_tile<BM, DVP, VS>(sG, dout, P.do_ss, m0, seqlen_q, head_dim_v);
-        load_tile<BN, DP, QS>(sKV, k, k_ss, nb_lo * BN, seqlen_k, head_dim);
-        load_tile<BN, DVP, VS>(sKV + BN * QS, v, v_ss, nb_lo * BN, seqlen_k, head_dim_v);
+        load_tile<BN, DP, QS>(sKV, k, k_ss, nb * BN, seqlen_k, head_dim);
+        load_tile<BN, DVP, VS>(sKV + BN * QS, v, v_ss, nb * BN, seqlen_k, head_dim_v);
         cp_async_commit();
     }
-    for (int nb = nb_lo; nb < nb_hi; nb++) {
-        const int n0 = nb * BN, b = (nb - nb_lo) & 1;
+    for (int b = 0; nb < nb_hi; b ^= 1, nb = next) {
+        const int n0 = nb * BN;
+        next = live_from(nb + 1);
         cp_async_wait_all();
         __syncthreads(); /* tile nb landed; every warp is done with buffer b ^ 1 */
-        if (nb + 1 < nb_hi) {
-            elem_t *next = sKV + (b ^ 1) * KV_ELEMS;
-            load_tile<BN, DP, QS>(next, k, k_ss, n0 + BN, seqlen_k, head_dim);
-            load_tile<BN, DVP, VS>(next + BN * QS, v, v_ss, n0 + BN, seqlen_k, head_dim_v);
+        if (next < nb_hi) {
+            elem_t *buf = sKV + (b ^ 1) * KV_ELEMS;
+            load_tile<BN, DP, QS>(buf, k, k_ss, next * BN, seqlen_k, head_dim);
+            load_tile<BN, DVP, VS>(buf + BN * QS, v, v_ss, next * BN, seqlen_k, head_dim_v);
             cp_async_commit();
         }
         const elem_t *sK = sKV + b * KV_ELEMS, *sV = sK + BN * QS;
 % if block_mask then
-% emit_block_class("head")
-        if (block_class == 0)
-            continue;
+        const int block_class = block_class_of(head, m0, n0);
 % end
 
         /* S = Q K^T and dP = dO V^T: the warp's 16 rows by BN keys. */
