@@ -271,6 +271,25 @@ static void test_decode_variants_render(void **state)
             }
 }
 
+/* The expressions of the backward's render tests: a mask_mod, and a score_mod with its
+** derivative. */
+static void set_test_mods(fj__variant *v)
+{
+    v->mask_mod = "(FJ_Q >= FJ_K)";
+    v->score_mod = "(EXPR_TANH(FJ_S) * 2.0f)";
+    v->score_mod_grad = "((1.0f - EXPR_TANH(FJ_S) * EXPR_TANH(FJ_S)) * 2.0f)";
+}
+
+/* v's kernel source (the caller frees it); a failure fails the test. */
+static char *render_or_fail(const fj__variant *v)
+{
+    fj__err err = {{0}};
+    char *out = NULL;
+    if (fj__variant_render(v, "dtype=x\n", &out, &err) != FJ_OK)
+        fail_msg("stage %d: %s", v->stage, err.msg);
+    return out;
+}
+
 /* The backward's SIMT stages render for both backends, with soft-capping, a window, a bias,
 ** a mask_mod and a score_mod with its derivative (FJ_RENDER_OUT: the CUDA sources are written
 ** there). */
@@ -296,13 +315,8 @@ static void test_backward_stages_render(void **state)
             v.stage = (uint8_t)stage;
             v.local_mask = v.softcap = 1;
             v.bias = 1;
-            v.mask_mod = "(FJ_Q >= FJ_K)";
-            v.score_mod = "(EXPR_TANH(FJ_S) * 2.0f)";
-            v.score_mod_grad = "((1.0f - EXPR_TANH(FJ_S) * EXPR_TANH(FJ_S)) * 2.0f)";
-            fj__err err = {{0}};
-            char *out = NULL;
-            if (fj__variant_render(&v, "dtype=x\n", &out, &err) != FJ_OK)
-                fail_msg("stage %d: %s", stage, err.msg);
+            set_test_mods(&v);
+            char *out = render_or_fail(&v);
             assert_non_null(strstr(out, entries[stage - 1]));
             const int scores = stage > 1 && stage < 5; /* stage 5 casts dq's sum */
             assert_true((strstr(out, "1.0f - t * t") != NULL) == scores);
@@ -356,14 +370,9 @@ static void test_backward_mma_render(void **state)
                         v.alibi = v.mask_tensor = v.block_mask = 1;
                         v.bias = 2;
                         v.mask_ranges = 4;
-                        v.mask_mod = "(FJ_Q >= FJ_K)";
-                        v.score_mod = "(EXPR_TANH(FJ_S) * 2.0f)";
-                        v.score_mod_grad = "((1.0f - EXPR_TANH(FJ_S) * EXPR_TANH(FJ_S)) * 2.0f)";
+                        set_test_mods(&v);
                     }
-                    fj__err err = {{0}};
-                    char *out = NULL;
-                    if (fj__variant_render(&v, "dtype=x\n", &out, &err) != FJ_OK)
-                        fail_msg("stage %d: %s", stage, err.msg);
+                    char *out = render_or_fail(&v);
                     assert_non_null(
                         strstr(out, stage == 2 ? "fj_attn_bwd_dkdv(" : "fj_attn_bwd_dq("));
                     assert_non_null(strstr(out, "mma.sync.aligned.m16n8k16"));
