@@ -20,9 +20,9 @@ static int mma_serves(const fj__features *f, const fj_device_info *dev)
     const int sixteen_bit = (f->q_dtype == FJ_DTYPE_F16 || f->q_dtype == FJ_DTYPE_BF16) &&
                             f->kv_dtype == f->q_dtype && f->out_dtype == f->q_dtype;
     return dev->backend == FJ_BACKEND_CUDA && fj__sm_version(dev) >= 80 && sixteen_bit &&
-           !f->dbias_elements && f->head_dim <= 256 && f->head_dim_v <= 256 && f->rows_16b[FJ__T_Q] &&
-           f->rows_16b[FJ__T_K] && f->rows_16b[FJ__T_V] && f->rows_16b[FJ__T_OUT] &&
-           f->grads_16b;
+           !f->dbias_elements && f->head_dim <= 256 && f->head_dim_v <= 256 &&
+           f->rows_16b[FJ__T_Q] && f->rows_16b[FJ__T_K] && f->rows_16b[FJ__T_V] &&
+           f->rows_16b[FJ__T_OUT] && f->grads_16b;
 }
 
 /* The tensor-core variant of stage 2 (dk, dv) or 3 (dq): warps of 16 rows each (keys for stage

@@ -5,9 +5,8 @@ fj_status fj__plan_backward_request(const fj_attention_desc *desc, const fj_tens
                                     const fj_tensor *k, const fj_tensor *v, const fj_tensor *out,
                                     const fj_tensor *dout, const fj_tensor *lse,
                                     const fj_tensor *dq, const fj_tensor *dk, const fj_tensor *dv,
-                                    const fj_device_info *dev, const char *config,
-                                    fj__mods *mods, fj__bwd_problem *p, fj__plan *plan,
-                                    fj__err *err)
+                                    const fj_device_info *dev, const char *config, fj__mods *mods,
+                                    fj__bwd_problem *p, fj__plan *plan, fj__err *err)
 {
     fj_status st = fj__validate_backward(desc, q, k, v, out, dout, lse, dq, dk, dv, p, err);
     if (st == FJ_OK)
@@ -31,9 +30,9 @@ fj_status fj_attention_backward(fj_context *ctx, const fj_attention_desc *desc,
     fj__bwd_problem p;
     fj__plan plan;
     /* What the request asks is checked (and planned) before where its data lies. */
-    fj_status st = fj__plan_backward_request(desc, q, k, v, out, dout, lse, dq, dk, dv,
-                                             &ctx->device, ctx->bwd_config, &ctx->mods, &p,
-                                             &plan, &ctx->err);
+    fj_status st =
+        fj__plan_backward_request(desc, q, k, v, out, dout, lse, dq, dk, dv, &ctx->device,
+                                  ctx->bwd_config, &ctx->mods, &p, &plan, &ctx->err);
     if (st == FJ_OK)
         st = fj__validate_backward_memory(&p, ctx->ops, ctx->backend, &ctx->err);
     if (st == FJ_OK)

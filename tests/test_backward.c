@@ -1,8 +1,9 @@
 /* The backward on one backend (FJ_TEST_BACKEND): dq, dk, dv of random problems against the
 ** float64 reference's analytic gradients (which a finite-difference check confirms first), over
 ** odd sizes, GQA, every mask kind and score term, soft-capping, both scale signs, layouts,
-** dtypes and packed sequences; bit-identical gradients run to run; bad arguments named. Without a device of that
-** backend the suite skips. */
+** dtypes and packed sequences; with and without dq's atomics on tensor cores; bit-identical
+** deterministic gradients run to run; bad arguments named. Without a device of that backend the
+** suite skips. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <setjmp.h>
@@ -167,9 +168,9 @@ static void test_shapes_and_options(void **state)
 ** sq > sk (rows that see no key), windows, soft-capping, a negative scale, GQA and MQA, d != dv,
 ** head dims to 256 (dV and dK in separate launches beyond d + dv = 256: MLA's 192 / 128, 256),
 ** element masks and score terms (a mask_mod, the mask tensor, ranges, ALiBi with a bias, a
-** score_mod with soft-capping), block classes (alone; shared, with a mask_mod), packed sequences (with seqused_k, causal; with a mask_mod);
-** each must run on the tensor-core kernels, with dq added by atomics (the default) and
-** deterministic (dq a stage of its own). */
+** score_mod with soft-capping), block classes (alone; shared, with a mask_mod), packed
+** sequences (with seqused_k, causal; with a mask_mod); each must run on the tensor-core
+** kernels, with dq added by atomics (the default) and deterministic (dq a stage of its own). */
 static void test_tensor_core_tiles(void **state)
 {
     if (FJ_TEST_BACKEND != FJ_BACKEND_CUDA) {

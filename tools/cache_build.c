@@ -250,8 +250,8 @@ static int build_request_kernels(build_run *run, const fj_device_info *dev, fj__
             fj__bwd_problem bp;
             fj__plan plan;
             fj__err err = {{0}};
-            if (fj__plan_backward_request(&desc, &q, &k, &v, &out, &dout, &lse, &dq, &dk, &dv,
-                                          dev, getenv("FLASHJIT_BWD_CONFIG"), mods, &bp, &plan,
+            if (fj__plan_backward_request(&desc, &q, &k, &v, &out, &dout, &lse, &dq, &dk, &dv, dev,
+                                          getenv("FLASHJIT_BWD_CONFIG"), mods, &bp, &plan,
                                           &err) != FJ_OK) {
                 fprintf(stderr, "flashjit cache build: backward: %s\n", err.msg);
                 return -1;
