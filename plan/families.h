@@ -39,8 +39,9 @@ FJ__PARAM_STRUCT(fj__mask_params, FJ__MASK_PARAMS);
 ** out [b, sq, hq, dv] (q_t, kv_t, o_t are the kernels' element types) with their batch, row and
 ** head strides (batch 0 when packed), lse [b, hq, sq] (NULL: not written) with batch, head and
 ** row strides; variable lengths (cu_seqlens_q/k, seqused_k: NULL when dense; total_q/k the
-** packed tensors' rows; seqlen_q/k are then the maxima); the scale folded into log2 units
-** (score_mul, and cap_mul with soft-capping), the window (-1: unbounded). */
+** packed tensors' rows; seqlen_q/k are then the maxima); FP8 inputs' descale factors (f32;
+** NULL: 1) with their batch and kv head strides (0: one factor); the scale folded into log2
+** units (score_mul, and cap_mul with soft-capping), the window (-1: unbounded). */
 #define FJ__FWD_PARAMS(X, T)                                                                       \
     X(T, PTR, q, "const q_t")                                                                      \
     X(T, PTR, k, "const kv_t")                                                                     \
@@ -50,6 +51,9 @@ FJ__PARAM_STRUCT(fj__mask_params, FJ__MASK_PARAMS);
     X(T, PTR, cu_seqlens_q, "const int")                                                           \
     X(T, PTR, cu_seqlens_k, "const int")                                                           \
     X(T, PTR, seqused_k, "const int")                                                              \
+    X(T, PTR, q_descale, "const float")                                                            \
+    X(T, PTR, k_descale, "const float")                                                            \
+    X(T, PTR, v_descale, "const float")                                                            \
     X(T, I64, q_sb, 0)                                                                             \
     X(T, I64, q_ss, 0)                                                                             \
     X(T, I64, q_sh, 0)                                                                             \
@@ -65,6 +69,12 @@ FJ__PARAM_STRUCT(fj__mask_params, FJ__MASK_PARAMS);
     X(T, I64, l_sb, 0)                                                                             \
     X(T, I64, l_sh, 0)                                                                             \
     X(T, I64, l_ss, 0)                                                                             \
+    X(T, I64, qd_sb, 0)                                                                            \
+    X(T, I64, qd_sh, 0)                                                                            \
+    X(T, I64, kd_sb, 0)                                                                            \
+    X(T, I64, kd_sh, 0)                                                                            \
+    X(T, I64, vd_sb, 0)                                                                            \
+    X(T, I64, vd_sh, 0)                                                                            \
     X(T, BLOCK, mask, fj__mask_params)                                                             \
     X(T, F32, score_mul, 0)                                                                        \
     X(T, F32, cap_mul, 0)                                                                          \

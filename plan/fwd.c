@@ -182,6 +182,13 @@ void fj__fill_fwd_params(const fj__plan *plan, const fj__problem *p, void *const
     F->l_sb = p->lse_stride[0];
     F->l_sh = p->lse_stride[1];
     F->l_ss = p->lse_stride[2];
+    const void **descale[3] = {&F->q_descale, &F->k_descale, &F->v_descale};
+    int64_t *descale_strides[3] = {&F->qd_sb, &F->kd_sb, &F->vd_sb};
+    for (int t = 0; t < 3; t++) {
+        *descale[t] = p->descale[t] ? p->descale[t]->data : NULL;
+        descale_strides[t][0] = p->descale_stride[t][0];
+        descale_strides[t][1] = p->descale_stride[t][1];
+    }
     fill_mask(p, &F->mask);
     if (plan->fwd.classes >= 0) { /* the classifier's classes stand in for a block_mask */
         F->mask.block_mask = ws[plan->fwd.classes];

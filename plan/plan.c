@@ -28,6 +28,7 @@ void fj__variant_score_fields(fj__variant *v, const fj__features *f)
     v->local_mask = f->window_left >= 0 || f->window_right >= 0;
     v->softcap = f->softcap;
     v->neg_scale = f->neg_scale;
+    v->descale = f->descale;
     v->mask_mod = f->mask_mod;
     v->score_mod = f->score_mod;
     v->alibi = f->alibi;

@@ -93,4 +93,5 @@ void fj__features_of(const fj__problem *p, fj__features *f)
                       (p->mask_ranges && p->ranges_stride[1]);
     f->num_splits = p->num_splits;
     f->paged = p->page_table != NULL;
+    f->descale = p->descale[0] || p->descale[1] || p->descale[2];
 }

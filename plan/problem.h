@@ -41,6 +41,10 @@ typedef struct fj__problem {
     int64_t blocks_stride[3];     /* batch, head, query block */
     int32_t num_splits;           /* decode: the caller's split count (0: the plan's) */
     int32_t deterministic;        /* backward: no floating-point atomics in a varying order */
+    /* FP8 inputs' descale factors of q, k, v (NULL: 1) with their batch and kv head strides
+    ** (0 for a single factor). */
+    const fj_tensor *descale[3];
+    int64_t descale_stride[3][2];
     /* A paged KV cache (NULL: none): k and v are pages (their strides above: page, row in the
     ** page, head), seqlen_k is the most keys a sequence can have, seqused_k its count. */
     const fj_tensor *page_table;
@@ -85,6 +89,7 @@ typedef struct fj__features {
     int64_t dbias_elements;             /* backward: elements of the bias's gradient (0: none) */
     uint8_t grads_16b; /* backward: dout, dq, dk, dv have rows of whole 16-byte chunks */
     uint8_t deterministic; /* backward: no floating-point atomics in a varying order */
+    uint8_t descale;       /* FP8 inputs: descale factors given */
 } fj__features;
 
 /* Fills *f from p (zeroing it first). */

@@ -384,6 +384,7 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_TPL_PARAMS])
     BOOL_PARAM(softcap);
     BOOL_PARAM(neg_scale);
     BOOL_PARAM(write_lse);
+    BOOL_PARAM(descale);
 #undef INT_PARAM
 #undef BOOL_PARAM
 #undef STR_PARAM

@@ -76,6 +76,7 @@ typedef struct fj__variant {
     uint8_t block_mask;   /* 128 x 128 block classes given */
     uint8_t bias_tma;     /* WGMMA: bias tiles copied by TMA into shared memory with K's */
     uint8_t partial;      /* DECODE: writes each split's state to the workspace for a merge */
+    uint8_t descale;      /* FP8 inputs' descale factors are given (fj__fwd_params) */
     uint8_t paged;        /* DECODE: k and v are pages of a KV cache found through a table */
     uint8_t stage;        /* BWD: 1 D = rowsum(dout * out), 2 dk and dv, 3 dq, 4 dbias, 5 dq
                           ** from the f32 sum that stage 2 accumulated (grads 4) */

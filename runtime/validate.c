@@ -23,6 +23,11 @@
 /* The size of the first published fj_attention_desc: the smallest struct_size accepted. */
 #define FJ__DESC_V1_SIZE (offsetof(fj_attention_desc, softcap) + sizeof(float))
 
+static int is_fp8(fj_dtype d)
+{
+    return d == FJ_DTYPE_F8_E4M3 || d == FJ_DTYPE_F8_E5M2;
+}
+
 static fj_status check_tensor(const fj_tensor *t, const char *name, int32_t ndim, fj__err *err)
 {
     if (!t)
@@ -111,13 +116,12 @@ static fj_status check_desc(const fj_attention_desc *in, fj_attention_desc *d, f
         return FJ_OK;
         /* The sizes of released layouts: every field end from the first version's on. */
 #define END(f) FJ__FIELD_END(fj_attention_desc, f)
-    static const size_t ends[] = {END(softcap),      END(mask_mod),       END(score_mod),
-                                  END(mod_args),     END(mod_args_count), END(alibi_slopes),
-                                  END(bias),         END(mask),           END(cu_seqlens_q),
-                                  END(cu_seqlens_k), END(seqused_k),      END(max_seqlen_q),
-                                  END(max_seqlen_k), END(mask_ranges),    END(block_mask),
-                                  END(num_splits),   END(page_table),     END(deterministic),
-                                  END(dbias)};
+    static const size_t ends[] = {
+        END(softcap),        END(mask_mod),      END(score_mod),  END(mod_args),
+        END(mod_args_count), END(alibi_slopes),  END(bias),       END(mask),
+        END(cu_seqlens_q),   END(cu_seqlens_k),  END(seqused_k),  END(max_seqlen_q),
+        END(max_seqlen_k),   END(mask_ranges),   END(block_mask), END(num_splits),
+        END(page_table),     END(deterministic), END(dbias),      END(v_descale)};
 #undef END
     if (in->struct_size < FJ__DESC_V1_SIZE || in->struct_size > sizeof *d ||
         !fj__size_on_field_end(in->struct_size, ends, (int)(sizeof ends / sizeof ends[0]),
@@ -224,9 +228,11 @@ static fj_status check_score_terms(const fj_attention_desc *d, fj__problem *p, f
     }
     if (d->bias) {
         TRY(check_pair_tensor(d->bias, "desc.bias", FJ_DTYPE_F32, p, p->bias_stride, err));
-        if (d->bias->dtype != FJ_DTYPE_F32 && d->bias->dtype != p->q_dtype)
+        if (d->bias->dtype != FJ_DTYPE_F32 && (d->bias->dtype != p->q_dtype || is_fp8(p->q_dtype)))
             return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
-                            "desc.bias.dtype = %s, expected f32 or q.dtype = %s",
+                            is_fp8(p->q_dtype)
+                                ? "desc.bias.dtype = %s, expected f32 (q.dtype = %s)"
+                                : "desc.bias.dtype = %s, expected f32 or q.dtype = %s",
                             fj__dtype_name(d->bias->dtype), fj__dtype_name(p->q_dtype));
         p->bias = d->bias;
     }
@@ -259,22 +265,61 @@ static fj_status check_score_terms(const fj_attention_desc *d, fj__problem *p, f
     return FJ_OK;
 }
 
-/* The dtypes of q, k, v and out: one floating type. */
+/* The dtypes of q, k, v and out: one floating type; or q, k and v one FP8 type and out f16 or
+** bf16. */
 static fj_status check_dtypes(const fj_tensor *q, const fj_tensor *k, const fj_tensor *v,
                               const fj_tensor *out, fj__err *err)
 {
-    if (q->dtype == FJ_DTYPE_F8_E4M3 || q->dtype == FJ_DTYPE_F8_E5M2)
-        return fj__fail(err, FJ_ERR_UNSUPPORTED, "q.dtype = %s: fp8 attention is not supported yet",
-                        fj__dtype_name(q->dtype));
     if (q->dtype == FJ_DTYPE_BOOL || q->dtype == FJ_DTYPE_I32)
-        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "q.dtype = %s, expected f16, bf16 or f32",
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                        "q.dtype = %s, expected f16, bf16, f32, f8e4m3 or f8e5m2",
                         fj__dtype_name(q->dtype));
+    const int fp8 = is_fp8(q->dtype);
     const fj_tensor *same[] = {k, v, out};
     const char *names[] = {"k", "v", "out"};
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < (fp8 ? 2 : 3); i++)
         if (same[i]->dtype != q->dtype)
             return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "%s.dtype = %s differs from q.dtype = %s",
                             names[i], fj__dtype_name(same[i]->dtype), fj__dtype_name(q->dtype));
+    if (fp8 && out->dtype != FJ_DTYPE_F16 && out->dtype != FJ_DTYPE_BF16)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                        "out.dtype = %s, expected f16 or bf16 with %s inputs",
+                        fj__dtype_name(out->dtype), fj__dtype_name(q->dtype));
+    return FJ_OK;
+}
+
+/* desc's descale factors (FP8 inputs only): f32, [1] or [batch, heads_kv]; their batch and kv
+** head strides (0 for [1]) go to p. */
+static fj_status check_descales(const fj_attention_desc *d, fj__problem *p, fj__err *err)
+{
+    const fj_tensor *ts[3] = {d->q_descale, d->k_descale, d->v_descale};
+    static const char *const names[3] = {"desc.q_descale", "desc.k_descale", "desc.v_descale"};
+    for (int i = 0; i < 3; i++) {
+        const fj_tensor *t = ts[i];
+        if (!t)
+            continue;
+        if (!is_fp8(p->q_dtype))
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                            "%s: descale factors are for fp8 inputs, and q.dtype = %s", names[i],
+                            fj__dtype_name(p->q_dtype));
+        if (t->ndim != 1 && t->ndim != 2)
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                            "%s.ndim = %d, expected 1 ([1]) or 2 ([batch, heads_kv])", names[i],
+                            (int)t->ndim);
+        TRY(check_tensor(t, names[i], t->ndim, err));
+        if (t->dtype != FJ_DTYPE_F32)
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "%s.dtype = %s, expected f32", names[i],
+                            fj__dtype_name(t->dtype));
+        if (t->ndim == 1) {
+            TRY(check_dim(err, names[i], 0, t->shape[0], 1, "one factor"));
+        } else {
+            TRY(check_dim(err, names[i], 0, t->shape[0], p->batch, "batch"));
+            TRY(check_dim(err, names[i], 1, t->shape[1], p->heads_kv, "heads_kv"));
+            p->descale_stride[i][0] = t->stride[0];
+            p->descale_stride[i][1] = t->stride[1];
+        }
+        p->descale[i] = t;
+    }
     return FJ_OK;
 }
 
@@ -491,6 +536,10 @@ fj_status fj__validate_forward(const fj_attention_desc *desc, const fj_tensor *q
     p->q_dtype = q->dtype;
     p->kv_dtype = k->dtype;
     p->out_dtype = out->dtype;
+    if (d.page_table && is_fp8(p->q_dtype))
+        return fj__fail(err, FJ_ERR_UNSUPPORTED,
+                        "desc.page_table with %s k and v: fp8 KV caches are not supported yet",
+                        fj__dtype_name(p->kv_dtype));
 
     /* Field names by layout: dense [b, s, h, d] or packed [total, h, d]. */
     const int h_axis = p->cu_seqlens_q ? 1 : 2, d_axis = h_axis + 1;
@@ -513,6 +562,7 @@ fj_status fj__validate_forward(const fj_attention_desc *desc, const fj_tensor *q
                         (long long)p->batch, (long long)p->heads_q, FJ__MAX_GRID_DIM);
 
     TRY(check_score_terms(&d, p, err));
+    TRY(check_descales(&d, p, err));
 
     p->q = q;
     p->k = k;
@@ -621,6 +671,9 @@ fj_status fj__validate_memory(const fj__problem *p, const struct fj_backend_ops 
         {"desc.mask_ranges", p->mask_ranges},
         {"desc.block_mask", p->block_mask},
         {"desc.page_table", p->page_table},
+        {"desc.q_descale", p->descale[0]},
+        {"desc.k_descale", p->descale[1]},
+        {"desc.v_descale", p->descale[2]},
     };
     if (p->mod_args_count > 0 &&
         ops->check_memory(backend, p->mod_args, (size_t)p->mod_args_count * 4) != FJ_OK)
@@ -908,6 +961,10 @@ fj_status fj__validate_backward(const fj_attention_desc *desc, const fj_tensor *
     if (p->f.page_table)
         return fj__fail(err, FJ_ERR_UNSUPPORTED,
                         "desc.page_table: the backward of a paged KV cache is not supported");
+    if (is_fp8(p->f.q_dtype))
+        return fj__fail(err, FJ_ERR_UNSUPPORTED,
+                        "q.dtype = %s: the backward of fp8 attention is not supported",
+                        fj__dtype_name(p->f.q_dtype));
     TRY(check_like(dout, "dout", out, "out", err));
     TRY(check_like(dq, "dq", q, "q", err));
     TRY(check_like(dk, "dk", k, "k", err));

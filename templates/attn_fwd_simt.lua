@@ -13,7 +13,8 @@
 % -- runtime/expr.h), alibi, bias ("", "f32" or "dtype": the bias tensor's type), mask_tensor,
 % -- varlen (0 dense; 1 packed sequences found through cu_seqlens_q/k, BLOCK_Z the sequence;
 % -- 2 also cutting each sequence's keys at seqused_k), mask_ranges (0, or 2 / 4 columns of masked
-% -- row ranges per key), block_mask (the caller's 128 x 128 block classes).
+% -- row ranges per key), block_mask (the caller's 128 x 128 block classes), descale (FP8 q, k
+% -- and v with their descale factors: q's and k's scale the scores, v's the output).
 % local mods = mask_mod ~= "" or score_mod ~= ""
 % -- Masks beyond the band: a key tile no row of the group keeps is skipped whole.
 % local sparse = mask_mod ~= "" or mask_tensor or mask_ranges > 0
@@ -31,7 +32,7 @@
 % end
 % end
 % assert(tile_m > 0 and tile_n > 0, "tile sizes must be positive")
-% assert(kv_dtype == q_dtype and out_dtype == q_dtype, "the SIMT forward takes one element type for q, k, v and out")
+% assert(kv_dtype == q_dtype and (out_dtype == q_dtype or q_dtype:sub(1, 2) == "f8"), "the SIMT forward takes one element type for q, k, v and out, or FP8 q, k, v and a 16-bit out")
 % include("dialect.lua")
 % include("attn_masks.lua")
 % include("params.lua")
@@ -74,10 +75,17 @@ fj_attn_fwd(
     v += batch * v_sb + head_kv * v_sh;
 
     /* The query row, scaled so that q.k is already the exponent's argument (log2 units), or
-    ** the tanh argument when soft-capping. */
+    ** the tanh argument when soft-capping (FP8: times q's and k's descale factors). */
+% if descale then
+    GLOBAL const float *qd = GPTR(const float, P.q_descale), *kd = GPTR(const float, P.k_descale);
+    const float q_mul = score_mul * (qd ? qd[batch * P.qd_sb + head_kv * P.qd_sh] : 1.0f) *
+                        (kd ? kd[batch * P.kd_sb + head_kv * P.kd_sh] : 1.0f);
+% else
+    const float q_mul = score_mul;
+% end
     float q_row[DP];
     for (int c = 0; c < DP; c++)
-        q_row[c] = (live && c < head_dim) ? LOAD(q, row * q_ss + c) * score_mul : 0.0f;
+        q_row[c] = (live && c < head_dim) ? Q_LOAD(q, row * q_ss + c) * q_mul : 0.0f;
     float acc[DVP];
     for (int c = 0; c < DVP; c++)
         acc[c] = 0.0f;
@@ -138,11 +146,11 @@ fj_attn_fwd(
 % end
         for (int i = tid; i < TILE_N * DP; i += TILE_M) {
             const int r = i / DP, c = i % DP, key = n0 + r;
-            k_tile[r][c] = (key < seqlen_k && c < head_dim) ? LOAD(k, key * k_ss + c) : 0.0f;
+            k_tile[r][c] = (key < seqlen_k && c < head_dim) ? KV_LOAD(k, key * k_ss + c) : 0.0f;
         }
         for (int i = tid; i < TILE_N * DVP; i += TILE_M) {
             const int r = i / DVP, c = i % DVP, key = n0 + r;
-            v_tile[r][c] = (key < seqlen_k && c < head_dim_v) ? LOAD(v, key * v_ss + c) : 0.0f;
+            v_tile[r][c] = (key < seqlen_k && c < head_dim_v) ? KV_LOAD(v, key * v_ss + c) : 0.0f;
         }
         BARRIER();
 
@@ -182,10 +190,15 @@ fj_attn_fwd(
 
     if (!live)
         return;
+% if descale then
+    GLOBAL const float *vd = GPTR(const float, P.v_descale);
+    const float inv_l = l > 0.0f ? (vd ? vd[batch * P.vd_sb + head_kv * P.vd_sh] : 1.0f) / l : 0.0f;
+% else
     const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+% end
     out += batch * o_sb + head * o_sh + row * o_ss;
     for (int c = 0; c < head_dim_v; c++)
-        STORE(out, c, acc[c] * inv_l);
+        O_STORE(out, c, acc[c] * inv_l);
 % if write_lse then
     lse[batch * l_sb + head * l_sh + row * l_ss] = l > 0.0f ? (m + F_LOG2(l)) * F_LN2 : -F_INF;
 % end

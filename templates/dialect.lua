@@ -11,7 +11,7 @@
 % -- smem_matches_host() checks, at compile time, that the kernel's struct Smem has the size the
 % -- host gave as shared_bytes (fj__variant_shared_bytes).
 % -- Parameters: backend ("opencl" or "cuda"), q_dtype, kv_dtype, out_dtype ("f32", "f16",
-% -- "bf16").
+% -- "bf16"; q and kv also "f8e4m3", "f8e5m2", which are read, never written).
 % if backend == "opencl" then
 #define KERNEL(threads) __kernel __attribute__((reqd_work_group_size(threads, 1, 1))) void
 #define GLOBAL __global
@@ -147,10 +147,39 @@ INLINE ushort float_to_bf16(float f)
     u += 0x7fffu + ((u >> 16) & 1u);
     return (ushort)(u >> 16);
 }
-% -- One role's element type and accesses: typedef T <role>_t; <ROLE>_LOAD, _LOAD_RO, _STORE.
+% local fp8 = { f8e4m3 = "e4m3", f8e5m2 = "e5m2" }
+% if fp8[q_dtype] or fp8[kv_dtype] then
+/* FP8 to float, exactly: e4m3 (exponent bias 7, no infinities, S.1111.111 is NaN) and e5m2
+** (bias 15, IEEE-like: f16's top byte). Subnormals are m * 2^(1 - bias - mantissa bits). */
+INLINE float e4m3_to_float(uchar b)
+{
+    const uint s = (uint)(b & 0x80u) << 24, e = (b >> 3) & 15u, m = b & 7u;
+    if (e == 15u && m == 7u)
+        return F_NAN;
+    if (e == 0u)
+        return BITS_TO_FLOAT(s | FLOAT_TO_BITS((float)m * 0.001953125f)); /* 2^-9 */
+    return BITS_TO_FLOAT(s | ((e + 120u) << 23) | (m << 20));
+}
+INLINE float e5m2_to_float(uchar b)
+{
+    const uint s = (uint)(b & 0x80u) << 24, e = (b >> 2) & 31u, m = b & 3u;
+    if (e == 31u)
+        return m ? F_NAN : BITS_TO_FLOAT(s | 0x7f800000u);
+    if (e == 0u)
+        return BITS_TO_FLOAT(s | FLOAT_TO_BITS((float)m * 0.0000152587890625f)); /* 2^-16 */
+    return BITS_TO_FLOAT(s | ((e + 112u) << 23) | (m << 21));
+}
+% end
+% -- One role's element type and accesses: typedef T <role>_t; <ROLE>_LOAD, _LOAD_RO, _STORE (not
+% -- for FP8).
 % local function element_role(role, dt)
 %   local R = role:upper()
-%   if dt == "f32" then
+%   if fp8[dt] then
+%     assert(role ~= "o", "dialect: " .. dt .. " is read, never written")
+typedef uchar ${role}_t;
+#define ${R}_LOAD(p, i) ${fp8[dt]}_to_float((p)[i])
+#define ${R}_LOAD_RO(p, i) ${fp8[dt]}_to_float(LDG((p) + (i)))
+%   elseif dt == "f32" then
 typedef float ${role}_t;
 #define ${R}_LOAD(p, i) ((p)[i])
 #define ${R}_LOAD_RO(p, i) LDG((p) + (i))

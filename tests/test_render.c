@@ -222,6 +222,65 @@ static void test_banner_and_embedded_attention(void **state)
     }
 }
 
+/* The expressions of the backward's render tests: a mask_mod, and a score_mod with its
+** derivative. */
+static void set_test_mods(fj__variant *v)
+{
+    v->mask_mod = "(FJ_Q >= FJ_K)";
+    v->score_mod = "(EXPR_TANH(FJ_S) * 2.0f)";
+    v->score_mod_grad = "((1.0f - EXPR_TANH(FJ_S) * EXPR_TANH(FJ_S)) * 2.0f)";
+}
+
+/* v's kernel source (the caller frees it); a failure fails the test. */
+static char *render_or_fail(const fj__variant *v)
+{
+    fj__err err = {{0}};
+    char *out = NULL;
+    if (fj__variant_render(v, "dtype=x\n", &out, &err) != FJ_OK)
+        fail_msg("stage %d: %s", v->stage, err.msg);
+    return out;
+}
+
+/* The SIMT forward with FP8 q, k, v and a 16-bit out, for both backends and both formats: the
+** inputs are converted on load, the descale factors read only when given (FJ_RENDER_OUT: the
+** CUDA sources are written there). */
+static void test_fp8_forward_render(void **state)
+{
+    (void)state;
+    for (int backend = 0; backend < 2; backend++)
+        for (int e5m2 = 0; e5m2 < 2; e5m2++) {
+            fj__variant v;
+            memset(&v, 0, sizeof v);
+            v.family = FJ__FAMILY_FWD;
+            v.backend = backend ? FJ_BACKEND_CUDA : FJ_BACKEND_OPENCL;
+            v.path = FJ__PATH_SIMT;
+            v.q_dtype = v.kv_dtype = e5m2 ? FJ_DTYPE_F8_E5M2 : FJ_DTYPE_F8_E4M3;
+            v.out_dtype = e5m2 ? FJ_DTYPE_F16 : FJ_DTYPE_BF16;
+            v.acc_dtype = FJ_DTYPE_F32;
+            v.head_dim_pad = 64;
+            v.head_dim_v_pad = 48;
+            v.tile_m = v.threads = 32;
+            v.tile_n = 16;
+            v.local_mask = v.write_lse = 1;
+            v.descale = (uint8_t)!e5m2;
+            char *out = render_or_fail(&v);
+            assert_non_null(strstr(out, e5m2 ? "#define Q_LOAD(p, i) e5m2_to_float((p)[i])"
+                                             : "#define KV_LOAD(p, i) e4m3_to_float((p)[i])"));
+            assert_true((strstr(out, "vd[batch * P.vd_sb") != NULL) == !e5m2);
+            assert_null(strstr(out, "#define Q_STORE"));
+            const char *dir = getenv("FJ_RENDER_OUT");
+            if (dir && backend) {
+                char path[512];
+                snprintf(path, sizeof path, "%s/fwd_fp8_%s.cu", dir, e5m2 ? "e5m2" : "e4m3");
+                FILE *f = fopen(path, "w");
+                assert_non_null(f);
+                fputs(out, f);
+                fclose(f);
+            }
+            free(out);
+        }
+}
+
 /* The decode kernels (the portable one for both backends, CUDA's vector one), dense and paged,
 ** whole and split: the page table is read (and its numbers clamped) only when paged, the
 ** workspace written only when split. With FJ_RENDER_OUT set, the CUDA sources are written there
@@ -269,25 +328,6 @@ static void test_decode_variants_render(void **state)
                 }
                 free(out);
             }
-}
-
-/* The expressions of the backward's render tests: a mask_mod, and a score_mod with its
-** derivative. */
-static void set_test_mods(fj__variant *v)
-{
-    v->mask_mod = "(FJ_Q >= FJ_K)";
-    v->score_mod = "(EXPR_TANH(FJ_S) * 2.0f)";
-    v->score_mod_grad = "((1.0f - EXPR_TANH(FJ_S) * EXPR_TANH(FJ_S)) * 2.0f)";
-}
-
-/* v's kernel source (the caller frees it); a failure fails the test. */
-static char *render_or_fail(const fj__variant *v)
-{
-    fj__err err = {{0}};
-    char *out = NULL;
-    if (fj__variant_render(v, "dtype=x\n", &out, &err) != FJ_OK)
-        fail_msg("stage %d: %s", v->stage, err.msg);
-    return out;
 }
 
 /* The backward's SIMT stages render for both backends, with soft-capping, a window, a bias,
@@ -517,6 +557,7 @@ int main(void)
         cmocka_unit_test(test_decode_variants_render),
         cmocka_unit_test(test_backward_stages_render),
         cmocka_unit_test(test_backward_mma_render),
+        cmocka_unit_test(test_fp8_forward_render),
         cmocka_unit_test(test_template_dir_override_and_hash),
     };
     return cmocka_run_group_tests_name("render", tests, NULL, NULL);

@@ -17,6 +17,7 @@ typedef struct request {
     fj_tensor q, k, v, out, lse;
     fj_tensor alibi, bias, mask; /* used where a case points desc at them */
     fj_tensor cu_q, cu_k, used_k, ranges, blocks, pages;
+    fj_tensor descale; /* [2, 2]: batch, heads_kv */
     int use_lse;
 } request;
 
@@ -53,7 +54,16 @@ static void baseline(request *r)
     dense(&r->used_k, FJ_DTYPE_I32, 1, (int64_t[]){3});
     dense(&r->ranges, FJ_DTYPE_I32, 4, (int64_t[]){1, 4, 32, 2});
     dense(&r->blocks, FJ_DTYPE_I32, 4, (int64_t[]){2, 1, 1, 1});
+    dense(&r->descale, FJ_DTYPE_F32, 2, (int64_t[]){2, 2});
     r->use_lse = 1;
+}
+
+/* The baseline with q, k, v in f8e4m3 (out stays bf16) and per-(batch, kv head) descales. */
+static void fp8(request *r)
+{
+    baseline(r);
+    r->q.dtype = r->k.dtype = r->v.dtype = FJ_DTYPE_F8_E4M3;
+    r->desc.q_descale = r->desc.k_descale = r->desc.v_descale = &r->descale;
 }
 
 /* The baseline as three packed sequences: q [40, 4, 64], k [70, 2, 64], v [70, 2, 48],
@@ -118,6 +128,36 @@ MUT(v_stride_neg, r->v.stride[1] = -1)
 MUT(k_dtype, r->k.dtype = FJ_DTYPE_F16)
 MUT(out_dtype, r->out.dtype = FJ_DTYPE_F32)
 MUT(all_fp8, r->q.dtype = r->k.dtype = r->v.dtype = r->out.dtype = FJ_DTYPE_F8_E4M3)
+MUT(fp8_mixed, {
+    fp8(r);
+    r->k.dtype = FJ_DTYPE_F8_E5M2;
+})
+MUT(descale_not_fp8, r->desc.k_descale = &r->descale)
+MUT(descale_heads, {
+    fp8(r);
+    r->descale.shape[1] = 4;
+})
+MUT(descale_one, {
+    fp8(r);
+    dense(&r->descale, FJ_DTYPE_F32, 1, (int64_t[]){3});
+})
+MUT(descale_dtype, {
+    fp8(r);
+    r->descale.dtype = FJ_DTYPE_BF16;
+})
+MUT(descale_ndim, {
+    fp8(r);
+    dense(&r->descale, FJ_DTYPE_F32, 3, (int64_t[]){2, 2, 1});
+})
+MUT(fp8_bias, {
+    fp8(r);
+    r->bias.dtype = FJ_DTYPE_F8_E4M3;
+    r->desc.bias = &r->bias;
+})
+MUT(fp8_paged, {
+    paged(r);
+    r->q.dtype = r->k.dtype = r->v.dtype = FJ_DTYPE_F8_E5M2;
+})
 MUT(k_batch, r->k.shape[0] = 3)
 MUT(k_dim, r->k.shape[3] = 32)
 MUT(v_seq, r->v.shape[1] = 31)
@@ -342,7 +382,23 @@ static const bad_case bad_cases[] = {
     {"v negative stride", v_stride_neg, 0, FJ_ERR_INVALID_ARGUMENT, "v.stride[1] = -1 is negative"},
     {"k dtype", k_dtype, 0, FJ_ERR_INVALID_ARGUMENT, "k.dtype = f16 differs from q.dtype = bf16"},
     {"out dtype", out_dtype, 0, FJ_ERR_INVALID_ARGUMENT, "out.dtype = f32 differs"},
-    {"fp8", all_fp8, 0, FJ_ERR_UNSUPPORTED, "fp8"},
+    {"fp8 out", all_fp8, 0, FJ_ERR_INVALID_ARGUMENT,
+     "out.dtype = f8e4m3, expected f16 or bf16 with f8e4m3 inputs"},
+    {"fp8 k", fp8_mixed, 0, FJ_ERR_INVALID_ARGUMENT,
+     "k.dtype = f8e5m2 differs from q.dtype = f8e4m3"},
+    {"descale bf16 q", descale_not_fp8, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.k_descale: descale factors are for fp8 inputs, and q.dtype = bf16"},
+    {"descale heads", descale_heads, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.q_descale.shape[1] (heads_kv) = 4, expected 2"},
+    {"descale one", descale_one, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.q_descale.shape[0] (one factor) = 3, expected 1"},
+    {"descale dtype", descale_dtype, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.q_descale.dtype = bf16, expected f32"},
+    {"descale ndim", descale_ndim, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.q_descale.ndim = 3, expected 1 ([1]) or 2 ([batch, heads_kv])"},
+    {"fp8 bias", fp8_bias, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.bias.dtype = f8e4m3, expected f32 (q.dtype = f8e4m3)"},
+    {"fp8 paged", fp8_paged, 0, FJ_ERR_UNSUPPORTED, "fp8 KV caches are not supported yet"},
     {"k batch", k_batch, 0, FJ_ERR_INVALID_ARGUMENT, "k.shape[0] (batch) = 3, expected 2"},
     {"k head dim", k_dim, 0, FJ_ERR_INVALID_ARGUMENT,
      "k.shape[3] (head_dim, as q.shape[3]) = 32, expected 64"},
@@ -458,8 +514,7 @@ static const bad_case bad_cases[] = {
     {"paged seqused_k", paged_used_count, 0, FJ_ERR_INVALID_ARGUMENT,
      "desc.seqused_k.shape[0] (batch) = 3, expected 2"},
     {"paged bias", paged_bias, 0, FJ_ERR_UNSUPPORTED, "desc.bias with desc.page_table"},
-    {"paged varlen", paged_varlen, 0, FJ_ERR_UNSUPPORTED,
-     "desc.cu_seqlens_q with desc.page_table"},
+    {"paged varlen", paged_varlen, 0, FJ_ERR_UNSUPPORTED, "desc.cu_seqlens_q with desc.page_table"},
     {"num_splits negative", splits_negative, 0, FJ_ERR_INVALID_ARGUMENT,
      "desc.num_splits = -1, expected 0 (automatic) to 64"},
     {"num_splits too many", splits_many, 0, FJ_ERR_INVALID_ARGUMENT, "desc.num_splits = 65"},
@@ -511,6 +566,37 @@ static void choose(const fj__problem *p, const fj_device_info *dev, const char *
     fj__features f;
     fj__features_of(p, &f);
     fj__choose_forward(&f, dev, config, v);
+}
+
+/* FP8 inputs with a bf16 out: the descales' strides resolved ([batch, heads_kv], and [1] read
+** with strides 0), the features say so; with f16 out and e5m2 too. */
+static void test_fp8_request_is_resolved(void **state)
+{
+    (void)state;
+    request r;
+    fp8(&r);
+    fj_tensor one;
+    dense(&one, FJ_DTYPE_F32, 1, (int64_t[]){1});
+    r.desc.v_descale = &one;
+    fj__problem p;
+    fj__err err = {{0}};
+    assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);
+    assert_int_equal(p.q_dtype, FJ_DTYPE_F8_E4M3);
+    assert_int_equal(p.out_dtype, FJ_DTYPE_BF16);
+    assert_ptr_equal(p.descale[0], &r.descale);
+    assert_int_equal(p.descale_stride[1][0], 2);
+    assert_int_equal(p.descale_stride[1][1], 1);
+    assert_int_equal(p.descale_stride[2][0], 0);
+    assert_int_equal(p.descale_stride[2][1], 0);
+    fj__features f;
+    fj__features_of(&p, &f);
+    assert_true(f.descale);
+    r.q.dtype = r.k.dtype = r.v.dtype = FJ_DTYPE_F8_E5M2;
+    r.out.dtype = FJ_DTYPE_F16;
+    r.desc.q_descale = r.desc.k_descale = r.desc.v_descale = NULL;
+    assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);
+    fj__features_of(&p, &f);
+    assert_false(f.descale);
 }
 
 static void test_valid_request_is_resolved(void **state)
@@ -809,6 +895,7 @@ int main(void)
         cmocka_unit_test(test_every_rejected_field),
         cmocka_unit_test(test_paged_request_is_resolved),
         cmocka_unit_test(test_valid_request_is_resolved),
+        cmocka_unit_test(test_fp8_request_is_resolved),
         cmocka_unit_test(test_plan_pads_and_fits_local_memory),
     };
     return cmocka_run_group_tests_name("validate", tests, NULL, NULL);

@@ -3,7 +3,7 @@ float64 SDPA (within twice the error of SDPA in the same dtype, plus rounding), 
 float masks, top-left causal for sq != sk; flex_attention with a score_mod expression and its
 gradients against the same function in torch; kv_cache_append into shuffled pages with paged
 attention over them, and attention_merge of two key halves; repeated calls of one signature;
-block classes built once (create_block_mask) and used;
+block classes built once (create_block_mask) and used; FP8 inputs with descale factors;
 torch.library.opcheck of the forward operator (schema, fake tensor, autograd registration, AOT
 dispatch); torch.compile(fullgraph=True) of a block using it against eager. On a CUDA device,
 in bf16, also a paged decode step (kv_cache_append + attention), eager and torch.compile'd,
@@ -225,6 +225,25 @@ diff = (fjt.attention(q, k, v, mask_mod=docs, block_mask=classes).float() -
 check("create_block_mask, then attention with it",
       classes.dtype == torch.int32 and diff <= (1e-6 if dtype == torch.float32 else 0.02),
       f"classes {tuple(classes.shape)}, max diff {diff:.3g}")
+
+# FP8 inputs (both formats) with [b, hkv] descale factors, causal GQA: a bfloat16 out against
+# float64 SDPA of the dequantised inputs, within bfloat16's rounding.
+fctx = fjt.context(dev)
+for f8 in (torch.float8_e4m3fn, torch.float8_e5m2):
+    xs = [torch.randn(2, 50, h, 32, device=dev) for h in (4, 2, 2)]
+    factors = [torch.rand(2, 2, device=dev) * 0.05 + 0.02 for _ in range(3)]
+    per_head = [f.repeat_interleave(x.shape[2] // 2, 1)[:, None, :, None]
+                for x, f in zip(xs, factors)]
+    codes = [(x / f).to(f8) for x, f in zip(xs, per_head)]
+    q64, k64, v64 = ((c.double() * f.double()).transpose(1, 2) for c, f in zip(codes, per_head))
+    ref = sdpa(q64, k64.repeat_interleave(2, 1), v64.repeat_interleave(2, 1),
+               is_causal=True).transpose(1, 2)
+    got = fctx.forward(*codes, causal=True, q_descale=factors[0], k_descale=factors[1],
+                       v_descale=factors[2])
+    err = (got.double() - ref).abs().max().item()
+    check(f"fp8 forward ({f8}, descales [b, hkv])",
+          got.dtype == torch.bfloat16 and err <= ref.abs().max().item() / 128,
+          f"max error {err:.3g} of {ref.abs().max().item():.3g}")
 
 if dev != "cuda":
     sys.exit(1 if failures else 0)

@@ -14,7 +14,7 @@ import threading
 import warnings
 
 from . import _lib
-from ._arrays import Call, current_stream, empty_like, is_torch, torch_cuda_signature
+from ._arrays import Call, current_stream, dtype_of, empty_like, is_torch, torch_cuda_signature
 from .errors import FlashjitError, InvalidArgument, error_for  # noqa: F401
 
 _BACKEND_NAMES = {1: "cuda", 2: "opencl"}
@@ -26,11 +26,13 @@ _APPEND = (("k_new", False), ("v_new", False), ("k_cache", True), ("v_cache", Tr
            ("page_table", False), ("seqused_k", False))
 _BLOCK_MASK = (("q", False), ("k", False), ("classes", True))
 # fj_attention_desc as _run takes it: the options in this order, and the array fields (all
-# fj_tensor pointers but mod_args, a pointer and a count; dbias written).
+# fj_tensor pointers but mod_args, a pointer and a count; dbias written; a caller may stop
+# before the descales, which only the forward takes).
 _DESC_OPTIONS = ("causal", "window", "softcap", "scale", "mask_mod", "score_mod", "num_splits",
                  "deterministic", "max_seqlen_q", "max_seqlen_k")
 _DESC_ARRAYS = ("alibi_slopes", "bias", "mask", "cu_seqlens_q", "cu_seqlens_k", "seqused_k",
-                "mask_ranges", "block_mask", "page_table", "dbias", "mod_args")
+                "mask_ranges", "block_mask", "page_table", "dbias", "mod_args", "q_descale",
+                "k_descale", "v_descale")
 _PREPARED_LIMIT = 256  # prepared signatures kept per thread; the oldest go all at once
 
 
@@ -202,8 +204,10 @@ class Context:
                 scale=0.0, mask_mod=None, score_mod=None, mod_args=None, alibi_slopes=None,
                 bias=None, mask=None, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None,
                 max_seqlen_q=0, max_seqlen_k=0, mask_ranges=None, block_mask=None, num_splits=0,
-                page_table=None, stream=None):
-        """Attention (see fj_attention_forward); returns out, allocating it when not given.
+                page_table=None, q_descale=None, k_descale=None, v_descale=None, stream=None):
+        """Attention (see fj_attention_forward); returns out, allocating it when not given
+        (bfloat16 for FP8 inputs: q, k, v all float8_e4m3fn or all float8_e5m2, with optional
+        float32 descale factors q_descale, k_descale, v_descale of shape [1] or [b, hkv]).
         mask_mod / score_mod: expression strings (see flashjit.h); mod_args: a float32 or int32
         array read by arg[i] / iarg[i]. alibi_slopes: float32 [hq] or [b, hq]; bias (float32 or
         q's dtype) and mask (bool, True keeps): [b | 1, hq | 1, sq | 1, sk], expanded (stride-0)
@@ -217,12 +221,15 @@ class Context:
         k and v then [num_pages, page_size, hkv, d] and seqused_k [b] required. lse (float32
         [b, hq, sq], or [hq, total] packed) receives the log-sum-exps when given."""
         if out is None:
-            out = empty_like(q, tuple(q.shape[:-1]) + (v.shape[-1],), name="q")
+            fp8 = dtype_of(q, "q") in ("f8_e4m3", "f8_e5m2")
+            out = empty_like(q, tuple(q.shape[:-1]) + (v.shape[-1],), "bf16" if fp8 else None,
+                             name="q")
         self._run("fj_attention_forward", _FORWARD, (q, k, v, out, lse),
                   (causal, tuple(window), softcap, scale, mask_mod, score_mod, num_splits,
                    False, max_seqlen_q, max_seqlen_k),
                   (alibi_slopes, bias, mask, cu_seqlens_q, cu_seqlens_k, seqused_k, mask_ranges,
-                   block_mask, page_table, None, mod_args), stream)
+                   block_mask, page_table, None, mod_args, q_descale, k_descale, v_descale),
+                  stream)
         return out
 
     def backward(self, q, k, v, out, dout, lse, dq=None, dk=None, dv=None, causal=False,

@@ -36,7 +36,9 @@ class AttentionDesc(ctypes.Structure):
                 ("max_seqlen_q", ctypes.c_int64), ("max_seqlen_k", ctypes.c_int64),
                 ("mask_ranges", ctypes.POINTER(Tensor)), ("block_mask", ctypes.POINTER(Tensor)),
                 ("num_splits", ctypes.c_int32), ("page_table", ctypes.POINTER(Tensor)),
-                ("deterministic", ctypes.c_int32), ("dbias", ctypes.POINTER(Tensor))]
+                ("deterministic", ctypes.c_int32), ("dbias", ctypes.POINTER(Tensor)),
+                ("q_descale", ctypes.POINTER(Tensor)), ("k_descale", ctypes.POINTER(Tensor)),
+                ("v_descale", ctypes.POINTER(Tensor))]
 
 
 class CallInfo(ctypes.Structure):

@@ -69,11 +69,52 @@ float fjr_f16_to_f32(uint16_t x)
     return bits_f32(sign | ((exp - 15u + 127u) << 23) | (mant << 13));
 }
 
+float fjr_fp8_to_f32(fj_dtype dtype, uint8_t x)
+{
+    const int e4m3 = dtype == FJ_DTYPE_F8_E4M3;
+    const int mbits = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15, emax = e4m3 ? 15 : 31;
+    const int e = (x & 0x7f) >> mbits, m = x & ((1 << mbits) - 1);
+    double v;
+    if (e4m3 && e == emax && m == (1 << mbits) - 1)
+        v = NAN;
+    else if (!e4m3 && e == emax)
+        v = m ? NAN : INFINITY;
+    else if (e == 0)
+        v = ldexp((double)m, 1 - bias - mbits);
+    else
+        v = ldexp(1.0 + ldexp((double)m, -mbits), e - bias);
+    return (float)(x & 0x80 ? -v : v);
+}
+
+uint8_t fjr_f32_to_fp8(fj_dtype dtype, float x)
+{
+    /* The nearest finite code by search (ties to the even code), saturating: 256 codes. */
+    if (isnan(x))
+        return 0x7f;
+    int best = 0;
+    double best_d = INFINITY;
+    for (int c = 0; c < 256; c++) {
+        const double v = fjr_fp8_to_f32(dtype, (uint8_t)c);
+        if (!isfinite(v) || (v == 0.0 && (c & 0x80)))
+            continue;
+        const double d = fabs(v - (double)x);
+        if (d < best_d || (d == best_d && !(c & 1))) {
+            best = c;
+            best_d = d;
+        }
+    }
+    if (best == 0 && signbit(x))
+        best = 0x80;
+    return (uint8_t)best;
+}
+
 float fjr_round(fj_dtype dtype, float x)
 {
     switch (dtype) {
     case FJ_DTYPE_BF16: return fjr_bf16_to_f32(fjr_f32_to_bf16(x));
     case FJ_DTYPE_F16: return fjr_f16_to_f32(fjr_f32_to_f16(x));
+    case FJ_DTYPE_F8_E4M3:
+    case FJ_DTYPE_F8_E5M2: return fjr_fp8_to_f32(dtype, fjr_f32_to_fp8(dtype, x));
     default: return x;
     }
 }
@@ -90,6 +131,8 @@ void fjr_store(fj_dtype dtype, void *dst, float x)
         h = fjr_f32_to_f16(x);
         memcpy(dst, &h, 2);
         break;
+    case FJ_DTYPE_F8_E4M3:
+    case FJ_DTYPE_F8_E5M2: *(uint8_t *)dst = fjr_f32_to_fp8(dtype, x); break;
     default: memcpy(dst, &x, 4); break;
     }
 }
@@ -101,6 +144,8 @@ float fjr_load(fj_dtype dtype, const void *src)
     switch (dtype) {
     case FJ_DTYPE_BF16: memcpy(&h, src, 2); return fjr_bf16_to_f32(h);
     case FJ_DTYPE_F16: memcpy(&h, src, 2); return fjr_f16_to_f32(h);
+    case FJ_DTYPE_F8_E4M3:
+    case FJ_DTYPE_F8_E5M2: return fjr_fp8_to_f32(dtype, *(const uint8_t *)src);
     default: memcpy(&x, src, 4); return x;
     }
 }

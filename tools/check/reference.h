@@ -14,6 +14,10 @@ uint16_t fjr_f32_to_bf16(float x);
 float fjr_bf16_to_f32(uint16_t x);
 uint16_t fjr_f32_to_f16(float x);
 float fjr_f16_to_f32(uint16_t x);
+/* FP8 (f8e4m3: no infinities, S.1111.111 NaN; f8e5m2: IEEE-like); to FP8 saturates to the largest
+** finite value. */
+float fjr_fp8_to_f32(fj_dtype dtype, uint8_t x);
+uint8_t fjr_f32_to_fp8(fj_dtype dtype, float x);
 /* x rounded to dtype and back to float. */
 float fjr_round(fj_dtype dtype, float x);
 /* Stores x as one element of dtype at dst / reads one element. */

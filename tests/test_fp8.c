@@ -1,0 +1,314 @@
+/* FP8 attention on one backend (FJ_TEST_BACKEND): q, k and v in f8e4m3 or f8e5m2 with descale
+** factors ([1], [batch, heads_kv] or none), out in bf16 or f16, against the float64 reference
+** of the dequantised inputs; the error bar is a plain FP8 implementation (inputs and P in FP8,
+** f32 accumulation, out rounded). Inputs carry outliers (a few large values per row); outputs
+** are poisoned before the call and every element is checked. The host's FP8 conversions are
+** checked against the formats' defining values first. Without a device of that backend the
+** suite skips. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "backend_suite.h"
+#include "reference.h"
+
+/* The formats' landmarks: largest finite values, smallest subnormals, NaN codes, rounding. */
+static void test_host_conversions(void **state)
+{
+    (void)state;
+    const fj_dtype e4m3 = FJ_DTYPE_F8_E4M3, e5m2 = FJ_DTYPE_F8_E5M2;
+    assert_true(fjr_fp8_to_f32(e4m3, 0x7e) == 448.0f);
+    assert_true(fjr_fp8_to_f32(e4m3, 0x01) == ldexpf(1.0f, -9));
+    assert_true(fjr_fp8_to_f32(e4m3, 0x38) == 1.0f);
+    assert_true(isnan(fjr_fp8_to_f32(e4m3, 0x7f)) && isnan(fjr_fp8_to_f32(e4m3, 0xff)));
+    assert_true(fjr_fp8_to_f32(e5m2, 0x7b) == 57344.0f);
+    assert_true(fjr_fp8_to_f32(e5m2, 0x01) == ldexpf(1.0f, -16));
+    assert_true(fjr_fp8_to_f32(e5m2, 0x3c) == 1.0f);
+    assert_true(isinf(fjr_fp8_to_f32(e5m2, 0x7c)));
+    assert_int_equal(fjr_f32_to_fp8(e4m3, 1000.0f), 0x7e);  /* saturates */
+    assert_int_equal(fjr_f32_to_fp8(e4m3, -1.0625f), 0xb8); /* a tie: to the even code, -1 */
+    assert_int_equal(fjr_f32_to_fp8(e4m3, 1.1875f), 0x3a);  /* a tie between 1.125 and 1.25 */
+    assert_int_equal(fjr_f32_to_fp8(e5m2, 1.2f), 0x3d);
+    for (int c = 0; c < 256; c++) { /* every finite code round-trips */
+        const float x = fjr_fp8_to_f32(e4m3, (uint8_t)c), y = fjr_fp8_to_f32(e5m2, (uint8_t)c);
+        if (isfinite(x) && x != 0.0f)
+            assert_int_equal(fjr_f32_to_fp8(e4m3, x), c);
+        if (isfinite(y) && y != 0.0f)
+            assert_int_equal(fjr_f32_to_fp8(e5m2, y), c);
+    }
+}
+
+typedef struct fp8_case {
+    fj_dtype in, out;
+    int descale; /* 0 none, 1 [1], 2 [batch, heads_kv] */
+    int causal;
+    int64_t b, sq, sk, hq, hkv, d, dv;
+} fp8_case;
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static double uniform(void) /* in [-1, 1) */
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (double)(rng >> 11) / 4503599627370496.0 - 1.0;
+}
+
+/* A device copy of n bytes of host. */
+static void *upload(fj_context *ctx, const void *host, size_t n)
+{
+    void *d = NULL;
+    assert_int_equal(fj_malloc(ctx, n, &d), FJ_OK);
+    assert_int_equal(fj_memcpy_h2d(ctx, d, host, n), FJ_OK);
+    return d;
+}
+
+/* Fills n FP8 elements of a [b, s, h, dim] tensor with random values divided by their (batch,
+** kv head)'s factor (so that real = code * factor), with outliers: the first element of every
+** row of 8 is 8x larger. real[] receives the dequantised values. */
+static void make_input(const fp8_case *c, int64_t s, int64_t h, int64_t dim, const float *factor,
+                       uint8_t *codes, double *real)
+{
+    for (int64_t b = 0; b < c->b; b++)
+        for (int64_t i = 0; i < s; i++)
+            for (int64_t j = 0; j < h; j++)
+                for (int64_t e = 0; e < dim; e++) {
+                    const int64_t at = ((b * s + i) * h + j) * dim + e;
+                    const float f = factor[b * c->hkv + j * c->hkv / h];
+                    const double x = uniform() * (e % 8 == 0 ? 8.0 : 1.0);
+                    codes[at] = fjr_f32_to_fp8(c->in, (float)(x / f));
+                    real[at] = (double)fjr_fp8_to_f32(c->in, codes[at]) * f;
+                }
+}
+
+/* One row of attention in float64 (ref, its lse) and the plain FP8 implementation (plain: P
+** rounded to e4m3 after the max is taken out, f32 sums, the result rounded to out's dtype). */
+static void reference_row(const fp8_case *c, const double *q, const double *k, const double *v,
+                          int64_t b, int64_t h, int64_t i, double scale, double *ref,
+                          double *ref_lse, double *plain)
+{
+    const int64_t hk = h / (c->hq / c->hkv);
+    const int64_t last = c->causal ? i + c->sk - c->sq : c->sk - 1;
+    double m = -INFINITY;
+    double *s = malloc((size_t)c->sk * sizeof *s);
+    assert_non_null(s);
+    for (int64_t j = 0; j <= last && j < c->sk; j++) {
+        double dot = 0;
+        for (int64_t e = 0; e < c->d; e++)
+            dot += q[((b * c->sq + i) * c->hq + h) * c->d + e] *
+                   k[((b * c->sk + j) * c->hkv + hk) * c->d + e];
+        s[j] = dot * scale;
+        m = fmax(m, s[j]);
+    }
+    double l = 0;
+    float lp = 0;
+    for (int64_t e = 0; e < c->dv; e++)
+        ref[e] = plain[e] = 0;
+    for (int64_t j = 0; j <= last && j < c->sk; j++) {
+        const double p = exp(s[j] - m);
+        const float pf = (float)p, p8 = fjr_round(FJ_DTYPE_F8_E4M3, pf);
+        l += p;
+        lp += pf;
+        for (int64_t e = 0; e < c->dv; e++) {
+            const double x = v[((b * c->sk + j) * c->hkv + hk) * c->dv + e];
+            ref[e] += p * x;
+            plain[e] = (double)((float)plain[e] + p8 * (float)x);
+        }
+    }
+    for (int64_t e = 0; e < c->dv; e++) {
+        ref[e] = l > 0 ? ref[e] / l : 0;
+        plain[e] = lp > 0 ? fjr_round(c->out, (float)(plain[e] / lp)) : 0;
+    }
+    *ref_lse = l > 0 ? m + log(l) : -INFINITY;
+    free(s);
+}
+
+static void run_case(fj_context *ctx, const fp8_case *c)
+{
+    const int64_t nq = c->b * c->sq * c->hq * c->d, nk = c->b * c->sk * c->hkv * c->d,
+                  nv = c->b * c->sk * c->hkv * c->dv, no = c->b * c->sq * c->hq * c->dv,
+                  nl = c->b * c->hq * c->sq, nf = c->b * c->hkv;
+    uint8_t *codes[3] = {malloc((size_t)nq), malloc((size_t)nk), malloc((size_t)nv)};
+    double *real[3] = {malloc((size_t)nq * 8), malloc((size_t)nk * 8), malloc((size_t)nv * 8)};
+    /* Each input's factors, per (batch, kv head): one for all ([1]), or none (1). */
+    float factors[3][64];
+    for (int t = 0; t < 3; t++) {
+        assert_true(codes[t] && real[t] && nf <= 64);
+        for (int64_t f = 0; f < nf; f++)
+            factors[t][f] = c->descale == 0   ? 1.0f
+                            : c->descale == 1 ? (float)(0.05 + 0.02 * t)
+                                              : (float)(0.03 + 0.01 * (double)((f + t) % 5));
+    }
+    make_input(c, c->sq, c->hq, c->d, factors[0], codes[0], real[0]);
+    make_input(c, c->sk, c->hkv, c->d, factors[1], codes[1], real[1]);
+    make_input(c, c->sk, c->hkv, c->dv, factors[2], codes[2], real[2]);
+
+    const size_t os = fj_dtype_size(c->out);
+    unsigned char *out_host = malloc((size_t)no * os);
+    float *lse_host = malloc((size_t)nl * 4);
+    assert_true(out_host && lse_host);
+    memset(out_host, 0xff, (size_t)no * os); /* NaN in both 16-bit types */
+    for (int64_t i = 0; i < nl; i++)
+        lse_host[i] = NAN;
+    void *dq = upload(ctx, codes[0], (size_t)nq), *dk = upload(ctx, codes[1], (size_t)nk),
+         *dv = upload(ctx, codes[2], (size_t)nv), *dout = upload(ctx, out_host, (size_t)no * os),
+         *dlse = upload(ctx, lse_host, (size_t)nl * 4);
+    void *dfac[3] = {upload(ctx, factors[0], (size_t)nf * 4),
+                     upload(ctx, factors[1], (size_t)nf * 4),
+                     upload(ctx, factors[2], (size_t)nf * 4)};
+
+    fj_tensor tq = {.data = dq,
+                    .dtype = c->in,
+                    .ndim = 4,
+                    .shape = {c->b, c->sq, c->hq, c->d},
+                    .stride = {c->sq * c->hq * c->d, c->hq * c->d, c->d, 1}};
+    fj_tensor tk = {.data = dk,
+                    .dtype = c->in,
+                    .ndim = 4,
+                    .shape = {c->b, c->sk, c->hkv, c->d},
+                    .stride = {c->sk * c->hkv * c->d, c->hkv * c->d, c->d, 1}};
+    fj_tensor tv = tk;
+    tv.data = dv;
+    tv.shape[3] = c->dv;
+    tv.stride[0] = c->sk * c->hkv * c->dv;
+    tv.stride[1] = c->hkv * c->dv;
+    tv.stride[2] = c->dv;
+    fj_tensor to = {.data = dout,
+                    .dtype = c->out,
+                    .ndim = 4,
+                    .shape = {c->b, c->sq, c->hq, c->dv},
+                    .stride = {c->sq * c->hq * c->dv, c->hq * c->dv, c->dv, 1}};
+    fj_tensor tl = {.data = dlse,
+                    .dtype = FJ_DTYPE_F32,
+                    .ndim = 3,
+                    .shape = {c->b, c->hq, c->sq},
+                    .stride = {c->hq * c->sq, c->sq, 1}};
+    fj_tensor tf[3];
+    for (int t = 0; t < 3; t++)
+        tf[t] = c->descale == 1 ? (fj_tensor){.data = dfac[t],
+                                              .dtype = FJ_DTYPE_F32,
+                                              .ndim = 1,
+                                              .shape = {1},
+                                              .stride = {1}}
+                                : (fj_tensor){.data = dfac[t],
+                                              .dtype = FJ_DTYPE_F32,
+                                              .ndim = 2,
+                                              .shape = {c->b, c->hkv},
+                                              .stride = {c->hkv, 1}};
+    fj_attention_desc desc;
+    fj_attention_desc_init(&desc);
+    desc.causal = c->causal;
+    if (c->descale) {
+        desc.q_descale = &tf[0];
+        desc.k_descale = &tf[1];
+        desc.v_descale = &tf[2];
+    }
+    fj_status st = fj_attention_forward(ctx, &desc, &tq, &tk, &tv, &to, &tl, NULL);
+    if (st != FJ_OK)
+        fail_msg("fj_attention_forward: %s", fj_context_last_error(ctx));
+    assert_int_equal(fj_memcpy_d2h(ctx, out_host, dout, (size_t)no * os), FJ_OK);
+    assert_int_equal(fj_memcpy_d2h(ctx, lse_host, dlse, (size_t)nl * 4), FJ_OK);
+
+    /* Every element against the reference; the error bar: twice the plain implementation's,
+    ** plus out's rounding at the largest magnitude. */
+    double err = 0, plain_err = 0, ref_max = 0, lse_err = 0;
+    int64_t bad = 0;
+    double ref[512], plain[512], ref_lse;
+    assert_true(c->dv <= 512);
+    const double scale = 1.0 / sqrt((double)c->d);
+    for (int64_t b = 0; b < c->b; b++)
+        for (int64_t h = 0; h < c->hq; h++)
+            for (int64_t i = 0; i < c->sq; i++) {
+                reference_row(c, real[0], real[1], real[2], b, h, i, scale, ref, &ref_lse, plain);
+                for (int64_t e = 0; e < c->dv; e++) {
+                    const double got = fjr_load(
+                        c->out,
+                        out_host + (size_t)(((b * c->sq + i) * c->hq + h) * c->dv + e) * os);
+                    if (!isfinite(got))
+                        bad++;
+                    err = fmax(err, fabs(got - ref[e]));
+                    plain_err = fmax(plain_err, fabs(plain[e] - ref[e]));
+                    ref_max = fmax(ref_max, fabs(ref[e]));
+                }
+                const double got_lse = lse_host[(b * c->hq + h) * c->sq + i];
+                if (isinf(ref_lse))
+                    bad += !(isinf(got_lse) && got_lse < 0);
+                else
+                    lse_err = fmax(lse_err, fabs(got_lse - ref_lse));
+            }
+    const double rounding = ref_max * (c->out == FJ_DTYPE_BF16 ? 1.0 / 256 : 1.0 / 2048);
+    const int ok = bad == 0 && err <= 2 * plain_err + rounding && lse_err <= 1e-3 && plain_err > 0;
+    printf("  %s %s -> %s descale %d causal %d b %lld sq %lld sk %lld hq %lld hkv %lld d %lld/%lld"
+           " | err %.3g (plain fp8 %.3g, of %.3g) lse %.2g, %lld bad\n",
+           ok ? "ok  " : "FAIL", c->in == FJ_DTYPE_F8_E4M3 ? "e4m3" : "e5m2",
+           c->out == FJ_DTYPE_BF16 ? "bf16" : "f16", c->descale, c->causal, (long long)c->b,
+           (long long)c->sq, (long long)c->sk, (long long)c->hq, (long long)c->hkv, (long long)c->d,
+           (long long)c->dv, err, plain_err, ref_max, lse_err, (long long)bad);
+    for (int t = 0; t < 3; t++) {
+        free(codes[t]);
+        free(real[t]);
+        fj_free(ctx, dfac[t]);
+    }
+    void *bufs[5] = {dq, dk, dv, dout, dlse};
+    for (int i = 0; i < 5; i++)
+        fj_free(ctx, bufs[i]);
+    free(out_host);
+    free(lse_host);
+    assert_true(ok);
+}
+
+/* Both formats, both 16-bit outputs, every descale shape, causal and not, GQA, odd sizes, d != dv.
+ */
+static void test_fp8_forward(void **state)
+{
+    fj_context *ctx = suite_context(state);
+    const fp8_case cases[] = {
+        {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 2, 0, 2, 37, 70, 4, 2, 40, 24},
+        {FJ_DTYPE_F8_E4M3, FJ_DTYPE_F16, 1, 1, 2, 70, 45, 2, 1, 64, 64},
+        {FJ_DTYPE_F8_E5M2, FJ_DTYPE_BF16, 0, 1, 1, 33, 33, 6, 3, 32, 48},
+        {FJ_DTYPE_F8_E5M2, FJ_DTYPE_F16, 2, 0, 3, 17, 129, 2, 2, 16, 16},
+        {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 2, 1, 1, 65, 200, 4, 1, 128, 128},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        run_case(ctx, &cases[i]);
+}
+
+/* The backward of FP8 attention is refused, naming q.dtype. */
+static void test_fp8_backward_unsupported(void **state)
+{
+    fj_context *ctx = suite_context(state);
+    static _Alignas(16) unsigned char storage[256];
+    fj_tensor q = {.data = storage,
+                   .dtype = FJ_DTYPE_F8_E4M3,
+                   .ndim = 4,
+                   .shape = {1, 4, 1, 16},
+                   .stride = {64, 16, 16, 1}};
+    fj_tensor out = q, lse = {.data = storage,
+                              .dtype = FJ_DTYPE_F32,
+                              .ndim = 3,
+                              .shape = {1, 1, 4},
+                              .stride = {4, 4, 1}};
+    out.dtype = FJ_DTYPE_BF16;
+    fj_tensor dq = out;
+    assert_int_equal(
+        fj_attention_backward(ctx, NULL, &q, &q, &q, &out, &out, &lse, &dq, &dq, &dq, NULL),
+        FJ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(fj_context_last_error(ctx), "q.dtype = f8e4m3"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_host_conversions),
+        cmocka_unit_test(test_fp8_forward),
+        cmocka_unit_test(test_fp8_backward_unsupported),
+    };
+    return suite_run("fp8", tests);
+}
