@@ -35,11 +35,13 @@ install: build
 # The unit suite again, built with AddressSanitizer and UBSan (any report fails the test). Left
 # out: the Python layout check (the interpreter would need the ASan runtime preloaded), the
 # offline cache build (minutes inside NVRTC; its host side runs in `make test`) and the install
-# consumers (their programs are not built with the sanitizers).
+# consumers (their programs are not built with the sanitizers). PoCL's own leaks are suppressed
+# (tests/lsan.supp).
 sanitize: deps
 	cmake -S . -B build-asan -DFLASHJIT_SANITIZE=ON -DFLASHJIT_WERROR=$(WERROR) $(CMAKE_FLAGS)
 	cmake --build build-asan -j $(JOBS)
-	cd build-asan && ctest --output-on-failure -L unit -E "python_layout|python_package|cache_build_offline|install_consumers" $(CTEST_ARGS)
+	cd build-asan && LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp ctest --output-on-failure \
+		-L unit -E "python_layout|python_package|cache_build_offline|install_consumers" $(CTEST_ARGS)
 
 # Each libFuzzer target (fuzz/) for FUZZ_SECONDS over its corpus; needs clang.
 FUZZ_SECONDS ?= 60
