@@ -2,7 +2,7 @@
 ** anything runs (runtime/validate.c, the expressions, features, the heuristic, the plan, the
 ** kernels' keys), for a described Hopper GPU and an OpenCL device; and a merge's, from the same
 ** tensors (fj_attention_merge). The bytes choose every field
-** of the descriptor and of up to 13 tensors, the struct size, the expressions and a tile
+** of the descriptor and of up to 15 tensors, the struct size, the expressions and a tile
 ** config. No memory behind a tensor is touched: data pointers only matter for their alignment
 ** and where they lie relative to each other. */
 #include <stdio.h>
@@ -36,7 +36,8 @@ static void fill_tensor(fuzz_input *in, fj_tensor *t, int i)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fuzz_input in = {.data = data, .size = size};
-    fj_tensor t[14]; /* q k v out lse alibi bias mask cu_q cu_k used ranges blocks, pages */
+    fj_tensor t[15]; /* q k v out lse alibi bias mask cu_q cu_k used ranges blocks, pages, a
+                     ** descale */
     memset(t, 0, sizeof t);
     for (int i = 0; i < 13; i++)
         fill_tensor(&in, &t[i], i);
@@ -78,6 +79,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fill_tensor(&in, &t[13], 13);
     d.num_splits = (int32_t)((uint64_t)fuzz_int(&in) - 2); /* -2 .. 253 */
     d.page_table = (present >> 10) & 1 ? &t[13] : NULL;
+    /* FP8 descale factors (read after the page table, for the same reason). */
+    fill_tensor(&in, &t[14], 14);
+    d.q_descale = (present >> 11) & 1 ? &t[14] : NULL;
+    d.k_descale = (present >> 12) & 1 ? &t[14] : NULL;
+    d.v_descale = (present >> 13) & 1 ? &t[14] : NULL;
 
     static const fj_device_info devices[2] = {
         {.struct_size = sizeof(fj_device_info),
