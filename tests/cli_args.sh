@@ -72,11 +72,18 @@ expect 1 "not signed by a trusted key" cache verify "$tmp/c.db" \
     --trusted-key "$(cat "$tmp/other.pub")"
 expect 2 "opts.trusted_keys\[0\] is not an Ed25519 public key" run --trusted-key 1234
 # Tuning with nowhere to keep the results stops before it starts (given a device to tune on);
-# `run --backward` checks and times the backward and names its kernel.
+# `run --backward` checks and times the backward and names its kernel; `run --dtype e5m2`
+# checks FP8 inputs against the float64 reference and their plain FP8 implementation; FP8 has
+# no backward (an unsupported request: status 2) and no tuning.
 if "$cli" info 2>/dev/null | grep -qE "^backend opencl: [1-9]"; then
     expect 0 "backward   opencl.bwd.simt, [0-9.]* ms (median of 2)" run --backend opencl \
         --cache :memory: --seqlen 40 --head-dim 16 --heads 2 --backward --reps 2
     expect 1 "cannot be written, so the results would be lost" tune --backend opencl \
         --cache /proc/version/kernels.db --head-dim 64 --seqlen 64
+    expect 0 "plain e5m2 implementation" run --backend opencl --cache :memory: --seqlen 40 \
+        --head-dim 16 --heads 2 --dtype e5m2 --causal
+    expect 2 "the backward of fp8 attention is not supported" run --backend opencl \
+        --cache :memory: --seqlen 40 --head-dim 16 --heads 2 --dtype e4m3 --backward
 fi
+expect 2 "--dtype takes bf16, f16 or f32, not 'e4m3'" tune --dtype e4m3
 exit $failed

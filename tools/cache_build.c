@@ -378,7 +378,7 @@ int fjt_cache_build(int argc, char **argv)
             for (char *tok = strtok_r(copy, ",", &save); tok && ndt < 2;
                  tok = strtok_r(NULL, ",", &save)) {
                 fj_dtype dt;
-                if (fjt_parse_dtype(tok, &dt) || dt == FJ_DTYPE_F32)
+                if (fjt_parse_dtype(tok, &dt) || (dt != FJ_DTYPE_BF16 && dt != FJ_DTYPE_F16))
                     bad = 1;
                 else
                     dtypes[ndt++] = dt;

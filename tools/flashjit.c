@@ -51,7 +51,7 @@ static int usage(FILE *f)
         "  --batch N [2]   --heads N [8]   --kv-heads N [= heads]\n"
         "  --seqlen N [512] (both)   --seqlen-q N   --seqlen-k N\n"
         "  --head-dim N [64]   --head-dim-v N [= head-dim]\n"
-        "  --dtype bf16|f16|f32 [bf16]\n"
+        "  --dtype bf16|f16|f32|e4m3|e5m2 [bf16] (FP8: q, k, v in it, out bf16)\n"
         "  --causal   --window-left N   --window-right N   --softcap X   --scale X\n"
         "  --layout bshd|bhsd|padded [bshd]   --no-lse\n"
         "  --reps N [5] timed calls   --seed N [fresh]   --no-check   --cache PATH\n"
@@ -161,9 +161,11 @@ int fjt_pick(const char *s, const char *const *words)
 
 int fjt_parse_dtype(const char *s, fj_dtype *dtype)
 {
-    static const char *const words[] = {"bf16", "f16", "fp16", "f32", "fp32", NULL};
-    static const fj_dtype values[] = {FJ_DTYPE_BF16, FJ_DTYPE_F16, FJ_DTYPE_F16, FJ_DTYPE_F32,
-                                      FJ_DTYPE_F32};
+    static const char *const words[] = {"bf16", "f16",  "fp16",   "f32",    "fp32",
+                                        "e4m3", "e5m2", "f8e4m3", "f8e5m2", NULL};
+    static const fj_dtype values[] = {FJ_DTYPE_BF16,    FJ_DTYPE_F16,     FJ_DTYPE_F16,
+                                      FJ_DTYPE_F32,     FJ_DTYPE_F32,     FJ_DTYPE_F8_E4M3,
+                                      FJ_DTYPE_F8_E5M2, FJ_DTYPE_F8_E4M3, FJ_DTYPE_F8_E5M2};
     int i = fjt_pick(s, words);
     if (i < 0)
         return -1;
@@ -564,7 +566,7 @@ static int cmd_run(int argc, char **argv)
         if (!c.skip_check) {
             printf("error      max abs %.3g, relative %.3g", r.max_abs_err, r.rel_err);
             if (c.dtype != FJ_DTYPE_F32)
-                printf(", plain %s implementation %.3g", c.dtype == FJ_DTYPE_F16 ? "f16" : "bf16",
+                printf(", plain %s implementation %.3g", fjh_dtype_name(c.dtype),
                        r.lowp_max_abs_err);
             if (c.with_lse)
                 printf(", lse %.3g", r.lse_max_err);

@@ -88,8 +88,10 @@ int fjt_tune_command(int argc, char **argv)
             break;
         case O_CACHE: o.cache_path = optarg; break;
         case O_DTYPE:
-            if (fjt_parse_dtype(optarg, &dtype))
-                return fprintf(stderr, "flashjit tune: unknown dtype '%s'\n", optarg), 2;
+            if (fjt_parse_dtype(optarg, &dtype) || fj_dtype_size(dtype) == 1)
+                return fprintf(stderr, "flashjit tune: --dtype takes bf16, f16 or f32, not '%s'\n",
+                               optarg),
+                       2;
             break;
         case O_D:
             if ((nd = fjt_parse_list("head-dim", optarg, 1, 576, dims, MAX_LIST)) < 0)

@@ -34,20 +34,28 @@ void fjh_case_init(fjh_case *c)
     c->with_lse = 1;
 }
 
+const char *fjh_dtype_name(fj_dtype dtype)
+{
+    switch (dtype) {
+    case FJ_DTYPE_F32: return "f32";
+    case FJ_DTYPE_F16: return "f16";
+    case FJ_DTYPE_F8_E4M3: return "e4m3";
+    case FJ_DTYPE_F8_E5M2: return "e5m2";
+    default: return "bf16";
+    }
+}
+
 void fjh_describe(const fjh_case *c, char *buf, size_t size)
 {
     static const char *layouts[] = {"bshd", "bhsd", "padded"};
-    snprintf(
-        buf, size,
-        "b=%lld sq=%lld sk=%lld hq=%lld hkv=%lld d=%lld dv=%lld %s causal=%d window=(%d,%d) "
-        "softcap=%g scale=%g layout=%s lse=%d",
-        (long long)c->batch, (long long)c->seqlen_q, (long long)c->seqlen_k, (long long)c->heads_q,
-        (long long)c->heads_kv, (long long)c->head_dim, (long long)c->head_dim_v,
-        c->dtype == FJ_DTYPE_F32   ? "f32"
-        : c->dtype == FJ_DTYPE_F16 ? "f16"
-                                   : "bf16",
-        (int)c->desc.causal, (int)c->desc.window_left, (int)c->desc.window_right,
-        (double)c->desc.softcap, (double)c->desc.softmax_scale, layouts[c->layout], c->with_lse);
+    snprintf(buf, size,
+             "b=%lld sq=%lld sk=%lld hq=%lld hkv=%lld d=%lld dv=%lld %s causal=%d window=(%d,%d) "
+             "softcap=%g scale=%g layout=%s lse=%d",
+             (long long)c->batch, (long long)c->seqlen_q, (long long)c->seqlen_k,
+             (long long)c->heads_q, (long long)c->heads_kv, (long long)c->head_dim,
+             (long long)c->head_dim_v, fjh_dtype_name(c->dtype), (int)c->desc.causal,
+             (int)c->desc.window_left, (int)c->desc.window_right, (double)c->desc.softcap,
+             (double)c->desc.softmax_scale, layouts[c->layout], c->with_lse);
     size_t used = strlen(buf);
     if (c->desc.mask_mod && used < size)
         used += (size_t)snprintf(buf + used, size - used, " mask_mod=\"%s\"", c->desc.mask_mod);
@@ -608,7 +616,8 @@ static double rounding_allowance(fj_dtype dtype, double x)
 static void check(const fjh_case *c, const fjr_problem *p, const htensor *out, const htensor *lse,
                   const double *ref, const double *ref_lse, const float *lowp, fjh_result *r)
 {
-    size_t es = fj_dtype_size(c->dtype);
+    const fj_dtype odt = out->t.dtype;
+    size_t es = fj_dtype_size(odt);
     unsigned char *seen = xcalloc(out->elements, 1, "the check of the output");
     size_t idx = 0;
     for (int64_t a = 0; a < p->batch; a++)
@@ -617,7 +626,7 @@ static void check(const fjh_case *c, const fjr_problem *p, const htensor *out, c
                 for (int64_t d = 0; d < p->head_dim_v; d++, idx++) {
                     int64_t off = offset4(&out->t, a, i, h, d);
                     seen[off] = 1;
-                    double x = fjr_load(c->dtype, out->host + (size_t)off * es);
+                    double x = fjr_load(odt, out->host + (size_t)off * es);
                     if (!isfinite(x) || !isfinite(ref[idx])) {
                         /* Where the scores hold a NaN (a score_mod's log(-1), say) the reference
                         ** is NaN too: non-finite values must agree exactly, else it is wrong. */
@@ -630,7 +639,7 @@ static void check(const fjh_case *c, const fjr_problem *p, const htensor *out, c
                         r->lowp_max_abs_err = fmax(r->lowp_max_abs_err, fabs(lowp[idx] - ref[idx]));
                     if (c->dtype != FJ_DTYPE_F32)
                         r->rounding_atol =
-                            fmax(r->rounding_atol, rounding_allowance(c->dtype, ref[idx]));
+                            fmax(r->rounding_atol, rounding_allowance(odt, ref[idx]));
                 }
     for (size_t e = 0; e < out->elements; e++)
         for (size_t byte = 0; !seen[e] && byte < es; byte++)
@@ -962,9 +971,9 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
     geometry(&q, c->dtype, geo_b, geo_sq, c->heads_q, c->head_dim, c->layout);
     geometry(&k, c->dtype, geo_b, geo_sk, c->heads_kv, c->head_dim, c->layout);
     geometry(&v, c->dtype, geo_b, geo_sk, c->heads_kv, c->head_dim_v, c->layout);
-    geometry(&out, c->dtype, geo_b, geo_sq, c->heads_q, c->head_dim_v, c->layout);
+    geometry(&out, fjr_out_dtype(c->dtype), geo_b, geo_sq, c->heads_q, c->head_dim_v, c->layout);
     lse_geometry(&lse, geo_b, c->heads_q, geo_sq, c->layout);
-    size_t es = fj_dtype_size(c->dtype);
+    size_t es = fj_dtype_size(out.t.dtype); /* out's elements (bf16 for FP8 inputs) */
     htensor *all[] = {&q, &k, &v, &out, &lse};
     for (int i = 0; i < 5; i++) {
         size_t bytes = all[i]->elements * fj_dtype_size(all[i]->t.dtype);

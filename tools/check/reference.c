@@ -108,6 +108,11 @@ uint8_t fjr_f32_to_fp8(fj_dtype dtype, float x)
     return (uint8_t)best;
 }
 
+fj_dtype fjr_out_dtype(fj_dtype dtype)
+{
+    return dtype == FJ_DTYPE_F8_E4M3 || dtype == FJ_DTYPE_F8_E5M2 ? FJ_DTYPE_BF16 : dtype;
+}
+
 float fjr_round(fj_dtype dtype, float x)
 {
     switch (dtype) {
@@ -343,7 +348,7 @@ void fjr_attention_lowp(const fjr_problem *p, fj_dtype dtype, const float *q, co
                         acc[c] += pj * vj[c];
                 }
                 for (int64_t c = 0; c < dv; c++)
-                    oi[c] = fjr_round(dtype, acc[c]);
+                    oi[c] = fjr_round(fjr_out_dtype(dtype), acc[c]);
             }
     free(s);
     free(acc);

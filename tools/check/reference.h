@@ -80,8 +80,12 @@ void fjr_attention_backward_lowp(const fjr_problem *p, fj_dtype dtype, const flo
                                  const float *k, const float *v, const float *dout, float *dq,
                                  float *dk, float *dv);
 
+/* The dtype of the output of inputs in dtype: bf16 for FP8 inputs, else dtype itself. */
+fj_dtype fjr_out_dtype(fj_dtype dtype);
+
 /* The plain low-precision attention the error bar is measured against: scores and softmax in
-** float32, P rounded to dtype before P.V, output rounded to dtype. Same layouts, float data. */
+** float32, P rounded to dtype before P.V, output rounded to fjr_out_dtype(dtype). Same
+** layouts, float data. */
 void fjr_attention_lowp(const fjr_problem *p, fj_dtype dtype, const float *q, const float *k,
                         const float *v, float *out);
 
@@ -160,6 +164,9 @@ typedef struct fjh_result {
     double bwd_tflops;    /* FlashAttention's count: 2.5 x the forward's */
     fj_tune_result tune; /* when the case asked for tuning */
 } fjh_result;
+
+/* The short name of a case's dtype: "bf16", "f16", "f32", "e4m3", "e5m2". */
+const char *fjh_dtype_name(fj_dtype dtype);
 
 /* Initialises a case with the defaults (one small bf16 problem). */
 void fjh_case_init(fjh_case *c);
