@@ -222,6 +222,25 @@ static void test_banner_and_embedded_attention(void **state)
     }
 }
 
+/* With FJ_RENDER_OUT set (and `when`), writes source to that folder as the file named by fmt
+** (printf-style), for compiling it by hand. */
+static void save_render(int when, const char *source, const char *fmt, ...)
+{
+    const char *dir = getenv("FJ_RENDER_OUT");
+    if (!dir || !when)
+        return;
+    char name[256], path[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(source, f);
+    fclose(f);
+}
+
 /* The expressions of the backward's render tests: a mask_mod, and a score_mod with its
 ** derivative. */
 static void set_test_mods(fj__variant *v)
@@ -268,15 +287,7 @@ static void test_fp8_forward_render(void **state)
                                              : "#define KV_LOAD(p, i) e4m3_to_float((p)[i])"));
             assert_true((strstr(out, "vd[batch * P.vd_sb") != NULL) == !e5m2);
             assert_null(strstr(out, "#define Q_STORE"));
-            const char *dir = getenv("FJ_RENDER_OUT");
-            if (dir && backend) {
-                char path[512];
-                snprintf(path, sizeof path, "%s/fwd_fp8_%s.cu", dir, e5m2 ? "e5m2" : "e4m3");
-                FILE *f = fopen(path, "w");
-                assert_non_null(f);
-                fputs(out, f);
-                fclose(f);
-            }
+            save_render(backend, out, "fwd_fp8_%s.cu", e5m2 ? "e5m2" : "e4m3");
             free(out);
         }
 }
@@ -316,16 +327,8 @@ static void test_decode_variants_render(void **state)
                 assert_true((strstr(out, "P.page_table") != NULL) == paged);
                 assert_true((strstr(out, "P.num_pages - 1") != NULL) == paged);
                 assert_true((strstr(out, "P.part.o") != NULL) == partial);
-                const char *dir = getenv("FJ_RENDER_OUT");
-                if (dir && kind) {
-                    char path[512];
-                    snprintf(path, sizeof path, "%s/decode%s_p%d_s%d.cu", dir,
-                             kind == 2 ? "_vec" : "", paged, partial);
-                    FILE *f = fopen(path, "w");
-                    assert_non_null(f);
-                    fputs(out, f);
-                    fclose(f);
-                }
+                save_render(kind, out, "decode%s_p%d_s%d.cu", kind == 2 ? "_vec" : "", paged,
+                            partial);
                 free(out);
             }
 }
@@ -361,15 +364,7 @@ static void test_backward_stages_render(void **state)
             const int scores = stage > 1 && stage < 5; /* stage 5 casts dq's sum */
             assert_true((strstr(out, "1.0f - t * t") != NULL) == scores);
             assert_true((strstr(out, "fj_score_grad(mc, capped") != NULL) == scores);
-            const char *dir = getenv("FJ_RENDER_OUT");
-            if (dir && backend) {
-                char path[512];
-                snprintf(path, sizeof path, "%s/bwd_stage%d.cu", dir, stage);
-                FILE *f = fopen(path, "w");
-                assert_non_null(f);
-                fputs(out, f);
-                fclose(f);
-            }
+            save_render(backend, out, "bwd_stage%d.cu", stage);
             free(out);
         }
 }
@@ -426,16 +421,8 @@ static void test_backward_mma_render(void **state)
                                 (v.score_mod != NULL));
                     assert_true((strstr(out, "add_dq_tile(P.dq_acc") != NULL) ==
                                 ((v.grads & 4) != 0));
-                    const char *dir = getenv("FJ_RENDER_OUT");
-                    if (dir) {
-                        char path[512];
-                        snprintf(path, sizeof path, "%s/bwd_mma_stage%d_d%d_x%d_g%d.cu", dir, stage,
-                                 v.head_dim_pad, extras, v.grads);
-                        FILE *f = fopen(path, "w");
-                        assert_non_null(f);
-                        fputs(out, f);
-                        fclose(f);
-                    }
+                    save_render(1, out, "bwd_mma_stage%d_d%d_x%d_g%d.cu", stage, v.head_dim_pad,
+                                extras, v.grads);
                     free(out);
                 }
 }
