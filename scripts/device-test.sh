@@ -35,7 +35,8 @@ status=0
 if [ "$what" = smoke ] || [ "$what" = all ]; then
     for args in "--seqlen 200 --head-dim 64" "--seqlen 1000 --head-dim 128 --causal" \
                 "--seqlen-q 300 --seqlen-k 517 --head-dim 72 --head-dim-v 40 --causal" \
-                "--seqlen 777 --head-dim 256 --dtype f16" "--seqlen 129 --head-dim 128 --layout bhsd"; do
+                "--seqlen 777 --head-dim 256 --dtype f16" "--seqlen 129 --head-dim 128 --layout bhsd" \
+                "--seqlen 300 --head-dim 128 --dtype e4m3 --causal"; do
         echo "== run $args"
         timeout 60 $build/flashjit run --backend cuda --batch 2 --heads 4 $args 2>&1 |
             grep -E "^kernel|^time|^error|PASS|FAIL|rror" || { echo "run FAILED or timed out"; status=1; }
@@ -121,7 +122,9 @@ if [ "$what" = decode ]; then
     grep -E "Test +#|tests passed" "$out/ctest_backward.log"
 fi
 if [ "$what" = bwd ]; then
-    (cd $build && timeout 200 ./test_backward_cuda) > "$out/test_backward.log" 2>&1 || status=1
+    # Every tensor-core case runs twice (with and without dq's atomics), each compiling its
+    # variants first: several minutes.
+    (cd $build && timeout 420 ./test_backward_cuda) > "$out/test_backward.log" 2>&1 || status=1
     grep -E "FAIL|PASSED|FAILED" "$out/test_backward.log"
     echo "on tensor cores: $(grep -c cuda.bwd.mma "$out/test_backward.log") cases"
     for args in "--seqlen-q 130 --seqlen-k 200 --head-dim 128 --causal" \
