@@ -294,10 +294,11 @@ typedef struct fj_attention_desc {
     ** bias broadcasts (extent 1, or stride 0 over a larger extent) of extent 1: the gradient is
     ** summed over it. Dense requests only (no variable lengths). */
     fj_tensor *dbias;
-    /* FP8 inputs (q, k and v in f8e4m3 or f8e5m2) only: the factors that turn each into its
-    ** real values, as FlashAttention-3's descales: F32 tensors of shape [1] (one factor) or
-    ** [batch, heads_kv] (per sequence and kv head; query head h takes kv head h's group's);
-    ** NULL: 1. The scores are (q * q_descale) . (k * k_descale) and out is P (v * v_descale). */
+    /* FP8 inputs only (q_descale for an FP8 q, k_ and v_descale for FP8 k and v): the factors
+    ** that turn each into its real values, as FlashAttention-3's descales: F32 tensors of
+    ** shape [1] (one factor) or [batch, heads_kv] (per sequence and kv head; query head h takes
+    ** its kv head's); NULL: 1. The scores are (q * q_descale) . (k * k_descale) and out is
+    ** P (v * v_descale). */
     const fj_tensor *q_descale;
     const fj_tensor *k_descale;
     const fj_tensor *v_descale;
@@ -312,11 +313,13 @@ FJ_API void fj_attention_desc_init(fj_attention_desc *desc);
 ** multiple of heads_kv; query head h reads kv head h / (heads_q / heads_kv). A query row whose
 ** keys are all masked gets out = 0 and lse = -inf.
 **
-** desc may be NULL for the defaults. q, k, v and out share one dtype (f16, bf16 or f32), or q,
+** desc may be NULL for the defaults. q, k, v and out share one dtype (f16, bf16 or f32); or q,
 ** k and v share an FP8 type (f8e4m3, f8e5m2; scaled by desc.q_descale, k_descale and
-** v_descale) and out is f16 or bf16: FP8 runs on the SIMT kernels so far (not with a paged
-** cache, and no backward); head_dim and head_dim_v are 1..576 and may differ (up to 256 on
-** tensor cores; beyond, the SIMT kernels serve). Accumulation is in float32.
+** v_descale) and out is f16 or bf16; or k and v alone are FP8 (an FP8 KV cache, paged or not,
+** scaled by k_descale and v_descale) read by f16 or bf16 q, out as q. FP8 runs on the portable
+** kernels so far (the SIMT forward and the portable decode kernel), and has no backward;
+** head_dim and head_dim_v are 1..576 and may differ (up to 256 on tensor cores; beyond, the
+** SIMT kernels serve). Accumulation is in float32.
 ** stream is the backend's queue: a CUstream for CUDA (NULL: the default stream), a
 ** cl_command_queue for OpenCL (NULL: the context's own queue). The call is asynchronous with
 ** respect to the host; fj_synchronize() waits.

@@ -22,7 +22,8 @@
 static int choose_vector(const fj__features *f, const fj_device_info *dev, int64_t group_rows,
                          fj__variant *v)
 {
-    const int sixteen_bit = f->q_dtype == FJ_DTYPE_BF16 || f->q_dtype == FJ_DTYPE_F16;
+    const int sixteen_bit =
+        (f->q_dtype == FJ_DTYPE_BF16 || f->q_dtype == FJ_DTYPE_F16) && f->kv_dtype == f->q_dtype;
     if (dev->backend != FJ_BACKEND_CUDA || !sixteen_bit || !f->rows_16b[FJ__T_Q] ||
         !f->rows_16b[FJ__T_K] || !f->rows_16b[FJ__T_V] || f->head_dim > 256 ||
         f->head_dim_v > 256)
@@ -44,19 +45,27 @@ static int choose_vector(const fj__features *f, const fj_device_info *dev, int64
     return 1;
 }
 
+/* An FP8 KV cache read by 16-bit queries (the portable kernel converts it as it loads). */
+static int fp8_cache(const fj__features *f)
+{
+    return (f->kv_dtype == FJ_DTYPE_F8_E4M3 || f->kv_dtype == FJ_DTYPE_F8_E5M2) &&
+           (f->q_dtype == FJ_DTYPE_F16 || f->q_dtype == FJ_DTYPE_BF16);
+}
+
 int fj__choose_decode(const fj__features *f, const fj_device_info *dev, fj__variant *v)
 {
     memset(v, 0, sizeof *v);
     const int64_t group_rows = f->heads_q / f->heads_kv * f->seqlen_q;
     /* A paged cache has no other kernel: any number of query rows (chunked prefill). */
-    if ((f->seqlen_q > FJ__DECODE_MAX_SEQLEN_Q && !f->paged) || f->mask_mod || f->score_mod || f->alibi ||
-        f->bias_dtype >= 0 || f->mask || f->block_mask || f->ranges ||
-        f->kv_dtype != f->q_dtype || f->out_dtype != f->q_dtype)
+    if ((f->seqlen_q > FJ__DECODE_MAX_SEQLEN_Q && !f->paged) || f->mask_mod || f->score_mod ||
+        f->alibi || f->bias_dtype >= 0 || f->mask || f->block_mask || f->ranges ||
+        f->out_dtype != f->q_dtype || (f->kv_dtype != f->q_dtype && !fp8_cache(f)))
         return 0;
     fj__variant_from_features(v, FJ__FAMILY_DECODE, f, dev);
     v->threads = DECODE_THREADS;
     v->local_mask = f->window_left >= 0 || f->window_right >= 0;
     v->softcap = f->softcap;
+    v->descale = f->descale;
     v->write_lse = f->lse;
     v->varlen = f->varlen;
     v->paged = f->paged;

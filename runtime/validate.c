@@ -266,7 +266,7 @@ static fj_status check_score_terms(const fj_attention_desc *d, fj__problem *p, f
 }
 
 /* The dtypes of q, k, v and out: one floating type; or q, k and v one FP8 type and out f16 or
-** bf16. */
+** bf16; or an FP8 KV cache read by 16-bit queries (k and v one FP8 type, out as q). */
 static fj_status check_dtypes(const fj_tensor *q, const fj_tensor *k, const fj_tensor *v,
                               const fj_tensor *out, fj__err *err)
 {
@@ -274,6 +274,16 @@ static fj_status check_dtypes(const fj_tensor *q, const fj_tensor *k, const fj_t
         return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
                         "q.dtype = %s, expected f16, bf16, f32, f8e4m3 or f8e5m2",
                         fj__dtype_name(q->dtype));
+    if (is_fp8(k->dtype) && (q->dtype == FJ_DTYPE_F16 || q->dtype == FJ_DTYPE_BF16)) {
+        if (v->dtype != k->dtype)
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "v.dtype = %s differs from k.dtype = %s",
+                            fj__dtype_name(v->dtype), fj__dtype_name(k->dtype));
+        if (out->dtype != q->dtype)
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                            "out.dtype = %s differs from q.dtype = %s", fj__dtype_name(out->dtype),
+                            fj__dtype_name(q->dtype));
+        return FJ_OK;
+    }
     const int fp8 = is_fp8(q->dtype);
     const fj_tensor *same[] = {k, v, out};
     const char *names[] = {"k", "v", "out"};
@@ -288,8 +298,8 @@ static fj_status check_dtypes(const fj_tensor *q, const fj_tensor *k, const fj_t
     return FJ_OK;
 }
 
-/* desc's descale factors (FP8 inputs only): f32, [1] or [batch, heads_kv]; their batch and kv
-** head strides (0 for [1]) go to p. */
+/* desc's descale factors (each for an FP8 input only: q's for q, k's and v's for the KV): f32,
+** [1] or [batch, heads_kv]; their batch and kv head strides (0 for [1]) go to p. */
 static fj_status check_descales(const fj_attention_desc *d, fj__problem *p, fj__err *err)
 {
     const fj_tensor *ts[3] = {d->q_descale, d->k_descale, d->v_descale};
@@ -298,10 +308,11 @@ static fj_status check_descales(const fj_attention_desc *d, fj__problem *p, fj__
         const fj_tensor *t = ts[i];
         if (!t)
             continue;
-        if (!is_fp8(p->q_dtype))
+        const fj_dtype scaled = i == 0 ? p->q_dtype : p->kv_dtype;
+        if (!is_fp8(scaled))
             return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
-                            "%s: descale factors are for fp8 inputs, and q.dtype = %s", names[i],
-                            fj__dtype_name(p->q_dtype));
+                            "%s: descale factors are for fp8 inputs, and %s.dtype = %s", names[i],
+                            i == 0 ? "q" : "k", fj__dtype_name(scaled));
         if (t->ndim != 1 && t->ndim != 2)
             return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
                             "%s.ndim = %d, expected 1 ([1]) or 2 ([batch, heads_kv])", names[i],
@@ -538,8 +549,9 @@ fj_status fj__validate_forward(const fj_attention_desc *desc, const fj_tensor *q
     p->out_dtype = out->dtype;
     if (d.page_table && is_fp8(p->q_dtype))
         return fj__fail(err, FJ_ERR_UNSUPPORTED,
-                        "desc.page_table with %s k and v: fp8 KV caches are not supported yet",
-                        fj__dtype_name(p->kv_dtype));
+                        "desc.page_table with %s q: a paged cache takes 16-bit queries (an fp8 "
+                        "cache with f16 or bf16 q)",
+                        fj__dtype_name(p->q_dtype));
 
     /* Field names by layout: dense [b, s, h, d] or packed [total, h, d]. */
     const int h_axis = p->cu_seqlens_q ? 1 : 2, d_axis = h_axis + 1;
@@ -961,10 +973,11 @@ fj_status fj__validate_backward(const fj_attention_desc *desc, const fj_tensor *
     if (p->f.page_table)
         return fj__fail(err, FJ_ERR_UNSUPPORTED,
                         "desc.page_table: the backward of a paged KV cache is not supported");
-    if (is_fp8(p->f.q_dtype))
+    if (is_fp8(p->f.q_dtype) || is_fp8(p->f.kv_dtype))
         return fj__fail(err, FJ_ERR_UNSUPPORTED,
-                        "q.dtype = %s: the backward of fp8 attention is not supported",
-                        fj__dtype_name(p->f.q_dtype));
+                        "%s.dtype = %s: the backward of fp8 attention is not supported",
+                        is_fp8(p->f.q_dtype) ? "q" : "k",
+                        fj__dtype_name(is_fp8(p->f.q_dtype) ? p->f.q_dtype : p->f.kv_dtype));
     TRY(check_like(dout, "dout", out, "out", err));
     TRY(check_like(dq, "dq", q, "q", err));
     TRY(check_like(dk, "dk", k, "k", err));

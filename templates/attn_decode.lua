@@ -15,14 +15,15 @@
 % -- combines them; else straight to out and lse. A
 % -- row that sees no key writes out 0 and lse -inf (an empty state, weighing nothing).
 % --
-% -- Parameters: backend, q/kv/out dtypes (one type), head_dim_pad, head_dim_v_pad, tile_m (rows
+% -- Parameters: backend, q/kv/out dtypes (one type, or an FP8 kv with descale: k's factor
+% -- scales the scores, v's the output), head_dim_pad, head_dim_v_pad, tile_m (rows
 % -- per work-group), tile_n (keys per tile), threads, local_mask (causal or window), softcap,
 % -- write_lse, varlen (0 dense; 1 packed through cu_seqlens_q/k; 2 and seqused_k), paged (k and
 % -- v are pages found through P.page_table, seqused_k the keys of each sequence), partial,
 % -- shared_bytes (the host's size of Smem), args (fj_decode_params).
 % assert(threads == 128, "attn_decode: 128 work-items per work-group")
 % assert(tile_m >= 1 and tile_m <= threads, "attn_decode: 1 to 128 rows per work-group")
-% assert(kv_dtype == q_dtype and out_dtype == q_dtype, "attn_decode takes one element type for q, k, v and out")
+% assert(out_dtype == q_dtype and (kv_dtype == q_dtype or kv_dtype:sub(1, 2) == "f8"), "attn_decode takes one element type for q, k, v and out, or an FP8 cache")
 % include("dialect.lua")
 % include("params.lua")
 % include("sequence.lua")
@@ -66,11 +67,20 @@ fj_attn_decode(
     const int rows = group * seqlen_q; /* group rows of this sequence */
 % decode_split_keys()
 
+% if descale then
+    GLOBAL const float *qd = GPTR(const float, P.fwd.q_descale), *kd = GPTR(const float, P.fwd.k_descale);
+    GLOBAL const float *vd = GPTR(const float, P.fwd.v_descale);
+    const float q_mul = score_mul * (qd ? qd[batch * P.fwd.qd_sb + head_kv * P.fwd.qd_sh] : 1.0f) *
+                        (kd ? kd[batch * P.fwd.kd_sb + head_kv * P.fwd.kd_sh] : 1.0f);
+    const float o_mul = vd ? vd[batch * P.fwd.vd_sb + head_kv * P.fwd.vd_sh] : 1.0f;
+% else
+    const float q_mul = score_mul, o_mul = 1.0f;
+% end
     for (int i = tid; i < ROWS * DP; i += THREADS) {
         const int r = i / DP, c = i % DP, g = g0 + r;
         const int head = head_kv * group + g / I_MAX(seqlen_q, 1), row = g % I_MAX(seqlen_q, 1);
         sm.q[r][c] = (g < rows && c < head_dim)
-                         ? Q_LOAD(q, (I64)row * q_ss + (I64)head * q_sh + c) * score_mul
+                         ? Q_LOAD(q, (I64)row * q_ss + (I64)head * q_sh + c) * q_mul
                          : 0.0f;
     }
     if (tid < ROWS) {
@@ -147,7 +157,7 @@ fj_attn_decode(
             continue;
         const int head = head_kv * group + g / seqlen_q, row = q_first + g % seqlen_q;
         const float l = sm.l[r];
-        const float o = l > 0.0f ? acc[e] / l : 0.0f;
+        const float o = l > 0.0f ? acc[e] * o_mul / l : 0.0f;
 % if partial then
         GPTR(float, P.part.o)[split * P.part_so + batch * P.part.o_sb + (I64)row * P.part.o_ss +
                               (I64)head * P.part.o_sh + c] = o;

@@ -32,7 +32,8 @@
 % end
 % end
 % assert(tile_m > 0 and tile_n > 0, "tile sizes must be positive")
-% assert(kv_dtype == q_dtype and (out_dtype == q_dtype or q_dtype:sub(1, 2) == "f8"), "the SIMT forward takes one element type for q, k, v and out, or FP8 q, k, v and a 16-bit out")
+% local fp8 = function(dt) return dt:sub(1, 2) == "f8" end
+% assert((kv_dtype == q_dtype and (out_dtype == q_dtype or fp8(q_dtype))) or (fp8(kv_dtype) and out_dtype == q_dtype), "the SIMT forward takes one element type for q, k, v and out, FP8 q, k, v and a 16-bit out, or an FP8 k and v")
 % include("dialect.lua")
 % include("attn_masks.lua")
 % include("params.lua")

@@ -33,6 +33,7 @@ check "--softcap takes a finite number" --softcap inf
 check "--scale takes a finite number" --scale 1.5q
 check "--mod-args takes up to 256 numbers" --mod-args 1,x
 check "--seed takes an unsigned integer" --seed 12ab
+check "--kv-dtype takes e4m3 or e5m2, not 'bf16'" --kv-dtype bf16
 # Valid numbers, but more memory than any machine here has: refused with the size (when a
 # backend exists to plan for; without one the context error also exits 2).
 out=$("$cli" run --seqlen 2000000 --batch 4096 --heads 64 2>&1)
@@ -73,7 +74,8 @@ expect 1 "not signed by a trusted key" cache verify "$tmp/c.db" \
 expect 2 "opts.trusted_keys\[0\] is not an Ed25519 public key" run --trusted-key 1234
 # Tuning with nowhere to keep the results stops before it starts (given a device to tune on);
 # `run --backward` checks and times the backward and names its kernel; `run --dtype e5m2`
-# checks FP8 inputs against the float64 reference and their plain FP8 implementation; FP8 has
+# checks FP8 inputs against the float64 reference and their plain FP8 implementation, and
+# `--kv-dtype e4m3` a paged FP8 KV cache on the decode kernel; FP8 has
 # no backward (an unsupported request: status 2) and no tuning.
 if "$cli" info 2>/dev/null | grep -qE "^backend opencl: [1-9]"; then
     expect 0 "backward   opencl.bwd.simt, [0-9.]* ms (median of 2)" run --backend opencl \
@@ -82,6 +84,8 @@ if "$cli" info 2>/dev/null | grep -qE "^backend opencl: [1-9]"; then
         --cache /proc/version/kernels.db --head-dim 64 --seqlen 64
     expect 0 "plain e5m2 implementation" run --backend opencl --cache :memory: --seqlen 40 \
         --head-dim 16 --heads 2 --dtype e5m2 --causal
+    expect 0 "kernel     opencl.decode" run --backend opencl --cache :memory: --seqlen-q 1 \
+        --seqlen-k 90 --head-dim 16 --heads 4 --kv-heads 2 --kv-dtype e4m3 --paged 16
     expect 2 "the backward of fp8 attention is not supported" run --backend opencl \
         --cache :memory: --seqlen 40 --head-dim 16 --heads 2 --dtype e4m3 --backward
 fi

@@ -1,5 +1,6 @@
-/* FP8 attention on one backend (FJ_TEST_BACKEND): q, k and v in f8e4m3 or f8e5m2 with descale
-** factors ([1], [batch, heads_kv] or none), out in bf16 or f16, against the float64 reference
+/* FP8 attention on one backend (FJ_TEST_BACKEND): q, k and v in f8e4m3 or f8e5m2 (or k and v
+** alone: an FP8 KV cache read by 16-bit queries) with descale factors ([1], [batch, heads_kv] or
+** none), out in bf16 or f16, against the float64 reference
 ** of the dequantised inputs; the error bar is a plain FP8 implementation (inputs and P in FP8,
 ** f32 accumulation, out rounded). Inputs carry outliers (a few large values per row); outputs
 ** are poisoned before the call and every element is checked. The host's FP8 conversions are
@@ -47,6 +48,7 @@ static void test_host_conversions(void **state)
 
 typedef struct fp8_case {
     fj_dtype in, out;
+    int q16;     /* q in out's dtype (an FP8 KV cache read by 16-bit queries; no q descale) */
     int descale; /* 0 none, 1 [1], 2 [batch, heads_kv] */
     int causal;
     int64_t b, sq, sk, hq, hkv, d, dv;
@@ -70,12 +72,13 @@ static void *upload(fj_context *ctx, const void *host, size_t n)
     return d;
 }
 
-/* Fills n FP8 elements of a [b, s, h, dim] tensor with random values divided by their (batch,
-** kv head)'s factor (so that real = code * factor), with outliers: the first element of every
-** row of 8 is 8x larger. real[] receives the dequantised values. */
-static void make_input(const fp8_case *c, int64_t s, int64_t h, int64_t dim, const float *factor,
-                       uint8_t *codes, double *real)
+/* Fills the elements (dtype) of a [b, s, h, dim] tensor with random values divided by their
+** (batch, kv head)'s factor (so that real = element * factor), with outliers: the first element
+** of every row of 8 is 8x larger. real[] receives the values the elements stand for. */
+static void make_input(const fp8_case *c, fj_dtype dtype, int64_t s, int64_t h, int64_t dim,
+                       const float *factor, unsigned char *elems, double *real)
 {
+    const size_t es = fj_dtype_size(dtype);
     for (int64_t b = 0; b < c->b; b++)
         for (int64_t i = 0; i < s; i++)
             for (int64_t j = 0; j < h; j++)
@@ -83,8 +86,8 @@ static void make_input(const fp8_case *c, int64_t s, int64_t h, int64_t dim, con
                     const int64_t at = ((b * s + i) * h + j) * dim + e;
                     const float f = factor[b * c->hkv + j * c->hkv / h];
                     const double x = uniform() * (e % 8 == 0 ? 8.0 : 1.0);
-                    codes[at] = fjr_f32_to_fp8(c->in, (float)(x / f));
-                    real[at] = (double)fjr_fp8_to_f32(c->in, codes[at]) * f;
+                    fjr_store(dtype, elems + at * es, (float)(x / f));
+                    real[at] = (double)fjr_load(dtype, elems + at * es) * f;
                 }
 }
 
@@ -135,20 +138,22 @@ static void run_case(fj_context *ctx, const fp8_case *c)
     const int64_t nq = c->b * c->sq * c->hq * c->d, nk = c->b * c->sk * c->hkv * c->d,
                   nv = c->b * c->sk * c->hkv * c->dv, no = c->b * c->sq * c->hq * c->dv,
                   nl = c->b * c->hq * c->sq, nf = c->b * c->hkv;
-    uint8_t *codes[3] = {malloc((size_t)nq), malloc((size_t)nk), malloc((size_t)nv)};
+    const fj_dtype q_dtype = c->q16 ? c->out : c->in;
+    const size_t qs = fj_dtype_size(q_dtype);
+    unsigned char *codes[3] = {malloc((size_t)nq * qs), malloc((size_t)nk), malloc((size_t)nv)};
     double *real[3] = {malloc((size_t)nq * 8), malloc((size_t)nk * 8), malloc((size_t)nv * 8)};
     /* Each input's factors, per (batch, kv head): one for all ([1]), or none (1). */
     float factors[3][64];
     for (int t = 0; t < 3; t++) {
         assert_true(codes[t] && real[t] && nf <= 64);
         for (int64_t f = 0; f < nf; f++)
-            factors[t][f] = c->descale == 0   ? 1.0f
-                            : c->descale == 1 ? (float)(0.05 + 0.02 * t)
+            factors[t][f] = c->descale == 0 || (t == 0 && c->q16) ? 1.0f
+                            : c->descale == 1                     ? (float)(0.05 + 0.02 * t)
                                               : (float)(0.03 + 0.01 * (double)((f + t) % 5));
     }
-    make_input(c, c->sq, c->hq, c->d, factors[0], codes[0], real[0]);
-    make_input(c, c->sk, c->hkv, c->d, factors[1], codes[1], real[1]);
-    make_input(c, c->sk, c->hkv, c->dv, factors[2], codes[2], real[2]);
+    make_input(c, q_dtype, c->sq, c->hq, c->d, factors[0], codes[0], real[0]);
+    make_input(c, c->in, c->sk, c->hkv, c->d, factors[1], codes[1], real[1]);
+    make_input(c, c->in, c->sk, c->hkv, c->dv, factors[2], codes[2], real[2]);
 
     const size_t os = fj_dtype_size(c->out);
     unsigned char *out_host = malloc((size_t)no * os);
@@ -157,7 +162,7 @@ static void run_case(fj_context *ctx, const fp8_case *c)
     memset(out_host, 0xff, (size_t)no * os); /* NaN in both 16-bit types */
     for (int64_t i = 0; i < nl; i++)
         lse_host[i] = NAN;
-    void *dq = upload(ctx, codes[0], (size_t)nq), *dk = upload(ctx, codes[1], (size_t)nk),
+    void *dq = upload(ctx, codes[0], (size_t)nq * qs), *dk = upload(ctx, codes[1], (size_t)nk),
          *dv = upload(ctx, codes[2], (size_t)nv), *dout = upload(ctx, out_host, (size_t)no * os),
          *dlse = upload(ctx, lse_host, (size_t)nl * 4);
     void *dfac[3] = {upload(ctx, factors[0], (size_t)nf * 4),
@@ -165,7 +170,7 @@ static void run_case(fj_context *ctx, const fp8_case *c)
                      upload(ctx, factors[2], (size_t)nf * 4)};
 
     fj_tensor tq = {.data = dq,
-                    .dtype = c->in,
+                    .dtype = q_dtype,
                     .ndim = 4,
                     .shape = {c->b, c->sq, c->hq, c->d},
                     .stride = {c->sq * c->hq * c->d, c->hq * c->d, c->d, 1}};
@@ -206,7 +211,7 @@ static void run_case(fj_context *ctx, const fp8_case *c)
     fj_attention_desc_init(&desc);
     desc.causal = c->causal;
     if (c->descale) {
-        desc.q_descale = &tf[0];
+        desc.q_descale = c->q16 ? NULL : &tf[0];
         desc.k_descale = &tf[1];
         desc.v_descale = &tf[2];
     }
@@ -245,12 +250,18 @@ static void run_case(fj_context *ctx, const fp8_case *c)
             }
     const double rounding = ref_max * (c->out == FJ_DTYPE_BF16 ? 1.0 / 256 : 1.0 / 2048);
     const int ok = bad == 0 && err <= 2 * plain_err + rounding && lse_err <= 1e-3 && plain_err > 0;
-    printf("  %s %s -> %s descale %d causal %d b %lld sq %lld sk %lld hq %lld hkv %lld d %lld/%lld"
-           " | err %.3g (plain fp8 %.3g, of %.3g) lse %.2g, %lld bad\n",
-           ok ? "ok  " : "FAIL", c->in == FJ_DTYPE_F8_E4M3 ? "e4m3" : "e5m2",
-           c->out == FJ_DTYPE_BF16 ? "bf16" : "f16", c->descale, c->causal, (long long)c->b,
-           (long long)c->sq, (long long)c->sk, (long long)c->hq, (long long)c->hkv, (long long)c->d,
-           (long long)c->dv, err, plain_err, ref_max, lse_err, (long long)bad);
+    fj_call_info info;
+    memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    fj_context_last_call(ctx, &info);
+    printf(
+        "  %s %s%s -> %s descale %d causal %d b %lld sq %lld sk %lld hq %lld hkv %lld d %lld/%lld"
+        " | err %.3g (plain fp8 %.3g, of %.3g) lse %.2g, %lld bad | %s\n",
+        ok ? "ok  " : "FAIL", c->q16 ? "q 16-bit, kv " : "",
+        c->in == FJ_DTYPE_F8_E4M3 ? "e4m3" : "e5m2", c->out == FJ_DTYPE_BF16 ? "bf16" : "f16",
+        c->descale, c->causal, (long long)c->b, (long long)c->sq, (long long)c->sk,
+        (long long)c->hq, (long long)c->hkv, (long long)c->d, (long long)c->dv, err, plain_err,
+        ref_max, lse_err, (long long)bad, info.kernel_path ? info.kernel_path : "");
     for (int t = 0; t < 3; t++) {
         free(codes[t]);
         free(real[t]);
@@ -264,17 +275,21 @@ static void run_case(fj_context *ctx, const fp8_case *c)
     assert_true(ok);
 }
 
-/* Both formats, both 16-bit outputs, every descale shape, causal and not, GQA, odd sizes, d != dv.
- */
+/* Both formats, both 16-bit outputs, every descale shape, causal and not, GQA, odd sizes,
+** d != dv; and an FP8 KV cache read by 16-bit queries: decode shapes (the decode kernel) and a
+** prefill. */
 static void test_fp8_forward(void **state)
 {
     fj_context *ctx = suite_context(state);
     const fp8_case cases[] = {
-        {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 2, 0, 2, 37, 70, 4, 2, 40, 24},
-        {FJ_DTYPE_F8_E4M3, FJ_DTYPE_F16, 1, 1, 2, 70, 45, 2, 1, 64, 64},
-        {FJ_DTYPE_F8_E5M2, FJ_DTYPE_BF16, 0, 1, 1, 33, 33, 6, 3, 32, 48},
-        {FJ_DTYPE_F8_E5M2, FJ_DTYPE_F16, 2, 0, 3, 17, 129, 2, 2, 16, 16},
-        {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 2, 1, 1, 65, 200, 4, 1, 128, 128},
+        {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 2, 0, 2, 37, 70, 4, 2, 40, 24},
+        {FJ_DTYPE_F8_E4M3, FJ_DTYPE_F16, 0, 1, 1, 2, 70, 45, 2, 1, 64, 64},
+        {FJ_DTYPE_F8_E5M2, FJ_DTYPE_BF16, 0, 0, 1, 1, 33, 33, 6, 3, 32, 48},
+        {FJ_DTYPE_F8_E5M2, FJ_DTYPE_F16, 0, 2, 0, 3, 17, 129, 2, 2, 16, 16},
+        {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 2, 1, 1, 65, 200, 4, 1, 128, 128},
+        {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 1, 2, 0, 2, 1, 300, 8, 2, 64, 64},
+        {FJ_DTYPE_F8_E5M2, FJ_DTYPE_F16, 1, 1, 1, 1, 4, 129, 4, 1, 128, 64},
+        {FJ_DTYPE_F8_E4M3, FJ_DTYPE_F16, 1, 2, 1, 2, 50, 80, 4, 2, 32, 32},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         run_case(ctx, &cases[i]);

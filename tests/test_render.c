@@ -294,8 +294,9 @@ static void test_fp8_forward_render(void **state)
 
 /* The decode kernels (the portable one for both backends, CUDA's vector one), dense and paged,
 ** whole and split: the page table is read (and its numbers clamped) only when paged, the
-** workspace written only when split. With FJ_RENDER_OUT set, the CUDA sources are written there
-** (for compiling them by hand). */
+** workspace written only when split; the portable one paged and split also with an FP8 KV
+** cache and its descales. With FJ_RENDER_OUT set, the CUDA sources are written there (for
+** compiling them by hand). */
 static void test_decode_variants_render(void **state)
 {
     (void)state;
@@ -320,10 +321,17 @@ static void test_decode_variants_render(void **state)
                 v.write_lse = 1;
                 v.paged = (uint8_t)paged;
                 v.partial = (uint8_t)partial;
+                const int fp8 = kind < 2 && paged && partial;
+                if (fp8) {
+                    v.kv_dtype = FJ_DTYPE_F8_E4M3;
+                    v.descale = 1;
+                }
                 fj__err err = {{0}};
                 char *out = NULL;
                 assert_int_equal(fj__variant_render(&v, "dtype=x\n", &out, &err), FJ_OK);
                 assert_non_null(strstr(out, "fj_attn_decode("));
+                assert_true((strstr(out, "#define KV_LOAD(p, i) e4m3_to_float") != NULL) == fp8);
+                assert_true((strstr(out, "vd[batch * P.fwd.vd_sb") != NULL) == fp8);
                 assert_true((strstr(out, "P.page_table") != NULL) == paged);
                 assert_true((strstr(out, "P.num_pages - 1") != NULL) == paged);
                 assert_true((strstr(out, "P.part.o") != NULL) == partial);

@@ -154,6 +154,15 @@ MUT(fp8_bias, {
     r->bias.dtype = FJ_DTYPE_F8_E4M3;
     r->desc.bias = &r->bias;
 })
+MUT(fp8_cache_v, r->k.dtype = FJ_DTYPE_F8_E4M3)
+MUT(fp8_cache_out, {
+    r->k.dtype = r->v.dtype = FJ_DTYPE_F8_E4M3;
+    r->out.dtype = FJ_DTYPE_F16;
+})
+MUT(fp8_cache_q_descale, {
+    r->k.dtype = r->v.dtype = FJ_DTYPE_F8_E4M3;
+    r->desc.q_descale = &r->descale;
+})
 MUT(fp8_paged, {
     paged(r);
     r->q.dtype = r->k.dtype = r->v.dtype = FJ_DTYPE_F8_E5M2;
@@ -387,7 +396,13 @@ static const bad_case bad_cases[] = {
     {"fp8 k", fp8_mixed, 0, FJ_ERR_INVALID_ARGUMENT,
      "k.dtype = f8e5m2 differs from q.dtype = f8e4m3"},
     {"descale bf16 q", descale_not_fp8, 0, FJ_ERR_INVALID_ARGUMENT,
-     "desc.k_descale: descale factors are for fp8 inputs, and q.dtype = bf16"},
+     "desc.k_descale: descale factors are for fp8 inputs, and k.dtype = bf16"},
+    {"fp8 cache v", fp8_cache_v, 0, FJ_ERR_INVALID_ARGUMENT,
+     "v.dtype = bf16 differs from k.dtype = f8e4m3"},
+    {"fp8 cache out", fp8_cache_out, 0, FJ_ERR_INVALID_ARGUMENT,
+     "out.dtype = f16 differs from q.dtype = bf16"},
+    {"fp8 cache q descale", fp8_cache_q_descale, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.q_descale: descale factors are for fp8 inputs, and q.dtype = bf16"},
     {"descale heads", descale_heads, 0, FJ_ERR_INVALID_ARGUMENT,
      "desc.q_descale.shape[1] (heads_kv) = 4, expected 2"},
     {"descale one", descale_one, 0, FJ_ERR_INVALID_ARGUMENT,
@@ -398,7 +413,8 @@ static const bad_case bad_cases[] = {
      "desc.q_descale.ndim = 3, expected 1 ([1]) or 2 ([batch, heads_kv])"},
     {"fp8 bias", fp8_bias, 0, FJ_ERR_INVALID_ARGUMENT,
      "desc.bias.dtype = f8e4m3, expected f32 (q.dtype = f8e4m3)"},
-    {"fp8 paged", fp8_paged, 0, FJ_ERR_UNSUPPORTED, "fp8 KV caches are not supported yet"},
+    {"fp8 paged", fp8_paged, 0, FJ_ERR_UNSUPPORTED,
+     "desc.page_table with f8e5m2 q: a paged cache takes 16-bit queries"},
     {"k batch", k_batch, 0, FJ_ERR_INVALID_ARGUMENT, "k.shape[0] (batch) = 3, expected 2"},
     {"k head dim", k_dim, 0, FJ_ERR_INVALID_ARGUMENT,
      "k.shape[3] (head_dim, as q.shape[3]) = 32, expected 64"},
@@ -569,7 +585,8 @@ static void choose(const fj__problem *p, const fj_device_info *dev, const char *
 }
 
 /* FP8 inputs with a bf16 out: the descales' strides resolved ([batch, heads_kv], and [1] read
-** with strides 0), the features say so; with f16 out and e5m2 too. */
+** with strides 0), the features say so; with f16 out and e5m2 too; and a paged FP8 KV cache
+** with bf16 queries. */
 static void test_fp8_request_is_resolved(void **state)
 {
     (void)state;
@@ -597,6 +614,16 @@ static void test_fp8_request_is_resolved(void **state)
     assert_int_equal(validate(&r, &p, &err, 0), FJ_OK);
     fj__features_of(&p, &f);
     assert_false(f.descale);
+    /* An FP8 KV cache (paged) read by bf16 queries, with k's and v's factors. */
+    paged(&r);
+    r.k.dtype = r.v.dtype = FJ_DTYPE_F8_E4M3;
+    r.desc.k_descale = r.desc.v_descale = &r.descale;
+    if (validate(&r, &p, &err, 0) != FJ_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(p.kv_dtype, FJ_DTYPE_F8_E4M3);
+    assert_int_equal(p.out_dtype, FJ_DTYPE_BF16);
+    assert_null(p.descale[0]);
+    assert_ptr_equal(p.descale[2], &r.descale);
 }
 
 static void test_valid_request_is_resolved(void **state)

@@ -52,6 +52,7 @@ static int usage(FILE *f)
         "  --seqlen N [512] (both)   --seqlen-q N   --seqlen-k N\n"
         "  --head-dim N [64]   --head-dim-v N [= head-dim]\n"
         "  --dtype bf16|f16|f32|e4m3|e5m2 [bf16] (FP8: q, k, v in it, out bf16)\n"
+        "  --kv-dtype e4m3|e5m2    k and v only in FP8: an FP8 KV cache (q, out: --dtype)\n"
         "  --causal   --window-left N   --window-right N   --softcap X   --scale X\n"
         "  --layout bshd|bhsd|padded [bshd]   --no-lse\n"
         "  --reps N [5] timed calls   --seed N [fresh]   --no-check   --cache PATH\n"
@@ -274,6 +275,7 @@ static int cmd_run(int argc, char **argv)
         O_BACKWARD,
         O_DBIAS,
         O_DETERMINISTIC,
+        O_KV_DTYPE,
         O_SHIPPED,
         O_TRUSTED,
         O_HELP
@@ -299,6 +301,7 @@ static int cmd_run(int argc, char **argv)
                                          {"backward", no_argument, 0, O_BACKWARD},
                                          {"dbias", no_argument, 0, O_DBIAS},
                                          {"deterministic", no_argument, 0, O_DETERMINISTIC},
+                                         {"kv-dtype", required_argument, 0, O_KV_DTYPE},
                                          {"scale", required_argument, 0, O_SCALE},
                                          {"layout", required_argument, 0, O_LAYOUT},
                                          {"no-lse", no_argument, 0, O_NOLSE},
@@ -402,6 +405,15 @@ static int cmd_run(int argc, char **argv)
         case O_BACKWARD: c.backward = 1; break;
         case O_DBIAS: c.dbias = c.backward = 1; break;
         case O_DETERMINISTIC: c.desc.deterministic = c.backward = 1; break;
+        case O_KV_DTYPE: {
+            fj_dtype kv;
+            if (fjt_parse_dtype(optarg, &kv) || fj_dtype_size(kv) != 1)
+                return fprintf(stderr, "flashjit: --kv-dtype takes e4m3 or e5m2, not '%s'\n",
+                               optarg),
+                       2;
+            c.kv_fp8 = (int)kv;
+            break;
+        }
         case O_MLA: /* DeepSeek's latent cache: one kv head of 576, v its first 512 dims */
             c.head_dim = 576;
             head_dim_v = 512;

@@ -74,6 +74,9 @@ void fjh_describe(const fjh_case *c, char *buf, size_t size)
         used += (size_t)snprintf(buf + used, size - used, " splits=%d", (int)c->desc.num_splits);
     if (c->paged > 0 && used < size)
         used += (size_t)snprintf(buf + used, size - used, " paged=%d", c->paged);
+    if (c->kv_fp8 && used < size)
+        used += (size_t)snprintf(buf + used, size - used, " kv=%s",
+                                 fjh_dtype_name((fj_dtype)c->kv_fp8));
     if (c->v_in_k && used < size)
         used += (size_t)snprintf(buf + used, size - used, " v=k[..dv]");
     if (c->backward && used < size)
@@ -969,8 +972,9 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
     }
     htensor q, k, v, out, lse;
     geometry(&q, c->dtype, geo_b, geo_sq, c->heads_q, c->head_dim, c->layout);
-    geometry(&k, c->dtype, geo_b, geo_sk, c->heads_kv, c->head_dim, c->layout);
-    geometry(&v, c->dtype, geo_b, geo_sk, c->heads_kv, c->head_dim_v, c->layout);
+    const fj_dtype kv_dtype = c->kv_fp8 ? (fj_dtype)c->kv_fp8 : c->dtype;
+    geometry(&k, kv_dtype, geo_b, geo_sk, c->heads_kv, c->head_dim, c->layout);
+    geometry(&v, kv_dtype, geo_b, geo_sk, c->heads_kv, c->head_dim_v, c->layout);
     geometry(&out, fjr_out_dtype(c->dtype), geo_b, geo_sq, c->heads_q, c->head_dim_v, c->layout);
     lse_geometry(&lse, geo_b, c->heads_q, geo_sq, c->layout);
     size_t es = fj_dtype_size(out.t.dtype); /* out's elements (bf16 for FP8 inputs) */

@@ -134,6 +134,8 @@ typedef struct fjh_case {
                   ** (dense cases with lse) */
     int dbias;    /* with backward and bias: also desc.dbias (f32, the bias's broadcast
                   ** dimensions summed), checked (dense cases) */
+    int kv_fp8;   /* 0, or the FP8 dtype (FJ_DTYPE_F8_E4M3 / _E5M2) k and v are stored in: an
+                  ** FP8 KV cache read by q in dtype (16-bit), out in dtype */
 } fjh_case;
 
 typedef struct fjh_result {
