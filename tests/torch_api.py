@@ -3,7 +3,8 @@ float64 SDPA (within twice the error of SDPA in the same dtype, plus rounding), 
 float masks, top-left causal for sq != sk; flex_attention with a score_mod expression and its
 gradients against the same function in torch; kv_cache_append into shuffled pages with paged
 attention over them, and attention_merge of two key halves; repeated calls of one signature;
-block classes built once (create_block_mask) and used; FP8 inputs with descale factors;
+block classes built once (create_block_mask) and used; FP8 inputs with descale factors, and an
+FP8 KV cache read by bfloat16 queries;
 torch.library.opcheck of the forward operator (schema, fake tensor, autograd registration, AOT
 dispatch); torch.compile(fullgraph=True) of a block using it against eager. On a CUDA device,
 in bf16, also a paged decode step (kv_cache_append + attention), eager and torch.compile'd,
@@ -242,6 +243,15 @@ for f8 in (torch.float8_e4m3fn, torch.float8_e5m2):
                        v_descale=factors[2])
     err = (got.double() - ref).abs().max().item()
     check(f"fp8 forward ({f8}, descales [b, hkv])",
+          got.dtype == torch.bfloat16 and err <= ref.abs().max().item() / 128,
+          f"max error {err:.3g} of {ref.abs().max().item():.3g}")
+    # The same keys and values as an FP8 KV cache, read by bfloat16 queries (decode shapes).
+    q16 = xs[0][:, -2:].to(torch.bfloat16)
+    ref = sdpa(q16.double().transpose(1, 2), k64.repeat_interleave(2, 1),
+               v64.repeat_interleave(2, 1)).transpose(1, 2)
+    got = fctx.forward(q16, codes[1], codes[2], k_descale=factors[1], v_descale=factors[2])
+    err = (got.double() - ref).abs().max().item()
+    check(f"fp8 KV cache ({f8}) with bfloat16 queries",
           got.dtype == torch.bfloat16 and err <= ref.abs().max().item() / 128,
           f"max error {err:.3g} of {ref.abs().max().item():.3g}")
 
