@@ -89,6 +89,8 @@ void fj__hex_encode(const unsigned char *data, size_t size, char *hex);
 char *fj__strdup(const char *s);
 /* The name used in variant keys and messages: "f16", "bf16", "f32", ... */
 const char *fj__dtype_name(fj_dtype dtype);
+/* Whether dtype is one of the FP8 types (f8e4m3, f8e5m2). */
+int fj__dtype_fp8(fj_dtype dtype);
 const char *fj__backend_name(fj_backend_kind kind);
 /* t as [batch, seq, heads, dim]: a packed [total, heads, dim] tensor as one batch of total rows. */
 fj_tensor fj__tensor_4d(const fj_tensor *t);

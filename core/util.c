@@ -56,6 +56,11 @@ size_t fj_dtype_size(fj_dtype dtype)
     return 0;
 }
 
+int fj__dtype_fp8(fj_dtype dtype)
+{
+    return dtype == FJ_DTYPE_F8_E4M3 || dtype == FJ_DTYPE_F8_E5M2;
+}
+
 const char *fj__dtype_name(fj_dtype dtype)
 {
     switch (dtype) {

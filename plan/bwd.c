@@ -151,7 +151,10 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, co
     for (int i = 0; i < (f->dbias_elements ? 4 : 3); i++) {
         const int stage = stages[i];
         fj__step *s = fj__plan_add_step(plan, FJ__STEP_KERNEL);
-        bwd_variant(f, dev, config, stage, &s->variant);
+        if (stage == 2)
+            s->variant = dkdv;
+        else
+            bwd_variant(f, dev, config, stage, &s->variant);
         if (classes && s->variant.path == FJ__PATH_MMA)
             s->variant.block_mask = 1;
         if (!fj__variant_fits(&s->variant, dev))

@@ -48,7 +48,7 @@ static int choose_vector(const fj__features *f, const fj_device_info *dev, int64
 /* An FP8 KV cache read by 16-bit queries (the portable kernel converts it as it loads). */
 static int fp8_cache(const fj__features *f)
 {
-    return (f->kv_dtype == FJ_DTYPE_F8_E4M3 || f->kv_dtype == FJ_DTYPE_F8_E5M2) &&
+    return fj__dtype_fp8((fj_dtype)f->kv_dtype) &&
            (f->q_dtype == FJ_DTYPE_F16 || f->q_dtype == FJ_DTYPE_BF16);
 }
 

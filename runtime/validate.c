@@ -23,11 +23,6 @@
 /* The size of the first published fj_attention_desc: the smallest struct_size accepted. */
 #define FJ__DESC_V1_SIZE (offsetof(fj_attention_desc, softcap) + sizeof(float))
 
-static int is_fp8(fj_dtype d)
-{
-    return d == FJ_DTYPE_F8_E4M3 || d == FJ_DTYPE_F8_E5M2;
-}
-
 static fj_status check_tensor(const fj_tensor *t, const char *name, int32_t ndim, fj__err *err)
 {
     if (!t)
@@ -228,9 +223,10 @@ static fj_status check_score_terms(const fj_attention_desc *d, fj__problem *p, f
     }
     if (d->bias) {
         TRY(check_pair_tensor(d->bias, "desc.bias", FJ_DTYPE_F32, p, p->bias_stride, err));
-        if (d->bias->dtype != FJ_DTYPE_F32 && (d->bias->dtype != p->q_dtype || is_fp8(p->q_dtype)))
+        if (d->bias->dtype != FJ_DTYPE_F32 &&
+            (d->bias->dtype != p->q_dtype || fj__dtype_fp8(p->q_dtype)))
             return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
-                            is_fp8(p->q_dtype)
+                            fj__dtype_fp8(p->q_dtype)
                                 ? "desc.bias.dtype = %s, expected f32 (q.dtype = %s)"
                                 : "desc.bias.dtype = %s, expected f32 or q.dtype = %s",
                             fj__dtype_name(d->bias->dtype), fj__dtype_name(p->q_dtype));
@@ -274,7 +270,7 @@ static fj_status check_dtypes(const fj_tensor *q, const fj_tensor *k, const fj_t
         return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
                         "q.dtype = %s, expected f16, bf16, f32, f8e4m3 or f8e5m2",
                         fj__dtype_name(q->dtype));
-    if (is_fp8(k->dtype) && (q->dtype == FJ_DTYPE_F16 || q->dtype == FJ_DTYPE_BF16)) {
+    if (fj__dtype_fp8(k->dtype) && (q->dtype == FJ_DTYPE_F16 || q->dtype == FJ_DTYPE_BF16)) {
         if (v->dtype != k->dtype)
             return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "v.dtype = %s differs from k.dtype = %s",
                             fj__dtype_name(v->dtype), fj__dtype_name(k->dtype));
@@ -284,7 +280,7 @@ static fj_status check_dtypes(const fj_tensor *q, const fj_tensor *k, const fj_t
                             fj__dtype_name(q->dtype));
         return FJ_OK;
     }
-    const int fp8 = is_fp8(q->dtype);
+    const int fp8 = fj__dtype_fp8(q->dtype);
     const fj_tensor *same[] = {k, v, out};
     const char *names[] = {"k", "v", "out"};
     for (int i = 0; i < (fp8 ? 2 : 3); i++)
@@ -309,7 +305,7 @@ static fj_status check_descales(const fj_attention_desc *d, fj__problem *p, fj__
         if (!t)
             continue;
         const fj_dtype scaled = i == 0 ? p->q_dtype : p->kv_dtype;
-        if (!is_fp8(scaled))
+        if (!fj__dtype_fp8(scaled))
             return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
                             "%s: descale factors are for fp8 inputs, and %s.dtype = %s", names[i],
                             i == 0 ? "q" : "k", fj__dtype_name(scaled));
@@ -547,7 +543,7 @@ fj_status fj__validate_forward(const fj_attention_desc *desc, const fj_tensor *q
     p->q_dtype = q->dtype;
     p->kv_dtype = k->dtype;
     p->out_dtype = out->dtype;
-    if (d.page_table && is_fp8(p->q_dtype))
+    if (d.page_table && fj__dtype_fp8(p->q_dtype))
         return fj__fail(err, FJ_ERR_UNSUPPORTED,
                         "desc.page_table with %s q: a paged cache takes 16-bit queries (an fp8 "
                         "cache with f16 or bf16 q)",
@@ -973,11 +969,11 @@ fj_status fj__validate_backward(const fj_attention_desc *desc, const fj_tensor *
     if (p->f.page_table)
         return fj__fail(err, FJ_ERR_UNSUPPORTED,
                         "desc.page_table: the backward of a paged KV cache is not supported");
-    if (is_fp8(p->f.q_dtype) || is_fp8(p->f.kv_dtype))
+    if (fj__dtype_fp8(p->f.q_dtype) || fj__dtype_fp8(p->f.kv_dtype))
         return fj__fail(err, FJ_ERR_UNSUPPORTED,
                         "%s.dtype = %s: the backward of fp8 attention is not supported",
-                        is_fp8(p->f.q_dtype) ? "q" : "k",
-                        fj__dtype_name(is_fp8(p->f.q_dtype) ? p->f.q_dtype : p->f.kv_dtype));
+                        fj__dtype_fp8(p->f.q_dtype) ? "q" : "k",
+                        fj__dtype_name(fj__dtype_fp8(p->f.q_dtype) ? p->f.q_dtype : p->f.kv_dtype));
     TRY(check_like(dout, "dout", out, "out", err));
     TRY(check_like(dq, "dq", q, "q", err));
     TRY(check_like(dk, "dk", k, "k", err));

@@ -92,12 +92,7 @@
 % -- crosses the ends or the band, so that its elements are masked one by one.
 % local function emit_need_mask()
         bool need_mask = m0 + BM > seqlen_q || n0 + BN > seqlen_k;
-% if local_mask then
-        if (window_right >= 0)
-            need_mask |= n0 + BN - 1 > m0 + shift + window_right;
-        if (window_left >= 0)
-            need_mask |= n0 < m0 + BM - 1 + shift - window_left;
-% end
+% mma_band_crossing()
 % end
 
 % -- The element pass over the two products of one tile, s (scores) and dp (dP), NT n8 tiles of

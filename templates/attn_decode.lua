@@ -23,10 +23,11 @@
 % -- shared_bytes (the host's size of Smem), args (fj_decode_params).
 % assert(threads == 128, "attn_decode: 128 work-items per work-group")
 % assert(tile_m >= 1 and tile_m <= threads, "attn_decode: 1 to 128 rows per work-group")
-% assert(out_dtype == q_dtype and (kv_dtype == q_dtype or kv_dtype:sub(1, 2) == "f8"), "attn_decode takes one element type for q, k, v and out, or an FP8 cache")
 % include("dialect.lua")
+% assert(out_dtype == q_dtype and (kv_dtype == q_dtype or is_fp8(kv_dtype)), "attn_decode takes one element type for q, k, v and out, or an FP8 cache")
 % include("params.lua")
 % include("sequence.lua")
+% include("descale.lua")
 % params_struct(args)
 #define THREADS ${threads}
 #define ROWS ${tile_m}
@@ -67,20 +68,12 @@ fj_attn_decode(
     const int rows = group * seqlen_q; /* group rows of this sequence */
 % decode_split_keys()
 
-% if descale then
-    GLOBAL const float *qd = GPTR(const float, P.fwd.q_descale), *kd = GPTR(const float, P.fwd.k_descale);
-    GLOBAL const float *vd = GPTR(const float, P.fwd.v_descale);
-    const float q_mul = score_mul * (qd ? qd[batch * P.fwd.qd_sb + head_kv * P.fwd.qd_sh] : 1.0f) *
-                        (kd ? kd[batch * P.fwd.kd_sb + head_kv * P.fwd.kd_sh] : 1.0f);
-    const float o_mul = vd ? vd[batch * P.fwd.vd_sb + head_kv * P.fwd.vd_sh] : 1.0f;
-% else
-    const float q_mul = score_mul, o_mul = 1.0f;
-% end
+% descale_factors("P.fwd")
     for (int i = tid; i < ROWS * DP; i += THREADS) {
         const int r = i / DP, c = i % DP, g = g0 + r;
         const int head = head_kv * group + g / I_MAX(seqlen_q, 1), row = g % I_MAX(seqlen_q, 1);
         sm.q[r][c] = (g < rows && c < head_dim)
-                         ? Q_LOAD(q, (I64)row * q_ss + (I64)head * q_sh + c) * q_mul
+                         ? Q_LOAD(q, (I64)row * q_ss + (I64)head * q_sh + c) * score_mul * qk_factor
                          : 0.0f;
     }
     if (tid < ROWS) {
@@ -157,7 +150,7 @@ fj_attn_decode(
             continue;
         const int head = head_kv * group + g / seqlen_q, row = q_first + g % seqlen_q;
         const float l = sm.l[r];
-        const float o = l > 0.0f ? acc[e] * o_mul / l : 0.0f;
+        const float o = l > 0.0f ? acc[e] * v_factor / l : 0.0f;
 % if partial then
         GPTR(float, P.part.o)[split * P.part_so + batch * P.part.o_sb + (I64)row * P.part.o_ss +
                               (I64)head * P.part.o_sh + c] = o;

@@ -136,12 +136,7 @@ fj_attn_fwd(
 
         /* Masked where this tile needs it (and in log2 units, soft-capped, unless fused). */
         bool need_mask = n0 + BN > seqlen_k;
-% if local_mask then
-        if (window_right >= 0)
-            need_mask |= n0 + BN - 1 > m0 + shift + window_right;
-        if (window_left >= 0)
-            need_mask |= n0 < m0 + BM - 1 + shift - window_left;
-% end
+% mma_band_crossing()
 % if not fused then
 #pragma unroll
         for (int i = 0; i < MT; i++)

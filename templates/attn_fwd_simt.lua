@@ -32,12 +32,12 @@
 % end
 % end
 % assert(tile_m > 0 and tile_n > 0, "tile sizes must be positive")
-% local fp8 = function(dt) return dt:sub(1, 2) == "f8" end
-% assert((kv_dtype == q_dtype and (out_dtype == q_dtype or fp8(q_dtype))) or (fp8(kv_dtype) and out_dtype == q_dtype), "the SIMT forward takes one element type for q, k, v and out, FP8 q, k, v and a 16-bit out, or an FP8 k and v")
 % include("dialect.lua")
+% assert((kv_dtype == q_dtype and (out_dtype == q_dtype or is_fp8(q_dtype))) or (is_fp8(kv_dtype) and out_dtype == q_dtype), "the SIMT forward takes one element type for q, k, v and out, FP8 q, k, v and a 16-bit out, or an FP8 k and v")
 % include("attn_masks.lua")
 % include("params.lua")
 % include("sequence.lua")
+% include("descale.lua")
 % params_struct(args)
 
 #define TILE_M ${tile_m}
@@ -77,13 +77,8 @@ fj_attn_fwd(
 
     /* The query row, scaled so that q.k is already the exponent's argument (log2 units), or
     ** the tanh argument when soft-capping (FP8: times q's and k's descale factors). */
-% if descale then
-    GLOBAL const float *qd = GPTR(const float, P.q_descale), *kd = GPTR(const float, P.k_descale);
-    const float q_mul = score_mul * (qd ? qd[batch * P.qd_sb + head_kv * P.qd_sh] : 1.0f) *
-                        (kd ? kd[batch * P.kd_sb + head_kv * P.kd_sh] : 1.0f);
-% else
-    const float q_mul = score_mul;
-% end
+% descale_factors("P")
+    const float q_mul = score_mul * qk_factor;
     float q_row[DP];
     for (int c = 0; c < DP; c++)
         q_row[c] = (live && c < head_dim) ? Q_LOAD(q, row * q_ss + c) * q_mul : 0.0f;
@@ -191,12 +186,7 @@ fj_attn_fwd(
 
     if (!live)
         return;
-% if descale then
-    GLOBAL const float *vd = GPTR(const float, P.v_descale);
-    const float inv_l = l > 0.0f ? (vd ? vd[batch * P.vd_sb + head_kv * P.vd_sh] : 1.0f) / l : 0.0f;
-% else
-    const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
-% end
+    const float inv_l = l > 0.0f ? v_factor / l : 0.0f;
     out += batch * o_sb + head * o_sh + row * o_ss;
     for (int c = 0; c < head_dim_v; c++)
         O_STORE(out, c, acc[c] * inv_l);

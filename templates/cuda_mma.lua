@@ -113,6 +113,18 @@ __device__ __forceinline__ float quad_sum(float x)
 #define VS (DVP + 8)
 % end
 
+% -- `need_mask |= ...` where the tile of query rows [m0, m0 + BM) and keys [n0, n0 + BN) crosses
+% -- an edge of the band (local_mask: a window or causal; shift = seqlen_k - seqlen_q). Goes after
+% -- `bool need_mask` is set for the tensors' ends.
+% function mma_band_crossing()
+%   if local_mask then
+        if (window_right >= 0)
+            need_mask |= n0 + BN - 1 > m0 + shift + window_right;
+        if (window_left >= 0)
+            need_mask |= n0 < m0 + BM - 1 + shift - window_left;
+%   end
+% end
+
 % -- load_tile<ROWS, COLS, SS>(s, g, ld, row0, rows, cols): cp.async of a tile of rows into shared
 % -- memory. Emitted where called: it reads THREADS, which the kernel defines first.
 % function mma_load_tile()

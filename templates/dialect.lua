@@ -148,6 +148,8 @@ INLINE ushort float_to_bf16(float f)
     return (ushort)(u >> 16);
 }
 % local fp8 = { f8e4m3 = "e4m3", f8e5m2 = "e5m2" }
+% -- Whether dtype name dt is an FP8 type (for the asserts of templates that include this one).
+% function is_fp8(dt) return fp8[dt] ~= nil end
 % if fp8[q_dtype] or fp8[kv_dtype] then
 /* FP8 to float, exactly: e4m3 (exponent bias 7, no infinities, S.1111.111 is NaN) and e5m2
 ** (bias 15, IEEE-like: f16's top byte). Subnormals are m * 2^(1 - bias - mantissa bits). */

@@ -202,6 +202,14 @@ def empty_like(ref, shape, dtype=None, name="array"):
     raise InvalidArgument(f"cannot allocate an output beside a {type(ref).__name__}: pass out=")
 
 
+def out_dtype_for(q):
+    """The dtype name forward() gives out when q is FP8 (torch float8 tensors: bfloat16), else
+    None (q's own): a dict lookup, no DLPack export, on the call's path."""
+    if is_torch(q) and _TORCH_DTYPES.get(str(q.dtype)) in ("f8_e4m3", "f8_e5m2"):
+        return "bf16"
+    return None
+
+
 def dtype_of(x, name):
     """The dtype name of array x (an error naming it where flashjit does not take it)."""
     return describe(x, name)[1]

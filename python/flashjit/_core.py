@@ -14,7 +14,8 @@ import threading
 import warnings
 
 from . import _lib
-from ._arrays import Call, current_stream, dtype_of, empty_like, is_torch, torch_cuda_signature
+from ._arrays import (Call, current_stream, empty_like, is_torch, out_dtype_for,
+                      torch_cuda_signature)
 from .errors import FlashjitError, InvalidArgument, error_for  # noqa: F401
 
 _BACKEND_NAMES = {1: "cuda", 2: "opencl"}
@@ -221,9 +222,7 @@ class Context:
         k and v then [num_pages, page_size, hkv, d] and seqused_k [b] required. lse (float32
         [b, hq, sq], or [hq, total] packed) receives the log-sum-exps when given."""
         if out is None:
-            fp8 = dtype_of(q, "q") in ("f8_e4m3", "f8_e5m2")
-            out = empty_like(q, tuple(q.shape[:-1]) + (v.shape[-1],), "bf16" if fp8 else None,
-                             name="q")
+            out = empty_like(q, tuple(q.shape[:-1]) + (v.shape[-1],), out_dtype_for(q), name="q")
         self._run("fj_attention_forward", _FORWARD, (q, k, v, out, lse),
                   (causal, tuple(window), softcap, scale, mask_mod, score_mod, num_splits,
                    False, max_seqlen_q, max_seqlen_k),

@@ -88,24 +88,33 @@ float fjr_fp8_to_f32(fj_dtype dtype, uint8_t x)
 
 uint8_t fjr_f32_to_fp8(fj_dtype dtype, float x)
 {
-    /* The nearest finite code by search (ties to the even code), saturating: 256 codes. */
+    /* x in units of its binade's quantum (the smallest normal binade's for subnormals), rounded
+    ** to nearest even, then re-encoded; beyond the largest finite value it saturates. */
+    const int e4m3 = dtype == FJ_DTYPE_F8_E4M3;
+    const int mbits = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
+    const double largest = e4m3 ? 448.0 : 57344.0;
+    const uint8_t sign = signbit(x) ? 0x80 : 0, saturated = e4m3 ? 0x7e : 0x7b;
     if (isnan(x))
         return 0x7f;
-    int best = 0;
-    double best_d = INFINITY;
-    for (int c = 0; c < 256; c++) {
-        const double v = fjr_fp8_to_f32(dtype, (uint8_t)c);
-        if (!isfinite(v) || (v == 0.0 && (c & 0x80)))
-            continue;
-        const double d = fabs(v - (double)x);
-        if (d < best_d || (d == best_d && !(c & 1))) {
-            best = c;
-            best_d = d;
-        }
+    const double a = fabs((double)x);
+    if (a >= largest)
+        return sign | saturated;
+    int e = 1 - bias; /* the exponent of a's binade, at least the smallest normal's */
+    if (a > 0) {
+        int fe;
+        frexp(a, &fe); /* a = f * 2^fe, f in [0.5, 1) */
+        e = fe - 1 > e ? fe - 1 : e;
     }
-    if (best == 0 && signbit(x))
-        best = 0x80;
-    return (uint8_t)best;
+    double q = nearbyint(ldexp(a, mbits - e)); /* 2^mbits .. 2^(mbits + 1) when normal */
+    if (q >= (double)(2 << mbits)) {           /* rounded up into the next binade */
+        q /= 2;
+        e++;
+    }
+    if (ldexp(q, e - mbits) > largest)
+        return sign | saturated;
+    if (q < (double)(1 << mbits)) /* subnormal (or zero): exponent field 0 */
+        return sign | (uint8_t)q;
+    return sign | (uint8_t)((e + bias) << mbits) | (uint8_t)((int)q - (1 << mbits));
 }
 
 fj_dtype fjr_out_dtype(fj_dtype dtype)
