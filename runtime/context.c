@@ -192,8 +192,13 @@ fj_status fj_context_create(const fj_context_options *opts, fj_context **out)
         const char *config = getenv(names[i]);
         if (st == FJ_OK && config && config[0]) {
             fj__variant probe = {0};
-            if (fj__apply_config(&probe, config, &ctx->err) != 0)
-                st = FJ_ERR_INVALID_ARGUMENT;
+            fj__err why = {{0}};
+            if (fj__apply_config(&probe, config, &why) != 0) {
+                /* The parser names FLASHJIT_CONFIG; the message names the variable read. */
+                const char *detail = strchr(why.msg, ':');
+                st = fj__fail(&ctx->err, FJ_ERR_INVALID_ARGUMENT, "%s%s", names[i],
+                              detail ? detail : why.msg);
+            }
             else if (!(*kept[i] = fj__strdup(config)))
                 st = fj__fail(&ctx->err, FJ_ERR_OUT_OF_MEMORY, "out of memory");
         }

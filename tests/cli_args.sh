@@ -34,6 +34,17 @@ check "--scale takes a finite number" --scale 1.5q
 check "--mod-args takes up to 256 numbers" --mod-args 1,x
 check "--seed takes an unsigned integer" --seed 12ab
 check "--kv-dtype takes e4m3 or e5m2, not 'bf16'" --kv-dtype bf16
+# The backward's tile overrides are checked when a context is made, naming the variable.
+if "$cli" info 2>/dev/null | grep -qE "^backend opencl: [1-9]"; then
+    out=$(FLASHJIT_BWD_CONFIG=warps=99 "$cli" run --backend opencl --seqlen 8 2>&1)
+    status=$?
+    if [ $status -ne 2 ] || ! grep -q "FLASHJIT_BWD_CONFIG: warps = 99" <<<"$out"; then
+        echo "FAIL: a bad FLASHJIT_BWD_CONFIG: status $status, output: $out"
+        failed=1
+    else
+        echo "ok   a bad FLASHJIT_BWD_CONFIG: $(grep FLASHJIT_BWD_CONFIG <<<"$out" | head -1)"
+    fi
+fi
 # Valid numbers, but more memory than any machine here has: refused with the size (when a
 # backend exists to plan for; without one the context error also exits 2).
 out=$("$cli" run --seqlen 2000000 --batch 4096 --heads 64 2>&1)
