@@ -64,6 +64,32 @@ static void bwd_mma_variant(int stage, int deterministic, const fj_device_info *
     }
 }
 
+/* Whether Hopper's kernel (attn_bwd_wgmma.cu.lua) serves stage 2 of f on dev: sm_90a, head
+** dims padded to 64 at most 128, where the mma.sync kernel serves; "path=mma" in the override
+** keeps the mma.sync kernel (tests, comparisons). */
+static int wgmma_serves(const fj__features *f, const fj_device_info *dev, const char *config)
+{
+    return mma_serves(f, dev) && fj__sm_version(dev) == 90 && strchr(dev->arch, 'a') != NULL &&
+           fj__round_up(f->head_dim, 64) <= 128 && fj__round_up(f->head_dim_v, 64) <= 128 &&
+           !(config && strstr(config, "path=mma"));
+}
+
+/* The Hopper variant of stage 2: two warpgroups of 64 keys, dK and dV in one launch (and dQ by
+** atomics unless deterministic), head dims padded to the swizzle's 64-column panels, 64 query
+** rows a streamed tile (128 at d 64 spill 8-12 bytes: S^T's and dP^T's accumulators share the
+** registers with dK's and dV's). */
+static void bwd_wgmma_variant(int deterministic, fj__variant *v)
+{
+    v->path = FJ__PATH_WGMMA;
+    v->head_dim_pad = fj__round_up(v->head_dim_pad, 64);
+    v->head_dim_v_pad = fj__round_up(v->head_dim_v_pad, 64);
+    v->warps = 8;
+    v->threads = 32 * v->warps;
+    v->tile_n = 16 * v->warps;
+    v->tile_m = 64;
+    v->grads = deterministic ? 3 : 7;
+}
+
 /* v with config's tile fields applied (a block owning 16 rows a warp: keys for stage 2,
 ** query rows for 3), where that fits dev; else v unchanged. */
 static void apply_bwd_config(const char *config, const fj_device_info *dev, fj__variant *v)
@@ -96,6 +122,15 @@ static void bwd_variant(const fj__features *f, const fj_device_info *dev, const 
     if (stage > 1) { /* what the scores depend on, and score_mod's derivative */
         fj__variant_score_fields(v, f);
         v->score_mod_grad = f->score_mod_grad;
+    }
+    if (stage == 2 && wgmma_serves(f, dev, config)) {
+        fj__variant hopper = *v;
+        bwd_wgmma_variant(f->deterministic, &hopper);
+        if (fj__variant_fits(&hopper, dev)) {
+            apply_bwd_config(config, dev, &hopper);
+            *v = hopper;
+            return;
+        }
     }
     if ((stage == 2 || stage == 3) && mma_serves(f, dev)) {
         fj__variant mma = *v;
@@ -144,18 +179,21 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, co
     ** the classifier takes dense shapes; where its grid cannot cover f, the masks are read
     ** everywhere). */
     fj__err unclassified;
-    const int classes = dkdv.path == FJ__PATH_MMA && !dkdv.block_mask && !dkdv.varlen &&
+    const int classes = dkdv.path != FJ__PATH_SIMT && !dkdv.block_mask && !dkdv.varlen &&
                         fj__variant_element_masks(&dkdv) &&
                         fj__plan_classes(f, &dkdv, plan, &unclassified) == FJ_OK;
     const int stages[] = {1, 2, plan->bwd.dq_acc >= 0 ? 5 : 3, 4};
     for (int i = 0; i < (f->dbias_elements ? 4 : 3); i++) {
         const int stage = stages[i];
         fj__step *s = fj__plan_add_step(plan, FJ__STEP_KERNEL);
-        if (stage == 2)
+        if (stage == 2) {
             s->variant = dkdv;
-        else
+        } else {
             bwd_variant(f, dev, config, stage, &s->variant);
-        if (classes && s->variant.path == FJ__PATH_MMA)
+            if (stage == 5) /* the f32 sum's rows are as wide as the dk/dv kernel pads them */
+                s->variant.head_dim_pad = dkdv.head_dim_pad;
+        }
+        if (classes && s->variant.path != FJ__PATH_SIMT)
             s->variant.block_mask = 1;
         if (!fj__variant_fits(&s->variant, dev))
             return fj__fail(err, FJ_ERR_UNSUPPORTED,
@@ -163,7 +201,7 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, co
                             (long long)f->head_dim, (long long)f->head_dim_v);
         const fj__variant *v = &s->variant;
         s->block[0] = (uint32_t)v->threads;
-        s->shared_bytes = v->path == FJ__PATH_MMA ? fj__variant_shared_bytes(v) : 0;
+        s->shared_bytes = v->path != FJ__PATH_SIMT ? fj__variant_shared_bytes(v) : 0;
         /* Work-items: a key (stage 2), a query row (1, 3), an element of dq (5) or dbias (4). */
         const int64_t n = stage == 2   ? f->seqlen_k
                           : stage == 4 ? f->dbias_elements

@@ -20,7 +20,9 @@ const char *fj__variant_template(const fj__variant *v)
     if (v->family == FJ__FAMILY_APPEND)
         return "kv_append.lua";
     if (v->family == FJ__FAMILY_BWD)
-        return v->path == FJ__PATH_MMA ? "attn_bwd_mma.cu.lua" : "attn_bwd.lua";
+        return v->path == FJ__PATH_WGMMA ? "attn_bwd_wgmma.cu.lua"
+               : v->path == FJ__PATH_MMA ? "attn_bwd_mma.cu.lua"
+                                         : "attn_bwd.lua";
     switch (v->path) {
     case FJ__PATH_MMA: return "attn_fwd_mma.cu.lua";
     case FJ__PATH_WGMMA: return "attn_fwd_wgmma.cu.lua";
@@ -71,6 +73,7 @@ const char *fj__variant_path(const fj__variant *v)
         return v->backend == FJ_BACKEND_CUDA ? "cuda.kv_append" : "opencl.kv_append";
     if (v->family == FJ__FAMILY_BWD)
         return v->backend != FJ_BACKEND_CUDA ? "opencl.bwd.simt"
+               : v->path == FJ__PATH_WGMMA   ? "cuda.bwd.wgmma"
                : v->path == FJ__PATH_MMA     ? "cuda.bwd.mma"
                                              : "cuda.bwd.simt";
     if (v->backend == FJ_BACKEND_CUDA)
@@ -103,6 +106,13 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
         return v->stage == 2
                    ? row * (uint32_t)(v->tile_n + 2 * v->tile_m) + 16u * (uint32_t)v->tile_m + ds
                    : row * (uint32_t)(v->tile_m + 2 * v->tile_n);
+    }
+    if (v->family == FJ__FAMILY_BWD && v->path == FJ__PATH_WGMMA) {
+        /* attn_bwd_wgmma.cu.lua: K and V, two buffers of Q and dO, with dQ (grads 4) dS
+        ** [tile_m][tile_n], two of the rows' lse and D, and slack to align the panels. */
+        const uint32_t ds = v->grads & 4 ? qs * (uint32_t)(v->tile_m * v->tile_n) : 0u;
+        return qs * (uint32_t)((v->tile_n + 2 * v->tile_m) * (v->head_dim_pad + v->head_dim_v_pad)) +
+               ds + 16u * (uint32_t)v->tile_m + 1023u;
     }
     if (v->family == FJ__FAMILY_BWD) /* attn_bwd.lua's Smem of each stage: floats only */
         return v->stage == 2 ? 4u * (uint32_t)(v->tile_m * (v->head_dim_pad + v->head_dim_v_pad) +
@@ -179,6 +189,17 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
                v->head_dim_pad <= 256 && v->head_dim_v_pad <= 256 &&
                /* dK's and dV's accumulators in one launch: 2 * (d + dv) / 8 floats a thread */
                ((v->grads & 3) != 3 || v->head_dim_pad + v->head_dim_v_pad <= 256) &&
+               fj__variant_shared_bytes(v) <= dev->local_memory;
+    if (v->family == FJ__FAMILY_BWD && v->path == FJ__PATH_WGMMA) /* attn_bwd_wgmma.cu.lua */
+        return v->stage == 2 && v->warps % 4 == 0 && v->warps >= 4 && v->warps <= 12 &&
+               v->threads == 32 * v->warps && v->tile_n == 16 * v->warps &&
+               (v->tile_m == 64 || v->tile_m == 128) && (v->grads == 3 || v->grads == 7) &&
+               v->head_dim_pad % 64 == 0 && v->head_dim_v_pad % 64 == 0 &&
+               v->head_dim_pad <= 128 && v->head_dim_v_pad <= 128 &&
+               /* S^T and dP^T (tile_m / 2 floats a thread each) beside dK and dV ((d + dv) / 2) */
+               v->tile_m + (v->head_dim_pad + v->head_dim_v_pad) / 2 <= 192 &&
+               (!(v->block_mask || fj__variant_element_masks(v)) ||
+                (128 % v->tile_m == 0 && 128 % v->tile_n == 0)) &&
                fj__variant_shared_bytes(v) <= dev->local_memory;
     if (v->family == FJ__FAMILY_BWD) { /* static shared memory, as the SIMT forward's */
         uint64_t budget = dev->local_memory ? dev->local_memory : 32768;

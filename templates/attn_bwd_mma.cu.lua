@@ -54,6 +54,7 @@
 % if varlen > 0 then
 % include("sequence.lua")
 % end
+% include("attn_bwd_tc.lua")
 % include("params.lua")
 % params_struct(args)
 
@@ -63,93 +64,7 @@
 #define LOG2E 1.4426950408889634f
 % mma_load_tile()
 
-% -- The block's sequence: with packed sequences (varlen), where it starts in the packed tensors
-% -- and its lengths (sequence.lua: q_first, k_first, seqlen_q, seqlen_k the keys it uses, len_k
-% -- those it holds, whose rows past seqlen_k get zero gradients), and the rows per (batch,
-% -- head) of the D workspace; dense: the tensors' own. Goes where `batch` is declared.
-% local unpack_names = varlen > 0 and { seqlen_q = "max_seqlen_q", seqlen_k = "max_seqlen_k" } or nil
-% local function emit_sequence()
-%   if varlen > 0 then
-% packed_sequence()
-    const int d_rows = max_seqlen_q;
-%   else
-    const int q_first = 0, k_first = 0, len_k = seqlen_k, d_rows = seqlen_q;
-%   end
-% end
-
-% -- With block_mask, `block_class_of(head, m, n)`: the class (0 skip, 1 partial, 2 full) of the
-% -- 128 x 128 block of (batch, head) that holds query row m and key n. Goes after `batch`.
-% local function emit_block_classes()
-%   if block_mask then
-    auto block_class_of = [&](int head_, int m, int n) {
-        return P.fwd.mask.block_mask[batch * P.fwd.mask.blocks_sb + head_ * P.fwd.mask.blocks_sh +
-                                     (m / 128) * P.fwd.mask.blocks_sq + n / 128];
-    };
-%   end
-% end
-
-% -- `bool need_mask`: whether the tile of query rows [m0, m0 + BM) and keys [n0, n0 + BN)
-% -- crosses the ends or the band, so that its elements are masked one by one.
-% local function emit_need_mask()
-        bool need_mask = m0 + BM > seqlen_q || n0 + BN > seqlen_k;
-% mma_band_crossing()
-% end
-
-% -- The element pass over the two products of one tile, s (scores) and dp (dP), NT n8 tiles of
-% -- a warp's 16 rows: s becomes P and dp becomes dS (times 1 / scale without soft-capping;
-% -- only where dS is wanted). lse2 and delta: the log-sum-exp (log2 units, +inf for rows that
-% -- see nothing) and D of the element's query; row and key: its query row and key; all C
-% -- expressions of the row half h, j and e. masked: elements outside [lo[h], hi[h]] (offsets
-% -- from the thread's first column: the ends and the band) get P = 0 without their masks and
-% -- terms being read; the element masks (mc: MASK_CTX) apply everywhere, but in tiles whose
-% -- block class (`block_class`, with block_mask) is 2.
-% local function emit_ds(nt, lse2, delta, row, key, masked)
-#pragma unroll
-        for (int j = 0; j < ${nt}; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int h = e / 2;
-%   if masked then
-                const int c = j * 8 + (e & 1);
-                const bool inside = c <= hi[h] && c >= lo[h];
-%   else
-                const bool inside = true;
-%   end
-                float x = s[j][e] * score_mul, p = 0.0f;
-%   if softcap then
-                const float th = tanhf(x);
-                x = cap_mul * th;
-%   end
-%   if score_mod ~= "" then
-                const float capped = x;
-%   end
-                if (inside) {
-%   if terms then
-                    x = fj_score(mc, x, ${row}, ${key});
-%   end
-                    p = ex2(x - ${lse2});
-%   if element_masks then
-                    if (${block_mask and "block_class != 2 && " or ""}!fj_keeps(mc, ${row}, ${key}))
-                        p = 0.0f;
-%   end
-                }
-                s[j][e] = p;
-%   if want_dk then
-                float ds = p * (dp[j][e] - ${delta});
-%     if score_mod ~= "" then
-                /* Through score_mod: p = 0 (masked, or -inf from the expression) contributes
-                ** nothing, whatever the derivative there. */
-                ds = p > 0.0f ? ds * fj_score_grad(mc, capped, ${row}, ${key}) : 0.0f;
-%     end
-%     if softcap then
-                ds *= scale * (1.0f - th * th);
-%     end
-                dp[j][e] = ds;
-%   end
-            }
-% end
-% -- What dS was not multiplied by: the scale, or nothing with soft-capping.
-% local ds_factor = softcap and "1.0f" or "scale"
+% local ds_factor = bwd_ds_factor()
 
 % if stage == 2 then
 /* Shared memory: K [BN][QS], V [BN][VS], then two buffers of Q [BM][QS] and dO [BM][VS], then
@@ -205,7 +120,7 @@ fj_attn_bwd_dkdv(
 % params_arg(args)
 )
 {
-% params_unpack(args.fields[1].block, "P.fwd", unpack_names)
+% params_unpack(args.fields[1].block, "P.fwd", bwd_unpack_names())
     const float scale = P.scale;
     extern __shared__ __attribute__((aligned(128))) unsigned char smem[];
     elem_t *sK = (elem_t *)smem;
@@ -220,28 +135,10 @@ fj_attn_bwd_dkdv(
     const int g = lane / 4, t = lane % 4; /* row group and column pair of mma fragments */
     const int n0 = blockIdx.x * BN, head_kv = blockIdx.y, batch = blockIdx.z;
     const int group = heads_q / heads_kv;
-% emit_sequence()
+% bwd_sequence()
     if (n0 >= len_k)
         return;
-    k += batch * k_sb + (long long)k_first * k_ss + head_kv * k_sh;
-    v += batch * v_sb + (long long)k_first * v_ss + head_kv * v_sh;
-    q += batch * q_sb + (long long)q_first * q_ss;
-    lse += batch * l_sb + (long long)q_first * l_ss;
-    const elem_t *dout = P.dout + batch * P.do_sb + (long long)q_first * P.do_ss;
-    const float *delta = P.delta + (long long)batch * heads_q * d_rows;
-
-    /* The query rows [m_lo, m_hi) that may see one of the block's keys. */
-    int m_lo = 0, m_hi = seqlen_q;
-% if local_mask then
-    const int shift = seqlen_k - seqlen_q;
-    if (window_right >= 0)
-        m_lo = imax(0, n0 - shift - window_right);
-    if (window_left >= 0)
-        m_hi = imin(seqlen_q, imin(seqlen_k, n0 + BN) - 1 - shift + window_left + 1);
-% end
-    const int mb_lo = m_lo / BM, tiles = imax(0, (m_hi + BM - 1) / BM - mb_lo);
-    /* (head, query tile) pairs, heads outermost; none for keys past seqlen_k (zero gradients). */
-    const int count = n0 < seqlen_k ? tiles * group : 0;
+% bwd_dkdv_stream()
 
     /* Tile i of the stream into buffer b: Q and dO by cp.async, lse and D by the threads. */
     auto issue = [&](int i, int b) {
@@ -250,12 +147,7 @@ fj_attn_bwd_dkdv(
         load_tile<BM, DP, QS>(sQ, q + head * q_sh, q_ss, m0, seqlen_q, head_dim);
         load_tile<BM, DVP, VS>(sQ + BM * QS, dout + head * P.do_sh, P.do_ss, m0, seqlen_q,
                                head_dim_v);
-        for (int r = tid; r < BM; r += THREADS) {
-            const int row = m0 + r;
-            const float l = row < seqlen_q ? lse[head * l_sh + row * l_ss] : NEG_INF;
-            sLD[2 * BM * b + r] = l == NEG_INF ? POS_INF : l * LOG2E;
-            sLD[2 * BM * b + BM + r] = row < seqlen_q ? delta[(long long)head * d_rows + row] : 0.0f;
-        }
+% bwd_load_lse_delta()
     };
 
 % if want_dk then
@@ -267,16 +159,8 @@ fj_attn_bwd_dkdv(
     zero_acc<DVP>(dva);
 % end
 
-% emit_block_classes()
-    /* The stream's first item from i on that is live: with block classes, tiles of class 0 are
-    ** neither loaded nor computed. */
-    auto live_from = [&](int i) {
-% if block_mask then
-        while (i < count && block_class_of(head_kv * group + i / tiles, (mb_lo + i % tiles) * BM, n0) == 0)
-            i++;
-% end
-        return i;
-    };
+% bwd_block_classes()
+% bwd_live_from()
     int i = live_from(0), next;
     if (i < count) {
         load_tile<BN, DP, QS>(sK, k, k_ss, n0, seqlen_k, head_dim);
@@ -314,32 +198,7 @@ fj_attn_bwd_dkdv(
         mma_rows_by_rows<BM, DVP / 16, VS, VS>(dp, sV + warp * 16 * VS, sG, lane);
 % end
 
-        /* Masked where the tile crosses the ends or the band: query offsets [lo, hi] from the
-        ** thread's first column col0 that each of its two keys sees. */
-% emit_need_mask()
-#define LSE2 sL[j * 8 + 2 * t + (e & 1)]
-#define DELTA sD[j * 8 + 2 * t + (e & 1)]
-        if (need_mask) {
-            const int col0 = m0 + 2 * t;
-            int lo[2], hi[2];
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int key = key_row + g + 8 * h;
-                hi[h] = key < seqlen_k ? seqlen_q - 1 - col0 : -1;
-                lo[h] = 0 - col0;
-% if local_mask then
-                if (window_right >= 0)
-                    lo[h] = imax(lo[h], key - shift - window_right - col0);
-                if (window_left >= 0)
-                    hi[h] = imin(hi[h], key - shift + window_left - col0);
-% end
-            }
-% emit_ds("BM / 8", "LSE2", "DELTA", "m0 + 8 * j + 2 * t + (e & 1)", "key_row + g + 8 * h", true)
-        } else {
-% emit_ds("BM / 8", "LSE2", "DELTA", "m0 + 8 * j + 2 * t + (e & 1)", "key_row + g + 8 * h", false)
-        }
-#undef LSE2
-#undef DELTA
+% bwd_dkdv_elements(want_dk)
 
         /* dV += P^T dO, dK += dS^T Q: P^T and dS^T as A fragments, dO and Q by ldmatrix.trans. */
 % if want_dv then
@@ -369,32 +228,7 @@ fj_attn_bwd_dkdv(
 % end
     }
 
-    /* The warp's keys' rows of dK and dV (zeros for keys no query sees). */
-    elem_t *dk = P.dk + batch * P.dk_sb + (long long)k_first * P.dk_ss + head_kv * P.dk_sh;
-    elem_t *dv = P.dv + batch * P.dv_sb + (long long)k_first * P.dv_ss + head_kv * P.dv_sh;
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int key = key_row + g + 8 * h;
-        if (key >= len_k)
-            continue;
-% if want_dk then
-#pragma unroll
-        for (int j = 0; j < DP / 8; j++) {
-            const int col = j * 8 + 2 * t;
-            if (col < head_dim)
-                *(u32 *)(dk + key * P.dk_ss + col) =
-                    pack2(dka[j][2 * h] * ${ds_factor}, dka[j][2 * h + 1] * ${ds_factor});
-        }
-% end
-% if want_dv then
-#pragma unroll
-        for (int j = 0; j < DVP / 8; j++) {
-            const int col = j * 8 + 2 * t;
-            if (col < head_dim_v)
-                *(u32 *)(dv + key * P.dv_ss + col) = pack2(dva[j][2 * h], dva[j][2 * h + 1]);
-        }
-% end
-    }
+% bwd_store_dkdv(want_dk, want_dv)
 }
 % else
 /* Shared memory: Q [BM][QS] and dO [BM][VS], then two buffers of K [BN][QS] and V [BN][VS]. */
@@ -407,7 +241,7 @@ fj_attn_bwd_dq(
 % params_arg(args)
 )
 {
-% params_unpack(args.fields[1].block, "P.fwd", unpack_names)
+% params_unpack(args.fields[1].block, "P.fwd", bwd_unpack_names())
     const float scale = P.scale;
     extern __shared__ __attribute__((aligned(128))) unsigned char smem[];
     elem_t *sQ = (elem_t *)smem;
@@ -417,7 +251,7 @@ fj_attn_bwd_dq(
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int g = lane / 4, t = lane % 4; /* row group and column pair of mma fragments */
 % attn_block_origin()
-% emit_sequence()
+% bwd_sequence()
     if (m0 >= seqlen_q)
         return;
     q += batch * q_sb + (long long)q_first * q_ss + head * q_sh;
@@ -445,7 +279,7 @@ fj_attn_bwd_dq(
     float dqa[DP / 8][4];
     zero_acc<DP>(dqa);
 
-% emit_block_classes()
+% bwd_block_classes()
     /* The first key tile from nb on that is live (as stage 2's). */
     auto live_from = [&](int nb) {
 % if block_mask then
@@ -488,7 +322,7 @@ fj_attn_bwd_dq(
         /* Masked where the tile crosses the ends or the band: key offsets [lo, hi] from the
         ** thread's first column col0 that each of its two rows sees (none past the rows' end,
         ** whose masks and terms are not to be read). */
-% emit_need_mask()
+% bwd_need_mask()
         if (need_mask) {
             const int col0 = n0 + 2 * t;
             int lo[2], hi[2];
@@ -504,9 +338,9 @@ fj_attn_bwd_dq(
                     lo[h] = imax(lo[h], row + shift - window_left - col0);
 % end
             }
-% emit_ds("BN / 8", "lse2[h]", "dl[h]", "warp_row + g + 8 * h", "n0 + 8 * j + 2 * t + (e & 1)", true)
+% bwd_scores_to_p_ds("BN / 8", "lse2[h]", "dl[h]", "warp_row + g + 8 * h", "n0 + 8 * j + 2 * t + (e & 1)", true, want_dk)
         } else {
-% emit_ds("BN / 8", "lse2[h]", "dl[h]", "warp_row + g + 8 * h", "n0 + 8 * j + 2 * t + (e & 1)", false)
+% bwd_scores_to_p_ds("BN / 8", "lse2[h]", "dl[h]", "warp_row + g + 8 * h", "n0 + 8 * j + 2 * t + (e & 1)", false, want_dk)
         }
 
         /* dQ += dS K: dS as A fragments, K by ldmatrix.trans. */

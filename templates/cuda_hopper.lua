@@ -135,6 +135,7 @@ template <int N> __device__ __forceinline__ void fence_regs(u32 *r)
 %   return table.concat(t, ", ")
 % end
 % -- wgmma_ss_N: D[64 x N] (+)= A[64 x 16] B[16 x N], both from shared memory, K-major.
+% -- wgmma_ss_t_N: the same with B N-major (transposed), as the backward's dQ = dS K needs.
 % -- wgmma_rs_N: the same with A from registers (four 16-bit pairs, the mma.sync A layout) and
 % -- B N-major (transposed), as P V needs.
 % function hopper_wgmma(n)
@@ -144,6 +145,14 @@ __device__ __forceinline__ void wgmma_ss_${n}(float *d, u64 desc_a, u64 desc_b, 
     asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %${a + 2}, 0;\n\t"
                  "wgmma.mma_async.sync.aligned.m64n${n}k16.f32.${ptx_type}.${ptx_type} "
                  "{${acc_list(n)}}, %${a}, %${a + 1}, p, 1, 1, 0, 0;\n\t}"
+                 : ${acc_operands(n)}
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+__device__ __forceinline__ void wgmma_ss_t_${n}(float *d, u64 desc_a, u64 desc_b, int accumulate)
+{
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %${a + 2}, 0;\n\t"
+                 "wgmma.mma_async.sync.aligned.m64n${n}k16.f32.${ptx_type}.${ptx_type} "
+                 "{${acc_list(n)}}, %${a}, %${a + 1}, p, 1, 1, 0, 1;\n\t}"
                  : ${acc_operands(n)}
                  : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }

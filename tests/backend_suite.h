@@ -7,6 +7,7 @@
 #define FJ_TESTS_BACKEND_SUITE_H
 
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "flashjit.h"
 
@@ -62,6 +63,10 @@ static int suite_run_(const char *name, const struct CMUnitTest *tests, size_t n
     if (!probe)
         return suite_status == FJ_ERR_NO_DEVICE ? SUITE_SKIPPED : 1;
     suite_teardown((void **)&probe);
+    /* FJ_TEST_FILTER: run only the tests whose names match (cmocka's pattern: * and ?). */
+    const char *filter = getenv("FJ_TEST_FILTER");
+    if (filter && *filter)
+        cmocka_set_test_filter(filter);
     return _cmocka_run_group_tests(name, tests, n, suite_setup, suite_teardown);
 }
 

@@ -118,10 +118,14 @@ for arch in sm_80 sm_90a; do
         status=$?
         echo "$out"
         [ $status -eq 0 ] || { echo "FAIL: cache build --backward ${opt[*]} for $arch"; exit 1; }
-        spills=$(echo "$out" | awk '$2 ~ /^cuda.bwd.mma$/ && $9 != 0' | wc -l)
+        spills=$(echo "$out" | awk '$2 ~ /^cuda.bwd.w?gmma$|^cuda.bwd.mma$/ && $9 != 0' | wc -l)
         [ "$spills" -eq 0 ] || { echo "FAIL: $spills backward kernels spill on $arch ${opt[*]}"; exit 1; }
         echo "$out" | grep -q "cuda.bwd.mma" ||
             { echo "FAIL: no tensor-core backward built for $arch ${opt[*]}"; exit 1; }
+        # Hopper's dk/dv kernel where it serves (d 64 and 128), on sm_90a only
+        hopper=$(echo "$out" | grep -c "cuda.bwd.wgmma")
+        if [ $arch = sm_90a ]; then [ "$hopper" -gt 0 ]; else [ "$hopper" -eq 0 ]; fi ||
+            { echo "FAIL: $hopper Hopper backward kernels built for $arch ${opt[*]}"; exit 1; }
         checked=$((checked + 1))
     done
 done

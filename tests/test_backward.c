@@ -36,10 +36,20 @@ static fjh_case bwd_case(int64_t sq, int64_t sk, int64_t hq, int64_t hkv, int64_
     return c;
 }
 
-/* Runs and checks the cases; bwd_path (NULL: any) the backward kernel each must have run on. */
-static void run_cases_on(void **state, const fjh_case *cases, size_t n, const char *bwd_path)
+/* Whether path is one of the '|'-separated names of list. */
+static int path_in(const char *path, const char *list)
 {
-    fj_context *ctx = suite_context(state);
+    const size_t len = strlen(path);
+    for (const char *p = list; p; p = strchr(p, '|') ? strchr(p, '|') + 1 : NULL)
+        if (!strncmp(p, path, len) && (p[len] == '|' || p[len] == '\0'))
+            return 1;
+    return 0;
+}
+
+/* Runs and checks the cases on ctx; bwd_paths (NULL: any) the backward kernels, '|'-separated,
+** one of which each must have run on. */
+static void run_cases_in(fj_context *ctx, const fjh_case *cases, size_t n, const char *bwd_paths)
+{
     int failures = 0;
     for (size_t i = 0; i < n; i++) {
         fjh_result r;
@@ -48,14 +58,14 @@ static void run_cases_on(void **state, const fjh_case *cases, size_t n, const ch
         fjh_run(ctx, &cases[i], &r);
         /* A dbias case must have checked it (a reference of nonzero magnitude). */
         const int ok = r.pass && (!cases[i].dbias || r.grad_max[3] > 0) &&
-                       (!bwd_path || !strcmp(r.bwd_kernel_path, bwd_path));
+                       (!bwd_paths || path_in(r.bwd_kernel_path, bwd_paths));
         printf("  %s %s | dq %.3g dk %.3g dv %.3g (plain %.3g %.3g %.3g)", ok ? "ok  " : "FAIL",
                desc, r.grad_err[0], r.grad_err[1], r.grad_err[2], r.grad_lowp_err[0],
                r.grad_lowp_err[1], r.grad_lowp_err[2]);
         if (cases[i].dbias)
             printf(" dbias %.3g (plain %.3g)", r.grad_err[3], r.grad_lowp_err[3]);
         printf(" | %s%s\n", !r.pass ? r.why : r.bwd_kernel_path,
-               r.pass && !ok ? (bwd_path && strcmp(r.bwd_kernel_path, bwd_path)
+               r.pass && !ok ? (bwd_paths && !path_in(r.bwd_kernel_path, bwd_paths)
                                     ? ": not the expected backward kernel"
                                     : ": dbias not checked")
                              : "");
@@ -69,7 +79,7 @@ static void run_cases_on(void **state, const fjh_case *cases, size_t n, const ch
 
 static void run_cases(void **state, const fjh_case *cases, size_t n)
 {
-    run_cases_on(state, cases, n, NULL);
+    run_cases_in(suite_context(state), cases, n, NULL);
 }
 
 /* The reference's gradients against central differences of L = sum(dout * out), in float64,
@@ -170,7 +180,9 @@ static void test_shapes_and_options(void **state)
 ** element masks and score terms (a mask_mod, the mask tensor, ranges, ALiBi with a bias, a
 ** score_mod with soft-capping), block classes (alone; shared, with a mask_mod), packed
 ** sequences (with seqused_k, causal; with a mask_mod); each must run on the tensor-core
-** kernels, with dq added by atomics (the default) and deterministic (dq a stage of its own). */
+** kernels, with dq added by atomics (the default) and deterministic (dq a stage of its own):
+** on the default kernels (Hopper's dk/dv kernel on sm_90a where it serves, mma.sync elsewhere),
+** and, on sm_90a, again with FLASHJIT_BWD_CONFIG=path=mma (the mma.sync kernels). */
 static void test_tensor_core_tiles(void **state)
 {
     if (FJ_TEST_BACKEND != FJ_BACKEND_CUDA) {
@@ -237,11 +249,30 @@ static void test_tensor_core_tiles(void **state)
     cases[n] = bwd_case(300, 300, 4, 1, 128, FJ_DTYPE_F16);
     cases[n].desc.mask_mod = "(q / 50) % 2 == (k / 50) % 2";
     cases[n++].blocks = 2;
+    fj_context *ctx = suite_context(state);
     for (int deterministic = 0; deterministic <= 1; deterministic++) {
         for (size_t i = 0; i < n; i++)
             cases[i].desc.deterministic = deterministic;
-        run_cases_on(state, cases, n, "cuda.bwd.mma");
+        run_cases_in(ctx, cases, n, "cuda.bwd.wgmma|cuda.bwd.mma");
     }
+    fj_device_info dev = {.struct_size = sizeof dev};
+    assert_int_equal(fj_context_get_device_info(ctx, &dev), FJ_OK);
+    if (strcmp(dev.arch, "sm_90a") != 0)
+        return;
+    /* The portable kernels on Hopper: a context made with the override. */
+    fj_context_options o;
+    fj_context_options_init(&o);
+    o.backend = FJ_BACKEND_CUDA;
+    o.cache_path = ":memory:";
+    fj_context *mma = NULL;
+    assert_int_equal(setenv("FLASHJIT_BWD_CONFIG", "path=mma", 1), 0);
+    const fj_status st = fj_context_create(&o, &mma);
+    unsetenv("FLASHJIT_BWD_CONFIG");
+    assert_int_equal(st, FJ_OK);
+    for (size_t i = 0; i < n; i++)
+        cases[i].desc.deterministic = (int32_t)(i % 2);
+    run_cases_in(mma, cases, n, "cuda.bwd.mma");
+    fj_context_destroy(mma);
 }
 
 /* Every mask kind and score term alone and in pairs; a row that sees no key (zero gradients). */

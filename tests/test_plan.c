@@ -224,6 +224,7 @@ static void stage_paths(const fj__plan *plan, char *buf, size_t size)
                  plan->steps[i].kind == FJ__STEP_MEMSET                 ? "memset"
                  : plan->steps[i].variant.family == FJ__FAMILY_CLASSIFY ? "classify"
                  : plan->steps[i].variant.path == FJ__PATH_MMA          ? "mma"
+                 : plan->steps[i].variant.path == FJ__PATH_WGMMA        ? "wgmma"
                                                                         : "simt");
 }
 
@@ -243,7 +244,8 @@ static void test_backward_plans(void **state)
     snprintf(cpu.arch, sizeof cpu.arch, "opencl");
     cpu.local_memory = 64 << 10;
     /* Deterministic: D, dk/dv (dK and dV apart above d + dv = 256), dq. Not: dq's f32 sum
-    ** zeroed, D, dk/dv adding dq by atomics (with dK), dq cast from the sum. */
+    ** zeroed, D, dk/dv adding dq by atomics (with dK), dq cast from the sum. On sm_90a dk/dv
+    ** runs on wgmma to d and dv 128. */
     const struct {
         int64_t d, dv;
         fj_dtype dtype;
@@ -252,17 +254,18 @@ static void test_backward_plans(void **state)
         int deterministic;
         const char *paths;
     } cases[] = {
-        {128, 128, FJ_DTYPE_BF16, 0, &h200, 1, "simt,mma,mma"},
-        {128, 128, FJ_DTYPE_BF16, 0, &h200, 0, "memset,simt,mma,simt"},
-        {64, 64, FJ_DTYPE_F16, 4, &h200, 1, "classify,simt,mma,mma"},
-        {64, 64, FJ_DTYPE_F16, 4, &h200, 0, "memset,classify,simt,mma,simt"},
+        {128, 128, FJ_DTYPE_BF16, 0, &h200, 1, "simt,wgmma,mma"},
+        {128, 128, FJ_DTYPE_BF16, 0, &h200, 0, "memset,simt,wgmma,simt"},
+        {64, 64, FJ_DTYPE_F16, 4, &h200, 1, "classify,simt,wgmma,mma"},
+        {64, 64, FJ_DTYPE_F16, 4, &h200, 0, "memset,classify,simt,wgmma,simt"},
         {256, 256, FJ_DTYPE_BF16, 0, &h200, 1, "simt,mma,mma,mma"}, /* dK, dV, dQ */
         {256, 256, FJ_DTYPE_BF16, 0, &h200, 0, "memset,simt,mma,mma,simt"},
         {192, 128, FJ_DTYPE_BF16, 0, &h200, 1, "simt,mma,mma,mma"},
         {128, 128, FJ_DTYPE_F32, 0, &h200, 0, "simt,simt,simt"},
         {128, 128, FJ_DTYPE_BF16, 1, &h200, 0, "simt,simt,simt,simt"},
-        {128, 128, FJ_DTYPE_BF16, 2, &h200, 0, "memset,simt,mma,simt"},
-        {128, 128, FJ_DTYPE_BF16, 2, &h200, 1, "simt,mma,mma"},
+        {128, 128, FJ_DTYPE_BF16, 2, &h200, 0, "memset,simt,wgmma,simt"},
+        {128, 128, FJ_DTYPE_BF16, 2, &h200, 1, "simt,wgmma,mma"},
+        {96, 64, FJ_DTYPE_BF16, 0, &h200, 0, "memset,simt,wgmma,simt"}, /* padded to 128 / 64 */
         {128, 128, FJ_DTYPE_BF16, 3, &h200, 0, "simt,simt,simt"},
         {512, 512, FJ_DTYPE_BF16, 0, &h200, 0, "simt,simt,simt"},
         {128, 128, FJ_DTYPE_BF16, 0, &sm86, 1, "simt,mma,mma"},
@@ -306,10 +309,10 @@ static void test_backward_plans(void **state)
             assert_true(fj__variant_fits(&st->variant, cases[i].dev));
             /* Tensor-core launches take their tiles as dynamic shared memory; one block per
             ** tile of the stage's rows (keys for dk/dv, query rows for dq). */
-            assert_int_equal(st->shared_bytes, st->variant.path == FJ__PATH_MMA
+            assert_int_equal(st->shared_bytes, st->variant.path != FJ__PATH_SIMT
                                                    ? fj__variant_shared_bytes(&st->variant)
                                                    : 0);
-            if (st->variant.path == FJ__PATH_MMA) {
+            if (st->variant.path != FJ__PATH_SIMT) {
                 const int stage = st->variant.stage;
                 const int32_t tile = stage == 2 ? st->variant.tile_n : st->variant.tile_m;
                 assert_int_equal(st->grid[0], (300 + tile - 1) / tile);
@@ -322,10 +325,15 @@ static void test_backward_plans(void **state)
         const int classified = strstr(cases[i].paths, "classify") != NULL;
         assert_int_equal(plan.fwd.classes >= 0, classified);
         assert_int_equal(dkdv->block_mask, classified || cases[i].change == 2);
-        if (i == 0) { /* a tile override: eight warps own 128 keys; one that cannot fit: ignored */
+        if (i == 0) { /* tile overrides: one on wgmma, one on mma.sync; one that cannot fit: ignored */
             fj__plan tuned;
-            assert_int_equal(fj__plan_backward(&f, cases[i].dev, "warps=8,tile_m=16", &tuned, &err),
-                             FJ_OK);
+            assert_int_equal(fj__plan_backward(&f, cases[i].dev, "warps=4", &tuned, &err), FJ_OK);
+            const fj__variant *h = &tuned.steps[tuned.main_step].variant;
+            assert_true(h->path == FJ__PATH_WGMMA && h->warps == 4 && h->tile_n == 64 &&
+                        h->threads == 128);
+            assert_int_equal(
+                fj__plan_backward(&f, cases[i].dev, "path=mma,warps=8,tile_m=16", &tuned, &err),
+                FJ_OK);
             const fj__variant *t = &tuned.steps[tuned.main_step].variant;
             assert_true(t->warps == 8 && t->tile_n == 128 && t->tile_m == 16 && t->threads == 256);
             assert_int_equal(tuned.steps[tuned.main_step].grid[0], (300 + 127) / 128);
@@ -333,6 +341,14 @@ static void test_backward_plans(void **state)
                 fj__plan_backward(&f, cases[i].dev, "warps=16,tile_m=256", &tuned, &err), FJ_OK);
             assert_true(tuned.steps[tuned.main_step].variant.warps == dkdv->warps &&
                         tuned.steps[tuned.main_step].variant.tile_m == dkdv->tile_m);
+        }
+        if (dkdv->path == FJ__PATH_WGMMA) { /* dK and dV in one launch, dQ by atomics or not */
+            assert_int_equal(dkdv->grads, atomic ? 7 : 3);
+            assert_true(dkdv->head_dim_pad % 64 == 0 && dkdv->head_dim_pad >= cases[i].d);
+            /* the cast reads dq's sum with the dk/dv kernel's row stride */
+            if (atomic)
+                assert_int_equal(plan.steps[plan.nsteps - 1].variant.head_dim_pad,
+                                 dkdv->head_dim_pad);
         }
         if (dkdv->path == FJ__PATH_MMA) {
             const int dq = atomic ? 4 : 0, apart = cases[i].d + cases[i].dv > 256;

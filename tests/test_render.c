@@ -435,6 +435,52 @@ static void test_backward_mma_render(void **state)
                 }
 }
 
+/* Hopper's dk/dv kernel renders at head dims 64 and 128 / 64, with and without dq's atomics,
+** plain and with the band, soft-capping, the masks and score terms, block classes and packed
+** sequences: its products are wgmma, and it stores dK and dV and adds dq where asked
+** (FJ_RENDER_OUT: the sources are written there). */
+static void test_backward_wgmma_render(void **state)
+{
+    (void)state;
+    for (int wide = 0; wide < 2; wide++)
+        for (int extras = 0; extras < 3; extras++)
+            for (int atomic = 0; atomic < 2; atomic++) {
+                fj__variant v;
+                memset(&v, 0, sizeof v);
+                v.family = FJ__FAMILY_BWD;
+                v.backend = FJ_BACKEND_CUDA;
+                v.path = FJ__PATH_WGMMA;
+                v.q_dtype = v.kv_dtype = v.out_dtype = FJ_DTYPE_BF16;
+                v.acc_dtype = FJ_DTYPE_F32;
+                v.head_dim_pad = wide ? 128 : 64;
+                v.head_dim_v_pad = 64;
+                v.grads = atomic ? 7 : 3;
+                v.warps = 8;
+                v.threads = 256;
+                v.tile_m = 64;
+                v.tile_n = 128;
+                v.stage = 2;
+                v.local_mask = v.softcap = (uint8_t)(extras > 0);
+                v.varlen = (uint8_t)(extras == 1 && !wide ? 2 : 0); /* packed, with seqused_k */
+                if (extras == 2) { /* attn_masks.lua's masks and terms, block classes */
+                    v.alibi = v.mask_tensor = v.block_mask = 1;
+                    v.bias = 2;
+                    v.mask_ranges = 4;
+                    set_test_mods(&v);
+                }
+                char *out = render_or_fail(&v);
+                assert_non_null(strstr(out, "fj_attn_bwd_dkdv("));
+                assert_non_null(strstr(out, "wgmma.mma_async.sync.aligned.m64n64k16"));
+                assert_true((strstr(out, "1.0f - th * th") != NULL) == (extras > 0));
+                assert_non_null(strstr(out, "*(u32 *)(dk + "));
+                assert_non_null(strstr(out, "*(u32 *)(dv + "));
+                assert_true((strstr(out, "fj_score_grad(mc, capped") != NULL) == (extras == 2));
+                assert_true((strstr(out, "add_dq_tile(P.dq_acc") != NULL) == atomic);
+                save_render(1, out, "bwd_wgmma_d%d_x%d_g%d.cu", v.head_dim_pad, extras, v.grads);
+                free(out);
+            }
+}
+
 /* Renders params_struct() of layout l for backend; returns the status, the text in *out. */
 static fj_status render_layout(const fj__playout *l, const char *backend, char **out, fj__err *err)
 {
@@ -552,6 +598,7 @@ int main(void)
         cmocka_unit_test(test_decode_variants_render),
         cmocka_unit_test(test_backward_stages_render),
         cmocka_unit_test(test_backward_mma_render),
+        cmocka_unit_test(test_backward_wgmma_render),
         cmocka_unit_test(test_fp8_forward_render),
         cmocka_unit_test(test_template_dir_override_and_hash),
     };

@@ -1,0 +1,225 @@
+% -- The parts that the backward's tensor-core kernels share (attn_bwd_mma.cu.lua on mma.sync,
+% -- attn_bwd_wgmma.cu.lua on Hopper's wgmma), so that what decides a gradient is spelled once:
+% -- the block's sequence, its block classes and masks, the element pass that turns scores into
+% -- P and dS, and the dk/dv kernel's stream of query tiles and its stores.
+% --
+% -- Both kernels hold a warp's 16 rows of a product in mma's accumulator layout: element e of
+% -- column block j, x[j][e], is row g + 8 (e / 2) and column 8 j + 2 t + (e % 2) (g = lane / 4,
+% -- t = lane % 4), which is also the layout of wgmma's accumulators, warp by warp.
+% --
+% -- Parameters: the masks' and score terms' (attn_masks.lua), softcap, local_mask, block_mask,
+% -- varlen. Include after the kernel's helpers (cuda_mma.lua, attn_masks.lua, sequence.lua).
+% local element_masks = mask_mod ~= "" or mask_tensor or mask_ranges > 0
+% local terms = alibi or bias ~= "" or score_mod ~= ""
+
+% -- The block's sequence: with packed sequences (varlen), where it starts in the packed tensors
+% -- and its lengths (sequence.lua: q_first, k_first, seqlen_q, seqlen_k the keys it uses, len_k
+% -- those it holds, whose rows past seqlen_k get zero gradients), and the rows per (batch,
+% -- head) of the D workspace; dense: the tensors' own. Goes where `batch` is declared.
+% -- The names params_unpack() gives the forward block's lengths, so that bwd_sequence() can
+% -- declare the sequence's own.
+% function bwd_unpack_names()
+%   return varlen > 0 and { seqlen_q = "max_seqlen_q", seqlen_k = "max_seqlen_k" } or nil
+% end
+% function bwd_sequence()
+%   if varlen > 0 then
+% packed_sequence()
+    const int d_rows = max_seqlen_q;
+%   else
+    const int q_first = 0, k_first = 0, len_k = seqlen_k, d_rows = seqlen_q;
+%   end
+% end
+
+% -- With block_mask, `block_class_of(head, m, n)`: the class (0 skip, 1 partial, 2 full) of the
+% -- 128 x 128 block of (batch, head) that holds query row m and key n. Goes after `batch`.
+% function bwd_block_classes()
+%   if block_mask then
+    auto block_class_of = [&](int head_, int m, int n) {
+        return P.fwd.mask.block_mask[batch * P.fwd.mask.blocks_sb + head_ * P.fwd.mask.blocks_sh +
+                                     (m / 128) * P.fwd.mask.blocks_sq + n / 128];
+    };
+%   end
+% end
+
+% -- `bool need_mask`: whether the tile of query rows [m0, m0 + BM) and keys [n0, n0 + BN)
+% -- crosses the ends or the band, so that its elements are masked one by one.
+% function bwd_need_mask()
+        bool need_mask = m0 + BM > seqlen_q || n0 + BN > seqlen_k;
+% mma_band_crossing()
+% end
+
+% -- The element pass over the two products of one tile, s (scores) and dp (dP), NT n8 tiles of
+% -- a warp's 16 rows: s becomes P and dp becomes dS (times 1 / scale without soft-capping;
+% -- only where want_ds). lse2 and delta: the log-sum-exp (log2 units, +inf for rows that
+% -- see nothing) and D of the element's query; row and key: its query row and key; all C
+% -- expressions of the row half h, j and e. masked: elements outside [lo[h], hi[h]] (offsets
+% -- from the thread's first column: the ends and the band) get P = 0 without their masks and
+% -- terms being read; the element masks (mc: MASK_CTX) apply everywhere, but in tiles whose
+% -- block class (`block_class`, with block_mask) is 2.
+% function bwd_scores_to_p_ds(nt, lse2, delta, row, key, masked, want_ds)
+#pragma unroll
+        for (int j = 0; j < ${nt}; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int h = e / 2;
+%   if masked then
+                const int c = j * 8 + (e & 1);
+                const bool inside = c <= hi[h] && c >= lo[h];
+%   else
+                const bool inside = true;
+%   end
+                float x = s[j][e] * score_mul, p = 0.0f;
+%   if softcap then
+                const float th = tanhf(x);
+                x = cap_mul * th;
+%   end
+%   if score_mod ~= "" then
+                const float capped = x;
+%   end
+                if (inside) {
+%   if terms then
+                    x = fj_score(mc, x, ${row}, ${key});
+%   end
+                    p = ex2(x - ${lse2});
+%   if element_masks then
+                    if (${block_mask and "block_class != 2 && " or ""}!fj_keeps(mc, ${row}, ${key}))
+                        p = 0.0f;
+%   end
+                }
+                s[j][e] = p;
+%   if want_ds then
+                float ds = p * (dp[j][e] - ${delta});
+%     if score_mod ~= "" then
+                /* Through score_mod: p = 0 (masked, or -inf from the expression) contributes
+                ** nothing, whatever the derivative there. */
+                ds = p > 0.0f ? ds * fj_score_grad(mc, capped, ${row}, ${key}) : 0.0f;
+%     end
+%     if softcap then
+                ds *= scale * (1.0f - th * th);
+%     end
+                dp[j][e] = ds;
+%   end
+            }
+% end
+
+% -- What dS was not multiplied by: the scale, or nothing with soft-capping.
+% function bwd_ds_factor()
+%   return softcap and "1.0f" or "scale"
+% end
+
+% -- ---- the dk/dv kernel (stage 2): a block owns BN keys from n0 of one (batch, kv head) ----
+% -- bwd_dkdv_stream(): moves q, k, v, lse to the block's sequence and heads, and declares
+% -- dout, delta, the query rows [m_lo, m_hi) that may see one of the block's keys, their
+% -- first tile mb_lo, `tiles` per head and `count`, the (head, query tile) pairs it streams,
+% -- heads outermost (none for keys past seqlen_k: zero gradients). Goes after bwd_sequence().
+% function bwd_dkdv_stream()
+    k += batch * k_sb + (long long)k_first * k_ss + head_kv * k_sh;
+    v += batch * v_sb + (long long)k_first * v_ss + head_kv * v_sh;
+    q += batch * q_sb + (long long)q_first * q_ss;
+    lse += batch * l_sb + (long long)q_first * l_ss;
+    const elem_t *dout = P.dout + batch * P.do_sb + (long long)q_first * P.do_ss;
+    const float *delta = P.delta + (long long)batch * heads_q * d_rows;
+
+    /* The query rows [m_lo, m_hi) that may see one of the block's keys. */
+    int m_lo = 0, m_hi = seqlen_q;
+%   if local_mask then
+    const int shift = seqlen_k - seqlen_q;
+    if (window_right >= 0)
+        m_lo = imax(0, n0 - shift - window_right);
+    if (window_left >= 0)
+        m_hi = imin(seqlen_q, imin(seqlen_k, n0 + BN) - 1 - shift + window_left + 1);
+%   end
+    const int mb_lo = m_lo / BM, tiles = imax(0, (m_hi + BM - 1) / BM - mb_lo);
+    /* (head, query tile) pairs, heads outermost; none for keys past seqlen_k (zero gradients). */
+    const int count = n0 < seqlen_k ? tiles * group : 0;
+% end
+
+% -- The lse (log2 units; +inf for rows past the end or that see nothing) and D of stream item
+% -- i's rows into buffer b of sLD ([2][2][BM] floats: per buffer, lse then D). Goes inside the
+% -- kernel's `issue(i, b)`, after `head` and `m0` are declared.
+% function bwd_load_lse_delta()
+        for (int r = tid; r < BM; r += THREADS) {
+            const int row = m0 + r;
+            const float l = row < seqlen_q ? lse[head * l_sh + row * l_ss] : NEG_INF;
+            sLD[2 * BM * b + r] = l == NEG_INF ? POS_INF : l * LOG2E;
+            sLD[2 * BM * b + BM + r] = row < seqlen_q ? delta[(long long)head * d_rows + row] : 0.0f;
+        }
+% end
+
+% -- `live_from(i)`: the stream's first item from i on that is live: with block classes, tiles
+% -- of class 0 are neither loaded nor computed.
+% function bwd_live_from()
+    /* The stream's first item from i on that is live: with block classes, tiles of class 0 are
+    ** neither loaded nor computed. */
+    auto live_from = [&](int i) {
+%   if block_mask then
+        while (i < count && block_class_of(head_kv * group + i / tiles, (mb_lo + i % tiles) * BM, n0) == 0)
+            i++;
+%   end
+        return i;
+    };
+% end
+
+% -- The element pass of a dk/dv tile: s = S^T and dp = dP^T, a warp's 16 keys from key_row by
+% -- BM queries from m0, whose lse and D are sL and sD. Masked where the tile crosses the ends
+% -- or the band: query offsets [lo, hi] from the thread's first column col0 that each of its
+% -- two keys sees.
+% function bwd_dkdv_elements(want_ds)
+        /* Masked where the tile crosses the ends or the band: query offsets [lo, hi] from the
+        ** thread's first column col0 that each of its two keys sees. */
+% bwd_need_mask()
+#define LSE2 sL[j * 8 + 2 * t + (e & 1)]
+#define DELTA sD[j * 8 + 2 * t + (e & 1)]
+        if (need_mask) {
+            const int col0 = m0 + 2 * t;
+            int lo[2], hi[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int key = key_row + g + 8 * h;
+                hi[h] = key < seqlen_k ? seqlen_q - 1 - col0 : -1;
+                lo[h] = 0 - col0;
+%   if local_mask then
+                if (window_right >= 0)
+                    lo[h] = imax(lo[h], key - shift - window_right - col0);
+                if (window_left >= 0)
+                    hi[h] = imin(hi[h], key - shift + window_left - col0);
+%   end
+            }
+% bwd_scores_to_p_ds("BM / 8", "LSE2", "DELTA", "m0 + 8 * j + 2 * t + (e & 1)", "key_row + g + 8 * h", true, want_ds)
+        } else {
+% bwd_scores_to_p_ds("BM / 8", "LSE2", "DELTA", "m0 + 8 * j + 2 * t + (e & 1)", "key_row + g + 8 * h", false, want_ds)
+        }
+#undef LSE2
+#undef DELTA
+% end
+
+% -- The warp's keys' rows of dK and dV from the accumulators dka[DP / 8][4] and dva[DVP / 8][4]
+% -- (zeros for keys no query sees).
+% function bwd_store_dkdv(want_dk, want_dv)
+    /* The warp's keys' rows of dK and dV (zeros for keys no query sees). */
+    elem_t *dk = P.dk + batch * P.dk_sb + (long long)k_first * P.dk_ss + head_kv * P.dk_sh;
+    elem_t *dv = P.dv + batch * P.dv_sb + (long long)k_first * P.dv_ss + head_kv * P.dv_sh;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int key = key_row + g + 8 * h;
+        if (key >= len_k)
+            continue;
+%   if want_dk then
+#pragma unroll
+        for (int j = 0; j < DP / 8; j++) {
+            const int col = j * 8 + 2 * t;
+            if (col < head_dim)
+                *(u32 *)(dk + key * P.dk_ss + col) =
+                    pack2(dka[j][2 * h] * ${bwd_ds_factor()}, dka[j][2 * h + 1] * ${bwd_ds_factor()});
+        }
+%   end
+%   if want_dv then
+#pragma unroll
+        for (int j = 0; j < DVP / 8; j++) {
+            const int col = j * 8 + 2 * t;
+            if (col < head_dim_v)
+                *(u32 *)(dv + key * P.dv_ss + col) = pack2(dva[j][2 * h], dva[j][2 * h + 1]);
+        }
+%   end
+    }
+% end

@@ -1,0 +1,281 @@
+% -- The backward's dk/dv stage (stage 2) on Hopper (sm_90a): attn_bwd_mma.cu.lua's stage 2 with
+% -- its products on wgmma, warpgroup-wide and asynchronous, operands read from shared memory
+% -- by the tensor cores rather than by every warp through ldmatrix.
+% --
+% -- A block owns BN = 64 * NWG keys of one (batch, kv head), 64 per warpgroup, and streams tiles
+% -- of BM query rows of every query head of the group (two buffers, cp.async). Per tile, each
+% -- warpgroup:
+% --   S^T = K Q^T, dP^T = V dO^T    wgmma, both operands from shared memory (64 keys x BM)
+% --   P^T, dS^T                     attn_bwd_tc.lua's element pass, in registers
+% --   dV += P^T dO, dK += dS^T Q    wgmma with P^T and dS^T from registers (the accumulator
+% --                                 layout is the A-operand layout), dO and Q transposed
+% -- and with dQ (grads 4: unless deterministic) it writes dS^T transposed into shared memory,
+% -- so that the block's dQ = dS K (BM x DP: pieces of 64 x 64 shared out to the warpgroups,
+% -- K transposed) is added by atomics into the f32 workspace, as the mma.sync kernel's.
+% -- Everything in shared memory is in 64-column panels with the 128-byte swizzle (the layout
+% -- wgmma reads; the copies swizzle their 16-byte chunks), so head dims are padded to 64.
+% --
+% -- Serves what attn_bwd_mma.cu.lua's stage 2 serves (the element pass and the stream are
+% -- shared: attn_bwd_tc.lua), for d and dv padded to at most 128; dK and dV in one launch.
+% --
+% -- Parameters: dtypes (one 16-bit type), head_dim_pad, head_dim_v_pad (multiples of 64, at most
+% -- 128), tile_m (BM: 64 or 128), tile_n (BN = 64 * NWG), warps (4 * NWG), grads (3, or 7 with
+% -- dQ), local_mask, softcap, block_mask, varlen, the masks' and score terms' (attn_masks.lua),
+% -- shared_bytes (the host's size), args (fj_bwd_params).
+% assert(stage == 2, "attn_bwd_wgmma: the dk/dv stage")
+% local NWG = warps // 4
+% assert(warps % 4 == 0 and NWG >= 1 and NWG <= 3 and tile_n == 64 * NWG, "attn_bwd_wgmma: 64 keys a warpgroup")
+% assert(tile_m == 64 or tile_m == 128, "attn_bwd_wgmma: tile_m 64 or 128")
+% assert(head_dim_pad % 64 == 0 and head_dim_v_pad % 64 == 0 and head_dim_pad <= 128 and head_dim_v_pad <= 128, "attn_bwd_wgmma: head dims padded to 64, at most 128")
+% assert(grads == 3 or grads == 7, "attn_bwd_wgmma: dK and dV, and dQ by atomics or not")
+% assert(score_mod == "" or score_mod_grad ~= "", "attn_bwd_wgmma: score_mod needs score_mod_grad")
+% assert(not block_mask or (128 % tile_m == 0 and 128 % tile_n == 0), "attn_bwd_wgmma: block classes need tiles that divide 128")
+% local want_dq = grads >= 4
+% local element_masks = mask_mod ~= "" or mask_tensor or mask_ranges > 0
+% local terms = alibi or bias ~= "" or score_mod ~= ""
+% include("cuda_mma.lua")
+% include("cuda_hopper.lua")
+% include("cuda_attn_common.lua")
+% if element_masks or terms or varlen > 0 then
+% include("dialect.lua")
+% end
+% if element_masks or terms then
+% include("attn_masks.lua")
+% end
+% if varlen > 0 then
+% include("sequence.lua")
+% end
+% include("attn_bwd_tc.lua")
+% include("params.lua")
+% params_struct(args)
+% hopper_wgmma(tile_m)
+% if head_dim_pad ~= tile_m then hopper_wgmma(head_dim_pad) end
+% if head_dim_v_pad ~= tile_m and head_dim_v_pad ~= head_dim_pad then hopper_wgmma(head_dim_v_pad) end
+% if want_dq and tile_m ~= 64 and head_dim_pad ~= 64 and head_dim_v_pad ~= 64 then hopper_wgmma(64) end
+
+% mma_tile_macros()
+#define NEG_INF __int_as_float(0xff800000)
+#define POS_INF __int_as_float(0x7f800000)
+#define LOG2E 1.4426950408889634f
+constexpr int NWG = ${NWG}; /* warpgroups, 64 keys each */
+
+/* ---- shared memory ------------------------------------------------------------------------- */
+/* Tiles are 64-column panels of rows x 128 bytes, 16-byte chunk c of row r stored at chunk
+** c ^ (r % 8) (the 128-byte swizzle): K [BN][DP], V [BN][DVP], two buffers of Q [BM][DP] and
+** dO [BM][DVP], with dQ dS [BM][BN] (panel w: warpgroup w's keys), then two buffers of the
+** rows' lse (log2 units) and D, [BM] floats each. Panels start 1024-byte aligned. */
+constexpr int K_BYTES = BN * DP * 2, V_BYTES = BN * DVP * 2;
+constexpr int Q_BYTES = BM * DP * 2, QG_BYTES = Q_BYTES + BM * DVP * 2;
+constexpr int DS_BYTES = ${want_dq and "BM * BN * 2" or "0"};
+constexpr int LD_OFFSET = K_BYTES + V_BYTES + 2 * QG_BYTES + DS_BYTES;
+static_assert(LD_OFFSET + 16 * BM + 1023 == ${shared_bytes}, "the host's shared-memory size");
+
+/* The address of element (r, c) of a swizzled tile of `rows` rows. */
+__device__ __forceinline__ u32 swizzled(u32 tile, int rows, int r, int c)
+{
+    return tile + (c / 64) * (rows * 128) + r * 128 + ((((c % 64) / 8) ^ (r % 8)) << 4) + (c % 8) * 2;
+}
+
+/* Copies rows [row0, row0 + ROWS) of a [rows, cols] matrix (row stride ld, in elements) into a
+** swizzled tile, zero-filling rows past `rows` and columns past `cols`. */
+template <int ROWS, int COLS>
+__device__ __forceinline__ void load_swizzled(u32 tile, const elem_t *g, long long ld, int row0,
+                                              int rows, int cols)
+{
+    constexpr int CHUNKS = COLS / 8;
+#pragma unroll 1
+    for (int i = threadIdx.x; i < ROWS * CHUNKS; i += THREADS) {
+        const int r = i / CHUNKS, c = (i % CHUNKS) * 8;
+        const bool ok = row0 + r < rows && c < cols;
+        cp_async16(swizzled(tile, ROWS, r, c), ok ? g + (row0 + r) * ld + c : g, ok ? 16 : 0);
+    }
+}
+
+/* ---- the products ---------------------------------------------------------------------------- */
+/* Descriptors: a K-major operand of `rows` rows steps 32 bytes a k16 step inside a panel and a
+** panel at every fourth; an N-major one (transposed) steps 16 rows a k16 step, its panels
+** rows * 128 bytes apart. */
+__device__ __forceinline__ u64 kmajor(u32 tile, int rows, int kk)
+{
+    return gmma_desc(tile + (kk / 4) * rows * 128 + (kk % 4) * 32, 16, 1024);
+}
+__device__ __forceinline__ u64 nmajor(u32 tile, int rows, int kk)
+{
+    return gmma_desc(tile + kk * 16 * 128, rows * 128, 1024);
+}
+
+/* acc (64 x BM) = A B^T over K = 16 * KSTEPS: the warpgroup's 64 rows of a (K-major, `a_rows`
+** rows) by the BM rows of b: S^T = K Q^T, dP^T = V dO^T. */
+template <int KSTEPS>
+__device__ __forceinline__ void rows_by_rows(float *acc, u32 a, int a_rows, u32 b)
+{
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; kk++)
+        wgmma_ss_${tile_m}(acc, kmajor(a, a_rows, kk), kmajor(b, BM, kk), kk > 0);
+}
+
+/* acc (64 x N) += A B over K = BM: A in registers (pack_rows of 64 x BM accumulators), B the BM
+** rows of N columns at b: dV += P^T dO, dK += dS^T Q. */
+% local function regs_by_rows(n)
+__device__ __forceinline__ void regs_by_rows_${n}(float *acc, const u32 (*a)[4], u32 b)
+{
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; kk++)
+        wgmma_rs_${n}(acc, a[kk], nmajor(b, BM, kk), 1);
+}
+% end
+% regs_by_rows(head_dim_pad)
+% if head_dim_v_pad ~= head_dim_pad then regs_by_rows(head_dim_v_pad) end
+% if want_dq then
+
+/* dQ = dS K of a tile (rows [m0, m0 + BM) of `head`) added into the f32 sum: pieces of 64 rows
+** by 64 columns, piece after piece to the warpgroups; dS in sDS (K-major over the block's keys),
+** K N-major. */
+__device__ __forceinline__ void add_dq_tile(float *dq_acc, u32 sDS, u32 sK, int m0, int seqlen_q,
+                                            int wg, int warp, int g, int t)
+{
+    constexpr int ROW_BLOCKS = BM / 64, PIECES = ROW_BLOCKS * (DP / 64);
+#pragma unroll 1
+    for (int piece = wg; piece < PIECES; piece += NWG) {
+        const int rb = piece % ROW_BLOCKS, cp = piece / ROW_BLOCKS;
+        float acc[8][4];
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++)
+            wgmma_ss_t_64(&acc[0][0], kmajor(sDS + rb * 64 * 128, BM, kk),
+                          nmajor(sK + cp * BN * 128, BN, kk), kk > 0);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs<32>(&acc[0][0]);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int row = m0 + rb * 64 + warp * 16 + g + 8 * h;
+            if (row >= seqlen_q)
+                continue;
+            float *dst = dq_acc + (long long)row * DP + cp * 64 + 2 * t;
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                red_add2(dst + j * 8, acc[j][2 * h], acc[j][2 * h + 1]);
+        }
+    }
+}
+% end
+
+/* ---- the kernel ------------------------------------------------------------------------------ */
+/* dK and dV of BN keys of one (batch, kv head), over every query row of the group's heads. */
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+fj_attn_bwd_dkdv(
+% params_arg(args)
+)
+{
+% params_unpack(args.fields[1].block, "P.fwd", bwd_unpack_names())
+    const float scale = P.scale;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+    const u32 sK = smem_addr(smem), sV = sK + K_BYTES;
+    const u32 sQG = sV + V_BYTES; /* buffer b: Q at sQG + b * QG_BYTES, dO Q_BYTES after it */
+    [[maybe_unused]] const u32 sDS = sQG + 2 * QG_BYTES;
+    float *sLD = (float *)(smem + LD_OFFSET); /* buffer b: lse at sLD + 2 * BM * b, D after */
+
+    /* The warpgroup, broadcast from lane 0 so that ptxas keeps what derives from it uniform. */
+    const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+    const int warp = (tid % 128) / 32, lane = tid % 32;
+    const int g = lane / 4, t = lane % 4; /* row group and column pair of the fragments */
+    const int n0 = blockIdx.x * BN, head_kv = blockIdx.y, batch = blockIdx.z;
+    const int group = heads_q / heads_kv;
+% bwd_sequence()
+    if (n0 >= len_k)
+        return;
+% bwd_dkdv_stream()
+
+    /* Stream item i into buffer b: Q and dO by cp.async, lse and D by the threads. */
+    auto issue = [&](int i, int b) {
+        const int head = head_kv * group + i / tiles, m0 = (mb_lo + i % tiles) * BM;
+        const u32 sQ = sQG + b * QG_BYTES;
+        load_swizzled<BM, DP>(sQ, q + head * q_sh, q_ss, m0, seqlen_q, head_dim);
+        load_swizzled<BM, DVP>(sQ + Q_BYTES, dout + head * P.do_sh, P.do_ss, m0, seqlen_q, head_dim_v);
+% bwd_load_lse_delta()
+    };
+
+    float dka[DP / 8][4], dva[DVP / 8][4];
+    zero_acc<DP>(dka);
+    zero_acc<DVP>(dva);
+
+% bwd_block_classes()
+% bwd_live_from()
+    int i = live_from(0), next;
+    if (i < count) {
+        load_swizzled<BN, DP>(sK, k, k_ss, n0, seqlen_k, head_dim);
+        load_swizzled<BN, DVP>(sV, v, v_ss, n0, seqlen_k, head_dim_v);
+        issue(i, 0);
+        cp_async_commit();
+    }
+    const int key_row = n0 + wg * 64 + warp * 16; /* this warp's first key */
+    const u32 sKw = sK + wg * 64 * 128, sVw = sV + wg * 64 * 128; /* the warpgroup's keys */
+    for (int b = 0; i < count; b ^= 1, i = next) {
+        const int m0 = (mb_lo + i % tiles) * BM;
+        next = live_from(i + 1);
+% if element_masks or terms then
+        MASK_CTX(mc, P.fwd.mask, batch, head_kv * group + i / tiles, seqlen_q, seqlen_k);
+% end
+        cp_async_wait_all();
+        fence_proxy_async(); /* the copies are read by wgmma (the async proxy) */
+        __syncthreads();     /* tile i landed; every warpgroup is done with buffer b ^ 1 and dS */
+        if (next < count) {
+            issue(next, b ^ 1);
+            cp_async_commit();
+        }
+        const u32 sQ = sQG + b * QG_BYTES, sG = sQ + Q_BYTES;
+        const float *sL = sLD + 2 * BM * b, *sD = sL + BM;
+% if block_mask then
+        const int block_class = block_class_of(head_kv * group + i / tiles, m0, n0);
+% end
+
+        /* S^T = K Q^T and dP^T = V dO^T: the warpgroup's 64 keys by BM queries. */
+        float s[BM / 8][4], dp[BM / 8][4];
+        wgmma_fence();
+        rows_by_rows<DP / 16>(&s[0][0], sKw, BN, sQ);
+        rows_by_rows<DVP / 16>(&dp[0][0], sVw, BN, sG);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs<BM / 2>(&s[0][0]);
+        fence_regs<BM / 2>(&dp[0][0]);
+
+% bwd_dkdv_elements(true)
+
+        /* dV += P^T dO, dK += dS^T Q: P^T and dS^T as A fragments. */
+        u32 pf[BM / 16][4], dsf[BM / 16][4];
+        pack_rows<BM / 16>(pf, s);
+        pack_rows<BM / 16>(dsf, dp);
+        wgmma_fence();
+        regs_by_rows_${head_dim_v_pad}(&dva[0][0], pf, sG);
+        regs_by_rows_${head_dim_pad}(&dka[0][0], dsf, sQ);
+        wgmma_commit();
+% if want_dq then
+        /* dS^T into sDS as dS (query rows by the block's keys): fragment register r of k16 block
+        ** kk holds keys g + 8 (r % 2) of the warp and queries 16 kk + 8 (r / 2) + 2 t (+ 1). */
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; kk++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int key = wg * 64 + warp * 16 + g + 8 * (r % 2), query = 16 * kk + 8 * (r / 2) + 2 * t;
+                asm volatile("st.shared.b16 [%0], %1;" ::"r"(swizzled(sDS, BM, query, key)),
+                             "h"((unsigned short)(dsf[kk][r] & 0xffffu)) : "memory");
+                asm volatile("st.shared.b16 [%0], %1;" ::"r"(swizzled(sDS, BM, query + 1, key)),
+                             "h"((unsigned short)(dsf[kk][r] >> 16)) : "memory");
+            }
+        fence_proxy_async();
+        __syncthreads(); /* dS whole; the next tile's first barrier guards its rewrite */
+        add_dq_tile(P.dq_acc + ((long long)(batch * heads_q + head_kv * group + i / tiles) * d_rows) * DP,
+                    sDS, sK, m0, seqlen_q, wg, warp, g, t);
+% end
+        wgmma_wait<0>();
+        /* P^T and dS^T stay untouched, and dK and dV are not read, until their products landed. */
+        fence_regs<BM / 4>(&pf[0][0]);
+        fence_regs<BM / 4>(&dsf[0][0]);
+        fence_regs<DP / 2>(&dka[0][0]);
+        fence_regs<DVP / 2>(&dva[0][0]);
+    }
+
+% bwd_store_dkdv(true, true)
+}
