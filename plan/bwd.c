@@ -1,6 +1,6 @@
 /* The backward plan: D = rowsum(dout * out) into an f32 workspace (attn_bwd.lua), then dk and
-** dv per key block, then dq per query block (attn_bwd_mma.cu.lua on tensor cores where it
-** serves, else attn_bwd.lua), then the bias's gradient if asked for; and how each stage's block
+** dv per key block, then dq per query block (on tensor cores where they serve: Hopper's
+** attn_bwd_wgmma.cu.lua, else attn_bwd_mma.cu.lua; else attn_bwd.lua), then the bias's gradient if asked for; and how each stage's block
 ** is filled. On tensor cores, unless the request is deterministic, dq is not a stage of its
 ** own: the dk/dv blocks add their share of it into a zeroed f32 workspace by atomics (five
 ** products where the deterministic plan computes seven), and a last stage casts the sum; and
@@ -64,9 +64,9 @@ static void bwd_mma_variant(int stage, int deterministic, const fj_device_info *
     }
 }
 
-/* Whether Hopper's kernel (attn_bwd_wgmma.cu.lua) serves stage 2 of f on dev: sm_90a, head
-** dims padded to 64 at most 128, where the mma.sync kernel serves; "path=mma" in the override
-** keeps the mma.sync kernel (tests, comparisons). */
+/* Whether Hopper's kernels (attn_bwd_wgmma.cu.lua) serve stages 2 and 3 of f on dev: sm_90a,
+** head dims padded to 64 at most 128, where the mma.sync kernels serve; "path=mma" in the
+** override keeps the mma.sync kernels (tests, comparisons). */
 static int wgmma_serves(const fj__features *f, const fj_device_info *dev, const char *config)
 {
     return mma_serves(f, dev) && fj__sm_version(dev) == 90 && strchr(dev->arch, 'a') != NULL &&
@@ -74,20 +74,26 @@ static int wgmma_serves(const fj__features *f, const fj_device_info *dev, const 
            !(config && strstr(config, "path=mma"));
 }
 
-/* The Hopper variant of stage 2: two warpgroups of 64 keys, dK and dV in one launch (and dQ by
-** atomics unless deterministic), head dims padded to the swizzle's 64-column panels, 64 query
-** rows a streamed tile (128 at d 64 spill 8-12 bytes: S^T's and dP^T's accumulators share the
-** registers with dK's and dV's). */
-static void bwd_wgmma_variant(int deterministic, fj__variant *v)
+/* The Hopper variant of stage 2 or 3: two warpgroups of 64 rows (keys; query rows), head dims
+** padded to the swizzle's 64-column panels. Stage 2 writes dK and dV in one launch (and adds dQ
+** by atomics unless deterministic) and streams 64 query rows a tile (128 at d 64 spill 8-12
+** bytes: S^T's and dP^T's accumulators share the registers with dK's and dV's); stage 3 streams
+** 64 keys a tile. */
+static void bwd_wgmma_variant(int stage, int deterministic, fj__variant *v)
 {
     v->path = FJ__PATH_WGMMA;
     v->head_dim_pad = fj__round_up(v->head_dim_pad, 64);
     v->head_dim_v_pad = fj__round_up(v->head_dim_v_pad, 64);
     v->warps = 8;
     v->threads = 32 * v->warps;
-    v->tile_n = 16 * v->warps;
-    v->tile_m = 64;
-    v->grads = deterministic ? 3 : 7;
+    if (stage == 2) {
+        v->tile_n = 16 * v->warps;
+        v->tile_m = 64;
+        v->grads = deterministic ? 3 : 7;
+    } else {
+        v->tile_m = 16 * v->warps;
+        v->tile_n = 64;
+    }
 }
 
 /* v with config's tile fields applied (a block owning 16 rows a warp: keys for stage 2,
@@ -123,9 +129,9 @@ static void bwd_variant(const fj__features *f, const fj_device_info *dev, const 
         fj__variant_score_fields(v, f);
         v->score_mod_grad = f->score_mod_grad;
     }
-    if (stage == 2 && wgmma_serves(f, dev, config)) {
+    if ((stage == 2 || stage == 3) && wgmma_serves(f, dev, config)) {
         fj__variant hopper = *v;
-        bwd_wgmma_variant(f->deterministic, &hopper);
+        bwd_wgmma_variant(stage, f->deterministic, &hopper);
         if (fj__variant_fits(&hopper, dev)) {
             apply_bwd_config(config, dev, &hopper);
             *v = hopper;

@@ -108,11 +108,14 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
                    : row * (uint32_t)(v->tile_m + 2 * v->tile_n);
     }
     if (v->family == FJ__FAMILY_BWD && v->path == FJ__PATH_WGMMA) {
-        /* attn_bwd_wgmma.cu.lua: K and V, two buffers of Q and dO, with dQ (grads 4) dS
-        ** [tile_m][tile_n], two of the rows' lse and D, and slack to align the panels. */
+        /* attn_bwd_wgmma.cu.lua, and slack to align the panels: stage 2 K and V, two buffers
+        ** of Q and dO, with dQ (grads 4) dS [tile_m][tile_n], two of the rows' lse and D; stage
+        ** 3 Q and dO, two buffers of K and V. */
+        const uint32_t row = qs * (uint32_t)(v->head_dim_pad + v->head_dim_v_pad);
         const uint32_t ds = v->grads & 4 ? qs * (uint32_t)(v->tile_m * v->tile_n) : 0u;
-        return qs * (uint32_t)((v->tile_n + 2 * v->tile_m) * (v->head_dim_pad + v->head_dim_v_pad)) +
-               ds + 16u * (uint32_t)v->tile_m + 1023u;
+        return v->stage == 2 ? row * (uint32_t)(v->tile_n + 2 * v->tile_m) + ds +
+                                   16u * (uint32_t)v->tile_m + 1023u
+                             : row * (uint32_t)(v->tile_m + 2 * v->tile_n) + 1023u;
     }
     if (v->family == FJ__FAMILY_BWD) /* attn_bwd.lua's Smem of each stage: floats only */
         return v->stage == 2 ? 4u * (uint32_t)(v->tile_m * (v->head_dim_pad + v->head_dim_v_pad) +
@@ -191,13 +194,20 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
                ((v->grads & 3) != 3 || v->head_dim_pad + v->head_dim_v_pad <= 256) &&
                fj__variant_shared_bytes(v) <= dev->local_memory;
     if (v->family == FJ__FAMILY_BWD && v->path == FJ__PATH_WGMMA) /* attn_bwd_wgmma.cu.lua */
-        return v->stage == 2 && v->warps % 4 == 0 && v->warps >= 4 && v->warps <= 12 &&
-               v->threads == 32 * v->warps && v->tile_n == 16 * v->warps &&
-               (v->tile_m == 64 || v->tile_m == 128) && (v->grads == 3 || v->grads == 7) &&
+        return v->warps % 4 == 0 && v->warps >= 4 && v->warps <= 12 &&
+               v->threads == 32 * v->warps &&
+               (v->stage == 2 ? v->tile_n == 16 * v->warps && (v->tile_m == 64 || v->tile_m == 128) &&
+                                    (v->grads == 3 || v->grads == 7) &&
+                                    /* S^T and dP^T (tile_m / 2 floats a thread each) beside
+                                    ** dK and dV ((d + dv) / 2) */
+                                    v->tile_m + (v->head_dim_pad + v->head_dim_v_pad) / 2 <= 192
+                : v->stage == 3 ? v->tile_m == 16 * v->warps && v->tile_n % 16 == 0 &&
+                                      v->tile_n >= 16 && v->tile_n <= 256 && !v->grads &&
+                                      /* S and dP beside dQ (d / 2) */
+                                      v->tile_n + v->head_dim_pad / 2 <= 192
+                                : 0) &&
                v->head_dim_pad % 64 == 0 && v->head_dim_v_pad % 64 == 0 &&
                v->head_dim_pad <= 128 && v->head_dim_v_pad <= 128 &&
-               /* S^T and dP^T (tile_m / 2 floats a thread each) beside dK and dV ((d + dv) / 2) */
-               v->tile_m + (v->head_dim_pad + v->head_dim_v_pad) / 2 <= 192 &&
                (!(v->block_mask || fj__variant_element_masks(v)) ||
                 (128 % v->tile_m == 0 && 128 % v->tile_n == 0)) &&
                fj__variant_shared_bytes(v) <= dev->local_memory;

@@ -223,3 +223,93 @@
 %   end
     }
 % end
+
+% -- ---- the dq kernel (stage 3): a block owns BM query rows from m0 of one (batch, head) ----
+% -- bwd_dq_stream(): moves q, k, v, lse to the block's sequence and heads, declares dout and
+% -- delta, the key tiles [nb_lo, nb_hi) of the band (attn_key_band) and the masks' context.
+% -- Goes after bwd_sequence().
+% function bwd_dq_stream()
+    q += batch * q_sb + (long long)q_first * q_ss + head * q_sh;
+    k += batch * k_sb + (long long)k_first * k_ss + head_kv * k_sh;
+    v += batch * v_sb + (long long)k_first * v_ss + head_kv * v_sh;
+    lse += batch * l_sb + (long long)q_first * l_ss + head * l_sh;
+    const elem_t *dout = P.dout + batch * P.do_sb + (long long)q_first * P.do_ss + head * P.do_sh;
+    const float *delta = P.delta + ((long long)batch * heads_q + head) * d_rows;
+% attn_key_band()
+%   if element_masks or terms then
+    MASK_CTX(mc, P.fwd.mask, batch, head, seqlen_q, seqlen_k);
+%   end
+% end
+
+% -- The lse2 and dl of the thread's two rows from warp_row (declared before).
+% function bwd_dq_rows()
+    /* The lse (log2 units; +inf for rows past the end or that see nothing) and D of the
+    ** thread's two rows. */
+    float lse2[2], dl[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int row = warp_row + g + 8 * h;
+        const float l = row < seqlen_q ? lse[row * l_ss] : NEG_INF;
+        lse2[h] = l == NEG_INF ? POS_INF : l * LOG2E;
+        dl[h] = row < seqlen_q ? delta[row] : 0.0f;
+    }
+% end
+
+% -- `live_from(nb)`: the first key tile from nb on that is live.
+% function bwd_dq_live_from()
+    /* The first key tile from nb on that is live (as stage 2's). */
+    auto live_from = [&](int nb) {
+%   if block_mask then
+        while (nb < nb_hi && block_class_of(head, m0, nb * BN) == 0)
+            nb++;
+%   end
+        return nb;
+    };
+% end
+
+% -- The element pass of a dq tile: s = S and dp = dP, a warp's 16 rows from warp_row by BN keys
+% -- from n0.
+% function bwd_dq_elements(want_ds)
+        /* Masked where the tile crosses the ends or the band: key offsets [lo, hi] from the
+        ** thread's first column col0 that each of its two rows sees (none past the rows' end,
+        ** whose masks and terms are not to be read). */
+% bwd_need_mask()
+        if (need_mask) {
+            const int col0 = n0 + 2 * t;
+            int lo[2], hi[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int row = warp_row + g + 8 * h;
+                hi[h] = row < seqlen_q ? seqlen_k - 1 - col0 : -1;
+                lo[h] = 0 - col0;
+%   if local_mask then
+                if (window_right >= 0)
+                    hi[h] = imin(hi[h], row + shift + window_right - col0);
+                if (window_left >= 0)
+                    lo[h] = imax(lo[h], row + shift - window_left - col0);
+%   end
+            }
+% bwd_scores_to_p_ds("BN / 8", "lse2[h]", "dl[h]", "warp_row + g + 8 * h", "n0 + 8 * j + 2 * t + (e & 1)", true, want_ds)
+        } else {
+% bwd_scores_to_p_ds("BN / 8", "lse2[h]", "dl[h]", "warp_row + g + 8 * h", "n0 + 8 * j + 2 * t + (e & 1)", false, want_ds)
+        }
+% end
+
+% -- The warp's rows of dQ from the accumulators dqa[DP / 8][4].
+% function bwd_store_dq()
+    /* The warp's rows of dQ (zeros for rows that see no key). */
+    elem_t *dq = P.dq + batch * P.dq_sb + (long long)q_first * P.dq_ss + head * P.dq_sh;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int row = warp_row + g + 8 * h;
+        if (row >= seqlen_q)
+            continue;
+#pragma unroll
+        for (int j = 0; j < DP / 8; j++) {
+            const int col = j * 8 + 2 * t;
+            if (col < head_dim)
+                *(u32 *)(dq + row * P.dq_ss + col) =
+                    pack2(dqa[j][2 * h] * ${bwd_ds_factor()}, dqa[j][2 * h + 1] * ${bwd_ds_factor()});
+        }
+    }
+% end

@@ -1,8 +1,8 @@
-% -- The backward's dk/dv stage (stage 2) on Hopper (sm_90a): attn_bwd_mma.cu.lua's stage 2 with
-% -- its products on wgmma, warpgroup-wide and asynchronous, operands read from shared memory
+% -- The backward's tensor-core stages on Hopper (sm_90a): attn_bwd_mma.cu.lua's two kernels with
+% -- their products on wgmma, warpgroup-wide and asynchronous, operands read from shared memory
 % -- by the tensor cores rather than by every warp through ldmatrix.
 % --
-% -- A block owns BN = 64 * NWG keys of one (batch, kv head), 64 per warpgroup, and streams tiles
+% -- Stage 2, dkdv: a block owns BN = 64 * NWG keys of one (batch, kv head), 64 per warpgroup, and streams tiles
 % -- of BM query rows of every query head of the group (two buffers, cp.async). Per tile, each
 % -- warpgroup:
 % --   S^T = K Q^T, dP^T = V dO^T    wgmma, both operands from shared memory (64 keys x BM)
@@ -12,22 +12,28 @@
 % -- and with dQ (grads 4: unless deterministic) it writes dS^T transposed into shared memory,
 % -- so that the block's dQ = dS K (BM x DP: pieces of 64 x 64 shared out to the warpgroups,
 % -- K transposed) is added by atomics into the f32 workspace, as the mma.sync kernel's.
+% -- Stage 3, dq (deterministic requests): a block owns BM = 64 * NWG query rows of one (batch,
+% -- head), 64 per warpgroup, and streams tiles of BN keys (two buffers): S = Q K^T and
+% -- dP = dO V^T from shared memory, P and dS in registers, dQ += dS K with K transposed.
 % -- Everything in shared memory is in 64-column panels with the 128-byte swizzle (the layout
 % -- wgmma reads; the copies swizzle their 16-byte chunks), so head dims are padded to 64.
 % --
-% -- Serves what attn_bwd_mma.cu.lua's stage 2 serves (the element pass and the stream are
+% -- Serves what attn_bwd_mma.cu.lua serves (the element passes, the streams and the stores are
 % -- shared: attn_bwd_tc.lua), for d and dv padded to at most 128; dK and dV in one launch.
 % --
 % -- Parameters: dtypes (one 16-bit type), head_dim_pad, head_dim_v_pad (multiples of 64, at most
-% -- 128), tile_m (BM: 64 or 128), tile_n (BN = 64 * NWG), warps (4 * NWG), grads (3, or 7 with
-% -- dQ), local_mask, softcap, block_mask, varlen, the masks' and score terms' (attn_masks.lua),
-% -- shared_bytes (the host's size), args (fj_bwd_params).
-% assert(stage == 2, "attn_bwd_wgmma: the dk/dv stage")
+% -- 128), stage (2 or 3), warps (4 * NWG), tile_m and tile_n (stage 2: BM 64 or 128, BN 64 * NWG;
+% -- stage 3: BM 64 * NWG, BN a multiple of 16), grads (stage 2: 3, or 7 with dQ), local_mask,
+% -- softcap, block_mask, varlen, the masks' and score terms' (attn_masks.lua), shared_bytes (the
+% -- host's size), args (fj_bwd_params).
+% assert(stage == 2 or stage == 3, "attn_bwd_wgmma: stage 2 (dkdv) or 3 (dq)")
 % local NWG = warps // 4
-% assert(warps % 4 == 0 and NWG >= 1 and NWG <= 3 and tile_n == 64 * NWG, "attn_bwd_wgmma: 64 keys a warpgroup")
-% assert(tile_m == 64 or tile_m == 128, "attn_bwd_wgmma: tile_m 64 or 128")
+% local owned = stage == 2 and tile_n or tile_m -- the block's own rows: keys, or query rows
+% assert(warps % 4 == 0 and NWG >= 1 and NWG <= 3 and owned == 64 * NWG, "attn_bwd_wgmma: 64 rows a warpgroup")
+% assert(stage == 3 or tile_m == 64 or tile_m == 128, "attn_bwd_wgmma: tile_m 64 or 128")
+% assert(stage == 2 or (tile_n % 16 == 0 and tile_n <= 256), "attn_bwd_wgmma: tile_n a multiple of 16")
 % assert(head_dim_pad % 64 == 0 and head_dim_v_pad % 64 == 0 and head_dim_pad <= 128 and head_dim_v_pad <= 128, "attn_bwd_wgmma: head dims padded to 64, at most 128")
-% assert(grads == 3 or grads == 7, "attn_bwd_wgmma: dK and dV, and dQ by atomics or not")
+% assert((stage == 2 and (grads == 3 or grads == 7)) or (stage == 3 and grads == 0), "attn_bwd_wgmma: dK and dV, and dQ by atomics or not")
 % assert(score_mod == "" or score_mod_grad ~= "", "attn_bwd_wgmma: score_mod needs score_mod_grad")
 % assert(not block_mask or (128 % tile_m == 0 and 128 % tile_n == 0), "attn_bwd_wgmma: block classes need tiles that divide 128")
 % local want_dq = grads >= 4
@@ -48,10 +54,13 @@
 % include("attn_bwd_tc.lua")
 % include("params.lua")
 % params_struct(args)
-% hopper_wgmma(tile_m)
-% if head_dim_pad ~= tile_m then hopper_wgmma(head_dim_pad) end
-% if head_dim_v_pad ~= tile_m and head_dim_v_pad ~= head_dim_pad then hopper_wgmma(head_dim_v_pad) end
-% if want_dq and tile_m ~= 64 and head_dim_pad ~= 64 and head_dim_v_pad ~= 64 then hopper_wgmma(64) end
+% -- The products' widths: the streamed rows (S^T, dP^T by query rows; S, dP by keys), the head
+% -- dims, and 64 (dQ's pieces).
+% local streamed = stage == 2 and tile_m or tile_n
+% local widths = {}
+% for _, n in ipairs({ streamed, head_dim_pad, head_dim_v_pad, want_dq and 64 or nil }) do
+%   if not widths[n] then widths[n] = true; hopper_wgmma(n) end
+% end
 
 % mma_tile_macros()
 #define NEG_INF __int_as_float(0xff800000)
@@ -59,6 +68,7 @@
 #define LOG2E 1.4426950408889634f
 constexpr int NWG = ${NWG}; /* warpgroups, 64 keys each */
 
+% if stage == 2 then
 /* ---- shared memory ------------------------------------------------------------------------- */
 /* Tiles are 64-column panels of rows x 128 bytes, 16-byte chunk c of row r stored at chunk
 ** c ^ (r % 8) (the 128-byte swizzle): K [BN][DP], V [BN][DVP], two buffers of Q [BM][DP] and
@@ -69,6 +79,14 @@ constexpr int Q_BYTES = BM * DP * 2, QG_BYTES = Q_BYTES + BM * DVP * 2;
 constexpr int DS_BYTES = ${want_dq and "BM * BN * 2" or "0"};
 constexpr int LD_OFFSET = K_BYTES + V_BYTES + 2 * QG_BYTES + DS_BYTES;
 static_assert(LD_OFFSET + 16 * BM + 1023 == ${shared_bytes}, "the host's shared-memory size");
+% else
+/* ---- shared memory ------------------------------------------------------------------------- */
+/* Tiles as stage 2's: Q [BM][DP] and dO [BM][DVP], then two buffers of K [BN][DP] and V
+** [BN][DVP]. */
+constexpr int Q_BYTES = BM * DP * 2, G_BYTES = BM * DVP * 2;
+constexpr int K_BYTES = BN * DP * 2, KV_BYTES = K_BYTES + BN * DVP * 2;
+static_assert(Q_BYTES + G_BYTES + 2 * KV_BYTES + 1023 == ${shared_bytes}, "the host's shared-memory size");
+% end
 
 /* The address of element (r, c) of a swizzled tile of `rows` rows. */
 __device__ __forceinline__ u32 swizzled(u32 tile, int rows, int r, int c)
@@ -104,24 +122,27 @@ __device__ __forceinline__ u64 nmajor(u32 tile, int rows, int kk)
     return gmma_desc(tile + kk * 16 * 128, rows * 128, 1024);
 }
 
-/* acc (64 x BM) = A B^T over K = 16 * KSTEPS: the warpgroup's 64 rows of a (K-major, `a_rows`
-** rows) by the BM rows of b: S^T = K Q^T, dP^T = V dO^T. */
+% local S = stage == 2 and "BM" or "BN"
+/* acc (64 x ${S}) = A B^T over K = 16 * KSTEPS: the warpgroup's 64 rows of a (K-major, `a_rows`
+** rows) by the ${S} streamed rows of b: S^T = K Q^T, dP^T = V dO^T (stage 2); S = Q K^T,
+** dP = dO V^T (stage 3). */
 template <int KSTEPS>
 __device__ __forceinline__ void rows_by_rows(float *acc, u32 a, int a_rows, u32 b)
 {
 #pragma unroll
     for (int kk = 0; kk < KSTEPS; kk++)
-        wgmma_ss_${tile_m}(acc, kmajor(a, a_rows, kk), kmajor(b, BM, kk), kk > 0);
+        wgmma_ss_${streamed}(acc, kmajor(a, a_rows, kk), kmajor(b, ${S}, kk), kk > 0);
 }
 
-/* acc (64 x N) += A B over K = BM: A in registers (pack_rows of 64 x BM accumulators), B the BM
-** rows of N columns at b: dV += P^T dO, dK += dS^T Q. */
+/* acc (64 x N) += A B over K = ${S}: A in registers (pack_rows of 64 x ${S} accumulators), B the
+** ${S} streamed rows of N columns at b: dV += P^T dO, dK += dS^T Q (stage 2); dQ += dS K
+** (stage 3). */
 % local function regs_by_rows(n)
 __device__ __forceinline__ void regs_by_rows_${n}(float *acc, const u32 (*a)[4], u32 b)
 {
 #pragma unroll
-    for (int kk = 0; kk < BM / 16; kk++)
-        wgmma_rs_${n}(acc, a[kk], nmajor(b, BM, kk), 1);
+    for (int kk = 0; kk < ${S} / 16; kk++)
+        wgmma_rs_${n}(acc, a[kk], nmajor(b, ${S}, kk), 1);
 }
 % end
 % regs_by_rows(head_dim_pad)
@@ -161,7 +182,8 @@ __device__ __forceinline__ void add_dq_tile(float *dq_acc, u32 sDS, u32 sK, int 
 }
 % end
 
-/* ---- the kernel ------------------------------------------------------------------------------ */
+/* ---- the kernels ----------------------------------------------------------------------------- */
+% if stage == 2 then
 /* dK and dV of BN keys of one (batch, kv head), over every query row of the group's heads. */
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 fj_attn_bwd_dkdv(
@@ -279,3 +301,84 @@ fj_attn_bwd_dkdv(
 
 % bwd_store_dkdv(true, true)
 }
+% else
+/* dQ of BM query rows of one (batch, head), over the key tiles their band reaches. */
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+fj_attn_bwd_dq(
+% params_arg(args)
+)
+{
+% params_unpack(args.fields[1].block, "P.fwd", bwd_unpack_names())
+    const float scale = P.scale;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    const u32 sQ = (smem_addr(smem_raw) + 1023u) & ~1023u, sG = sQ + Q_BYTES;
+    const u32 sKV = sG + G_BYTES; /* buffer b: K at sKV + b * KV_BYTES, V K_BYTES after it */
+
+    const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+    const int warp = (tid % 128) / 32, lane = tid % 32;
+    const int g = lane / 4, t = lane % 4; /* row group and column pair of the fragments */
+% attn_block_origin()
+% bwd_sequence()
+    if (m0 >= seqlen_q)
+        return;
+% bwd_dq_stream()
+    const int warp_row = m0 + wg * 64 + warp * 16; /* first query row of this warp */
+% bwd_dq_rows()
+
+    float dqa[DP / 8][4];
+    zero_acc<DP>(dqa);
+
+% bwd_block_classes()
+% bwd_dq_live_from()
+    int nb = live_from(nb_lo), next;
+    if (nb < nb_hi) {
+        load_swizzled<BM, DP>(sQ, q, q_ss, m0, seqlen_q, head_dim);
+        load_swizzled<BM, DVP>(sG, dout, P.do_ss, m0, seqlen_q, head_dim_v);
+        load_swizzled<BN, DP>(sKV, k, k_ss, nb * BN, seqlen_k, head_dim);
+        load_swizzled<BN, DVP>(sKV + K_BYTES, v, v_ss, nb * BN, seqlen_k, head_dim_v);
+        cp_async_commit();
+    }
+    const u32 sQw = sQ + wg * 64 * 128, sGw = sG + wg * 64 * 128; /* the warpgroup's rows */
+    for (int b = 0; nb < nb_hi; b ^= 1, nb = next) {
+        const int n0 = nb * BN;
+        next = live_from(nb + 1);
+        cp_async_wait_all();
+        fence_proxy_async(); /* the copies are read by wgmma (the async proxy) */
+        __syncthreads();     /* tile nb landed; every warpgroup is done with buffer b ^ 1 */
+        if (next < nb_hi) {
+            const u32 buf = sKV + (b ^ 1) * KV_BYTES;
+            load_swizzled<BN, DP>(buf, k, k_ss, next * BN, seqlen_k, head_dim);
+            load_swizzled<BN, DVP>(buf + K_BYTES, v, v_ss, next * BN, seqlen_k, head_dim_v);
+            cp_async_commit();
+        }
+        const u32 sK = sKV + b * KV_BYTES, sV = sK + K_BYTES;
+% if block_mask then
+        const int block_class = block_class_of(head, m0, n0);
+% end
+
+        /* S = Q K^T and dP = dO V^T: the warpgroup's 64 rows by BN keys. */
+        float s[BN / 8][4], dp[BN / 8][4];
+        wgmma_fence();
+        rows_by_rows<DP / 16>(&s[0][0], sQw, BM, sK);
+        rows_by_rows<DVP / 16>(&dp[0][0], sGw, BM, sV);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs<BN / 2>(&s[0][0]);
+        fence_regs<BN / 2>(&dp[0][0]);
+
+% bwd_dq_elements(true)
+
+        /* dQ += dS K: dS as A fragments, K transposed. */
+        u32 dsf[BN / 16][4];
+        pack_rows<BN / 16>(dsf, dp);
+        wgmma_fence();
+        regs_by_rows_${head_dim_pad}(&dqa[0][0], dsf, sK);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs<BN / 4>(&dsf[0][0]);
+        fence_regs<DP / 2>(&dqa[0][0]);
+    }
+
+% bwd_store_dq()
+}
+% end

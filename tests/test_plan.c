@@ -245,7 +245,7 @@ static void test_backward_plans(void **state)
     cpu.local_memory = 64 << 10;
     /* Deterministic: D, dk/dv (dK and dV apart above d + dv = 256), dq. Not: dq's f32 sum
     ** zeroed, D, dk/dv adding dq by atomics (with dK), dq cast from the sum. On sm_90a dk/dv
-    ** runs on wgmma to d and dv 128. */
+    ** and dq run on wgmma to d and dv 128. */
     const struct {
         int64_t d, dv;
         fj_dtype dtype;
@@ -254,9 +254,9 @@ static void test_backward_plans(void **state)
         int deterministic;
         const char *paths;
     } cases[] = {
-        {128, 128, FJ_DTYPE_BF16, 0, &h200, 1, "simt,wgmma,mma"},
+        {128, 128, FJ_DTYPE_BF16, 0, &h200, 1, "simt,wgmma,wgmma"},
         {128, 128, FJ_DTYPE_BF16, 0, &h200, 0, "memset,simt,wgmma,simt"},
-        {64, 64, FJ_DTYPE_F16, 4, &h200, 1, "classify,simt,wgmma,mma"},
+        {64, 64, FJ_DTYPE_F16, 4, &h200, 1, "classify,simt,wgmma,wgmma"},
         {64, 64, FJ_DTYPE_F16, 4, &h200, 0, "memset,classify,simt,wgmma,simt"},
         {256, 256, FJ_DTYPE_BF16, 0, &h200, 1, "simt,mma,mma,mma"}, /* dK, dV, dQ */
         {256, 256, FJ_DTYPE_BF16, 0, &h200, 0, "memset,simt,mma,mma,simt"},
@@ -264,7 +264,7 @@ static void test_backward_plans(void **state)
         {128, 128, FJ_DTYPE_F32, 0, &h200, 0, "simt,simt,simt"},
         {128, 128, FJ_DTYPE_BF16, 1, &h200, 0, "simt,simt,simt,simt"},
         {128, 128, FJ_DTYPE_BF16, 2, &h200, 0, "memset,simt,wgmma,simt"},
-        {128, 128, FJ_DTYPE_BF16, 2, &h200, 1, "simt,wgmma,mma"},
+        {128, 128, FJ_DTYPE_BF16, 2, &h200, 1, "simt,wgmma,wgmma"},
         {96, 64, FJ_DTYPE_BF16, 0, &h200, 0, "memset,simt,wgmma,simt"}, /* padded to 128 / 64 */
         {128, 128, FJ_DTYPE_BF16, 3, &h200, 0, "simt,simt,simt"},
         {512, 512, FJ_DTYPE_BF16, 0, &h200, 0, "simt,simt,simt"},

@@ -435,16 +435,16 @@ static void test_backward_mma_render(void **state)
                 }
 }
 
-/* Hopper's dk/dv kernel renders at head dims 64 and 128 / 64, with and without dq's atomics,
-** plain and with the band, soft-capping, the masks and score terms, block classes and packed
-** sequences: its products are wgmma, and it stores dK and dV and adds dq where asked
-** (FJ_RENDER_OUT: the sources are written there). */
+/* Hopper's backward kernels render at head dims 64 and 128 / 64 (dk/dv with and without dq's
+** atomics; dq), plain and with the band, soft-capping, the masks and score terms, block classes
+** and packed sequences: their products are wgmma, dk/dv stores dK and dV and adds dq where
+** asked, dq stores dQ (FJ_RENDER_OUT: the sources are written there). */
 static void test_backward_wgmma_render(void **state)
 {
     (void)state;
     for (int wide = 0; wide < 2; wide++)
         for (int extras = 0; extras < 3; extras++)
-            for (int atomic = 0; atomic < 2; atomic++) {
+            for (int atomic = 0; atomic < 3; atomic++) { /* 2: stage 3, dq */
                 fj__variant v;
                 memset(&v, 0, sizeof v);
                 v.family = FJ__FAMILY_BWD;
@@ -454,12 +454,13 @@ static void test_backward_wgmma_render(void **state)
                 v.acc_dtype = FJ_DTYPE_F32;
                 v.head_dim_pad = wide ? 128 : 64;
                 v.head_dim_v_pad = 64;
-                v.grads = atomic ? 7 : 3;
+                const int dq = atomic == 2;
+                v.grads = dq ? 0 : atomic ? 7 : 3;
                 v.warps = 8;
                 v.threads = 256;
-                v.tile_m = 64;
-                v.tile_n = 128;
-                v.stage = 2;
+                v.tile_m = dq ? 128 : 64;
+                v.tile_n = dq ? 64 : 128;
+                v.stage = dq ? 3 : 2;
                 v.local_mask = v.softcap = (uint8_t)(extras > 0);
                 v.varlen = (uint8_t)(extras == 1 && !wide ? 2 : 0); /* packed, with seqused_k */
                 if (extras == 2) { /* attn_masks.lua's masks and terms, block classes */
@@ -469,14 +470,16 @@ static void test_backward_wgmma_render(void **state)
                     set_test_mods(&v);
                 }
                 char *out = render_or_fail(&v);
-                assert_non_null(strstr(out, "fj_attn_bwd_dkdv("));
+                assert_non_null(strstr(out, dq ? "fj_attn_bwd_dq(" : "fj_attn_bwd_dkdv("));
                 assert_non_null(strstr(out, "wgmma.mma_async.sync.aligned.m64n64k16"));
                 assert_true((strstr(out, "1.0f - th * th") != NULL) == (extras > 0));
-                assert_non_null(strstr(out, "*(u32 *)(dk + "));
-                assert_non_null(strstr(out, "*(u32 *)(dv + "));
+                assert_true((strstr(out, "*(u32 *)(dk + ") != NULL) == !dq);
+                assert_true((strstr(out, "*(u32 *)(dv + ") != NULL) == !dq);
+                assert_true((strstr(out, "*(u32 *)(dq + ") != NULL) == dq);
                 assert_true((strstr(out, "fj_score_grad(mc, capped") != NULL) == (extras == 2));
-                assert_true((strstr(out, "add_dq_tile(P.dq_acc") != NULL) == atomic);
-                save_render(1, out, "bwd_wgmma_d%d_x%d_g%d.cu", v.head_dim_pad, extras, v.grads);
+                assert_true((strstr(out, "add_dq_tile(P.dq_acc") != NULL) == (atomic == 1));
+                save_render(1, out, "bwd_wgmma_stage%d_d%d_x%d_g%d.cu", v.stage, v.head_dim_pad,
+                            extras, v.grads);
                 free(out);
             }
 }
