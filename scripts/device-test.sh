@@ -122,11 +122,13 @@ if [ "$what" = decode ]; then
     grep -E "Test +#|tests passed" "$out/ctest_backward.log"
 fi
 if [ "$what" = bwd ]; then
-    # Every tensor-core case runs twice (with and without dq's atomics), each compiling its
-    # variants first: several minutes.
+    # Every tensor-core case runs twice (with and without dq's atomics), and on Hopper once
+    # more on the mma.sync kernels, each compiling its variants first: several minutes
+    # (FJ_TEST_FILTER=test_tensor* runs that test alone).
     (cd $build && timeout 420 ./test_backward_cuda) > "$out/test_backward.log" 2>&1 || status=1
     grep -E "FAIL|PASSED|FAILED" "$out/test_backward.log"
-    echo "on tensor cores: $(grep -c cuda.bwd.mma "$out/test_backward.log") cases"
+    echo "on tensor cores: $(grep -c 'cuda.bwd.wgmma$' "$out/test_backward.log") cases on wgmma," \
+        "$(grep -c 'cuda.bwd.mma$' "$out/test_backward.log") on mma.sync"
     for args in "--seqlen-q 130 --seqlen-k 200 --head-dim 128 --causal" \
                 "--seqlen 150 --head-dim 64 --bias full --alibi heads --mask-mod k%3!=0" \
                 "--seqlen 300 --head-dim 128 --varlen --causal" \
