@@ -43,6 +43,10 @@ dev = "cuda"
 s, d = args.s, args.d
 b, h = max(1, 16384 // s), args.hidden // d
 ctx = flashjit.Context(backend="cuda", lib=args.lib)
+# Every mask (and, with --backward, inputs with and without requires_grad) is a graph of its
+# own: past torch.compile's default of 8 the last cases ran unfused (Flex's block-sparse
+# backward at 14.7 TFLOP/s, 2026-12-02).
+torch._dynamo.config.recompile_limit = 64
 flex = torch.compile(flex_attention, dynamic=False)
 q, k, v = (torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16) for _ in range(3))
 qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))  # [b, h, s, d] views for the peers
