@@ -1,7 +1,7 @@
 /* The autotuner: for one request's shape bucket, compile the candidate tile configurations in
 ** parallel, run each plan on the request's own tensors, drop those that fail, spill or disagree
 ** with the heuristic's result, time the rest, and keep the winner (and every measurement) in
-** the cache's tunings table, keyed by device fingerprint and bucket. */
+** the cache's tunings table, keyed by device fingerprint, bucket and kind (forward, backward). */
 #define _POSIX_C_SOURCE 200809L
 #include "tune.h"
 
@@ -22,13 +22,19 @@ static long long pow2_at_least(long long x, long long floor)
     return p;
 }
 
+const char *fj__tune_kind(const fj__variant *v)
+{
+    return v->family == FJ__FAMILY_BWD ? "bwd" : "fwd";
+}
+
 void fj__tune_bucket(const fj__features *f, const fj__variant *v, char *buf, size_t size)
 {
     const char *mask = !v->local_mask                               ? "none"
                        : f->window_right == 0 && f->window_left < 0 ? "causal"
                                                                     : "window";
     snprintf(buf, size,
-             "fwd.%s|%s|d=%d|dv=%d|sq=%lld|sk=%lld|bh=%lld|mask=%s|softcap=%d|neg=%d",
+             "%s.%s|%s|d=%d|dv=%d|sq=%lld|sk=%lld|bh=%lld|mask=%s|softcap=%d|neg=%d",
+             fj__tune_kind(v),
              v->path == FJ__PATH_WGMMA ? "wgmma"
              : v->path == FJ__PATH_MMA ? "mma"
                                        : "simt",
@@ -36,6 +42,10 @@ void fj__tune_bucket(const fj__features *f, const fj__variant *v, char *buf, siz
              pow2_at_least(f->seqlen_q, 64), pow2_at_least(f->seqlen_k, 64),
              pow2_at_least(f->batch * f->heads_q, 1), mask, (int)v->softcap,
              (int)v->neg_scale);
+    if (v->family == FJ__FAMILY_BWD) { /* the deterministic plan has a dq stage of its own */
+        size_t used = strlen(buf);
+        snprintf(buf + used, size - used, "|det=%d", (int)f->deterministic);
+    }
     if (v->alibi || v->bias || v->mask_tensor || v->varlen || v->mask_ranges || v->block_mask) {
         size_t used = strlen(buf);
         snprintf(buf + used, size - used, "|terms=%s%s%s%s%s%s", v->alibi ? "a" : "",
@@ -109,14 +119,14 @@ static memo_entry *find_memo(fj__tune_memo *m, const char *bucket)
 }
 
 const char *fj__tuned_config(fj__tune_memo **memo, fj_cache *cache, const char *fingerprint,
-                             const char *bucket)
+                             const char *kind, const char *bucket)
 {
     memo_entry *e = find_memo(*memo, bucket);
     if (e)
         return e->config;
     char *config = NULL;
     double us = 0;
-    cache_get_tuning(cache, fingerprint, bucket, "fwd", &config, &us);
+    cache_get_tuning(cache, fingerprint, bucket, kind, &config, &us);
     return remember(memo, bucket, config);
 }
 
@@ -141,10 +151,42 @@ static int contains(const fj__variant *vs, int n, const fj__variant *v)
     return 0;
 }
 
+/* The backward's candidates for its dk/dv variant h (the plan applies each one's config to
+** both stages: fj__variant_config): on tensor cores the warps (keys a block: 16 a warp) and
+** the streamed query rows; on the SIMT kernels keys a work-group and streamed rows. */
+static int bwd_search_space(const fj__variant *h, const fj_device_info *dev, fj__variant *out)
+{
+    int n = 0;
+    out[n++] = *h;
+    static const int wg_warps[] = {4, 8, 12}, wg_rows[] = {64, 128};
+    static const int mma_warps[] = {2, 4, 8}, mma_rows[] = {16, 32, 64};
+    static const int simt_keys[] = {16, 32, 64}, simt_rows[] = {16, 32};
+    const int *as = h->path == FJ__PATH_WGMMA ? wg_warps : h->path == FJ__PATH_MMA ? mma_warps : simt_keys;
+    const int *bs = h->path == FJ__PATH_WGMMA ? wg_rows : h->path == FJ__PATH_MMA ? mma_rows : simt_rows;
+    const int nb = h->path == FJ__PATH_MMA ? 3 : 2;
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < nb && n < TUNE_MAX_CANDIDATES; b++) {
+            fj__variant v = *h;
+            v.tile_m = bs[b];
+            if (h->path == FJ__PATH_SIMT) {
+                v.tile_n = v.threads = as[a];
+            } else {
+                v.warps = as[a];
+                v.threads = 32 * v.warps;
+                v.tile_n = 16 * v.warps;
+            }
+            if (fj__variant_fits(&v, dev) && !contains(out, n, &v))
+                out[n++] = v;
+        }
+    return n;
+}
+
 /* The candidates for heuristic h, h itself first. Shapes that cannot fit the device's shared
 ** memory are pruned before anything is compiled. */
 static int search_space(const fj__variant *h, const fj_device_info *dev, fj__variant *out)
 {
+    if (h->family == FJ__FAMILY_BWD)
+        return bwd_search_space(h, dev, out);
     int n = 0;
     out[n++] = *h;
     int32_t widest = h->head_dim_pad > h->head_dim_v_pad ? h->head_dim_pad : h->head_dim_v_pad;
@@ -291,8 +333,9 @@ fj_status fj__tune(const fj__tune_host *h, fj__tune_memo **memo, fj_cache *cache
     size_t struct_size = r->struct_size;
     memset(r, 0, sizeof *r);
     r->struct_size = struct_size;
+    const char *kind = fj__tune_kind(heuristic);
     fj__tune_bucket(f, heuristic, r->bucket, sizeof r->bucket);
-    const char *record = fj__tuned_config(memo, cache, fingerprint, r->bucket);
+    const char *record = fj__tuned_config(memo, cache, fingerprint, kind, r->bucket);
     if (record) {
         r->from_record = 1;
         snprintf(r->best_config, sizeof r->best_config, "%s", record);
@@ -367,7 +410,7 @@ fj_status fj__tune(const fj__tune_host *h, fj__tune_memo **memo, fj_cache *cache
         r->best_us = best_us;
         fj__variant_config(&cands[best], r->best_config, sizeof r->best_config);
         fj__err warn = {{0}};
-        cache_put_tuning(cache, fingerprint, r->bucket, "fwd", r->best_config, best_us, json,
+        cache_put_tuning(cache, fingerprint, r->bucket, kind, r->best_config, best_us, json,
                          &warn);
         if (warn.msg[0])
             fj__fail(err, FJ_OK, "%s", warn.msg);

@@ -27,7 +27,12 @@ typedef struct fj__tune_host {
     const char *(*last_error)(void *ud);
 } fj__tune_host;
 
-/* The shape bucket of f under its planned variant v, e.g.
+/* "fwd" or "bwd": the kind of v's plan (a forward, or a backward whose dk/dv variant v is), a
+** column of the cache's tuning records. */
+const char *fj__tune_kind(const fj__variant *v);
+
+/* The shape bucket of f under its planned variant v (the backward's: its dk/dv variant, and
+** the bucket notes whether the request is deterministic), e.g.
 ** "fwd.mma|bf16|d=128|dv=128|sq=4096|sk=4096|bh=64|mask=causal|softcap=0|neg=0". Whether lse
 ** is written is not part of it: that is an epilogue store, and a record tuned either way serves
 ** calls of both kinds (`flashjit tune` tunes without lse). */
@@ -38,11 +43,12 @@ typedef struct fj__tune_memo fj__tune_memo;
 /* The tuned configuration of a bucket: from the memo, else the cache (then remembered); NULL
 ** when there is none. The string is owned by the memo. */
 const char *fj__tuned_config(fj__tune_memo **memo, fj_cache *cache, const char *fingerprint,
-                             const char *bucket);
+                             const char *kind, const char *bucket);
 void fj__tune_memo_free(fj__tune_memo **memo);
 
-/* Tunes f's bucket with heuristic's plan as the reference (see fj_attention_tune). out_dtype
-** and out_bytes describe the output span the candidates must reproduce. A bucket with a record
+/* Tunes f's bucket with heuristic's plan as the reference (see fj_attention_tune and
+** fj_attention_backward_tune). out_dtype and out_bytes describe the output span the candidates
+** must reproduce (the backward's: dq, dk and dv one after the other). A bucket with a record
 ** returns it (from_record = 1). The winner goes to the cache and the memo. */
 fj_status fj__tune(const fj__tune_host *h, fj__tune_memo **memo, fj_cache *cache,
                    const char *fingerprint, const fj__features *f, const fj__variant *heuristic,

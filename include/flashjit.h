@@ -479,6 +479,17 @@ FJ_API fj_status fj_attention_tune(fj_context *ctx, const fj_attention_desc *des
                                    fj_tensor *out, fj_tensor *lse, void *stream,
                                    fj_tune_result *result);
 
+/* The same for the backward: tunes the bucket of this backward request (its tensors as
+** fj_attention_backward's; dq, dk and dv are overwritten), keeping the fastest tiles of its
+** dk/dv and dq stages in the cache, where later backward calls of the bucket find them
+** (unless $FLASHJIT_BWD_CONFIG is set). Returns the statuses of fj_attention_backward. */
+FJ_API fj_status fj_attention_backward_tune(fj_context *ctx, const fj_attention_desc *desc,
+                                            const fj_tensor *q, const fj_tensor *k,
+                                            const fj_tensor *v, const fj_tensor *out,
+                                            const fj_tensor *dout, const fj_tensor *lse,
+                                            fj_tensor *dq, fj_tensor *dk, fj_tensor *dv,
+                                            void *stream, fj_tune_result *result);
+
 /* Device memory helpers for callers without a framework. fj_malloc of 0 bytes fails with
 ** FJ_ERR_INVALID_ARGUMENT. fj_free(ctx, NULL) is a no-op; on OpenCL, freeing a pointer that
 ** fj_malloc did not return on this context (or freeing twice) is FJ_ERR_INVALID_ARGUMENT. Copies

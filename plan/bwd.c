@@ -97,19 +97,24 @@ static void bwd_wgmma_variant(int stage, int deterministic, fj__variant *v)
     }
 }
 
-/* v with config's tile fields applied (a block owning 16 rows a warp: keys for stage 2,
-** query rows for 3), where that fits dev; else v unchanged. */
+/* v (stage 2 or 3) with config's tile fields applied, where that fits dev; else v unchanged.
+** On tensor cores a block owns 16 rows a warp (keys for stage 2, query rows for 3); on the SIMT
+** kernels a work-item each (tile_n keys for stage 2, tile_m query rows for 3). */
 static void apply_bwd_config(const char *config, const fj_device_info *dev, fj__variant *v)
 {
     fj__variant o = *v;
     fj__err ignored;
     if (!config || fj__apply_config(&o, config, &ignored) != 0)
         return;
-    o.threads = 32 * o.warps;
-    if (o.stage == 2)
-        o.tile_n = 16 * o.warps;
-    else
-        o.tile_m = 16 * o.warps;
+    if (o.path == FJ__PATH_SIMT) {
+        o.threads = o.stage == 2 ? o.tile_n : o.tile_m;
+    } else {
+        o.threads = 32 * o.warps;
+        if (o.stage == 2)
+            o.tile_n = 16 * o.warps;
+        else
+            o.tile_m = 16 * o.warps;
+    }
     if (fj__variant_fits(&o, dev))
         *v = o;
 }
@@ -156,6 +161,8 @@ static void bwd_variant(const fj__features *f, const fj_device_info *dev, const 
         else
             v->tile_n /= 2;
     }
+    if (stage == 2 || stage == 3)
+        apply_bwd_config(config, dev, v);
 }
 
 fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, const char *config,

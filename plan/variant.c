@@ -267,7 +267,10 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
 
 void fj__variant_config(const fj__variant *v, char *buf, size_t size)
 {
-    if (v->path == FJ__PATH_WGMMA)
+    if (v->family == FJ__FAMILY_BWD) /* the backward's tunable fields (plan/bwd.c applies them) */
+        snprintf(buf, size, v->path == FJ__PATH_SIMT ? "tile_m=%d,tile_n=%d" : "tile_m=%d,warps=%d",
+                 (int)v->tile_m, v->path == FJ__PATH_SIMT ? (int)v->tile_n : (int)v->warps);
+    else if (v->path == FJ__PATH_WGMMA)
         snprintf(buf, size,
                  "path=wgmma,tile_m=%d,tile_n=%d,warps=%d,stages=%d,q_stages=%d,overlap=%d,"
                  "pingpong=%d,persistent=%d,ctas_per_sm=%d,exp_poly=%d,lazy_rescale=%d",

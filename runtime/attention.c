@@ -151,8 +151,7 @@ static const char *tune_last_error(void *ud)
     return ((tune_env *)ud)->ctx->err.msg;
 }
 
-/* The bytes of a tensor's storage, from its first element to its last. */
-static size_t span_bytes(const fj_tensor *t)
+size_t fj__span_bytes(const fj_tensor *t)
 {
     int64_t last = 0;
     for (int i = 0; i < t->ndim; i++)
@@ -173,7 +172,7 @@ static fj_status tune(fj_context *ctx, const fj__problem *p, const fj__features 
                                 .read_output = tune_read_output,
                                 .last_error = tune_last_error};
     fj_status st = fj__tune(&host, &ctx->tuned, ctx->cache, ctx->fingerprint, f, heuristic,
-                            p->out_dtype, span_bytes(p->out), r, &ctx->err);
+                            p->out_dtype, fj__span_bytes(p->out), r, &ctx->err);
     ctx->last_plan_valid = 0; /* the next call must see the new record */
     return st;
 }
@@ -196,13 +195,13 @@ static fj_status plan_slow(fj_context *ctx, const fj__problem *p, const fj__feat
     if (!ctx->config) {
         char bucket[256];
         fj__tune_bucket(f, &v, bucket, sizeof bucket);
-        const char *tuned = fj__tuned_config(&ctx->tuned, ctx->cache, ctx->fingerprint, bucket);
+        const char *tuned = fj__tuned_config(&ctx->tuned, ctx->cache, ctx->fingerprint, "fwd", bucket);
         if (!tuned && ctx->tune_policy == FJ_TUNE_ON_MISS) {
             fj_tune_result r = {.struct_size = sizeof r};
             fj_status st = tune(ctx, p, f, &v, stream, &r);
             if (st != FJ_OK)
                 return st;
-            tuned = fj__tuned_config(&ctx->tuned, ctx->cache, ctx->fingerprint, bucket);
+            tuned = fj__tuned_config(&ctx->tuned, ctx->cache, ctx->fingerprint, "fwd", bucket);
             ctx->last_call.tuned = 2;
         }
         fj__variant t = v;

@@ -1,4 +1,11 @@
-/* fj_attention_backward: validate (the forward's checks, then the gradients'), plan and run. */
+/* fj_attention_backward and fj_attention_backward_tune: validate (the forward's checks, then
+** the gradients'), plan (with the bucket's tuned tiles where a record exists) and run; and the
+** tuner's view of a backward request. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../autotune/tune.h"
 #include "context.h"
 
 fj_status fj__plan_backward_request(const fj_attention_desc *desc, const fj_tensor *q,
@@ -16,6 +23,178 @@ fj_status fj__plan_backward_request(const fj_attention_desc *desc, const fj_tens
     fj__features f;
     fj__bwd_features_of(p, &f);
     return fj__plan_backward(&f, dev, config, plan, err);
+}
+
+/* ---- tuning: the tuner's view of a backward request ---------------------------------------- */
+
+/* A candidate is the dk/dv variant of a plan; the plan applies its config to both tensor-core
+** (or SIMT) stages, as $FLASHJIT_BWD_CONFIG. */
+typedef struct bwd_tune_env {
+    fj_context *ctx;
+    const fj__bwd_problem *p;
+    const fj__features *f;
+    void *stream;
+} bwd_tune_env;
+
+/* The plan of candidate v, which must be its dk/dv variant (a config the planner would not
+** apply would time the heuristic again under another name). */
+static fj_status plan_candidate(bwd_tune_env *e, const fj__variant *v, fj__plan *plan)
+{
+    char config[128];
+    fj__variant_config(v, config, sizeof config);
+    fj_status st = fj__plan_backward(e->f, &e->ctx->device, config, plan, &e->ctx->err);
+    if (st == FJ_OK && memcmp(&plan->steps[plan->main_step].variant, v, sizeof *v) != 0)
+        st = fj__fail(&e->ctx->err, FJ_ERR_UNSUPPORTED, "the plan does not take %s", config);
+    return st;
+}
+
+/* Makes the kernels of every candidate's plan ready at once (each distinct variant once);
+** a candidate fails with the first of its kernels that failed. */
+static fj_status bwd_tune_prepare(void *ud, const fj__variant *vs, int n, fj_status *status,
+                                  char (*why)[160])
+{
+    bwd_tune_env *e = ud;
+    enum { MAX = 48 * FJ__MAX_STEPS };
+    fj__variant *all = calloc(MAX, sizeof *all);
+    int *owner = calloc(MAX, sizeof *owner);
+    fj_status *st_all = calloc(MAX, sizeof *st_all);
+    char(*why_all)[160] = calloc(MAX, sizeof *why_all);
+    fj_status st = all && owner && st_all && why_all ? FJ_OK : FJ_ERR_OUT_OF_MEMORY;
+    int m = 0;
+    for (int i = 0; i < n && st == FJ_OK; i++) {
+        status[i] = FJ_OK;
+        why[i][0] = '\0';
+        fj__plan plan;
+        if (plan_candidate(e, &vs[i], &plan) != FJ_OK) {
+            status[i] = FJ_ERR_UNSUPPORTED;
+            snprintf(why[i], sizeof why[i], "%.150s", e->ctx->err.msg);
+            continue;
+        }
+        for (int s = 0; s < plan.nsteps && m < MAX; s++) {
+            if (plan.steps[s].kind != FJ__STEP_KERNEL)
+                continue;
+            int seen = 0;
+            for (int j = 0; j < m && !seen; j++)
+                seen = !memcmp(&all[j], &plan.steps[s].variant, sizeof all[j]);
+            if (!seen) {
+                all[m] = plan.steps[s].variant;
+                owner[m++] = i;
+            }
+        }
+    }
+    if (st == FJ_OK)
+        st = fj__kernels_prepare(e->ctx, all, m, st_all, why_all);
+    /* A kernel shared by several candidates is listed under the first; its failure fails
+    ** every plan, the heuristic's included, which the tuner reports. */
+    for (int j = 0; j < m && st == FJ_OK; j++)
+        if (st_all[j] != FJ_OK && status[owner[j]] == FJ_OK) {
+            status[owner[j]] = st_all[j];
+            snprintf(why[owner[j]], sizeof why[0], "%s", why_all[j]);
+        }
+    free(all);
+    free(owner);
+    free(st_all);
+    free(why_all);
+    return st == FJ_ERR_OUT_OF_MEMORY ? fj__fail(&e->ctx->err, st, "tuning: out of memory") : st;
+}
+
+static fj_status bwd_tune_run(void *ud, const fj__variant *v)
+{
+    bwd_tune_env *e = ud;
+    fj__plan plan;
+    fj_status st = plan_candidate(e, v, &plan);
+    if (st == FJ_OK)
+        st = fj__plan_run(e->ctx, &plan, e->p, e->stream);
+    if (st == FJ_OK)
+        st = e->ctx->ops->synchronize(e->ctx->backend, e->stream);
+    return st;
+}
+
+static int32_t bwd_tune_spills(void *ud, const fj__variant *v)
+{
+    bwd_tune_env *e = ud;
+    const fj__kernel *k = NULL;
+    return fj__kernel_get(e->ctx, v, &k) == FJ_OK ? k->spill_bytes : 0;
+}
+
+/* dq, dk and dv, one after the other. */
+static fj_status bwd_tune_read_output(void *ud, void *host, size_t bytes)
+{
+    bwd_tune_env *e = ud;
+    const fj_tensor *grads[3] = {e->p->dq, e->p->dk, e->p->dv};
+    fj_status st = FJ_OK;
+    size_t at = 0;
+    for (int i = 0; i < 3 && st == FJ_OK; i++) {
+        const size_t n = fj__span_bytes(grads[i]);
+        if (at + n > bytes)
+            return FJ_ERR_INVALID_ARGUMENT;
+        st = e->ctx->ops->copy_d2h(e->ctx->backend, (char *)host + at, grads[i]->data, n);
+        at += n;
+    }
+    return st;
+}
+
+static const char *bwd_tune_last_error(void *ud)
+{
+    return ((bwd_tune_env *)ud)->ctx->err.msg;
+}
+
+/* Tunes p's bucket on ctx; heuristic: the dk/dv variant of the heuristic's plan. */
+static fj_status bwd_tune(fj_context *ctx, const fj__bwd_problem *p, const fj__features *f,
+                          const fj__variant *heuristic, void *stream, fj_tune_result *r)
+{
+    bwd_tune_env e = {.ctx = ctx, .p = p, .f = f, .stream = stream};
+    const fj__tune_host host = {.ud = &e,
+                                .device = &ctx->device,
+                                .prepare = bwd_tune_prepare,
+                                .run = bwd_tune_run,
+                                .spills = bwd_tune_spills,
+                                .read_output = bwd_tune_read_output,
+                                .last_error = bwd_tune_last_error};
+    const size_t bytes =
+        fj__span_bytes(p->dq) + fj__span_bytes(p->dk) + fj__span_bytes(p->dv);
+    return fj__tune(&host, &ctx->tuned, ctx->cache, ctx->fingerprint, f, heuristic,
+                    p->dq->dtype, bytes, r, &ctx->err);
+}
+
+/* ---- the backward ----------------------------------------------------------------------- */
+
+/* The plan of a validated request: $FLASHJIT_BWD_CONFIG's tiles where set; else the bucket's
+** tuned record's, or (under FJ_TUNE_ON_MISS) the winner of tuning it now; else the
+** heuristic's (plan, as planned without a config). */
+static fj_status plan_tuned(fj_context *ctx, const fj__bwd_problem *p, fj__plan *plan,
+                            void *stream)
+{
+    if (ctx->bwd_config)
+        return FJ_OK;
+    fj__features f;
+    fj__bwd_features_of(p, &f);
+    const fj__variant heuristic = plan->steps[plan->main_step].variant;
+    char bucket[256];
+    fj__tune_bucket(&f, &heuristic, bucket, sizeof bucket);
+    const char *tuned = fj__tuned_config(&ctx->tuned, ctx->cache, ctx->fingerprint, "bwd", bucket);
+    if (!tuned && ctx->tune_policy == FJ_TUNE_ON_MISS) {
+        fj_tune_result r = {.struct_size = sizeof r};
+        fj_status st = bwd_tune(ctx, p, &f, &heuristic, stream, &r);
+        if (st != FJ_OK)
+            return st;
+        tuned = fj__tuned_config(&ctx->tuned, ctx->cache, ctx->fingerprint, "bwd", bucket);
+        ctx->last_call.tuned = 2;
+    }
+    fj__plan t;
+    fj__err ignored;
+    char applied[128];
+    /* A record that does not fit (from another library version, say) changes nothing: the
+    ** planner ignores tiles that do not fit, and the plan's own config then differs. */
+    if (tuned && fj__plan_backward(&f, &ctx->device, tuned, &t, &ignored) == FJ_OK) {
+        fj__variant_config(&t.steps[t.main_step].variant, applied, sizeof applied);
+        if (!strcmp(applied, tuned)) {
+            *plan = t;
+            if (!ctx->last_call.tuned)
+                ctx->last_call.tuned = 1;
+        }
+    }
+    return FJ_OK;
 }
 
 fj_status fj_attention_backward(fj_context *ctx, const fj_attention_desc *desc,
@@ -36,7 +215,37 @@ fj_status fj_attention_backward(fj_context *ctx, const fj_attention_desc *desc,
     if (st == FJ_OK)
         st = fj__validate_backward_memory(&p, ctx->ops, ctx->backend, &ctx->err);
     if (st == FJ_OK)
+        st = plan_tuned(ctx, &p, &plan, stream);
+    if (st == FJ_OK)
         st = fj__plan_run(ctx, &plan, &p, stream);
     ctx->last_call.total_ms = fj__now_ms() - t0;
     return st;
+}
+
+fj_status fj_attention_backward_tune(fj_context *ctx, const fj_attention_desc *desc,
+                                     const fj_tensor *q, const fj_tensor *k, const fj_tensor *v,
+                                     const fj_tensor *out, const fj_tensor *dout,
+                                     const fj_tensor *lse, fj_tensor *dq, fj_tensor *dk,
+                                     fj_tensor *dv, void *stream, fj_tune_result *result)
+{
+    if (!ctx)
+        return FJ_ERR_INVALID_ARGUMENT;
+    fj__begin_call(ctx);
+    if (result && result->struct_size != sizeof *result)
+        return fj__fail(&ctx->err, FJ_ERR_INVALID_ARGUMENT,
+                        "result.struct_size = %zu, expected sizeof(fj_tune_result) = %zu",
+                        result->struct_size, sizeof *result);
+    fj__bwd_problem p;
+    fj__plan plan;
+    fj_status st = fj__plan_backward_request(desc, q, k, v, out, dout, lse, dq, dk, dv,
+                                             &ctx->device, NULL, &ctx->mods, &p, &plan, &ctx->err);
+    if (st == FJ_OK)
+        st = fj__validate_backward_memory(&p, ctx->ops, ctx->backend, &ctx->err);
+    if (st != FJ_OK)
+        return st;
+    fj__features f;
+    fj__bwd_features_of(&p, &f);
+    fj_tune_result local = {.struct_size = sizeof local};
+    return bwd_tune(ctx, &p, &f, &plan.steps[plan.main_step].variant, stream,
+                    result ? result : &local);
 }

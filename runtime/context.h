@@ -155,4 +155,7 @@ void fj__arenas_release(fj_context *ctx);
 /* The device identity of ctx for tuning records: backend, name, compute units, driver, arch. */
 void fj__fingerprint(const fj_context *ctx, char *buf, size_t size);
 
+/* The bytes of a tensor's storage, from its first element to its last. */
+size_t fj__span_bytes(const fj_tensor *t);
+
 #endif /* FJ_RUNTIME_CONTEXT_H */

@@ -101,4 +101,5 @@ if "$cli" info 2>/dev/null | grep -qE "^backend opencl: [1-9]"; then
         --cache :memory: --seqlen 40 --head-dim 16 --heads 2 --dtype e4m3 --backward
 fi
 expect 2 "--dtype takes bf16, f16 or f32, not 'e4m3'" tune --dtype e4m3
+expect 0 "--backward   also the backward" tune --help
 exit $failed

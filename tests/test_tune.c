@@ -232,6 +232,50 @@ static void test_failing_candidates_are_dropped(void **state)
     fj_context_destroy(ctx);
 }
 
+/* The backward's bucket: tuned by fj_attention_backward_tune (its candidates checked against
+** the heuristic's gradients), its record used by later backward calls whose gradients still
+** pass the reference check, returned at once by a second tune, and tuned on a miss under
+** FJ_TUNE_ON_MISS; a deterministic request is a bucket of its own. */
+static void test_backward_tune_then_reuse(void **state)
+{
+    (void)state;
+    fj_context *ctx = context_or_skip(FJ_TUNE_NEVER);
+    fjh_case c = small_case();
+    c.head_dim = c.head_dim_v = 16;
+    c.backward = 1;
+    c.tune = 2; /* the backward only */
+    fjh_result r;
+    assert_int_equal(fjh_run(ctx, &c, &r), FJ_OK);
+    assert_true(r.pass);
+    const fj_tune_result *t = &r.bwd_tune;
+    printf("  tuned %s: %d candidates, %d dropped, heuristic %.1f us, best %.1f us (%s)\n",
+           t->bucket, t->candidates, t->dropped, t->heuristic_us, t->best_us, t->best_config);
+    assert_int_equal(t->from_record, 0);
+    assert_true(t->candidates > 1);
+    assert_int_equal(strncmp(t->bucket, "bwd.simt|f16|d=16|", 18), 0);
+    assert_non_null(strstr(t->bucket, "|det=0"));
+    assert_non_null(strstr(t->best_config, "tile_m="));
+    assert_true(t->best_us > 0 && t->heuristic_us > 0);
+    assert_int_equal(r.bwd_tuned, 1); /* the call after the tuning took the record */
+
+    c.tune = 0;
+    assert_int_equal(fjh_run(ctx, &c, &r), FJ_OK);
+    assert_true(r.pass);
+    assert_int_equal(r.bwd_tuned, 1);
+    c.tune = 2;
+    assert_int_equal(fjh_run(ctx, &c, &r), FJ_OK);
+    assert_int_equal(r.bwd_tune.from_record, 1);
+    fj_context_destroy(ctx);
+
+    ctx = context_or_skip(FJ_TUNE_ON_MISS);
+    c.tune = 0;
+    c.desc.deterministic = 1; /* another bucket: tuned during the call */
+    assert_int_equal(fjh_run(ctx, &c, &r), FJ_OK);
+    assert_true(r.pass);
+    assert_int_equal(r.bwd_tuned, 2);
+    fj_context_destroy(ctx);
+}
+
 static void test_tune_rejects_bad_arguments(void **state)
 {
     (void)state;
@@ -246,6 +290,20 @@ static void test_tune_rejects_bad_arguments(void **state)
     assert_int_equal(fj_attention_tune(ctx, NULL, NULL, NULL, NULL, NULL, NULL, NULL, &r),
                      FJ_ERR_INVALID_ARGUMENT);
     assert_string_equal(fj_context_last_error(ctx), "q is NULL");
+    /* The backward's: the same checks, then fj_attention_backward's */
+    assert_int_equal(fj_attention_backward_tune(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                                                NULL, NULL, NULL, NULL, NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
+    r.struct_size = 8;
+    assert_int_equal(fj_attention_backward_tune(ctx, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                                                NULL, NULL, NULL, NULL, &r),
+                     FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_context_last_error(ctx), "result.struct_size = 8"));
+    r.struct_size = sizeof r;
+    assert_int_equal(fj_attention_backward_tune(ctx, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                                                NULL, NULL, NULL, NULL, &r),
+                     FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_context_last_error(ctx), "is NULL"));
     fj_context_destroy(ctx);
 
     fj_context_options o;
@@ -276,6 +334,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_never_policy_uses_heuristic_without_record),
         cmocka_unit_test(test_record_that_does_not_fit_is_ignored),
         cmocka_unit_test(test_failing_candidates_are_dropped),
+        cmocka_unit_test(test_backward_tune_then_reuse),
         cmocka_unit_test(test_tune_rejects_bad_arguments),
     };
     return cmocka_run_group_tests_name("tune", tests, setup, teardown);

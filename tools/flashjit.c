@@ -569,7 +569,8 @@ static int cmd_run(int argc, char **argv)
         else
             printf("time       not measured (--reps 0)\n");
         if (c.backward && r.bwd_kernel_path[0]) {
-            printf("backward   %s", r.bwd_kernel_path);
+            printf("backward   %s%s", r.bwd_kernel_path,
+                   r.bwd_tuned == 2 ? " (tuned now)" : r.bwd_tuned ? " (tuned tiles)" : "");
             if (r.bwd_kernel_ms > 0)
                 printf(", %.3f ms (median of %d) = %.3f TFLOP/s (2.5x the forward's FLOPs)",
                        r.bwd_kernel_ms, c.timing_reps, r.bwd_tflops);

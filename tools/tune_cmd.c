@@ -1,6 +1,6 @@
-/* `flashjit tune`: tunes the forward kernel over a grid of shapes (by default FlashAttention's
-** benchmark grid) and keeps the winners in the cache. Buckets tuned before are skipped, so an
-** interrupted run resumes where it stopped. */
+/* `flashjit tune`: tunes the forward kernel (and with --backward the backward's stages) over a
+** grid of shapes (by default FlashAttention's benchmark grid) and keeps the winners in the
+** cache. Buckets tuned before are skipped, so an interrupted run resumes where it stopped. */
 #define _POSIX_C_SOURCE 200809L
 #include <getopt.h>
 #include <stdio.h>
@@ -26,7 +26,9 @@ static int tune_usage(FILE *f)
             "  --dtype bf16|f16|f32 [bf16]   --head-dim N,... [64,128,256]\n"
             "  --seqlen N,... [512,1024,2048,4096,8192,16384]   --causal 0,1 [0,1]\n"
             "  --tokens N [16384] (batch = tokens / seqlen)   --hidden N [2048] (heads = hidden / "
-            "d)\n");
+            "d)\n"
+            "  --backward   also the backward (fj_attention_backward_tune)\n"
+            "  --deterministic   the backward's deterministic plan (implies --backward)\n");
     return 2;
 }
 
@@ -42,6 +44,22 @@ static void progress(int done, int total, const char *what)
     fflush(stdout);
 }
 
+/* One result line: the shape, the heuristic's and the winner's times and the winner. */
+static void describe_tuning(char *line, size_t size, long long d, long long causal, long long len,
+                            fj_status st, const fj_tune_result *t, const char *why)
+{
+    if (st != FJ_OK)
+        snprintf(line, size, "%4lld %6lld %6lld  FAILED: %.200s", d, causal, len, why);
+    else if (t->from_record)
+        snprintf(line, size, "%4lld %6lld %6lld  %10s %10s %7s  %-50s (tuned before)", d, causal,
+                 len, "-", "-", "-", t->best_config);
+    else
+        snprintf(line, size, "%4lld %6lld %6lld  %10.1f %10.1f %+6.1f%%  %-50s %d/%d dropped", d,
+                 causal, len, t->heuristic_us, t->best_us,
+                 100.0 * (t->heuristic_us / t->best_us - 1.0), t->best_config, t->dropped,
+                 t->candidates);
+}
+
 int fjt_tune_command(int argc, char **argv)
 {
     enum {
@@ -54,6 +72,8 @@ int fjt_tune_command(int argc, char **argv)
         O_CAUSAL,
         O_TOKENS,
         O_HIDDEN,
+        O_BACKWARD,
+        O_DETERMINISTIC,
         O_HELP
     };
     static const struct option opts[] = {{"backend", required_argument, 0, O_BACKEND},
@@ -65,6 +85,8 @@ int fjt_tune_command(int argc, char **argv)
                                          {"causal", required_argument, 0, O_CAUSAL},
                                          {"tokens", required_argument, 0, O_TOKENS},
                                          {"hidden", required_argument, 0, O_HIDDEN},
+                                         {"backward", no_argument, 0, O_BACKWARD},
+                                         {"deterministic", no_argument, 0, O_DETERMINISTIC},
                                          {"help", no_argument, 0, O_HELP},
                                          {0, 0, 0, 0}};
     fj_context_options o;
@@ -72,7 +94,7 @@ int fjt_tune_command(int argc, char **argv)
     fj_dtype dtype = FJ_DTYPE_BF16;
     int64_t dims[MAX_LIST] = {64, 128, 256}, lens[MAX_LIST] = {512, 1024, 2048, 4096, 8192, 16384};
     int64_t causal[MAX_LIST] = {0, 1};
-    int nd = 3, ns = 6, nc = 2, opt;
+    int nd = 3, ns = 6, nc = 2, opt, backward = 0, deterministic = 0;
     int64_t tokens = 16384, hidden = 2048, value = 0;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -113,6 +135,8 @@ int fjt_tune_command(int argc, char **argv)
             if (fjt_parse_int("hidden", optarg, 1, INT32_MAX, &hidden))
                 return 2;
             break;
+        case O_BACKWARD: backward = 1; break;
+        case O_DETERMINISTIC: backward = deterministic = 1; break;
         case O_HELP: tune_usage(stdout); return 0;
         default: return tune_usage(stderr);
         }
@@ -146,6 +170,7 @@ int fjt_tune_command(int argc, char **argv)
 
     int total = nd * ns * nc, done = 0, failed = 0;
     char(*lines)[320] = calloc((size_t)total, sizeof *lines);
+    char(*bwd_lines)[320] = calloc((size_t)total, sizeof *bwd_lines);
     for (int a = 0; a < nd; a++)
         for (int c = 0; c < nc; c++)
             for (int s = 0; s < ns; s++) {
@@ -157,7 +182,9 @@ int fjt_tune_command(int argc, char **argv)
                 k.batch = tokens / lens[s] > 0 ? tokens / lens[s] : 1;
                 k.heads_q = k.heads_kv = hidden / dims[a];
                 k.desc.causal = (int)causal[c];
-                k.with_lse = 0;
+                k.with_lse = backward; /* the backward reads the forward's lse */
+                k.backward = backward;
+                k.desc.deterministic = deterministic;
                 k.tune = 1;
                 k.skip_check = 1;
                 char what[64];
@@ -168,19 +195,9 @@ int fjt_tune_command(int argc, char **argv)
                 st = fjh_run(ctx, &k, &r);
                 const fj_tune_result *t = &r.tune;
                 const long long d = dims[a], cz = causal[c], len = lens[s];
-                if (st != FJ_OK)
-                    snprintf(lines[done], sizeof lines[0], "%4lld %6lld %6lld  FAILED: %.200s", d,
-                             cz, len, r.why);
-                else if (t->from_record)
-                    snprintf(lines[done], sizeof lines[0],
-                             "%4lld %6lld %6lld  %10s %10s %7s  %-50s (tuned before)", d, cz, len,
-                             "-", "-", "-", t->best_config);
-                else
-                    snprintf(lines[done], sizeof lines[0],
-                             "%4lld %6lld %6lld  %10.1f %10.1f %+6.1f%%  %-50s %d/%d dropped", d,
-                             cz, len, t->heuristic_us, t->best_us,
-                             100.0 * (t->heuristic_us / t->best_us - 1.0), t->best_config,
-                             t->dropped, t->candidates);
+                describe_tuning(lines[done], sizeof lines[0], d, cz, len, st, t, r.why);
+                describe_tuning(bwd_lines[done], sizeof bwd_lines[0], d, cz, len, st, &r.bwd_tune,
+                                r.why);
                 failed += st != FJ_OK;
                 done++;
             }
@@ -191,8 +208,14 @@ int fjt_tune_command(int argc, char **argv)
            "gain", "winner");
     for (int i = 0; i < total; i++)
         printf("%s\n", lines[i]);
+    if (backward) {
+        printf("backward%s:\n", deterministic ? " (deterministic)" : "");
+        for (int i = 0; i < total; i++)
+            printf("%s\n", bwd_lines[i]);
+    }
     printf("%d shapes tuned, %d failed\n", total - failed, failed);
     free(lines);
+    free(bwd_lines);
     fj_context_destroy(ctx);
     return failed ? 1 : 0;
 }

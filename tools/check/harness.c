@@ -813,7 +813,7 @@ static fj_status run_backward(fj_context *ctx, const fjh_case *c, const fjr_prob
     }
     double *dd = NULL, *ref[3] = {NULL, NULL, NULL};
     float *df = NULL, *low[3] = {NULL, NULL, NULL};
-    fill_random(&dout, rng, &dd, &df);
+    fill_random(&dout, rng, c->skip_check ? NULL : &dd, &df);
     fj_status st = FJ_OK;
     for (int i = 0; i < 4 && st == FJ_OK; i++)
         st = upload(ctx, all[i]);
@@ -839,6 +839,10 @@ static fj_status run_backward(fj_context *ctx, const fjh_case *c, const fjr_prob
             st = upload(ctx, &db);
         with_dbias.dbias = &db.t;
     }
+    r->bwd_tune.struct_size = sizeof r->bwd_tune;
+    if (st == FJ_OK && c->tune)
+        st = fj_attention_backward_tune(ctx, &with_dbias, qt, kt, vt, ot, &views[0], lt, &views[1],
+                                        &views[2], &views[3], NULL, &r->bwd_tune);
     if (st == FJ_OK)
         st = fj_attention_backward(ctx, &with_dbias, qt, kt, vt, ot, &views[0], lt, &views[1],
                                    &views[2], &views[3], NULL);
@@ -846,8 +850,11 @@ static fj_status run_backward(fj_context *ctx, const fjh_case *c, const fjr_prob
         fj_call_info info;
         memset(&info, 0, sizeof info);
         info.struct_size = sizeof info;
-        if (fj_context_last_call(ctx, &info) == FJ_OK && info.kernel_path)
-            snprintf(r->bwd_kernel_path, sizeof r->bwd_kernel_path, "%s", info.kernel_path);
+        if (fj_context_last_call(ctx, &info) == FJ_OK) {
+            if (info.kernel_path)
+                snprintf(r->bwd_kernel_path, sizeof r->bwd_kernel_path, "%s", info.kernel_path);
+            r->bwd_tuned = info.tuned;
+        }
         st = fj_synchronize(ctx, NULL);
     }
     for (int i = 0; i < 3 && st == FJ_OK; i++)
@@ -858,7 +865,7 @@ static fj_status run_backward(fj_context *ctx, const fjh_case *c, const fjr_prob
         snprintf(r->error, sizeof r->error, "%s", fj_context_last_error(ctx));
         snprintf(r->why, sizeof r->why, "backward: %s: %.200s", fj_status_string(st), r->error);
         r->pass = 0;
-    } else {
+    } else if (!c->skip_check) {
         const int64_t n[3] = {b * sq * p->heads_q * p->head_dim,
                               b * sk * p->heads_kv * p->head_dim,
                               b * sk * p->heads_kv * p->head_dim_v};
@@ -1067,7 +1074,7 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
         desc.mod_args_count = c->mod_args_count;
     }
     r->tune.struct_size = sizeof r->tune;
-    if (st == FJ_OK && c->tune) {
+    if (st == FJ_OK && c->tune == 1) {
         st = fj_attention_tune(ctx, &desc, &qt, &kt, &vt, &ot, lse_t, NULL, &r->tune);
         /* Tuning wrote the outputs: poison them again. */
         if (st == FJ_OK)
@@ -1146,6 +1153,10 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
         }
     } else {
         r->pass = 1;
+        /* Unchecked (tuning, timing): the backward runs on its random dout all the same. */
+        if (c->backward && st == FJ_OK)
+            st = run_backward(ctx, c, &p, c->varlen ? &pk : NULL, &rng, &desc, &qt, &kt, &vt, &ot,
+                              lse_t, NULL, NULL, r);
     }
 
     if (c->timing_reps > 0) {

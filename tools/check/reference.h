@@ -112,7 +112,9 @@ typedef struct fjh_case {
     uint64_t seed;         /* 0: a fresh seed from the clock */
     int timing_reps;       /* > 0: also time this many calls after the check (median) */
     int skip_check;        /* 1: no reference (timing only) */
-    int tune;              /* 1: fj_attention_tune the request first (result in fjh_result.tune) */
+    int tune;              /* 1: fj_attention_tune the request first (result in fjh_result.tune),
+                           ** and with backward fj_attention_backward_tune (in bwd_tune); 2: the
+                           ** backward only */
     const float *mod_args; /* host values of desc.mod_args (uploaded by the harness), or NULL */
     int64_t mod_args_count;
     /* Score terms the harness makes (random values) and passes in desc: */
@@ -165,6 +167,8 @@ typedef struct fjh_result {
     double bwd_kernel_ms; /* the same of the backward, when the case ran one */
     double bwd_tflops;    /* FlashAttention's count: 2.5 x the forward's */
     fj_tune_result tune; /* when the case asked for tuning */
+    fj_tune_result bwd_tune; /* the backward's, when the case asked for tuning and a backward */
+    int32_t bwd_tuned;       /* the backward call's fj_call_info.tuned */
 } fjh_result;
 
 /* The short name of a case's dtype: "bf16", "f16", "f32", "e4m3", "e5m2". */
