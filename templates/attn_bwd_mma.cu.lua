@@ -140,17 +140,15 @@ fj_attn_bwd_dkdv(
         return;
 % bwd_dkdv_stream()
 
-    /* Tile i of the stream into buffer b: Q and dO by cp.async, lse and D into registers. */
-% bwd_rows_regs()
+    /* Tile i of the stream into buffer b: Q and dO by cp.async, lse and D by the threads. */
     auto issue = [&](int i, int b) {
         const int head = head_kv * group + i / tiles, m0 = (mb_lo + i % tiles) * BM;
         elem_t *sQ = sQG + b * QG_ELEMS;
         load_tile<BM, DP, QS>(sQ, q + head * q_sh, q_ss, m0, seqlen_q, head_dim);
         load_tile<BM, DVP, VS>(sQ + BM * QS, dout + head * P.do_sh, P.do_ss, m0, seqlen_q,
                                head_dim_v);
-% bwd_fetch_rows()
+% bwd_load_lse_delta()
     };
-% bwd_park_rows()
 
 % if want_dk then
     float dka[DP / 8][4];
@@ -171,7 +169,6 @@ fj_attn_bwd_dkdv(
 % end
         issue(i, 0);
         cp_async_commit();
-        park(0);
     }
     const int key_row = n0 + warp * 16; /* this warp's first key */
     for (int b = 0; i < count; b ^= 1, i = next) {
@@ -229,8 +226,6 @@ fj_attn_bwd_dkdv(
         add_dq_tile(P.dq_acc + ((long long)(batch * heads_q + head_kv * group + i / tiles) * d_rows) * DP,
                     sDS, sK, m0, seqlen_q, warp, lane);
 % end
-        if (next < count)
-            park(b ^ 1); /* the next tile's lse and D, loaded meanwhile */
     }
 
 % bwd_store_dkdv(want_dk, want_dv)

@@ -134,36 +134,16 @@
     const int count = n0 < seqlen_k ? tiles * group : 0;
 % end
 
-% -- The lse (log2 units; +inf for rows past the end or that see nothing) and D of a stream
-% -- item's rows go to buffer b of sLD ([2][2][BM] floats: per buffer, lse then D) in two steps,
-% -- so that no warp waits for their loads before its products: bwd_fetch_rows() loads them into
-% -- registers where the item's copies are issued (inside `issue(i, b)`, after `head` and `m0`),
-% -- and `park(b)` (bwd_park_rows) stores them once the tile before is computed.
-% -- bwd_rows_regs() declares the registers (before `issue`).
-% function bwd_rows_regs()
-    constexpr int ROWS_PER_THREAD = (BM + THREADS - 1) / THREADS;
-    float row_l[ROWS_PER_THREAD], row_d[ROWS_PER_THREAD];
-% end
-% function bwd_fetch_rows()
-#pragma unroll
-        for (int u = 0; u < ROWS_PER_THREAD; u++) {
-            const int r = tid + u * THREADS, row = m0 + r;
-            const bool in = r < BM && row < seqlen_q;
-            row_l[u] = in ? lse[head * l_sh + row * l_ss] : NEG_INF;
-            row_d[u] = in ? delta[(long long)head * d_rows + row] : 0.0f;
+% -- The lse (log2 units; +inf for rows past the end or that see nothing) and D of stream item
+% -- i's rows into buffer b of sLD ([2][2][BM] floats: per buffer, lse then D). Goes inside the
+% -- kernel's `issue(i, b)`, after `head` and `m0` are declared.
+% function bwd_load_lse_delta()
+        for (int r = tid; r < BM; r += THREADS) {
+            const int row = m0 + r;
+            const float l = row < seqlen_q ? lse[head * l_sh + row * l_ss] : NEG_INF;
+            sLD[2 * BM * b + r] = l == NEG_INF ? POS_INF : l * LOG2E;
+            sLD[2 * BM * b + BM + r] = row < seqlen_q ? delta[(long long)head * d_rows + row] : 0.0f;
         }
-% end
-% function bwd_park_rows()
-    auto park = [&](int b) {
-#pragma unroll
-        for (int u = 0; u < ROWS_PER_THREAD; u++) {
-            const int r = tid + u * THREADS;
-            if (r < BM) {
-                sLD[2 * BM * b + r] = row_l[u] == NEG_INF ? POS_INF : row_l[u] * LOG2E;
-                sLD[2 * BM * b + BM + r] = row_d[u];
-            }
-        }
-    };
 % end
 
 % -- `live_from(i)`: the stream's first item from i on that is live: with block classes, tiles

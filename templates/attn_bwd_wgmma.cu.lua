@@ -168,18 +168,15 @@ __device__ __forceinline__ void add_dq_tile(float *dq_acc, u32 sDS, u32 sK, int 
         wgmma_commit();
         wgmma_wait<0>();
         fence_regs<32>(&acc[0][0]);
-        /* Four columns an atomic: of the thread pair t, t ^ 1 (columns 2 (t & ~1) to + 3 of
-        ** each block j), the even thread adds its row g, the odd one row g + 8, each taking the
-        ** other's half by a shuffle. */
-        const int odd = t & 1, row = m0 + rb * 64 + warp * 16 + g + 8 * odd;
-        float *dst = dq_acc + (long long)row * DP + cp * 64 + 2 * (t & ~1);
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const float x = __shfl_xor_sync(0xffffffffu, odd ? acc[j][0] : acc[j][2], 1);
-            const float y = __shfl_xor_sync(0xffffffffu, odd ? acc[j][1] : acc[j][3], 1);
-            if (row < seqlen_q)
-                red_add4(dst + j * 8, odd ? x : acc[j][0], odd ? y : acc[j][1], odd ? acc[j][2] : x,
-                         odd ? acc[j][3] : y);
+        for (int h = 0; h < 2; h++) {
+            const int row = m0 + rb * 64 + warp * 16 + g + 8 * h;
+            if (row >= seqlen_q)
+                continue;
+            float *dst = dq_acc + (long long)row * DP + cp * 64 + 2 * t;
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                red_add2(dst + j * 8, acc[j][2 * h], acc[j][2 * h + 1]);
         }
     }
 }
@@ -213,16 +210,14 @@ fj_attn_bwd_dkdv(
         return;
 % bwd_dkdv_stream()
 
-    /* Stream item i into buffer b: Q and dO by cp.async, lse and D into registers. */
-% bwd_rows_regs()
+    /* Stream item i into buffer b: Q and dO by cp.async, lse and D by the threads. */
     auto issue = [&](int i, int b) {
         const int head = head_kv * group + i / tiles, m0 = (mb_lo + i % tiles) * BM;
         const u32 sQ = sQG + b * QG_BYTES;
         load_swizzled<BM, DP>(sQ, q + head * q_sh, q_ss, m0, seqlen_q, head_dim);
         load_swizzled<BM, DVP>(sQ + Q_BYTES, dout + head * P.do_sh, P.do_ss, m0, seqlen_q, head_dim_v);
-% bwd_fetch_rows()
+% bwd_load_lse_delta()
     };
-% bwd_park_rows()
 
     float dka[DP / 8][4], dva[DVP / 8][4];
     zero_acc<DP>(dka);
@@ -236,7 +231,6 @@ fj_attn_bwd_dkdv(
         load_swizzled<BN, DVP>(sV, v, v_ss, n0, seqlen_k, head_dim_v);
         issue(i, 0);
         cp_async_commit();
-        park(0);
     }
     const int key_row = n0 + wg * 64 + warp * 16; /* this warp's first key */
     const u32 sKw = sK + wg * 64 * 128, sVw = sV + wg * 64 * 128; /* the warpgroup's keys */
@@ -303,8 +297,6 @@ fj_attn_bwd_dkdv(
         fence_regs<BM / 4>(&dsf[0][0]);
         fence_regs<DP / 2>(&dka[0][0]);
         fence_regs<DVP / 2>(&dva[0][0]);
-        if (next < count)
-            park(b ^ 1); /* the next tile's lse and D, loaded meanwhile */
     }
 
 % bwd_store_dkdv(true, true)

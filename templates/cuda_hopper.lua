@@ -62,13 +62,6 @@ __device__ __forceinline__ void st_shared_zero16(u32 addr)
 {
     asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(0) : "memory");
 }
-/* p[0..3] += a, b, c, d in global memory, atomically (16-byte aligned p): one vector reduction. */
-__device__ __forceinline__ void red_add4(float *p, float a, float b, float c, float d)
-{
-    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(a), "f"(b), "f"(c),
-                 "f"(d) : "memory");
-}
-
 /* Orders this thread's shared-memory writes before later reads by the async proxy (wgmma, TMA). */
 __device__ __forceinline__ void fence_proxy_async()
 {
