@@ -2,9 +2,9 @@
 % -- their products on wgmma, warpgroup-wide and asynchronous, operands read from shared memory
 % -- by the tensor cores rather than by every warp through ldmatrix.
 % --
-% -- Stage 2, dkdv: a block owns BN = 64 * NWG keys of one (batch, kv head), 64 per warpgroup, and streams tiles
-% -- of BM query rows of every query head of the group (two buffers, cp.async). Per tile, each
-% -- warpgroup:
+% -- Stage 2, dkdv: a block owns BN = 64 * NWG keys of one (batch, kv head), 64 per warpgroup,
+% -- and streams tiles of BM query rows of every query head of the group (two buffers,
+% -- cp.async). Per tile, each warpgroup:
 % --   S^T = K Q^T, dP^T = V dO^T    wgmma, both operands from shared memory (64 keys x BM)
 % --   P^T, dS^T                     attn_bwd_tc.lua's element pass, in registers
 % --   dV += P^T dO, dK += dS^T Q    wgmma with P^T and dS^T from registers (the accumulator
@@ -66,7 +66,7 @@
 #define NEG_INF __int_as_float(0xff800000)
 #define POS_INF __int_as_float(0x7f800000)
 #define LOG2E 1.4426950408889634f
-constexpr int NWG = ${NWG}; /* warpgroups, 64 keys each */
+constexpr int NWG = ${NWG}; /* warpgroups, 64 rows each: keys (stage 2), query rows (3) */
 
 % if stage == 2 then
 /* ---- shared memory ------------------------------------------------------------------------- */
@@ -280,7 +280,8 @@ fj_attn_bwd_dkdv(
         for (int kk = 0; kk < BM / 16; kk++)
 #pragma unroll
             for (int r = 0; r < 4; r++) {
-                const int key = wg * 64 + warp * 16 + g + 8 * (r % 2), query = 16 * kk + 8 * (r / 2) + 2 * t;
+                const int key = wg * 64 + warp * 16 + g + 8 * (r % 2);
+                const int query = 16 * kk + 8 * (r / 2) + 2 * t;
                 asm volatile("st.shared.b16 [%0], %1;" ::"r"(swizzled(sDS, BM, query, key)),
                              "h"((unsigned short)(dsf[kk][r] & 0xffffu)) : "memory");
                 asm volatile("st.shared.b16 [%0], %1;" ::"r"(swizzled(sDS, BM, query + 1, key)),
@@ -288,8 +289,8 @@ fj_attn_bwd_dkdv(
             }
         fence_proxy_async();
         __syncthreads(); /* dS whole; the next tile's first barrier guards its rewrite */
-        add_dq_tile(P.dq_acc + ((long long)(batch * heads_q + head_kv * group + i / tiles) * d_rows) * DP,
-                    sDS, sK, m0, seqlen_q, wg, warp, g, t);
+        const long long dq_rows = (long long)(batch * heads_q + head_kv * group + i / tiles) * d_rows;
+        add_dq_tile(P.dq_acc + dq_rows * DP, sDS, sK, m0, seqlen_q, wg, warp, g, t);
 % end
         wgmma_wait<0>();
         /* P^T and dS^T stay untouched, and dK and dV are not read, until their products landed. */
