@@ -1,7 +1,7 @@
 /* The backward plan: D = rowsum(dout * out) into an f32 workspace (attn_bwd.lua), then dk and
 ** dv per key block, then dq per query block (on tensor cores where they serve: Hopper's
-** attn_bwd_wgmma.cu.lua, else attn_bwd_mma.cu.lua; else attn_bwd.lua), then the bias's gradient if asked for; and how each stage's block
-** is filled. On tensor cores, unless the request is deterministic, dq is not a stage of its
+** attn_bwd_wgmma.cu.lua, else attn_bwd_mma.cu.lua; else attn_bwd.lua), then the bias's
+** gradient if asked for; and how each stage's block is filled. On tensor cores, unless the request is deterministic, dq is not a stage of its
 ** own: the dk/dv blocks add their share of it into a zeroed f32 workspace by atomics (five
 ** products where the deterministic plan computes seven), and a last stage casts the sum; and
 ** element masks are classified by blocks first (the forward's classifier). */
@@ -207,8 +207,14 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, co
             if (stage == 5) /* the f32 sum's rows are as wide as the dk/dv kernel pads them */
                 s->variant.head_dim_pad = dkdv.head_dim_pad;
         }
-        if (classes && s->variant.path != FJ__PATH_SIMT)
-            s->variant.block_mask = 1;
+        if (classes && s->variant.path != FJ__PATH_SIMT) {
+            /* Tiles that do not divide the classes' blocks (an override's) read the masks
+            ** everywhere instead. */
+            fj__variant classed = s->variant;
+            classed.block_mask = 1;
+            if (fj__variant_fits(&classed, dev))
+                s->variant = classed;
+        }
         if (!fj__variant_fits(&s->variant, dev))
             return fj__fail(err, FJ_ERR_UNSUPPORTED,
                             "head dims %lld / %lld: the backward's tiles do not fit this device",

@@ -192,6 +192,8 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
                v->head_dim_pad <= 256 && v->head_dim_v_pad <= 256 &&
                /* dK's and dV's accumulators in one launch: 2 * (d + dv) / 8 floats a thread */
                ((v->grads & 3) != 3 || v->head_dim_pad + v->head_dim_v_pad <= 256) &&
+               /* a tile lies in one 128 x 128 block of classes */
+               (!v->block_mask || (128 % v->tile_m == 0 && 128 % v->tile_n == 0)) &&
                fj__variant_shared_bytes(v) <= dev->local_memory;
     if (v->family == FJ__FAMILY_BWD && v->path == FJ__PATH_WGMMA) /* attn_bwd_wgmma.cu.lua */
         return v->warps % 4 == 0 && v->warps >= 4 && v->warps <= 12 &&

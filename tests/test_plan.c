@@ -342,6 +342,15 @@ static void test_backward_plans(void **state)
             assert_true(tuned.steps[tuned.main_step].variant.warps == dkdv->warps &&
                         tuned.steps[tuned.main_step].variant.tile_m == dkdv->tile_m);
         }
+        if (i == 2) { /* an override whose tiles do not divide the classes' 128 x 128 blocks:
+                       ** the kernels read the masks everywhere */
+            fj__plan wide;
+            assert_int_equal(
+                fj__plan_backward(&f, cases[i].dev, "path=mma,warps=16", &wide, &err), FJ_OK);
+            const fj__variant *w = &wide.steps[wide.main_step].variant;
+            assert_true(w->path == FJ__PATH_MMA && w->tile_n == 256 && !w->block_mask);
+            assert_true(fj__variant_fits(w, cases[i].dev));
+        }
         if (dkdv->path == FJ__PATH_WGMMA) { /* dK and dV in one launch, dQ by atomics or not */
             assert_int_equal(dkdv->grads, atomic ? 7 : 3);
             assert_true(dkdv->head_dim_pad % 64 == 0 && dkdv->head_dim_pad >= cases[i].d);
