@@ -267,6 +267,16 @@ static void test_backward_tune_then_reuse(void **state)
     assert_int_equal(r.bwd_tune.from_record, 1);
     fj_context_destroy(ctx);
 
+    /* $FLASHJIT_BWD_CONFIG (read when a context is made) wins over the record. */
+    assert_int_equal(setenv("FLASHJIT_BWD_CONFIG", "tile_m=16", 1), 0);
+    ctx = context_or_skip(FJ_TUNE_NEVER);
+    unsetenv("FLASHJIT_BWD_CONFIG");
+    c.tune = 0;
+    assert_int_equal(fjh_run(ctx, &c, &r), FJ_OK);
+    assert_true(r.pass);
+    assert_int_equal(r.bwd_tuned, 0);
+    fj_context_destroy(ctx);
+
     ctx = context_or_skip(FJ_TUNE_ON_MISS);
     c.tune = 0;
     c.desc.deterministic = 1; /* another bucket: tuned during the call */
