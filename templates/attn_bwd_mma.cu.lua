@@ -45,15 +45,6 @@
 % local terms = alibi or bias ~= "" or score_mod ~= ""
 % include("cuda_mma.lua")
 % include("cuda_attn_common.lua")
-% if element_masks or terms or varlen > 0 then
-% include("dialect.lua")
-% end
-% if element_masks or terms then
-% include("attn_masks.lua")
-% end
-% if varlen > 0 then
-% include("sequence.lua")
-% end
 % include("attn_bwd_tc.lua")
 % include("params.lua")
 % params_struct(args)

@@ -8,9 +8,19 @@
 % -- t = lane % 4), which is also the layout of wgmma's accumulators, warp by warp.
 % --
 % -- Parameters: the masks' and score terms' (attn_masks.lua), softcap, local_mask, block_mask,
-% -- varlen. Include after the kernel's helpers (cuda_mma.lua, attn_masks.lua, sequence.lua).
+% -- varlen. Include after cuda_mma.lua and cuda_attn_common.lua; it includes what its parts
+% -- read (the masks and score terms, packed sequences) where the variant has them.
 % local element_masks = mask_mod ~= "" or mask_tensor or mask_ranges > 0
 % local terms = alibi or bias ~= "" or score_mod ~= ""
+% if element_masks or terms or varlen > 0 then
+% include("dialect.lua")
+% end
+% if element_masks or terms then
+% include("attn_masks.lua")
+% end
+% if varlen > 0 then
+% include("sequence.lua")
+% end
 
 % -- The block's sequence: with packed sequences (varlen), where it starts in the packed tensors
 % -- and its lengths (sequence.lua: q_first, k_first, seqlen_q, seqlen_k the keys it uses, len_k

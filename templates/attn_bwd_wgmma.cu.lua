@@ -42,15 +42,6 @@
 % include("cuda_mma.lua")
 % include("cuda_hopper.lua")
 % include("cuda_attn_common.lua")
-% if element_masks or terms or varlen > 0 then
-% include("dialect.lua")
-% end
-% if element_masks or terms then
-% include("attn_masks.lua")
-% end
-% if varlen > 0 then
-% include("sequence.lua")
-% end
 % include("attn_bwd_tc.lua")
 % include("params.lua")
 % params_struct(args)
@@ -110,18 +101,6 @@ __device__ __forceinline__ void load_swizzled(u32 tile, const elem_t *g, long lo
 }
 
 /* ---- the products ---------------------------------------------------------------------------- */
-/* Descriptors: a K-major operand of `rows` rows steps 32 bytes a k16 step inside a panel and a
-** panel at every fourth; an N-major one (transposed) steps 16 rows a k16 step, its panels
-** rows * 128 bytes apart. */
-__device__ __forceinline__ u64 kmajor(u32 tile, int rows, int kk)
-{
-    return gmma_desc(tile + (kk / 4) * rows * 128 + (kk % 4) * 32, 16, 1024);
-}
-__device__ __forceinline__ u64 nmajor(u32 tile, int rows, int kk)
-{
-    return gmma_desc(tile + kk * 16 * 128, rows * 128, 1024);
-}
-
 % local S = stage == 2 and "BM" or "BN"
 /* acc (64 x ${S}) = A B^T over K = 16 * KSTEPS: the warpgroup's 64 rows of a (K-major, `a_rows`
 ** rows) by the ${S} streamed rows of b: S^T = K Q^T, dP^T = V dO^T (stage 2); S = Q K^T,
@@ -131,7 +110,7 @@ __device__ __forceinline__ void rows_by_rows(float *acc, u32 a, int a_rows, u32 
 {
 #pragma unroll
     for (int kk = 0; kk < KSTEPS; kk++)
-        wgmma_ss_${streamed}(acc, kmajor(a, a_rows, kk), kmajor(b, ${S}, kk), kk > 0);
+        wgmma_ss_${streamed}(acc, gmma_kmajor(a, a_rows, kk), gmma_kmajor(b, ${S}, kk), kk > 0);
 }
 
 /* acc (64 x N) += A B over K = ${S}: A in registers (pack_rows of 64 x ${S} accumulators), B the
@@ -142,7 +121,7 @@ __device__ __forceinline__ void regs_by_rows_${n}(float *acc, const u32 (*a)[4],
 {
 #pragma unroll
     for (int kk = 0; kk < ${S} / 16; kk++)
-        wgmma_rs_${n}(acc, a[kk], nmajor(b, ${S}, kk), 1);
+        wgmma_rs_${n}(acc, a[kk], gmma_nmajor(b, ${S}, kk), 1);
 }
 % end
 % regs_by_rows(head_dim_pad)
@@ -163,8 +142,8 @@ __device__ __forceinline__ void add_dq_tile(float *dq_acc, u32 sDS, u32 sK, int 
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++)
-            wgmma_ss_t_64(&acc[0][0], kmajor(sDS + rb * 64 * 128, BM, kk),
-                          nmajor(sK + cp * BN * 128, BN, kk), kk > 0);
+            wgmma_ss_t_64(&acc[0][0], gmma_kmajor(sDS + rb * 64 * 128, BM, kk),
+                          gmma_nmajor(sK + cp * BN * 128, BN, kk), kk > 0);
         wgmma_commit();
         wgmma_wait<0>();
         fence_regs<32>(&acc[0][0]);

@@ -103,6 +103,17 @@ __device__ __forceinline__ u64 gmma_desc(u32 addr, u32 lbo, u32 sbo)
     return (u64)((addr & 0x3ffff) >> 4) | (u64)((lbo >> 4) & 0x3fff) << 16 |
            (u64)((sbo >> 4) & 0x3fff) << 32 | (u64)1 << 62;
 }
+/* The descriptor of k16 step kk of an operand stored as 64-column panels of `rows` rows with the
+** 128-byte swizzle. K-major: 32 bytes a step inside a panel, the next panel every fourth step.
+** N-major (transposed): 16 rows a step, its N panels rows * 128 bytes apart. */
+__device__ __forceinline__ u64 gmma_kmajor(u32 tile, int rows, int kk)
+{
+    return gmma_desc(tile + (kk / 4) * rows * 128 + (kk % 4) * 32, 16, 1024);
+}
+__device__ __forceinline__ u64 gmma_nmajor(u32 tile, int rows, int kk)
+{
+    return gmma_desc(tile + kk * 16 * 128, rows * 128, 1024);
+}
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void wgmma_wait()
@@ -140,22 +151,16 @@ template <int N> __device__ __forceinline__ void fence_regs(u32 *r)
 % -- B N-major (transposed), as P V needs.
 % function hopper_wgmma(n)
 %   local a = n // 2
-__device__ __forceinline__ void wgmma_ss_${n}(float *d, u64 desc_a, u64 desc_b, int accumulate)
+%   for _, ss in ipairs({ { name = "ss", tnsp_b = 0 }, { name = "ss_t", tnsp_b = 1 } }) do
+__device__ __forceinline__ void wgmma_${ss.name}_${n}(float *d, u64 desc_a, u64 desc_b, int accumulate)
 {
     asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %${a + 2}, 0;\n\t"
                  "wgmma.mma_async.sync.aligned.m64n${n}k16.f32.${ptx_type}.${ptx_type} "
-                 "{${acc_list(n)}}, %${a}, %${a + 1}, p, 1, 1, 0, 0;\n\t}"
+                 "{${acc_list(n)}}, %${a}, %${a + 1}, p, 1, 1, 0, ${ss.tnsp_b};\n\t}"
                  : ${acc_operands(n)}
                  : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
-__device__ __forceinline__ void wgmma_ss_t_${n}(float *d, u64 desc_a, u64 desc_b, int accumulate)
-{
-    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %${a + 2}, 0;\n\t"
-                 "wgmma.mma_async.sync.aligned.m64n${n}k16.f32.${ptx_type}.${ptx_type} "
-                 "{${acc_list(n)}}, %${a}, %${a + 1}, p, 1, 1, 0, 1;\n\t}"
-                 : ${acc_operands(n)}
-                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-}
+%   end
 __device__ __forceinline__ void wgmma_rs_${n}(float *d, const u32 *a, u64 desc_b, int accumulate)
 {
     asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %${a + 5}, 0;\n\t"
