@@ -118,8 +118,9 @@ static memo_entry *find_memo(fj__tune_memo *m, const char *bucket)
     return NULL;
 }
 
-const char *fj__tuned_config(fj__tune_memo **memo, fj_cache *cache, const char *fingerprint,
-                             const char *kind, const char *bucket)
+/* The record of a bucket of that kind: from the memo, else the cache (then remembered). */
+static const char *lookup(fj__tune_memo **memo, fj_cache *cache, const char *fingerprint,
+                          const char *kind, const char *bucket)
 {
     memo_entry *e = find_memo(*memo, bucket);
     if (e)
@@ -128,6 +129,14 @@ const char *fj__tuned_config(fj__tune_memo **memo, fj_cache *cache, const char *
     double us = 0;
     cache_get_tuning(cache, fingerprint, bucket, kind, &config, &us);
     return remember(memo, bucket, config);
+}
+
+const char *fj__tuned_config(fj__tune_memo **memo, fj_cache *cache, const char *fingerprint,
+                             const fj__features *f, const fj__variant *v)
+{
+    char bucket[256];
+    fj__tune_bucket(f, v, bucket, sizeof bucket);
+    return lookup(memo, cache, fingerprint, fj__tune_kind(v), bucket);
 }
 
 void fj__tune_memo_free(fj__tune_memo **memo)
@@ -335,7 +344,7 @@ fj_status fj__tune(const fj__tune_host *h, fj__tune_memo **memo, fj_cache *cache
     r->struct_size = struct_size;
     const char *kind = fj__tune_kind(heuristic);
     fj__tune_bucket(f, heuristic, r->bucket, sizeof r->bucket);
-    const char *record = fj__tuned_config(memo, cache, fingerprint, kind, r->bucket);
+    const char *record = lookup(memo, cache, fingerprint, kind, r->bucket);
     if (record) {
         r->from_record = 1;
         snprintf(r->best_config, sizeof r->best_config, "%s", record);

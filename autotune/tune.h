@@ -40,10 +40,11 @@ void fj__tune_bucket(const fj__features *f, const fj__variant *v, char *buf, siz
 
 /* Tuning records looked up so far (a bucket's config, or NULL for none), kept per context. */
 typedef struct fj__tune_memo fj__tune_memo;
-/* The tuned configuration of a bucket: from the memo, else the cache (then remembered); NULL
-** when there is none. The string is owned by the memo. */
+/* The tuned configuration of f's bucket under its planned variant v (fj__tune_bucket, of v's
+** kind): from the memo, else the cache (then remembered); NULL when there is none. The string
+** is owned by the memo. */
 const char *fj__tuned_config(fj__tune_memo **memo, fj_cache *cache, const char *fingerprint,
-                             const char *kind, const char *bucket);
+                             const fj__features *f, const fj__variant *v);
 void fj__tune_memo_free(fj__tune_memo **memo);
 
 /* Tunes f's bucket with heuristic's plan as the reference (see fj_attention_tune and

@@ -64,13 +64,12 @@ static void bwd_mma_variant(int stage, int deterministic, const fj_device_info *
     }
 }
 
-/* Whether Hopper's kernels (attn_bwd_wgmma.cu.lua) serve stages 2 and 3 of f on dev: sm_90a,
-** head dims padded to 64 at most 128, where the mma.sync kernels serve; "path=mma" in the
-** override keeps the mma.sync kernels (tests, comparisons). */
+/* Whether Hopper's kernels (attn_bwd_wgmma.cu.lua) may serve stages 2 and 3 of f on dev: sm_90a,
+** where the mma.sync kernels serve (the head dims they take: fj__variant_fits); "path=mma" in
+** the override keeps the mma.sync kernels (tests, comparisons). */
 static int wgmma_serves(const fj__features *f, const fj_device_info *dev, const char *config)
 {
     return mma_serves(f, dev) && fj__sm_version(dev) == 90 && strchr(dev->arch, 'a') != NULL &&
-           fj__round_up(f->head_dim, 64) <= 128 && fj__round_up(f->head_dim_v, 64) <= 128 &&
            !(config && strstr(config, "path=mma"));
 }
 

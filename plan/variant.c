@@ -175,6 +175,13 @@ fj__tile_order fj__variant_tile_order(const fj__variant *v)
                                 v->local_mask || v->block_mask || fj__variant_element_masks(v)};
 }
 
+/* The backward's tensor-core kernels read block classes per tile: a tile must lie in one
+** 128 x 128 block. */
+static int bwd_tiles_fit_classes(const fj__variant *v)
+{
+    return !v->block_mask || (128 % v->tile_m == 0 && 128 % v->tile_n == 0);
+}
+
 int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
 {
     if (v->family == FJ__FAMILY_CLASSIFY)
@@ -192,8 +199,7 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
                v->head_dim_pad <= 256 && v->head_dim_v_pad <= 256 &&
                /* dK's and dV's accumulators in one launch: 2 * (d + dv) / 8 floats a thread */
                ((v->grads & 3) != 3 || v->head_dim_pad + v->head_dim_v_pad <= 256) &&
-               /* a tile lies in one 128 x 128 block of classes */
-               (!v->block_mask || (128 % v->tile_m == 0 && 128 % v->tile_n == 0)) &&
+               bwd_tiles_fit_classes(v) &&
                fj__variant_shared_bytes(v) <= dev->local_memory;
     if (v->family == FJ__FAMILY_BWD && v->path == FJ__PATH_WGMMA) /* attn_bwd_wgmma.cu.lua */
         return v->warps % 4 == 0 && v->warps >= 4 && v->warps <= 12 &&
@@ -209,9 +215,7 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
                                       v->tile_n + v->head_dim_pad / 2 <= 192
                                 : 0) &&
                v->head_dim_pad % 64 == 0 && v->head_dim_v_pad % 64 == 0 &&
-               v->head_dim_pad <= 128 && v->head_dim_v_pad <= 128 &&
-               (!(v->block_mask || fj__variant_element_masks(v)) ||
-                (128 % v->tile_m == 0 && 128 % v->tile_n == 0)) &&
+               v->head_dim_pad <= 128 && v->head_dim_v_pad <= 128 && bwd_tiles_fit_classes(v) &&
                fj__variant_shared_bytes(v) <= dev->local_memory;
     if (v->family == FJ__FAMILY_BWD) { /* static shared memory, as the SIMT forward's */
         uint64_t budget = dev->local_memory ? dev->local_memory : 32768;

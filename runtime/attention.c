@@ -135,9 +135,7 @@ static fj_status tune_run(void *ud, const fj__variant *v)
 
 static int32_t tune_spills(void *ud, const fj__variant *v)
 {
-    tune_env *e = ud;
-    const fj__kernel *k = NULL;
-    return fj__kernel_get(e->ctx, v, &k) == FJ_OK ? k->spill_bytes : 0;
+    return fj__kernel_spills(((tune_env *)ud)->ctx, v);
 }
 
 static fj_status tune_read_output(void *ud, void *host, size_t bytes)
@@ -193,15 +191,13 @@ static fj_status plan_slow(fj_context *ctx, const fj__problem *p, const fj__feat
         return fj__fail(&ctx->err, FJ_ERR_UNSUPPORTED,
                         "no kernel serves this paged KV cache request");
     if (!ctx->config) {
-        char bucket[256];
-        fj__tune_bucket(f, &v, bucket, sizeof bucket);
-        const char *tuned = fj__tuned_config(&ctx->tuned, ctx->cache, ctx->fingerprint, "fwd", bucket);
+        const char *tuned = fj__tuned_config(&ctx->tuned, ctx->cache, ctx->fingerprint, f, &v);
         if (!tuned && ctx->tune_policy == FJ_TUNE_ON_MISS) {
             fj_tune_result r = {.struct_size = sizeof r};
             fj_status st = tune(ctx, p, f, &v, stream, &r);
             if (st != FJ_OK)
                 return st;
-            tuned = fj__tuned_config(&ctx->tuned, ctx->cache, ctx->fingerprint, "fwd", bucket);
+            tuned = fj__tuned_config(&ctx->tuned, ctx->cache, ctx->fingerprint, f, &v);
             ctx->last_call.tuned = 2;
         }
         fj__variant t = v;

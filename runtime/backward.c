@@ -36,30 +36,43 @@ typedef struct bwd_tune_env {
     void *stream;
 } bwd_tune_env;
 
-/* The plan of candidate v, which must be its dk/dv variant (a config the planner would not
-** apply would time the heuristic again under another name). */
+/* Whether plan took config's tiles: the planner ignores tiles that do not fit, and the dk/dv
+** variant's own config then differs. */
+static int plan_takes(const fj__plan *plan, const char *config)
+{
+    char applied[128];
+    fj__variant_config(&plan->steps[plan->main_step].variant, applied, sizeof applied);
+    return strcmp(applied, config) == 0;
+}
+
+/* The plan of candidate v, which must take v's config (else the tuner would time the
+** heuristic again under another name). */
 static fj_status plan_candidate(bwd_tune_env *e, const fj__variant *v, fj__plan *plan)
 {
     char config[128];
     fj__variant_config(v, config, sizeof config);
     fj_status st = fj__plan_backward(e->f, &e->ctx->device, config, plan, &e->ctx->err);
-    if (st == FJ_OK && memcmp(&plan->steps[plan->main_step].variant, v, sizeof *v) != 0)
+    if (st == FJ_OK && !plan_takes(plan, config))
         st = fj__fail(&e->ctx->err, FJ_ERR_UNSUPPORTED, "the plan does not take %s", config);
     return st;
 }
 
-/* Makes the kernels of every candidate's plan ready at once (each distinct variant once);
-** a candidate fails with the first of its kernels that failed. */
+/* Makes the kernels of every candidate's plan ready at once (each distinct variant once); a
+** candidate fails with the first of its plan's kernels that failed. */
 static fj_status bwd_tune_prepare(void *ud, const fj__variant *vs, int n, fj_status *status,
                                   char (*why)[160])
 {
     bwd_tune_env *e = ud;
-    enum { MAX = 48 * FJ__MAX_STEPS };
-    fj__variant *all = calloc(MAX, sizeof *all);
-    int *owner = calloc(MAX, sizeof *owner);
-    fj_status *st_all = calloc(MAX, sizeof *st_all);
-    char(*why_all)[160] = calloc(MAX, sizeof *why_all);
-    fj_status st = all && owner && st_all && why_all ? FJ_OK : FJ_ERR_OUT_OF_MEMORY;
+    const size_t most = (size_t)n * FJ__MAX_STEPS;
+    fj__variant *all = calloc(most, sizeof *all);
+    /* candidate i's kernels: all[uses[i * FJ__MAX_STEPS + u]], u < count[i] */
+    int *uses = calloc(most, sizeof *uses);
+    fj_status *st_all = calloc(most, sizeof *st_all);
+    char(*why_all)[160] = calloc(most, sizeof *why_all);
+    int *count = calloc((size_t)n, sizeof *count);
+    fj_status st = all && uses && st_all && why_all && count
+                       ? FJ_OK
+                       : fj__fail(&e->ctx->err, FJ_ERR_OUT_OF_MEMORY, "tuning: out of memory");
     int m = 0;
     for (int i = 0; i < n && st == FJ_OK; i++) {
         status[i] = FJ_OK;
@@ -70,32 +83,31 @@ static fj_status bwd_tune_prepare(void *ud, const fj__variant *vs, int n, fj_sta
             snprintf(why[i], sizeof why[i], "%.150s", e->ctx->err.msg);
             continue;
         }
-        for (int s = 0; s < plan.nsteps && m < MAX; s++) {
+        for (int s = 0; s < plan.nsteps; s++) {
             if (plan.steps[s].kind != FJ__STEP_KERNEL)
                 continue;
-            int seen = 0;
-            for (int j = 0; j < m && !seen; j++)
-                seen = !memcmp(&all[j], &plan.steps[s].variant, sizeof all[j]);
-            if (!seen) {
-                all[m] = plan.steps[s].variant;
-                owner[m++] = i;
-            }
+            int j = 0;
+            while (j < m && memcmp(&all[j], &plan.steps[s].variant, sizeof all[j]))
+                j++;
+            if (j == m)
+                all[m++] = plan.steps[s].variant;
+            uses[i * FJ__MAX_STEPS + count[i]++] = j;
         }
     }
     if (st == FJ_OK)
         st = fj__kernels_prepare(e->ctx, all, m, st_all, why_all);
-    /* A kernel shared by several candidates is listed under the first; its failure fails
-    ** every plan, the heuristic's included, which the tuner reports. */
-    for (int j = 0; j < m && st == FJ_OK; j++)
-        if (st_all[j] != FJ_OK && status[owner[j]] == FJ_OK) {
-            status[owner[j]] = st_all[j];
-            snprintf(why[owner[j]], sizeof why[0], "%s", why_all[j]);
+    for (int i = 0; i < n && st == FJ_OK; i++)
+        for (int u = 0; u < count[i] && status[i] == FJ_OK; u++) {
+            const int j = uses[i * FJ__MAX_STEPS + u];
+            status[i] = st_all[j];
+            snprintf(why[i], sizeof why[i], "%s", why_all[j]);
         }
     free(all);
-    free(owner);
+    free(uses);
     free(st_all);
     free(why_all);
-    return st == FJ_ERR_OUT_OF_MEMORY ? fj__fail(&e->ctx->err, st, "tuning: out of memory") : st;
+    free(count);
+    return st;
 }
 
 static fj_status bwd_tune_run(void *ud, const fj__variant *v)
@@ -112,9 +124,7 @@ static fj_status bwd_tune_run(void *ud, const fj__variant *v)
 
 static int32_t bwd_tune_spills(void *ud, const fj__variant *v)
 {
-    bwd_tune_env *e = ud;
-    const fj__kernel *k = NULL;
-    return fj__kernel_get(e->ctx, v, &k) == FJ_OK ? k->spill_bytes : 0;
+    return fj__kernel_spills(((bwd_tune_env *)ud)->ctx, v);
 }
 
 /* dq, dk and dv, one after the other. */
@@ -170,29 +180,23 @@ static fj_status plan_tuned(fj_context *ctx, const fj__bwd_problem *p, fj__plan 
     fj__features f;
     fj__bwd_features_of(p, &f);
     const fj__variant heuristic = plan->steps[plan->main_step].variant;
-    char bucket[256];
-    fj__tune_bucket(&f, &heuristic, bucket, sizeof bucket);
-    const char *tuned = fj__tuned_config(&ctx->tuned, ctx->cache, ctx->fingerprint, "bwd", bucket);
+    const char *tuned = fj__tuned_config(&ctx->tuned, ctx->cache, ctx->fingerprint, &f, &heuristic);
     if (!tuned && ctx->tune_policy == FJ_TUNE_ON_MISS) {
         fj_tune_result r = {.struct_size = sizeof r};
         fj_status st = bwd_tune(ctx, p, &f, &heuristic, stream, &r);
         if (st != FJ_OK)
             return st;
-        tuned = fj__tuned_config(&ctx->tuned, ctx->cache, ctx->fingerprint, "bwd", bucket);
+        tuned = fj__tuned_config(&ctx->tuned, ctx->cache, ctx->fingerprint, &f, &heuristic);
         ctx->last_call.tuned = 2;
     }
     fj__plan t;
     fj__err ignored;
-    char applied[128];
-    /* A record that does not fit (from another library version, say) changes nothing: the
-    ** planner ignores tiles that do not fit, and the plan's own config then differs. */
-    if (tuned && fj__plan_backward(&f, &ctx->device, tuned, &t, &ignored) == FJ_OK) {
-        fj__variant_config(&t.steps[t.main_step].variant, applied, sizeof applied);
-        if (!strcmp(applied, tuned)) {
-            *plan = t;
-            if (!ctx->last_call.tuned)
-                ctx->last_call.tuned = 1;
-        }
+    /* A record that does not fit (from another library version, say) changes nothing. */
+    if (tuned && fj__plan_backward(&f, &ctx->device, tuned, &t, &ignored) == FJ_OK &&
+        plan_takes(&t, tuned)) {
+        *plan = t;
+        if (!ctx->last_call.tuned)
+            ctx->last_call.tuned = 1;
     }
     return FJ_OK;
 }

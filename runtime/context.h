@@ -137,6 +137,9 @@ fj_status fj__validate_memory(const fj__problem *p, const struct fj_backend_ops 
 /* Finds the kernel of variant v: already loaded, or from a cache, or rendered, compiled and
 ** loaded now. Adds what it did to ctx->last_call (where the kernel came from, stage times). */
 fj_status fj__kernel_get(fj_context *ctx, const fj__variant *v, const fj__kernel **out);
+/* Spill bytes per thread of v's kernel, loaded (or compiled) now if need be; 0: none or
+** unknown. */
+int32_t fj__kernel_spills(fj_context *ctx, const fj__variant *v);
 /* Makes the kernels of n variants loaded (memory, cache, or compiled now on several threads).
 ** status[i] and why[i] say what became of variant i; returns FJ_OK unless out of memory. */
 fj_status fj__kernels_prepare(fj_context *ctx, const fj__variant *vs, int n, fj_status *status,

@@ -277,6 +277,12 @@ static void run_jobs(fj__compile_job *jobs, int n)
     pthread_mutex_destroy(&q.lock);
 }
 
+int32_t fj__kernel_spills(fj_context *ctx, const fj__variant *v)
+{
+    const fj__kernel *k = NULL;
+    return fj__kernel_get(ctx, v, &k) == FJ_OK ? k->spill_bytes : 0;
+}
+
 fj_status fj__kernels_prepare(fj_context *ctx, const fj__variant *vs, int n, fj_status *status,
                               char (*why)[160])
 {
