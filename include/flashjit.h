@@ -345,13 +345,15 @@ FJ_API fj_status fj_attention_forward(fj_context *ctx, const fj_attention_desc *
 ** storage): D = rowsum(dout * out) first, then dk and dv per key block, then dq per query block.
 ** On tensor cores with desc.deterministic 0 (the default), the dk/dv kernel also adds each key
 ** block's share of dq into an f32 workspace by atomics (its size, 4 bytes per element of dq
-** with the head dim padded to 16, is in fj_call_info.workspace_bytes) and a last kernel casts
+** with the head dim padded to 16, or 64 on Hopper, is in fj_call_info.workspace_bytes) and a
+** last kernel casts
 ** it: faster, but the order of the additions, and so dq's last bits, vary run to run. With 1,
 ** and on the SIMT kernels, no atomics: bit-identical gradients.
 ** Variable lengths as the forward's (keys past seqused_k get zero dk and dv). On CUDA sm_80+
 ** with f16/bf16 rows of 16-byte multiples and head dims to 256, dk/dv and dq run on tensor
-** cores (mma.sync), masks, block_mask (tiles of class 0 skipped), score terms and variable
-** lengths included; dbias, f32 and wider heads on the SIMT kernels (as everything on OpenCL). Not with a paged cache
+** cores (wgmma on sm_90a to head dims 128, else mma.sync), masks, block_mask (tiles of class 0
+** skipped), score terms and variable lengths included, with the tiles of a tuning record where
+** the cache has one (fj_attention_backward_tune); dbias, f32 and wider heads on the SIMT kernels (as everything on OpenCL). Not with a paged cache
 ** (FJ_ERR_UNSUPPORTED).
 ** Returns FJ_ERR_INVALID_ARGUMENT naming the bad field, FJ_ERR_UNSUPPORTED, FJ_ERR_TEMPLATE,
 ** FJ_ERR_COMPILE, FJ_ERR_BACKEND, FJ_ERR_OUT_OF_MEMORY. */
