@@ -1,5 +1,6 @@
 /* The decode plan: forwards of a few query rows per sequence (decoding, speculative decoding)
-** on the decode kernel (attn_decode.lua), every query head of a kv head packed into one
+** on a decode kernel (on CUDA attn_decode_mma.cu.lua on tensor cores, or attn_decode_vec.cu.lua;
+** else attn_decode.lua), every query head of a kv head packed into one
 ** work-group so each key and value is read once for all of them, and the keys of each sequence
 ** split so the grid fills the device (FlashDecoding): with more than one split, each split's
 ** state goes to an f32 workspace and a merge step (attn_merge.lua, strided states) combines
@@ -16,17 +17,59 @@
 #define MIN_SPLIT_KEYS 256  /* an automatic split keeps at least this many keys */
 #define BLOCKS_PER_UNIT 4   /* automatic splits aim at this many work-groups per compute unit */
 
-/* On CUDA, 16-bit data in 16-byte rows: the vector kernel (keys as vectors straight into
-** registers), up to 8 packed rows per block (each lane keeps a slice of every row's query and
-** output). Returns 1 and fills *v when it serves f on dev. */
+/* Whether f is 16-bit data in 16-byte rows on CUDA, head dims to 256: what the CUDA decode
+** kernels (tensor cores, vectors) take. */
+static int cuda_sixteen_bit(const fj__features *f, const fj_device_info *dev)
+{
+    return dev->backend == FJ_BACKEND_CUDA &&
+           (f->q_dtype == FJ_DTYPE_BF16 || f->q_dtype == FJ_DTYPE_F16) &&
+           f->kv_dtype == f->q_dtype && f->rows_16b[FJ__T_Q] && f->rows_16b[FJ__T_K] &&
+           f->rows_16b[FJ__T_V] && f->head_dim <= 256 && f->head_dim_v <= 256;
+}
+
+/* The blocks of tensor-core decode variant v an SM holds by shared memory (at most 4, each
+** reserving 1 KiB more), which its registers are then bounded to allow (ctas_per_sm). */
+static void decode_mma_residency(fj__variant *v, const fj_device_info *dev)
+{
+    const uint64_t per_block = fj__variant_shared_bytes(v) + 1024u;
+    const uint64_t fit = (dev->local_memory + 1024u) / per_block;
+    v->ctas_per_sm = (uint8_t)(fit < 1 ? 1 : fit > 4 ? 4 : fit);
+}
+
+/* On sm_80+, the tensor-core kernel (attn_decode_mma.cu.lua): 16, 32 or 64 packed rows a block,
+** 64-key tiles in a ring of up to 4 (3 at head dims to 128, so two blocks share an SM's shared
+** memory; fewer where larger heads do not fit), the query fragments in registers to d 128.
+** Returns 1 and fills *v when it serves f on dev. */
+static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t group_rows,
+                      fj__variant *v)
+{
+    if (!cuda_sixteen_bit(f, dev) || fj__sm_version(dev) < 80)
+        return 0;
+    fj__variant t = *v;
+    t.path = FJ__PATH_MMA;
+    t.warps = 4;
+    t.head_dim_pad = (int32_t)fj__round_up(f->head_dim, 16);
+    t.head_dim_v_pad = (int32_t)fj__round_up(f->head_dim_v, 16);
+    t.tile_m = group_rows <= 16 ? 16 : group_rows <= 32 ? 32 : 64;
+    t.tile_n = 64;
+    t.q_in_regs = t.head_dim_pad <= 128;
+    t.stages = t.head_dim_pad <= 128 && t.head_dim_v_pad <= 128 ? 3 : 4;
+    while (t.stages > 2 && !fj__variant_fits(&t, dev))
+        t.stages--;
+    if (!fj__variant_fits(&t, dev))
+        return 0;
+    decode_mma_residency(&t, dev);
+    *v = t;
+    return 1;
+}
+
+/* On CUDA, the vector kernel (keys as vectors straight into registers), up to 8 packed rows per
+** block (each lane keeps a slice of every row's query and output). Returns 1 and fills *v when
+** it serves f on dev. */
 static int choose_vector(const fj__features *f, const fj_device_info *dev, int64_t group_rows,
                          fj__variant *v)
 {
-    const int sixteen_bit =
-        (f->q_dtype == FJ_DTYPE_BF16 || f->q_dtype == FJ_DTYPE_F16) && f->kv_dtype == f->q_dtype;
-    if (dev->backend != FJ_BACKEND_CUDA || !sixteen_bit || !f->rows_16b[FJ__T_Q] ||
-        !f->rows_16b[FJ__T_K] || !f->rows_16b[FJ__T_V] || f->head_dim > 256 ||
-        f->head_dim_v > 256)
+    if (!cuda_sixteen_bit(f, dev))
         return 0;
     fj__variant t = *v;
     t.path = FJ__PATH_VECTOR;
@@ -52,7 +95,8 @@ static int fp8_cache(const fj__features *f)
            (f->q_dtype == FJ_DTYPE_F16 || f->q_dtype == FJ_DTYPE_BF16);
 }
 
-int fj__choose_decode(const fj__features *f, const fj_device_info *dev, fj__variant *v)
+int fj__choose_decode(const fj__features *f, const fj_device_info *dev, const char *config,
+                      fj__variant *v)
 {
     memset(v, 0, sizeof *v);
     const int64_t group_rows = f->heads_q / f->heads_kv * f->seqlen_q;
@@ -69,7 +113,9 @@ int fj__choose_decode(const fj__features *f, const fj_device_info *dev, fj__vari
     v->write_lse = f->lse;
     v->varlen = f->varlen;
     v->paged = f->paged;
-    if (choose_vector(f, dev, group_rows, v))
+    const int vector_asked = config && strstr(config, "path=vec");
+    if ((!vector_asked && choose_mma(f, dev, group_rows, v)) ||
+        choose_vector(f, dev, group_rows, v))
         return 1;
     /* Every packed row of a kv head in one work-group where they fit (up to 64), 32-key tiles;
     ** smaller where shared memory runs out (large head dims). */
@@ -90,38 +136,60 @@ int fj__prefer_decode(const fj__features *f, const fj_device_info *dev, const ch
     const int asked = config && strstr(config, "path=decode");
     const int forward_asked = config && (strstr(config, "path=mma") || strstr(config, "path=wgmma") ||
                                          strstr(config, "path=simt"));
-    if (!fj__choose_decode(f, dev, v))
+    if (!fj__choose_decode(f, dev, config, v))
         return 0;
-    /* The vector kernel's chunk and blocks per SM take overrides (stages=, ctas_per_sm=). */
+    /* The CUDA kernels' tiles take overrides (tensor cores: tile_n=, stages=, q_in_regs=,
+    ** ctas_per_sm=; vectors: stages=, ctas_per_sm=); the packed rows a block are the plan's. */
     fj__variant t = *v;
-    if (v->path == FJ__PATH_VECTOR && config && fj__apply_config(&t, config, NULL) == 0 &&
-        fj__variant_fits(&t, dev))
-        *v = t;
+    if (v->path != FJ__PATH_SIMT && config && fj__apply_config(&t, config, NULL) == 0) {
+        t.tile_m = v->tile_m;
+        if (t.path == FJ__PATH_MMA && !strstr(config, "ctas_per_sm="))
+            decode_mma_residency(&t, dev);
+        if (fj__variant_fits(&t, dev))
+            *v = t;
+    }
     return f->paged || asked || fwd->path == FJ__PATH_SIMT ||
-           (v->path == FJ__PATH_VECTOR && !forward_asked);
+           (v->path != FJ__PATH_SIMT && !forward_asked);
 }
 
-/* The number of splits of f's keys: the caller's, or enough work-groups for every compute unit
-** without splits of fewer than MIN_SPLIT_KEYS keys; 1 with variable lengths (the merge finds
-** rows by position, and packed rows between sequences are not the call's to write). */
+/* The number of splits of f's keys (rounded to `grain` keys each): the caller's, or enough
+** work-groups for every compute unit without splits of fewer than MIN_SPLIT_KEYS keys; 1 with
+** variable lengths (the merge finds rows by position, and packed rows between sequences are not
+** the call's to write). Where `slots` blocks run at once across the device (0: unknown), the
+** automatic count is the one of least modelled time: waves of blocks times the keys of a block
+** (plus SPLIT_OVERHEAD_KEYS for its start and end), fewer splits on ties; so a last wave is never
+** a sliver. */
+#define SPLIT_OVERHEAD_KEYS 128
 static int32_t splits_of(const fj__features *f, const fj_device_info *dev, int64_t blocks,
-                         int32_t tile_n)
+                         int32_t grain, int64_t slots)
 {
     if (f->varlen)
         return 1;
+    const int64_t tiles = fj__div_up(f->seqlen_k, grain);
+    int64_t most = tiles < FJ__DECODE_MAX_SPLITS ? tiles : FJ__DECODE_MAX_SPLITS;
     int64_t want = f->num_splits;
-    if (want == 0) {
+    if (want == 0 && slots > 0) {
+        const int64_t longest = fj__div_up(f->seqlen_k, MIN_SPLIT_KEYS);
+        most = most < longest ? most : longest;
+        int64_t best_cost = INT64_MAX;
+        for (int64_t s = 1; s <= most; s++) {
+            const int64_t keys = fj__round_up(fj__div_up(f->seqlen_k, s), grain);
+            const int64_t real = fj__div_up(f->seqlen_k, keys);
+            const int64_t cost = fj__div_up(blocks * real, slots) * (keys + SPLIT_OVERHEAD_KEYS);
+            if (cost < best_cost) {
+                best_cost = cost;
+                want = s;
+            }
+        }
+    } else if (want == 0) {
         const int64_t units = dev->compute_units > 0 ? dev->compute_units : 1;
         want = fj__div_up(BLOCKS_PER_UNIT * units, blocks);
-        const int64_t most = fj__div_up(f->seqlen_k, MIN_SPLIT_KEYS);
-        if (want > most)
-            want = most;
+        const int64_t longest = fj__div_up(f->seqlen_k, MIN_SPLIT_KEYS);
+        if (want > longest)
+            want = longest;
     }
-    const int64_t tiles = fj__div_up(f->seqlen_k, tile_n);
-    if (want > tiles)
-        want = tiles;
-    if (want > FJ__DECODE_MAX_SPLITS)
-        want = FJ__DECODE_MAX_SPLITS;
+    if (want > most)
+        want = most;
     return want < 1 ? 1 : (int32_t)want;
 }
 
@@ -135,12 +203,14 @@ fj_status fj__plan_decode(const fj__features *f, const fj_device_info *dev, cons
     const int64_t group_rows = f->heads_q / f->heads_kv * f->seqlen_q;
     const int64_t row_tiles = fj__div_up(group_rows, v->tile_m);
     const int64_t blocks = f->batch * f->heads_kv * row_tiles;
-    if (f->heads_kv * row_tiles > FJ__MAX_GRID_DIM_Y)
+    if (f->heads_kv * row_tiles > INT32_MAX)
         return fj__fail(err, FJ_ERR_UNSUPPORTED,
                         "%lld kv heads x %lld row tiles: the decode grid allows %d",
-                        (long long)f->heads_kv, (long long)row_tiles, FJ__MAX_GRID_DIM_Y);
+                        (long long)f->heads_kv, (long long)row_tiles, INT32_MAX);
     const int32_t grain = v->tile_n > 0 ? v->tile_n : 32; /* keys a split is rounded to */
-    int32_t splits = splits_of(f, dev, blocks, grain);
+    /* The tensor-core kernel's blocks an SM holds are its ctas_per_sm (its shared memory's). */
+    const int64_t slots = v->path == FJ__PATH_MMA ? (int64_t)v->ctas_per_sm * dev->compute_units : 0;
+    int32_t splits = splits_of(f, dev, blocks, grain, slots);
     const int32_t keys = fj__round_up(fj__div_up(f->seqlen_k, splits), grain);
     splits = (int32_t)fj__div_up(f->seqlen_k, keys);
     plan->decode.splits = splits;
@@ -155,9 +225,13 @@ fj_status fj__plan_decode(const fj__features *f, const fj_device_info *dev, cons
     fj__step *s = fj__plan_add_step(plan, FJ__STEP_KERNEL);
     s->variant = *v;
     s->variant.partial = splits > 1;
+    /* The tensor-core kernel's shared memory is dynamic; the others declare theirs. */
+    s->shared_bytes = v->path == FJ__PATH_MMA ? fj__variant_shared_bytes(&s->variant) : 0;
     s->block[0] = DECODE_THREADS;
-    s->grid[0] = (uint32_t)splits;
-    s->grid[1] = (uint32_t)(f->heads_kv * row_tiles);
+    /* The kv heads (and row tiles) fastest: the blocks running together read the same key
+    ** rows of every head, so memory pages are read whole. */
+    s->grid[0] = (uint32_t)(f->heads_kv * row_tiles);
+    s->grid[1] = (uint32_t)splits;
     s->grid[2] = (uint32_t)f->batch;
     plan->main_step = 0;
     if (splits == 1)

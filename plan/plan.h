@@ -138,13 +138,15 @@ void fj__choose_forward(const fj__features *f, const fj_device_info *dev, const 
 fj_status fj__plan_forward(const fj__features *f, const fj_device_info *dev, const fj__variant *v,
                            fj__plan *plan, fj__err *err);
 
-/* The decode variant for f on dev (decode.c): returns 1 and fills *v when the decode kernel
+/* The decode variant for f on dev (decode.c): returns 1 and fills *v when a decode kernel
 ** serves f (at most FJ__DECODE_MAX_SEQLEN_Q rows per sequence, no score terms or element masks,
-** one element type, tiles that fit), else 0. */
-int fj__choose_decode(const fj__features *f, const fj_device_info *dev, fj__variant *v);
+** one element type, tiles that fit), else 0. On CUDA the tensor-core kernel where it serves,
+** then the vector kernel (the one config "path=vec" asks for), then the portable one. */
+int fj__choose_decode(const fj__features *f, const fj_device_info *dev, const char *config,
+                      fj__variant *v);
 /* Whether f runs on the decode kernel (filling *v) rather than fwd, the forward variant
 ** fj__choose_forward gave: where the decode kernel serves and fwd is the SIMT kernel, where the
-** decode kernel is CUDA's vector kernel (it reads K and V at the bandwidth limit; the tensor-core
+** decode kernel is one of CUDA's (they read K and V at the bandwidth limit; the tensor-core
 ** forward kernels do not at one query row: bench/RESULTS.md), for a paged cache, or where config
 ** asks for it ("path=decode"). A config naming a forward path ("path=mma|wgmma|simt") keeps dense
 ** requests on the forward (comparisons). */

@@ -16,7 +16,9 @@ const char *fj__variant_template(const fj__variant *v)
     if (v->family == FJ__FAMILY_MERGE)
         return "attn_merge.lua";
     if (v->family == FJ__FAMILY_DECODE)
-        return v->path == FJ__PATH_VECTOR ? "attn_decode_vec.cu.lua" : "attn_decode.lua";
+        return v->path == FJ__PATH_VECTOR ? "attn_decode_vec.cu.lua"
+               : v->path == FJ__PATH_MMA  ? "attn_decode_mma.cu.lua"
+                                          : "attn_decode.lua";
     if (v->family == FJ__FAMILY_APPEND)
         return "kv_append.lua";
     if (v->family == FJ__FAMILY_BWD)
@@ -68,6 +70,7 @@ const char *fj__variant_path(const fj__variant *v)
     if (v->family == FJ__FAMILY_DECODE)
         return v->backend != FJ_BACKEND_CUDA   ? "opencl.decode"
                : v->path == FJ__PATH_VECTOR ? "cuda.decode.vec"
+               : v->path == FJ__PATH_MMA    ? "cuda.decode.mma"
                                             : "cuda.decode";
     if (v->family == FJ__FAMILY_APPEND)
         return v->backend == FJ_BACKEND_CUDA ? "cuda.kv_append" : "opencl.kv_append";
@@ -126,6 +129,16 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
         /* attn_decode_vec.cu.lua's Smem: each key group's max, sum and accumulators per row. */
         const uint32_t groups = (uint32_t)(v->threads / 32 * (32 / fj__variant_decode_lanes(v)));
         return 4u * groups * (uint32_t)(v->tile_m * (v->head_dim_v_pad + 2));
+    }
+    if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_MMA) {
+        /* attn_decode_mma.cu.lua: Q and the ring of K and V tiles (rows padded by 8 elements),
+        ** which the warps' states (Comb: max, sum and accumulators of 16 rows each) later
+        ** overlay. */
+        const uint32_t walk =
+            qs * (uint32_t)(v->tile_m * (v->head_dim_pad + 8) +
+                            v->stages * v->tile_n * (v->head_dim_pad + v->head_dim_v_pad + 16));
+        const uint32_t comb = 4u * 4u * 16u * (uint32_t)(v->head_dim_v_pad + 2);
+        return walk > comb ? walk : comb;
     }
     if (v->family == FJ__FAMILY_DECODE) /* attn_decode.lua's Smem: floats only */
         return 4u * (uint32_t)(v->tile_m * v->head_dim_pad + v->tile_n * (v->head_dim_pad + 1) +
@@ -231,6 +244,17 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
                v->ctas_per_sm <= 4 && v->head_dim_pad % 8 == 0 && v->head_dim_v_pad % 8 == 0 &&
                v->head_dim_pad <= 256 && v->head_dim_v_pad <= 256 &&
                fj__variant_shared_bytes(v) <= FJ__DECODE_MAX_SHARED;
+    if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_MMA) { /* attn_decode_mma.cu.lua */
+        const int slabs = v->tile_m / 16, kwarps = slabs > 0 ? 4 / slabs : 0;
+        return v->backend == FJ_BACKEND_CUDA && v->threads == 128 && v->warps == 4 &&
+               (v->tile_m == 16 || v->tile_m == 32 || v->tile_m == 64) &&
+               v->tile_n % (16 * kwarps) == 0 && v->tile_n >= 16 && v->tile_n <= 128 &&
+               /* S's columns of a warp beside O's (dv / 2 floats a thread) */
+               v->tile_n / kwarps / 2 + v->head_dim_v_pad / 2 <= 160 && v->stages >= 2 &&
+               v->stages <= 8 && v->ctas_per_sm <= 4 && v->head_dim_pad % 16 == 0 &&
+               v->head_dim_v_pad % 16 == 0 && v->head_dim_pad <= 256 &&
+               v->head_dim_v_pad <= 256 && fj__variant_shared_bytes(v) <= dev->local_memory;
+    }
     if (v->family == FJ__FAMILY_DECODE) /* static shared memory: 48 KiB on CUDA */
         return v->threads == 128 && v->tile_m >= 1 && v->tile_m <= 128 && v->tile_n >= 8 &&
                v->tile_n <= 64 && fj__variant_shared_bytes(v) <= FJ__DECODE_MAX_SHARED &&
@@ -276,6 +300,10 @@ void fj__variant_config(const fj__variant *v, char *buf, size_t size)
     if (v->family == FJ__FAMILY_BWD) /* the backward's tunable fields (plan/bwd.c applies them) */
         snprintf(buf, size, v->path == FJ__PATH_SIMT ? "tile_m=%d,tile_n=%d" : "tile_m=%d,warps=%d",
                  (int)v->tile_m, v->path == FJ__PATH_SIMT ? (int)v->tile_n : (int)v->warps);
+    else if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_MMA)
+        snprintf(buf, size, "tile_m=%d,tile_n=%d,stages=%d,q_in_regs=%d,ctas_per_sm=%d",
+                 (int)v->tile_m, (int)v->tile_n, (int)v->stages, (int)v->q_in_regs,
+                 (int)v->ctas_per_sm);
     else if (v->path == FJ__PATH_WGMMA)
         snprintf(buf, size,
                  "path=wgmma,tile_m=%d,tile_n=%d,warps=%d,stages=%d,q_stages=%d,overlap=%d,"
@@ -318,9 +346,10 @@ int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
             if (!((len == 3 && !strncmp(p + 5, "mma", 3)) ||
                   (len == 5 && !strncmp(p + 5, "wgmma", 5)) ||
                   (len == 4 && !strncmp(p + 5, "simt", 4)) ||
-                  (len == 6 && !strncmp(p + 5, "decode", 6))))
+                  (len == 6 && !strncmp(p + 5, "decode", 6)) ||
+                  (len == 3 && !strncmp(p + 5, "vec", 3))))
                 return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
-                                "FLASHJIT_CONFIG: path must be simt, mma, wgmma or decode: '%s'",
+                                "FLASHJIT_CONFIG: path must be simt, mma, wgmma, decode or vec: '%s'",
                                 p),
                        -1;
             p += 5 + len;

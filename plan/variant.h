@@ -26,7 +26,7 @@ typedef enum fj__kernel_family {
 /* The kernel designs of the forward and decode families. */
 typedef enum fj__kernel_path {
     FJ__PATH_SIMT = 0, /* portable: one thread per query row (OpenCL; CUDA f32 and unaligned) */
-    FJ__PATH_MMA = 1,  /* CUDA tensor cores, mma.sync (sm_80+) */
+    FJ__PATH_MMA = 1,  /* CUDA tensor cores, mma.sync (sm_80+); DECODE too */
     FJ__PATH_WGMMA = 2, /* Hopper: TMA, warp specialisation, wgmma (sm_90a) */
     FJ__PATH_VECTOR = 3 /* DECODE on CUDA: keys in 16-byte vectors straight into registers */
 } fj__kernel_path;
@@ -41,7 +41,7 @@ typedef struct fj__variant {
     int32_t q_dtype, kv_dtype, out_dtype, acc_dtype;
     int32_t head_dim_pad; /* head_dim rounded up to a multiple of 16 */
     int32_t head_dim_v_pad;
-    int32_t tile_m;     /* query rows per block (DECODE: packed group rows) */
+    int32_t tile_m;     /* query rows per block (DECODE: packed group rows; MMA 16, 32 or 64) */
     int32_t tile_n;     /* keys per streamed tile */
     int32_t threads;    /* threads (work-items) per block */
     int32_t inputs;     /* MERGE: the states one launch reads (slot 0's elements are q_dtype,
@@ -54,11 +54,11 @@ typedef struct fj__variant {
     uint8_t softcap;    /* tanh soft-capping of scores */
     uint8_t write_lse;
     uint8_t neg_scale;    /* softmax_scale < 0 (maxima must be taken on scaled scores) */
-    uint8_t stages;       /* WGMMA: key/value tiles in flight (shared-memory ring slots);
+    uint8_t stages;       /* WGMMA, DECODE MMA: key/value tiles in flight (shared-memory ring slots);
                           ** DECODE VECTOR: keys per lane group and chunk */
     uint8_t q_stages;     /* WGMMA: Q buffers (2: the next work tile's Q loads during this one) */
     uint8_t ctas_per_sm;  /* WGMMA: blocks sharing an SM (2: of one consumer warpgroup each);
-                          ** DECODE VECTOR: blocks per SM the registers must allow (0: any) */
+                          ** DECODE (MMA, VECTOR): blocks per SM the registers must allow (0: any) */
     uint8_t exp_poly;     /* WGMMA: of every 8 score column blocks, those whose exp2 is a
                           ** polynomial on the FMA pipe (0: all on the MUFU unit) */
     uint8_t lazy_rescale; /* WGMMA: a row's exponent base moves only when its maximum outgrows
@@ -124,11 +124,12 @@ fj__tile_order fj__variant_tile_order(const fj__variant *v);
 int fj__variant_fits(const fj__variant *v, const fj_device_info *dev);
 
 /* Writes v's tile fields as "tile_m=128,tile_n=64,warps=4,kk_unroll=1,q_in_regs=0" (MMA),
-** "path=wgmma,tile_m=128,tile_n=128,warps=12,stages=2,..." (WGMMA). */
+** "path=wgmma,tile_m=128,tile_n=128,warps=12,stages=2,..." (WGMMA), "tile_m=16,tile_n=64,
+** stages=3,q_in_regs=1,ctas_per_sm=0" (DECODE on MMA). */
 void fj__variant_config(const fj__variant *v, char *buf, size_t size);
 /* Applies "name=value,..." overrides of tile fields (tile_m, tile_n, warps, q_in_regs,
-** kk_unroll, stages, ...) to v. "path=mma|wgmma|simt|decode" is accepted and ignored here: it
-** steers fj__choose_forward and fj__prefer_decode. Returns 0, or -1 naming the first bad item
+** kk_unroll, stages, ...) to v. "path=mma|wgmma|simt|decode|vec" is accepted and ignored here:
+** it steers fj__choose_forward, fj__prefer_decode and fj__choose_decode. Returns 0, or -1 naming the first bad item
 ** in err. */
 int fj__apply_config(fj__variant *v, const char *config, fj__err *err);
 

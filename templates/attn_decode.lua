@@ -59,10 +59,10 @@ fj_attn_decode(
     SHARED Smem sm;
 % params_unpack(args.fields[1].block, "P.fwd", varlen > 0 and { seqlen_q = "max_seqlen_q", seqlen_k = "max_seqlen_k" } or paged and { seqlen_k = "max_seqlen_k" } or nil)
     const int tid = THREAD_X;
-    const int split = BLOCK_X;
+    const int split = BLOCK_Y;
     const int group = heads_q / heads_kv;
-    const int head_kv = BLOCK_Y / P.row_tiles;
-    const int g0 = (BLOCK_Y % P.row_tiles) * ROWS; /* the tile's first group row */
+    const int head_kv = BLOCK_X / P.row_tiles;
+    const int g0 = (BLOCK_X % P.row_tiles) * ROWS; /* the tile's first group row */
     const int batch = BLOCK_Z;
 % decode_sequence()
     const int rows = group * seqlen_q; /* group rows of this sequence */

@@ -72,10 +72,10 @@ fj_attn_decode(
     const int tid = THREAD_X, lane = tid % 32;
     const int group = tid / 32 * KEYS_PER_WARP + lane / LANES; /* this lane's key group */
     const int gl = lane % LANES;                                /* its lane in the group */
-    const int split = BLOCK_X;
+    const int split = BLOCK_Y;
     const int qgroup = heads_q / heads_kv;
-    const int head_kv = BLOCK_Y / P.row_tiles;
-    const int g0 = (BLOCK_Y % P.row_tiles) * ROWS;
+    const int head_kv = BLOCK_X / P.row_tiles;
+    const int g0 = (BLOCK_X % P.row_tiles) * ROWS;
     const int batch = BLOCK_Z;
 % decode_sequence()
     const int rows = qgroup * seqlen_q;

@@ -78,20 +78,27 @@ for expr in "$nested % 5 != 0" "$abs24 % 7 != 3"; do
     expected=$((expected + $(echo "$out" | sed -n 's/^\([0-9]*\) kernels built.*/\1/p')))
     checked=$((checked + 1))
 done
-# Decode: the decode kernel (CUDA's vector kernel at these shapes) whole and split and the
-# merge of its splits, both archs, no spills.
+# Decode: the decode kernels (on CUDA the tensor-core kernel at these shapes, and the vector
+# kernel that FLASHJIT_CONFIG=path=vec asks for) whole and split and the merge of their splits,
+# both archs, no spills. The vector kernels go to a cache of their own (the merges are the same
+# kernels), which the count at the end leaves out.
 for arch in sm_80 sm_90a; do
-    out=$("$cli" cache build --arch $arch --cache "$dir/offline.db" \
-        --decode 1,4 --group 1,8 --head-dim 64,128 --causal 0,1 --seqlen 8192 2>&1)
-    status=$?
-    echo "$out"
-    [ $status -eq 0 ] || { echo "FAIL: cache build --decode for $arch"; exit 1; }
-    spills=$(echo "$out" | awk '$2 ~ /^cuda\.(decode|decode\.vec|merge)$/ && $9 != 0' | wc -l)
-    [ "$spills" -eq 0 ] || { echo "FAIL: $spills decode kernels spill on $arch"; exit 1; }
-    echo "$out" | grep -q "cuda.decode.vec" && echo "$out" | grep -q "cuda.merge" ||
-        { echo "FAIL: no decode or merge kernel built for $arch"; exit 1; }
-    expected=$((expected + $(echo "$out" | sed -n 's/^\([0-9]*\) kernels built.*/\1/p')))
-    checked=$((checked + 1))
+    for kernel in mma vec; do
+        db=$([ $kernel = vec ] && echo vec.db || echo offline.db)
+        out=$(FLASHJIT_CONFIG=$([ $kernel = vec ] && echo path=vec) "$cli" cache build \
+            --arch $arch --cache "$dir/$db" --decode 1,4 --group 1,8 --head-dim 64,128 \
+            --causal 0,1 --seqlen 8192 2>&1)
+        status=$?
+        echo "$out"
+        [ $status -eq 0 ] || { echo "FAIL: cache build --decode ($kernel) for $arch"; exit 1; }
+        spills=$(echo "$out" | awk '$2 ~ /^cuda\.(decode|decode\.vec|decode\.mma|merge)$/ && $9 != 0' | wc -l)
+        [ "$spills" -eq 0 ] || { echo "FAIL: $spills decode kernels spill on $arch"; exit 1; }
+        echo "$out" | grep -q "cuda.decode.$kernel" && echo "$out" | grep -q "cuda.merge" ||
+            { echo "FAIL: no $kernel decode or merge kernel built for $arch"; exit 1; }
+        [ $kernel = vec ] ||
+            expected=$((expected + $(echo "$out" | sed -n 's/^\([0-9]*\) kernels built.*/\1/p')))
+        checked=$((checked + 1))
+    done
 done
 # Training: --backward adds the backward's kernels (dot, dkdv, dq; dbias with a bias, through a
 # score_mod's derivative): all build.

@@ -31,11 +31,10 @@ static fjh_case decode_case(int64_t sq, int64_t sk, int64_t hq, int64_t hkv, int
     return c;
 }
 
-/* Runs every case, one line each; a case fails on the numerics or when another kernel ran
-** (want_decode: whether the decode kernel should). */
-static void run_cases(void **state, const fjh_case *cases, size_t n, int want_decode)
+/* Runs every case on ctx, one line each; returns the failures (on the numerics, or when another
+** kernel ran; want_decode: whether a decode kernel should). */
+static int run_cases_in(fj_context *ctx, const fjh_case *cases, size_t n, int want_decode)
 {
-    fj_context *ctx = suite_context(state);
     int failures = 0;
     for (size_t i = 0; i < n; i++) {
         fjh_result r;
@@ -53,6 +52,30 @@ static void run_cases(void **state, const fjh_case *cases, size_t n, int want_de
             printf("       seed 0x%llx\n", (unsigned long long)r.seed);
             failures++;
         }
+    }
+    return failures;
+}
+
+/* Runs every case on the suite's context and, on CUDA, again on a context made with
+** FLASHJIT_CONFIG=path=vec: CUDA's default decode kernel is the tensor-core one wherever it
+** serves, and the vector kernel stays checked by the second pass. */
+static void run_cases(void **state, const fjh_case *cases, size_t n, int want_decode)
+{
+    fj_context *ctx = suite_context(state);
+    int failures = run_cases_in(ctx, cases, n, want_decode);
+    if (FJ_TEST_BACKEND == FJ_BACKEND_CUDA) {
+        fj_context_options o;
+        fj_context_options_init(&o);
+        o.backend = FJ_BACKEND_CUDA;
+        o.cache_path = ":memory:";
+        fj_context *vec = NULL;
+        assert_int_equal(setenv("FLASHJIT_CONFIG", "path=vec", 1), 0);
+        const fj_status st = fj_context_create(&o, &vec);
+        unsetenv("FLASHJIT_CONFIG");
+        assert_int_equal(st, FJ_OK);
+        printf("  with FLASHJIT_CONFIG=path=vec:\n");
+        failures += run_cases_in(vec, cases, n, want_decode);
+        fj_context_destroy(vec);
     }
     assert_int_equal(failures, 0);
 }

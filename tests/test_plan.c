@@ -1,8 +1,8 @@
 /* Plans on the OpenCL backend: every kernel family compiles, loads and loads again from the
 ** cache; a plan's memset and classifier steps run with workspaces from the stream's arena,
 ** write what the host computes, and an equal plan skips the classifier while the arena still
-** holds its classes. The backward's plans for GPUs without one: which stages run on tensor
-** cores, and their launches. */
+** holds its classes. The backward's and decode's plans for GPUs without one: which stages run
+** on tensor cores, and their launches. */
 #define _POSIX_C_SOURCE 200809L
 #include <setjmp.h>
 #include <stdarg.h>
@@ -368,12 +368,90 @@ static void test_backward_plans(void **state)
     }
 }
 
+/* The decode plans of a few query rows per sequence: which kernel (tensor cores on sm_80+
+** where they fit, else CUDA's vector kernel, else the portable one; "path=vec" asks for the
+** vector kernel), the packed rows a block, its shared memory (dynamic on tensor cores only),
+** the splits that fill the device, and the tile overrides a config gives. */
+static void test_decode_plans(void **state)
+{
+    (void)state;
+    const fj_device_info h200 = {.struct_size = sizeof(fj_device_info),
+                                 .backend = FJ_BACKEND_CUDA,
+                                 .arch = "sm_90a",
+                                 .compute_units = 132,
+                                 .local_memory = 227 << 10};
+    fj_device_info sm86 = h200, sm75 = h200, cpu = h200;
+    snprintf(sm86.arch, sizeof sm86.arch, "sm_86");
+    sm86.local_memory = 99 << 10;
+    snprintf(sm75.arch, sizeof sm75.arch, "sm_75");
+    cpu.backend = FJ_BACKEND_OPENCL;
+    snprintf(cpu.arch, sizeof cpu.arch, "opencl");
+    cpu.local_memory = 64 << 10;
+    const struct {
+        int64_t d, sq, group;
+        fj_dtype dtype;
+        const fj_device_info *dev;
+        const char *config;
+        int path, tile_m, stages;
+    } cases[] = {
+        {128, 1, 4, FJ_DTYPE_BF16, &h200, NULL, FJ__PATH_MMA, 16, 3},
+        {128, 4, 4, FJ_DTYPE_F16, &h200, NULL, FJ__PATH_MMA, 16, 3},
+        {128, 5, 6, FJ_DTYPE_BF16, &h200, NULL, FJ__PATH_MMA, 32, 3},
+        {64, 16, 8, FJ_DTYPE_BF16, &h200, NULL, FJ__PATH_MMA, 64, 3},
+        {256, 1, 8, FJ_DTYPE_BF16, &h200, NULL, FJ__PATH_MMA, 16, 3}, /* 4 do not fit */
+        {128, 1, 4, FJ_DTYPE_BF16, &h200, "path=vec", FJ__PATH_VECTOR, 4, 3},
+        {128, 1, 4, FJ_DTYPE_BF16, &h200, "stages=5", FJ__PATH_MMA, 16, 5},
+        {128, 1, 4, FJ_DTYPE_BF16, &h200, "tile_n=128,stages=2", FJ__PATH_MMA, 16, 2},
+        {128, 1, 4, FJ_DTYPE_BF16, &h200, "tile_n=128,stages=5", FJ__PATH_MMA, 16, 3}, /* 344 KiB */
+        {128, 1, 4, FJ_DTYPE_BF16, &h200, "tile_n=16", FJ__PATH_MMA, 16, 3}, /* 4 warps: 64+ */
+        {128, 1, 4, FJ_DTYPE_BF16, &sm86, NULL, FJ__PATH_MMA, 16, 2},
+        {256, 1, 4, FJ_DTYPE_BF16, &sm86, NULL, FJ__PATH_VECTOR, 4, 3}, /* 99 KiB */
+        {128, 1, 4, FJ_DTYPE_BF16, &sm75, NULL, FJ__PATH_VECTOR, 4, 3},
+        {128, 1, 4, FJ_DTYPE_F32, &h200, NULL, FJ__PATH_SIMT, 4, 0},
+        {128, 1, 4, FJ_DTYPE_BF16, &cpu, NULL, FJ__PATH_SIMT, 4, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fj__features f = bwd_features(cases[i].d, cases[i].d, cases[i].dtype);
+        f.batch = 1;
+        f.seqlen_q = cases[i].sq;
+        f.seqlen_k = 32768;
+        f.heads_kv = 8;
+        f.heads_q = 8 * cases[i].group;
+        fj__variant fwd, v;
+        memset(&fwd, 0, sizeof fwd);
+        fwd.path = cases[i].path == FJ__PATH_SIMT ? FJ__PATH_SIMT : FJ__PATH_WGMMA; /* as planned */
+        if (!fj__prefer_decode(&f, cases[i].dev, cases[i].config, &fwd, &v))
+            fail_msg("case %zu: not on a decode kernel", i);
+        if (v.path != cases[i].path || v.tile_m != cases[i].tile_m ||
+            v.stages != cases[i].stages)
+            fail_msg("case %zu: path %d, %d rows, stages %d; expected %d, %d, %d", i, v.path,
+                     v.tile_m, v.stages, cases[i].path, cases[i].tile_m, cases[i].stages);
+        assert_true(fj__variant_fits(&v, cases[i].dev));
+        if (v.path == FJ__PATH_MMA) {
+            assert_true(v.head_dim_pad == cases[i].d && v.q_in_regs == (cases[i].d <= 128));
+            const int wide = cases[i].config && !strcmp(cases[i].config, "tile_n=128,stages=2");
+            assert_int_equal(v.tile_n, wide ? 128 : 64);
+        }
+        fj__plan plan;
+        fj__err err = {{0}};
+        assert_int_equal(fj__plan_decode(&f, cases[i].dev, &v, &plan, &err), FJ_OK);
+        const fj__step *s = &plan.steps[plan.main_step];
+        assert_int_equal(s->shared_bytes,
+                         v.path == FJ__PATH_MMA ? fj__variant_shared_bytes(&s->variant) : 0);
+        /* One batch of 8 kv heads: split so the grid fills the device, a merge after. */
+        assert_int_equal(s->grid[0], 8 * ((f.seqlen_q * cases[i].group + v.tile_m - 1) / v.tile_m));
+        assert_true(s->grid[1] > 1 && s->variant.partial && plan.nsteps == 2);
+        assert_true((int64_t)s->grid[1] * plan.decode.keys_per_split >= f.seqlen_k);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_family_loads_compiled_and_cached),
         cmocka_unit_test(test_classifier_plan_and_its_memo),
         cmocka_unit_test(test_backward_plans),
+        cmocka_unit_test(test_decode_plans),
     };
     return cmocka_run_group_tests_name("plan", tests, NULL, NULL);
 }

@@ -292,7 +292,8 @@ static void test_fp8_forward_render(void **state)
         }
 }
 
-/* The decode kernels (the portable one for both backends, CUDA's vector one), dense and paged,
+/* The decode kernels (the portable one for both backends, CUDA's vector and tensor-core ones),
+** dense and paged,
 ** whole and split: the page table is read (and its numbers clamped) only when paged, the
 ** workspace written only when split; the portable one paged and split also with an FP8 KV
 ** cache and its descales. With FJ_RENDER_OUT set, the CUDA sources are written there (for
@@ -300,21 +301,24 @@ static void test_fp8_forward_render(void **state)
 static void test_decode_variants_render(void **state)
 {
     (void)state;
-    for (int kind = 0; kind < 3; kind++) /* OpenCL, CUDA, CUDA vector */
+    static const char *const names[] = {"", "", "_vec", "_mma"};
+    for (int kind = 0; kind < 4; kind++) /* OpenCL, CUDA, CUDA vector, CUDA tensor cores */
         for (int paged = 0; paged < 2; paged++)
             for (int partial = 0; partial < 2; partial++) {
                 fj__variant v;
                 memset(&v, 0, sizeof v);
                 v.family = FJ__FAMILY_DECODE;
                 v.backend = kind ? FJ_BACKEND_CUDA : FJ_BACKEND_OPENCL;
-                v.path = kind == 2 ? FJ__PATH_VECTOR : FJ__PATH_SIMT;
+                v.path = kind == 2 ? FJ__PATH_VECTOR : kind == 3 ? FJ__PATH_MMA : FJ__PATH_SIMT;
                 v.q_dtype = v.kv_dtype = v.out_dtype = FJ_DTYPE_BF16;
                 v.acc_dtype = FJ_DTYPE_F32;
                 v.head_dim_pad = 64;
-                v.head_dim_v_pad = 48;
-                v.tile_m = 4;
-                v.tile_n = kind == 2 ? 0 : 32;
-                v.stages = kind == 2 ? 3 : 0;
+                v.head_dim_v_pad = kind == 3 && paged ? 64 : 48; /* both of its loaders */
+                v.tile_m = kind == 3 ? 16 << paged : 4; /* 4 or 2 warps a row slab */
+                v.tile_n = kind == 2 ? 0 : kind == 3 ? 64 : 32;
+                v.stages = kind >= 2 ? 3 : 0;
+                v.warps = kind == 3 ? 4 : 0;
+                v.q_in_regs = (uint8_t)(kind == 3 && partial);
                 v.threads = 128;
                 v.local_mask = (uint8_t)paged;
                 v.softcap = (uint8_t)partial;
@@ -335,8 +339,7 @@ static void test_decode_variants_render(void **state)
                 assert_true((strstr(out, "P.page_table") != NULL) == paged);
                 assert_true((strstr(out, "P.num_pages - 1") != NULL) == paged);
                 assert_true((strstr(out, "P.part.o") != NULL) == partial);
-                save_render(kind, out, "decode%s_p%d_s%d.cu", kind == 2 ? "_vec" : "", paged,
-                            partial);
+                save_render(kind, out, "decode%s_p%d_s%d.cu", names[kind], paged, partial);
                 free(out);
             }
 }

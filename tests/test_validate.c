@@ -777,7 +777,7 @@ static void test_config_overrides(void **state)
                {"ctas_per_sm=5", "ctas_per_sm = 5, expected 0..4"},
                {"exp_poly=9", "exp_poly = 9, expected 0..8"},
                {"bogus=1", "unknown field 'bogus'"},
-               {"path=fast", "path must be simt, mma, wgmma or decode"},
+               {"path=fast", "path must be simt, mma, wgmma, decode or vec"},
                {"tile_n", "cannot read 'tile_n'"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err.msg[0] = '\0';

@@ -1,0 +1,357 @@
+% -- Decode attention on tensor cores (sm_80+): the decode family's kernel for 16-bit data in
+% -- 16-byte rows on CUDA. Same work and output as attn_decode.lua (a block per (batch, kv head,
+% -- row tile, split); grouped-query heads packed, so each key and value is read once for every
+% -- query head that shares it; with `partial` the split's state goes to the workspace), built
+% -- for the bandwidth limit, as FlashInfer's tensor-core decode:
+% --   - keys and values stream through a ring of STAGES shared-memory tiles of BN keys by
+% --     cp.async, so (STAGES - 1) tiles are always in flight; one block barrier a tile;
+% --   - the packed rows are the M side of mma.sync m16n8k16: the block's BM rows are BM / 16
+% --     slabs of 16, and the four warps split the work by slab and then by keys (KWARPS warps a
+% --     slab, KPW keys of each tile a warp): S = Q K^T and O += P V on tensor cores, one
+% --     online softmax per (row, key) in the accumulators' registers;
+% --   - at the end the warps of a slab meet in shared memory and their states are combined.
+% -- Query rows past the packed rows are zeros, computed and never stored.
+% --
+% -- Parameters: as attn_decode.lua (one 16-bit type, no tile_n limit of its own), tile_m (BM:
+% -- 16, 32 or 64 packed rows), tile_n (BN keys a tile, KPW = BN / KWARPS a multiple of 16),
+% -- stages (the ring's tiles), q_in_regs (the query fragments stay in registers across the walk,
+% -- else they are read from shared memory a tile at a time: large head dims), shared_bytes
+% -- (the host's fj__variant_shared_bytes), ctas_per_sm (blocks per SM the registers must allow;
+% -- 0 for no bound).
+% assert(backend == "cuda", "attn_decode_mma is a CUDA kernel")
+% assert(threads == 128, "attn_decode_mma: 128 threads per block")
+% assert(tile_m == 16 or tile_m == 32 or tile_m == 64, "attn_decode_mma: 16, 32 or 64 packed rows per block")
+% assert(head_dim_pad % 16 == 0 and head_dim_v_pad % 16 == 0, "attn_decode_mma: head dims padded to 16")
+% assert(stages >= 2 and stages <= 8, "attn_decode_mma: 2 to 8 tiles in the ring")
+% local kwarps = 4 // (tile_m // 16)
+% assert(tile_n % (16 * kwarps) == 0, "attn_decode_mma: 16 keys a warp at least")
+% include("dialect.lua")
+% include("cuda_mma.lua")
+% include("params.lua")
+% include("sequence.lua")
+% params_struct(args)
+% mma_tile_macros()
+#define WARPS 4
+#define SLABS (BM / 16)        /* row slabs of 16 packed rows */
+#define KWARPS (WARPS / SLABS) /* warps sharing a slab, each with its keys of a tile */
+#define KPW (BN / KWARPS)      /* keys of a tile a warp takes */
+#define STAGES ${stages}
+#define KT (DP / 16)  /* k steps of S = Q K^T */
+#define NT (KPW / 8)  /* S's n8 column blocks a warp */
+#define OT (DVP / 8)  /* O's n8 column blocks */
+#define PT (KPW / 16) /* k steps of O += P V */
+#define NEG_INF __int_as_float(0xff800000)
+
+/* Shared memory (dynamic, the host's fj__variant_shared_bytes): the rows' queries Q [BM][QS],
+** then the ring of STAGES slots of K [BN][QS] and V [BN][VS] (rows padded by 16 bytes:
+** ldmatrix without bank conflicts). After the walk the same bytes hold each warp's state for
+** the combine (Comb). */
+#define RING_SLOT (BN * (QS + VS))
+typedef struct Comb {
+    float m[WARPS][16]; /* row maxima, log2 units */
+    float l[WARPS][16]; /* row sums of exp2(score - m) */
+    float o[WARPS][16][DVP];
+} Comb;
+#define WALK_BYTES (2 * (BM * QS + STAGES * RING_SLOT))
+static_assert((WALK_BYTES > (int)sizeof(Comb) ? WALK_BYTES : (int)sizeof(Comb)) == ${shared_bytes},
+              "the host's fj__variant_shared_bytes");
+
+% decode_key_row()
+
+extern "C" __global__ void __launch_bounds__(THREADS, ${math.max(ctas_per_sm, 1)})
+fj_attn_decode(
+% params_arg(args)
+)
+{
+    extern __shared__ __attribute__((aligned(128))) unsigned char smem[];
+    elem_t *sQ = (elem_t *)smem;
+    elem_t *ring = sQ + BM * QS;
+% params_unpack(args.fields[1].block, "P.fwd", varlen > 0 and { seqlen_q = "max_seqlen_q", seqlen_k = "max_seqlen_k" } or paged and { seqlen_k = "max_seqlen_k" } or nil)
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int g = lane / 4, t = lane % 4; /* row group and column pair of mma fragments */
+    const int slab = warp / KWARPS, kw = warp % KWARPS;
+    const int split = blockIdx.y;
+    const int qgroup = heads_q / heads_kv;
+    const int head_kv = blockIdx.x / P.row_tiles;
+    const int g0 = (blockIdx.x % P.row_tiles) * BM; /* the tile's first packed row */
+    const int batch = blockIdx.z;
+% decode_sequence()
+    const int rows = qgroup * seqlen_q;
+% decode_split_keys()
+
+    /* The packed rows' queries: row r of the tile is query head head_kv * qgroup + (g0 + r) /
+    ** seqlen_q, position (g0 + r) % seqlen_q; zeros past the rows and the head dim. */
+    for (int i = tid; i < BM * (DP / 8); i += THREADS) {
+        const int r = i / (DP / 8), c = (i % (DP / 8)) * 8, pr = g0 + r;
+        const bool ok = pr < rows && c < head_dim;
+        const int head = head_kv * qgroup + (ok ? pr / seqlen_q : 0);
+        const elem_t *src = q + (I64)(ok ? pr % seqlen_q : 0) * q_ss + (I64)head * q_sh + c;
+        cp_async16(smem_addr(sQ + r * QS + c), ok ? src : q, ok ? 16 : 0);
+    }
+    cp_async_commit();
+
+    /* Keys [n0, n0 + BN) of K and V into ring slot `slot`, zeros past hi and the head dims, a
+    ** 16-byte piece at a time. */
+% if head_dim_pad == head_dim_v_pad and threads % (head_dim_pad // 8) == 0 and tile_n % (threads // (head_dim_pad // 8)) == 0 then
+    /* Each thread copies the same column of rows ROW0 + j * RSTEP (j < RPT) of every tile, in
+    ** K and in V. */
+#define CK (DP / 8)
+#define RSTEP (THREADS / CK)
+#define RPT (BN / RSTEP)
+    const int row0 = tid / CK, col = (tid % CK) * 8;
+%   if paged then
+    /* The pages of the rows of the next tile to load, and the rows in them: looked up a tile
+    ** ahead, so the table's latency is off the copies' path. */
+    int pg[RPT], pin[RPT];
+    auto pages_of = [&](int n0) {
+#pragma unroll
+        for (int j = 0; j < RPT; j++) {
+            const int key = n0 + row0 + j * RSTEP, i = key / P.page_size;
+            pg[j] = key <= hi ? PAGE_NUMBER(i) : 0;
+            pin[j] = key - i * P.page_size;
+        }
+    };
+%   end
+    auto load_tile_kv = [&](int slot, int n0) {
+        elem_t *sK = ring + slot * RING_SLOT + row0 * QS + col;
+        elem_t *sV = ring + slot * RING_SLOT + BN * QS + row0 * VS + col;
+#pragma unroll
+        for (int j = 0; j < RPT; j++) {
+            const int key = n0 + row0 + j * RSTEP;
+            const bool kok = key <= hi && col < head_dim, vok = key <= hi && col < head_dim_v;
+%   if paged then
+            const I64 ko = (I64)pg[j] * k_sb + (I64)pin[j] * k_ss, vo = (I64)pg[j] * v_sb + (I64)pin[j] * v_ss;
+%   else
+            const I64 ko = (I64)key * k_ss, vo = (I64)key * v_ss;
+%   end
+            cp_async16(smem_addr(sK + j * RSTEP * QS), kok ? k + ko + col : k, kok ? 16 : 0);
+            cp_async16(smem_addr(sV + j * RSTEP * VS), vok ? v + vo + col : v, vok ? 16 : 0);
+        }
+    };
+% else
+%   if paged then
+    auto pages_of = [&](int) {}; /* each piece looks its page up */
+%   end
+    auto load_tile_kv = [&](int slot, int n0) {
+        elem_t *sK = ring + slot * RING_SLOT, *sV = sK + BN * QS;
+#pragma unroll 1
+        for (int i = tid; i < BN * (DP / 8); i += THREADS) {
+            const int r = i / (DP / 8), c = (i % (DP / 8)) * 8, key = n0 + r;
+            const bool ok = key <= hi && c < head_dim;
+            cp_async16(smem_addr(sK + r * QS + c), ok ? k + key_row(key, k_sb, k_ss) + c : k,
+                       ok ? 16 : 0);
+        }
+#pragma unroll 1
+        for (int i = tid; i < BN * (DVP / 8); i += THREADS) {
+            const int r = i / (DVP / 8), c = (i % (DVP / 8)) * 8, key = n0 + r;
+            const bool ok = key <= hi && c < head_dim_v;
+            cp_async16(smem_addr(sV + r * VS + c), ok ? v + key_row(key, v_sb, v_ss) + c : v,
+                       ok ? 16 : 0);
+        }
+    };
+% end
+
+% if local_mask then
+    /* The query positions of the thread's two rows of its slab (rows g and g + 8), which the
+    ** band is relative to. */
+    int qpos[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int pr = g0 + slab * 16 + g + 8 * h;
+        qpos[h] = pr < rows ? pr % seqlen_q : 0;
+    }
+% end
+
+    float o[OT][4], row_max[2] = {NEG_INF, NEG_INF}, row_sum[2] = {0.0f, 0.0f};
+    zero_acc<DVP>(o);
+
+    const int ntiles = hi >= lo ? (hi - lo) / BN + 1 : 0;
+% if paged then
+    pages_of(lo);
+% end
+#pragma unroll 1
+    for (int s = 0; s < STAGES - 1; s++) {
+        if (s < ntiles) {
+            load_tile_kv(s, lo + s * BN);
+% if paged then
+            pages_of(lo + (s + 1) * BN);
+% end
+        }
+        cp_async_commit(); /* empty groups too: the wait below counts STAGES - 1 a tile */
+    }
+% if q_in_regs then
+    u32 qf[KT][4];
+    asm volatile("cp.async.wait_group ${stages - 1};" ::: "memory");
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < KT; kk++)
+        ldmatrix_x4(smem_addr(sQ + (slab * 16 + lane % 16) * QS + kk * 16 + (lane / 16) * 8),
+                    qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3]);
+% end
+
+#pragma unroll 1
+    for (int tile = 0; tile < ntiles; tile++) {
+        /* This tile (and Q) landed; every warp is done with the slot the next load takes. */
+        asm volatile("cp.async.wait_group ${stages - 2};" ::: "memory");
+        __syncthreads();
+        if (tile + STAGES - 1 < ntiles) {
+            load_tile_kv((tile + STAGES - 1) % STAGES, lo + (tile + STAGES - 1) * BN);
+% if paged then
+            pages_of(lo + (tile + STAGES) * BN);
+% end
+        }
+        cp_async_commit();
+
+        const elem_t *sK = ring + (tile % STAGES) * RING_SLOT + kw * KPW * QS;
+        const elem_t *sV = ring + (tile % STAGES) * RING_SLOT + BN * QS + kw * KPW * VS;
+        const int n0 = lo + tile * BN + kw * KPW; /* the warp's first key */
+
+        /* S = Q K^T over the warp's keys, then in log2 units (soft-capped). */
+        float s[NT][4];
+        zero_acc<KPW>(s);
+% if q_in_regs then
+#pragma unroll
+        for (int kk = 0; kk < KT; kk++)
+#pragma unroll
+            for (int np = 0; np < NT / 2; np++) {
+                u32 b0, b1, b2, b3;
+                ldmatrix_x4(smem_addr(sK + (np * 16 + (lane / 16) * 8 + lane % 8) * QS + kk * 16 + ((lane / 8) % 2) * 8),
+                            b0, b1, b2, b3);
+                mma16816(s[2 * np], qf[kk], b0, b1);
+                mma16816(s[2 * np + 1], qf[kk], b2, b3);
+            }
+% else
+        mma_rows_by_rows<KPW, KT, QS, QS>(s, sQ + slab * 16 * QS, sK, lane);
+% end
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+% if softcap then
+                float x = cap_mul * tanhf(s[j][e] * score_mul);
+% else
+                float x = s[j][e] * score_mul;
+% end
+                /* Keys past the split, and (causal, windows) outside the row's band. */
+                const int key = n0 + 8 * j + 2 * t + (e % 2);
+                bool seen = key <= hi;
+% if local_mask then
+                const int qp = qpos[e / 2];
+                seen = seen && (window_left < 0 || key >= qp + shift - window_left) &&
+                       (window_right < 0 || key <= qp + shift + window_right);
+% end
+                s[j][e] = seen ? x : NEG_INF;
+            }
+
+        /* Online softmax of the thread's two rows (a quad holds a row's columns). */
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float mx = row_max[h];
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+                mx = fmaxf(mx, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
+            mx = quad_max(mx);
+            /* A row with no key yet keeps max -inf; subtracting 0 then gives exp2(-inf) = 0. */
+            const float base = mx == NEG_INF ? 0.0f : mx;
+            const float alpha = ex2(row_max[h] - base);
+            row_max[h] = mx;
+            float sum = 0.0f;
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 2 * h; e < 2 * h + 2; e++) {
+                    s[j][e] = ex2(s[j][e] - base);
+                    sum += s[j][e];
+                }
+            row_sum[h] = row_sum[h] * alpha + sum; /* the quad's sum is taken at the end */
+#pragma unroll
+            for (int j = 0; j < OT; j++) {
+                o[j][2 * h] *= alpha;
+                o[j][2 * h + 1] *= alpha;
+            }
+        }
+
+        /* O += P V over the warp's keys, P as 16-bit A fragments. */
+        u32 p[PT][4];
+        pack_rows<PT>(p, s);
+        mma_regs_by_rows<DVP, PT, VS>(o, p, sV, lane);
+    }
+
+    /* The state of a slab's warps combined, normalised, and stored (or, with `partial`, the
+    ** split's state into the workspace). Natural-log log-sum-exp; a row that saw no key gets 0
+    ** and -inf. */
+    auto store_row = [&](int r, int c, float val, float m_log2, float sum) {
+        const int pr = g0 + r;
+        const int head = head_kv * qgroup + pr / seqlen_q, row = q_first + pr % seqlen_q;
+% if partial then
+        GPTR(float, P.part.o)[split * P.part_so + batch * P.part.o_sb + (I64)row * P.part.o_ss +
+                              (I64)head * P.part.o_sh + c] = val;
+% else
+        O_STORE(out, batch * o_sb + (I64)row * o_ss + (I64)head * o_sh + c, val);
+% end
+        if (c == 0) {
+            const float x = sum > 0.0f ? (m_log2 + lg2(sum)) * F_LN2 : NEG_INF;
+% if partial then
+            GPTR(float, P.part.l)[split * P.part_sl + batch * P.part.l_sb + (I64)head * P.part.l_sh +
+                                  (I64)row * P.part.l_ss] = x;
+% elseif write_lse then
+            lse[batch * l_sb + (I64)head * l_sh + (I64)row * l_ss] = x;
+% else
+            (void)x;
+% end
+        }
+    };
+    row_sum[0] = quad_sum(row_sum[0]);
+    row_sum[1] = quad_sum(row_sum[1]);
+% if kwarps == 1 then
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        if (g0 + slab * 16 + g + 8 * h >= rows)
+            continue;
+        const float inv = row_sum[h] > 0.0f ? 1.0f / row_sum[h] : 0.0f;
+#pragma unroll
+        for (int j = 0; j < OT; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int c = 8 * j + 2 * t + e;
+                if (c < head_dim_v)
+                    store_row(slab * 16 + g + 8 * h, c, o[j][2 * h + e] * inv, row_max[h], row_sum[h]);
+            }
+    }
+% else
+    cp_async_wait_all();
+    __syncthreads(); /* every warp is done with the ring, which now holds Comb */
+    Comb &cb = *(Comb *)smem;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        if (t == 0) {
+            cb.m[warp][g + 8 * h] = row_max[h];
+            cb.l[warp][g + 8 * h] = row_sum[h];
+        }
+#pragma unroll
+        for (int j = 0; j < OT; j++) {
+            cb.o[warp][g + 8 * h][8 * j + 2 * t] = o[j][2 * h];
+            cb.o[warp][g + 8 * h][8 * j + 2 * t + 1] = o[j][2 * h + 1];
+        }
+    }
+    __syncthreads();
+    for (int i = tid; i < BM * DVP; i += THREADS) {
+        const int r = i / DVP, c = i % DVP, w0 = (r / 16) * KWARPS, rr = r % 16;
+        if (g0 + r >= rows || c >= head_dim_v)
+            continue;
+        float mx = NEG_INF;
+#pragma unroll
+        for (int w = 0; w < KWARPS; w++)
+            mx = fmaxf(mx, cb.m[w0 + w][rr]);
+        float sum = 0.0f, acc = 0.0f;
+        if (mx > NEG_INF)
+#pragma unroll
+            for (int w = 0; w < KWARPS; w++) {
+                const float wt = ex2(cb.m[w0 + w][rr] - mx); /* 0 for a warp that saw nothing */
+                sum = fmaf(wt, cb.l[w0 + w][rr], sum);
+                acc = fmaf(wt, cb.o[w0 + w][rr][c], acc);
+            }
+        store_row(r, c, sum > 0.0f ? acc / sum : 0.0f, mx, sum);
+    }
+% end
+}
