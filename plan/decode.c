@@ -37,8 +37,7 @@ static void decode_mma_residency(fj__variant *v, const fj_device_info *dev)
 }
 
 /* On sm_80+, the tensor-core kernel (attn_decode_mma.cu.lua): 16, 32 or 64 packed rows a block,
-** 64-key tiles in a ring of up to 4 (3 at head dims to 128, so two blocks share an SM's shared
-** memory; fewer where larger heads do not fit), the query fragments in registers to d 128.
+** 64-key tiles in a ring, the query fragments in registers to d 128.
 ** Returns 1 and fills *v when it serves f on dev. */
 static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t group_rows,
                       fj__variant *v)
@@ -53,7 +52,10 @@ static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t 
     t.tile_m = group_rows <= 16 ? 16 : group_rows <= 32 ? 32 : 64;
     t.tile_n = 64;
     t.q_in_regs = t.head_dim_pad <= 128;
-    t.stages = t.head_dim_pad <= 128 && t.head_dim_v_pad <= 128 ? 3 : 4;
+    /* Four tiles in the ring (at d 128 one block an SM), three for a paged cache (two blocks:
+    ** its page arithmetic wants the second block's warps): the best of an A/B on the H200
+    ** (bench/RESULTS.md). Fewer where large heads do not fit. */
+    t.stages = f->paged ? 3 : 4;
     while (t.stages > 2 && !fj__variant_fits(&t, dev))
         t.stages--;
     if (!fj__variant_fits(&t, dev))

@@ -93,7 +93,7 @@ fj_attn_decode(
     /* Keys [n0, n0 + BN) of K and V into ring slot `slot`, zeros past hi and the head dims, a
     ** 16-byte piece at a time. */
 % if head_dim_pad == head_dim_v_pad and threads % (head_dim_pad // 8) == 0 and tile_n % (threads // (head_dim_pad // 8)) == 0 then
-    /* Each thread copies the same column of rows ROW0 + j * RSTEP (j < RPT) of every tile, in
+    /* Each thread copies the same column of rows row0 + j * RSTEP (j < RPT) of every tile, in
     ** K and in V. */
 #define CK (DP / 8)
 #define RSTEP (THREADS / CK)

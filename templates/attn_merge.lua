@@ -29,6 +29,7 @@
 #define PAIRS (THREADS / LANES)
 #define INPUTS ${inputs}
 #define MAX_STATES 64 /* strided states */
+#define UNROLL 8      /* strided states whose elements a lane loads at once */
 
 /* Element e of state s at (b, row, h) and its log-sum-exp. */
 #define STATE_AT(s, b, row, h) ((b) * (s).o_sb + (I64)(row) * (s).o_ss + (I64)(h) * (s).o_sh)
@@ -71,11 +72,20 @@ fj_attn_merge(
     const float scale = nan ? F_NAN : sum > 0.0f ? 1.0f / sum : 0.0f;
     GLOBAL const q_t *o0 = GPTR(const q_t, P.in0.o) + STATE_AT(P.in0, b, row, h);
     GLOBAL o_t *out = GPTR(o_t, P.dst.o) + STATE_AT(P.dst, b, row, h);
+    /* UNROLL states' elements load at once (a decode's partials are read once, from memory:
+    ** one load at a time would leave the lane waiting on each). An empty state's elements are
+    ** not used (whatever they hold). */
     for (int d = lane; d < P.head_dim_v; d += LANES) {
         float acc = 0.0f;
-        for (int i = 0; i < n; i++)
-            if (w[team][i] > 0.0f)
-                acc = F_FMA(w[team][i], Q_LOAD(o0, i * P.state_so + d), acc);
+        for (int i0 = 0; i0 < n; i0 += UNROLL) {
+            float x[UNROLL];
+#pragma unroll
+            for (int j = 0; j < UNROLL; j++)
+                x[j] = i0 + j < n && w[team][i0 + j] > 0.0f ? Q_LOAD(o0, (i0 + j) * P.state_so + d) : 0.0f;
+#pragma unroll
+            for (int j = 0; j < UNROLL; j++)
+                acc = i0 + j < n && w[team][i0 + j] > 0.0f ? F_FMA(w[team][i0 + j], x[j], acc) : acc;
+        }
         O_STORE(out, d, acc * scale);
     }
 %   if write_lse then

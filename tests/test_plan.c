@@ -394,19 +394,20 @@ static void test_decode_plans(void **state)
         const char *config;
         int path, tile_m, stages;
     } cases[] = {
-        {128, 1, 4, FJ_DTYPE_BF16, &h200, NULL, FJ__PATH_MMA, 16, 3},
-        {128, 4, 4, FJ_DTYPE_F16, &h200, NULL, FJ__PATH_MMA, 16, 3},
-        {128, 5, 6, FJ_DTYPE_BF16, &h200, NULL, FJ__PATH_MMA, 32, 3},
-        {64, 16, 8, FJ_DTYPE_BF16, &h200, NULL, FJ__PATH_MMA, 64, 3},
+        {128, 1, 4, FJ_DTYPE_BF16, &h200, NULL, FJ__PATH_MMA, 16, 4},
+        {128, 4, 4, FJ_DTYPE_F16, &h200, NULL, FJ__PATH_MMA, 16, 4},
+        {128, 5, 6, FJ_DTYPE_BF16, &h200, NULL, FJ__PATH_MMA, 32, 4},
+        {64, 16, 8, FJ_DTYPE_BF16, &h200, NULL, FJ__PATH_MMA, 64, 4},
         {256, 1, 8, FJ_DTYPE_BF16, &h200, NULL, FJ__PATH_MMA, 16, 3}, /* 4 do not fit */
         {128, 1, 4, FJ_DTYPE_BF16, &h200, "path=vec", FJ__PATH_VECTOR, 4, 3},
         {128, 1, 4, FJ_DTYPE_BF16, &h200, "stages=5", FJ__PATH_MMA, 16, 5},
         {128, 1, 4, FJ_DTYPE_BF16, &h200, "tile_n=128,stages=2", FJ__PATH_MMA, 16, 2},
-        {128, 1, 4, FJ_DTYPE_BF16, &h200, "tile_n=128,stages=5", FJ__PATH_MMA, 16, 3}, /* 344 KiB */
-        {128, 1, 4, FJ_DTYPE_BF16, &h200, "tile_n=16", FJ__PATH_MMA, 16, 3}, /* 4 warps: 64+ */
+        {128, 1, 4, FJ_DTYPE_BF16, &h200, "tile_n=128,stages=5", FJ__PATH_MMA, 16, 4}, /* 344 KiB */
+        {128, 1, 4, FJ_DTYPE_BF16, &h200, "tile_n=16", FJ__PATH_MMA, 16, 4}, /* 4 warps: 64+ */
         {128, 1, 4, FJ_DTYPE_BF16, &sm86, NULL, FJ__PATH_MMA, 16, 2},
         {256, 1, 4, FJ_DTYPE_BF16, &sm86, NULL, FJ__PATH_VECTOR, 4, 3}, /* 99 KiB */
         {128, 1, 4, FJ_DTYPE_BF16, &sm75, NULL, FJ__PATH_VECTOR, 4, 3},
+        {128, 1, 4, FJ_DTYPE_BF16, &h200, "paged", FJ__PATH_MMA, 16, 3}, /* two blocks an SM */
         {128, 1, 4, FJ_DTYPE_F32, &h200, NULL, FJ__PATH_SIMT, 4, 0},
         {128, 1, 4, FJ_DTYPE_BF16, &cpu, NULL, FJ__PATH_SIMT, 4, 0},
     };
@@ -417,10 +418,15 @@ static void test_decode_plans(void **state)
         f.seqlen_k = 32768;
         f.heads_kv = 8;
         f.heads_q = 8 * cases[i].group;
+        const char *config = cases[i].config;
+        if (config && !strcmp(config, "paged")) { /* not a config: a paged cache */
+            f.paged = 1;
+            config = NULL;
+        }
         fj__variant fwd, v;
         memset(&fwd, 0, sizeof fwd);
         fwd.path = cases[i].path == FJ__PATH_SIMT ? FJ__PATH_SIMT : FJ__PATH_WGMMA; /* as planned */
-        if (!fj__prefer_decode(&f, cases[i].dev, cases[i].config, &fwd, &v))
+        if (!fj__prefer_decode(&f, cases[i].dev, config, &fwd, &v))
             fail_msg("case %zu: not on a decode kernel", i);
         if (v.path != cases[i].path || v.tile_m != cases[i].tile_m ||
             v.stages != cases[i].stages)
@@ -442,6 +448,12 @@ static void test_decode_plans(void **state)
         assert_int_equal(s->grid[0], 8 * ((f.seqlen_q * cases[i].group + v.tile_m - 1) / v.tile_m));
         assert_true(s->grid[1] > 1 && s->variant.partial && plan.nsteps == 2);
         assert_true((int64_t)s->grid[1] * plan.decode.keys_per_split >= f.seqlen_k);
+        /* Tensor cores: blocks an SM from shared memory (d 128: one with four tiles, two with
+        ** three), and the splits of least modelled time, so 8 blocks fill one whole wave. */
+        if (i == 0 || f.paged) {
+            assert_int_equal(v.ctas_per_sm, f.paged ? 2 : 1);
+            assert_int_equal(s->grid[1], f.paged ? 32 : 16);
+        }
     }
 }
 
