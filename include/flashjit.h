@@ -439,8 +439,9 @@ typedef struct fj_call_info {
     uint64_t compiles;       /* kernels this context compiled since it was created */
     const char *variant;     /* the variant key text (sorted name=value lines); owned by ctx */
     const char *kernel_path; /* which kernel design ran: "cuda.fwd.wgmma" (Hopper), "cuda.fwd.mma",
-                             ** "cuda.fwd.simt", "opencl.fwd.simt"; decoding "cuda.decode.vec",
-                             ** "cuda.decode", "opencl.decode"; "cuda.merge", "opencl.merge"; the
+                             ** "cuda.fwd.simt", "opencl.fwd.simt"; decoding "cuda.decode.mma"
+                             ** (tensor cores), "cuda.decode.vec", "cuda.decode",
+                             ** "opencl.decode"; "cuda.merge", "opencl.merge"; the
                              ** backward's "cuda.bwd.mma" (tensor cores), "cuda.bwd.simt",
                              ** "opencl.bwd.simt"; the cache append's "cuda.kv_append",
                              ** "opencl.kv_append" */
