@@ -29,7 +29,7 @@
 #define PAIRS (THREADS / LANES)
 #define INPUTS ${inputs}
 #define MAX_STATES 64 /* strided states */
-#define UNROLL 8      /* strided states whose elements a lane loads at once */
+#define UNROLL 4      /* strided states whose elements a lane loads at once (8: ptxas spills) */
 
 /* Element e of state s at (b, row, h) and its log-sum-exp. */
 #define STATE_AT(s, b, row, h) ((b) * (s).o_sb + (I64)(row) * (s).o_ss + (I64)(h) * (s).o_sh)
