@@ -24,7 +24,15 @@ static long long pow2_at_least(long long x, long long floor)
 
 const char *fj__tune_kind(const fj__variant *v)
 {
-    return v->family == FJ__FAMILY_BWD ? "bwd" : "fwd";
+    return v->family == FJ__FAMILY_BWD ? "bwd" : v->family == FJ__FAMILY_DECODE ? "dec" : "fwd";
+}
+
+void fj__tune_candidate_config(const fj__tune_candidate *c, char *buf, size_t size)
+{
+    fj__variant_config(&c->v, buf, size);
+    const size_t used = strlen(buf);
+    if (c->splits > 0)
+        snprintf(buf + used, size - used, ",splits=%d", (int)c->splits);
 }
 
 void fj__tune_bucket(const fj__features *f, const fj__variant *v, char *buf, size_t size)
@@ -32,16 +40,25 @@ void fj__tune_bucket(const fj__features *f, const fj__variant *v, char *buf, siz
     const char *mask = !v->local_mask                               ? "none"
                        : f->window_right == 0 && f->window_left < 0 ? "causal"
                                                                     : "window";
+    /* A decode's query rows pick its packing: counted exactly (1 to 16, or a chunk's pow2). */
+    const int decode = v->family == FJ__FAMILY_DECODE;
     snprintf(buf, size,
              "%s.%s|%s|d=%d|dv=%d|sq=%lld|sk=%lld|bh=%lld|mask=%s|softcap=%d|neg=%d",
              fj__tune_kind(v),
-             v->path == FJ__PATH_WGMMA ? "wgmma"
-             : v->path == FJ__PATH_MMA ? "mma"
-                                       : "simt",
+             v->path == FJ__PATH_WGMMA    ? "wgmma"
+             : v->path == FJ__PATH_MMA    ? "mma"
+             : v->path == FJ__PATH_VECTOR ? "vec"
+                                          : "simt",
              fj__dtype_name((fj_dtype)f->q_dtype), (int)v->head_dim_pad, (int)v->head_dim_v_pad,
-             pow2_at_least(f->seqlen_q, 64), pow2_at_least(f->seqlen_k, 64),
-             pow2_at_least(f->batch * f->heads_q, 1), mask, (int)v->softcap,
-             (int)v->neg_scale);
+             decode && f->seqlen_q <= FJ__DECODE_MAX_SEQLEN_Q ? (long long)f->seqlen_q
+                                                              : pow2_at_least(f->seqlen_q, 64),
+             pow2_at_least(f->seqlen_k, 64), pow2_at_least(f->batch * f->heads_q, 1), mask,
+             (int)v->softcap, (int)v->neg_scale);
+    if (decode) {
+        size_t used = strlen(buf);
+        snprintf(buf + used, size - used, "|group=%lld|paged=%d",
+                 (long long)(f->heads_q / f->heads_kv), (int)v->paged);
+    }
     if (v->family == FJ__FAMILY_BWD) { /* the deterministic plan has a dq stage of its own */
         size_t used = strlen(buf);
         snprintf(buf + used, size - used, "|det=%d", (int)f->deterministic);
@@ -152,21 +169,57 @@ void fj__tune_memo_free(fj__tune_memo **memo)
     FJ_FREE(*memo);
 }
 
-static int contains(const fj__variant *vs, int n, const fj__variant *v)
+static int contains(const fj__tune_candidate *cs, int n, const fj__variant *v, int32_t splits)
 {
     for (int i = 0; i < n; i++)
-        if (memcmp(&vs[i], v, sizeof *v) == 0)
+        if (memcmp(&cs[i].v, v, sizeof *v) == 0 && cs[i].splits == splits)
             return 1;
     return 0;
+}
+
+/* Adds candidate (v, splits) to out[*n] where it fits the device and is new. */
+static void add(fj__tune_candidate *out, int *n, const fj__variant *v, int32_t splits,
+                const fj_device_info *dev)
+{
+    if (*n < TUNE_MAX_CANDIDATES && fj__variant_fits(v, dev) && !contains(out, *n, v, splits))
+        out[(*n)++] = (fj__tune_candidate){.v = *v, .splits = splits};
+}
+
+/* A decode's candidates for its kernel h: the split count (the plan's, then powers of two up
+** to the key tiles), and on tensor cores also the tile depth and the ring's length (the blocks
+** an SM follow from the ring's shared memory, as in the plan). */
+static int decode_search_space(const fj__variant *h, const fj__features *f,
+                               const fj_device_info *dev, fj__tune_candidate *out)
+{
+    int n = 0;
+    out[n++] = (fj__tune_candidate){.v = *h};
+    static const int splits[] = {0, 1, 2, 4, 8, 16, 32, 64};
+    static const int tns[] = {64, 64, 128, 128}, stages[] = {3, 4, 2, 3};
+    const int variants = h->path == FJ__PATH_MMA ? 4 : 1;
+    for (int a = 0; a < variants; a++)
+        for (int s = 0; s < 8; s++) {
+            const int32_t grain = variants > 1 ? tns[a] : h->tile_n > 0 ? h->tile_n : 32;
+            if (splits[s] > 1 && (int64_t)(splits[s] - 1) * grain >= f->seqlen_k)
+                continue; /* more splits than key tiles: the plan would run fewer */
+            fj__variant v = *h;
+            if (variants > 1) {
+                v.tile_n = tns[a];
+                v.stages = (uint8_t)stages[a];
+                fj__decode_mma_residency(&v, dev);
+            }
+            add(out, &n, &v, splits[s], dev);
+        }
+    return n;
 }
 
 /* The backward's candidates for its dk/dv variant h (the plan applies each one's config to
 ** both stages: fj__variant_config): on tensor cores the warps (keys a block: 16 a warp) and
 ** the streamed query rows; on the SIMT kernels keys a work-group and streamed rows. */
-static int bwd_search_space(const fj__variant *h, const fj_device_info *dev, fj__variant *out)
+static int bwd_search_space(const fj__variant *h, const fj_device_info *dev,
+                            fj__tune_candidate *out)
 {
     int n = 0;
-    out[n++] = *h;
+    out[n++] = (fj__tune_candidate){.v = *h};
     static const int wg_warps[] = {4, 8, 12}, wg_rows[] = {64, 128};
     static const int mma_warps[] = {2, 4, 8}, mma_rows[] = {16, 32, 64};
     static const int simt_keys[] = {16, 32, 64}, simt_rows[] = {16, 32};
@@ -184,20 +237,22 @@ static int bwd_search_space(const fj__variant *h, const fj_device_info *dev, fj_
                 v.threads = 32 * v.warps;
                 v.tile_n = 16 * v.warps;
             }
-            if (fj__variant_fits(&v, dev) && !contains(out, n, &v))
-                out[n++] = v;
+            add(out, &n, &v, 0, dev);
         }
     return n;
 }
 
 /* The candidates for heuristic h, h itself first. Shapes that cannot fit the device's shared
 ** memory are pruned before anything is compiled. */
-static int search_space(const fj__variant *h, const fj_device_info *dev, fj__variant *out)
+static int search_space(const fj__variant *h, const fj__features *f, const fj_device_info *dev,
+                        fj__tune_candidate *out)
 {
     if (h->family == FJ__FAMILY_BWD)
         return bwd_search_space(h, dev, out);
+    if (h->family == FJ__FAMILY_DECODE)
+        return decode_search_space(h, f, dev, out);
     int n = 0;
-    out[n++] = *h;
+    out[n++] = (fj__tune_candidate){.v = *h};
     int32_t widest = h->head_dim_pad > h->head_dim_v_pad ? h->head_dim_pad : h->head_dim_v_pad;
     if (h->path == FJ__PATH_WGMMA) {
         /* Key tile depth, two or three consumer warpgroups, and how they overlap: not at all,
@@ -219,8 +274,7 @@ static int search_space(const fj__variant *h, const fj_device_info *dev, fj__var
                     v.exp_poly = 0;
                     if (!fj__variant_fits(&v, dev))
                         v.q_stages = 1; /* a second Q buffer only where it fits */
-                    if (fj__variant_fits(&v, dev) && !contains(out, n, &v))
-                        out[n++] = v;
+                    add(out, &n, &v, 0, dev);
                 }
     } else if (h->path == FJ__PATH_MMA) {
         static const int tms[] = {64, 128}, tns[] = {32, 64, 128}, unrolls[] = {0, 1, 2};
@@ -241,8 +295,7 @@ static int search_space(const fj__variant *h, const fj_device_info *dev, fj__var
                         for (int w = 4; w <= (tms[a] == 128 ? 8 : 4); w *= 2) {
                             v.warps = w;
                             v.threads = 32 * w;
-                            if (fj__variant_fits(&v, dev) && !contains(out, n, &v))
-                                out[n++] = v;
+                            add(out, &n, &v, 0, dev);
                         }
                     }
     } else {
@@ -252,8 +305,7 @@ static int search_space(const fj__variant *h, const fj_device_info *dev, fj__var
                 fj__variant v = *h;
                 v.tile_m = v.threads = tms[a];
                 v.tile_n = tns[b];
-                if (fj__variant_fits(&v, dev) && !contains(out, n, &v))
-                    out[n++] = v;
+                add(out, &n, &v, 0, dev);
             }
     }
     return n;
@@ -304,13 +356,13 @@ static int cmp_double(const void *a, const void *b)
 
 /* Median host time of runs of v's plan (each waited for), in microseconds; negative on
 ** failure. */
-static double time_variant(const fj__tune_host *h, const fj__variant *v)
+static double time_candidate(const fj__tune_host *h, const fj__tune_candidate *c)
 {
     double times[TUNE_MAX_REPS], start = fj__now_ms();
     int n = 0;
     while (n < TUNE_MAX_REPS && (n < TUNE_MIN_REPS || fj__now_ms() - start < TUNE_BUDGET_MS)) {
         double t0 = fj__now_ms();
-        if (h->run(h->ud, v) != FJ_OK)
+        if (h->run(h->ud, c) != FJ_OK)
             return -1;
         times[n++] = (fj__now_ms() - t0) * 1e3;
     }
@@ -351,10 +403,10 @@ fj_status fj__tune(const fj__tune_host *h, fj__tune_memo **memo, fj_cache *cache
         return FJ_OK;
     }
 
-    fj__variant cands[TUNE_MAX_CANDIDATES];
+    fj__tune_candidate cands[TUNE_MAX_CANDIDATES];
     fj_status status[TUNE_MAX_CANDIDATES];
     char why[TUNE_MAX_CANDIDATES][160];
-    int n = search_space(heuristic, h->device, cands);
+    int n = search_space(heuristic, f, h->device, cands);
     r->candidates = n;
     fj_status st = h->prepare(h->ud, cands, n, status, why);
     if (st != FJ_OK)
@@ -381,8 +433,8 @@ fj_status fj__tune(const fj__tune_host *h, fj__tune_memo **memo, fj_cache *cache
     double best_us = INFINITY;
     for (int i = 0; i < n && st == FJ_OK; i++) {
         char config[128];
-        fj__variant_config(&cands[i], config, sizeof config);
-        int32_t spills = status[i] == FJ_OK ? h->spills(h->ud, &cands[i]) : 0;
+        fj__tune_candidate_config(&cands[i], config, sizeof config);
+        int32_t spills = status[i] == FJ_OK ? h->spills(h->ud, &cands[i].v) : 0;
         if (status[i] == FJ_OK && spills > 0 && i > 0)
             snprintf(why[i], sizeof why[i], "spills %d bytes", (int)spills);
         double us = -1, diff = 0, mag = 0;
@@ -395,7 +447,7 @@ fj_status fj__tune(const fj__tune_host *h, fj__tune_memo **memo, fj_cache *cache
                 double tol = (out_dtype == FJ_DTYPE_F32 ? 1e-4 : 2e-2) * fmax(1.0, mag);
                 if (diff > tol)
                     snprintf(why[i], sizeof why[i], "differs from the heuristic by %.3g", diff);
-                else if ((us = time_variant(h, &cands[i])) < 0)
+                else if ((us = time_candidate(h, &cands[i])) < 0)
                     snprintf(why[i], sizeof why[i], "failed to run: %.120s", h->last_error(h->ud));
             }
         }
@@ -417,7 +469,7 @@ fj_status fj__tune(const fj__tune_host *h, fj__tune_memo **memo, fj_cache *cache
     if (st == FJ_OK) {
         strcat(json, "]");
         r->best_us = best_us;
-        fj__variant_config(&cands[best], r->best_config, sizeof r->best_config);
+        fj__tune_candidate_config(&cands[best], r->best_config, sizeof r->best_config);
         fj__err warn = {{0}};
         cache_put_tuning(cache, fingerprint, r->bucket, kind, r->best_config, best_us, json,
                          &warn);

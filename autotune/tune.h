@@ -9,17 +9,26 @@
 #include "../cache/cache.h"
 #include "../plan/plan.h"
 
+/* One point of the search: the plan's kernel variant (the backward's: its dk/dv variant) and,
+** for a decode plan, the key splits (0: the plan's own choice). A record's config names both:
+** the variant's tile fields (fj__variant_config), then ",splits=N" where splits is set. */
+typedef struct fj__tune_candidate {
+    fj__variant v;
+    int32_t splits;
+} fj__tune_candidate;
+void fj__tune_candidate_config(const fj__tune_candidate *c, char *buf, size_t size);
+
 /* What the tuner asks of whoever runs kernels. Every function returns an fj_status and
 ** describes a failure in the host's error (last_error). */
 typedef struct fj__tune_host {
     void *ud;
     const fj_device_info *device;
-    /* Makes the kernels of n variants' plans ready (compiled on several threads where
-    ** needed); status[i] and why[i] say what became of variant i. */
-    fj_status (*prepare)(void *ud, const fj__variant *vs, int n, fj_status *status,
+    /* Makes the kernels of n candidates' plans ready (compiled on several threads where
+    ** needed); status[i] and why[i] say what became of candidate i. */
+    fj_status (*prepare)(void *ud, const fj__tune_candidate *cs, int n, fj_status *status,
                          char (*why)[160]);
-    /* Runs the whole plan of variant v on the request once and waits for it. */
-    fj_status (*run)(void *ud, const fj__variant *v);
+    /* Runs the whole plan of candidate c on the request once and waits for it. */
+    fj_status (*run)(void *ud, const fj__tune_candidate *c);
     /* Spill bytes per thread of v's kernel (0: none or unknown). */
     int32_t (*spills)(void *ud, const fj__variant *v);
     /* Copies the request's output (its storage span, bytes) to host memory. */
@@ -27,13 +36,14 @@ typedef struct fj__tune_host {
     const char *(*last_error)(void *ud);
 } fj__tune_host;
 
-/* "fwd" or "bwd": the kind of v's plan (a forward, or a backward whose dk/dv variant v is), a
-** column of the cache's tuning records. */
+/* "fwd", "bwd" or "dec": the kind of v's plan (a forward, a backward whose dk/dv variant v is,
+** or a decode), a column of the cache's tuning records. */
 const char *fj__tune_kind(const fj__variant *v);
 
 /* The shape bucket of f under its planned variant v (the backward's: its dk/dv variant, and
 ** the bucket notes whether the request is deterministic), e.g.
-** "fwd.mma|bf16|d=128|dv=128|sq=4096|sk=4096|bh=64|mask=causal|softcap=0|neg=0". Whether lse
+** "fwd.mma|bf16|d=128|dv=128|sq=4096|sk=4096|bh=64|mask=causal|softcap=0|neg=0" (a decode's:
+** its query rows exactly and whether the cache is paged). Whether lse
 ** is written is not part of it: that is an epilogue store, and a record tuned either way serves
 ** calls of both kinds (`flashjit tune` tunes without lse). */
 void fj__tune_bucket(const fj__features *f, const fj__variant *v, char *buf, size_t size);

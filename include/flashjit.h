@@ -476,6 +476,8 @@ typedef struct fj_tune_result {
 ** threads), runs each on these tensors (out and lse are overwritten), drops those that fail or
 ** disagree with the heuristic's result, times the rest (median of repeats) and keeps the
 ** fastest in the cache. A bucket tuned before returns its record (from_record = 1) at once.
+** A request the decode kernels serve tunes the decode plan: the kernel's tiles and the number of
+** key splits (best_config's "splits=N"; desc.num_splits, when set, wins at call time).
 ** result may be NULL. Takes seconds; returns the statuses of fj_attention_forward. */
 FJ_API fj_status fj_attention_tune(fj_context *ctx, const fj_attention_desc *desc,
                                    const fj_tensor *q, const fj_tensor *k, const fj_tensor *v,

@@ -27,9 +27,7 @@ static int cuda_sixteen_bit(const fj__features *f, const fj_device_info *dev)
            f->rows_16b[FJ__T_V] && f->head_dim <= 256 && f->head_dim_v <= 256;
 }
 
-/* The blocks of tensor-core decode variant v an SM holds by shared memory (at most 4, each
-** reserving 1 KiB more), which its registers are then bounded to allow (ctas_per_sm). */
-static void decode_mma_residency(fj__variant *v, const fj_device_info *dev)
+void fj__decode_mma_residency(fj__variant *v, const fj_device_info *dev)
 {
     const uint64_t per_block = fj__variant_shared_bytes(v) + 1024u;
     const uint64_t fit = (dev->local_memory + 1024u) / per_block;
@@ -60,7 +58,7 @@ static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t 
         t.stages--;
     if (!fj__variant_fits(&t, dev))
         return 0;
-    decode_mma_residency(&t, dev);
+    fj__decode_mma_residency(&t, dev);
     *v = t;
     return 1;
 }
@@ -132,6 +130,20 @@ int fj__choose_decode(const fj__features *f, const fj_device_info *dev, const ch
     return fj__variant_fits(v, dev);
 }
 
+int fj__decode_apply_config(fj__variant *v, const char *config, const fj_device_info *dev)
+{
+    fj__variant t = *v;
+    if (v->path == FJ__PATH_SIMT || fj__apply_config(&t, config, NULL) != 0)
+        return 0;
+    t.tile_m = v->tile_m;
+    if (t.path == FJ__PATH_MMA && !strstr(config, "ctas_per_sm="))
+        fj__decode_mma_residency(&t, dev);
+    if (!fj__variant_fits(&t, dev))
+        return 0;
+    *v = t;
+    return 1;
+}
+
 int fj__prefer_decode(const fj__features *f, const fj_device_info *dev, const char *config,
                       const fj__variant *fwd, fj__variant *v)
 {
@@ -140,16 +152,8 @@ int fj__prefer_decode(const fj__features *f, const fj_device_info *dev, const ch
                                          strstr(config, "path=simt"));
     if (!fj__choose_decode(f, dev, config, v))
         return 0;
-    /* The CUDA kernels' tiles take overrides (tensor cores: tile_n=, stages=, q_in_regs=,
-    ** ctas_per_sm=; vectors: stages=, ctas_per_sm=); the packed rows a block are the plan's. */
-    fj__variant t = *v;
-    if (v->path != FJ__PATH_SIMT && config && fj__apply_config(&t, config, NULL) == 0) {
-        t.tile_m = v->tile_m;
-        if (t.path == FJ__PATH_MMA && !strstr(config, "ctas_per_sm="))
-            decode_mma_residency(&t, dev);
-        if (fj__variant_fits(&t, dev))
-            *v = t;
-    }
+    if (config)
+        fj__decode_apply_config(v, config, dev);
     return f->paged || asked || fwd->path == FJ__PATH_SIMT ||
            (v->path != FJ__PATH_SIMT && !forward_asked);
 }

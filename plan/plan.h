@@ -21,7 +21,6 @@
 #define FJ__MAX_WORKSPACES 4
 #define FJ__MAX_GRID_DIM_Y 65535 /* of a launch's second and third grid dimensions */
 #define FJ__DECODE_MAX_SEQLEN_Q 16 /* query rows per sequence the decode kernel takes */
-#define FJ__DECODE_MAX_SPLITS 64   /* key splits of a decode (the strided merge's states) */
 
 typedef enum fj__step_kind {
     FJ__STEP_KERNEL = 1, /* launch variant's kernel */
@@ -152,6 +151,16 @@ int fj__choose_decode(const fj__features *f, const fj_device_info *dev, const ch
 ** requests on the forward (comparisons). */
 int fj__prefer_decode(const fj__features *f, const fj_device_info *dev, const char *config,
                       const fj__variant *fwd, fj__variant *v);
+/* Applies config's tile overrides to the CUDA decode kernel v (tensor cores: tile_n=, stages=,
+** q_in_regs=, ctas_per_sm= (else what the ring's shared memory allows); vectors: stages=,
+** ctas_per_sm=); the packed rows a block stay the plan's, and a config's splits= are the plan's
+** (fj__config_splits). Returns 1 when v took them, 0 (v unchanged) when they do not apply or
+** fit. */
+int fj__decode_apply_config(fj__variant *v, const char *config, const fj_device_info *dev);
+/* Sets the blocks an SM of tensor-core decode variant v (ctas_per_sm) to what its shared
+** memory allows (at most 4, each reserving 1 KiB more); its registers are then bounded to
+** allow them, and the plan's splits count on them. */
+void fj__decode_mma_residency(fj__variant *v, const fj_device_info *dev);
 /* The decode plan of f on dev with kernel v (from fj__choose_decode): splits (the caller's
 ** num_splits, or enough to fill the device), the kernel step, and the merge of the splits. */
 fj_status fj__plan_decode(const fj__features *f, const fj_device_info *dev, const fj__variant *v,

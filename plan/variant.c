@@ -5,6 +5,7 @@
 #include "variant.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "families.h"
@@ -300,6 +301,8 @@ void fj__variant_config(const fj__variant *v, char *buf, size_t size)
     if (v->family == FJ__FAMILY_BWD) /* the backward's tunable fields (plan/bwd.c applies them) */
         snprintf(buf, size, v->path == FJ__PATH_SIMT ? "tile_m=%d,tile_n=%d" : "tile_m=%d,warps=%d",
                  (int)v->tile_m, v->path == FJ__PATH_SIMT ? (int)v->tile_n : (int)v->warps);
+    else if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_VECTOR)
+        snprintf(buf, size, "stages=%d,ctas_per_sm=%d", (int)v->stages, (int)v->ctas_per_sm);
     else if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_MMA)
         snprintf(buf, size, "tile_m=%d,tile_n=%d,stages=%d,q_in_regs=%d,ctas_per_sm=%d",
                  (int)v->tile_m, (int)v->tile_n, (int)v->stages, (int)v->q_in_regs,
@@ -362,6 +365,17 @@ int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
         if (sscanf(p, "%31[a-z_]=%d%n", name, &value, &used) != 2)
             return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "FLASHJIT_CONFIG: cannot read '%s'", p),
                    -1;
+        if (!strcmp(name, "splits")) { /* a decode plan's, not the variant's (fj__config_splits) */
+            if (value < 1 || value > FJ__DECODE_MAX_SPLITS)
+                return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                                "FLASHJIT_CONFIG: splits = %d, expected 1..%d", value,
+                                FJ__DECODE_MAX_SPLITS),
+                       -1;
+            p += used;
+            if (*p == ',')
+                p++;
+            continue;
+        }
         size_t i = 0;
         while (i < sizeof fields / sizeof fields[0] && strcmp(name, fields[i].name))
             i++;
@@ -384,6 +398,19 @@ int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
     }
     if (v->family == FJ__FAMILY_FWD) /* the forward's threads follow its tiles */
         v->threads = v->path == FJ__PATH_SIMT ? v->tile_m : 32 * v->warps;
+    return 0;
+}
+
+int32_t fj__config_splits(const char *config)
+{
+    const char *at = config;
+    while (at && (at = strstr(at, "splits=")) != NULL) {
+        if (at == config || at[-1] == ',') {
+            const int value = atoi(at + 7);
+            return value >= 1 && value <= FJ__DECODE_MAX_SPLITS ? value : 0;
+        }
+        at += 7;
+    }
     return 0;
 }
 

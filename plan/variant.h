@@ -90,6 +90,8 @@ typedef struct fj__variant {
 
 /* The decode kernel declares its shared memory statically: CUDA's limit for that. */
 #define FJ__DECODE_MAX_SHARED (48 * 1024)
+/* Key splits of a decode (the strided merge's states). */
+#define FJ__DECODE_MAX_SPLITS 64
 
 /* The template v renders with, its entry point, and its parameter block. */
 const char *fj__variant_template(const fj__variant *v);
@@ -125,13 +127,18 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev);
 
 /* Writes v's tile fields as "tile_m=128,tile_n=64,warps=4,kk_unroll=1,q_in_regs=0" (MMA),
 ** "path=wgmma,tile_m=128,tile_n=128,warps=12,stages=2,..." (WGMMA), "tile_m=16,tile_n=64,
-** stages=3,q_in_regs=1,ctas_per_sm=0" (DECODE on MMA). */
+** stages=3,q_in_regs=1,ctas_per_sm=0" (DECODE on MMA), "stages=2,ctas_per_sm=0" (DECODE
+** VECTOR). */
 void fj__variant_config(const fj__variant *v, char *buf, size_t size);
 /* Applies "name=value,..." overrides of tile fields (tile_m, tile_n, warps, q_in_regs,
 ** kk_unroll, stages, ...) to v. "path=mma|wgmma|simt|decode|vec" is accepted and ignored here:
 ** it steers fj__choose_forward, fj__prefer_decode and fj__choose_decode. Returns 0, or -1 naming the first bad item
 ** in err. */
 int fj__apply_config(fj__variant *v, const char *config, fj__err *err);
+
+/* A decode's key splits in a config ("splits=N", 1 to FJ__DECODE_MAX_SPLITS: a tuned record
+** or $FLASHJIT_CONFIG), which fj__apply_config accepts and leaves to the plan; 0 for none. */
+int32_t fj__config_splits(const char *config);
 
 /* The most template parameters a variant has. */
 #define FJ__MAX_TPL_PARAMS 56

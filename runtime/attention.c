@@ -115,17 +115,39 @@ typedef struct tune_env {
     void *stream;
 } tune_env;
 
-static fj_status tune_prepare(void *ud, const fj__variant *vs, int n, fj_status *status,
-                              char (*why)[160])
+/* The plan of candidate c: a forward's, or a decode's with c's splits (0: the plan's). */
+static fj_status candidate_plan(tune_env *e, const fj__tune_candidate *c, fj__plan *plan)
 {
-    return fj__kernels_prepare(((tune_env *)ud)->ctx, vs, n, status, why);
+    if (c->v.family != FJ__FAMILY_DECODE)
+        return fj__plan_forward(e->f, &e->ctx->device, &c->v, plan, &e->ctx->err);
+    fj__features g = *e->f;
+    if (c->splits > 0)
+        g.num_splits = c->splits;
+    return fj__plan_decode(&g, &e->ctx->device, &c->v, plan, &e->ctx->err);
 }
 
-static fj_status tune_run(void *ud, const fj__variant *v)
+static fj_status tune_prepare(void *ud, const fj__tune_candidate *cs, int n, fj_status *status,
+                              char (*why)[160])
+{
+    tune_env *e = ud;
+    fj__plan *plans = calloc((size_t)n, sizeof *plans);
+    if (!plans)
+        return fj__fail(&e->ctx->err, FJ_ERR_OUT_OF_MEMORY, "tuning: out of memory");
+    for (int i = 0; i < n; i++) {
+        status[i] = candidate_plan(e, &cs[i], &plans[i]);
+        if (status[i] != FJ_OK)
+            snprintf(why[i], sizeof why[i], "%.150s", e->ctx->err.msg);
+    }
+    const fj_status st = fj__plans_prepare(e->ctx, plans, n, status, why);
+    free(plans);
+    return st;
+}
+
+static fj_status tune_run(void *ud, const fj__tune_candidate *c)
 {
     tune_env *e = ud;
     fj__plan plan;
-    fj_status st = fj__plan_forward(e->f, &e->ctx->device, v, &plan, &e->ctx->err);
+    fj_status st = candidate_plan(e, c, &plan);
     if (st == FJ_OK)
         st = fj__plan_run(e->ctx, &plan, e->p, e->stream);
     if (st == FJ_OK)
@@ -177,31 +199,58 @@ static fj_status tune(fj_context *ctx, const fj__problem *p, const fj__features 
 
 /* ---- the forward -------------------------------------------------------------------------- */
 
-/* The plan a request runs with: the decode plan where fj__prefer_decode says; else the heuristic's
-** forward variant, a tuned record's, or (under FJ_TUNE_ON_MISS) the winner of tuning it now;
-** $FLASHJIT_CONFIG overrides all of them. */
+/* The bucket's tuned record for f under its planned variant v, or (under FJ_TUNE_ON_MISS) the
+** winner of tuning it now (ctx->last_call.tuned 2); NULL for none. */
+static const char *tuned_record(fj_context *ctx, const fj__problem *p, const fj__features *f,
+                                const fj__variant *v, void *stream, fj_status *st)
+{
+    const char *tuned = fj__tuned_config(&ctx->tuned, ctx->cache, ctx->fingerprint, f, v);
+    if (!tuned && ctx->tune_policy == FJ_TUNE_ON_MISS) {
+        fj_tune_result r = {.struct_size = sizeof r};
+        if ((*st = tune(ctx, p, f, v, stream, &r)) != FJ_OK)
+            return NULL;
+        tuned = fj__tuned_config(&ctx->tuned, ctx->cache, ctx->fingerprint, f, v);
+        ctx->last_call.tuned = 2;
+    }
+    return tuned;
+}
+
+/* The plan a request runs with: the decode plan where fj__prefer_decode says, else the forward
+** plan; of the heuristic's variant, a tuned record's, or (under FJ_TUNE_ON_MISS) the winner of
+** tuning it now; $FLASHJIT_CONFIG overrides all of them. A decode's splits: desc.num_splits,
+** else the config's or the record's, else the plan's. A record that does not fit (from another
+** library version, say) is ignored. */
 static fj_status plan_slow(fj_context *ctx, const fj__problem *p, const fj__features *f,
                            fj__plan *plan, void *stream)
 {
     fj__variant v, dec;
+    fj_status st = FJ_OK;
     fj__choose_forward(f, &ctx->device, ctx->config, &v);
-    if (fj__prefer_decode(f, &ctx->device, ctx->config, &v, &dec))
-        return fj__plan_decode(f, &ctx->device, &dec, plan, &ctx->err);
+    if (fj__prefer_decode(f, &ctx->device, ctx->config, &v, &dec)) {
+        const char *config = ctx->config; /* fj__prefer_decode applied its tiles */
+        if (!config) {
+            config = tuned_record(ctx, p, f, &dec, stream, &st);
+            if (st != FJ_OK)
+                return st;
+            if (config) { /* its tiles (CUDA's kernels) and splits */
+                fj__decode_apply_config(&dec, config, &ctx->device);
+                if (!ctx->last_call.tuned)
+                    ctx->last_call.tuned = 1;
+            }
+        }
+        fj__features g = *f;
+        if (g.num_splits == 0)
+            g.num_splits = fj__config_splits(config);
+        return fj__plan_decode(&g, &ctx->device, &dec, plan, &ctx->err);
+    }
     if (f->paged)
         return fj__fail(&ctx->err, FJ_ERR_UNSUPPORTED,
                         "no kernel serves this paged KV cache request");
     if (!ctx->config) {
-        const char *tuned = fj__tuned_config(&ctx->tuned, ctx->cache, ctx->fingerprint, f, &v);
-        if (!tuned && ctx->tune_policy == FJ_TUNE_ON_MISS) {
-            fj_tune_result r = {.struct_size = sizeof r};
-            fj_status st = tune(ctx, p, f, &v, stream, &r);
-            if (st != FJ_OK)
-                return st;
-            tuned = fj__tuned_config(&ctx->tuned, ctx->cache, ctx->fingerprint, f, &v);
-            ctx->last_call.tuned = 2;
-        }
+        const char *tuned = tuned_record(ctx, p, f, &v, stream, &st);
+        if (st != FJ_OK)
+            return st;
         fj__variant t = v;
-        /* A record that does not fit (from another library version, say) is ignored. */
         if (tuned && fj__apply_config(&t, tuned, NULL) == 0 && fj__variant_fits(&t, &ctx->device)) {
             v = t;
             if (!ctx->last_call.tuned)
@@ -278,11 +327,14 @@ fj_status fj_attention_tune(fj_context *ctx, const fj_attention_desc *desc, cons
         return st;
     fj__features f;
     fj__features_of(&p, &f);
-    if (f.paged)
-        return fj__fail(&ctx->err, FJ_ERR_UNSUPPORTED,
-                        "desc.page_table: tuning the decode kernel is not supported yet");
-    fj__variant var;
+    /* The heuristic's kernel, as planned without a config: the decode's where it serves. */
+    fj__variant var, dec;
     fj__choose_forward(&f, &ctx->device, NULL, &var);
+    if (fj__prefer_decode(&f, &ctx->device, NULL, &var, &dec))
+        var = dec;
+    else if (f.paged)
+        return fj__fail(&ctx->err, FJ_ERR_UNSUPPORTED,
+                        "no kernel serves this paged KV cache request");
     fj_tune_result local = {.struct_size = sizeof local};
     return tune(ctx, &p, &f, &var, stream, result ? result : &local);
 }

@@ -57,64 +57,30 @@ static fj_status plan_candidate(bwd_tune_env *e, const fj__variant *v, fj__plan 
     return st;
 }
 
-/* Makes the kernels of every candidate's plan ready at once (each distinct variant once); a
-** candidate fails with the first of its plan's kernels that failed. */
-static fj_status bwd_tune_prepare(void *ud, const fj__variant *vs, int n, fj_status *status,
-                                  char (*why)[160])
+/* Makes the kernels of every candidate's plan ready at once; a candidate the planner does not
+** take fails. */
+static fj_status bwd_tune_prepare(void *ud, const fj__tune_candidate *cs, int n,
+                                  fj_status *status, char (*why)[160])
 {
     bwd_tune_env *e = ud;
-    const size_t most = (size_t)n * FJ__MAX_STEPS;
-    fj__variant *all = calloc(most, sizeof *all);
-    /* candidate i's kernels: all[uses[i * FJ__MAX_STEPS + u]], u < count[i] */
-    int *uses = calloc(most, sizeof *uses);
-    fj_status *st_all = calloc(most, sizeof *st_all);
-    char(*why_all)[160] = calloc(most, sizeof *why_all);
-    int *count = calloc((size_t)n, sizeof *count);
-    fj_status st = all && uses && st_all && why_all && count
-                       ? FJ_OK
-                       : fj__fail(&e->ctx->err, FJ_ERR_OUT_OF_MEMORY, "tuning: out of memory");
-    int m = 0;
-    for (int i = 0; i < n && st == FJ_OK; i++) {
-        status[i] = FJ_OK;
-        why[i][0] = '\0';
-        fj__plan plan;
-        if (plan_candidate(e, &vs[i], &plan) != FJ_OK) {
-            status[i] = FJ_ERR_UNSUPPORTED;
+    fj__plan *plans = calloc((size_t)n, sizeof *plans);
+    if (!plans)
+        return fj__fail(&e->ctx->err, FJ_ERR_OUT_OF_MEMORY, "tuning: out of memory");
+    for (int i = 0; i < n; i++) {
+        status[i] = plan_candidate(e, &cs[i].v, &plans[i]);
+        if (status[i] != FJ_OK)
             snprintf(why[i], sizeof why[i], "%.150s", e->ctx->err.msg);
-            continue;
-        }
-        for (int s = 0; s < plan.nsteps; s++) {
-            if (plan.steps[s].kind != FJ__STEP_KERNEL)
-                continue;
-            int j = 0;
-            while (j < m && memcmp(&all[j], &plan.steps[s].variant, sizeof all[j]))
-                j++;
-            if (j == m)
-                all[m++] = plan.steps[s].variant;
-            uses[i * FJ__MAX_STEPS + count[i]++] = j;
-        }
     }
-    if (st == FJ_OK)
-        st = fj__kernels_prepare(e->ctx, all, m, st_all, why_all);
-    for (int i = 0; i < n && st == FJ_OK; i++)
-        for (int u = 0; u < count[i] && status[i] == FJ_OK; u++) {
-            const int j = uses[i * FJ__MAX_STEPS + u];
-            status[i] = st_all[j];
-            snprintf(why[i], sizeof why[i], "%s", why_all[j]);
-        }
-    free(all);
-    free(uses);
-    free(st_all);
-    free(why_all);
-    free(count);
+    const fj_status st = fj__plans_prepare(e->ctx, plans, n, status, why);
+    free(plans);
     return st;
 }
 
-static fj_status bwd_tune_run(void *ud, const fj__variant *v)
+static fj_status bwd_tune_run(void *ud, const fj__tune_candidate *c)
 {
     bwd_tune_env *e = ud;
     fj__plan plan;
-    fj_status st = plan_candidate(e, v, &plan);
+    fj_status st = plan_candidate(e, &c->v, &plan);
     if (st == FJ_OK)
         st = fj__plan_run(e->ctx, &plan, e->p, e->stream);
     if (st == FJ_OK)

@@ -144,6 +144,12 @@ int32_t fj__kernel_spills(fj_context *ctx, const fj__variant *v);
 ** status[i] and why[i] say what became of variant i; returns FJ_OK unless out of memory. */
 fj_status fj__kernels_prepare(fj_context *ctx, const fj__variant *vs, int n, fj_status *status,
                               char (*why)[160]);
+/* Makes the kernels of n plans ready at once (each distinct variant once, through
+** fj__kernels_prepare). A plan whose status[i] is not FJ_OK on entry is skipped; otherwise
+** status[i] and why[i] become those of the first of its kernels that failed. Returns FJ_OK
+** unless out of memory. */
+fj_status fj__plans_prepare(fj_context *ctx, const fj__plan *plans, int n, fj_status *status,
+                            char (*why)[160]);
 void fj__kernels_release(fj_context *ctx);
 
 /* ---- plans (exec.c) ---- */

@@ -330,6 +330,51 @@ fj_status fj__kernels_prepare(fj_context *ctx, const fj__variant *vs, int n, fj_
     return FJ_OK;
 }
 
+fj_status fj__plans_prepare(fj_context *ctx, const fj__plan *plans, int n, fj_status *status,
+                            char (*why)[160])
+{
+    const size_t most = (size_t)n * FJ__MAX_STEPS;
+    fj__variant *all = calloc(most, sizeof *all);
+    /* plan i's kernels: all[uses[i * FJ__MAX_STEPS + u]], u < count[i] */
+    int *uses = calloc(most, sizeof *uses);
+    fj_status *st_all = calloc(most, sizeof *st_all);
+    char(*why_all)[160] = calloc(most, sizeof *why_all);
+    int *count = calloc((size_t)n, sizeof *count);
+    fj_status st = all && uses && st_all && why_all && count
+                       ? FJ_OK
+                       : fj__fail(&ctx->err, FJ_ERR_OUT_OF_MEMORY, "out of memory for kernels");
+    int m = 0;
+    for (int i = 0; i < n && st == FJ_OK; i++) {
+        if (status[i] != FJ_OK)
+            continue;
+        why[i][0] = '\0';
+        for (int s = 0; s < plans[i].nsteps; s++) {
+            if (plans[i].steps[s].kind != FJ__STEP_KERNEL)
+                continue;
+            int j = 0;
+            while (j < m && memcmp(&all[j], &plans[i].steps[s].variant, sizeof all[j]))
+                j++;
+            if (j == m)
+                all[m++] = plans[i].steps[s].variant;
+            uses[i * FJ__MAX_STEPS + count[i]++] = j;
+        }
+    }
+    if (st == FJ_OK)
+        st = fj__kernels_prepare(ctx, all, m, st_all, why_all);
+    for (int i = 0; i < n && st == FJ_OK; i++)
+        for (int u = 0; u < count[i] && status[i] == FJ_OK; u++) {
+            const int j = uses[i * FJ__MAX_STEPS + u];
+            status[i] = st_all[j];
+            snprintf(why[i], 160, "%s", why_all[j]);
+        }
+    free(all);
+    free(uses);
+    free(st_all);
+    free(why_all);
+    free(count);
+    return st;
+}
+
 void fj__kernels_release(fj_context *ctx)
 {
     for (size_t i = 0; i < ctx->nkernels; i++) {

@@ -99,7 +99,13 @@ if "$cli" info 2>/dev/null | grep -qE "^backend opencl: [1-9]"; then
         --seqlen-k 90 --head-dim 16 --heads 4 --kv-heads 2 --kv-dtype e4m3 --paged 16
     expect 2 "the backward of fp8 attention is not supported" run --backend opencl \
         --cache :memory: --seqlen 40 --head-dim 16 --heads 2 --dtype e4m3 --backward
+    expect 0 "1 shapes tuned, 0 failed" tune --backend opencl --cache "$tmp/decode.db" \
+        --decode 1 --group 2 --paged 16 --head-dim 32 --seqlen 300 --causal 0 --hidden 128 \
+        --tokens 600
 fi
 expect 2 "--dtype takes bf16, f16 or f32, not 'e4m3'" tune --dtype e4m3
 expect 0 "--backward   also the backward" tune --help
+expect 2 "--group and --paged go with --decode" tune --group 4
+expect 2 "--decode tunes forwards only" tune --decode 1 --backward
+expect 2 "not a multiple of --head-dim 64 times --group 3" tune --decode 1 --group 3 --head-dim 64
 exit $failed

@@ -286,6 +286,63 @@ static void test_backward_tune_then_reuse(void **state)
     fj_context_destroy(ctx);
 }
 
+/* A decode (one query row, grouped heads, a paged cache) tunes its split count (and on CUDA
+** its kernel's tiles): the record names the splits it chose where not the plan's, later calls
+** take it, and the caller's desc.num_splits is still honoured. */
+static void test_decode_tune_then_reuse(void **state)
+{
+    (void)state;
+    fj_context *ctx = context_or_skip(FJ_TUNE_NEVER);
+    fjh_case c;
+    fjh_case_init(&c);
+    c.batch = 2;
+    c.heads_q = 8;
+    c.heads_kv = 2;
+    c.seqlen_q = 1;
+    c.seqlen_k = 700;
+    c.head_dim = c.head_dim_v = 32;
+    c.dtype = FJ_DTYPE_F16;
+    c.paged = 16;
+    c.tune = 1;
+    fjh_result r;
+    assert_int_equal(fjh_run(ctx, &c, &r), FJ_OK);
+    assert_true(r.pass);
+    const fj_tune_result *t = &r.tune;
+    printf("  tuned %s: %d candidates, %d dropped, heuristic %.1f us, best %.1f us (%s)\n",
+           t->bucket, t->candidates, t->dropped, t->heuristic_us, t->best_us, t->best_config);
+    assert_int_equal(t->from_record, 0);
+    assert_true(t->candidates > 4); /* the plan's splits, then 1, 2, 4, ... up to the tiles */
+    assert_int_equal(strncmp(t->bucket, "dec.simt|f16|d=32|dv=32|sq=1|sk=1024|bh=16|", 43), 0);
+    assert_non_null(strstr(t->bucket, "|group=4|paged=1"));
+    assert_int_equal(t->dropped, 0);
+    assert_true(t->best_us > 0 && t->heuristic_us > 0);
+    assert_non_null(strstr(r.first.kernel_path, ".decode"));
+    assert_int_equal(r.first.tuned, 1); /* the call after the tuning took the record */
+
+    c.tune = 0;
+    for (int32_t splits = 0; splits <= 3; splits += 3) { /* the record's, then the caller's */
+        c.desc.num_splits = splits;
+        assert_int_equal(fjh_run(ctx, &c, &r), FJ_OK);
+        assert_true(r.pass);
+        assert_int_equal(r.first.tuned, 1);
+    }
+    c.tune = 1;
+    c.desc.num_splits = 0;
+    assert_int_equal(fjh_run(ctx, &c, &r), FJ_OK);
+    assert_int_equal(r.tune.from_record, 1);
+    fj_context_destroy(ctx);
+
+    /* A config's splits name the plan's, and a bad count is refused by name. */
+    fj__variant v = {0};
+    fj__err err = {{0}};
+    assert_int_equal(fj__config_splits("stages=2,splits=16"), 16);
+    assert_int_equal(fj__config_splits("splits=3"), 3);
+    assert_int_equal(fj__config_splits("tile_n=64"), 0);
+    assert_int_equal(fj__apply_config(&v, "stages=2,splits=16", &err), 0);
+    assert_int_equal(fj__apply_config(&v, "splits=65", &err), -1);
+    assert_non_null(strstr(err.msg, "splits = 65"));
+}
+
 static void test_tune_rejects_bad_arguments(void **state)
 {
     (void)state;
@@ -345,6 +402,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_record_that_does_not_fit_is_ignored),
         cmocka_unit_test(test_failing_candidates_are_dropped),
         cmocka_unit_test(test_backward_tune_then_reuse),
+        cmocka_unit_test(test_decode_tune_then_reuse),
         cmocka_unit_test(test_tune_rejects_bad_arguments),
     };
     return cmocka_run_group_tests_name("tune", tests, setup, teardown);

@@ -1,6 +1,6 @@
-/* `flashjit tune`: tunes the forward kernel (and with --backward the backward's stages) over a
-** grid of shapes (by default FlashAttention's benchmark grid) and keeps the winners in the
-** cache. Buckets tuned before are skipped, so an interrupted run resumes where it stopped. */
+/* `flashjit tune`: tunes the forward kernel (and with --backward the backward's stages; with
+** --decode the decode plan: its kernel and key splits) over a grid of shapes (by default
+** FlashAttention's benchmark grid) and keeps the winners in the cache. Buckets tuned before are skipped, so an interrupted run resumes where it stopped. */
 #define _POSIX_C_SOURCE 200809L
 #include <getopt.h>
 #include <stdio.h>
@@ -28,7 +28,10 @@ static int tune_usage(FILE *f)
             "  --tokens N [16384] (batch = tokens / seqlen)   --hidden N [2048] (heads = hidden / "
             "d)\n"
             "  --backward   also the backward (fj_attention_backward_tune)\n"
-            "  --deterministic   the backward's deterministic plan (implies --backward)\n");
+            "  --deterministic   the backward's deterministic plan (implies --backward)\n"
+            "  --decode N   decode requests of N query rows a sequence (1 to 16; --seqlen is then\n"
+            "               the keys'), with --group G [1] query heads a kv head and --paged P\n"
+            "               [0] a paged KV cache of P-key pages: tunes the kernel and key splits\n");
     return 2;
 }
 
@@ -74,6 +77,9 @@ int fjt_tune_command(int argc, char **argv)
         O_HIDDEN,
         O_BACKWARD,
         O_DETERMINISTIC,
+        O_DECODE,
+        O_GROUP,
+        O_PAGED,
         O_HELP
     };
     static const struct option opts[] = {{"backend", required_argument, 0, O_BACKEND},
@@ -87,6 +93,9 @@ int fjt_tune_command(int argc, char **argv)
                                          {"hidden", required_argument, 0, O_HIDDEN},
                                          {"backward", no_argument, 0, O_BACKWARD},
                                          {"deterministic", no_argument, 0, O_DETERMINISTIC},
+                                         {"decode", required_argument, 0, O_DECODE},
+                                         {"group", required_argument, 0, O_GROUP},
+                                         {"paged", required_argument, 0, O_PAGED},
                                          {"help", no_argument, 0, O_HELP},
                                          {0, 0, 0, 0}};
     fj_context_options o;
@@ -95,7 +104,7 @@ int fjt_tune_command(int argc, char **argv)
     int64_t dims[MAX_LIST] = {64, 128, 256}, lens[MAX_LIST] = {512, 1024, 2048, 4096, 8192, 16384};
     int64_t causal[MAX_LIST] = {0, 1};
     int nd = 3, ns = 6, nc = 2, opt, backward = 0, deterministic = 0;
-    int64_t tokens = 16384, hidden = 2048, value = 0;
+    int64_t tokens = 16384, hidden = 2048, value = 0, decode = 0, group = 1, paged = 0;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (opt) {
@@ -137,17 +146,33 @@ int fjt_tune_command(int argc, char **argv)
             break;
         case O_BACKWARD: backward = 1; break;
         case O_DETERMINISTIC: backward = deterministic = 1; break;
+        case O_DECODE:
+            if (fjt_parse_int("decode", optarg, 1, FJ__DECODE_MAX_SEQLEN_Q, &decode))
+                return 2;
+            break;
+        case O_GROUP:
+            if (fjt_parse_int("group", optarg, 1, INT32_MAX, &group))
+                return 2;
+            break;
+        case O_PAGED:
+            if (fjt_parse_int("paged", optarg, 1, INT32_MAX, &paged))
+                return 2;
+            break;
         case O_HELP: tune_usage(stdout); return 0;
         default: return tune_usage(stderr);
         }
     }
+    if ((group > 1 || paged) && !decode)
+        return fprintf(stderr, "flashjit tune: --group and --paged go with --decode\n"), 2;
+    if (decode && backward)
+        return fprintf(stderr, "flashjit tune: --decode tunes forwards only (no --backward)\n"), 2;
     for (int a = 0; a < nd; a++)
-        if (hidden % dims[a] != 0)
+        if (hidden % dims[a] != 0 || (hidden / dims[a]) % group != 0)
             return fprintf(
                        stderr,
-                       "flashjit tune: --hidden %lld is not a multiple of --head-dim %lld (heads "
-                       "= hidden / head-dim)\n",
-                       (long long)hidden, (long long)dims[a]),
+                       "flashjit tune: --hidden %lld is not a multiple of --head-dim %lld times "
+                       "--group %lld (heads = hidden / head-dim, kv heads = heads / group)\n",
+                       (long long)hidden, (long long)dims[a], (long long)group),
                    2;
     fj_context *ctx = NULL;
     fj_status st = fj_context_create(&o, &ctx);
@@ -181,6 +206,11 @@ int fjt_tune_command(int argc, char **argv)
                 k.seqlen_q = k.seqlen_k = lens[s];
                 k.batch = tokens / lens[s] > 0 ? tokens / lens[s] : 1;
                 k.heads_q = k.heads_kv = hidden / dims[a];
+                if (decode) { /* a few query rows against lens[s] keys */
+                    k.seqlen_q = decode;
+                    k.heads_kv = k.heads_q / group;
+                    k.paged = (int)paged;
+                }
                 k.desc.causal = (int)causal[c];
                 k.with_lse = backward; /* the backward reads the forward's lse */
                 k.backward = backward;
