@@ -151,23 +151,13 @@ fj_attn_decode(
         const int head = head_kv * group + g / seqlen_q, row = q_first + g % seqlen_q;
         const float l = sm.l[r];
         const float o = l > 0.0f ? acc[e] * v_factor / l : 0.0f;
-% if partial then
-        GPTR(float, P.part.o)[split * P.part_so + batch * P.part.o_sb + (I64)row * P.part.o_ss +
-                              (I64)head * P.part.o_sh + c] = o;
-% else
-        O_STORE(out, batch * o_sb + (I64)row * o_ss + (I64)head * o_sh + c, o);
-% end
+% decode_store_out("o")
     }
     if (tid < ROWS && g0 + tid < rows) {
         const int g = g0 + tid;
         const int head = head_kv * group + g / seqlen_q, row = q_first + g % seqlen_q;
         const float l = sm.l[tid];
         const float x = l > 0.0f ? (sm.m[tid] + F_LOG2(l)) * F_LN2 : -F_INF;
-% if partial then
-        GPTR(float, P.part.l)[split * P.part_sl + batch * P.part.l_sb + (I64)head * P.part.l_sh +
-                              (I64)row * P.part.l_ss] = x;
-% elseif write_lse then
-        lse[batch * l_sb + (I64)head * l_sh + (I64)row * l_ss] = x;
-% end
+% decode_store_lse("x")
     }
 }

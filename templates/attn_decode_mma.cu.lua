@@ -283,22 +283,11 @@ fj_attn_decode(
     auto store_row = [&](int r, int c, float val, float m_log2, float sum) {
         const int pr = g0 + r;
         const int head = head_kv * qgroup + pr / seqlen_q, row = q_first + pr % seqlen_q;
-% if partial then
-        GPTR(float, P.part.o)[split * P.part_so + batch * P.part.o_sb + (I64)row * P.part.o_ss +
-                              (I64)head * P.part.o_sh + c] = val;
-% else
-        O_STORE(out, batch * o_sb + (I64)row * o_ss + (I64)head * o_sh + c, val);
-% end
+% decode_store_out("val")
         if (c == 0) {
             const float x = sum > 0.0f ? (m_log2 + lg2(sum)) * F_LN2 : NEG_INF;
-% if partial then
-            GPTR(float, P.part.l)[split * P.part_sl + batch * P.part.l_sb + (I64)head * P.part.l_sh +
-                                  (I64)row * P.part.l_ss] = x;
-% elseif write_lse then
-            lse[batch * l_sb + (I64)head * l_sh + (I64)row * l_ss] = x;
-% else
-            (void)x;
-% end
+            (void)x; /* not stored without lse */
+% decode_store_lse("x")
         }
     };
     row_sum[0] = quad_sum(row_sum[0]);

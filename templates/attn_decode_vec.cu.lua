@@ -242,20 +242,10 @@ fj_attn_decode(
             }
         const int head = head_kv * qgroup + g / seqlen_q, row = q_first + g % seqlen_q;
         const float val = sum > 0.0f ? o / sum : 0.0f;
-% if partial then
-        GPTR(float, P.part.o)[split * P.part_so + batch * P.part.o_sb + (I64)row * P.part.o_ss +
-                              (I64)head * P.part.o_sh + c] = val;
-% else
-        O_STORE(out, batch * o_sb + (I64)row * o_ss + (I64)head * o_sh + c, val);
-% end
+% decode_store_out("val")
         if (c == 0) {
             const float x = sum > 0.0f ? (mx + F_LOG2(sum)) * F_LN2 : -F_INF;
-% if partial then
-            GPTR(float, P.part.l)[split * P.part_sl + batch * P.part.l_sb + (I64)head * P.part.l_sh +
-                                  (I64)row * P.part.l_ss] = x;
-% elseif write_lse then
-            lse[batch * l_sb + (I64)head * l_sh + (I64)row * l_ss] = x;
-% end
+% decode_store_lse("x")
         }
     }
 }

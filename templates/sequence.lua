@@ -24,7 +24,11 @@
 % -- paged, PAGE_NUMBER(i) of the sequence's page i);
 % -- decode_sequence() goes after `batch` and head_kv are declared, and moves q, k and v to the
 % -- sequence (and kv head), declaring q_first and seqlen_q / seqlen_k; decode_split_keys(),
-% -- after it and `split`, declares shift and the keys [lo, hi] the split's rows may see.
+% -- after it and `split`, declares shift and the keys [lo, hi] the split's rows may see;
+% -- decode_store_out(val) and decode_store_lse(x) store element c of query head `head`, row
+% -- `row` (declared by the caller) of the output, and its natural-log log-sum-exp: with
+% -- `partial` the split's state in the workspace (P.part, split s at P.part_so / part_sl
+% -- elements further), else out and (write_lse) lse.
 % function decode_key_row()
 /* Where key `key` of the sequence starts in k or v (batch and head applied), given the tensor's
 ** batch (page) and row strides. Paged: PAGE_NUMBER(i) is the number of the sequence's page i,
@@ -70,5 +74,21 @@
         lo = I_MAX(lo, shift - window_left);
     if (window_right >= 0)
         hi = I_MIN(hi, seqlen_q - 1 + shift + window_right);
+%   end
+% end
+% function decode_store_out(val)
+%   if partial then
+        GPTR(float, P.part.o)[split * P.part_so + batch * P.part.o_sb + (I64)row * P.part.o_ss +
+                              (I64)head * P.part.o_sh + c] = ${val};
+%   else
+        O_STORE(out, batch * o_sb + (I64)row * o_ss + (I64)head * o_sh + c, ${val});
+%   end
+% end
+% function decode_store_lse(x)
+%   if partial then
+        GPTR(float, P.part.l)[split * P.part_sl + batch * P.part.l_sb + (I64)head * P.part.l_sh +
+                              (I64)row * P.part.l_ss] = ${x};
+%   elseif write_lse then
+        lse[batch * l_sb + (I64)head * l_sh + (I64)row * l_ss] = ${x};
 %   end
 % end

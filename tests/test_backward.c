@@ -260,15 +260,7 @@ static void test_tensor_core_tiles(void **state)
     if (strcmp(dev.arch, "sm_90a") != 0)
         return;
     /* The portable kernels on Hopper: a context made with the override. */
-    fj_context_options o;
-    fj_context_options_init(&o);
-    o.backend = FJ_BACKEND_CUDA;
-    o.cache_path = ":memory:";
-    fj_context *mma = NULL;
-    assert_int_equal(setenv("FLASHJIT_BWD_CONFIG", "path=mma", 1), 0);
-    const fj_status st = fj_context_create(&o, &mma);
-    unsetenv("FLASHJIT_BWD_CONFIG");
-    assert_int_equal(st, FJ_OK);
+    fj_context *mma = suite_context_with_env("FLASHJIT_BWD_CONFIG", "path=mma");
     for (size_t i = 0; i < n; i++)
         cases[i].desc.deterministic = (int32_t)(i % 2);
     run_cases_in(mma, cases, n, "cuda.bwd.mma");

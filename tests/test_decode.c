@@ -64,15 +64,7 @@ static void run_cases(void **state, const fjh_case *cases, size_t n, int want_de
     fj_context *ctx = suite_context(state);
     int failures = run_cases_in(ctx, cases, n, want_decode);
     if (FJ_TEST_BACKEND == FJ_BACKEND_CUDA) {
-        fj_context_options o;
-        fj_context_options_init(&o);
-        o.backend = FJ_BACKEND_CUDA;
-        o.cache_path = ":memory:";
-        fj_context *vec = NULL;
-        assert_int_equal(setenv("FLASHJIT_CONFIG", "path=vec", 1), 0);
-        const fj_status st = fj_context_create(&o, &vec);
-        unsetenv("FLASHJIT_CONFIG");
-        assert_int_equal(st, FJ_OK);
+        fj_context *vec = suite_context_with_env("FLASHJIT_CONFIG", "path=vec");
         printf("  with FLASHJIT_CONFIG=path=vec:\n");
         failures += run_cases_in(vec, cases, n, want_decode);
         fj_context_destroy(vec);

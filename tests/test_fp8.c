@@ -6,6 +6,7 @@
 ** are poisoned before the call and every element is checked. The host's FP8 conversions are
 ** checked against the formats' defining values first. Without a device of that backend the
 ** suite skips. */
+#define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>

@@ -5,6 +5,7 @@
 ** buffers' current contents: the queries are replaced between replays. The Driver API calls the
 ** test itself needs (streams and graphs) come from libcuda.so.1 through dlopen, as the library's.
 ** gpu label; without a CUDA device the suite skips. */
+#define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
 #include <math.h>
 #include <setjmp.h>

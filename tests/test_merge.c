@@ -3,6 +3,7 @@
 ** of them, in place; the merge of forward calls over split keys equals the forward over all keys;
 ** bad arguments are named. Outputs are poisoned first and the bytes around the views checked.
 ** Runs once per backend, like test_attention.c. */
+#define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>

@@ -195,6 +195,30 @@ static void test_classifier_plan_and_its_memo(void **state)
 
 /* A dense 16-bit backward request's features: b 2, 300 x 300, 8 / 2 heads, tensors in rows of
 ** 16-byte chunks. */
+/* The devices the plan tests ask the planner about: an H200 (sm_90a, 227 KiB of shared memory
+** a block), an sm_86 (99 KiB), an sm_75 and an OpenCL CPU device. */
+typedef struct planned_devices {
+    fj_device_info h200, sm86, sm75, cpu;
+} planned_devices;
+
+static planned_devices planned_device_set(void)
+{
+    planned_devices d;
+    d.h200 = (fj_device_info){.struct_size = sizeof(fj_device_info),
+                              .backend = FJ_BACKEND_CUDA,
+                              .arch = "sm_90a",
+                              .compute_units = 132,
+                              .local_memory = 227 << 10};
+    d.sm86 = d.sm75 = d.cpu = d.h200;
+    snprintf(d.sm86.arch, sizeof d.sm86.arch, "sm_86");
+    d.sm86.local_memory = 99 << 10;
+    snprintf(d.sm75.arch, sizeof d.sm75.arch, "sm_75");
+    d.cpu.backend = FJ_BACKEND_OPENCL;
+    snprintf(d.cpu.arch, sizeof d.cpu.arch, "opencl");
+    d.cpu.local_memory = 64 << 10;
+    return d;
+}
+
 static fj__features bwd_features(int64_t d, int64_t dv, fj_dtype dtype)
 {
     fj__features f;
@@ -231,18 +255,7 @@ static void stage_paths(const fj__plan *plan, char *buf, size_t size)
 static void test_backward_plans(void **state)
 {
     (void)state;
-    const fj_device_info h200 = {.struct_size = sizeof(fj_device_info),
-                                 .backend = FJ_BACKEND_CUDA,
-                                 .arch = "sm_90a",
-                                 .compute_units = 132,
-                                 .local_memory = 227 << 10};
-    fj_device_info sm86 = h200, sm75 = h200, cpu = h200;
-    snprintf(sm86.arch, sizeof sm86.arch, "sm_86");
-    sm86.local_memory = 99 << 10;
-    snprintf(sm75.arch, sizeof sm75.arch, "sm_75");
-    cpu.backend = FJ_BACKEND_OPENCL;
-    snprintf(cpu.arch, sizeof cpu.arch, "opencl");
-    cpu.local_memory = 64 << 10;
+    const planned_devices devs = planned_device_set();
     /* Deterministic: D, dk/dv (dK and dV apart above d + dv = 256), dq. Not: dq's f32 sum
     ** zeroed, D, dk/dv adding dq by atomics (with dK), dq cast from the sum. On sm_90a dk/dv
     ** and dq run on wgmma to d and dv 128. */
@@ -254,25 +267,25 @@ static void test_backward_plans(void **state)
         int deterministic;
         const char *paths;
     } cases[] = {
-        {128, 128, FJ_DTYPE_BF16, 0, &h200, 1, "simt,wgmma,wgmma"},
-        {128, 128, FJ_DTYPE_BF16, 0, &h200, 0, "memset,simt,wgmma,simt"},
-        {64, 64, FJ_DTYPE_F16, 4, &h200, 1, "classify,simt,wgmma,wgmma"},
-        {64, 64, FJ_DTYPE_F16, 4, &h200, 0, "memset,classify,simt,wgmma,simt"},
-        {256, 256, FJ_DTYPE_BF16, 0, &h200, 1, "simt,mma,mma,mma"}, /* dK, dV, dQ */
-        {256, 256, FJ_DTYPE_BF16, 0, &h200, 0, "memset,simt,mma,mma,simt"},
-        {192, 128, FJ_DTYPE_BF16, 0, &h200, 1, "simt,mma,mma,mma"},
-        {128, 128, FJ_DTYPE_F32, 0, &h200, 0, "simt,simt,simt"},
-        {128, 128, FJ_DTYPE_BF16, 1, &h200, 0, "simt,simt,simt,simt"},
-        {128, 128, FJ_DTYPE_BF16, 2, &h200, 0, "memset,simt,wgmma,simt"},
-        {128, 128, FJ_DTYPE_BF16, 2, &h200, 1, "simt,wgmma,wgmma"},
-        {96, 64, FJ_DTYPE_BF16, 0, &h200, 0, "memset,simt,wgmma,simt"}, /* padded to 128 / 64 */
-        {128, 128, FJ_DTYPE_BF16, 3, &h200, 0, "simt,simt,simt"},
-        {512, 512, FJ_DTYPE_BF16, 0, &h200, 0, "simt,simt,simt"},
-        {128, 128, FJ_DTYPE_BF16, 0, &sm86, 1, "simt,mma,mma"},
-        {256, 256, FJ_DTYPE_BF16, 0, &sm86, 1, "simt,mma,mma,mma"}, /* smaller tiles: 99 KiB */
-        {256, 256, FJ_DTYPE_BF16, 0, &sm86, 0, "memset,simt,mma,mma,simt"},
-        {128, 128, FJ_DTYPE_BF16, 0, &sm75, 0, "simt,simt,simt"},
-        {128, 128, FJ_DTYPE_BF16, 0, &cpu, 0, "simt,simt,simt"},
+        {128, 128, FJ_DTYPE_BF16, 0, &devs.h200, 1, "simt,wgmma,wgmma"},
+        {128, 128, FJ_DTYPE_BF16, 0, &devs.h200, 0, "memset,simt,wgmma,simt"},
+        {64, 64, FJ_DTYPE_F16, 4, &devs.h200, 1, "classify,simt,wgmma,wgmma"},
+        {64, 64, FJ_DTYPE_F16, 4, &devs.h200, 0, "memset,classify,simt,wgmma,simt"},
+        {256, 256, FJ_DTYPE_BF16, 0, &devs.h200, 1, "simt,mma,mma,mma"}, /* dK, dV, dQ */
+        {256, 256, FJ_DTYPE_BF16, 0, &devs.h200, 0, "memset,simt,mma,mma,simt"},
+        {192, 128, FJ_DTYPE_BF16, 0, &devs.h200, 1, "simt,mma,mma,mma"},
+        {128, 128, FJ_DTYPE_F32, 0, &devs.h200, 0, "simt,simt,simt"},
+        {128, 128, FJ_DTYPE_BF16, 1, &devs.h200, 0, "simt,simt,simt,simt"},
+        {128, 128, FJ_DTYPE_BF16, 2, &devs.h200, 0, "memset,simt,wgmma,simt"},
+        {128, 128, FJ_DTYPE_BF16, 2, &devs.h200, 1, "simt,wgmma,wgmma"},
+        {96, 64, FJ_DTYPE_BF16, 0, &devs.h200, 0, "memset,simt,wgmma,simt"}, /* padded to 128 / 64 */
+        {128, 128, FJ_DTYPE_BF16, 3, &devs.h200, 0, "simt,simt,simt"},
+        {512, 512, FJ_DTYPE_BF16, 0, &devs.h200, 0, "simt,simt,simt"},
+        {128, 128, FJ_DTYPE_BF16, 0, &devs.sm86, 1, "simt,mma,mma"},
+        {256, 256, FJ_DTYPE_BF16, 0, &devs.sm86, 1, "simt,mma,mma,mma"}, /* smaller tiles: 99 KiB */
+        {256, 256, FJ_DTYPE_BF16, 0, &devs.sm86, 0, "memset,simt,mma,mma,simt"},
+        {128, 128, FJ_DTYPE_BF16, 0, &devs.sm75, 0, "simt,simt,simt"},
+        {128, 128, FJ_DTYPE_BF16, 0, &devs.cpu, 0, "simt,simt,simt"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fj__features f = bwd_features(cases[i].d, cases[i].dv, cases[i].dtype);
@@ -375,18 +388,7 @@ static void test_backward_plans(void **state)
 static void test_decode_plans(void **state)
 {
     (void)state;
-    const fj_device_info h200 = {.struct_size = sizeof(fj_device_info),
-                                 .backend = FJ_BACKEND_CUDA,
-                                 .arch = "sm_90a",
-                                 .compute_units = 132,
-                                 .local_memory = 227 << 10};
-    fj_device_info sm86 = h200, sm75 = h200, cpu = h200;
-    snprintf(sm86.arch, sizeof sm86.arch, "sm_86");
-    sm86.local_memory = 99 << 10;
-    snprintf(sm75.arch, sizeof sm75.arch, "sm_75");
-    cpu.backend = FJ_BACKEND_OPENCL;
-    snprintf(cpu.arch, sizeof cpu.arch, "opencl");
-    cpu.local_memory = 64 << 10;
+    const planned_devices devs = planned_device_set();
     const struct {
         int64_t d, sq, group;
         fj_dtype dtype;
@@ -394,22 +396,22 @@ static void test_decode_plans(void **state)
         const char *config;
         int path, tile_m, stages;
     } cases[] = {
-        {128, 1, 4, FJ_DTYPE_BF16, &h200, NULL, FJ__PATH_MMA, 16, 4},
-        {128, 4, 4, FJ_DTYPE_F16, &h200, NULL, FJ__PATH_MMA, 16, 4},
-        {128, 5, 6, FJ_DTYPE_BF16, &h200, NULL, FJ__PATH_MMA, 32, 4},
-        {64, 16, 8, FJ_DTYPE_BF16, &h200, NULL, FJ__PATH_MMA, 64, 4},
-        {256, 1, 8, FJ_DTYPE_BF16, &h200, NULL, FJ__PATH_MMA, 16, 3}, /* 4 do not fit */
-        {128, 1, 4, FJ_DTYPE_BF16, &h200, "path=vec", FJ__PATH_VECTOR, 4, 3},
-        {128, 1, 4, FJ_DTYPE_BF16, &h200, "stages=5", FJ__PATH_MMA, 16, 5},
-        {128, 1, 4, FJ_DTYPE_BF16, &h200, "tile_n=128,stages=2", FJ__PATH_MMA, 16, 2},
-        {128, 1, 4, FJ_DTYPE_BF16, &h200, "tile_n=128,stages=5", FJ__PATH_MMA, 16, 4}, /* 344 KiB */
-        {128, 1, 4, FJ_DTYPE_BF16, &h200, "tile_n=16", FJ__PATH_MMA, 16, 4}, /* 4 warps: 64+ */
-        {128, 1, 4, FJ_DTYPE_BF16, &sm86, NULL, FJ__PATH_MMA, 16, 2},
-        {256, 1, 4, FJ_DTYPE_BF16, &sm86, NULL, FJ__PATH_VECTOR, 4, 3}, /* 99 KiB */
-        {128, 1, 4, FJ_DTYPE_BF16, &sm75, NULL, FJ__PATH_VECTOR, 4, 3},
-        {128, 1, 4, FJ_DTYPE_BF16, &h200, "paged", FJ__PATH_MMA, 16, 3}, /* two blocks an SM */
-        {128, 1, 4, FJ_DTYPE_F32, &h200, NULL, FJ__PATH_SIMT, 4, 0},
-        {128, 1, 4, FJ_DTYPE_BF16, &cpu, NULL, FJ__PATH_SIMT, 4, 0},
+        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, NULL, FJ__PATH_MMA, 16, 4},
+        {128, 4, 4, FJ_DTYPE_F16, &devs.h200, NULL, FJ__PATH_MMA, 16, 4},
+        {128, 5, 6, FJ_DTYPE_BF16, &devs.h200, NULL, FJ__PATH_MMA, 32, 4},
+        {64, 16, 8, FJ_DTYPE_BF16, &devs.h200, NULL, FJ__PATH_MMA, 64, 4},
+        {256, 1, 8, FJ_DTYPE_BF16, &devs.h200, NULL, FJ__PATH_MMA, 16, 3}, /* 4 do not fit */
+        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "path=vec", FJ__PATH_VECTOR, 4, 3},
+        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "stages=5", FJ__PATH_MMA, 16, 5},
+        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "tile_n=128,stages=2", FJ__PATH_MMA, 16, 2},
+        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "tile_n=128,stages=5", FJ__PATH_MMA, 16, 4}, /* 344 KiB */
+        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "tile_n=16", FJ__PATH_MMA, 16, 4}, /* 4 warps: 64+ */
+        {128, 1, 4, FJ_DTYPE_BF16, &devs.sm86, NULL, FJ__PATH_MMA, 16, 2},
+        {256, 1, 4, FJ_DTYPE_BF16, &devs.sm86, NULL, FJ__PATH_VECTOR, 4, 3}, /* 99 KiB */
+        {128, 1, 4, FJ_DTYPE_BF16, &devs.sm75, NULL, FJ__PATH_VECTOR, 4, 3},
+        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "paged", FJ__PATH_MMA, 16, 3}, /* two blocks an SM */
+        {128, 1, 4, FJ_DTYPE_F32, &devs.h200, NULL, FJ__PATH_SIMT, 4, 0},
+        {128, 1, 4, FJ_DTYPE_BF16, &devs.cpu, NULL, FJ__PATH_SIMT, 4, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fj__features f = bwd_features(cases[i].d, cases[i].d, cases[i].dtype);
