@@ -16,8 +16,8 @@
 % -- 16, 32 or 64 packed rows), tile_n (BN keys a tile, KPW = BN / KWARPS a multiple of 16),
 % -- stages (the ring's tiles), q_in_regs (the query fragments stay in registers across the walk,
 % -- else they are read from shared memory a tile at a time: large head dims), shared_bytes
-% -- (the host's fj__variant_shared_bytes), ctas_per_sm (blocks per SM the registers must allow;
-% -- 0 for no bound).
+% -- (the host's fj__variant_shared_bytes), ctas_per_sm (the blocks an SM holds, which the
+% -- registers must allow: the plan's from shared memory, fj__decode_mma_residency; 0 no bound).
 % assert(backend == "cuda", "attn_decode_mma is a CUDA kernel")
 % assert(threads == 128, "attn_decode_mma: 128 threads per block")
 % assert(tile_m == 16 or tile_m == 32 or tile_m == 64, "attn_decode_mma: 16, 32 or 64 packed rows per block")
