@@ -102,6 +102,21 @@ typedef struct fj_tensor {
 } fj_tensor;
 
 /* Options of a context. */
+/* Device memory for a context's workspaces from the caller (a framework's caching allocator, a
+** memory pool) instead of the backend's own allocations. alloc(user, bytes, stream) returns
+** `bytes` of device memory for work on `stream` (CUDA: a device pointer; OpenCL: memory from
+** fj_malloc() on the same context), or NULL, and the call that needed it then fails with
+** FJ_ERR_OUT_OF_MEMORY; free(user, ptr, bytes, stream) takes back what alloc gave, once the work
+** queued on `stream` that may read it has finished, or when the context is destroyed (which
+** the caller does once the work on its streams has finished). A context allocates a workspace only when a call needs more than its stream
+** already holds (the first call of a kind on a stream), never during graph capture. Both
+** functions set, or neither (the backend's own allocations). */
+typedef struct fj_allocator {
+    void *(*alloc)(void *user, size_t bytes, void *stream);
+    void (*free)(void *user, void *ptr, size_t bytes, void *stream);
+    void *user;
+} fj_allocator;
+
 typedef struct fj_context_options {
     size_t struct_size;      /* sizeof(fj_context_options), set by fj_context_options_init() */
     fj_backend_kind backend; /* default FJ_BACKEND_AUTO */
@@ -122,6 +137,8 @@ typedef struct fj_context_options {
     ** can supply kernels. Without, shipped caches are trusted as they are: a cache holds code
     ** that runs on the device, so ship signed caches and pass your key. */
     const char *const *trusted_keys;
+    /* Added after the first versions (whose struct_size is still accepted): */
+    fj_allocator allocator; /* workspaces' memory; all NULL: the backend's own */
 } fj_context_options;
 
 /* When flashjit measures tile configurations itself. Tuned results are kept in the cache per

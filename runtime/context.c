@@ -99,7 +99,7 @@ fj_status fj_context_create(const fj_context_options *opts, fj_context **out)
     if (opts) {
 #define END(f) FJ__FIELD_END(fj_context_options, f)
         static const size_t ends[] = {END(cache_path), END(shipped_caches), END(cache_readonly),
-                                      END(tune), END(trusted_keys)};
+                                      END(tune), END(trusted_keys), END(allocator)};
 #undef END
         if (opts->struct_size < FJ__OPTIONS_V1_SIZE || opts->struct_size > sizeof o ||
             !fj__size_on_field_end(opts->struct_size, ends, (int)(sizeof ends / sizeof ends[0]),
@@ -136,6 +136,10 @@ fj_status fj_context_create(const fj_context_options *opts, fj_context **out)
                     ? "opts.trusted_keys[%d]: at most 16 keys"
                     : "opts.trusted_keys[%d] is not an Ed25519 public key (64 hex digits)",
                 ntrusted);
+    if (!o.allocator.alloc != !o.allocator.free)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                        "opts.allocator: alloc and free are both set or both NULL (%s is NULL)",
+                        o.allocator.alloc ? "free" : "alloc");
     if (o.tune != FJ_TUNE_NEVER && o.tune != FJ_TUNE_ON_MISS)
         return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
                         "opts.tune = %d, expected FJ_TUNE_NEVER or FJ_TUNE_ON_MISS", (int)o.tune);

@@ -4,6 +4,28 @@
 
 #include "context.h"
 
+/* An arena's memory: from the caller's allocator (fj_context_options.allocator) where set,
+** else the backend's. */
+static fj_status arena_alloc(fj_context *ctx, fj__arena *a, size_t bytes)
+{
+    const fj_allocator *al = &ctx->opts.allocator;
+    if (!al->alloc)
+        return ctx->ops->mem_alloc(ctx->backend, bytes, &a->mem);
+    a->mem = al->alloc(al->user, bytes, a->stream);
+    return a->mem ? FJ_OK : FJ_ERR_OUT_OF_MEMORY;
+}
+
+/* Frees arena a's memory (the work that may read it, its stream's, has finished). */
+static void arena_free(fj_context *ctx, fj__arena *a)
+{
+    const fj_allocator *al = &ctx->opts.allocator;
+    if (al->free)
+        al->free(al->user, a->mem, a->bytes, a->stream);
+    else
+        ctx->ops->mem_free(ctx->backend, a->mem);
+    a->mem = NULL;
+}
+
 /* The arena of stream, holding at least bytes; a new stream takes a free slot, or the oldest
 ** one's. Growing or taking over an arena frees its old memory after the work that may still use
 ** it (its stream's) has finished. */
@@ -30,7 +52,7 @@ static fj_status arena_for(fj_context *ctx, void *stream, size_t bytes, fj__aren
         }
         if (a->mem) {
             ctx->ops->synchronize(ctx->backend, a->stream);
-            ctx->ops->mem_free(ctx->backend, a->mem);
+            arena_free(ctx, a);
         }
         memset(a, 0, sizeof *a);
         a->stream = stream;
@@ -38,12 +60,11 @@ static fj_status arena_for(fj_context *ctx, void *stream, size_t bytes, fj__aren
     if (a->bytes < bytes) {
         if (a->mem) {
             ctx->ops->synchronize(ctx->backend, stream);
-            ctx->ops->mem_free(ctx->backend, a->mem);
+            arena_free(ctx, a);
         }
-        a->mem = NULL;
         a->bytes = 0;
         a->memo_valid = 0;
-        fj_status st = ctx->ops->mem_alloc(ctx->backend, bytes, &a->mem);
+        fj_status st = arena_alloc(ctx, a, bytes);
         if (st != FJ_OK) {
             a->mem = NULL;
             return fj__fail(&ctx->err, st, "cannot allocate a %zu-byte workspace", bytes);
@@ -58,7 +79,7 @@ void fj__arenas_release(fj_context *ctx)
 {
     for (int i = 0; i < ctx->narenas; i++)
         if (ctx->arenas[i].mem)
-            ctx->ops->mem_free(ctx->backend, ctx->arenas[i].mem);
+            arena_free(ctx, &ctx->arenas[i]);
     ctx->narenas = 0;
 }
 

@@ -75,6 +75,38 @@ for dtype, causal, (b, sq, sk, hq, hkv, d, dv) in [
           f"hkv{hkv} d{d} dv{dv}", ok and lse_err < 1e-3 and out.dtype == dtype,
           f"err {err:.3g} ({bar}), lse {lse_err:.3g}, {ctx.last_call()['kernel_path']}")
 
+# The caller's allocator for workspaces (flashjit.torch passes PyTorch's caching allocator):
+# here the library's own fj_malloc on that context, counted. A split decode takes its partial
+# states from it, gives them back when the context goes, and equals the plain context's result.
+import ctypes  # noqa: E402
+
+held = {}
+owner = {}  # the context's library and handle (not the context: del must destroy it)
+
+
+def ws_alloc(nbytes, stream):
+    ptr = ctypes.c_void_p()
+    if owner["lib"].fj_malloc(owner["handle"], nbytes, ctypes.byref(ptr)) != 0:
+        return 0
+    held[ptr.value] = nbytes
+    return ptr.value
+
+
+def ws_free(ptr, nbytes, stream):
+    assert held.pop(ptr) == nbytes
+    owner["lib"].fj_free(owner["handle"], ctypes.c_void_p(ptr))
+
+
+actx = flashjit.Context(backend=backend, cache_path=":memory:", allocator=(ws_alloc, ws_free))
+owner.update(lib=actx.lib, handle=actx.handle)
+q, k = rand(2, 1, 8, 32), rand(2, 700, 2, 32)
+out_alloc = actx.forward(q, k, k, num_splits=4)
+took = dict(held)
+out_plain = ctx.forward(q, k, k, num_splits=4)
+del actx  # destroys the context, which gives its workspace back
+check("workspaces from the caller's allocator", len(took) == 1 and not held and
+      np.array_equal(out_alloc, out_plain), f"{len(took)} taken, {len(held)} not given back")
+
 # Strided views: [b, h, s, d] storage passed as [b, s, h, d] (DLPack strides).
 qh, kh, vh = rand(2, 4, 33, 16), rand(2, 2, 45, 16), rand(2, 2, 45, 16)
 q, k, v = (x.transpose(0, 2, 1, 3) for x in (qh, kh, vh))

@@ -268,6 +268,123 @@ static void test_opencl_tensors_must_be_context_memory(void **state)
                      FJ_ERR_INVALID_ARGUMENT);
 }
 
+/* The caller's allocator (fj_context_options.allocator) for workspaces: here fj_malloc on the
+** same context, counted; fail makes it return NULL. */
+typedef struct counted_allocator {
+    fj_context *ctx;
+    int allocs, frees, fail;
+    size_t live;
+} counted_allocator;
+
+static void *counted_alloc(void *user, size_t bytes, void *stream)
+{
+    (void)stream;
+    counted_allocator *c = user;
+    void *p = NULL;
+    if (c->fail || fj_malloc(c->ctx, bytes, &p) != FJ_OK)
+        return NULL;
+    c->allocs++;
+    c->live += bytes;
+    return p;
+}
+
+static void counted_free(void *user, void *ptr, size_t bytes, void *stream)
+{
+    (void)stream;
+    counted_allocator *c = user;
+    assert_int_equal(fj_free(c->ctx, ptr), FJ_OK);
+    c->frees++;
+    c->live -= bytes;
+}
+
+/* A split decode (its partial states are a workspace) on a context with and without the
+** caller's allocator: the workspace comes from it and goes back to it, the outputs are equal
+** bit for bit, an allocator that fails makes the call fail by name, and half an allocator is
+** refused. */
+static void test_caller_allocator_for_workspaces(void **state)
+{
+    (void)state;
+    fj_context_options o;
+    fj_context_options_init(&o);
+    o.backend = FJ_BACKEND_OPENCL;
+    o.cache_path = ":memory:";
+    counted_allocator c = {0};
+    o.allocator = (fj_allocator){.alloc = counted_alloc, .free = counted_free, .user = &c};
+    fj_context *ctx = NULL, *plain = NULL;
+    if (fj_context_create(&o, &ctx) != FJ_OK)
+        skip();
+    c.ctx = ctx;
+    o.allocator = (fj_allocator){0};
+    assert_int_equal(fj_context_create(&o, &plain), FJ_OK);
+
+    enum { SK = 600, HQ = 4, D = 16 };
+    static float host_q[HQ * D], host_kv[SK * D], out[2][HQ * D];
+    unsigned s = 12345u;
+    for (int i = 0; i < HQ * D; i++)
+        host_q[i] = (float)((s = s * 1103515245u + 12345u) >> 9) / (1u << 23) - 0.5f;
+    for (int i = 0; i < SK * D; i++)
+        host_kv[i] = (float)((s = s * 1103515245u + 12345u) >> 9) / (1u << 23) - 0.5f;
+    fj_context *ctxs[2] = {ctx, plain};
+    for (int i = 0; i < 2; i++) {
+        void *mem = NULL;
+        const size_t qb = sizeof host_q, kb = sizeof host_kv;
+        assert_int_equal(fj_malloc(ctxs[i], 2 * qb + kb, &mem), FJ_OK);
+        assert_int_equal(fj_memcpy_h2d(ctxs[i], mem, host_q, qb), FJ_OK);
+        assert_int_equal(fj_memcpy_h2d(ctxs[i], (char *)mem + qb, host_kv, kb), FJ_OK);
+        fj_tensor q = {.data = mem, .dtype = FJ_DTYPE_F32, .ndim = 4, .shape = {1, 1, HQ, D},
+                       .stride = {HQ * D, HQ * D, D, 1}};
+        fj_tensor kv = {.data = (char *)mem + qb, .dtype = FJ_DTYPE_F32, .ndim = 4,
+                        .shape = {1, SK, 1, D}, .stride = {SK * D, D, D, 1}};
+        fj_tensor o_t = q;
+        o_t.data = (char *)mem + qb + kb;
+        fj_attention_desc d;
+        fj_attention_desc_init(&d);
+        d.num_splits = 4;
+        assert_int_equal(fj_attention_forward(ctxs[i], &d, &q, &kv, &kv, &o_t, NULL, NULL), FJ_OK);
+        assert_int_equal(fj_memcpy_d2h(ctxs[i], out[i], o_t.data, qb), FJ_OK);
+        fj_call_info info = {.struct_size = sizeof info};
+        assert_int_equal(fj_context_last_call(ctxs[i], &info), FJ_OK);
+        assert_non_null(strstr(info.kernel_path, "decode"));
+        assert_true(info.workspace_bytes > 0);
+        assert_int_equal(fj_free(ctxs[i], mem), FJ_OK);
+    }
+    assert_memory_equal(out[0], out[1], sizeof out[0]);
+    assert_int_equal(c.allocs, 1);
+    assert_int_equal(c.frees, 0);
+    fj_context_destroy(ctx);
+    assert_int_equal(c.frees, 1); /* handed back with the context */
+    assert_int_equal(c.live, 0);
+    fj_context_destroy(plain);
+
+    /* An allocator that fails: the call says so. */
+    counted_allocator none = {.fail = 1};
+    o.allocator = (fj_allocator){.alloc = counted_alloc, .free = counted_free, .user = &none};
+    assert_int_equal(fj_context_create(&o, &ctx), FJ_OK);
+    none.ctx = ctx;
+    void *mem = NULL;
+    assert_int_equal(fj_malloc(ctx, 64 * 1024, &mem), FJ_OK);
+    fj_tensor q = {.data = mem, .dtype = FJ_DTYPE_F32, .ndim = 4, .shape = {1, 1, HQ, D},
+                   .stride = {HQ * D, HQ * D, D, 1}};
+    fj_tensor kv = {.data = (char *)mem + 1024, .dtype = FJ_DTYPE_F32, .ndim = 4,
+                    .shape = {1, 500, 1, D}, .stride = {500 * D, D, D, 1}};
+    fj_tensor o_t = q;
+    o_t.data = (char *)mem + 512;
+    fj_attention_desc d;
+    fj_attention_desc_init(&d);
+    d.num_splits = 2;
+    assert_int_equal(fj_attention_forward(ctx, &d, &q, &kv, &kv, &o_t, NULL, NULL),
+                     FJ_ERR_OUT_OF_MEMORY);
+    assert_non_null(strstr(fj_context_last_error(ctx), "workspace"));
+    assert_int_equal(fj_free(ctx, mem), FJ_OK);
+    fj_context_destroy(ctx);
+    assert_int_equal(none.frees, 0);
+
+    /* Half an allocator is refused by name. */
+    o.allocator = (fj_allocator){.alloc = counted_alloc};
+    assert_int_equal(fj_context_create(&o, &ctx), FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_last_create_error(), "opts.allocator"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -278,6 +395,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_expressions_are_rejected, setup, teardown),
         cmocka_unit_test_setup_teardown(test_opencl_tensors_must_be_context_memory, setup,
                                         teardown),
+        cmocka_unit_test(test_caller_allocator_for_workspaces),
     };
     return cmocka_run_group_tests_name("public_api", tests, NULL, NULL);
 }

@@ -90,6 +90,26 @@ class _Prepared:
         return self.fn(handle, *self.args, None if stream is None else ctypes.c_void_p(stream))
 
 
+def _allocator_of(alloc, free):
+    """An fj_allocator calling alloc(nbytes, stream) and free(ptr, nbytes, stream); an exception
+    in alloc is a failed allocation (NULL: the call fails with FJ_ERR_OUT_OF_MEMORY), one in
+    free a warning. The callbacks live as long as the structure (kept by the context)."""
+    def c_alloc(user, nbytes, stream):
+        try:
+            return alloc(nbytes, stream or 0) or None
+        except Exception as e:  # noqa: BLE001 -- reported, then NULL back to the library
+            warnings.warn(f"flashjit: the workspace allocator failed: {e!r}", RuntimeWarning)
+            return None
+
+    def c_free(user, ptr, nbytes, stream):
+        try:
+            free(ptr, nbytes, stream or 0)
+        except Exception as e:  # noqa: BLE001 -- the library cannot act on it (at exit, say)
+            warnings.warn(f"flashjit: giving a workspace back failed: {e!r}", RuntimeWarning)
+
+    return _lib.Allocator(_lib.ALLOC_FN(c_alloc), _lib.FREE_FN(c_free), None)
+
+
 def _address(struct):
     """A ctypes structure's address as an argument of an unchecked function (see _lib.load)."""
     return ctypes.c_void_p(ctypes.addressof(struct))
@@ -97,11 +117,14 @@ def _address(struct):
 
 class Context:
     def __init__(self, backend="auto", device=0, cache_path=None, shipped_caches=(),
-                 trusted_keys=(), lib=None):
+                 trusted_keys=(), lib=None, allocator=None):
         """backend: "auto" (CUDA where usable, else OpenCL), "cuda" or "opencl"; cache_path:
         the kernel cache file (None: the default location, ":memory:": none); shipped_caches:
         read-only cache files consulted after the user cache; trusted_keys: Ed25519 public keys
-        (hex) one of which must have signed each shipped cache."""
+        (hex) one of which must have signed each shipped cache; allocator: a pair of callables
+        (alloc(nbytes, stream) -> device pointer as an int, 0 on failure; free(ptr, nbytes,
+        stream)) that the context's workspaces come from (see fj_allocator; flashjit.torch
+        passes PyTorch's caching allocator), None: the backend's own allocations."""
         if backend not in _lib.BACKENDS:
             raise InvalidArgument(f"backend = {backend!r}, expected one of "
                                   f"{', '.join(_lib.BACKENDS)}")
@@ -121,6 +144,8 @@ class Context:
             opts.shipped_caches = shipped
         if trusted_keys:
             opts.trusted_keys = keys
+        if allocator is not None:
+            opts.allocator = self._allocator = _allocator_of(*allocator)
         handle = ctypes.c_void_p()
         st = self.lib.fj_context_create(ctypes.byref(opts), ctypes.byref(handle))
         if st != 0:

@@ -16,12 +16,22 @@ class Tensor(ctypes.Structure):
                 ("shape", ctypes.c_int64 * 4), ("stride", ctypes.c_int64 * 4)]
 
 
+# fj_allocator's functions: alloc(user, bytes, stream) -> pointer, free(user, ptr, bytes, stream).
+ALLOC_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
+FREE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                           ctypes.c_void_p)
+
+
+class Allocator(ctypes.Structure):
+    _fields_ = [("alloc", ALLOC_FN), ("free", FREE_FN), ("user", ctypes.c_void_p)]
+
+
 class ContextOptions(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_size_t), ("backend", ctypes.c_int),
                 ("device", ctypes.c_int32), ("cache_path", ctypes.c_char_p),
                 ("shipped_caches", ctypes.POINTER(ctypes.c_char_p)),
                 ("cache_readonly", ctypes.c_int32), ("tune", ctypes.c_int32),
-                ("trusted_keys", ctypes.POINTER(ctypes.c_char_p))]
+                ("trusted_keys", ctypes.POINTER(ctypes.c_char_p)), ("allocator", Allocator)]
 
 
 class AttentionDesc(ctypes.Structure):

@@ -15,6 +15,7 @@ backend (CUDA if usable, else OpenCL), copied to its device and back. Gradients 
 v (through score_mod by its generated derivative) and a float bias (summed over what it
 broadcasts); masks, mod_args and the other terms get none.
 """
+import sys
 from typing import List, Optional, Tuple
 
 import torch
@@ -36,12 +37,25 @@ def context(device=None):
         if device.type == "cuda":
             with torch.cuda.device(device):  # the library adopts PyTorch's context
                 torch.cuda.init()
-                _contexts[key] = Context(backend="cuda", device=device.index)
+                _contexts[key] = Context(backend="cuda", device=device.index,
+                                         allocator=_caching_allocator(device.index))
         elif device.type == "cpu":
             _contexts[key] = Context(backend="auto")
         else:
             raise InvalidArgument(f"tensors on {device}: flashjit serves cuda and cpu tensors")
     return _contexts[key]
+
+
+def _caching_allocator(index):
+    """The context's workspaces from PyTorch's caching allocator, on the stream of the call."""
+    def alloc(nbytes, stream):
+        return torch.cuda.caching_allocator_alloc(nbytes, device=index, stream=stream)
+
+    def free(ptr, nbytes, stream):
+        if not sys.is_finalizing():  # at exit the process's memory goes with it
+            torch.cuda.caching_allocator_delete(ptr)
+
+    return alloc, free
 
 
 def _last_dim_contiguous(x):
