@@ -2,7 +2,8 @@
 against float64 references computed here. Forward (f32, f16; causal, GQA, odd sizes, strided
 [b, h, s, d] views, lse), the backward against analytic gradients (also through a score_mod,
 with the bias's gradient), the merge of two key halves against the whole, block classes
-built once and used, and errors raised as the right FlashjitError subclass naming the field.
+built once and used, workspaces from the caller's allocator, tuning a paged decode, and errors
+raised as the right FlashjitError subclass naming the field.
 Usage: python tests/python_api.py [backend]   (default opencl; exits 77 without a device)"""
 import sys
 
@@ -106,6 +107,23 @@ out_plain = ctx.forward(q, k, k, num_splits=4)
 del actx  # destroys the context, which gives its workspace back
 check("workspaces from the caller's allocator", len(took) == 1 and not held and
       np.array_equal(out_alloc, out_plain), f"{len(took)} taken, {len(held)} not given back")
+
+# Tuning a paged decode's bucket (kernel and key splits) from Python: measured once, then the
+# record; the call after it takes the record.
+tctx = flashjit.Context(backend=backend, cache_path=":memory:")
+kc = rand(40, 16, 2, 32)
+table = rng.permutation(40).astype(np.int32).reshape(2, 20)
+used = np.array([300, 170], np.int32)
+q = rand(2, 1, 8, 32)
+paged = dict(page_table=table, seqused_k=used, max_seqlen_k=320)
+first = tctx.tune(q, kc, kc, **paged)
+again = tctx.tune(q, kc, kc, **paged)
+out = tctx.forward(q, kc, kc, **paged)
+check("tune a paged decode", not first["from_record"] and first["candidates"] > 1 and
+      first["bucket"].startswith("dec.") and again["from_record"] and
+      again["best_config"] == first["best_config"] and tctx.last_call()["tuned"] == 1,
+      f"{first['bucket']}: {first['candidates']} candidates, best {first['best_config']}")
+del tctx
 
 # Strided views: [b, h, s, d] storage passed as [b, s, h, d] (DLPack strides).
 qh, kh, vh = rand(2, 4, 33, 16), rand(2, 2, 45, 16), rand(2, 2, 45, 16)

@@ -256,6 +256,38 @@ class Context:
                   stream)
         return out
 
+    def tune(self, q, k, v, out=None, lse=None, causal=False, window=(-1, -1), softcap=0.0,
+             scale=0.0, mask_mod=None, score_mod=None, mod_args=None, alibi_slopes=None,
+             bias=None, mask=None, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None,
+             max_seqlen_q=0, max_seqlen_k=0, mask_ranges=None, block_mask=None, num_splits=0,
+             page_table=None, stream=None):
+        """Tunes the shape bucket of this forward (see fj_attention_tune; a decode's: its kernel
+        and key splits), running the candidates on these arrays (out and lse are overwritten),
+        and keeps the winner in the context's cache, where later calls of the bucket find it.
+        Takes seconds; a bucket tuned before returns its record at once. Returns a dict:
+        from_record, candidates, dropped, heuristic_us, best_us, best_config, bucket."""
+        if out is None:
+            out = empty_like(q, tuple(q.shape[:-1]) + (v.shape[-1],), name="q")
+        if stream is None and self.backend == "cuda":
+            stream = self._stream(q)
+        else:
+            stream = getattr(stream, "cuda_stream", getattr(stream, "value", stream))
+        result = _lib.TuneResult()
+        result.struct_size = ctypes.sizeof(result)
+        with Call(self) as call:
+            prepared = _Prepared(call, "fj_attention_tune", _FORWARD, (q, k, v, out, lse),
+                                 (causal, tuple(window), softcap, scale, mask_mod, score_mod,
+                                  num_splits, False, max_seqlen_q, max_seqlen_k),
+                                 (alibi_slopes, bias, mask, cu_seqlens_q, cu_seqlens_k, seqused_k,
+                                  mask_ranges, block_mask, page_table, None, mod_args))
+            self.check(prepared.fn(self.handle, *prepared.args,
+                                   None if stream is None else ctypes.c_void_p(stream),
+                                   ctypes.byref(result)))
+        return dict(from_record=bool(result.from_record), candidates=result.candidates,
+                    dropped=result.dropped, heuristic_us=result.heuristic_us,
+                    best_us=result.best_us, best_config=result.best_config.decode(),
+                    bucket=result.bucket.decode())
+
     def backward(self, q, k, v, out, dout, lse, dq=None, dk=None, dv=None, causal=False,
                  window=(-1, -1), softcap=0.0, scale=0.0, mask_mod=None, score_mod=None,
                  mod_args=None, alibi_slopes=None, bias=None, mask=None, cu_seqlens_q=None,

@@ -61,6 +61,13 @@ class CallInfo(ctypes.Structure):
                 ("tuned", ctypes.c_int32), ("workspace_bytes", ctypes.c_uint64)]
 
 
+class TuneResult(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("from_record", ctypes.c_int32),
+                ("candidates", ctypes.c_int32), ("dropped", ctypes.c_int32),
+                ("heuristic_us", ctypes.c_double), ("best_us", ctypes.c_double),
+                ("best_config", ctypes.c_char * 128), ("bucket", ctypes.c_char * 256)]
+
+
 class DeviceInfo(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_size_t), ("backend", ctypes.c_int),
                 ("index", ctypes.c_int32), ("compute_units", ctypes.c_int32),
@@ -115,6 +122,8 @@ def load(path=None):
                                  [ctypes.c_void_p]),
         "fj_attention_backward": (ctypes.c_int, [ctypes.c_void_p, P(AttentionDesc)] + [T] * 9 +
                                   [ctypes.c_void_p]),
+        "fj_attention_tune": (ctypes.c_int, [ctypes.c_void_p, P(AttentionDesc)] + [T] * 5 +
+                              [ctypes.c_void_p, P(TuneResult)]),
         "fj_attention_merge": (ctypes.c_int, [ctypes.c_void_p, T, T, ctypes.c_int32, T, T,
                                               ctypes.c_void_p]),
         "fj_kv_cache_append": (ctypes.c_int, [ctypes.c_void_p] + [T] * 6 + [ctypes.c_void_p]),
@@ -136,7 +145,7 @@ def load(path=None):
     # every argument a ctypes pointer-sized object or None, which the caller makes sure of.
     lib.unchecked = {}
     for name in ("fj_attention_forward", "fj_attention_backward", "fj_kv_cache_append",
-                 "fj_block_mask_build"):
+                 "fj_block_mask_build", "fj_attention_tune"):
         fn = lib[name]
         fn.restype = ctypes.c_int
         lib.unchecked[name] = fn
