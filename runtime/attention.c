@@ -108,91 +108,24 @@ void fj__fingerprint(const fj_context *ctx, char *buf, size_t size)
 
 /* ---- tuning: the tuner's view of this context ------------------------------------------- */
 
-typedef struct tune_env {
-    fj_context *ctx;
-    const fj__problem *p;
-    const fj__features *f;
-    void *stream;
-} tune_env;
-
 /* The plan of candidate c: a forward's, or a decode's with c's splits (0: the plan's). */
-static fj_status candidate_plan(tune_env *e, const fj__tune_candidate *c, fj__plan *plan)
+static fj_status candidate_plan(const fj__tuning *t, const fj__tune_candidate *c, fj__plan *plan)
 {
     if (c->v.family != FJ__FAMILY_DECODE)
-        return fj__plan_forward(e->f, &e->ctx->device, &c->v, plan, &e->ctx->err);
-    fj__features g = *e->f;
+        return fj__plan_forward(t->f, &t->ctx->device, &c->v, plan, &t->ctx->err);
+    fj__features g = *t->f;
     if (c->splits > 0)
         g.num_splits = c->splits;
-    return fj__plan_decode(&g, &e->ctx->device, &c->v, plan, &e->ctx->err);
-}
-
-static fj_status tune_prepare(void *ud, const fj__tune_candidate *cs, int n, fj_status *status,
-                              char (*why)[160])
-{
-    tune_env *e = ud;
-    fj__plan *plans = calloc((size_t)n, sizeof *plans);
-    if (!plans)
-        return fj__fail(&e->ctx->err, FJ_ERR_OUT_OF_MEMORY, "tuning: out of memory");
-    for (int i = 0; i < n; i++) {
-        status[i] = candidate_plan(e, &cs[i], &plans[i]);
-        if (status[i] != FJ_OK)
-            snprintf(why[i], sizeof why[i], "%.150s", e->ctx->err.msg);
-    }
-    const fj_status st = fj__plans_prepare(e->ctx, plans, n, status, why);
-    free(plans);
-    return st;
-}
-
-static fj_status tune_run(void *ud, const fj__tune_candidate *c)
-{
-    tune_env *e = ud;
-    fj__plan plan;
-    fj_status st = candidate_plan(e, c, &plan);
-    if (st == FJ_OK)
-        st = fj__plan_run(e->ctx, &plan, e->p, e->stream);
-    if (st == FJ_OK)
-        st = e->ctx->ops->synchronize(e->ctx->backend, e->stream);
-    return st;
-}
-
-static int32_t tune_spills(void *ud, const fj__variant *v)
-{
-    return fj__kernel_spills(((tune_env *)ud)->ctx, v);
-}
-
-static fj_status tune_read_output(void *ud, void *host, size_t bytes)
-{
-    tune_env *e = ud;
-    return e->ctx->ops->copy_d2h(e->ctx->backend, host, e->p->out->data, bytes);
-}
-
-static const char *tune_last_error(void *ud)
-{
-    return ((tune_env *)ud)->ctx->err.msg;
-}
-
-size_t fj__span_bytes(const fj_tensor *t)
-{
-    int64_t last = 0;
-    for (int i = 0; i < t->ndim; i++)
-        last += (t->shape[i] - 1) * t->stride[i];
-    return (size_t)(last + 1) * fj_dtype_size(t->dtype);
+    return fj__plan_decode(&g, &t->ctx->device, &c->v, plan, &t->ctx->err);
 }
 
 /* Tunes p's bucket on ctx (heuristic: the planned variant). */
 static fj_status tune(fj_context *ctx, const fj__problem *p, const fj__features *f,
                       const fj__variant *heuristic, void *stream, fj_tune_result *r)
 {
-    tune_env e = {.ctx = ctx, .p = p, .f = f, .stream = stream};
-    const fj__tune_host host = {.ud = &e,
-                                .device = &ctx->device,
-                                .prepare = tune_prepare,
-                                .run = tune_run,
-                                .spills = tune_spills,
-                                .read_output = tune_read_output,
-                                .last_error = tune_last_error};
-    fj_status st = fj__tune(&host, &ctx->tuned, ctx->cache, ctx->fingerprint, f, heuristic,
-                            p->out_dtype, fj__span_bytes(p->out), r, &ctx->err);
+    const fj__tuning t = {.ctx = ctx, .request = p, .stream = stream, .f = f,
+                          .plan = candidate_plan, .outputs = {p->out}};
+    fj_status st = fj__tune_request(&t, heuristic, r);
     ctx->last_plan_valid = 0; /* the next call must see the new record */
     return st;
 }

@@ -1,8 +1,6 @@
 /* fj_attention_backward and fj_attention_backward_tune: validate (the forward's checks, then
 ** the gradients'), plan (with the bucket's tuned tiles where a record exists) and run; and the
 ** tuner's view of a backward request. */
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "../autotune/tune.h"
@@ -26,15 +24,8 @@ fj_status fj__plan_backward_request(const fj_attention_desc *desc, const fj_tens
 }
 
 /* ---- tuning: the tuner's view of a backward request ---------------------------------------- */
-
 /* A candidate is the dk/dv variant of a plan; the plan applies its config to both tensor-core
 ** (or SIMT) stages, as $FLASHJIT_BWD_CONFIG. */
-typedef struct bwd_tune_env {
-    fj_context *ctx;
-    const fj__bwd_problem *p;
-    const fj__features *f;
-    void *stream;
-} bwd_tune_env;
 
 /* Whether plan took config's tiles: the planner ignores tiles that do not fit, and the dk/dv
 ** variant's own config then differs. */
@@ -45,92 +36,26 @@ static int plan_takes(const fj__plan *plan, const char *config)
     return strcmp(applied, config) == 0;
 }
 
-/* The plan of candidate v, which must take v's config (else the tuner would time the
+/* The plan of candidate c, which must take c's config (else the tuner would time the
 ** heuristic again under another name). */
-static fj_status plan_candidate(bwd_tune_env *e, const fj__variant *v, fj__plan *plan)
+static fj_status plan_candidate(const fj__tuning *t, const fj__tune_candidate *c, fj__plan *plan)
 {
     char config[128];
-    fj__variant_config(v, config, sizeof config);
-    fj_status st = fj__plan_backward(e->f, &e->ctx->device, config, plan, &e->ctx->err);
+    fj__variant_config(&c->v, config, sizeof config);
+    fj_status st = fj__plan_backward(t->f, &t->ctx->device, config, plan, &t->ctx->err);
     if (st == FJ_OK && !plan_takes(plan, config))
-        st = fj__fail(&e->ctx->err, FJ_ERR_UNSUPPORTED, "the plan does not take %s", config);
+        st = fj__fail(&t->ctx->err, FJ_ERR_UNSUPPORTED, "the plan does not take %s", config);
     return st;
 }
 
-/* Makes the kernels of every candidate's plan ready at once; a candidate the planner does not
-** take fails. */
-static fj_status bwd_tune_prepare(void *ud, const fj__tune_candidate *cs, int n,
-                                  fj_status *status, char (*why)[160])
-{
-    bwd_tune_env *e = ud;
-    fj__plan *plans = calloc((size_t)n, sizeof *plans);
-    if (!plans)
-        return fj__fail(&e->ctx->err, FJ_ERR_OUT_OF_MEMORY, "tuning: out of memory");
-    for (int i = 0; i < n; i++) {
-        status[i] = plan_candidate(e, &cs[i].v, &plans[i]);
-        if (status[i] != FJ_OK)
-            snprintf(why[i], sizeof why[i], "%.150s", e->ctx->err.msg);
-    }
-    const fj_status st = fj__plans_prepare(e->ctx, plans, n, status, why);
-    free(plans);
-    return st;
-}
-
-static fj_status bwd_tune_run(void *ud, const fj__tune_candidate *c)
-{
-    bwd_tune_env *e = ud;
-    fj__plan plan;
-    fj_status st = plan_candidate(e, &c->v, &plan);
-    if (st == FJ_OK)
-        st = fj__plan_run(e->ctx, &plan, e->p, e->stream);
-    if (st == FJ_OK)
-        st = e->ctx->ops->synchronize(e->ctx->backend, e->stream);
-    return st;
-}
-
-static int32_t bwd_tune_spills(void *ud, const fj__variant *v)
-{
-    return fj__kernel_spills(((bwd_tune_env *)ud)->ctx, v);
-}
-
-/* dq, dk and dv, one after the other. */
-static fj_status bwd_tune_read_output(void *ud, void *host, size_t bytes)
-{
-    bwd_tune_env *e = ud;
-    const fj_tensor *grads[3] = {e->p->dq, e->p->dk, e->p->dv};
-    fj_status st = FJ_OK;
-    size_t at = 0;
-    for (int i = 0; i < 3 && st == FJ_OK; i++) {
-        const size_t n = fj__span_bytes(grads[i]);
-        if (at + n > bytes)
-            return FJ_ERR_INVALID_ARGUMENT;
-        st = e->ctx->ops->copy_d2h(e->ctx->backend, (char *)host + at, grads[i]->data, n);
-        at += n;
-    }
-    return st;
-}
-
-static const char *bwd_tune_last_error(void *ud)
-{
-    return ((bwd_tune_env *)ud)->ctx->err.msg;
-}
-
-/* Tunes p's bucket on ctx; heuristic: the dk/dv variant of the heuristic's plan. */
+/* Tunes p's bucket on ctx; heuristic: the dk/dv variant of the heuristic's plan. The
+** candidates must reproduce dq, dk and dv. */
 static fj_status bwd_tune(fj_context *ctx, const fj__bwd_problem *p, const fj__features *f,
                           const fj__variant *heuristic, void *stream, fj_tune_result *r)
 {
-    bwd_tune_env e = {.ctx = ctx, .p = p, .f = f, .stream = stream};
-    const fj__tune_host host = {.ud = &e,
-                                .device = &ctx->device,
-                                .prepare = bwd_tune_prepare,
-                                .run = bwd_tune_run,
-                                .spills = bwd_tune_spills,
-                                .read_output = bwd_tune_read_output,
-                                .last_error = bwd_tune_last_error};
-    const size_t bytes =
-        fj__span_bytes(p->dq) + fj__span_bytes(p->dk) + fj__span_bytes(p->dv);
-    return fj__tune(&host, &ctx->tuned, ctx->cache, ctx->fingerprint, f, heuristic,
-                    p->dq->dtype, bytes, r, &ctx->err);
+    const fj__tuning t = {.ctx = ctx, .request = p, .stream = stream, .f = f,
+                          .plan = plan_candidate, .outputs = {p->dq, p->dk, p->dv}};
+    return fj__tune_request(&t, heuristic, r);
 }
 
 /* ---- the backward ----------------------------------------------------------------------- */

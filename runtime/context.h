@@ -159,12 +159,29 @@ void fj__kernels_release(fj_context *ctx);
 fj_status fj__plan_run(fj_context *ctx, const fj__plan *plan, const void *request, void *stream);
 void fj__arenas_release(fj_context *ctx);
 
-/* ---- tuning (attention.c) ---- */
+/* ---- tuning (attention.c, tuning.c) ---- */
 
 /* The device identity of ctx for tuning records: backend, name, compute units, driver, arch. */
 void fj__fingerprint(const fj_context *ctx, char *buf, size_t size);
 
 /* The bytes of a tensor's storage, from its first element to its last. */
 size_t fj__span_bytes(const fj_tensor *t);
+
+/* One request as the tuner sees it (tuning.c): the request fj__plan_run takes (an fj__problem
+** or fj__bwd_problem) on ctx and stream, its features (the bucket's, and the planner's input),
+** how a candidate is planned, and the outputs the candidates must reproduce (in order; NULL
+** ends them; the first's dtype is the comparison's). */
+#define FJ__TUNING_OUTPUTS 3
+typedef struct fj__tuning fj__tuning;
+struct fj__tuning {
+    fj_context *ctx;
+    const void *request;
+    void *stream;
+    const fj__features *f;
+    fj_status (*plan)(const fj__tuning *t, const fj__tune_candidate *c, fj__plan *out);
+    const fj_tensor *outputs[FJ__TUNING_OUTPUTS];
+};
+/* Tunes t's bucket with heuristic's plan as the reference (fj__tune). */
+fj_status fj__tune_request(const fj__tuning *t, const fj__variant *heuristic, fj_tune_result *r);
 
 #endif /* FJ_RUNTIME_CONTEXT_H */
