@@ -113,6 +113,20 @@ __device__ __forceinline__ void rows_by_rows(float *acc, u32 a, int a_rows, u32 
         wgmma_ss_${streamed}(acc, gmma_kmajor(a, a_rows, kk), gmma_kmajor(b, ${S}, kk), kk > 0);
 }
 
+/* S and dP of a tile, the two products above issued together and waited for: s = A_s B_s^T
+** over d, dp = A_dp B_dp^T over dv, 64 rows by ${S} a warpgroup (`a_rows` rows of A). */
+__device__ __forceinline__ void scores_and_dp(float (*s)[4], float (*dp)[4], u32 a_s, u32 a_dp,
+                                              int a_rows, u32 b_s, u32 b_dp)
+{
+    wgmma_fence();
+    rows_by_rows<DP / 16>(&s[0][0], a_s, a_rows, b_s);
+    rows_by_rows<DVP / 16>(&dp[0][0], a_dp, a_rows, b_dp);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs<${S} / 2>(&s[0][0]);
+    fence_regs<${S} / 2>(&dp[0][0]);
+}
+
 /* acc (64 x N) += A B over K = ${S}: A in registers (pack_rows of 64 x ${S} accumulators), B the
 ** ${S} streamed rows of N columns at b: dV += P^T dO, dK += dS^T Q (stage 2); dQ += dS K
 ** (stage 3). */
@@ -234,13 +248,7 @@ fj_attn_bwd_dkdv(
 
         /* S^T = K Q^T and dP^T = V dO^T: the warpgroup's 64 keys by BM queries. */
         float s[BM / 8][4], dp[BM / 8][4];
-        wgmma_fence();
-        rows_by_rows<DP / 16>(&s[0][0], sKw, BN, sQ);
-        rows_by_rows<DVP / 16>(&dp[0][0], sVw, BN, sG);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_regs<BM / 2>(&s[0][0]);
-        fence_regs<BM / 2>(&dp[0][0]);
+        scores_and_dp(s, dp, sKw, sVw, BN, sQ, sG);
 
 % bwd_dkdv_elements(true)
 
@@ -338,13 +346,7 @@ fj_attn_bwd_dq(
 
         /* S = Q K^T and dP = dO V^T: the warpgroup's 64 rows by BN keys. */
         float s[BN / 8][4], dp[BN / 8][4];
-        wgmma_fence();
-        rows_by_rows<DP / 16>(&s[0][0], sQw, BM, sK);
-        rows_by_rows<DVP / 16>(&dp[0][0], sGw, BM, sV);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_regs<BN / 2>(&s[0][0]);
-        fence_regs<BN / 2>(&dp[0][0]);
+        scores_and_dp(s, dp, sQw, sGw, BM, sK, sV);
 
 % bwd_dq_elements(true)
 
