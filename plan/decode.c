@@ -172,13 +172,12 @@ static int32_t splits_of(const fj__features *f, const fj_device_info *dev, int64
     if (f->varlen)
         return 1;
     const int64_t tiles = fj__div_up(f->seqlen_k, grain);
-    int64_t most = tiles < FJ__DECODE_MAX_SPLITS ? tiles : FJ__DECODE_MAX_SPLITS;
+    const int64_t most = tiles < FJ__DECODE_MAX_SPLITS ? tiles : FJ__DECODE_MAX_SPLITS;
+    const int64_t longest = fj__div_up(f->seqlen_k, MIN_SPLIT_KEYS); /* automatic splits */
     int64_t want = f->num_splits;
     if (want == 0 && slots > 0) {
-        const int64_t longest = fj__div_up(f->seqlen_k, MIN_SPLIT_KEYS);
-        most = most < longest ? most : longest;
         int64_t best_cost = INT64_MAX;
-        for (int64_t s = 1; s <= most; s++) {
+        for (int64_t s = 1; s <= (most < longest ? most : longest); s++) {
             const int64_t keys = fj__round_up(fj__div_up(f->seqlen_k, s), grain);
             const int64_t real = fj__div_up(f->seqlen_k, keys);
             const int64_t cost = fj__div_up(blocks * real, slots) * (keys + SPLIT_OVERHEAD_KEYS);
@@ -190,7 +189,6 @@ static int32_t splits_of(const fj__features *f, const fj_device_info *dev, int64
     } else if (want == 0) {
         const int64_t units = dev->compute_units > 0 ? dev->compute_units : 1;
         want = fj__div_up(BLOCKS_PER_UNIT * units, blocks);
-        const int64_t longest = fj__div_up(f->seqlen_k, MIN_SPLIT_KEYS);
         if (want > longest)
             want = longest;
     }
