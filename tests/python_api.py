@@ -209,6 +209,8 @@ cases = [("bad head dim", lambda: ctx.forward(q, rand(1, 8, 2, 24), v), flashjit
           flashjit.InvalidArgument, "lse"),
          ("bad backend", lambda: flashjit.Context(backend="metal"), flashjit.InvalidArgument,
           "backend"),
+         ("tune: bad head dim", lambda: ctx.tune(q, rand(1, 8, 2, 24), v),
+          flashjit.InvalidArgument, "k"),
          ("bias with a paged cache",
           lambda: ctx.forward(q, rand(4, 16, 2, 32), rand(4, 16, 2, 16),
                               page_table=np.zeros((1, 4), np.int32),
