@@ -101,22 +101,23 @@ typedef struct fj_tensor {
     int64_t stride[4];
 } fj_tensor;
 
-/* Options of a context. */
 /* Device memory for a context's workspaces from the caller (a framework's caching allocator, a
 ** memory pool) instead of the backend's own allocations. alloc(user, bytes, stream) returns
 ** `bytes` of device memory for work on `stream` (CUDA: a device pointer; OpenCL: memory from
 ** fj_malloc() on the same context), or NULL, and the call that needed it then fails with
 ** FJ_ERR_OUT_OF_MEMORY; free(user, ptr, bytes, stream) takes back what alloc gave, once the work
 ** queued on `stream` that may read it has finished, or when the context is destroyed (which
-** the caller does once the work on its streams has finished). A context allocates a workspace only when a call needs more than its stream
-** already holds (the first call of a kind on a stream), never during graph capture. Both
-** functions set, or neither (the backend's own allocations). */
+** the caller does once the work on its streams has finished). A context allocates a workspace
+** only when a call needs more than its stream already holds (the first call of a kind on a
+** stream), never during graph capture. Both functions set, or neither (the backend's own
+** allocations). */
 typedef struct fj_allocator {
     void *(*alloc)(void *user, size_t bytes, void *stream);
     void (*free)(void *user, void *ptr, size_t bytes, void *stream);
     void *user;
 } fj_allocator;
 
+/* Options of a context. */
 typedef struct fj_context_options {
     size_t struct_size;      /* sizeof(fj_context_options), set by fj_context_options_init() */
     fj_backend_kind backend; /* default FJ_BACKEND_AUTO */
@@ -459,9 +460,9 @@ typedef struct fj_call_info {
                              ** "cuda.fwd.simt", "opencl.fwd.simt"; decoding "cuda.decode.mma"
                              ** (tensor cores), "cuda.decode.vec", "cuda.decode",
                              ** "opencl.decode"; "cuda.merge", "opencl.merge"; the
-                             ** backward's "cuda.bwd.mma" (tensor cores), "cuda.bwd.simt",
-                             ** "opencl.bwd.simt"; the cache append's "cuda.kv_append",
-                             ** "opencl.kv_append" */
+                             ** backward's "cuda.bwd.wgmma" (Hopper), "cuda.bwd.mma",
+                             ** "cuda.bwd.simt", "opencl.bwd.simt"; the cache append's
+                             ** "cuda.kv_append", "opencl.kv_append" */
     int32_t registers;       /* registers per thread of that kernel; 0 if unknown */
     int32_t spill_bytes;     /* local memory per thread (spills); 0 if none or unknown */
     int32_t tuned;           /* 0: heuristic tiles, 1: a tuned record's, 2: tuned in this call */
