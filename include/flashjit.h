@@ -468,8 +468,9 @@ typedef struct fj_call_info {
     int32_t tuned;           /* 0: heuristic tiles, 1: a tuned record's, 2: tuned in this call */
     /* Added after the first version (whose struct_size is still accepted: filled up to tuned): */
     uint64_t workspace_bytes; /* device workspace the call's plan used, from the stream's arena
-                              ** (the backward: D, 4 bytes per query row and head; split decode:
-                              ** the splits' states); 0 for none */
+                              ** (the backward: D and the lse in log2 units, 8 bytes per query
+                              ** row and head, and dq's f32 sum where atomics add it; split
+                              ** decode: the splits' states); 0 for none */
 } fj_call_info;
 
 /* Fills *info with the report of the last call on ctx; info->struct_size must be set (to

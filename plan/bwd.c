@@ -76,7 +76,8 @@ static int wgmma_serves(const fj__features *f, const fj_device_info *dev, const 
 /* The Hopper variant of stage 2 or 3: two warpgroups of 64 rows (keys; query rows), head dims
 ** padded to the swizzle's 64-column panels. Stage 2 writes dK and dV in one launch (and adds dQ
 ** by atomics unless deterministic) and streams 64 query rows a tile (128 at d 64 spill 8-12
-** bytes: S^T's and dP^T's accumulators share the registers with dK's and dV's); stage 3 streams
+** bytes: S^T's and dP^T's accumulators share the registers with dK's and dV's) through a ring
+** of two slots (three measured the same on the H200, d 64 and 128, 4k and 16k); stage 3 streams
 ** 128 keys a tile at d 64 and 64 beyond (H200, deterministic plan's time over the default's at
 ** d 64: 1.09-1.14 with 128, 1.11-1.18 with 64; at d 128 the two within 1 %). */
 static void bwd_wgmma_variant(int stage, int deterministic, fj__variant *v)
@@ -89,6 +90,7 @@ static void bwd_wgmma_variant(int stage, int deterministic, fj__variant *v)
     if (stage == 2) {
         v->tile_n = 16 * v->warps;
         v->tile_m = 64;
+        v->stages = 2;
         v->grads = deterministic ? 3 : 7;
     } else {
         v->tile_m = 16 * v->warps;
@@ -134,7 +136,9 @@ static void bwd_variant(const fj__features *f, const fj_device_info *dev, const 
         fj__variant_score_fields(v, f);
         v->score_mod_grad = f->score_mod_grad;
     }
-    if ((stage == 2 || stage == 3) && wgmma_serves(f, dev, config)) {
+    /* Hopper's dk/dv stage copies q, k, v and dout by TMA; stage 3 by cp.async. */
+    const int tma = f->tma[FJ__T_Q] && f->tma[FJ__T_K] && f->tma[FJ__T_V] && f->dout_tma;
+    if ((stage == 3 || (stage == 2 && tma)) && wgmma_serves(f, dev, config)) {
         fj__variant hopper = *v;
         bwd_wgmma_variant(stage, f->deterministic, &hopper);
         if (fj__variant_fits(&hopper, dev)) {
@@ -176,7 +180,7 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, co
                         "%d characters)",
                         FJ__EXPR_MAX_GRAD_TEXT);
     const size_t rows = (size_t)(f->batch * f->heads_q * f->seqlen_q);
-    plan->bwd.delta = fj__plan_add_workspace(plan, rows * sizeof(float));
+    plan->bwd.delta = fj__plan_add_workspace(plan, 2 * rows * sizeof(float)); /* D, lse2 */
     plan->bwd.dq_acc = -1;
     /* dq by atomics in stage 2 (on tensor cores, unless deterministic): its f32 sum is zeroed
     ** first, and stage 5 casts it where stage 3 would compute dq. */
@@ -243,20 +247,44 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, co
     return FJ_OK;
 }
 
-void fj__bwd_fill(const fj__plan *plan, const fj__bwd_problem *p, void *const *ws, void *params)
+/* The tensor maps of Hopper's dk/dv stage: q and dout in boxes of its streamed rows, k and v of
+** the block's keys. */
+static fj_status fill_bwd_maps(const fj__variant *v, const fj__bwd_problem *p, fj__tmap_fn tmap,
+                               void *ud, fj__bwd_tma_params *T)
 {
-    fj__bwd_params *B = params;
+    const fj_tensor *t[4] = {p->f.q, p->f.k, p->f.v, p->dout};
+    const uint32_t rows[4] = {(uint32_t)v->tile_m, (uint32_t)v->tile_n, (uint32_t)v->tile_n,
+                              (uint32_t)v->tile_m};
+    fj__tensor_map *maps[4] = {&T->tm_q, &T->tm_k, &T->tm_v, &T->tm_do};
+    int32_t *perms[4] = {&T->perm_q, &T->perm_k, &T->perm_v, &T->perm_do};
+    fj_status st = FJ_OK;
+    for (int i = 0; i < 4 && st == FJ_OK; i++) {
+        fj__tensor_map_desc d;
+        fj__tensor_map_of(t[i], rows[i], &d, perms[i]);
+        st = tmap(ud, FJ__MAP_BWD_Q + i, &d, maps[i]);
+    }
+    return st;
+}
+
+fj_status fj__bwd_fill(const fj__plan *plan, int i, const fj__bwd_problem *p, void *const *ws,
+                       fj__tmap_fn tmap, void *tmap_ud, void *params)
+{
+    const fj__variant *v = &plan->steps[i].variant;
+    const int maps = v->path == FJ__PATH_WGMMA && v->stage == 2;
+    fj__bwd_params *B = maps ? &((fj__bwd_tma_params *)params)->bwd : params;
     fj__fill_fwd_params(plan, &p->f, ws, &B->fwd);
     B->dout = p->dout->data;
     B->dq = p->dq->data;
     B->dk = p->dk->data;
     B->dv = p->dv->data;
     B->delta = ws[plan->bwd.delta];
+    B->lse2 = (float *)ws[plan->bwd.delta] +
+              p->f.batch * p->f.heads_q * p->f.seqlen_q; /* after D's rows */
     B->dq_acc = plan->bwd.dq_acc >= 0 ? ws[plan->bwd.dq_acc] : NULL;
     int64_t *strides[4] = {&B->do_sb, &B->dq_sb, &B->dk_sb, &B->dv_sb};
-    for (int i = 0; i < 4; i++)
+    for (int t = 0; t < 4; t++)
         for (int a = 0; a < 3; a++)
-            strides[i][a] = p->grad_strides[i][a];
+            strides[t][a] = p->grad_strides[t][a];
     B->scale = p->f.scale;
     if (p->dbias) {
         B->dbias = p->dbias->data;
@@ -268,4 +296,5 @@ void fj__bwd_fill(const fj__plan *plan, const fj__bwd_problem *p, void *const *w
         B->dbias_rows = (int32_t)p->dbias_extent[2];
         B->dbias_n = p->dbias_elements;
     }
+    return maps ? fill_bwd_maps(v, p, tmap, tmap_ud, params) : FJ_OK;
 }

@@ -183,8 +183,9 @@ FJ__PARAM_STRUCT(fj__decode_params, FJ__DECODE_PARAMS);
 /* The backward (attn_bwd.lua): the forward's block (q, k, v, out, lse and everything that
 ** decides the scores); dout [b, sq, hq, dv] and the gradients dq, dk, dv (shaped as q, k, v)
 ** with their batch, row and head strides; D = rowsum(dout * out), an f32 workspace
-** [b, hq, sq]; dQ's f32 sum where stage 2 accumulates it by atomics (NULL: not), a workspace
-** [b, hq, sq, head_dim_pad]; the bias's gradient (f32; NULL: not asked for) with its batch, head and row
+** [b, hq, sq], and beside it lse2, the rows' lse in log2 units (+inf where the forward's is
+** -inf: rows that see no key), both written by stage 1; dQ's f32 sum where stage 2 accumulates
+** it by atomics (NULL: not), a workspace [b, hq, sq, head_dim_pad]; the bias's gradient (f32; NULL: not asked for) with its batch, head and row
 ** strides, element count and batch, head and row extents (1: summed over); the softmax scale
 ** (natural units: dS's factor). */
 #define FJ__BWD_PARAMS(X, T)                                                                       \
@@ -194,6 +195,7 @@ FJ__PARAM_STRUCT(fj__decode_params, FJ__DECODE_PARAMS);
     X(T, PTR, dk, "kv_t")                                                                          \
     X(T, PTR, dv, "kv_t")                                                                          \
     X(T, PTR, delta, "float")                                                                      \
+    X(T, PTR, lse2, "float")                                                                       \
     X(T, PTR, dq_acc, "float")                                                                     \
     X(T, I64, do_sb, 0)                                                                            \
     X(T, I64, do_ss, 0)                                                                            \
@@ -217,6 +219,21 @@ FJ__PARAM_STRUCT(fj__decode_params, FJ__DECODE_PARAMS);
     X(T, I32, dbias_rows, 0)                                                                       \
     X(T, F32, scale, 0)
 FJ__PARAM_STRUCT(fj__bwd_params, FJ__BWD_PARAMS);
+
+/* Hopper's dk/dv stage (attn_bwd_wgmma.cu.lua, stage 2): the family's block and the tensor maps
+** of its bulk copies: q and dout for the streamed tiles, k and v for the block's keys, with the
+** slots of their row and head coordinates (perm_*, as the forward's). */
+#define FJ__BWD_TMA_PARAMS(X, T)                                                                   \
+    X(T, TMAP, tm_q, 0)                                                                            \
+    X(T, TMAP, tm_k, 0)                                                                            \
+    X(T, TMAP, tm_v, 0)                                                                            \
+    X(T, TMAP, tm_do, 0)                                                                           \
+    X(T, BLOCK, bwd, fj__bwd_params)                                                               \
+    X(T, I32, perm_q, 0)                                                                           \
+    X(T, I32, perm_k, 0)                                                                           \
+    X(T, I32, perm_v, 0)                                                                           \
+    X(T, I32, perm_do, 0)
+FJ__PARAM_STRUCT(fj__bwd_tma_params, FJ__BWD_TMA_PARAMS);
 
 /* Appending to a paged KV cache (kv_append.lua): the new keys and values [b, tokens, hkv, d]
 ** with batch, token and head strides; the caches [num_pages, page_size, hkv, d] with page, row

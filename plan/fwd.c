@@ -52,7 +52,7 @@ fj_status fj__plan_classes(const fj__features *f, const fj__variant *v, fj__plan
 {
     const int64_t cb = f->classes_by_b ? f->batch : 1, ch = f->classes_by_h ? f->heads_q : 1;
     const int64_t qb = (f->seqlen_q + CLS - 1) / CLS, kb = (f->seqlen_k + CLS - 1) / CLS;
-    fj__step *s;
+    fj__step *s = NULL;
     fj_status st = add_classify_step(f, v, cb, ch, plan, &s, err);
     if (st != FJ_OK)
         return st;
@@ -91,7 +91,7 @@ fj_status fj__plan_block_mask(const fj__features *f, const fj_device_info *dev,
     fj__variant_from_features(&v, FJ__FAMILY_FWD, f, dev);
     fj__variant_score_fields(&v, f);
     memcpy(plan->fwd.cls_stride, stride, sizeof plan->fwd.cls_stride);
-    fj__step *s;
+    fj__step *s = NULL;
     plan->main_step = 0;
     return add_classify_step(f, &v, extent[0], extent[1], plan, &s, err);
 }
@@ -218,12 +218,8 @@ void fj__fill_fwd_params(const fj__plan *plan, const fj__problem *p, void *const
     F->total_k = p->cu_seqlens_q ? (int32_t)p->k->shape[0] : 0;
 }
 
-/* The TMA view of one [batch, seqlen, heads, dim] tensor for boxes of `rows` rows and one
-** 128-byte panel of columns. The three outer dimensions are ordered by stride, as the driver
-** expects of a tiled map (dimensions of one element go last, with any stride); *perm tells the
-** kernel which slot holds the row (bits 0-1) and head (bits 2-3) coordinates. */
-static void tensor_map_of(const fj_tensor *packed_or_4d, uint32_t rows, fj__tensor_map_desc *d,
-                          int32_t *perm)
+void fj__tensor_map_of(const fj_tensor *packed_or_4d, uint32_t rows, fj__tensor_map_desc *d,
+                       int32_t *perm)
 {
     const fj_tensor t4 = fj__tensor_4d(packed_or_4d);
     const fj_tensor *t = &t4;
@@ -294,13 +290,13 @@ static fj_status fill_fwd_tma(const fj__plan *plan, const fj__variant *v, const 
     fj_status st = FJ_OK;
     for (int i = 0; i < 3 && st == FJ_OK; i++) {
         fj__tensor_map_desc d;
-        tensor_map_of(t[i], rows[i], &d, perms[i]);
-        st = tmap(ud, i, &d, maps[i]);
+        fj__tensor_map_of(t[i], rows[i], &d, perms[i]);
+        st = tmap(ud, FJ__MAP_Q + i, &d, maps[i]);
     }
     if (st == FJ_OK && v->bias_tma) {
         fj__tensor_map_desc d;
         bias_map_of(p, (uint32_t)v->tile_m, &d);
-        st = tmap(ud, 3, &d, &P->tm_bias);
+        st = tmap(ud, FJ__MAP_BIAS, &d, &P->tm_bias);
     }
     P->tile_counter = plan->fwd.counter >= 0 ? ws[plan->fwd.counter] : NULL;
     return st;

@@ -82,8 +82,7 @@ fj_status fj__plan_fill(const fj__plan *plan, int i, const void *request, void *
         const fj__bwd_problem *p = request;
         if (plan->steps[i].variant.family == FJ__FAMILY_CLASSIFY) /* the forward's classifier */
             return fj__fwd_fill(plan, i, &p->f, ws, tmap, tmap_ud, params);
-        fj__bwd_fill(plan, request, ws, params);
-        return FJ_OK;
+        return fj__bwd_fill(plan, i, request, ws, tmap, tmap_ud, params);
     }
     return fj__fwd_fill(plan, i, request, ws, tmap, tmap_ud, params);
 }

@@ -185,9 +185,23 @@ void fj__classify_variant(const fj__variant *v, fj__variant *cv);
 uint32_t fj__zigzag_grid(const fj__features *f, const fj__variant *v, uint32_t sms);
 
 /* Encodes a tensor map for a parameter block (the runtime's, which asks the backend and keeps
-** the last map of each role). role: 0-3 for q, k, v, bias. */
+** the last map of each role). role: FJ__MAP_*. */
 typedef fj_status (*fj__tmap_fn)(void *ud, int role, const fj__tensor_map_desc *d,
                                  fj__tensor_map *out);
+/* The roles of tensor maps: the forward's, then the backward's (apart, so that a training
+** step's forward and backward keep their own). */
+enum {
+    FJ__MAP_Q, FJ__MAP_K, FJ__MAP_V, FJ__MAP_BIAS,
+    FJ__MAP_BWD_Q, FJ__MAP_BWD_K, FJ__MAP_BWD_V, FJ__MAP_BWD_DOUT,
+    FJ__MAP_ROLES
+};
+/* The TMA view of one [batch, seqlen, heads, dim] tensor (or packed [total, heads, dim]) for
+** boxes of `rows` rows and one 128-byte panel of columns (fwd.c). The three outer dimensions
+** are ordered by stride, as the driver expects of a tiled map (dimensions of one element go
+** last, with any stride); *perm tells the kernel which slot holds the row (bits 0-1) and head
+** (bits 2-3) coordinates. */
+void fj__tensor_map_of(const fj_tensor *packed_or_4d, uint32_t rows, fj__tensor_map_desc *d,
+                       int32_t *perm);
 
 /* The merge plan of p on backend: its steps, grids and workspace. */
 fj_status fj__plan_merge(const fj__merge_problem *p, fj_backend_kind backend, fj__plan *plan,
@@ -225,7 +239,8 @@ fj_status fj__fwd_fill(const fj__plan *plan, int i, const fj__problem *p, void *
 void fj__decode_fill(const fj__plan *plan, int i, const fj__problem *p, void *const *ws,
                      void *params);
 void fj__append_fill(const fj__append_problem *p, void *params);
-void fj__bwd_fill(const fj__plan *plan, const fj__bwd_problem *p, void *const *ws, void *params);
+fj_status fj__bwd_fill(const fj__plan *plan, int i, const fj__bwd_problem *p, void *const *ws,
+                       fj__tmap_fn tmap, void *tmap_ud, void *params);
 /* The forward family's block of p (fwd.c), for the families that embed it. */
 void fj__fill_fwd_params(const fj__plan *plan, const fj__problem *p, void *const *ws,
                          fj__fwd_params *F);

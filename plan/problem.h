@@ -88,6 +88,7 @@ typedef struct fj__features {
     const char *score_mod_grad;         /* its derivative's (interned with it), or NULL */
     int64_t dbias_elements;             /* backward: elements of the bias's gradient (0: none) */
     uint8_t grads_16b; /* backward: dout, dq, dk, dv have rows of whole 16-byte chunks */
+    uint8_t dout_tma;  /* backward: bulk tensor copies can read dout */
     uint8_t deterministic; /* backward: no floating-point atomics in a varying order */
     uint8_t descale;       /* FP8 inputs: descale factors given */
 } fj__features;

@@ -58,7 +58,8 @@ const fj__playout *fj__variant_layout(const fj__variant *v)
     if (v->family == FJ__FAMILY_APPEND)
         return &fj__append_params_layout;
     if (v->family == FJ__FAMILY_BWD)
-        return &fj__bwd_params_layout;
+        return v->path == FJ__PATH_WGMMA && v->stage == 2 ? &fj__bwd_tma_params_layout
+                                                          : &fj__bwd_params_layout;
     return v->path == FJ__PATH_WGMMA ? &fj__fwd_tma_params_layout : &fj__fwd_params_layout;
 }
 
@@ -112,13 +113,14 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
                    : row * (uint32_t)(v->tile_m + 2 * v->tile_n);
     }
     if (v->family == FJ__FAMILY_BWD && v->path == FJ__PATH_WGMMA) {
-        /* attn_bwd_wgmma.cu.lua, and slack to align the panels: stage 2 K and V, two buffers
-        ** of Q and dO, with dQ (grads 4) dS [tile_m][tile_n], two of the rows' lse and D; stage
-        ** 3 Q and dO, two buffers of K and V. */
+        /* attn_bwd_wgmma.cu.lua, and slack to align the panels: stage 2 K and V, a ring of
+        ** `stages` slots of Q and dO, with dQ (grads 4) two buffers of dS [tile_m][tile_n],
+        ** the slots' lse and D, 128 bytes of mbarriers; stage 3 Q and dO, two buffers of K and
+        ** V. */
         const uint32_t row = qs * (uint32_t)(v->head_dim_pad + v->head_dim_v_pad);
-        const uint32_t ds = v->grads & 4 ? qs * (uint32_t)(v->tile_m * v->tile_n) : 0u;
-        return v->stage == 2 ? row * (uint32_t)(v->tile_n + 2 * v->tile_m) + ds +
-                                   16u * (uint32_t)v->tile_m + 1023u
+        const uint32_t ds = v->grads & 4 ? 2u * qs * (uint32_t)(v->tile_m * v->tile_n) : 0u;
+        return v->stage == 2 ? row * (uint32_t)(v->tile_n + v->stages * v->tile_m) + ds +
+                                   8u * (uint32_t)(v->stages * v->tile_m) + 128u + 1023u
                              : row * (uint32_t)(v->tile_m + 2 * v->tile_n) + 1023u;
     }
     if (v->family == FJ__FAMILY_BWD) /* attn_bwd.lua's Smem of each stage: floats only */
@@ -220,6 +222,7 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
                v->threads == 32 * v->warps &&
                (v->stage == 2 ? v->tile_n == 16 * v->warps && (v->tile_m == 64 || v->tile_m == 128) &&
                                     (v->grads == 3 || v->grads == 7) &&
+                                    v->stages >= 2 && v->stages <= 4 && /* the ring */
                                     /* S^T and dP^T (tile_m / 2 floats a thread each) beside
                                     ** dK and dV ((d + dv) / 2) */
                                     v->tile_m + (v->head_dim_pad + v->head_dim_v_pad) / 2 <= 192

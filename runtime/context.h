@@ -77,7 +77,7 @@ struct fj_context {
         int valid;
         fj__tensor_map_desc desc;
         unsigned char bytes[sizeof(fj__tensor_map)];
-    } last_maps[4];
+    } last_maps[FJ__MAP_ROLES];
 };
 
 /* ---- validation (validate.c) ---- */

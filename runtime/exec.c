@@ -90,8 +90,8 @@ static int memo_holds(const fj__arena *a, const fj__workspace *w)
            memcmp(a->memo_key, w->memo_key, sizeof w->memo_key) == 0;
 }
 
-/* Encodes a tensor map for role (0-3: q, k, v, bias), or reuses the role's last one when the
-** description is the same. */
+/* Encodes a tensor map for role (FJ__MAP_*), or reuses the role's last one when the description
+** is the same. */
 static fj_status encode_map(void *ud, int role, const fj__tensor_map_desc *d, fj__tensor_map *map)
 {
     fj_context *ctx = ud;

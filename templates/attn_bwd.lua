@@ -59,6 +59,7 @@
     GLOBAL kv_t *dk_p = GPTR(kv_t, P.dk) + (I64)k_first * P.dk_ss + batch * P.dk_sb;
     GLOBAL kv_t *dv_p = GPTR(kv_t, P.dv) + (I64)k_first * P.dv_ss + batch * P.dv_sb;
     GLOBAL float *delta_p = GPTR(float, P.delta) + (I64)batch * heads_q * d_rows;
+    GLOBAL float *lse2_p = GPTR(float, P.lse2) + (I64)batch * heads_q * d_rows;
 % end
 % local unpack_names = varlen > 0 and { seqlen_q = "max_seqlen_q", seqlen_k = "max_seqlen_k" } or nil
 
@@ -115,7 +116,8 @@
 % end
 
 % if stage == 1 then
-/* D = rowsum(dO * O) of every query row (0 past the rows). */
+/* D = rowsum(dO * O) of every query row, and its lse in log2 units (+inf for a row that sees
+** no key: exp2(s - lse2) is then 0). */
 KERNEL(TILE_M)
 fj_attn_bwd_dot(
 % params_arg(args)
@@ -132,6 +134,8 @@ fj_attn_bwd_dot(
     for (int c = 0; c < head_dim_v; c++)
         d = F_FMA(O_LOAD(g, c), O_LOAD(o, c), d);
     delta_p[(I64)head * d_rows + row] = d;
+    const float l = lse[(I64)head * l_sh + (I64)row * l_ss];
+    lse2_p[(I64)head * d_rows + row] = l == -F_INF ? F_INF : l * LOG2E;
 }
 % elseif stage == 2 then
 typedef struct Smem {

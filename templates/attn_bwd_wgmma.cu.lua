@@ -3,15 +3,25 @@
 % -- by the tensor cores rather than by every warp through ldmatrix.
 % --
 % -- Stage 2, dkdv: a block owns BN = 64 * NWG keys of one (batch, kv head), 64 per warpgroup,
-% -- and streams tiles of BM query rows of every query head of the group (two buffers,
-% -- cp.async). Per tile, each warpgroup:
-% --   S^T = K Q^T, dP^T = V dO^T    wgmma, both operands from shared memory (64 keys x BM)
+% -- and streams tiles of BM query rows of every query head of the group through a ring of
+% -- `stages` shared-memory slots, each guarded by a full and an empty mbarrier. A slot is filled
+% -- by one warp: Q and dO by bulk tensor copies (TMA) from its lane 0, the rows' lse2 and D
+% -- (stage 1 writes both) by cp.async, a word a lane. The first warp fills the first slots (and
+% -- copies K and V); after that, the warp that frees a slot last refills it with the tile
+% -- `stages` on. No warp is set aside to copy, so each thread keeps all of its 255 registers,
+% -- which the element passes with masks and score terms need beside dK's and dV's (a copying
+% -- warpgroup, as the forward's, left 240 and spilled there). Per tile, each warpgroup:
+% --   S^T = K Q^T, dP^T = V dO^T    wgmma, both operands from shared memory
 % --   P^T, dS^T                     attn_bwd_tc.lua's element pass, in registers
 % --   dV += P^T dO, dK += dS^T Q    wgmma with P^T and dS^T from registers (the accumulator
 % --                                 layout is the A-operand layout), dO and Q transposed
-% -- and with dQ (grads 4: unless deterministic) it writes dS^T transposed into shared memory,
-% -- so that the block's dQ = dS K (BM x DP: pieces of 64 x 64 shared out to the warpgroups,
-% -- K transposed) is added by atomics into the f32 workspace, as the mma.sync kernel's.
+% -- and with dQ (grads 4: unless deterministic) writes dS^T transposed into one of two dS
+% -- buffers, so that the block's dQ = dS K (BM x DP: pieces of 64 x 64 dealt to the
+% -- warpgroups, K transposed) is added by atomics into the f32 workspace, as the mma.sync
+% -- kernel's. A tile's dQ runs in the next tile's iteration, once its dS is whole: the
+% -- warpgroups meet only there and at the slots (mbarriers, no block barrier), so they drift
+% -- apart and one's element pass runs under the other's products. Packed sequences: rows that
+% -- the bulk copies read from the next sequence are zeroed before any product reads them.
 % -- Stage 3, dq (deterministic requests): a block owns BM = 64 * NWG query rows of one (batch,
 % -- head), 64 per warpgroup, and streams tiles of BN keys (two buffers): S = Q K^T and
 % -- dP = dO V^T from shared memory, P and dS in registers, dQ += dS K with K transposed.
@@ -22,15 +32,17 @@
 % -- shared: attn_bwd_tc.lua), for d and dv padded to at most 128; dK and dV in one launch.
 % --
 % -- Parameters: dtypes (one 16-bit type), head_dim_pad, head_dim_v_pad (multiples of 64, at most
-% -- 128), stage (2 or 3), warps (4 * NWG), tile_m and tile_n (stage 2: BM 64 or 128, BN 64 * NWG;
-% -- stage 3: BM 64 * NWG, BN a multiple of 16), grads (stage 2: 3, or 7 with dQ), local_mask,
-% -- softcap, block_mask, varlen, the masks' and score terms' (attn_masks.lua), shared_bytes (the
-% -- host's size), args (fj_bwd_params).
+% -- 128), stage (2 or 3), warps (4 * NWG), stages (stage 2's ring), tile_m and tile_n (stage 2:
+% -- BM 64 or 128, BN 64 * NWG; stage 3: BM 64 * NWG, BN a multiple of 16), grads (stage 2: 3,
+% -- or 7 with dQ), local_mask, softcap, block_mask, varlen, the masks' and score terms'
+% -- (attn_masks.lua), shared_bytes (the host's size), args (stage 2: fj_bwd_tma_params, the
+% -- family's block with the tensor maps; stage 3: fj_bwd_params).
 % assert(stage == 2 or stage == 3, "attn_bwd_wgmma: stage 2 (dkdv) or 3 (dq)")
 % local NWG = warps // 4
 % local owned = stage == 2 and tile_n or tile_m -- the block's own rows: keys, or query rows
 % assert(warps % 4 == 0 and NWG >= 1 and NWG <= 3 and owned == 64 * NWG, "attn_bwd_wgmma: 64 rows a warpgroup")
 % assert(stage == 3 or tile_m == 64 or tile_m == 128, "attn_bwd_wgmma: tile_m 64 or 128")
+% assert(stage == 3 or (stages >= 2 and stages <= 4), "attn_bwd_wgmma: stage 2 takes a ring of 2 to 4 slots")
 % assert(stage == 2 or (tile_n % 16 == 0 and tile_n <= 256), "attn_bwd_wgmma: tile_n a multiple of 16")
 % assert(head_dim_pad % 64 == 0 and head_dim_v_pad % 64 == 0 and head_dim_pad <= 128 and head_dim_v_pad <= 128, "attn_bwd_wgmma: head dims padded to 64, at most 128")
 % assert((stage == 2 and (grads == 3 or grads == 7)) or (stage == 3 and grads == 0), "attn_bwd_wgmma: dK and dV, and dQ by atomics or not")
@@ -45,6 +57,12 @@
 % include("attn_bwd_tc.lua")
 % include("params.lua")
 % params_struct(args)
+% -- The family's block: the argument itself, or its `bwd` field where the argument adds the
+% -- tensor maps (stage 2).
+% local family = args
+% for _, f in ipairs(args.fields) do
+%   if f.name == "bwd" then family = f.block end
+% end
 % -- The products' widths: the streamed rows (S^T, dP^T by query rows; S, dP by keys), the head
 % -- dims, and 64 (dQ's pieces).
 % local streamed = stage == 2 and tile_m or tile_n
@@ -60,16 +78,32 @@
 constexpr int NWG = ${NWG}; /* warpgroups, 64 rows each: keys (stage 2), query rows (3) */
 
 % if stage == 2 then
+constexpr int STAGES = ${stages}; /* ring slots of Q and dO tiles */
+
 /* ---- shared memory ------------------------------------------------------------------------- */
 /* Tiles are 64-column panels of rows x 128 bytes, 16-byte chunk c of row r stored at chunk
-** c ^ (r % 8) (the 128-byte swizzle): K [BN][DP], V [BN][DVP], two buffers of Q [BM][DP] and
-** dO [BM][DVP], with dQ dS [BM][BN] (panel w: warpgroup w's keys), then two buffers of the
-** rows' lse (log2 units) and D, [BM] floats each. Panels start 1024-byte aligned. */
+** c ^ (r % 8) (the 128-byte swizzle): K [BN][DP], V [BN][DVP], the ring's slots of Q [BM][DP]
+** and dO [BM][DVP], with dQ two buffers of dS [BM][BN] (panel w: warpgroup w's keys), then the
+** slots' lse (log2 units) and D, [BM] floats each, the mbarriers and the slots' counts of warps
+** that freed them. Panels start 1024-byte aligned. */
 constexpr int K_BYTES = BN * DP * 2, V_BYTES = BN * DVP * 2;
 constexpr int Q_BYTES = BM * DP * 2, QG_BYTES = Q_BYTES + BM * DVP * 2;
 constexpr int DS_BYTES = ${want_dq and "BM * BN * 2" or "0"};
-constexpr int LD_OFFSET = K_BYTES + V_BYTES + 2 * QG_BYTES + DS_BYTES;
-static_assert(LD_OFFSET + 16 * BM + 1023 == ${shared_bytes}, "the host's shared-memory size");
+constexpr int RING_OFFSET = K_BYTES + V_BYTES, DS_OFFSET = RING_OFFSET + STAGES * QG_BYTES;
+constexpr int LD_OFFSET = DS_OFFSET + 2 * DS_BYTES, BAR_OFFSET = LD_OFFSET + STAGES * 8 * BM;
+static_assert(BAR_OFFSET + 128 + 1023 == ${shared_bytes}, "the host's shared-memory size");
+
+/* The mbarriers by kind, 8 bytes each from BAR_OFFSET: a kind of n takes n consecutive words. */
+enum Bar : int {
+    KV_FULL = 0,              /* K and V landed: bulk copies */
+    FULL = 1,                 /* slot s holds its tile (bulk copies) and its rows' lse2 and D
+                              ** (one arrival per lane of the warp that filled it) */
+    EMPTY = FULL + STAGES,    /* slot s is read: every thread's arrival (after its own reads) */
+    DS_FULL = EMPTY + STAGES, /* dS buffer b is whole: every thread's stores */
+    DS_EMPTY = DS_FULL + 2,   /* dS buffer b is read by the dQ products: one arrival per warp */
+    BARS = DS_EMPTY + 2
+};
+static_assert(BARS * 8 + STAGES * 4 <= 128, "the mbarriers' and the counts' bytes");
 % else
 /* ---- shared memory ------------------------------------------------------------------------- */
 /* Tiles as stage 2's: Q [BM][DP] and dO [BM][DVP], then two buffers of K [BN][DP] and V
@@ -99,6 +133,29 @@ __device__ __forceinline__ void load_swizzled(u32 tile, const elem_t *g, long lo
         cp_async16(swizzled(tile, ROWS, r, c), ok ? g + (row0 + r) * ld + c : g, ok ? 16 : 0);
     }
 }
+
+% if stage == 2 and varlen > 0 then
+/* Packed sequences: zeroes rows [from, ROWS) of a swizzled tile of COLS columns, which the bulk
+** copies read from the next sequence (past a tensor's end they read zeros); then
+** zeros_before_wgmma(). Scores of those rows are masked, but a
+** product with them would carry any NaN or inf they hold into the gradients. */
+template <int ROWS, int COLS>
+__device__ __forceinline__ void zero_rows(u32 tile, int from)
+{
+    constexpr int CHUNKS = COLS / 8; /* 16-byte chunks a row: 8 a panel */
+#pragma unroll 1
+    for (int i = threadIdx.x + imax(from, 0) * CHUNKS; i < ROWS * CHUNKS; i += THREADS) {
+        const int r = i / CHUNKS, c = i % CHUNKS;
+        st_shared_zero16(tile + (c / 8) * (ROWS * 128) + r * 128 + (c % 8) * 16);
+    }
+}
+__device__ __forceinline__ void zeros_before_wgmma()
+{
+    fence_proxy_async(); /* the zeros are read by wgmma (the async proxy) */
+    __syncthreads();
+}
+
+% end
 
 /* ---- the products ---------------------------------------------------------------------------- */
 % local S = stage == 2 and "BM" or "BN"
@@ -142,15 +199,40 @@ __device__ __forceinline__ void regs_by_rows_${n}(float *acc, const u32 (*a)[4],
 % if head_dim_v_pad ~= head_dim_pad then regs_by_rows(head_dim_v_pad) end
 % if want_dq then
 
-/* dQ = dS K of a tile (rows [m0, m0 + BM) of `head`) added into the f32 sum: pieces of 64 rows
-** by 64 columns, piece after piece to the warpgroups; dS in sDS (K-major over the block's keys),
-** K N-major. */
-__device__ __forceinline__ void add_dq_tile(float *dq_acc, u32 sDS, u32 sK, int m0, int seqlen_q,
-                                            int wg, int warp, int g, int t)
+/* dS^T of a warp (A fragments of its 16 keys from `key`) into the swizzled tile `tile` as dS
+** (query rows by the block's keys): fragment register r of k16 block kk holds keys
+** key + 8 (r % 2) and queries 16 kk + 8 (r / 2) + 2 t (+ 1). A query's row within its 8-row
+** swizzle atom depends on t alone, so four addresses serve every store, a row block apart. */
+__device__ __forceinline__ void store_ds_transposed(u32 tile, const u32 (*dsf)[4], int key, int t)
+{
+    u32 at[2][2]; /* [r % 2][the query's + 0 or + 1] */
+#pragma unroll
+    for (int x = 0; x < 2; x++)
+#pragma unroll
+        for (int o = 0; o < 2; o++)
+            at[x][o] = swizzled(tile, BM, 2 * t + o, key + 8 * x);
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; kk++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const u32 rows = (16 * kk + 8 * (r / 2)) * 128;
+            asm volatile("st.shared.b16 [%0], %1;" ::"r"(at[r % 2][0] + rows),
+                         "h"((unsigned short)(dsf[kk][r] & 0xffffu)) : "memory");
+            asm volatile("st.shared.b16 [%0], %1;" ::"r"(at[r % 2][1] + rows),
+                         "h"((unsigned short)(dsf[kk][r] >> 16)) : "memory");
+        }
+}
+
+/* dQ = dS K of the block's n-th tile (rows [m0, m0 + BM) of dq_acc's head) added into the f32
+** sum: pieces of 64 rows by 64 columns dealt to the warpgroups, from warpgroup n % NWG on (so
+** that a single piece changes hands from tile to tile); dS in sDS (K-major over the block's
+** keys), K N-major. */
+__device__ __forceinline__ void add_dq_tile(float *dq_acc, u32 sDS, u32 sK, int n, int m0,
+                                            int seqlen_q, int wg, int warp, int g, int t)
 {
     constexpr int ROW_BLOCKS = BM / 64, PIECES = ROW_BLOCKS * (DP / 64);
 #pragma unroll 1
-    for (int piece = wg; piece < PIECES; piece += NWG) {
+    for (int piece = (wg + NWG - n % NWG) % NWG; piece < PIECES; piece += NWG) {
         const int rb = piece % ROW_BLOCKS, cp = piece / ROW_BLOCKS;
         float acc[8][4];
         wgmma_fence();
@@ -180,17 +262,21 @@ __device__ __forceinline__ void add_dq_tile(float *dq_acc, u32 sDS, u32 sK, int 
 /* dK and dV of BN keys of one (batch, kv head), over every query row of the group's heads. */
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 fj_attn_bwd_dkdv(
-% params_arg(args)
+% params_arg(args, "T")
 )
 {
-% params_unpack(args.fields[1].block, "P.fwd", bwd_unpack_names())
+    const fj_bwd_params &P = T.bwd;
+% params_unpack(family.fields[1].block, "P.fwd", bwd_unpack_names())
     const float scale = P.scale;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
     const u32 sK = smem_addr(smem), sV = sK + K_BYTES;
-    const u32 sQG = sV + V_BYTES; /* buffer b: Q at sQG + b * QG_BYTES, dO Q_BYTES after it */
-    [[maybe_unused]] const u32 sDS = sQG + 2 * QG_BYTES;
-    float *sLD = (float *)(smem + LD_OFFSET); /* buffer b: lse at sLD + 2 * BM * b, D after */
+    const u32 sQG = sK + RING_OFFSET; /* slot s: Q at sQG + s * QG_BYTES, dO Q_BYTES after it */
+    [[maybe_unused]] const u32 sDS = sK + DS_OFFSET; /* buffer b at sDS + b * DS_BYTES */
+    float *sLD = (float *)(smem + LD_OFFSET); /* slot s: lse at sLD + 2 * BM * s, D BM after */
+    const u32 bars = sK + BAR_OFFSET;
+    auto bar = [&](int kind, int i) { return bars + 8u * (u32)(kind + i); };
+    int *freed = (int *)(smem + BAR_OFFSET + BARS * 8); /* slot s: warps done with it */
 
     /* The warpgroup, broadcast from lane 0 so that ptxas keeps what derives from it uniform. */
     const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0);
@@ -202,48 +288,107 @@ fj_attn_bwd_dkdv(
     if (n0 >= len_k)
         return;
 % bwd_dkdv_stream()
+% bwd_block_classes()
+% bwd_live_from()
+    auto next_live = [&](int i) { return i < count ? live_from(i + 1) : count; };
+    const int tb = ${varlen > 0 and "0" or "batch"}; /* the tensors' batch (packed: one) */
 
-    /* Stream item i into buffer b: Q and dO by cp.async, lse and D by the threads. */
-    auto issue = [&](int i, int b) {
-        const int head = head_kv * group + i / tiles, m0 = (mb_lo + i % tiles) * BM;
-        const u32 sQ = sQG + b * QG_BYTES;
-        load_swizzled<BM, DP>(sQ, q + head * q_sh, q_ss, m0, seqlen_q, head_dim);
-        load_swizzled<BM, DVP>(sQ + Q_BYTES, dout + head * P.do_sh, P.do_ss, m0, seqlen_q, head_dim_v);
-% bwd_load_lse_delta()
+    /* Fills slot n % STAGES with stream item i, by the calling warp: Q and dO by bulk copies
+    ** from lane 0, the rows' lse2 and D (zeros past the rows) a word a lane. */
+    auto fill = [&](int i, int n) {
+        const int slot = n % STAGES, head = head_kv * group + i / tiles;
+        const int m0 = (mb_lo + i % tiles) * BM;
+        const u32 sQ = sQG + slot * QG_BYTES;
+        if (lane == 0) {
+            mbar_arrive_expect(bar(FULL, slot), QG_BYTES);
+            load_panels<DP>(sQ, &T.tm_q, bar(FULL, slot), BM, q_first + m0, head, tb, T.perm_q);
+            load_panels<DVP>(sQ + Q_BYTES, &T.tm_do, bar(FULL, slot), BM, q_first + m0, head, tb,
+                             T.perm_do);
+        }
+        const long long rows = (long long)(batch * heads_q + head) * d_rows + m0;
+        for (int r = lane; r < 2 * BM; r += 32) {
+            const bool ok = m0 + r % BM < seqlen_q;
+            cp_async4(smem_addr(sLD + 2 * BM * slot + r), (r < BM ? P.lse2 : P.delta) + rows + r % BM,
+                      ok ? 4 : 0);
+        }
+        cp_async_arrive(bar(FULL, slot));
     };
 
+    if (tid == 0) {
+        mbar_init(bar(KV_FULL, 0), 1);
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(bar(FULL, s), 1 + 32);
+            mbar_init(bar(EMPTY, s), THREADS);
+            freed[s] = 0;
+        }
+        for (int b = 0; b < 2; b++) {
+            mbar_init(bar(DS_FULL, b), 128 * NWG);
+            mbar_init(bar(DS_EMPTY, b), 4 * NWG);
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();
+    /* The first warp copies K and V and fills the first slots; `refill` is the item that the
+    ** next freed slot takes. */
+    int i = live_from(0), refill = i;
+    for (int n = 0; n < STAGES; n++) {
+        if (tid < 32 && refill < count) {
+            if (n == 0 && lane == 0) {
+                mbar_arrive_expect(bar(KV_FULL, 0), K_BYTES + V_BYTES);
+                load_panels<DP>(sK, &T.tm_k, bar(KV_FULL, 0), BN, k_first + n0, head_kv, tb, T.perm_k);
+                load_panels<DVP>(sV, &T.tm_v, bar(KV_FULL, 0), BN, k_first + n0, head_kv, tb, T.perm_v);
+            }
+            fill(refill, n);
+        }
+        refill = next_live(refill);
+    }
+
+    /* ---- warpgroup wg owns keys [n0 + 64 wg, n0 + 64 wg + 64) ------------------------------ */
     float dka[DP / 8][4], dva[DVP / 8][4];
     zero_acc<DP>(dka);
     zero_acc<DVP>(dva);
-
-% bwd_block_classes()
-% bwd_live_from()
-    int i = live_from(0), next;
-    if (i < count) {
-        load_swizzled<BN, DP>(sK, k, k_ss, n0, seqlen_k, head_dim);
-        load_swizzled<BN, DVP>(sV, v, v_ss, n0, seqlen_k, head_dim_v);
-        issue(i, 0);
-        cp_async_commit();
-    }
     const int key_row = n0 + wg * 64 + warp * 16; /* this warp's first key */
     const u32 sKw = sK + wg * 64 * 128, sVw = sV + wg * 64 * 128; /* the warpgroup's keys */
-    for (int b = 0; i < count; b ^= 1, i = next) {
-        const int m0 = (mb_lo + i % tiles) * BM;
-        next = live_from(i + 1);
-% if element_masks or terms then
-        MASK_CTX(mc, P.fwd.mask, batch, head_kv * group + i / tiles, seqlen_q, seqlen_k);
+% if want_dq then
+    /* The tile whose dQ is still to add (its dS is whole once both warpgroups wrote theirs). */
+    auto dq_of = [&](int n, int head, int m0) {
+        const int b = n & 1;
+        mbar_wait(bar(DS_FULL, b), (n >> 1) & 1);
+        const long long dq_rows = (long long)(batch * heads_q + head) * d_rows;
+        add_dq_tile(P.dq_acc + dq_rows * DP, sDS + b * DS_BYTES, sK, n, m0, seqlen_q, wg, warp, g, t);
+        warp_arrive(bar(DS_EMPTY, b));
+    };
+    int dq_head = 0, dq_m0 = 0;
 % end
-        cp_async_wait_all();
-        fence_proxy_async(); /* the copies are read by wgmma (the async proxy) */
-        __syncthreads();     /* tile i landed; every warpgroup is done with buffer b ^ 1 and dS */
-        if (next < count) {
-            issue(next, b ^ 1);
-            cp_async_commit();
+    int n = 0;
+    if (i < count) {
+        mbar_wait(bar(KV_FULL, 0), 0);
+% if varlen > 0 then
+        if (n0 + BN > seqlen_k) { /* keys of the next sequence, or unused (seqused_k) */
+            zero_rows<BN, DP>(sK, seqlen_k - n0);
+            zero_rows<BN, DVP>(sV, seqlen_k - n0);
+            zeros_before_wgmma();
         }
-        const u32 sQ = sQG + b * QG_BYTES, sG = sQ + Q_BYTES;
-        const float *sL = sLD + 2 * BM * b, *sD = sL + BM;
+% end
+    }
+    for (; i < count; i = live_from(i + 1), n++) {
+        const int slot = n % STAGES, head = head_kv * group + i / tiles;
+        const int m0 = (mb_lo + i % tiles) * BM;
+% if element_masks or terms then
+        MASK_CTX(mc, P.fwd.mask, batch, head, seqlen_q, seqlen_k);
+% end
 % if block_mask then
-        const int block_class = block_class_of(head_kv * group + i / tiles, m0, n0);
+        const int block_class = block_class_of(head, m0, n0);
+% end
+        const u32 sQ = sQG + slot * QG_BYTES, sG = sQ + Q_BYTES;
+        const float *sL = sLD + 2 * BM * slot, *sD = sL + BM;
+        mbar_wait(bar(FULL, slot), (n / STAGES) & 1);
+% if varlen > 0 then
+        if (m0 + BM > seqlen_q) { /* rows of the next sequence */
+            zero_rows<BM, DP>(sQ, seqlen_q - m0);
+            zero_rows<BM, DVP>(sG, seqlen_q - m0);
+            zeros_before_wgmma();
+        }
 % end
 
         /* S^T = K Q^T and dP^T = V dO^T: the warpgroup's 64 keys by BM queries. */
@@ -261,23 +406,11 @@ fj_attn_bwd_dkdv(
         regs_by_rows_${head_dim_pad}(&dka[0][0], dsf, sQ);
         wgmma_commit();
 % if want_dq then
-        /* dS^T into sDS as dS (query rows by the block's keys): fragment register r of k16 block
-        ** kk holds keys g + 8 (r % 2) of the warp and queries 16 kk + 8 (r / 2) + 2 t (+ 1). */
-#pragma unroll
-        for (int kk = 0; kk < BM / 16; kk++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int key = wg * 64 + warp * 16 + g + 8 * (r % 2);
-                const int query = 16 * kk + 8 * (r / 2) + 2 * t;
-                asm volatile("st.shared.b16 [%0], %1;" ::"r"(swizzled(sDS, BM, query, key)),
-                             "h"((unsigned short)(dsf[kk][r] & 0xffffu)) : "memory");
-                asm volatile("st.shared.b16 [%0], %1;" ::"r"(swizzled(sDS, BM, query + 1, key)),
-                             "h"((unsigned short)(dsf[kk][r] >> 16)) : "memory");
-            }
-        fence_proxy_async();
-        __syncthreads(); /* dS whole; the next tile's first barrier guards its rewrite */
-        const long long dq_rows = (long long)(batch * heads_q + head_kv * group + i / tiles) * d_rows;
-        add_dq_tile(P.dq_acc + dq_rows * DP, sDS, sK, m0, seqlen_q, wg, warp, g, t);
+        /* dS^T into dS buffer n % 2 as dS, once the dQ products of tile n - 2 are done with it. */
+        mbar_wait(bar(DS_EMPTY, n & 1), ((n >> 1) & 1) ^ 1);
+        store_ds_transposed(sDS + (n & 1) * DS_BYTES, dsf, wg * 64 + warp * 16 + g, t);
+        fence_proxy_async(); /* read by wgmma (the async proxy) */
+        mbar_arrive(bar(DS_FULL, n & 1));
 % end
         wgmma_wait<0>();
         /* P^T and dS^T stay untouched, and dK and dV are not read, until their products landed. */
@@ -285,7 +418,33 @@ fj_attn_bwd_dkdv(
         fence_regs<BM / 4>(&dsf[0][0]);
         fence_regs<DP / 2>(&dka[0][0]);
         fence_regs<DVP / 2>(&dva[0][0]);
+        mbar_arrive(bar(EMPTY, slot));
+        /* The warp that frees the slot last refills it (its wait returns at once: every thread
+        ** arrived before its warp counted itself; it orders their reads before the copies). */
+        __syncwarp();
+        int last = 0;
+        if (lane == 0)
+            last = atomicAdd(&freed[slot], 1) == 4 * NWG - 1;
+        if (__shfl_sync(0xffffffffu, last, 0)) {
+            if (lane == 0)
+                freed[slot] = 0;
+            if (refill < count) {
+                mbar_wait(bar(EMPTY, slot), (n / STAGES) & 1);
+                fill(refill, n + STAGES);
+            }
+        }
+        refill = next_live(refill);
+% if want_dq then
+        if (n > 0)
+            dq_of(n - 1, dq_head, dq_m0);
+        dq_head = head;
+        dq_m0 = m0;
+% end
     }
+% if want_dq then
+    if (n > 0)
+        dq_of(n - 1, dq_head, dq_m0);
+% end
 
 % bwd_store_dkdv(true, true)
 }
@@ -296,7 +455,7 @@ fj_attn_bwd_dq(
 % params_arg(args)
 )
 {
-% params_unpack(args.fields[1].block, "P.fwd", bwd_unpack_names())
+% params_unpack(family.fields[1].block, "P.fwd", bwd_unpack_names())
     const float scale = P.scale;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const u32 sQ = (smem_addr(smem_raw) + 1023u) & ~1023u, sG = sQ + Q_BYTES;

@@ -276,28 +276,6 @@ __device__ __forceinline__ const int *class_row(const fj_fwd_params &F, const Wo
 __device__ __forceinline__ int class_of(const int *row, int nb) { return __ldg(row + nb * BN / 128); }
 
 /* ---- the producer --------------------------------------------------------------------------- */
-/* The coordinates of a box at (col, row) of (batch, head) in a tensor map whose three outer
-** dimensions the host ordered by stride; perm holds the slot of the row and head dimensions. */
-__device__ __forceinline__ void tma_load_tile(u32 dst, const tmap_t *map, u32 bar, int col,
-                                              int row, int head, int batch, int perm)
-{
-    const int ps = perm & 3, ph = (perm >> 2) & 3;
-    const int c1 = ps == 0 ? row : ph == 0 ? head : batch;
-    const int c2 = ps == 1 ? row : ph == 1 ? head : batch;
-    const int c3 = ps == 2 ? row : ph == 2 ? head : batch;
-    tma_load4(dst, map, bar, col, c1, c2, c3);
-}
-
-/* Copies a tile of `rows` rows and COLS columns as COLS / 64 panels of rows x 128 bytes. */
-template <int COLS>
-__device__ __forceinline__ void load_panels(u32 dst, const tmap_t *map, u32 bar, int rows,
-                                            int row, int head, int batch, int perm)
-{
-#pragma unroll
-    for (int p = 0; p < COLS / 64; p++)
-        tma_load_tile(dst + p * rows * 128, map, bar, p * 64, row, head, batch, perm);
-}
-
 /* One thread copies each work tile's Q (with its first key tile: a tile without keys only
 ** stores zeros), then its key and value tiles (and bias tiles) from the last down, skipping
 ** those of class 0, each into the next ring slot once the consumers have freed it. */

@@ -35,6 +35,12 @@ __device__ __forceinline__ void warp_arrive(u32 bar)
     if (threadIdx.x % 32 == 0)
         mbar_arrive(bar);
 }
+/* An arrival on `bar`, made once all of this thread's earlier cp.async copies have landed (the
+** barrier's count includes it). */
+__device__ __forceinline__ void cp_async_arrive(u32 bar)
+{
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
 /* Waits until the phase of the given parity has completed. A fresh barrier is in phase 0, so
 ** waiting for parity 1 returns at once: a producer's first wait on an empty slot. */
 __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity)
@@ -82,6 +88,28 @@ __device__ __forceinline__ void tma_load4(u32 dst, const tmap_t *map, u32 bar, i
 __device__ __forceinline__ void tma_prefetch_map(const tmap_t *map)
 {
     asm volatile("prefetch.tensormap [%0];" ::"l"((u64)map) : "memory");
+}
+
+/* The coordinates of a box at (col, row) of (batch, head) in a tensor map whose three outer
+** dimensions the host ordered by stride; perm holds the slot of the row and head dimensions. */
+__device__ __forceinline__ void tma_load_tile(u32 dst, const tmap_t *map, u32 bar, int col,
+                                              int row, int head, int batch, int perm)
+{
+    const int ps = perm & 3, ph = (perm >> 2) & 3;
+    const int c1 = ps == 0 ? row : ph == 0 ? head : batch;
+    const int c2 = ps == 1 ? row : ph == 1 ? head : batch;
+    const int c3 = ps == 2 ? row : ph == 2 ? head : batch;
+    tma_load4(dst, map, bar, col, c1, c2, c3);
+}
+
+/* Copies a tile of `rows` rows and COLS columns as COLS / 64 panels of rows x 128 bytes. */
+template <int COLS>
+__device__ __forceinline__ void load_panels(u32 dst, const tmap_t *map, u32 bar, int rows,
+                                            int row, int head, int batch, int perm)
+{
+#pragma unroll
+    for (int p = 0; p < COLS / 64; p++)
+        tma_load_tile(dst + p * rows * 128, map, bar, p * 64, row, head, batch, perm);
 }
 
 /* ---- register reallocation between warpgroups --------------------------------------------- */

@@ -6,7 +6,7 @@
 % --                         that the layout the kernel's compiler will use (natural alignment)
 % --                         puts every field at the host's offset and has the host's size; the
 % --                         device compiler checks the size again (NVRTC has no offsetof).
-% --   params_arg(l)         the kernel's one parameter, P.
+% --   params_arg(l, name)   the kernel's one parameter, P (or name).
 % --   params_unpack(l, var, rename)
 % --                         locals named as the fields (or rename[field]) holding var's scalar
 % --                         and pointer fields, for portable kernels: on OpenCL a struct
@@ -75,11 +75,12 @@ typedef char ${l.name}_matches_host[sizeof(${l.name}) == ${l.size} ? 1 : -1];
 %   end
 % end
 
-% function params_arg(l)
+% function params_arg(l, name)
+%   name = name or "P"
 %   if cuda then
-const __grid_constant__ ${l.name} P
+const __grid_constant__ ${l.name} ${name}
 %   else
-const ${l.name} P
+const ${l.name} ${name}
 %   end
 % end
 

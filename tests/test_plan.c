@@ -235,7 +235,9 @@ static fj__features bwd_features(int64_t d, int64_t dv, fj_dtype dtype)
     f.lse = 1;
     for (int i = 0; i < 4; i++)
         f.rows_16b[i] = 1;
-    f.grads_16b = 1;
+    for (int i = 0; i < 3; i++)
+        f.tma[i] = 1;
+    f.grads_16b = f.dout_tma = 1;
     return f;
 }
 
@@ -258,11 +260,12 @@ static void test_backward_plans(void **state)
     const planned_devices devs = planned_device_set();
     /* Deterministic: D, dk/dv (dK and dV apart above d + dv = 256), dq. Not: dq's f32 sum
     ** zeroed, D, dk/dv adding dq by atomics (with dK), dq cast from the sum. On sm_90a dk/dv
-    ** and dq run on wgmma to d and dv 128. */
+    ** and dq run on wgmma to d and dv 128 (dk/dv where TMA can read q, k, v and dout). */
     const struct {
         int64_t d, dv;
         fj_dtype dtype;
-        int change; /* 1 dbias, 2 block classes, 3 unaligned dout, 4 a mask_mod */
+        int change; /* 1 dbias, 2 block classes, 3 unaligned dout, 4 a mask_mod, 5 dout TMA
+                    ** cannot read (rows 16-byte aligned, a stride not) */
         const fj_device_info *dev;
         int deterministic;
         const char *paths;
@@ -279,6 +282,8 @@ static void test_backward_plans(void **state)
         {128, 128, FJ_DTYPE_BF16, 2, &devs.h200, 0, "memset,simt,wgmma,simt"},
         {128, 128, FJ_DTYPE_BF16, 2, &devs.h200, 1, "simt,wgmma,wgmma"},
         {96, 64, FJ_DTYPE_BF16, 0, &devs.h200, 0, "memset,simt,wgmma,simt"}, /* padded to 128 / 64 */
+        {128, 128, FJ_DTYPE_BF16, 5, &devs.h200, 0, "memset,simt,mma,simt"},
+        {128, 128, FJ_DTYPE_BF16, 5, &devs.h200, 1, "simt,mma,wgmma"},
         {128, 128, FJ_DTYPE_BF16, 3, &devs.h200, 0, "simt,simt,simt"},
         {512, 512, FJ_DTYPE_BF16, 0, &devs.h200, 0, "simt,simt,simt"},
         {128, 128, FJ_DTYPE_BF16, 0, &devs.sm86, 1, "simt,mma,mma"},
@@ -294,6 +299,7 @@ static void test_backward_plans(void **state)
         f.bias_dtype = cases[i].change == 1 ? FJ_DTYPE_F32 : -1;
         f.block_mask = cases[i].change == 2;
         f.grads_16b = cases[i].change != 3;
+        f.dout_tma = cases[i].change != 3 && cases[i].change != 5;
         f.mask_mod = cases[i].change == 4 ? "(FJ_Q >= FJ_K)" : NULL;
         fj__plan plan;
         fj__err err = {{0}};

@@ -460,10 +460,11 @@ static void test_backward_wgmma_render(void **state)
                 const int dq = atomic == 2;
                 v.grads = dq ? 0 : atomic ? 7 : 3;
                 v.warps = 8;
+                v.stage = dq ? 3 : 2;
                 v.threads = 256;
+                v.stages = 2;
                 v.tile_m = dq ? 128 : 64;
                 v.tile_n = dq ? 64 : 128;
-                v.stage = dq ? 3 : 2;
                 v.local_mask = v.softcap = (uint8_t)(extras > 0);
                 v.varlen = (uint8_t)(extras == 1 && !wide ? 2 : 0); /* packed, with seqused_k */
                 if (extras == 2) { /* attn_masks.lua's masks and terms, block classes */
@@ -481,6 +482,8 @@ static void test_backward_wgmma_render(void **state)
                 assert_true((strstr(out, "*(u32 *)(dq + ") != NULL) == dq);
                 assert_true((strstr(out, "fj_score_grad(mc, capped") != NULL) == (extras == 2));
                 assert_true((strstr(out, "add_dq_tile(P.dq_acc") != NULL) == (atomic == 1));
+                /* stage 2: bulk tensor copies into a ring of mbarrier-guarded slots */
+                assert_true((strstr(out, "load_panels<DP>(sQ, &T.tm_q") != NULL) == !dq);
                 save_render(1, out, "bwd_wgmma_stage%d_d%d_x%d_g%d.cu", v.stage, v.head_dim_pad,
                             extras, v.grads);
                 free(out);
