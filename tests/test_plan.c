@@ -349,7 +349,12 @@ static void test_backward_plans(void **state)
             assert_int_equal(fj__plan_backward(&f, cases[i].dev, "warps=4", &tuned, &err), FJ_OK);
             const fj__variant *h = &tuned.steps[tuned.main_step].variant;
             assert_true(h->path == FJ__PATH_WGMMA && h->warps == 4 && h->tile_n == 64 &&
-                        h->threads == 128);
+                        h->threads == 128 && h->stages == 2);
+            /* the Hopper dk/dv ring: 2 to 4 slots, more ignored */
+            assert_int_equal(fj__plan_backward(&f, cases[i].dev, "stages=3", &tuned, &err), FJ_OK);
+            assert_int_equal(tuned.steps[tuned.main_step].variant.stages, 3);
+            assert_int_equal(fj__plan_backward(&f, cases[i].dev, "stages=6", &tuned, &err), FJ_OK);
+            assert_int_equal(tuned.steps[tuned.main_step].variant.stages, 2);
             assert_int_equal(
                 fj__plan_backward(&f, cases[i].dev, "path=mma,warps=8,tile_m=16", &tuned, &err),
                 FJ_OK);
