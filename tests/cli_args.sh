@@ -87,7 +87,7 @@ expect 2 "opts.trusted_keys\[0\] is not an Ed25519 public key" run --trusted-key
 # `run --backward` checks and times the backward and names its kernel; `run --dtype e5m2`
 # checks FP8 inputs against the float64 reference and their plain FP8 implementation, and
 # `--kv-dtype e4m3` a paged FP8 KV cache on the decode kernel; FP8 has
-# no backward (an unsupported request: status 2) and no tuning.
+# no backward (an unsupported request: status 2); FP8 forwards tune.
 if "$cli" info 2>/dev/null | grep -qE "^backend opencl: [1-9]"; then
     expect 0 "backward   opencl.bwd.simt, [0-9.]* ms (median of 2)" run --backend opencl \
         --cache :memory: --seqlen 40 --head-dim 16 --heads 2 --backward --reps 2
@@ -102,8 +102,14 @@ if "$cli" info 2>/dev/null | grep -qE "^backend opencl: [1-9]"; then
     expect 0 "1 shapes tuned, 0 failed" tune --backend opencl --cache "$tmp/decode.db" \
         --decode 1 --group 2 --paged 16 --head-dim 32 --seqlen 300 --causal 0 --hidden 128 \
         --tokens 600
+    expect 0 "1 shapes tuned, 0 failed" tune --backend opencl --cache "$tmp/fp8.db" \
+        --dtype e5m2 --head-dim 16 --seqlen 64 --causal 1 --hidden 32 --tokens 64
 fi
-expect 2 "--dtype takes bf16, f16 or f32, not 'e4m3'" tune --dtype e4m3
+expect 2 "--dtype takes bf16, f16, f32, e4m3 or e5m2, not 'e3m4'" tune --dtype e3m4
+expect 2 "FP8 inputs have no backward and no paged cache" tune --dtype e4m3 --backward
+expect 2 "has no backward and no merge of its own" cache build --arch sm_90a --dtype e4m3 --backward
+expect 2 "--kv-dtype goes with 16-bit queries" cache build --arch sm_90a --dtype e4m3 --kv-dtype e5m2
+expect 2 "--kv-dtype takes e4m3 or e5m2, not 'bf16'" cache build --arch sm_90a --kv-dtype bf16
 expect 0 "--backward   also the backward" tune --help
 expect 2 "--group and --paged go with --decode" tune --group 4
 expect 2 "--decode tunes forwards only" tune --decode 1 --backward

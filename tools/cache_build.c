@@ -23,8 +23,9 @@ static int build_usage(FILE *f)
         "usage: flashjit cache build --arch sm_80|sm_86|sm_89|sm_90a [options]\n"
         "Compiles the forward kernels of every combination below for the arch, with NVRTC only,\n"
         "into the cache (--cache PATH, default the user cache). Lists take commas.\n"
-        "  --dtype bf16,f16 [bf16]        --head-dim N,... [64,128]   --head-dim-v N,... [= "
-        "head-dim]\n"
+        "  --dtype bf16,f16,e4m3,e5m2 [bf16] (FP8: q, k, v in it, out bf16; with and without\n"
+        "  descale factors)   --kv-dtype e4m3|e5m2 (k and v only: an FP8 KV cache)\n"
+        "  --head-dim N,... [64,128]      --head-dim-v N,... [= head-dim]\n"
         "  --causal 0,1 [0,1]             --softcap 0,1 [0]           --lse 0,1 [1]\n"
         "  --seqlen N,... [1024,8192]     (the tiles can depend on the length)\n"
         "Masks and score terms (one kernel each; see flashjit run):\n"
@@ -133,9 +134,17 @@ static void build_variant(build_run *r, const fj__variant *v, int64_t d, int64_t
     fj__compile_job_clear(&job);
 }
 
+/* Whether requests of q in dtype (k and v in kv_dtype, 0: the same) read FP8 inputs, whose
+** kernels come with and without descale factors. */
+static int fp8_inputs(fj_dtype dtype, fj_dtype kv_dtype)
+{
+    return fj_dtype_size(dtype) == 1 || kv_dtype != 0;
+}
+
 /* What shapes the kernels of one offline request (see flashjit cache build --help). */
 typedef struct build_request {
-    fj_dtype dtype;
+    fj_dtype dtype, kv_dtype; /* kv_dtype: k's and v's where they differ from q's (0: not) */
+    int descale;              /* FP8 inputs: with descale factors ([1] each) */
     int64_t d, dv, seqlen, causal, softcap, lse;
     int64_t decode_rows, group; /* decode: query rows and query heads per kv head (0: no) */
     const char *mask_mod, *score_mod;
@@ -209,6 +218,17 @@ static int build_request_kernels(build_run *run, const fj_device_info *dev, fj__
         desc.max_seqlen_q = desc.max_seqlen_k = s;
     }
     fj_tensor k = q, out = v;
+    /* FP8: out in bf16 (for q in FP8) or q's dtype (an FP8 KV cache), k and v in kv_dtype. */
+    const fj_dtype kv_dtype = r->kv_dtype ? r->kv_dtype : r->dtype;
+    k.dtype = v.dtype = kv_dtype;
+    if (fj_dtype_size(r->dtype) == 1)
+        out.dtype = FJ_DTYPE_BF16;
+    const fj_tensor scale = {
+        .data = fake, .dtype = FJ_DTYPE_F32, .ndim = 1, .shape = {1}, .stride = {1}};
+    if (r->descale) {
+        desc.q_descale = fj_dtype_size(r->dtype) == 1 ? &scale : NULL;
+        desc.k_descale = desc.v_descale = &scale;
+    }
     if (r->decode_rows) { /* q and out [1, rows, group, dim], lse [1, group, rows] */
         const int64_t g = r->group, sq = r->decode_rows;
         q.shape[1] = out.shape[1] = sq;
@@ -308,6 +328,7 @@ int fjt_cache_build(int argc, char **argv)
         O_ARCH = 256,
         O_CACHE,
         O_DTYPE,
+        O_KV_DTYPE,
         O_D,
         O_DV,
         O_CAUSAL,
@@ -332,6 +353,7 @@ int fjt_cache_build(int argc, char **argv)
     static const struct option opts[] = {{"arch", required_argument, 0, O_ARCH},
                                          {"cache", required_argument, 0, O_CACHE},
                                          {"dtype", required_argument, 0, O_DTYPE},
+                                         {"kv-dtype", required_argument, 0, O_KV_DTYPE},
                                          {"head-dim", required_argument, 0, O_D},
                                          {"head-dim-v", required_argument, 0, O_DV},
                                          {"causal", required_argument, 0, O_CAUSAL},
@@ -362,7 +384,7 @@ int fjt_cache_build(int argc, char **argv)
     int64_t decode_rows[MAX_VALUES] = {0}, groups[MAX_VALUES] = {1};
     int ndec = 1, ngroup = 1, decoding = 0, backward = 0;
     int alibi = 0, bias = 0, mask = 0, ranges = 0, block_mask = 0, varlen = 0;
-    fj_dtype dtypes[2] = {FJ_DTYPE_BF16};
+    fj_dtype dtypes[4] = {FJ_DTYPE_BF16}, kv_dtype = 0;
     int ndt = 1, opt;
     static char built_keys[MAX_BUILT][65];
     build_run run = {.built_keys = built_keys};
@@ -375,19 +397,28 @@ int fjt_cache_build(int argc, char **argv)
             ndt = 0;
             char *copy = fj__strdup(optarg), *save = NULL;
             int bad = 0;
-            for (char *tok = strtok_r(copy, ",", &save); tok && ndt < 2;
+            for (char *tok = strtok_r(copy, ",", &save); tok && ndt < 4;
                  tok = strtok_r(NULL, ",", &save)) {
                 fj_dtype dt;
-                if (fjt_parse_dtype(tok, &dt) || (dt != FJ_DTYPE_BF16 && dt != FJ_DTYPE_F16))
+                if (fjt_parse_dtype(tok, &dt) || dt == FJ_DTYPE_F32)
                     bad = 1;
                 else
                     dtypes[ndt++] = dt;
             }
             free(copy);
             if (ndt == 0 || bad)
-                return fprintf(stderr, "flashjit cache build: --dtype takes bf16 and f16\n"), 2;
+                return fprintf(stderr,
+                               "flashjit cache build: --dtype takes bf16, f16, e4m3 and e5m2\n"),
+                       2;
             break;
         }
+        case O_KV_DTYPE:
+            if (fjt_parse_dtype(optarg, &kv_dtype) || fj_dtype_size(kv_dtype) != 1)
+                return fprintf(stderr,
+                               "flashjit cache build: --kv-dtype takes e4m3 or e5m2, not '%s'\n",
+                               optarg),
+                       2;
+            break;
         case O_D:
             if ((nd = fjt_parse_list("head-dim", optarg, 1, 576, dims, MAX_VALUES)) < 0)
                 return 2;
@@ -466,6 +497,20 @@ int fjt_cache_build(int argc, char **argv)
         default: return build_usage(stderr);
         }
     }
+    int fp8 = 0;
+    for (int a = 0; a < ndt; a++) {
+        fp8 |= fp8_inputs(dtypes[a], kv_dtype);
+        if (kv_dtype && fj_dtype_size(dtypes[a]) == 1)
+            return fprintf(stderr, "flashjit cache build: --kv-dtype goes with 16-bit queries "
+                                   "(--dtype bf16 or f16), not --dtype %s\n",
+                           fj__dtype_name(dtypes[a])),
+                   2;
+    }
+    if (fp8 && (backward || nm))
+        return fprintf(stderr, "flashjit cache build: FP8 (--dtype e4m3|e5m2, --kv-dtype) has no "
+                               "backward and no merge of its own (merges take the bf16 or f16 "
+                               "states)\n"),
+               2;
     if (backward && decoding)
         return fprintf(stderr, "flashjit cache build: --backward takes prefill shapes, not "
                                "--decode\n"),
@@ -515,9 +560,11 @@ int fjt_cache_build(int argc, char **argv)
         for (int i = 0; i < nd && !bad; i++)
             for (int c = 0; c < nc && !bad; c++)
                 for (int sc = 0; sc < ns && !bad; sc++)
-                    for (int l = 0; l < nl * nq * ndec * ngroup && !bad; l++) {
-                        const int rest = l / (nl * nq);
+                    for (int l = 0; l < nl * nq * ndec * ngroup * (fp8_inputs(dtypes[a], kv_dtype) ? 2 : 1) && !bad; l++) {
+                        const int rest = l / (nl * nq) % (ndec * ngroup);
                         const build_request r = {.dtype = dtypes[a],
+                                                 .kv_dtype = kv_dtype,
+                                                 .descale = l / (nl * nq * ndec * ngroup),
                                                  .decode_rows = decoding ? decode_rows[rest % ndec] : 0,
                                                  .group = groups[rest / ndec],
                                                  .d = dims[i],

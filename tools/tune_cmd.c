@@ -23,7 +23,8 @@ static int tune_usage(FILE *f)
             "usage: flashjit tune [options]\n"
             "Tunes tile configurations for a grid of shapes and keeps the winners in the cache.\n"
             "  --backend auto|cuda|opencl [auto]   --device N [0]   --cache PATH\n"
-            "  --dtype bf16|f16|f32 [bf16]   --head-dim N,... [64,128,256]\n"
+            "  --dtype bf16|f16|f32|e4m3|e5m2 [bf16] (FP8: q, k, v in it, out bf16; forwards only)\n"
+            "  --head-dim N,... [64,128,256]\n"
             "  --seqlen N,... [512,1024,2048,4096,8192,16384]   --causal 0,1 [0,1]\n"
             "  --tokens N [16384] (batch = tokens / seqlen)   --hidden N [2048] (heads = hidden / "
             "d)\n"
@@ -101,6 +102,7 @@ int fjt_tune_command(int argc, char **argv)
     fj_context_options o;
     fj_context_options_init(&o);
     fj_dtype dtype = FJ_DTYPE_BF16;
+    const char *optarg_dtype = "bf16";
     int64_t dims[MAX_LIST] = {64, 128, 256}, lens[MAX_LIST] = {512, 1024, 2048, 4096, 8192, 16384};
     int64_t causal[MAX_LIST] = {0, 1};
     int nd = 3, ns = 6, nc = 2, opt, backward = 0, deterministic = 0;
@@ -119,10 +121,12 @@ int fjt_tune_command(int argc, char **argv)
             break;
         case O_CACHE: o.cache_path = optarg; break;
         case O_DTYPE:
-            if (fjt_parse_dtype(optarg, &dtype) || fj_dtype_size(dtype) == 1)
-                return fprintf(stderr, "flashjit tune: --dtype takes bf16, f16 or f32, not '%s'\n",
+            if (fjt_parse_dtype(optarg, &dtype))
+                return fprintf(stderr,
+                               "flashjit tune: --dtype takes bf16, f16, f32, e4m3 or e5m2, not '%s'\n",
                                optarg),
                        2;
+            optarg_dtype = optarg;
             break;
         case O_D:
             if ((nd = fjt_parse_list("head-dim", optarg, 1, 576, dims, MAX_LIST)) < 0)
@@ -166,6 +170,11 @@ int fjt_tune_command(int argc, char **argv)
         return fprintf(stderr, "flashjit tune: --group and --paged go with --decode\n"), 2;
     if (decode && backward)
         return fprintf(stderr, "flashjit tune: --decode tunes forwards only (no --backward)\n"), 2;
+    if (fj_dtype_size(dtype) == 1 && (backward || paged))
+        return fprintf(stderr, "flashjit tune: --dtype %s: FP8 inputs have no backward and no "
+                               "paged cache (tune their forward)\n",
+                       optarg_dtype),
+               2;
     for (int a = 0; a < nd; a++)
         if (hidden % dims[a] != 0 || (hidden / dims[a]) % group != 0)
             return fprintf(
