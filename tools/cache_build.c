@@ -134,16 +134,16 @@ static void build_variant(build_run *r, const fj__variant *v, int64_t d, int64_t
     fj__compile_job_clear(&job);
 }
 
-/* Whether requests of q in dtype (k and v in kv_dtype, 0: the same) read FP8 inputs, whose
-** kernels come with and without descale factors. */
+/* Whether requests of q in dtype and k, v in kv_dtype read FP8 inputs, whose kernels come with
+** and without descale factors. */
 static int fp8_inputs(fj_dtype dtype, fj_dtype kv_dtype)
 {
-    return fj_dtype_size(dtype) == 1 || kv_dtype != 0;
+    return fj_dtype_size(dtype) == 1 || fj_dtype_size(kv_dtype) == 1;
 }
 
 /* What shapes the kernels of one offline request (see flashjit cache build --help). */
 typedef struct build_request {
-    fj_dtype dtype, kv_dtype; /* kv_dtype: k's and v's where they differ from q's (0: not) */
+    fj_dtype dtype, kv_dtype; /* q's; k's and v's (q's, or FP8: an FP8 KV cache) */
     int descale;              /* FP8 inputs: with descale factors ([1] each) */
     int64_t d, dv, seqlen, causal, softcap, lse;
     int64_t decode_rows, group; /* decode: query rows and query heads per kv head (0: no) */
@@ -218,9 +218,8 @@ static int build_request_kernels(build_run *run, const fj_device_info *dev, fj__
         desc.max_seqlen_q = desc.max_seqlen_k = s;
     }
     fj_tensor k = q, out = v;
-    /* FP8: out in bf16 (for q in FP8) or q's dtype (an FP8 KV cache), k and v in kv_dtype. */
-    const fj_dtype kv_dtype = r->kv_dtype ? r->kv_dtype : r->dtype;
-    k.dtype = v.dtype = kv_dtype;
+    /* FP8: out in bf16 (for q in FP8) or q's dtype (an FP8 KV cache). */
+    k.dtype = v.dtype = r->kv_dtype;
     if (fj_dtype_size(r->dtype) == 1)
         out.dtype = FJ_DTYPE_BF16;
     const fj_tensor scale = {
@@ -384,8 +383,8 @@ int fjt_cache_build(int argc, char **argv)
     int64_t decode_rows[MAX_VALUES] = {0}, groups[MAX_VALUES] = {1};
     int ndec = 1, ngroup = 1, decoding = 0, backward = 0;
     int alibi = 0, bias = 0, mask = 0, ranges = 0, block_mask = 0, varlen = 0;
-    fj_dtype dtypes[4] = {FJ_DTYPE_BF16}, kv_dtype = 0;
-    int ndt = 1, opt;
+    fj_dtype dtypes[4] = {FJ_DTYPE_BF16}, kv_dtype = FJ_DTYPE_BF16;
+    int ndt = 1, kv_given = 0, opt;
     static char built_keys[MAX_BUILT][65];
     build_run run = {.built_keys = built_keys};
     optind = 1;
@@ -418,6 +417,7 @@ int fjt_cache_build(int argc, char **argv)
                                "flashjit cache build: --kv-dtype takes e4m3 or e5m2, not '%s'\n",
                                optarg),
                        2;
+            kv_given = 1;
             break;
         case O_D:
             if ((nd = fjt_parse_list("head-dim", optarg, 1, 576, dims, MAX_VALUES)) < 0)
@@ -497,12 +497,13 @@ int fjt_cache_build(int argc, char **argv)
         default: return build_usage(stderr);
         }
     }
-    int fp8 = 0;
+    int fp8 = kv_given;
     for (int a = 0; a < ndt; a++) {
-        fp8 |= fp8_inputs(dtypes[a], kv_dtype);
-        if (kv_dtype && fj_dtype_size(dtypes[a]) == 1)
-            return fprintf(stderr, "flashjit cache build: --kv-dtype goes with 16-bit queries "
-                                   "(--dtype bf16 or f16), not --dtype %s\n",
+        fp8 |= fj_dtype_size(dtypes[a]) == 1;
+        if (kv_given && fj_dtype_size(dtypes[a]) == 1)
+            return fprintf(stderr,
+                           "flashjit cache build: --kv-dtype goes with 16-bit queries "
+                           "(--dtype bf16 or f16), not --dtype %s\n",
                            fj__dtype_name(dtypes[a])),
                    2;
     }
@@ -516,7 +517,8 @@ int fjt_cache_build(int argc, char **argv)
                                "--decode\n"),
                2;
     if (decoding && varlen)
-        return fprintf(stderr, "flashjit cache build: --decode takes dense tensors, not --varlen\n"),
+        return fprintf(stderr,
+                       "flashjit cache build: --decode takes dense tensors, not --varlen\n"),
                2;
     int sm = 0;
     char suffix = 0;
@@ -556,16 +558,21 @@ int fjt_cache_build(int argc, char **argv)
         for (int m = 0; m < nm; m++)
             for (int l = 0; l < nl; l++)
                 build_merge_kernels(&run, dtypes[a], (int)merges[m], (int)lse[l]);
-    for (int a = 0; a < ndt && !bad && !nm; a++)
+    for (int a = 0; a < ndt && !bad && !nm; a++) {
+        /* k and v: the FP8 KV cache's dtype, or q's */
+        const fj_dtype kv = kv_given ? kv_dtype : dtypes[a];
         for (int i = 0; i < nd && !bad; i++)
             for (int c = 0; c < nc && !bad; c++)
                 for (int sc = 0; sc < ns && !bad; sc++)
-                    for (int l = 0; l < nl * nq * ndec * ngroup * (fp8_inputs(dtypes[a], kv_dtype) ? 2 : 1) && !bad; l++) {
+                    for (int l = 0;
+                         l < nl * nq * ndec * ngroup * (fp8_inputs(dtypes[a], kv) ? 2 : 1) && !bad;
+                         l++) {
                         const int rest = l / (nl * nq) % (ndec * ngroup);
                         const build_request r = {.dtype = dtypes[a],
-                                                 .kv_dtype = kv_dtype,
+                                                 .kv_dtype = kv,
                                                  .descale = l / (nl * nq * ndec * ngroup),
-                                                 .decode_rows = decoding ? decode_rows[rest % ndec] : 0,
+                                                 .decode_rows =
+                                                     decoding ? decode_rows[rest % ndec] : 0,
                                                  .group = groups[rest / ndec],
                                                  .d = dims[i],
                                                  .dv = ndv ? dvs[i < ndv ? i : ndv - 1] : dims[i],
@@ -584,6 +591,7 @@ int fjt_cache_build(int argc, char **argv)
                                                  .backward = backward};
                         bad = build_request_kernels(&run, &dev, &mods, &r) != 0;
                     }
+    }
     fj__mods_free(&mods);
     if (bad) {
         cache_close(run.cache);
