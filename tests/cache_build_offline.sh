@@ -148,8 +148,8 @@ expected=$((expected + $(echo "$out" | sed -n 's/^\([0-9]*\) kernels built.*/\1/
 checked=$((checked + 1))
 # FP8: inputs in e4m3 and e5m2 (out bf16) on the SIMT forward, and an FP8 KV cache read by bf16
 # queries on the decode kernel (whole and split), each with and without descale factors: all
-# build (the SIMT forward at d 128 keeps its K and V rows in registers and spills, FP8 or not;
-# not spill-checked), two kernels a shape. A cache of their own: the decode's merge is also
+# build (the SIMT forward holds a thread's query row and output row in registers, 256 floats at
+# d 128, and spills there whatever the dtype; not spill-checked), two kernels a shape. A cache of their own: the decode's merge is also
 # built above, which the count at the end would see twice.
 out=$("$cli" cache build --arch sm_90a --cache "$dir/fp8.db" --dtype e4m3,e5m2 --head-dim 64,128 \
     --causal 1 --seqlen 1024 2>&1)
