@@ -180,7 +180,8 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, co
                         "%d characters)",
                         FJ__EXPR_MAX_GRAD_TEXT);
     const size_t rows = (size_t)(f->batch * f->heads_q * f->seqlen_q);
-    plan->bwd.delta = fj__plan_add_workspace(plan, 2 * rows * sizeof(float)); /* D, lse2 */
+    plan->bwd.delta = fj__plan_add_workspace(plan, rows * sizeof(float));
+    plan->bwd.lse2 = fj__plan_add_workspace(plan, rows * sizeof(float));
     plan->bwd.dq_acc = -1;
     /* dq by atomics in stage 2 (on tensor cores, unless deterministic): its f32 sum is zeroed
     ** first, and stage 5 casts it where stage 3 would compute dq. */
@@ -278,8 +279,7 @@ fj_status fj__bwd_fill(const fj__plan *plan, int i, const fj__bwd_problem *p, vo
     B->dk = p->dk->data;
     B->dv = p->dv->data;
     B->delta = ws[plan->bwd.delta];
-    B->lse2 = (float *)ws[plan->bwd.delta] +
-              p->f.batch * p->f.heads_q * p->f.seqlen_q; /* after D's rows */
+    B->lse2 = ws[plan->bwd.lse2];
     B->dq_acc = plan->bwd.dq_acc >= 0 ? ws[plan->bwd.dq_acc] : NULL;
     int64_t *strides[4] = {&B->do_sb, &B->dq_sb, &B->dk_sb, &B->dv_sb};
     for (int t = 0; t < 4; t++)

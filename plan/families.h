@@ -183,8 +183,8 @@ FJ__PARAM_STRUCT(fj__decode_params, FJ__DECODE_PARAMS);
 /* The backward (attn_bwd.lua): the forward's block (q, k, v, out, lse and everything that
 ** decides the scores); dout [b, sq, hq, dv] and the gradients dq, dk, dv (shaped as q, k, v)
 ** with their batch, row and head strides; D = rowsum(dout * out), an f32 workspace
-** [b, hq, sq], and beside it lse2, the rows' lse in log2 units (+inf where the forward's is
-** -inf: rows that see no key), both written by stage 1; dQ's f32 sum where stage 2 accumulates
+** [b, hq, sq], and lse2, the rows' lse in log2 units (+inf where the forward's is -inf: rows
+** that see no key), another; both written by stage 1; dQ's f32 sum where stage 2 accumulates
 ** it by atomics (NULL: not), a workspace [b, hq, sq, head_dim_pad]; the bias's gradient (f32; NULL: not asked for) with its batch, head and row
 ** strides, element count and batch, head and row extents (1: summed over); the softmax scale
 ** (natural units: dS's factor). */

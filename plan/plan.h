@@ -81,10 +81,11 @@ typedef struct fj__plan {
         int ws_o, ws_l;
         int32_t splits, keys_per_split, row_tiles;
     } decode;
-    /* The backward's workspaces: D = rowsum(dout * out), [batch, heads_q, seqlen_q]; dq's f32
-    ** sum, [batch, heads_q, seqlen_q, head_dim_pad] (-1: dq is a stage of its own). */
+    /* The backward's workspaces: D = rowsum(dout * out) and the lse in log2 units, each
+    ** [batch, heads_q, seqlen_q]; dq's f32 sum, [batch, heads_q, seqlen_q, head_dim_pad] (-1:
+    ** dq is a stage of its own). */
     struct {
-        int delta, dq_acc;
+        int delta, lse2, dq_acc;
     } bwd;
 } fj__plan;
 
