@@ -102,7 +102,6 @@ int fjt_tune_command(int argc, char **argv)
     fj_context_options o;
     fj_context_options_init(&o);
     fj_dtype dtype = FJ_DTYPE_BF16;
-    const char *optarg_dtype = "bf16";
     int64_t dims[MAX_LIST] = {64, 128, 256}, lens[MAX_LIST] = {512, 1024, 2048, 4096, 8192, 16384};
     int64_t causal[MAX_LIST] = {0, 1};
     int nd = 3, ns = 6, nc = 2, opt, backward = 0, deterministic = 0;
@@ -126,7 +125,6 @@ int fjt_tune_command(int argc, char **argv)
                                "flashjit tune: --dtype takes bf16, f16, f32, e4m3 or e5m2, not '%s'\n",
                                optarg),
                        2;
-            optarg_dtype = optarg;
             break;
         case O_D:
             if ((nd = fjt_parse_list("head-dim", optarg, 1, 576, dims, MAX_LIST)) < 0)
@@ -173,7 +171,7 @@ int fjt_tune_command(int argc, char **argv)
     if (fj_dtype_size(dtype) == 1 && (backward || paged))
         return fprintf(stderr, "flashjit tune: --dtype %s: FP8 inputs have no backward and no "
                                "paged cache (tune their forward)\n",
-                       optarg_dtype),
+                       fj__dtype_name(dtype)),
                2;
     for (int a = 0; a < nd; a++)
         if (hidden % dims[a] != 0 || (hidden / dims[a]) % group != 0)
