@@ -84,6 +84,13 @@ static int teardown(void **state)
     return system(cmd) == 0 ? 0 : -1;
 }
 
+/* One line of what a tuning did, for the test's log. */
+static void print_tuning(const fj_tune_result *t)
+{
+    printf("  tuned %s: %d candidates, %d dropped, heuristic %.1f us, best %.1f us (%s)\n",
+           t->bucket, t->candidates, t->dropped, t->heuristic_us, t->best_us, t->best_config);
+}
+
 static fj_context *context_or_skip(int policy)
 {
     fj_context *ctx = make_context(policy);
@@ -221,9 +228,7 @@ static void test_failing_candidates_are_dropped(void **state)
     rmdir(dir);
     assert_int_equal(st, FJ_OK);
     assert_true(r.pass);
-    printf("  tuned %s: %d candidates, %d dropped, heuristic %.1f us, best %.1f us (%s)\n",
-           r.tune.bucket, r.tune.candidates, r.tune.dropped, r.tune.heuristic_us, r.tune.best_us,
-           r.tune.best_config);
+    print_tuning(&r.tune);
     assert_int_equal(r.tune.from_record, 0);
     assert_true(r.tune.candidates >= 4);
     assert_true(r.tune.dropped >= 3); /* tile_m 16, 32, 64 with tile_n 8 */
@@ -248,8 +253,7 @@ static void test_backward_tune_then_reuse(void **state)
     assert_int_equal(fjh_run(ctx, &c, &r), FJ_OK);
     assert_true(r.pass);
     const fj_tune_result *t = &r.bwd_tune;
-    printf("  tuned %s: %d candidates, %d dropped, heuristic %.1f us, best %.1f us (%s)\n",
-           t->bucket, t->candidates, t->dropped, t->heuristic_us, t->best_us, t->best_config);
+    print_tuning(t);
     assert_int_equal(t->from_record, 0);
     assert_true(t->candidates > 1);
     assert_int_equal(strncmp(t->bucket, "bwd.simt|f16|d=16|", 18), 0);
@@ -308,8 +312,7 @@ static void test_decode_tune_then_reuse(void **state)
     assert_int_equal(fjh_run(ctx, &c, &r), FJ_OK);
     assert_true(r.pass);
     const fj_tune_result *t = &r.tune;
-    printf("  tuned %s: %d candidates, %d dropped, heuristic %.1f us, best %.1f us (%s)\n",
-           t->bucket, t->candidates, t->dropped, t->heuristic_us, t->best_us, t->best_config);
+    print_tuning(t);
     assert_int_equal(t->from_record, 0);
     assert_true(t->candidates > 4); /* the plan's splits, then 1, 2, 4, ... up to the tiles */
     assert_int_equal(strncmp(t->bucket, "dec.simt|f16|d=32|dv=32|sq=1|sk=1024|bh=16|", 43), 0);
