@@ -66,7 +66,7 @@ rows = [
     ("  signature", lambda: _arrays.torch_cuda_signature(every)),
     ("  current stream", lambda: _arrays.current_stream(q)),
     ("  output allocation", lambda: q.new_empty((b, 1, hq, d))),
-    ("  library call, unchecked entry", lambda: prepared.invoke(ctx.handle, stream)),
+    ("  library call, unchecked entry", lambda: prepared.invoke(stream)),
     ("  library call, checked entry", lambda: checked(ctx.handle, *checked_args, stream)),
     ("  library call, GIL kept", lambda: kept(ctx.handle, *prepared.args,
                                               ctypes.c_void_p(stream))),

@@ -4,7 +4,8 @@
 **   bench_host overhead [--backend B]               memoised per-call host time of
 **                                                   fj_attention_forward (validation, plan, lookup,
 **                                                   launch), median over many calls
-** --seqlen-q N (default 64) sets the query rows: 1 to 16 time a decode call.
+** --seqlen-q N (default 64) sets the query rows: 1 to 16 time a decode call; --paged P reads k
+** and v as a paged cache of P-key pages (a divisor of 64) through a page table.
 ** bench/first_call.sh runs `first` cold and warm in fresh processes. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -43,7 +44,7 @@ int main(int argc, char **argv)
     fj_context_options o;
     fj_context_options_init(&o);
     o.cache_path = ":memory:";
-    int sq = 64;
+    int sq = 64, page = 0;
     for (int i = 2; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--backend"))
             o.backend = !strcmp(argv[i + 1], "cuda") ? FJ_BACKEND_CUDA : FJ_BACKEND_OPENCL;
@@ -51,9 +52,13 @@ int main(int argc, char **argv)
             o.cache_path = argv[i + 1];
         else if (!strcmp(argv[i], "--seqlen-q"))
             sq = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--paged"))
+            page = atoi(argv[i + 1]);
     }
     if (sq < 1 || sq > 64)
         return fprintf(stderr, "bench_host: --seqlen-q takes 1 to 64\n"), 2;
+    if (page < 0 || page > 64 || (page && 64 % page))
+        return fprintf(stderr, "bench_host: --paged takes a divisor of 64\n"), 2;
     double t0 = now_ms();
     fj_context *ctx = NULL;
     fj_status st = fj_context_create(&o, &ctx);
@@ -87,6 +92,35 @@ int main(int argc, char **argv)
     fj_attention_desc desc;
     fj_attention_desc_init(&desc);
     desc.causal = 1;
+    /* Paged: the same keys as S / page pages of one sequence, in order. */
+    int32_t table[S], used[B] = {S};
+    void *dtable = NULL, *dused = NULL;
+    fj_tensor ttable = {.dtype = FJ_DTYPE_I32, .ndim = 2}, tused = ttable;
+    if (page) {
+        for (int i = 0; i < S / page; i++)
+            table[i] = i;
+        if ((st = fj_malloc(ctx, sizeof table, &dtable)) || (st = fj_malloc(ctx, sizeof used, &dused)))
+            die(ctx, st, "fj_malloc");
+        fj_memcpy_h2d(ctx, dtable, table, sizeof table);
+        fj_memcpy_h2d(ctx, dused, used, sizeof used);
+        ttable.data = dtable;
+        ttable.shape[0] = B;
+        ttable.shape[1] = S / page;
+        ttable.stride[0] = S / page;
+        ttable.stride[1] = 1;
+        tused.data = dused;
+        tused.ndim = 1;
+        tused.shape[0] = B;
+        tused.stride[0] = 1;
+        fj_tensor *kv[2] = {&tk, &tv};
+        for (int i = 0; i < 2; i++) {
+            kv[i]->shape[0] = B * S / page;
+            kv[i]->shape[1] = page;
+            kv[i]->stride[0] = (int64_t)page * H * D;
+        }
+        desc.page_table = &ttable;
+        desc.seqused_k = &tused;
+    }
 
     t0 = now_ms();
     st = fj_attention_forward(ctx, &desc, &tq, &tk, &tv, &to, NULL, NULL);
@@ -124,6 +158,8 @@ int main(int argc, char **argv)
     fj_free(ctx, k);
     fj_free(ctx, v);
     fj_free(ctx, out);
+    fj_free(ctx, dtable);
+    fj_free(ctx, dused);
     free(host);
     fj_context_destroy(ctx);
     return 0;

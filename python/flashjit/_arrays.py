@@ -37,25 +37,30 @@ _capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 
 def is_torch(x):
-    return type(x).__module__.startswith("torch") and hasattr(x, "data_ptr")
+    torch = sys.modules.get("torch")  # never imported here: a torch tensor means torch is loaded
+    return torch is not None and isinstance(x, torch.Tensor)
 
 
 def torch_cuda_signature(arrays):
-    """The (dtype, shape, strides) of each array (None for None): what a prepared call is keyed
-    by; None where an array is not a torch CUDA tensor (those go through Call every time)."""
+    """(signature, pointers) of arrays where every one is a torch CUDA tensor or None, else
+    None (those calls go through Call every time). The signature, what a prepared call is
+    keyed by: each array's dtype, shape and strides, flat (None for None); the pointers: the
+    data pointers of the arrays that are not None, in order. On every call's path, so written
+    for speed."""
     torch = sys.modules.get("torch")
     if torch is None:
         return None
     tensor = torch.Tensor
-    sig = []
+    sig, ptrs = [], []
     for x in arrays:
         if x is None:
             sig.append(None)
         elif isinstance(x, tensor) and x.is_cuda:
-            sig.append((x.dtype, x.shape, x.stride()))
+            sig += (x.dtype, x.shape, x.stride())
+            ptrs.append(x.data_ptr())
         else:
             return None
-    return tuple(sig)
+    return tuple(sig), ptrs
 
 
 _raw_stream = None
@@ -170,18 +175,22 @@ class Call:
             self.staged, self.keep = [], []
 
 
-def empty_like(ref, shape, dtype=None, name="array"):
-    """A new array of shape and dtype name (None: ref's, an error naming `name` where flashjit
-    does not take it) where ref lives: torch beside a torch
-    tensor, NumPy for other host arrays (bf16 as uint16 bits unless ml_dtypes is installed),
-    CuPy for other CUDA arrays."""
+def empty_like(ref, shape=None, dtype=None, name="array"):
+    """A new array of shape (None: ref's) and dtype name (None: ref's, an error naming `name`
+    where flashjit does not take it) where ref lives: torch beside a torch tensor, NumPy for
+    other host arrays (bf16 as uint16 bits unless ml_dtypes is installed), CuPy for other CUDA
+    arrays."""
     if is_torch(ref):
-        if dtype is None:
-            return ref.new_empty(shape)
-        import torch
-        return ref.new_empty(shape, dtype=getattr(torch, {"f16": "float16", "bf16": "bfloat16",
-                                                          "f32": "float32",
-                                                          "i32": "int32"}[dtype]))
+        torch = sys.modules["torch"]
+        tdtype = None if dtype is None else getattr(torch, {"f16": "float16", "bf16": "bfloat16",
+                                                            "f32": "float32",
+                                                            "i32": "int32"}[dtype])
+        if shape is None:  # torch's cheapest allocation, a microsecond under new_empty's
+            return torch.empty_like(ref) if tdtype is None else \
+                torch.empty_like(ref, dtype=tdtype)
+        return ref.new_empty(shape) if tdtype is None else ref.new_empty(shape, dtype=tdtype)
+    if shape is None:
+        shape = describe(ref, name)[2]
     if dtype is None:
         dtype = dtype_of(ref, name)
     where = describe(ref, "array")[4]
@@ -202,12 +211,20 @@ def empty_like(ref, shape, dtype=None, name="array"):
     raise InvalidArgument(f"cannot allocate an output beside a {type(ref).__name__}: pass out=")
 
 
+_out_dtypes = {}  # torch dtype -> out_dtype_for's answer, filled as dtypes are seen
+
+
 def out_dtype_for(q):
     """The dtype name forward() gives out when q is FP8 (torch float8 tensors: bfloat16), else
     None (q's own): a dict lookup, no DLPack export, on the call's path."""
-    if is_torch(q) and _TORCH_DTYPES.get(str(q.dtype)) in ("f8_e4m3", "f8_e5m2"):
-        return "bf16"
-    return None
+    if not is_torch(q):
+        return None
+    try:
+        return _out_dtypes[q.dtype]
+    except KeyError:
+        name = _TORCH_DTYPES.get(str(q.dtype))
+        found = _out_dtypes[q.dtype] = "bf16" if name in ("f8_e4m3", "f8_e5m2") else None
+        return found
 
 
 def dtype_of(x, name):

@@ -78,16 +78,23 @@ class _Prepared:
                     desc.mod_args, desc.mod_args_count = t.data, t.shape[0]
             args.insert(0, _address(desc))
         self.args = args
-        self.live = [(i, t) for i, t in enumerate(self.structs) if t is not None]
+        self.live = [t for t in self.structs if t is not None]  # point()'s, in order
+        self._call = [call.ctx.handle, *args, None]  # invoke's arguments, the stream last
+        self._stream = None
 
-    def point(self, arrays):
-        for i, t in self.live:
-            t.data = arrays[i].data_ptr()
+    def point(self, ptrs):
+        """Moves the structures to new data pointers: one for each array that is not None."""
+        for t, ptr in zip(self.live, ptrs):
+            t.data = ptr
         if self.mod_args is not None:
             self.desc.mod_args = self.mod_args.data
 
-    def invoke(self, handle, stream):
-        return self.fn(handle, *self.args, None if stream is None else ctypes.c_void_p(stream))
+    def invoke(self, stream):
+        """Calls the function on stream (a CUstream as an int; None: the default stream)."""
+        if stream != self._stream:  # a new ctypes argument only when the stream changes
+            self._stream = stream
+            self._call[-1] = None if stream is None else ctypes.c_void_p(stream)
+        return self.fn(*self._call)
 
 
 def _allocator_of(alloc, free):
@@ -108,6 +115,12 @@ def _allocator_of(alloc, free):
             warnings.warn(f"flashjit: giving a workspace back failed: {e!r}", RuntimeWarning)
 
     return _lib.Allocator(_lib.ALLOC_FN(c_alloc), _lib.FREE_FN(c_free), None)
+
+
+def _out_shape(q, v):
+    """The shape of forward's out for q and v: None (q's) where dv = d, the cheap case."""
+    dv = v.shape[-1]
+    return None if dv == q.shape[-1] else tuple(q.shape[:-1]) + (dv,)
 
 
 def _address(struct):
@@ -193,23 +206,23 @@ class Context:
         of a signature (options; each tensor's dtype, shape and strides) are built once per
         thread, and a repeated call only writes the data pointers. Other arrays (host arrays
         to stage, DLPack capsules to hold) go through a Call each time."""
-        every = arrays + desc_arrays
-        sig = torch_cuda_signature(every) if self.memory == "cuda" else None
+        found = torch_cuda_signature(arrays + desc_arrays) if self.memory == "cuda" else None
         if stream is None:
             if self.backend == "cuda":
-                stream = current_stream(arrays[0]) if sig is not None else \
+                stream = current_stream(arrays[0]) if found is not None else \
                     self._stream(arrays[0])
         else:  # a CUstream as an int or ctypes pointer, or a torch.cuda.Stream
             stream = getattr(stream, "cuda_stream", getattr(stream, "value", stream))
-        if sig is None:
+        if found is None:
             with Call(self) as call:
                 prepared = _Prepared(call, function, spec, arrays, options, desc_arrays)
-                self.check(prepared.invoke(self.handle, stream))
+                self.check(prepared.invoke(stream))
             return
         try:
             cache = self._local.prepared
         except AttributeError:
             cache = self._local.prepared = {}
+        sig, ptrs = found
         key = (function, options, sig)
         prepared = cache.get(key)
         if prepared is None:
@@ -219,8 +232,8 @@ class Context:
             prepared = _Prepared(Call(self), function, spec, arrays, options, desc_arrays)
             cache[key] = prepared
         else:
-            prepared.point(every)
-        self.check(prepared.invoke(self.handle, stream))
+            prepared.point(ptrs)
+        self.check(prepared.invoke(stream))
 
     def _stream(self, x):
         """PyTorch's current stream for a torch CUDA tensor, else the default stream (None)."""
@@ -247,7 +260,7 @@ class Context:
         k and v then [num_pages, page_size, hkv, d] and seqused_k [b] required. lse (float32
         [b, hq, sq], or [hq, total] packed) receives the log-sum-exps when given."""
         if out is None:
-            out = empty_like(q, tuple(q.shape[:-1]) + (v.shape[-1],), out_dtype_for(q), name="q")
+            out = empty_like(q, _out_shape(q, v), out_dtype_for(q), name="q")
         self._run("fj_attention_forward", _FORWARD, (q, k, v, out, lse),
                   (causal, tuple(window), softcap, scale, mask_mod, score_mod, num_splits,
                    False, max_seqlen_q, max_seqlen_k),
@@ -267,7 +280,7 @@ class Context:
         Takes seconds; a bucket tuned before returns its record at once. Returns a dict:
         from_record, candidates, dropped, heuristic_us, best_us, best_config, bucket."""
         if out is None:
-            out = empty_like(q, tuple(q.shape[:-1]) + (v.shape[-1],), name="q")
+            out = empty_like(q, _out_shape(q, v), out_dtype_for(q), name="q")
         if stream is None and self.backend == "cuda":
             stream = self._stream(q)
         else:
@@ -300,9 +313,9 @@ class Context:
         from the expression (mod_args get no gradient). dbias: a float32 array shaped as bias
         with each broadcast dimension of extent 1, which receives the bias's gradient (see
         bias_grad_shape)."""
-        dq = empty_like(q, tuple(q.shape), name="q") if dq is None else dq
-        dk = empty_like(k, tuple(k.shape), name="k") if dk is None else dk
-        dv = empty_like(v, tuple(v.shape), name="v") if dv is None else dv
+        dq = empty_like(q, name="q") if dq is None else dq
+        dk = empty_like(k, name="k") if dk is None else dk
+        dv = empty_like(v, name="v") if dv is None else dv
         self._run("fj_attention_backward", _BACKWARD, (q, k, v, out, dout, lse, dq, dk, dv),
                   (causal, tuple(window), softcap, scale, mask_mod, score_mod, 0,
                    deterministic, max_seqlen_q, max_seqlen_k),
@@ -352,9 +365,9 @@ class Context:
         if len(outs) != len(lses) or not outs:
             raise InvalidArgument("merge: outs and lses must be non-empty and of equal length")
         if out is None:
-            out = empty_like(outs[0], tuple(outs[0].shape), name="outs[0]")
+            out = empty_like(outs[0], name="outs[0]")
         if lse is None:
-            lse = empty_like(lses[0], tuple(lses[0].shape), "f32")
+            lse = empty_like(lses[0], dtype="f32", name="lses[0]")
         if stream is None and self.backend == "cuda":
             stream = self._stream(out)
         with Call(self) as call:

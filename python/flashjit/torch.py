@@ -32,7 +32,7 @@ def context(device=None):
     device = torch.device(device if device is not None else "cpu")
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    key = (device.type, device.index)
+    key = device  # keyed as a tensor's .device reads, so a call finds it in one lookup
     if key not in _contexts:
         if device.type == "cuda":
             with torch.cuda.device(device):  # the library adopts PyTorch's context
@@ -227,12 +227,13 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
     packed [total, heads, dim] with cu_seqlens_q/k; or paged k/v [num_pages, page_size, hkv,
     d] with page_table and seqused_k); see flashjit.Context.forward for each argument. Returns
     out [b, sq, hq, dv] (and the float32 log-sum-exp [b, hq, sq] with return_lse)."""
-    q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
+    if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):  # the quick test
+        q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
     if _direct(q, k, v, bias):  # the context straight away, options as given
         lse = q.new_empty(_lse_shape(q, cu_seqlens_q is not None),
                           dtype=torch.float32) if return_lse else None
         d = q.device
-        out = (_contexts.get((d.type, d.index)) or context(d)).forward(
+        out = (_contexts.get(d) or context(d)).forward(
             q, k, v, lse=lse, causal=causal, window=window, softcap=softcap, scale=scale or 0.0,
             mask_mod=mask_mod, score_mod=score_mod, mod_args=mod_args,
             alibi_slopes=alibi_slopes, bias=bias, mask=mask, cu_seqlens_q=cu_seqlens_q,
@@ -253,7 +254,7 @@ def create_block_mask(q, k, *, mask_mod=None, mod_args=None, mask=None, mask_ran
     int32 tensor to pass as block_mask= of the calls with the same masks, which then skip their
     own classification (FlexAttention's create_block_mask; see Context.block_mask)."""
     d = q.device
-    return (_contexts.get((d.type, d.index)) or context(d)).block_mask(
+    return (_contexts.get(d) or context(d)).block_mask(
         q, k, mask_mod=mask_mod, mod_args=mod_args, mask=mask, mask_ranges=mask_ranges)
 
 
