@@ -100,16 +100,17 @@ fj_attn_decode(
 #define RPT (BN / RSTEP)
     const int row0 = tid / CK, col = (tid % CK) * 8;
 %   if paged then
-    /* The pages of the rows of the next tile to load, and the rows in them: looked up a tile
-    ** ahead, so the table's latency is off the copies' path. */
-    int pg[RPT], pin[RPT];
+    /* The pages of the next tile's rows, and the rows in them, looked up a tile ahead (the
+    ** table's latency off the copies' path) and once a row: a warp copies BN / 4 rows (row
+    ** warp * RPW + a + j * RSTEP of thread row0 = warp * RPW + a), and lane a * RPT + j looks
+    ** up that row; the threads copying it take its page by shuffles. */
+#define RPW (32 / CK) /* rows a warp copies at a time */
+    static_assert(32 % CK == 0 && BN / 4 <= 32, "attn_decode_mma: a lane's row of a warp's");
+    int row_page = 0, row_within = 0;
     auto pages_of = [&](int n0) {
-#pragma unroll
-        for (int j = 0; j < RPT; j++) {
-            const int key = n0 + row0 + j * RSTEP, i = key / P.page_size;
-            pg[j] = key <= hi ? PAGE_NUMBER(i) : 0;
-            pin[j] = key - i * P.page_size;
-        }
+        const int key = n0 + warp * RPW + lane / RPT + (lane % RPT) * RSTEP, i = key / P.page_size;
+        row_page = lane < BN / 4 && key <= hi ? PAGE_NUMBER(i) : 0;
+        row_within = key - i * P.page_size;
     };
 %   end
     auto load_tile_kv = [&](int slot, int n0) {
@@ -120,7 +121,9 @@ fj_attn_decode(
             const int key = n0 + row0 + j * RSTEP;
             const bool kok = key <= hi && col < head_dim, vok = key <= hi && col < head_dim_v;
 %   if paged then
-            const I64 ko = (I64)pg[j] * k_sb + (I64)pin[j] * k_ss, vo = (I64)pg[j] * v_sb + (I64)pin[j] * v_ss;
+            const int by = (row0 - warp * RPW) * RPT + j; /* the lane that looked the row up */
+            const int pg = __shfl_sync(0xffffffffu, row_page, by), pin = __shfl_sync(0xffffffffu, row_within, by);
+            const I64 ko = (I64)pg * k_sb + (I64)pin * k_ss, vo = (I64)pg * v_sb + (I64)pin * v_ss;
 %   else
             const I64 ko = (I64)key * k_ss, vo = (I64)key * v_ss;
 %   end
