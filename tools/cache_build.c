@@ -138,7 +138,7 @@ static void build_variant(build_run *r, const fj__variant *v, int64_t d, int64_t
 ** and without descale factors. */
 static int fp8_inputs(fj_dtype dtype, fj_dtype kv_dtype)
 {
-    return fj_dtype_size(dtype) == 1 || fj_dtype_size(kv_dtype) == 1;
+    return fj__dtype_fp8(dtype) || fj__dtype_fp8(kv_dtype);
 }
 
 /* What shapes the kernels of one offline request (see flashjit cache build --help). */
@@ -220,12 +220,12 @@ static int build_request_kernels(build_run *run, const fj_device_info *dev, fj__
     fj_tensor k = q, out = v;
     /* FP8: out in bf16 (for q in FP8) or q's dtype (an FP8 KV cache). */
     k.dtype = v.dtype = r->kv_dtype;
-    if (fj_dtype_size(r->dtype) == 1)
+    if (fj__dtype_fp8(r->dtype))
         out.dtype = FJ_DTYPE_BF16;
     const fj_tensor scale = {
         .data = fake, .dtype = FJ_DTYPE_F32, .ndim = 1, .shape = {1}, .stride = {1}};
     if (r->descale) {
-        desc.q_descale = fj_dtype_size(r->dtype) == 1 ? &scale : NULL;
+        desc.q_descale = fj__dtype_fp8(r->dtype) ? &scale : NULL;
         desc.k_descale = desc.v_descale = &scale;
     }
     if (r->decode_rows) { /* q and out [1, rows, group, dim], lse [1, group, rows] */
@@ -412,7 +412,7 @@ int fjt_cache_build(int argc, char **argv)
             break;
         }
         case O_KV_DTYPE:
-            if (fjt_parse_dtype(optarg, &kv_dtype) || fj_dtype_size(kv_dtype) != 1)
+            if (fjt_parse_dtype(optarg, &kv_dtype) || !fj__dtype_fp8(kv_dtype))
                 return fprintf(stderr,
                                "flashjit cache build: --kv-dtype takes e4m3 or e5m2, not '%s'\n",
                                optarg),
@@ -499,8 +499,8 @@ int fjt_cache_build(int argc, char **argv)
     }
     int fp8 = kv_given;
     for (int a = 0; a < ndt; a++) {
-        fp8 |= fj_dtype_size(dtypes[a]) == 1;
-        if (kv_given && fj_dtype_size(dtypes[a]) == 1)
+        fp8 |= fj__dtype_fp8(dtypes[a]);
+        if (kv_given && fj__dtype_fp8(dtypes[a]))
             return fprintf(stderr,
                            "flashjit cache build: --kv-dtype goes with 16-bit queries "
                            "(--dtype bf16 or f16), not --dtype %s\n",

@@ -168,7 +168,7 @@ int fjt_tune_command(int argc, char **argv)
         return fprintf(stderr, "flashjit tune: --group and --paged go with --decode\n"), 2;
     if (decode && backward)
         return fprintf(stderr, "flashjit tune: --decode tunes forwards only (no --backward)\n"), 2;
-    if (fj_dtype_size(dtype) == 1 && (backward || paged))
+    if (fj__dtype_fp8(dtype) && (backward || paged))
         return fprintf(stderr, "flashjit tune: --dtype %s: FP8 inputs have no backward and no "
                                "paged cache (tune their forward)\n",
                        fj__dtype_name(dtype)),
