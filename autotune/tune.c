@@ -254,7 +254,19 @@ static int search_space(const fj__variant *h, const fj__features *f, const fj_de
     int n = 0;
     out[n++] = (fj__tune_candidate){.v = *h};
     int32_t widest = h->head_dim_pad > h->head_dim_v_pad ? h->head_dim_pad : h->head_dim_v_pad;
-    if (h->path == FJ__PATH_WGMMA) {
+    if (h->path == FJ__PATH_WGMMA && (h->head_dim_pad > 256 || fj__variant_dv_slices(h) > 1)) {
+        /* Head dims beyond 256: one consumer warpgroup (Q fills a third of shared memory); key
+        ** tile depth against ring slots, with and without the pipelined softmax. */
+        for (int tn = 16; tn <= 128; tn += 16)
+            for (int st = 1; st <= 3; st++)
+                for (int ov = 0; ov < 2 && n < TUNE_MAX_CANDIDATES; ov++) {
+                    fj__variant v = *h;
+                    v.tile_n = tn;
+                    v.stages = (uint8_t)st;
+                    v.overlap = (uint8_t)ov;
+                    add(out, &n, &v, 0, dev);
+                }
+    } else if (h->path == FJ__PATH_WGMMA) {
         /* Key tile depth, two or three consumer warpgroups, and how they overlap: not at all,
         ** softmax against P V, and also taking turns (two warpgroups only). Two ring slots, the
         ** heuristic's Q buffers where they fit, all exponentials on MUFU (the heuristic, first,

@@ -38,6 +38,9 @@ fj_status fj__fail(fj__err *err, fj_status status, const char *fmt, ...) FJ_PRIN
 /* Appends text to err's message (used to attach a warning to an otherwise successful call). */
 void fj__append(fj__err *err, const char *fmt, ...) FJ_PRINTF(2, 3);
 
+/* The largest head dim (q's and k's, and v's) any kernel serves: DeepSeek's 576 / 512. */
+#define FJ__MAX_HEAD_DIM 576
+
 /* ---- extensible option structs ------------------------------------------------------------ */
 
 /* The offset just past field f of T: a struct_size a caller of an older (or this) version may

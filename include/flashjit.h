@@ -336,8 +336,9 @@ FJ_API void fj_attention_desc_init(fj_attention_desc *desc);
 ** v_descale) and out is f16 or bf16; or k and v alone are FP8 (an FP8 KV cache, paged or not,
 ** scaled by k_descale and v_descale) read by f16 or bf16 q, out as q. FP8 runs on the portable
 ** kernels so far (the SIMT forward and the portable decode kernel), and has no backward;
-** head_dim and head_dim_v are 1..576 and may differ (up to 256 on tensor cores; beyond, the
-** SIMT kernels serve). Accumulation is in float32.
+** head_dim and head_dim_v are 1..576 and may differ (on tensor cores: up to 256 before
+** Hopper, where the SIMT kernels serve beyond; up to 576 on Hopper's kernel). Accumulation is
+** in float32.
 ** stream is the backend's queue: a CUstream for CUDA (NULL: the default stream), a
 ** cl_command_queue for OpenCL (NULL: the context's own queue). The call is asynchronous with
 ** respect to the host; fj_synchronize() waits.

@@ -126,7 +126,8 @@ fj_status fj__plan_forward(const fj__features *f, const fj_device_info *dev, con
     }
     /* Work tiles in one dimension; persistent: no more blocks than fit the SMs at once (one or
     ** two each). */
-    const uint64_t work = m_blocks * (uint64_t)f->heads_q * (uint64_t)f->batch;
+    const uint64_t work = m_blocks * (uint64_t)f->heads_q * (uint64_t)f->batch *
+                          (uint64_t)fj__variant_dv_slices(v);
     const uint64_t sms = dev->compute_units > 0
                              ? (uint64_t)dev->compute_units * (v->ctas_per_sm ? v->ctas_per_sm : 1)
                              : work;

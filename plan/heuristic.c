@@ -51,15 +51,36 @@ static void plan_mma(fj__variant *v, const fj__features *f, const fj_device_info
 }
 
 /* Whether the WGMMA kernel serves f on dev: Hopper's arch-specific target, 16-bit data that TMA
-** can read, head dims that pad to at most 256. */
+** can read (head dims beyond 256 too: their value columns split into slices). */
 static int wgmma_serves(const fj__features *f, const fj_device_info *dev)
 {
-    /* The kernel numbers its work tiles (64-row blocks at the least) with 32-bit ints. */
-    if ((f->seqlen_q + 63) / 64 * f->heads_q * f->batch >= INT32_MAX)
+    /* The kernel numbers its work tiles (64-row blocks at the least, by value slices) with
+    ** 32-bit ints. */
+    const int64_t slices = (fj__round_up(f->head_dim_v, 64) + 255) / 256;
+    if ((f->seqlen_q + 63) / 64 * f->heads_q * f->batch * slices >= INT32_MAX)
         return 0;
-    return fj__sm_version(dev) == 90 && strchr(dev->arch, 'a') != NULL &&
-           fj__round_up(f->head_dim, 64) <= 256 && fj__round_up(f->head_dim_v, 64) <= 256 &&
-           f->tma[FJ__T_Q] && f->tma[FJ__T_K] && f->tma[FJ__T_V] && f->rows_16b[FJ__T_OUT];
+    return fj__sm_version(dev) == 90 && strchr(dev->arch, 'a') != NULL && f->tma[FJ__T_Q] && f->tma[FJ__T_K] && f->tma[FJ__T_V] && f->rows_16b[FJ__T_OUT];
+}
+
+/* Head dims beyond 256: one consumer warpgroup of 64 rows (Q alone takes up to 72 KiB of
+** shared memory), a value slice of at most 256 columns per work tile, the softmax pipelined
+** against P V, and the widest key tiles that two ring slots allow (one, failing that). */
+static void plan_wgmma_wide(fj__variant *v, const fj_device_info *dev)
+{
+    v->tile_m = 64;
+    v->warps = 8;
+    v->threads = 32 * v->warps;
+    v->stages = 2;
+    v->q_stages = 1;
+    v->ctas_per_sm = 1;
+    v->overlap = 1;
+    v->lazy_rescale = 1;
+    v->bias_tma = 0;
+    v->persistent = 0;
+    for (v->tile_n = 128; v->tile_n > 16 && !fj__variant_fits(v, dev); v->tile_n -= 16)
+        ;
+    if (!fj__variant_fits(v, dev))
+        v->stages = 1;
 }
 
 static void plan_wgmma(fj__variant *v, const fj__features *f, const fj_device_info *dev)
@@ -68,6 +89,13 @@ static void plan_wgmma(fj__variant *v, const fj__features *f, const fj_device_in
     /* 64-column panels of the 128-byte swizzle. */
     v->head_dim_pad = fj__round_up(v->head_dim_pad, 64);
     v->head_dim_v_pad = fj__round_up(v->head_dim_v_pad, 64);
+    /* Beyond 256 value columns, equal slices of whole panels (fj__variant_dv_slices). */
+    const int32_t slices = (v->head_dim_v_pad + 255) / 256;
+    v->head_dim_v_pad = fj__round_up(v->head_dim_v_pad, 64 * slices);
+    if (v->head_dim_pad > 256 || slices > 1) {
+        plan_wgmma_wide(v, dev);
+        return;
+    }
     int32_t widest = v->head_dim_pad > v->head_dim_v_pad ? v->head_dim_pad : v->head_dim_v_pad;
     /* Measured on an H200 (bench/RESULTS.md). Two consumer warpgroups of 64 rows and a
     ** producer; 128-key tiles up to d = 128, 80 beyond (O's accumulators take 128 registers;
@@ -170,7 +198,8 @@ static int64_t band_tiles(const fj__features *f, int64_t r0, int64_t r1, int64_t
 uint32_t fj__zigzag_grid(const fj__features *f, const fj__variant *v, uint32_t sms)
 {
     const int64_t m_blocks = (f->seqlen_q + v->tile_m - 1) / v->tile_m;
-    const int64_t work = m_blocks * f->heads_q * f->batch;
+    const int64_t slices = fj__variant_dv_slices(v);
+    const int64_t work = m_blocks * f->heads_q * f->batch * slices;
     /* Beyond 64 rounds the last round's share is small; the search costs work * sms / 8. */
     if (work <= (int64_t)sms || work > 64 * (int64_t)sms || v->tile_m <= 0 || v->tile_n <= 0)
         return work < (int64_t)sms ? (uint32_t)work : sms;
@@ -186,7 +215,7 @@ uint32_t fj__zigzag_grid(const fj__features *f, const fj__variant *v, uint32_t s
     ** heavy tiles first (a band or block classes); its cost is the key tiles each of its 64-row
     ** warpgroups computes, plus one for its prologue and epilogue. */
     const fj__tile_order order = fj__variant_tile_order(v);
-    const int64_t repeat = order.batch_fastest ? f->batch : 1;
+    const int64_t repeat = (order.batch_fastest ? f->batch : 1) * slices;
     for (int64_t mb = 0; mb < m_blocks; mb++) {
         const int64_t m0 = (order.heavy_first ? m_blocks - 1 - mb : mb) * v->tile_m;
         cost[mb] = 1;
@@ -240,22 +269,22 @@ void fj__choose_forward(const fj__features *f, const fj_device_info *dev, const 
     v->varlen = f->varlen;
     v->write_lse = f->lse;
 
-    /* Head dims beyond 256 run on the SIMT kernels only, so far; variable lengths, masks and
-    ** score terms beyond the band on the Hopper kernel (variable lengths without element masks,
-    ** whose block classifier takes dense shapes) and the SIMT kernels. */
+    /* Head dims beyond 256 run on the Hopper kernel and the SIMT kernels; variable lengths,
+    ** masks and score terms beyond the band likewise (variable lengths without element masks,
+    ** whose block classifier takes dense shapes). */
     const int extras = f->mask_mod || f->score_mod || v->alibi || v->bias || v->mask_tensor ||
                        v->mask_ranges || v->block_mask;
     const int sixteen_bit = (f->q_dtype == FJ_DTYPE_F16 || f->q_dtype == FJ_DTYPE_BF16) &&
                             f->kv_dtype == f->q_dtype && f->out_dtype == f->q_dtype;
+    const int wide = v->head_dim_pad > 256 || v->head_dim_v_pad > 256; /* Hopper's kernel only */
     int tensor_cores = dev->backend == FJ_BACKEND_CUDA && fj__sm_version(dev) >= 80 &&
-                       v->head_dim_pad <= 256 && v->head_dim_v_pad <= 256 && sixteen_bit &&
-                       f->rows_16b[FJ__T_Q] && f->rows_16b[FJ__T_K] && f->rows_16b[FJ__T_V] &&
-                       f->rows_16b[FJ__T_OUT];
+                       sixteen_bit && f->rows_16b[FJ__T_Q] && f->rows_16b[FJ__T_K] &&
+                       f->rows_16b[FJ__T_V] && f->rows_16b[FJ__T_OUT];
     /* "path=mma" in the override keeps Hopper on the mma.sync kernel (tests, comparisons). */
     const int wgmma = tensor_cores && wgmma_serves(f, dev) &&
                       !(v->varlen && fj__variant_element_masks(v)) &&
                       !(config && strstr(config, "path=mma"));
-    tensor_cores = wgmma || (tensor_cores && !extras && !v->varlen);
+    tensor_cores = wgmma || (tensor_cores && !wide && !extras && !v->varlen);
     if (wgmma)
         plan_wgmma(v, f, dev);
     else if (tensor_cores)

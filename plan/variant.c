@@ -154,7 +154,8 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
         ** tile slots (see the template), and slack to align the panels to 1024 bytes. */
         uint32_t q =
             qs * (uint32_t)(v->tile_m * v->head_dim_pad) * (v->q_stages ? v->q_stages : 1u);
-        uint32_t kv = kvs * (uint32_t)(v->tile_n * (v->head_dim_pad + v->head_dim_v_pad));
+        const int32_t dv = v->head_dim_v_pad / fj__variant_dv_slices(v);
+        uint32_t kv = kvs * (uint32_t)(v->tile_n * (v->head_dim_pad + dv));
         if (v->bias_tma) /* a bias tile per ring slot */
             kv += fj__variant_bias_bytes(v) * (uint32_t)(v->tile_m * v->tile_n);
         return q + v->stages * kv + 8u * (8u + 4u * v->stages) + 8u + 1023u;
@@ -173,6 +174,13 @@ int fj__variant_decode_lanes(const fj__variant *v)
     while (lanes * 8 < widest && lanes < 32)
         lanes *= 2;
     return lanes;
+}
+
+int fj__variant_dv_slices(const fj__variant *v)
+{
+    if (v->family != FJ__FAMILY_FWD || v->path != FJ__PATH_WGMMA)
+        return 1;
+    return v->head_dim_v_pad > 256 ? (v->head_dim_v_pad + 255) / 256 : 1;
 }
 
 int fj__variant_consumer_registers(const fj__variant *v)
@@ -265,18 +273,20 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
                fj__variant_shared_bytes(v) <= dev->local_memory;
     if (v->path == FJ__PATH_WGMMA) {
         int consumers = v->tile_m / 64;
+        /* A slice of the value columns per work tile (head dims beyond 256). */
+        const int slices = fj__variant_dv_slices(v), dv = v->head_dim_v_pad / slices;
         /* S and O fragments per consumer thread, plus ~40 for addresses and softmax state; and
         ** P's when the loop is pipelined (the plain loop packs P as S dies: 192 x 128 tiles at
         ** d 64 fit the 160 registers of three consumers without spills). */
-        int registers =
-            v->tile_n / 2 + (v->overlap ? v->tile_n / 4 : 0) + v->head_dim_v_pad / 2 + 40;
+        int registers = v->tile_n / 2 + (v->overlap ? v->tile_n / 4 : 0) + dv / 2 + 40;
         return consumers >= 1 && consumers <= 3 && v->tile_m == 64 * consumers &&
                (!v->pingpong || (consumers == 2 && v->overlap)) &&
                v->warps == 4 * (consumers + 1) && v->threads == 32 * v->warps &&
                v->tile_n % 16 == 0 && v->tile_n >= 16 && v->tile_n <= 256 && v->stages >= 1 &&
                v->stages <= 4 && v->q_stages >= 1 && v->q_stages <= 2 &&
-               v->head_dim_pad % 64 == 0 && v->head_dim_v_pad % 64 == 0 && v->head_dim_pad <= 256 &&
-               v->head_dim_v_pad <= 256 && v->ctas_per_sm >= 1 && v->ctas_per_sm <= 2 &&
+               v->head_dim_pad % 64 == 0 && dv % 64 == 0 && dv * slices == v->head_dim_v_pad &&
+               v->head_dim_pad <= FJ__MAX_HEAD_DIM && v->head_dim_v_pad <= FJ__MAX_HEAD_DIM &&
+               v->ctas_per_sm >= 1 && v->ctas_per_sm <= 2 &&
                (v->ctas_per_sm == 1 || consumers == 1) && v->exp_poly <= 8 &&
                v->lazy_rescale <= 1 && registers <= fj__variant_consumer_registers(v) &&
                (!(v->block_mask || fj__variant_element_masks(v)) ||
@@ -465,6 +475,7 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_TPL_PARAMS])
         (tpl_param){.name = "shared_bytes", .kind = TPL_INT, .i = fj__variant_shared_bytes(v)};
     out[n++] = (tpl_param){
         .name = "consumer_regs", .kind = TPL_INT, .i = fj__variant_consumer_registers(v)};
+    out[n++] = (tpl_param){.name = "dv_slices", .kind = TPL_INT, .i = fj__variant_dv_slices(v)};
     out[n++] = (tpl_param){.name = "batch_fastest", .kind = TPL_BOOL, .i = order.batch_fastest};
     out[n++] = (tpl_param){.name = "heavy_first", .kind = TPL_BOOL, .i = order.heavy_first};
     out[n++] = (tpl_param){.name = "lanes", .kind = TPL_INT, .i = fj__variant_decode_lanes(v)};

@@ -114,6 +114,10 @@ int fj__variant_decode_lanes(const fj__variant *v);
 ** parameter consumer_regs). */
 int fj__variant_consumer_registers(const fj__variant *v);
 
+/* FWD on WGMMA: the value columns split into this many slices of head_dim_v_pad / slices
+** (a multiple of 64, at most 256: O's accumulators of a warpgroup), each slice a work tile of
+** its own that recomputes S (head dims beyond 256). 1 for every other variant. */
+int fj__variant_dv_slices(const fj__variant *v);
 /* WGMMA: the order of the work tiles, which the kernel follows and the zigzag grid's cost model
 ** simulates (template parameters batch_fastest, heavy_first). */
 typedef struct fj__tile_order {

@@ -11,7 +11,6 @@
 /* Sizes the kernels index with 32-bit integers; beyond these a request is unsupported. */
 #define FJ__MAX_SEQLEN (1LL << 30)
 #define FJ__MAX_GRID_DIM 65535
-#define FJ__MAX_HEAD_DIM 576 /* DeepSeek's 576 / 512; beyond 256 the SIMT kernels serve */
 
 /* Scores are computed in float, in log2 units: q.k * softmax_scale * log2(e), or with soft-capping
 ** tanh(q.k * softmax_scale / softcap) * softcap * log2(e). These bounds keep those factors, and the

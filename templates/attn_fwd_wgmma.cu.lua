@@ -24,7 +24,10 @@
 % -- masks (softmax_tile), the main loop (mainloop) and the epilogue (store_tile).
 % --
 % -- Parameters: q_dtype, kv_dtype, out_dtype (one of bf16, f16 for all three), head_dim_pad,
-% -- head_dim_v_pad (multiples of 64, at most 256), tile_m (64, 128 or 192), tile_n (multiple of
+% -- head_dim_v_pad (multiples of 64), dv_slices (the value columns split into slices of
+% -- head_dim_v_pad / dv_slices, at most 256: O's accumulators; each slice is a work tile of its
+% -- own, which recomputes S, and the slices of a query block run next to each other so that
+% -- they share its key and value tiles through L2), tile_m (64, 128 or 192), tile_n (multiple of
 % -- 16), warps (4 * (1 + NC)), stages, local_mask, softcap, neg_scale, write_lse, overlap
 % -- (software-pipeline softmax against P V), pingpong (with two consumer warpgroups and overlap:
 % -- they take turns issuing their products), q_stages (1 or 2 Q buffers: with two, the next work
@@ -62,7 +65,8 @@
 % local NC = tile_m // 64
 % assert(NC >= 1 and NC <= 3 and NC * 64 == tile_m, "tile_m must be 64, 128 or 192")
 % assert(warps == 4 * (NC + 1), "warps must be 4 * (1 + tile_m / 64)")
-% assert(head_dim_pad % 64 == 0 and head_dim_v_pad % 64 == 0 and head_dim_v_pad <= 256, "head dims must be padded to multiples of 64, dv to at most 256")
+% local slice_dv = head_dim_v_pad // dv_slices
+% assert(head_dim_pad % 64 == 0 and slice_dv % 64 == 0 and slice_dv * dv_slices == head_dim_v_pad and slice_dv <= 256, "head dims must be padded to multiples of 64, dv to slices of at most 256")
 % assert(tile_n % 16 == 0 and tile_n <= 256, "tile_n must be a multiple of 16, at most 256")
 % assert(stages >= 1 and stages <= 4, "stages must be 1..4")
 % assert(q_stages == 1 or q_stages == 2, "q_stages must be 1 or 2")
@@ -80,11 +84,12 @@
 % include("params.lua")
 % params_struct(args)
 % hopper_wgmma(tile_n)
-% if head_dim_v_pad ~= tile_n then hopper_wgmma(head_dim_v_pad) end
+% if slice_dv ~= tile_n then hopper_wgmma(slice_dv) end
 
 /* ---- the variant, as constants ------------------------------------------------------------ */
 constexpr int BM = ${tile_m}, BN = ${tile_n};       /* query rows per work tile, keys per tile */
-constexpr int D = ${head_dim_pad}, DV = ${head_dim_v_pad}; /* head dims, padded to 64 */
+constexpr int D = ${head_dim_pad}; /* the head dim of q and k, padded to 64 */
+constexpr int DV = ${slice_dv}, DV_SLICES = ${dv_slices}; /* a work tile's value columns */
 constexpr int NC = ${NC};                           /* consumer warpgroups of 64 rows */
 constexpr int THREADS = ${warps * 32};
 constexpr int STAGES = ${stages}, Q_STAGES = ${q_stages}; /* key/value ring slots, Q buffers */
@@ -176,11 +181,12 @@ struct Ring {
 };
 
 /* ---- the tile scheduler ----------------------------------------------------------------------- */
-/* A block's unit of work: BM query rows of one (batch, head), with the key tiles [nb_lo, nb_hi)
-** its rows may see; its sequence's lengths, and with variable lengths its first rows in the
-** packed tensors (tb: the batch coordinate in the tensor maps, 0 for packed tensors). */
+/* A block's unit of work: BM query rows of one (batch, head) and value columns [v0, v0 + DV),
+** with the key tiles [nb_lo, nb_hi) its rows may see; its sequence's lengths, and with variable
+** lengths its first rows in the packed tensors (tb: the batch coordinate in the tensor maps, 0
+** for packed tensors). */
 struct WorkTile {
-    int m0, head, batch, head_kv, nb_lo, nb_hi, seqlen_q, seqlen_k, q_first, k_first, tb;
+    int m0, head, batch, head_kv, nb_lo, nb_hi, seqlen_q, seqlen_k, q_first, k_first, tb, v0;
 };
 
 /* The block takes work tiles blockIdx.x, then (persistent) the next ones of its schedule: one
@@ -197,16 +203,18 @@ struct Scheduler {
         : F(f), seqlen_q(f.seqlen_q), seqlen_k(f.seqlen_k), heads_q(f.heads_q),
           heads_kv(f.heads_kv), batches(f.batches), window_left(f.window_left),
           window_right(f.window_right), m_blocks((seqlen_q + BM - 1) / BM),
-          work_count(m_blocks * heads_q * batches)
+          work_count(m_blocks * heads_q * batches * DV_SLICES)
     {
     }
 
-    /* The w-th work tile. Query blocks run fastest, as a grid of one block per tile would run
-    ** them (heaviest first under a band or classes); with a bias or mask tensor (most often one
-    ** for all batches) the batches run fastest instead, so that the blocks which read the same
-    ** rows of it run together and share them through L2. */
+    /* The w-th work tile. Value slices run fastest, then query blocks, as a grid of one block
+    ** per tile would run them (heaviest first under a band or classes); with a bias or mask
+    ** tensor (most often one for all batches) the batches run before the query blocks instead,
+    ** so that the blocks which read the same rows of it run together and share them through L2. */
     __device__ WorkTile at(int w) const
     {
+        const int v0 = (w % DV_SLICES) * DV;
+        w /= DV_SLICES;
         int batch, mb, head;
         if constexpr (BATCH_FASTEST) {
             batch = w % batches, mb = (w / batches) % m_blocks, head = w / batches / m_blocks;
@@ -214,7 +222,7 @@ struct Scheduler {
             mb = w % m_blocks, head = (w / m_blocks) % heads_q, batch = w / m_blocks / heads_q;
         }
         const int m0 = (HEAVY_FIRST ? m_blocks - 1 - mb : mb) * BM;
-        WorkTile wt{m0, head, batch, head / (heads_q / heads_kv), 0, 0, seqlen_q, seqlen_k, 0, 0, batch};
+        WorkTile wt{m0, head, batch, head / (heads_q / heads_kv), 0, 0, seqlen_q, seqlen_k, 0, 0, batch, v0};
         if constexpr (VARLEN) {
             /* The sequence's first rows in the packed tensors and its lengths: the caller's device
             ** data, clamped into the tensors and to the maxima. */
@@ -324,7 +332,7 @@ __device__ __forceinline__ void produce(const fj_fwd_tma_params &P, const Smem &
             mbar_wait(ring(V_EMPTY, s), ph ^ 1);
             mbar_arrive_expect(ring(V_FULL, s), V_BYTES);
             load_panels<DV>(sm.v + s * V_BYTES, &P.tm_v, ring(V_FULL, s), BN, wt.k_first + nb * BN,
-                            wt.head_kv, wt.tb, P.perm_v);
+                            wt.head_kv, wt.tb, P.perm_v, wt.v0);
         }
         w = DYNAMIC ? sched.take(P.tile_counter) : sched.next(w);
     }
@@ -562,7 +570,7 @@ __device__ __forceinline__ void issue_pv(float *o, u32 (*p)[4], u64 v_desc, int 
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BN / 16; kk++)
-        wgmma_rs_${head_dim_v_pad}(o, p[kk], v_desc + ((s * V_BYTES + kk * 16 * 128) >> 4), 1);
+        wgmma_rs_${slice_dv}(o, p[kk], v_desc + ((s * V_BYTES + kk * 16 * 128) >> 4), 1);
     wgmma_commit();
 }
 
@@ -642,13 +650,15 @@ struct OutView {
     }
 };
 
-/* Normalises and stores a warp's 16 rows of O (from warp_row) and their lse; a row that saw no
-** key gets 0 and lse -inf. */
+/* Normalises and stores a warp's 16 rows of O (from warp_row: the work tile's value columns) and
+** (the first slice) their lse; a row that saw no key gets 0 and lse -inf. */
 __device__ __forceinline__ void store_tile(const OutView &F, const WorkTile &wt,
                                            const consumer_state &st, int warp_row, int seqlen_q,
                                            int g, int t, float score_mul)
 {
-    o_t *o_tile = F.out + wt.batch * F.o_sb + wt.head * F.o_sh + (long long)wt.q_first * F.o_ss;
+    o_t *o_tile =
+        F.out + wt.batch * F.o_sb + wt.head * F.o_sh + (long long)wt.q_first * F.o_ss + wt.v0;
+    const int cols = F.head_dim_v - wt.v0; /* of this slice inside the tensor */
     [[maybe_unused]] float *l_tile =
         F.lse + wt.batch * F.l_sb + wt.head * F.l_sh + (long long)wt.q_first * F.l_ss;
 #pragma unroll
@@ -683,7 +693,7 @@ __device__ __forceinline__ void store_tile(const OutView &F, const WorkTile &wt,
                 r1 = __shfl_xor_sync(0xffffffffu, high ? w[1] : w[3], 2);
                 const uint4 chunk = high ? make_uint4(r0, r1, w[2], w[3]) : make_uint4(w[0], w[1], r0, r1);
                 const int col = 8 * (4 * m + t);
-                if (row < seqlen_q && col < F.head_dim_v)
+                if (row < seqlen_q && col < cols)
                     *(uint4 *)(o_tile + (long long)row * F.o_ss + col) = chunk;
             }
         } else {
@@ -691,14 +701,14 @@ __device__ __forceinline__ void store_tile(const OutView &F, const WorkTile &wt,
 #pragma unroll
                 for (int j = 0; j < DV / 8; j++) {
                     const int col = j * 8 + 2 * t;
-                    if (col < F.head_dim_v)
+                    if (col < cols)
                         *(u32 *)(o_tile + (long long)row * F.o_ss + col) =
                             pack2(st.o[4 * j + 2 * h] * inv, st.o[4 * j + 2 * h + 1] * inv);
                 }
             }
         }
         if constexpr (WRITE_LSE)
-            if (row < seqlen_q && t == 0)
+            if (row < seqlen_q && t == 0 && wt.v0 == 0)
                 l_tile[row * F.l_ss] = sum > 0.0f ? (TO_LOG2(st.row_max[h]) + lg2(sum)) * 0.693147180559945309f : NEG_INF;
     }
 }
@@ -718,7 +728,7 @@ fj_attn_fwd(
     const Scheduler sched(F);
     const OutView outv(F);
 
-% if element_masks and head_dim_v_pad > 128 then
+% if element_masks and slice_dv > 128 then
     /* (Broadcast as below, this kernel spilled 4 bytes at d 256.) */
     const int tid = threadIdx.x, wg = tid / 128;
 % else

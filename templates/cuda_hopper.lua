@@ -102,14 +102,15 @@ __device__ __forceinline__ void tma_load_tile(u32 dst, const tmap_t *map, u32 ba
     tma_load4(dst, map, bar, col, c1, c2, c3);
 }
 
-/* Copies a tile of `rows` rows and COLS columns as COLS / 64 panels of rows x 128 bytes. */
+/* Copies a tile of `rows` rows and COLS columns (from column col0) as COLS / 64 panels of
+** rows x 128 bytes. */
 template <int COLS>
 __device__ __forceinline__ void load_panels(u32 dst, const tmap_t *map, u32 bar, int rows,
-                                            int row, int head, int batch, int perm)
+                                            int row, int head, int batch, int perm, int col0 = 0)
 {
 #pragma unroll
     for (int p = 0; p < COLS / 64; p++)
-        tma_load_tile(dst + p * rows * 128, map, bar, p * 64, row, head, batch, perm);
+        tma_load_tile(dst + p * rows * 128, map, bar, col0 + p * 64, row, head, batch, perm);
 }
 
 /* ---- register reallocation between warpgroups --------------------------------------------- */

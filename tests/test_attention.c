@@ -79,6 +79,43 @@ static void test_head_dims(void **state)
     run_cases(state, cases, N);
 }
 
+/* Head dims beyond 256 (on Hopper: value slices of at most 256 columns, each recomputing S):
+** each width alone with odd lengths and GQA/MQA, d != dv either way, MLA's 576 / 512 with v a
+** view of k, three slices, and with the other features: window, soft-capping, bias, mask_mod,
+** variable lengths, layouts, f16. */
+static void test_wide_head_dims(void **state)
+{
+    static const int64_t dims[][2] = {{264, 264}, {320, 320}, {384, 384}, {448, 448},
+                                      {512, 512}, {576, 512}, {576, 576}, {448, 192},
+                                      {128, 512}, {576, 512}, {320, 320}, {512, 512},
+                                      {384, 320}, {512, 512}, {576, 512}};
+    enum { N = sizeof dims / sizeof dims[0] };
+    fjh_case cases[N];
+    for (size_t i = 0; i < N; i++) {
+        cases[i] = base(i % 3 ? 193 : 64, i % 2 ? 517 : 300, dims[i][0], FJ_DTYPE_BF16);
+        cases[i].head_dim_v = dims[i][1];
+        cases[i].batch = 1 + (int64_t)(i % 2);
+        cases[i].heads_q = 4;
+        cases[i].heads_kv = i % 3 == 2 ? 1 : 2;
+        cases[i].desc.causal = (int)(i % 2);
+    }
+    cases[5].v_in_k = 1; /* MLA: one kv head of 576, v its first 512 dims */
+    cases[5].heads_q = 8;
+    cases[5].heads_kv = 1;
+    cases[6].desc.window_left = 70;
+    cases[6].desc.softcap = 5.0f;
+    cases[9].dtype = FJ_DTYPE_F16;
+    cases[9].desc.softmax_scale = -0.05f;
+    cases[10].bias = 1;
+    cases[11].desc.mask_mod = "(q + 2 * k) % 5 != 0";
+    cases[12].varlen = 2;
+    cases[12].batch = 3;
+    cases[13].layout = FJH_LAYOUT_BHSD;
+    cases[14].layout = FJH_LAYOUT_PADDED;
+    cases[14].alibi = 1;
+    run_cases(state, cases, N);
+}
+
 static void test_dtypes(void **state)
 {
     fj_dtype dtypes[] = {FJ_DTYPE_F32, FJ_DTYPE_F16, FJ_DTYPE_BF16};
@@ -607,9 +644,11 @@ static void test_template_and_compile_errors_reach_caller(void **state)
     fj_context *ctx = suite_context(state);
     char dir[] = "/tmp/fj-broken-XXXXXX";
     assert_non_null(mkdtemp(dir));
-    /* Every kernel design, so the override applies whichever the device uses. */
-    static const char *const names[] = {"attn_fwd_simt.lua", "attn_fwd_mma.cu.lua",
-                                        "attn_fwd_wgmma.cu.lua", "attn_decode.lua"};
+    /* Every kernel design, so the override applies whichever the device uses (16 query rows
+    ** are a decode: its kernels too). */
+    static const char *const names[] = {"attn_fwd_simt.lua",     "attn_fwd_mma.cu.lua",
+                                        "attn_fwd_wgmma.cu.lua", "attn_decode.lua",
+                                        "attn_decode_mma.cu.lua", "attn_decode_vec.cu.lua"};
     enum { NAMES = sizeof names / sizeof names[0] };
     char paths[NAMES][256];
     for (int p = 0; p < NAMES; p++)
@@ -653,6 +692,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_seqlens),
         cmocka_unit_test(test_head_dims),
+        cmocka_unit_test(test_wide_head_dims),
         cmocka_unit_test(test_dtypes),
         cmocka_unit_test(test_gqa_mqa),
         cmocka_unit_test(test_windows_softcap_scale),
