@@ -100,7 +100,7 @@ def report(row):
           f"{args.tag}", flush=True)
 
 
-for spec in args.dims.split(","):
+for spec in [x for x in args.dims.split(",") if x]:
     d, dv = (int(x) for x in spec.split("/")) if "/" in spec else (int(spec), int(spec))
     for causal in [bool(int(x)) for x in args.causal.split(",")]:
         for s in [int(x) for x in args.s.split(",")]:

@@ -54,9 +54,9 @@ static void plan_mma(fj__variant *v, const fj__features *f, const fj_device_info
 ** can read (head dims beyond 256 too: their value columns split into slices). */
 static int wgmma_serves(const fj__features *f, const fj_device_info *dev)
 {
-    /* The kernel numbers its work tiles (64-row blocks at the least, by value slices) with
-    ** 32-bit ints. */
-    const int64_t slices = (fj__round_up(f->head_dim_v, 64) + 255) / 256;
+    /* The kernel numbers its work tiles (64-row blocks at the least, by value slices: at most
+    ** 3, with d beyond 256 at least 2) with 32-bit ints. */
+    const int64_t slices = f->head_dim > 256 ? 3 : (fj__round_up(f->head_dim_v, 64) + 255) / 256;
     if ((f->seqlen_q + 63) / 64 * f->heads_q * f->batch * slices >= INT32_MAX)
         return 0;
     return fj__sm_version(dev) == 90 && strchr(dev->arch, 'a') != NULL && f->tma[FJ__T_Q] && f->tma[FJ__T_K] && f->tma[FJ__T_V] && f->rows_16b[FJ__T_OUT];
@@ -64,13 +64,16 @@ static int wgmma_serves(const fj__features *f, const fj_device_info *dev)
 
 /* Head dims beyond 256: one consumer warpgroup of 64 rows (Q alone takes up to 72 KiB of
 ** shared memory), a value slice of at most 256 columns per work tile, the softmax pipelined
-** against P V, and the widest key tiles that two ring slots allow (one, failing that). */
-static void plan_wgmma_wide(fj__variant *v, const fj_device_info *dev)
+** against P V, and the widest key tiles that two ring slots (three with v in k) allow (one,
+** failing that). */
+static void plan_wgmma_wide_tiles(fj__variant *v, const fj_device_info *dev)
 {
     v->tile_m = 64;
     v->warps = 8;
     v->threads = 32 * v->warps;
-    v->stages = 2;
+    /* With v in k a slot goes back only once P V has read it: a third slot keeps a key tile
+    ** in flight. */
+    v->stages = v->v_in_k ? 3 : 2;
     v->q_stages = 1;
     v->ctas_per_sm = 1;
     v->overlap = 1;
@@ -83,7 +86,33 @@ static void plan_wgmma_wide(fj__variant *v, const fj_device_info *dev)
         v->stages = 1;
 }
 
-static void plan_wgmma(fj__variant *v, const fj__features *f, const fj_device_info *dev)
+/* Value slices that each recompute S, or (split, where d is beyond 256 and dv at most 512) the
+** two blocks of a cluster splitting S's head dim and the value columns between them (d_split:
+** halves of whole panels). The split is correct but measured slower on an H200 (d 512
+** 255-273 TFLOP/s against 315-333, 576 / 512 220-263 against 246-296, MLA even: the exchange's
+** wait is exposed with one consumer warpgroup; bench/RESULTS.md), so it is taken only when
+** asked for ("d_split=1" in the config). */
+static void plan_wgmma_wide(fj__variant *v, const fj__features *f, const fj_device_info *dev,
+                            int split_asked)
+{
+    if (split_asked && v->head_dim_pad > 256 && v->head_dim_v_pad <= 512) {
+        fj__variant split = *v;
+        split.d_split = 1;
+        split.head_dim_pad = fj__round_up(v->head_dim_pad, 128);
+        split.head_dim_v_pad = fj__round_up(v->head_dim_v_pad, 128);
+        /* v a view of k (MLA): the value slices are loaded as part of K's tiles */
+        split.v_in_k = f->v_in_k && split.head_dim_v_pad / 2 <= split.head_dim_pad / 2;
+        plan_wgmma_wide_tiles(&split, dev);
+        if (fj__variant_fits(&split, dev)) {
+            *v = split;
+            return;
+        }
+    }
+    plan_wgmma_wide_tiles(v, dev);
+}
+
+static void plan_wgmma(fj__variant *v, const fj__features *f, const fj_device_info *dev,
+                       const char *config)
 {
     v->path = FJ__PATH_WGMMA;
     /* 64-column panels of the 128-byte swizzle. */
@@ -93,7 +122,7 @@ static void plan_wgmma(fj__variant *v, const fj__features *f, const fj_device_in
     const int32_t slices = (v->head_dim_v_pad + 255) / 256;
     v->head_dim_v_pad = fj__round_up(v->head_dim_v_pad, 64 * slices);
     if (v->head_dim_pad > 256 || slices > 1) {
-        plan_wgmma_wide(v, dev);
+        plan_wgmma_wide(v, f, dev, config && strstr(config, "d_split=1") != NULL);
         return;
     }
     int32_t widest = v->head_dim_pad > v->head_dim_v_pad ? v->head_dim_pad : v->head_dim_v_pad;
@@ -286,7 +315,7 @@ void fj__choose_forward(const fj__features *f, const fj_device_info *dev, const 
                       !(config && strstr(config, "path=mma"));
     tensor_cores = wgmma || (tensor_cores && !wide && !extras && !v->varlen);
     if (wgmma)
-        plan_wgmma(v, f, dev);
+        plan_wgmma(v, f, dev, config);
     else if (tensor_cores)
         plan_mma(v, f, dev);
     else

@@ -95,4 +95,8 @@ void fj__features_of(const fj__problem *p, fj__features *f)
     f->num_splits = p->num_splits;
     f->paged = p->page_table != NULL;
     f->descale = p->descale[0] || p->descale[1] || p->descale[2];
+    f->v_in_k = p->v->data == p->k->data && p->v->dtype == p->k->dtype &&
+                p->head_dim_v <= p->head_dim && p->v->stride[0] == p->k->stride[0] &&
+                p->v->stride[1] == p->k->stride[1] && p->v->stride[2] == p->k->stride[2] &&
+                p->v->shape[1] == p->k->shape[1] && p->v->shape[2] == p->k->shape[2];
 }

@@ -91,6 +91,7 @@ typedef struct fj__features {
     uint8_t dout_tma;  /* backward: bulk tensor copies can read dout */
     uint8_t deterministic; /* backward: no floating-point atomics in a varying order */
     uint8_t descale;       /* FP8 inputs: descale factors given */
+    uint8_t v_in_k;        /* v is a view of k's first head_dim_v dims (MLA's latent cache) */
 } fj__features;
 
 /* Fills *f from p (zeroing it first). */

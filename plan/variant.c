@@ -151,14 +151,17 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
         return 0;
     if (v->path == FJ__PATH_WGMMA) {
         /* Q buffers, a ring of K and V (and bias) tiles, 8 + 4 * stages mbarriers and two
-        ** tile slots (see the template), and slack to align the panels to 1024 bytes. */
-        uint32_t q =
-            qs * (uint32_t)(v->tile_m * v->head_dim_pad) * (v->q_stages ? v->q_stages : 1u);
+        ** tile slots (see the template), and slack to align the panels to 1024 bytes; with
+        ** d_split half of Q's and K's columns, and two buffers of the peer's partial scores
+        ** (tile_m x tile_n floats) with their 4 mbarriers. */
+        const int32_t d = v->d_split ? v->head_dim_pad / 2 : v->head_dim_pad;
+        uint32_t q = qs * (uint32_t)(v->tile_m * d) * (v->q_stages ? v->q_stages : 1u);
         const int32_t dv = v->head_dim_v_pad / fj__variant_dv_slices(v);
-        uint32_t kv = kvs * (uint32_t)(v->tile_n * (v->head_dim_pad + dv));
+        uint32_t kv = kvs * (uint32_t)(v->tile_n * (d + (v->v_in_k ? 0 : dv)));
         if (v->bias_tma) /* a bias tile per ring slot */
             kv += fj__variant_bias_bytes(v) * (uint32_t)(v->tile_m * v->tile_n);
-        return q + v->stages * kv + 8u * (8u + 4u * v->stages) + 8u + 1023u;
+        const uint32_t exchange = v->d_split ? 2u * 4u * (uint32_t)(v->tile_m * v->tile_n) + 32u : 0u;
+        return q + v->stages * kv + exchange + 8u * (8u + 4u * v->stages) + 8u + 1023u;
     }
     if (v->path != FJ__PATH_MMA)
         return 0; /* the SIMT kernel declares its shared memory statically */
@@ -180,6 +183,8 @@ int fj__variant_dv_slices(const fj__variant *v)
 {
     if (v->family != FJ__FAMILY_FWD || v->path != FJ__PATH_WGMMA)
         return 1;
+    if (v->d_split)
+        return 2;
     return v->head_dim_v_pad > 256 ? (v->head_dim_v_pad + 255) / 256 : 1;
 }
 
@@ -278,20 +283,29 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
         /* S and O fragments per consumer thread, plus ~40 for addresses and softmax state; and
         ** P's when the loop is pipelined (the plain loop packs P as S dies: 192 x 128 tiles at
         ** d 64 fit the 160 registers of three consumers without spills). */
-        int registers = v->tile_n / 2 + (v->overlap ? v->tile_n / 4 : 0) + dv / 2 + 40;
+        /* (d_split: ~16 more for the exchange's addresses; at 96-key tiles it reached 255) */
+        int registers = v->tile_n / 2 + (v->overlap ? v->tile_n / 4 : 0) + dv / 2 + 40 +
+                        (v->d_split ? 16 : 0);
         return consumers >= 1 && consumers <= 3 && v->tile_m == 64 * consumers &&
                (!v->pingpong || (consumers == 2 && v->overlap)) &&
                v->warps == 4 * (consumers + 1) && v->threads == 32 * v->warps &&
                v->tile_n % 16 == 0 && v->tile_n >= 16 && v->tile_n <= 256 && v->stages >= 1 &&
                v->stages <= 4 && v->q_stages >= 1 && v->q_stages <= 2 &&
                v->head_dim_pad % 64 == 0 && dv % 64 == 0 && dv * slices == v->head_dim_v_pad &&
-               v->head_dim_pad <= FJ__MAX_HEAD_DIM && v->head_dim_v_pad <= FJ__MAX_HEAD_DIM &&
+               /* (d_split pads 576 to 640: halves of whole panels) */
+               v->head_dim_pad <= FJ__MAX_HEAD_DIM + 64 && v->head_dim_v_pad <= FJ__MAX_HEAD_DIM &&
                v->ctas_per_sm >= 1 && v->ctas_per_sm <= 2 &&
                (v->ctas_per_sm == 1 || consumers == 1) && v->exp_poly <= 8 &&
                v->lazy_rescale <= 1 && registers <= fj__variant_consumer_registers(v) &&
                (!(v->block_mask || fj__variant_element_masks(v)) ||
                 (128 % v->tile_m == 0 && 128 % v->tile_n == 0)) &&
                (!v->bias_tma || (v->tile_n * fj__variant_bias_bytes(v)) % 128 == 0) &&
+               /* d_split: a cluster pair per work tile, in grid order (no persistent grid),
+               ** halves of whole panels */
+               (!v->d_split || (consumers == 1 && !v->persistent && v->head_dim_pad % 128 == 0 &&
+                                v->head_dim_v_pad % 128 == 0 && v->ctas_per_sm == 1)) &&
+               /* v_in_k: each block's value columns lead its half of K's */
+               (!v->v_in_k || (v->d_split && v->head_dim_v_pad <= v->head_dim_pad)) &&
                /* Each block also reserves 1 KiB of the SM's shared memory, which holds the
                ** largest block's opt-in plus that kilobyte. */
                (uint64_t)v->ctas_per_sm * (fj__variant_shared_bytes(v) + 1024u) <=
@@ -323,10 +337,10 @@ void fj__variant_config(const fj__variant *v, char *buf, size_t size)
     else if (v->path == FJ__PATH_WGMMA)
         snprintf(buf, size,
                  "path=wgmma,tile_m=%d,tile_n=%d,warps=%d,stages=%d,q_stages=%d,overlap=%d,"
-                 "pingpong=%d,persistent=%d,ctas_per_sm=%d,exp_poly=%d,lazy_rescale=%d",
+                 "pingpong=%d,persistent=%d,ctas_per_sm=%d,exp_poly=%d,lazy_rescale=%d,d_split=%d",
                  (int)v->tile_m, (int)v->tile_n, (int)v->warps, (int)v->stages, (int)v->q_stages,
                  (int)v->overlap, (int)v->pingpong, (int)v->persistent, (int)v->ctas_per_sm,
-                 (int)v->exp_poly, (int)v->lazy_rescale);
+                 (int)v->exp_poly, (int)v->lazy_rescale, (int)v->d_split);
     else if (v->path == FJ__PATH_MMA)
         snprintf(buf, size, "tile_m=%d,tile_n=%d,warps=%d,kk_unroll=%d,q_in_regs=%d",
                  (int)v->tile_m, (int)v->tile_n, (int)v->warps, (int)v->kk_unroll,
@@ -354,7 +368,8 @@ int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
                   {"q_stages", offsetof(fj__variant, q_stages), 1, 1, 2},
                   {"ctas_per_sm", offsetof(fj__variant, ctas_per_sm), 1, 0, 4},
                   {"exp_poly", offsetof(fj__variant, exp_poly), 1, 0, 8},
-                  {"lazy_rescale", offsetof(fj__variant, lazy_rescale), 1, 0, 1}};
+                  {"lazy_rescale", offsetof(fj__variant, lazy_rescale), 1, 0, 1},
+                  {"d_split", offsetof(fj__variant, d_split), 1, 0, 1}};
     const char *p = config;
     while (p && *p) {
         if (!strncmp(p, "path=", 5)) {
@@ -486,6 +501,8 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_TPL_PARAMS])
     INT_PARAM(mask_ranges);
     BOOL_PARAM(block_mask);
     BOOL_PARAM(bias_tma);
+    BOOL_PARAM(d_split);
+    BOOL_PARAM(v_in_k);
     BOOL_PARAM(partial);
     INT_PARAM(stage);
     INT_PARAM(grads);

@@ -75,6 +75,13 @@ typedef struct fj__variant {
     uint8_t mask_ranges;  /* 0 none, else the ranges' columns per key (2 or 4) */
     uint8_t block_mask;   /* 128 x 128 block classes given */
     uint8_t bias_tma;     /* WGMMA: bias tiles copied by TMA into shared memory with K's */
+    uint8_t v_in_k;       /* FWD on WGMMA with d_split: v is a view of k's first dims, so each
+                          ** block's value columns are the first panels of its K tile (loaded
+                          ** once) */
+    uint8_t d_split;      /* FWD on WGMMA: the two blocks of a cluster each hold half of the
+                          ** head dim of Q and K and half of the value columns (dv_slices 2);
+                          ** each computes S over its half, and the halves are added through
+                          ** distributed shared memory (no block recomputes S) */
     uint8_t partial;      /* DECODE: writes each split's state to the workspace for a merge */
     uint8_t descale;      /* FP8 inputs' descale factors are given (fj__fwd_params) */
     uint8_t paged;        /* DECODE: k and v are pages of a KV cache found through a table */
@@ -116,7 +123,8 @@ int fj__variant_consumer_registers(const fj__variant *v);
 
 /* FWD on WGMMA: the value columns split into this many slices of head_dim_v_pad / slices
 ** (a multiple of 64, at most 256: O's accumulators of a warpgroup), each slice a work tile of
-** its own that recomputes S (head dims beyond 256). 1 for every other variant. */
+** its own that recomputes S (head dims beyond 256), or with d_split the two blocks of a cluster
+** that share S's work. 1 for every other variant. */
 int fj__variant_dv_slices(const fj__variant *v);
 /* WGMMA: the order of the work tiles, which the kernel follows and the zigzag grid's cost model
 ** simulates (template parameters batch_fastest, heavy_first). */

@@ -27,7 +27,12 @@
 % -- head_dim_v_pad (multiples of 64), dv_slices (the value columns split into slices of
 % -- head_dim_v_pad / dv_slices, at most 256: O's accumulators; each slice is a work tile of its
 % -- own, which recomputes S, and the slices of a query block run next to each other so that
-% -- they share its key and value tiles through L2), tile_m (64, 128 or 192), tile_n (multiple of
+% -- they share its key and value tiles through L2), d_split (with 2 slices, 64-row tiles and no
+% -- persistent grid: the slices of a work tile are the two blocks of a cluster, each holding half
+% -- of Q's and K's columns; each computes S over its half and adds the other's through
+% -- distributed shared memory (Exchange), so S is computed once), v_in_k (with d_split: v is a
+% -- view of k's first dims, so each block takes the panels of its value columns first among its
+% -- Q and K panels and reads its V tile from its K tile: no value loads), tile_m (64, 128 or 192), tile_n (multiple of
 % -- 16), warps (4 * (1 + NC)), stages, local_mask, softcap, neg_scale, write_lse, overlap
 % -- (software-pipeline softmax against P V), pingpong (with two consumer warpgroups and overlap:
 % -- they take turns issuing their products), q_stages (1 or 2 Q buffers: with two, the next work
@@ -67,6 +72,8 @@
 % assert(warps == 4 * (NC + 1), "warps must be 4 * (1 + tile_m / 64)")
 % local slice_dv = head_dim_v_pad // dv_slices
 % assert(head_dim_pad % 64 == 0 and slice_dv % 64 == 0 and slice_dv * dv_slices == head_dim_v_pad and slice_dv <= 256, "head dims must be padded to multiples of 64, dv to slices of at most 256")
+% assert(not d_split or (dv_slices == 2 and NC == 1 and persistent == 0 and head_dim_pad % 128 == 0), "d_split takes two value slices, one consumer warpgroup, a block per work tile and halves of whole panels")
+% assert(not v_in_k or (d_split and slice_dv <= head_dim_pad // 2), "v_in_k needs d_split and a value slice inside each block's K columns")
 % assert(tile_n % 16 == 0 and tile_n <= 256, "tile_n must be a multiple of 16, at most 256")
 % assert(stages >= 1 and stages <= 4, "stages must be 1..4")
 % assert(q_stages == 1 or q_stages == 2, "q_stages must be 1 or 2")
@@ -89,6 +96,9 @@
 /* ---- the variant, as constants ------------------------------------------------------------ */
 constexpr int BM = ${tile_m}, BN = ${tile_n};       /* query rows per work tile, keys per tile */
 constexpr int D = ${head_dim_pad}; /* the head dim of q and k, padded to 64 */
+constexpr bool D_SPLIT = ${d_split};
+constexpr int DQ = D_SPLIT ? D / 2 : D; /* the columns of Q and K this block holds */
+constexpr bool V_IN_K = ${v_in_k};      /* V's tile is the first DV columns of K's */
 constexpr int DV = ${slice_dv}, DV_SLICES = ${dv_slices}; /* a work tile's value columns */
 constexpr int NC = ${NC};                           /* consumer warpgroups of 64 rows */
 constexpr int THREADS = ${warps * 32};
@@ -112,8 +122,12 @@ constexpr bool REALLOC = NC > 1 || ${ctas_per_sm} == 2;
 % attn_score_macros(not fused)
 
 /* ---- shared memory ------------------------------------------------------------------------- */
-/* Bytes of one tile: 64-column panels of rows x 128 bytes. */
-constexpr int Q_BYTES = BM * D * 2, K_BYTES = BN * D * 2, V_BYTES = BN * DV * 2;
+/* Bytes of one tile: 64-column panels of rows x 128 bytes. With V_IN_K a ring slot's value tile
+** is the first DV / 64 panels of its key tile (VT_BYTES apart, the barriers VT_FULL / VT_EMPTY
+** its key tile's: the slot goes back once P V has read it). */
+constexpr int Q_BYTES = BM * DQ * 2, K_BYTES = BN * DQ * 2, V_BYTES = V_IN_K ? 0 : BN * DV * 2;
+constexpr int X_BYTES = D_SPLIT ? BM * BN * 4 : 0; /* a buffer of the partner's partial scores */
+constexpr int VT_BYTES = V_IN_K ? K_BYTES : V_BYTES;
 constexpr int BIAS_BYTES = BIAS_TMA ? BM * BN * ${bias_es} : 0; /* a bias tile per ring slot */
 constexpr int BIAS_PC = 128 / ${bias_es};                        /* keys per 128-byte panel */
 
@@ -127,21 +141,24 @@ enum Bar : int {
     V_EMPTY = V_FULL + STAGES,
     TILE_FULL = V_EMPTY + STAGES, /* dynamic schedule: announcement slot k holds a tile */
     TILE_EMPTY = TILE_FULL + 2,   /* ... and has been read by every consumer warp */
-    NUM_BARS = TILE_EMPTY + 2
+    X_FULL = TILE_EMPTY + 2,      /* D_SPLIT: exchange buffer b holds the partner's scores */
+    X_FREE = X_FULL + 2,          /* ... the partner has read what we left in its buffer b */
+    NUM_BARS = TILE_EMPTY + 2 + (D_SPLIT ? 4 : 0)
 };
+constexpr Bar VT_FULL = V_IN_K ? K_FULL : V_FULL, VT_EMPTY = V_IN_K ? K_EMPTY : V_EMPTY;
 
-/* Where everything lives: Q buffers, the key, value (and bias) ring, the barriers and the two
-** words of the tile announcements. The 128-byte swizzle repeats every 1024 bytes, so the base
-** is aligned to that. */
+/* Where everything lives: Q buffers, the key, value (and bias) ring, the two exchange buffers
+** (D_SPLIT), the barriers and the two words of the tile announcements. The 128-byte swizzle
+** repeats every 1024 bytes, so the base is aligned to that. */
 struct Smem {
-    u32 q, k, v, bias, bars, slots;
+    u32 q, k, v, bias, x, bars, slots;
     __device__ explicit Smem(u32 base)
         : q(base), k(q + Q_STAGES * Q_BYTES), v(k + STAGES * K_BYTES), bias(v + STAGES * V_BYTES),
-          bars(bias + STAGES * BIAS_BYTES), slots(bars + 8 * NUM_BARS)
+          x(bias + STAGES * BIAS_BYTES), bars(x + 2 * X_BYTES), slots(bars + 8 * NUM_BARS)
     {
     }
-    static constexpr int BYTES =
-        Q_STAGES * Q_BYTES + STAGES * (K_BYTES + V_BYTES + BIAS_BYTES) + 8 * NUM_BARS + 8;
+    static constexpr int BYTES = Q_STAGES * Q_BYTES + STAGES * (K_BYTES + V_BYTES + BIAS_BYTES) +
+                                 2 * X_BYTES + 8 * NUM_BARS + 8;
 };
 static_assert(Smem::BYTES + 1023 == ${shared_bytes}, "the host launches with the layout's size");
 
@@ -176,18 +193,46 @@ struct Ring {
                 mbar_init((*this)(TILE_FULL, k), 1);
                 mbar_init((*this)(TILE_EMPTY, k), 4 * NC);
             }
+        if constexpr (D_SPLIT)
+            for (int b = 0; b < 2; b++) { /* one arrival per consumer thread of the partner */
+                mbar_init((*this)(X_FULL, b), 128);
+                mbar_init((*this)(X_FREE, b), 128);
+            }
         mbar_init_fence();
     }
 };
 
 /* ---- the tile scheduler ----------------------------------------------------------------------- */
-/* A block's unit of work: BM query rows of one (batch, head) and value columns [v0, v0 + DV),
-** with the key tiles [nb_lo, nb_hi) its rows may see; its sequence's lengths, and with variable
-** lengths its first rows in the packed tensors (tb: the batch coordinate in the tensor maps, 0
-** for packed tensors). */
+/* A block's unit of work: BM query rows of one (batch, head) and value columns [v0, v0 + DV)
+** (slice v0 / DV; with D_SPLIT also the block's half of Q's and K's columns: qk_panel), with the
+** key tiles [nb_lo, nb_hi) its rows may see; its sequence's lengths, and with variable lengths
+** its first rows in the packed tensors (tb: the batch coordinate in the tensor maps, 0 for
+** packed tensors). */
 struct WorkTile {
-    int m0, head, batch, head_kv, nb_lo, nb_hi, seqlen_q, seqlen_k, q_first, k_first, tb, v0;
+    int m0, head, batch, head_kv, nb_lo, nb_hi, seqlen_q, seqlen_k, q_first, k_first, tb, v0, slice;
 };
+
+/* The 64-column panel of Q and K that is local panel p of the block of slice (rank) r: its
+** half in order, or with V_IN_K first the panels of its value columns (its V tile), then its
+** share of the rest. */
+__device__ __forceinline__ int qk_panel(int p, int r)
+{
+    if constexpr (V_IN_K) {
+        constexpr int PV = DV / 64, PR = DQ / 64 - PV;
+        return p < PV ? r * PV + p : 2 * PV + r * PR + (p - PV);
+    } else {
+        return (D_SPLIT ? r * (DQ / 64) : 0) + p;
+    }
+}
+/* Copies a tile of `rows` rows of Q or K: this block's panels. */
+__device__ __forceinline__ void load_qk(u32 dst, const tmap_t *map, u32 bar, int rows, int row,
+                                        const WorkTile &wt, int head, int perm)
+{
+#pragma unroll
+    for (int p = 0; p < DQ / 64; p++)
+        tma_load_tile(dst + p * rows * 128, map, bar, qk_panel(p, wt.slice) * 64, row, head,
+                      wt.tb, perm);
+}
 
 /* The block takes work tiles blockIdx.x, then (persistent) the next ones of its schedule: one
 ** when the grid covers every tile, several when it is persistent (a block per SM), which
@@ -213,7 +258,7 @@ struct Scheduler {
     ** so that the blocks which read the same rows of it run together and share them through L2. */
     __device__ WorkTile at(int w) const
     {
-        const int v0 = (w % DV_SLICES) * DV;
+        const int slice = w % DV_SLICES; /* with D_SPLIT the block's rank in its cluster */
         w /= DV_SLICES;
         int batch, mb, head;
         if constexpr (BATCH_FASTEST) {
@@ -222,7 +267,8 @@ struct Scheduler {
             mb = w % m_blocks, head = (w / m_blocks) % heads_q, batch = w / m_blocks / heads_q;
         }
         const int m0 = (HEAVY_FIRST ? m_blocks - 1 - mb : mb) * BM;
-        WorkTile wt{m0, head, batch, head / (heads_q / heads_kv), 0, 0, seqlen_q, seqlen_k, 0, 0, batch, v0};
+        WorkTile wt{m0, head, batch, head / (heads_q / heads_kv), 0, 0, seqlen_q, seqlen_k, 0, 0, batch,
+                    slice * DV, slice};
         if constexpr (VARLEN) {
             /* The sequence's first rows in the packed tensors and its lengths: the caller's device
             ** data, clamped into the tensors and to the maxima. */
@@ -310,8 +356,8 @@ __device__ __forceinline__ void produce(const fj_fwd_tma_params &P, const Smem &
             if (!q_loaded) {
                 mbar_wait(ring(Q_EMPTY, q_slot(qn)), q_phase(qn) ^ 1);
                 mbar_arrive_expect(ring(Q_FULL, q_slot(qn)), Q_BYTES);
-                load_panels<D>(sm.q + q_slot(qn) * Q_BYTES, &P.tm_q, ring(Q_FULL, q_slot(qn)), BM,
-                               wt.q_first + wt.m0, wt.head, wt.tb, P.perm_q);
+                load_qk(sm.q + q_slot(qn) * Q_BYTES, &P.tm_q, ring(Q_FULL, q_slot(qn)), BM,
+                        wt.q_first + wt.m0, wt, wt.head, P.perm_q);
                 qn++;
                 q_loaded = true;
             }
@@ -319,8 +365,8 @@ __device__ __forceinline__ void produce(const fj_fwd_tma_params &P, const Smem &
             const u32 ph = phase(it++);
             mbar_wait(ring(K_EMPTY, s), ph ^ 1);
             mbar_arrive_expect(ring(K_FULL, s), K_BYTES + BIAS_BYTES);
-            load_panels<D>(sm.k + s * K_BYTES, &P.tm_k, ring(K_FULL, s), BN, wt.k_first + nb * BN,
-                           wt.head_kv, wt.tb, P.perm_k);
+            load_qk(sm.k + s * K_BYTES, &P.tm_k, ring(K_FULL, s), BN, wt.k_first + nb * BN, wt,
+                    wt.head_kv, P.perm_k);
             if constexpr (BIAS_TMA) {
                 /* The bias of these rows and keys: broadcast dimensions at coordinate 0. */
 #pragma unroll
@@ -329,10 +375,12 @@ __device__ __forceinline__ void produce(const fj_fwd_tma_params &P, const Smem &
                               nb * BN + p * BIAS_PC, wt.m0, P.fwd.mask.bias_sh ? wt.head : 0,
                               P.fwd.mask.bias_sb ? wt.batch : 0);
             }
-            mbar_wait(ring(V_EMPTY, s), ph ^ 1);
-            mbar_arrive_expect(ring(V_FULL, s), V_BYTES);
-            load_panels<DV>(sm.v + s * V_BYTES, &P.tm_v, ring(V_FULL, s), BN, wt.k_first + nb * BN,
-                            wt.head_kv, wt.tb, P.perm_v, wt.v0);
+            if constexpr (!V_IN_K) {
+                mbar_wait(ring(V_EMPTY, s), ph ^ 1);
+                mbar_arrive_expect(ring(V_FULL, s), V_BYTES);
+                load_panels<DV>(sm.v + s * V_BYTES, &P.tm_v, ring(V_FULL, s), BN,
+                                wt.k_first + nb * BN, wt.head_kv, wt.tb, P.perm_v, wt.v0);
+            }
         }
         w = DYNAMIC ? sched.take(P.tile_counter) : sched.next(w);
     }
@@ -558,7 +606,7 @@ __device__ __forceinline__ void issue_qk(float *sc, u64 q_desc, u64 k_desc, int 
 {
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; kk++)
+    for (int kk = 0; kk < DQ / 16; kk++)
         wgmma_ss_${tile_n}(sc, q_desc + (((kk / 4) * BM * 128 + (kk % 4) * 32) >> 4),
                    k_desc + ((s * K_BYTES + (kk / 4) * BN * 128 + (kk % 4) * 32) >> 4), kk > 0);
     wgmma_commit();
@@ -570,7 +618,7 @@ __device__ __forceinline__ void issue_pv(float *o, u32 (*p)[4], u64 v_desc, int 
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BN / 16; kk++)
-        wgmma_rs_${slice_dv}(o, p[kk], v_desc + ((s * V_BYTES + kk * 16 * 128) >> 4), 1);
+        wgmma_rs_${slice_dv}(o, p[kk], v_desc + ((s * VT_BYTES + kk * 16 * 128) >> 4), 1);
     wgmma_commit();
 }
 
@@ -588,6 +636,56 @@ __device__ __forceinline__ void turn_pass(int c)
     if constexpr (PINGPONG)
         asm volatile("bar.arrive %0, 256;" ::"r"(2 - c) : "memory");
 }
+
+/* ---- the score exchange of a cluster pair (D_SPLIT) ----------------------------------------- */
+/* The two blocks of a cluster compute S over their halves of the head dim for the same rows and
+** keys, so their score fragments match thread for thread. Exchange n: each consumer thread
+** writes its fragment into the partner's buffer n % 2 (once the partner has read what it left
+** there at exchange n - 2: X_FREE), arrives on the partner's X_FULL, waits for its own (the
+** partner's half), and adds it. Buffers hold float4 b of thread i at (b * 128 + i) * 16, so a
+** warp's accesses are contiguous. */
+struct Exchange {
+    u32 mine, theirs, bars, their_bars; /* buffer 0 and the barriers, here and in the partner */
+    int n;                              /* exchanges so far */
+
+    __device__ Exchange(const Smem &sm, const Ring &ring)
+        : mine(sm.x), theirs(0), bars(ring(X_FULL, 0)), their_bars(0), n(0)
+    {
+        if constexpr (D_SPLIT) { /* (a block outside a cluster has no partner to map) */
+            const u32 partner = cluster_rank() ^ 1;
+            theirs = cluster_map(mine, partner);
+            their_bars = cluster_map(bars, partner);
+        }
+    }
+    __device__ u32 full(u32 base, int b) const { return base + 8 * b; }
+    __device__ u32 free_(u32 base, int b) const { return base + 8 * (X_FREE - X_FULL + b); }
+
+    __device__ void add_partner(float *sc, int ctid)
+    {
+        const int b = n & 1;
+        const u32 ph = (n >> 1) & 1;
+        n++;
+        mbar_wait<true>(free_(bars, b), ph ^ 1);
+#pragma unroll
+        for (int i = 0; i < BN / 8; i++)
+            st_cluster_v4(theirs + b * X_BYTES + (i * 128 + ctid) * 16, sc[4 * i], sc[4 * i + 1],
+                          sc[4 * i + 2], sc[4 * i + 3]);
+        mbar_arrive_cluster(full(their_bars, b));
+        mbar_wait<true>(full(bars, b), ph);
+#pragma unroll
+        for (int i = 0; i < BN / 8; i++) {
+            float4 p;
+            asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+                         : "=f"(p.x), "=f"(p.y), "=f"(p.z), "=f"(p.w)
+                         : "r"(mine + b * X_BYTES + (i * 128 + ctid) * 16) : "memory");
+            sc[4 * i] += p.x;
+            sc[4 * i + 1] += p.y;
+            sc[4 * i + 2] += p.z;
+            sc[4 * i + 3] += p.w;
+        }
+        mbar_arrive_cluster(free_(their_bars, b));
+    }
+};
 
 /* ---- the key tiles of a work tile ------------------------------------------------------------ */
 /* Which key tiles the consumers of a work tile visit, in the producer's order (from the last
@@ -714,7 +812,7 @@ __device__ __forceinline__ void store_tile(const OutView &F, const WorkTile &wt,
 }
 
 /* ---- the kernel: the parts wired together ---------------------------------------------------- */
-extern "C" __global__ void __launch_bounds__(THREADS, ${ctas_per_sm})
+extern "C" __global__ void ${d_split and "__cluster_dims__(2, 1, 1) " or ""}__launch_bounds__(THREADS, ${ctas_per_sm})
 fj_attn_fwd(
 % params_arg(args)
 )
@@ -739,13 +837,20 @@ fj_attn_fwd(
 % end
     if (tid == 0)
         ring.init();
-    __syncthreads();
+    /* With D_SPLIT both blocks' barriers must be ready before either writes into the other, and
+    ** neither may exit while the other can still write into it (cluster_sync at the end). */
+    if constexpr (D_SPLIT)
+        cluster_sync();
+    else
+        __syncthreads();
 
     if (wg == 0) {
         if constexpr (REALLOC)
             regs_dec<24>();
         if (tid == 0)
             produce(P, sm, ring, sched);
+        if constexpr (D_SPLIT)
+            cluster_sync();
         return;
     }
 
@@ -759,8 +864,10 @@ fj_attn_fwd(
     ** BN * 128 bytes apart, k steps of 16 rows). */
     const u64 q_desc0 = gmma_desc(sm.q + 64 * c * 128, 16, 1024); /* Q buffer 0 */
     const u64 k_desc = gmma_desc(sm.k, 16, 1024);
-    const u64 v_desc = gmma_desc(sm.v, BN * 128, 1024);
+    const u32 v_tiles = V_IN_K ? sm.k : sm.v;
+    const u64 v_desc = gmma_desc(v_tiles, BN * 128, 1024);
 
+    [[maybe_unused]] Exchange exchange(sm, ring);
     consumer_state st;
     float sc[BN / 2];
     u32 p[BN / 16][4];
@@ -807,17 +914,19 @@ fj_attn_fwd(
             TileMask mask;
             const int n0 = walk.take(i, mask.elem);
             mask.band = band_mask(n0);
-            if constexpr (!BIAS_TMA)
+            if constexpr (!BIAS_TMA && !V_IN_K)
                 warp_arrive(ring(K_EMPTY, slot(it + i)));
+            if constexpr (D_SPLIT)
+                exchange.add_partner(sc, tid - 128);
             softmax_tile(sc, st, alpha, mask, n0, warp_row, g, t, seqlen_k, shift, window_left,
                          window_right, score_mul, cap_mul${(element_masks or score_terms) and ", mc" or ""}${bias_tma and ", sm.bias + slot(it + i) * BIAS_BYTES, warp_row - wt.m0" or ""});
-            if constexpr (BIAS_TMA) /* the slot's bias has been read: K and bias go back together */
+            if constexpr (BIAS_TMA && !V_IN_K) /* the bias has been read: K and bias go back together */
                 warp_arrive(ring(K_EMPTY, slot(it + i)));
         };
         /* The product of tile i into O has landed: hand its value slot back. */
         auto take_product = [&](int i) {
             fence_regs<DV / 2>(st.o);
-            warp_arrive(ring(V_EMPTY, slot(it + i)));
+            warp_arrive(ring(VT_EMPTY, slot(it + i)));
         };
         /* The last S = Q K^T of this work tile has landed: Q's buffer may take the next. */
         auto release_q = [&]() {
@@ -835,10 +944,10 @@ fj_attn_fwd(
             ** is not, so the consumers zero them in shared memory before any product reads them. */
             const int nb_hi = walk.nb_hi;
             if (tiles > 0 && nb_hi * BN > seqlen_k) {
-                mbar_wait(ring(V_FULL, slot(it)), phase(it));
+                mbar_wait(ring(VT_FULL, slot(it)), phase(it));
                 const int r0 = imax(seqlen_k - (nb_hi - 1) * BN, 0), per_panel = (BN - r0) * 8;
                 for (int i = tid - 128; i < per_panel * (DV / 64); i += 128 * NC)
-                    st_shared_zero16(sm.v + slot(it) * V_BYTES + (i / per_panel) * (BN * 128) +
+                    st_shared_zero16(v_tiles + slot(it) * VT_BYTES + (i / per_panel) * (BN * 128) +
                                      r0 * 128 + (i % per_panel) * 16);
                 fence_proxy_async();
                 asm volatile("bar.sync 3, %0;" ::"n"(128 * NC) : "memory");
@@ -865,7 +974,7 @@ fj_attn_fwd(
                 turn_wait(c);
                 mbar_wait(ring(K_FULL, slot(j)), phase(j));
                 issue_qk(sc, q_desc, k_desc, slot(j));
-                mbar_wait(ring(V_FULL, slot(j - 1)), phase(j - 1));
+                mbar_wait(ring(VT_FULL, slot(j - 1)), phase(j - 1));
                 issue_pv(st.o, p, v_desc, slot(j - 1));
                 turn_pass(c);
                 wgmma_wait<1>(); /* S of this tile; P V of the last may still run */
@@ -886,7 +995,7 @@ fj_attn_fwd(
                 const int j = it + tiles - 1;
                 release_q();
                 turn_wait(c);
-                mbar_wait(ring(V_FULL, slot(j)), phase(j));
+                mbar_wait(ring(VT_FULL, slot(j)), phase(j));
                 issue_pv(st.o, p, v_desc, slot(j));
                 if (c == 0)
                     turn_pass(c);
@@ -920,9 +1029,10 @@ fj_attn_fwd(
             auto hand_back = [&](int i) {
                 const int j = it + i;
                 mbar_wait(ring(K_FULL, slot(j)), phase(j));
-                warp_arrive(ring(K_EMPTY, slot(j)));
-                mbar_wait(ring(V_FULL, slot(j)), phase(j));
-                warp_arrive(ring(V_EMPTY, slot(j)));
+                if constexpr (!V_IN_K)
+                    warp_arrive(ring(K_EMPTY, slot(j)));
+                mbar_wait(ring(VT_FULL, slot(j)), phase(j));
+                warp_arrive(ring(VT_EMPTY, slot(j)));
             };
             for (int i = 0; i < i_first; i++)
                 hand_back(i);
@@ -936,7 +1046,7 @@ fj_attn_fwd(
                     release_q();
                 pack_p(sc, p);
                 rescale(st, alpha);
-                mbar_wait(ring(V_FULL, slot(j)), phase(j));
+                mbar_wait(ring(VT_FULL, slot(j)), phase(j));
                 issue_pv(st.o, p, v_desc, slot(j));
                 wgmma_wait<0>();
                 take_product(i);
@@ -951,4 +1061,6 @@ fj_attn_fwd(
             w = sched.next(w);
         store_tile(outv, wt, st, warp_row, seqlen_q, g, t, score_mul);
     }
+    if constexpr (D_SPLIT)
+        cluster_sync();
 }

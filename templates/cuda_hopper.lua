@@ -42,15 +42,22 @@ __device__ __forceinline__ void cp_async_arrive(u32 bar)
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }
 /* Waits until the phase of the given parity has completed. A fresh barrier is in phase 0, so
-** waiting for parity 1 returns at once: a producer's first wait on an empty slot. */
-__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity)
+** waiting for parity 1 returns at once: a producer's first wait on an empty slot. CLUSTER: also
+** acquires what arrivals from other blocks of the cluster released (mbar_arrive_cluster). */
+template <bool CLUSTER = false> __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity)
 {
     u32 done;
     do {
-        asm volatile("{\n\t.reg .pred p;\n\t"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-                     "selp.u32 %0, 1, 0, p;\n\t}"
-                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+        if constexpr (CLUSTER)
+            asm volatile("{\n\t.reg .pred p;\n\t"
+                         "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\t"
+                         "selp.u32 %0, 1, 0, p;\n\t}"
+                         : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+        else
+            asm volatile("{\n\t.reg .pred p;\n\t"
+                         "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                         "selp.u32 %0, 1, 0, p;\n\t}"
+                         : "=r"(done) : "r"(bar), "r"(parity) : "memory");
     } while (!done);
 }
 
@@ -74,6 +81,37 @@ __device__ __forceinline__ void fence_proxy_async()
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
+/* ---- clusters: a block's partner and its shared memory ---------------------------------- */
+__device__ __forceinline__ u32 cluster_rank()
+{
+    u32 r;
+    asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+/* Every thread of every block of the cluster arrives, then waits for all: what each block wrote
+** before is visible to the others after (its barriers' initialisation included). */
+__device__ __forceinline__ void cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
+}
+/* The address in block `rank`'s shared memory of what is at addr in this block's. */
+__device__ __forceinline__ u32 cluster_map(u32 addr, u32 rank)
+{
+    u32 r;
+    asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
+    return r;
+}
+__device__ __forceinline__ void st_cluster_v4(u32 addr, float a, float b, float c, float d)
+{
+    asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};"
+                 ::"r"(addr), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+}
+/* An arrival on a barrier of another block of the cluster (addr from cluster_map), which
+** releases this thread's earlier writes to the cluster. */
+__device__ __forceinline__ void mbar_arrive_cluster(u32 addr)
+{
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(addr) : "memory");
+}
 /* ---- bulk tensor copies ----------------------------------------------------------------- */
 /* Copies one box of a rank-4 tensor to shared memory; the barrier counts its bytes. Elements
 ** outside the tensor arrive as zeros. */

@@ -58,6 +58,26 @@ for kind in "--mask-mod q/64==k/64" "--mask" "--ranges 4" "--block-mask" "--bias
     expected=$((expected + $(echo "$out" | sed -n 's/^\([0-9]*\) kernels built.*/\1/p')))
     checked=$((checked + 1))
 done
+# Head dims beyond 256 on the Hopper kernel: value slices recomputing S (d and dv to 576; d 128
+# with dv 512; with a band and a mask), and the opt-in split of S between a cluster pair
+# (FLASHJIT_CONFIG=d_split=1; MLA's 576 / 512 with v a view of k, which loads no value tiles):
+# no spills, no serialised wgmma.
+for build in "|--head-dim 320,512,576 --head-dim-v 512" "|--head-dim 576,128 --head-dim-v 576,512" \
+             "|--head-dim 448 --head-dim-v 192 --mask-mod q/32==k/32" \
+             "d_split=1|--head-dim 320,512,576 --head-dim-v 512" \
+             "d_split=1|--head-dim 576 --head-dim-v 512 --v-in-k"; do
+    config=${build%%|*} dims=${build#*|}
+    out=$(FLASHJIT_CONFIG=$config "$cli" cache build --arch sm_90a --cache "$dir/offline.db" \
+        $dims --causal 0,1 --seqlen 4096 2>&1)
+    status=$?
+    echo "$out"
+    [ $status -eq 0 ] || { echo "FAIL: cache build $dims ($config)"; exit 1; }
+    spills=$(echo "$out" | awk '$2 ~ /^cuda.fwd.wgmma$/ && $9 != 0' | wc -l)
+    [ "$spills" -eq 0 ] || { echo "FAIL: $spills kernels spill registers with $dims ($config)"; exit 1; }
+    [ "$(echo "$out" | grep -c "wgmma serialised")" -eq 0 ] || { echo "FAIL: serialised wgmma with $dims ($config)"; exit 1; }
+    expected=$((expected + $(echo "$out" | sed -n 's/^\([0-9]*\) kernels built.*/\1/p')))
+    checked=$((checked + 1))
+done
 # Nested integer min/max, 16 levels (and abs, 24): NVVM's optimiser is exponential in that depth
 # unless the dialect hides them from it (~50 s at 12 levels before); a bounded compile.
 nested="q"

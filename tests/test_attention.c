@@ -79,8 +79,8 @@ static void test_head_dims(void **state)
     run_cases(state, cases, N);
 }
 
-/* Head dims beyond 256 (on Hopper: value slices of at most 256 columns, each recomputing S):
-** each width alone with odd lengths and GQA/MQA, d != dv either way, MLA's 576 / 512 with v a
+/* Head dims beyond 256 (on Hopper: value slices of at most 256 columns, each recomputing S; on
+** CUDA also with S split between a cluster pair, d_split): each width alone with odd lengths and GQA/MQA, d != dv either way, MLA's 576 / 512 with v a
 ** view of k, three slices, and with the other features: window, soft-capping, bias, mask_mod,
 ** variable lengths, layouts, f16. */
 static void test_wide_head_dims(void **state)
@@ -114,6 +114,13 @@ static void test_wide_head_dims(void **state)
     cases[14].layout = FJH_LAYOUT_PADDED;
     cases[14].alibi = 1;
     run_cases(state, cases, N);
+    if (FJ_TEST_BACKEND != FJ_BACKEND_CUDA)
+        return;
+    /* Again with S's head dim split between the two blocks of a cluster (opt-in on Hopper). */
+    printf("  with FLASHJIT_CONFIG=d_split=1:\n");
+    void *split = suite_context_with_env("FLASHJIT_CONFIG", "d_split=1");
+    run_cases(&split, cases, N);
+    fj_context_destroy(split);
 }
 
 static void test_dtypes(void **state)

@@ -470,6 +470,73 @@ static void test_decode_plans(void **state)
     }
 }
 
+/* Forwards with head dims beyond 256: on Hopper's kernel, value slices of at most 256 that
+** recompute S, or asked for (d_split=1) a cluster pair splitting S's head dim where dv allows
+** (d > 256, dv <= 512: halves of whole panels, so 576 pads to 640; v a view of k then takes
+** its value tiles from K's); the grid counts every block of a work tile. Before Hopper the
+** SIMT kernel. */
+static void test_wide_forward_plans(void **state)
+{
+    (void)state;
+    const planned_devices devs = planned_device_set();
+    const struct {
+        int64_t d, dv;
+        const fj_device_info *dev;
+        const char *config;
+        int path, d_split, d_pad, dv_pad, slices;
+    } cases[] = {
+        {512, 512, &devs.h200, NULL, FJ__PATH_WGMMA, 0, 512, 512, 2},
+        {576, 512, &devs.h200, NULL, FJ__PATH_WGMMA, 0, 576, 512, 2},
+        {320, 320, &devs.h200, NULL, FJ__PATH_WGMMA, 0, 320, 384, 2},
+        {576, 576, &devs.h200, NULL, FJ__PATH_WGMMA, 0, 576, 576, 3},
+        {128, 512, &devs.h200, NULL, FJ__PATH_WGMMA, 0, 128, 512, 2},
+        {448, 192, &devs.h200, NULL, FJ__PATH_WGMMA, 0, 448, 192, 1},
+        {512, 512, &devs.h200, "d_split=1", FJ__PATH_WGMMA, 1, 512, 512, 2},
+        {576, 512, &devs.h200, "d_split=1", FJ__PATH_WGMMA, 1, 640, 512, 2},
+        {320, 320, &devs.h200, "d_split=1", FJ__PATH_WGMMA, 1, 384, 384, 2},
+        {448, 192, &devs.h200, "d_split=1", FJ__PATH_WGMMA, 1, 512, 256, 2},
+        {264, 264, &devs.h200, "d_split=1", FJ__PATH_WGMMA, 1, 384, 384, 2},
+        {576, 576, &devs.h200, "d_split=1", FJ__PATH_WGMMA, 0, 576, 576, 3}, /* 288 a block */
+        {128, 512, &devs.h200, "d_split=1", FJ__PATH_WGMMA, 0, 128, 512, 2}, /* d <= 256 */
+        {512, 512, &devs.sm86, NULL, FJ__PATH_SIMT, 0, 512, 512, 1},
+        {576, 512, &devs.h200, "v_in_k", FJ__PATH_WGMMA, 0, 576, 512, 2},
+        {576, 512, &devs.h200, "v_in_k,d_split=1", FJ__PATH_WGMMA, 1, 640, 512, 2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fj__features f = bwd_features(cases[i].d, cases[i].dv, FJ_DTYPE_BF16);
+        const char *config = cases[i].config;
+        if (config && !strncmp(config, "v_in_k", 6)) { /* not a config: v a view of k (MLA) */
+            f.v_in_k = 1;
+            config = config[6] ? config + 7 : NULL;
+        }
+        fj__variant v;
+        fj__choose_forward(&f, cases[i].dev, config, &v);
+        /* Split, MLA's value columns come with each block's K tiles, none of their own */
+        assert_int_equal(v.v_in_k, f.v_in_k && v.d_split);
+        const int slices = fj__variant_dv_slices(&v);
+        if (v.path != cases[i].path || v.d_split != cases[i].d_split ||
+            (v.path == FJ__PATH_WGMMA &&
+             (v.head_dim_pad != cases[i].d_pad || v.head_dim_v_pad != cases[i].dv_pad)) ||
+            slices != cases[i].slices)
+            fail_msg("case %zu: path %d, d_split %d, dims %d / %d, %d slices", i, v.path,
+                     v.d_split, v.head_dim_pad, v.head_dim_v_pad, slices);
+        assert_true(fj__variant_fits(&v, cases[i].dev));
+        if (v.path != FJ__PATH_WGMMA)
+            continue;
+        assert_int_equal(v.tile_m, 64);
+        assert_int_equal(v.persistent, 0);
+        assert_true(v.head_dim_v_pad / slices <= 256 && (v.head_dim_v_pad / slices) % 64 == 0);
+        assert_true(fj__variant_shared_bytes(&v) <= cases[i].dev->local_memory);
+        fj__plan plan;
+        fj__err err = {{0}};
+        assert_int_equal(fj__plan_forward(&f, cases[i].dev, &v, &plan, &err), FJ_OK);
+        const fj__step *s = &plan.steps[plan.main_step];
+        const int64_t work = (f.seqlen_q + 63) / 64 * f.heads_q * f.batch * slices;
+        assert_int_equal(s->grid[0], work);
+        assert_int_equal(s->shared_bytes, fj__variant_shared_bytes(&v));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -477,6 +544,7 @@ int main(void)
         cmocka_unit_test(test_classifier_plan_and_its_memo),
         cmocka_unit_test(test_backward_plans),
         cmocka_unit_test(test_decode_plans),
+        cmocka_unit_test(test_wide_forward_plans),
     };
     return cmocka_run_group_tests_name("plan", tests, NULL, NULL);
 }

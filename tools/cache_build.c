@@ -32,6 +32,8 @@ static int build_usage(FILE *f)
         "  --mask-mod EXPR   --score-mod EXPR   --alibi   --bias f32|dtype   --mask\n"
         "  --ranges 2|4      --block-mask\n"
         "Packed sequences: --varlen 1 (cu_seqlens_q/k) or 2 (and seqused_k)\n"
+        "MLA's latent cache: --v-in-k (v a view of k's first head-dim-v dims, as --mla of\n"
+        "  flashjit run; e.g. --head-dim 576 --head-dim-v 512 --v-in-k)\n"
         "Decode shapes (--seqlen is the keys'): --decode N,... query rows per sequence (1 to\n"
         "  16), --group G,... [1] query heads per kv head; what such calls run, whole and split\n"
         "  (the decode kernel and the merge of its splits)\n"
@@ -149,6 +151,7 @@ typedef struct build_request {
     int64_t decode_rows, group; /* decode: query rows and query heads per kv head (0: no) */
     const char *mask_mod, *score_mod;
     int alibi, bias, mask, ranges, block_mask, varlen;
+    int v_in_k;   /* v a view of k's first dims (else v at an address of its own) */
     int backward; /* also the backward's kernels (with a bias, the dbias kernel too) */
 } build_request;
 
@@ -171,6 +174,8 @@ static int build_request_kernels(build_run *run, const fj_device_info *dev, fj__
     }
     fj_tensor v = q;
     v.shape[nd - 1] = r->dv;
+    if (!r->v_in_k) /* plans tell a view of k (MLA) by the address */
+        v.data = (char *)fake + ((size_t)7 << 36);
     fj_tensor lse = {.data = fake, .dtype = FJ_DTYPE_F32, .ndim = nd - 1};
     for (int i = 0; i < nd - 1; i++) {
         lse.shape[i] = i == nd - 2 ? s : 1;
@@ -347,6 +352,7 @@ int fjt_cache_build(int argc, char **argv)
         O_DECODE,
         O_BACKWARD,
         O_GROUP,
+        O_V_IN_K,
         O_HELP
     };
     static const struct option opts[] = {{"arch", required_argument, 0, O_ARCH},
@@ -367,6 +373,7 @@ int fjt_cache_build(int argc, char **argv)
                                          {"ranges", required_argument, 0, O_RANGES},
                                          {"block-mask", no_argument, 0, O_BLOCK_MASK},
                                          {"varlen", required_argument, 0, O_VARLEN},
+                                         {"v-in-k", no_argument, 0, O_V_IN_K},
                                          {"backend", required_argument, 0, O_BACKEND},
                                          {"merge", required_argument, 0, O_MERGE},
                                          {"decode", required_argument, 0, O_DECODE},
@@ -382,7 +389,7 @@ int fjt_cache_build(int argc, char **argv)
     int nd = 2, ndv = 0, nc = 2, ns = 1, nl = 1, nq = 2, nm = 0;
     int64_t decode_rows[MAX_VALUES] = {0}, groups[MAX_VALUES] = {1};
     int ndec = 1, ngroup = 1, decoding = 0, backward = 0;
-    int alibi = 0, bias = 0, mask = 0, ranges = 0, block_mask = 0, varlen = 0;
+    int alibi = 0, bias = 0, mask = 0, ranges = 0, block_mask = 0, varlen = 0, v_in_k = 0;
     fj_dtype dtypes[4] = {FJ_DTYPE_BF16}, kv_dtype = FJ_DTYPE_BF16;
     int ndt = 1, kv_given = 0, opt;
     static char built_keys[MAX_BUILT][65];
@@ -454,6 +461,7 @@ int fjt_cache_build(int argc, char **argv)
             score_mod = optarg;
             break;
         case O_ALIBI: alibi = 1; break;
+        case O_V_IN_K: v_in_k = 1; break;
         case O_BIAS:
             bias = 1 + fjt_pick(optarg, (const char *const[]){"f32", "dtype", NULL});
             if (bias == 0)
@@ -588,6 +596,7 @@ int fjt_cache_build(int argc, char **argv)
                                                  .ranges = ranges,
                                                  .block_mask = block_mask,
                                                  .varlen = varlen,
+                                                 .v_in_k = v_in_k,
                                                  .backward = backward};
                         bad = build_request_kernels(&run, &dev, &mods, &r) != 0;
                     }
