@@ -640,9 +640,9 @@ __device__ __forceinline__ void turn_pass(int c)
 /* ---- the score exchange of a cluster pair (D_SPLIT) ----------------------------------------- */
 /* The two blocks of a cluster compute S over their halves of the head dim for the same rows and
 ** keys, so their score fragments match thread for thread. Exchange n: each consumer thread
-** writes its fragment into the partner's buffer n % 2 (once the partner has read what it left
-** there at exchange n - 2: X_FREE), arrives on the partner's X_FULL, waits for its own (the
-** partner's half), and adds it. Buffers hold float4 b of thread i at (b * 128 + i) * 16, so a
+** writes its fragment into the partner's buffer n % 2 (once the partner has read what this
+** block left there at exchange n - 2: X_FREE), arrives on the partner's X_FULL, waits for its
+** own (the partner's half), adds it, and arrives on the partner's X_FREE. Buffers hold float4 b of thread i at (b * 128 + i) * 16, so a
 ** warp's accesses are contiguous. */
 struct Exchange {
     u32 mine, theirs, bars, their_bars; /* buffer 0 and the barriers, here and in the partner */
@@ -657,21 +657,22 @@ struct Exchange {
             their_bars = cluster_map(bars, partner);
         }
     }
-    __device__ u32 full(u32 base, int b) const { return base + 8 * b; }
-    __device__ u32 free_(u32 base, int b) const { return base + 8 * (X_FREE - X_FULL + b); }
+    __device__ u32 x_full(u32 base, int b) const { return base + 8 * b; }
+    __device__ u32 x_free(u32 base, int b) const { return base + 8 * (X_FREE - X_FULL + b); }
 
+    /* sc (this consumer thread's fragment, ctid 0..127) += the partner's. */
     __device__ void add_partner(float *sc, int ctid)
     {
         const int b = n & 1;
         const u32 ph = (n >> 1) & 1;
         n++;
-        mbar_wait<true>(free_(bars, b), ph ^ 1);
+        mbar_wait<true>(x_free(bars, b), ph ^ 1);
 #pragma unroll
         for (int i = 0; i < BN / 8; i++)
             st_cluster_v4(theirs + b * X_BYTES + (i * 128 + ctid) * 16, sc[4 * i], sc[4 * i + 1],
                           sc[4 * i + 2], sc[4 * i + 3]);
-        mbar_arrive_cluster(full(their_bars, b));
-        mbar_wait<true>(full(bars, b), ph);
+        mbar_arrive_cluster(x_full(their_bars, b));
+        mbar_wait<true>(x_full(bars, b), ph);
 #pragma unroll
         for (int i = 0; i < BN / 8; i++) {
             float4 p;
@@ -683,7 +684,7 @@ struct Exchange {
             sc[4 * i + 2] += p.z;
             sc[4 * i + 3] += p.w;
         }
-        mbar_arrive_cluster(free_(their_bars, b));
+        mbar_arrive_cluster(x_free(their_bars, b));
     }
 };
 
