@@ -20,8 +20,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-import flashjit  # noqa: E402
-from common import add_timing_args, grid_shape, heat, tflops, time_ms  # noqa: E402
+from common import add_timing_args, grid_shape, start, tflops, time_ms  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--lib", default=None)
@@ -32,10 +31,8 @@ add_timing_args(ap)
 ap.add_argument("--out", default=os.environ.get("OUT", "."))
 args = ap.parse_args()
 
-torch.manual_seed(0)
-heat()
 dev = "cuda"
-ctx = flashjit.Context(backend="cuda", lib=args.lib, cache_path=":memory:")
+ctx = start(args.lib)
 peers = {"cudnn": SDPBackend.CUDNN_ATTENTION, "fa2": SDPBackend.FLASH_ATTENTION}
 print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, "
       f"flashjit {ctx.lib.fj_version().decode()}", flush=True)

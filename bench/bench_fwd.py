@@ -15,8 +15,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-import flashjit  # noqa: E402
-from common import add_timing_args, grid_shape, heat, tflops, time_ms  # noqa: E402
+from common import add_timing_args, grid_shape, start, tflops, time_ms  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--lib", default=None)
@@ -33,10 +32,8 @@ args = ap.parse_args()
 if args.quick:
     args.d, args.s = "128", "1024,8192"
 
-torch.manual_seed(0)
-heat()
 dev = "cuda"
-ctx = flashjit.Context(backend="cuda", lib=args.lib, cache_path=args.cache)
+ctx = start(args.lib, args.cache)
 peers = {"fa2": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
 
 

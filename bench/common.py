@@ -17,6 +17,17 @@ def tflops(b, h, s, d, causal, ms):
     return 4 * b * h * s * s * d / (2 if causal else 1) / ms / 1e9
 
 
+def start(lib, cache=":memory:"):
+    """What a benchmark does first: seeds torch, brings the GPU to its sustained clocks (heat)
+    and returns a flashjit.Context on CUDA with the library at lib and the kernel cache at
+    cache."""
+    import flashjit  # the caller put the package on sys.path
+
+    torch.manual_seed(0)
+    heat()
+    return flashjit.Context(backend="cuda", lib=lib, cache_path=cache)
+
+
 def heat(seconds=3.0):
     """Brings the GPU to its sustained clocks before the first timed kernel: runs bf16 matrix
     products for `seconds` of wall time."""

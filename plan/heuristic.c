@@ -56,10 +56,11 @@ static int wgmma_serves(const fj__features *f, const fj_device_info *dev)
 {
     /* The kernel numbers its work tiles (64-row blocks at the least, by value slices: at most
     ** 3, with d beyond 256 at least 2) with 32-bit ints. */
-    const int64_t slices = f->head_dim > 256 ? 3 : (fj__round_up(f->head_dim_v, 64) + 255) / 256;
+    const int64_t slices = f->head_dim > 256 ? 3 : fj__dv_slices_of(fj__round_up(f->head_dim_v, 64));
     if ((f->seqlen_q + 63) / 64 * f->heads_q * f->batch * slices >= INT32_MAX)
         return 0;
-    return fj__sm_version(dev) == 90 && strchr(dev->arch, 'a') != NULL && f->tma[FJ__T_Q] && f->tma[FJ__T_K] && f->tma[FJ__T_V] && f->rows_16b[FJ__T_OUT];
+    return fj__sm_version(dev) == 90 && strchr(dev->arch, 'a') != NULL && f->tma[FJ__T_Q] &&
+           f->tma[FJ__T_K] && f->tma[FJ__T_V] && f->rows_16b[FJ__T_OUT];
 }
 
 /* Head dims beyond 256: one consumer warpgroup of 64 rows (Q alone takes up to 72 KiB of
@@ -100,8 +101,9 @@ static void plan_wgmma_wide(fj__variant *v, const fj__features *f, const fj_devi
         split.d_split = 1;
         split.head_dim_pad = fj__round_up(v->head_dim_pad, 128);
         split.head_dim_v_pad = fj__round_up(v->head_dim_v_pad, 128);
-        /* v a view of k (MLA): the value slices are loaded as part of K's tiles */
-        split.v_in_k = f->v_in_k && split.head_dim_v_pad / 2 <= split.head_dim_pad / 2;
+        /* v a view of k (MLA; dv <= d, so each half of v's panels lies in a half of k's): the
+        ** value slices are loaded as part of K's tiles */
+        split.v_in_k = f->v_in_k;
         plan_wgmma_wide_tiles(&split, dev);
         if (fj__variant_fits(&split, dev)) {
             *v = split;
@@ -119,7 +121,7 @@ static void plan_wgmma(fj__variant *v, const fj__features *f, const fj_device_in
     v->head_dim_pad = fj__round_up(v->head_dim_pad, 64);
     v->head_dim_v_pad = fj__round_up(v->head_dim_v_pad, 64);
     /* Beyond 256 value columns, equal slices of whole panels (fj__variant_dv_slices). */
-    const int32_t slices = (v->head_dim_v_pad + 255) / 256;
+    const int32_t slices = fj__dv_slices_of(v->head_dim_v_pad);
     v->head_dim_v_pad = fj__round_up(v->head_dim_v_pad, 64 * slices);
     if (v->head_dim_pad > 256 || slices > 1) {
         plan_wgmma_wide(v, f, dev, config && strstr(config, "d_split=1") != NULL);

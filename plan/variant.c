@@ -183,9 +183,12 @@ int fj__variant_dv_slices(const fj__variant *v)
 {
     if (v->family != FJ__FAMILY_FWD || v->path != FJ__PATH_WGMMA)
         return 1;
-    if (v->d_split)
-        return 2;
-    return v->head_dim_v_pad > 256 ? (v->head_dim_v_pad + 255) / 256 : 1;
+    return v->d_split ? 2 : fj__dv_slices_of(v->head_dim_v_pad);
+}
+
+int fj__dv_slices_of(int32_t head_dim_v_pad)
+{
+    return head_dim_v_pad > 256 ? (head_dim_v_pad + 255) / 256 : 1;
 }
 
 int fj__variant_consumer_registers(const fj__variant *v)

@@ -126,6 +126,9 @@ int fj__variant_consumer_registers(const fj__variant *v);
 ** its own that recomputes S (head dims beyond 256), or with d_split the two blocks of a cluster
 ** that share S's work. 1 for every other variant. */
 int fj__variant_dv_slices(const fj__variant *v);
+/* The value slices (without d_split) of value columns padded to head_dim_v_pad: 1 up to 256,
+** else ceil(head_dim_v_pad / 256). */
+int fj__dv_slices_of(int32_t head_dim_v_pad);
 /* WGMMA: the order of the work tiles, which the kernel follows and the zigzag grid's cost model
 ** simulates (template parameters batch_fastest, heavy_first). */
 typedef struct fj__tile_order {
