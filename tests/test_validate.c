@@ -752,9 +752,11 @@ static void test_config_overrides(void **state)
     assert_int_equal(fj__apply_config(&v,
                                       "path=wgmma,tile_m=192,tile_n=112,warps=16,stages=3,"
                                       "overlap=1,pingpong=0,persistent=2,kk_unroll=1,q_in_regs=0,"
-                                      "q_stages=2,ctas_per_sm=2,exp_poly=3,lazy_rescale=1",
+                                      "q_stages=2,ctas_per_sm=2,exp_poly=3,lazy_rescale=1,"
+                                      "d_split=1",
                                       &err),
                      0);
+    assert_int_equal(v.d_split, 1);
     assert_int_equal(v.q_stages, 2);
     assert_int_equal(v.lazy_rescale, 1);
     assert_int_equal(v.exp_poly, 3);
@@ -776,6 +778,7 @@ static void test_config_overrides(void **state)
                {"q_stages=3", "q_stages = 3, expected 1..2"},
                {"ctas_per_sm=5", "ctas_per_sm = 5, expected 0..4"},
                {"exp_poly=9", "exp_poly = 9, expected 0..8"},
+               {"d_split=2", "d_split = 2, expected 0..1"},
                {"bogus=1", "unknown field 'bogus'"},
                {"path=fast", "path must be simt, mma, wgmma, decode or vec"},
                {"tile_n", "cannot read 'tile_n'"}};
