@@ -386,11 +386,11 @@ static double time_candidate(const fj__tune_host *h, const fj__tune_candidate *c
 static void json_add(char *json, size_t size, const char *config, double us, const char *why)
 {
     size_t used = strlen(json);
-    char reason[96];
-    snprintf(reason, sizeof reason, "%s", why ? why : "");
-    for (char *c = reason; *c; c++)
-        if (*c == '"' || *c == '\\' || (unsigned char)*c < 32)
-            *c = ' ';
+    char reason[96]; /* why, cut to fit, with the characters JSON would need escaped blanked */
+    size_t n = 0;
+    for (; why && why[n] && n + 1 < sizeof reason; n++)
+        reason[n] = why[n] == '"' || why[n] == '\\' || (unsigned char)why[n] < 32 ? ' ' : why[n];
+    reason[n] = '\0';
     if (why)
         snprintf(json + used, size - used, "%s{\"config\":\"%s\",\"dropped\":\"%s\"}",
                  used > 1 ? "," : "", config, reason);

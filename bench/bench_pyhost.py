@@ -1,8 +1,9 @@
 """Host time of the Python call path (no GPU time: a decode-shaped call whose kernel is tiny), and
 where it goes: the whole of flashjit.torch.attention and Context.forward, then each part of a
-prepared call alone (the signature, the current stream, the output's allocation, the library
-call through the unchecked ctypes entry, the checked one, and one that keeps the GIL), medians
-of 5000 calls.
+prepared call alone (the signature, the current stream, the output's allocation, the repeated
+call through the C fast path (flashjit._fastcall: checks, pointers, the library call), the
+library call through the unchecked ctypes entry, the checked one, and one that keeps the GIL),
+medians of 5000 calls. FLASHJIT_FASTCALL=0 measures the binding without its fast path.
 
 Shapes: bf16, b 4, hq 16 / hkv 4, d 128, seqlen_q 1, a paged cache of 128 keys per sequence.
 
@@ -17,7 +18,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import flashjit.torch as fjt  # noqa: E402
-from flashjit import _arrays  # noqa: E402
+from flashjit import _arrays, _core  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--lib", default=None)
@@ -50,9 +51,11 @@ def median_us(fn, n=5000):
 
 
 ctx.forward(q, kc, vc, out=out, **kw)
-prepared = next(iter(ctx._local.prepared.values()))
-# forward's arrays, then the descriptor's (see _core._DESC_ARRAYS)
-every = (q, kc, vc, out, None, None, None, None, None, None, used, None, None, table, None, None)
+(_, options, _), prepared = next(iter(ctx._local.prepared.items()))
+# forward's arrays, then the descriptor's
+every = (q, kc, vc, out, None) + tuple({"seqused_k": used, "page_table": table}.get(n)
+                                       for n in _core._DESC_ARRAYS)
+fast = prepared._fast  # None without the extension (or with FLASHJIT_FASTCALL=0)
 stream = _arrays.current_stream(q)
 checked = getattr(ctx.lib, "fj_attention_forward")
 kept = ctypes.PyDLL(ctx.lib.path)["fj_attention_forward"]  # no GIL release around the call
@@ -65,12 +68,14 @@ rows = [
     ("Context.forward, out given", lambda: ctx.forward(q, kc, vc, out=out, **kw)),
     ("  signature", lambda: _arrays.torch_cuda_signature(every)),
     ("  current stream", lambda: _arrays.current_stream(q)),
-    ("  output allocation", lambda: q.new_empty((b, 1, hq, d))),
+    ("  output allocation", lambda: torch.empty_like(q)),
+] + ([("  C fast path (checks, pointers, call)", lambda: fast.run(every, options, None))]
+     if fast is not None else []) + [
     ("  library call, unchecked entry", lambda: prepared.invoke(stream)),
     ("  library call, checked entry", lambda: checked(ctx.handle, *checked_args, stream)),
     ("  library call, GIL kept", lambda: kept(ctx.handle, *prepared.args,
                                               ctypes.c_void_p(stream))),
 ]
-print(f"torch {torch.__version__}, {ctx}")
+print(f"torch {torch.__version__}, {ctx}, C fast path: {fast is not None}")
 for name, fn in rows:
     print(f"{name:34s} {median_us(fn):7.1f} us", flush=True)

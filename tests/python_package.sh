@@ -22,4 +22,12 @@ env -u FLASHJIT_LIB -u PYTHONPATH "$py" -c \
     'import flashjit, os; print("installed:", os.path.dirname(flashjit.__file__))' &&
     env -u FLASHJIT_LIB -u PYTHONPATH "$py" -m flashjit ||
     { echo "FAIL: import flashjit (python -m flashjit) from the installed package"; exit 1; }
+# Where this Python has its headers, the wheel carries the C fast path of repeated calls.
+env -u FLASHJIT_LIB -u PYTHONPATH "$py" -c '
+import os, sysconfig, flashjit
+has = flashjit.info()["fast_path"]
+headers = os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))
+print("fast path (_fastcall):", has)
+raise SystemExit(0 if has or not headers else "the wheel lacks _fastcall though Python.h exists")' ||
+    { echo "FAIL: the installed package has no fast path"; exit 1; }
 env -u FLASHJIT_LIB -u PYTHONPATH "$py" "$src/tests/python_api.py" "$backend"

@@ -217,6 +217,28 @@ for cut, grad in ((5, False), (20, True), (49, False)):
 check("repeated calls of one signature", worst < (1e-4 if dtype == torch.float32 else 0.02),
       f"max err {worst:.3g}")
 
+# Signatures interleaved (on CUDA the C fast path tries the thread's recent signatures in turn):
+# two shapes and a view with other strides, alternating, some on a side stream (PyTorch's
+# current stream there), each against SDPA.
+worst = 0.0
+side = torch.cuda.Stream() if dev == "cuda" else None
+for i in range(9):
+    b, s, h = ((1, 33, 4), (2, 17, 2))[i % 2]
+    q, k, v = (torch.randn(b, s, h, 32, device=dev, dtype=dtype) for _ in range(3))
+    if i % 3 == 2:  # a [b, h, s, d] tensor's transposed view: the same shape, other strides
+        q = q.transpose(1, 2).contiguous().transpose(1, 2)
+    if side is not None and i >= 4:
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            got = fjt.attention(q, k, v, causal=True)
+        side.synchronize()
+    else:
+        got = fjt.attention(q, k, v, causal=True)
+    ref = sdpa(*(x.transpose(1, 2).double() for x in (q, k, v)), is_causal=True).transpose(1, 2)
+    worst = max(worst, (got.double() - ref).abs().max().item())
+check("interleaved signatures and streams", worst < (1e-4 if dtype == torch.float32 else 0.02),
+      f"max err {worst:.3g}, C fast path: {fjt.context(dev).lib.fastcall is not None}")
+
 # Block classes built once, used by a later call: equal to the call that classifies itself.
 q, k, v = (torch.randn(1, 300, h, 32, device=dev, dtype=dtype) for h in (4, 2, 2))
 docs = "q / 64 == k / 64 || k < 16"

@@ -38,19 +38,36 @@ def _metadata():
     return "\n".join(lines) + "\nDescription-Content-Type: text/markdown\n\n" + body
 
 
-def _tag():
+def _tag(extension):
+    """The wheel's tag: any Python 3, or this interpreter's ABI where the wheel carries the
+    compiled fast path (extension: its file, or None)."""
     platform = sysconfig.get_platform().replace("-", "_").replace(".", "_")
-    return f"py3-none-{platform}"
+    if extension is None:
+        return f"py3-none-{platform}"
+    abi = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    return f"{abi}-{abi}-{platform}"
 
 
 def _build_library(build_dir):
+    """Builds the library and, where this interpreter's headers are found, the binding's fast
+    path (_fastcall); returns (library, extension or None)."""
     configure = ["cmake", "-S", ROOT, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release",
-                 "-DFLASHJIT_TESTS=OFF"] + shlex.split(os.environ.get("CMAKE_ARGS", ""))
+                 "-DFLASHJIT_TESTS=OFF", f"-DPython3_EXECUTABLE={sys.executable}"] + \
+        shlex.split(os.environ.get("CMAKE_ARGS", ""))
     jobs = str(os.cpu_count() or 1)
-    for cmd in (configure, ["cmake", "--build", build_dir, "--target", "flashjit", "-j", jobs]):
+    build = ["cmake", "--build", build_dir, "--target", "flashjit", "-j", jobs]
+    for cmd in (configure, build):
         print("flashjit build:", " ".join(cmd), file=sys.stderr, flush=True)
         subprocess.run(cmd, check=True, stdout=sys.stderr)
-    return os.path.realpath(os.path.join(build_dir, "libflashjit.so"))
+    library = os.path.realpath(os.path.join(build_dir, "libflashjit.so"))
+    extension = os.path.join(build_dir, "_fastcall" + sysconfig.get_config_var("EXT_SUFFIX"))
+    fast = subprocess.run(build[:4] + ["flashjit_fastcall"] + build[5:], stdout=sys.stderr,
+                          stderr=sys.stderr)
+    if fast.returncode != 0 or not os.path.exists(extension):
+        print("flashjit build: no fast path (_fastcall); the package calls through ctypes",
+              file=sys.stderr, flush=True)
+        return library, None
+    return library, extension
 
 
 def _record_line(name, data):
@@ -78,8 +95,8 @@ def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     version = _version()
     build_dir = os.environ.get("FLASHJIT_WHEEL_BUILD_DIR", os.path.join(ROOT, "build-wheel"))
-    library = _build_library(build_dir)
-    name = f"flashjit-{version}-{_tag()}.whl"
+    library, extension = _build_library(build_dir)
+    name = f"flashjit-{version}-{_tag(extension)}.whl"
     dist_info = f"flashjit-{version}.dist-info"
     files = []
     for entry in sorted(os.listdir(PACKAGE)):
@@ -88,9 +105,12 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
                 files.append((f"flashjit/{entry}", f.read()))
     with open(library, "rb") as f:
         files.append(("flashjit/libflashjit.so", f.read()))
+    if extension is not None:
+        with open(extension, "rb") as f:
+            files.append((f"flashjit/{os.path.basename(extension)}", f.read()))
     files.append((f"{dist_info}/METADATA", _metadata().encode()))
     files.append((f"{dist_info}/WHEEL", (f"Wheel-Version: 1.0\nGenerator: flashjit_build\n"
-                                         f"Root-Is-Purelib: false\nTag: {_tag()}\n").encode()))
+                                         f"Root-Is-Purelib: false\nTag: {_tag(extension)}\n").encode()))
     record = [_record_line(n, d) for n, d in files] + [f"{dist_info}/RECORD,,"]
     files.append((f"{dist_info}/RECORD", ("\n".join(record) + "\n").encode()))
     os.makedirs(wheel_directory, exist_ok=True)

@@ -24,7 +24,9 @@ except PackageNotFoundError:  # running from a source checkout
 
 
 def info(lib=None):
-    """The library's version and path, and each backend's devices: a dict (printable)."""
+    """The library's version and path, whether repeated calls take the C fast path
+    (flashjit._fastcall; FLASHJIT_FASTCALL=0 turns it off), and each backend's devices: a dict
+    (printable)."""
     from . import _lib
     library = _load_library(lib)
     backends = {}
@@ -42,7 +44,7 @@ def info(lib=None):
                                     driver=d.driver.decode()))
         backends[name] = devices
     return dict(version=library.fj_version().decode(), library=library.path,
-                backends=backends)
+                fast_path=library.fastcall is not None, backends=backends)
 
 
 def __getattr__(name):

@@ -66,15 +66,20 @@ def torch_cuda_signature(arrays):
 _raw_stream = None
 
 
-def current_stream(x):
-    """PyTorch's current stream on torch CUDA tensor x's device (a CUstream as an int)."""
+def stream_function():
+    """PyTorch's function from a CUDA device index to its current stream (a CUstream as an
+    int): the fast internal form where the installed torch has it."""
     global _raw_stream
     if _raw_stream is None:
         import torch
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # the fast form, if present
-        _raw_stream = ((lambda t: raw(t.get_device())) if raw is not None else
-                       (lambda t: torch.cuda.current_stream(t.device).cuda_stream))
-    return _raw_stream(x)
+        _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or \
+            (lambda i: torch.cuda.current_stream(i).cuda_stream)
+    return _raw_stream
+
+
+def current_stream(x):
+    """PyTorch's current stream on torch CUDA tensor x's device (a CUstream as an int)."""
+    return (_raw_stream or stream_function())(x.get_device())
 
 
 def describe(x, name):

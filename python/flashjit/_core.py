@@ -15,7 +15,7 @@ import warnings
 
 from . import _lib
 from ._arrays import (Call, current_stream, empty_like, is_torch, out_dtype_for,
-                      torch_cuda_signature)
+                      stream_function, torch_cuda_signature)
 from .errors import FlashjitError, InvalidArgument, error_for  # noqa: F401
 
 _BACKEND_NAMES = {1: "cuda", 2: "opencl"}
@@ -35,6 +35,7 @@ _DESC_ARRAYS = ("alibi_slopes", "bias", "mask", "cu_seqlens_q", "cu_seqlens_k", 
                 "mask_ranges", "block_mask", "page_table", "dbias", "mod_args", "q_descale",
                 "k_descale", "v_descale")
 _PREPARED_LIMIT = 256  # prepared signatures kept per thread; the oldest go all at once
+_RECENT_LIMIT = 8  # signatures per function that the C fast path tries before Python's
 
 
 class _Prepared:
@@ -81,6 +82,7 @@ class _Prepared:
         self.live = [t for t in self.structs if t is not None]  # point()'s, in order
         self._call = [call.ctx.handle, *args, None]  # invoke's arguments, the stream last
         self._stream = None
+        self._fast = None
 
     def point(self, ptrs):
         """Moves the structures to new data pointers: one for each array that is not None."""
@@ -88,6 +90,27 @@ class _Prepared:
             t.data = ptr
         if self.mod_args is not None:
             self.desc.mod_args = self.mod_args.data
+
+    def fast_call(self, fastcall, arrays, options):
+        """The _fastcall.Call of this signature (made once) for arrays (torch CUDA tensors or
+        None, the forms this was prepared from) and options."""
+        if self._fast is None:
+            import torch
+            slots = []
+            for x, t in zip(arrays, self.structs):
+                if x is None:
+                    slots.append(None)
+                    continue
+                targets = [ctypes.addressof(t) + _lib.Tensor.data.offset]
+                if t is self.mod_args:  # the descriptor holds mod_args' pointer too
+                    targets.append(ctypes.addressof(self.desc) + _lib.AttentionDesc.mod_args.offset)
+                slots.append((x.dtype, tuple(x.shape), tuple(x.stride()), tuple(targets)))
+            leading = tuple(a if a is None else a.value for a in self._call[:-1])
+            device = next(x for x in arrays if x is not None).get_device()
+            self._fast = fastcall.Call(ctypes.cast(self.fn, ctypes.c_void_p).value, leading,
+                                       tuple(slots), device, torch.Tensor, options,
+                                       stream_function(), self)
+        return self._fast
 
     def invoke(self, stream):
         """Calls the function on stream (a CUstream as an int; None: the default stream)."""
@@ -204,35 +227,59 @@ class Context:
         desc_arrays (in _DESC_ARRAYS' order) make its fj_attention_desc, options None for a
         function without one. Torch CUDA tensors take the prepared path: the ctypes arguments
         of a signature (options; each tensor's dtype, shape and strides) are built once per
-        thread, and a repeated call only writes the data pointers. Other arrays (host arrays
-        to stage, DLPack capsules to hold) go through a Call each time."""
-        found = torch_cuda_signature(arrays + desc_arrays) if self.memory == "cuda" else None
-        if stream is None:
-            if self.backend == "cuda":
-                stream = current_stream(arrays[0]) if found is not None else \
-                    self._stream(arrays[0])
-        else:  # a CUstream as an int or ctypes pointer, or a torch.cuda.Stream
+        thread, and a repeated call only writes the data pointers: in C where the _fastcall
+        extension is there (the thread's recent signatures tried in turn, the last one used
+        first), else through ctypes. Other arrays (host arrays to stage, DLPack capsules to
+        hold) go through a Call each time."""
+        every = arrays + desc_arrays
+        if stream is not None:  # a CUstream as an int or ctypes pointer, or a torch.cuda.Stream
             stream = getattr(stream, "cuda_stream", getattr(stream, "value", stream))
+        local = self._local
+        recent = getattr(local, "recent", None)
+        if recent is not None:
+            calls = recent.get(function)
+            if calls:
+                for i, c in enumerate(calls):
+                    status = c.run(every, options, stream)
+                    if status is not None:
+                        if i:
+                            calls.insert(0, calls.pop(i))
+                        if status:
+                            self.check(status)
+                        return
+        found = torch_cuda_signature(every) if self.memory == "cuda" else None
+        if stream is None and self.backend == "cuda":
+            stream = current_stream(arrays[0]) if found is not None else self._stream(arrays[0])
         if found is None:
             with Call(self) as call:
                 prepared = _Prepared(call, function, spec, arrays, options, desc_arrays)
                 self.check(prepared.invoke(stream))
             return
         try:
-            cache = self._local.prepared
+            cache = local.prepared
         except AttributeError:
-            cache = self._local.prepared = {}
+            cache = local.prepared = {}
+            local.recent = {} if self.lib.fastcall is not None else None
         sig, ptrs = found
         key = (function, options, sig)
         prepared = cache.get(key)
         if prepared is None:
             if len(cache) >= _PREPARED_LIMIT:
                 cache.clear()
+                if local.recent is not None:
+                    local.recent.clear()
             # Nothing is staged, so the structures may outlive the Call: the entry holds them.
             prepared = _Prepared(Call(self), function, spec, arrays, options, desc_arrays)
             cache[key] = prepared
         else:
             prepared.point(ptrs)
+        if local.recent is not None:  # first in line for the next call
+            calls = local.recent.setdefault(function, [])
+            fast = prepared.fast_call(self.lib.fastcall, every, options)
+            if fast in calls:  # it refused these arrays (another device, a tensor subclass)
+                calls.remove(fast)
+            calls.insert(0, fast)
+            del calls[_RECENT_LIMIT:]
         self.check(prepared.invoke(stream))
 
     def _stream(self, x):

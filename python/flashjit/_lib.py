@@ -2,6 +2,8 @@
 the library is found. tests/python_layout.py checks the structures against the library."""
 import ctypes
 import ctypes.util
+import importlib.machinery
+import importlib.util
 import os
 
 # flashjit.h's enums.
@@ -150,4 +152,31 @@ def load(path=None):
         fn.restype = ctypes.c_int
         lib.unchecked[name] = fn
     lib.path = p
+    lib.fastcall = _fastcall_beside(p)
     return lib
+
+
+_fastcall_modules = {}  # the extension's path -> module: loaded once per process
+
+
+def _fastcall_beside(path):
+    """The C fast path of repeated calls (the flashjit._fastcall extension, see _fastcall.c),
+    built beside the library (a build folder; the wheel's package), or None: calls then go
+    through ctypes alone. FLASHJIT_FASTCALL=0 turns it off."""
+    if os.environ.get("FLASHJIT_FASTCALL", "1") == "0" or not os.path.dirname(path):
+        return None
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        where = os.path.join(os.path.dirname(path), "_fastcall" + suffix)
+        if where in _fastcall_modules:
+            return _fastcall_modules[where]
+        if not os.path.exists(where):
+            continue
+        try:
+            spec = importlib.util.spec_from_file_location("flashjit._fastcall", where)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            _fastcall_modules[where] = module
+            return module
+        except ImportError:  # built for another Python: the ctypes path serves
+            return None
+    return None
