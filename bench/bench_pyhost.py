@@ -3,7 +3,8 @@ where it goes: the whole of flashjit.torch.attention and Context.forward, then e
 prepared call alone (the signature, the current stream, the output's allocation, the repeated
 call through the C fast path (flashjit._fastcall: checks, pointers, the library call), the
 library call through the unchecked ctypes entry, the checked one, and one that keeps the GIL),
-medians of 5000 calls. FLASHJIT_FASTCALL=0 measures the binding without its fast path.
+medians of 5000 calls; and PyTorch's SDPA on the same shape for scale. FLASHJIT_FASTCALL=0
+measures the binding without its fast path.
 
 Shapes: bf16, b 4, hq 16 / hkv 4, d 128, seqlen_q 1, a paged cache of 128 keys per sequence.
 
@@ -62,7 +63,13 @@ kept = ctypes.PyDLL(ctx.lib.path)["fj_attention_forward"]  # no GIL release arou
 kept.restype = ctypes.c_int
 checked_args = [ctypes.byref(prepared.desc)] + [
     None if t is None else ctypes.byref(t) for t in prepared.structs[:5]]
+# PyTorch's own SDPA on the same shape (a contiguous cache of the same length) for scale: its
+# host time on this machine at this moment.
+qs = q.transpose(1, 2)
+ks, vs = (torch.randn(b, hkv, pages * page, d, device=dev, dtype=torch.bfloat16) for _ in "kv")
 rows = [
+    ("torch SDPA (contiguous cache)", lambda: torch.nn.functional.scaled_dot_product_attention(
+        qs, ks, vs, enable_gqa=True)),
     ("flashjit.torch.attention", lambda: fjt.attention(q, kc, vc, **kw)),
     ("Context.forward", lambda: ctx.forward(q, kc, vc, **kw)),
     ("Context.forward, out given", lambda: ctx.forward(q, kc, vc, out=out, **kw)),

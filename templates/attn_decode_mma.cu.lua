@@ -4,7 +4,8 @@
 % -- query head that shares it; with `partial` the split's state goes to the workspace), built
 % -- for the bandwidth limit, as FlashInfer's tensor-core decode:
 % --   - keys and values stream through a ring of STAGES shared-memory tiles of BN keys by
-% --     cp.async, so (STAGES - 1) tiles are always in flight; one block barrier a tile;
+% --     cp.async, so (STAGES - 1) tiles are always in flight; one block barrier a tile; read
+% --     once, they are marked evict-first in L2, with 256-byte L2 fetches;
 % --   - the packed rows are the M side of mma.sync m16n8k16: the block's BM rows are BM / 16
 % --     slabs of 16, and the four warps split the work by slab and then by keys (KWARPS warps a
 % --     slab, KPW keys of each tile a warp): S = Q K^T and O += P V on tensor cores, one
@@ -127,8 +128,8 @@ fj_attn_decode(
 %   else
             const I64 ko = (I64)key * k_ss, vo = (I64)key * v_ss;
 %   end
-            cp_async16(smem_addr(sK + j * RSTEP * QS), kok ? k + ko + col : k, kok ? 16 : 0);
-            cp_async16(smem_addr(sV + j * RSTEP * VS), vok ? v + vo + col : v, vok ? 16 : 0);
+            cp_async16_stream(smem_addr(sK + j * RSTEP * QS), kok ? k + ko + col : k, kok ? 16 : 0);
+            cp_async16_stream(smem_addr(sV + j * RSTEP * VS), vok ? v + vo + col : v, vok ? 16 : 0);
         }
     };
 % else
@@ -141,15 +142,15 @@ fj_attn_decode(
         for (int i = tid; i < BN * (DP / 8); i += THREADS) {
             const int r = i / (DP / 8), c = (i % (DP / 8)) * 8, key = n0 + r;
             const bool ok = key <= hi && c < head_dim;
-            cp_async16(smem_addr(sK + r * QS + c), ok ? k + key_row(key, k_sb, k_ss) + c : k,
-                       ok ? 16 : 0);
+            cp_async16_stream(smem_addr(sK + r * QS + c),
+                              ok ? k + key_row(key, k_sb, k_ss) + c : k, ok ? 16 : 0);
         }
 #pragma unroll 1
         for (int i = tid; i < BN * (DVP / 8); i += THREADS) {
             const int r = i / (DVP / 8), c = (i % (DVP / 8)) * 8, key = n0 + r;
             const bool ok = key <= hi && c < head_dim_v;
-            cp_async16(smem_addr(sV + r * VS + c), ok ? v + key_row(key, v_sb, v_ss) + c : v,
-                       ok ? 16 : 0);
+            cp_async16_stream(smem_addr(sV + r * VS + c),
+                              ok ? v + key_row(key, v_sb, v_ss) + c : v, ok ? 16 : 0);
         }
     };
 % end

@@ -27,6 +27,15 @@ __device__ __forceinline__ void cp_async16(u32 dst, const void *src, int src_byt
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
+/* The same for data streamed through once (a decode's keys and values): the line may leave L2
+** first (evict_first), and L2 fetches 256-byte blocks around it. */
+__device__ __forceinline__ void cp_async16_stream(u32 dst, const void *src, int src_bytes)
+{
+    u64 policy; /* not volatile: the compiler makes it once */
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;" ::"r"(dst),
+                 "l"(src), "r"(src_bytes), "l"(policy));
+}
 /* The same for one 4-byte word (zeros where src_bytes is 0). */
 __device__ __forceinline__ void cp_async4(u32 dst, const void *src, int src_bytes)
 {
