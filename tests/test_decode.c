@@ -114,11 +114,13 @@ static void test_splits(void **state)
 /* Head dims: small, odd, large, d != dv, MLA's 576 / 512; f32; layouts. */
 static void test_head_dims_dtypes_layouts(void **state)
 {
-    static const int64_t dims[][2] = {{8, 8}, {40, 40}, {72, 40}, {128, 128},
-                                      {256, 256}, {96, 200}, {576, 512}};
-    fjh_case cases[12];
+    /* Beyond 256 value columns the tensor-core kernel's warps split them (320, 512); 448 / 192:
+    ** a wide head dim with one warp's value columns. */
+    static const int64_t dims[][2] = {{8, 8},     {40, 40},   {72, 40},   {128, 128}, {256, 256},
+                                      {96, 200},  {576, 512}, {320, 320}, {448, 192}};
+    fjh_case cases[14];
     size_t n = 0;
-    for (size_t i = 0; i < 7; i++) {
+    for (size_t i = 0; i < 9; i++) {
         cases[n] = decode_case(i % 3 + 1, 515, 8, 2, dims[i][0], FJ_DTYPE_BF16);
         cases[n].head_dim_v = dims[i][1];
         cases[n].desc.num_splits = (int32_t)(i % 4);
@@ -178,20 +180,25 @@ static void test_paged(void **state)
 }
 
 /* DeepSeek's MLA decode shape: one latent kv head of 576 whose first 512 dims are also v (v a
-** view of k), 16 or 128 query heads, paged by 64, dense too. */
+** view of k), 16 or 128 query heads, paged by 64 or 16, dense too, 1 to 4 query rows. */
 static void test_mla(void **state)
 {
-    fjh_case cases[3];
-    for (int i = 0; i < 3; i++) {
-        cases[i] = decode_case(i == 2 ? 2 : 1, 700, i == 1 ? 128 : 16, 1, 576, FJ_DTYPE_BF16);
+    fjh_case cases[5];
+    for (int i = 0; i < 4; i++) { /* the last: speculative rows, pages of 16 */
+        cases[i] = decode_case(i == 2 ? 2 : i == 3 ? 4 : 1, 700, i == 1 ? 128 : 16, 1, 576,
+                               FJ_DTYPE_BF16);
         cases[i].head_dim_v = 512;
         cases[i].batch = 4;
         cases[i].v_in_k = 1;
-        cases[i].paged = i < 2 ? 64 : 0;
-        cases[i].desc.causal = i == 2;
-        cases[i].desc.num_splits = i == 1 ? 0 : 5;
+        cases[i].paged = i < 2 ? 64 : i == 3 ? 16 : 0;
+        cases[i].desc.causal = i >= 2;
+        cases[i].desc.num_splits = i == 1 ? 0 : i == 3 ? 3 : 5;
     }
-    run_cases(state, cases, 3, 1);
+    /* v a view of k of the same width (d = dv = 128): the keys' tiles alone are loaded */
+    cases[4] = decode_case(1, 900, 8, 2, 128, FJ_DTYPE_BF16);
+    cases[4].v_in_k = 1;
+    cases[4].paged = 16;
+    run_cases(state, cases, 5, 1);
 }
 
 /* What the decode kernel does not take runs on the forward kernels: 17 query rows, a bias, a
