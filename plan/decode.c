@@ -17,14 +17,14 @@
 #define MIN_SPLIT_KEYS 256  /* an automatic split keeps at least this many keys */
 #define BLOCKS_PER_UNIT 4   /* automatic splits aim at this many work-groups per compute unit */
 
-/* Whether f is 16-bit data in 16-byte rows on CUDA: what the CUDA decode kernels (tensor
-** cores; vectors, with head dims to 256) take. */
+/* Whether f is 16-bit data in 16-byte rows on CUDA, head dims to 256: what the CUDA decode
+** kernels (tensor cores, vectors) take. */
 static int cuda_sixteen_bit(const fj__features *f, const fj_device_info *dev)
 {
     return dev->backend == FJ_BACKEND_CUDA &&
            (f->q_dtype == FJ_DTYPE_BF16 || f->q_dtype == FJ_DTYPE_F16) &&
            f->kv_dtype == f->q_dtype && f->rows_16b[FJ__T_Q] && f->rows_16b[FJ__T_K] &&
-           f->rows_16b[FJ__T_V];
+           f->rows_16b[FJ__T_V] && f->head_dim <= 256 && f->head_dim_v <= 256;
 }
 
 void fj__decode_mma_residency(fj__variant *v, const fj_device_info *dev)
@@ -35,9 +35,7 @@ void fj__decode_mma_residency(fj__variant *v, const fj_device_info *dev)
 }
 
 /* On sm_80+, the tensor-core kernel (attn_decode_mma.cu.lua): 16, 32 or 64 packed rows a block,
-** 64-key tiles in a ring, the query fragments in registers to d 128; beyond 256 value columns
-** (MLA's 512) 16 rows a block whose warps split the columns, and key tiles as deep as shared
-** memory allows; with v a view of k (MLA) the keys' tiles alone are loaded.
+** 64-key tiles in a ring, the query fragments in registers to d 128.
 ** Returns 1 and fills *v when it serves f on dev. */
 static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t group_rows,
                       fj__variant *v)
@@ -47,21 +45,17 @@ static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t 
     fj__variant t = *v;
     t.path = FJ__PATH_MMA;
     t.warps = 4;
-    const int wide = f->head_dim_v > 256; /* fj__variant_decode_dv_warps: 4 */
     t.head_dim_pad = (int32_t)fj__round_up(f->head_dim, 16);
-    t.head_dim_v_pad = (int32_t)fj__round_up(f->head_dim_v, wide ? 64 : 16);
-    t.tile_m = group_rows <= 16 || wide ? 16 : group_rows <= 32 ? 32 : 64;
+    t.head_dim_v_pad = (int32_t)fj__round_up(f->head_dim_v, 16);
+    t.tile_m = group_rows <= 16 ? 16 : group_rows <= 32 ? 32 : 64;
     t.tile_n = 64;
     t.q_in_regs = t.head_dim_pad <= 128;
-    t.v_in_k = f->v_in_k;
     /* Four tiles in the ring (at d 128 one block an SM), three for a paged cache (two blocks:
     ** its page arithmetic wants the second block's warps): the best of an A/B on the H200
     ** (bench/RESULTS.md). Fewer where large heads do not fit. */
     t.stages = f->paged ? 3 : 4;
     while (t.stages > 2 && !fj__variant_fits(&t, dev))
         t.stages--;
-    while (t.tile_n > 16 && !fj__variant_fits(&t, dev))
-        t.tile_n /= 2;
     if (!fj__variant_fits(&t, dev))
         return 0;
     fj__decode_mma_residency(&t, dev);
@@ -75,7 +69,7 @@ static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t 
 static int choose_vector(const fj__features *f, const fj_device_info *dev, int64_t group_rows,
                          fj__variant *v)
 {
-    if (!cuda_sixteen_bit(f, dev) || f->head_dim > 256 || f->head_dim_v > 256)
+    if (!cuda_sixteen_bit(f, dev))
         return 0;
     fj__variant t = *v;
     t.path = FJ__PATH_VECTOR;

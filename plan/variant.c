@@ -134,15 +134,13 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
         return 4u * groups * (uint32_t)(v->tile_m * (v->head_dim_v_pad + 2));
     }
     if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_MMA) {
-        /* attn_decode_mma.cu.lua: Q and the ring of K and V tiles (rows padded by 8 elements;
-        ** with v in k, K's alone), which the warps' states (Comb: max, sum and accumulators of
-        ** 16 rows each) later overlay where a slab's warps split the keys. */
+        /* attn_decode_mma.cu.lua: Q and the ring of K and V tiles (rows padded by 8 elements),
+        ** which the warps' states (Comb: max, sum and accumulators of 16 rows each) later
+        ** overlay. */
         const uint32_t walk =
             qs * (uint32_t)(v->tile_m * (v->head_dim_pad + 8) +
-                            v->stages * v->tile_n *
-                                (v->head_dim_pad + 8 + (v->v_in_k ? 0 : v->head_dim_v_pad + 8)));
-        const int kwarps = 4 / (v->tile_m / 16) / fj__variant_decode_dv_warps(v);
-        const uint32_t comb = kwarps > 1 ? 4u * 4u * 16u * (uint32_t)(v->head_dim_v_pad + 2) : 0u;
+                            v->stages * v->tile_n * (v->head_dim_pad + v->head_dim_v_pad + 16));
+        const uint32_t comb = 4u * 4u * 16u * (uint32_t)(v->head_dim_v_pad + 2);
         return walk > comb ? walk : comb;
     }
     if (v->family == FJ__FAMILY_DECODE) /* attn_decode.lua's Smem: floats only */
@@ -179,13 +177,6 @@ int fj__variant_decode_lanes(const fj__variant *v)
     while (lanes * 8 < widest && lanes < 32)
         lanes *= 2;
     return lanes;
-}
-
-int fj__variant_decode_dv_warps(const fj__variant *v)
-{
-    return v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_MMA && v->head_dim_v_pad > 256
-               ? 4
-               : 1;
 }
 
 int fj__variant_dv_slices(const fj__variant *v)
@@ -274,19 +265,15 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
                v->head_dim_pad <= 256 && v->head_dim_v_pad <= 256 &&
                fj__variant_shared_bytes(v) <= FJ__DECODE_MAX_SHARED;
     if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_MMA) { /* attn_decode_mma.cu.lua */
-        /* Beyond 256 value columns one slab's four warps split them (dv_warps). */
-        const int slabs = v->tile_m / 16, dv_warps = fj__variant_decode_dv_warps(v);
-        const int kwarps = slabs > 0 ? 4 / slabs / dv_warps : 0;
+        const int slabs = v->tile_m / 16, kwarps = slabs > 0 ? 4 / slabs : 0;
         return v->backend == FJ_BACKEND_CUDA && v->threads == 128 && v->warps == 4 &&
-               (v->tile_m == 16 || v->tile_m == 32 || v->tile_m == 64) && kwarps >= 1 &&
+               (v->tile_m == 16 || v->tile_m == 32 || v->tile_m == 64) &&
                v->tile_n % (16 * kwarps) == 0 && v->tile_n >= 16 && v->tile_n <= 128 &&
                /* S's columns of a warp beside O's (dv / 2 floats a thread) */
-               v->tile_n / kwarps / 2 + v->head_dim_v_pad / dv_warps / 2 <= 160 &&
-               v->stages >= 2 && v->stages <= 8 && v->ctas_per_sm <= 4 &&
-               v->head_dim_pad % 16 == 0 && v->head_dim_v_pad % (16 * dv_warps) == 0 &&
-               v->head_dim_pad <= FJ__MAX_HEAD_DIM && v->head_dim_v_pad <= FJ__MAX_HEAD_DIM &&
-               (!v->v_in_k || v->head_dim_v_pad <= v->head_dim_pad) &&
-               fj__variant_shared_bytes(v) <= dev->local_memory;
+               v->tile_n / kwarps / 2 + v->head_dim_v_pad / 2 <= 160 && v->stages >= 2 &&
+               v->stages <= 8 && v->ctas_per_sm <= 4 && v->head_dim_pad % 16 == 0 &&
+               v->head_dim_v_pad % 16 == 0 && v->head_dim_pad <= 256 &&
+               v->head_dim_v_pad <= 256 && fj__variant_shared_bytes(v) <= dev->local_memory;
     }
     if (v->family == FJ__FAMILY_DECODE) /* static shared memory: 48 KiB on CUDA */
         return v->threads == 128 && v->tile_m >= 1 && v->tile_m <= 128 && v->tile_n >= 8 &&
@@ -510,8 +497,6 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_TPL_PARAMS])
     out[n++] = (tpl_param){.name = "batch_fastest", .kind = TPL_BOOL, .i = order.batch_fastest};
     out[n++] = (tpl_param){.name = "heavy_first", .kind = TPL_BOOL, .i = order.heavy_first};
     out[n++] = (tpl_param){.name = "lanes", .kind = TPL_INT, .i = fj__variant_decode_lanes(v)};
-    out[n++] =
-        (tpl_param){.name = "dv_warps", .kind = TPL_INT, .i = fj__variant_decode_dv_warps(v)};
     BOOL_PARAM(alibi);
     STR_PARAM("bias", v->bias == 0 ? "" : v->bias == 1 ? "f32" : "dtype");
     BOOL_PARAM(mask_tensor);

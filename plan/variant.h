@@ -75,9 +75,9 @@ typedef struct fj__variant {
     uint8_t mask_ranges;  /* 0 none, else the ranges' columns per key (2 or 4) */
     uint8_t block_mask;   /* 128 x 128 block classes given */
     uint8_t bias_tma;     /* WGMMA: bias tiles copied by TMA into shared memory with K's */
-    uint8_t v_in_k;       /* v is a view of k's first dims, read out of K's tiles (loaded once):
-                          ** FWD on WGMMA with d_split (each block's value columns are the first
-                          ** panels of its K tile), DECODE on MMA */
+    uint8_t v_in_k;       /* FWD on WGMMA with d_split: v is a view of k's first dims, so each
+                          ** block's value columns are the first panels of its K tile (loaded
+                          ** once) */
     uint8_t d_split;      /* FWD on WGMMA: the two blocks of a cluster each hold half of the
                           ** head dim of Q and K and half of the value columns (dv_slices 2);
                           ** each computes S over its half, and the halves are added through
@@ -126,9 +126,6 @@ int fj__variant_consumer_registers(const fj__variant *v);
 ** its own that recomputes S (head dims beyond 256), or with d_split the two blocks of a cluster
 ** that share S's work. 1 for every other variant. */
 int fj__variant_dv_slices(const fj__variant *v);
-/* DECODE on MMA (attn_decode_mma.cu.lua): the warps that split O's value columns, 4 beyond 256
-** of them (one slab of 16 rows a block; each warp computes the whole tile's S), else 1. */
-int fj__variant_decode_dv_warps(const fj__variant *v);
 /* The value slices (without d_split) of value columns padded to head_dim_v_pad: 1 up to 256,
 ** else ceil(head_dim_v_pad / 256). */
 int fj__dv_slices_of(int32_t head_dim_v_pad);

@@ -10,11 +10,6 @@
 % --     slabs of 16, and the four warps split the work by slab and then by keys (KWARPS warps a
 % --     slab, KPW keys of each tile a warp): S = Q K^T and O += P V on tensor cores, one
 % --     online softmax per (row, key) in the accumulators' registers;
-% --   - value columns beyond 256 (MLA's 512) do not fit one warp's registers: there the block
-% --     is one slab, and its DVW = 4 warps split O's columns instead of the keys, each
-% --     computing the whole tile's S (the same scores and softmax state in every warp);
-% --   - with v a view of k's first columns (v_in_k: MLA's latent cache) V's tile is read out of
-% --     K's, so the keys are loaded once;
 % --   - at the end the warps of a slab meet in shared memory and their states are combined.
 % -- Query rows past the packed rows are zeros, computed and never stored.
 % --
@@ -23,16 +18,13 @@
 % -- stages (the ring's tiles), q_in_regs (the query fragments stay in registers across the walk,
 % -- else they are read from shared memory a tile at a time: large head dims), shared_bytes
 % -- (the host's fj__variant_shared_bytes), ctas_per_sm (the blocks an SM holds, which the
-% -- registers must allow: the plan's from shared memory, fj__decode_mma_residency; 0 no bound),
-% -- dv_warps (DVW, the host's fj__variant_decode_dv_warps), v_in_k.
+% -- registers must allow: the plan's from shared memory, fj__decode_mma_residency; 0 no bound).
 % assert(backend == "cuda", "attn_decode_mma is a CUDA kernel")
 % assert(threads == 128, "attn_decode_mma: 128 threads per block")
 % assert(tile_m == 16 or tile_m == 32 or tile_m == 64, "attn_decode_mma: 16, 32 or 64 packed rows per block")
 % assert(head_dim_pad % 16 == 0 and head_dim_v_pad % 16 == 0, "attn_decode_mma: head dims padded to 16")
 % assert(stages >= 2 and stages <= 8, "attn_decode_mma: 2 to 8 tiles in the ring")
-% assert(dv_warps == 1 or (tile_m == 16 and head_dim_v_pad % (8 * dv_warps) == 0), "attn_decode_mma: value columns split over the warps of one slab")
-% assert(not v_in_k or head_dim_v_pad <= head_dim_pad, "attn_decode_mma: v in k needs dv <= d")
-% local kwarps = 4 // (tile_m // 16) // dv_warps
+% local kwarps = 4 // (tile_m // 16)
 % assert(tile_n % (16 * kwarps) == 0, "attn_decode_mma: 16 keys a warp at least")
 % include("dialect.lua")
 % include("cuda_mma.lua")
@@ -42,36 +34,27 @@
 % mma_tile_macros()
 #define WARPS 4
 #define SLABS (BM / 16)        /* row slabs of 16 packed rows */
-#define DVW ${dv_warps}              /* warps of a slab splitting O's value columns */
-#define KWARPS (WARPS / SLABS / DVW) /* warps sharing a slab, each with its keys of a tile */
-#define KPW (BN / KWARPS)            /* keys of a tile a warp takes */
-#define WDV (DVP / DVW)              /* value columns a warp accumulates */
+#define KWARPS (WARPS / SLABS) /* warps sharing a slab, each with its keys of a tile */
+#define KPW (BN / KWARPS)      /* keys of a tile a warp takes */
 #define STAGES ${stages}
 #define KT (DP / 16)  /* k steps of S = Q K^T */
 #define NT (KPW / 8)  /* S's n8 column blocks a warp */
-#define OT (WDV / 8)  /* O's n8 column blocks of a warp */
+#define OT (DVP / 8)  /* O's n8 column blocks */
 #define PT (KPW / 16) /* k steps of O += P V */
 #define NEG_INF __int_as_float(0xff800000)
 
 /* Shared memory (dynamic, the host's fj__variant_shared_bytes): the rows' queries Q [BM][QS],
 ** then the ring of STAGES slots of K [BN][QS] and V [BN][VS] (rows padded by 16 bytes:
-** ldmatrix without bank conflicts; with v_in_k V's tile is K's, VLD its row stride). After the
-** walk the same bytes hold each warp's state for the combine (Comb, where warps split keys). */
-% if v_in_k then
-#define RING_SLOT (BN * QS)
-#define VLD QS
-% else
+** ldmatrix without bank conflicts). After the walk the same bytes hold each warp's state for
+** the combine (Comb). */
 #define RING_SLOT (BN * (QS + VS))
-#define VLD VS
-% end
 typedef struct Comb {
     float m[WARPS][16]; /* row maxima, log2 units */
     float l[WARPS][16]; /* row sums of exp2(score - m) */
     float o[WARPS][16][DVP];
 } Comb;
 #define WALK_BYTES (2 * (BM * QS + STAGES * RING_SLOT))
-#define COMB_BYTES (KWARPS > 1 ? (int)sizeof(Comb) : 0)
-static_assert((WALK_BYTES > COMB_BYTES ? WALK_BYTES : COMB_BYTES) == ${shared_bytes},
+static_assert((WALK_BYTES > (int)sizeof(Comb) ? WALK_BYTES : (int)sizeof(Comb)) == ${shared_bytes},
               "the host's fj__variant_shared_bytes");
 
 % decode_key_row()
@@ -87,7 +70,7 @@ fj_attn_decode(
 % params_unpack(args.fields[1].block, "P.fwd", varlen > 0 and { seqlen_q = "max_seqlen_q", seqlen_k = "max_seqlen_k" } or paged and { seqlen_k = "max_seqlen_k" } or nil)
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int g = lane / 4, t = lane % 4; /* row group and column pair of mma fragments */
-    const int slab = warp / (KWARPS * DVW), kw = warp / DVW % KWARPS, vw = warp % DVW;
+    const int slab = warp / KWARPS, kw = warp % KWARPS;
     const int split = blockIdx.y;
     const int qgroup = heads_q / heads_kv;
     const int head_kv = blockIdx.x / P.row_tiles;
@@ -110,7 +93,7 @@ fj_attn_decode(
 
     /* Keys [n0, n0 + BN) of K and V into ring slot `slot`, zeros past hi and the head dims, a
     ** 16-byte piece at a time. */
-% if not v_in_k and head_dim_pad == head_dim_v_pad and threads % (head_dim_pad // 8) == 0 and tile_n % (threads // (head_dim_pad // 8)) == 0 then
+% if head_dim_pad == head_dim_v_pad and threads % (head_dim_pad // 8) == 0 and tile_n % (threads // (head_dim_pad // 8)) == 0 then
     /* Each thread copies the same column of rows row0 + j * RSTEP (j < RPT) of every tile, in
     ** K and in V. */
 #define CK (DP / 8)
@@ -154,7 +137,7 @@ fj_attn_decode(
     auto pages_of = [&](int) {}; /* each piece looks its page up */
 %   end
     auto load_tile_kv = [&](int slot, int n0) {
-        elem_t *sK = ring + slot * RING_SLOT;
+        elem_t *sK = ring + slot * RING_SLOT, *sV = sK + BN * QS;
 #pragma unroll 1
         for (int i = tid; i < BN * (DP / 8); i += THREADS) {
             const int r = i / (DP / 8), c = (i % (DP / 8)) * 8, key = n0 + r;
@@ -162,8 +145,6 @@ fj_attn_decode(
             cp_async16_stream(smem_addr(sK + r * QS + c),
                               ok ? k + key_row(key, k_sb, k_ss) + c : k, ok ? 16 : 0);
         }
-%   if not v_in_k then
-        elem_t *sV = sK + BN * QS;
 #pragma unroll 1
         for (int i = tid; i < BN * (DVP / 8); i += THREADS) {
             const int r = i / (DVP / 8), c = (i % (DVP / 8)) * 8, key = n0 + r;
@@ -171,7 +152,6 @@ fj_attn_decode(
             cp_async16_stream(smem_addr(sV + r * VS + c),
                               ok ? v + key_row(key, v_sb, v_ss) + c : v, ok ? 16 : 0);
         }
-%   end
     };
 % end
 
@@ -187,7 +167,7 @@ fj_attn_decode(
 % end
 
     float o[OT][4], row_max[2] = {NEG_INF, NEG_INF}, row_sum[2] = {0.0f, 0.0f};
-    zero_acc<WDV>(o);
+    zero_acc<DVP>(o);
 
     const int ntiles = hi >= lo ? (hi - lo) / BN + 1 : 0;
 % if paged then
@@ -227,8 +207,7 @@ fj_attn_decode(
         cp_async_commit();
 
         const elem_t *sK = ring + (tile % STAGES) * RING_SLOT + kw * KPW * QS;
-        const elem_t *sV = ring + (tile % STAGES) * RING_SLOT + ${v_in_k and "0" or "BN * QS"} +
-                           kw * KPW * VLD + vw * WDV; /* the warp's keys and value columns */
+        const elem_t *sV = ring + (tile % STAGES) * RING_SLOT + BN * QS + kw * KPW * VS;
         const int n0 = lo + tile * BN + kw * KPW; /* the warp's first key */
 
         /* S = Q K^T over the warp's keys, then in log2 units (soft-capped). */
@@ -299,7 +278,7 @@ fj_attn_decode(
         /* O += P V over the warp's keys, P as 16-bit A fragments. */
         u32 p[PT][4];
         pack_rows<PT>(p, s);
-        mma_regs_by_rows<WDV, PT, VLD>(o, p, sV, lane);
+        mma_regs_by_rows<DVP, PT, VS>(o, p, sV, lane);
     }
 
     /* The state of a slab's warps combined, normalised, and stored (or, with `partial`, the
@@ -327,7 +306,7 @@ fj_attn_decode(
         for (int j = 0; j < OT; j++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                const int c = vw * WDV + 8 * j + 2 * t + e;
+                const int c = 8 * j + 2 * t + e;
                 if (c < head_dim_v)
                     store_row(slab * 16 + g + 8 * h, c, o[j][2 * h + e] * inv, row_max[h], row_sum[h]);
             }
