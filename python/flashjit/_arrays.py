@@ -219,6 +219,19 @@ def empty_like(ref, shape=None, dtype=None, name="array"):
 _out_dtypes = {}  # torch dtype -> out_dtype_for's answer, filled as dtypes are seen
 
 
+def forward_out(q, v):
+    """forward()'s out where the caller gives none: q's shape with v's last extent, in q's dtype
+    (bfloat16 for an FP8 q), beside q. On every call without out, so a torch q whose out is
+    q's own shape and dtype goes straight to torch.empty_like."""
+    torch = sys.modules.get("torch")
+    if torch is not None and type(q) is torch.Tensor and q.shape[-1] == v.shape[-1] and \
+            _out_dtypes.get(q.dtype, "") is None:
+        return torch.empty_like(q)
+    dv = v.shape[-1]
+    shape = None if dv == q.shape[-1] else tuple(q.shape[:-1]) + (dv,)
+    return empty_like(q, shape, out_dtype_for(q), name="q")
+
+
 def out_dtype_for(q):
     """The dtype name forward() gives out when q is FP8 (torch float8 tensors: bfloat16), else
     None (q's own): a dict lookup, no DLPack export, on the call's path."""

@@ -14,8 +14,8 @@ import threading
 import warnings
 
 from . import _lib
-from ._arrays import (Call, current_stream, empty_like, is_torch, out_dtype_for,
-                      stream_function, torch_cuda_signature)
+from ._arrays import (Call, current_stream, empty_like, forward_out, is_torch, stream_function,
+                      torch_cuda_signature)
 from .errors import FlashjitError, InvalidArgument, error_for  # noqa: F401
 
 _BACKEND_NAMES = {1: "cuda", 2: "opencl"}
@@ -138,12 +138,6 @@ def _allocator_of(alloc, free):
             warnings.warn(f"flashjit: giving a workspace back failed: {e!r}", RuntimeWarning)
 
     return _lib.Allocator(_lib.ALLOC_FN(c_alloc), _lib.FREE_FN(c_free), None)
-
-
-def _out_shape(q, v):
-    """The shape of forward's out for q and v: None (q's) where dv = d, the cheap case."""
-    dv = v.shape[-1]
-    return None if dv == q.shape[-1] else tuple(q.shape[:-1]) + (dv,)
 
 
 def _address(struct):
@@ -307,7 +301,7 @@ class Context:
         k and v then [num_pages, page_size, hkv, d] and seqused_k [b] required. lse (float32
         [b, hq, sq], or [hq, total] packed) receives the log-sum-exps when given."""
         if out is None:
-            out = empty_like(q, _out_shape(q, v), out_dtype_for(q), name="q")
+            out = forward_out(q, v)
         self._run("fj_attention_forward", _FORWARD, (q, k, v, out, lse),
                   (causal, tuple(window), softcap, scale, mask_mod, score_mod, num_splits,
                    False, max_seqlen_q, max_seqlen_k),
@@ -327,7 +321,7 @@ class Context:
         Takes seconds; a bucket tuned before returns its record at once. Returns a dict:
         from_record, candidates, dropped, heuristic_us, best_us, best_config, bucket."""
         if out is None:
-            out = empty_like(q, _out_shape(q, v), out_dtype_for(q), name="q")
+            out = forward_out(q, v)
         if stream is None and self.backend == "cuda":
             stream = self._stream(q)
         else:
