@@ -73,6 +73,13 @@ static void call_dealloc(call *c)
     Py_TYPE(c)->tp_free((PyObject *)c);
 }
 
+/* o, with a reference taken (Py_NewRef, which Python 3.10 added). */
+static PyObject *new_ref(PyObject *o)
+{
+    Py_INCREF(o);
+    return o;
+}
+
 static int as_pointer(PyObject *o, void **out)
 {
     *out = o == Py_None ? NULL : PyLong_AsVoidPtr(o);
@@ -126,24 +133,17 @@ static int call_init(call *c, PyObject *a, PyObject *kw)
         for (int j = 0; j < t->ntargets; j++)
             if (as_pointer(PyTuple_GET_ITEM(targets, j), (void **)&t->target[j]) < 0)
                 return -1;
-        Py_INCREF(dtype);
-        Py_INCREF(shape);
-        Py_INCREF(stride);
-        t->dtype = dtype;
-        t->shape = shape;
-        t->stride = stride;
+        t->dtype = new_ref(dtype);
+        t->shape = new_ref(shape);
+        t->stride = new_ref(stride);
     }
     c->device = device;
     if (!(c->device_obj = PyLong_FromLong(device)))
         return -1;
-    Py_INCREF(tensor_type);
-    Py_INCREF(options);
-    Py_INCREF(stream_fn);
-    Py_INCREF(keep);
-    c->tensor_type = tensor_type;
-    c->options = options;
-    c->stream_fn = stream_fn;
-    c->keep = keep;
+    c->tensor_type = new_ref(tensor_type);
+    c->options = new_ref(options);
+    c->stream_fn = new_ref(stream_fn);
+    c->keep = new_ref(keep);
     return 0;
 }
 
