@@ -166,8 +166,18 @@ static int same_ints(PyObject *a, PyObject *b)
     return 1;
 }
 
-/* The device pointer of x when it matches slot t (0 with *ok = 0 when it does not; -1 on a
-** Python error). */
+/* same_ints of o, a new reference that this releases (NULL: a Python error, -1), and want. */
+static int owned_same_ints(PyObject *o, PyObject *want)
+{
+    if (!o)
+        return -1;
+    const int same = same_ints(o, want);
+    Py_DECREF(o);
+    return same;
+}
+
+/* 1, with *ptr x's data pointer, where x matches slot t; 0 where it does not; -1 on a Python
+** error. */
 static int slot_pointer(const call *c, const slot *t, PyObject *x, void **ptr)
 {
     if ((PyObject *)Py_TYPE(x) != c->tensor_type)
@@ -179,17 +189,8 @@ static int slot_pointer(const call *c, const slot *t, PyObject *x, void **ptr)
     Py_DECREF(o);
     if (!same)
         return 0;
-    if (!(o = PyObject_GetAttr(x, s_shape)))
-        return -1;
-    same = same_ints(o, t->shape);
-    Py_DECREF(o);
-    if (same != 1)
-        return same;
-    if (!(o = call_method(x, s_stride)))
-        return -1;
-    same = same_ints(o, t->stride);
-    Py_DECREF(o);
-    if (same != 1)
+    if ((same = owned_same_ints(PyObject_GetAttr(x, s_shape), t->shape)) != 1 ||
+        (same = owned_same_ints(call_method(x, s_stride), t->stride)) != 1)
         return same;
     if (!(o = call_method(x, s_get_device)))
         return -1;
