@@ -8,7 +8,7 @@ measures the binding without its fast path.
 
 Shapes: bf16, b 4, hq 16 / hkv 4, d 128, seqlen_q 1, a paged cache of 128 keys per sequence.
 
-Usage: python3 bench/bench_pyhost.py [--lib build/libflashjit.so]"""
+Usage: python3 bench/bench_pyhost.py [--lib build/libflashjit.so] [--ab ROUNDS]"""
 import argparse
 import ctypes
 import os
@@ -23,6 +23,9 @@ from flashjit import _arrays, _core  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--lib", default=None)
+ap.add_argument("--ab", type=int, default=0, metavar="ROUNDS",
+                help="then ROUNDS rounds of flashjit.torch.attention alternating between the C "
+                     "fast path and ctypes in this process (paired: the host's drift cancels)")
 args = ap.parse_args()
 if args.lib:
     os.environ["FLASHJIT_LIB"] = args.lib
@@ -86,3 +89,22 @@ rows = [
 print(f"torch {torch.__version__}, {ctx}, C fast path: {fast is not None}")
 for name, fn in rows:
     print(f"{name:34s} {median_us(fn):7.1f} us", flush=True)
+
+if args.ab and fast is not None:
+    # The thread's recent fast calls set aside make the binding take its ctypes path.
+    recent, pairs = ctx._local.recent, []
+    call = (lambda: fjt.attention(q, kc, vc, **kw))
+    for _ in range(args.ab):
+        ctx._local.recent = recent
+        with_fast = median_us(call, 2000)
+        ctx._local.recent = None
+        pairs.append((with_fast, median_us(call, 2000)))
+    ctx._local.recent = recent
+    pairs.sort()
+    fast_us = sorted(p[0] for p in pairs)
+    ctypes_us = sorted(p[1] for p in pairs)
+    ratios = sorted(c / f for f, c in pairs)
+    print(f"attention, {args.ab} alternating rounds (medians of 2000): fast path "
+          f"{fast_us[len(pairs) // 2]:.1f} us (range {fast_us[0]:.1f}-{fast_us[-1]:.1f}), ctypes "
+          f"{ctypes_us[len(pairs) // 2]:.1f} us ({ctypes_us[0]:.1f}-{ctypes_us[-1]:.1f}), "
+          f"ctypes / fast {ratios[len(pairs) // 2]:.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f})")
