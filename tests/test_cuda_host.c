@@ -1,0 +1,301 @@
+/* The CUDA backend's host side without a GPU, against the driver stub (tests/driver_stub.c,
+** found as libcuda.so.1 through LD_LIBRARY_PATH): kernels are rendered and compiled by NVRTC
+** for real, launches are recorded instead of run. Checked through the public API and the
+** stub's records: which kernel a request runs on which architecture, that every tensor's
+** address reaches the launched kernel's parameter block, that a decode with split keys is its
+** kernel and then the merge, that a memoised call compiles, allocates and synchronises nothing,
+** and the graph-capture rules (a first call during a capture is refused by name; after one
+** call the same call captures without allocating or synchronising). No numerics: the `gpu`
+** suites check those on a device. Skips where NVRTC or the stub is missing. */
+#define _POSIX_C_SOURCE 200809L
+#include <dlfcn.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "flashjit.h"
+
+/* ---- the stub's records (see driver_stub.c) -------------------------------------------------- */
+typedef struct stub_launch {
+    char function[128];
+    unsigned grid[3], block[3], shared_bytes;
+    void *stream;
+    unsigned char params[2048];
+} stub_launch;
+
+static struct {
+    void (*reset)(void);
+    int (*launches)(void);
+    const stub_launch *(*launch_at)(int);
+    int (*allocs)(void);
+    int (*syncs)(void);
+    void (*set_capturing)(void *);
+} stub;
+
+static int load_stub(void)
+{
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib || !dlsym(lib, "fjstub_reset"))
+        return 0; /* a real driver, or none */
+    *(void **)&stub.reset = dlsym(lib, "fjstub_reset");
+    *(void **)&stub.launches = dlsym(lib, "fjstub_launches");
+    *(void **)&stub.launch_at = dlsym(lib, "fjstub_launch_at");
+    *(void **)&stub.allocs = dlsym(lib, "fjstub_allocs");
+    *(void **)&stub.syncs = dlsym(lib, "fjstub_syncs");
+    *(void **)&stub.set_capturing = dlsym(lib, "fjstub_set_capturing");
+    return 1;
+}
+
+/* ---- requests -------------------------------------------------------------------------------- */
+/* A request's tensors in (stub) device memory: q [b, sq, hq, d], k and v [b, sk, hkv, d|dv]
+** (v a view of k's first dv columns with v_in_k), out, lse [b, hq, sq]. */
+typedef struct request {
+    fj_attention_desc desc;
+    fj_tensor q, k, v, out, lse;
+    void *mem[5];
+} request;
+
+static fj_tensor dense(void *data, int64_t b, int64_t s, int64_t h, int64_t d)
+{
+    return (fj_tensor){.data = data,
+                       .dtype = FJ_DTYPE_BF16,
+                       .ndim = 4,
+                       .shape = {b, s, h, d},
+                       .stride = {s * h * d, h * d, d, 1}};
+}
+
+static void request_make(fj_context *ctx, request *r, int64_t b, int64_t sq, int64_t sk, int64_t hq,
+                         int64_t hkv, int64_t d, int64_t dv, int v_in_k)
+{
+    memset(r, 0, sizeof *r);
+    fj_attention_desc_init(&r->desc);
+    const size_t bytes[5] = {(size_t)(b * sq * hq * d * 2), (size_t)(b * sk * hkv * d * 2),
+                             (size_t)(b * sk * hkv * dv * 2), (size_t)(b * sq * hq * dv * 2),
+                             (size_t)(b * hq * sq * 4)};
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(fj_malloc(ctx, bytes[i], &r->mem[i]), FJ_OK);
+    r->q = dense(r->mem[0], b, sq, hq, d);
+    r->k = dense(r->mem[1], b, sk, hkv, d);
+    r->v = dense(v_in_k ? r->mem[1] : r->mem[2], b, sk, hkv, dv);
+    if (v_in_k) /* k's strides, its first dv columns */
+        memcpy(r->v.stride, r->k.stride, sizeof r->v.stride);
+    r->out = dense(r->mem[3], b, sq, hq, dv);
+    r->lse = (fj_tensor){.data = r->mem[4],
+                         .dtype = FJ_DTYPE_F32,
+                         .ndim = 3,
+                         .shape = {b, hq, sq},
+                         .stride = {hq * sq, sq, 1}};
+}
+
+static void request_free(fj_context *ctx, request *r)
+{
+    for (int i = 0; i < 5; i++)
+        fj_free(ctx, r->mem[i]);
+}
+
+static fj_status run(fj_context *ctx, request *r, void *stream)
+{
+    return fj_attention_forward(ctx, &r->desc, &r->q, &r->k, &r->v, &r->out, &r->lse, stream);
+}
+
+static const char *kernel_path(fj_context *ctx)
+{
+    fj_call_info info = {.struct_size = sizeof info};
+    assert_int_equal(fj_context_last_call(ctx, &info), FJ_OK);
+    return info.kernel_path ? info.kernel_path : "";
+}
+
+/* Whether the 8 bytes of pointer p appear in launch l's parameter block (tensor maps hold
+** their base address there too). */
+static int params_hold(const stub_launch *l, const void *p)
+{
+    for (size_t o = 0; o + sizeof p <= sizeof l->params; o += 8)
+        if (memcmp(l->params + o, &p, sizeof p) == 0)
+            return 1;
+    return 0;
+}
+
+/* A context on the stub with compute capability sm (the stub's FJ_STUB_SM), or NULL where the
+** suite should skip. */
+static fj_context *stub_context(const char *sm)
+{
+    setenv("FJ_STUB_SM", sm, 1);
+    fj_context_options o;
+    fj_context_options_init(&o);
+    o.backend = FJ_BACKEND_CUDA;
+    fj_context *ctx = NULL;
+    return fj_context_create(&o, &ctx) == FJ_OK ? ctx : NULL;
+}
+
+/* ---- the tests ------------------------------------------------------------------------------- */
+
+/* A prefill on sm_90a runs Hopper's kernel, and every tensor's address is in what it got. */
+static void test_forward_reaches_the_kernel(void **state)
+{
+    fj_context *ctx = stub_context("90");
+    assert_non_null(ctx);
+    fj_device_info info = {.struct_size = sizeof info};
+    assert_int_equal(fj_context_get_device_info(ctx, &info), FJ_OK);
+    assert_string_equal(info.arch, "sm_90a");
+    request r;
+    request_make(ctx, &r, 2, 300, 300, 4, 2, 128, 128, 0);
+    r.desc.causal = 1;
+    stub.reset();
+    assert_int_equal(run(ctx, &r, NULL), FJ_OK);
+    assert_string_equal(kernel_path(ctx), "cuda.fwd.wgmma");
+    assert_true(stub.launches() >= 1);
+    const stub_launch *l = stub.launch_at(stub.launches() - 1);
+    assert_string_equal(l->function, "fj_attn_fwd");
+    const void *tensors[5] = {r.q.data, r.k.data, r.v.data, r.out.data, r.lse.data};
+    for (int i = 0; i < 5; i++)
+        assert_true(params_hold(l, tensors[i]));
+    request_free(ctx, &r);
+    fj_context_destroy(ctx);
+}
+
+/* A decode with four key splits: the decode kernel over (kv heads, splits, batch), then the
+** merge; a memoised repeat compiles, allocates and synchronises nothing. */
+static void test_split_decode_then_merge(void **state)
+{
+    fj_context *ctx = stub_context("90");
+    assert_non_null(ctx);
+    request r;
+    request_make(ctx, &r, 3, 1, 4096, 8, 2, 128, 128, 0);
+    r.desc.num_splits = 4;
+    assert_int_equal(run(ctx, &r, NULL), FJ_OK);
+    assert_string_equal(kernel_path(ctx), "cuda.decode.mma");
+    fj_call_info before = {.struct_size = sizeof before};
+    assert_int_equal(fj_context_last_call(ctx, &before), FJ_OK);
+    stub.reset();
+    assert_int_equal(run(ctx, &r, NULL), FJ_OK);
+    assert_int_equal(stub.launches(), 2);
+    const stub_launch *dec = stub.launch_at(0), *merge = stub.launch_at(1);
+    assert_string_equal(dec->function, "fj_attn_decode");
+    assert_string_equal(merge->function, "fj_attn_merge");
+    assert_int_equal(dec->grid[1], 4); /* the splits */
+    assert_int_equal(dec->grid[2], 3); /* the batch */
+    assert_true(params_hold(dec, r.q.data) && params_hold(dec, r.k.data) &&
+                params_hold(dec, r.v.data));
+    assert_true(params_hold(merge, r.out.data) && params_hold(merge, r.lse.data));
+    fj_call_info after = {.struct_size = sizeof after};
+    assert_int_equal(fj_context_last_call(ctx, &after), FJ_OK);
+    assert_int_equal(after.compiles, before.compiles);
+    assert_int_equal(after.source, FJ_KERNEL_MEMORY);
+    assert_int_equal(stub.allocs(), 0);
+    assert_int_equal(stub.syncs(), 0);
+    request_free(ctx, &r);
+    fj_context_destroy(ctx);
+}
+
+/* During a capture the first call of a kind (it would allocate its workspace) is refused by
+** name; after one call on the stream, the same call captures without allocating or
+** synchronising. */
+static void test_graph_capture_rules(void **state)
+{
+    fj_context *ctx = stub_context("90");
+    assert_non_null(ctx);
+    request r;
+    request_make(ctx, &r, 2, 1, 3000, 8, 2, 64, 64, 0);
+    r.desc.num_splits = 3;
+    void *stream = (void *)(uintptr_t)0x5000; /* the stub takes any handle */
+    stub.set_capturing(stream);
+    assert_int_equal(run(ctx, &r, stream), FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_context_last_error(ctx), "being captured"));
+    stub.set_capturing(NULL);
+    assert_int_equal(run(ctx, &r, stream), FJ_OK);
+    stub.set_capturing(stream);
+    stub.reset();
+    assert_int_equal(run(ctx, &r, stream), FJ_OK);
+    assert_int_equal(stub.allocs(), 0);
+    assert_int_equal(stub.syncs(), 0);
+    assert_int_equal(stub.launches(), 2);
+    for (int i = 0; i < 2; i++)
+        assert_ptr_equal(stub.launch_at(i)->stream, stream);
+    stub.set_capturing(NULL);
+    request_free(ctx, &r);
+    fj_context_destroy(ctx);
+}
+
+/* MLA's decode (576 / 512, v a view of k, 16 query heads on one kv head): dense, Hopper's
+** forward takes it on tensor cores; before Hopper (no tensor-core forward past 256) the decode
+** kernel does; a paged cache, which that forward does not read, stays on the decode kernel. */
+static void test_wide_decode_routing(void **state)
+{
+    static const struct {
+        const char *sm, *dense, *paged;
+    } want[] = {{"90", "cuda.fwd.wgmma", "cuda.decode"}, {"80", "cuda.decode", "cuda.decode"}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        fj_context *ctx = stub_context(want[i].sm);
+        assert_non_null(ctx);
+        request r;
+        request_make(ctx, &r, 2, 1, 640, 16, 1, 576, 512, 1);
+        assert_int_equal(run(ctx, &r, NULL), FJ_OK);
+        printf("  sm_%s dense MLA decode: %s\n", want[i].sm, kernel_path(ctx));
+        assert_string_equal(kernel_path(ctx), want[i].dense);
+        /* the same keys as 10 pages of 64 per sequence */
+        int32_t table[2][10], used[2] = {640, 640};
+        for (int s = 0; s < 2; s++)
+            for (int p = 0; p < 10; p++)
+                table[s][p] = s * 10 + p;
+        void *dtable = NULL, *dused = NULL;
+        assert_int_equal(fj_malloc(ctx, sizeof table, &dtable), FJ_OK);
+        assert_int_equal(fj_malloc(ctx, sizeof used, &dused), FJ_OK);
+        assert_int_equal(fj_memcpy_h2d(ctx, dtable, table, sizeof table), FJ_OK);
+        assert_int_equal(fj_memcpy_h2d(ctx, dused, used, sizeof used), FJ_OK);
+        fj_tensor tt = {
+            .data = dtable, .dtype = FJ_DTYPE_I32, .ndim = 2, .shape = {2, 10}, .stride = {10, 1}};
+        fj_tensor tu = {
+            .data = dused, .dtype = FJ_DTYPE_I32, .ndim = 1, .shape = {2}, .stride = {1}};
+        fj_tensor *kv[2] = {&r.k, &r.v};
+        for (int j = 0; j < 2; j++) {
+            kv[j]->shape[0] = 20;
+            kv[j]->shape[1] = 64;
+            kv[j]->stride[0] = 64 * kv[j]->stride[1];
+        }
+        r.desc.page_table = &tt;
+        r.desc.seqused_k = &tu;
+        assert_int_equal(run(ctx, &r, NULL), FJ_OK);
+        printf("  sm_%s paged MLA decode: %s\n", want[i].sm, kernel_path(ctx));
+        assert_string_equal(kernel_path(ctx), want[i].paged);
+        fj_free(ctx, dtable);
+        fj_free(ctx, dused);
+        request_free(ctx, &r);
+        fj_context_destroy(ctx);
+    }
+}
+
+int main(void)
+{
+    if (!load_stub()) {
+        printf("SKIP: libcuda.so.1 is not the driver stub (run with LD_LIBRARY_PATH at it)\n");
+        return 77;
+    }
+    fj_context *probe = stub_context("90");
+    if (!probe) {
+        printf("SKIP: no CUDA context on the stub: %s\n", fj_last_create_error());
+        return 77;
+    }
+    request r; /* a first compile: NVRTC must be there */
+    request_make(probe, &r, 1, 1, 64, 2, 2, 64, 64, 0);
+    const fj_status st = run(probe, &r, NULL);
+    const int no_nvrtc = st != FJ_OK && strstr(fj_context_last_error(probe), "NVRTC is not");
+    if (no_nvrtc)
+        printf("SKIP: %s\n", fj_context_last_error(probe));
+    request_free(probe, &r);
+    fj_context_destroy(probe);
+    if (no_nvrtc)
+        return 77;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_forward_reaches_the_kernel),
+        cmocka_unit_test(test_split_decode_then_merge),
+        cmocka_unit_test(test_graph_capture_rules),
+        cmocka_unit_test(test_wide_decode_routing),
+    };
+    return cmocka_run_group_tests_name("cuda host (driver stub)", tests, NULL, NULL);
+}
