@@ -4,9 +4,10 @@
 ** stub's records: which kernel a request runs on which architecture, that every tensor's
 ** address reaches the launched kernel's parameter block, that a decode with split keys is its
 ** kernel and then the merge, that a memoised call compiles, allocates and synchronises nothing,
-** and the graph-capture rules (a first call during a capture is refused by name; after one
-** call the same call captures without allocating or synchronising). No numerics: the `gpu`
-** suites check those on a device. Skips where NVRTC or the stub is missing. */
+** the graph-capture rules (a first call during a capture is refused by name; after one call
+** the same call captures without allocating or synchronising), and the backward's stages. No
+** numerics: the `gpu` suites check those on a device. Skips where NVRTC or the stub is
+** missing. */
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
 #include <setjmp.h>
@@ -222,6 +223,60 @@ static void test_graph_capture_rules(void **state)
     fj_context_destroy(ctx);
 }
 
+/* Whether some recorded launch of kernel `function` holds pointer p in its parameters. */
+static int launched_with(const char *function, const void *p)
+{
+    for (int i = 0; i < stub.launches(); i++)
+        if (!strcmp(stub.launch_at(i)->function, function) && params_hold(stub.launch_at(i), p))
+            return 1;
+    return 0;
+}
+
+/* The backward on sm_90a and sm_80, default and deterministic: its stages in order (D first,
+** then dk and dv, which write dk and dv), dq's address in a launch, and a memoised repeat that
+** compiles, allocates and synchronises nothing. */
+static void test_backward_stages(void **state)
+{
+    static const char *const sms[] = {"90", "80"};
+    for (int a = 0; a < 2; a++)
+        for (int det = 0; det < 2; det++) {
+            fj_context *ctx = stub_context(sms[a]);
+            assert_non_null(ctx);
+            request r, g; /* g: dout in q's place, dq, dk, dv in the others' */
+            request_make(ctx, &r, 2, 200, 300, 4, 2, 64, 64, 0);
+            request_make(ctx, &g, 2, 200, 300, 4, 2, 64, 64, 0);
+            r.desc.causal = 1;
+            r.desc.deterministic = det;
+            fj_status st = fj_attention_backward(ctx, &r.desc, &r.q, &r.k, &r.v, &r.out, &g.out,
+                                                 &r.lse, &g.q, &g.k, &g.v, NULL);
+            assert_int_equal(st, FJ_OK);
+            stub.reset();
+            st = fj_attention_backward(ctx, &r.desc, &r.q, &r.k, &r.v, &r.out, &g.out, &r.lse, &g.q,
+                                       &g.k, &g.v, NULL);
+            assert_int_equal(st, FJ_OK);
+            printf("  sm_%s deterministic %d: %s,", sms[a], det, kernel_path(ctx));
+            for (int i = 0; i < stub.launches(); i++)
+                printf(" %s", stub.launch_at(i)->function);
+            printf("\n");
+            assert_true(stub.launches() >= 2);
+            assert_string_equal(stub.launch_at(0)->function, "fj_attn_bwd_dot");
+            assert_true(launched_with("fj_attn_bwd_dkdv", g.k.data));
+            assert_true(launched_with("fj_attn_bwd_dkdv", g.v.data));
+            int dq = 0;
+            for (int i = 0; i < stub.launches(); i++)
+                dq |= params_hold(stub.launch_at(i), g.q.data);
+            assert_true(dq);
+            fj_call_info info = {.struct_size = sizeof info};
+            assert_int_equal(fj_context_last_call(ctx, &info), FJ_OK);
+            assert_int_equal(info.source, FJ_KERNEL_MEMORY);
+            assert_int_equal(stub.allocs(), 0);
+            assert_int_equal(stub.syncs(), 0);
+            request_free(ctx, &r);
+            request_free(ctx, &g);
+            fj_context_destroy(ctx);
+        }
+}
+
 /* MLA's decode (576 / 512, v a view of k, 16 query heads on one kv head): dense, Hopper's
 ** forward takes it on tensor cores; before Hopper (no tensor-core forward past 256) the decode
 ** kernel does; a paged cache, which that forward does not read, stays on the decode kernel. */
@@ -296,6 +351,7 @@ int main(void)
         cmocka_unit_test(test_split_decode_then_merge),
         cmocka_unit_test(test_graph_capture_rules),
         cmocka_unit_test(test_wide_decode_routing),
+        cmocka_unit_test(test_backward_stages),
     };
     return cmocka_run_group_tests_name("cuda host (driver stub)", tests, NULL, NULL);
 }
