@@ -100,7 +100,6 @@ if args.ab and fast is not None:
         ctx._local.recent = None
         pairs.append((with_fast, median_us(call, 2000)))
     ctx._local.recent = recent
-    pairs.sort()
     fast_us = sorted(p[0] for p in pairs)
     ctypes_us = sorted(p[1] for p in pairs)
     ratios = sorted(c / f for f, c in pairs)

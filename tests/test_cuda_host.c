@@ -122,6 +122,17 @@ static int params_hold(const stub_launch *l, const void *p)
     return 0;
 }
 
+/* The last call ran kernels already loaded, and allocated and synchronised nothing since the
+** stub's records were reset. */
+static void assert_memoised(fj_context *ctx)
+{
+    fj_call_info info = {.struct_size = sizeof info};
+    assert_int_equal(fj_context_last_call(ctx, &info), FJ_OK);
+    assert_int_equal(info.source, FJ_KERNEL_MEMORY);
+    assert_int_equal(stub.allocs(), 0);
+    assert_int_equal(stub.syncs(), 0);
+}
+
 /* A context on the stub with compute capability sm (the stub's FJ_STUB_SM), or NULL where the
 ** suite should skip. */
 static fj_context *stub_context(const char *sm)
@@ -187,9 +198,7 @@ static void test_split_decode_then_merge(void **state)
     fj_call_info after = {.struct_size = sizeof after};
     assert_int_equal(fj_context_last_call(ctx, &after), FJ_OK);
     assert_int_equal(after.compiles, before.compiles);
-    assert_int_equal(after.source, FJ_KERNEL_MEMORY);
-    assert_int_equal(stub.allocs(), 0);
-    assert_int_equal(stub.syncs(), 0);
+    assert_memoised(ctx);
     request_free(ctx, &r);
     fj_context_destroy(ctx);
 }
@@ -266,11 +275,7 @@ static void test_backward_stages(void **state)
             for (int i = 0; i < stub.launches(); i++)
                 dq |= params_hold(stub.launch_at(i), g.q.data);
             assert_true(dq);
-            fj_call_info info = {.struct_size = sizeof info};
-            assert_int_equal(fj_context_last_call(ctx, &info), FJ_OK);
-            assert_int_equal(info.source, FJ_KERNEL_MEMORY);
-            assert_int_equal(stub.allocs(), 0);
-            assert_int_equal(stub.syncs(), 0);
+            assert_memoised(ctx);
             request_free(ctx, &r);
             request_free(ctx, &g);
             fj_context_destroy(ctx);
