@@ -194,17 +194,20 @@ static int decode_search_space(const fj__variant *h, const fj__features *f,
     int n = 0;
     out[n++] = (fj__tune_candidate){.v = *h};
     static const int splits[] = {0, 1, 2, 4, 8, 16, 32, 64};
+    /* (split_dv: value dims beyond 256, tiles of 8 keys a warp and up) */
     static const int tns[] = {64, 64, 128, 128}, stages[] = {3, 4, 2, 3};
+    static const int split_tns[] = {32, 32, 64, 64}, split_stages[] = {3, 4, 2, 3};
+    const int *tn = h->split_dv ? split_tns : tns, *st = h->split_dv ? split_stages : stages;
     const int variants = h->path == FJ__PATH_MMA ? 4 : 1;
     for (int a = 0; a < variants; a++)
         for (int s = 0; s < 8; s++) {
-            const int32_t grain = variants > 1 ? tns[a] : h->tile_n > 0 ? h->tile_n : 32;
+            const int32_t grain = variants > 1 ? tn[a] : h->tile_n > 0 ? h->tile_n : 32;
             if (splits[s] > 1 && (int64_t)(splits[s] - 1) * grain >= f->seqlen_k)
                 continue; /* more splits than key tiles: the plan would run fewer */
             fj__variant v = *h;
             if (variants > 1) {
-                v.tile_n = tns[a];
-                v.stages = (uint8_t)stages[a];
+                v.tile_n = tn[a];
+                v.stages = (uint8_t)st[a];
                 fj__decode_mma_residency(&v, dev);
             }
             add(out, &n, &v, splits[s], dev);

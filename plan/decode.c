@@ -17,14 +17,14 @@
 #define MIN_SPLIT_KEYS 256  /* an automatic split keeps at least this many keys */
 #define BLOCKS_PER_UNIT 4   /* automatic splits aim at this many work-groups per compute unit */
 
-/* Whether f is 16-bit data in 16-byte rows on CUDA, head dims to 256: what the CUDA decode
-** kernels (tensor cores, vectors) take. */
+/* Whether f is 16-bit data in 16-byte rows on CUDA: what the CUDA decode kernels (tensor
+** cores, vectors) take. */
 static int cuda_sixteen_bit(const fj__features *f, const fj_device_info *dev)
 {
     return dev->backend == FJ_BACKEND_CUDA &&
            (f->q_dtype == FJ_DTYPE_BF16 || f->q_dtype == FJ_DTYPE_F16) &&
            f->kv_dtype == f->q_dtype && f->rows_16b[FJ__T_Q] && f->rows_16b[FJ__T_K] &&
-           f->rows_16b[FJ__T_V] && f->head_dim <= 256 && f->head_dim_v <= 256;
+           f->rows_16b[FJ__T_V];
 }
 
 void fj__decode_mma_residency(fj__variant *v, const fj_device_info *dev)
@@ -35,7 +35,10 @@ void fj__decode_mma_residency(fj__variant *v, const fj_device_info *dev)
 }
 
 /* On sm_80+, the tensor-core kernel (attn_decode_mma.cu.lua): 16, 32 or 64 packed rows a block,
-** 64-key tiles in a ring, the query fragments in registers to d 128.
+** 64-key tiles in a ring, the query fragments in registers to d 128. Value dims beyond 256
+** (MLA's 512) split S's head dims and O's columns across a block's four warps (split_dv) on
+** 16 rows a block, both dims padded to 64; v a view of k's first dims (MLA's latent cache) is
+** read from K's tiles.
 ** Returns 1 and fills *v when it serves f on dev. */
 static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t group_rows,
                       fj__variant *v)
@@ -45,15 +48,17 @@ static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t 
     fj__variant t = *v;
     t.path = FJ__PATH_MMA;
     t.warps = 4;
-    t.head_dim_pad = (int32_t)fj__round_up(f->head_dim, 16);
-    t.head_dim_v_pad = (int32_t)fj__round_up(f->head_dim_v, 16);
-    t.tile_m = group_rows <= 16 ? 16 : group_rows <= 32 ? 32 : 64;
-    t.tile_n = 64;
-    t.q_in_regs = t.head_dim_pad <= 128;
+    t.split_dv = f->head_dim_v > 256;
+    t.head_dim_pad = (int32_t)fj__round_up(f->head_dim, t.split_dv ? 64 : 16);
+    t.head_dim_v_pad = (int32_t)fj__round_up(f->head_dim_v, t.split_dv ? 64 : 16);
+    t.v_in_k = f->v_in_k && t.head_dim_v_pad <= t.head_dim_pad;
+    t.tile_m = t.split_dv || group_rows <= 16 ? 16 : group_rows <= 32 ? 32 : 64;
+    t.tile_n = t.split_dv ? 32 : 64;
+    t.q_in_regs = !t.split_dv && t.head_dim_pad <= 128;
     /* Four tiles in the ring (at d 128 one block an SM), three for a paged cache (two blocks:
     ** its page arithmetic wants the second block's warps): the best of an A/B on the H200
     ** (bench/RESULTS.md). Fewer where large heads do not fit. */
-    t.stages = f->paged ? 3 : 4;
+    t.stages = f->paged && !t.split_dv ? 3 : 4;
     while (t.stages > 2 && !fj__variant_fits(&t, dev))
         t.stages--;
     if (!fj__variant_fits(&t, dev))

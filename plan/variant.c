@@ -134,12 +134,16 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
         return 4u * groups * (uint32_t)(v->tile_m * (v->head_dim_v_pad + 2));
     }
     if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_MMA) {
-        /* attn_decode_mma.cu.lua: Q and the ring of K and V tiles (rows padded by 8 elements),
-        ** which the warps' states (Comb: max, sum and accumulators of 16 rows each) later
-        ** overlay. */
-        const uint32_t walk =
-            qs * (uint32_t)(v->tile_m * (v->head_dim_pad + 8) +
-                            v->stages * v->tile_n * (v->head_dim_pad + v->head_dim_v_pad + 16));
+        /* attn_decode_mma.cu.lua: Q and the ring of K and V tiles (rows padded by 8 elements;
+        ** v_in_k: K's alone). Then with split_dv the exchange (Xch: 4 warps' parts of S, 16 rows
+        ** of tile_n + 8 floats each); else the warps' states (Comb: max, sum and accumulators of
+        ** 16 rows each) overlay the walk's bytes. */
+        const uint32_t slot = (uint32_t)(v->head_dim_pad + 8) +
+                              (v->v_in_k ? 0u : (uint32_t)(v->head_dim_v_pad + 8));
+        const uint32_t walk = qs * ((uint32_t)v->tile_m * (uint32_t)(v->head_dim_pad + 8) +
+                                    (uint32_t)v->stages * (uint32_t)v->tile_n * slot);
+        if (v->split_dv)
+            return walk + 4u * 16u * 4u * (uint32_t)(v->tile_n + 8);
         const uint32_t comb = 4u * 4u * 16u * (uint32_t)(v->head_dim_v_pad + 2);
         return walk > comb ? walk : comb;
     }
@@ -266,14 +270,22 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
                fj__variant_shared_bytes(v) <= FJ__DECODE_MAX_SHARED;
     if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_MMA) { /* attn_decode_mma.cu.lua */
         const int slabs = v->tile_m / 16, kwarps = slabs > 0 ? 4 / slabs : 0;
+        /* A warp's floats a thread: S's (its keys, or with split_dv all of the tile's beside its
+        ** quarter of Q's fragments) and O's (all columns, or with split_dv a quarter). */
+        const int regs = v->split_dv ? v->tile_n / 2 + v->head_dim_pad / 16 + v->head_dim_v_pad / 8
+                                     : (kwarps ? v->tile_n / kwarps / 2 : 0) + v->head_dim_v_pad / 2;
         return v->backend == FJ_BACKEND_CUDA && v->threads == 128 && v->warps == 4 &&
                (v->tile_m == 16 || v->tile_m == 32 || v->tile_m == 64) &&
-               v->tile_n % (16 * kwarps) == 0 && v->tile_n >= 16 && v->tile_n <= 128 &&
-               /* S's columns of a warp beside O's (dv / 2 floats a thread) */
-               v->tile_n / kwarps / 2 + v->head_dim_v_pad / 2 <= 160 && v->stages >= 2 &&
+               v->tile_n % (16 * (v->split_dv ? 1 : kwarps)) == 0 && v->tile_n >= 16 &&
+               v->tile_n <= 128 &&
+               (!v->split_dv || (v->tile_m == 16 && v->head_dim_pad % 64 == 0 &&
+                                 v->head_dim_v_pad % 64 == 0 && !v->q_in_regs)) &&
+               (!v->v_in_k || v->head_dim_v_pad <= v->head_dim_pad) && regs <= 160 &&
+               v->stages >= 2 &&
                v->stages <= 8 && v->ctas_per_sm <= 4 && v->head_dim_pad % 16 == 0 &&
-               v->head_dim_v_pad % 16 == 0 && v->head_dim_pad <= 256 &&
-               v->head_dim_v_pad <= 256 && fj__variant_shared_bytes(v) <= dev->local_memory;
+               v->head_dim_v_pad % 16 == 0 && v->head_dim_pad <= FJ__MAX_HEAD_DIM &&
+               v->head_dim_v_pad <= FJ__MAX_HEAD_DIM &&
+               fj__variant_shared_bytes(v) <= dev->local_memory;
     }
     if (v->family == FJ__FAMILY_DECODE) /* static shared memory: 48 KiB on CUDA */
         return v->threads == 128 && v->tile_m >= 1 && v->tile_m <= 128 && v->tile_n >= 8 &&
@@ -507,6 +519,7 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_TPL_PARAMS])
     BOOL_PARAM(d_split);
     BOOL_PARAM(v_in_k);
     BOOL_PARAM(partial);
+    BOOL_PARAM(split_dv);
     INT_PARAM(stage);
     INT_PARAM(grads);
     BOOL_PARAM(paged);

@@ -75,14 +75,17 @@ typedef struct fj__variant {
     uint8_t mask_ranges;  /* 0 none, else the ranges' columns per key (2 or 4) */
     uint8_t block_mask;   /* 128 x 128 block classes given */
     uint8_t bias_tma;     /* WGMMA: bias tiles copied by TMA into shared memory with K's */
-    uint8_t v_in_k;       /* FWD on WGMMA with d_split: v is a view of k's first dims, so each
-                          ** block's value columns are the first panels of its K tile (loaded
-                          ** once) */
+    uint8_t v_in_k;       /* v is a view of k's first dims, read from K's tiles (loaded once):
+                          ** FWD on WGMMA with d_split, each block's value columns are the
+                          ** first panels of its K tile; DECODE MMA, V is the K tile's first
+                          ** columns */
     uint8_t d_split;      /* FWD on WGMMA: the two blocks of a cluster each hold half of the
                           ** head dim of Q and K and half of the value columns (dv_slices 2);
                           ** each computes S over its half, and the halves are added through
                           ** distributed shared memory (no block recomputes S) */
     uint8_t partial;      /* DECODE: writes each split's state to the workspace for a merge */
+    uint8_t split_dv;     /* DECODE MMA: a slab's warps split O's value columns (P shared through
+                          ** shared memory), not the keys: value dims beyond 256 */
     uint8_t descale;      /* FP8 inputs' descale factors are given (fj__fwd_params) */
     uint8_t paged;        /* DECODE: k and v are pages of a KV cache found through a table */
     uint8_t stage;        /* BWD: 1 D = rowsum(dout * out), 2 dk and dv, 3 dq, 4 dbias, 5 dq

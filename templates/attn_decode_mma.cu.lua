@@ -7,25 +7,38 @@
 % --     cp.async, so (STAGES - 1) tiles are always in flight; one block barrier a tile; read
 % --     once, they are marked evict-first in L2, with 256-byte L2 fetches;
 % --   - the packed rows are the M side of mma.sync m16n8k16: the block's BM rows are BM / 16
-% --     slabs of 16, and the four warps split the work by slab and then by keys (KWARPS warps a
-% --     slab, KPW keys of each tile a warp): S = Q K^T and O += P V on tensor cores, one
-% --     online softmax per (row, key) in the accumulators' registers;
-% --   - at the end the warps of a slab meet in shared memory and their states are combined.
+% --     slabs of 16, and the KWARPS warps of a slab share its work (below): S = Q K^T and
+% --     O += P V on tensor cores, one online softmax per (row, key) in the accumulators'
+% --     registers;
+% --   - a slab's warps split the keys of each tile (each warp its own softmax state over its
+% --     keys; at the end the states meet in shared memory and are combined); or, with
+% --     `split_dv` (value dims beyond 256, whose O would not fit a warp's registers; one slab),
+% --     the head dims of S and the columns of O: each warp keeps its quarter of Q's columns in
+% --     registers and computes its part of S over them for every key of the tile; the parts
+% --     meet in shared memory (Xch), each warp adds them up in the same order (so all hold the
+% --     same S), runs the softmax, and adds P V into its quarter of O's columns (MLA's 576 / 512:
+% --     144 dims of S and 128 columns of O a warp), so S is computed once and Q read once;
+% --   - `v_in_k` (MLA's latent cache: v a view of k's first dims): a ring slot holds the K tile
+% --     alone and V is read from its first columns.
 % -- Query rows past the packed rows are zeros, computed and never stored.
 % --
 % -- Parameters: as attn_decode.lua (one 16-bit type, no tile_n limit of its own), tile_m (BM:
-% -- 16, 32 or 64 packed rows), tile_n (BN keys a tile, KPW = BN / KWARPS a multiple of 16),
+% -- 16, 32 or 64 packed rows), tile_n (BN keys a tile; KPW = BN / KWARPS a multiple of 16),
 % -- stages (the ring's tiles), q_in_regs (the query fragments stay in registers across the walk,
-% -- else they are read from shared memory a tile at a time: large head dims), shared_bytes
-% -- (the host's fj__variant_shared_bytes), ctas_per_sm (the blocks an SM holds, which the
-% -- registers must allow: the plan's from shared memory, fj__decode_mma_residency; 0 no bound).
+% -- else they are read from shared memory a tile at a time: large head dims), split_dv and
+% -- v_in_k (above), shared_bytes (the host's fj__variant_shared_bytes), ctas_per_sm (the blocks
+% -- an SM holds, which the registers must allow: the plan's from shared memory,
+% -- fj__decode_mma_residency; 0 no bound).
 % assert(backend == "cuda", "attn_decode_mma is a CUDA kernel")
 % assert(threads == 128, "attn_decode_mma: 128 threads per block")
 % assert(tile_m == 16 or tile_m == 32 or tile_m == 64, "attn_decode_mma: 16, 32 or 64 packed rows per block")
 % assert(head_dim_pad % 16 == 0 and head_dim_v_pad % 16 == 0, "attn_decode_mma: head dims padded to 16")
 % assert(stages >= 2 and stages <= 8, "attn_decode_mma: 2 to 8 tiles in the ring")
 % local kwarps = 4 // (tile_m // 16)
-% assert(tile_n % (16 * kwarps) == 0, "attn_decode_mma: 16 keys a warp at least")
+% assert(tile_n % (16 * (split_dv and 1 or kwarps)) == 0, "attn_decode_mma: 16 keys a warp at least")
+% assert(not split_dv or (tile_m == 16 and head_dim_pad % 64 == 0 and head_dim_v_pad % 64 == 0 and not q_in_regs),
+%        "attn_decode_mma: split_dv takes one slab, whole 16-column blocks a warp, and Q's in registers its own way")
+% assert(not v_in_k or head_dim_v_pad <= head_dim_pad, "attn_decode_mma: v_in_k reads V inside K's rows")
 % include("dialect.lua")
 % include("cuda_mma.lua")
 % include("params.lua")
@@ -34,28 +47,50 @@
 % mma_tile_macros()
 #define WARPS 4
 #define SLABS (BM / 16)        /* row slabs of 16 packed rows */
-#define KWARPS (WARPS / SLABS) /* warps sharing a slab, each with its keys of a tile */
-#define KPW (BN / KWARPS)      /* keys of a tile a warp takes */
+#define KWARPS (WARPS / SLABS) /* warps sharing a slab */
 #define STAGES ${stages}
 #define KT (DP / 16)  /* k steps of S = Q K^T */
+% if split_dv then
+#define KPW BN                 /* a warp's keys of a tile: all */
+#define KTW (KT / KWARPS)      /* k steps of S over a warp's head dims */
+#define CPW (DVP / KWARPS)     /* O's columns a warp takes */
+% else
+#define KPW (BN / KWARPS)      /* a warp's keys of a tile */
+#define CPW DVP                /* O's columns a warp takes: all */
+% end
 #define NT (KPW / 8)  /* S's n8 column blocks a warp */
-#define OT (DVP / 8)  /* O's n8 column blocks */
+#define OT (CPW / 8)  /* O's n8 column blocks a warp */
 #define PT (KPW / 16) /* k steps of O += P V */
 #define NEG_INF __int_as_float(0xff800000)
 
 /* Shared memory (dynamic, the host's fj__variant_shared_bytes): the rows' queries Q [BM][QS],
 ** then the ring of STAGES slots of K [BN][QS] and V [BN][VS] (rows padded by 16 bytes:
-** ldmatrix without bank conflicts). After the walk the same bytes hold each warp's state for
-** the combine (Comb). */
+** ldmatrix without bank conflicts; with v_in_k V is K's first columns: VROW apart), and with
+** split_dv the warps' parts of S (Xch). Without split_dv the same bytes hold each warp's state
+** for the combine after the walk (Comb). */
+% if v_in_k then
+#define VROW QS
+#define RING_SLOT (BN * QS)
+% else
+#define VROW VS
 #define RING_SLOT (BN * (QS + VS))
+% end
+#define WALK_BYTES (2 * (BM * QS + STAGES * RING_SLOT))
+% if split_dv then
+typedef struct Xch {
+    float s[WARPS][16][BN + 8]; /* each warp's part of the tile's S (rows 32 bytes apart in banks) */
+} Xch;
+static_assert(WALK_BYTES % 16 == 0 && WALK_BYTES + (int)sizeof(Xch) == ${shared_bytes},
+              "the host's fj__variant_shared_bytes");
+% else
 typedef struct Comb {
     float m[WARPS][16]; /* row maxima, log2 units */
     float l[WARPS][16]; /* row sums of exp2(score - m) */
     float o[WARPS][16][DVP];
 } Comb;
-#define WALK_BYTES (2 * (BM * QS + STAGES * RING_SLOT))
 static_assert((WALK_BYTES > (int)sizeof(Comb) ? WALK_BYTES : (int)sizeof(Comb)) == ${shared_bytes},
               "the host's fj__variant_shared_bytes");
+% end
 
 % decode_key_row()
 
@@ -116,7 +151,9 @@ fj_attn_decode(
 %   end
     auto load_tile_kv = [&](int slot, int n0) {
         elem_t *sK = ring + slot * RING_SLOT + row0 * QS + col;
+%   if not v_in_k then
         elem_t *sV = ring + slot * RING_SLOT + BN * QS + row0 * VS + col;
+%   end
 #pragma unroll
         for (int j = 0; j < RPT; j++) {
             const int key = n0 + row0 + j * RSTEP;
@@ -129,7 +166,12 @@ fj_attn_decode(
             const I64 ko = (I64)key * k_ss, vo = (I64)key * v_ss;
 %   end
             cp_async16_stream(smem_addr(sK + j * RSTEP * QS), kok ? k + ko + col : k, kok ? 16 : 0);
+%   if not v_in_k then
             cp_async16_stream(smem_addr(sV + j * RSTEP * VS), vok ? v + vo + col : v, vok ? 16 : 0);
+%   else
+            (void)vok;
+            (void)vo;
+%   end
         }
     };
 % else
@@ -137,7 +179,31 @@ fj_attn_decode(
     auto pages_of = [&](int) {}; /* each piece looks its page up */
 %   end
     auto load_tile_kv = [&](int slot, int n0) {
-        elem_t *sK = ring + slot * RING_SLOT, *sV = sK + BN * QS;
+        elem_t *sK = ring + slot * RING_SLOT;
+%   if head_dim_pad // 8 >= 32 then
+        /* Wide rows: a warp copies whole rows (every WARPS-th of the tile), its lanes the 16-byte
+        ** pieces, so a row's place (its page) is found once. */
+#pragma unroll 1
+        for (int r = warp; r < BN; r += WARPS) {
+            const int key = n0 + r;
+            const bool in = key <= hi;
+            const I64 ko = in ? key_row(key, k_sb, k_ss) : 0;
+#pragma unroll
+            for (int c = lane * 8; c < DP; c += 256) {
+                const bool ok = in && c < head_dim;
+                cp_async16_stream(smem_addr(sK + r * QS + c), ok ? k + ko + c : k, ok ? 16 : 0);
+            }
+%     if not v_in_k then
+            const I64 vo = in ? key_row(key, v_sb, v_ss) : 0;
+            elem_t *sV = sK + BN * QS;
+#pragma unroll
+            for (int c = lane * 8; c < DVP; c += 256) {
+                const bool ok = in && c < head_dim_v;
+                cp_async16_stream(smem_addr(sV + r * VS + c), ok ? v + vo + c : v, ok ? 16 : 0);
+            }
+%     end
+        }
+%   else
 #pragma unroll 1
         for (int i = tid; i < BN * (DP / 8); i += THREADS) {
             const int r = i / (DP / 8), c = (i % (DP / 8)) * 8, key = n0 + r;
@@ -145,6 +211,8 @@ fj_attn_decode(
             cp_async16_stream(smem_addr(sK + r * QS + c),
                               ok ? k + key_row(key, k_sb, k_ss) + c : k, ok ? 16 : 0);
         }
+%     if not v_in_k then
+        elem_t *sV = sK + BN * QS;
 #pragma unroll 1
         for (int i = tid; i < BN * (DVP / 8); i += THREADS) {
             const int r = i / (DVP / 8), c = (i % (DVP / 8)) * 8, key = n0 + r;
@@ -152,6 +220,8 @@ fj_attn_decode(
             cp_async16_stream(smem_addr(sV + r * VS + c),
                               ok ? v + key_row(key, v_sb, v_ss) + c : v, ok ? 16 : 0);
         }
+%     end
+%   end
     };
 % end
 
@@ -167,7 +237,7 @@ fj_attn_decode(
 % end
 
     float o[OT][4], row_max[2] = {NEG_INF, NEG_INF}, row_sum[2] = {0.0f, 0.0f};
-    zero_acc<DVP>(o);
+    zero_acc<CPW>(o);
 
     const int ntiles = hi >= lo ? (hi - lo) / BN + 1 : 0;
 % if paged then
@@ -183,13 +253,17 @@ fj_attn_decode(
         }
         cp_async_commit(); /* empty groups too: the wait below counts STAGES - 1 a tile */
     }
-% if q_in_regs then
-    u32 qf[KT][4];
+% local q_frags = q_in_regs or split_dv
+% if q_frags then
+    /* The query fragments of the warp's slab (split_dv: of its head dims, from dim Q0) */
+%   local ksteps = split_dv and "KTW" or "KT"
+    const int Q0 = ${split_dv and "kw * KTW * 16" or "0"};
+    u32 qf[${ksteps}][4];
     asm volatile("cp.async.wait_group ${stages - 1};" ::: "memory");
     __syncthreads();
 #pragma unroll
-    for (int kk = 0; kk < KT; kk++)
-        ldmatrix_x4(smem_addr(sQ + (slab * 16 + lane % 16) * QS + kk * 16 + (lane / 16) * 8),
+    for (int kk = 0; kk < ${ksteps}; kk++)
+        ldmatrix_x4(smem_addr(sQ + (slab * 16 + lane % 16) * QS + Q0 + kk * 16 + (lane / 16) * 8),
                     qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3]);
 % end
 
@@ -206,16 +280,23 @@ fj_attn_decode(
         }
         cp_async_commit();
 
-        const elem_t *sK = ring + (tile % STAGES) * RING_SLOT + kw * KPW * QS;
-        const elem_t *sV = ring + (tile % STAGES) * RING_SLOT + BN * QS + kw * KPW * VS;
-        const int n0 = lo + tile * BN + kw * KPW; /* the warp's first key */
+        const elem_t *slot = ring + (tile % STAGES) * RING_SLOT;
+% if split_dv then
+        /* S: every key of the tile over the warp's head dims; P V: the warp's columns of V */
+        const elem_t *sK = slot + Q0;
+        const elem_t *sV = slot + ${v_in_k and "0" or "BN * QS"} + kw * CPW;
+% else
+        const elem_t *sK = slot + kw * KPW * QS;
+        const elem_t *sV = slot + ${v_in_k and "0" or "BN * QS"} + kw * KPW * VROW;
+% end
+        const int n0 = lo + tile * BN + ${split_dv and "0" or "kw * KPW"}; /* the warp's first key */
 
         /* S = Q K^T over the warp's keys, then in log2 units (soft-capped). */
         float s[NT][4];
         zero_acc<KPW>(s);
-% if q_in_regs then
+% if q_frags then
 #pragma unroll
-        for (int kk = 0; kk < KT; kk++)
+        for (int kk = 0; kk < ${split_dv and "KTW" or "KT"}; kk++)
 #pragma unroll
             for (int np = 0; np < NT / 2; np++) {
                 u32 b0, b1, b2, b3;
@@ -226,6 +307,30 @@ fj_attn_decode(
             }
 % else
         mma_rows_by_rows<KPW, KT, QS, QS>(s, sQ + slab * 16 * QS, sK, lane);
+% end
+% if split_dv then
+        /* The warps' parts of S added up, in the same order in every warp. */
+        Xch &xc = *(Xch *)(smem + WALK_BYTES);
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                *(float2 *)&xc.s[warp][g + 8 * h][8 * j + 2 * t] = make_float2(s[j][2 * h], s[j][2 * h + 1]);
+        __syncthreads(); /* every warp's part (each reads them before the next tile's barrier) */
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float2 sum = *(const float2 *)&xc.s[0][g + 8 * h][8 * j + 2 * t];
+#pragma unroll
+                for (int w = 1; w < WARPS; w++) {
+                    const float2 part = *(const float2 *)&xc.s[w][g + 8 * h][8 * j + 2 * t];
+                    sum.x += part.x;
+                    sum.y += part.y;
+                }
+                s[j][2 * h] = sum.x;
+                s[j][2 * h + 1] = sum.y;
+            }
 % end
 #pragma unroll
         for (int j = 0; j < NT; j++)
@@ -278,7 +383,7 @@ fj_attn_decode(
         /* O += P V over the warp's keys, P as 16-bit A fragments. */
         u32 p[PT][4];
         pack_rows<PT>(p, s);
-        mma_regs_by_rows<DVP, PT, VS>(o, p, sV, lane);
+        mma_regs_by_rows<CPW, PT, VROW>(o, p, sV, lane);
     }
 
     /* The state of a slab's warps combined, normalised, and stored (or, with `partial`, the
@@ -296,7 +401,8 @@ fj_attn_decode(
     };
     row_sum[0] = quad_sum(row_sum[0]);
     row_sum[1] = quad_sum(row_sum[1]);
-% if kwarps == 1 then
+% if split_dv or kwarps == 1 then
+    /* Each warp holds whole rows' states (split_dv: every warp the same) and stores its columns. */
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         if (g0 + slab * 16 + g + 8 * h >= rows)
@@ -306,7 +412,7 @@ fj_attn_decode(
         for (int j = 0; j < OT; j++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                const int c = 8 * j + 2 * t + e;
+                const int c = ${split_dv and "kw * CPW + " or ""}8 * j + 2 * t + e;
                 if (c < head_dim_v)
                     store_row(slab * 16 + g + 8 * h, c, o[j][2 * h + e] * inv, row_max[h], row_sum[h]);
             }

@@ -282,14 +282,15 @@ static void test_backward_stages(void **state)
         }
 }
 
-/* MLA's decode (576 / 512, v a view of k, 16 query heads on one kv head): dense, Hopper's
-** forward takes it on tensor cores; before Hopper (no tensor-core forward past 256) the decode
-** kernel does; a paged cache, which that forward does not read, stays on the decode kernel. */
+/* MLA's decode (576 / 512, v a view of k, 16 query heads on one kv head), dense and paged: the
+** tensor-core decode kernel, its warps splitting O's 512 columns (not the forward, whose rows
+** would be one query each), on Hopper and before. */
 static void test_wide_decode_routing(void **state)
 {
     static const struct {
         const char *sm, *dense, *paged;
-    } want[] = {{"90", "cuda.fwd.wgmma", "cuda.decode"}, {"80", "cuda.decode", "cuda.decode"}};
+    } want[] = {{"90", "cuda.decode.mma", "cuda.decode.mma"},
+                {"80", "cuda.decode.mma", "cuda.decode.mma"}};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         fj_context *ctx = stub_context(want[i].sm);
         assert_non_null(ctx);
