@@ -56,9 +56,10 @@ static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t 
     t.tile_n = t.split_dv ? 32 : 64;
     t.q_in_regs = !t.split_dv && t.head_dim_pad <= 128;
     /* Four tiles in the ring (at d 128 one block an SM), three for a paged cache (two blocks:
-    ** its page arithmetic wants the second block's warps): the best of an A/B on the H200
-    ** (bench/RESULTS.md). Fewer where large heads do not fit. */
-    t.stages = f->paged && !t.split_dv ? 3 : 4;
+    ** its page arithmetic wants the second block's warps), two with split_dv (two blocks of
+    ** 104 KiB at 576 / 512): the best of A/Bs on the H200 (bench/RESULTS.md). Fewer where
+    ** large heads do not fit. */
+    t.stages = t.split_dv ? 2 : f->paged ? 3 : 4;
     while (t.stages > 2 && !fj__variant_fits(&t, dev))
         t.stages--;
     if (!fj__variant_fits(&t, dev))

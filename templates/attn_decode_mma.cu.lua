@@ -174,36 +174,65 @@ fj_attn_decode(
 %   end
         }
     };
+% elseif head_dim_pad // 8 >= 32 then
+    /* Wide rows (256 head dims and more): a warp copies whole rows, every WARPS-th of a tile (its
+    ** row j is row warp + WARPS * j), its lanes the 16-byte pieces of each. */
+#define RPW (BN / WARPS)              /* rows a warp copies a tile */
+#define KPIECES ((DP / 8 + 31) / 32)  /* 16-byte pieces a lane copies of a K row (at most) */
+#define VPIECES ((DVP / 8 + 31) / 32)
+    static_assert(RPW <= 32, "attn_decode_mma: a lane for each row a warp copies");
+%   if paged then
+    /* Paged: lane j looks the warp's row j of the next tile up, a tile ahead (the table's
+    ** latency off the copies' path); the copying lanes take its page by shuffles. */
+    int row_page = 0, row_within = 0;
+    auto pages_of = [&](int n0) {
+        const int key = n0 + warp + lane * WARPS, i = key / P.page_size;
+        row_page = lane < RPW && key <= hi ? PAGE_NUMBER(i) : 0;
+        row_within = key - i * P.page_size;
+    };
+%   end
+    auto load_tile_kv = [&](int slot, int n0) {
+        elem_t *sK = ring + slot * RING_SLOT;
+#pragma unroll
+        for (int j = 0; j < RPW; j++) {
+            const int r = warp + j * WARPS, key = n0 + r;
+            const bool in = key <= hi;
+%   if paged then
+            const int pg = __shfl_sync(0xffffffffu, row_page, j), pin = __shfl_sync(0xffffffffu, row_within, j);
+            const I64 ko = (I64)pg * k_sb + (I64)pin * k_ss;
+%   else
+            const I64 ko = (I64)key * k_ss;
+%   end
+#pragma unroll
+            for (int x = 0; x < KPIECES; x++) {
+                const int c = (lane + 32 * x) * 8;
+                const bool ok = in && c < head_dim;
+                if (c < DP)
+                    cp_async16_stream(smem_addr(sK + r * QS + c), ok ? k + ko + c : k, ok ? 16 : 0);
+            }
+%   if not v_in_k then
+%     if paged then
+            const I64 vo = (I64)pg * v_sb + (I64)pin * v_ss;
+%     else
+            const I64 vo = (I64)key * v_ss;
+%     end
+            elem_t *sV = sK + BN * QS;
+#pragma unroll
+            for (int x = 0; x < VPIECES; x++) {
+                const int c = (lane + 32 * x) * 8;
+                const bool ok = in && c < head_dim_v;
+                if (c < DVP)
+                    cp_async16_stream(smem_addr(sV + r * VS + c), ok ? v + vo + c : v, ok ? 16 : 0);
+            }
+%   end
+        }
+    };
 % else
 %   if paged then
     auto pages_of = [&](int) {}; /* each piece looks its page up */
 %   end
     auto load_tile_kv = [&](int slot, int n0) {
         elem_t *sK = ring + slot * RING_SLOT;
-%   if head_dim_pad // 8 >= 32 then
-        /* Wide rows: a warp copies whole rows (every WARPS-th of the tile), its lanes the 16-byte
-        ** pieces, so a row's place (its page) is found once. */
-#pragma unroll 1
-        for (int r = warp; r < BN; r += WARPS) {
-            const int key = n0 + r;
-            const bool in = key <= hi;
-            const I64 ko = in ? key_row(key, k_sb, k_ss) : 0;
-#pragma unroll
-            for (int c = lane * 8; c < DP; c += 256) {
-                const bool ok = in && c < head_dim;
-                cp_async16_stream(smem_addr(sK + r * QS + c), ok ? k + ko + c : k, ok ? 16 : 0);
-            }
-%     if not v_in_k then
-            const I64 vo = in ? key_row(key, v_sb, v_ss) : 0;
-            elem_t *sV = sK + BN * QS;
-#pragma unroll
-            for (int c = lane * 8; c < DVP; c += 256) {
-                const bool ok = in && c < head_dim_v;
-                cp_async16_stream(smem_addr(sV + r * VS + c), ok ? v + vo + c : v, ok ? 16 : 0);
-            }
-%     end
-        }
-%   else
 #pragma unroll 1
         for (int i = tid; i < BN * (DP / 8); i += THREADS) {
             const int r = i / (DP / 8), c = (i % (DP / 8)) * 8, key = n0 + r;
@@ -211,7 +240,7 @@ fj_attn_decode(
             cp_async16_stream(smem_addr(sK + r * QS + c),
                               ok ? k + key_row(key, k_sb, k_ss) + c : k, ok ? 16 : 0);
         }
-%     if not v_in_k then
+%   if not v_in_k then
         elem_t *sV = sK + BN * QS;
 #pragma unroll 1
         for (int i = tid; i < BN * (DVP / 8); i += THREADS) {
@@ -220,7 +249,6 @@ fj_attn_decode(
             cp_async16_stream(smem_addr(sV + r * VS + c),
                               ok ? v + key_row(key, v_sb, v_ss) + c : v, ok ? 16 : 0);
         }
-%     end
 %   end
     };
 % end
@@ -335,22 +363,30 @@ fj_attn_decode(
 #pragma unroll
         for (int j = 0; j < NT; j++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
+            for (int e = 0; e < 4; e++)
 % if softcap then
-                float x = cap_mul * tanhf(s[j][e] * score_mul);
+                s[j][e] = cap_mul * tanhf(s[j][e] * score_mul);
 % else
-                float x = s[j][e] * score_mul;
+                s[j][e] *= score_mul;
 % end
-                /* Keys past the split, and (causal, windows) outside the row's band. */
-                const int key = n0 + 8 * j + 2 * t + (e % 2);
-                bool seen = key <= hi;
+        /* Keys past the split (the last tile's), and (causal, windows) outside the row's band. */
+% if not local_mask then
+        if (n0 + KPW - 1 > hi)
+% end
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int key = n0 + 8 * j + 2 * t + (e % 2);
+                    bool seen = key <= hi;
 % if local_mask then
-                const int qp = qpos[e / 2];
-                seen = seen && (window_left < 0 || key >= qp + shift - window_left) &&
-                       (window_right < 0 || key <= qp + shift + window_right);
+                    const int qp = qpos[e / 2];
+                    seen = seen && (window_left < 0 || key >= qp + shift - window_left) &&
+                           (window_right < 0 || key <= qp + shift + window_right);
 % end
-                s[j][e] = seen ? x : NEG_INF;
-            }
+                    if (!seen)
+                        s[j][e] = NEG_INF;
+                }
 
         /* Online softmax of the thread's two rows (a quad holds a row's columns). */
 #pragma unroll
@@ -373,6 +409,7 @@ fj_attn_decode(
                     sum += s[j][e];
                 }
             row_sum[h] = row_sum[h] * alpha + sum; /* the quad's sum is taken at the end */
+            /* (skipping this where no row of the warp's has a new maximum was 1-4 % slower) */
 #pragma unroll
             for (int j = 0; j < OT; j++) {
                 o[j][2 * h] *= alpha;
