@@ -246,8 +246,11 @@ fj_status fj__plan_decode(const fj__features *f, const fj_device_info *dev, cons
     plan->main_step = 0;
     if (splits == 1)
         return FJ_OK;
-    fj__plan_add_merge_step(plan, v->backend, 0 /* strided states */, FJ_DTYPE_F32,
-                            FJ_DTYPE_F32, v->out_dtype, v->write_lse, rows);
+    fj__step *m = fj__plan_add_merge_step(plan, v->backend, 0 /* strided states */, FJ_DTYPE_F32,
+                                          FJ_DTYPE_F32, v->out_dtype, v->write_lse, rows);
+    /* A row's columns across work-groups, one run of lanes each (a single sequence's few rows
+    ** would otherwise leave the device idle while each lane walks its elements' splits) */
+    m->grid[1] = (uint32_t)fj__div_up(f->head_dim_v, FJ__MERGE_LANES);
     return FJ_OK;
 }
 
@@ -283,6 +286,7 @@ void fj__decode_fill(const fj__plan *plan, int i, const fj__problem *p, void *co
         M->seqlen = (int32_t)p->seqlen_q;
         M->heads = (int32_t)p->heads_q;
         M->head_dim_v = (int32_t)p->head_dim_v;
+        M->col_groups = (int32_t)plan->steps[i].grid[1];
         return;
     }
     fj__decode_params *D = params;

@@ -14,7 +14,10 @@
 % --
 % -- Strided states (inputs = 0): P.states states (1 to 64) of one element type (q_t), state i at
 % -- slot in0 moved by i * state_so elements of o and i * state_sl of l: the split-KV partials of
-% -- a decode plan (attn_decode.lua), which lie in one workspace.
+% -- a decode plan (attn_decode.lua), which lie in one workspace. A row's elements are shared by
+% -- P.col_groups work-groups along the grid's y (a lane of each takes one element of every
+% -- col_groups * LANES), so a few rows of wide states (a decode of one sequence, MLA's 512
+% -- columns) still fill the device; dst is never one of these inputs.
 % --
 % -- Parameters: backend, q_dtype (slot 0's elements), kv_dtype (the other slots'), out_dtype
 % -- (dst's), inputs (slots read, 1 to 8; 0 strided states), write_lse (dst.l is written), threads
@@ -25,7 +28,7 @@
 % include("params.lua")
 % params_struct(args)
 #define THREADS ${threads}
-#define LANES 32
+#define LANES 32 /* FJ__MERGE_LANES */
 #define PAIRS (THREADS / LANES)
 #define INPUTS ${inputs}
 #define MAX_STATES 64 /* strided states */
@@ -75,7 +78,8 @@ fj_attn_merge(
     /* UNROLL states' elements load at once (a decode's partials are read once, from memory:
     ** one load at a time would leave the lane waiting on each). An empty state's elements are
     ** not used (whatever they hold). */
-    for (int d = lane; d < P.head_dim_v; d += LANES) {
+    const int col_groups = I_MAX(P.col_groups, 1);
+    for (int d = BLOCK_Y * LANES + lane; d < P.head_dim_v; d += col_groups * LANES) {
         float acc = 0.0f;
         for (int i0 = 0; i0 < n; i0 += UNROLL) {
             float x[UNROLL];
@@ -89,7 +93,7 @@ fj_attn_merge(
         O_STORE(out, d, acc * scale);
     }
 %   if write_lse then
-    if (lane == 0)
+    if (lane == 0 && BLOCK_Y == 0)
         GPTR(float, P.dst.l)[LSE_AT(P.dst, b, row, h)] =
             nan ? F_NAN : m > -F_INF ? m + EXPR_LOG(sum) : -F_INF;
 %   end

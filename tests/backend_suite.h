@@ -49,21 +49,28 @@ static fj_context *suite_context(void **state)
     return *state;
 }
 
-/* A second context on the suite's backend, made while environment variable var is value (the
-** library reads FLASHJIT_CONFIG and FLASHJIT_BWD_CONFIG when a context is made); the test
-** fails without one. Destroy it with fj_context_destroy. (setenv: the suites define
-** _POSIX_C_SOURCE 200809L; inline, so the suites that do not call it do not warn.) */
-static inline fj_context *suite_context_with_env(const char *var, const char *value)
+/* A second context on the suite's backend, new (nothing compiled, no workspaces); the test
+** fails without one. Destroy it with fj_context_destroy. (inline, so the suites that do not
+** call it do not warn.) */
+static inline fj_context *suite_new_context(void)
 {
     fj_context_options o;
     fj_context_options_init(&o);
     o.backend = FJ_TEST_BACKEND;
     o.cache_path = ":memory:";
     fj_context *ctx = NULL;
+    assert_int_equal(fj_context_create(&o, &ctx), FJ_OK);
+    return ctx;
+}
+
+/* The same, made while environment variable var is value (the library reads FLASHJIT_CONFIG
+** and FLASHJIT_BWD_CONFIG when a context is made). (setenv: the suites define
+** _POSIX_C_SOURCE 200809L.) */
+static inline fj_context *suite_context_with_env(const char *var, const char *value)
+{
     assert_int_equal(setenv(var, value, 1), 0);
-    const fj_status st = fj_context_create(&o, &ctx);
+    fj_context *ctx = suite_new_context();
     unsetenv(var);
-    assert_int_equal(st, FJ_OK);
     return ctx;
 }
 
