@@ -14,7 +14,9 @@
 
 #define DECODE_THREADS 128  /* attn_decode.lua */
 #define MAX_ROWS 64         /* packed group rows per work-group */
-#define MIN_SPLIT_KEYS 256  /* an automatic split keeps at least this many keys */
+#define MIN_SPLIT_BYTES (128 * 1024) /* of K and V an automatic split reads, at least ... */
+#define MIN_SPLIT_KEYS 64            /* ... within these bounds on its keys */
+#define MAX_MIN_SPLIT_KEYS 256
 #define BLOCKS_PER_UNIT 4   /* automatic splits aim at this many work-groups per compute unit */
 
 /* Whether f is 16-bit data in 16-byte rows on CUDA: what the CUDA decode kernels (tensor
@@ -164,8 +166,20 @@ int fj__prefer_decode(const fj__features *f, const fj_device_info *dev, const ch
            (v->path != FJ__PATH_SIMT && !forward_asked);
 }
 
+/* The fewest keys of an automatic split of f: MIN_SPLIT_BYTES of a kv head's keys and values
+** (256 keys at d 128; 128 at d 256; 113 for MLA's 576-dim rows, v read from k), within
+** [MIN_SPLIT_KEYS, MAX_MIN_SPLIT_KEYS]: wide rows split finer, so one sequence fills more of the
+** device. */
+static int64_t min_split_keys(const fj__features *f)
+{
+    const int64_t per_key = (int64_t)fj_dtype_size((fj_dtype)f->kv_dtype) *
+                            (f->head_dim + (f->v_in_k ? 0 : f->head_dim_v));
+    const int64_t keys = per_key > 0 ? MIN_SPLIT_BYTES / per_key : MAX_MIN_SPLIT_KEYS;
+    return keys < MIN_SPLIT_KEYS ? MIN_SPLIT_KEYS : keys > MAX_MIN_SPLIT_KEYS ? MAX_MIN_SPLIT_KEYS : keys;
+}
+
 /* The number of splits of f's keys (rounded to `grain` keys each): the caller's, or enough
-** work-groups for every compute unit without splits of fewer than MIN_SPLIT_KEYS keys; 1 with
+** work-groups for every compute unit without splits of fewer than min_split_keys; 1 with
 ** variable lengths (the merge finds rows by position, and packed rows between sequences are not
 ** the call's to write). Where `slots` blocks run at once across the device (0: unknown), the
 ** automatic count is the one of least modelled time: waves of blocks times the keys of a block
@@ -179,7 +193,7 @@ static int32_t splits_of(const fj__features *f, const fj_device_info *dev, int64
         return 1;
     const int64_t tiles = fj__div_up(f->seqlen_k, grain);
     const int64_t most = tiles < FJ__DECODE_MAX_SPLITS ? tiles : FJ__DECODE_MAX_SPLITS;
-    const int64_t longest = fj__div_up(f->seqlen_k, MIN_SPLIT_KEYS); /* automatic splits */
+    const int64_t longest = fj__div_up(f->seqlen_k, min_split_keys(f)); /* automatic splits */
     int64_t want = f->num_splits;
     if (want == 0 && slots > 0) {
         int64_t best_cost = INT64_MAX;
