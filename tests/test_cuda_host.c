@@ -192,6 +192,7 @@ static void test_split_decode_then_merge(void **state)
     assert_string_equal(merge->function, "fj_attn_merge");
     assert_int_equal(dec->grid[1], 4); /* the splits */
     assert_int_equal(dec->grid[2], 3); /* the batch */
+    assert_int_equal(merge->grid[1], 128 / 32); /* a row's 128 columns over 32-lane groups */
     assert_true(params_hold(dec, r.q.data) && params_hold(dec, r.k.data) &&
                 params_hold(dec, r.v.data));
     assert_true(params_hold(merge, r.out.data) && params_hold(merge, r.lse.data));
