@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-from common import add_timing_args, start, time_ms  # noqa: E402
+from common import add_timing_args, read_bandwidth, start, time_ms, to_pages  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--lib", default=None)
@@ -42,15 +42,7 @@ ctx = start(args.lib)
 peers = {"cudnn": SDPBackend.CUDNN_ATTENTION, "fa2": SDPBackend.FLASH_ATTENTION}
 
 
-def read_bandwidth():
-    """GB/s of summing a 4 GiB bf16 tensor: the ceiling a decode can approach."""
-    x = torch.empty(2 * 1024**3, device=dev, dtype=torch.bfloat16).normal_()
-    ms = time_ms(lambda: x.sum(dtype=torch.float32), args.timing, args.reps)
-    del x
-    return 4 * 1024**3 / ms / 1e6
-
-
-ceiling = read_bandwidth()
+ceiling = read_bandwidth(args.timing, args.reps)
 print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, "
       f"flashjit {ctx.lib.fj_version().decode()}; read ceiling {ceiling:.0f} GB/s", flush=True)
 print(f"{'b':>4} {'sk':>7} {'page':>4} {'MiB':>7} | {'flashjit':>8} {'cudnn':>7} {'fa2':>7} GB/s | "
@@ -94,13 +86,7 @@ for b in [int(x) for x in args.b.split(",")]:
             pages_per_seq = -(-sk // page)
             perm = torch.randperm(b * pages_per_seq, device=dev, dtype=torch.int32)
             table = perm.view(b, pages_per_seq)
-            kp, vp = (torch.zeros(b * pages_per_seq, page, hkv, d, device=dev,
-                                  dtype=torch.bfloat16) for _ in range(2))
-            for src, dst in ((k, kp), (v, vp)):
-                padded = torch.zeros(b, pages_per_seq * page, hkv, d, device=dev,
-                                     dtype=torch.bfloat16)
-                padded[:, :sk] = src
-                dst[perm.long()] = padded.view(b * pages_per_seq, page, hkv, d)
+            kp, vp = (to_pages(x, page, perm) for x in (k, v))
             used = torch.full((b,), sk, device=dev, dtype=torch.int32)
             outp = torch.empty_like(q)
             fjp = lambda: ctx.forward(q, kp, vp, out=outp, causal=causal,  # noqa: E731
@@ -112,7 +98,7 @@ for b in [int(x) for x in args.b.split(",")]:
             paged_row["maxdiff"] = (outp.float() - ref.float()).abs().max().item()
             paged_row["flashjit_ms"] = time_ms(fjp, args.timing, args.reps)
             paged_rows.append(paged_row)
-            del kp, vp, padded, outp
+            del kp, vp, outp
         gbs = {n: moved / row[n + "_ms"] / 1e6 for n in ("flashjit", *peers) if n + "_ms" in row}
         row.update({n + "_gbs": g for n, g in gbs.items()})
         for r in [dict(row, page=0)] + paged_rows:

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-from common import add_timing_args, start, time_ms  # noqa: E402
+from common import add_timing_args, read_bandwidth, start, time_ms, to_pages  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--lib", default=None)
@@ -35,14 +35,6 @@ D, DV = 576, 512
 ctx = start(args.lib)
 
 
-def read_bandwidth():
-    """GB/s of summing a 4 GiB bf16 tensor: the ceiling a memory-bound decode can approach."""
-    x = torch.empty(2 * 1024**3, device=dev, dtype=torch.bfloat16).normal_()
-    ms = time_ms(lambda: x.sum(dtype=torch.float32), args.timing, args.reps)
-    del x
-    return 4 * 1024**3 / ms / 1e6
-
-
 def reference(q, k, causal):
     """float32 attention of q [b, sq, hq, D] over k [b, sk, 1, D], v = k's first DV dims, scale
     1 / sqrt(D); the heads folded into rows (one kv head), so nothing is broadcast."""
@@ -58,7 +50,7 @@ def reference(q, k, causal):
     return o.view(b, hq, sq, DV).transpose(1, 2)
 
 
-ceiling = read_bandwidth()
+ceiling = read_bandwidth(args.timing, args.reps)
 print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, "
       f"flashjit {ctx.lib.fj_version().decode()}; read ceiling {ceiling:.0f} GB/s", flush=True)
 print(f"{'b':>4} {'sk':>6} {'hq':>4} {'sq':>2} {'page':>4} | {'GB/s':>6} {'% ceil':>6} "
@@ -78,12 +70,7 @@ for hq in [int(x) for x in args.hq.split(",")]:
                 if args.page:
                     pages = -(-sk // args.page)
                     perm = torch.randperm(b * pages, device=dev, dtype=torch.int32)
-                    padded = torch.zeros(b, pages * args.page, 1, D, device=dev,
-                                         dtype=torch.bfloat16)
-                    padded[:, :sk] = k
-                    kp = torch.empty(b * pages, args.page, 1, D, device=dev, dtype=torch.bfloat16)
-                    kp[perm.long()] = padded.view(b * pages, args.page, 1, D)
-                    del padded
+                    kp = to_pages(k, args.page, perm)
                     used = torch.full((b,), sk, device=dev, dtype=torch.int32)
                     layouts.append((args.page, kp, dict(page_table=perm.view(b, pages),
                                                         seqused_k=used, max_seqlen_k=sk)))

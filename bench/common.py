@@ -88,3 +88,25 @@ def time_ms(fn, how, reps=100):
     if how == "sustained":
         return sustained_ms(fn)
     return do_bench(fn, warmup=25, rep=reps, return_mode="median")
+
+
+def read_bandwidth(how, reps=100):
+    """GB/s of summing a 4 GiB bf16 tensor, timed as time_ms(how, reps): the ceiling a
+    memory-bound kernel (a decode) can approach."""
+    x = torch.empty(2 * 1024**3, device="cuda", dtype=torch.bfloat16).normal_()
+    ms = time_ms(lambda: x.sum(dtype=torch.float32), how, reps)
+    del x
+    return 4 * 1024**3 / ms / 1e6
+
+
+def to_pages(x, page, perm):
+    """x [b, s, h, d] as a paged cache [b * pages, page, h, d] (pages = ceil(s / page)): page i
+    of sequence j at perm[j * pages + i], zeros past s; perm an int32 permutation of the pages
+    on x's device, whose view [b, pages] is the page table."""
+    b, s, h, d = x.shape
+    pages = -(-s // page)
+    padded = torch.zeros(b, pages * page, h, d, device=x.device, dtype=x.dtype)
+    padded[:, :s] = x
+    out = torch.empty(b * pages, page, h, d, device=x.device, dtype=x.dtype)
+    out[perm.long()] = padded.view(b * pages, page, h, d)
+    return out
