@@ -142,8 +142,8 @@ static void test_head_dims_dtypes_layouts(void **state)
     cases[n].desc.num_splits = 2;
     cases[n].desc.causal = 1;
     cases[n++].layout = FJH_LAYOUT_PADDED;
-    /* wide value rows padded (dv 264 of 320), a sliding window, soft-capping, f16 */
-    cases[n] = decode_case(3, 700, 8, 2, 300, FJ_DTYPE_F16);
+    /* wide rows padded (d 304 and dv 264 of 320), a sliding window, soft-capping, f16 */
+    cases[n] = decode_case(3, 700, 8, 2, 304, FJ_DTYPE_F16);
     cases[n].head_dim_v = 264;
     cases[n].desc.window_left = 200;
     cases[n].desc.softcap = 30.0f;
