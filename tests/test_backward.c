@@ -23,15 +23,7 @@
 static fjh_case bwd_case(int64_t sq, int64_t sk, int64_t hq, int64_t hkv, int64_t d,
                          fj_dtype dtype)
 {
-    fjh_case c;
-    fjh_case_init(&c);
-    c.batch = 2;
-    c.heads_q = hq;
-    c.heads_kv = hkv;
-    c.seqlen_q = sq;
-    c.seqlen_k = sk;
-    c.head_dim = c.head_dim_v = d;
-    c.dtype = dtype;
+    fjh_case c = fjh_case_of(2, sq, sk, hq, hkv, d, dtype);
     c.backward = 1;
     return c;
 }

@@ -1,8 +1,8 @@
 /* Decode numerics on one backend (FJ_TEST_BACKEND): forwards of 1 to 16 query rows per sequence,
 ** which run on the decode kernel (grouped-query heads packed, keys split and merged), against
 ** the float64 reference on fresh random data with poisoned outputs; every case also checks that
-** the decode kernel is the one that ran (on Hopper the forward's for dense head dims beyond
-** 256). Built once per backend; without a device of that backend the suite skips. */
+** the decode kernel is the one that ran. Built once per backend; without a device of that
+** backend the suite skips. */
 #define _POSIX_C_SOURCE 200809L
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,16 +19,7 @@
 static fjh_case decode_case(int64_t sq, int64_t sk, int64_t hq, int64_t hkv, int64_t d,
                             fj_dtype dtype)
 {
-    fjh_case c;
-    fjh_case_init(&c);
-    c.batch = 3;
-    c.heads_q = hq;
-    c.heads_kv = hkv;
-    c.seqlen_q = sq;
-    c.seqlen_k = sk;
-    c.head_dim = c.head_dim_v = d;
-    c.dtype = dtype;
-    return c;
+    return fjh_case_of(3, sq, sk, hq, hkv, d, dtype);
 }
 
 /* Runs every case on ctx, one line each; returns the failures (on the numerics, or when another

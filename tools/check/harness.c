@@ -34,6 +34,21 @@ void fjh_case_init(fjh_case *c)
     c->with_lse = 1;
 }
 
+fjh_case fjh_case_of(int64_t batch, int64_t seqlen_q, int64_t seqlen_k, int64_t heads_q,
+                     int64_t heads_kv, int64_t head_dim, fj_dtype dtype)
+{
+    fjh_case c;
+    fjh_case_init(&c);
+    c.batch = batch;
+    c.seqlen_q = seqlen_q;
+    c.seqlen_k = seqlen_k;
+    c.heads_q = heads_q;
+    c.heads_kv = heads_kv;
+    c.head_dim = c.head_dim_v = head_dim;
+    c.dtype = dtype;
+    return c;
+}
+
 const char *fjh_dtype_name(fj_dtype dtype)
 {
     switch (dtype) {

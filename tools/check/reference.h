@@ -176,6 +176,9 @@ const char *fjh_dtype_name(fj_dtype dtype);
 
 /* Initialises a case with the defaults (one small bf16 problem). */
 void fjh_case_init(fjh_case *c);
+/* A case with the defaults but this shape (d the head dim of q, k and v) and dtype. */
+fjh_case fjh_case_of(int64_t batch, int64_t seqlen_q, int64_t seqlen_k, int64_t heads_q,
+                     int64_t heads_kv, int64_t head_dim, fj_dtype dtype);
 /* Makes fresh random inputs, runs the forward on ctx with poisoned outputs, and checks every
 ** element against the float64 reference: f32 needs rel_err <= 1e-5, f16/bf16 an error no more
 ** than twice the plain low-precision implementation's. Returns the library's status. */
