@@ -194,7 +194,8 @@ static int decode_search_space(const fj__variant *h, const fj__features *f,
     int n = 0;
     out[n++] = (fj__tune_candidate){.v = *h};
     static const int splits[] = {0, 1, 2, 4, 8, 16, 32, 64};
-    /* (split_dv: value dims beyond 256, tiles of 8 keys a warp and up) */
+    /* (split_dv, value dims beyond 256: every warp takes all of a tile's keys, so shorter
+    ** tiles fit) */
     static const int tns[] = {64, 64, 128, 128}, stages[] = {3, 4, 2, 3};
     static const int split_tns[] = {32, 32, 64, 64}, split_stages[] = {3, 4, 2, 3};
     const int *tn = h->split_dv ? split_tns : tns, *st = h->split_dv ? split_stages : stages;

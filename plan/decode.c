@@ -260,11 +260,8 @@ fj_status fj__plan_decode(const fj__features *f, const fj_device_info *dev, cons
     plan->main_step = 0;
     if (splits == 1)
         return FJ_OK;
-    fj__step *m = fj__plan_add_merge_step(plan, v->backend, 0 /* strided states */, FJ_DTYPE_F32,
-                                          FJ_DTYPE_F32, v->out_dtype, v->write_lse, rows);
-    /* A row's columns across work-groups, one run of lanes each (a single sequence's few rows
-    ** would otherwise leave the device idle while each lane walks its elements' splits) */
-    m->grid[1] = (uint32_t)fj__div_up(f->head_dim_v, FJ__MERGE_LANES);
+    fj__plan_add_merge_step(plan, v->backend, 0 /* strided states */, FJ_DTYPE_F32,
+                            FJ_DTYPE_F32, v->out_dtype, v->write_lse, rows, f->head_dim_v);
     return FJ_OK;
 }
 

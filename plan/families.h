@@ -141,9 +141,8 @@ FJ__PARAM_STRUCT(fj__merge_slot, FJ__MERGE_SLOT_PARAMS);
 ** for pairs = batches * seqlen * heads (batch, row, head) rows of head_dim_v elements; or
 ** (inputs 0) `states` states of one layout, state i at in0 moved by i * state_so elements of o
 ** and i * state_sl of l, the elements of a row shared by col_groups work-groups along the grid's
-** y (each takes every col_groups-th run of FJ__MERGE_LANES; 0 counts as 1). */
+** y (each takes every col_groups-th run of its team's lanes; 0 counts as 1). */
 #define FJ__MERGE_SLOTS 8
-#define FJ__MERGE_LANES 32 /* attn_merge.lua's team: the lanes that share a row */
 #define FJ__MERGE_PARAMS(X, T)                                                                     \
     X(T, BLOCK, in0, fj__merge_slot)                                                               \
     X(T, BLOCK, in1, fj__merge_slot)                                                               \

@@ -5,12 +5,13 @@
 
 #include "plan.h"
 
-#define MERGE_THREADS 128 /* attn_merge.lua: 4 (batch, row, head) pairs per work-group */
-#define MERGE_PAIRS 4
+#define MERGE_THREADS 128 /* attn_merge.lua's work-group */
+#define MERGE_LANES 32    /* attn_merge.lua's team: the lanes that share a (batch, row, head) pair */
+#define MERGE_PAIRS (MERGE_THREADS / MERGE_LANES) /* pairs per work-group */
 
 fj__step *fj__plan_add_merge_step(fj__plan *plan, fj_backend_kind backend, int inputs,
                                   fj_dtype first, fj_dtype rest, fj_dtype out, int write_lse,
-                                  uint64_t rows)
+                                  uint64_t rows, int64_t head_dim_v)
 {
     fj__step *s = fj__plan_add_step(plan, FJ__STEP_KERNEL);
     fj__variant *v = &s->variant;
@@ -25,6 +26,11 @@ fj__step *fj__plan_add_merge_step(fj__plan *plan, fj_backend_kind backend, int i
     v->inputs = inputs;
     v->write_lse = (uint8_t)write_lse;
     s->grid[0] = (uint32_t)fj__div_up((int64_t)rows, MERGE_PAIRS);
+    /* Strided states (a decode's splits; never in place): a row's columns across work-groups,
+    ** a run of lanes each, so a single sequence's few rows still fill the device (fj_merge_params'
+    ** col_groups). */
+    if (inputs == 0)
+        s->grid[1] = (uint32_t)fj__div_up(head_dim_v, MERGE_LANES);
     s->block[0] = MERGE_THREADS;
     return s;
 }
@@ -56,7 +62,7 @@ fj_status fj__plan_merge(const fj__merge_problem *p, fj_backend_kind backend, fj
         fj__plan_add_merge_step(plan, backend, first_step ? take : take + 1,
                                 first_step ? p->in_dtype : FJ_DTYPE_F32, p->in_dtype,
                                 last ? p->out_dtype : FJ_DTYPE_F32, last ? p->lse != NULL : 1,
-                                pairs);
+                                pairs, p->head_dim_v);
         next += take;
     }
     plan->main_step = plan->nsteps - 1;

@@ -117,12 +117,13 @@ static inline int32_t fj__round_up(int64_t x, int32_t to)
 ** (merge.c; the running state of a chained merge, the splits of a decode). */
 void fj__merge_contiguous_slot(void *o, void *l, int64_t seqlen, int64_t heads, int64_t dv,
                                fj__merge_slot *S);
-/* A merge step (merge.c) of `rows` (batch, row, head) rows: `inputs` states per launch (0: a
-** run-time count of strided states), slot 0's elements `first`, the others' `rest`, the result's
+/* A merge step (merge.c) of `rows` (batch, row, head) rows of head_dim_v elements: `inputs`
+** states per launch (0: a run-time count of strided states, whose rows' columns are shared by
+** work-groups along the grid's y), slot 0's elements `first`, the others' `rest`, the result's
 ** `out`; write_lse: the result's lse is written. */
 fj__step *fj__plan_add_merge_step(fj__plan *plan, fj_backend_kind backend, int inputs,
                                   fj_dtype first, fj_dtype rest, fj_dtype out, int write_lse,
-                                  uint64_t rows);
+                                  uint64_t rows, int64_t head_dim_v);
 
 /* Compute capability as major * 10 + minor from dev's arch ("sm_90a": 90); 0 when unknown. */
 int fj__sm_version(const fj_device_info *dev);

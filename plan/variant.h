@@ -84,8 +84,9 @@ typedef struct fj__variant {
                           ** each computes S over its half, and the halves are added through
                           ** distributed shared memory (no block recomputes S) */
     uint8_t partial;      /* DECODE: writes each split's state to the workspace for a merge */
-    uint8_t split_dv;     /* DECODE MMA: a slab's warps split O's value columns (P shared through
-                          ** shared memory), not the keys: value dims beyond 256 */
+    uint8_t split_dv;     /* DECODE MMA: a slab's warps split S's head dims and O's columns (the
+                          ** parts of S added through shared memory), not the keys: value dims
+                          ** beyond 256 */
     uint8_t descale;      /* FP8 inputs' descale factors are given (fj__fwd_params) */
     uint8_t paged;        /* DECODE: k and v are pages of a KV cache found through a table */
     uint8_t stage;        /* BWD: 1 D = rowsum(dout * out), 2 dk and dv, 3 dq, 4 dbias, 5 dq

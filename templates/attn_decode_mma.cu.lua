@@ -52,9 +52,10 @@
 #define KT (DP / 16)  /* k steps of S = Q K^T */
 % if split_dv then
 #define KPW BN                 /* a warp's keys of a tile: all */
-#define KTW (KT / KWARPS)      /* k steps of S over a warp's head dims */
+#define KTW (KT / KWARPS)      /* k steps of S over a warp's head dims (its query fragments) */
 #define CPW (DVP / KWARPS)     /* O's columns a warp takes */
 % else
+#define KTW KT                 /* k steps of S a warp takes: all */
 #define KPW (BN / KWARPS)      /* a warp's keys of a tile */
 #define CPW DVP                /* O's columns a warp takes: all */
 % end
@@ -70,9 +71,11 @@
 ** for the combine after the walk (Comb). */
 % if v_in_k then
 #define VROW QS
+#define SLOT_V 0               /* where V starts in a ring slot */
 #define RING_SLOT (BN * QS)
 % else
 #define VROW VS
+#define SLOT_V (BN * QS)
 #define RING_SLOT (BN * (QS + VS))
 % end
 #define WALK_BYTES (2 * (BM * QS + STAGES * RING_SLOT))
@@ -152,7 +155,7 @@ fj_attn_decode(
     auto load_tile_kv = [&](int slot, int n0) {
         elem_t *sK = ring + slot * RING_SLOT + row0 * QS + col;
 %   if not v_in_k then
-        elem_t *sV = ring + slot * RING_SLOT + BN * QS + row0 * VS + col;
+        elem_t *sV = ring + slot * RING_SLOT + SLOT_V + row0 * VS + col;
 %   end
 #pragma unroll
         for (int j = 0; j < RPT; j++) {
@@ -216,7 +219,7 @@ fj_attn_decode(
 %     else
             const I64 vo = (I64)key * v_ss;
 %     end
-            elem_t *sV = sK + BN * QS;
+            elem_t *sV = sK + SLOT_V;
 #pragma unroll
             for (int x = 0; x < VPIECES; x++) {
                 const int c = (lane + 32 * x) * 8;
@@ -241,7 +244,7 @@ fj_attn_decode(
                               ok ? k + key_row(key, k_sb, k_ss) + c : k, ok ? 16 : 0);
         }
 %   if not v_in_k then
-        elem_t *sV = sK + BN * QS;
+        elem_t *sV = sK + SLOT_V;
 #pragma unroll 1
         for (int i = tid; i < BN * (DVP / 8); i += THREADS) {
             const int r = i / (DVP / 8), c = (i % (DVP / 8)) * 8, key = n0 + r;
@@ -284,13 +287,12 @@ fj_attn_decode(
 % local q_frags = q_in_regs or split_dv
 % if q_frags then
     /* The query fragments of the warp's slab (split_dv: of its head dims, from dim Q0) */
-%   local ksteps = split_dv and "KTW" or "KT"
     const int Q0 = ${split_dv and "kw * KTW * 16" or "0"};
-    u32 qf[${ksteps}][4];
+    u32 qf[KTW][4];
     asm volatile("cp.async.wait_group ${stages - 1};" ::: "memory");
     __syncthreads();
 #pragma unroll
-    for (int kk = 0; kk < ${ksteps}; kk++)
+    for (int kk = 0; kk < KTW; kk++)
         ldmatrix_x4(smem_addr(sQ + (slab * 16 + lane % 16) * QS + Q0 + kk * 16 + (lane / 16) * 8),
                     qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3]);
 % end
@@ -312,10 +314,10 @@ fj_attn_decode(
 % if split_dv then
         /* S: every key of the tile over the warp's head dims; P V: the warp's columns of V */
         const elem_t *sK = slot + Q0;
-        const elem_t *sV = slot + ${v_in_k and "0" or "BN * QS"} + kw * CPW;
+        const elem_t *sV = slot + SLOT_V + kw * CPW;
 % else
         const elem_t *sK = slot + kw * KPW * QS;
-        const elem_t *sV = slot + ${v_in_k and "0" or "BN * QS"} + kw * KPW * VROW;
+        const elem_t *sV = slot + SLOT_V + kw * KPW * VROW;
 % end
         const int n0 = lo + tile * BN + ${split_dv and "0" or "kw * KPW"}; /* the warp's first key */
 
@@ -324,7 +326,7 @@ fj_attn_decode(
         zero_acc<KPW>(s);
 % if q_frags then
 #pragma unroll
-        for (int kk = 0; kk < ${split_dv and "KTW" or "KT"}; kk++)
+        for (int kk = 0; kk < KTW; kk++)
 #pragma unroll
             for (int np = 0; np < NT / 2; np++) {
                 u32 b0, b1, b2, b3;

@@ -28,7 +28,7 @@
 % include("params.lua")
 % params_struct(args)
 #define THREADS ${threads}
-#define LANES 32 /* FJ__MERGE_LANES */
+#define LANES 32 /* plan/merge.c's MERGE_LANES */
 #define PAIRS (THREADS / LANES)
 #define INPUTS ${inputs}
 #define MAX_STATES 64 /* strided states */

@@ -11,19 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "driver_stub.h"
+
 #define STUB_API __attribute__((visibility("default")))
 
 typedef int CUresult;
 enum { OK = 0, ERR_INVALID_VALUE = 1, ERR_NOT_FOUND = 500 };
-enum { MAX_LAUNCHES = 64, PARAM_COPY = 2048 };
-
-/* One recorded launch. */
-typedef struct fjstub_launch {
-    char function[128];
-    unsigned grid[3], block[3], shared_bytes;
-    void *stream;
-    unsigned char params[PARAM_COPY]; /* the first PARAM_COPY bytes of the parameter block */
-} fjstub_launch;
+enum { MAX_LAUNCHES = 64 };
 
 static struct {
     fjstub_launch launches[MAX_LAUNCHES];
@@ -213,9 +207,10 @@ STUB_API CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsig
         l->block[0] = bx, l->block[1] = by, l->block[2] = bz;
         l->shared_bytes = shared_bytes;
         l->stream = stream;
-        /* flashjit passes one argument, its parameter block, from a buffer of PARAM_COPY bytes */
+        /* flashjit passes one argument, its parameter block, from a buffer of at least
+        ** FJSTUB_PARAM_COPY bytes */
         if (params && params[0])
-            memcpy(l->params, params[0], PARAM_COPY);
+            memcpy(l->params, params[0], FJSTUB_PARAM_COPY);
     }
     S.nlaunches++;
     return OK;
