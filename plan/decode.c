@@ -18,6 +18,7 @@
 #define MIN_SPLIT_KEYS 64            /* ... within these bounds on its keys */
 #define MAX_MIN_SPLIT_KEYS 256
 #define BLOCKS_PER_UNIT 4   /* automatic splits aim at this many work-groups per compute unit */
+#define MAX_BULK_IN_FLIGHT 256 /* row copies a tensor-core decode block keeps outstanding */
 
 /* Whether f is 16-bit data in 16-byte rows on CUDA: what the CUDA decode kernels (tensor
 ** cores, vectors) take. */
@@ -40,7 +41,7 @@ void fj__decode_mma_residency(fj__variant *v, const fj_device_info *dev)
 ** 64-key tiles in a ring, the query fragments in registers to d 128. Value dims beyond 256
 ** (MLA's 512) split S's head dims and O's columns across a block's four warps (split_dv) on
 ** 16 rows a block, both dims padded to 64; v a view of k's first dims (MLA's latent cache) is
-** read from K's tiles.
+** read from K's tiles. On sm_90+ the rows come by bulk copies.
 ** Returns 1 and fills *v when it serves f on dev. */
 static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t group_rows,
                       fj__variant *v)
@@ -57,12 +58,21 @@ static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t 
     t.tile_m = t.split_dv || group_rows <= 16 ? 16 : group_rows <= 32 ? 32 : 64;
     t.tile_n = t.split_dv ? 32 : 64;
     t.q_in_regs = !t.split_dv && t.head_dim_pad <= 128;
-    /* Four tiles in the ring (at d 128 one block an SM), three for a paged cache (two blocks:
-    ** its page arithmetic wants the second block's warps), two with split_dv (two blocks of
-    ** 104 KiB at 576 / 512): the best of A/Bs on the H200 (bench/RESULTS.md). Fewer where
-    ** large heads do not fit. */
-    t.stages = t.split_dv ? 2 : f->paged ? 3 : 4;
-    while (t.stages > 2 && !fj__variant_fits(&t, dev))
+    /* On Hopper the copy engine moves whole rows (bulk): no thread computes a piece's address
+    ** or waits on its own copies. Not for a dense cache of rows to 128 dims, whose cp.async
+    ** ring of four tiles (one block an SM) was as fast at large batches and faster at batch 1
+    ** (bench/RESULTS.md). */
+    t.bulk = fj__sm_version(dev) >= 90 &&
+             (f->paged || t.head_dim_pad > 128 || t.head_dim_v_pad > 128);
+    /* Ring depth, the best of A/Bs on the H200 (bench/RESULTS.md): by cp.async four tiles (at
+    ** d 128 one block an SM), three for a paged cache (two blocks: its page arithmetic wants
+    ** the second block's warps); by bulk copies three (two blocks), since a block with more
+    ** than MAX_BULK_IN_FLIGHT row copies outstanding ran at 0.6x; two with split_dv (two
+    ** blocks of 104 KiB at 576 / 512). Fewer where large heads do not fit. */
+    t.stages = t.split_dv ? 2 : f->paged || t.bulk ? 3 : 4;
+    const int copies = t.tile_n * (t.v_in_k ? 1 : 2); /* a tile's row copies */
+    while (t.stages > 2 && ((t.bulk && (t.stages - 1) * copies > MAX_BULK_IN_FLIGHT) ||
+                            !fj__variant_fits(&t, dev)))
         t.stages--;
     if (!fj__variant_fits(&t, dev))
         return 0;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "families.h"
+#include "plan.h"
 
 const char *fj__variant_template(const fj__variant *v)
 {
@@ -137,15 +138,15 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
         /* attn_decode_mma.cu.lua: Q and the ring of K and V tiles (rows padded by 8 elements;
         ** v_in_k: K's alone). Then with split_dv the exchange (Xch: 4 warps' parts of S, 16 rows
         ** of tile_n + 8 floats each); else the warps' states (Comb: max, sum and accumulators of
-        ** 16 rows each) overlay the walk's bytes. */
+        ** 16 rows each) overlay the walk's bytes. With bulk, an mbarrier a ring slot after all. */
         const uint32_t slot = (uint32_t)(v->head_dim_pad + 8) +
                               (v->v_in_k ? 0u : (uint32_t)(v->head_dim_v_pad + 8));
         const uint32_t walk = qs * ((uint32_t)v->tile_m * (uint32_t)(v->head_dim_pad + 8) +
                                     (uint32_t)v->stages * (uint32_t)v->tile_n * slot);
-        if (v->split_dv)
-            return walk + 4u * 16u * 4u * (uint32_t)(v->tile_n + 8);
         const uint32_t comb = 4u * 4u * 16u * (uint32_t)(v->head_dim_v_pad + 2);
-        return walk > comb ? walk : comb;
+        const uint32_t end = v->split_dv ? walk + 4u * 16u * 4u * (uint32_t)(v->tile_n + 8)
+                                         : walk > comb ? walk : comb;
+        return end + (v->bulk ? 8u * (uint32_t)v->stages : 0u);
     }
     if (v->family == FJ__FAMILY_DECODE) /* attn_decode.lua's Smem: floats only */
         return 4u * (uint32_t)(v->tile_m * v->head_dim_pad + v->tile_n * (v->head_dim_pad + 1) +
@@ -284,7 +285,7 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
                v->stages >= 2 &&
                v->stages <= 8 && v->ctas_per_sm <= 4 && v->head_dim_pad % 16 == 0 &&
                v->head_dim_v_pad % 16 == 0 && v->head_dim_pad <= FJ__MAX_HEAD_DIM &&
-               v->head_dim_v_pad <= FJ__MAX_HEAD_DIM &&
+               v->head_dim_v_pad <= FJ__MAX_HEAD_DIM && (!v->bulk || fj__sm_version(dev) >= 90) &&
                fj__variant_shared_bytes(v) <= dev->local_memory;
     }
     if (v->family == FJ__FAMILY_DECODE) /* static shared memory: 48 KiB on CUDA */
@@ -346,9 +347,9 @@ void fj__variant_config(const fj__variant *v, char *buf, size_t size)
     else if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_VECTOR)
         snprintf(buf, size, "stages=%d,ctas_per_sm=%d", (int)v->stages, (int)v->ctas_per_sm);
     else if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_MMA)
-        snprintf(buf, size, "tile_m=%d,tile_n=%d,stages=%d,q_in_regs=%d,ctas_per_sm=%d",
+        snprintf(buf, size, "tile_m=%d,tile_n=%d,stages=%d,q_in_regs=%d,ctas_per_sm=%d,bulk=%d",
                  (int)v->tile_m, (int)v->tile_n, (int)v->stages, (int)v->q_in_regs,
-                 (int)v->ctas_per_sm);
+                 (int)v->ctas_per_sm, (int)v->bulk);
     else if (v->path == FJ__PATH_WGMMA)
         snprintf(buf, size,
                  "path=wgmma,tile_m=%d,tile_n=%d,warps=%d,stages=%d,q_stages=%d,overlap=%d,"
@@ -384,7 +385,8 @@ int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
                   {"ctas_per_sm", offsetof(fj__variant, ctas_per_sm), 1, 0, 4},
                   {"exp_poly", offsetof(fj__variant, exp_poly), 1, 0, 8},
                   {"lazy_rescale", offsetof(fj__variant, lazy_rescale), 1, 0, 1},
-                  {"d_split", offsetof(fj__variant, d_split), 1, 0, 1}};
+                  {"d_split", offsetof(fj__variant, d_split), 1, 0, 1},
+                  {"bulk", offsetof(fj__variant, bulk), 1, 0, 1}};
     const char *p = config;
     while (p && *p) {
         if (!strncmp(p, "path=", 5)) {
@@ -520,6 +522,7 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_TPL_PARAMS])
     BOOL_PARAM(v_in_k);
     BOOL_PARAM(partial);
     BOOL_PARAM(split_dv);
+    BOOL_PARAM(bulk);
     INT_PARAM(stage);
     INT_PARAM(grads);
     BOOL_PARAM(paged);

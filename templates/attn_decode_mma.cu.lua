@@ -41,6 +41,9 @@
 % assert(not v_in_k or head_dim_v_pad <= head_dim_pad, "attn_decode_mma: v_in_k reads V inside K's rows")
 % include("dialect.lua")
 % include("cuda_mma.lua")
+% if bulk then
+% include("cuda_hopper.lua")
+% end
 % include("params.lua")
 % include("sequence.lua")
 % params_struct(args)
@@ -68,7 +71,7 @@
 ** then the ring of STAGES slots of K [BN][QS] and V [BN][VS] (rows padded by 16 bytes:
 ** ldmatrix without bank conflicts; with v_in_k V is K's first columns: VROW apart), and with
 ** split_dv the warps' parts of S (Xch). Without split_dv the same bytes hold each warp's state
-** for the combine after the walk (Comb). */
+** for the combine after the walk (Comb). With bulk, the ring slots' mbarriers follow. */
 % if v_in_k then
 #define VROW QS
 #define SLOT_V 0               /* where V starts in a ring slot */
@@ -83,17 +86,20 @@
 typedef struct Xch {
     float s[WARPS][16][BN + 8]; /* each warp's part of the tile's S (rows 32 bytes apart in banks) */
 } Xch;
-static_assert(WALK_BYTES % 16 == 0 && WALK_BYTES + (int)sizeof(Xch) == ${shared_bytes},
-              "the host's fj__variant_shared_bytes");
+#define SHARED_END (WALK_BYTES + (int)sizeof(Xch))
 % else
 typedef struct Comb {
     float m[WARPS][16]; /* row maxima, log2 units */
     float l[WARPS][16]; /* row sums of exp2(score - m) */
     float o[WARPS][16][DVP];
 } Comb;
-static_assert((WALK_BYTES > (int)sizeof(Comb) ? WALK_BYTES : (int)sizeof(Comb)) == ${shared_bytes},
-              "the host's fj__variant_shared_bytes");
+#define SHARED_END (WALK_BYTES > (int)sizeof(Comb) ? WALK_BYTES : (int)sizeof(Comb))
 % end
+% if bulk then
+#define BARS_AT SHARED_END /* the ring slots' mbarriers */
+% end
+static_assert(WALK_BYTES % 16 == 0 && SHARED_END % 8 == 0 &&
+              SHARED_END + ${bulk and "8 * STAGES" or "0"} == ${shared_bytes}, "the host's fj__variant_shared_bytes");
 
 % decode_key_row()
 
@@ -128,10 +134,78 @@ fj_attn_decode(
         cp_async16(smem_addr(sQ + r * QS + c), ok ? src : q, ok ? 16 : 0);
     }
     cp_async_commit();
+% if bulk then
 
-    /* Keys [n0, n0 + BN) of K and V into ring slot `slot`, zeros past hi and the head dims, a
-    ** 16-byte piece at a time. */
-% if head_dim_pad == head_dim_v_pad and threads % (head_dim_pad // 8) == 0 and tile_n % (threads // (head_dim_pad // 8)) == 0 then
+    /* The ring slots' barriers (a phase: one arrival, thread 0's announcing the tile's bytes,
+    ** and those bytes), and zeros in the columns past the head dims, which no copy writes. */
+    const u32 bars = smem_addr(smem + BARS_AT);
+    if (tid == 0) {
+        for (int s = 0; s < STAGES; s++)
+            mbar_init(bars + 8 * s, 1);
+        mbar_init_fence();
+    }
+    for (int i = tid; i < STAGES * BN; i += THREADS) {
+        elem_t *row = ring + (i / BN) * RING_SLOT + (i % BN) * QS;
+        for (int c = head_dim; c < DP; c += 8)
+            *(uint4 *)(row + c) = make_uint4(0, 0, 0, 0);
+%   if not v_in_k then
+        row = ring + (i / BN) * RING_SLOT + SLOT_V + (i % BN) * VS;
+        for (int c = head_dim_v; c < DVP; c += 8)
+            *(uint4 *)(row + c) = make_uint4(0, 0, 0, 0);
+%   end
+    }
+    __syncthreads();
+% end
+
+    /* load_tile_kv(slot, n0): keys [n0, n0 + BN) of K and V into ring slot `slot` (a paged
+    ** cache's pages looked up before by pages_of(n0)). */
+% if bulk then
+    /* By the bulk-copy engine (sm_90), a row a copy
+    ** (copy i of a tile: K's row i, or V's row i - BN), issued by thread i % THREADS; the slot's
+    ** barrier completes when the tile's bytes have landed. Rows past hi are copies of row hi
+    ** (finite, and masked: their P is 0); columns past the head dims are zeros from the start. */
+#define COPIES (BN * ${v_in_k and 1 or 2})
+#define CPT ((COPIES + THREADS - 1) / THREADS) /* copies a thread issues a tile */
+    const u32 tile_bytes = (u32)(BN * (head_dim${v_in_k and "" or " + head_dim_v"}) * (int)sizeof(elem_t));
+    u64 policy; /* read once: the lines may leave L2 first */
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+%   if paged then
+    /* The pages of the thread's rows of the next tile, and the rows in them, looked up a tile
+    ** ahead (the table's latency off the copies' path). */
+    int row_page[CPT], row_within[CPT];
+    auto pages_of = [&](int n0) {
+#pragma unroll
+        for (int c = 0; c < CPT; c++) {
+            const int key = I_MIN(n0 + (tid + c * THREADS) % BN, hi), i = key / P.page_size;
+            row_page[c] = PAGE_NUMBER(i);
+            row_within[c] = key - i * P.page_size;
+        }
+    };
+%   end
+    auto load_tile_kv = [&](int slot, int n0) {
+        const u32 bar = bars + 8 * slot;
+        if (tid == 0)
+            mbar_arrive_expect(bar, tile_bytes);
+#pragma unroll
+        for (int c = 0; c < CPT; c++) {
+            const int i = tid + c * THREADS, r = i % BN;
+            if (COPIES % THREADS != 0 && i >= COPIES)
+                break;
+            const bool is_k = i < BN;
+%   if paged then
+            const I64 off = is_k ? (I64)row_page[c] * k_sb + (I64)row_within[c] * k_ss
+                                 : (I64)row_page[c] * v_sb + (I64)row_within[c] * v_ss;
+%   else
+            const int key = I_MIN(n0 + r, hi);
+            const I64 off = (I64)key * (is_k ? k_ss : v_ss);
+%   end
+            const elem_t *dst = ring + slot * RING_SLOT + (is_k ? r * QS : SLOT_V + r * VS);
+            bulk_load_row(smem_addr(dst), is_k ? k + off : v + off,
+                          (u32)((is_k ? head_dim : head_dim_v) * (int)sizeof(elem_t)), bar, policy);
+        }
+    };
+% elseif head_dim_pad == head_dim_v_pad and threads % (head_dim_pad // 8) == 0 and tile_n % (threads // (head_dim_pad // 8)) == 0 then
+    /* By cp.async, here and below: zeros past hi and the head dims, a 16-byte piece at a time. */
     /* Each thread copies the same column of rows row0 + j * RSTEP (j < RPT) of every tile, in
     ** K and in V. */
 #define CK (DP / 8)
@@ -282,15 +356,23 @@ fj_attn_decode(
             pages_of(lo + (s + 1) * BN);
 % end
         }
+% if bulk then
+    }
+    cp_async_wait_all(); /* Q */
+    __syncthreads();
+% else
         cp_async_commit(); /* empty groups too: the wait below counts STAGES - 1 a tile */
     }
+% end
 % local q_frags = q_in_regs or split_dv
 % if q_frags then
     /* The query fragments of the warp's slab (split_dv: of its head dims, from dim Q0) */
     const int Q0 = ${split_dv and "kw * KTW * 16" or "0"};
     u32 qf[KTW][4];
+%   if not bulk then
     asm volatile("cp.async.wait_group ${stages - 1};" ::: "memory");
     __syncthreads();
+%   end
 #pragma unroll
     for (int kk = 0; kk < KTW; kk++)
         ldmatrix_x4(smem_addr(sQ + (slab * 16 + lane % 16) * QS + Q0 + kk * 16 + (lane / 16) * 8),
@@ -300,7 +382,11 @@ fj_attn_decode(
 #pragma unroll 1
     for (int tile = 0; tile < ntiles; tile++) {
         /* This tile (and Q) landed; every warp is done with the slot the next load takes. */
+% if bulk then
+        mbar_wait(bars + 8 * (tile % STAGES), (tile / STAGES) & 1);
+% else
         asm volatile("cp.async.wait_group ${stages - 2};" ::: "memory");
+% end
         __syncthreads();
         if (tile + STAGES - 1 < ntiles) {
             load_tile_kv((tile + STAGES - 1) % STAGES, lo + (tile + STAGES - 1) * BN);
@@ -308,7 +394,9 @@ fj_attn_decode(
             pages_of(lo + (tile + STAGES) * BN);
 % end
         }
+% if not bulk then
         cp_async_commit();
+% end
 
         const elem_t *slot = ring + (tile % STAGES) * RING_SLOT;
 % if split_dv then

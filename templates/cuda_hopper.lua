@@ -1,6 +1,7 @@
-% -- Device helpers for Hopper (sm_90a) kernels, in inline PTX: mbarriers, bulk tensor copies
-% -- (TMA), register reallocation, and warpgroup matrix products (wgmma) with their shared-memory
-% -- descriptors. Include after cuda_mma.lua (it defines elem_t, u32, u64, smem_addr).
+% -- Device helpers for Hopper (sm_90a) kernels, in inline PTX: mbarriers, bulk copies (rows,
+% -- and tensor boxes by TMA), register reallocation, and warpgroup matrix products (wgmma) with
+% -- their shared-memory descriptors. Include after cuda_mma.lua (it defines elem_t, u32, u64,
+% -- smem_addr).
 % -- Parameter: q_dtype ("bf16" or "f16"; cuda_mma.lua checks that k, v and out share it).
 % local ptx_type = q_dtype
 
@@ -112,9 +113,17 @@ __device__ __forceinline__ void mbar_arrive_cluster(u32 addr)
 {
     asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(addr) : "memory");
 }
-/* ---- bulk tensor copies ----------------------------------------------------------------- */
-/* Copies one box of a rank-4 tensor to shared memory; the barrier counts its bytes. Elements
-** outside the tensor arrive as zeros. */
+/* ---- bulk copies ------------------------------------------------------------------------ */
+/* Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared memory;
+** the barrier counts them. policy: an L2 cache policy (createpolicy). */
+__device__ __forceinline__ void bulk_load_row(u32 dst, const void *src, u32 bytes, u32 bar, u64 policy)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+                 " [%0], [%1], %2, [%3], %4;"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar), "l"(policy) : "memory");
+}
+/* Copies one box of a rank-4 tensor to shared memory (bulk tensor copies, TMA); the barrier
+** counts its bytes. Elements outside the tensor arrive as zeros. */
 __device__ __forceinline__ void tma_load4(u32 dst, const tmap_t *map, u32 bar, int c0, int c1,
                                           int c2, int c3)
 {

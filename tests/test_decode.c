@@ -47,25 +47,37 @@ static int run_cases_in(fj_context *ctx, const fjh_case *cases, size_t n, int wa
     return failures;
 }
 
-/* Runs every case on the suite's context and, on CUDA, again on a context made with
-** FLASHJIT_CONFIG=path=vec: CUDA's default decode kernel is the tensor-core one wherever it
-** serves, and the vector kernel stays checked by the second pass. */
+/* Runs the cases whose head dims are at most `widest` (and, with dense_only, not paged) on a
+** context made with FLASHJIT_CONFIG=config; returns the failures. */
+static int run_cases_with(const char *config, const fjh_case *cases, size_t n, int64_t widest,
+                          int dense_only, int want_decode)
+{
+    fjh_case some[64];
+    size_t m = 0;
+    assert_true(n <= sizeof some / sizeof some[0]);
+    for (size_t i = 0; i < n; i++)
+        if (cases[i].head_dim <= widest && cases[i].head_dim_v <= widest &&
+            !(dense_only && cases[i].paged))
+            some[m++] = cases[i];
+    if (m == 0)
+        return 0;
+    fj_context *ctx = suite_context_with_env("FLASHJIT_CONFIG", config);
+    printf("  with FLASHJIT_CONFIG=%s:\n", config);
+    const int failures = run_cases_in(ctx, some, m, want_decode);
+    fj_context_destroy(ctx);
+    return failures;
+}
+
+/* Runs every case on the suite's context and, on CUDA, the kernels the defaults leave out:
+** the vector kernel (FLASHJIT_CONFIG=path=vec; head dims to 256), and on sm_90 the tensor-core
+** kernel's bulk row copies on a dense cache of rows to 128 dims (bulk=1; the plan keeps
+** cp.async there; elsewhere the config changes nothing). */
 static void run_cases(void **state, const fjh_case *cases, size_t n, int want_decode)
 {
-    fj_context *ctx = suite_context(state);
-    int failures = run_cases_in(ctx, cases, n, want_decode);
+    int failures = run_cases_in(suite_context(state), cases, n, want_decode);
     if (FJ_TEST_BACKEND == FJ_BACKEND_CUDA) {
-        /* the vector kernel takes head dims to 256: the wider cases ran above only */
-        fjh_case narrow[64];
-        size_t m = 0;
-        assert_true(n <= sizeof narrow / sizeof narrow[0]);
-        for (size_t i = 0; i < n; i++)
-            if (cases[i].head_dim <= 256 && cases[i].head_dim_v <= 256)
-                narrow[m++] = cases[i];
-        fj_context *vec = suite_context_with_env("FLASHJIT_CONFIG", "path=vec");
-        printf("  with FLASHJIT_CONFIG=path=vec:\n");
-        failures += run_cases_in(vec, narrow, m, want_decode);
-        fj_context_destroy(vec);
+        failures += run_cases_with("path=vec", cases, n, 256, 0, want_decode);
+        failures += run_cases_with("bulk=1", cases, n, 128, 1, want_decode);
     }
     assert_int_equal(failures, 0);
 }

@@ -395,7 +395,8 @@ static void test_backward_plans(void **state)
 /* The decode plans of a few query rows per sequence: which kernel (tensor cores on sm_80+
 ** where they fit, else CUDA's vector kernel, else the portable one; "path=vec" asks for the
 ** vector kernel), the packed rows a block, its shared memory (dynamic on tensor cores only),
-** the splits that fill the device, and the tile overrides a config gives. */
+** whether rows come by bulk copies (sm_90: paged caches and rows beyond 128 dims), the splits
+** that fill the device, and the tile overrides a config gives. */
 static void test_decode_plans(void **state)
 {
     (void)state;
@@ -405,24 +406,27 @@ static void test_decode_plans(void **state)
         fj_dtype dtype;
         const fj_device_info *dev;
         const char *config;
-        int path, tile_m, stages;
+        int path, tile_m, stages, bulk;
     } cases[] = {
-        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, NULL, FJ__PATH_MMA, 16, 4},
-        {128, 4, 4, FJ_DTYPE_F16, &devs.h200, NULL, FJ__PATH_MMA, 16, 4},
-        {128, 5, 6, FJ_DTYPE_BF16, &devs.h200, NULL, FJ__PATH_MMA, 32, 4},
-        {64, 16, 8, FJ_DTYPE_BF16, &devs.h200, NULL, FJ__PATH_MMA, 64, 4},
-        {256, 1, 8, FJ_DTYPE_BF16, &devs.h200, NULL, FJ__PATH_MMA, 16, 3}, /* 4 do not fit */
-        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "path=vec", FJ__PATH_VECTOR, 4, 3},
-        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "stages=5", FJ__PATH_MMA, 16, 5},
-        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "tile_n=128,stages=2", FJ__PATH_MMA, 16, 2},
-        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "tile_n=128,stages=5", FJ__PATH_MMA, 16, 4}, /* 344 KiB */
-        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "tile_n=16", FJ__PATH_MMA, 16, 4}, /* 4 warps: 64+ */
-        {128, 1, 4, FJ_DTYPE_BF16, &devs.sm86, NULL, FJ__PATH_MMA, 16, 2},
-        {256, 1, 4, FJ_DTYPE_BF16, &devs.sm86, NULL, FJ__PATH_VECTOR, 4, 3}, /* 99 KiB */
-        {128, 1, 4, FJ_DTYPE_BF16, &devs.sm75, NULL, FJ__PATH_VECTOR, 4, 3},
-        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "paged", FJ__PATH_MMA, 16, 3}, /* two blocks an SM */
-        {128, 1, 4, FJ_DTYPE_F32, &devs.h200, NULL, FJ__PATH_SIMT, 4, 0},
-        {128, 1, 4, FJ_DTYPE_BF16, &devs.cpu, NULL, FJ__PATH_SIMT, 4, 0},
+        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, NULL, FJ__PATH_MMA, 16, 4, 0},
+        {128, 4, 4, FJ_DTYPE_F16, &devs.h200, NULL, FJ__PATH_MMA, 16, 4, 0},
+        {128, 5, 6, FJ_DTYPE_BF16, &devs.h200, NULL, FJ__PATH_MMA, 32, 4, 0},
+        {64, 16, 8, FJ_DTYPE_BF16, &devs.h200, NULL, FJ__PATH_MMA, 64, 4, 0},
+        {256, 1, 8, FJ_DTYPE_BF16, &devs.h200, NULL, FJ__PATH_MMA, 16, 3, 1}, /* 4 do not fit */
+        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "path=vec", FJ__PATH_VECTOR, 4, 3, 0},
+        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "stages=5", FJ__PATH_MMA, 16, 5, 0},
+        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "tile_n=128,stages=2", FJ__PATH_MMA, 16, 2, 0},
+        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "tile_n=128,stages=5", FJ__PATH_MMA, 16, 4, 0}, /* 344 KiB */
+        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "tile_n=16", FJ__PATH_MMA, 16, 4, 0}, /* 4 warps: 64+ */
+        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "bulk=1", FJ__PATH_MMA, 16, 4, 1},
+        {128, 1, 4, FJ_DTYPE_BF16, &devs.sm86, NULL, FJ__PATH_MMA, 16, 2, 0},
+        {128, 1, 4, FJ_DTYPE_BF16, &devs.sm86, "bulk=1", FJ__PATH_MMA, 16, 2, 0}, /* sm_90+ */
+        {256, 1, 4, FJ_DTYPE_BF16, &devs.sm86, NULL, FJ__PATH_VECTOR, 4, 3, 0}, /* 99 KiB */
+        {128, 1, 4, FJ_DTYPE_BF16, &devs.sm75, NULL, FJ__PATH_VECTOR, 4, 3, 0},
+        /* bulk copies of a paged cache's rows, two blocks an SM */
+        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "paged", FJ__PATH_MMA, 16, 3, 1},
+        {128, 1, 4, FJ_DTYPE_F32, &devs.h200, NULL, FJ__PATH_SIMT, 4, 0, 0},
+        {128, 1, 4, FJ_DTYPE_BF16, &devs.cpu, NULL, FJ__PATH_SIMT, 4, 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fj__features f = bwd_features(cases[i].d, cases[i].d, cases[i].dtype);
@@ -442,9 +446,10 @@ static void test_decode_plans(void **state)
         if (!fj__prefer_decode(&f, cases[i].dev, config, &fwd, &v))
             fail_msg("case %zu: not on a decode kernel", i);
         if (v.path != cases[i].path || v.tile_m != cases[i].tile_m ||
-            v.stages != cases[i].stages)
-            fail_msg("case %zu: path %d, %d rows, stages %d; expected %d, %d, %d", i, v.path,
-                     v.tile_m, v.stages, cases[i].path, cases[i].tile_m, cases[i].stages);
+            v.stages != cases[i].stages || v.bulk != cases[i].bulk)
+            fail_msg("case %zu: path %d, %d rows, stages %d, bulk %d; expected %d, %d, %d, %d", i,
+                     v.path, v.tile_m, v.stages, v.bulk, cases[i].path, cases[i].tile_m,
+                     cases[i].stages, cases[i].bulk);
         assert_true(fj__variant_fits(&v, cases[i].dev));
         if (v.path == FJ__PATH_MMA) {
             assert_true(v.head_dim_pad == cases[i].d && v.q_in_regs == (cases[i].d <= 128));
