@@ -35,6 +35,10 @@ typedef struct fj__launch {
     uint32_t grid[3];
     uint32_t block[3];
     uint32_t shared_bytes; /* dynamic shared memory (CUDA); 0 for OpenCL */
+    /* CUDA, sm_90+: the launch may begin while the stream's previous kernel ends (programmatic
+    ** dependent launch); the kernel waits for that kernel's writes itself (griddepcontrol.wait).
+    ** Ignored where the driver cannot (no cuLaunchKernelEx) and by OpenCL. */
+    uint8_t overlap_previous;
     const void *params;
     size_t params_size;
     const fj__playout *layout;

@@ -78,12 +78,32 @@ enum {
     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0,
 };
 
+/* Launches with attributes (CUDA 12+ drivers): the one attribute used, programmatic stream
+** serialisation (a launch may overlap the previous kernel's end). */
+enum { CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6 };
+typedef struct CUlaunchAttribute {
+    int id;
+    char pad[4];
+    union {
+        char bytes[64];
+        int programmatic_stream_serialization_allowed;
+    } value;
+} CUlaunchAttribute;
+typedef struct CUlaunchConfig {
+    unsigned grid[3], block[3], shared_bytes;
+    CUstream stream;
+    CUlaunchAttribute *attrs;
+    unsigned nattrs;
+} CUlaunchConfig;
+typedef CUresult (*cuLaunchKernelEx_fn)(const CUlaunchConfig *, CUfunction, void **, void **);
+
 static struct {
     void *lib;
     int ok;
     CUresult init_rc;
     cuTensorMapEncodeTiled_fn cuTensorMapEncodeTiled; /* NULL on drivers before CUDA 12 */
     CUresult (*cuStreamIsCapturing)(CUstream, int *); /* optional: NULL, never capturing */
+    cuLaunchKernelEx_fn cuLaunchKernelEx; /* optional: NULL, launches never overlap */
 #define CU_FIELD(name, ret, args) ret(*name) args;
     CU_FUNCS(CU_FIELD)
 #undef CU_FIELD
@@ -104,6 +124,7 @@ static void cu_load(void)
 #undef CU_RESOLVE
     *(void **)(&cu.cuTensorMapEncodeTiled) = dlsym(cu.lib, "cuTensorMapEncodeTiled");
     *(void **)(&cu.cuStreamIsCapturing) = dlsym(cu.lib, "cuStreamIsCapturing");
+    *(void **)(&cu.cuLaunchKernelEx) = dlsym(cu.lib, "cuLaunchKernelEx");
     cu.init_rc = cu.cuInit(0);
     cu.ok = cu.init_rc == CUDA_SUCCESS;
 }
@@ -502,9 +523,21 @@ static fj_status cuda_launch(void *p, void *kernel, const fj__launch *l, void *s
     }
     /* The one argument: the parameter block, which the driver copies at the launch. */
     void *params[1] = {(void *)l->params};
-    CU_CHECK(cu.cuLaunchKernel(k->function, l->grid[0], l->grid[1], l->grid[2], l->block[0],
-                               l->block[1], l->block[2], l->shared_bytes, (CUstream)stream, params,
-                               NULL));
+    if (l->overlap_previous && cu.cuLaunchKernelEx) {
+        CUlaunchAttribute overlap = {.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION};
+        overlap.value.programmatic_stream_serialization_allowed = 1;
+        const CUlaunchConfig config = {.grid = {l->grid[0], l->grid[1], l->grid[2]},
+                                       .block = {l->block[0], l->block[1], l->block[2]},
+                                       .shared_bytes = l->shared_bytes,
+                                       .stream = (CUstream)stream,
+                                       .attrs = &overlap,
+                                       .nattrs = 1};
+        CU_CHECK(cu.cuLaunchKernelEx(&config, k->function, params, NULL));
+    } else {
+        CU_CHECK(cu.cuLaunchKernel(k->function, l->grid[0], l->grid[1], l->grid[2], l->block[0],
+                                   l->block[1], l->block[2], l->shared_bytes, (CUstream)stream,
+                                   params, NULL));
+    }
 out:
     return st;
 }

@@ -270,8 +270,12 @@ fj_status fj__plan_decode(const fj__features *f, const fj_device_info *dev, cons
     plan->main_step = 0;
     if (splits == 1)
         return FJ_OK;
-    fj__plan_add_merge_step(plan, v->backend, 0 /* strided states */, FJ_DTYPE_F32,
-                            FJ_DTYPE_F32, v->out_dtype, v->write_lse, rows, f->head_dim_v);
+    fj__step *m = fj__plan_add_merge_step(plan, v->backend, 0 /* strided states */, FJ_DTYPE_F32,
+                                          FJ_DTYPE_F32, v->out_dtype, v->write_lse, rows,
+                                          f->head_dim_v);
+    /* On Hopper the merge launches while the decode kernel's last blocks run, and waits for
+    ** their states in the kernel (attn_merge.lua): its launch latency leaves the call's time. */
+    m->overlap_previous = v->backend == FJ_BACKEND_CUDA && fj__sm_version(dev) >= 90;
     return FJ_OK;
 }
 

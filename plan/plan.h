@@ -35,6 +35,8 @@ typedef struct fj__step {
     int workspace;    /* MEMSET: the workspace zeroed */
     int skip_if_memo; /* KERNEL: skipped when this workspace (>= 0) still holds what an equal
                       ** plan wrote into it (see fj__workspace.memo); -1: never skipped */
+    uint8_t overlap_previous; /* KERNEL: fj__launch's (its template waits for the previous
+                              ** kernel's writes before reading them) */
 } fj__step;
 
 typedef struct fj__workspace {

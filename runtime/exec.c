@@ -146,6 +146,7 @@ fj_status fj__plan_run(fj_context *ctx, const fj__plan *plan, const void *reques
         const fj__launch l = {.grid = {s->grid[0], s->grid[1], s->grid[2]},
                               .block = {s->block[0], s->block[1], s->block[2]},
                               .shared_bytes = s->shared_bytes,
+                              .overlap_previous = s->overlap_previous,
                               .params = params,
                               .params_size = layout->size,
                               .layout = layout};

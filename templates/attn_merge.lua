@@ -45,6 +45,14 @@ fj_attn_merge(
 )
 {
     SHARED float w[PAIRS][MAX_STATES]; /* the states' log-sum-exps, then their weights */
+% if backend == "cuda" then
+#if __CUDA_ARCH__ >= 900
+    /* Launched to overlap the end of the kernel that wrote the states (a decode's splits:
+    ** programmatic dependent launch), this waits for that kernel's writes; returns at once
+    ** when launched otherwise. */
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+% end
     const int team = THREAD_X / LANES, lane = THREAD_X % LANES;
     const I64 pair = (I64)BLOCK_X * PAIRS + team;
     const bool live = pair < P.pairs;

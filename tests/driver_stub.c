@@ -196,23 +196,60 @@ STUB_API CUresult cuFuncSetAttribute(void *function, int attribute, int value)
 {
     return OK;
 }
-STUB_API CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                                 unsigned by, unsigned bz, unsigned shared_bytes, void *stream,
-                                 void **params, void **extra)
+/* Records a launch (see fjstub_launch). */
+static void record(void *function, const unsigned grid[3], const unsigned block[3],
+                   unsigned shared_bytes, void *stream, int overlap_previous, void **params)
 {
     if (S.nlaunches < MAX_LAUNCHES) {
         fjstub_launch *l = &S.launches[S.nlaunches];
+        memset(l, 0, sizeof *l);
         strncpy(l->function, function ? (const char *)function : "", sizeof l->function - 1);
-        l->grid[0] = gx, l->grid[1] = gy, l->grid[2] = gz;
-        l->block[0] = bx, l->block[1] = by, l->block[2] = bz;
+        memcpy(l->grid, grid, sizeof l->grid);
+        memcpy(l->block, block, sizeof l->block);
         l->shared_bytes = shared_bytes;
         l->stream = stream;
+        l->overlap_previous = overlap_previous;
         /* flashjit passes one argument, its parameter block, from a buffer of at least
         ** FJSTUB_PARAM_COPY bytes */
         if (params && params[0])
             memcpy(l->params, params[0], FJSTUB_PARAM_COPY);
     }
     S.nlaunches++;
+}
+STUB_API CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                 unsigned by, unsigned bz, unsigned shared_bytes, void *stream,
+                                 void **params, void **extra)
+{
+    const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
+    record(function, grid, block, shared_bytes, stream, 0, params);
+    return OK;
+}
+/* CUlaunchConfig and CUlaunchAttribute as the Driver API lays them out. */
+typedef struct {
+    int id;
+    char pad[4];
+    union {
+        char bytes[64];
+        int value;
+    } value;
+} launch_attribute;
+typedef struct {
+    unsigned grid[3], block[3], shared_bytes;
+    void *stream;
+    launch_attribute *attrs;
+    unsigned nattrs;
+} launch_config;
+STUB_API CUresult cuLaunchKernelEx(const launch_config *config, void *function, void **params,
+                                   void **extra)
+{
+    int overlap = 0;
+    for (unsigned i = 0; i < config->nattrs; i++) {
+        if (config->attrs[i].id != 6) /* programmatic stream serialisation: the only one used */
+            return ERR_INVALID_VALUE;
+        overlap = config->attrs[i].value.value != 0;
+    }
+    record(function, config->grid, config->block, config->shared_bytes, config->stream, overlap,
+           params);
     return OK;
 }
 STUB_API CUresult cuTensorMapEncodeTiled(void *map, int dtype, unsigned rank, void *base,

@@ -9,6 +9,8 @@ typedef struct fjstub_launch {
     char function[128];
     unsigned grid[3], block[3], shared_bytes;
     void *stream;
+    int overlap_previous; /* launched by cuLaunchKernelEx with programmatic stream
+                          ** serialisation allowed */
     unsigned char params[FJSTUB_PARAM_COPY]; /* the first FJSTUB_PARAM_COPY bytes */
 } fjstub_launch;
 

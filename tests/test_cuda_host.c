@@ -167,36 +167,41 @@ static void test_forward_reaches_the_kernel(void **state)
 }
 
 /* A decode with four key splits: the decode kernel over (kv heads, splits, batch), then the
-** merge; a memoised repeat compiles, allocates and synchronises nothing. */
+** merge, whose launch overlaps the decode kernel's end on sm_90 only; a memoised repeat
+** compiles, allocates and synchronises nothing. */
 static void test_split_decode_then_merge(void **state)
 {
-    fj_context *ctx = stub_context("90");
-    assert_non_null(ctx);
-    request r;
-    request_make(ctx, &r, 3, 1, 4096, 8, 2, 128, 128, 0);
-    r.desc.num_splits = 4;
-    assert_int_equal(run(ctx, &r, NULL), FJ_OK);
-    assert_string_equal(kernel_path(ctx), "cuda.decode.mma");
-    fj_call_info before = {.struct_size = sizeof before};
-    assert_int_equal(fj_context_last_call(ctx, &before), FJ_OK);
-    stub.reset();
-    assert_int_equal(run(ctx, &r, NULL), FJ_OK);
-    assert_int_equal(stub.launches(), 2);
-    const fjstub_launch *dec = stub.launch_at(0), *merge = stub.launch_at(1);
-    assert_string_equal(dec->function, "fj_attn_decode");
-    assert_string_equal(merge->function, "fj_attn_merge");
-    assert_int_equal(dec->grid[1], 4); /* the splits */
-    assert_int_equal(dec->grid[2], 3); /* the batch */
-    assert_int_equal(merge->grid[1], 128 / 32); /* a row's 128 columns over 32-lane groups */
-    assert_true(params_hold(dec, r.q.data) && params_hold(dec, r.k.data) &&
-                params_hold(dec, r.v.data));
-    assert_true(params_hold(merge, r.out.data) && params_hold(merge, r.lse.data));
-    fj_call_info after = {.struct_size = sizeof after};
-    assert_int_equal(fj_context_last_call(ctx, &after), FJ_OK);
-    assert_int_equal(after.compiles, before.compiles);
-    assert_memoised(ctx);
-    request_free(ctx, &r);
-    fj_context_destroy(ctx);
+    for (int sm = 80; sm <= 90; sm += 10) {
+        fj_context *ctx = stub_context(sm == 90 ? "90" : "80");
+        assert_non_null(ctx);
+        request r;
+        request_make(ctx, &r, 3, 1, 4096, 8, 2, 128, 128, 0);
+        r.desc.num_splits = 4;
+        assert_int_equal(run(ctx, &r, NULL), FJ_OK);
+        assert_string_equal(kernel_path(ctx), "cuda.decode.mma");
+        fj_call_info before = {.struct_size = sizeof before};
+        assert_int_equal(fj_context_last_call(ctx, &before), FJ_OK);
+        stub.reset();
+        assert_int_equal(run(ctx, &r, NULL), FJ_OK);
+        assert_int_equal(stub.launches(), 2);
+        const fjstub_launch *dec = stub.launch_at(0), *merge = stub.launch_at(1);
+        assert_string_equal(dec->function, "fj_attn_decode");
+        assert_string_equal(merge->function, "fj_attn_merge");
+        assert_int_equal(dec->grid[1], 4); /* the splits */
+        assert_int_equal(dec->grid[2], 3); /* the batch */
+        assert_int_equal(merge->grid[1], 128 / 32); /* a row's 128 columns over 32-lane groups */
+        assert_int_equal(dec->overlap_previous, 0);
+        assert_int_equal(merge->overlap_previous, sm == 90);
+        assert_true(params_hold(dec, r.q.data) && params_hold(dec, r.k.data) &&
+                    params_hold(dec, r.v.data));
+        assert_true(params_hold(merge, r.out.data) && params_hold(merge, r.lse.data));
+        fj_call_info after = {.struct_size = sizeof after};
+        assert_int_equal(fj_context_last_call(ctx, &after), FJ_OK);
+        assert_int_equal(after.compiles, before.compiles);
+        assert_memoised(ctx);
+        request_free(ctx, &r);
+        fj_context_destroy(ctx);
+    }
 }
 
 /* During a capture the first call of a kind (it would allocate its workspace) is refused by
