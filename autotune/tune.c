@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define TUNE_MAX_CANDIDATES 48
+#define TUNE_MAX_CANDIDATES 64
 #define TUNE_MIN_REPS 5
 #define TUNE_MAX_REPS 20
 #define TUNE_BUDGET_MS 200.0
@@ -187,7 +187,9 @@ static void add(fj__tune_candidate *out, int *n, const fj__variant *v, int32_t s
 
 /* A decode's candidates for its kernel h: the split count (the plan's, then powers of two up
 ** to the key tiles), and on tensor cores also the tile depth and the ring's length (the blocks
-** an SM follow from the ring's shared memory, as in the plan). */
+** an SM follow from the ring's shared memory, as in the plan), and on sm_90 the other way of
+** copying rows (bulk or cp.async: the plan's rule is the batch-1 choice, and at large batches
+** the other can win) with the rings that suit it. */
 static int decode_search_space(const fj__variant *h, const fj__features *f,
                                const fj_device_info *dev, fj__tune_candidate *out)
 {
@@ -213,6 +215,20 @@ static int decode_search_space(const fj__variant *h, const fj__features *f,
             }
             add(out, &n, &v, splits[s], dev);
         }
+    if (h->path == FJ__PATH_MMA && fj__sm_version(dev) >= 90) {
+        /* bulk copies want short rings (bench/RESULTS.md: at most 256 copies outstanding) */
+        static const int bulk_stages[] = {2, 3}, piece_stages[] = {3, 4};
+        for (int a = 0; a < 2; a++)
+            for (int s = 0; s < 8; s++) {
+                if (splits[s] > 1 && (int64_t)(splits[s] - 1) * h->tile_n >= f->seqlen_k)
+                    continue;
+                fj__variant v = *h;
+                v.bulk = !h->bulk;
+                v.stages = (uint8_t)(v.bulk ? bulk_stages[a] : piece_stages[a]);
+                fj__decode_mma_residency(&v, dev);
+                add(out, &n, &v, splits[s], dev);
+            }
+    }
     return n;
 }
 
