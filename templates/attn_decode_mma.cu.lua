@@ -4,8 +4,9 @@
 % -- query head that shares it; with `partial` the split's state goes to the workspace), built
 % -- for the bandwidth limit, as FlashInfer's tensor-core decode:
 % --   - keys and values stream through a ring of STAGES shared-memory tiles of BN keys by
-% --     cp.async, so (STAGES - 1) tiles are always in flight; one block barrier a tile; read
-% --     once, they are marked evict-first in L2, with 256-byte L2 fetches;
+% --     cp.async, or with `bulk` (sm_90) a row a copy by the bulk-copy engine, a slot complete
+% --     on its mbarrier; (STAGES - 1) tiles are always in flight; one block barrier a tile;
+% --     read once, they are marked evict-first in L2 (cp.async: with 256-byte L2 fetches);
 % --   - the packed rows are the M side of mma.sync m16n8k16: the block's BM rows are BM / 16
 % --     slabs of 16, and the KWARPS warps of a slab share its work (below): S = Q K^T and
 % --     O += P V on tensor cores, one online softmax per (row, key) in the accumulators'
@@ -25,8 +26,9 @@
 % -- Parameters: as attn_decode.lua (one 16-bit type, no tile_n limit of its own), tile_m (BM:
 % -- 16, 32 or 64 packed rows), tile_n (BN keys a tile; KPW = BN / KWARPS a multiple of 16),
 % -- stages (the ring's tiles), q_in_regs (the query fragments stay in registers across the walk,
-% -- else they are read from shared memory a tile at a time: large head dims), split_dv and
-% -- v_in_k (above), shared_bytes (the host's fj__variant_shared_bytes), ctas_per_sm (the blocks
+% -- else they are read from shared memory a tile at a time: large head dims), split_dv, v_in_k
+% -- and bulk (above), partial (with it, the merge's launch may overlap this grid's end: see
+% -- attn_merge.lua), shared_bytes (the host's fj__variant_shared_bytes), ctas_per_sm (the blocks
 % -- an SM holds, which the registers must allow: the plan's from shared memory,
 % -- fj__decode_mma_residency; 0 no bound).
 % assert(backend == "cuda", "attn_decode_mma is a CUDA kernel")
@@ -99,7 +101,8 @@ typedef struct Comb {
 #define BARS_AT SHARED_END /* the ring slots' mbarriers */
 % end
 static_assert(WALK_BYTES % 16 == 0 && SHARED_END % 8 == 0 &&
-              SHARED_END + ${bulk and "8 * STAGES" or "0"} == ${shared_bytes}, "the host's fj__variant_shared_bytes");
+                  SHARED_END + ${bulk and "8 * STAGES" or "0"} == ${shared_bytes},
+              "the host's fj__variant_shared_bytes");
 
 % decode_key_row()
 
@@ -167,10 +170,10 @@ fj_attn_decode(
     /* load_tile_kv(slot, n0): keys [n0, n0 + BN) of K and V into ring slot `slot` (a paged
     ** cache's pages looked up before by pages_of(n0)). */
 % if bulk then
-    /* By the bulk-copy engine (sm_90), a row a copy
-    ** (copy i of a tile: K's row i, or V's row i - BN), issued by thread i % THREADS; the slot's
-    ** barrier completes when the tile's bytes have landed. Rows past hi are copies of row hi
-    ** (finite, and masked: their P is 0); columns past the head dims are zeros from the start. */
+    /* By the bulk-copy engine (sm_90), a row a copy (copy i of a tile: K's row i, or V's row
+    ** i - BN), issued by thread i % THREADS; the slot's barrier completes when the tile's bytes
+    ** have landed. Rows past hi are copies of row hi (finite, and masked: their P is 0);
+    ** columns past the head dims are zeros from the start. */
 #define COPIES (BN * ${v_in_k and 1 or 2})
 #define CPT ((COPIES + THREADS - 1) / THREADS) /* copies a thread issues a tile */
     const u32 tile_bytes = (u32)(BN * (head_dim${v_in_k and "" or " + head_dim_v"}) * (int)sizeof(elem_t));
