@@ -1,16 +1,18 @@
-"""A/B of builds of the library in one process: the forward grid, masks and packed sequences,
+"""A/B of builds of the library in one process: the forward grid, masks, packed sequences and
+decode (d 128 and MLA's 576 / 512, contiguous and paged),
 each case timed for every library in turn, forwards then backwards (A, B, ..., B, A), with the
 steady-state timing of bench/common.py, so that drift and noise show; cuDNN once per grid point
 as the reference of the same run. Before timing, the libraries' outputs are compared with the
 first's (a sanity check; the tests check numerics).
 
 Usage: python3 bench/ab_libs.py --libs old/libflashjit.so,build/libflashjit.so
-       [--names main,new] [--cases grid,masks,varlen] [--d 64,128,256] [--s 512,...,16384]
+       [--names main,new] [--cases grid,masks,varlen,decode] [--d 64,128,256] [--s 512,...,16384]
        [--rounds 1] [--out DIR]
 Prints one line per case: TFLOP/s of each timing, each library's mean over the first's, and
 the spread of the first's own timings; writes ab_libs.json into --out. TFLOP/s count 4 * d per
 query/key pair of the whole square, halved where the mask is causal-like (k <= q): a fixed
-count per case, so that the ratio is of times."""
+count per case, so that the ratio is of times. Decode cases report TB/s of the cache (K and V,
+or MLA's one latent cache) in the same column."""
 import argparse
 import json
 import os
@@ -23,7 +25,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import flashjit  # noqa: E402
-from common import grid_shape, heat, sustained_ms, tflops  # noqa: E402
+from common import grid_shape, heat, sustained_ms, tflops, to_pages  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--libs", required=True, help="comma-separated; the first is the reference")
@@ -144,6 +146,35 @@ if "varlen" in cases:
                    q, k, v, out=out, causal=c, cu_seqlens_q=cu, cu_seqlens_k=cu,
                    max_seqlen_q=max(lens), max_seqlen_k=max(lens))))
         del q, k, v, out
+
+if "decode" in cases:
+    # One query row; GQA 32 / 8 at d 128, and MLA (576 / 512, v a view of k) at 16 and 128
+    # heads; the paged copies in shuffled pages of 64 (seqused_k: every key).
+    for label, b, sk, hq, hkv, d, dv in (("d 128 b 1 x 8k", 1, 8192, 32, 8, 128, 128),
+                                         ("d 128 b 1 x 32k", 1, 32768, 32, 8, 128, 128),
+                                         ("d 128 b 8 x 32k", 8, 32768, 32, 8, 128, 128),
+                                         ("d 128 b 128 x 32k", 128, 32768, 32, 8, 128, 128),
+                                         ("MLA hq 16 b 1 x 8k", 1, 8192, 16, 1, 576, 512),
+                                         ("MLA hq 16 b 64 x 32k", 64, 32768, 16, 1, 576, 512),
+                                         ("MLA hq 128 b 1 x 8k", 1, 8192, 128, 1, 576, 512),
+                                         ("MLA hq 128 b 64 x 8k", 64, 8192, 128, 1, 576, 512)):
+        q = torch.randn(b, 1, hq, d, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16)
+        v = k[..., :dv] if dv < d else torch.randn_like(k)
+        out = torch.empty(b, 1, hq, dv, device="cuda", dtype=torch.bfloat16)
+        cache_bytes = k.numel() * 2 + (0 if dv < d else v.numel() * 2)
+        ab(f"decode {label} dense (TB/s)", cache_bytes,
+           lambda ctx: (lambda: ctx.forward(q, k, v, out=out)))
+        page = 64
+        perm = torch.randperm(b * (sk // page), device="cuda", dtype=torch.int32)
+        kp = to_pages(k, page, perm)
+        vp = kp[..., :dv] if dv < d else to_pages(v, page, perm)
+        used = torch.full((b,), sk, device="cuda", dtype=torch.int32)
+        table = perm.view(b, -1)
+        ab(f"decode {label} page 64 (TB/s)", cache_bytes,
+           lambda ctx: (lambda: ctx.forward(q, kp, vp, out=out, page_table=table, seqused_k=used,
+                                            max_seqlen_k=sk)))
+        del q, k, v, out, kp, vp
 
 for i in range(1, len(libs)):
     ratios = [r["ratios"][i] for r in results]
