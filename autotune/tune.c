@@ -216,7 +216,7 @@ static int decode_search_space(const fj__variant *h, const fj__features *f,
             add(out, &n, &v, splits[s], dev);
         }
     if (h->path == FJ__PATH_MMA && fj__sm_version(dev) >= 90) {
-        /* bulk copies want short rings (bench/RESULTS.md: at most 256 copies outstanding) */
+        /* bulk copies want short rings (fj__decode_too_many_copies) */
         static const int bulk_stages[] = {2, 3}, piece_stages[] = {3, 4};
         for (int a = 0; a < 2; a++)
             for (int s = 0; s < 8; s++) {
@@ -226,7 +226,8 @@ static int decode_search_space(const fj__variant *h, const fj__features *f,
                 v.bulk = !h->bulk;
                 v.stages = (uint8_t)(v.bulk ? bulk_stages[a] : piece_stages[a]);
                 fj__decode_mma_residency(&v, dev);
-                add(out, &n, &v, splits[s], dev);
+                if (!fj__decode_too_many_copies(&v))
+                    add(out, &n, &v, splits[s], dev);
             }
     }
     return n;

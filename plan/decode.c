@@ -37,9 +37,7 @@ void fj__decode_mma_residency(fj__variant *v, const fj_device_info *dev)
     v->ctas_per_sm = (uint8_t)(fit < 1 ? 1 : fit > 4 ? 4 : fit);
 }
 
-/* Whether v's ring keeps more bulk row copies outstanding than a block sustains (at most
-** MAX_BULK_IN_FLIGHT: more ran at 0.6x on the H200). */
-static int too_many_copies(const fj__variant *v)
+int fj__decode_too_many_copies(const fj__variant *v)
 {
     return v->bulk && (v->stages - 1) * v->tile_n * (v->v_in_k ? 1 : 2) > MAX_BULK_IN_FLIGHT;
 }
@@ -77,7 +75,7 @@ static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t 
     ** than MAX_BULK_IN_FLIGHT row copies outstanding ran at 0.6x; two with split_dv (two
     ** blocks of 104 KiB at 576 / 512). Fewer where large heads do not fit. */
     t.stages = t.split_dv ? 2 : f->paged || t.bulk ? 3 : 4;
-    while (t.stages > 2 && (too_many_copies(&t) || !fj__variant_fits(&t, dev)))
+    while (t.stages > 2 && (fj__decode_too_many_copies(&t) || !fj__variant_fits(&t, dev)))
         t.stages--;
     if (!fj__variant_fits(&t, dev))
         return 0;
@@ -161,7 +159,7 @@ int fj__decode_apply_config(fj__variant *v, const char *config, const fj_device_
     t.tile_m = v->tile_m;
     /* A ring deeper than bulk copies sustain, asked without bulk=1 (a tuning record or config
     ** from before bulk copies): by cp.async, with which such rings were measured. */
-    if (too_many_copies(&t) && !strstr(config, "bulk="))
+    if (fj__decode_too_many_copies(&t) && !strstr(config, "bulk="))
         t.bulk = 0;
     if (t.path == FJ__PATH_MMA && !strstr(config, "ctas_per_sm="))
         fj__decode_mma_residency(&t, dev);

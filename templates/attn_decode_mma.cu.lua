@@ -105,6 +105,31 @@ static_assert(WALK_BYTES % 16 == 0 && SHARED_END % 8 == 0 &&
               "the host's fj__variant_shared_bytes");
 
 % decode_key_row()
+% -- Who copies K and V into the ring (load_tile_kv below): the bulk-copy engine a row a copy;
+% -- else cp.async by threads, each the same column of rows (16-byte columns that divide the
+% -- threads and the tile), a warp a whole wide row, or any piece any thread.
+% local ck = head_dim_pad // 8
+% local loader = bulk and "bulk"
+% loader = loader or (head_dim_pad == head_dim_v_pad and threads % ck == 0 and tile_n % (threads // ck) == 0 and "columns")
+% loader = loader or (ck >= 32 and "wide_rows") or "pieces"
+% if loader == "wide_rows" then
+
+/* A warp's copy of one wide row (the wide-row loader below), the row at `off` in tensor t: lane
+** `lane` copies 16-byte pieces lane, lane + 32, ... of the PAD padded columns to dst; zeros past
+** `dims` and where the row is not `in` (past the split's end; the row then unread). */
+template <int PAD>
+__device__ __forceinline__ void copy_wide_row(elem_t *dst, const elem_t *t, I64 off, bool in,
+                                              int dims, int lane)
+{
+#pragma unroll
+    for (int x = 0; x < (PAD / 8 + 31) / 32; x++) {
+        const int c = (lane + 32 * x) * 8;
+        const bool ok = in && c < dims;
+        if (c < PAD)
+            cp_async16_stream(smem_addr(dst + c), ok ? t + off + c : t, ok ? 16 : 0);
+    }
+}
+% end
 
 extern "C" __global__ void __launch_bounds__(THREADS, ${math.max(ctas_per_sm, 1)})
 fj_attn_decode(
@@ -169,7 +194,7 @@ fj_attn_decode(
 
     /* load_tile_kv(slot, n0): keys [n0, n0 + BN) of K and V into ring slot `slot` (a paged
     ** cache's pages looked up before by pages_of(n0)). */
-% if bulk then
+% if loader == "bulk" then
     /* By the bulk-copy engine (sm_90), a row a copy (copy i of a tile: K's row i, or V's row
     ** i - BN), issued by thread i % THREADS; the slot's barrier completes when the tile's bytes
     ** have landed. Rows past hi are copies of row hi (finite, and masked: their P is 0);
@@ -177,8 +202,7 @@ fj_attn_decode(
 #define COPIES (BN * ${v_in_k and 1 or 2})
 #define CPT ((COPIES + THREADS - 1) / THREADS) /* copies a thread issues a tile */
     const u32 tile_bytes = (u32)(BN * (head_dim${v_in_k and "" or " + head_dim_v"}) * (int)sizeof(elem_t));
-    u64 policy; /* read once: the lines may leave L2 first */
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    const u64 policy = l2_evict_first(); /* read once */
 %   if paged then
     /* The pages of the thread's rows of the next tile, and the rows in them, looked up a tile
     ** ahead (the table's latency off the copies' path). */
@@ -214,7 +238,7 @@ fj_attn_decode(
                           (u32)((is_k ? head_dim : head_dim_v) * (int)sizeof(elem_t)), bar, policy);
         }
     };
-% elseif head_dim_pad == head_dim_v_pad and threads % (head_dim_pad // 8) == 0 and tile_n % (threads // (head_dim_pad // 8)) == 0 then
+% elseif loader == "columns" then
     /* By cp.async, here and below: zeros past hi and the head dims, a 16-byte piece at a time. */
     /* Each thread copies the same column of rows row0 + j * RSTEP (j < RPT) of every tile, in
     ** K and in V. */
@@ -261,12 +285,10 @@ fj_attn_decode(
 %   end
         }
     };
-% elseif head_dim_pad // 8 >= 32 then
+% elseif loader == "wide_rows" then
     /* Wide rows (256 head dims and more): a warp copies whole rows, every WARPS-th of a tile (its
     ** row j is row warp + WARPS * j), its lanes the 16-byte pieces of each. */
-#define RPW (BN / WARPS)              /* rows a warp copies a tile */
-#define KPIECES ((DP / 8 + 31) / 32)  /* 16-byte pieces a lane copies of a K row (at most) */
-#define VPIECES ((DVP / 8 + 31) / 32)
+#define RPW (BN / WARPS) /* rows a warp copies a tile */
     static_assert(RPW <= 32, "attn_decode_mma: a lane for each row a warp copies");
 %   if paged then
     /* Paged: lane j looks the warp's row j of the next tile up, a tile ahead (the table's
@@ -290,27 +312,14 @@ fj_attn_decode(
 %   else
             const I64 ko = (I64)key * k_ss;
 %   end
-#pragma unroll
-            for (int x = 0; x < KPIECES; x++) {
-                const int c = (lane + 32 * x) * 8;
-                const bool ok = in && c < head_dim;
-                if (c < DP)
-                    cp_async16_stream(smem_addr(sK + r * QS + c), ok ? k + ko + c : k, ok ? 16 : 0);
-            }
+            copy_wide_row<DP>(sK + r * QS, k, ko, in, head_dim, lane);
 %   if not v_in_k then
 %     if paged then
             const I64 vo = (I64)pg * v_sb + (I64)pin * v_ss;
 %     else
             const I64 vo = (I64)key * v_ss;
 %     end
-            elem_t *sV = sK + SLOT_V;
-#pragma unroll
-            for (int x = 0; x < VPIECES; x++) {
-                const int c = (lane + 32 * x) * 8;
-                const bool ok = in && c < head_dim_v;
-                if (c < DVP)
-                    cp_async16_stream(smem_addr(sV + r * VS + c), ok ? v + vo + c : v, ok ? 16 : 0);
-            }
+            copy_wide_row<DVP>(sK + SLOT_V + r * VS, v, vo, in, head_dim_v, lane);
 %   end
         }
     };

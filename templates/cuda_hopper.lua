@@ -115,7 +115,7 @@ __device__ __forceinline__ void mbar_arrive_cluster(u32 addr)
 }
 /* ---- bulk copies ------------------------------------------------------------------------ */
 /* Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared memory;
-** the barrier counts them. policy: an L2 cache policy (createpolicy). */
+** the barrier counts them. policy: an L2 cache policy (such as cuda_mma.lua's l2_evict_first). */
 __device__ __forceinline__ void bulk_load_row(u32 dst, const void *src, u32 bytes, u32 bar, u64 policy)
 {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"

@@ -27,12 +27,19 @@ __device__ __forceinline__ void cp_async16(u32 dst, const void *src, int src_byt
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
-/* The same for data streamed through once (a decode's keys and values): the line may leave L2
-** first (evict_first), and L2 fetches 256-byte blocks around it. */
+/* The L2 policy of data streamed through once (a decode's keys and values): its lines may leave
+** L2 first. Not volatile: the compiler makes it once. */
+__device__ __forceinline__ u64 l2_evict_first()
+{
+    u64 policy;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    return policy;
+}
+/* cp_async16 for data streamed through once: evict-first in L2 (l2_evict_first), and L2 fetches
+** 256-byte blocks around it. */
 __device__ __forceinline__ void cp_async16_stream(u32 dst, const void *src, int src_bytes)
 {
-    u64 policy; /* not volatile: the compiler makes it once */
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    const u64 policy = l2_evict_first();
     asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;" ::"r"(dst),
                  "l"(src), "r"(src_bytes), "l"(policy));
 }
