@@ -49,28 +49,35 @@ static fj_context *suite_context(void **state)
     return *state;
 }
 
-/* A second context on the suite's backend, new (nothing compiled, no workspaces); the test
-** fails without one. Destroy it with fj_context_destroy. (inline, so the suites that do not
-** call it do not warn.) */
-static inline fj_context *suite_new_context(void)
+/* A new context on the suite's backend (nothing compiled, no workspaces) into *ctx. */
+static inline fj_status suite_create_context(fj_context **ctx)
 {
     fj_context_options o;
     fj_context_options_init(&o);
     o.backend = FJ_TEST_BACKEND;
     o.cache_path = ":memory:";
+    return fj_context_create(&o, ctx);
+}
+
+/* A second context on the suite's backend, new; the test fails without one. Destroy it with
+** fj_context_destroy. (inline, so the suites that do not call it do not warn.) */
+static inline fj_context *suite_new_context(void)
+{
     fj_context *ctx = NULL;
-    assert_int_equal(fj_context_create(&o, &ctx), FJ_OK);
+    assert_int_equal(suite_create_context(&ctx), FJ_OK);
     return ctx;
 }
 
 /* The same, made while environment variable var is value (the library reads FLASHJIT_CONFIG
-** and FLASHJIT_BWD_CONFIG when a context is made). (setenv: the suites define
-** _POSIX_C_SOURCE 200809L.) */
+** and FLASHJIT_BWD_CONFIG when a context is made); the variable is unset again before any
+** check can fail. (setenv: the suites define _POSIX_C_SOURCE 200809L.) */
 static inline fj_context *suite_context_with_env(const char *var, const char *value)
 {
     assert_int_equal(setenv(var, value, 1), 0);
-    fj_context *ctx = suite_new_context();
+    fj_context *ctx = NULL;
+    const fj_status st = suite_create_context(&ctx);
     unsetenv(var);
+    assert_int_equal(st, FJ_OK);
     return ctx;
 }
 
