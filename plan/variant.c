@@ -115,11 +115,13 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
     }
     if (v->family == FJ__FAMILY_BWD && v->path == FJ__PATH_WGMMA) {
         /* attn_bwd_wgmma.cu.lua, and slack to align the panels: stage 2 K and V, a ring of
-        ** `stages` slots of Q and dO, with dQ (grads 4) two buffers of dS [tile_m][tile_n],
-        ** the slots' lse and D, 128 bytes of mbarriers; stage 3 Q and dO, two buffers of K and
-        ** V. */
+        ** `stages` slots of Q and dO, with dQ (grads 4) two buffers of dS [tile_m][tile_n] and
+        ** a staged 64 x 64 f32 piece of dQ (rows of 72 floats) a warpgroup (64 keys), the
+        ** slots' lse and D, 128 bytes of mbarriers; stage 3 Q and dO, two buffers of K and V. */
         const uint32_t row = qs * (uint32_t)(v->head_dim_pad + v->head_dim_v_pad);
-        const uint32_t ds = v->grads & 4 ? 2u * qs * (uint32_t)(v->tile_m * v->tile_n) : 0u;
+        const uint32_t ds = v->grads & 4 ? 2u * qs * (uint32_t)(v->tile_m * v->tile_n) +
+                                               4u * 72u * (uint32_t)v->tile_n
+                                         : 0u;
         return v->stage == 2 ? row * (uint32_t)(v->tile_n + v->stages * v->tile_m) + ds +
                                    8u * (uint32_t)(v->stages * v->tile_m) + 128u + 1023u
                              : row * (uint32_t)(v->tile_m + 2 * v->tile_n) + 1023u;

@@ -15,13 +15,14 @@
 % --   P^T, dS^T                     attn_bwd_tc.lua's element pass, in registers
 % --   dV += P^T dO, dK += dS^T Q    wgmma with P^T and dS^T from registers (the accumulator
 % --                                 layout is the A-operand layout), dO and Q transposed
-% -- and with dQ (grads 4: unless deterministic) writes dS^T transposed into one of two dS
-% -- buffers, so that the block's dQ = dS K (BM x DP: pieces of 64 x 64 dealt to the
-% -- warpgroups, K transposed) is added by atomics into the f32 workspace, as the mma.sync
-% -- kernel's. A tile's dQ runs in the next tile's iteration, once its dS is whole: the
+% -- and with dQ (grads 4: unless deterministic) writes dS^T transposed (matrix stores) into one
+% -- of two dS buffers, so that the block's dQ = dS K (BM x DP: pieces of 64 x 64 dealt to the
+% -- warpgroups, K transposed) is added into the f32 workspace: each warp stages its rows of a
+% -- piece in shared memory and adds them by bulk reductions (a row each, no per-element
+% -- atomics). A tile's dQ runs in the next tile's iteration, once its dS is whole: the
 % -- warpgroups meet only there and at the slots (mbarriers, no block barrier), so they drift
-% -- apart and one's element pass runs under the other's products. Packed sequences: rows that
-% -- the bulk copies read from the next sequence are zeroed before any product reads them.
+% -- apart and one's element pass runs under the other's products. Packed sequences: rows that the bulk copies read from the next
+% -- sequence are zeroed before any product reads them.
 % -- Stage 3, dq (deterministic requests): a block owns BM = 64 * NWG query rows of one (batch,
 % -- head), 64 per warpgroup, and streams tiles of BN keys (two buffers): S = Q K^T and
 % -- dP = dO V^T from shared memory, P and dS in registers, dQ += dS K with K transposed.
@@ -83,14 +84,18 @@ constexpr int STAGES = ${stages}; /* ring slots of Q and dO tiles */
 /* ---- shared memory ------------------------------------------------------------------------- */
 /* Tiles are 64-column panels of rows x 128 bytes, 16-byte chunk c of row r stored at chunk
 ** c ^ (r % 8) (the 128-byte swizzle): K [BN][DP], V [BN][DVP], the ring's slots of Q [BM][DP]
-** and dO [BM][DVP], with dQ two buffers of dS [BM][BN] (panel w: warpgroup w's keys), then the
-** slots' lse (log2 units) and D, [BM] floats each, the mbarriers and the slots' counts of warps
-** that freed them. Panels start 1024-byte aligned. */
+** and dO [BM][DVP], with dQ two buffers of dS [BM][BN] (panel w: warpgroup w's keys) and each
+** warpgroup's staged dQ piece ([64][DQ_PITCH] floats, not swizzled), then the slots' lse (log2
+** units) and D, [BM] floats each, the mbarriers and the slots' counts of warps that freed them.
+** Panels start 1024-byte aligned. */
 constexpr int K_BYTES = BN * DP * 2, V_BYTES = BN * DVP * 2;
 constexpr int Q_BYTES = BM * DP * 2, QG_BYTES = Q_BYTES + BM * DVP * 2;
 constexpr int DS_BYTES = ${want_dq and "BM * BN * 2" or "0"};
+constexpr int DQ_PITCH = 72; /* floats a staged dQ row: 64, and 8 that keep the stores conflict-free */
+constexpr int DQ_BYTES = ${want_dq and "64 * DQ_PITCH * 4" or "0"};
 constexpr int RING_OFFSET = K_BYTES + V_BYTES, DS_OFFSET = RING_OFFSET + STAGES * QG_BYTES;
-constexpr int LD_OFFSET = DS_OFFSET + 2 * DS_BYTES, BAR_OFFSET = LD_OFFSET + STAGES * 8 * BM;
+constexpr int DQ_OFFSET = DS_OFFSET + 2 * DS_BYTES, LD_OFFSET = DQ_OFFSET + NWG * DQ_BYTES;
+constexpr int BAR_OFFSET = LD_OFFSET + STAGES * 8 * BM;
 static_assert(BAR_OFFSET + 128 + 1023 == ${shared_bytes}, "the host's shared-memory size");
 
 /* The mbarriers by kind, 8 bytes each from BAR_OFFSET: a kind of n takes n consecutive words. */
@@ -199,60 +204,66 @@ __device__ __forceinline__ void regs_by_rows_${n}(float *acc, const u32 (*a)[4],
 % if head_dim_v_pad ~= head_dim_pad then regs_by_rows(head_dim_v_pad) end
 % if want_dq then
 
-/* dS^T of a warp (A fragments of its 16 keys from `key`) into the swizzled tile `tile` as dS
-** (query rows by the block's keys): fragment register r of k16 block kk holds keys
-** key + 8 (r % 2) and queries 16 kk + 8 (r / 2) + 2 t (+ 1). A query's row within its 8-row
-** swizzle atom depends on t alone, so four addresses serve every store, a row block apart. */
-__device__ __forceinline__ void store_ds_transposed(u32 tile, const u32 (*dsf)[4], int key, int t)
+/* dS^T of a warp (A fragments of its 16 keys from key0) into the swizzled tile `tile` as dS
+** (query rows by the block's keys), by transposing matrix stores: register r of k16 block kk
+** holds the 8 x 8 matrix of keys key0 + 8 (r % 2) + [0, 8) by queries 16 kk + 8 (r / 2) + [0, 8),
+** whose query rows take 16 bytes (8 keys, one swizzle chunk) each. */
+__device__ __forceinline__ void store_ds_transposed(u32 tile, const u32 (*dsf)[4], int key0, int lane)
 {
-    u32 at[2][2]; /* [r % 2][the query's + 0 or + 1] */
-#pragma unroll
-    for (int x = 0; x < 2; x++)
-#pragma unroll
-        for (int o = 0; o < 2; o++)
-            at[x][o] = swizzled(tile, BM, 2 * t + o, key + 8 * x);
+    const int m = lane / 8; /* the matrix whose row lane % 8 this lane addresses */
+    const u32 at = swizzled(tile, BM, 8 * (m / 2) + lane % 8, key0 + 8 * (m % 2));
 #pragma unroll
     for (int kk = 0; kk < BM / 16; kk++)
-#pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const u32 rows = (16 * kk + 8 * (r / 2)) * 128;
-            asm volatile("st.shared.b16 [%0], %1;" ::"r"(at[r % 2][0] + rows),
-                         "h"((unsigned short)(dsf[kk][r] & 0xffffu)) : "memory");
-            asm volatile("st.shared.b16 [%0], %1;" ::"r"(at[r % 2][1] + rows),
-                         "h"((unsigned short)(dsf[kk][r] >> 16)) : "memory");
-        }
+        stmatrix_x4_trans(at + kk * 16 * 128, dsf[kk]); /* 16 rows on: the same swizzle */
 }
 
-/* dQ = dS K of the block's n-th tile (rows [m0, m0 + BM) of dq_acc's head) added into the f32
-** sum: pieces of 64 rows by 64 columns dealt to the warpgroups, from warpgroup n % NWG on (so
-** that a single piece changes hands from tile to tile); dS in sDS (K-major over the block's
-** keys), K N-major. */
-__device__ __forceinline__ void add_dq_tile(float *dq_acc, u32 sDS, u32 sK, int n, int m0,
-                                            int seqlen_q, int wg, int warp, int g, int t)
+/* ---- dQ = dS K of a tile: pieces of 64 rows (block rb) by 64 columns (panel cp) ------------ */
+constexpr int ROW_BLOCKS = BM / 64, DQ_PIECES = ROW_BLOCKS * (DP / 64);
+
+/* The first of tile n's pieces that warpgroup wg takes: they are dealt from warpgroup n % NWG
+** on, so that a single piece changes hands from tile to tile. */
+__device__ __forceinline__ int first_dq_piece(int n, int wg)
 {
-    constexpr int ROW_BLOCKS = BM / 64, PIECES = ROW_BLOCKS * (DP / 64);
-#pragma unroll 1
-    for (int piece = (wg + NWG - n % NWG) % NWG; piece < PIECES; piece += NWG) {
-        const int rb = piece % ROW_BLOCKS, cp = piece / ROW_BLOCKS;
-        float acc[8][4];
-        wgmma_fence();
+    return (wg + NWG - n % NWG) % NWG;
+}
+
+/* A piece's product into acc: dS in sDS (K-major over the block's keys), K N-major. */
+__device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int piece)
+{
+    const int rb = piece % ROW_BLOCKS, cp = piece / ROW_BLOCKS;
+    wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++)
-            wgmma_ss_t_64(&acc[0][0], gmma_kmajor(sDS + rb * 64 * 128, BM, kk),
-                          gmma_nmajor(sK + cp * BN * 128, BN, kk), kk > 0);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_regs<32>(&acc[0][0]);
+    for (int kk = 0; kk < BN / 16; kk++)
+        wgmma_ss_t_64(&acc[0][0], gmma_kmajor(sDS + rb * 64 * 128, BM, kk),
+                      gmma_nmajor(sK + cp * BN * 128, BN, kk), kk > 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs<32>(&acc[0][0]);
+}
+
+/* Adds a warp's 16 rows of a finished piece (acc) into the f32 sum at dq (DP floats a row: rows
+** row0 + [0, 16), the piece's 64 columns from there) through the warp's 16 staged rows at
+** `stage`: written once the warp's previous reductions have read them, then one bulk reduction
+** a row from lanes 0-15 (none from seqlen_q on). */
+__device__ __forceinline__ void add_dq_rows(float *dq, u32 stage, const float (*acc)[4], int row0,
+                                            int seqlen_q, int lane)
+{
+    const int g = lane / 4, t = lane % 4;
+    if (lane < 16)
+        bulk_wait_read<0>();
+    __syncwarp();
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int row = m0 + rb * 64 + warp * 16 + g + 8 * h;
-            if (row >= seqlen_q)
-                continue;
-            float *dst = dq_acc + (long long)row * DP + cp * 64 + 2 * t;
+    for (int h = 0; h < 2; h++)
 #pragma unroll
-            for (int j = 0; j < 8; j++)
-                red_add2(dst + j * 8, acc[j][2 * h], acc[j][2 * h + 1]);
-        }
+        for (int j = 0; j < 8; j++)
+            st_shared_v2(stage + ((g + 8 * h) * DQ_PITCH + j * 8 + 2 * t) * 4, acc[j][2 * h],
+                         acc[j][2 * h + 1]);
+    fence_proxy_async(); /* read by the bulk reductions (the async proxy) */
+    __syncwarp();
+    if (lane < 16) {
+        if (row0 + lane < seqlen_q)
+            bulk_reduce_add_f32(dq + (long long)(row0 + lane) * DP, stage + lane * DQ_PITCH * 4, 64 * 4);
+        bulk_commit();
     }
 }
 % end
@@ -350,12 +361,19 @@ fj_attn_bwd_dkdv(
     const int key_row = n0 + wg * 64 + warp * 16; /* this warp's first key */
     const u32 sKw = sK + wg * 64 * 128, sVw = sV + wg * 64 * 128; /* the warpgroup's keys */
 % if want_dq then
-    /* The tile whose dQ is still to add (its dS is whole once both warpgroups wrote theirs). */
-    auto dq_of = [&](int n, int head, int m0) {
+    /* Adds tile n's dQ pieces of this warpgroup into the workspace, once its dS is whole (both
+    ** warpgroups wrote theirs); then the warp frees dS buffer n % 2. */
+    const u32 sDQw = sK + DQ_OFFSET + wg * DQ_BYTES + warp * 16 * DQ_PITCH * 4; /* the warp's rows */
+    auto add_dq = [&](int n, int head, int m0) {
         const int b = n & 1;
-        mbar_wait(bar(DS_FULL, b), (n >> 1) & 1);
-        const long long dq_rows = (long long)(batch * heads_q + head) * d_rows;
-        add_dq_tile(P.dq_acc + dq_rows * DP, sDS + b * DS_BYTES, sK, n, m0, seqlen_q, wg, warp, g, t);
+        float *dq = P.dq_acc + (long long)(batch * heads_q + head) * d_rows * DP;
+        for (int piece = first_dq_piece(n, wg); piece < DQ_PIECES; piece += NWG) {
+            float acc[8][4];
+            mbar_wait(bar(DS_FULL, b), (n >> 1) & 1);
+            dq_piece(acc, sDS + b * DS_BYTES, sK, piece);
+            add_dq_rows(dq + (piece / ROW_BLOCKS) * 64, sDQw, acc,
+                        m0 + (piece % ROW_BLOCKS) * 64 + warp * 16, seqlen_q, lane);
+        }
         warp_arrive(bar(DS_EMPTY, b));
     };
     int dq_head = 0, dq_m0 = 0;
@@ -408,7 +426,7 @@ fj_attn_bwd_dkdv(
 % if want_dq then
         /* dS^T into dS buffer n % 2 as dS, once the dQ products of tile n - 2 are done with it. */
         mbar_wait(bar(DS_EMPTY, n & 1), ((n >> 1) & 1) ^ 1);
-        store_ds_transposed(sDS + (n & 1) * DS_BYTES, dsf, wg * 64 + warp * 16 + g, t);
+        store_ds_transposed(sDS + (n & 1) * DS_BYTES, dsf, wg * 64 + warp * 16, lane);
         fence_proxy_async(); /* read by wgmma (the async proxy) */
         mbar_arrive(bar(DS_FULL, n & 1));
 % end
@@ -436,14 +454,16 @@ fj_attn_bwd_dkdv(
         refill = next_live(refill);
 % if want_dq then
         if (n > 0)
-            dq_of(n - 1, dq_head, dq_m0);
+            add_dq(n - 1, dq_head, dq_m0);
         dq_head = head;
         dq_m0 = m0;
 % end
     }
 % if want_dq then
     if (n > 0)
-        dq_of(n - 1, dq_head, dq_m0);
+        add_dq(n - 1, dq_head, dq_m0);
+    if (lane < 16)
+        bulk_wait<0>(); /* the sums landed, and the staged rows are read, before the block ends */
 % end
 
 % bwd_store_dkdv(true, true)

@@ -82,6 +82,20 @@ __device__ __forceinline__ void fence_proxy_async()
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
+/* Stores four 8 x 8 matrices of 16-bit elements transposed: register j of every thread holds
+** its pair of matrix j in the mma fragment layout (row lane / 4, columns 2 (lane % 4) + 0, 1),
+** and lane 8 j + i gives the shared-memory address of the 16 bytes that take column i of
+** matrix j. */
+__device__ __forceinline__ void stmatrix_x4_trans(u32 addr, const u32 *r)
+{
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};"
+                 ::"r"(addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
+}
+__device__ __forceinline__ void st_shared_v2(u32 addr, float a, float b)
+{
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(a), "f"(b) : "memory");
+}
+
 /* ---- clusters: a block's partner and its shared memory ---------------------------------- */
 __device__ __forceinline__ u32 cluster_rank()
 {
@@ -121,6 +135,27 @@ __device__ __forceinline__ void bulk_load_row(u32 dst, const void *src, u32 byte
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
                  " [%0], [%1], %2, [%3], %4;"
                  ::"r"(dst), "l"(src), "r"(bytes), "r"(bar), "l"(policy) : "memory");
+}
+/* Adds `bytes` of f32 (a multiple of 16; both addresses 16-byte aligned) from shared memory
+** into global memory, element by element and atomically, as one bulk operation of the calling
+** thread's current bulk group. The source may be written again once bulk_wait_read() says the
+** group was read; the kernel must not end before bulk_wait() (the sums landed). The writes of
+** the source need fence_proxy_async() by their threads first. */
+__device__ __forceinline__ void bulk_reduce_add_f32(float *dst, u32 src, u32 bytes)
+{
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
+                 ::"l"(dst), "r"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+/* Waits until at most N of the calling thread's bulk groups have sources still to read. */
+template <int N> __device__ __forceinline__ void bulk_wait_read()
+{
+    asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+/* Waits until at most N of the calling thread's bulk groups are incomplete. */
+template <int N> __device__ __forceinline__ void bulk_wait()
+{
+    asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
 }
 /* Copies one box of a rank-4 tensor to shared memory (bulk tensor copies, TMA); the barrier
 ** counts its bytes. Elements outside the tensor arrive as zeros. */
