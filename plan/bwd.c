@@ -75,9 +75,11 @@ static int wgmma_serves(const fj__features *f, const fj_device_info *dev, const 
 
 /* The Hopper variant of stage 2 or 3: two warpgroups of 64 rows (keys; query rows), head dims
 ** padded to the swizzle's 64-column panels. Stage 2 writes dK and dV in one launch (and adds dQ
-** by atomics unless deterministic) and streams 64 query rows a tile (128 at d 64 spill 8-12
-** bytes: S^T's and dP^T's accumulators share the registers with dK's and dV's) through a ring
-** of two slots (three measured the same on the H200, d 64 and 128, 4k and 16k); stage 3 streams
+** to the workspace unless deterministic) and streams query rows through a ring of two slots
+** (three measured the same on the H200, d 64 and 128, 4k and 16k): 128 a tile at d and dv 64
+** (H200, bf16: 1.12-1.22x over 64), but where the element pass needs more registers (score_mod,
+** soft-capping, a mask tensor, mask ranges: S^T's and dP^T's accumulators, 64 floats each at
+** 128 rows, beside dK's and dV's spill there), and 64 at d 128 (128 does not fit); stage 3 streams
 ** 128 keys a tile at d 64 and 64 beyond (H200, deterministic plan's time over the default's at
 ** d 64: 1.09-1.14 with 128, 1.11-1.18 with 64; at d 128 the two within 1 %). */
 static void bwd_wgmma_variant(int stage, int deterministic, fj__variant *v)
@@ -88,8 +90,10 @@ static void bwd_wgmma_variant(int stage, int deterministic, fj__variant *v)
     v->warps = 8;
     v->threads = 32 * v->warps;
     if (stage == 2) {
+        const int light_elements = (!v->score_mod || !v->score_mod[0]) && !v->softcap &&
+                                   !v->mask_tensor && !v->mask_ranges;
         v->tile_n = 16 * v->warps;
-        v->tile_m = 64;
+        v->tile_m = v->head_dim_pad <= 64 && v->head_dim_v_pad <= 64 && light_elements ? 128 : 64;
         v->stages = 2;
         v->grads = deterministic ? 3 : 7;
     } else {

@@ -363,15 +363,15 @@ fj_attn_bwd_dkdv(
 % if want_dq then
     /* Adds tile n's dQ pieces of this warpgroup into the workspace, once its dS is whole (both
     ** warpgroups wrote theirs); then the warp frees dS buffer n % 2. */
-    const u32 sDQw = sK + DQ_OFFSET + wg * DQ_BYTES + warp * 16 * DQ_PITCH * 4; /* the warp's rows */
     auto add_dq = [&](int n, int head, int m0) {
         const int b = n & 1;
+        const u32 staged = sK + DQ_OFFSET + wg * DQ_BYTES + warp * 16 * DQ_PITCH * 4; /* the warp's rows */
         float *dq = P.dq_acc + (long long)(batch * heads_q + head) * d_rows * DP;
         for (int piece = first_dq_piece(n, wg); piece < DQ_PIECES; piece += NWG) {
             float acc[8][4];
             mbar_wait(bar(DS_FULL, b), (n >> 1) & 1);
             dq_piece(acc, sDS + b * DS_BYTES, sK, piece);
-            add_dq_rows(dq + (piece / ROW_BLOCKS) * 64, sDQw, acc,
+            add_dq_rows(dq + (piece / ROW_BLOCKS) * 64, staged, acc,
                         m0 + (piece % ROW_BLOCKS) * 64 + warp * 16, seqlen_q, lane);
         }
         warp_arrive(bar(DS_EMPTY, b));
