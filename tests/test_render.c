@@ -440,8 +440,8 @@ static void test_backward_mma_render(void **state)
 
 /* Hopper's backward kernels render at head dims 64 and 128 / 64 (dk/dv with and without dq's
 ** atomics; dq), plain and with the band, soft-capping, the masks and score terms, block classes
-** and packed sequences: their products are wgmma, dk/dv stores dK and dV and adds dq where
-** asked, dq stores dQ (FJ_RENDER_OUT: the sources are written there). */
+** and packed sequences: their products are wgmma, dk/dv stores dK and dV and adds dq (bulk
+** reductions) where asked, dq stores dQ (FJ_RENDER_OUT: the sources are written there). */
 static void test_backward_wgmma_render(void **state)
 {
     (void)state;
@@ -481,7 +481,8 @@ static void test_backward_wgmma_render(void **state)
                 assert_true((strstr(out, "*(u32 *)(dv + ") != NULL) == !dq);
                 assert_true((strstr(out, "*(u32 *)(dq + ") != NULL) == dq);
                 assert_true((strstr(out, "fj_score_grad(mc, capped") != NULL) == (extras == 2));
-                assert_true((strstr(out, "add_dq_tile(P.dq_acc") != NULL) == (atomic == 1));
+                /* stage 2 with dq: the pieces added by bulk reductions */
+                assert_true((strstr(out, "add_dq_rows(dq + ") != NULL) == (atomic == 1));
                 /* stage 2: bulk tensor copies into a ring of mbarrier-guarded slots */
                 assert_true((strstr(out, "load_panels<DP>(sQ, &T.tm_q") != NULL) == !dq);
                 save_render(1, out, "bwd_wgmma_stage%d_d%d_x%d_g%d.cu", v.stage, v.head_dim_pad,
