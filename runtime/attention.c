@@ -100,10 +100,14 @@ fj_status fj__plan_request(const fj_attention_desc *desc, const fj_tensor *q, co
     return fj__plan_forward(&f, dev, &var, plan, err);
 }
 
+/* The device, and the templates' hash: a record tuned with other kernels was measured on
+** kernels this library no longer builds, so it is not taken (the bucket tunes again, or runs
+** the heuristic). */
 void fj__fingerprint(const fj_context *ctx, char *buf, size_t size)
 {
-    snprintf(buf, size, "%s|%s|%d|%s|%s", ctx->ops->name, ctx->device.name,
-             (int)ctx->device.compute_units, ctx->device.driver, ctx->ops->target(ctx->backend));
+    snprintf(buf, size, "%s|%s|%d|%s|%s|templates %.16s", ctx->ops->name, ctx->device.name,
+             (int)ctx->device.compute_units, ctx->device.driver, ctx->ops->target(ctx->backend),
+             ctx->template_hash);
 }
 
 /* ---- tuning: the tuner's view of this context ------------------------------------------- */

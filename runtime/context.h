@@ -161,7 +161,8 @@ void fj__arenas_release(fj_context *ctx);
 
 /* ---- tuning (attention.c, tuning.c) ---- */
 
-/* The device identity of ctx for tuning records: backend, name, compute units, driver, arch. */
+/* The identity tuning records of ctx are keyed by: backend, device name, compute units, driver,
+** arch, and the templates' hash. */
 void fj__fingerprint(const fj_context *ctx, char *buf, size_t size);
 
 /* The bytes of a tensor's storage, from its first element to its last. */

@@ -163,6 +163,51 @@ static void test_other_fingerprint_tunes_again(void **state)
     fj_context_destroy(ctx);
 }
 
+/* Writes tmpdir/templates/attn_fwd_simt.lua: `first` (a template line), the embedded template,
+** then `last`; returns the folder (dir). */
+static const char *simt_template_with(char *dir, size_t size, const char *first, const char *last)
+{
+    char path[800];
+    snprintf(dir, size, "%s/templates", tmpdir);
+    mkdir(dir, 0777);
+    snprintf(path, sizeof path, "%s/attn_fwd_simt.lua", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(first, f);
+    for (size_t i = 0; i < tpl_embedded_count; i++)
+        if (!strcmp(tpl_embedded_files[i].name, "attn_fwd_simt.lua"))
+            fputs(tpl_embedded_files[i].text, f);
+    fputs(last, f);
+    fclose(f);
+    return dir;
+}
+
+static void remove_templates(const char *dir)
+{
+    char path[800];
+    snprintf(path, sizeof path, "%s/attn_fwd_simt.lua", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
+static void test_other_templates_tune_again(void **state)
+{
+    (void)state;
+    /* Records tuned with other templates (another release's kernels) are not taken. */
+    char dir[700];
+    setenv("FLASHJIT_TEMPLATE_DIR", simt_template_with(dir, sizeof dir, "", "% -- another release\n"), 1);
+    fj_context *ctx = make_context(FJ_TUNE_ON_MISS); /* hashes the templates it sees */
+    unsetenv("FLASHJIT_TEMPLATE_DIR");
+    remove_templates(dir);
+    if (!ctx)
+        skip();
+    assert_int_equal(run_small(ctx), 2); /* the bucket the tests before tuned */
+    fj_context_destroy(ctx);
+    ctx = context_or_skip(FJ_TUNE_ON_MISS); /* the embedded templates: their record stands */
+    assert_int_equal(run_small(ctx), 1);
+    fj_context_destroy(ctx);
+}
+
 static void test_never_policy_uses_heuristic_without_record(void **state)
 {
     (void)state;
@@ -206,17 +251,8 @@ static void test_failing_candidates_are_dropped(void **state)
     (void)state;
     fj_context *ctx = context_or_skip(FJ_TUNE_NEVER);
     /* A template that refuses 8-key tiles: those candidates fail to render and are dropped. */
-    char dir[700], path[800];
-    snprintf(dir, sizeof dir, "%s/templates", tmpdir);
-    mkdir(dir, 0777);
-    snprintf(path, sizeof path, "%s/attn_fwd_simt.lua", dir);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs("% assert(tile_n ~= 8, 'no 8-key tiles here')\n", f);
-    for (size_t i = 0; i < tpl_embedded_count; i++)
-        if (!strcmp(tpl_embedded_files[i].name, "attn_fwd_simt.lua"))
-            fputs(tpl_embedded_files[i].text, f);
-    fclose(f);
+    char dir[700];
+    simt_template_with(dir, sizeof dir, "% assert(tile_n ~= 8, 'no 8-key tiles here')\n", "");
     setenv("FLASHJIT_TEMPLATE_DIR", dir, 1);
     fjh_case c = small_case();
     c.head_dim = c.head_dim_v = 64; /* an untuned bucket */
@@ -224,8 +260,7 @@ static void test_failing_candidates_are_dropped(void **state)
     fjh_result r;
     fj_status st = fjh_run(ctx, &c, &r);
     unsetenv("FLASHJIT_TEMPLATE_DIR");
-    unlink(path);
-    rmdir(dir);
+    remove_templates(dir);
     assert_int_equal(st, FJ_OK);
     assert_true(r.pass);
     print_tuning(&r.tune);
@@ -401,6 +436,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tune_on_miss_then_reuse),
         cmocka_unit_test(test_other_fingerprint_tunes_again),
+        cmocka_unit_test(test_other_templates_tune_again),
         cmocka_unit_test(test_never_policy_uses_heuristic_without_record),
         cmocka_unit_test(test_record_that_does_not_fit_is_ignored),
         cmocka_unit_test(test_failing_candidates_are_dropped),
