@@ -4,8 +4,6 @@
 
 #include "plan.h"
 
-#define WORKSPACE_ALIGN 256 /* of every workspace in the arena */
-
 void fj__variant_from_features(fj__variant *v, int family, const fj__features *f,
                                const fj_device_info *dev)
 {
@@ -45,7 +43,7 @@ int fj__plan_add_workspace(fj__plan *plan, size_t bytes)
     memset(w, 0, sizeof *w);
     w->bytes = bytes;
     w->offset = plan->workspace_bytes;
-    plan->workspace_bytes += (bytes + WORKSPACE_ALIGN - 1) / WORKSPACE_ALIGN * WORKSPACE_ALIGN;
+    plan->workspace_bytes += (bytes + FJ__WORKSPACE_ALIGN - 1) / FJ__WORKSPACE_ALIGN * FJ__WORKSPACE_ALIGN;
     return i;
 }
 

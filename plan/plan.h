@@ -39,9 +39,14 @@ typedef struct fj__step {
                               ** kernel's writes before reading them) */
 } fj__step;
 
+/* The alignment an arena's memory must have: the widest access a kernel makes to a workspace
+** (16-byte vectors, bulk reductions); workspaces start FJ__WORKSPACE_ALIGN bytes apart in it. */
+#define FJ__ARENA_ALIGN 16
+#define FJ__WORKSPACE_ALIGN 256
+
 typedef struct fj__workspace {
     size_t bytes;
-    size_t offset; /* in the arena, 256-byte aligned */
+    size_t offset; /* in the arena, FJ__WORKSPACE_ALIGN-byte aligned */
     /* memo: what the steps write here depends on memo_key alone, so a later run of a plan with
     ** the same key, offset and arena may skip the steps that write it. */
     int memo;

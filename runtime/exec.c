@@ -1,18 +1,31 @@
 /* Running plans: workspaces from the stream's arena, then each step in order (memsets and
 ** kernel launches, each kernel with its one parameter block). */
+#include <stdint.h>
 #include <string.h>
 
 #include "context.h"
 
 /* An arena's memory: from the caller's allocator (fj_context_options.allocator) where set,
-** else the backend's. */
+** else the backend's. Memory the kernels could not read whole vectors of goes back to the
+** caller's allocator, and the call fails by name. */
 static fj_status arena_alloc(fj_context *ctx, fj__arena *a, size_t bytes)
 {
     const fj_allocator *al = &ctx->opts.allocator;
     if (!al->alloc)
         return ctx->ops->mem_alloc(ctx->backend, bytes, &a->mem);
     a->mem = al->alloc(al->user, bytes, a->stream);
-    return a->mem ? FJ_OK : FJ_ERR_OUT_OF_MEMORY;
+    if (!a->mem)
+        return fj__fail(&ctx->err, FJ_ERR_OUT_OF_MEMORY,
+                        "opts.allocator returned no memory for a %zu-byte workspace", bytes);
+    if ((uintptr_t)a->mem % FJ__ARENA_ALIGN) {
+        void *mem = a->mem;
+        al->free(al->user, mem, bytes, a->stream);
+        a->mem = NULL;
+        return fj__fail(&ctx->err, FJ_ERR_INVALID_ARGUMENT,
+                        "opts.allocator returned %p for a %zu-byte workspace: not %d-byte aligned",
+                        mem, bytes, FJ__ARENA_ALIGN);
+    }
+    return FJ_OK;
 }
 
 /* Frees arena a's memory (the work that may read it, its stream's, has finished). */
@@ -67,7 +80,9 @@ static fj_status arena_for(fj_context *ctx, void *stream, size_t bytes, fj__aren
         fj_status st = arena_alloc(ctx, a, bytes);
         if (st != FJ_OK) {
             a->mem = NULL;
-            return fj__fail(&ctx->err, st, "cannot allocate a %zu-byte workspace", bytes);
+            if (!ctx->opts.allocator.alloc)
+                return fj__fail(&ctx->err, st, "cannot allocate a %zu-byte workspace", bytes);
+            return st; /* the caller's allocator: arena_alloc said what it did */
         }
         a->bytes = bytes;
     }

@@ -274,6 +274,7 @@ typedef struct counted_allocator {
     fj_context *ctx;
     int allocs, frees, fail;
     size_t live;
+    size_t shift; /* bytes past fj_malloc's pointer that alloc returns (misaligned memory) */
 } counted_allocator;
 
 static void *counted_alloc(void *user, size_t bytes, void *stream)
@@ -281,26 +282,26 @@ static void *counted_alloc(void *user, size_t bytes, void *stream)
     (void)stream;
     counted_allocator *c = user;
     void *p = NULL;
-    if (c->fail || fj_malloc(c->ctx, bytes, &p) != FJ_OK)
+    if (c->fail || fj_malloc(c->ctx, bytes + c->shift, &p) != FJ_OK)
         return NULL;
     c->allocs++;
     c->live += bytes;
-    return p;
+    return (char *)p + c->shift;
 }
 
 static void counted_free(void *user, void *ptr, size_t bytes, void *stream)
 {
     (void)stream;
     counted_allocator *c = user;
-    assert_int_equal(fj_free(c->ctx, ptr), FJ_OK);
+    assert_int_equal(fj_free(c->ctx, (char *)ptr - c->shift), FJ_OK);
     c->frees++;
     c->live -= bytes;
 }
 
 /* A split decode (its partial states are a workspace) on a context with and without the
 ** caller's allocator: the workspace comes from it and goes back to it, the outputs are equal
-** bit for bit, an allocator that fails makes the call fail by name, and half an allocator is
-** refused. */
+** bit for bit, an allocator that fails or returns misaligned memory makes the call fail by
+** name, and half an allocator is refused. */
 static void test_caller_allocator_for_workspaces(void **state)
 {
     (void)state;
@@ -378,6 +379,26 @@ static void test_caller_allocator_for_workspaces(void **state)
     assert_int_equal(fj_free(ctx, mem), FJ_OK);
     fj_context_destroy(ctx);
     assert_int_equal(none.frees, 0);
+
+    /* An allocator whose memory kernels cannot read whole vectors of: the call names it, and
+    ** the memory goes back to it at once. */
+    counted_allocator askew = {.shift = 4};
+    o.allocator = (fj_allocator){.alloc = counted_alloc, .free = counted_free, .user = &askew};
+    assert_int_equal(fj_context_create(&o, &ctx), FJ_OK);
+    askew.ctx = ctx;
+    assert_int_equal(fj_malloc(ctx, 64 * 1024, &mem), FJ_OK);
+    q.data = mem;
+    kv.data = (char *)mem + 1024;
+    o_t.data = (char *)mem + 512;
+    assert_int_equal(fj_attention_forward(ctx, &d, &q, &kv, &kv, &o_t, NULL, NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_context_last_error(ctx), "not 16-byte aligned"));
+    assert_non_null(strstr(fj_context_last_error(ctx), "opts.allocator"));
+    assert_int_equal(askew.allocs, 1);
+    assert_int_equal(askew.frees, 1);
+    assert_int_equal(fj_free(ctx, mem), FJ_OK);
+    fj_context_destroy(ctx);
+    assert_int_equal(askew.frees, 1);
 
     /* Half an allocator is refused by name. */
     o.allocator = (fj_allocator){.alloc = counted_alloc};
