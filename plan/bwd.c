@@ -1,10 +1,11 @@
 /* The backward plan: D = rowsum(dout * out) into an f32 workspace (attn_bwd.lua), then dk and
 ** dv per key block, then dq per query block (on tensor cores where they serve: Hopper's
 ** attn_bwd_wgmma.cu.lua, else attn_bwd_mma.cu.lua; else attn_bwd.lua), then the bias's
-** gradient if asked for; and how each stage's block is filled. On tensor cores, unless the request is deterministic, dq is not a stage of its
-** own: the dk/dv blocks add their share of it into a zeroed f32 workspace by atomics (five
-** products where the deterministic plan computes seven), and a last stage casts the sum; and
-** element masks are classified by blocks first (the forward's classifier). */
+** gradient if asked for; and how each stage's block is filled. On tensor cores, unless the
+** request is deterministic, dq is not a stage of its own: the dk/dv blocks add their share of it
+** into a zeroed f32 workspace by atomics (on Hopper by bulk reductions; five products where the
+** deterministic plan computes seven), and a last stage casts the sum; and element masks are
+** classified by blocks first (the forward's classifier). */
 #include <string.h>
 
 #include "expr.h"
