@@ -265,7 +265,7 @@ static void test_backward_plans(void **state)
         int64_t d, dv;
         fj_dtype dtype;
         int change; /* 1 dbias, 2 block classes, 3 unaligned dout, 4 a mask_mod, 5 dout TMA
-                    ** cannot read (rows 16-byte aligned, a stride not) */
+                    ** cannot read (rows 16-byte aligned, a stride not), 6 soft-capping */
         const fj_device_info *dev;
         int deterministic;
         const char *paths;
@@ -274,6 +274,8 @@ static void test_backward_plans(void **state)
         {128, 128, FJ_DTYPE_BF16, 0, &devs.h200, 0, "memset,simt,wgmma,simt"},
         {64, 64, FJ_DTYPE_F16, 4, &devs.h200, 1, "classify,simt,wgmma,wgmma"},
         {64, 64, FJ_DTYPE_F16, 4, &devs.h200, 0, "memset,classify,simt,wgmma,simt"},
+        {64, 64, FJ_DTYPE_BF16, 0, &devs.h200, 0, "memset,simt,wgmma,simt"},
+        {64, 64, FJ_DTYPE_BF16, 6, &devs.h200, 0, "memset,simt,wgmma,simt"},
         {256, 256, FJ_DTYPE_BF16, 0, &devs.h200, 1, "simt,mma,mma,mma"}, /* dK, dV, dQ */
         {256, 256, FJ_DTYPE_BF16, 0, &devs.h200, 0, "memset,simt,mma,mma,simt"},
         {192, 128, FJ_DTYPE_BF16, 0, &devs.h200, 1, "simt,mma,mma,mma"},
@@ -301,6 +303,7 @@ static void test_backward_plans(void **state)
         f.grads_16b = cases[i].change != 3;
         f.dout_tma = cases[i].change != 3 && cases[i].change != 5;
         f.mask_mod = cases[i].change == 4 ? "(FJ_Q >= FJ_K)" : NULL;
+        f.softcap = cases[i].change == 6;
         fj__plan plan;
         fj__err err = {{0}};
         if (fj__plan_backward(&f, cases[i].dev, NULL, &plan, &err) != FJ_OK)
@@ -378,6 +381,10 @@ static void test_backward_plans(void **state)
         if (dkdv->path == FJ__PATH_WGMMA) { /* dK and dV in one launch, dQ by atomics or not */
             assert_int_equal(dkdv->grads, atomic ? 7 : 3);
             assert_true(dkdv->head_dim_pad % 64 == 0 && dkdv->head_dim_pad >= cases[i].d);
+            /* 128 query rows a streamed tile at d and dv 64 with a light element pass (a
+            ** mask_mod is), else 64 */
+            const int light = cases[i].change != 6;
+            assert_int_equal(dkdv->tile_m, cases[i].d <= 64 && cases[i].dv <= 64 && light ? 128 : 64);
             /* the cast reads dq's sum with the dk/dv kernel's row stride */
             if (atomic)
                 assert_int_equal(plan.steps[plan.nsteps - 1].variant.head_dim_pad,
