@@ -21,8 +21,8 @@
 % -- piece in shared memory and adds them by bulk reductions (a row each, no per-element
 % -- atomics). A tile's dQ runs in the next tile's iteration, once its dS is whole: the
 % -- warpgroups meet only there and at the slots (mbarriers, no block barrier), so they drift
-% -- apart and one's element pass runs under the other's products. Packed sequences: rows that the bulk copies read from the next
-% -- sequence are zeroed before any product reads them.
+% -- apart and one's element pass runs under the other's products. Packed sequences: rows that
+% -- the bulk copies read from the next sequence are zeroed before any product reads them.
 % -- Stage 3, dq (deterministic requests): a block owns BM = 64 * NWG query rows of one (batch,
 % -- head), 64 per warpgroup, and streams tiles of BN keys (two buffers): S = Q K^T and
 % -- dP = dO V^T from shared memory, P and dS in registers, dQ += dS K with K transposed.
