@@ -106,12 +106,12 @@ typedef struct fj_tensor {
 ** `bytes` of device memory for work on `stream`, at least 16-byte aligned (CUDA: a device
 ** pointer; OpenCL: memory from fj_malloc() on the same context), or NULL, and the call that
 ** needed it then fails with FJ_ERR_OUT_OF_MEMORY (misaligned memory goes back to free() at once
-** and the call fails with FJ_ERR_INVALID_ARGUMENT); free(user, ptr, bytes, stream) takes back what alloc gave, once the work
-** queued on `stream` that may read it has finished, or when the context is destroyed (which
-** the caller does once the work on its streams has finished). A context allocates a workspace
-** only when a call needs more than its stream already holds (the first call of a kind on a
-** stream), never during graph capture. Both functions set, or neither (the backend's own
-** allocations). */
+** and the call fails with FJ_ERR_INVALID_ARGUMENT); free(user, ptr, bytes, stream) takes back
+** what alloc gave, once the work queued on `stream` that may read it has finished, or when the
+** context is destroyed (which the caller does once the work on its streams has finished). A
+** context allocates a workspace only when a call needs more than its stream already holds (the
+** first call of a kind on a stream), never during graph capture. Both functions set, or neither
+** (the backend's own allocations). */
 typedef struct fj_allocator {
     void *(*alloc)(void *user, size_t bytes, void *stream);
     void (*free)(void *user, void *ptr, size_t bytes, void *stream);

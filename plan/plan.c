@@ -43,7 +43,8 @@ int fj__plan_add_workspace(fj__plan *plan, size_t bytes)
     memset(w, 0, sizeof *w);
     w->bytes = bytes;
     w->offset = plan->workspace_bytes;
-    plan->workspace_bytes += (bytes + FJ__WORKSPACE_ALIGN - 1) / FJ__WORKSPACE_ALIGN * FJ__WORKSPACE_ALIGN;
+    plan->workspace_bytes +=
+        (bytes + FJ__WORKSPACE_ALIGN - 1) / FJ__WORKSPACE_ALIGN * FJ__WORKSPACE_ALIGN;
     return i;
 }
 

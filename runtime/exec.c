@@ -6,13 +6,16 @@
 #include "context.h"
 
 /* An arena's memory: from the caller's allocator (fj_context_options.allocator) where set,
-** else the backend's. Memory the kernels could not read whole vectors of goes back to the
-** caller's allocator, and the call fails by name. */
+** else the backend's; a failure says which. Memory the kernels could not read whole vectors
+** of goes back to the caller's allocator, and the call fails by name. */
 static fj_status arena_alloc(fj_context *ctx, fj__arena *a, size_t bytes)
 {
     const fj_allocator *al = &ctx->opts.allocator;
-    if (!al->alloc)
-        return ctx->ops->mem_alloc(ctx->backend, bytes, &a->mem);
+    if (!al->alloc) {
+        const fj_status st = ctx->ops->mem_alloc(ctx->backend, bytes, &a->mem);
+        return st == FJ_OK ? st
+                           : fj__fail(&ctx->err, st, "cannot allocate a %zu-byte workspace", bytes);
+    }
     a->mem = al->alloc(al->user, bytes, a->stream);
     if (!a->mem)
         return fj__fail(&ctx->err, FJ_ERR_OUT_OF_MEMORY,
@@ -80,9 +83,7 @@ static fj_status arena_for(fj_context *ctx, void *stream, size_t bytes, fj__aren
         fj_status st = arena_alloc(ctx, a, bytes);
         if (st != FJ_OK) {
             a->mem = NULL;
-            if (!ctx->opts.allocator.alloc)
-                return fj__fail(&ctx->err, st, "cannot allocate a %zu-byte workspace", bytes);
-            return st; /* the caller's allocator: arena_alloc said what it did */
+            return st;
         }
         a->bytes = bytes;
     }

@@ -384,7 +384,8 @@ static void test_backward_plans(void **state)
             /* 128 query rows a streamed tile at d and dv 64 with a light element pass (a
             ** mask_mod is), else 64 */
             const int light = cases[i].change != 6;
-            assert_int_equal(dkdv->tile_m, cases[i].d <= 64 && cases[i].dv <= 64 && light ? 128 : 64);
+            assert_int_equal(dkdv->tile_m,
+                             cases[i].d <= 64 && cases[i].dv <= 64 && light ? 128 : 64);
             /* the cast reads dq's sum with the dk/dv kernel's row stride */
             if (atomic)
                 assert_int_equal(plan.steps[plan.nsteps - 1].variant.head_dim_pad,
@@ -423,8 +424,10 @@ static void test_decode_plans(void **state)
         {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "path=vec", FJ__PATH_VECTOR, 4, 3, 0},
         {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "stages=5", FJ__PATH_MMA, 16, 5, 0},
         {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "tile_n=128,stages=2", FJ__PATH_MMA, 16, 2, 0},
-        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "tile_n=128,stages=5", FJ__PATH_MMA, 16, 4, 0}, /* 344 KiB */
-        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "tile_n=16", FJ__PATH_MMA, 16, 4, 0}, /* 4 warps: 64+ */
+        /* 344 KiB: does not fit */
+        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "tile_n=128,stages=5", FJ__PATH_MMA, 16, 4, 0},
+        /* four warps need 64 keys a tile or more */
+        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "tile_n=16", FJ__PATH_MMA, 16, 4, 0},
         {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "bulk=1", FJ__PATH_MMA, 16, 4, 1},
         {128, 1, 4, FJ_DTYPE_BF16, &devs.sm86, NULL, FJ__PATH_MMA, 16, 2, 0},
         {128, 1, 4, FJ_DTYPE_BF16, &devs.sm86, "bulk=1", FJ__PATH_MMA, 16, 2, 0}, /* sm_90+ */
