@@ -1,11 +1,12 @@
 /* The backward plan: D = rowsum(dout * out) into an f32 workspace (attn_bwd.lua), then dk and
 ** dv per key block, then dq per query block (on tensor cores where they serve: Hopper's
 ** attn_bwd_wgmma.cu.lua, else attn_bwd_mma.cu.lua; else attn_bwd.lua), then the bias's
-** gradient if asked for; and how each stage's block is filled. On tensor cores, unless the
-** request is deterministic, dq is not a stage of its own: the dk/dv blocks add their share of it
-** into a zeroed f32 workspace by atomics (on Hopper by bulk reductions; five products where the
-** deterministic plan computes seven), and a last stage casts the sum; and element masks are
-** classified by blocks first (the forward's classifier). */
+** gradient if asked for; and how each stage's block is filled. On tensor cores dq is not a
+** stage of its own (five products where a stage of its own makes seven): the dk/dv blocks add
+** their share of it into a zeroed f32 workspace, and a last stage casts the sum. They add by
+** atomics (on Hopper by bulk reductions), or, deterministic on Hopper, into slices of the sum
+** each added in one order (dq_slices); deterministic elsewhere dq is a stage of its own. Element
+** masks are classified by blocks first (the forward's classifier). */
 #include <string.h>
 
 #include "expr.h"
@@ -76,14 +77,15 @@ static int wgmma_serves(const fj__features *f, const fj_device_info *dev, const 
 
 /* The Hopper variant of stage 2 or 3: two warpgroups of 64 rows (keys; query rows), head dims
 ** padded to the swizzle's 64-column panels. Stage 2 writes dK and dV in one launch (and adds dQ
-** to the workspace unless deterministic) and streams query rows through a ring of two slots
+** to the workspace: dq_slices) and streams query rows through a ring of two slots
 ** (three measured the same on the H200, d 64 and 128, 4k and 16k): 128 a tile at d and dv 64
 ** (H200, bf16: 1.12-1.22x over 64), but where the element pass needs more registers (score_mod,
 ** soft-capping, a mask tensor, mask ranges: S^T's and dP^T's accumulators, 64 floats each at
-** 128 rows, beside dK's and dV's spill there), and 64 at d 128 (128 does not fit); stage 3 streams
-** 128 keys a tile at d 64 and 64 beyond (H200, deterministic plan's time over the default's at
-** d 64: 1.09-1.14 with 128, 1.11-1.18 with 64; at d 128 the two within 1 %). */
-static void bwd_wgmma_variant(int stage, int deterministic, fj__variant *v)
+** 128 rows, beside dK's and dV's spill there), and 64 at d 128 (128 does not fit). Stage 3
+** (deterministic, where stage 2 runs on mma.sync) streams 128 keys a tile at d 64 and 64
+** beyond (H200, a plan of stages 2 and 3 against one of stage 2 at d 64: 1.09-1.14x the time
+** with 128, 1.11-1.18x with 64; at d 128 the two within 1 %). */
+static void bwd_wgmma_variant(int stage, fj__variant *v)
 {
     v->path = FJ__PATH_WGMMA;
     v->head_dim_pad = fj__round_up(v->head_dim_pad, 64);
@@ -96,7 +98,7 @@ static void bwd_wgmma_variant(int stage, int deterministic, fj__variant *v)
         v->tile_n = 16 * v->warps;
         v->tile_m = v->head_dim_pad <= 64 && v->head_dim_v_pad <= 64 && light_elements ? 128 : 64;
         v->stages = 2;
-        v->grads = deterministic ? 3 : 7;
+        v->grads = 7;
     } else {
         v->tile_m = 16 * v->warps;
         v->tile_n = v->head_dim_pad <= 64 ? 128 : 64;
@@ -145,7 +147,7 @@ static void bwd_variant(const fj__features *f, const fj_device_info *dev, const 
     const int tma = f->tma[FJ__T_Q] && f->tma[FJ__T_K] && f->tma[FJ__T_V] && f->dout_tma;
     if ((stage == 3 || (stage == 2 && tma)) && wgmma_serves(f, dev, config)) {
         fj__variant hopper = *v;
-        bwd_wgmma_variant(stage, f->deterministic, &hopper);
+        bwd_wgmma_variant(stage, &hopper);
         if (fj__variant_fits(&hopper, dev)) {
             apply_bwd_config(config, dev, &hopper);
             *v = hopper;
@@ -173,6 +175,39 @@ static void bwd_variant(const fj__features *f, const fj_device_info *dev, const 
         apply_bwd_config(config, dev, v);
 }
 
+/* The slices of dq's f32 sum for the dk/dv stage v of f on dev: one, added by atomics in any
+** order, unless deterministic on Hopper. There the stage runs in turns (runs) of `slices` key
+** blocks a (batch, kv head), key block r * slices + j of run r adding into slice j, so that each
+** element of a slice takes one addition a run and the runs come in order; stage 5 adds the
+** slices in order. The count (to MAX_DQ_SLICES) is the cheapest by a model counted in the time
+** of one block (one key block of one (batch, kv head), from BLOCK_ROWS query rows): the runs'
+** waves of blocks on the SMs, a launch between runs, and zeroing and reading each slice (as
+** many floats as dq; the H200 streams a slice in about units / 150 blocks' time). */
+#define MAX_DQ_SLICES 8
+#define BLOCK_ROWS 120 /* query rows whose streaming takes as long as a launch between runs */
+#define SLICE_BLOCKS 150.0
+static int32_t dq_slices(const fj__features *f, const fj__variant *v, const fj_device_info *dev)
+{
+    if (!f->deterministic || v->path != FJ__PATH_WGMMA)
+        return 1;
+    const int64_t units = f->batch * f->heads_kv;
+    const int64_t sms = dev->compute_units > 0 ? dev->compute_units : 1;
+    const int64_t key_blocks = (f->seqlen_k + v->tile_n - 1) / v->tile_n;
+    int32_t best = 1;
+    double best_cost = 0;
+    for (int32_t s = 1; s <= MAX_DQ_SLICES && s <= key_blocks; s++) {
+        const int64_t runs = (key_blocks + s - 1) / s, last = key_blocks - (runs - 1) * s;
+        const int64_t waves = (runs - 1) * ((units * s + sms - 1) / sms) + (units * last + sms - 1) / sms;
+        const double cost = (double)waves + (double)runs * BLOCK_ROWS / (double)f->seqlen_q +
+                            (double)s * (double)units / SLICE_BLOCKS;
+        if (s == 1 || cost < best_cost) {
+            best = s;
+            best_cost = cost;
+        }
+    }
+    return best;
+}
+
 fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, const char *config,
                             fj__plan *plan, fj__err *err)
 {
@@ -188,13 +223,16 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, co
     plan->bwd.delta = fj__plan_add_workspace(plan, rows * sizeof(float));
     plan->bwd.lse2 = fj__plan_add_workspace(plan, rows * sizeof(float));
     plan->bwd.dq_acc = -1;
-    /* dq by atomics in stage 2 (on tensor cores, unless deterministic): its f32 sum is zeroed
-    ** first, and stage 5 casts it where stage 3 would compute dq. */
+    plan->bwd.dq_slices = 1;
+    /* dq added in stage 2 (on tensor cores): its f32 sum is zeroed first, and stage 5 casts it
+    ** where stage 3 would compute dq. */
     fj__variant dkdv;
     bwd_variant(f, dev, config, 2, &dkdv);
     if (dkdv.grads & 4) {
-        plan->bwd.dq_acc =
-            fj__plan_add_workspace(plan, rows * (size_t)dkdv.head_dim_pad * sizeof(float));
+        plan->bwd.dq_slices = dq_slices(f, &dkdv, dev);
+        plan->bwd.dq_slice = (int64_t)rows * dkdv.head_dim_pad;
+        plan->bwd.dq_acc = fj__plan_add_workspace(
+            plan, (size_t)plan->bwd.dq_slices * (size_t)plan->bwd.dq_slice * sizeof(float));
         fj__plan_add_step(plan, FJ__STEP_MEMSET)->workspace = plan->bwd.dq_acc;
     }
     /* Element masks on tensor cores: classified by 128 x 128 blocks first, as the forward's, so
@@ -238,6 +276,13 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, co
                                        : f->seqlen_q;
         const int32_t tile = stage == 2 ? v->tile_n : v->tile_m;
         s->grid[0] = (uint32_t)((n + tile - 1) / tile);
+        if (stage == 2 && f->deterministic && plan->bwd.dq_acc >= 0) { /* runs: dq_slices */
+            s->runs = (int32_t)((s->grid[0] + plan->bwd.dq_slices - 1) / plan->bwd.dq_slices);
+            s->grid[0] = (uint32_t)plan->bwd.dq_slices;
+            /* a run launches while the one before it ends, and waits for its sums (the
+            ** kernel: attn_bwd_wgmma.cu.lua) */
+            s->overlap_previous = 1;
+        }
         s->grid[1] = (uint32_t)(stage == 4 ? 1 : stage == 2 ? f->heads_kv : f->heads_q);
         s->grid[2] = (uint32_t)(stage == 4 ? 1 : f->batch);
         if (stage == 2) {
@@ -272,8 +317,8 @@ static fj_status fill_bwd_maps(const fj__variant *v, const fj__bwd_problem *p, f
     return st;
 }
 
-fj_status fj__bwd_fill(const fj__plan *plan, int i, const fj__bwd_problem *p, void *const *ws,
-                       fj__tmap_fn tmap, void *tmap_ud, void *params)
+fj_status fj__bwd_fill(const fj__plan *plan, int i, int run, const fj__bwd_problem *p,
+                       void *const *ws, fj__tmap_fn tmap, void *tmap_ud, void *params)
 {
     const fj__variant *v = &plan->steps[i].variant;
     const int maps = v->path == FJ__PATH_WGMMA && v->stage == 2;
@@ -286,6 +331,9 @@ fj_status fj__bwd_fill(const fj__plan *plan, int i, const fj__bwd_problem *p, vo
     B->delta = ws[plan->bwd.delta];
     B->lse2 = ws[plan->bwd.lse2];
     B->dq_acc = plan->bwd.dq_acc >= 0 ? ws[plan->bwd.dq_acc] : NULL;
+    B->dq_slices = plan->bwd.dq_slices;
+    B->dq_slice = plan->bwd.dq_slices > 1 ? plan->bwd.dq_slice : 0;
+    B->key_block0 = run * (int32_t)plan->steps[i].grid[0];
     int64_t *strides[4] = {&B->do_sb, &B->dq_sb, &B->dk_sb, &B->dv_sb};
     for (int t = 0; t < 4; t++)
         for (int a = 0; a < 3; a++)

@@ -187,9 +187,12 @@ FJ__PARAM_STRUCT(fj__decode_params, FJ__DECODE_PARAMS);
 ** with their batch, row and head strides; D = rowsum(dout * out), an f32 workspace
 ** [b, hq, sq], and lse2, the rows' lse in log2 units (+inf where the forward's is -inf: rows
 ** that see no key), another; both written by stage 1; dQ's f32 sum where stage 2 accumulates
-** it by atomics (NULL: not), a workspace [b, hq, sq, head_dim_pad]; the bias's gradient (f32; NULL: not asked for) with its batch, head and row
-** strides, element count and batch, head and row extents (1: summed over); the softmax scale
-** (natural units: dS's factor). */
+** it (NULL: not), a workspace of dq_slices slices [b, hq, sq, head_dim_pad], dq_slice floats
+** apart (0 where there is one), that stage 5 adds in order, stage 2's block x adding into slice
+** x (one, by atomics; deterministic: see dq_slices in bwd.c); stage 2's first key block (its
+** launch's blockIdx.x 0: a run's); the bias's gradient (f32; NULL: not asked for) with its batch, head
+** and row strides, element count and batch, head and row extents (1: summed over); the softmax
+** scale (natural units: dS's factor). */
 #define FJ__BWD_PARAMS(X, T)                                                                       \
     X(T, BLOCK, fwd, fj__fwd_params)                                                               \
     X(T, PTR, dout, "const o_t")                                                                   \
@@ -211,6 +214,7 @@ FJ__PARAM_STRUCT(fj__decode_params, FJ__DECODE_PARAMS);
     X(T, I64, dv_sb, 0)                                                                            \
     X(T, I64, dv_ss, 0)                                                                            \
     X(T, I64, dv_sh, 0)                                                                            \
+    X(T, I64, dq_slice, 0)                                                                         \
     X(T, PTR, dbias, "float")                                                                      \
     X(T, I64, dbias_sb, 0)                                                                         \
     X(T, I64, dbias_sh, 0)                                                                         \
@@ -219,6 +223,8 @@ FJ__PARAM_STRUCT(fj__decode_params, FJ__DECODE_PARAMS);
     X(T, I32, dbias_batches, 0)                                                                    \
     X(T, I32, dbias_heads, 0)                                                                      \
     X(T, I32, dbias_rows, 0)                                                                       \
+    X(T, I32, dq_slices, 0)                                                                        \
+    X(T, I32, key_block0, 0)                                                                       \
     X(T, F32, scale, 0)
 FJ__PARAM_STRUCT(fj__bwd_params, FJ__BWD_PARAMS);
 

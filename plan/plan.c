@@ -60,8 +60,9 @@ fj__step *fj__plan_add_step(fj__plan *plan, fj__step_kind kind)
     return s;
 }
 
-fj_status fj__plan_fill(const fj__plan *plan, int i, const void *request, void *const *ws,
-                        fj__tmap_fn tmap, void *tmap_ud, void *params, fj__err *err)
+fj_status fj__plan_fill(const fj__plan *plan, int i, int run, const void *request,
+                        void *const *ws, fj__tmap_fn tmap, void *tmap_ud, void *params,
+                        fj__err *err)
 {
     const fj__playout *layout = fj__variant_layout(&plan->steps[i].variant);
     if (layout->size > FJ__MAX_PARAMS_BYTES)
@@ -81,7 +82,7 @@ fj_status fj__plan_fill(const fj__plan *plan, int i, const void *request, void *
         const fj__bwd_problem *p = request;
         if (plan->steps[i].variant.family == FJ__FAMILY_CLASSIFY) /* the forward's classifier */
             return fj__fwd_fill(plan, i, &p->f, ws, tmap, tmap_ud, params);
-        return fj__bwd_fill(plan, i, request, ws, tmap, tmap_ud, params);
+        return fj__bwd_fill(plan, i, run, request, ws, tmap, tmap_ud, params);
     }
     return fj__fwd_fill(plan, i, request, ws, tmap, tmap_ud, params);
 }

@@ -37,6 +37,8 @@ typedef struct fj__step {
                       ** plan wrote into it (see fj__workspace.memo); -1: never skipped */
     uint8_t overlap_previous; /* KERNEL: fj__launch's (its template waits for the previous
                               ** kernel's writes before reading them) */
+    int32_t runs; /* KERNEL: launched this many times in turn, its block filled for each run
+                  ** (0: once); a run sees the writes of the runs before it */
 } fj__step;
 
 /* The alignment an arena's memory must have: the widest access a kernel makes to a workspace
@@ -89,10 +91,12 @@ typedef struct fj__plan {
         int32_t splits, keys_per_split, row_tiles;
     } decode;
     /* The backward's workspaces: D = rowsum(dout * out) and the lse in log2 units, each
-    ** [batch, heads_q, seqlen_q]; dq's f32 sum, [batch, heads_q, seqlen_q, head_dim_pad] (-1:
-    ** dq is a stage of its own). */
+    ** [batch, heads_q, seqlen_q]; dq's f32 sum, dq_slices slices [batch, heads_q, seqlen_q,
+    ** head_dim_pad] of dq_slice floats (-1: dq is a stage of its own). */
     struct {
         int delta, lse2, dq_acc;
+        int32_t dq_slices;
+        int64_t dq_slice;
     } bwd;
 } fj__plan;
 
@@ -239,12 +243,13 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, co
 fj_status fj__plan_append(const fj__append_problem *p, fj_backend_kind backend, fj__plan *plan,
                           fj__err *err);
 
-/* Fills the parameter block of kernel step i of plan for its request (an fj__problem for a
-** forward plan, an fj__merge_problem for a merge, an fj__append_problem for an append, an
-** fj__bwd_problem for a backward; see plan->kind), whose workspaces start at ws[] (device pointers); params has room for
-** FJ__MAX_PARAMS_BYTES. */
-fj_status fj__plan_fill(const fj__plan *plan, int i, const void *request, void *const *ws,
-                        fj__tmap_fn tmap, void *tmap_ud, void *params, fj__err *err);
+/* Fills the parameter block of kernel step i of plan, its run `run` (0 where the step runs
+** once), for its request (an fj__problem for a forward plan, an fj__merge_problem for a merge,
+** an fj__append_problem for an append, an fj__bwd_problem for a backward; see plan->kind),
+** whose workspaces start at ws[] (device pointers); params has room for FJ__MAX_PARAMS_BYTES. */
+fj_status fj__plan_fill(const fj__plan *plan, int i, int run, const void *request,
+                        void *const *ws, fj__tmap_fn tmap, void *tmap_ud, void *params,
+                        fj__err *err);
 /* The families' fills, which fj__plan_fill calls with the block zeroed (fwd.c, merge.c,
 ** decode.c); fj__fwd_fill hands a decode plan's steps to fj__decode_fill. */
 fj_status fj__fwd_fill(const fj__plan *plan, int i, const fj__problem *p, void *const *ws,
@@ -252,8 +257,8 @@ fj_status fj__fwd_fill(const fj__plan *plan, int i, const fj__problem *p, void *
 void fj__decode_fill(const fj__plan *plan, int i, const fj__problem *p, void *const *ws,
                      void *params);
 void fj__append_fill(const fj__append_problem *p, void *params);
-fj_status fj__bwd_fill(const fj__plan *plan, int i, const fj__bwd_problem *p, void *const *ws,
-                       fj__tmap_fn tmap, void *tmap_ud, void *params);
+fj_status fj__bwd_fill(const fj__plan *plan, int i, int run, const fj__bwd_problem *p,
+                       void *const *ws, fj__tmap_fn tmap, void *tmap_ud, void *params);
 /* The forward family's block of p (fwd.c), for the families that embed it. */
 void fj__fill_fwd_params(const fj__plan *plan, const fj__problem *p, void *const *ws,
                          fj__fwd_params *F);

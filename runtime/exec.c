@@ -154,19 +154,22 @@ fj_status fj__plan_run(fj_context *ctx, const fj__plan *plan, const void *reques
             continue;
         const fj__kernel *k = NULL;
         st = fj__kernel_get(ctx, &s->variant, &k);
-        if (st == FJ_OK)
-            st = fj__plan_fill(plan, i, request, ws, encode_map, ctx, params, &ctx->err);
+        const fj__playout *layout = fj__variant_layout(&s->variant);
+        for (int run = 0; run < (s->runs > 1 ? s->runs : 1) && st == FJ_OK; run++) {
+            st = fj__plan_fill(plan, i, run, request, ws, encode_map, ctx, params, &ctx->err);
+            if (st != FJ_OK)
+                break;
+            const fj__launch l = {.grid = {s->grid[0], s->grid[1], s->grid[2]},
+                                  .block = {s->block[0], s->block[1], s->block[2]},
+                                  .shared_bytes = s->shared_bytes,
+                                  .overlap_previous = s->overlap_previous,
+                                  .params = params,
+                                  .params_size = layout->size,
+                                  .layout = layout};
+            st = ctx->ops->launch(ctx->backend, k->handle, &l, stream);
+        }
         if (st != FJ_OK)
             break;
-        const fj__playout *layout = fj__variant_layout(&s->variant);
-        const fj__launch l = {.grid = {s->grid[0], s->grid[1], s->grid[2]},
-                              .block = {s->block[0], s->block[1], s->block[2]},
-                              .shared_bytes = s->shared_bytes,
-                              .overlap_previous = s->overlap_previous,
-                              .params = params,
-                              .params_size = layout->size,
-                              .layout = layout};
-        st = ctx->ops->launch(ctx->backend, k->handle, &l, stream);
         if (i == plan->main_step) {
             ctx->last_call.variant = k->key_text;
             ctx->last_call.kernel_path = fj__variant_path(&s->variant);

@@ -359,8 +359,9 @@ fj_attn_bwd_dbias(
     GPTR(float, P.dbias)[b_ * P.dbias_sb + h_ * P.dbias_sh + (I64)r_ * P.dbias_ss + key] = acc;
 }
 % elseif stage == 5 then
-/* dQ from its f32 sum [batch, heads_q, d_rows, DP] in the workspace: a work-item per element,
-** times what dS was not multiplied by (the scale; nothing through soft-capping). */
+/* dQ from its f32 sum in the workspace, dq_slices slices [batch, heads_q, d_rows, DP] added in
+** order: a work-item per element, times what dS was not multiplied by (the scale; nothing
+** through soft-capping). */
 KERNEL(TILE_M)
 fj_attn_bwd_dq_store(
 % params_arg(args)
@@ -372,7 +373,10 @@ fj_attn_bwd_dq_store(
     const int row = (int)(e / DP), c = (int)(e % DP), head = BLOCK_Y;
     if (row >= seqlen_q || c >= head_dim)
         return;
-    const float sum = GPTR(const float, P.dq_acc)[(((I64)batch * heads_q + head) * d_rows + row) * DP + c];
+    const I64 at = (((I64)batch * heads_q + head) * d_rows + row) * DP + c;
+    float sum = 0.0f;
+    for (int slice = 0; slice < P.dq_slices; slice++)
+        sum += GPTR(const float, P.dq_acc)[at + slice * P.dq_slice];
 %   if softcap then
     const float factor = 1.0f;
 %   else

@@ -13,8 +13,9 @@
 % -- Unless the request is deterministic, stage 2 also forms dQ (grads + 4, with dK) and stage 3
 % -- does not run: dS^T goes to shared memory, the warps take its tile's dQ = dS K by query rows
 % -- and add it by atomics into an f32 workspace [batch, heads_q, rows, DP] (zeroed before;
-% -- attn_bwd.lua's stage 5 casts it): five products a tile instead of seven, in an order of
-% -- additions that varies run to run. Otherwise no atomics: the gradients are bit-identical.
+% -- attn_bwd.lua's stage 5 casts it; slice blockIdx.x of it, and key block key_block0 +
+% -- blockIdx.x, as Hopper's): five products a tile instead of seven, in an order
+% -- of additions that varies run to run. Otherwise no atomics: the gradients are bit-identical.
 % -- The streamed tiles are double-buffered (cp.async). dS is taken with respect to the raw q.k times its derivative
 % -- (scale; scale * (1 - tanh^2) through soft-capping): without soft-capping the scale
 % -- multiplies dK and dQ once, at the store.
@@ -124,7 +125,7 @@ fj_attn_bwd_dkdv(
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int g = lane / 4, t = lane % 4; /* row group and column pair of mma fragments */
-    const int n0 = blockIdx.x * BN, head_kv = blockIdx.y, batch = blockIdx.z;
+    const int n0 = (P.key_block0 + blockIdx.x) * BN, head_kv = blockIdx.y, batch = blockIdx.z;
     const int group = heads_q / heads_kv;
 % bwd_sequence()
     if (n0 >= len_k)
@@ -214,7 +215,8 @@ fj_attn_bwd_dkdv(
 % end
 % if want_dq then
         __syncthreads(); /* dS^T whole; the next tile's first barrier guards its rewrite */
-        add_dq_tile(P.dq_acc + ((long long)(batch * heads_q + head_kv * group + i / tiles) * d_rows) * DP,
+        add_dq_tile(P.dq_acc + blockIdx.x * P.dq_slice +
+                        ((long long)(batch * heads_q + head_kv * group + i / tiles) * d_rows) * DP,
                     sDS, sK, m0, seqlen_q, warp, lane);
 % end
     }

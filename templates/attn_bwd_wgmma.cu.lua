@@ -15,15 +15,18 @@
 % --   P^T, dS^T                     attn_bwd_tc.lua's element pass, in registers
 % --   dV += P^T dO, dK += dS^T Q    wgmma with P^T and dS^T from registers (the accumulator
 % --                                 layout is the A-operand layout), dO and Q transposed
-% -- and with dQ (grads 4: unless deterministic) writes dS^T transposed (matrix stores) into one
-% -- of two dS buffers, so that the block's dQ = dS K (BM x DP: pieces of 64 x 64 dealt to the
-% -- warpgroups, K transposed) is added into the f32 workspace: each warp stages its rows of a
-% -- piece in shared memory and adds them by bulk reductions (a row each, no per-element
-% -- atomics). A tile's dQ runs in the next tile's iteration, once its dS is whole: the
-% -- warpgroups meet only there and at the slots (mbarriers, no block barrier), so they drift
-% -- apart and one's element pass runs under the other's products. Packed sequences: rows that
-% -- the bulk copies read from the next sequence are zeroed before any product reads them.
-% -- Stage 3, dq (deterministic requests): a block owns BM = 64 * NWG query rows of one (batch,
+% -- and with dQ (grads 4) writes dS^T transposed (matrix stores) into one of two dS buffers,
+% -- so that the block's dQ = dS K (BM x DP: pieces of 64 x 64 dealt to the warpgroups, K
+% -- transposed) is added into the f32 workspace: each warp stages its rows of a piece in shared
+% -- memory and adds them by bulk reductions (a row each, no per-element atomics), into slice
+% -- blockIdx.x of the sum (dq_slice 0: one slice; deterministic plans: a launch, or run, adds
+% -- each element of a slice once, and runs follow each other). A tile's dQ runs in the next tile's
+% -- iteration, once its dS is whole: the warpgroups meet only there and at the slots (mbarriers,
+% -- no block barrier), so they drift apart and one's element pass runs under the other's
+% -- products. Packed sequences: rows that the bulk copies read from the next sequence are
+% -- zeroed before any product reads them.
+% -- Stage 3, dq (deterministic requests whose dk/dv stage runs on mma.sync, where the bulk
+% -- copies cannot read the tensors): a block owns BM = 64 * NWG query rows of one (batch,
 % -- head), 64 per warpgroup, and streams tiles of BN keys (two buffers): S = Q K^T and
 % -- dP = dO V^T from shared memory, P and dS in registers, dQ += dS K with K transposed.
 % -- Everything in shared memory is in 64-column panels with the 128-byte swizzle (the layout
@@ -270,7 +273,8 @@ __device__ __forceinline__ void add_dq_rows(float *dq, u32 stage, const float (*
 
 /* ---- the kernels ----------------------------------------------------------------------------- */
 % if stage == 2 then
-/* dK and dV of BN keys of one (batch, kv head), over every query row of the group's heads. */
+/* dK and dV of BN keys of one (batch, kv head), key block key_block0 + blockIdx.x, over every
+** query row of the group's heads. */
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 fj_attn_bwd_dkdv(
 % params_arg(args, "T")
@@ -293,7 +297,7 @@ fj_attn_bwd_dkdv(
     const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0);
     const int warp = (tid % 128) / 32, lane = tid % 32;
     const int g = lane / 4, t = lane % 4; /* row group and column pair of the fragments */
-    const int n0 = blockIdx.x * BN, head_kv = blockIdx.y, batch = blockIdx.z;
+    const int n0 = (P.key_block0 + blockIdx.x) * BN, head_kv = blockIdx.y, batch = blockIdx.z;
     const int group = heads_q / heads_kv;
 % bwd_sequence()
     if (n0 >= len_k)
@@ -325,6 +329,12 @@ fj_attn_bwd_dkdv(
         cp_async_arrive(bar(FULL, slot));
     };
 
+    /* In runs (deterministic plans) a run launches while the one before it ends: it reads stage
+    ** 1's D and lse2 at once (the first run waits for them) and waits for the run before it
+    ** before its first dQ addition (add_dq). */
+    if (P.key_block0 == 0)
+        grid_wait_previous();
+    grid_launch_next();
     if (tid == 0) {
         mbar_init(bar(KV_FULL, 0), 1);
         for (int s = 0; s < STAGES; s++) {
@@ -366,7 +376,9 @@ fj_attn_bwd_dkdv(
     auto add_dq = [&](int n, int head, int m0) {
         const int b = n & 1;
         const u32 staged = sK + DQ_OFFSET + wg * DQ_BYTES + warp * 16 * DQ_PITCH * 4; /* the warp's rows */
-        float *dq = P.dq_acc + (long long)(batch * heads_q + head) * d_rows * DP;
+        if (n == 0)
+            grid_wait_previous(); /* the run before this one added its dQ */
+        float *dq = P.dq_acc + blockIdx.x * P.dq_slice + (long long)(batch * heads_q + head) * d_rows * DP;
         for (int piece = first_dq_piece(n, wg); piece < DQ_PIECES; piece += NWG) {
             float acc[8][4];
             mbar_wait(bar(DS_FULL, b), (n >> 1) & 1);

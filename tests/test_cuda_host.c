@@ -282,6 +282,46 @@ static void test_backward_stages(void **state)
         }
 }
 
+/* The deterministic backward on sm_90a with few (batch, kv head) pairs and many keys: its dk/dv
+** stage launched in runs one after another on the call's stream, each the same grid, each with
+** its own parameter block (its first key block), the cast after them. */
+static void test_deterministic_runs(void **state)
+{
+    (void)state;
+    fj_context *ctx = stub_context("90");
+    assert_non_null(ctx);
+    request r, g;
+    request_make(ctx, &r, 2, 200, 3000, 4, 2, 64, 64, 0);
+    request_make(ctx, &g, 2, 200, 3000, 4, 2, 64, 64, 0);
+    r.desc.deterministic = 1;
+    void *stream = (void *)(uintptr_t)0x5eed;
+    stub.reset();
+    assert_int_equal(fj_attention_backward(ctx, &r.desc, &r.q, &r.k, &r.v, &r.out, &g.out,
+                                           &r.lse, &g.q, &g.k, &g.v, stream),
+                     FJ_OK);
+    int runs = 0, first = -1, last = -1;
+    for (int i = 0; i < stub.launches(); i++) {
+        const fjstub_launch *l = stub.launch_at(i);
+        assert_ptr_equal(l->stream, stream);
+        if (strcmp(l->function, "fj_attn_bwd_dkdv"))
+            continue;
+        if (first < 0)
+            first = i;
+        else
+            assert_memory_equal(l->grid, stub.launch_at(first)->grid, sizeof l->grid);
+        for (int j = first; j < i; j++) /* a block of its own */
+            assert_memory_not_equal(l->params, stub.launch_at(j)->params, sizeof l->params);
+        last = i;
+        runs++;
+    }
+    printf("  %d runs of %u blocks a (batch, kv head)\n", runs, stub.launch_at(first)->grid[0]);
+    assert_true(runs >= 2 && last == first + runs - 1);
+    assert_string_equal(stub.launch_at(last + 1)->function, "fj_attn_bwd_dq_store");
+    request_free(ctx, &r);
+    request_free(ctx, &g);
+    fj_context_destroy(ctx);
+}
+
 /* MLA's decode (576 / 512, v a view of k, 16 query heads on one kv head), dense and paged: the
 ** tensor-core decode kernel, its warps splitting O's 512 columns (not the forward, whose rows
 ** would be one query each), on Hopper and before. */
@@ -358,6 +398,7 @@ int main(void)
         cmocka_unit_test(test_graph_capture_rules),
         cmocka_unit_test(test_wide_decode_routing),
         cmocka_unit_test(test_backward_stages),
+        cmocka_unit_test(test_deterministic_runs),
     };
     return cmocka_run_group_tests_name("cuda host (driver stub)", tests, NULL, NULL);
 }

@@ -260,7 +260,8 @@ static void test_backward_plans(void **state)
     const planned_devices devs = planned_device_set();
     /* Deterministic: D, dk/dv (dK and dV apart above d + dv = 256), dq. Not: dq's f32 sum
     ** zeroed, D, dk/dv adding dq by atomics (with dK), dq cast from the sum. On sm_90a dk/dv
-    ** and dq run on wgmma to d and dv 128 (dk/dv where TMA can read q, k, v and dout). */
+    ** and dq run on wgmma to d and dv 128 (dk/dv where TMA can read q, k, v and dout), and
+    ** dk/dv adds dq there when deterministic too (into slices of its sum, in runs). */
     const struct {
         int64_t d, dv;
         fj_dtype dtype;
@@ -270,9 +271,9 @@ static void test_backward_plans(void **state)
         int deterministic;
         const char *paths;
     } cases[] = {
-        {128, 128, FJ_DTYPE_BF16, 0, &devs.h200, 1, "simt,wgmma,wgmma"},
+        {128, 128, FJ_DTYPE_BF16, 0, &devs.h200, 1, "memset,simt,wgmma,simt"},
         {128, 128, FJ_DTYPE_BF16, 0, &devs.h200, 0, "memset,simt,wgmma,simt"},
-        {64, 64, FJ_DTYPE_F16, 4, &devs.h200, 1, "classify,simt,wgmma,wgmma"},
+        {64, 64, FJ_DTYPE_F16, 4, &devs.h200, 1, "memset,classify,simt,wgmma,simt"},
         {64, 64, FJ_DTYPE_F16, 4, &devs.h200, 0, "memset,classify,simt,wgmma,simt"},
         {64, 64, FJ_DTYPE_BF16, 0, &devs.h200, 0, "memset,simt,wgmma,simt"},
         {64, 64, FJ_DTYPE_BF16, 6, &devs.h200, 0, "memset,simt,wgmma,simt"},
@@ -282,7 +283,7 @@ static void test_backward_plans(void **state)
         {128, 128, FJ_DTYPE_F32, 0, &devs.h200, 0, "simt,simt,simt"},
         {128, 128, FJ_DTYPE_BF16, 1, &devs.h200, 0, "simt,simt,simt,simt"},
         {128, 128, FJ_DTYPE_BF16, 2, &devs.h200, 0, "memset,simt,wgmma,simt"},
-        {128, 128, FJ_DTYPE_BF16, 2, &devs.h200, 1, "simt,wgmma,wgmma"},
+        {128, 128, FJ_DTYPE_BF16, 2, &devs.h200, 1, "memset,simt,wgmma,simt"},
         {96, 64, FJ_DTYPE_BF16, 0, &devs.h200, 0, "memset,simt,wgmma,simt"}, /* padded to 128 / 64 */
         {128, 128, FJ_DTYPE_BF16, 5, &devs.h200, 0, "memset,simt,mma,simt"},
         {128, 128, FJ_DTYPE_BF16, 5, &devs.h200, 1, "simt,mma,wgmma"},
@@ -317,12 +318,22 @@ static void test_backward_plans(void **state)
         /* dq's sum: zeroed first, as large as dq in f32 (padded head dim) */
         const int atomic = plan.steps[0].kind == FJ__STEP_MEMSET;
         assert_int_equal(plan.bwd.dq_acc >= 0, atomic);
-        if (atomic) {
+        if (atomic) { /* slices of it: one unless deterministic (then the key blocks of
+                      ** each (batch, kv head) in runs, slices at a time) */
+            const fj__step *main = &plan.steps[plan.main_step];
+            const int slices = plan.bwd.dq_slices, keys = (300 + main->variant.tile_n - 1) /
+                                                          main->variant.tile_n;
             assert_int_equal(plan.steps[0].workspace, plan.bwd.dq_acc);
+            assert_true(plan.bwd.dq_slice == 2 * 8 * 300 * main->variant.head_dim_pad);
             assert_true(plan.workspaces[plan.bwd.dq_acc].bytes ==
-                        (size_t)(2 * 8 * 300 * plan.steps[plan.main_step].variant.head_dim_pad) *
-                            4);
+                        (size_t)slices * (size_t)plan.bwd.dq_slice * 4);
             assert_int_equal(plan.steps[plan.nsteps - 1].variant.stage, 5);
+            if (cases[i].deterministic) {
+                assert_true(slices >= 1 && slices <= keys && main->grid[0] == (uint32_t)slices);
+                assert_true(main->runs * slices >= keys && (main->runs - 1) * slices < keys);
+            } else {
+                assert_true(slices == 1 && main->runs == 0);
+            }
         }
         for (int s = 0; s < plan.nsteps; s++) {
             const fj__step *st = &plan.steps[s];
@@ -337,7 +348,8 @@ static void test_backward_plans(void **state)
             if (st->variant.path != FJ__PATH_SIMT) {
                 const int stage = st->variant.stage;
                 const int32_t tile = stage == 2 ? st->variant.tile_n : st->variant.tile_m;
-                assert_int_equal(st->grid[0], (300 + tile - 1) / tile);
+                if (st->runs == 0)
+                    assert_int_equal(st->grid[0], (300 + tile - 1) / tile);
                 assert_int_equal(st->grid[1], stage == 2 ? 2 : 8);
                 assert_int_equal(st->block[0], st->variant.threads);
             }
@@ -353,9 +365,15 @@ static void test_backward_plans(void **state)
             const fj__variant *h = &tuned.steps[tuned.main_step].variant;
             assert_true(h->path == FJ__PATH_WGMMA && h->warps == 4 && h->tile_n == 64 &&
                         h->threads == 128 && h->stages == 2);
-            /* the Hopper dk/dv ring: 2 to 4 slots, more ignored */
-            assert_int_equal(fj__plan_backward(&f, cases[i].dev, "stages=3", &tuned, &err), FJ_OK);
+            /* the Hopper dk/dv ring: 2 to 4 slots where they fit (3 of 64 rows at d 64; at
+            ** d 128 beside dQ's buffers, 2), more ignored */
+            fj__features narrow = bwd_features(64, 64, FJ_DTYPE_BF16);
+            narrow.softcap = 1; /* 64 rows a tile */
+            assert_int_equal(fj__plan_backward(&narrow, cases[i].dev, "stages=3", &tuned, &err),
+                             FJ_OK);
             assert_int_equal(tuned.steps[tuned.main_step].variant.stages, 3);
+            assert_int_equal(fj__plan_backward(&f, cases[i].dev, "stages=3", &tuned, &err), FJ_OK);
+            assert_int_equal(tuned.steps[tuned.main_step].variant.stages, 2);
             assert_int_equal(fj__plan_backward(&f, cases[i].dev, "stages=6", &tuned, &err), FJ_OK);
             assert_int_equal(tuned.steps[tuned.main_step].variant.stages, 2);
             assert_int_equal(
@@ -378,8 +396,9 @@ static void test_backward_plans(void **state)
             assert_true(w->path == FJ__PATH_MMA && w->tile_n == 256 && !w->block_mask);
             assert_true(fj__variant_fits(w, cases[i].dev));
         }
-        if (dkdv->path == FJ__PATH_WGMMA) { /* dK and dV in one launch, dQ by atomics or not */
-            assert_int_equal(dkdv->grads, atomic ? 7 : 3);
+        if (dkdv->path == FJ__PATH_WGMMA) { /* dK, dV and dQ in one launch */
+            assert_int_equal(dkdv->grads, 7);
+            assert_true(atomic);
             assert_true(dkdv->head_dim_pad % 64 == 0 && dkdv->head_dim_pad >= cases[i].d);
             /* 128 query rows a streamed tile at d and dv 64 with a light element pass (a
             ** mask_mod is), else 64 */
@@ -397,6 +416,48 @@ static void test_backward_plans(void **state)
             if (apart)
                 assert_int_equal(plan.steps[plan.main_step + 1].variant.grads, 2);
         }
+    }
+}
+
+/* The deterministic backward on Hopper adds dq in runs of its dk/dv stage into slices of the
+** sum: as many slices as fill the 132 SMs where a run of one would not (few sequences and heads),
+** one where the (batch, kv head) pairs fill them alone; every key block in exactly one run. */
+static void test_deterministic_slices(void **state)
+{
+    (void)state;
+    const planned_devices devs = planned_device_set();
+    const struct {
+        int64_t batch, seqlen, heads, d;
+        int min_slices, max_slices;
+    } cases[] = {
+        {1, 16384, 16, 128, 8, 8},  /* 16 pairs: 128 blocks a run */
+        {4, 4096, 16, 128, 2, 4},   /* 64 pairs */
+        {16, 1024, 32, 64, 1, 1},   /* 512 pairs: four waves a run */
+        {2, 1000, 4, 128, 8, 8},    /* 8 keys blocks: one run */
+        {3, 130, 2, 64, 2, 2},      /* 2 key blocks, the second of 2 keys */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fj__features f = bwd_features(cases[i].d, cases[i].d, FJ_DTYPE_BF16);
+        f.batch = cases[i].batch;
+        f.seqlen_q = f.seqlen_k = cases[i].seqlen;
+        f.heads_q = f.heads_kv = cases[i].heads;
+        f.deterministic = 1;
+        fj__plan plan;
+        fj__err err = {{0}};
+        assert_int_equal(fj__plan_backward(&f, &devs.h200, NULL, &plan, &err), FJ_OK);
+        const fj__step *main = &plan.steps[plan.main_step];
+        const int64_t keys = (cases[i].seqlen + main->variant.tile_n - 1) / main->variant.tile_n;
+        const int slices = plan.bwd.dq_slices;
+        printf("  b %lld, s %lld, h %lld, d %lld: %d slices, %d runs\n", (long long)cases[i].batch,
+               (long long)cases[i].seqlen, (long long)cases[i].heads, (long long)cases[i].d,
+               slices, main->runs);
+        assert_int_equal(main->variant.path, FJ__PATH_WGMMA);
+        assert_true(slices >= cases[i].min_slices && slices <= cases[i].max_slices);
+        assert_true(main->grid[0] == (uint32_t)slices && main->runs * slices >= keys &&
+                    (main->runs - 1) * slices < keys);
+        assert_true(plan.workspaces[plan.bwd.dq_acc].bytes ==
+                    (size_t)slices * (size_t)(cases[i].batch * cases[i].heads * cases[i].seqlen *
+                                              main->variant.head_dim_pad) * 4);
     }
 }
 
@@ -562,6 +623,7 @@ int main(void)
         cmocka_unit_test(test_every_family_loads_compiled_and_cached),
         cmocka_unit_test(test_classifier_plan_and_its_memo),
         cmocka_unit_test(test_backward_plans),
+        cmocka_unit_test(test_deterministic_slices),
         cmocka_unit_test(test_decode_plans),
         cmocka_unit_test(test_wide_forward_plans),
     };
