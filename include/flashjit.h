@@ -368,7 +368,10 @@ FJ_API fj_status fj_attention_forward(fj_context *ctx, const fj_attention_desc *
 ** with the head dim padded to 16, or 64 on Hopper, is in fj_call_info.workspace_bytes) and a
 ** last kernel casts
 ** it: faster, but the order of the additions, and so dq's last bits, vary run to run. With 1,
-** and on the SIMT kernels, no atomics: bit-identical gradients.
+** bit-identical gradients: on Hopper the dk/dv kernel still adds dq, in launches one after
+** another into up to 8 such workspaces, each element of one taking its additions in one order
+** (all in workspace_bytes); elsewhere dq is a kernel of its own, and the SIMT kernels use no
+** atomics at all.
 ** Variable lengths as the forward's (keys past seqused_k get zero dk and dv). On CUDA sm_80+
 ** with f16/bf16 rows of 16-byte multiples and head dims to 256, dk/dv and dq run on tensor
 ** cores (wgmma on sm_90a to head dims 128, else mma.sync), masks, block_mask (tiles of class 0

@@ -139,6 +139,11 @@ static void bwd_variant(const fj__features *f, const fj_device_info *dev, const 
         v->tile_m = v->tile_n = v->threads = 128;
         return;
     }
+    if (stage == 1) { /* D: 8 rows a work-group, 16 work-items each (coalesced loads) */
+        v->tile_m = 8;
+        v->threads = 128;
+        return;
+    }
     if (stage > 1) { /* what the scores depend on, and score_mod's derivative */
         fj__variant_score_fields(v, f);
         v->score_mod_grad = f->score_mod_grad;
@@ -269,7 +274,7 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, co
         const fj__variant *v = &s->variant;
         s->block[0] = (uint32_t)v->threads;
         s->shared_bytes = v->path != FJ__PATH_SIMT ? fj__variant_shared_bytes(v) : 0;
-        /* Work-items: a key (stage 2), a query row (1, 3), an element of dq (5) or dbias (4). */
+        /* Tiles of keys (stage 2), of query rows (1, 3), of elements of dq (5) or dbias (4). */
         const int64_t n = stage == 2   ? f->seqlen_k
                           : stage == 4 ? f->dbias_elements
                           : stage == 5 ? f->seqlen_q * v->head_dim_pad

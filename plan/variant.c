@@ -261,8 +261,11 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
         uint64_t budget = dev->local_memory ? dev->local_memory : 32768;
         const uint64_t cap = dev->backend == FJ_BACKEND_CUDA ? 48 * 1024 : 64 * 1024;
         budget = budget < cap ? budget : cap;
-        return v->stage >= 1 && v->stage <= 5 && v->tile_m >= 1 && v->tile_n >= 1 &&
-               v->threads == (v->stage == 2 ? v->tile_n : v->tile_m) &&
+        /* A work-item a key (stage 2) or a row or element; stage 1 a team of them a row */
+        return v->stage >= 1 && v->stage <= 5 && v->tile_m >= 1 &&
+               (v->stage == 1 ? v->threads % v->tile_m == 0 && v->threads <= 1024
+                              : v->tile_n >= 1 &&
+                                    v->threads == (v->stage == 2 ? v->tile_n : v->tile_m)) &&
                fj__variant_shared_bytes(v) <= budget;
     }
     if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_VECTOR)

@@ -5,7 +5,9 @@
 % -- where dS' is dS times the derivative of the score with respect to q.k (scale, 1 - tanh^2
 % -- through soft-capping, score_mod's generated derivative; ALiBi, bias and masks are
 % -- constants). Three stages, one kernel each (parameter `stage`), and a fourth on request:
-% --   dot   D of every query row, into an f32 workspace [batch, heads_q, seqlen_q];
+% --   dot   D of every query row, into an f32 workspace [batch, heads_q, seqlen_q]: TILE_M
+% --         rows a work-group, a team of THREADS / TILE_M work-items each (consecutive
+% --         columns: the loads coalesce) whose sums add in local memory;
 % --   dkdv  a work-item per key: its dK and dV summed over every query row of every query head
 % --         of its kv head (query tiles of TILE_M rows streamed through local memory);
 % --   dq    a work-item per query row: its dQ over the key tiles of TILE_N keys it sees;
@@ -116,23 +118,33 @@
 % end
 
 % if stage == 1 then
+#define THREADS ${threads}
+#define LANES (THREADS / TILE_M) /* work-items a row */
+
 /* D = rowsum(dO * O) of every query row, and its lse in log2 units (+inf for a row that sees
 ** no key: exp2(s - lse2) is then 0). */
-KERNEL(TILE_M)
+KERNEL(THREADS)
 fj_attn_bwd_dot(
 % params_arg(args)
 )
 {
+    SHARED float part[THREADS]; /* the lanes' sums, a row's LANES apart */
 % params_unpack(args.fields[1].block, "P.fwd", unpack_names)
 % emit_sequence()
-    const int row = BLOCK_X * TILE_M + THREAD_X, head = BLOCK_Y;
-    if (row >= seqlen_q)
-        return;
-    GLOBAL const o_t *o = out + (I64)row * o_ss + (I64)head * o_sh;
-    GLOBAL const o_t *g = dout + (I64)row * P.do_ss + (I64)head * P.do_sh;
+    const int lane = THREAD_X % LANES, row = BLOCK_X * TILE_M + THREAD_X / LANES, head = BLOCK_Y;
     float d = 0.0f;
-    for (int c = 0; c < head_dim_v; c++)
-        d = F_FMA(O_LOAD(g, c), O_LOAD(o, c), d);
+    if (row < seqlen_q) {
+        GLOBAL const o_t *o = out + (I64)row * o_ss + (I64)head * o_sh;
+        GLOBAL const o_t *g = dout + (I64)row * P.do_ss + (I64)head * P.do_sh;
+        for (int c = lane; c < head_dim_v; c += LANES)
+            d = F_FMA(O_LOAD(g, c), O_LOAD(o, c), d);
+    }
+    part[THREAD_X] = d;
+    BARRIER();
+    if (lane != 0 || row >= seqlen_q)
+        return;
+    for (int i = 1; i < LANES; i++)
+        d += part[THREAD_X + i];
     delta_p[(I64)head * d_rows + row] = d;
     const float l = lse[(I64)head * l_sh + (I64)row * l_ss];
     lse2_p[(I64)head * d_rows + row] = l == -F_INF ? F_INF : l * LOG2E;

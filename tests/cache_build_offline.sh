@@ -131,7 +131,7 @@ echo "$out"
     { echo "FAIL: cache build --backward did not build the four backward kernels"; exit 1; }
 expected=$((expected + $(echo "$out" | sed -n 's/^\([0-9]*\) kernels built.*/\1/p')))
 checked=$((checked + 1))
-# The backward's tensor-core stages (dkdv adding dq by atomics, and the cast; dkdv and dq when
+# The backward's tensor-core stages (dkdv adding dq, and the cast; on sm_80 dkdv and dq when
 # deterministic; dK and dV apart at d 256), both archs, and with the masks, score terms and
 # packed sequences they take (sm_90a): built, no spills. A cache of their own: the builds share the D stage's kernels, which the count at the end would see twice.
 for arch in sm_80 sm_90a; do
