@@ -134,9 +134,11 @@ static void bwd_variant(const fj__features *f, const fj_device_info *dev, const 
     fj__variant_from_features(v, FJ__FAMILY_BWD, f, dev);
     v->stage = (uint8_t)stage;
     v->varlen = f->varlen;
-    if (stage == 5) { /* a cast: a work-item per element; soft-capping decides its factor */
+    if (stage == 5) { /* a cast: 8 rows a work-group; soft-capping decides its factor */
         v->softcap = f->softcap;
-        v->tile_m = v->tile_n = v->threads = 128;
+        v->tile_m = 8;
+        v->tile_n = 1;
+        v->threads = 128;
         return;
     }
     if (stage == 1) { /* D: 8 rows a work-group, 16 work-items each (coalesced loads) */
@@ -274,11 +276,8 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, co
         const fj__variant *v = &s->variant;
         s->block[0] = (uint32_t)v->threads;
         s->shared_bytes = v->path != FJ__PATH_SIMT ? fj__variant_shared_bytes(v) : 0;
-        /* Tiles of keys (stage 2), of query rows (1, 3), of elements of dq (5) or dbias (4). */
-        const int64_t n = stage == 2   ? f->seqlen_k
-                          : stage == 4 ? f->dbias_elements
-                          : stage == 5 ? f->seqlen_q * v->head_dim_pad
-                                       : f->seqlen_q;
+        /* Tiles of keys (stage 2), of query rows (1, 3, 5), of elements of dbias (4). */
+        const int64_t n = stage == 2 ? f->seqlen_k : stage == 4 ? f->dbias_elements : f->seqlen_q;
         const int32_t tile = stage == 2 ? v->tile_n : v->tile_m;
         s->grid[0] = (uint32_t)((n + tile - 1) / tile);
         if (stage == 2 && f->deterministic && plan->bwd.dq_acc >= 0) { /* runs: dq_slices */

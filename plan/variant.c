@@ -261,9 +261,10 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
         uint64_t budget = dev->local_memory ? dev->local_memory : 32768;
         const uint64_t cap = dev->backend == FJ_BACKEND_CUDA ? 48 * 1024 : 64 * 1024;
         budget = budget < cap ? budget : cap;
-        /* A work-item a key (stage 2) or a row or element; stage 1 a team of them a row */
+        /* A work-item a key (stage 2), a row (3) or an element (4); stage 1 a team of them a
+        ** row, stage 5 rows of elements */
         return v->stage >= 1 && v->stage <= 5 && v->tile_m >= 1 &&
-               (v->stage == 1 ? v->threads % v->tile_m == 0 && v->threads <= 1024
+               (v->stage == 1 || v->stage == 5 ? v->threads % v->tile_m == 0 && v->threads <= 1024
                               : v->tile_n >= 1 &&
                                     v->threads == (v->stage == 2 ? v->tile_n : v->tile_m)) &&
                fj__variant_shared_bytes(v) <= budget;

@@ -13,7 +13,7 @@
 % --   dq    a work-item per query row: its dQ over the key tiles of TILE_N keys it sees;
 % --   dbias a work-item per element of the bias's gradient (dS through score_mod), summed over
 % --         the dimensions the bias broadcasts (dense requests);
-% --   and stage 5, dq_store: a work-item per element of dq, cast from the f32 sum that the
+% --   and stage 5, dq_store: TILE_M rows of dq a work-group, cast from the f32 sum that the
 % --         tensor-core dkdv stage (attn_bwd_mma.cu.lua, grads 4) accumulated by atomics.
 % -- No stage here uses atomics: the gradients are bit-identical run to run.
 % --
@@ -35,6 +35,7 @@
 % local terms = alibi or bias ~= "" or score_mod ~= ""
 #define TILE_M ${tile_m}
 #define TILE_N ${tile_n}
+#define THREADS ${threads}
 #define DP ${head_dim_pad}
 #define DVP ${head_dim_v_pad}
 #define LOG2E 1.4426950408889634f
@@ -118,7 +119,6 @@
 % end
 
 % if stage == 1 then
-#define THREADS ${threads}
 #define LANES (THREADS / TILE_M) /* work-items a row */
 
 /* D = rowsum(dO * O) of every query row, and its lse in log2 units (+inf for a row that sees
@@ -372,8 +372,8 @@ fj_attn_bwd_dbias(
 }
 % elseif stage == 5 then
 /* dQ from its f32 sum in the workspace, dq_slices slices [batch, heads_q, d_rows, DP] added in
-** order: a work-item per element, times what dS was not multiplied by (the scale; nothing
-** through soft-capping). */
+** order, TILE_M rows a work-group (consecutive work-items, consecutive elements), times what dS
+** was not multiplied by (the scale; nothing through soft-capping). */
 KERNEL(TILE_M)
 fj_attn_bwd_dq_store(
 % params_arg(args)
@@ -381,19 +381,21 @@ fj_attn_bwd_dq_store(
 {
 % params_unpack(args.fields[1].block, "P.fwd", unpack_names)
 % emit_sequence()
-    const I64 e = (I64)BLOCK_X * TILE_M + THREAD_X;
-    const int row = (int)(e / DP), c = (int)(e % DP), head = BLOCK_Y;
-    if (row >= seqlen_q || c >= head_dim)
-        return;
-    const I64 at = (((I64)batch * heads_q + head) * d_rows + row) * DP + c;
-    float sum = 0.0f;
-    for (int slice = 0; slice < P.dq_slices; slice++)
-        sum += GPTR(const float, P.dq_acc)[at + slice * P.dq_slice];
 %   if softcap then
     const float factor = 1.0f;
 %   else
     const float factor = P.scale;
 %   end
-    Q_STORE(dq_p + (I64)row * P.dq_ss + (I64)head * P.dq_sh, c, sum * factor);
+    const int head = BLOCK_Y;
+    for (int i = THREAD_X; i < TILE_M * DP; i += THREADS) {
+        const int row = BLOCK_X * TILE_M + i / DP, c = i % DP;
+        if (row >= seqlen_q || c >= head_dim)
+            continue;
+        const I64 at = (((I64)batch * heads_q + head) * d_rows + row) * DP + c;
+        float sum = 0.0f;
+        for (int slice = 0; slice < P.dq_slices; slice++)
+            sum += GPTR(const float, P.dq_acc)[at + slice * P.dq_slice];
+        Q_STORE(dq_p + (I64)row * P.dq_ss + (I64)head * P.dq_sh, c, sum * factor);
+    }
 }
 % end
