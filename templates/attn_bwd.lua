@@ -374,7 +374,7 @@ fj_attn_bwd_dbias(
 /* dQ from its f32 sum in the workspace, dq_slices slices [batch, heads_q, d_rows, DP] added in
 ** order, TILE_M rows a work-group (consecutive work-items, consecutive elements), times what dS
 ** was not multiplied by (the scale; nothing through soft-capping). */
-KERNEL(TILE_M)
+KERNEL(THREADS)
 fj_attn_bwd_dq_store(
 % params_arg(args)
 )
