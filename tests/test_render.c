@@ -344,9 +344,23 @@ static void test_decode_variants_render(void **state)
             }
 }
 
+/* The work-group size a rendered portable kernel declares: the value of the macro that its
+** KERNEL(...) names (0: none found). */
+static int declared_work_group(const char *out)
+{
+    const char *k = strstr(out, "\nKERNEL(");
+    char name[64], define[80];
+    if (!k || sscanf(k + 8, "%63[A-Z_]", name) != 1)
+        return 0;
+    snprintf(define, sizeof define, "#define %s ", name);
+    const char *d = strstr(out, define);
+    return d ? atoi(d + strlen(define)) : 0;
+}
+
 /* The backward's SIMT stages render for both backends, with soft-capping, a window, a bias,
-** a mask_mod and a score_mod with its derivative (FJ_RENDER_OUT: the CUDA sources are written
-** there). */
+** a mask_mod and a score_mod with its derivative, each declaring the work-group it is launched
+** with (the D stage and the cast: teams of work-items over rows; FJ_RENDER_OUT: the CUDA
+** sources are written there). */
 static void test_backward_stages_render(void **state)
 {
     (void)state;
@@ -365,13 +379,14 @@ static void test_backward_stages_render(void **state)
             v.head_dim_pad = 64;
             v.head_dim_v_pad = 48;
             v.tile_m = v.tile_n = 16;
-            v.threads = 16;
+            v.threads = stage == 1 || stage == 5 ? 128 : 16;
             v.stage = (uint8_t)stage;
             v.local_mask = v.softcap = 1;
             v.bias = 1;
             set_test_mods(&v);
             char *out = render_or_fail(&v);
             assert_non_null(strstr(out, entries[stage - 1]));
+            assert_int_equal(declared_work_group(out), v.threads);
             const int scores = stage > 1 && stage < 5; /* stage 5 casts dq's sum */
             assert_true((strstr(out, "1.0f - t * t") != NULL) == scores);
             assert_true((strstr(out, "fj_score_grad(mc, capped") != NULL) == scores);
