@@ -204,7 +204,8 @@ static int32_t dq_slices(const fj__features *f, const fj__variant *v, const fj_d
     double best_cost = 0;
     for (int32_t s = 1; s <= MAX_DQ_SLICES && s <= key_blocks; s++) {
         const int64_t runs = (key_blocks + s - 1) / s, last = key_blocks - (runs - 1) * s;
-        const int64_t waves = (runs - 1) * ((units * s + sms - 1) / sms) + (units * last + sms - 1) / sms;
+        const int64_t waves =
+            (runs - 1) * ((units * s + sms - 1) / sms) + (units * last + sms - 1) / sms;
         const double cost = (double)waves + (double)runs * BLOCK_ROWS / (double)f->seqlen_q +
                             (double)s * (double)units / SLICE_BLOCKS;
         if (s == 1 || cost < best_cost) {

@@ -190,9 +190,9 @@ FJ__PARAM_STRUCT(fj__decode_params, FJ__DECODE_PARAMS);
 ** it (NULL: not), a workspace of dq_slices slices [b, hq, sq, head_dim_pad], dq_slice floats
 ** apart (0 where there is one), that stage 5 adds in order, stage 2's block x adding into slice
 ** x (one, by atomics; deterministic: see dq_slices in bwd.c); stage 2's first key block (its
-** launch's blockIdx.x 0: a run's); the bias's gradient (f32; NULL: not asked for) with its batch, head
-** and row strides, element count and batch, head and row extents (1: summed over); the softmax
-** scale (natural units: dS's factor). */
+** launch's blockIdx.x 0: a run's); the bias's gradient (f32; NULL: not asked for) with its
+** batch, head and row strides, element count and batch, head and row extents (1: summed over);
+** the softmax scale (natural units: dS's factor). */
 #define FJ__BWD_PARAMS(X, T)                                                                       \
     X(T, BLOCK, fwd, fj__fwd_params)                                                               \
     X(T, PTR, dout, "const o_t")                                                                   \

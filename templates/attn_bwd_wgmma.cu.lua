@@ -378,7 +378,8 @@ fj_attn_bwd_dkdv(
         const u32 staged = sK + DQ_OFFSET + wg * DQ_BYTES + warp * 16 * DQ_PITCH * 4; /* the warp's rows */
         if (n == 0)
             grid_wait_previous(); /* the run before this one added its dQ */
-        float *dq = P.dq_acc + blockIdx.x * P.dq_slice + (long long)(batch * heads_q + head) * d_rows * DP;
+        float *dq = P.dq_acc + blockIdx.x * P.dq_slice +
+                    (long long)(batch * heads_q + head) * d_rows * DP;
         for (int piece = first_dq_piece(n, wg); piece < DQ_PIECES; piece += NWG) {
             float acc[8][4];
             mbar_wait(bar(DS_FULL, b), (n >> 1) & 1);
