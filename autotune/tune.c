@@ -59,7 +59,7 @@ void fj__tune_bucket(const fj__features *f, const fj__variant *v, char *buf, siz
         snprintf(buf + used, size - used, "|group=%lld|paged=%d",
                  (long long)(f->heads_q / f->heads_kv), (int)v->paged);
     }
-    if (v->family == FJ__FAMILY_BWD) { /* the deterministic plan has a dq stage of its own */
+    if (v->family == FJ__FAMILY_BWD) { /* the deterministic plan runs other launches */
         size_t used = strlen(buf);
         snprintf(buf + used, size - used, "|det=%d", (int)f->deterministic);
     }

@@ -172,7 +172,8 @@ static void test_shapes_and_options(void **state)
 ** element masks and score terms (a mask_mod, the mask tensor, ranges, ALiBi with a bias, a
 ** score_mod with soft-capping), block classes (alone; shared, with a mask_mod), packed
 ** sequences (with seqused_k, causal; with a mask_mod); each must run on the tensor-core
-** kernels, with dq added by atomics (the default) and deterministic (dq a stage of its own):
+** kernels, with dq added by atomics (the default) and deterministic (dq a stage of its own, or
+** on Hopper added in runs into slices of its sum):
 ** on the default kernels (Hopper's dk/dv kernel on sm_90a where it serves, mma.sync elsewhere),
 ** and, on sm_90a, again with FLASHJIT_BWD_CONFIG=path=mma (the mma.sync kernels). */
 static void test_tensor_core_tiles(void **state)
