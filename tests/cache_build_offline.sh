@@ -132,11 +132,14 @@ echo "$out"
 expected=$((expected + $(echo "$out" | sed -n 's/^\([0-9]*\) kernels built.*/\1/p')))
 checked=$((checked + 1))
 # The backward's tensor-core stages (dkdv adding dq, and the cast; on sm_80 dkdv and dq when
-# deterministic; dK and dV apart at d 256), both archs, and with the masks, score terms and
-# packed sequences they take (sm_90a): built, no spills. A cache of their own: the builds share the D stage's kernels, which the count at the end would see twice.
+# deterministic; dK and dV apart at d 256), both archs, and with the masks, score terms,
+# soft-capping, ranges and packed sequences they take (sm_90a): built, no spills (a mask tensor
+# at d 128 spills 4-12 bytes: not checked). A cache of their own: the builds share the D
+# stage's kernels, which the count at the end would see twice.
 for arch in sm_80 sm_90a; do
     kinds=("")
-    [ $arch = sm_90a ] && kinds+=("--mask-mod|k % 3 != 0" "--score-mod|s * 0.5 + tanh(s)" "--varlen|2")
+    [ $arch = sm_90a ] && kinds+=("--mask-mod|k % 3 != 0" "--score-mod|s * 0.5 + tanh(s)" "--varlen|2"
+        "--softcap|1" "--ranges|4")
     for kind in "${kinds[@]}"; do
         opt=()
         [ -n "$kind" ] && opt=("${kind%%|*}" "${kind#*|}")
