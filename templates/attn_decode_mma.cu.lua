@@ -138,11 +138,9 @@ fj_attn_decode(
 {
     extern __shared__ __attribute__((aligned(128))) unsigned char smem[];
 % if partial then
-#if __CUDA_ARCH__ >= 900
     /* The merge of the splits may launch once every block has started: it waits for this
     ** grid's states itself (attn_merge.lua), so its launch overlaps the last blocks' work. */
-    asm volatile("griddepcontrol.launch_dependents;");
-#endif
+    grid_launch_next();
 % end
     elem_t *sQ = (elem_t *)smem;
     elem_t *ring = sQ + BM * QS;

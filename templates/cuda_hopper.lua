@@ -157,19 +157,6 @@ template <int N> __device__ __forceinline__ void bulk_wait()
 {
     asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
 }
-
-/* Programmatic dependent launch: a grid launched to overlap the end of the one before it
-** (fj__step.overlap_previous) waits for that grid's completion and writes before it reads or
-** adds to what that grid wrote (at once where launched otherwise), and a grid lets the next
-** one launch early once each of its blocks said so (or ended). */
-__device__ __forceinline__ void grid_wait_previous()
-{
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-}
-__device__ __forceinline__ void grid_launch_next()
-{
-    asm volatile("griddepcontrol.launch_dependents;");
-}
 /* Copies one box of a rank-4 tensor to shared memory (bulk tensor copies, TMA); the barrier
 ** counts its bytes. Elements outside the tensor arrive as zeros. */
 __device__ __forceinline__ void tma_load4(u32 dst, const tmap_t *map, u32 bar, int c0, int c1,

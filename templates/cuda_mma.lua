@@ -22,6 +22,23 @@ __device__ __forceinline__ u32 smem_addr(const void *p)
     return (u32)a;
 }
 
+/* Programmatic dependent launch (sm_90+; nothing before): a grid launched to overlap the end of
+** the one before it (fj__step.overlap_previous) waits for that grid's completion and writes
+** before it reads or adds to what that grid wrote (at once where launched otherwise), and a
+** grid lets the next one launch early once each of its blocks said so (or ended). */
+__device__ __forceinline__ void grid_wait_previous()
+{
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void grid_launch_next()
+{
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
 /* Copies 16 bytes global -> shared without registers; src_bytes 0 writes zeros instead. */
 __device__ __forceinline__ void cp_async16(u32 dst, const void *src, int src_bytes)
 {

@@ -433,7 +433,7 @@ static void test_deterministic_slices(void **state)
         {1, 16384, 16, 128, 8, 8},  /* 16 pairs: 128 blocks a run */
         {4, 4096, 16, 128, 2, 4},   /* 64 pairs */
         {16, 1024, 32, 64, 1, 1},   /* 512 pairs: four waves a run */
-        {2, 1000, 4, 128, 8, 8},    /* 8 keys blocks: one run */
+        {2, 1000, 4, 128, 8, 8},    /* 8 key blocks: one run */
         {3, 130, 2, 64, 2, 2},      /* 2 key blocks, the second of 2 keys */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
