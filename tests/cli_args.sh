@@ -34,6 +34,9 @@ check "--scale takes a finite number" --scale 1.5q
 check "--mod-args takes up to 256 numbers" --mod-args 1,x
 check "--seed takes an unsigned integer" --seed 12ab
 check "--kv-dtype takes e4m3 or e5m2, not 'bf16'" --kv-dtype bf16
+check "--backward (or --dbias, --deterministic) is not taken with --paged" --backward --paged 16
+check "is not taken with --mla" --deterministic --mla
+check "is not taken with --no-lse" --no-lse --backward
 # The backward's tile overrides are checked when a context is made, naming the variable.
 if "$cli" info 2>/dev/null | grep -qE "^backend opencl: [1-9]"; then
     out=$(FLASHJIT_BWD_CONFIG=warps=99 "$cli" run --backend opencl --seqlen 8 2>&1)

@@ -76,6 +76,7 @@ static int usage(FILE *f)
         "                          (v a view of k); sets --head-dim, --head-dim-v, --kv-heads\n"
         "  --backward              also the gradients (fj_attention_backward) of a random dout,\n"
         "                          each checked against the float64 reference, and timed\n"
+        "                          (not with --paged, --mla or --no-lse)\n"
         "  --dbias                 with --bias: also the bias's gradient (desc.dbias; implies\n"
         "                          --backward)\n"
         "  --deterministic         the backward bit-identical run to run (desc.deterministic;\n"
@@ -508,6 +509,13 @@ static int cmd_run(int argc, char **argv)
     }
     o.shipped_caches = nshipped ? shipped : NULL;
     o.trusted_keys = ntrusted ? trusted : NULL;
+    /* The backward takes the forward's lse; a paged cache has no backward, and MLA's shared
+    ** k and v would need their gradients summed, which the check does not do. */
+    if (c.backward && (c.paged || c.v_in_k || !c.with_lse))
+        return fprintf(stderr, "flashjit: --backward (or --dbias, --deterministic) is not taken "
+                               "with %s\n",
+                       c.paged ? "--paged" : c.v_in_k ? "--mla" : "--no-lse"),
+               2;
     if (c.bias_f32 && !c.bias)
         c.bias = 1;
     c.heads_kv = kv_heads ? kv_heads : c.heads_q;
