@@ -363,8 +363,12 @@ void fjr_attention_lowp(const fjr_problem *p, fj_dtype dtype, const float *q, co
     free(acc);
 }
 
-/* One backward for T = double or float; lowp rounds P, dS and the results to dtype. */
-#define FJR_BACKWARD(T, EXP, TANH, ROUND)                                                          \
+/* One backward for T = double or float; lowp rounds P, dS and the results to dtype. MAG is
+** applied to every factor of the gradients' terms: FJR_SAME for the gradients, fabs for their
+** magnitudes (dS = P (|dP| + |D|) with |dP| and |D| sums of magnitudes, and so on), the scale of
+** the rounding errors that a float implementation makes, cancellation in dP - D included. */
+#define FJR_SAME(x) (x)
+#define FJR_BACKWARD(T, EXP, TANH, ROUND, MAG)                                                     \
     const int64_t d = p->head_dim, dvd = p->head_dim_v, group = p->heads_q / p->heads_kv;         \
     const int64_t sk = p->seqlen_k;                                                                \
     T *s = malloc((size_t)sk * sizeof *s), *u = malloc((size_t)sk * sizeof *u);                     \
@@ -419,7 +423,7 @@ void fjr_attention_lowp(const fjr_problem *p, fj_dtype dtype, const float *q, co
                 }                                                                                  \
                 T delta = 0;                                                                       \
                 for (int64_t c = 0; c < dvd; c++)                                                  \
-                    delta += gi[c] * o[c];                                                         \
+                    delta += MAG(gi[c]) * MAG(o[c]);                                               \
                 for (int64_t j = 0; j < sk; j++) {                                                 \
                     if (s[j] == 0) /* masked (or underflowed): contributes nothing */           \
                         continue;                                                                  \
@@ -429,19 +433,19 @@ void fjr_attention_lowp(const fjr_problem *p, fj_dtype dtype, const float *q, co
                     T *dvj = dv + ((b * sk + j) * p->heads_kv + hk) * dvd;                         \
                     T dp = 0;                                                                      \
                     for (int64_t c = 0; c < dvd; c++)                                              \
-                        dp += gi[c] * vj[c];                                                       \
-                    T ds = ROUND(s[j] * (dp - delta));                                             \
+                        dp += MAG(gi[c]) * MAG(vj[c]);                                             \
+                    T ds = ROUND(s[j] * (MAG(dp) + MAG(-delta)));                                  \
                     T t = p->softcap > 0 ? TANH(u[j] / (T)p->softcap) : 0;                         \
-                    T dd = ds * (T)p->scale * (p->softcap > 0 ? 1 - t * t : 1) * g[j];             \
+                    T dd = MAG(ds * (T)p->scale * (p->softcap > 0 ? 1 - t * t : 1) * g[j]);        \
                     for (int64_t c = 0; c < d; c++) {                                              \
-                        dqi[c] += dd * kj[c];                                                      \
-                        dkj[c] += dd * qi[c];                                                      \
+                        dqi[c] += dd * MAG(kj[c]);                                                 \
+                        dkj[c] += dd * MAG(qi[c]);                                                 \
                     }                                                                              \
                     for (int64_t c = 0; c < dvd; c++)                                              \
-                        dvj[c] += s[j] * gi[c];                                                    \
+                        dvj[c] += s[j] * MAG(gi[c]);                                               \
                     if (p->dbias) /* the bias enters score_mod's s: dS times its derivative */  \
                         ((T *)p->dbias)[b * p->dbias_stride[0] + h * p->dbias_stride[1] +          \
-                                        i * p->dbias_stride[2] + j] += ds * g[j];                  \
+                                        i * p->dbias_stride[2] + j] += ds * MAG(g[j]);             \
                 }                                                                                  \
             }                                                                                      \
     free(s);                                                                                       \
@@ -458,7 +462,14 @@ void fjr_attention_backward(const fjr_problem *p, const double *q, const double 
                             const double *v, const double *dout, double *dq, double *dk,
                             double *dv)
 {
-    FJR_BACKWARD(double, exp, tanh, keep_double);
+    FJR_BACKWARD(double, exp, tanh, keep_double, FJR_SAME);
+}
+
+void fjr_attention_backward_magnitude(const fjr_problem *p, const double *q, const double *k,
+                                      const double *v, const double *dout, double *dq,
+                                      double *dk, double *dv)
+{
+    FJR_BACKWARD(double, exp, tanh, keep_double, fabs);
 }
 
 void fjr_attention_backward_lowp(const fjr_problem *p, fj_dtype dtype, const float *q,
@@ -466,7 +477,7 @@ void fjr_attention_backward_lowp(const fjr_problem *p, fj_dtype dtype, const flo
                                  float *dk, float *dv)
 {
 #define ROUND_DT(x) fjr_round(dtype, (x))
-    FJR_BACKWARD(float, expf, tanhf, ROUND_DT);
+    FJR_BACKWARD(float, expf, tanhf, ROUND_DT, FJR_SAME);
 #undef ROUND_DT
     const size_t n[3] = {(size_t)(p->batch * p->seqlen_q * p->heads_q * p->head_dim),
                          (size_t)(p->batch * p->seqlen_k * p->heads_kv * p->head_dim),

@@ -74,6 +74,12 @@ void fjr_attention(const fjr_problem *p, const double *q, const double *k, const
 void fjr_attention_backward(const fjr_problem *p, const double *q, const double *k,
                             const double *v, const double *dout, double *dq, double *dk,
                             double *dv);
+/* The gradients' magnitudes: fjr_attention_backward with every factor of every term by its
+** absolute value (dS = P (|dP| + |D|)). A float implementation's rounding error in an element
+** scales with it, also where dP - D cancels and the gradient itself is near 0. */
+void fjr_attention_backward_magnitude(const fjr_problem *p, const double *q, const double *k,
+                                      const double *v, const double *dout, double *dq,
+                                      double *dk, double *dv);
 /* The plain low-precision backward the error bar is measured against: float arithmetic on the
 ** rounded inputs, P and dS rounded to dtype, the gradients rounded to dtype. */
 void fjr_attention_backward_lowp(const fjr_problem *p, fj_dtype dtype, const float *q,
