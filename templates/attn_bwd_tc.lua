@@ -65,7 +65,10 @@
 % -- expressions of the row half h, j and e. masked: elements outside [lo[h], hi[h]] (offsets
 % -- from the thread's first column: the ends and the band) get P = 0 without their masks and
 % -- terms being read; the element masks (mc: MASK_CTX) apply everywhere, but in tiles whose
-% -- block class (`block_class`, with block_mask) is 2.
+% -- block class (`block_class`, with block_mask) is 2. With the mask tensor they come first
+% -- and a masked element skips the terms and the exponential (its loads in flight beside the
+% -- exponentials spilled 4-12 bytes in Hopper's d 128 dk/dv kernel); computed masks come
+% -- after the exponential (first, they spilled 24-32 bytes at d 64 with 128-row tiles).
 % function bwd_scores_to_p_ds(nt, lse2, delta, row, key, masked, want_ds)
 #pragma unroll
         for (int j = 0; j < ${nt}; j++)
@@ -86,13 +89,18 @@
 %   if score_mod ~= "" then
                 const float capped = x;
 %   end
+%   local keeps = (block_mask and "block_class == 2 || " or "") .. "fj_keeps(mc, " .. row .. ", " .. key .. ")"
+%   if mask_tensor then
+                if (inside && (${keeps})) {
+%   else
                 if (inside) {
+%   end
 %   if terms then
                     x = fj_score(mc, x, ${row}, ${key});
 %   end
                     p = ex2(x - ${lse2});
-%   if element_masks then
-                    if (${block_mask and "block_class != 2 && " or ""}!fj_keeps(mc, ${row}, ${key}))
+%   if element_masks and not mask_tensor then
+                    if (!(${keeps}))
                         p = 0.0f;
 %   end
                 }
