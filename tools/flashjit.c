@@ -63,6 +63,7 @@ static int usage(FILE *f)
         "  --alibi heads|batch     random ALiBi slopes, [heads] or [batch, heads]\n"
         "  --bias full|heads|keys  random bias [b, h, sq, sk], [1, h, sq, sk] or a key bias\n"
         "                          broadcast by stride 0; --bias-f32: in f32, else the dtype\n"
+        "                          (FP8: f32)\n"
         "  --mask random|keys      random bool mask [b, h, sq, sk], or key padding [b, 1, 1, sk]\n"
         "  --varlen                the batch as packed sequences of random lengths up to the\n"
         "                          seqlens (cu_seqlens_q/k); --seqused-k: also seqused_k\n"
@@ -518,6 +519,8 @@ static int cmd_run(int argc, char **argv)
                2;
     if (c.bias_f32 && !c.bias)
         c.bias = 1;
+    if (c.bias && (c.dtype == FJ_DTYPE_F8_E4M3 || c.dtype == FJ_DTYPE_F8_E5M2))
+        c.bias_f32 = 1; /* an FP8 request's bias is f32 (desc.bias) */
     c.heads_kv = kv_heads ? kv_heads : c.heads_q;
     c.mod_args = nargs ? mod_args : NULL;
     c.mod_args_count = nargs;
