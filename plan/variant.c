@@ -170,8 +170,10 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
         const uint32_t exchange = v->d_split ? 2u * 4u * (uint32_t)(v->tile_m * v->tile_n) + 32u : 0u;
         return q + v->stages * kv + exchange + 8u * (8u + 4u * v->stages) + 8u + 1023u;
     }
-    if (v->path != FJ__PATH_MMA)
-        return 0; /* the SIMT kernel declares its shared memory statically */
+    if (v->path != FJ__PATH_MMA) /* attn_fwd_simt.lua's Smem (static): K and V tiles in float,
+                                  ** and two tile flags with element masks */
+        return 4u * (uint32_t)(v->tile_n * (v->head_dim_pad + v->head_dim_v_pad)) +
+               (fj__variant_element_masks(v) ? 8u : 0u);
     /* Q [tile_m][d + 8], K [tile_n][d + 8], V [tile_n][dv + 8]. */
     return (uint32_t)(qs * v->tile_m * (v->head_dim_pad + 8) +
                       kvs * v->tile_n * (v->head_dim_pad + 8 + v->head_dim_v_pad + 8));
@@ -336,13 +338,12 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
     if (v->path == FJ__PATH_MMA)
         return v->warps >= 1 && v->tile_m % (16 * v->warps) == 0 && v->tile_n % 16 == 0 &&
                v->threads == 32 * v->warps && fj__variant_shared_bytes(v) <= dev->local_memory;
-    /* SIMT: K and V tiles in float, in local memory (at most 64 KiB on OpenCL and the 48 KiB of
-    ** static shared memory on CUDA). */
+    /* SIMT: its local memory (at most 64 KiB on OpenCL and the 48 KiB of static shared memory
+    ** on CUDA). */
     uint64_t budget = dev->local_memory ? dev->local_memory : 32768;
     uint64_t cap = dev->backend == FJ_BACKEND_CUDA ? 48 * 1024 : 64 * 1024;
     budget = budget < cap ? budget : cap;
-    return v->threads == v->tile_m &&
-           (uint64_t)v->tile_n * (uint64_t)(v->head_dim_pad + v->head_dim_v_pad) * 4 <= budget;
+    return v->threads == v->tile_m && fj__variant_shared_bytes(v) <= budget;
 }
 
 void fj__variant_config(const fj__variant *v, char *buf, size_t size)

@@ -118,8 +118,9 @@ const char *fj__variant_path(const fj__variant *v);
 int fj__variant_element_masks(const fj__variant *v);
 /* Bytes of one bias element of v (0 without a bias). */
 uint32_t fj__variant_bias_bytes(const fj__variant *v);
-/* Dynamic shared memory a launch of v needs, in bytes. The kernel checks its own layout against
-** it (template parameter shared_bytes). */
+/* Shared memory of v in bytes: what a launch asks for as dynamic shared memory, except on the
+** SIMT kernels, which declare it statically (their launches ask for none). The kernel checks its
+** own layout against it (template parameter shared_bytes). */
 uint32_t fj__variant_shared_bytes(const fj__variant *v);
 /* DECODE on the VECTOR path: the lanes that hold one key (a power of two, 8 elements each). */
 int fj__variant_decode_lanes(const fj__variant *v);

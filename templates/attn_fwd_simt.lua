@@ -45,6 +45,17 @@
 #define DP ${head_dim_pad}
 #define DVP ${head_dim_v_pad}
 
+/* The work-group's local memory (its size is the host's, fj__variant_shared_bytes): the key and
+** value tiles in float, and with element masks the block skipping's two tile flags. */
+typedef struct Smem {
+    float k[TILE_N][DP];
+    float v[TILE_N][DVP];
+% if sparse then
+    int kept[2];
+% end
+} Smem;
+% smem_matches_host()
+
 KERNEL(TILE_M)
 fj_attn_fwd(
 % params_arg(args)
@@ -52,8 +63,7 @@ fj_attn_fwd(
 {
 % -- With variable lengths the sequence lengths are per block: the parameters are the maxima.
 % params_unpack(args, "P", varlen > 0 and { seqlen_q = "max_seqlen_q", seqlen_k = "max_seqlen_k" } or nil)
-    SHARED float k_tile[TILE_N][DP];
-    SHARED float v_tile[TILE_N][DVP];
+    SHARED Smem sm;
 
     const int tid = THREAD_X;
     const int row0 = BLOCK_X * TILE_M;
@@ -106,11 +116,10 @@ fj_attn_fwd(
     float l = 0.0f;      /* running sum of exp2(score - m) */
 % if sparse then
     /* Block skipping: a key tile that no row of the group keeps is neither loaded nor scored
-    ** (documents, block-sparse masks, ranges). Tile t's flag is kept[t % 2]; the other one is
-    ** cleared for the next tile while this one is decided. */
-    SHARED int kept[2];
+    ** (documents, block-sparse masks, ranges). Tile t's flag is sm.kept[t % 2]; the other one
+    ** is cleared for the next tile while this one is decided. */
     if (tid == 0)
-        kept[0] = kept[1] = 0;
+        sm.kept[0] = sm.kept[1] = 0;
     int t = 0;
 % end
     for (int n0 = group_lo / TILE_N * TILE_N; n0 <= group_hi; n0 += TILE_N) {
@@ -133,20 +142,20 @@ fj_attn_fwd(
             any = in_range && keep && key >= lo && key <= hi;
         }
         if (any)
-            LOCAL_FLAG_SET(kept[flag]);
+            LOCAL_FLAG_SET(sm.kept[flag]);
         if (tid == 0)
-            kept[flag ^ 1] = 0;
+            sm.kept[flag ^ 1] = 0;
         BARRIER();
-        if (!kept[flag])
+        if (!sm.kept[flag])
             continue;
 % end
         for (int i = tid; i < TILE_N * DP; i += TILE_M) {
             const int r = i / DP, c = i % DP, key = n0 + r;
-            k_tile[r][c] = (key < seqlen_k && c < head_dim) ? KV_LOAD(k, key * k_ss + c) : 0.0f;
+            sm.k[r][c] = (key < seqlen_k && c < head_dim) ? KV_LOAD(k, key * k_ss + c) : 0.0f;
         }
         for (int i = tid; i < TILE_N * DVP; i += TILE_M) {
             const int r = i / DVP, c = i % DVP, key = n0 + r;
-            v_tile[r][c] = (key < seqlen_k && c < head_dim_v) ? KV_LOAD(v, key * v_ss + c) : 0.0f;
+            sm.v[r][c] = (key < seqlen_k && c < head_dim_v) ? KV_LOAD(v, key * v_ss + c) : 0.0f;
         }
         BARRIER();
 
@@ -155,7 +164,7 @@ fj_attn_fwd(
         for (int j = 0; j < TILE_N; j++) {
             float x = 0.0f;
             for (int c = 0; c < DP; c++)
-                x = F_FMA(q_row[c], k_tile[j][c], x);
+                x = F_FMA(q_row[c], sm.k[j][c], x);
 % if softcap then
             x = cap_mul * F_TANH(x);
 % end
@@ -179,7 +188,7 @@ fj_attn_fwd(
             const float p = F_EXP2(s[j] - m_new);
             l += p;
             for (int c = 0; c < DVP; c++)
-                acc[c] = F_FMA(p, v_tile[j][c], acc[c]);
+                acc[c] = F_FMA(p, sm.v[j][c], acc[c]);
         }
         m = m_new;
     }

@@ -555,6 +555,37 @@ static void test_decode_plans(void **state)
 ** (d > 256, dv <= 512: halves of whole panels, so 576 pads to 640; v a view of k then takes
 ** its value tiles from K's); the grid counts every block of a work tile. Before Hopper the
 ** SIMT kernel. */
+/* The SIMT forward's local memory (attn_fwd_simt.lua's Smem, static: 48 KiB on CUDA) counts the
+** block skipping's tile flags beside the K and V tiles: f32 at d 320 / dv 64 with a mask_mod
+** took 32-key tiles of exactly 48 KiB plus the flags' 8 bytes, which ptxas refused. Launches ask
+** for no dynamic shared memory. */
+static void test_simt_forward_local_memory(void **state)
+{
+    (void)state;
+    const planned_devices devs = planned_device_set();
+    const fj_device_info *const dev[] = {&devs.h200, &devs.sm86, &devs.cpu};
+    static const int64_t dims[][2] = {{320, 64}, {64, 64}, {192, 192}, {576, 512}, {8, 8}};
+    for (size_t i = 0; i < 3; i++)
+        for (size_t j = 0; j < sizeof dims / sizeof dims[0]; j++)
+            for (int masked = 0; masked < 2; masked++) {
+                fj__features f = bwd_features(dims[j][0], dims[j][1], FJ_DTYPE_F32);
+                f.mask_mod = masked ? "k % 7 == 0" : NULL;
+                fj__variant v;
+                fj__choose_forward(&f, dev[i], NULL, &v);
+                assert_int_equal(v.path, FJ__PATH_SIMT);
+                assert_true(fj__variant_fits(&v, dev[i]));
+                const uint32_t floats = 4u * (uint32_t)(v.tile_n * (v.head_dim_pad +
+                                                                    v.head_dim_v_pad));
+                assert_int_equal(fj__variant_shared_bytes(&v), floats + (masked ? 8u : 0u));
+                assert_true(fj__variant_shared_bytes(&v) <=
+                            (dev[i]->backend == FJ_BACKEND_CUDA ? 48u << 10 : 64u << 10));
+                fj__plan plan;
+                fj__err err = {{0}};
+                assert_int_equal(fj__plan_forward(&f, dev[i], &v, &plan, &err), FJ_OK);
+                assert_int_equal(plan.steps[plan.main_step].shared_bytes, 0);
+            }
+}
+
 static void test_wide_forward_plans(void **state)
 {
     (void)state;
@@ -625,6 +656,7 @@ int main(void)
         cmocka_unit_test(test_backward_plans),
         cmocka_unit_test(test_deterministic_slices),
         cmocka_unit_test(test_decode_plans),
+        cmocka_unit_test(test_simt_forward_local_memory),
         cmocka_unit_test(test_wide_forward_plans),
     };
     return cmocka_run_group_tests_name("plan", tests, NULL, NULL);
