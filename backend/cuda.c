@@ -376,6 +376,47 @@ static const char *cuda_compiler(void *p)
     return b->compiler;
 }
 
+/* Compiles source with opts; *log gets the program's log (NULL when it is empty). The caller
+** destroys *prog where creating it succeeded. */
+static nvrtcResult nvrtc_compile(const char *source, const char *const *opts, int nopts,
+                                 nvrtcProgram *prog, char **log)
+{
+    *log = NULL;
+    *prog = NULL;
+    nvrtcResult rc = nv.nvrtcCreateProgram(prog, source, "flashjit.cu", 0, NULL, NULL);
+    if (rc != 0)
+        return rc;
+    rc = nv.nvrtcCompileProgram(*prog, nopts, opts);
+    size_t log_size = 0;
+    if (nv.nvrtcGetProgramLogSize(*prog, &log_size) == 0 && log_size > 1 &&
+        (*log = malloc(log_size + 1))) {
+        nv.nvrtcGetProgramLog(*prog, *log);
+        (*log)[log_size] = '\0';
+    }
+    return rc;
+}
+
+/* The lines of log that report an error, into buf: a failed compile's cause without the
+** warnings before it, which can fill any message. */
+static void error_lines(const char *log, char *buf, size_t size)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (const char *line = log; line && *line && n + 1 < size;) {
+        const char *end = strchr(line, '\n');
+        const size_t len = end ? (size_t)(end - line) : strlen(line);
+        const char *hit = strstr(line, "error");
+        if (hit && hit < line + len) {
+            const size_t take = len < size - n - 2 ? len : size - n - 2;
+            memcpy(buf + n, line, take);
+            n += take;
+            buf[n++] = ' ';
+            buf[n] = '\0';
+        }
+        line = end ? end + 1 : NULL;
+    }
+}
+
 fj_status fj__cuda_compile_for(const char *arch, const char *source, const char *options,
                                fj__blob *binary, char **log, fj__err *err)
 {
@@ -397,22 +438,28 @@ fj_status fj__cuda_compile_for(const char *arch, const char *source, const char 
     for (char *tok = strtok(extra, " "); tok && nopts < 16; tok = strtok(NULL, " "))
         opts[nopts++] = tok;
 
+    /* The log explains a failure, and it carries ptxas' resource report. */
     nvrtcProgram prog = NULL;
-    nvrtcResult rc = nv.nvrtcCreateProgram(&prog, source, "flashjit.cu", 0, NULL, NULL);
-    if (rc != 0)
+    nvrtcResult rc = nvrtc_compile(source, opts, nopts, &prog, log);
+    if (!prog)
         return fj__fail(err, FJ_ERR_COMPILE, "nvrtcCreateProgram: %s", nv.nvrtcGetErrorString(rc));
-    rc = nv.nvrtcCompileProgram(prog, nopts, opts);
-    /* The log first: it explains a failure, and it carries ptxas' resource report. */
-    size_t log_size = 0;
-    if (nv.nvrtcGetProgramLogSize(prog, &log_size) == 0 && log_size > 1 &&
-        (*log = malloc(log_size + 1))) {
-        nv.nvrtcGetProgramLog(prog, *log);
-        (*log)[log_size] = '\0';
-    }
     fj_status st = FJ_OK;
     if (rc != 0) {
+        char why[1536];
+        error_lines(*log, why, sizeof why);
+        if (!why[0]) { /* ptxas' own error does not reach a log with its resource report */
+            nvrtcProgram again = NULL;
+            char *plain = NULL;
+            opts[2] = opts[--nopts]; /* without --ptxas-options=-v */
+            nvrtc_compile(source, opts, nopts, &again, &plain);
+            error_lines(plain, why, sizeof why);
+            free(plain);
+            if (again)
+                nv.nvrtcDestroyProgram(&again);
+        }
         st = fj__fail(err, FJ_ERR_COMPILE, "NVRTC (%s): %s: %.1500s", arch,
-                      nv.nvrtcGetErrorString(rc), *log ? *log : "(no log)");
+                      nv.nvrtcGetErrorString(rc),
+                      why[0] ? why : *log ? *log : "(no log)");
     } else if (*log && strstr(*log, "C7508")) {
         /* ptxas ignored setmaxnreg: the kernel would run with the wrong register split. */
         st = fj__fail(err, FJ_ERR_COMPILE, "ptxas ignored setmaxnreg (C7508): %.1000s", *log);

@@ -5,7 +5,8 @@
 ** address reaches the launched kernel's parameter block, that a decode with split keys is its
 ** kernel and then the merge, that a memoised call compiles, allocates and synchronises nothing,
 ** the graph-capture rules (a first call during a capture is refused by name; after one call
-** the same call captures without allocating or synchronising), and the backward's stages. No
+** the same call captures without allocating or synchronising), the backward's stages, and that
+** a failed compile's message names its cause. No
 ** numerics: the `gpu` suites check those on a device. Skips where NVRTC or the stub is
 ** missing. */
 #define _POSIX_C_SOURCE 200809L
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -322,6 +324,41 @@ static void test_deterministic_runs(void **state)
     fj_context_destroy(ctx);
 }
 
+/* A kernel that NVRTC's ptxas refuses (more static shared memory than any GPU has) after pages
+** of warnings: the failure names ptxas' error, which a log with ptxas' resource report
+** (--ptxas-options=-v) does not carry and the warnings would crowd out of the message. */
+static void test_compile_errors_name_their_cause(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/fj-ptxas-XXXXXX", path[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/attn_fwd_wgmma.cu.lua", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("extern \"C\" __global__ void fj_attn_fwd(float *out)\n{\n", f);
+    for (int i = 0; i < 40; i++)
+        fprintf(f, "    int an_unused_variable_named_%d = %d;\n", i, i);
+    fputs("    __shared__ float big[60000];\n    big[threadIdx.x] = 1.0f;\n    __syncthreads();\n"
+          "    out[threadIdx.x] = big[59999 - threadIdx.x];\n}\n",
+          f);
+    fclose(f);
+    setenv("FLASHJIT_TEMPLATE_DIR", dir, 1);
+    fj_context *ctx = stub_context("90");
+    assert_non_null(ctx);
+    request r;
+    request_make(ctx, &r, 1, 64, 64, 2, 2, 128, 128, 0);
+    assert_int_equal(run(ctx, &r, NULL), FJ_ERR_COMPILE);
+    const char *msg = fj_context_last_error(ctx);
+    printf("  %.160s\n", msg);
+    if (!strstr(msg, "too much shared data"))
+        fail_msg("the message lacks ptxas' error: %s", msg);
+    request_free(ctx, &r);
+    fj_context_destroy(ctx);
+    unsetenv("FLASHJIT_TEMPLATE_DIR");
+    unlink(path);
+    rmdir(dir);
+}
+
 /* MLA's decode (576 / 512, v a view of k, 16 query heads on one kv head), dense and paged: the
 ** tensor-core decode kernel, its warps splitting O's 512 columns (not the forward, whose rows
 ** would be one query each), on Hopper and before. */
@@ -399,6 +436,7 @@ int main(void)
         cmocka_unit_test(test_wide_decode_routing),
         cmocka_unit_test(test_backward_stages),
         cmocka_unit_test(test_deterministic_runs),
+        cmocka_unit_test(test_compile_errors_name_their_cause),
     };
     return cmocka_run_group_tests_name("cuda host (driver stub)", tests, NULL, NULL);
 }
