@@ -26,8 +26,8 @@
 typedef float BIAS_T;
 #define BIAS_LOAD(p, i) LDG((p) + (i))
 % elseif bias == "dtype" then
-typedef STORE_T BIAS_T;
-#define BIAS_LOAD(p, i) LOAD_RO(p, i)
+typedef q_t BIAS_T; /* q's element type, whatever k's and v's (an FP8 KV cache) */
+#define BIAS_LOAD(p, i) Q_LOAD_RO(p, i)
 % end
 
 /* What the masks and score terms read for one (batch, head). */

@@ -226,9 +226,9 @@ static void test_many_work_tiles(void **state)
 ** causal, window, soft-capping, GQA, f32 and expressions. */
 static void test_alibi_bias_mask(void **state)
 {
-    fjh_case cases[14];
+    fjh_case cases[16];
     size_t n = 0;
-    for (int i = 0; i < 14; i++) {
+    for (int i = 0; i < 16; i++) {
         cases[i] = base(i % 3 ? 77 : 129, i % 2 ? 130 : 61, i % 4 == 3 ? 40 : 64,
                         i % 5 == 4 ? FJ_DTYPE_F16 : FJ_DTYPE_BF16);
         cases[i].heads_q = 4;
@@ -268,6 +268,13 @@ static void test_alibi_bias_mask(void **state)
     cases[n].bias = 1;
     cases[n].bias_f32 = 1;
     cases[n++].desc.window_right = 9;
+    /* An FP8 KV cache: the bias in q's dtype (not k's and v's), and ALiBi with a mask */
+    cases[n].kv_fp8 = FJ_DTYPE_F8_E5M2;
+    cases[n++].bias = 3;
+    cases[n].kv_fp8 = FJ_DTYPE_F8_E4M3;
+    cases[n].alibi = 1;
+    cases[n].bias = 1;
+    cases[n++].mask = 1;
     run_cases(state, cases, n);
 }
 
