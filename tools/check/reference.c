@@ -423,7 +423,7 @@ void fjr_attention_lowp(const fjr_problem *p, fj_dtype dtype, const float *q, co
                 }                                                                                  \
                 T delta = 0;                                                                       \
                 for (int64_t c = 0; c < dvd; c++)                                                  \
-                    delta += MAG(gi[c]) * MAG(o[c]);                                               \
+                    delta += MAG(gi[c]) * MAG(ROUND(o[c])); /* O as stored */                      \
                 for (int64_t j = 0; j < sk; j++) {                                                 \
                     if (s[j] == 0) /* masked (or underflowed): contributes nothing */           \
                         continue;                                                                  \

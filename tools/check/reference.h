@@ -81,7 +81,8 @@ void fjr_attention_backward_magnitude(const fjr_problem *p, const double *q, con
                                       const double *v, const double *dout, double *dq,
                                       double *dk, double *dv);
 /* The plain low-precision backward the error bar is measured against: float arithmetic on the
-** rounded inputs, P and dS rounded to dtype, the gradients rounded to dtype. */
+** rounded inputs, P and dS rounded to dtype, D = rowsum(dO O) from O rounded to dtype (as the
+** forward stores it), the gradients rounded to dtype. */
 void fjr_attention_backward_lowp(const fjr_problem *p, fj_dtype dtype, const float *q,
                                  const float *k, const float *v, const float *dout, float *dq,
                                  float *dk, float *dv);
