@@ -536,6 +536,85 @@ static void test_long_sequences(void **state)
     run_cases(state, cases, n);
 }
 
+/* A draw in [0, n) from the xorshift state *x. */
+static int draw(uint64_t *x, int n)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return (int)(*x % (uint64_t)n);
+}
+
+/* Requests drawn at random from everything the API combines (a fixed seed, so a failure
+** repeats): shapes off any grid, GQA, d != dv, dtypes and an FP8 KV cache, layouts, the band,
+** soft-capping, both scale signs, expressions, score terms, masks, ranges, block classes, packed
+** sequences, paged caches and decode shapes, and the backward where it applies. The lists
+** above pin each feature; this finds the combinations they miss (an FP8 cache with a bias in
+** q's dtype failed to compile; so did the f32 kernel at d 320 / dv 64 with a mask_mod). */
+static void test_random_requests(void **state)
+{
+    static const int64_t dims[] = {8, 16, 24, 40, 64, 72, 96, 128, 136, 192, 256, 320};
+    static const fj_dtype dtypes[] = {FJ_DTYPE_BF16, FJ_DTYPE_F16, FJ_DTYPE_F32};
+    static const char *const masks[] = {"q / 16 == k / 16", "(q + k) % 3 != 1",
+                                        "k <= q + 2 || k % 7 == 0"};
+    static const char *const scores[] = {"s * 0.5 + 0.1", "tanh(s) * 3", "q > k ? s : s * 2"};
+    enum { N = 20 };
+    fjh_case cases[N];
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < N; i++) {
+        fjh_case *c = &cases[i];
+        const int decode = draw(&x, 4) == 0;
+        *c = base(decode ? 1 + draw(&x, 16) : 17 + draw(&x, 150), 1 + draw(&x, 300),
+                  dims[draw(&x, 12)], dtypes[draw(&x, 3)]);
+        c->batch = 1 + draw(&x, 3);
+        c->heads_kv = 1 + draw(&x, 3);
+        c->heads_q = c->heads_kv * (1 << draw(&x, 3));
+        if (draw(&x, 3) == 0)
+            c->head_dim_v = dims[draw(&x, 8)];
+        c->layout = (fjh_layout)draw(&x, 3);
+        c->desc.causal = draw(&x, 3) == 0;
+        if (draw(&x, 6) == 0)
+            c->desc.window_left = draw(&x, 60);
+        if (draw(&x, 8) == 0)
+            c->desc.window_right = draw(&x, 60);
+        if (draw(&x, 6) == 0)
+            c->desc.softcap = 5.0f + (float)draw(&x, 30);
+        if (draw(&x, 8) == 0)
+            c->desc.softmax_scale = draw(&x, 2) ? -0.2f : 0.3f;
+        const int fp8_cache = c->dtype != FJ_DTYPE_F32 && draw(&x, 6) == 0;
+        if (fp8_cache)
+            c->kv_fp8 = draw(&x, 2) ? FJ_DTYPE_F8_E4M3 : FJ_DTYPE_F8_E5M2;
+        if (decode && draw(&x, 3) == 0) {
+            c->paged = 1 << draw(&x, 7);
+        } else if (draw(&x, 8) == 0) {
+            c->varlen = 1 + draw(&x, 2);
+        } else {
+            if (draw(&x, 5) == 0)
+                c->desc.mask_mod = masks[draw(&x, 3)];
+            if (draw(&x, 5) == 0)
+                c->desc.score_mod = scores[draw(&x, 3)];
+            if (draw(&x, 8) == 0)
+                c->alibi = 1 + draw(&x, 2);
+            if (draw(&x, 6) == 0) {
+                c->bias = 1 + draw(&x, 3);
+                c->bias_f32 = draw(&x, 2);
+            }
+            if (draw(&x, 8) == 0)
+                c->mask = 1 + draw(&x, 2);
+            if (draw(&x, 8) == 0)
+                c->ranges = draw(&x, 2) ? 2 : 4;
+            if (draw(&x, 8) == 0)
+                c->blocks = 1 + draw(&x, 2);
+        }
+        if (!fp8_cache && !c->paged && draw(&x, 3) == 0) {
+            c->backward = 1;
+            c->desc.deterministic = draw(&x, 4) == 0;
+            c->dbias = c->bias && !c->varlen && draw(&x, 2);
+        }
+    }
+    run_cases(state, cases, N);
+}
+
 static void test_second_call_is_memoised(void **state)
 {
     fj_context *ctx = suite_context(state);
@@ -722,6 +801,7 @@ int main(void)
         cmocka_unit_test(test_nested_expressions),
         cmocka_unit_test(test_masks_over_many_blocks),
         cmocka_unit_test(test_long_sequences),
+        cmocka_unit_test(test_random_requests),
         cmocka_unit_test(test_second_call_is_memoised),
         cmocka_unit_test(test_template_and_compile_errors_reach_caller),
     };
