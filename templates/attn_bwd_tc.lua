@@ -171,8 +171,15 @@
     ** neither loaded nor computed. */
     auto live_from = [&](int i) {
 %   if block_mask then
-        while (i < count && block_class_of(head_kv * group + i / tiles, (mb_lo + i % tiles) * BM, n0) == 0)
-            i++;
+        if (i >= count)
+            return i;
+        /* Item i is query tile t of head h of the group (stepped, not divided, per item). */
+        for (int h = i / tiles, t = i % tiles;
+             i < count && block_class_of(head_kv * group + h, (mb_lo + t) * BM, n0) == 0; i++)
+            if (++t == tiles) {
+                t = 0;
+                h++;
+            }
 %   end
         return i;
     };

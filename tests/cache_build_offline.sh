@@ -133,13 +133,13 @@ expected=$((expected + $(echo "$out" | sed -n 's/^\([0-9]*\) kernels built.*/\1/
 checked=$((checked + 1))
 # The backward's tensor-core stages (dkdv adding dq, and the cast; on sm_80 dkdv and dq when
 # deterministic; dK and dV apart at d 256), both archs, and with the masks, score terms,
-# soft-capping, a mask tensor, ranges and packed sequences they take (sm_90a): built, no spills
-# (block classes spill 4 bytes at d 64 causal: not checked). A cache of their own: the builds
-# share the D stage's kernels, which the count at the end would see twice.
+# soft-capping, a mask tensor, ranges, block classes and packed sequences they take (sm_90a):
+# built, no spills. A cache of their own: the builds share the D stage's kernels, which the
+# count at the end would see twice.
 for arch in sm_80 sm_90a; do
     kinds=("")
     [ $arch = sm_90a ] && kinds+=("--mask-mod|k % 3 != 0" "--score-mod|s * 0.5 + tanh(s)" "--varlen|2"
-        "--softcap|1" "--ranges|4" "--mask|")
+        "--softcap|1" "--ranges|4" "--mask|" "--block-mask|")
     for kind in "${kinds[@]}"; do
         opt=()
         [ -n "$kind" ] && opt=("${kind%%|*}")
