@@ -59,36 +59,44 @@ typedef struct request {
     void *mem[5];
 } request;
 
-static fj_tensor dense(void *data, int64_t b, int64_t s, int64_t h, int64_t d)
+static fj_tensor dense(void *data, fj_dtype dtype, int64_t b, int64_t s, int64_t h, int64_t d)
 {
     return (fj_tensor){.data = data,
-                       .dtype = FJ_DTYPE_BF16,
+                       .dtype = dtype,
                        .ndim = 4,
                        .shape = {b, s, h, d},
                        .stride = {s * h * d, h * d, d, 1}};
 }
 
-static void request_make(fj_context *ctx, request *r, int64_t b, int64_t sq, int64_t sk, int64_t hq,
-                         int64_t hkv, int64_t d, int64_t dv, int v_in_k)
+static void request_make_typed(fj_context *ctx, request *r, fj_dtype dt, int64_t b, int64_t sq,
+                               int64_t sk, int64_t hq, int64_t hkv, int64_t d, int64_t dv,
+                               int v_in_k)
 {
     memset(r, 0, sizeof *r);
     fj_attention_desc_init(&r->desc);
-    const size_t bytes[5] = {(size_t)(b * sq * hq * d * 2), (size_t)(b * sk * hkv * d * 2),
-                             (size_t)(b * sk * hkv * dv * 2), (size_t)(b * sq * hq * dv * 2),
+    const int64_t es = (int64_t)fj_dtype_size(dt);
+    const size_t bytes[5] = {(size_t)(b * sq * hq * d * es), (size_t)(b * sk * hkv * d * es),
+                             (size_t)(b * sk * hkv * dv * es), (size_t)(b * sq * hq * dv * es),
                              (size_t)(b * hq * sq * 4)};
     for (int i = 0; i < 5; i++)
         assert_int_equal(fj_malloc(ctx, bytes[i], &r->mem[i]), FJ_OK);
-    r->q = dense(r->mem[0], b, sq, hq, d);
-    r->k = dense(r->mem[1], b, sk, hkv, d);
-    r->v = dense(v_in_k ? r->mem[1] : r->mem[2], b, sk, hkv, dv);
+    r->q = dense(r->mem[0], dt, b, sq, hq, d);
+    r->k = dense(r->mem[1], dt, b, sk, hkv, d);
+    r->v = dense(v_in_k ? r->mem[1] : r->mem[2], dt, b, sk, hkv, dv);
     if (v_in_k) /* k's strides, its first dv columns */
         memcpy(r->v.stride, r->k.stride, sizeof r->v.stride);
-    r->out = dense(r->mem[3], b, sq, hq, dv);
+    r->out = dense(r->mem[3], dt, b, sq, hq, dv);
     r->lse = (fj_tensor){.data = r->mem[4],
                          .dtype = FJ_DTYPE_F32,
                          .ndim = 3,
                          .shape = {b, hq, sq},
                          .stride = {hq * sq, sq, 1}};
+}
+
+static void request_make(fj_context *ctx, request *r, int64_t b, int64_t sq, int64_t sk, int64_t hq,
+                         int64_t hkv, int64_t d, int64_t dv, int v_in_k)
+{
+    request_make_typed(ctx, r, FJ_DTYPE_BF16, b, sq, sk, hq, hkv, d, dv, v_in_k);
 }
 
 static void request_free(fj_context *ctx, request *r)
@@ -324,6 +332,29 @@ static void test_deterministic_runs(void **state)
     fj_context_destroy(ctx);
 }
 
+/* The f32 SIMT forward at d 320 / dv 64 with a mask_mod, on sm_89 and sm_90: its K and V tiles
+** fill the 48 KiB of static shared memory, and the block skipping's flags must fit beside them
+** (the plan forgot them and ptxas refused the kernel by 8 bytes). */
+static void test_simt_forward_fits_static_shared_memory(void **state)
+{
+    (void)state;
+    static const char *const sms[] = {"89", "90"};
+    for (int i = 0; i < 2; i++) {
+        fj_context *ctx = stub_context(sms[i]);
+        assert_non_null(ctx);
+        request r;
+        request_make_typed(ctx, &r, FJ_DTYPE_F32, 1, 64, 257, 3, 3, 320, 64, 0);
+        r.desc.causal = 1;
+        r.desc.mask_mod = "k <= q + 2 || k % 7 == 0";
+        const fj_status st = run(ctx, &r, NULL);
+        if (st != FJ_OK)
+            fail_msg("sm_%s: %s", sms[i], fj_context_last_error(ctx));
+        assert_string_equal(kernel_path(ctx), "cuda.fwd.simt");
+        request_free(ctx, &r);
+        fj_context_destroy(ctx);
+    }
+}
+
 /* A kernel that NVRTC's ptxas refuses (more static shared memory than any GPU has) after pages
 ** of warnings: the failure names ptxas' error, which a log with ptxas' resource report
 ** (--ptxas-options=-v) does not carry and the warnings would crowd out of the message. */
@@ -436,6 +467,7 @@ int main(void)
         cmocka_unit_test(test_wide_decode_routing),
         cmocka_unit_test(test_backward_stages),
         cmocka_unit_test(test_deterministic_runs),
+        cmocka_unit_test(test_simt_forward_fits_static_shared_memory),
         cmocka_unit_test(test_compile_errors_name_their_cause),
     };
     return cmocka_run_group_tests_name("cuda host (driver stub)", tests, NULL, NULL);
