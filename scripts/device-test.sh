@@ -12,7 +12,8 @@
 # a CUDA graph of a paged decode step, the Python call's host time; tests/python_api.py on CUDA;
 # examples/train_block.py against SDPA).
 # bwd: the backward on the GPU (test_backward_cuda; compute-sanitizer memcheck, racecheck and
-# synccheck on tensor-core backward runs: ragged causal, masks, packed, d 256, deterministic), bench/bench_bwd.py
+# synccheck on tensor-core backward runs: ragged causal, masks, packed, d 256, deterministic, a mask
+# tensor, block classes), bench/bench_bwd.py
 # over d 64/128/256 x causal x 1k/4k/16k, bench/bench_masks.py --backward against FlexAttention,
 # and examples/train_block.py against SDPA (not part of all).
 # CTEST_LABEL=gpu runs only the tests with that label.
@@ -133,7 +134,9 @@ if [ "$what" = bwd ]; then
                 "--seqlen 150 --head-dim 64 --bias full --alibi heads --mask-mod k%3!=0" \
                 "--seqlen 300 --head-dim 128 --varlen --causal" \
                 "--seqlen 140 --head-dim 256 --window-left 40 --window-right 8" \
-                "--seqlen-q 130 --seqlen-k 200 --head-dim 128 --causal --deterministic"; do
+                "--seqlen-q 130 --seqlen-k 200 --head-dim 128 --causal --deterministic" \
+                "--seqlen 300 --head-dim 128 --mask random" \
+                "--seqlen 300 --head-dim 64 --causal --block-mask full"; do
         for tool in memcheck racecheck synccheck; do
             if timeout 150 compute-sanitizer --tool $tool --error-exitcode 3 $build/flashjit run \
                 --backend cuda --reps 1 --batch 2 --heads 4 --kv-heads 2 --backward $args \
