@@ -107,10 +107,12 @@ static_assert(WALK_BYTES % 16 == 0 && SHARED_END % 8 == 0 &&
 % decode_key_row()
 % -- Who copies K and V into the ring (load_tile_kv below): the bulk-copy engine a row a copy;
 % -- else cp.async by threads, each the same column of rows (16-byte columns that divide the
-% -- threads and the tile), a warp a whole wide row, or any piece any thread.
+% -- threads and the tile; paged, also a warp's 32 lanes, which look its rows' pages up), a warp
+% -- a whole wide row, or any piece any thread.
 % local ck = head_dim_pad // 8
 % local loader = bulk and "bulk"
-% loader = loader or (head_dim_pad == head_dim_v_pad and threads % ck == 0 and tile_n % (threads // ck) == 0 and "columns")
+% local columns_fit = threads % ck == 0 and tile_n % (threads // ck) == 0 and (not paged or (32 % ck == 0 and tile_n // 4 <= 32))
+% loader = loader or (head_dim_pad == head_dim_v_pad and columns_fit and "columns")
 % loader = loader or (ck >= 32 and "wide_rows") or "pieces"
 % if loader == "wide_rows" then
 

@@ -392,51 +392,68 @@ static void test_compile_errors_name_their_cause(void **state)
 
 /* MLA's decode (576 / 512, v a view of k, 16 query heads on one kv head), dense and paged: the
 ** tensor-core decode kernel, its warps splitting O's 512 columns (not the forward, whose rows
-** would be one query each), on Hopper and before. */
+** would be one query each), on Hopper and before. And a paged decode of d = dv = 512 (its own v):
+** before Hopper's bulk copies, cp.async copies its rows whole a warp each (16-byte columns of
+** 64 threads a row would outgrow a warp's page lookups). */
 static void test_wide_decode_routing(void **state)
 {
     static const struct {
         const char *sm, *dense, *paged;
     } want[] = {{"90", "cuda.decode.mma", "cuda.decode.mma"},
                 {"80", "cuda.decode.mma", "cuda.decode.mma"}};
-    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-        fj_context *ctx = stub_context(want[i].sm);
-        assert_non_null(ctx);
-        request r;
-        request_make(ctx, &r, 2, 1, 640, 16, 1, 576, 512, 1);
-        assert_int_equal(run(ctx, &r, NULL), FJ_OK);
-        printf("  sm_%s dense MLA decode: %s\n", want[i].sm, kernel_path(ctx));
-        assert_string_equal(kernel_path(ctx), want[i].dense);
-        /* the same keys as 10 pages of 64 per sequence */
-        int32_t table[2][10], used[2] = {640, 640};
-        for (int s = 0; s < 2; s++)
-            for (int p = 0; p < 10; p++)
-                table[s][p] = s * 10 + p;
-        void *dtable = NULL, *dused = NULL;
-        assert_int_equal(fj_malloc(ctx, sizeof table, &dtable), FJ_OK);
-        assert_int_equal(fj_malloc(ctx, sizeof used, &dused), FJ_OK);
-        assert_int_equal(fj_memcpy_h2d(ctx, dtable, table, sizeof table), FJ_OK);
-        assert_int_equal(fj_memcpy_h2d(ctx, dused, used, sizeof used), FJ_OK);
-        fj_tensor tt = {
-            .data = dtable, .dtype = FJ_DTYPE_I32, .ndim = 2, .shape = {2, 10}, .stride = {10, 1}};
-        fj_tensor tu = {
-            .data = dused, .dtype = FJ_DTYPE_I32, .ndim = 1, .shape = {2}, .stride = {1}};
-        fj_tensor *kv[2] = {&r.k, &r.v};
-        for (int j = 0; j < 2; j++) {
-            kv[j]->shape[0] = 20;
-            kv[j]->shape[1] = 64;
-            kv[j]->stride[0] = 64 * kv[j]->stride[1];
+    static const struct {
+        int64_t d, dv;
+        int v_in_k;
+        const char *name;
+    } shapes[] = {{576, 512, 1, "MLA"}, {512, 512, 0, "d 512"}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        for (size_t sh = 0; sh < 2; sh++) {
+            fj_context *ctx = stub_context(want[i].sm);
+            assert_non_null(ctx);
+            request r;
+            request_make(ctx, &r, 2, 1, 640, 16, 1, shapes[sh].d, shapes[sh].dv,
+                         shapes[sh].v_in_k);
+            assert_int_equal(run(ctx, &r, NULL), FJ_OK);
+            printf("  sm_%s dense %s decode: %s\n", want[i].sm, shapes[sh].name, kernel_path(ctx));
+            if (shapes[sh].v_in_k) /* (dense d 512 takes Hopper's forward on sm_90) */
+                assert_string_equal(kernel_path(ctx), want[i].dense);
+            /* the same keys as 10 pages of 64 per sequence */
+            int32_t table[2][10], used[2] = {640, 640};
+            for (int s = 0; s < 2; s++)
+                for (int p = 0; p < 10; p++)
+                    table[s][p] = s * 10 + p;
+            void *dtable = NULL, *dused = NULL;
+            assert_int_equal(fj_malloc(ctx, sizeof table, &dtable), FJ_OK);
+            assert_int_equal(fj_malloc(ctx, sizeof used, &dused), FJ_OK);
+            assert_int_equal(fj_memcpy_h2d(ctx, dtable, table, sizeof table), FJ_OK);
+            assert_int_equal(fj_memcpy_h2d(ctx, dused, used, sizeof used), FJ_OK);
+            fj_tensor tt = {.data = dtable,
+                            .dtype = FJ_DTYPE_I32,
+                            .ndim = 2,
+                            .shape = {2, 10},
+                            .stride = {10, 1}};
+            fj_tensor tu = {
+                .data = dused, .dtype = FJ_DTYPE_I32, .ndim = 1, .shape = {2}, .stride = {1}};
+            fj_tensor *kv[2] = {&r.k, &r.v};
+            for (int j = 0; j < 2; j++) {
+                kv[j]->shape[0] = 20;
+                kv[j]->shape[1] = 64;
+                kv[j]->stride[0] = 64 * kv[j]->stride[1];
+            }
+            r.desc.page_table = &tt;
+            r.desc.seqused_k = &tu;
+            const fj_status st = run(ctx, &r, NULL);
+            if (st != FJ_OK)
+                fail_msg("sm_%s paged %s: %s", want[i].sm, shapes[sh].name,
+                         fj_context_last_error(ctx));
+            printf("  sm_%s paged %s decode: %s\n", want[i].sm, shapes[sh].name,
+                   kernel_path(ctx));
+            assert_string_equal(kernel_path(ctx), want[i].paged);
+            fj_free(ctx, dtable);
+            fj_free(ctx, dused);
+            request_free(ctx, &r);
+            fj_context_destroy(ctx);
         }
-        r.desc.page_table = &tt;
-        r.desc.seqused_k = &tu;
-        assert_int_equal(run(ctx, &r, NULL), FJ_OK);
-        printf("  sm_%s paged MLA decode: %s\n", want[i].sm, kernel_path(ctx));
-        assert_string_equal(kernel_path(ctx), want[i].paged);
-        fj_free(ctx, dtable);
-        fj_free(ctx, dused);
-        request_free(ctx, &r);
-        fj_context_destroy(ctx);
-    }
 }
 
 int main(void)
