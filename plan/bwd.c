@@ -76,7 +76,9 @@ static int wgmma_serves(const fj__features *f, const fj_device_info *dev, const 
 }
 
 /* The Hopper variant of stage 2 or 3: two warpgroups of 64 rows (keys; query rows), head dims
-** padded to the swizzle's 64-column panels. Stage 2 writes dK and dV in one launch (and adds dQ
+** padded to the swizzle's 64-column panels. Beyond d and dv 128 (whose dK and dV would not fit
+** a warpgroup's registers) stage 2 is d_split: the warpgroups share 64 keys and split the
+** columns, 64-row tiles. Otherwise stage 2 writes dK and dV in one launch (and adds dQ
 ** to the workspace: dq_slices) and streams query rows through a ring of two slots
 ** (three measured the same on the H200, d 64 and 128, 4k and 16k): 128 a tile at d and dv 64
 ** (H200, bf16: 1.12-1.22x over 64), but where the element pass needs more registers (score_mod,
@@ -92,7 +94,16 @@ static void bwd_wgmma_variant(int stage, fj__variant *v)
     v->head_dim_v_pad = fj__round_up(v->head_dim_v_pad, 64);
     v->warps = 8;
     v->threads = 32 * v->warps;
-    if (stage == 2) {
+    if (stage == 2 && (v->head_dim_pad > 128 || v->head_dim_v_pad > 128)) {
+        /* d or dv beyond 128: attn_bwd_wgmma_split.cu.lua, both head dims padded to halves of
+        ** whole panels */
+        v->d_split = 1;
+        v->head_dim_pad = fj__round_up(v->head_dim_pad, 128);
+        v->head_dim_v_pad = fj__round_up(v->head_dim_v_pad, 128);
+        v->tile_m = v->tile_n = 64;
+        v->stages = 2;
+        v->grads = 7;
+    } else if (stage == 2) {
         const int light_elements = (!v->score_mod || !v->score_mod[0]) && !v->softcap &&
                                    !v->mask_tensor && !v->mask_ranges;
         v->tile_n = 16 * v->warps;
@@ -119,7 +130,7 @@ static void apply_bwd_config(const char *config, const fj_device_info *dev, fj__
     } else {
         o.threads = 32 * o.warps;
         if (o.stage == 2)
-            o.tile_n = 16 * o.warps;
+            o.tile_n = o.d_split ? 64 : 16 * o.warps; /* d_split: two warpgroups share 64 keys */
         else
             o.tile_m = 16 * o.warps;
     }

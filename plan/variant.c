@@ -24,7 +24,8 @@ const char *fj__variant_template(const fj__variant *v)
     if (v->family == FJ__FAMILY_APPEND)
         return "kv_append.lua";
     if (v->family == FJ__FAMILY_BWD)
-        return v->path == FJ__PATH_WGMMA ? "attn_bwd_wgmma.cu.lua"
+        return v->path == FJ__PATH_WGMMA ? (v->d_split ? "attn_bwd_wgmma_split.cu.lua"
+                                                       : "attn_bwd_wgmma.cu.lua")
                : v->path == FJ__PATH_MMA ? "attn_bwd_mma.cu.lua"
                                          : "attn_bwd.lua";
     switch (v->path) {
@@ -112,6 +113,15 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
         return v->stage == 2
                    ? row * (uint32_t)(v->tile_n + 2 * v->tile_m) + 16u * (uint32_t)v->tile_m + ds
                    : row * (uint32_t)(v->tile_m + 2 * v->tile_n);
+    }
+    if (v->family == FJ__FAMILY_BWD && v->path == FJ__PATH_WGMMA && v->d_split) {
+        /* attn_bwd_wgmma_split.cu.lua, and slack to align the panels: K and V, a ring of
+        ** `stages` slots of Q and dO, P^T and dS^T [tile_n][tile_m] and with dQ (grads 4) dS
+        ** [tile_m][tile_n], the slots' lse and D, 128 bytes of mbarriers. */
+        const uint32_t row = qs * (uint32_t)(v->head_dim_pad + v->head_dim_v_pad);
+        const uint32_t tiles = (v->grads & 4 ? 3u : 2u) * qs * (uint32_t)(v->tile_m * v->tile_n);
+        return row * (uint32_t)(v->tile_n + v->stages * v->tile_m) + tiles +
+               8u * (uint32_t)(v->stages * v->tile_m) + 128u + 1023u;
     }
     if (v->family == FJ__FAMILY_BWD && v->path == FJ__PATH_WGMMA) {
         /* attn_bwd_wgmma.cu.lua, and slack to align the panels: stage 2 K and V, a ring of
@@ -241,6 +251,14 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
                /* dK's and dV's accumulators in one launch: 2 * (d + dv) / 8 floats a thread */
                ((v->grads & 3) != 3 || v->head_dim_pad + v->head_dim_v_pad <= 256) &&
                bwd_tiles_fit_classes(v) &&
+               fj__variant_shared_bytes(v) <= dev->local_memory;
+    if (v->family == FJ__FAMILY_BWD && v->path == FJ__PATH_WGMMA && v->d_split)
+        /* attn_bwd_wgmma_split.cu.lua: two warpgroups share 64 keys and split the columns of dK
+        ** and dV (halves of whole panels) */
+        return v->stage == 2 && v->warps == 8 && v->threads == 256 && v->tile_m == 64 &&
+               v->tile_n == 64 && (v->grads == 3 || v->grads == 7) && v->stages >= 2 &&
+               v->stages <= 4 && v->head_dim_pad % 128 == 0 && v->head_dim_v_pad % 128 == 0 &&
+               v->head_dim_pad <= 256 && v->head_dim_v_pad <= 256 && bwd_tiles_fit_classes(v) &&
                fj__variant_shared_bytes(v) <= dev->local_memory;
     if (v->family == FJ__FAMILY_BWD && v->path == FJ__PATH_WGMMA) /* attn_bwd_wgmma.cu.lua */
         return v->warps % 4 == 0 && v->warps >= 4 && v->warps <= 12 &&

@@ -186,17 +186,19 @@
 % end
 
 % -- The element pass of a dk/dv tile: s = S^T and dp = dP^T, a warp's 16 keys from key_row by
-% -- BM queries from m0, whose lse and D are sL and sD. Masked where the tile crosses the ends
-% -- or the band: query offsets [lo, hi] from the thread's first column col0 that each of its
-% -- two keys sees.
-% function bwd_dkdv_elements(want_ds)
+% -- `cols` queries (default BM) from the C expression `first` (default m0), whose lse and D are
+% -- sL and sD. Masked where the tile (BM queries from m0) crosses the ends or the band: query
+% -- offsets [lo, hi] from the thread's first column col0 that each of its two keys sees.
+% function bwd_dkdv_elements(want_ds, cols, first)
+%   cols = cols or "BM"
+%   first = first or "m0"
         /* Masked where the tile crosses the ends or the band: query offsets [lo, hi] from the
         ** thread's first column col0 that each of its two keys sees. */
 % bwd_need_mask()
 #define LSE2 sL[j * 8 + 2 * t + (e & 1)]
 #define DELTA sD[j * 8 + 2 * t + (e & 1)]
         if (need_mask) {
-            const int col0 = m0 + 2 * t;
+            const int col0 = ${first} + 2 * t;
             int lo[2], hi[2];
 #pragma unroll
             for (int h = 0; h < 2; h++) {
@@ -210,9 +212,9 @@
                     hi[h] = imin(hi[h], key - shift + window_left - col0);
 %   end
             }
-% bwd_scores_to_p_ds("BM / 8", "LSE2", "DELTA", "m0 + 8 * j + 2 * t + (e & 1)", "key_row + g + 8 * h", true, want_ds)
+% bwd_scores_to_p_ds(cols .. " / 8", "LSE2", "DELTA", first .. " + 8 * j + 2 * t + (e & 1)", "key_row + g + 8 * h", true, want_ds)
         } else {
-% bwd_scores_to_p_ds("BM / 8", "LSE2", "DELTA", "m0 + 8 * j + 2 * t + (e & 1)", "key_row + g + 8 * h", false, want_ds)
+% bwd_scores_to_p_ds(cols .. " / 8", "LSE2", "DELTA", first .. " + 8 * j + 2 * t + (e & 1)", "key_row + g + 8 * h", false, want_ds)
         }
 #undef LSE2
 #undef DELTA

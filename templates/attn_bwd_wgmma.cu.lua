@@ -59,6 +59,7 @@
 % include("cuda_hopper.lua")
 % include("cuda_attn_common.lua")
 % include("attn_bwd_tc.lua")
+% include("attn_bwd_hopper.lua")
 % include("params.lua")
 % params_struct(args)
 % -- The family's block: the argument itself, or its `bwd` field where the argument adds the
@@ -121,11 +122,7 @@ constexpr int K_BYTES = BN * DP * 2, KV_BYTES = K_BYTES + BN * DVP * 2;
 static_assert(Q_BYTES + G_BYTES + 2 * KV_BYTES + 1023 == ${shared_bytes}, "the host's shared-memory size");
 % end
 
-/* The address of element (r, c) of a swizzled tile of `rows` rows. */
-__device__ __forceinline__ u32 swizzled(u32 tile, int rows, int r, int c)
-{
-    return tile + (c / 64) * (rows * 128) + r * 128 + ((((c % 64) / 8) ^ (r % 8)) << 4) + (c % 8) * 2;
-}
+% bwd_hopper_tiles()
 
 /* Copies rows [row0, row0 + ROWS) of a [rows, cols] matrix (row stride ld, in elements) into a
 ** swizzled tile, zero-filling rows past `rows` and columns past `cols`. */
@@ -141,29 +138,6 @@ __device__ __forceinline__ void load_swizzled(u32 tile, const elem_t *g, long lo
         cp_async16(swizzled(tile, ROWS, r, c), ok ? g + (row0 + r) * ld + c : g, ok ? 16 : 0);
     }
 }
-
-% if stage == 2 and varlen > 0 then
-/* Packed sequences: zeroes rows [from, ROWS) of a swizzled tile of COLS columns, which the bulk
-** copies read from the next sequence (past a tensor's end they read zeros); then
-** zeros_before_wgmma(). Scores of those rows are masked, but a
-** product with them would carry any NaN or inf they hold into the gradients. */
-template <int ROWS, int COLS>
-__device__ __forceinline__ void zero_rows(u32 tile, int from)
-{
-    constexpr int CHUNKS = COLS / 8; /* 16-byte chunks a row: 8 a panel */
-#pragma unroll 1
-    for (int i = threadIdx.x + imax(from, 0) * CHUNKS; i < ROWS * CHUNKS; i += THREADS) {
-        const int r = i / CHUNKS, c = i % CHUNKS;
-        st_shared_zero16(tile + (c / 8) * (ROWS * 128) + r * 128 + (c % 8) * 16);
-    }
-}
-__device__ __forceinline__ void zeros_before_wgmma()
-{
-    fence_proxy_async(); /* the zeros are read by wgmma (the async proxy) */
-    __syncthreads();
-}
-
-% end
 
 /* ---- the products ---------------------------------------------------------------------------- */
 % local S = stage == 2 and "BM" or "BN"
@@ -207,41 +181,13 @@ __device__ __forceinline__ void regs_by_rows_${n}(float *acc, const u32 (*a)[4],
 % if head_dim_v_pad ~= head_dim_pad then regs_by_rows(head_dim_v_pad) end
 % if want_dq then
 
-/* dS^T of a warp (A fragments of its 16 keys from key0) into the swizzled tile `tile` as dS
-** (query rows by the block's keys), by transposing matrix stores: register r of k16 block kk
-** holds the 8 x 8 matrix of keys key0 + 8 (r % 2) + [0, 8) by queries 16 kk + 8 (r / 2) + [0, 8),
-** whose query rows take 16 bytes (8 keys, one swizzle chunk) each. */
-__device__ __forceinline__ void store_ds_transposed(u32 tile, const u32 (*dsf)[4], int key0, int lane)
-{
-    const int m = lane / 8; /* the matrix whose row lane % 8 this lane addresses */
-    const u32 at = swizzled(tile, BM, 8 * (m / 2) + lane % 8, key0 + 8 * (m % 2));
-#pragma unroll
-    for (int kk = 0; kk < BM / 16; kk++)
-        stmatrix_x4_trans(at + kk * 16 * 128, dsf[kk]); /* 16 rows on: the same swizzle */
-}
-
-/* ---- dQ = dS K of a tile: pieces of 64 rows (block rb) by 64 columns (panel cp) ------------ */
-constexpr int ROW_BLOCKS = BM / 64, DQ_PIECES = ROW_BLOCKS * (DP / 64);
+% bwd_hopper_dq_parts()
 
 /* The first of tile n's pieces that warpgroup wg takes: they are dealt from warpgroup n % NWG
 ** on, so that a single piece changes hands from tile to tile. */
 __device__ __forceinline__ int first_dq_piece(int n, int wg)
 {
     return (wg + NWG - n % NWG) % NWG;
-}
-
-/* A piece's product into acc: dS in sDS (K-major over the block's keys), K N-major. */
-__device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int piece)
-{
-    const int rb = piece % ROW_BLOCKS, cp = piece / ROW_BLOCKS;
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; kk++)
-        wgmma_ss_t_64(&acc[0][0], gmma_kmajor(sDS + rb * 64 * 128, BM, kk),
-                      gmma_nmajor(sK + cp * BN * 128, BN, kk), kk > 0);
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_regs<32>(&acc[0][0]);
 }
 
 /* Adds a warp's 16 rows of a finished piece (acc) into the f32 sum at dq (DP floats a row: rows
@@ -308,61 +254,14 @@ fj_attn_bwd_dkdv(
     auto next_live = [&](int i) { return i < count ? live_from(i + 1) : count; };
     const int tb = ${varlen > 0 and "0" or "batch"}; /* the tensors' batch (packed: one) */
 
-    /* Fills slot n % STAGES with stream item i, by the calling warp: Q and dO by bulk copies
-    ** from lane 0, the rows' lse2 and D (zeros past the rows) a word a lane. */
-    auto fill = [&](int i, int n) {
-        const int slot = n % STAGES, head = head_kv * group + i / tiles;
-        const int m0 = (mb_lo + i % tiles) * BM;
-        const u32 sQ = sQG + slot * QG_BYTES;
-        if (lane == 0) {
-            mbar_arrive_expect(bar(FULL, slot), QG_BYTES);
-            load_panels<DP>(sQ, &T.tm_q, bar(FULL, slot), BM, q_first + m0, head, tb, T.perm_q);
-            load_panels<DVP>(sQ + Q_BYTES, &T.tm_do, bar(FULL, slot), BM, q_first + m0, head, tb,
-                             T.perm_do);
-        }
-        const long long rows = (long long)(batch * heads_q + head) * d_rows + m0;
-        for (int r = lane; r < 2 * BM; r += 32) {
-            const bool ok = m0 + r % BM < seqlen_q;
-            cp_async4(smem_addr(sLD + 2 * BM * slot + r), (r < BM ? P.lse2 : P.delta) + rows + r % BM,
-                      ok ? 4 : 0);
-        }
-        cp_async_arrive(bar(FULL, slot));
-    };
+% bwd_hopper_ring_fill()
 
-    /* In runs (deterministic plans) a run launches while the one before it ends: it reads stage
-    ** 1's D and lse2 at once (the first run waits for them) and waits for the run before it
-    ** before its first dQ addition (add_dq). */
-    if (P.key_block0 == 0)
-        grid_wait_previous();
-    grid_launch_next();
-    if (tid == 0) {
-        mbar_init(bar(KV_FULL, 0), 1);
-        for (int s = 0; s < STAGES; s++) {
-            mbar_init(bar(FULL, s), 1 + 32);
-            mbar_init(bar(EMPTY, s), THREADS);
-            freed[s] = 0;
-        }
+% bwd_hopper_ring_start(function()
         for (int b = 0; b < 2; b++) {
             mbar_init(bar(DS_FULL, b), 128 * NWG);
             mbar_init(bar(DS_EMPTY, b), 4 * NWG);
         }
-        mbar_init_fence();
-    }
-    __syncthreads();
-    /* The first warp copies K and V and fills the first slots; `refill` is the item that the
-    ** next freed slot takes. */
-    int i = live_from(0), refill = i;
-    for (int n = 0; n < STAGES; n++) {
-        if (tid < 32 && refill < count) {
-            if (n == 0 && lane == 0) {
-                mbar_arrive_expect(bar(KV_FULL, 0), K_BYTES + V_BYTES);
-                load_panels<DP>(sK, &T.tm_k, bar(KV_FULL, 0), BN, k_first + n0, head_kv, tb, T.perm_k);
-                load_panels<DVP>(sV, &T.tm_v, bar(KV_FULL, 0), BN, k_first + n0, head_kv, tb, T.perm_v);
-            }
-            fill(refill, n);
-        }
-        refill = next_live(refill);
-    }
+% end)
 
     /* ---- warpgroup wg owns keys [n0 + 64 wg, n0 + 64 wg + 64) ------------------------------ */
     float dka[DP / 8][4], dva[DVP / 8][4];
@@ -392,16 +291,7 @@ fj_attn_bwd_dkdv(
     int dq_head = 0, dq_m0 = 0;
 % end
     int n = 0;
-    if (i < count) {
-        mbar_wait(bar(KV_FULL, 0), 0);
-% if varlen > 0 then
-        if (n0 + BN > seqlen_k) { /* keys of the next sequence, or unused (seqused_k) */
-            zero_rows<BN, DP>(sK, seqlen_k - n0);
-            zero_rows<BN, DVP>(sV, seqlen_k - n0);
-            zeros_before_wgmma();
-        }
-% end
-    }
+% bwd_hopper_kv_wait()
     for (; i < count; i = live_from(i + 1), n++) {
         const int slot = n % STAGES, head = head_kv * group + i / tiles;
         const int m0 = (mb_lo + i % tiles) * BM;
@@ -413,14 +303,7 @@ fj_attn_bwd_dkdv(
 % end
         const u32 sQ = sQG + slot * QG_BYTES, sG = sQ + Q_BYTES;
         const float *sL = sLD + 2 * BM * slot, *sD = sL + BM;
-        mbar_wait(bar(FULL, slot), (n / STAGES) & 1);
-% if varlen > 0 then
-        if (m0 + BM > seqlen_q) { /* rows of the next sequence */
-            zero_rows<BM, DP>(sQ, seqlen_q - m0);
-            zero_rows<BM, DVP>(sG, seqlen_q - m0);
-            zeros_before_wgmma();
-        }
-% end
+% bwd_hopper_slot_wait()
 
         /* S^T = K Q^T and dP^T = V dO^T: the warpgroup's 64 keys by BM queries. */
         float s[BM / 8][4], dp[BM / 8][4];
@@ -439,7 +322,7 @@ fj_attn_bwd_dkdv(
 % if want_dq then
         /* dS^T into dS buffer n % 2 as dS, once the dQ products of tile n - 2 are done with it. */
         mbar_wait(bar(DS_EMPTY, n & 1), ((n >> 1) & 1) ^ 1);
-        store_ds_transposed(sDS + (n & 1) * DS_BYTES, dsf, wg * 64 + warp * 16, lane);
+        store_ds_transposed<BM / 16>(sDS + (n & 1) * DS_BYTES, dsf, wg * 64 + warp * 16, lane);
         fence_proxy_async(); /* read by wgmma (the async proxy) */
         mbar_arrive(bar(DS_FULL, n & 1));
 % end
@@ -449,22 +332,7 @@ fj_attn_bwd_dkdv(
         fence_regs<BM / 4>(&dsf[0][0]);
         fence_regs<DP / 2>(&dka[0][0]);
         fence_regs<DVP / 2>(&dva[0][0]);
-        mbar_arrive(bar(EMPTY, slot));
-        /* The warp that frees the slot last refills it (its wait returns at once: every thread
-        ** arrived before its warp counted itself; it orders their reads before the copies). */
-        __syncwarp();
-        int last = 0;
-        if (lane == 0)
-            last = atomicAdd(&freed[slot], 1) == 4 * NWG - 1;
-        if (__shfl_sync(0xffffffffu, last, 0)) {
-            if (lane == 0)
-                freed[slot] = 0;
-            if (refill < count) {
-                mbar_wait(bar(EMPTY, slot), (n / STAGES) & 1);
-                fill(refill, n + STAGES);
-            }
-        }
-        refill = next_live(refill);
+% bwd_hopper_slot_release()
 % if want_dq then
         if (n > 0)
             add_dq(n - 1, dq_head, dq_m0);

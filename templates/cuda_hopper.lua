@@ -91,6 +91,18 @@ __device__ __forceinline__ void stmatrix_x4_trans(u32 addr, const u32 *r)
     asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};"
                  ::"r"(addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
 }
+/* The same without transposing: lane 8 j + i gives the address of the 16 bytes of row i of
+** matrix j. */
+__device__ __forceinline__ void stmatrix_x4(u32 addr, const u32 *r)
+{
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+                 ::"r"(addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
+}
+/* Named barrier `id` (1-15; 0 is __syncthreads') of `count` threads, whole warps. */
+__device__ __forceinline__ void bar_sync(int id, int count)
+{
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
 __device__ __forceinline__ void st_shared_v2(u32 addr, float a, float b)
 {
     asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(a), "f"(b) : "memory");

@@ -151,9 +151,9 @@ for arch in sm_80 sm_90a; do
         [ $status -eq 0 ] || { echo "FAIL: cache build --backward ${opt[*]} for $arch"; exit 1; }
         spills=$(echo "$out" | awk '$2 ~ /^cuda.bwd.w?gmma$|^cuda.bwd.mma$/ && $9 != 0' | wc -l)
         [ "$spills" -eq 0 ] || { echo "FAIL: $spills backward kernels spill on $arch ${opt[*]}"; exit 1; }
-        echo "$out" | grep -q "cuda.bwd.mma" ||
+        echo "$out" | grep -qE "cuda.bwd.w?gmma|cuda.bwd.mma" ||
             { echo "FAIL: no tensor-core backward built for $arch ${opt[*]}"; exit 1; }
-        # Hopper's dk/dv kernel where it serves (d 64 and 128), on sm_90a only
+        # Hopper's dk/dv kernels (d 64 to 256: the split one beyond 128), on sm_90a only
         hopper=$(echo "$out" | grep -c "cuda.bwd.wgmma")
         if [ $arch = sm_90a ]; then [ "$hopper" -gt 0 ]; else [ "$hopper" -eq 0 ]; fi ||
             { echo "FAIL: $hopper Hopper backward kernels built for $arch ${opt[*]}"; exit 1; }

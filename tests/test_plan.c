@@ -260,7 +260,8 @@ static void test_backward_plans(void **state)
     const planned_devices devs = planned_device_set();
     /* Deterministic: D, dk/dv (dK and dV apart above d + dv = 256), dq. Not: dq's f32 sum
     ** zeroed, D, dk/dv adding dq by atomics (with dK), dq cast from the sum. On sm_90a dk/dv
-    ** and dq run on wgmma to d and dv 128 (dk/dv where TMA can read q, k, v and dout), and
+    ** runs on wgmma to d and dv 256 (where TMA can read q, k, v and dout; beyond 128 the split
+    ** kernel, d_split) and dq to 128, and
     ** dk/dv adds dq there when deterministic too (into slices of its sum, in runs). */
     const struct {
         int64_t d, dv;
@@ -277,9 +278,11 @@ static void test_backward_plans(void **state)
         {64, 64, FJ_DTYPE_F16, 4, &devs.h200, 0, "memset,classify,simt,wgmma,simt"},
         {64, 64, FJ_DTYPE_BF16, 0, &devs.h200, 0, "memset,simt,wgmma,simt"},
         {64, 64, FJ_DTYPE_BF16, 6, &devs.h200, 0, "memset,simt,wgmma,simt"},
-        {256, 256, FJ_DTYPE_BF16, 0, &devs.h200, 1, "simt,mma,mma,mma"}, /* dK, dV, dQ */
-        {256, 256, FJ_DTYPE_BF16, 0, &devs.h200, 0, "memset,simt,mma,mma,simt"},
-        {192, 128, FJ_DTYPE_BF16, 0, &devs.h200, 1, "simt,mma,mma,mma"},
+        /* beyond 128 on Hopper: the split dk/dv kernel, slices where deterministic */
+        {256, 256, FJ_DTYPE_BF16, 0, &devs.h200, 1, "memset,simt,wgmma,simt"},
+        {256, 256, FJ_DTYPE_BF16, 0, &devs.h200, 0, "memset,simt,wgmma,simt"},
+        {192, 128, FJ_DTYPE_BF16, 0, &devs.h200, 1, "memset,simt,wgmma,simt"},
+        {256, 256, FJ_DTYPE_BF16, 5, &devs.h200, 1, "simt,mma,mma,mma"}, /* dK, dV, dQ */
         {128, 128, FJ_DTYPE_F32, 0, &devs.h200, 0, "simt,simt,simt"},
         {128, 128, FJ_DTYPE_BF16, 1, &devs.h200, 0, "simt,simt,simt,simt"},
         {128, 128, FJ_DTYPE_BF16, 2, &devs.h200, 0, "memset,simt,wgmma,simt"},
@@ -314,7 +317,10 @@ static void test_backward_plans(void **state)
         if (strcmp(paths, cases[i].paths))
             fail_msg("case %zu (d %lld, %s): stages %s, expected %s", i, (long long)cases[i].d,
                      cases[i].dev->arch, paths, cases[i].paths);
-        assert_int_equal(plan.steps[plan.main_step].variant.stage, 2);
+        const fj__variant *dkdv = &plan.steps[plan.main_step].variant;
+        assert_int_equal(dkdv->stage, 2);
+        assert_int_equal(dkdv->d_split,
+                         dkdv->path == FJ__PATH_WGMMA && (cases[i].d > 128 || cases[i].dv > 128));
         /* dq's sum: zeroed first, as large as dq in f32 (padded head dim) */
         const int atomic = plan.steps[0].kind == FJ__STEP_MEMSET;
         assert_int_equal(plan.bwd.dq_acc >= 0, atomic);
@@ -354,7 +360,6 @@ static void test_backward_plans(void **state)
                 assert_int_equal(st->block[0], st->variant.threads);
             }
         }
-        const fj__variant *dkdv = &plan.steps[plan.main_step].variant;
         /* Element masks classified first: the tensor-core stages read the classes */
         const int classified = strstr(cases[i].paths, "classify") != NULL;
         assert_int_equal(plan.fwd.classes >= 0, classified);

@@ -1,0 +1,189 @@
+% -- The parts that Hopper's dk/dv kernels share (attn_bwd_wgmma.cu.lua, whose warpgroups own 64
+% -- keys each, and attn_bwd_wgmma_split.cu.lua, whose two warpgroups share 64 keys and split
+% -- their columns), so that the shared-memory tiles, the ring of streamed Q and dO tiles and the
+% -- dQ products are spelled once. Both kernels declare what these parts read: BM, BN, DP, DVP,
+% -- THREADS; in the kernel body the ring's slots (sQG, QG_BYTES, Q_BYTES, sLD, STAGES), the
+% -- mbarriers (`bar(kind, i)` with KV_FULL, FULL and EMPTY, and `freed`), the block's keys (n0,
+% -- head_kv, sK, sV, K_BYTES, V_BYTES) and the stream (bwd_dkdv_stream, live_from, `tb`).
+% -- Include after cuda_hopper.lua.
+
+% -- Shared-memory tiles: 64-column panels of rows x 128 bytes, 16-byte chunk c of row r stored
+% -- at chunk c ^ (r % 8) (the 128-byte swizzle, the layout wgmma reads and TMA writes).
+% function bwd_hopper_tiles()
+/* The address of element (r, c) of a swizzled tile of `rows` rows. */
+__device__ __forceinline__ u32 swizzled(u32 tile, int rows, int r, int c)
+{
+    return tile + (c / 64) * (rows * 128) + r * 128 + ((((c % 64) / 8) ^ (r % 8)) << 4) + (c % 8) * 2;
+}
+%   if varlen > 0 then
+
+/* Packed sequences: zeroes rows [from, ROWS) of a swizzled tile of COLS columns, which the bulk
+** copies read from the next sequence (past a tensor's end they read zeros); then
+** zeros_before_wgmma(). Scores of those rows are masked, but a
+** product with them would carry any NaN or inf they hold into the gradients. */
+template <int ROWS, int COLS>
+__device__ __forceinline__ void zero_rows(u32 tile, int from)
+{
+    constexpr int CHUNKS = COLS / 8; /* 16-byte chunks a row: 8 a panel */
+#pragma unroll 1
+    for (int i = threadIdx.x + imax(from, 0) * CHUNKS; i < ROWS * CHUNKS; i += THREADS) {
+        const int r = i / CHUNKS, c = i % CHUNKS;
+        st_shared_zero16(tile + (c / 8) * (ROWS * 128) + r * 128 + (c % 8) * 16);
+    }
+}
+__device__ __forceinline__ void zeros_before_wgmma()
+{
+    fence_proxy_async(); /* the zeros are read by wgmma (the async proxy) */
+    __syncthreads();
+}
+%   end
+% end
+
+% -- dS for dQ = dS K: dS^T of a warp's keys (accumulators turned A fragments) stored transposed
+% -- into a swizzled tile of BM query rows by the block's keys, and one 64 x 64 piece of the
+% -- product.
+% function bwd_hopper_dq_parts()
+/* dS^T of a warp (A fragments of its 16 keys from key0 by 16 KB queries) into the swizzled tile
+** `tile` as dS (query rows by the block's keys), by transposing matrix stores: register r of
+** k16 block kk holds the 8 x 8 matrix of keys key0 + 8 (r % 2) + [0, 8) by queries
+** 16 kk + 8 (r / 2) + [0, 8), whose query rows take 16 bytes (8 keys, one swizzle chunk) each. */
+template <int KB>
+__device__ __forceinline__ void store_ds_transposed(u32 tile, const u32 (*dsf)[4], int key0, int lane)
+{
+    const int m = lane / 8; /* the matrix whose row lane % 8 this lane addresses */
+    const u32 at = swizzled(tile, BM, 8 * (m / 2) + lane % 8, key0 + 8 * (m % 2));
+#pragma unroll
+    for (int kk = 0; kk < KB; kk++)
+        stmatrix_x4_trans(at + kk * 16 * 128, dsf[kk]); /* 16 rows on: the same swizzle */
+}
+
+/* dQ = dS K of a tile in pieces of 64 rows (block rb) by 64 columns (panel cp). */
+constexpr int ROW_BLOCKS = BM / 64, DQ_PIECES = ROW_BLOCKS * (DP / 64);
+
+/* A piece's product into acc: dS in sDS (K-major over the block's keys), K N-major. */
+__device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int piece)
+{
+    const int rb = piece % ROW_BLOCKS, cp = piece / ROW_BLOCKS;
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; kk++)
+        wgmma_ss_t_64(&acc[0][0], gmma_kmajor(sDS + rb * 64 * 128, BM, kk),
+                      gmma_nmajor(sK + cp * BN * 128, BN, kk), kk > 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs<32>(&acc[0][0]);
+}
+% end
+
+% -- ---- the ring: slots of Q and dO tiles, each guarded by a full and an empty mbarrier ----
+% -- A slot is filled by one warp: Q and dO by bulk tensor copies (TMA) from its lane 0, the rows'
+% -- lse2 and D (stage 1 writes both) by cp.async, a word a lane. The first warp fills the first
+% -- slots (and copies K and V); after that, the warp that frees a slot last refills it with the
+% -- tile `STAGES` on.
+
+% -- `fill(i, n)`: fills slot n % STAGES with stream item i, by the calling warp.
+% function bwd_hopper_ring_fill()
+    /* Fills slot n % STAGES with stream item i, by the calling warp: Q and dO by bulk copies
+    ** from lane 0, the rows' lse2 and D (zeros past the rows) a word a lane. */
+    auto fill = [&](int i, int n) {
+        const int slot = n % STAGES, head = head_kv * group + i / tiles;
+        const int m0 = (mb_lo + i % tiles) * BM;
+        const u32 sQ = sQG + slot * QG_BYTES;
+        if (lane == 0) {
+            mbar_arrive_expect(bar(FULL, slot), QG_BYTES);
+            load_panels<DP>(sQ, &T.tm_q, bar(FULL, slot), BM, q_first + m0, head, tb, T.perm_q);
+            load_panels<DVP>(sQ + Q_BYTES, &T.tm_do, bar(FULL, slot), BM, q_first + m0, head, tb,
+                             T.perm_do);
+        }
+        const long long rows = (long long)(batch * heads_q + head) * d_rows + m0;
+        for (int r = lane; r < 2 * BM; r += 32) {
+            const bool ok = m0 + r % BM < seqlen_q;
+            cp_async4(smem_addr(sLD + 2 * BM * slot + r), (r < BM ? P.lse2 : P.delta) + rows + r % BM,
+                      ok ? 4 : 0);
+        }
+        cp_async_arrive(bar(FULL, slot));
+    };
+% end
+
+% -- The barriers' setup (`barriers_extra()`: the kernel's own, by thread 0) and the first fills;
+% -- declares `i`, the first live item, and `refill`, the item that the next freed slot takes.
+% function bwd_hopper_ring_start(barriers_extra)
+    /* In runs (deterministic plans) a run launches while the one before it ends: it reads stage
+    ** 1's D and lse2 at once (the first run waits for them) and waits for the run before it
+    ** before its first dQ addition. */
+    if (P.key_block0 == 0)
+        grid_wait_previous();
+    grid_launch_next();
+    if (tid == 0) {
+        mbar_init(bar(KV_FULL, 0), 1);
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(bar(FULL, s), 1 + 32);
+            mbar_init(bar(EMPTY, s), THREADS);
+            freed[s] = 0;
+        }
+%   if barriers_extra then barriers_extra() end
+        mbar_init_fence();
+    }
+    __syncthreads();
+    /* The first warp copies K and V and fills the first slots; `refill` is the item that the
+    ** next freed slot takes. */
+    int i = live_from(0), refill = i;
+    for (int n = 0; n < STAGES; n++) {
+        if (tid < 32 && refill < count) {
+            if (n == 0 && lane == 0) {
+                mbar_arrive_expect(bar(KV_FULL, 0), K_BYTES + V_BYTES);
+                load_panels<DP>(sK, &T.tm_k, bar(KV_FULL, 0), BN, k_first + n0, head_kv, tb, T.perm_k);
+                load_panels<DVP>(sV, &T.tm_v, bar(KV_FULL, 0), BN, k_first + n0, head_kv, tb, T.perm_v);
+            }
+            fill(refill, n);
+        }
+        refill = next_live(refill);
+    }
+% end
+
+% -- Waits for K and V (where the block has work), zeroing the keys past seqlen_k.
+% function bwd_hopper_kv_wait()
+    if (i < count) {
+        mbar_wait(bar(KV_FULL, 0), 0);
+%   if varlen > 0 then
+        if (n0 + BN > seqlen_k) { /* keys of the next sequence, or unused (seqused_k) */
+            zero_rows<BN, DP>(sK, seqlen_k - n0);
+            zero_rows<BN, DVP>(sV, seqlen_k - n0);
+            zeros_before_wgmma();
+        }
+%   end
+    }
+% end
+
+% -- Waits for slot `slot` of tile n (its Q at sQ, dO at sG), zeroing rows past seqlen_q.
+% function bwd_hopper_slot_wait()
+        mbar_wait(bar(FULL, slot), (n / STAGES) & 1);
+%   if varlen > 0 then
+        if (m0 + BM > seqlen_q) { /* rows of the next sequence */
+            zero_rows<BM, DP>(sQ, seqlen_q - m0);
+            zero_rows<BM, DVP>(sG, seqlen_q - m0);
+            zeros_before_wgmma();
+        }
+%   end
+% end
+
+% -- Frees slot `slot` of tile n once the thread's products have read it (their wgmma waited
+% -- for), and refills it from the warp that frees it last.
+% function bwd_hopper_slot_release()
+        mbar_arrive(bar(EMPTY, slot));
+        /* The warp that frees the slot last refills it (its wait returns at once: every thread
+        ** arrived before its warp counted itself; it orders their reads before the copies). */
+        __syncwarp();
+        int last = 0;
+        if (lane == 0)
+            last = atomicAdd(&freed[slot], 1) == THREADS / 32 - 1;
+        if (__shfl_sync(0xffffffffu, last, 0)) {
+            if (lane == 0)
+                freed[slot] = 0;
+            if (refill < count) {
+                mbar_wait(bar(EMPTY, slot), (n / STAGES) & 1);
+                fill(refill, n + STAGES);
+            }
+        }
+        refill = next_live(refill);
+% end
