@@ -83,6 +83,9 @@ def other_sdpa(q, k, v, **kw):
     """PyTorch's attention on another of its kernels: the noise between two exact kernels."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     backend = SDPBackend.EFFICIENT_ATTENTION if q.is_cuda else SDPBackend.MATH
+    if kw.pop("enable_gqa", False):  # that kernel takes no grouped heads: repeat them
+        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+        v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
     with sdpa_kernel([backend]):
         return F.scaled_dot_product_attention(q, k, v, **kw)
 
