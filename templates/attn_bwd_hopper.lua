@@ -75,6 +75,31 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
 }
 % end
 
+% -- ---- the block ----------------------------------------------------------------------------
+% -- The shared memory (aligned to 1024 bytes: smem, sK, sV, the ring's sQG and sLD, the
+% -- mbarriers `bar(kind, i)` and the slots' counts `freed`), then the thread's warpgroup, warp
+% -- and lane, the block's keys, sequence, stream and block classes, `next_live(i)` and `tb`, the
+% -- tensors' batch. Goes first in the kernel body, after `P`.
+% function bwd_hopper_block(shared_extra)
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+    const u32 sK = smem_addr(smem), sV = sK + K_BYTES;
+    const u32 sQG = sK + RING_OFFSET; /* slot s: Q at sQG + s * QG_BYTES, dO Q_BYTES after it */
+    float *sLD = (float *)(smem + LD_OFFSET); /* slot s: lse at sLD + 2 * BM * s, D BM after */
+    const u32 bars = sK + BAR_OFFSET;
+    auto bar = [&](int kind, int i) { return bars + 8u * (u32)(kind + i); };
+    int *freed = (int *)(smem + BAR_OFFSET + BARS * 8); /* slot s: warps done with it */
+
+    /* The warpgroup, broadcast from lane 0 so that ptxas keeps what derives from it uniform. */
+    const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+    const int warp = (tid % 128) / 32, lane = tid % 32;
+% bwd_dkdv_block()
+% bwd_block_classes()
+% bwd_live_from()
+    auto next_live = [&](int i) { return i < count ? live_from(i + 1) : count; };
+    const int tb = ${varlen > 0 and "0" or "batch"}; /* the tensors' batch (packed: one) */
+% end
+
 % -- ---- the ring: slots of Q and dO tiles, each guarded by a full and an empty mbarrier ----
 % -- A slot is filled by one warp: Q and dO by bulk tensor copies (TMA) from its lane 0, the rows'
 % -- lse2 and D (stage 1 writes both) by cp.async, a word a lane. The first warp fills the first

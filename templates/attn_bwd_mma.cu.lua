@@ -124,13 +124,7 @@ fj_attn_bwd_dkdv(
 % end
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-    const int g = lane / 4, t = lane % 4; /* row group and column pair of mma fragments */
-    const int n0 = (P.key_block0 + blockIdx.x) * BN, head_kv = blockIdx.y, batch = blockIdx.z;
-    const int group = heads_q / heads_kv;
-% bwd_sequence()
-    if (n0 >= len_k)
-        return;
-% bwd_dkdv_stream()
+% bwd_dkdv_block()
 
     /* Tile i of the stream into buffer b: Q and dO by cp.async, lse and D by the threads. */
     auto issue = [&](int i, int b) {

@@ -126,6 +126,19 @@
 % end
 
 % -- ---- the dk/dv kernel (stage 2): a block owns BN keys from n0 of one (batch, kv head) ----
+% -- bwd_dkdv_block(): the block's keys (key block key_block0 + blockIdx.x of kv head blockIdx.y,
+% -- batch blockIdx.z), the thread's fragment coordinates g and t (after `lane`), its sequence
+% -- (none left: return) and its stream (bwd_dkdv_stream).
+% function bwd_dkdv_block()
+    const int g = lane / 4, t = lane % 4; /* row group and column pair of the fragments */
+    const int n0 = (P.key_block0 + blockIdx.x) * BN, head_kv = blockIdx.y, batch = blockIdx.z;
+    const int group = heads_q / heads_kv;
+% bwd_sequence()
+    if (n0 >= len_k)
+        return;
+% bwd_dkdv_stream()
+% end
+
 % -- bwd_dkdv_stream(): moves q, k, v, lse to the block's sequence and heads, and declares
 % -- dout, delta, the query rows [m_lo, m_hi) that may see one of the block's keys, their
 % -- first tile mb_lo, `tiles` per head and `count`, the (head, query tile) pairs it streams,
@@ -221,11 +234,14 @@
 % end
 
 % -- The warp's keys' rows of dK and dV from the accumulators dka[DP / 8][4] and dva[DVP / 8][4]
-% -- (zeros for keys no query sees).
-% function bwd_store_dkdv(want_dk, want_dv)
+% -- (zeros for keys no query sees); with `split`, the warpgroup's columns: dka[DH / 8][4] from
+% -- column wg * DH and dva[DVH / 8][4] from wg * DVH.
+% function bwd_store_dkdv(want_dk, want_dv, split)
+%   local dk_cols, dv_cols = split and "DH" or "DP", split and "DVH" or "DVP"
+%   local dk_first, dv_first = split and "wg * DH + " or "", split and "wg * DVH + " or ""
     /* The warp's keys' rows of dK and dV (zeros for keys no query sees). */
-    elem_t *dk = P.dk + batch * P.dk_sb + (long long)k_first * P.dk_ss + head_kv * P.dk_sh;
-    elem_t *dv = P.dv + batch * P.dv_sb + (long long)k_first * P.dv_ss + head_kv * P.dv_sh;
+    elem_t *dk = P.dk + batch * P.dk_sb + (long long)k_first * P.dk_ss + head_kv * P.dk_sh${split and " + wg * DH" or ""};
+    elem_t *dv = P.dv + batch * P.dv_sb + (long long)k_first * P.dv_ss + head_kv * P.dv_sh${split and " + wg * DVH" or ""};
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int key = key_row + g + 8 * h;
@@ -233,18 +249,18 @@
             continue;
 %   if want_dk then
 #pragma unroll
-        for (int j = 0; j < DP / 8; j++) {
+        for (int j = 0; j < ${dk_cols} / 8; j++) {
             const int col = j * 8 + 2 * t;
-            if (col < head_dim)
+            if (${dk_first}col < head_dim)
                 *(u32 *)(dk + key * P.dk_ss + col) =
                     pack2(dka[j][2 * h] * ${bwd_ds_factor()}, dka[j][2 * h + 1] * ${bwd_ds_factor()});
         }
 %   end
 %   if want_dv then
 #pragma unroll
-        for (int j = 0; j < DVP / 8; j++) {
+        for (int j = 0; j < ${dv_cols} / 8; j++) {
             const int col = j * 8 + 2 * t;
-            if (col < head_dim_v)
+            if (${dv_first}col < head_dim_v)
                 *(u32 *)(dv + key * P.dv_ss + col) = pack2(dva[j][2 * h], dva[j][2 * h + 1]);
         }
 %   end

@@ -229,30 +229,8 @@ fj_attn_bwd_dkdv(
     const fj_bwd_params &P = T.bwd;
 % params_unpack(family.fields[1].block, "P.fwd", bwd_unpack_names())
     const float scale = P.scale;
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    unsigned char *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
-    const u32 sK = smem_addr(smem), sV = sK + K_BYTES;
-    const u32 sQG = sK + RING_OFFSET; /* slot s: Q at sQG + s * QG_BYTES, dO Q_BYTES after it */
+% bwd_hopper_block()
     [[maybe_unused]] const u32 sDS = sK + DS_OFFSET; /* buffer b at sDS + b * DS_BYTES */
-    float *sLD = (float *)(smem + LD_OFFSET); /* slot s: lse at sLD + 2 * BM * s, D BM after */
-    const u32 bars = sK + BAR_OFFSET;
-    auto bar = [&](int kind, int i) { return bars + 8u * (u32)(kind + i); };
-    int *freed = (int *)(smem + BAR_OFFSET + BARS * 8); /* slot s: warps done with it */
-
-    /* The warpgroup, broadcast from lane 0 so that ptxas keeps what derives from it uniform. */
-    const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0);
-    const int warp = (tid % 128) / 32, lane = tid % 32;
-    const int g = lane / 4, t = lane % 4; /* row group and column pair of the fragments */
-    const int n0 = (P.key_block0 + blockIdx.x) * BN, head_kv = blockIdx.y, batch = blockIdx.z;
-    const int group = heads_q / heads_kv;
-% bwd_sequence()
-    if (n0 >= len_k)
-        return;
-% bwd_dkdv_stream()
-% bwd_block_classes()
-% bwd_live_from()
-    auto next_live = [&](int i) { return i < count ? live_from(i + 1) : count; };
-    const int tb = ${varlen > 0 and "0" or "batch"}; /* the tensors' batch (packed: one) */
 
 % bwd_hopper_ring_fill()
 

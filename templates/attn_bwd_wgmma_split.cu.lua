@@ -165,31 +165,9 @@ fj_attn_bwd_dkdv(
     const fj_bwd_params &P = T.bwd;
 % params_unpack(family.fields[1].block, "P.fwd", bwd_unpack_names())
     const float scale = P.scale;
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    unsigned char *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
-    const u32 sK = smem_addr(smem), sV = sK + K_BYTES;
-    const u32 sQG = sK + RING_OFFSET; /* slot s: Q at sQG + s * QG_BYTES, dO Q_BYTES after it */
+% bwd_hopper_block()
     const u32 sPT = sK + PT_OFFSET, sDST = sPT + PT_BYTES; /* P^T, dS^T */
     [[maybe_unused]] const u32 sDS = sDST + PT_BYTES;     /* dS (with dQ) */
-    float *sLD = (float *)(smem + LD_OFFSET); /* slot s: lse at sLD + 2 * BM * s, D BM after */
-    const u32 bars = sK + BAR_OFFSET;
-    auto bar = [&](int kind, int i) { return bars + 8u * (u32)(kind + i); };
-    int *freed = (int *)(smem + BAR_OFFSET + BARS * 8); /* slot s: warps done with it */
-
-    /* The warpgroup, broadcast from lane 0 so that ptxas keeps what derives from it uniform. */
-    const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0);
-    const int warp = (tid % 128) / 32, lane = tid % 32;
-    const int g = lane / 4, t = lane % 4; /* row group and column pair of the fragments */
-    const int n0 = (P.key_block0 + blockIdx.x) * BN, head_kv = blockIdx.y, batch = blockIdx.z;
-    const int group = heads_q / heads_kv;
-% bwd_sequence()
-    if (n0 >= len_k)
-        return;
-% bwd_dkdv_stream()
-% bwd_block_classes()
-% bwd_live_from()
-    auto next_live = [&](int i) { return i < count ? live_from(i + 1) : count; };
-    const int tb = ${varlen > 0 and "0" or "batch"}; /* the tensors' batch (packed: one) */
 
 % bwd_hopper_ring_fill()
 
@@ -262,27 +240,5 @@ fj_attn_bwd_dkdv(
 % bwd_hopper_slot_release()
     }
 
-    /* The warp's keys' rows of dK and dV: the warpgroup's columns (zeros for keys no query
-    ** sees). */
-    elem_t *dk = P.dk + batch * P.dk_sb + (long long)k_first * P.dk_ss + head_kv * P.dk_sh + wg * DH;
-    elem_t *dv = P.dv + batch * P.dv_sb + (long long)k_first * P.dv_ss + head_kv * P.dv_sh + wg * DVH;
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int key = key_row + g + 8 * h;
-        if (key >= len_k)
-            continue;
-#pragma unroll
-        for (int j = 0; j < DH / 8; j++) {
-            const int col = j * 8 + 2 * t;
-            if (wg * DH + col < head_dim)
-                *(u32 *)(dk + key * P.dk_ss + col) =
-                    pack2(dka[j][2 * h] * ${bwd_ds_factor()}, dka[j][2 * h + 1] * ${bwd_ds_factor()});
-        }
-#pragma unroll
-        for (int j = 0; j < DVH / 8; j++) {
-            const int col = j * 8 + 2 * t;
-            if (wg * DVH + col < head_dim_v)
-                *(u32 *)(dv + key * P.dv_ss + col) = pack2(dva[j][2 * h], dva[j][2 * h + 1]);
-        }
-    }
+% bwd_store_dkdv(true, true, true)
 }
