@@ -5,7 +5,38 @@
 % -- THREADS; in the kernel body the ring's slots (sQG, QG_BYTES, Q_BYTES, sLD, STAGES), the
 % -- mbarriers (`bar(kind, i)` with KV_FULL, FULL and EMPTY, and `freed`), the block's keys (n0,
 % -- head_kv, sK, sV, K_BYTES, V_BYTES) and the stream (bwd_dkdv_stream, live_from, `tb`).
-% -- Include after cuda_hopper.lua.
+% -- It includes the helpers it reads (cuda_mma.lua, cuda_hopper.lua, cuda_attn_common.lua) and
+% -- attn_bwd_tc.lua.
+% include("cuda_mma.lua")
+% include("cuda_hopper.lua")
+% include("cuda_attn_common.lua")
+% include("attn_bwd_tc.lua")
+% local element_masks = mask_mod ~= "" or mask_tensor or mask_ranges > 0
+% local terms = alibi or bias ~= "" or score_mod ~= ""
+
+% -- The family's block in the kernel's argument `args`: the argument itself, or its `bwd` field
+% -- where the argument adds the tensor maps (fj_bwd_tma_params, the dk/dv stage).
+% function bwd_family(args)
+%   for _, f in ipairs(args.fields) do
+%     if f.name == "bwd" then return f.block end
+%   end
+%   return args
+% end
+
+% -- The wgmma products of the given widths (N; nil entries and repeats skipped), the tile macros
+% -- (BM, BN, DP, DVP, THREADS) and the constants every kernel reads.
+% function bwd_hopper_prelude(widths)
+%   local seen = {}
+%   for i = 1, 4 do
+%     local n = widths[i]
+%     if n and not seen[n] then seen[n] = true; hopper_wgmma(n) end
+%   end
+
+% mma_tile_macros()
+#define NEG_INF __int_as_float(0xff800000)
+#define POS_INF __int_as_float(0x7f800000)
+#define LOG2E 1.4426950408889634f
+% end
 
 % -- Shared-memory tiles: 64-column panels of rows x 128 bytes, 16-byte chunk c of row r stored
 % -- at chunk c ^ (r % 8) (the 128-byte swizzle, the layout wgmma reads and TMA writes).
@@ -76,11 +107,15 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
 % end
 
 % -- ---- the block ----------------------------------------------------------------------------
-% -- The shared memory (aligned to 1024 bytes: smem, sK, sV, the ring's sQG and sLD, the
-% -- mbarriers `bar(kind, i)` and the slots' counts `freed`), then the thread's warpgroup, warp
-% -- and lane, the block's keys, sequence, stream and block classes, `next_live(i)` and `tb`, the
-% -- tensors' batch. Goes first in the kernel body, after `P`.
-% function bwd_hopper_block(shared_extra)
+% -- The family's parameters (P, the `bwd` block of the kernel's argument T, whose layout is
+% -- `family`, unpacked), the shared memory (aligned to 1024 bytes: smem, sK, sV, the ring's sQG
+% -- and sLD, the mbarriers `bar(kind, i)` and the slots' counts `freed`), then the thread's
+% -- warpgroup, warp and lane, the block's keys, sequence, stream and block classes,
+% -- `next_live(i)` and `tb`, the tensors' batch. Goes first in the kernel body.
+% function bwd_hopper_block(family)
+    const fj_bwd_params &P = T.bwd;
+% params_unpack(family.fields[1].block, "P.fwd", bwd_unpack_names())
+    const float scale = P.scale;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
     const u32 sK = smem_addr(smem), sV = sK + K_BYTES;
@@ -180,8 +215,21 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
     }
 % end
 
-% -- Waits for slot `slot` of tile n (its Q at sQ, dO at sG), zeroing rows past seqlen_q.
-% function bwd_hopper_slot_wait()
+% -- Stream item i, the block's n-th tile: its slot, head and first query row m0, the masks'
+% -- context and block class, its Q (sQ) and dO (sG) tiles and the rows' lse2 (sL) and D (sD)
+% -- from row `rows_from` of the tile (a C expression; default 0); then waits for the slot,
+% -- zeroing rows past seqlen_q. Goes first in the stream's loop.
+% function bwd_hopper_tile(rows_from)
+        const int slot = n % STAGES, head = head_kv * group + i / tiles;
+        const int m0 = (mb_lo + i % tiles) * BM;
+%   if element_masks or terms then
+        MASK_CTX(mc, P.fwd.mask, batch, head, seqlen_q, seqlen_k);
+%   end
+%   if block_mask then
+        const int block_class = block_class_of(head, m0, n0);
+%   end
+        const u32 sQ = sQG + slot * QG_BYTES, sG = sQ + Q_BYTES;
+        const float *sL = sLD + 2 * BM * slot${rows_from and " + " .. rows_from or ""}, *sD = sL + BM;
         mbar_wait(bar(FULL, slot), (n / STAGES) & 1);
 %   if varlen > 0 then
         if (m0 + BM > seqlen_q) { /* rows of the next sequence */

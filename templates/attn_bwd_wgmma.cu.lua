@@ -55,31 +55,14 @@
 % local want_dq = grads >= 4
 % local element_masks = mask_mod ~= "" or mask_tensor or mask_ranges > 0
 % local terms = alibi or bias ~= "" or score_mod ~= ""
-% include("cuda_mma.lua")
-% include("cuda_hopper.lua")
-% include("cuda_attn_common.lua")
-% include("attn_bwd_tc.lua")
 % include("attn_bwd_hopper.lua")
 % include("params.lua")
 % params_struct(args)
-% -- The family's block: the argument itself, or its `bwd` field where the argument adds the
-% -- tensor maps (stage 2).
-% local family = args
-% for _, f in ipairs(args.fields) do
-%   if f.name == "bwd" then family = f.block end
-% end
+% local family = bwd_family(args)
 % -- The products' widths: the streamed rows (S^T, dP^T by query rows; S, dP by keys), the head
 % -- dims, and 64 (dQ's pieces).
 % local streamed = stage == 2 and tile_m or tile_n
-% local widths = {}
-% for _, n in ipairs({ streamed, head_dim_pad, head_dim_v_pad, want_dq and 64 or nil }) do
-%   if not widths[n] then widths[n] = true; hopper_wgmma(n) end
-% end
-
-% mma_tile_macros()
-#define NEG_INF __int_as_float(0xff800000)
-#define POS_INF __int_as_float(0x7f800000)
-#define LOG2E 1.4426950408889634f
+% bwd_hopper_prelude({ streamed, head_dim_pad, head_dim_v_pad, want_dq and 64 or nil })
 constexpr int NWG = ${NWG}; /* warpgroups, 64 rows each: keys (stage 2), query rows (3) */
 
 % if stage == 2 then
@@ -226,10 +209,7 @@ fj_attn_bwd_dkdv(
 % params_arg(args, "T")
 )
 {
-    const fj_bwd_params &P = T.bwd;
-% params_unpack(family.fields[1].block, "P.fwd", bwd_unpack_names())
-    const float scale = P.scale;
-% bwd_hopper_block()
+% bwd_hopper_block(family)
     [[maybe_unused]] const u32 sDS = sK + DS_OFFSET; /* buffer b at sDS + b * DS_BYTES */
 
 % bwd_hopper_ring_fill()
@@ -271,17 +251,7 @@ fj_attn_bwd_dkdv(
     int n = 0;
 % bwd_hopper_kv_wait()
     for (; i < count; i = live_from(i + 1), n++) {
-        const int slot = n % STAGES, head = head_kv * group + i / tiles;
-        const int m0 = (mb_lo + i % tiles) * BM;
-% if element_masks or terms then
-        MASK_CTX(mc, P.fwd.mask, batch, head, seqlen_q, seqlen_k);
-% end
-% if block_mask then
-        const int block_class = block_class_of(head, m0, n0);
-% end
-        const u32 sQ = sQG + slot * QG_BYTES, sG = sQ + Q_BYTES;
-        const float *sL = sLD + 2 * BM * slot, *sD = sL + BM;
-% bwd_hopper_slot_wait()
+% bwd_hopper_tile()
 
         /* S^T = K Q^T and dP^T = V dO^T: the warpgroup's 64 keys by BM queries. */
         float s[BM / 8][4], dp[BM / 8][4];

@@ -34,28 +34,13 @@
 % local element_masks = mask_mod ~= "" or mask_tensor or mask_ranges > 0
 % local terms = alibi or bias ~= "" or score_mod ~= ""
 % local DH, DVH = head_dim_pad // 2, head_dim_v_pad // 2
-% include("cuda_mma.lua")
-% include("cuda_hopper.lua")
-% include("cuda_attn_common.lua")
-% include("attn_bwd_tc.lua")
 % include("attn_bwd_hopper.lua")
 % include("params.lua")
 % params_struct(args)
-% local family -- the `bwd` field beside the tensor maps
-% for _, f in ipairs(args.fields) do
-%   if f.name == "bwd" then family = f.block end
-% end
-% assert(family, "attn_bwd_wgmma_split: fj_bwd_tma_params")
+% local family = bwd_family(args)
+% assert(family ~= args, "attn_bwd_wgmma_split: fj_bwd_tma_params")
 % -- The products' widths: a warpgroup's queries (32), its columns of dK and dV, dQ's pieces.
-% local widths = {}
-% for _, n in ipairs({ 32, DH, DVH, want_dq and 64 or nil }) do
-%   if not widths[n] then widths[n] = true; hopper_wgmma(n) end
-% end
-
-% mma_tile_macros()
-#define NEG_INF __int_as_float(0xff800000)
-#define POS_INF __int_as_float(0x7f800000)
-#define LOG2E 1.4426950408889634f
+% bwd_hopper_prelude({ 32, DH, DVH, want_dq and 64 or nil })
 constexpr int STAGES = ${stages}; /* ring slots of Q and dO tiles */
 constexpr int QH = BM / 2;        /* a warpgroup's queries of a tile: S^T's columns */
 constexpr int DH = DP / 2, DVH = DVP / 2; /* a warpgroup's columns of dK and dV */
@@ -162,10 +147,7 @@ fj_attn_bwd_dkdv(
 % params_arg(args, "T")
 )
 {
-    const fj_bwd_params &P = T.bwd;
-% params_unpack(family.fields[1].block, "P.fwd", bwd_unpack_names())
-    const float scale = P.scale;
-% bwd_hopper_block()
+% bwd_hopper_block(family)
     const u32 sPT = sK + PT_OFFSET, sDST = sPT + PT_BYTES; /* P^T, dS^T */
     [[maybe_unused]] const u32 sDS = sDST + PT_BYTES;     /* dS (with dQ) */
 
@@ -185,17 +167,8 @@ fj_attn_bwd_dkdv(
     int n = 0;
 % bwd_hopper_kv_wait()
     for (; i < count; i = live_from(i + 1), n++) {
-        const int slot = n % STAGES, head = head_kv * group + i / tiles;
-        const int m0 = (mb_lo + i % tiles) * BM, mq = m0 + wg * QH;
-% if element_masks or terms then
-        MASK_CTX(mc, P.fwd.mask, batch, head, seqlen_q, seqlen_k);
-% end
-% if block_mask then
-        const int block_class = block_class_of(head, m0, n0);
-% end
-        const u32 sQ = sQG + slot * QG_BYTES, sG = sQ + Q_BYTES;
-        const float *sL = sLD + 2 * BM * slot + wg * QH, *sD = sL + BM; /* the warpgroup's rows */
-% bwd_hopper_slot_wait()
+% bwd_hopper_tile("wg * QH")
+        const int mq = m0 + wg * QH; /* the warpgroup's first query row */
 
         /* S^T = K Q^T and dP^T = V dO^T: the block's 64 keys by the warpgroup's QH queries. */
         float s[QH / 8][4], dp[QH / 8][4];
