@@ -369,7 +369,7 @@ FJ_API fj_status fj_attention_forward(fj_context *ctx, const fj_attention_desc *
 ** last kernel casts
 ** it: faster, but the order of the additions, and so dq's last bits, vary run to run. With 1,
 ** bit-identical gradients: on Hopper the dk/dv kernel still adds dq, in launches one after
-** another into up to 8 such workspaces, each element of one taking its additions in one order
+** another into up to 16 such workspaces, each element of one taking its additions in one order
 ** (all in workspace_bytes); elsewhere dq is a kernel of its own, and the SIMT kernels use no
 ** atomics at all.
 ** Variable lengths as the forward's (keys past seqused_k get zero dk and dv). On CUDA sm_80+

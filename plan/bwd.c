@@ -200,8 +200,10 @@ static void bwd_variant(const fj__features *f, const fj_device_info *dev, const 
 ** slices in order. The count (to MAX_DQ_SLICES) is the cheapest by a model counted in the time
 ** of one block (one key block of one (batch, kv head), from BLOCK_ROWS query rows): the runs'
 ** waves of blocks on the SMs, a launch between runs, and zeroing and reading each slice (as
-** many floats as dq; the H200 streams a slice in about units / 150 blocks' time). */
-#define MAX_DQ_SLICES 8
+** many floats as dq; the H200 streams a slice in about units / 150 blocks' time). Up to 16:
+** with few units a run fills the SMs only with more than 8 slices (H200, d 256, b 1 x 8 heads
+** at 16k: 8 slices, 64 blocks a run on 132 SMs, took 2.07-2.18x the default's time). */
+#define MAX_DQ_SLICES 16
 #define BLOCK_ROWS 120 /* query rows whose streaming takes as long as a launch between runs */
 #define SLICE_BLOCKS 150.0
 static int32_t dq_slices(const fj__features *f, const fj__variant *v, const fj_device_info *dev)

@@ -466,8 +466,8 @@ static void bit_identical_runs(fj_context *ctx, fj_dtype dtype, int S, int D)
         info.struct_size = sizeof info;
         assert_int_equal(fj_context_last_call(ctx, &info), FJ_OK);
         /* D and the lse in log2 units, 8 bytes a query row and head, and dq's slices, at
-        ** most 8 of f32 rows padded to 128 or 256 (each workspace 256-byte aligned) */
-        const uint64_t slices = 8 * (uint64_t)B * H * S * (D <= 128 ? 128 : 256) * 4;
+        ** most 16 of f32 rows padded to 128 or 256 (each workspace 256-byte aligned) */
+        const uint64_t slices = 16 * (uint64_t)B * H * S * (D <= 128 ? 128 : 256) * 4;
         assert_true(info.workspace_bytes >= 2 * (uint64_t)lb &&
                     info.workspace_bytes <= 2 * lb + slices + 3 * 256);
         for (int i = 0; i < 3; i++) {
