@@ -365,7 +365,8 @@ FJ_API fj_status fj_attention_forward(fj_context *ctx, const fj_attention_desc *
 ** storage): D = rowsum(dout * out) first, then dk and dv per key block, then dq per query block.
 ** On tensor cores with desc.deterministic 0 (the default), the dk/dv kernel also adds each key
 ** block's share of dq into an f32 workspace by atomics (its size, 4 bytes per element of dq
-** with the head dim padded to 16, or 64 on Hopper, is in fj_call_info.workspace_bytes) and a
+** with the head dim padded to 16, on Hopper to 64 or beyond 128 to 128, is in
+** fj_call_info.workspace_bytes) and a
 ** last kernel casts
 ** it: faster, but the order of the additions, and so dq's last bits, vary run to run. With 1,
 ** bit-identical gradients: on Hopper the dk/dv kernel still adds dq, in launches one after
