@@ -20,9 +20,10 @@
 % -- padded to multiples of 128 (halves of whole panels), at most 256.
 % --
 % -- Parameters: dtypes (one 16-bit type), head_dim_pad, head_dim_v_pad (128 or 256; the plan
-% -- takes it where one is 256), stage 2, d_split, warps 8, tile_m 64, tile_n 64, stages, grads (3, or 7 with
-% -- dQ), local_mask, softcap, block_mask, varlen, the masks' and score terms' (attn_masks.lua),
-% -- shared_bytes (the host's size), args (fj_bwd_tma_params).
+% -- takes this kernel where one is 256), stage 2, d_split, warps 8, tile_m 64, tile_n 64,
+% -- stages (the ring), grads (3, or 7 with dQ), local_mask, softcap, block_mask, varlen, the
+% -- masks' and score terms' (attn_masks.lua), shared_bytes (the host's size), args
+% -- (fj_bwd_tma_params).
 % assert(stage == 2 and d_split, "attn_bwd_wgmma_split: the dk/dv stage, columns split")
 % assert(warps == 8 and tile_m == 64 and tile_n == 64, "attn_bwd_wgmma_split: two warpgroups, 64 x 64 tiles")
 % assert(stages >= 2 and stages <= 4, "attn_bwd_wgmma_split: a ring of 2 to 4 slots")
