@@ -115,16 +115,17 @@ __device__ __forceinline__ void store_keys_by_queries(u32 tile, const u32 (*f)[4
                                                       int lane)
 {
     const int m = lane / 8; /* the matrix whose row lane % 8 this lane addresses */
+    const int key = key0 + 8 * (m % 2) + lane % 8;
 #pragma unroll
     for (int kk = 0; kk < QH / 16; kk++)
-        stmatrix_x4(swizzled(tile, BN, key0 + 8 * (m % 2) + lane % 8, q0 + 16 * kk + 8 * (m / 2)), f[kk]);
+        stmatrix_x4(swizzled(tile, BN, key, q0 + 16 * kk + 8 * (m / 2)), f[kk]);
 }
 % if want_dq then
 
 /* Adds a warp's 16 rows of a finished piece (acc: rows row0 + [0, 16), 64 columns) into the f32
 ** sum at dq (DP floats a row, the piece's first column), none from seqlen_q on. */
-__device__ __forceinline__ void add_dq_rows(float *dq, const float (*acc)[4], int row0, int seqlen_q,
-                                            int lane)
+__device__ __forceinline__ void add_dq_rows(float *dq, const float (*acc)[4], int row0,
+                                            int seqlen_q, int lane)
 {
     const int g = lane / 4, t = lane % 4;
 #pragma unroll
