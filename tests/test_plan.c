@@ -441,6 +441,8 @@ static void test_deterministic_slices(void **state)
         {2, 1000, 4, 128, 8, 8},    /* 8 key blocks: one run */
         {3, 130, 2, 64, 2, 2},      /* 2 key blocks, the second of 2 keys */
         {1, 16384, 8, 256, 16, 16}, /* 8 pairs (the split kernel): 128 blocks a run */
+        {2, 4000, 2, 40, 16, 16},   /* test_backward's bit-identical runs: two of them */
+        {2, 2000, 2, 256, 16, 16},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fj__features f = bwd_features(cases[i].d, cases[i].d, FJ_DTYPE_BF16);
