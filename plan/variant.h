@@ -82,7 +82,9 @@ typedef struct fj__variant {
     uint8_t d_split;      /* FWD on WGMMA: the two blocks of a cluster each hold half of the
                           ** head dim of Q and K and half of the value columns (dv_slices 2);
                           ** each computes S over its half, and the halves are added through
-                          ** distributed shared memory (no block recomputes S) */
+                          ** distributed shared memory (no block recomputes S); BWD stage 2 on
+                          ** WGMMA (head dims beyond 128): the two warpgroups share 64 keys and
+                          ** split the columns of dK and dV (attn_bwd_wgmma_split.cu.lua) */
     uint8_t partial;      /* DECODE: writes each split's state to the workspace for a merge */
     uint8_t split_dv;     /* DECODE MMA: a slab's warps split S's head dims and O's columns (the
                           ** parts of S added through shared memory), not the keys: value dims
