@@ -11,8 +11,6 @@
 % include("cuda_hopper.lua")
 % include("cuda_attn_common.lua")
 % include("attn_bwd_tc.lua")
-% local element_masks = mask_mod ~= "" or mask_tensor or mask_ranges > 0
-% local terms = alibi or bias ~= "" or score_mod ~= ""
 
 % -- The family's block in the kernel's argument `args`: the argument itself, or its `bwd` field
 % -- where the argument adds the tensor maps (fj_bwd_tma_params, the dk/dv stage).
@@ -222,9 +220,7 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
 % function bwd_hopper_tile(rows_from)
         const int slot = n % STAGES, head = head_kv * group + i / tiles;
         const int m0 = (mb_lo + i % tiles) * BM;
-%   if element_masks or terms then
-        MASK_CTX(mc, P.fwd.mask, batch, head, seqlen_q, seqlen_k);
-%   end
+% bwd_mask_ctx("head")
 %   if block_mask then
         const int block_class = block_class_of(head, m0, n0);
 %   end

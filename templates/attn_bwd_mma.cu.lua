@@ -42,8 +42,6 @@
 % local want_dq = stage == 2 and grads >= 4 -- stage 2 adds dQ by atomics
 % assert(score_mod == "" or score_mod_grad ~= "", "attn_bwd_mma: score_mod needs score_mod_grad")
 % assert(not block_mask or (128 % tile_m == 0 and 128 % tile_n == 0), "attn_bwd_mma: block classes need tiles that divide 128")
-% local element_masks = mask_mod ~= "" or mask_tensor or mask_ranges > 0
-% local terms = alibi or bias ~= "" or score_mod ~= ""
 % include("cuda_mma.lua")
 % include("cuda_attn_common.lua")
 % include("attn_bwd_tc.lua")
@@ -160,9 +158,7 @@ fj_attn_bwd_dkdv(
     for (int b = 0; i < count; b ^= 1, i = next) {
         const int m0 = (mb_lo + i % tiles) * BM;
         next = live_from(i + 1);
-% if element_masks or terms then
-        MASK_CTX(mc, P.fwd.mask, batch, head_kv * group + i / tiles, seqlen_q, seqlen_k);
-% end
+% bwd_mask_ctx("head_kv * group + i / tiles")
         cp_async_wait_all();
         __syncthreads(); /* tile i landed; every warp is done with buffer b ^ 1 */
         if (next < count) {

@@ -22,6 +22,14 @@
 % include("sequence.lua")
 % end
 
+% -- The masks' and score terms' context of (batch, `head`) (a C expression), `mc`, where the
+% -- variant reads them.
+% function bwd_mask_ctx(head)
+%   if element_masks or terms then
+        MASK_CTX(mc, P.fwd.mask, batch, ${head}, seqlen_q, seqlen_k);
+%   end
+% end
+
 % -- The block's sequence: with packed sequences (varlen), where it starts in the packed tensors
 % -- and its lengths (sequence.lua: q_first, k_first, seqlen_q, seqlen_k the keys it uses, len_k
 % -- those it holds, whose rows past seqlen_k get zero gradients), and the rows per (batch,
@@ -279,9 +287,7 @@
     const elem_t *dout = P.dout + batch * P.do_sb + (long long)q_first * P.do_ss + head * P.do_sh;
     const float *delta = P.delta + ((long long)batch * heads_q + head) * d_rows;
 % attn_key_band()
-%   if element_masks or terms then
-    MASK_CTX(mc, P.fwd.mask, batch, head, seqlen_q, seqlen_k);
-%   end
+% bwd_mask_ctx("head")
 % end
 
 % -- The lse2 and dl of the thread's two rows from warp_row (declared before).

@@ -53,8 +53,6 @@
 % assert(score_mod == "" or score_mod_grad ~= "", "attn_bwd_wgmma: score_mod needs score_mod_grad")
 % assert(not block_mask or (128 % tile_m == 0 and 128 % tile_n == 0), "attn_bwd_wgmma: block classes need tiles that divide 128")
 % local want_dq = grads >= 4
-% local element_masks = mask_mod ~= "" or mask_tensor or mask_ranges > 0
-% local terms = alibi or bias ~= "" or score_mod ~= ""
 % include("attn_bwd_hopper.lua")
 % include("params.lua")
 % params_struct(args)
