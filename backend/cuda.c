@@ -429,7 +429,8 @@ fj_status fj__cuda_compile_for(const char *arch, const char *source, const char 
                         "cannot be compiled, only loaded from a cache");
     char arch_opt[64];
     snprintf(arch_opt, sizeof arch_opt, "--gpu-architecture=%s", arch);
-    const char *opts[16] = {arch_opt, "--std=c++17", "--ptxas-options=-v",
+    enum { VERBOSE = 2 }; /* opts[VERBOSE]: ptxas' resource report in the log */
+    const char *opts[16] = {arch_opt, "--std=c++17", [VERBOSE] = "--ptxas-options=-v",
                             "--modify-stack-limit=false"};
     int nopts = 4;
     /* Extra options: one string, separated by spaces (no quoting needed for ours). */
@@ -450,7 +451,7 @@ fj_status fj__cuda_compile_for(const char *arch, const char *source, const char 
         if (!why[0]) { /* ptxas' own error does not reach a log with its resource report */
             nvrtcProgram again = NULL;
             char *plain = NULL;
-            opts[2] = opts[--nopts]; /* without --ptxas-options=-v */
+            opts[VERBOSE] = opts[--nopts]; /* without it */
             nvrtc_compile(source, opts, nopts, &again, &plain);
             error_lines(plain, why, sizeof why);
             free(plain);

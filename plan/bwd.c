@@ -289,7 +289,7 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, co
                             (long long)f->head_dim, (long long)f->head_dim_v);
         const fj__variant *v = &s->variant;
         s->block[0] = (uint32_t)v->threads;
-        s->shared_bytes = v->path != FJ__PATH_SIMT ? fj__variant_shared_bytes(v) : 0;
+        s->shared_bytes = fj__variant_dynamic_shared_bytes(v);
         /* Tiles of keys (stage 2), of query rows (1, 3, 5), of elements of dbias (4). */
         const int64_t n = stage == 2 ? f->seqlen_k : stage == 4 ? f->dbias_elements : f->seqlen_q;
         const int32_t tile = stage == 2 ? v->tile_n : v->tile_m;
@@ -309,7 +309,7 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, co
                 fj__step *dv = fj__plan_add_step(plan, FJ__STEP_KERNEL);
                 *dv = *s;
                 dv->variant.grads = 2;
-                dv->shared_bytes = fj__variant_shared_bytes(&dv->variant);
+                dv->shared_bytes = fj__variant_dynamic_shared_bytes(&dv->variant);
             }
         }
     }

@@ -266,8 +266,7 @@ fj_status fj__plan_decode(const fj__features *f, const fj_device_info *dev, cons
     fj__step *s = fj__plan_add_step(plan, FJ__STEP_KERNEL);
     s->variant = *v;
     s->variant.partial = splits > 1;
-    /* The tensor-core kernel's shared memory is dynamic; the others declare theirs. */
-    s->shared_bytes = v->path == FJ__PATH_MMA ? fj__variant_shared_bytes(&s->variant) : 0;
+    s->shared_bytes = fj__variant_dynamic_shared_bytes(&s->variant);
     s->block[0] = DECODE_THREADS;
     /* The kv heads (and row tiles) fastest: the blocks running together read the same key
     ** rows of every head, so memory pages are read whole. */

@@ -116,7 +116,7 @@ fj_status fj__plan_forward(const fj__features *f, const fj_device_info *dev, con
     fj__step *s = fj__plan_add_step(plan, FJ__STEP_KERNEL);
     s->variant = *v;
     s->block[0] = (uint32_t)v->threads;
-    s->shared_bytes = v->path != FJ__PATH_SIMT ? fj__variant_shared_bytes(v) : 0; /* dynamic */
+    s->shared_bytes = fj__variant_dynamic_shared_bytes(v);
     const uint64_t m_blocks = (uint64_t)((f->seqlen_q + v->tile_m - 1) / v->tile_m);
     if (v->path != FJ__PATH_WGMMA) {
         s->grid[0] = (uint32_t)m_blocks;

@@ -189,6 +189,13 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
                       kvs * v->tile_n * (v->head_dim_pad + 8 + v->head_dim_v_pad + 8));
 }
 
+uint32_t fj__variant_dynamic_shared_bytes(const fj__variant *v)
+{
+    const int dynamic = v->family == FJ__FAMILY_DECODE ? v->path == FJ__PATH_MMA
+                                                       : v->path != FJ__PATH_SIMT;
+    return dynamic ? fj__variant_shared_bytes(v) : 0u;
+}
+
 int fj__variant_decode_lanes(const fj__variant *v)
 {
     const int widest = v->head_dim_pad > v->head_dim_v_pad ? v->head_dim_pad : v->head_dim_v_pad;

@@ -124,6 +124,9 @@ uint32_t fj__variant_bias_bytes(const fj__variant *v);
 ** SIMT kernels, which declare it statically (their launches ask for none). The kernel checks its
 ** own layout against it (template parameter shared_bytes). */
 uint32_t fj__variant_shared_bytes(const fj__variant *v);
+/* The dynamic shared memory a launch of v asks for: fj__variant_shared_bytes, or 0 where the
+** kernel declares its memory statically (the SIMT kernels, CUDA's vector decode kernel). */
+uint32_t fj__variant_dynamic_shared_bytes(const fj__variant *v);
 /* DECODE on the VECTOR path: the lanes that hold one key (a power of two, 8 elements each). */
 int fj__variant_decode_lanes(const fj__variant *v);
 /* WGMMA: registers per consumer thread after the producer gives its own away (template
