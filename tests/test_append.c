@@ -14,17 +14,11 @@
 #include <cmocka.h>
 
 #include "backend_suite.h"
+#include "random.h"
 
 enum { B = 4, TOKENS = 3, HKV = 2, D = 24, DV = 40, PAGE = 4, MAX_PAGES = 5 };
 enum { NUM_PAGES = B * MAX_PAGES + 2 };
 
-static uint64_t next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 /* A host buffer of random elements of es bytes (never NaN: the top bits of each kept low). */
 static unsigned char *random_bytes(size_t elements, size_t es, uint64_t *rng)
@@ -32,7 +26,7 @@ static unsigned char *random_bytes(size_t elements, size_t es, uint64_t *rng)
     unsigned char *p = malloc(elements * es);
     assert_non_null(p);
     for (size_t i = 0; i < elements * es; i++)
-        p[i] = (unsigned char)(next(rng) & ((i % es) == es - 1 ? 0x3f : 0xff));
+        p[i] = (unsigned char)(fjr_splitmix(rng) & ((i % es) == es - 1 ? 0x3f : 0xff));
     return p;
 }
 
@@ -84,7 +78,7 @@ static void test_append_lands_in_pages(void **state)
         for (int i = 0; i < NUM_PAGES; i++)
             perm[i] = i;
         for (int i = NUM_PAGES - 1; i > 0; i--) {
-            const int j = (int)(next(&rng) % (uint64_t)(i + 1));
+            const int j = (int)(fjr_splitmix(&rng) % (uint64_t)(i + 1));
             const int32_t t = perm[i];
             perm[i] = perm[j];
             perm[j] = t;

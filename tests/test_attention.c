@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "backend_suite.h"
+#include "random.h"
 #include "reference.h"
 
 /* Runs every case, prints one line per case, and fails the test if any case failed. */
@@ -539,10 +540,7 @@ static void test_long_sequences(void **state)
 /* A draw in [0, n) from the xorshift state *x. */
 static int draw(uint64_t *x, int n)
 {
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    return (int)(*x % (uint64_t)n);
+    return (int)(fjr_xorshift(x) % (uint64_t)n);
 }
 
 /* Requests drawn at random from everything the API combines (a fixed seed, so a failure
@@ -646,8 +644,7 @@ static void test_block_mask_build(void **state)
     assert_non_null(host);
     uint64_t r = 7;
     for (size_t i = 0; i < nq; i++) {
-        r = r * 6364136223846793005ull + 1442695040888963407ull;
-        host[i] = (float)((double)(r >> 11) / 9007199254740992.0 * 2 - 1);
+        host[i] = (float)fjr_signed_unit(fjr_lcg(&r));
     }
     void *q, *k, *o1, *o2, *cls;
     assert_int_equal(fj_malloc(ctx, nq * 4, &q), FJ_OK);

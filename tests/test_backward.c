@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "backend_suite.h"
+#include "random.h"
 #include "reference.h"
 #include "plan/expr.h"
 
@@ -104,8 +105,7 @@ static void test_reference_matches_finite_differences(void **state)
         const size_t n[4] = {sizeof q / 8, sizeof k / 8, sizeof v / 8, sizeof g / 8};
         for (int t = 0; t < 4; t++)
             for (size_t i = 0; i < n[t]; i++) {
-                s = s * 6364136223846793005ull + 1442695040888963407ull;
-                all[t][i] = (double)(s >> 11) / 9007199254740992.0 * 2 - 1;
+                all[t][i] = fjr_signed_unit(fjr_lcg(&s));
             }
         fjr_attention_backward(&p, q, k, v, g, dq, dk, dv);
         double *grads[3] = {dq, dk, dv};
@@ -397,8 +397,7 @@ static void bit_identical_runs(fj_context *ctx, fj_dtype dtype, int S, int D)
     assert_non_null(host);
     uint64_t s = 99;
     for (size_t i = 0; i < nq; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        const float x = (float)((double)(s >> 11) / 9007199254740992.0 * 2 - 1);
+        const float x = (float)fjr_signed_unit(fjr_lcg(&s));
         uint32_t bits;
         memcpy(&bits, &x, 4);
         if (dtype == FJ_DTYPE_BF16) { /* truncated: any bf16 values will do */

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "backend_suite.h"
+#include "random.h"
 #include "reference.h"
 
 /* The formats' landmarks: largest finite values, smallest subnormals, NaN codes, rounding. */
@@ -58,10 +59,7 @@ typedef struct fp8_case {
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static double uniform(void) /* in [-1, 1) */
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (double)(rng >> 11) / 4503599627370496.0 - 1.0;
+    return fjr_signed_unit(fjr_xorshift(&rng));
 }
 
 /* A device copy of n bytes of host. */

@@ -20,6 +20,7 @@
 
 #define FJ_TEST_BACKEND FJ_BACKEND_CUDA
 #include "backend_suite.h"
+#include "random.h"
 #include "reference.h"
 
 /* ---- the few Driver API calls the test makes -------------------------------------------- */
@@ -70,10 +71,7 @@ static uint64_t rng = 0x2545f4914f6cdd1dull;
 
 static float uniform_pm1(void) /* [-1, 1) */
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((double)(rng >> 11) / 4503599627370496.0 - 1.0);
+    return (float)fjr_signed_unit(fjr_xorshift(&rng));
 }
 
 /* A device buffer of n bf16 values, random; its host copy for re-uploads. */

@@ -17,6 +17,7 @@
 
 #include "flashjit.h"
 #include "backend_suite.h"
+#include "random.h"
 #include "reference.h"
 
 enum { POISON = 0xff }; /* 0xff.. is NaN in f32, f16 and bf16 */
@@ -25,10 +26,7 @@ static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
 static double uniform(void) /* [0, 1) */
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (double)(rng >> 11) / 9007199254740992.0;
+    return fjr_unit(fjr_xorshift(&rng));
 }
 
 /* How a state's elements lie in memory. */

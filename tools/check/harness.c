@@ -2,6 +2,7 @@
 ** poisoned with NaN bytes before the run, every element compared with the float64 reference,
 ** and every byte around the output views checked untouched. */
 #define _POSIX_C_SOURCE 200809L
+#include "random.h"
 #include "reference.h"
 
 #include "../../plan/expr.h"
@@ -153,18 +154,10 @@ void fjh_memory(const fjh_case *c, double *host_bytes, double *device_bytes)
     *device_bytes = device;
 }
 
-static uint64_t splitmix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static double normal(uint64_t *s)
 {
-    double u1 = ((double)(splitmix(s) >> 11) + 0.5) / 9007199254740992.0;
-    double u2 = (double)(splitmix(s) >> 11) / 9007199254740992.0;
+    double u1 = ((double)(fjr_splitmix(s) >> 11) + 0.5) / 9007199254740992.0;
+    double u2 = (double)(fjr_splitmix(s) >> 11) / 9007199254740992.0;
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
@@ -305,7 +298,7 @@ static void make_score_terms(const fjh_case *c, uint64_t *rng, fjr_problem *p, h
                     per_batch ? stride : stride + 1);
         float *s = (float *)alibi->host;
         for (size_t i = 0; i < alibi->elements; i++) /* slopes in (0, 0.5], as ALiBi's are */
-            s[i] = (float)(0.5 * ((double)(splitmix(rng) >> 11) + 1) / 9007199254740992.0);
+            s[i] = (float)(0.5 * ((double)(fjr_splitmix(rng) >> 11) + 1) / 9007199254740992.0);
         p->alibi = s;
         p->alibi_stride_b = per_batch ? hq : 0;
     }
@@ -334,7 +327,7 @@ static void make_score_terms(const fjh_case *c, uint64_t *rng, fjr_problem *p, h
         make_tensor(mask, FJ_DTYPE_BOOL, 4, c->mask == 1 ? full : keys,
                     c->mask == 1 ? dense : keys_stride);
         for (size_t i = 0; i < mask->elements; i++)
-            mask->host[i] = c->mask == 1 ? (splitmix(rng) % 4 != 0) : 1;
+            mask->host[i] = c->mask == 1 ? (fjr_splitmix(rng) % 4 != 0) : 1;
         if (c->mask == 1)
             memset(mask->host, 0, (size_t)sk); /* query 0 of (0, 0) sees no key */
         else
@@ -353,8 +346,8 @@ static void make_score_terms(const fjh_case *c, uint64_t *rng, fjr_problem *p, h
         make_tensor(ranges, FJ_DTYPE_I32, 4, shape, stride);
         int32_t *r = (int32_t *)ranges->host;
         for (size_t i = 0; i < ranges->elements; i += 2) {
-            r[i] = (int32_t)(splitmix(rng) % (uint64_t)(sq + 8)) - 4;
-            r[i + 1] = r[i] + (int32_t)(splitmix(rng) % (uint64_t)(sq / 2 + 2)) - 1;
+            r[i] = (int32_t)(fjr_splitmix(rng) % (uint64_t)(sq + 8)) - 4;
+            r[i + 1] = r[i] + (int32_t)(fjr_splitmix(rng) % (uint64_t)(sq / 2 + 2)) - 1;
         }
         p->ranges = r;
         p->ranges_n = (int)n;
@@ -368,7 +361,7 @@ static void make_score_terms(const fjh_case *c, uint64_t *rng, fjr_problem *p, h
         make_tensor(blocks, FJ_DTYPE_I32, 4, shape, stride);
         int32_t *k = (int32_t *)blocks->host;
         for (size_t i = 0; i < blocks->elements; i++)
-            k[i] = (int32_t)(splitmix(rng) % 3);
+            k[i] = (int32_t)(fjr_splitmix(rng) % 3);
         p->blocks = k;
         for (int i = 0; i < 3; i++)
             p->blocks_stride[i] = shape[i] == 1 ? 0 : stride[i];
@@ -394,11 +387,12 @@ static void make_packing(const fjh_case *c, uint64_t *rng, packing *pk)
         /* Sequence 1 has no query; the others up to the maxima, the first at the maxima. */
         pk->len_q[b] = b == 1   ? 0
                        : b == 0 ? c->seqlen_q
-                                : 1 + (int64_t)(splitmix(rng) % (uint64_t)c->seqlen_q);
-        pk->len_k[b] = b == 0 ? c->seqlen_k : 1 + (int64_t)(splitmix(rng) % (uint64_t)c->seqlen_k);
+                                : 1 + (int64_t)(fjr_splitmix(rng) % (uint64_t)c->seqlen_q);
+        pk->len_k[b] =
+            b == 0 ? c->seqlen_k : 1 + (int64_t)(fjr_splitmix(rng) % (uint64_t)c->seqlen_k);
         pk->used_k[b] =
             c->varlen == 2
-                ? pk->len_k[b] - (int64_t)(splitmix(rng) % (uint64_t)(pk->len_k[b] / 2 + 1))
+                ? pk->len_k[b] - (int64_t)(fjr_splitmix(rng) % (uint64_t)(pk->len_k[b] / 2 + 1))
                 : pk->len_k[b];
         pk->total_q += pk->len_q[b];
         pk->total_k += pk->len_k[b];
@@ -526,12 +520,15 @@ static void make_paging(const fjh_case *c, uint64_t *rng, const htensor *k, cons
     const int64_t per = (sk + page - 1) / page, num = b * per + 3;
     pg->used = xcalloc((size_t)b, sizeof *pg->used, "sequence lengths");
     for (int64_t i = 0; i < b; i++)
-        pg->used[i] = i == 0 ? sk : i == 1 ? 0 : i == 2 ? 1 : (int64_t)(splitmix(rng) % (uint64_t)(sk + 1));
+        pg->used[i] = i == 0   ? sk
+                      : i == 1 ? 0
+                      : i == 2 ? 1
+                               : (int64_t)(fjr_splitmix(rng) % (uint64_t)(sk + 1));
     int64_t *perm = xcalloc((size_t)num, sizeof *perm, "a page order");
     for (int64_t i = 0; i < num; i++)
         perm[i] = i;
     for (int64_t i = num - 1; i > 0; i--) { /* Fisher-Yates */
-        const int64_t j = (int64_t)(splitmix(rng) % (uint64_t)(i + 1)), t = perm[i];
+        const int64_t j = (int64_t)(fjr_splitmix(rng) % (uint64_t)(i + 1)), t = perm[i];
         perm[i] = perm[j];
         perm[j] = t;
     }
