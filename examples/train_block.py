@@ -1,10 +1,12 @@
 """Training with flashjit's attention: a small causal transformer block learns to continue
-repeated phrases, once with flashjit.torch.scaled_dot_product_attention and once with
-PyTorch's, from the same seed and data; the loss curves are printed side by side. The
-dtype's noise is measured, not assumed: a third run uses another of PyTorch's attention kernels
-(memory-efficient; math on the CPU), and flashjit's curve must stay as close to SDPA's default
-as that one does (mean absolute difference of the losses at most twice the kernels' own, plus
-1e-3). The exit status says whether it did.
+repeated phrases with flashjit.torch.scaled_dot_product_attention and with each of PyTorch's
+attention kernels that run here (flash, memory-efficient, cuDNN, math), from the same seed and
+data; the loss curves are printed side by side. The dtype's noise is measured, not assumed: two
+exact kernels' curves drift apart in bf16 (rounding, amplified by the optimiser), so the
+yardstick is how far PyTorch's kernels lie from each other. A kernel's distance is the mean,
+over the other PyTorch kernels, of the mean absolute difference of the losses; flashjit's must
+be at most twice the largest of theirs (as FlashAttention's tests allow twice a plain
+implementation's error). The exit status says whether it was.
 
     python examples/train_block.py [--steps 300] [--device cuda] [--dtype bf16]
     (flashjit importable: pip install . , or PYTHONPATH=python with FLASHJIT_LIB)"""
@@ -12,6 +14,7 @@ import argparse
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashjit.torch as fjt
 
@@ -79,30 +82,51 @@ def train(attention):
     return losses
 
 
-def other_sdpa(q, k, v, **kw):
-    """PyTorch's attention on another of its kernels: the noise between two exact kernels."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    backend = SDPBackend.EFFICIENT_ATTENTION if q.is_cuda else SDPBackend.MATH
-    if kw.pop("enable_gqa", False):  # that kernel takes no grouped heads: repeat them
-        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
-        v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
-    with sdpa_kernel([backend]):
-        return F.scaled_dot_product_attention(q, k, v, **kw)
+def sdpa_on(backend):
+    """PyTorch's attention on one of its kernels; grouped heads are repeated for the kernels
+    that take none (the same attention)."""
+
+    def attention(q, k, v, **kw):
+        if kw.pop("enable_gqa", False) and k.shape[1] != q.shape[1]:
+            k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+            v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+        with sdpa_kernel([backend]):
+            return F.scaled_dot_product_attention(q, k, v, **kw)
+    return attention
 
 
 def mean_gap(a, b):
     return sum(abs(x - y) for x, y in zip(a, b)) / len(a)
 
 
-ours = train(fjt.scaled_dot_product_attention)
-theirs = train(F.scaled_dot_product_attention)
-other = train(other_sdpa)
-print(f"{'step':>5} {'flashjit':>9} {'sdpa':>9} {'sdpa-2':>9}")
+runs = {"flashjit": train(fjt.scaled_dot_product_attention)}
+for name in ("flash", "efficient", "cudnn", "math"):
+    backend = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+               "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}[name]
+    try:
+        runs[name] = train(sdpa_on(backend))
+    except RuntimeError as e:  # the kernel does not run on this device or dtype
+        print(f"{name}: not run ({str(e).splitlines()[0][:70]})")
+peers = [n for n in runs if n != "flashjit"]
+if len(peers) < 2:
+    raise SystemExit("fewer than two of PyTorch's kernels ran: no measure of the noise")
+
+print(f"{'step':>5}" + "".join(f" {n:>9}" for n in runs))
 for i in list(range(0, args.steps, max(args.steps // 15, 1))) + [args.steps - 1]:
-    print(f"{i:5d} {ours[i]:9.4f} {theirs[i]:9.4f} {other[i]:9.4f}")
-gap, noise = mean_gap(ours, theirs), mean_gap(other, theirs)
-ok = gap <= 2 * noise + 1e-3
-print(f"mean |loss difference| from SDPA: flashjit {gap:.4g}, SDPA's other kernel {noise:.4g} "
-      f"(first {ours[0]:.3f}, last {ours[-1]:.3f} vs {theirs[-1]:.3f}): "
+    print(f"{i:5d}" + "".join(f" {runs[n][i]:9.4f}" for n in runs))
+
+
+def distance(name):
+    """The mean, over PyTorch's kernels other than `name`, of the mean |loss difference|."""
+    others = [p for p in peers if p != name]
+    return sum(mean_gap(runs[name], runs[p]) for p in others) / len(others)
+
+
+noise = max(distance(p) for p in peers)
+ours = distance("flashjit")
+ok = ours <= 2 * noise
+print("distance from PyTorch's kernels: " +
+      ", ".join(f"{n} {distance(n):.4g}" for n in runs) +
+      f"; flashjit {ours:.4g} against twice the largest of PyTorch's ({2 * noise:.4g}): "
       f"{'agree' if ok else 'DIFFER'}")
 raise SystemExit(0 if ok else 1)
