@@ -1,12 +1,13 @@
 """A/B of builds of the library in one process: the forward grid, masks, packed sequences and
-decode (d 128 and MLA's 576 / 512, contiguous and paged),
+decode (d 128 and MLA's 576 / 512, contiguous and paged) and the backward (`bwd`: the grid's shapes,
+from one forward's out and lse; --deterministic for that mode),
 each case timed for every library in turn, forwards then backwards (A, B, ..., B, A), with the
 steady-state timing of bench/common.py, so that drift and noise show; cuDNN once per grid point
 as the reference of the same run. Before timing, the libraries' outputs are compared with the
 first's (a sanity check; the tests check numerics).
 
 Usage: python3 bench/ab_libs.py --libs old/libflashjit.so,build/libflashjit.so
-       [--names main,new] [--cases grid,masks,varlen,decode] [--d 64,128,256] [--s 512,...,16384]
+       [--names main,new] [--cases grid,masks,varlen,decode,bwd] [--d 64,128,256] [--s 512,...,16384]
        [--rounds 1] [--out DIR]
 Prints one line per case: TFLOP/s of each timing, each library's mean over the first's, and
 the spread of the first's own timings; writes ab_libs.json into --out. TFLOP/s count 4 * d per
@@ -38,6 +39,7 @@ ap.add_argument("--s", default="512,1024,2048,4096,8192,16384")
 ap.add_argument("--causal", default="0,1")
 ap.add_argument("--warm", type=float, default=0.6, help="seconds of warm-up per timing")
 ap.add_argument("--windows", type=int, default=5, help="timed windows of ~0.1 s per timing")
+ap.add_argument("--deterministic", type=int, default=0, help="bwd: the deterministic plans")
 ap.add_argument("--out", default=os.environ.get("OUT", "."))
 args = ap.parse_args()
 libs = args.libs.split(",")
@@ -50,14 +52,21 @@ def time_ms(fn):
     return sustained_ms(fn, warm_s=args.warm, windows=args.windows)
 
 
+def snapshot(result):
+    """A copy of a call's result (a tensor, or a tuple of them: the backward's) as one f32
+    vector: the calls of all libraries write the same output tensors."""
+    parts = result if isinstance(result, tuple) else (result,)
+    return torch.cat([t.float().flatten() for t in parts])
+
+
 def ab(label, flop, make_call, peer=None):
     """Times make_call(ctx)() for every context, forwards then backwards; flop counts one call."""
     if args.only and not any(x in label for x in args.only.split(",")):
         return
     calls = [make_call(ctx) for ctx in contexts]
-    outs = [c() for c in calls]
+    outs = [snapshot(c()) for c in calls]
     torch.cuda.synchronize()
-    diff = max((o.float() - outs[0].float()).abs().max().item() for o in outs[1:])
+    diff = max((o - outs[0]).abs().max().item() for o in outs[1:])
     n = len(calls)
     t = {i: [] for i in range(n)}
     for i in (list(range(n)) + list(range(n - 1, -1, -1))) * args.rounds:
@@ -175,6 +184,32 @@ if "decode" in cases:
            lambda ctx: (lambda: ctx.forward(q, kp, vp, out=out, page_table=table, seqused_k=used,
                                             max_seqlen_k=sk)))
         del q, k, v, out, kp, vp
+
+if "bwd" in cases:
+    for d in [int(x) for x in args.d.split(",")]:
+        for causal in [bool(int(x)) for x in args.causal.split(",")]:
+            for s in [int(x) for x in args.s.split(",")]:
+                b, h = grid_shape(s, d)
+                q, k, v, dout = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)
+                                 for _ in range(4))
+                out = torch.empty_like(q)
+                lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
+                contexts[0].forward(q, k, v, out=out, lse=lse, causal=causal)
+                dq, dk, dv = (torch.empty_like(x) for x in (q, k, v))
+                qt, kt, vt = (x.detach().transpose(1, 2).requires_grad_() for x in (q, k, v))
+                with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                    o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+
+                def cudnn(o=o):
+                    return torch.autograd.grad(o, (qt, kt, vt), dout.transpose(1, 2),
+                                               retain_graph=True)
+
+                det = bool(args.deterministic)
+                ab(f"bwd d {d} causal {int(causal)} s {s}{' det' if det else ''}",
+                   2.5 * tflops(b, h, s, d, causal, 1) * 1e9,
+                   lambda ctx: (lambda: ctx.backward(q, k, v, out, dout, lse, dq=dq, dk=dk, dv=dv,
+                                                     causal=causal, deterministic=det)), cudnn)
+                del q, k, v, dout, out, lse, dq, dk, dv, qt, kt, vt, o
 
 for i in range(1, len(libs)):
     ratios = [r["ratios"][i] for r in results]
