@@ -1,8 +1,8 @@
 /* Pseudo-random numbers for the checks and the tests, from fixed seeds so that a failure
 ** repeats. Three generators, because pinned cases were drawn with each and keep their data:
 ** splitmix64 (tools/check's random problems, test_append), xorshift64 with shifts 13/7/17 (the
-** decode, merge, graph, FP8 and random-request tests) and a 64-bit LCG with Knuth's MMIX
-** constants (the backward's and the block mask's tests). New code takes splitmix64. */
+** merge, graph, FP8 and random-request tests) and a 64-bit LCG with Knuth's MMIX constants (the
+** backward's and the block mask's tests). New code takes splitmix64. */
 #ifndef FJ_CHECK_RANDOM_H
 #define FJ_CHECK_RANDOM_H
 
