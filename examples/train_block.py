@@ -100,9 +100,9 @@ def mean_gap(a, b):
 
 
 runs = {"flashjit": train(fjt.scaled_dot_product_attention)}
-for name in ("flash", "efficient", "cudnn", "math"):
-    backend = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
-               "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}[name]
+for name, backend in {"flash": SDPBackend.FLASH_ATTENTION,
+                      "efficient": SDPBackend.EFFICIENT_ATTENTION,
+                      "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}.items():
     try:
         runs[name] = train(sdpa_on(backend))
     except RuntimeError as e:  # the kernel does not run on this device or dtype

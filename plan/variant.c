@@ -100,6 +100,16 @@ uint32_t fj__variant_bias_bytes(const fj__variant *v)
     return v->bias == 0 ? 0 : v->bias == 1 ? 4u : (uint32_t)fj_dtype_size((fj_dtype)v->q_dtype);
 }
 
+/* What attn_bwd_hopper.lua lays out for both of Hopper's dk/dv kernels (qs bytes an element):
+** K and V, a ring of `stages` slots of Q and dO, the slots' lse and D, 128 bytes of mbarriers,
+** and slack to align the panels; each kernel's own tiles come on top. */
+static uint32_t hopper_dkdv_shared_bytes(const fj__variant *v, uint32_t qs)
+{
+    const uint32_t row = qs * (uint32_t)(v->head_dim_pad + v->head_dim_v_pad);
+    return row * (uint32_t)(v->tile_n + v->stages * v->tile_m) +
+           8u * (uint32_t)(v->stages * v->tile_m) + 128u + 1023u;
+}
+
 uint32_t fj__variant_shared_bytes(const fj__variant *v)
 {
     const uint32_t qs = (uint32_t)fj_dtype_size((fj_dtype)v->q_dtype);
@@ -114,27 +124,22 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
                    ? row * (uint32_t)(v->tile_n + 2 * v->tile_m) + 16u * (uint32_t)v->tile_m + ds
                    : row * (uint32_t)(v->tile_m + 2 * v->tile_n);
     }
-    if (v->family == FJ__FAMILY_BWD && v->path == FJ__PATH_WGMMA && v->d_split) {
-        /* attn_bwd_wgmma_split.cu.lua, and slack to align the panels: K and V, a ring of
-        ** `stages` slots of Q and dO, P^T and dS^T [tile_n][tile_m] and with dQ (grads 4) dS
-        ** [tile_m][tile_n], the slots' lse and D, 128 bytes of mbarriers. */
-        const uint32_t row = qs * (uint32_t)(v->head_dim_pad + v->head_dim_v_pad);
-        const uint32_t tiles = (v->grads & 4 ? 3u : 2u) * qs * (uint32_t)(v->tile_m * v->tile_n);
-        return row * (uint32_t)(v->tile_n + v->stages * v->tile_m) + tiles +
-               8u * (uint32_t)(v->stages * v->tile_m) + 128u + 1023u;
-    }
+    if (v->family == FJ__FAMILY_BWD && v->path == FJ__PATH_WGMMA && v->d_split)
+        /* attn_bwd_wgmma_split.cu.lua: P^T and dS^T [tile_n][tile_m] and with dQ (grads 4) dS
+        ** [tile_m][tile_n] */
+        return hopper_dkdv_shared_bytes(v, qs) +
+               (v->grads & 4 ? 3u : 2u) * qs * (uint32_t)(v->tile_m * v->tile_n);
     if (v->family == FJ__FAMILY_BWD && v->path == FJ__PATH_WGMMA) {
-        /* attn_bwd_wgmma.cu.lua, and slack to align the panels: stage 2 K and V, a ring of
-        ** `stages` slots of Q and dO, with dQ (grads 4) two buffers of dS [tile_m][tile_n] and
-        ** a staged 64 x 64 f32 piece of dQ (rows of 72 floats) a warpgroup (64 keys), the
-        ** slots' lse and D, 128 bytes of mbarriers; stage 3 Q and dO, two buffers of K and V. */
-        const uint32_t row = qs * (uint32_t)(v->head_dim_pad + v->head_dim_v_pad);
+        /* attn_bwd_wgmma.cu.lua: stage 2 with dQ (grads 4) two buffers of dS [tile_m][tile_n]
+        ** and a staged 64 x 64 f32 piece of dQ (rows of 72 floats) a warpgroup (64 keys);
+        ** stage 3 Q and dO, two buffers of K and V, and slack to align the panels. */
         const uint32_t ds = v->grads & 4 ? 2u * qs * (uint32_t)(v->tile_m * v->tile_n) +
                                                4u * 72u * (uint32_t)v->tile_n
                                          : 0u;
-        return v->stage == 2 ? row * (uint32_t)(v->tile_n + v->stages * v->tile_m) + ds +
-                                   8u * (uint32_t)(v->stages * v->tile_m) + 128u + 1023u
-                             : row * (uint32_t)(v->tile_m + 2 * v->tile_n) + 1023u;
+        return v->stage == 2 ? hopper_dkdv_shared_bytes(v, qs) + ds
+                             : qs * (uint32_t)(v->head_dim_pad + v->head_dim_v_pad) *
+                                       (uint32_t)(v->tile_m + 2 * v->tile_n) +
+                                   1023u;
     }
     if (v->family == FJ__FAMILY_BWD) /* attn_bwd.lua's Smem of each stage: floats only */
         return v->stage == 2 ? 4u * (uint32_t)(v->tile_m * (v->head_dim_pad + v->head_dim_v_pad) +

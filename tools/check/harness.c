@@ -157,7 +157,7 @@ void fjh_memory(const fjh_case *c, double *host_bytes, double *device_bytes)
 static double normal(uint64_t *s)
 {
     double u1 = ((double)(fjr_splitmix(s) >> 11) + 0.5) / 9007199254740992.0;
-    double u2 = (double)(fjr_splitmix(s) >> 11) / 9007199254740992.0;
+    double u2 = fjr_unit(fjr_splitmix(s));
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
