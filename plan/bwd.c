@@ -145,9 +145,9 @@ static void bwd_variant(const fj__features *f, const fj_device_info *dev, const 
     fj__variant_from_features(v, FJ__FAMILY_BWD, f, dev);
     v->stage = (uint8_t)stage;
     v->varlen = f->varlen;
-    if (stage == 5) { /* a cast: 8 rows a work-group; soft-capping decides its factor */
+    if (stage == 5) { /* a cast: 32 rows a work-group; soft-capping decides its factor */
         v->softcap = f->softcap;
-        v->tile_m = 8;
+        v->tile_m = 32;
         v->tile_n = 1;
         v->threads = 128;
         return;

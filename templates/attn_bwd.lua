@@ -373,7 +373,8 @@ fj_attn_bwd_dbias(
 % elseif stage == 5 then
 /* dQ from its f32 sum in the workspace, dq_slices slices [batch, heads_q, d_rows, DP] added in
 ** order, TILE_M rows a work-group (consecutive work-items, consecutive elements), times what dS
-** was not multiplied by (the scale; nothing through soft-capping). */
+** was not multiplied by (the scale; nothing through soft-capping). The tile's addresses are
+** computed once, and each element's from them in 32 bits but for dq's row stride. */
 KERNEL(THREADS)
 fj_attn_bwd_dq_store(
 % params_arg(args)
@@ -386,16 +387,20 @@ fj_attn_bwd_dq_store(
 %   else
     const float factor = P.scale;
 %   end
-    const int head = BLOCK_Y;
-    for (int i = THREAD_X; i < TILE_M * DP; i += THREADS) {
-        const int row = BLOCK_X * TILE_M + i / DP, c = i % DP;
-        if (row >= seqlen_q || c >= head_dim)
+    const int head = BLOCK_Y, row0 = BLOCK_X * TILE_M;
+    const int rows = I_MIN(TILE_M, seqlen_q - row0);
+    GLOBAL const float *sum =
+        GPTR(const float, P.dq_acc) + (((I64)batch * heads_q + head) * d_rows + row0) * DP;
+    GLOBAL q_t *dst = dq_p + (I64)row0 * P.dq_ss + (I64)head * P.dq_sh;
+    const int slices = P.dq_slices;
+    for (int i = THREAD_X; i < rows * DP; i += THREADS) {
+        const int r = i / DP, c = i - r * DP;
+        if (c >= head_dim)
             continue;
-        const I64 at = (((I64)batch * heads_q + head) * d_rows + row) * DP + c;
-        float sum = 0.0f;
-        for (int slice = 0; slice < P.dq_slices; slice++)
-            sum += GPTR(const float, P.dq_acc)[at + slice * P.dq_slice];
-        Q_STORE(dq_p + (I64)row * P.dq_ss + (I64)head * P.dq_sh, c, sum * factor);
+        float x = sum[i];
+        for (int j = 1; j < slices; j++)
+            x += sum[i + j * P.dq_slice];
+        Q_STORE(dst + (I64)r * P.dq_ss, c, x * factor);
     }
 }
 % end
