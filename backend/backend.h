@@ -13,7 +13,8 @@
 
 /* A tiled view of a rank-4 tensor for bulk tensor copies (CUDA's TMA): dims[0] is contiguous,
 ** strides are in bytes for dims 1..3, box is the copied block; shared memory gets the 128-byte
-** swizzle and elements outside the tensor read as zeros. Compared with memcmp: zero it first. */
+** swizzle, elements outside the tensor read as zeros and bulk reductions skip them. Compared with
+** memcmp: zero it first. */
 typedef struct fj__tensor_map_desc {
     const void *base;
     uint64_t dims[4];

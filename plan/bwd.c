@@ -316,10 +316,17 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, co
     return FJ_OK;
 }
 
+/* The box of dQ's bulk tensor reductions into its f32 sum (attn_bwd_wgmma.cu.lua's add_dq_rows):
+** a warp's 16 rows of a piece by 32 floats, the 128 bytes of the 128-byte swizzle's widest box. */
+#define DQ_BOX_ROWS 16u
+#define DQ_BOX_FLOATS 32u
+
 /* The tensor maps of Hopper's dk/dv stage: q and dout in boxes of its streamed rows, k and v of
-** the block's keys. */
-static fj_status fill_bwd_maps(const fj__variant *v, const fj__bwd_problem *p, fj__tmap_fn tmap,
-                               void *ud, fj__bwd_tma_params *T)
+** the block's keys; with dQ (grads 4) the f32 sum, [slices, batch * heads_q, d_rows, head_dim_pad]
+** (d_rows: seqlen_q, the longest sequence's when packed), where boxes that reach past d_rows are
+** clipped. */
+static fj_status fill_bwd_maps(const fj__plan *plan, const fj__variant *v, const fj__bwd_problem *p,
+                               void *const *ws, fj__tmap_fn tmap, void *ud, fj__bwd_tma_params *T)
 {
     const fj_tensor *t[4] = {p->f.q, p->f.k, p->f.v, p->dout};
     const uint32_t rows[4] = {(uint32_t)v->tile_m, (uint32_t)v->tile_n, (uint32_t)v->tile_n,
@@ -331,6 +338,24 @@ static fj_status fill_bwd_maps(const fj__variant *v, const fj__bwd_problem *p, f
         fj__tensor_map_desc d;
         fj__tensor_map_of(t[i], rows[i], &d, perms[i]);
         st = tmap(ud, FJ__MAP_BWD_Q + i, &d, maps[i]);
+    }
+    if (st == FJ_OK && (v->grads & 4) && plan->bwd.dq_acc >= 0) {
+        const uint64_t row = 4u * (uint64_t)v->head_dim_pad;
+        fj__tensor_map_desc d;
+        memset(&d, 0, sizeof d);
+        d.base = ws[plan->bwd.dq_acc];
+        d.dtype = FJ_DTYPE_F32;
+        d.dims[0] = (uint64_t)v->head_dim_pad;
+        d.dims[1] = (uint64_t)p->f.seqlen_q;
+        d.dims[2] = (uint64_t)(p->f.batch * p->f.heads_q);
+        d.dims[3] = (uint64_t)plan->bwd.dq_slices;
+        d.strides[0] = row;
+        d.strides[1] = row * (uint64_t)p->f.seqlen_q;
+        d.strides[2] = 4u * (uint64_t)plan->bwd.dq_slice;
+        d.box[0] = DQ_BOX_FLOATS;
+        d.box[1] = DQ_BOX_ROWS;
+        d.box[2] = d.box[3] = 1;
+        st = tmap(ud, FJ__MAP_BWD_DQ_ACC, &d, &T->tm_dq_acc);
     }
     return st;
 }
@@ -367,5 +392,5 @@ fj_status fj__bwd_fill(const fj__plan *plan, int i, int run, const fj__bwd_probl
         B->dbias_rows = (int32_t)p->dbias_extent[2];
         B->dbias_n = p->dbias_elements;
     }
-    return maps ? fill_bwd_maps(v, p, tmap, tmap_ud, params) : FJ_OK;
+    return maps ? fill_bwd_maps(plan, v, p, ws, tmap, tmap_ud, params) : FJ_OK;
 }

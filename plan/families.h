@@ -230,12 +230,15 @@ FJ__PARAM_STRUCT(fj__bwd_params, FJ__BWD_PARAMS);
 
 /* Hopper's dk/dv stage (attn_bwd_wgmma.cu.lua, stage 2): the family's block and the tensor maps
 ** of its bulk copies: q and dout for the streamed tiles, k and v for the block's keys, with the
-** slots of their row and head coordinates (perm_*, as the forward's). */
+** slots of their row and head coordinates (perm_*, as the forward's); with dQ (grads 4) tm_dq_acc,
+** the f32 sum [slices, batch * heads_q, d_rows, head_dim_pad] that the kernel adds dQ's pieces
+** into by bulk tensor reductions (bwd.c says its box). */
 #define FJ__BWD_TMA_PARAMS(X, T)                                                                   \
     X(T, TMAP, tm_q, 0)                                                                            \
     X(T, TMAP, tm_k, 0)                                                                            \
     X(T, TMAP, tm_v, 0)                                                                            \
     X(T, TMAP, tm_do, 0)                                                                           \
+    X(T, TMAP, tm_dq_acc, 0)                                                                       \
     X(T, BLOCK, bwd, fj__bwd_params)                                                               \
     X(T, I32, perm_q, 0)                                                                           \
     X(T, I32, perm_k, 0)                                                                           \

@@ -209,7 +209,7 @@ typedef fj_status (*fj__tmap_fn)(void *ud, int role, const fj__tensor_map_desc *
 ** step's forward and backward keep their own). */
 enum {
     FJ__MAP_Q, FJ__MAP_K, FJ__MAP_V, FJ__MAP_BIAS,
-    FJ__MAP_BWD_Q, FJ__MAP_BWD_K, FJ__MAP_BWD_V, FJ__MAP_BWD_DOUT,
+    FJ__MAP_BWD_Q, FJ__MAP_BWD_K, FJ__MAP_BWD_V, FJ__MAP_BWD_DOUT, FJ__MAP_BWD_DQ_ACC,
     FJ__MAP_ROLES
 };
 /* The TMA view of one [batch, seqlen, heads, dim] tensor (or packed [total, heads, dim]) for

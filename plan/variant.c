@@ -131,10 +131,10 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
                (v->grads & 4 ? 3u : 2u) * qs * (uint32_t)(v->tile_m * v->tile_n);
     if (v->family == FJ__FAMILY_BWD && v->path == FJ__PATH_WGMMA) {
         /* attn_bwd_wgmma.cu.lua: stage 2 with dQ (grads 4) two buffers of dS [tile_m][tile_n]
-        ** and a staged 64 x 64 f32 piece of dQ (rows of 72 floats) a warpgroup (64 keys);
-        ** stage 3 Q and dO, two buffers of K and V, and slack to align the panels. */
+        ** and a staged 64 x 64 f32 piece of dQ a warpgroup (64 keys); stage 3 Q and dO, two
+        ** buffers of K and V, and slack to align the panels. */
         const uint32_t ds = v->grads & 4 ? 2u * qs * (uint32_t)(v->tile_m * v->tile_n) +
-                                               4u * 72u * (uint32_t)v->tile_n
+                                               4u * 64u * (uint32_t)v->tile_n
                                          : 0u;
         return v->stage == 2 ? hopper_dkdv_shared_bytes(v, qs) + ds
                              : qs * (uint32_t)(v->head_dim_pad + v->head_dim_v_pad) *

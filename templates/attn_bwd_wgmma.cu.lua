@@ -18,8 +18,8 @@
 % -- and with dQ (grads 4) writes dS^T transposed (matrix stores) into one of two dS buffers,
 % -- so that the block's dQ = dS K (BM x DP: pieces of 64 x 64 dealt to the warpgroups, K
 % -- transposed) is added into the f32 workspace: each warp stages its rows of a piece in shared
-% -- memory and adds them by bulk reductions (a row each, no per-element atomics), into slice
-% -- blockIdx.x of the sum (dq_slice 0: one slice; deterministic plans: a launch, or run, adds
+% -- memory and adds them by two bulk tensor reductions (tm_dq_acc; no per-element atomics), into
+% -- slice blockIdx.x of the sum (one slice: slice 0; deterministic plans: a launch, or run, adds
 % -- each element of a slice once, and runs follow each other). A tile's dQ runs in the next tile's
 % -- iteration, once its dS is whole: the warpgroups meet only there and at the slots (mbarriers,
 % -- no block barrier), so they drift apart and one's element pass runs under the other's
@@ -70,18 +70,19 @@ constexpr int STAGES = ${stages}; /* ring slots of Q and dO tiles */
 /* Tiles are 64-column panels of rows x 128 bytes, 16-byte chunk c of row r stored at chunk
 ** c ^ (r % 8) (the 128-byte swizzle): K [BN][DP], V [BN][DVP], the ring's slots of Q [BM][DP]
 ** and dO [BM][DVP], with dQ two buffers of dS [BM][BN] (panel w: warpgroup w's keys) and each
-** warpgroup's staged dQ piece ([64][DQ_PITCH] floats, not swizzled), then the slots' lse (log2
-** units) and D, [BM] floats each, the mbarriers and the slots' counts of warps that freed them.
-** Panels start 1024-byte aligned. */
+** warp's staged rows of a dQ piece (two boxes of [16][32] floats, swizzled alike: the boxes of
+** tm_dq_acc), then the slots' lse (log2 units) and D, [BM] floats each, the mbarriers and the
+** slots' counts of warps that freed them. Panels and boxes start 1024-byte aligned. */
 constexpr int K_BYTES = BN * DP * 2, V_BYTES = BN * DVP * 2;
 constexpr int Q_BYTES = BM * DP * 2, QG_BYTES = Q_BYTES + BM * DVP * 2;
 constexpr int DS_BYTES = ${want_dq and "BM * BN * 2" or "0"};
-constexpr int DQ_PITCH = 72; /* floats a staged dQ row: 64, and 8 that keep the stores conflict-free */
-constexpr int DQ_BYTES = ${want_dq and "64 * DQ_PITCH * 4" or "0"};
+constexpr int DQ_WARP_BYTES = 16 * 64 * 4; /* a warp's staged rows of a piece: two boxes */
+constexpr int DQ_BYTES = ${want_dq and "4 * DQ_WARP_BYTES" or "0"};
 constexpr int RING_OFFSET = K_BYTES + V_BYTES, DS_OFFSET = RING_OFFSET + STAGES * QG_BYTES;
 constexpr int DQ_OFFSET = DS_OFFSET + 2 * DS_BYTES, LD_OFFSET = DQ_OFFSET + NWG * DQ_BYTES;
 constexpr int BAR_OFFSET = LD_OFFSET + STAGES * 8 * BM;
 static_assert(BAR_OFFSET + 128 + 1023 == ${shared_bytes}, "the host's shared-memory size");
+static_assert(DQ_OFFSET % 1024 == 0, "the staged boxes' swizzle starts at 1024-byte boundaries");
 
 /* The mbarriers by kind, 8 bytes each from BAR_OFFSET: a kind of n takes n consecutive words. */
 enum Bar : int {
@@ -171,28 +172,33 @@ __device__ __forceinline__ int first_dq_piece(int n, int wg)
     return (wg + NWG - n % NWG) % NWG;
 }
 
-/* Adds a warp's 16 rows of a finished piece (acc) into the f32 sum at dq (DP floats a row: rows
-** row0 + [0, 16), the piece's 64 columns from there) through the warp's 16 staged rows at
-** `stage`: written once the warp's previous reductions have read them, then one bulk reduction
-** a row from lanes 0-15 (none from seqlen_q on). */
-__device__ __forceinline__ void add_dq_rows(float *dq, u32 stage, const float (*acc)[4], int row0,
-                                            int seqlen_q, int lane)
+/* Adds a warp's 16 rows of a finished piece (acc) into the f32 sum, at column col0 and row row0
+** of its (batch, head) bh in slice `slice` of tm_dq_acc (the host clips rows past d_rows), through
+** the warp's staged rows at `stage`: two boxes of 16 rows by 32 floats, 128-byte swizzled as the
+** map reads them (conflict-free 8-byte stores), written once the warp's previous reductions have
+** read them, then a bulk tensor reduction a box from lane 0. */
+__device__ __forceinline__ void add_dq_rows(const tmap_t *map, u32 stage, const float (*acc)[4],
+                                            int col0, int row0, int bh, int slice, int lane)
 {
+    /* acc[j][2h..2h+1]: row g + 8 h, columns 8 (j % 4) + 2 t of box j / 4, in 16-byte chunk
+    ** 2 (j % 4) + t / 2, stored at chunk (2 (j % 4) + t / 2) ^ g of its row. */
     const int g = lane / 4, t = lane % 4;
-    if (lane < 16)
+    const u32 chunk = ((t / 2) ^ g) << 4;
+    const u32 row = stage + g * 128 + (t % 2) * 8;
+    if (lane == 0)
         bulk_wait_read<0>();
     __syncwarp();
 #pragma unroll
     for (int h = 0; h < 2; h++)
 #pragma unroll
         for (int j = 0; j < 8; j++)
-            st_shared_v2(stage + ((g + 8 * h) * DQ_PITCH + j * 8 + 2 * t) * 4, acc[j][2 * h],
+            st_shared_v2(row + h * 1024 + (j / 4) * 2048 + (chunk ^ ((j % 4) * 32)), acc[j][2 * h],
                          acc[j][2 * h + 1]);
     fence_proxy_async(); /* read by the bulk reductions (the async proxy) */
     __syncwarp();
-    if (lane < 16) {
-        if (row0 + lane < seqlen_q)
-            bulk_reduce_add_f32(dq + (long long)(row0 + lane) * DP, stage + lane * DQ_PITCH * 4, 64 * 4);
+    if (lane == 0) {
+        tma_reduce_add4(map, stage, col0, row0, bh, slice);
+        tma_reduce_add4(map, stage + 2048, col0 + 32, row0, bh, slice);
         bulk_commit();
     }
 }
@@ -230,17 +236,16 @@ fj_attn_bwd_dkdv(
     ** warpgroups wrote theirs); then the warp frees dS buffer n % 2. */
     auto add_dq = [&](int n, int head, int m0) {
         const int b = n & 1;
-        const u32 staged = sK + DQ_OFFSET + wg * DQ_BYTES + warp * 16 * DQ_PITCH * 4; /* the warp's rows */
+        const u32 staged = sK + DQ_OFFSET + wg * DQ_BYTES + warp * DQ_WARP_BYTES; /* the warp's rows */
         if (n == 0)
             grid_wait_previous(); /* the run before this one added its dQ */
-        float *dq = P.dq_acc + blockIdx.x * P.dq_slice +
-                    (long long)(batch * heads_q + head) * d_rows * DP;
         for (int piece = first_dq_piece(n, wg); piece < DQ_PIECES; piece += NWG) {
             float acc[8][4];
             mbar_wait(bar(DS_FULL, b), (n >> 1) & 1);
             dq_piece(acc, sDS + b * DS_BYTES, sK, piece);
-            add_dq_rows(dq + (piece / ROW_BLOCKS) * 64, staged, acc,
-                        m0 + (piece % ROW_BLOCKS) * 64 + warp * 16, seqlen_q, lane);
+            add_dq_rows(&T.tm_dq_acc, staged, acc, (piece / ROW_BLOCKS) * 64,
+                        m0 + (piece % ROW_BLOCKS) * 64 + warp * 16, batch * heads_q + head,
+                        P.dq_slices > 1 ? (int)blockIdx.x : 0, lane);
         }
         warp_arrive(bar(DS_EMPTY, b));
     };
@@ -289,7 +294,7 @@ fj_attn_bwd_dkdv(
 % if want_dq then
     if (n > 0)
         add_dq(n - 1, dq_head, dq_m0);
-    if (lane < 16)
+    if (lane == 0)
         bulk_wait<0>(); /* the sums landed, and the staged rows are read, before the block ends */
 % end
 

@@ -179,6 +179,16 @@ __device__ __forceinline__ void tma_load4(u32 dst, const tmap_t *map, u32 bar, i
                  ::"r"(dst), "l"((u64)map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
                  : "memory");
 }
+/* Adds one box of f32 from shared memory (laid out as tma_load4 writes it) into a rank-4 tensor
+** at (c0, c1, c2, c3), element by element and atomically, skipping elements outside the tensor:
+** one bulk operation of the calling thread's current bulk group, as bulk_reduce_add_f32. */
+__device__ __forceinline__ void tma_reduce_add4(const tmap_t *map, u32 src, int c0, int c1, int c2,
+                                                int c3)
+{
+    asm volatile("cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group"
+                 " [%0, {%2, %3, %4, %5}], [%1];"
+                 ::"l"((u64)map), "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
+}
 __device__ __forceinline__ void tma_prefetch_map(const tmap_t *map)
 {
     asm volatile("prefetch.tensormap [%0];" ::"l"((u64)map) : "memory");

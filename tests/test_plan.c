@@ -371,13 +371,15 @@ static void test_backward_plans(void **state)
             assert_true(h->path == FJ__PATH_WGMMA && h->warps == 4 && h->tile_n == 64 &&
                         h->threads == 128 && h->stages == 2);
             /* the Hopper dk/dv ring: 2 to 4 slots where they fit (3 of 64 rows at d 64; at
-            ** d 128 beside dQ's buffers, 2), more ignored */
+            ** d 128 beside dQ's buffers, 3), more ignored */
             fj__features narrow = bwd_features(64, 64, FJ_DTYPE_BF16);
             narrow.softcap = 1; /* 64 rows a tile */
             assert_int_equal(fj__plan_backward(&narrow, cases[i].dev, "stages=3", &tuned, &err),
                              FJ_OK);
             assert_int_equal(tuned.steps[tuned.main_step].variant.stages, 3);
             assert_int_equal(fj__plan_backward(&f, cases[i].dev, "stages=3", &tuned, &err), FJ_OK);
+            assert_int_equal(tuned.steps[tuned.main_step].variant.stages, 3);
+            assert_int_equal(fj__plan_backward(&f, cases[i].dev, "stages=4", &tuned, &err), FJ_OK);
             assert_int_equal(tuned.steps[tuned.main_step].variant.stages, 2);
             assert_int_equal(fj__plan_backward(&f, cases[i].dev, "stages=6", &tuned, &err), FJ_OK);
             assert_int_equal(tuned.steps[tuned.main_step].variant.stages, 2);

@@ -496,8 +496,8 @@ static void test_backward_wgmma_render(void **state)
                 assert_true((strstr(out, "*(u32 *)(dv + ") != NULL) == !dq);
                 assert_true((strstr(out, "*(u32 *)(dq + ") != NULL) == dq);
                 assert_true((strstr(out, "fj_score_grad(mc, capped") != NULL) == (extras == 2));
-                /* stage 2 with dq: the pieces added by bulk reductions */
-                assert_true((strstr(out, "add_dq_rows(dq + ") != NULL) == (atomic == 1));
+                /* stage 2 with dq: the pieces added by bulk tensor reductions into the sum */
+                assert_true((strstr(out, "add_dq_rows(&T.tm_dq_acc, ") != NULL) == (atomic == 1));
                 /* stage 2: bulk tensor copies into a ring of mbarrier-guarded slots */
                 assert_true((strstr(out, "load_panels<DP>(sQ, &T.tm_q") != NULL) == !dq);
                 save_render(1, out, "bwd_wgmma_stage%d_d%d_x%d_g%d.cu", v.stage, v.head_dim_pad,
