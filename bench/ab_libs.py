@@ -8,7 +8,7 @@ first's (a sanity check; the tests check numerics).
 
 Usage: python3 bench/ab_libs.py --libs old/libflashjit.so,build/libflashjit.so
        [--names main,new] [--cases grid,masks,varlen,decode,bwd] [--d 64,128,256] [--s 512,...,16384]
-       [--rounds 1] [--out DIR]
+       [--rounds 1] [--envs ';FLASHJIT_BWD_CONFIG=stages=3'] [--out DIR]
 Prints one line per case: TFLOP/s of each timing, each library's mean over the first's, and
 the spread of the first's own timings; writes ab_libs.json into --out. TFLOP/s count 4 * d per
 query/key pair of the whole square, halved where the mask is causal-like (k <= q): a fixed
@@ -40,11 +40,36 @@ ap.add_argument("--causal", default="0,1")
 ap.add_argument("--warm", type=float, default=0.6, help="seconds of warm-up per timing")
 ap.add_argument("--windows", type=int, default=5, help="timed windows of ~0.1 s per timing")
 ap.add_argument("--deterministic", type=int, default=0, help="bwd: the deterministic plans")
+ap.add_argument("--envs", default=None,
+                help="';'-separated, one per library: VAR=VALUE set while its context is made "
+                     "(empty: none), e.g. ';FLASHJIT_BWD_CONFIG=stages=3' (a library may repeat)")
 ap.add_argument("--out", default=os.environ.get("OUT", "."))
 args = ap.parse_args()
 libs = args.libs.split(",")
 names = args.names.split(",") if args.names else [chr(ord("A") + i) for i in range(len(libs))]
-contexts = [flashjit.Context(backend="cuda", lib=lib) for lib in libs]
+envs = args.envs.split(";") if args.envs is not None else [""] * len(libs)
+if len(envs) != len(libs):
+    sys.exit("--envs: one entry per library (%d), got %d" % (len(libs), len(envs)))
+
+
+def make_context(lib, env):
+    """A context of lib, made with env ("VAR=VALUE" or empty) in the environment, which the
+    library reads when a context is made."""
+    if not env:
+        return flashjit.Context(backend="cuda", lib=lib)
+    var, value = env.split("=", 1)
+    saved = os.environ.get(var)
+    os.environ[var] = value
+    try:
+        return flashjit.Context(backend="cuda", lib=lib)
+    finally:
+        if saved is None:
+            del os.environ[var]
+        else:
+            os.environ[var] = saved
+
+
+contexts = [make_context(lib, env) for lib, env in zip(libs, envs)]
 results = []
 
 
