@@ -53,6 +53,10 @@
 % assert(score_mod == "" or score_mod_grad ~= "", "attn_bwd_wgmma: score_mod needs score_mod_grad")
 % assert(not block_mask or (128 % tile_m == 0 and 128 % tile_n == 0), "attn_bwd_wgmma: block classes need tiles that divide 128")
 % local want_dq = grads >= 4
+% -- Stage 2's element pass in two halves around the products (P^T beside dP^T's, dS^T beside
+% -- dV's) where dS^T needs only P^T, dP^T and D: not through soft-capping's or score_mod's
+% -- derivatives, which need each score again.
+% local overlap_elements = stage == 2 and not softcap and score_mod == ""
 % include("attn_bwd_hopper.lua")
 % include("params.lua")
 % params_struct(args)
@@ -258,18 +262,47 @@ fj_attn_bwd_dkdv(
 
         /* S^T = K Q^T and dP^T = V dO^T: the warpgroup's 64 keys by BM queries. */
         float s[BM / 8][4], dp[BM / 8][4];
+        u32 pf[BM / 16][4], dsf[BM / 16][4];
+% if overlap_elements then
+        /* Overlapped: P^T from S^T while dP^T's product runs, dV += P^T dO issued before dS^T,
+        ** dS^T = P^T (dP^T - D) while dV's runs, then dK += dS^T Q (one wgmma group each, in
+        ** order; P^T and dS^T as A fragments). */
+        wgmma_fence();
+        rows_by_rows<DP / 16>(&s[0][0], sKw, BN, sQ);
+        wgmma_commit();
+        rows_by_rows<DVP / 16>(&dp[0][0], sVw, BN, sG);
+        wgmma_commit();
+        wgmma_wait<1>();
+        fence_regs<BM / 2>(&s[0][0]);
+% bwd_dkdv_elements(false)
+        pack_rows<BM / 16>(pf, s);
+        wgmma_fence();
+        regs_by_rows_${head_dim_v_pad}(&dva[0][0], pf, sG);
+        wgmma_commit();
+        wgmma_wait<1>();
+        fence_regs<BM / 2>(&dp[0][0]);
+#pragma unroll
+        for (int j = 0; j < BM / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                dp[j][e] = s[j][e] * (dp[j][e] - sD[j * 8 + 2 * t + (e & 1)]);
+        pack_rows<BM / 16>(dsf, dp);
+        wgmma_fence();
+        regs_by_rows_${head_dim_pad}(&dka[0][0], dsf, sQ);
+        wgmma_commit();
+% else
         scores_and_dp(s, dp, sKw, sVw, BN, sQ, sG);
 
 % bwd_dkdv_elements(true)
 
         /* dV += P^T dO, dK += dS^T Q: P^T and dS^T as A fragments. */
-        u32 pf[BM / 16][4], dsf[BM / 16][4];
         pack_rows<BM / 16>(pf, s);
         pack_rows<BM / 16>(dsf, dp);
         wgmma_fence();
         regs_by_rows_${head_dim_v_pad}(&dva[0][0], pf, sG);
         regs_by_rows_${head_dim_pad}(&dka[0][0], dsf, sQ);
         wgmma_commit();
+% end
 % if want_dq then
         /* dS^T into dS buffer n % 2 as dS, once the dQ products of tile n - 2 are done with it. */
         mbar_wait(bar(DS_EMPTY, n & 1), ((n >> 1) & 1) ^ 1);
