@@ -55,8 +55,9 @@
 % local want_dq = grads >= 4
 % -- Stage 2's element pass in two halves around the products (P^T beside dP^T's, dS^T beside
 % -- dV's) where dS^T needs only P^T, dP^T and D: not through soft-capping's or score_mod's
-% -- derivatives, which need each score again.
-% local overlap_elements = stage == 2 and not softcap and score_mod == ""
+% -- derivatives, which need each score again. At d 128 (H200: 1.01-1.03x the fused pass);
+% -- at d 64, with its 128-row tiles, 0.98-0.99x, so not there.
+% local overlap_elements = stage == 2 and not softcap and score_mod == "" and head_dim_pad >= 128
 % include("attn_bwd_hopper.lua")
 % include("params.lua")
 % params_struct(args)
