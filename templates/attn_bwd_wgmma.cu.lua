@@ -178,7 +178,7 @@ __device__ __forceinline__ int first_dq_piece(int n, int wg)
 }
 
 /* Adds a warp's 16 rows of a finished piece (acc) into the f32 sum, at column col0 and row row0
-** of its (batch, head) bh in slice `slice` of tm_dq_acc (the host clips rows past d_rows), through
+** of its (batch, head) bh in slice `slice` of tm_dq_acc (the map clips rows past d_rows), through
 ** the warp's staged rows at `stage`: two boxes of 16 rows by 32 floats, 128-byte swizzled as the
 ** map reads them (conflict-free 8-byte stores), written once the warp's previous reductions have
 ** read them, then a bulk tensor reduction a box from lane 0. */

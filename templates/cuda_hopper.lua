@@ -148,16 +148,6 @@ __device__ __forceinline__ void bulk_load_row(u32 dst, const void *src, u32 byte
                  " [%0], [%1], %2, [%3], %4;"
                  ::"r"(dst), "l"(src), "r"(bytes), "r"(bar), "l"(policy) : "memory");
 }
-/* Adds `bytes` of f32 (a multiple of 16; both addresses 16-byte aligned) from shared memory
-** into global memory, element by element and atomically, as one bulk operation of the calling
-** thread's current bulk group. The source may be written again once bulk_wait_read() says the
-** group was read; the kernel must not end before bulk_wait() (the sums landed). The writes of
-** the source need fence_proxy_async() by their threads first. */
-__device__ __forceinline__ void bulk_reduce_add_f32(float *dst, u32 src, u32 bytes)
-{
-    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
-                 ::"l"(dst), "r"(src), "r"(bytes) : "memory");
-}
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 /* Waits until at most N of the calling thread's bulk groups have sources still to read. */
 template <int N> __device__ __forceinline__ void bulk_wait_read()
@@ -181,7 +171,10 @@ __device__ __forceinline__ void tma_load4(u32 dst, const tmap_t *map, u32 bar, i
 }
 /* Adds one box of f32 from shared memory (laid out as tma_load4 writes it) into a rank-4 tensor
 ** at (c0, c1, c2, c3), element by element and atomically, skipping elements outside the tensor:
-** one bulk operation of the calling thread's current bulk group, as bulk_reduce_add_f32. */
+** one bulk operation of the calling thread's current bulk group. The writes of the source need
+** fence_proxy_async() by their threads first; the source may be written again once
+** bulk_wait_read() says the group was read; the kernel must not end before bulk_wait() (the
+** sums landed). */
 __device__ __forceinline__ void tma_reduce_add4(const tmap_t *map, u32 src, int c0, int c1, int c2,
                                                 int c3)
 {
