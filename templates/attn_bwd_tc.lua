@@ -206,6 +206,9 @@
     };
 % end
 
+% -- The lse and D of element e of fragment column block j of a dk/dv tile (sL, sD: its queries').
+% local DKDV_LSE2, DKDV_DELTA = "sL[j * 8 + 2 * t + (e & 1)]", "sD[j * 8 + 2 * t + (e & 1)]"
+
 % -- The element pass of a dk/dv tile: s = S^T and dp = dP^T, a warp's 16 keys from key_row by
 % -- `cols` queries (default BM) from the C expression `first` (default m0), whose lse and D are
 % -- sL and sD. Masked where the tile (BM queries from m0) crosses the ends or the band: query
@@ -216,8 +219,8 @@
         /* Masked where the tile crosses the ends or the band: query offsets [lo, hi] from the
         ** thread's first column col0 that each of its two keys sees. */
 % bwd_need_mask()
-#define LSE2 sL[j * 8 + 2 * t + (e & 1)]
-#define DELTA sD[j * 8 + 2 * t + (e & 1)]
+#define LSE2 ${DKDV_LSE2}
+#define DELTA ${DKDV_DELTA}
         if (need_mask) {
             const int col0 = ${first} + 2 * t;
             int lo[2], hi[2];
@@ -239,6 +242,26 @@
         }
 #undef LSE2
 #undef DELTA
+% end
+
+% -- Whether dS is P (dP - D) alone, so that a kernel may compute P first (bwd_dkdv_elements(false))
+% -- and dS later (bwd_dkdv_ds_from_p): not through soft-capping's or score_mod's derivatives,
+% -- which need each score again.
+% function bwd_ds_from_p_only()
+%   return not softcap and score_mod == ""
+% end
+
+% -- The second half of a dk/dv tile's element pass split by bwd_ds_from_p_only(): dS^T =
+% -- P^T (dP^T - D) into dp from P^T in s, `cols` queries (default BM). Masked elements have
+% -- P = 0, so their dS is 0 as in the whole pass.
+% function bwd_dkdv_ds_from_p(cols)
+%   assert(bwd_ds_from_p_only(), "bwd_dkdv_ds_from_p: dS needs the scores here")
+%   cols = cols or "BM"
+#pragma unroll
+        for (int j = 0; j < ${cols} / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                dp[j][e] = s[j][e] * (dp[j][e] - ${DKDV_DELTA});
 % end
 
 % -- The warp's keys' rows of dK and dV from the accumulators dka[DP / 8][4] and dva[DVP / 8][4]

@@ -53,12 +53,11 @@
 % assert(score_mod == "" or score_mod_grad ~= "", "attn_bwd_wgmma: score_mod needs score_mod_grad")
 % assert(not block_mask or (128 % tile_m == 0 and 128 % tile_n == 0), "attn_bwd_wgmma: block classes need tiles that divide 128")
 % local want_dq = grads >= 4
-% -- Stage 2's element pass in two halves around the products (P^T beside dP^T's, dS^T beside
-% -- dV's) where dS^T needs only P^T, dP^T and D: not through soft-capping's or score_mod's
-% -- derivatives, which need each score again. At d 128 (H200: 1.01-1.03x the fused pass);
-% -- at d 64, with its 128-row tiles, 0.98-0.99x, so not there.
-% local overlap_elements = stage == 2 and not softcap and score_mod == "" and head_dim_pad >= 128
 % include("attn_bwd_hopper.lua")
+% -- Stage 2's element pass in two halves around the products (P^T beside dP^T's, dS^T beside
+% -- dV's) where dS^T needs only P^T, dP^T and D (attn_bwd_tc.lua). At d 128 (H200: 1.01-1.03x
+% -- the fused pass); at d 64, with its 128-row tiles, 0.98-0.99x, so not there.
+% local overlap_elements = stage == 2 and bwd_ds_from_p_only() and head_dim_pad >= 128
 % include("params.lua")
 % params_struct(args)
 % local family = bwd_family(args)
@@ -282,11 +281,7 @@ fj_attn_bwd_dkdv(
         wgmma_commit();
         wgmma_wait<1>();
         fence_regs<BM / 2>(&dp[0][0]);
-#pragma unroll
-        for (int j = 0; j < BM / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                dp[j][e] = s[j][e] * (dp[j][e] - sD[j * 8 + 2 * t + (e & 1)]);
+% bwd_dkdv_ds_from_p()
         pack_rows<BM / 16>(dsf, dp);
         wgmma_fence();
         regs_by_rows_${head_dim_pad}(&dka[0][0], dsf, sQ);
