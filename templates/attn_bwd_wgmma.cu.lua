@@ -178,8 +178,9 @@ __device__ __forceinline__ int first_dq_piece(int n, int wg)
 
 /* Adds a warp's 16 rows of a finished piece (acc) into the f32 sum, at column col0 and row row0
 ** of its (batch, head) bh in slice `slice` of tm_dq_acc (the map clips rows past d_rows), through
-** the warp's staged rows at `stage`: two boxes of 16 rows by 32 floats, 128-byte swizzled as the
-** map reads them (conflict-free 8-byte stores), written once the warp's previous reductions have
+** the warp's staged rows at `stage`: two boxes of 16 rows by 32 floats (the box plan/bwd.c gives
+** the map: DQ_BOX_ROWS, DQ_BOX_FLOATS), 128-byte swizzled as the map reads them (conflict-free
+** 8-byte stores), written once the warp's previous reductions have
 ** read them, then a bulk tensor reduction a box from lane 0. */
 __device__ __forceinline__ void add_dq_rows(const tmap_t *map, u32 stage, const float (*acc)[4],
                                             int col0, int row0, int bh, int slice, int lane)
