@@ -107,6 +107,18 @@ static void bwd_wgmma_variant(int stage, fj__variant *v)
         const int light_elements = (!v->score_mod || !v->score_mod[0]) && !v->softcap &&
                                    !v->mask_tensor && !v->mask_ranges;
         v->tile_n = 16 * v->warps;
+        /* A producer warpgroup copies, and the two computing warpgroups take its registers (240
+        ** each; H200, bf16: 0.99-1.08x over both computing and refilling, most at 16k), except
+        ** where the element pass reads a tensor of its own (a mask tensor, ranges, a bias) or
+        ** a score_mod and its derivative: those spill at 240 (the offline spill test). */
+        v->producer = !v->mask_tensor && !v->mask_ranges && !v->bias &&
+                      (!v->score_mod || !v->score_mod[0]);
+        /* The element pass split around the products (where the kernel can: no soft-capping,
+        ** no score_mod): at d 128 1.01-1.03x the fused pass, at d 64 (128-row tiles)
+        ** 0.98-0.99x (H200, without a producer). */
+        v->overlap = v->head_dim_pad >= 128;
+        v->warps += 4 * v->producer;
+        v->threads = 32 * v->warps;
         v->tile_m = v->head_dim_pad <= 64 && v->head_dim_v_pad <= 64 && light_elements ? 128 : 64;
         v->stages = 2;
         v->grads = 7;
@@ -114,6 +126,16 @@ static void bwd_wgmma_variant(int stage, fj__variant *v)
         v->tile_m = 16 * v->warps;
         v->tile_n = v->head_dim_pad <= 64 ? 128 : 64;
     }
+}
+
+/* Whether config sets field `name` ("name=" at its start or after a comma). */
+static int names_field(const char *config, const char *name)
+{
+    const size_t len = strlen(name);
+    for (const char *at = config; (at = strstr(at, name)) != NULL; at += len)
+        if ((at == config || at[-1] == ',') && at[len] == '=')
+            return 1;
+    return 0;
 }
 
 /* v (stage 2 or 3) with config's tile fields applied, where that fits dev; else v unchanged.
@@ -128,9 +150,20 @@ static void apply_bwd_config(const char *config, const fj_device_info *dev, fj__
     if (o.path == FJ__PATH_SIMT) {
         o.threads = o.stage == 2 ? o.tile_n : o.tile_m;
     } else {
+        /* `warps` counts a producer's. A config that names the producer but not the warps keeps
+        ** the computing warps; one that names the warps but not the producer keeps it only
+        ** where they hold it (12: two computing warpgroups). */
+        const int names_warps = names_field(config, "warps");
+        const int names_producer = names_field(config, "producer");
+        if (o.stage != 2 || o.path != FJ__PATH_WGMMA || o.d_split)
+            o.producer = 0; /* (a config is applied to both stages: fj__variant_config) */
+        else if (names_producer && !names_warps)
+            o.warps += 4 * (o.producer - v->producer);
+        else if (names_warps && !names_producer && o.warps != 12)
+            o.producer = 0;
         o.threads = 32 * o.warps;
-        if (o.stage == 2)
-            o.tile_n = o.d_split ? 64 : 16 * o.warps; /* d_split: two warpgroups share 64 keys */
+        if (o.stage == 2) /* d_split: two warpgroups share 64 keys */
+            o.tile_n = o.d_split ? 64 : 16 * (o.warps - 4 * o.producer);
         else
             o.tile_m = 16 * o.warps;
     }

@@ -226,8 +226,9 @@ int fj__variant_consumer_registers(const fj__variant *v)
 {
     /* The producer warpgroup keeps 24 (the least the ISA allows) and the consumers share the
     ** rest of 64K per SM; two blocks of 256 threads per SM start with 128 each, 24 + 232 keeps
-    ** a block's share. One consumer warpgroup alone reallocates nothing: 255. */
-    const int consumers = v->tile_m / 64;
+    ** a block's share. One consumer warpgroup alone reallocates nothing: 255. (The forward's
+    ** consumers own 64 query rows each; the backward's are its warpgroups but the producer.) */
+    const int consumers = v->family == FJ__FAMILY_BWD ? v->warps / 4 - v->producer : v->tile_m / 64;
     return v->ctas_per_sm == 2 ? 232 : consumers == 3 ? 160 : consumers == 2 ? 240 : 255;
 }
 
@@ -275,7 +276,10 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
     if (v->family == FJ__FAMILY_BWD && v->path == FJ__PATH_WGMMA) /* attn_bwd_wgmma.cu.lua */
         return v->warps % 4 == 0 && v->warps >= 4 && v->warps <= 12 &&
                v->threads == 32 * v->warps &&
-               (v->stage == 2 ? v->tile_n == 16 * v->warps && (v->tile_m == 64 || v->tile_m == 128) &&
+               /* a producer feeds two computing warpgroups of stage 2 */
+               (!v->producer || (v->stage == 2 && v->warps == 12)) &&
+               (v->stage == 2 ? v->tile_n == 16 * (v->warps - 4 * v->producer) &&
+                                    (v->tile_m == 64 || v->tile_m == 128) &&
                                     (v->grads == 3 || v->grads == 7) &&
                                     v->stages >= 2 && v->stages <= 4 && /* the ring */
                                     /* S^T and dP^T (tile_m / 2 floats a thread each) beside
@@ -378,7 +382,10 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
 
 void fj__variant_config(const fj__variant *v, char *buf, size_t size)
 {
-    if (v->family == FJ__FAMILY_BWD) /* the backward's tunable fields (plan/bwd.c applies them) */
+    if (v->family == FJ__FAMILY_BWD && v->path == FJ__PATH_WGMMA) /* plan/bwd.c applies these */
+        snprintf(buf, size, "tile_m=%d,warps=%d,producer=%d,overlap=%d", (int)v->tile_m,
+                 (int)v->warps, (int)v->producer, (int)v->overlap);
+    else if (v->family == FJ__FAMILY_BWD)
         snprintf(buf, size, v->path == FJ__PATH_SIMT ? "tile_m=%d,tile_n=%d" : "tile_m=%d,warps=%d",
                  (int)v->tile_m, v->path == FJ__PATH_SIMT ? (int)v->tile_n : (int)v->warps);
     else if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_VECTOR)
@@ -423,7 +430,8 @@ int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
                   {"exp_poly", offsetof(fj__variant, exp_poly), 1, 0, 8},
                   {"lazy_rescale", offsetof(fj__variant, lazy_rescale), 1, 0, 1},
                   {"d_split", offsetof(fj__variant, d_split), 1, 0, 1},
-                  {"bulk", offsetof(fj__variant, bulk), 1, 0, 1}};
+                  {"bulk", offsetof(fj__variant, bulk), 1, 0, 1},
+                  {"producer", offsetof(fj__variant, producer), 1, 0, 1}};
     const char *p = config;
     while (p && *p) {
         if (!strncmp(p, "path=", 5)) {
@@ -560,6 +568,7 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_TPL_PARAMS])
     BOOL_PARAM(partial);
     BOOL_PARAM(split_dv);
     BOOL_PARAM(bulk);
+    BOOL_PARAM(producer);
     INT_PARAM(stage);
     INT_PARAM(grads);
     BOOL_PARAM(paged);

@@ -63,7 +63,9 @@ typedef struct fj__variant {
                           ** polynomial on the FMA pipe (0: all on the MUFU unit) */
     uint8_t lazy_rescale; /* WGMMA: a row's exponent base moves only when its maximum outgrows
                           ** it by 2^8, so O is rarely rescaled */
-    uint8_t overlap;      /* WGMMA: the softmax of a tile overlaps P V of the previous one */
+    uint8_t overlap;      /* WGMMA: the softmax of a tile overlaps P V of the previous one; BWD
+                          ** stage 2: the element pass split around the products (where dS
+                          ** needs only P, dP and D) */
     uint8_t pingpong;     /* WGMMA: the two consumer warpgroups take turns issuing products */
     uint8_t persistent;   /* WGMMA: 0 a block per work tile; a block per SM taking 1 every
                           ** gridDim.x-th tile, 2 tiles from a counter shared by the grid, or
@@ -95,6 +97,8 @@ typedef struct fj__variant {
     uint8_t paged;        /* DECODE: k and v are pages of a KV cache found through a table */
     uint8_t stage;        /* BWD: 1 D = rowsum(dout * out), 2 dk and dv, 3 dq, 4 dbias, 5 dq
                           ** from the f32 sum that stage 2 accumulated (grads 4) */
+    uint8_t producer;     /* BWD stage 2 on WGMMA: warpgroup 0 copies (TMA) and gives its
+                          ** registers to the computing warpgroups; `warps` counts it */
     uint8_t grads;        /* BWD stage 2 on MMA: what the launch writes, the sum of 1 dk, 2 dv
                           ** and 4 dq (added by atomics into an f32 workspace; with dk, whose
                           ** launch forms dS) */
@@ -168,7 +172,7 @@ int fj__apply_config(fj__variant *v, const char *config, fj__err *err);
 int32_t fj__config_splits(const char *config);
 
 /* The most template parameters a variant has. */
-#define FJ__MAX_TPL_PARAMS 56
+#define FJ__MAX_TPL_PARAMS 64
 
 /* The template parameters of v, in a fixed order. Returns their number. */
 int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_TPL_PARAMS]);

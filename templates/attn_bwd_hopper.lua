@@ -7,6 +7,12 @@
 % -- head_kv, sK, sV, K_BYTES, V_BYTES) and the stream (bwd_dkdv_stream, live_from, `tb`).
 % -- It includes the helpers it reads (cuda_mma.lua, cuda_hopper.lua, cuda_attn_common.lua) and
 % -- attn_bwd_tc.lua.
+% --
+% -- With `producer` (the variant's), warpgroup 0 only copies: it gives its registers to the
+% -- others (setmaxnreg), and its first warp fills every slot as the computing warpgroups free
+% -- it. Without, every warpgroup computes, and the warp that frees a slot last refills it.
+% -- Either way `wg` counts the computing warpgroups from 0 (the producer's is -1), and
+% -- COMPUTE_THREADS are theirs.
 % include("cuda_mma.lua")
 % include("cuda_hopper.lua")
 % include("cuda_attn_common.lua")
@@ -31,6 +37,8 @@
 %   end
 
 % mma_tile_macros()
+/* Warpgroup 0 only copies (a producer), and the threads that compute. */
+constexpr int PRODUCER = ${producer and 1 or 0}, COMPUTE_THREADS = THREADS - 128 * PRODUCER;
 #define NEG_INF __int_as_float(0xff800000)
 #define POS_INF __int_as_float(0x7f800000)
 #define LOG2E 1.4426950408889634f
@@ -46,16 +54,20 @@ __device__ __forceinline__ u32 swizzled(u32 tile, int rows, int r, int c)
 }
 %   if varlen > 0 then
 
+/* The named barrier of the computing threads after zero_rows (the kernels' own take 1 and 2). */
+constexpr int ZEROS_BARRIER = 3;
+
 /* Packed sequences: zeroes rows [from, ROWS) of a swizzled tile of COLS columns, which the bulk
-** copies read from the next sequence (past a tensor's end they read zeros); then
-** zeros_before_wgmma(). Scores of those rows are masked, but a
-** product with them would carry any NaN or inf they hold into the gradients. */
+** copies read from the next sequence (past a tensor's end they read zeros), by the computing
+** threads; then zeros_before_wgmma(). Scores of those rows are masked, but a product with them
+** would carry any NaN or inf they hold into the gradients. */
 template <int ROWS, int COLS>
 __device__ __forceinline__ void zero_rows(u32 tile, int from)
 {
     constexpr int CHUNKS = COLS / 8; /* 16-byte chunks a row: 8 a panel */
 #pragma unroll 1
-    for (int i = threadIdx.x + imax(from, 0) * CHUNKS; i < ROWS * CHUNKS; i += THREADS) {
+    for (int i = threadIdx.x - 128 * PRODUCER + imax(from, 0) * CHUNKS; i < ROWS * CHUNKS;
+         i += COMPUTE_THREADS) {
         const int r = i / CHUNKS, c = i % CHUNKS;
         st_shared_zero16(tile + (c / 8) * (ROWS * 128) + r * 128 + (c % 8) * 16);
     }
@@ -63,7 +75,7 @@ __device__ __forceinline__ void zero_rows(u32 tile, int from)
 __device__ __forceinline__ void zeros_before_wgmma()
 {
     fence_proxy_async(); /* the zeros are read by wgmma (the async proxy) */
-    __syncthreads();
+    bar_sync(ZEROS_BARRIER, COMPUTE_THREADS);
 }
 %   end
 % end
@@ -123,21 +135,25 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
     auto bar = [&](int kind, int i) { return bars + 8u * (u32)(kind + i); };
     int *freed = (int *)(smem + BAR_OFFSET + BARS * 8); /* slot s: warps done with it */
 
-    /* The warpgroup, broadcast from lane 0 so that ptxas keeps what derives from it uniform. */
-    const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+    /* The computing warpgroup (-1: the producer), broadcast from lane 0 so that ptxas keeps what
+    ** derives from it uniform. */
+    const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0) - PRODUCER;
     const int warp = (tid % 128) / 32, lane = tid % 32;
 % bwd_dkdv_block()
 % bwd_block_classes()
 % bwd_live_from()
+%   if not producer then
     auto next_live = [&](int i) { return i < count ? live_from(i + 1) : count; };
+%   end
     const int tb = ${varlen > 0 and "0" or "batch"}; /* the tensors' batch (packed: one) */
 % end
 
 % -- ---- the ring: slots of Q and dO tiles, each guarded by a full and an empty mbarrier ----
 % -- A slot is filled by one warp: Q and dO by bulk tensor copies (TMA) from its lane 0, the rows'
-% -- lse2 and D (stage 1 writes both) by cp.async, a word a lane. The first warp fills the first
-% -- slots (and copies K and V); after that, the warp that frees a slot last refills it with the
-% -- tile `STAGES` on.
+% -- lse2 and D (stage 1 writes both) by cp.async, a word a lane. With a producer its first warp
+% -- copies K and V and fills every slot; without, the first warp copies K and V and fills the
+% -- first slots, and after that the warp that frees a slot last refills it with the tile
+% -- `STAGES` on.
 
 % -- `fill(i, n)`: fills slot n % STAGES with stream item i, by the calling warp.
 % function bwd_hopper_ring_fill()
@@ -154,6 +170,7 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
                              T.perm_do);
         }
         const long long rows = (long long)(batch * heads_q + head) * d_rows + m0;
+#pragma unroll 1
         for (int r = lane; r < 2 * BM; r += 32) {
             const bool ok = m0 + r % BM < seqlen_q;
             cp_async4(smem_addr(sLD + 2 * BM * slot + r), (r < BM ? P.lse2 : P.delta) + rows + r % BM,
@@ -161,10 +178,19 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
         }
         cp_async_arrive(bar(FULL, slot));
     };
+    /* K and V by bulk copies from the calling thread. */
+    auto load_kv = [&]() {
+        mbar_arrive_expect(bar(KV_FULL, 0), K_BYTES + V_BYTES);
+        load_panels<DP>(sK, &T.tm_k, bar(KV_FULL, 0), BN, k_first + n0, head_kv, tb, T.perm_k);
+        load_panels<DVP>(sV, &T.tm_v, bar(KV_FULL, 0), BN, k_first + n0, head_kv, tb, T.perm_v);
+    };
 % end
 
 % -- The barriers' setup (`barriers_extra()`: the kernel's own, by thread 0) and the first fills;
-% -- declares `i`, the first live item, and `refill`, the item that the next freed slot takes.
+% -- declares `i`, the first live item. With a producer, its warpgroup then fills the ring to
+% -- the stream's end and leaves, and the computing warpgroups take its registers
+% -- (`consumer_regs`); without, the first warp fills the first slots, and `refill` is the item
+% -- that the next freed slot takes.
 % function bwd_hopper_ring_start(barriers_extra)
     /* In runs (deterministic plans) a run launches while the one before it ends: it reads stage
     ** 1's D and lse2 at once (the first run waits for them) and waits for the run before it
@@ -176,27 +202,45 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
         mbar_init(bar(KV_FULL, 0), 1);
         for (int s = 0; s < STAGES; s++) {
             mbar_init(bar(FULL, s), 1 + 32);
-            mbar_init(bar(EMPTY, s), THREADS);
+            mbar_init(bar(EMPTY, s), COMPUTE_THREADS);
             freed[s] = 0;
         }
 %   if barriers_extra then barriers_extra() end
         mbar_init_fence();
     }
     __syncthreads();
+    int i = live_from(0);
+%   if producer then
+    if (wg < 0) {
+        /* The producer: its first warp copies K and V, then fills slot n % STAGES with the n-th
+        ** live item once the computing threads freed the slot's previous tile. */
+        regs_dec<24>();
+        if (warp == 0) {
+            for (int n = 0; i < count; i = live_from(i + 1), n++) {
+                if (n == 0 && lane == 0)
+                    load_kv();
+                if (n >= STAGES)
+                    mbar_wait(bar(EMPTY, n % STAGES), (n / STAGES - 1) & 1);
+                fill(i, n);
+            }
+            cp_async_wait_all(); /* its lse2 and D copies landed before the warp leaves */
+        }
+        return;
+    }
+    regs_inc<${consumer_regs}>();
+%   else
     /* The first warp copies K and V and fills the first slots; `refill` is the item that the
     ** next freed slot takes. */
-    int i = live_from(0), refill = i;
+    int refill = i;
     for (int n = 0; n < STAGES; n++) {
         if (tid < 32 && refill < count) {
-            if (n == 0 && lane == 0) {
-                mbar_arrive_expect(bar(KV_FULL, 0), K_BYTES + V_BYTES);
-                load_panels<DP>(sK, &T.tm_k, bar(KV_FULL, 0), BN, k_first + n0, head_kv, tb, T.perm_k);
-                load_panels<DVP>(sV, &T.tm_v, bar(KV_FULL, 0), BN, k_first + n0, head_kv, tb, T.perm_v);
-            }
+            if (n == 0 && lane == 0)
+                load_kv();
             fill(refill, n);
         }
         refill = next_live(refill);
     }
+%   end
 % end
 
 % -- Waits for K and V (where the block has work), zeroing the keys past seqlen_k.
@@ -237,9 +281,10 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
 % end
 
 % -- Frees slot `slot` of tile n once the thread's products have read it (their wgmma waited
-% -- for), and refills it from the warp that frees it last.
+% -- for); without a producer, refills it from the warp that frees it last.
 % function bwd_hopper_slot_release()
         mbar_arrive(bar(EMPTY, slot));
+%   if not producer then
         /* The warp that frees the slot last refills it (its wait returns at once: every thread
         ** arrived before its warp counted itself; it orders their reads before the copies). */
         __syncwarp();
@@ -255,4 +300,5 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
             }
         }
         refill = next_live(refill);
+%   end
 % end

@@ -6,11 +6,13 @@
 % -- and streams tiles of BM query rows of every query head of the group through a ring of
 % -- `stages` shared-memory slots, each guarded by a full and an empty mbarrier. A slot is filled
 % -- by one warp: Q and dO by bulk tensor copies (TMA) from its lane 0, the rows' lse2 and D
-% -- (stage 1 writes both) by cp.async, a word a lane. The first warp fills the first slots (and
-% -- copies K and V); after that, the warp that frees a slot last refills it with the tile
-% -- `stages` on. No warp is set aside to copy, so each thread keeps all of its 255 registers,
-% -- which the element passes with masks and score terms need beside dK's and dV's (a copying
-% -- warpgroup, as the forward's, left 240 and spilled there). Per tile, each warpgroup:
+% -- (stage 1 writes both) by cp.async, a word a lane (attn_bwd_hopper.lua's ring). With
+% -- `producer`, a warpgroup of its own copies and gives its registers to the two computing
+% -- warpgroups (240 each: the light element passes fit; the plan chooses). Without, the first
+% -- warp fills the first slots (and copies K and V), the warp that frees a slot last refills it
+% -- with the tile `stages` on, and each thread keeps all of its 255 registers, which the
+% -- element passes with masks and score terms need beside dK's and dV's. Per tile, each
+% -- computing warpgroup:
 % --   S^T = K Q^T, dP^T = V dO^T    wgmma, both operands from shared memory
 % --   P^T, dS^T                     attn_bwd_tc.lua's element pass, in registers
 % --   dV += P^T dO, dK += dS^T Q    wgmma with P^T and dS^T from registers (the accumulator
@@ -36,17 +38,19 @@
 % -- shared: attn_bwd_tc.lua), for d and dv padded to at most 128; dK and dV in one launch.
 % --
 % -- Parameters: dtypes (one 16-bit type), head_dim_pad, head_dim_v_pad (multiples of 64, at most
-% -- 128), stage (2 or 3), warps (4 * NWG), stages (stage 2's ring), tile_m and tile_n (stage 2:
+% -- 128), stage (2 or 3), warps (4 * NWG, and 4 more with producer), producer (stage 2, NWG 2)
+% -- and consumer_regs, stages (stage 2's ring), tile_m and tile_n (stage 2:
 % -- BM 64 or 128, BN 64 * NWG; stage 3: BM 64 * NWG, BN a multiple of 16), grads (stage 2: 3,
 % -- or 7 with dQ), local_mask, softcap, block_mask, varlen, the masks' and score terms'
 % -- (attn_masks.lua), shared_bytes (the host's size), args (stage 2: fj_bwd_tma_params, the
 % -- family's block with the tensor maps; stage 3: fj_bwd_params).
 % assert(stage == 2 or stage == 3, "attn_bwd_wgmma: stage 2 (dkdv) or 3 (dq)")
-% local NWG = warps // 4
+% local NWG = warps // 4 - (producer and 1 or 0) -- the computing warpgroups
 % local owned = stage == 2 and tile_n or tile_m -- the block's own rows: keys, or query rows
 % assert(warps % 4 == 0 and NWG >= 1 and NWG <= 3 and owned == 64 * NWG, "attn_bwd_wgmma: 64 rows a warpgroup")
 % assert(stage == 3 or tile_m == 64 or tile_m == 128, "attn_bwd_wgmma: tile_m 64 or 128")
 % assert(stage == 3 or (stages >= 2 and stages <= 4), "attn_bwd_wgmma: stage 2 takes a ring of 2 to 4 slots")
+% assert(not producer or (stage == 2 and NWG == 2), "attn_bwd_wgmma: a producer for stage 2's two computing warpgroups")
 % assert(stage == 2 or (tile_n % 16 == 0 and tile_n <= 256), "attn_bwd_wgmma: tile_n a multiple of 16")
 % assert(head_dim_pad % 64 == 0 and head_dim_v_pad % 64 == 0 and head_dim_pad <= 128 and head_dim_v_pad <= 128, "attn_bwd_wgmma: head dims padded to 64, at most 128")
 % assert((stage == 2 and (grads == 3 or grads == 7)) or (stage == 3 and grads == 0), "attn_bwd_wgmma: dK and dV, and dQ added into the workspace or not")
@@ -55,9 +59,9 @@
 % local want_dq = grads >= 4
 % include("attn_bwd_hopper.lua")
 % -- Stage 2's element pass in two halves around the products (P^T beside dP^T's, dS^T beside
-% -- dV's) where dS^T needs only P^T, dP^T and D (attn_bwd_tc.lua). At d 128 (H200: 1.01-1.03x
-% -- the fused pass); at d 64, with its 128-row tiles, 0.98-0.99x, so not there.
-% local overlap_elements = stage == 2 and bwd_ds_from_p_only() and head_dim_pad >= 128
+% -- dV's) where the plan asks for it (`overlap`) and dS^T needs only P^T, dP^T and D
+% -- (attn_bwd_tc.lua); otherwise in one pass after both.
+% local overlap_elements = stage == 2 and overlap and bwd_ds_from_p_only()
 % include("params.lua")
 % params_struct(args)
 % local family = bwd_family(args)

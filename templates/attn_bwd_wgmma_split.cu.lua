@@ -27,6 +27,7 @@
 % assert(stage == 2 and d_split, "attn_bwd_wgmma_split: the dk/dv stage, columns split")
 % assert(warps == 8 and tile_m == 64 and tile_n == 64, "attn_bwd_wgmma_split: two warpgroups, 64 x 64 tiles")
 % assert(stages >= 2 and stages <= 4, "attn_bwd_wgmma_split: a ring of 2 to 4 slots")
+% assert(not producer, "attn_bwd_wgmma_split: both warpgroups compute (no producer)")
 % assert(head_dim_pad % 128 == 0 and head_dim_v_pad % 128 == 0 and head_dim_pad <= 256 and head_dim_v_pad <= 256, "attn_bwd_wgmma_split: head dims padded to 128 or 256")
 % assert(grads == 3 or grads == 7, "attn_bwd_wgmma_split: dK and dV, and dQ added into the workspace or not")
 % assert(score_mod == "" or score_mod_grad ~= "", "attn_bwd_wgmma_split: score_mod needs score_mod_grad")

@@ -321,6 +321,12 @@ static void test_backward_plans(void **state)
         assert_int_equal(dkdv->stage, 2);
         assert_int_equal(dkdv->d_split,
                          dkdv->path == FJ__PATH_WGMMA && (cases[i].d > 128 || cases[i].dv > 128));
+        /* Hopper's unsplit dk/dv kernel has a producer warpgroup (none of these cases reads a
+        ** mask tensor, ranges or a bias in its element pass): 12 warps, 128 keys */
+        const int fed = dkdv->path == FJ__PATH_WGMMA && !dkdv->d_split;
+        assert_int_equal(dkdv->producer, fed);
+        if (fed)
+            assert_true(dkdv->warps == 12 && dkdv->threads == 384 && dkdv->tile_n == 128);
         /* dq's sum: zeroed first, as large as dq in f32 (padded head dim) */
         const int atomic = plan.steps[0].kind == FJ__STEP_MEMSET;
         assert_int_equal(plan.bwd.dq_acc >= 0, atomic);
@@ -369,7 +375,25 @@ static void test_backward_plans(void **state)
             assert_int_equal(fj__plan_backward(&f, cases[i].dev, "warps=4", &tuned, &err), FJ_OK);
             const fj__variant *h = &tuned.steps[tuned.main_step].variant;
             assert_true(h->path == FJ__PATH_WGMMA && h->warps == 4 && h->tile_n == 64 &&
-                        h->threads == 128 && h->stages == 2);
+                        h->threads == 128 && h->stages == 2 && !h->producer);
+            /* the producer: switched alone, the computing warps stay; asked for with warps that
+            ** cannot hold it, ignored */
+            assert_int_equal(fj__plan_backward(&f, cases[i].dev, "producer=0", &tuned, &err),
+                             FJ_OK);
+            h = &tuned.steps[tuned.main_step].variant;
+            assert_true(!h->producer && h->warps == 8 && h->tile_n == 128 && h->threads == 256);
+            assert_int_equal(fj__plan_backward(&f, cases[i].dev, "warps=8", &tuned, &err), FJ_OK);
+            h = &tuned.steps[tuned.main_step].variant;
+            assert_true(!h->producer && h->warps == 8 && h->tile_n == 128);
+            assert_int_equal(
+                fj__plan_backward(&f, cases[i].dev, "producer=1,warps=8", &tuned, &err), FJ_OK);
+            assert_true(tuned.steps[tuned.main_step].variant.producer &&
+                        tuned.steps[tuned.main_step].variant.warps == 12); /* ignored */
+            fj__features masked = f;
+            masked.mask = 1; /* its element pass spills beside a producer */
+            assert_int_equal(fj__plan_backward(&masked, cases[i].dev, NULL, &tuned, &err), FJ_OK);
+            h = &tuned.steps[tuned.main_step].variant;
+            assert_true(h->path == FJ__PATH_WGMMA && !h->producer && h->warps == 8);
             /* the Hopper dk/dv ring: 2 to 4 slots where they fit (3 of 64 rows at d 64; at
             ** d 128 beside dQ's buffers, 3), more ignored */
             fj__features narrow = bwd_features(64, 64, FJ_DTYPE_BF16);
