@@ -97,7 +97,7 @@ enum Bar : int {
     KV_FULL = 0,              /* K and V landed: bulk copies */
     FULL = 1,                 /* slot s holds its tile (bulk copies) and its rows' lse2 and D
                               ** (one arrival per lane of the warp that filled it) */
-    EMPTY = FULL + STAGES,    /* slot s is read: every thread's arrival (after its own reads) */
+    EMPTY = FULL + STAGES,    /* slot s is read: every computing thread's (after its own reads) */
     DS_FULL = EMPTY + STAGES, /* dS buffer b is whole: every thread's stores */
     DS_EMPTY = DS_FULL + 2,   /* dS buffer b is read by the dQ products: one arrival per warp */
     BARS = DS_EMPTY + 2
