@@ -104,15 +104,14 @@ static void bwd_wgmma_variant(int stage, fj__variant *v)
         v->stages = 2;
         v->grads = 7;
     } else if (stage == 2) {
-        const int light_elements = (!v->score_mod || !v->score_mod[0]) && !v->softcap &&
-                                   !v->mask_tensor && !v->mask_ranges;
+        const int score_mod = v->score_mod && v->score_mod[0];
+        const int light_elements = !score_mod && !v->softcap && !v->mask_tensor && !v->mask_ranges;
         v->tile_n = 16 * v->warps;
         /* A producer warpgroup copies, and the two computing warpgroups take its registers (240
         ** each; H200, bf16: 0.99-1.08x over both computing and refilling, most at 16k), except
         ** where the element pass reads a tensor of its own (a mask tensor, ranges, a bias) or
         ** a score_mod and its derivative: those spill at 240 (the offline spill test). */
-        v->producer = !v->mask_tensor && !v->mask_ranges && !v->bias &&
-                      (!v->score_mod || !v->score_mod[0]);
+        v->producer = !v->mask_tensor && !v->mask_ranges && !v->bias && !score_mod;
         /* The element pass split around the products (where the kernel can: no soft-capping,
         ** no score_mod): at d 128 1.01-1.03x the fused pass; at d 64 (128-row tiles) 0.98-0.99x
         ** without a producer and 0.90-0.94x with one (H200). */
@@ -126,16 +125,6 @@ static void bwd_wgmma_variant(int stage, fj__variant *v)
         v->tile_m = 16 * v->warps;
         v->tile_n = v->head_dim_pad <= 64 ? 128 : 64;
     }
-}
-
-/* Whether config sets field `name` ("name=" at its start or after a comma). */
-static int names_field(const char *config, const char *name)
-{
-    const size_t len = strlen(name);
-    for (const char *at = config; (at = strstr(at, name)) != NULL; at += len)
-        if ((at == config || at[-1] == ',') && at[len] == '=')
-            return 1;
-    return 0;
 }
 
 /* v (stage 2 or 3) with config's tile fields applied, where that fits dev; else v unchanged.
@@ -153,8 +142,8 @@ static void apply_bwd_config(const char *config, const fj_device_info *dev, fj__
         /* `warps` counts a producer's. A config that names the producer but not the warps keeps
         ** the computing warps; one that names the warps but not the producer keeps it only
         ** where they hold it (12: two computing warpgroups). */
-        const int names_warps = names_field(config, "warps");
-        const int names_producer = names_field(config, "producer");
+        const int names_warps = fj__config_field(config, "warps") != NULL;
+        const int names_producer = fj__config_field(config, "producer") != NULL;
         if (o.stage != 2 || o.path != FJ__PATH_WGMMA || o.d_split)
             o.producer = 0; /* (a config is applied to both stages: fj__variant_config) */
         else if (names_producer && !names_warps)

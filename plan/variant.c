@@ -491,17 +491,20 @@ int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
     return 0;
 }
 
+const char *fj__config_field(const char *config, const char *name)
+{
+    const size_t len = strlen(name);
+    for (const char *at = config; at && (at = strstr(at, name)) != NULL; at += len)
+        if ((at == config || at[-1] == ',') && at[len] == '=')
+            return at + len + 1;
+    return NULL;
+}
+
 int32_t fj__config_splits(const char *config)
 {
-    const char *at = config;
-    while (at && (at = strstr(at, "splits=")) != NULL) {
-        if (at == config || at[-1] == ',') {
-            const int value = atoi(at + 7);
-            return value >= 1 && value <= FJ__DECODE_MAX_SPLITS ? value : 0;
-        }
-        at += 7;
-    }
-    return 0;
+    const char *value = fj__config_field(config, "splits");
+    const int splits = value ? atoi(value) : 0;
+    return splits >= 1 && splits <= FJ__DECODE_MAX_SPLITS ? splits : 0;
 }
 
 int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_TPL_PARAMS])

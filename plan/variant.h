@@ -167,6 +167,10 @@ void fj__variant_config(const fj__variant *v, char *buf, size_t size);
 ** in err. */
 int fj__apply_config(fj__variant *v, const char *config, fj__err *err);
 
+/* Where the value of field `name` starts in a config ("name=" at its start or after a comma),
+** or NULL where the config (NULL: none) does not set it. */
+const char *fj__config_field(const char *config, const char *name);
+
 /* A decode's key splits in a config ("splits=N", 1 to FJ__DECODE_MAX_SPLITS: a tuned record
 ** or $FLASHJIT_CONFIG), which fj__apply_config accepts and leaves to the plan; 0 for none. */
 int32_t fj__config_splits(const char *config);
