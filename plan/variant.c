@@ -276,8 +276,10 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
     if (v->family == FJ__FAMILY_BWD && v->path == FJ__PATH_WGMMA) /* attn_bwd_wgmma.cu.lua */
         return v->warps % 4 == 0 && v->warps >= 4 && v->warps <= 12 &&
                v->threads == 32 * v->warps &&
-               /* a producer feeds two computing warpgroups of stage 2 */
+               /* a producer feeds two computing warpgroups of stage 2, which may then take
+               ** every gridDim.x-th item (persistent) */
                (!v->producer || (v->stage == 2 && v->warps == 12)) &&
+               v->persistent <= v->producer &&
                (v->stage == 2 ? v->tile_n == 16 * (v->warps - 4 * v->producer) &&
                                     (v->tile_m == 64 || v->tile_m == 128) &&
                                     (v->grads == 3 || v->grads == 7) &&
@@ -383,8 +385,9 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
 void fj__variant_config(const fj__variant *v, char *buf, size_t size)
 {
     if (v->family == FJ__FAMILY_BWD && v->path == FJ__PATH_WGMMA) /* plan/bwd.c applies these */
-        snprintf(buf, size, "tile_m=%d,warps=%d,producer=%d,overlap=%d", (int)v->tile_m,
-                 (int)v->warps, (int)v->producer, (int)v->overlap);
+        snprintf(buf, size, "tile_m=%d,warps=%d,producer=%d,overlap=%d,persistent=%d",
+                 (int)v->tile_m, (int)v->warps, (int)v->producer, (int)v->overlap,
+                 (int)v->persistent);
     else if (v->family == FJ__FAMILY_BWD)
         snprintf(buf, size, v->path == FJ__PATH_SIMT ? "tile_m=%d,tile_n=%d" : "tile_m=%d,warps=%d",
                  (int)v->tile_m, v->path == FJ__PATH_SIMT ? (int)v->tile_n : (int)v->warps);

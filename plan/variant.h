@@ -69,7 +69,8 @@ typedef struct fj__variant {
     uint8_t pingpong;     /* WGMMA: the two consumer warpgroups take turns issuing products */
     uint8_t persistent;   /* WGMMA: 0 a block per work tile; a block per SM taking 1 every
                           ** gridDim.x-th tile, 2 tiles from a counter shared by the grid, or
-                          ** 3 tiles dealt zigzag by rounds */
+                          ** 3 tiles dealt zigzag by rounds; BWD stage 2 (with a producer): 1
+                          ** a block per SM taking every gridDim.x-th key block */
     uint8_t alibi;        /* ALiBi slopes */
     uint8_t bias;         /* additive bias: 0 none, 1 f32, 2 in q's dtype */
     uint8_t mask_tensor;

@@ -117,12 +117,11 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
 % end
 
 % -- ---- the block ----------------------------------------------------------------------------
-% -- The family's parameters (P, the `bwd` block of the kernel's argument T, whose layout is
-% -- `family`, unpacked), the shared memory (aligned to 1024 bytes: smem, sK, sV, the ring's sQG
-% -- and sLD, the mbarriers `bar(kind, i)` and the slots' counts `freed`), then the thread's
-% -- warpgroup, warp and lane, the block's keys, sequence, stream and block classes,
-% -- `next_live(i)` and `tb`, the tensors' batch. Goes first in the kernel body.
-% function bwd_hopper_block(family)
+% -- bwd_hopper_shared(family): the family's parameters (P, the `bwd` block of the kernel's
+% -- argument T, whose layout is `family`, unpacked), the shared memory (aligned to 1024 bytes:
+% -- smem, sK, sV, the ring's sQG and sLD, the mbarriers `bar(kind, i)` and the slots' counts
+% -- `freed`), then the thread's warpgroup, warp and lane. Goes first in the kernel body.
+% function bwd_hopper_shared(family)
     const fj_bwd_params &P = T.bwd;
 % params_unpack(family.fields[1].block, "P.fwd", bwd_unpack_names())
     const float scale = P.scale;
@@ -139,13 +138,36 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
     ** derives from it uniform. */
     const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0) - PRODUCER;
     const int warp = (tid % 128) / 32, lane = tid % 32;
-% bwd_dkdv_block()
+% end
+
+% -- The block's work items: with `persistent` (a grid of fewer blocks than items) every
+% -- gridDim.x-th of the P.key_blocks * heads_kv * batches items (key blocks outermost, so the
+% -- heaviest, a causal band's first keys, come first), else the one item that blockIdx names.
+% -- bwd_hopper_items() opens the loop (or scope) that bwd_hopper_item() goes first in.
+% function bwd_hopper_items()
+%   if persistent > 0 then
+    for (int w = blockIdx.x; w < P.key_blocks * heads_kv * batches; w += gridDim.x) {
+%   else
+    { /* the block's one item */
+%   end
+% end
+
+% -- An item's keys, sequence, stream and block classes, `next_live(i)` (without a producer) and
+% -- `tb`, the tensors' batch.
+% function bwd_hopper_item()
+% bwd_dkdv_block(persistent > 0 and "w" or nil)
 % bwd_block_classes()
 % bwd_live_from()
 %   if not producer then
     auto next_live = [&](int i) { return i < count ? live_from(i + 1) : count; };
 %   end
     const int tb = ${varlen > 0 and "0" or "batch"}; /* the tensors' batch (packed: one) */
+% end
+
+% -- The block of a kernel with one item a block: shared parts, then the item's.
+% function bwd_hopper_block(family)
+% bwd_hopper_shared(family)
+% bwd_hopper_item()
 % end
 
 % -- ---- the ring: slots of Q and dO tiles, each guarded by a full and an empty mbarrier ----
@@ -186,12 +208,9 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
     };
 % end
 
-% -- The barriers' setup (`barriers_extra()`: the kernel's own, by thread 0) and the first fills;
-% -- declares `i`, the first live item. With a producer, its warpgroup then fills the ring to
-% -- the stream's end and leaves, and the computing warpgroups take its registers
-% -- (`consumer_regs`); without, the first warp fills the first slots, and `refill` is the item
-% -- that the next freed slot takes.
-% function bwd_hopper_ring_start(barriers_extra)
+% -- The barriers' setup (`barriers_extra()`: the kernel's own, by thread 0). Goes after
+% -- bwd_hopper_shared().
+% function bwd_hopper_barriers(barriers_extra)
     /* In runs (deterministic plans) a run launches while the one before it ends: it reads stage
     ** 1's D and lse2 at once (the first run waits for them) and waits for the run before it
     ** before its first dQ addition. */
@@ -200,6 +219,9 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
     grid_launch_next();
     if (tid == 0) {
         mbar_init(bar(KV_FULL, 0), 1);
+%   if persistent > 0 then
+        mbar_init(bar(KV_EMPTY, 0), COMPUTE_THREADS);
+%   end
         for (int s = 0; s < STAGES; s++) {
             mbar_init(bar(FULL, s), 1 + 32);
             mbar_init(bar(EMPTY, s), COMPUTE_THREADS);
@@ -209,28 +231,53 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
         mbar_init_fence();
     }
     __syncthreads();
-    int i = live_from(0);
-%   if producer then
+% end
+
+% -- The producer's warpgroup (with `producer`): its first warp fills slot n % STAGES with the
+% -- block's n-th live tile once the computing threads freed the slot's previous one, and copies
+% -- each item's K and V after the item's first STAGES tiles (whose slots the last item's tiles
+% -- free, so they load while the last item ends), once the computing threads are done with the
+% -- last item's K and V (KV_EMPTY, persistent). Then it leaves, and the computing warpgroups
+% -- take its registers (`consumer_regs`). Goes after bwd_hopper_barriers().
+% function bwd_hopper_producer()
     if (wg < 0) {
-        /* The producer: its first warp copies K and V, then fills slot n % STAGES with the n-th
-        ** live item once the computing threads freed the slot's previous tile. */
         regs_dec<24>();
         if (warp == 0) {
-            for (int n = 0; i < count; i = live_from(i + 1), n++) {
-                if (n == 0 && lane == 0)
-                    load_kv();
-                if (n >= STAGES)
-                    mbar_wait(bar(EMPTY, n % STAGES), (n / STAGES - 1) & 1);
-                fill(i, n);
+            int n = 0, kv_loads = 0; /* the block's tiles and K/V copies so far */
+% bwd_hopper_items()
+% bwd_hopper_item()
+% bwd_hopper_ring_fill()
+                const int n_first = n; /* the item's first tile */
+                auto fill_next = [&](int i) {
+                    if (n >= STAGES)
+                        mbar_wait(bar(EMPTY, n % STAGES), (n / STAGES - 1) & 1);
+                    fill(i, n++);
+                };
+                int i = live_from(0);
+                for (; i < count && n < n_first + STAGES; i = live_from(i + 1))
+                    fill_next(i);
+                if (n > n_first) {
+%   if persistent > 0 then
+                    if (kv_loads > 0)
+                        mbar_wait(bar(KV_EMPTY, 0), (kv_loads - 1) & 1);
+%   end
+                    if (lane == 0)
+                        load_kv();
+                    kv_loads++;
+                }
+                for (; i < count; i = live_from(i + 1))
+                    fill_next(i);
             }
             cp_async_wait_all(); /* its lse2 and D copies landed before the warp leaves */
         }
         return;
     }
     regs_inc<${consumer_regs}>();
-%   else
-    /* The first warp copies K and V and fills the first slots; `refill` is the item that the
-    ** next freed slot takes. */
+% end
+
+% -- Without a producer: the first warp copies K and V and fills the first slots; declares
+% -- `refill`, the item that the next freed slot takes. Goes after `i`, the first live item.
+% function bwd_hopper_first_fills()
     int refill = i;
     for (int n = 0; n < STAGES; n++) {
         if (tid < 32 && refill < count) {
@@ -240,13 +287,23 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
         }
         refill = next_live(refill);
     }
-%   end
 % end
 
-% -- Waits for K and V (where the block has work), zeroing the keys past seqlen_k.
+% -- The barriers, `i` (the first live item) and the first fills, for a kernel without a
+% -- producer that serves one item a block (after bwd_hopper_block and bwd_hopper_ring_fill).
+% function bwd_hopper_ring_start(barriers_extra)
+%   assert(not producer and persistent == 0, "bwd_hopper_ring_start: one item a block, no producer")
+% bwd_hopper_barriers(barriers_extra)
+    int i = live_from(0);
+% bwd_hopper_first_fills()
+% end
+
+% -- Waits for K and V (where the item has work: the block's `kv_loads`-th copy, counted),
+% -- zeroing the keys past seqlen_k.
 % function bwd_hopper_kv_wait()
     if (i < count) {
-        mbar_wait(bar(KV_FULL, 0), 0);
+        mbar_wait(bar(KV_FULL, 0), kv_loads & 1);
+        kv_loads++;
 %   if varlen > 0 then
         if (n0 + BN > seqlen_k) { /* keys of the next sequence, or unused (seqused_k) */
             zero_rows<BN, DP>(sK, seqlen_k - n0);

@@ -137,25 +137,38 @@
 % -- bwd_dkdv_block(): the block's keys (key block key_block0 + blockIdx.x of kv head blockIdx.y,
 % -- batch blockIdx.z), the thread's fragment coordinates g and t (after `lane`), its sequence
 % -- (none left: return) and its stream (bwd_dkdv_stream).
-% function bwd_dkdv_block()
+% -- With `item` (a C expression: a persistent grid's work item, Hopper's kernel), the keys,
+% -- kv head and batch are item's (key blocks outermost: P.key_blocks of them a (batch, kv
+% -- head)), a block without keys goes on to its next item (`continue`), and q, k, v and lse
+% -- stay where they are (that kernel reads them through tensor maps and workspaces).
+% function bwd_dkdv_block(item)
     const int g = lane / 4, t = lane % 4; /* row group and column pair of the fragments */
+%   if item then
+    const int pairs = heads_kv * batches; /* (batch, kv head) pairs a key block */
+    const int n0 = (${item}) / pairs * BN, head_kv = (${item}) % pairs % heads_kv;
+    const int batch = (${item}) % pairs / heads_kv;
+%   else
     const int n0 = (P.key_block0 + blockIdx.x) * BN, head_kv = blockIdx.y, batch = blockIdx.z;
+%   end
     const int group = heads_q / heads_kv;
 % bwd_sequence()
     if (n0 >= len_k)
-        return;
-% bwd_dkdv_stream()
+        ${item and "continue" or "return"};
+% bwd_dkdv_stream(not item)
 % end
 
-% -- bwd_dkdv_stream(): moves q, k, v, lse to the block's sequence and heads, and declares
-% -- dout, delta, the query rows [m_lo, m_hi) that may see one of the block's keys, their
-% -- first tile mb_lo, `tiles` per head and `count`, the (head, query tile) pairs it streams,
-% -- heads outermost (none for keys past seqlen_k: zero gradients). Goes after bwd_sequence().
-% function bwd_dkdv_stream()
+% -- bwd_dkdv_stream(moves): moves q, k, v, lse to the block's sequence and heads (where
+% -- `moves`), and declares dout, delta, the query rows [m_lo, m_hi) that may see one of the
+% -- block's keys, their first tile mb_lo, `tiles` per head and `count`, the (head, query tile)
+% -- pairs it streams, heads outermost (none for keys past seqlen_k: zero gradients). Goes
+% -- after bwd_sequence().
+% function bwd_dkdv_stream(moves)
+%   if moves then
     k += batch * k_sb + (long long)k_first * k_ss + head_kv * k_sh;
     v += batch * v_sb + (long long)k_first * v_ss + head_kv * v_sh;
     q += batch * q_sb + (long long)q_first * q_ss;
     lse += batch * l_sb + (long long)q_first * l_ss;
+%   end
     const elem_t *dout = P.dout + batch * P.do_sb + (long long)q_first * P.do_ss;
     const float *delta = P.delta + (long long)batch * heads_q * d_rows;
 

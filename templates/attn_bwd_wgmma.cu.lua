@@ -95,7 +95,8 @@ static_assert(DQ_OFFSET % 1024 == 0, "the staged boxes' swizzle starts at 1024-b
 /* The mbarriers by kind, 8 bytes each from BAR_OFFSET: a kind of n takes n consecutive words. */
 enum Bar : int {
     KV_FULL = 0,              /* K and V landed: bulk copies */
-    FULL = 1,                 /* slot s holds its tile (bulk copies) and its rows' lse2 and D
+    KV_EMPTY = 1,             /* (persistent) the item's K and V are read: every computing thread */
+    FULL = 2,                 /* slot s holds its tile (bulk copies) and its rows' lse2 and D
                               ** (one arrival per lane of the warp that filled it) */
     EMPTY = FULL + STAGES,    /* slot s is read: every computing thread's (after its own reads) */
     DS_FULL = EMPTY + STAGES, /* dS buffer b is whole: every thread's stores */
@@ -215,24 +216,34 @@ __device__ __forceinline__ void add_dq_rows(const tmap_t *map, u32 stage, const 
 
 /* ---- the kernels ----------------------------------------------------------------------------- */
 % if stage == 2 then
-/* dK and dV of BN keys of one (batch, kv head), key block key_block0 + blockIdx.x, over every
-** query row of the group's heads. */
+/* dK and dV of BN keys of one (batch, kv head) over every query row of the group's heads: key
+** block key_block0 + blockIdx.x, or with `persistent` every gridDim.x-th of them from
+** blockIdx.x (bwd_hopper_items). */
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 fj_attn_bwd_dkdv(
 % params_arg(args, "T")
 )
 {
-% bwd_hopper_block(family)
+% bwd_hopper_shared(family)
     [[maybe_unused]] const u32 sDS = sK + DS_OFFSET; /* buffer b at sDS + b * DS_BYTES */
-
-% bwd_hopper_ring_fill()
-
-% bwd_hopper_ring_start(function()
+% bwd_hopper_barriers(function()
         for (int b = 0; b < 2; b++) {
             mbar_init(bar(DS_FULL, b), 128 * NWG);
             mbar_init(bar(DS_EMPTY, b), 4 * NWG);
         }
 % end)
+% if producer then
+% bwd_hopper_producer()
+% end
+
+    int n = 0, kv_loads = 0; /* the block's tiles and K/V copies so far */
+% bwd_hopper_items()
+% bwd_hopper_item()
+% bwd_hopper_ring_fill()
+    int i = live_from(0);
+% if not producer then
+% bwd_hopper_first_fills()
+% end
 
     /* ---- warpgroup wg owns keys [n0 + 64 wg, n0 + 64 wg + 64) ------------------------------ */
     float dka[DP / 8][4], dva[DVP / 8][4];
@@ -260,7 +271,7 @@ fj_attn_bwd_dkdv(
     };
     int dq_head = 0, dq_m0 = 0;
 % end
-    int n = 0;
+    const int n_first = n; /* the item's first tile */
 % bwd_hopper_kv_wait()
     for (; i < count; i = live_from(i + 1), n++) {
 % bwd_hopper_tile()
@@ -319,20 +330,27 @@ fj_attn_bwd_dkdv(
         fence_regs<DVP / 2>(&dva[0][0]);
 % bwd_hopper_slot_release()
 % if want_dq then
-        if (n > 0)
+        if (n > n_first)
             add_dq(n - 1, dq_head, dq_m0);
         dq_head = head;
         dq_m0 = m0;
 % end
     }
 % if want_dq then
-    if (n > 0)
+    if (n > n_first)
         add_dq(n - 1, dq_head, dq_m0);
-    if (lane == 0)
-        bulk_wait<0>(); /* the sums landed, and the staged rows are read, before the block ends */
+% end
+% if persistent > 0 then
+    if (n > n_first) /* the item's K and V are read (its last products waited for) */
+        mbar_arrive(bar(KV_EMPTY, 0));
 % end
 
 % bwd_store_dkdv(true, true)
+    }
+% if want_dq then
+    if (lane == 0)
+        bulk_wait<0>(); /* the sums landed, and the staged rows are read, before the block ends */
+% end
 }
 % else
 /* dQ of BM query rows of one (batch, head), over the key tiles their band reaches. */

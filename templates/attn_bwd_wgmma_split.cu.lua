@@ -165,7 +165,7 @@ fj_attn_bwd_dkdv(
 % if want_dq then
     float *dq = nullptr; /* the workspace's rows of the tile's head */
 % end
-    int n = 0;
+    int n = 0, kv_loads = 0;
 % bwd_hopper_kv_wait()
     for (; i < count; i = live_from(i + 1), n++) {
 % bwd_hopper_tile("wg * QH")
