@@ -141,8 +141,8 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
 % end
 
 % -- The block's work items: with `persistent` (a grid of fewer blocks than items) every
-% -- gridDim.x-th of the P.key_blocks * heads_kv * batches items (key blocks outermost, so the
-% -- heaviest, a causal band's first keys, come first), else the one item that blockIdx names.
+% -- gridDim.x-th of the P.key_blocks * heads_kv * batches items (bwd_dkdv_block's order), else
+% -- the one item that blockIdx names.
 % -- bwd_hopper_items() opens the loop (or scope) that bwd_hopper_item() goes first in.
 % function bwd_hopper_items()
 %   if persistent > 0 then

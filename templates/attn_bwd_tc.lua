@@ -138,15 +138,15 @@
 % -- batch blockIdx.z), the thread's fragment coordinates g and t (after `lane`), its sequence
 % -- (none left: return) and its stream (bwd_dkdv_stream).
 % -- With `item` (a C expression: a persistent grid's work item, Hopper's kernel), the keys,
-% -- kv head and batch are item's (key blocks outermost: P.key_blocks of them a (batch, kv
-% -- head)), a block without keys goes on to its next item (`continue`), and q, k, v and lse
-% -- stay where they are (that kernel reads them through tensor maps and workspaces).
+% -- kv head and batch are item's (key blocks innermost, as a grid's x: P.key_blocks of them a
+% -- (batch, kv head), so that the blocks at work at once share their heads' Q and dO tiles in
+% -- L2), a block without keys goes on to its next item (`continue`), and q, k, v and lse stay
+% -- where they are (that kernel reads them through tensor maps and workspaces).
 % function bwd_dkdv_block(item)
     const int g = lane / 4, t = lane % 4; /* row group and column pair of the fragments */
 %   if item then
-    const int pairs = heads_kv * batches; /* (batch, kv head) pairs a key block */
-    const int n0 = (${item}) / pairs * BN, head_kv = (${item}) % pairs % heads_kv;
-    const int batch = (${item}) % pairs / heads_kv;
+    const int pair = (${item}) / P.key_blocks; /* (batch, kv head) */
+    const int n0 = (${item}) % P.key_blocks * BN, head_kv = pair % heads_kv, batch = pair / heads_kv;
 %   else
     const int n0 = (P.key_block0 + blockIdx.x) * BN, head_kv = blockIdx.y, batch = blockIdx.z;
 %   end
