@@ -190,8 +190,6 @@ static void bwd_variant(const fj__features *f, const fj_device_info *dev, const 
         bwd_wgmma_variant(stage, &hopper);
         if (fj__variant_fits(&hopper, dev)) {
             apply_bwd_config(config, dev, &hopper);
-            if (f->deterministic) /* its runs name their slices by blockIdx.x */
-                hopper.persistent = 0;
             *v = hopper;
             return;
         }
@@ -318,7 +316,11 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, co
         const int64_t n = stage == 2 ? f->seqlen_k : stage == 4 ? f->dbias_elements : f->seqlen_q;
         const int32_t tile = stage == 2 ? v->tile_n : v->tile_m;
         s->grid[0] = (uint32_t)((n + tile - 1) / tile);
-        if (stage == 2 && f->deterministic && plan->bwd.dq_acc >= 0) { /* runs: dq_slices */
+        if (stage == 2 && f->deterministic && plan->bwd.dq_acc >= 0 && v->persistent) {
+            /* one launch: block x of each (batch, kv head) takes key blocks x, x + slices, ...
+            ** in order, into slice x (attn_bwd_hopper.lua's items) */
+            s->grid[0] = (uint32_t)plan->bwd.dq_slices;
+        } else if (stage == 2 && f->deterministic && plan->bwd.dq_acc >= 0) { /* runs: dq_slices */
             s->runs = (int32_t)((s->grid[0] + plan->bwd.dq_slices - 1) / plan->bwd.dq_slices);
             s->grid[0] = (uint32_t)plan->bwd.dq_slices;
             /* a run launches while the one before it ends, and waits for its sums (the
@@ -327,7 +329,8 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, co
         }
         s->grid[1] = (uint32_t)(stage == 4 ? 1 : stage == 2 ? f->heads_kv : f->heads_q);
         s->grid[2] = (uint32_t)(stage == 4 ? 1 : f->batch);
-        if (stage == 2 && v->persistent) { /* a block an SM, each taking every grid[0]-th item */
+        if (stage == 2 && v->persistent && !f->deterministic) {
+            /* a block an SM, each taking every grid[0]-th item */
             const uint64_t items = (uint64_t)s->grid[0] * s->grid[1] * s->grid[2];
             const uint64_t sms = dev->compute_units > 0 ? (uint64_t)dev->compute_units : 1;
             s->grid[0] = (uint32_t)(items < sms ? items : sms);
@@ -408,6 +411,7 @@ fj_status fj__bwd_fill(const fj__plan *plan, int i, int run, const fj__bwd_probl
     B->dq_slice = plan->bwd.dq_slices > 1 ? plan->bwd.dq_slice : 0;
     B->key_block0 = run * (int32_t)plan->steps[i].grid[0];
     B->key_blocks = v->persistent ? (int32_t)((p->f.seqlen_k + v->tile_n - 1) / v->tile_n) : 0;
+    B->dq_ordered = v->persistent && p->f.deterministic;
     int64_t *strides[4] = {&B->do_sb, &B->dq_sb, &B->dk_sb, &B->dv_sb};
     for (int t = 0; t < 4; t++)
         for (int a = 0; a < 3; a++)

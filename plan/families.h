@@ -191,7 +191,8 @@ FJ__PARAM_STRUCT(fj__decode_params, FJ__DECODE_PARAMS);
 ** apart (0 where there is one), that stage 5 adds in order, stage 2's block x adding into slice
 ** x (one, by atomics; deterministic: see dq_slices in bwd.c); stage 2's first key block (its
 ** launch's blockIdx.x 0: a run's); with a persistent stage 2, the key blocks of a (batch, kv
-** head), whose items its blocks take in turn (0: a block an item); the bias's gradient (f32; NULL: not asked for) with its
+** head), whose items its blocks take in turn (0: a block an item), and whether a block's items
+** add into dQ's sum one after another (deterministic plans); the bias's gradient (f32; NULL: not asked for) with its
 ** batch, head and row strides, element count and batch, head and row extents (1: summed over);
 ** the softmax scale (natural units: dS's factor). */
 #define FJ__BWD_PARAMS(X, T)                                                                       \
@@ -227,6 +228,7 @@ FJ__PARAM_STRUCT(fj__decode_params, FJ__DECODE_PARAMS);
     X(T, I32, dq_slices, 0)                                                                        \
     X(T, I32, key_block0, 0)                                                                       \
     X(T, I32, key_blocks, 0)                                                                       \
+    X(T, I32, dq_ordered, 0)                                                                       \
     X(T, F32, scale, 0)
 FJ__PARAM_STRUCT(fj__bwd_params, FJ__BWD_PARAMS);
 

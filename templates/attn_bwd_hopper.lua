@@ -141,12 +141,15 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
 % end
 
 % -- The block's work items: with `persistent` (a grid of fewer blocks than items) every
-% -- gridDim.x-th of the P.key_blocks * heads_kv * batches items (bwd_dkdv_block's order), else
-% -- the one item that blockIdx names.
-% -- bwd_hopper_items() opens the loop (or scope) that bwd_hopper_item() goes first in.
+% -- gridDim.x-th of the P.key_blocks * heads_kv * batches items, or where the grid spans the kv
+% -- heads and batches (deterministic plans: slice blockIdx.x of dQ's sum is then the block's
+% -- alone) of the P.key_blocks of its own (bwd_dkdv_block's order); else the one item that
+% -- blockIdx names. bwd_hopper_items() opens the loop (or scope) that bwd_hopper_item() goes
+% -- first in.
 % function bwd_hopper_items()
 %   if persistent > 0 then
-    for (int w = blockIdx.x; w < P.key_blocks * heads_kv * batches; w += gridDim.x) {
+    for (int w = blockIdx.x; w < P.key_blocks * (heads_kv * batches / (gridDim.y * gridDim.z));
+         w += gridDim.x) {
 %   else
     { /* the block's one item */
 %   end

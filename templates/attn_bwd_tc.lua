@@ -140,12 +140,13 @@
 % -- With `item` (a C expression: a persistent grid's work item, Hopper's kernel), the keys,
 % -- kv head and batch are item's (key blocks innermost, as a grid's x: P.key_blocks of them a
 % -- (batch, kv head), so that the blocks at work at once share their heads' Q and dO tiles in
-% -- L2), a block without keys goes on to its next item (`continue`), and q, k, v and lse stay
-% -- where they are (that kernel reads them through tensor maps and workspaces).
+% -- L2; where the grid spans the kv heads and batches, y and z, the block's), a block without
+% -- keys goes on to its next item (`continue`), and q, k, v and lse stay where they are (that
+% -- kernel reads them through tensor maps and workspaces).
 % function bwd_dkdv_block(item)
     const int g = lane / 4, t = lane % 4; /* row group and column pair of the fragments */
 %   if item then
-    const int pair = (${item}) / P.key_blocks; /* (batch, kv head) */
+    const int pair = (${item}) / P.key_blocks + blockIdx.y + blockIdx.z * heads_kv; /* (batch, kv head) */
     const int n0 = (${item}) % P.key_blocks * BN, head_kv = pair % heads_kv, batch = pair / heads_kv;
 %   else
     const int n0 = (P.key_block0 + blockIdx.x) * BN, head_kv = blockIdx.y, batch = blockIdx.z;

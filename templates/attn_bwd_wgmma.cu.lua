@@ -104,6 +104,8 @@ enum Bar : int {
     BARS = DS_EMPTY + 2
 };
 static_assert(BARS * 8 + STAGES * 4 <= 128, "the mbarriers' and the counts' bytes");
+/* The named barrier of the computing threads between items (persistent, deterministic). */
+constexpr int ITEM_BARRIER = 4;
 % else
 /* ---- shared memory ------------------------------------------------------------------------- */
 /* Tiles as stage 2's: Q [BM][DP] and dO [BM][DVP], then two buffers of K [BN][DP] and V
@@ -343,6 +345,16 @@ fj_attn_bwd_dkdv(
 % if persistent > 0 then
     if (n > n_first) /* the item's K and V are read (its last products waited for) */
         mbar_arrive(bar(KV_EMPTY, 0));
+%   if want_dq then
+    if (P.dq_ordered) {
+        /* Deterministic: the item's sums landed before any warp adds the next item's into the
+        ** block's slice, so that each element takes its additions in one order. */
+        if (lane == 0)
+            bulk_wait<0>();
+        __syncwarp();
+        bar_sync(ITEM_BARRIER, COMPUTE_THREADS);
+    }
+%   end
 % end
 
 % bwd_store_dkdv(true, true)

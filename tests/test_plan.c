@@ -389,6 +389,21 @@ static void test_backward_plans(void **state)
                 fj__plan_backward(&f, cases[i].dev, "producer=1,warps=8", &tuned, &err), FJ_OK);
             assert_true(tuned.steps[tuned.main_step].variant.producer &&
                         tuned.steps[tuned.main_step].variant.warps == 12); /* ignored */
+            /* a persistent dk/dv grid: deterministic, one launch of `slices` blocks a (batch, kv
+            ** head), no runs; otherwise a block an SM at most */
+            assert_int_equal(fj__plan_backward(&f, cases[i].dev, "persistent=1", &tuned, &err),
+                             FJ_OK);
+            const fj__step *ps = &tuned.steps[tuned.main_step];
+            assert_true(f.deterministic && ps->variant.persistent == 1 && ps->runs == 0 &&
+                        ps->grid[0] == (uint32_t)tuned.bwd.dq_slices && ps->grid[1] == 2);
+            fj__features nondet = f;
+            nondet.deterministic = 0;
+            assert_int_equal(
+                fj__plan_backward(&nondet, cases[i].dev, "persistent=1", &tuned, &err), FJ_OK);
+            ps = &tuned.steps[tuned.main_step];
+            assert_true(ps->variant.persistent == 1 && ps->runs == 0 && ps->grid[1] == 1 &&
+                        ps->grid[2] == 1 &&
+                        ps->grid[0] <= (uint32_t)cases[i].dev->compute_units);
             fj__features masked = f;
             masked.mask = 1; /* its element pass spills beside a producer */
             assert_int_equal(fj__plan_backward(&masked, cases[i].dev, NULL, &tuned, &err), FJ_OK);
