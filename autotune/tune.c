@@ -236,7 +236,8 @@ static int decode_search_space(const fj__variant *h, const fj__features *f,
 /* The backward's candidates for its dk/dv variant h (the plan applies each one's config to
 ** both stages: fj__variant_config): on tensor cores the computing warps (keys a block: 16 a
 ** warp) and the streamed query rows, on Hopper with and without a producer warpgroup (for two
-** computing warpgroups); on the SIMT kernels keys a work-group and streamed rows. */
+** computing warpgroups), and with it a persistent grid or not; on the SIMT kernels keys a
+** work-group and streamed rows. */
 static int bwd_search_space(const fj__variant *h, const fj_device_info *dev,
                             fj__tune_candidate *out)
 {
@@ -248,7 +249,8 @@ static int bwd_search_space(const fj__variant *h, const fj_device_info *dev,
     const int *as = h->path == FJ__PATH_WGMMA ? wg_warps : h->path == FJ__PATH_MMA ? mma_warps : simt_keys;
     const int *bs = h->path == FJ__PATH_WGMMA ? wg_rows : h->path == FJ__PATH_MMA ? mma_rows : simt_rows;
     const int nb = h->path == FJ__PATH_MMA ? 3 : 2;
-    const int producers = h->path == FJ__PATH_WGMMA && h->stage == 2 && !h->d_split ? 2 : 1;
+    /* 0 no producer, 1 a producer, 2 a producer and a persistent grid */
+    const int producers = h->path == FJ__PATH_WGMMA && h->stage == 2 && !h->d_split ? 3 : 1;
     for (int a = 0; a < 3; a++)
         for (int b = 0; b < nb; b++)
             for (int p = 0; p < producers && n < TUNE_MAX_CANDIDATES; p++) {
@@ -257,8 +259,9 @@ static int bwd_search_space(const fj__variant *h, const fj_device_info *dev,
                 if (h->path == FJ__PATH_SIMT) {
                     v.tile_n = v.threads = as[a];
                 } else {
-                    v.producer = (uint8_t)p;
-                    v.warps = as[a] + 4 * p;
+                    v.producer = p > 0;
+                    v.persistent = p == 2;
+                    v.warps = as[a] + 4 * v.producer;
                     v.threads = 32 * v.warps;
                     v.tile_n = 16 * as[a];
                 }

@@ -87,7 +87,7 @@ static int wgmma_serves(const fj__features *f, const fj_device_info *dev, const 
 ** (deterministic, where stage 2 runs on mma.sync) streams 128 keys a tile at d 64 and 64
 ** beyond (H200, a plan of stages 2 and 3 against one of stage 2 at d 64: 1.09-1.14x the time
 ** with 128, 1.11-1.18x with 64; at d 128 the two within 1 %). */
-static void bwd_wgmma_variant(int stage, fj__variant *v)
+static void bwd_wgmma_variant(int stage, int deterministic, fj__variant *v)
 {
     v->path = FJ__PATH_WGMMA;
     v->head_dim_pad = fj__round_up(v->head_dim_pad, 64);
@@ -118,6 +118,16 @@ static void bwd_wgmma_variant(int stage, fj__variant *v)
         v->overlap = v->head_dim_pad >= 128;
         v->warps += 4 * v->producer;
         v->threads = 32 * v->warps;
+        /* A block an SM taking item after item (with the producer, which loads the next item's
+        ** tiles while the last one ends). H200, bf16: deterministic plans, one launch in place
+        ** of the runs (the same sums in the same order), 0.97-1.11x, median 1.03x; otherwise
+        ** 1.04-1.09x at d 64 where every key block has the same work, 0.98-1.01x at d 128 and
+        ** 0.69-0.99x causal, so only there. Not for packed sequences (their item spills 8
+        ** bytes at d 64). */
+        const int uniform = !v->local_mask && !v->block_mask && !v->mask_mod;
+        v->persistent = v->producer && !v->varlen &&
+                        (deterministic ||
+                         (uniform && v->head_dim_pad <= 64 && v->head_dim_v_pad <= 64));
         v->tile_m = v->head_dim_pad <= 64 && v->head_dim_v_pad <= 64 && light_elements ? 128 : 64;
         v->stages = 2;
         v->grads = 7;
@@ -141,7 +151,8 @@ static void apply_bwd_config(const char *config, const fj_device_info *dev, fj__
     } else {
         /* `warps` counts a producer's. A config that names the producer but not the warps keeps
         ** the computing warps; one that names the warps but not the producer keeps it only
-        ** where they hold it (12: two computing warpgroups). */
+        ** where they hold it (12: two computing warpgroups); without it, no persistent grid
+        ** unless named (which then does not fit). */
         const int names_warps = fj__config_field(config, "warps") != NULL;
         const int names_producer = fj__config_field(config, "producer") != NULL;
         if (o.stage != 2 || o.path != FJ__PATH_WGMMA || o.d_split)
@@ -150,6 +161,8 @@ static void apply_bwd_config(const char *config, const fj_device_info *dev, fj__
             o.warps += 4 * (o.producer - v->producer);
         else if (names_warps && !names_producer && o.warps != 12)
             o.producer = 0;
+        if (!o.producer && !fj__config_field(config, "persistent"))
+            o.persistent = 0; /* a persistent grid needs the producer */
         o.threads = 32 * o.warps;
         if (o.stage == 2) /* d_split: two warpgroups share 64 keys */
             o.tile_n = o.d_split ? 64 : 16 * (o.warps - 4 * o.producer);
@@ -187,7 +200,7 @@ static void bwd_variant(const fj__features *f, const fj_device_info *dev, const 
     const int tma = f->tma[FJ__T_Q] && f->tma[FJ__T_K] && f->tma[FJ__T_V] && f->dout_tma;
     if ((stage == 3 || (stage == 2 && tma)) && wgmma_serves(f, dev, config)) {
         fj__variant hopper = *v;
-        bwd_wgmma_variant(stage, &hopper);
+        bwd_wgmma_variant(stage, f->deterministic, &hopper);
         if (fj__variant_fits(&hopper, dev)) {
             apply_bwd_config(config, dev, &hopper);
             *v = hopper;

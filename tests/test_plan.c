@@ -327,6 +327,15 @@ static void test_backward_plans(void **state)
         assert_int_equal(dkdv->producer, fed);
         if (fed)
             assert_true(dkdv->warps == 12 && dkdv->threads == 384 && dkdv->tile_n == 128);
+        /* and is persistent where deterministic (one launch in place of runs), or else at d 64
+        ** where every key block has the same work (no mask_mod, block classes, window) */
+        const int uniform = !f.mask_mod && !f.block_mask && cases[i].d <= 64 && cases[i].dv <= 64;
+        assert_int_equal(dkdv->persistent, fed && (cases[i].deterministic || uniform));
+        if (dkdv->persistent && !cases[i].deterministic) /* a block an SM, or one an item */
+            assert_true(plan.steps[plan.main_step].runs == 0 &&
+                        plan.steps[plan.main_step].grid[0] ==
+                                                (uint32_t)(2 * 2 * ((300 + 127) / 128)) &&
+                        plan.steps[plan.main_step].grid[1] == 1);
         /* dq's sum: zeroed first, as large as dq in f32 (padded head dim) */
         const int atomic = plan.steps[0].kind == FJ__STEP_MEMSET;
         assert_int_equal(plan.bwd.dq_acc >= 0, atomic);
@@ -342,7 +351,10 @@ static void test_backward_plans(void **state)
             assert_int_equal(plan.steps[plan.nsteps - 1].variant.stage, 5);
             if (cases[i].deterministic) {
                 assert_true(slices >= 1 && slices <= keys && main->grid[0] == (uint32_t)slices);
-                assert_true(main->runs * slices >= keys && (main->runs - 1) * slices < keys);
+                if (main->variant.persistent) /* block x takes key blocks x, x + slices, ... */
+                    assert_int_equal(main->runs, 0);
+                else
+                    assert_true(main->runs * slices >= keys && (main->runs - 1) * slices < keys);
             } else {
                 assert_true(slices == 1 && main->runs == 0);
             }
@@ -360,6 +372,8 @@ static void test_backward_plans(void **state)
             if (st->variant.path != FJ__PATH_SIMT) {
                 const int stage = st->variant.stage;
                 const int32_t tile = stage == 2 ? st->variant.tile_n : st->variant.tile_m;
+                if (st->variant.persistent)
+                    continue; /* checked above */
                 if (st->runs == 0)
                     assert_int_equal(st->grid[0], (300 + tile - 1) / tile);
                 assert_int_equal(st->grid[1], stage == 2 ? 2 : 8);
@@ -381,7 +395,8 @@ static void test_backward_plans(void **state)
             assert_int_equal(fj__plan_backward(&f, cases[i].dev, "producer=0", &tuned, &err),
                              FJ_OK);
             h = &tuned.steps[tuned.main_step].variant;
-            assert_true(!h->producer && h->warps == 8 && h->tile_n == 128 && h->threads == 256);
+            assert_true(!h->producer && !h->persistent && h->warps == 8 && h->tile_n == 128 &&
+                        h->threads == 256);
             assert_int_equal(fj__plan_backward(&f, cases[i].dev, "warps=8", &tuned, &err), FJ_OK);
             h = &tuned.steps[tuned.main_step].variant;
             assert_true(!h->producer && h->warps == 8 && h->tile_n == 128);
@@ -396,6 +411,10 @@ static void test_backward_plans(void **state)
             const fj__step *ps = &tuned.steps[tuned.main_step];
             assert_true(f.deterministic && ps->variant.persistent == 1 && ps->runs == 0 &&
                         ps->grid[0] == (uint32_t)tuned.bwd.dq_slices && ps->grid[1] == 2);
+            assert_int_equal(fj__plan_backward(&f, cases[i].dev, "persistent=0", &tuned, &err),
+                             FJ_OK);
+            ps = &tuned.steps[tuned.main_step];
+            assert_true(ps->variant.producer && !ps->variant.persistent && ps->runs >= 1);
             fj__features nondet = f;
             nondet.deterministic = 0;
             assert_int_equal(
@@ -502,8 +521,15 @@ static void test_deterministic_slices(void **state)
                slices, main->runs);
         assert_int_equal(main->variant.path, FJ__PATH_WGMMA);
         assert_true(slices >= cases[i].min_slices && slices <= cases[i].max_slices);
-        assert_true(main->grid[0] == (uint32_t)slices && main->runs * slices >= keys &&
-                    (main->runs - 1) * slices < keys);
+        assert_int_equal(main->grid[0], (uint32_t)slices);
+        /* persistent (with a producer): block x takes key blocks x, x + slices, ... in turn;
+        ** else runs of slices key blocks */
+        assert_int_equal(main->variant.persistent, !main->variant.d_split);
+        if (main->variant.persistent)
+            assert_true(main->runs == 0 && main->grid[1] == (uint32_t)cases[i].heads &&
+                        main->grid[2] == (uint32_t)cases[i].batch);
+        else
+            assert_true(main->runs * slices >= keys && (main->runs - 1) * slices < keys);
         assert_true(plan.workspaces[plan.bwd.dq_acc].bytes ==
                     (size_t)slices * (size_t)(cases[i].batch * cases[i].heads * cases[i].seqlen *
                                               main->variant.head_dim_pad) * 4);
