@@ -122,10 +122,10 @@ static void bwd_wgmma_variant(int stage, int deterministic, fj__variant *v)
         ** tiles while the last one ends). H200, bf16: deterministic plans, one launch in place
         ** of the runs (the same sums in the same order), 0.97-1.11x, median 1.03x; otherwise
         ** 1.04-1.09x at d 64 where every key block has the same work, 0.98-1.01x at d 128 and
-        ** 0.69-0.99x causal, so only there. Not for packed sequences (their item spills 8
-        ** bytes at d 64). */
+        ** 0.69-0.99x causal, so only there. Not for packed sequences or soft-capping (their
+        ** items spill 4-16 bytes at d 64 and 128). */
         const int uniform = !v->local_mask && !v->block_mask && !v->mask_mod;
-        v->persistent = v->producer && !v->varlen &&
+        v->persistent = v->producer && !v->varlen && !v->softcap &&
                         (deterministic ||
                          (uniform && v->head_dim_pad <= 64 && v->head_dim_v_pad <= 64));
         v->tile_m = v->head_dim_pad <= 64 && v->head_dim_v_pad <= 64 && light_elements ? 128 : 64;
