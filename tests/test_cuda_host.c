@@ -293,12 +293,16 @@ static void test_backward_stages(void **state)
 }
 
 /* The deterministic backward on sm_90a with few (batch, kv head) pairs and many keys: its dk/dv
-** stage launched in runs one after another on the call's stream, each the same grid, each with
-** its own parameter block (its first key block), the cast after them. */
-static void test_deterministic_runs(void **state)
+** stage is one persistent launch of `slices` blocks a (batch, kv head), each taking its key
+** blocks in turn; with FLASHJIT_BWD_CONFIG=persistent=0 it is launched in runs one after another
+** on the call's stream, each the same grid, each with its own parameter block (its first key
+** block). The cast comes after them. */
+static void deterministic_launches(int persistent)
 {
-    (void)state;
+    if (!persistent)
+        setenv("FLASHJIT_BWD_CONFIG", "persistent=0", 1); /* read when a context is made */
     fj_context *ctx = stub_context("90");
+    unsetenv("FLASHJIT_BWD_CONFIG");
     assert_non_null(ctx);
     request r, g;
     request_make(ctx, &r, 2, 200, 3000, 4, 2, 64, 64, 0);
@@ -324,12 +328,26 @@ static void test_deterministic_runs(void **state)
         last = i;
         runs++;
     }
-    printf("  %d runs of %u blocks a (batch, kv head)\n", runs, stub.launch_at(first)->grid[0]);
-    assert_true(runs >= 2 && last == first + runs - 1);
+    const fjstub_launch *l = stub.launch_at(first);
+    printf("  %s: %d launches of %u blocks a (batch, kv head)\n",
+           persistent ? "persistent" : "runs", runs, l->grid[0]);
+    /* 3000 keys are 24 key blocks of 128: more than the slices */
+    assert_true(l->grid[0] >= 2 && l->grid[0] < 24 && l->grid[1] == 2 && l->grid[2] == 2);
+    if (persistent)
+        assert_int_equal(runs, 1);
+    else
+        assert_true(runs >= 2 && last == first + runs - 1);
     assert_string_equal(stub.launch_at(last + 1)->function, "fj_attn_bwd_dq_store");
     request_free(ctx, &r);
     request_free(ctx, &g);
     fj_context_destroy(ctx);
+}
+
+static void test_deterministic_launches(void **state)
+{
+    (void)state;
+    deterministic_launches(1);
+    deterministic_launches(0);
 }
 
 /* The f32 SIMT forward at d 320 / dv 64 with a mask_mod, on sm_89 and sm_90: its K and V tiles
@@ -483,7 +501,7 @@ int main(void)
         cmocka_unit_test(test_graph_capture_rules),
         cmocka_unit_test(test_wide_decode_routing),
         cmocka_unit_test(test_backward_stages),
-        cmocka_unit_test(test_deterministic_runs),
+        cmocka_unit_test(test_deterministic_launches),
         cmocka_unit_test(test_simt_forward_fits_static_shared_memory),
         cmocka_unit_test(test_compile_errors_name_their_cause),
     };
