@@ -192,9 +192,9 @@ FJ__PARAM_STRUCT(fj__decode_params, FJ__DECODE_PARAMS);
 ** x (one, by atomics; deterministic: see dq_slices in bwd.c); stage 2's first key block (its
 ** launch's blockIdx.x 0: a run's); with a persistent stage 2, the key blocks of a (batch, kv
 ** head), whose items its blocks take in turn (0: a block an item), and whether a block's items
-** add into dQ's sum one after another (deterministic plans); the bias's gradient (f32; NULL: not asked for) with its
-** batch, head and row strides, element count and batch, head and row extents (1: summed over);
-** the softmax scale (natural units: dS's factor). */
+** add into dQ's sum one after another (deterministic plans); the bias's gradient (f32; NULL:
+** not asked for) with its batch, head and row strides, element count and batch, head and row
+** extents (1: summed over); the softmax scale (natural units: dS's factor). */
 #define FJ__BWD_PARAMS(X, T)                                                                       \
     X(T, BLOCK, fwd, fj__fwd_params)                                                               \
     X(T, PTR, dout, "const o_t")                                                                   \

@@ -146,8 +146,10 @@
 % function bwd_dkdv_block(item)
     const int g = lane / 4, t = lane % 4; /* row group and column pair of the fragments */
 %   if item then
-    const int pair = (${item}) / P.key_blocks + blockIdx.y + blockIdx.z * heads_kv; /* (batch, kv head) */
-    const int n0 = (${item}) % P.key_blocks * BN, head_kv = pair % heads_kv, batch = pair / heads_kv;
+    /* (batch, kv head) pair, and the keys */
+    const int pair = (${item}) / P.key_blocks + blockIdx.y + blockIdx.z * heads_kv;
+    const int n0 = (${item}) % P.key_blocks * BN;
+    const int head_kv = pair % heads_kv, batch = pair / heads_kv;
 %   else
     const int n0 = (P.key_block0 + blockIdx.x) * BN, head_kv = blockIdx.y, batch = blockIdx.z;
 %   end
