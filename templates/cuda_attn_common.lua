@@ -27,7 +27,10 @@
     if (window_right >= 0)
         n_hi = imin(seqlen_k, imin(seqlen_q, m0 + BM) + shift + window_right);
 % end
-    const int nb_lo = n_lo / BN, nb_hi = (n_hi + BN - 1) / BN;
+    /* Rows far below the band (causal with seqlen_q beyond seqlen_k by a tile and two key
+    ** tiles) have n_hi <= -2 BN + 1, whose rounding up would give fewer key tiles than none: an
+    ** empty band is [nb_lo, nb_lo) (callers count tiles as nb_hi - nb_lo). */
+    const int nb_lo = n_lo / BN, nb_hi = imax(nb_lo, (n_hi + BN - 1) / BN);
 % end
 
 % -- Inside a loop over the thread's rows: the offsets [lo, hi] from column col0 of the keys
