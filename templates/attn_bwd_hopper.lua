@@ -238,10 +238,12 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
 
 % -- The producer's warpgroup (with `producer`): its first warp fills slot n % STAGES with the
 % -- block's n-th live tile once the computing threads freed the slot's previous one, and copies
-% -- each item's K and V after the item's first STAGES tiles (whose slots the last item's tiles
-% -- free, so they load while the last item ends), once the computing threads are done with the
-% -- last item's K and V (KV_EMPTY, persistent). Then it leaves, and the computing warpgroups
-% -- take its registers (`consumer_regs`). Goes after bwd_hopper_barriers().
+% -- K and V of the block's first item with work before its tiles (the computing threads wait
+% -- for them first), and of each later item after the item's first STAGES tiles (whose slots
+% -- the last item's tiles free, so they load while the last item ends), once the computing
+% -- threads are done with the last item's K and V (KV_EMPTY, persistent). Then it leaves, and
+% -- the computing warpgroups take its registers (`consumer_regs`). Goes after
+% -- bwd_hopper_barriers().
 % function bwd_hopper_producer()
     if (wg < 0) {
         regs_dec<24>();
@@ -256,17 +258,22 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
                         mbar_wait(bar(EMPTY, n % STAGES), (n / STAGES - 1) & 1);
                     fill(i, n++);
                 };
-                int i = live_from(0);
-                for (; i < count && n < n_first + STAGES; i = live_from(i + 1))
-                    fill_next(i);
-                if (n > n_first) {
-%   if persistent > 0 then
-                    if (kv_loads > 0)
-                        mbar_wait(bar(KV_EMPTY, 0), (kv_loads - 1) & 1);
-%   end
+                auto copy_kv = [&]() {
                     if (lane == 0)
                         load_kv();
                     kv_loads++;
+                };
+                /* (n_first == 0: no item before this one had tiles, so no K and V are in use) */
+                int i = live_from(0);
+                if (n_first == 0 && i < count)
+                    copy_kv();
+                for (; i < count && n < n_first + STAGES; i = live_from(i + 1))
+                    fill_next(i);
+                if (n > n_first && n_first > 0) {
+%   if persistent > 0 then
+                    mbar_wait(bar(KV_EMPTY, 0), (kv_loads - 1) & 1);
+%   end
+                    copy_kv();
                 }
                 for (; i < count; i = live_from(i + 1))
                     fill_next(i);
