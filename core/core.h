@@ -57,9 +57,11 @@ int fj__size_on_field_end(size_t size, const size_t *ends, int n, size_t whole);
 double fj__now_ms(void);
 
 /* Event logging to stderr, chosen by $FLASHJIT_LOG (read once): "info" reports where each
-** kernel came from (compiled, and why, or loaded from a cache) and what it cost; anything else
-** or unset, nothing. fj__log_info is cheap to call when logging is off. */
+** kernel came from (compiled, and why, or loaded from a cache) and what it cost; "debug" that
+** and each launch, before it is issued (with CUDA_LAUNCH_BLOCKING=1 the last line names a
+** kernel that hangs); anything else or unset, nothing. Both are cheap to call when off. */
 int fj__log_info_enabled(void);
+int fj__log_debug_enabled(void);
 void fj__log_info(const char *fmt, ...) FJ_PRINTF(1, 2);
 /* ---- hashes and signatures (crypto.c, on libsodium) ---------------------------------------- */
 

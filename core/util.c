@@ -120,14 +120,25 @@ double fj__now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
+/* $FLASHJIT_LOG as a level: 0 off, 1 info, 2 debug. */
+static int log_level(void)
+{
+    static int level = -1; /* racy first read is benign: every thread computes the same */
+    if (level < 0) {
+        const char *name = getenv("FLASHJIT_LOG");
+        level = !name ? 0 : !strcmp(name, "debug") ? 2 : !strcmp(name, "info") ? 1 : 0;
+    }
+    return level;
+}
+
 int fj__log_info_enabled(void)
 {
-    static int enabled = -1; /* racy first read is benign: every thread computes the same */
-    if (enabled < 0) {
-        const char *level = getenv("FLASHJIT_LOG");
-        enabled = level && (!strcmp(level, "info") || !strcmp(level, "debug"));
-    }
-    return enabled;
+    return log_level() >= 1;
+}
+
+int fj__log_debug_enabled(void)
+{
+    return log_level() >= 2;
 }
 
 void fj__log_info(const char *fmt, ...)

@@ -166,6 +166,11 @@ fj_status fj__plan_run(fj_context *ctx, const fj__plan *plan, const void *reques
                                   .params = params,
                                   .params_size = layout->size,
                                   .layout = layout};
+            if (fj__log_debug_enabled())
+                fj__log_info("launch %s (%s, step %d, run %d of %d): grid %u x %u x %u, block %u",
+                             fj__variant_entry(&s->variant), fj__variant_path(&s->variant), i,
+                             run + 1, s->runs > 1 ? s->runs : 1, l.grid[0], l.grid[1], l.grid[2],
+                             l.block[0]);
             st = ctx->ops->launch(ctx->backend, k->handle, &l, stream);
         }
         if (st != FJ_OK)

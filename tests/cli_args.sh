@@ -107,6 +107,10 @@ if "$cli" info 2>/dev/null | grep -qE "^backend opencl: [1-9]"; then
         --tokens 600
     expect 0 "1 shapes tuned, 0 failed" tune --backend opencl --cache "$tmp/fp8.db" \
         --dtype e5m2 --head-dim 16 --seqlen 64 --causal 1 --hidden 32 --tokens 64
+    # FLASHJIT_LOG=debug names each launch before it is issued (the backward's stages too)
+    FLASHJIT_LOG=debug expect 0 "launch fj_attn_bwd_dkdv (opencl.bwd.simt, step 1, run 1 of 1)" \
+        run --backend opencl --cache :memory: --seqlen 40 --head-dim 16 --heads 2 --backward \
+        --reps 1
 fi
 expect 2 "--dtype takes bf16, f16, f32, e4m3 or e5m2, not 'e3m4'" tune --dtype e3m4
 expect 2 "FP8 inputs have no backward and no paged cache" tune --dtype e4m3 --backward

@@ -90,7 +90,7 @@ static int usage(FILE *f)
         "  FLASHJIT_BWD_CONFIG  the backward's tile overrides, e.g. warps=8,tile_m=32\n"
         "  FLASHJIT_TUNE     never | on_miss: tune the first call of each shape bucket\n"
         "  FLASHJIT_LOG      info: a line on stderr for each kernel compiled (and what it\n"
-        "                    cost) or loaded from a cache\n"
+        "                    cost) or loaded from a cache; debug: also each launch\n"
         "  FLASHJIT_DUMP     a folder: each compile's source, options, log and key\n"
         "\n"
         "exit status: 0 success (PASS), 1 a check failed (FAIL), 2 bad usage or arguments,\n"
