@@ -370,20 +370,23 @@ static void test_dbias(void **state)
 }
 
 /* Packed sequences of different lengths (one without queries), with seqused_k (the keys past
-** it get zero gradients), causal, windows, a mask_mod. */
+** it get zero gradients), causal, windows, a mask_mod; each with dq by atomics and
+** deterministic. */
 static void test_varlen(void **state)
 {
-    fjh_case cases[4];
-    for (int i = 0; i < 4; i++) {
-        cases[i] = bwd_case(40 + 13 * i, 70, 4, 2, 32,
-                            i == 2 ? FJ_DTYPE_F32 : i == 3 ? FJ_DTYPE_F16 : FJ_DTYPE_BF16);
+    fjh_case cases[8];
+    for (int i = 0; i < 8; i++) {
+        const int kind = i % 4;
+        cases[i] = bwd_case(40 + 13 * kind, 70, 4, 2, 32,
+                            kind == 2 ? FJ_DTYPE_F32 : kind == 3 ? FJ_DTYPE_F16 : FJ_DTYPE_BF16);
         cases[i].batch = 4;
-        cases[i].varlen = 1 + i % 2;
-        cases[i].desc.causal = i == 1;
-        cases[i].desc.window_left = i == 2 ? 7 : -1;
-        cases[i].desc.mask_mod = i == 3 ? "k % 2 == 0 || q == k" : NULL;
+        cases[i].varlen = 1 + kind % 2;
+        cases[i].desc.causal = kind == 1;
+        cases[i].desc.window_left = kind == 2 ? 7 : -1;
+        cases[i].desc.mask_mod = kind == 3 ? "k % 2 == 0 || q == k" : NULL;
+        cases[i].desc.deterministic = i >= 4;
     }
-    run_cases(state, cases, 4);
+    run_cases(state, cases, 8);
 }
 
 /* Ten runs of the same deterministic backward of S rows at head dim D give the same bits, in
