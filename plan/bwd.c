@@ -228,6 +228,12 @@ static void bwd_variant(const fj__features *f, const fj_device_info *dev, const 
         apply_bwd_config(config, dev, v);
 }
 
+/* The key blocks of one (batch, kv head): stage 2's blocks (or a persistent grid's items). */
+static int64_t bwd_key_blocks(int64_t seqlen_k, const fj__variant *v)
+{
+    return (seqlen_k + v->tile_n - 1) / v->tile_n;
+}
+
 /* The slices of dq's f32 sum for the dk/dv stage v of f on dev: one, added by atomics in any
 ** order, unless deterministic on Hopper. There the stage runs in turns (runs) of `slices` key
 ** blocks a (batch, kv head), key block r * slices + j of run r adding into slice j, so that each
@@ -247,7 +253,7 @@ static int32_t dq_slices(const fj__features *f, const fj__variant *v, const fj_d
         return 1;
     const int64_t units = f->batch * f->heads_kv;
     const int64_t sms = dev->compute_units > 0 ? dev->compute_units : 1;
-    const int64_t key_blocks = (f->seqlen_k + v->tile_n - 1) / v->tile_n;
+    const int64_t key_blocks = bwd_key_blocks(f->seqlen_k, v);
     int32_t best = 1;
     double best_cost = 0;
     for (int32_t s = 1; s <= MAX_DQ_SLICES && s <= key_blocks; s++) {
@@ -329,20 +335,20 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, co
         const int64_t n = stage == 2 ? f->seqlen_k : stage == 4 ? f->dbias_elements : f->seqlen_q;
         const int32_t tile = stage == 2 ? v->tile_n : v->tile_m;
         s->grid[0] = (uint32_t)((n + tile - 1) / tile);
-        if (stage == 2 && f->deterministic && plan->bwd.dq_acc >= 0 && v->persistent) {
+        s->grid[1] = (uint32_t)(stage == 4 ? 1 : stage == 2 ? f->heads_kv : f->heads_q);
+        s->grid[2] = (uint32_t)(stage == 4 ? 1 : f->batch);
+        const int sliced = stage == 2 && f->deterministic && plan->bwd.dq_acc >= 0;
+        if (sliced && v->persistent) {
             /* one launch: block x of each (batch, kv head) takes key blocks x, x + slices, ...
             ** in order, into slice x (attn_bwd_hopper.lua's items) */
             s->grid[0] = (uint32_t)plan->bwd.dq_slices;
-        } else if (stage == 2 && f->deterministic && plan->bwd.dq_acc >= 0) { /* runs: dq_slices */
+        } else if (sliced) { /* runs of dq_slices key blocks */
             s->runs = (int32_t)((s->grid[0] + plan->bwd.dq_slices - 1) / plan->bwd.dq_slices);
             s->grid[0] = (uint32_t)plan->bwd.dq_slices;
             /* a run launches while the one before it ends, and waits for its sums (the
             ** kernel: attn_bwd_wgmma.cu.lua) */
             s->overlap_previous = 1;
-        }
-        s->grid[1] = (uint32_t)(stage == 4 ? 1 : stage == 2 ? f->heads_kv : f->heads_q);
-        s->grid[2] = (uint32_t)(stage == 4 ? 1 : f->batch);
-        if (stage == 2 && v->persistent && !f->deterministic) {
+        } else if (stage == 2 && v->persistent && !f->deterministic) {
             /* a block an SM, each taking every grid[0]-th item */
             const uint64_t items = (uint64_t)s->grid[0] * s->grid[1] * s->grid[2];
             const uint64_t sms = dev->compute_units > 0 ? (uint64_t)dev->compute_units : 1;
@@ -423,7 +429,7 @@ fj_status fj__bwd_fill(const fj__plan *plan, int i, int run, const fj__bwd_probl
     B->dq_slices = plan->bwd.dq_slices;
     B->dq_slice = plan->bwd.dq_slices > 1 ? plan->bwd.dq_slice : 0;
     B->key_block0 = run * (int32_t)plan->steps[i].grid[0];
-    B->key_blocks = v->persistent ? (int32_t)((p->f.seqlen_k + v->tile_n - 1) / v->tile_n) : 0;
+    B->key_blocks = v->persistent ? (int32_t)bwd_key_blocks(p->f.seqlen_k, v) : 0;
     B->dq_ordered = v->persistent && p->f.deterministic;
     int64_t *strides[4] = {&B->do_sb, &B->dq_sb, &B->dk_sb, &B->dv_sb};
     for (int t = 0; t < 4; t++)
