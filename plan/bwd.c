@@ -89,6 +89,12 @@ static int wgmma_serves(const fj__features *f, const fj_device_info *dev, const 
 ** with 128, 1.11-1.18x with 64; at d 128 the two within 1 %). */
 static void bwd_wgmma_variant(int stage, int deterministic, fj__variant *v)
 {
+    const int score_mod = v->score_mod && v->score_mod[0];
+    /* Stage 2: a producer warpgroup copies, and the two computing warpgroups take its registers
+    ** (240 each; H200, bf16: 0.99-1.08x over both computing and refilling at d <= 128, most at
+    ** 16k; 1.04-1.07x on the split kernel at d 256), except where the element pass reads a tensor of its own (a mask tensor, ranges, a
+    ** bias) or a score_mod and its derivative: those spill at 240 (the offline spill test). */
+    const int producer = stage == 2 && !v->mask_tensor && !v->mask_ranges && !v->bias && !score_mod;
     v->path = FJ__PATH_WGMMA;
     v->head_dim_pad = fj__round_up(v->head_dim_pad, 64);
     v->head_dim_v_pad = fj__round_up(v->head_dim_v_pad, 64);
@@ -101,17 +107,15 @@ static void bwd_wgmma_variant(int stage, int deterministic, fj__variant *v)
         v->head_dim_pad = fj__round_up(v->head_dim_pad, 128);
         v->head_dim_v_pad = fj__round_up(v->head_dim_v_pad, 128);
         v->tile_m = v->tile_n = 64;
+        v->producer = producer;
+        v->warps += 4 * v->producer;
+        v->threads = 32 * v->warps;
         v->stages = 2;
         v->grads = 7;
     } else if (stage == 2) {
-        const int score_mod = v->score_mod && v->score_mod[0];
         const int light_elements = !score_mod && !v->softcap && !v->mask_tensor && !v->mask_ranges;
         v->tile_n = 16 * v->warps;
-        /* A producer warpgroup copies, and the two computing warpgroups take its registers (240
-        ** each; H200, bf16: 0.99-1.08x over both computing and refilling, most at 16k), except
-        ** where the element pass reads a tensor of its own (a mask tensor, ranges, a bias) or
-        ** a score_mod and its derivative: those spill at 240 (the offline spill test). */
-        v->producer = !v->mask_tensor && !v->mask_ranges && !v->bias && !score_mod;
+        v->producer = producer;
         /* The element pass split around the products (where the kernel can: no soft-capping,
         ** no score_mod): at d 128 1.01-1.03x the fused pass; at d 64 (128-row tiles) 0.98-0.99x
         ** without a producer and 0.90-0.94x with one (H200). */
@@ -155,7 +159,7 @@ static void apply_bwd_config(const char *config, const fj_device_info *dev, fj__
         ** unless named (which then does not fit). */
         const int names_warps = fj__config_field(config, "warps") != NULL;
         const int names_producer = fj__config_field(config, "producer") != NULL;
-        if (o.stage != 2 || o.path != FJ__PATH_WGMMA || o.d_split)
+        if (o.stage != 2 || o.path != FJ__PATH_WGMMA)
             o.producer = 0; /* (a config is applied to both stages: fj__variant_config) */
         else if (names_producer && !names_warps)
             o.warps += 4 * (o.producer - v->producer);

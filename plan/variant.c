@@ -266,9 +266,10 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
                bwd_tiles_fit_classes(v) &&
                fj__variant_shared_bytes(v) <= dev->local_memory;
     if (v->family == FJ__FAMILY_BWD && v->path == FJ__PATH_WGMMA && v->d_split)
-        /* attn_bwd_wgmma_split.cu.lua: two warpgroups share 64 keys and split the columns of dK
-        ** and dV (halves of whole panels) */
-        return v->stage == 2 && v->warps == 8 && v->threads == 256 && v->tile_m == 64 &&
+        /* attn_bwd_wgmma_split.cu.lua: two computing warpgroups (and a producer's) share 64
+        ** keys and split the columns of dK and dV (halves of whole panels), a block each */
+        return v->stage == 2 && v->warps == 8 + 4 * v->producer && v->threads == 32 * v->warps &&
+               !v->persistent && v->tile_m == 64 &&
                v->tile_n == 64 && (v->grads == 3 || v->grads == 7) && v->stages >= 2 &&
                v->stages <= 4 && v->head_dim_pad % 128 == 0 && v->head_dim_v_pad % 128 == 0 &&
                v->head_dim_pad <= 256 && v->head_dim_v_pad <= 256 && bwd_tiles_fit_classes(v) &&

@@ -167,12 +167,6 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
     const int tb = ${varlen > 0 and "0" or "batch"}; /* the tensors' batch (packed: one) */
 % end
 
-% -- The block of a kernel with one item a block: shared parts, then the item's.
-% function bwd_hopper_block(family)
-% bwd_hopper_shared(family)
-% bwd_hopper_item()
-% end
-
 % -- ---- the ring: slots of Q and dO tiles, each guarded by a full and an empty mbarrier ----
 % -- A slot is filled by one warp: Q and dO by bulk tensor copies (TMA) from its lane 0, the rows'
 % -- lse2 and D (stage 1 writes both) by cp.async, a word a lane. With a producer its first warp
@@ -297,15 +291,6 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
         }
         refill = next_live(refill);
     }
-% end
-
-% -- The barriers, `i` (the first live item) and the first fills, for a kernel without a
-% -- producer that serves one item a block (after bwd_hopper_block and bwd_hopper_ring_fill).
-% function bwd_hopper_ring_start(barriers_extra)
-%   assert(not producer and persistent == 0, "bwd_hopper_ring_start: one item a block, no producer")
-% bwd_hopper_barriers(barriers_extra)
-    int i = live_from(0);
-% bwd_hopper_first_fills()
 % end
 
 % -- Waits for K and V (where the item has work: the block's `kv_loads`-th copy, counted),

@@ -5,7 +5,10 @@
 % -- thread for dK and dV alone).
 % --
 % -- A block owns BN = 64 keys of one (batch, kv head) and streams tiles of BM = 64 query rows
-% -- of every query head of the group through attn_bwd_hopper.lua's ring. Per tile, warpgroup wg:
+% -- of every query head of the group through attn_bwd_hopper.lua's ring: with `producer`, a
+% -- warpgroup of its own fills it and gives its registers to the two computing warpgroups (240
+% -- each; the plan chooses it where the d <= 128 kernel has one); without, the computing warps
+% -- refill it as they free its slots. Per computing warpgroup wg and tile:
 % --   S^T, dP^T of its QH = 32 queries from m0 + 32 wg    wgmma over d and dv, all 64 keys
 % --   P^T, dS^T                                           attn_bwd_tc.lua's element pass
 % --   P^T and dS^T (keys by queries) and dS (queries by keys) into shared memory, its half
@@ -15,19 +18,21 @@
 % --   with dQ (grads 7): pieces wg, wg + 2, ... of dQ = dS K (64 rows by 64 columns each) into
 % --   the f32 workspace by vector atomics (slice blockIdx.x of it, as attn_bwd_wgmma.cu.lua's:
 % --   deterministic plans add each element of a slice once a run)
-% -- and before the next tile's stores the two meet again (both read this tile's P^T and dS).
+% -- and before the next tile's stores the two meet again (both read this tile's P^T and dS);
+% -- those meetings are named barriers of the computing threads (COMPUTE_THREADS).
 % -- Everything in shared memory is in 64-column panels with the 128-byte swizzle; d and dv are
 % -- padded to multiples of 128 (halves of whole panels), at most 256.
 % --
 % -- Parameters: dtypes (one 16-bit type), head_dim_pad, head_dim_v_pad (128 or 256; the plan
-% -- takes this kernel where one is 256), stage 2, d_split, warps 8, tile_m 64, tile_n 64,
+% -- takes this kernel where one is 256), stage 2, d_split, warps (8, or 12 with producer),
+% -- producer and consumer_regs, tile_m 64, tile_n 64,
 % -- stages (the ring), grads (3, or 7 with dQ), local_mask, softcap, block_mask, varlen, the
 % -- masks' and score terms' (attn_masks.lua), shared_bytes (the host's size), args
 % -- (fj_bwd_tma_params).
 % assert(stage == 2 and d_split, "attn_bwd_wgmma_split: the dk/dv stage, columns split")
-% assert(warps == 8 and tile_m == 64 and tile_n == 64, "attn_bwd_wgmma_split: two warpgroups, 64 x 64 tiles")
+% assert(warps == 8 + (producer and 4 or 0) and tile_m == 64 and tile_n == 64, "attn_bwd_wgmma_split: two computing warpgroups, 64 x 64 tiles")
+% assert(persistent == 0, "attn_bwd_wgmma_split: one item a block")
 % assert(stages >= 2 and stages <= 4, "attn_bwd_wgmma_split: a ring of 2 to 4 slots")
-% assert(not producer, "attn_bwd_wgmma_split: both warpgroups compute (no producer)")
 % assert(head_dim_pad % 128 == 0 and head_dim_v_pad % 128 == 0 and head_dim_pad <= 256 and head_dim_v_pad <= 256, "attn_bwd_wgmma_split: head dims padded to 128 or 256")
 % assert(grads == 3 or grads == 7, "attn_bwd_wgmma_split: dK and dV, and dQ added into the workspace or not")
 % assert(score_mod == "" or score_mod_grad ~= "", "attn_bwd_wgmma_split: score_mod needs score_mod_grad")
@@ -66,7 +71,7 @@ enum Bar : int {
     BARS = EMPTY + STAGES
 };
 static_assert(BARS * 8 + STAGES * 4 <= 128, "the mbarriers' and the counts' bytes");
-/* Named barriers of the block's 256 threads: P^T, dS^T and dS are free to write (both
+/* Named barriers of the computing threads: P^T, dS^T and dS are free to write (both
 ** warpgroups' products of the previous tile landed), and they are whole. */
 enum Named : int { TILES_FREE = 1, TILES_WHOLE = 2 };
 
@@ -148,13 +153,22 @@ fj_attn_bwd_dkdv(
 % params_arg(args, "T")
 )
 {
-% bwd_hopper_block(family)
+% bwd_hopper_shared(family)
     const u32 sPT = sK + PT_OFFSET, sDST = sPT + PT_BYTES; /* P^T, dS^T */
     [[maybe_unused]] const u32 sDS = sDST + PT_BYTES;     /* dS (with dQ) */
+% bwd_hopper_barriers()
+% if producer then
+% bwd_hopper_producer()
+% end
 
+    int n = 0, kv_loads = 0; /* the block's tiles and K/V copies so far */
+% bwd_hopper_items()
+% bwd_hopper_item()
 % bwd_hopper_ring_fill()
-
-% bwd_hopper_ring_start()
+    int i = live_from(0);
+% if not producer then
+% bwd_hopper_first_fills()
+% end
 
     /* ---- warpgroup wg: the block's keys by columns [wg DH, wg DH + DH) of dK and
     ** [wg DVH, wg DVH + DVH) of dV, and queries [m0 + wg QH, m0 + wg QH + QH) of S^T ---------- */
@@ -165,7 +179,6 @@ fj_attn_bwd_dkdv(
 % if want_dq then
     float *dq = nullptr; /* the workspace's rows of the tile's head */
 % end
-    int n = 0, kv_loads = 0;
 % bwd_hopper_kv_wait()
     for (; i < count; i = live_from(i + 1), n++) {
 % bwd_hopper_tile("wg * QH")
@@ -182,14 +195,14 @@ fj_attn_bwd_dkdv(
         u32 pf[QH / 16][4], dsf[QH / 16][4];
         pack_rows<QH / 16>(pf, s);
         pack_rows<QH / 16>(dsf, dp);
-        bar_sync(TILES_FREE, THREADS);
+        bar_sync(TILES_FREE, COMPUTE_THREADS);
         store_keys_by_queries(sPT, pf, warp * 16, wg * QH, lane);
         store_keys_by_queries(sDST, dsf, warp * 16, wg * QH, lane);
 % if want_dq then
         store_ds_transposed<QH / 16>(sDS + wg * QH * 128, dsf, warp * 16, lane);
 % end
         fence_proxy_async(); /* read by wgmma (the async proxy) */
-        bar_sync(TILES_WHOLE, THREADS);
+        bar_sync(TILES_WHOLE, COMPUTE_THREADS);
 
         /* dV += P^T dO, dK += dS^T Q over the warpgroup's columns. */
         wgmma_fence();
@@ -215,4 +228,5 @@ fj_attn_bwd_dkdv(
     }
 
 % bwd_store_dkdv(true, true, true)
+    }
 }

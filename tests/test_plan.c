@@ -321,18 +321,20 @@ static void test_backward_plans(void **state)
         assert_int_equal(dkdv->stage, 2);
         assert_int_equal(dkdv->d_split,
                          dkdv->path == FJ__PATH_WGMMA && (cases[i].d > 128 || cases[i].dv > 128));
-        /* Hopper's unsplit dk/dv kernel has a producer warpgroup (none of these cases reads a
-        ** mask tensor, ranges or a bias in its element pass): 12 warps, 128 keys */
-        const int fed = dkdv->path == FJ__PATH_WGMMA && !dkdv->d_split;
+        /* Hopper's dk/dv kernels have a producer warpgroup (none of these cases reads a mask
+        ** tensor, ranges or a bias in its element pass): 12 warps, 128 keys (the split kernel:
+        ** 64, its two computing warpgroups sharing them) */
+        const int fed = dkdv->path == FJ__PATH_WGMMA;
         assert_int_equal(dkdv->producer, fed);
         if (fed)
-            assert_true(dkdv->warps == 12 && dkdv->threads == 384 && dkdv->tile_n == 128);
-        /* and is persistent where deterministic (one launch in place of runs), or else at d 64
-        ** where every key block has the same work (no mask_mod, block classes, window); not
-        ** with soft-capping */
+            assert_true(dkdv->warps == 12 && dkdv->threads == 384 &&
+                        dkdv->tile_n == (dkdv->d_split ? 64 : 128));
+        /* and the unsplit one is persistent where deterministic (one launch in place of runs),
+        ** or else at d 64 where every key block has the same work (no mask_mod, block classes,
+        ** window); not with soft-capping */
         const int uniform = !f.mask_mod && !f.block_mask && cases[i].d <= 64 && cases[i].dv <= 64;
-        assert_int_equal(dkdv->persistent,
-                         fed && !f.softcap && (cases[i].deterministic || uniform));
+        assert_int_equal(dkdv->persistent, fed && !dkdv->d_split && !f.softcap &&
+                                               (cases[i].deterministic || uniform));
         if (dkdv->persistent && !cases[i].deterministic) /* a block an SM, or one an item */
             assert_true(plan.steps[plan.main_step].runs == 0 &&
                         plan.steps[plan.main_step].grid[0] ==
