@@ -132,6 +132,11 @@ static void bwd_wgmma_variant(int stage, int deterministic, fj__variant *v)
         v->persistent = v->producer && !v->varlen && !v->softcap &&
                         (deterministic ||
                          (uniform && v->head_dim_pad <= 64 && v->head_dim_v_pad <= 64));
+        /* Turns (dq_turns: the key blocks add each query tile's dQ into the one sum in
+        ** key-block order, no slices) only where asked for ("dq_turns=1"). H200, bf16,
+        ** deterministic, turns over slices: d 128 16k 1.09-1.14x (causal 1.16-1.19x), but d 64
+        ** and 1k 0.84-0.93x, and the turns' keeper spills (bench/RESULTS.md). */
+        v->dq_turns = 0;
         v->tile_m = v->head_dim_pad <= 64 && v->head_dim_v_pad <= 64 && light_elements ? 128 : 64;
         v->stages = 2;
         v->grads = 7;
@@ -167,6 +172,8 @@ static void apply_bwd_config(const char *config, const fj_device_info *dev, fj__
             o.producer = 0;
         if (!o.producer && !fj__config_field(config, "persistent"))
             o.persistent = 0; /* a persistent grid needs the producer */
+        if (!o.persistent && !fj__config_field(config, "dq_turns"))
+            o.dq_turns = 0; /* and the turns a persistent grid */
         o.threads = 32 * o.warps;
         if (o.stage == 2) /* d_split: two warpgroups share 64 keys */
             o.tile_n = o.d_split ? 64 : 16 * (o.warps - 4 * o.producer);
@@ -238,6 +245,18 @@ static int64_t bwd_key_blocks(int64_t seqlen_k, const fj__variant *v)
     return (seqlen_k + v->tile_n - 1) / v->tile_n;
 }
 
+/* The blocks of a persistent grid that take turns (dq_turns) for each (batch, kv head) of f,
+** deterministic: as many as fill the SMs once, each taking every one of them-th key block, in
+** order (attn_bwd_hopper.lua's items); a turn waits only for the key block before it. */
+static int32_t turn_blocks(const fj__features *f, const fj__variant *v, const fj_device_info *dev)
+{
+    const int64_t units = f->batch * f->heads_kv;
+    const int64_t sms = dev->compute_units > 0 ? dev->compute_units : 1;
+    const int64_t key_blocks = bwd_key_blocks(f->seqlen_k, v);
+    const int64_t blocks = units >= sms ? 1 : sms / units;
+    return (int32_t)(blocks < key_blocks ? blocks : key_blocks);
+}
+
 /* The slices of dq's f32 sum for the dk/dv stage v of f on dev: one, added by atomics in any
 ** order, unless deterministic on Hopper. There the stage runs in turns (runs) of `slices` key
 ** blocks a (batch, kv head), key block r * slices + j of run r adding into slice j, so that each
@@ -253,7 +272,7 @@ static int64_t bwd_key_blocks(int64_t seqlen_k, const fj__variant *v)
 #define SLICE_BLOCKS 150.0
 static int32_t dq_slices(const fj__features *f, const fj__variant *v, const fj_device_info *dev)
 {
-    if (!f->deterministic || v->path != FJ__PATH_WGMMA)
+    if (!f->deterministic || v->path != FJ__PATH_WGMMA || v->dq_turns)
         return 1;
     const int64_t units = f->batch * f->heads_kv;
     const int64_t sms = dev->compute_units > 0 ? dev->compute_units : 1;
@@ -288,7 +307,7 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, co
     const size_t rows = (size_t)(f->batch * f->heads_q * f->seqlen_q);
     plan->bwd.delta = fj__plan_add_workspace(plan, rows * sizeof(float));
     plan->bwd.lse2 = fj__plan_add_workspace(plan, rows * sizeof(float));
-    plan->bwd.dq_acc = -1;
+    plan->bwd.dq_acc = plan->bwd.dq_turns = -1;
     plan->bwd.dq_slices = 1;
     /* dq added in stage 2 (on tensor cores): its f32 sum is zeroed first, and stage 5 casts it
     ** where stage 3 would compute dq. */
@@ -300,6 +319,12 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, co
         plan->bwd.dq_acc = fj__plan_add_workspace(
             plan, (size_t)plan->bwd.dq_slices * (size_t)plan->bwd.dq_slice * sizeof(float));
         fj__plan_add_step(plan, FJ__STEP_MEMSET)->workspace = plan->bwd.dq_acc;
+        if (dkdv.dq_turns) { /* the turns taken, per (batch, head) and query tile of stage 2 */
+            const size_t tiles = (size_t)((f->seqlen_q + dkdv.tile_m - 1) / dkdv.tile_m);
+            plan->bwd.dq_turns = fj__plan_add_workspace(
+                plan, (size_t)(f->batch * f->heads_q) * tiles * sizeof(int32_t));
+            fj__plan_add_step(plan, FJ__STEP_MEMSET)->workspace = plan->bwd.dq_turns;
+        }
     }
     /* Element masks on tensor cores: classified by 128 x 128 blocks first, as the forward's, so
     ** that the kernels skip empty tiles and read full ones without the masks (dense requests:
@@ -343,9 +368,10 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, co
         s->grid[2] = (uint32_t)(stage == 4 ? 1 : f->batch);
         const int sliced = stage == 2 && f->deterministic && plan->bwd.dq_acc >= 0;
         if (sliced && v->persistent) {
-            /* one launch: block x of each (batch, kv head) takes key blocks x, x + slices, ...
-            ** in order, into slice x (attn_bwd_hopper.lua's items) */
-            s->grid[0] = (uint32_t)plan->bwd.dq_slices;
+            /* one launch: block x of each (batch, kv head) takes key blocks x, x + blocks, ...
+            ** in order, into slice x, or in turns into the one sum (attn_bwd_hopper.lua's
+            ** items) */
+            s->grid[0] = (uint32_t)(v->dq_turns ? turn_blocks(f, v, dev) : plan->bwd.dq_slices);
         } else if (sliced) { /* runs of dq_slices key blocks */
             s->runs = (int32_t)((s->grid[0] + plan->bwd.dq_slices - 1) / plan->bwd.dq_slices);
             s->grid[0] = (uint32_t)plan->bwd.dq_slices;
@@ -434,7 +460,8 @@ fj_status fj__bwd_fill(const fj__plan *plan, int i, int run, const fj__bwd_probl
     B->dq_slice = plan->bwd.dq_slices > 1 ? plan->bwd.dq_slice : 0;
     B->key_block0 = run * (int32_t)plan->steps[i].grid[0];
     B->key_blocks = v->persistent ? (int32_t)bwd_key_blocks(p->f.seqlen_k, v) : 0;
-    B->dq_ordered = v->persistent && p->f.deterministic;
+    B->dq_ordered = v->persistent && p->f.deterministic && !v->dq_turns;
+    B->dq_turns = plan->bwd.dq_turns >= 0 ? ws[plan->bwd.dq_turns] : NULL;
     int64_t *strides[4] = {&B->do_sb, &B->dq_sb, &B->dk_sb, &B->dv_sb};
     for (int t = 0; t < 4; t++)
         for (int a = 0; a < 3; a++)

@@ -229,6 +229,7 @@ FJ__PARAM_STRUCT(fj__decode_params, FJ__DECODE_PARAMS);
     X(T, I32, key_block0, 0)                                                                       \
     X(T, I32, key_blocks, 0)                                                                       \
     X(T, I32, dq_ordered, 0)                                                                       \
+    X(T, PTR, dq_turns, "int")                                                                     \
     X(T, F32, scale, 0)
 FJ__PARAM_STRUCT(fj__bwd_params, FJ__BWD_PARAMS);
 

@@ -95,6 +95,7 @@ typedef struct fj__plan {
     ** head_dim_pad] of dq_slice floats (-1: dq is a stage of its own). */
     struct {
         int delta, lse2, dq_acc;
+        int dq_turns; /* stage 2's turns (dq_turns): an int per (batch, head) and query tile */
         int32_t dq_slices;
         int64_t dq_slice;
     } bwd;

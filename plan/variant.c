@@ -269,7 +269,7 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
         /* attn_bwd_wgmma_split.cu.lua: two computing warpgroups (and a producer's) share 64
         ** keys and split the columns of dK and dV (halves of whole panels), a block each */
         return v->stage == 2 && v->warps == 8 + 4 * v->producer && v->threads == 32 * v->warps &&
-               !v->persistent && v->tile_m == 64 &&
+               !v->persistent && !v->dq_turns && v->tile_m == 64 &&
                v->tile_n == 64 && (v->grads == 3 || v->grads == 7) && v->stages >= 2 &&
                v->stages <= 4 && v->head_dim_pad % 128 == 0 && v->head_dim_v_pad % 128 == 0 &&
                v->head_dim_pad <= 256 && v->head_dim_v_pad <= 256 && bwd_tiles_fit_classes(v) &&
@@ -281,6 +281,9 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
                ** every gridDim.x-th item (persistent) */
                (!v->producer || (v->stage == 2 && v->warps == 12)) &&
                v->persistent <= v->producer &&
+               /* turns count every key block before a tile's: no tile skipped by class */
+               v->dq_turns <= v->persistent &&
+               !(v->dq_turns && (v->block_mask || v->varlen || v->stages > 3)) &&
                (v->stage == 2 ? v->tile_n == 16 * (v->warps - 4 * v->producer) &&
                                     (v->tile_m == 64 || v->tile_m == 128) &&
                                     (v->grads == 3 || v->grads == 7) &&
@@ -435,7 +438,8 @@ int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
                   {"lazy_rescale", offsetof(fj__variant, lazy_rescale), 1, 0, 1},
                   {"d_split", offsetof(fj__variant, d_split), 1, 0, 1},
                   {"bulk", offsetof(fj__variant, bulk), 1, 0, 1},
-                  {"producer", offsetof(fj__variant, producer), 1, 0, 1}};
+                  {"producer", offsetof(fj__variant, producer), 1, 0, 1},
+                  {"dq_turns", offsetof(fj__variant, dq_turns), 1, 0, 1}};
     const char *p = config;
     while (p && *p) {
         if (!strncmp(p, "path=", 5)) {
@@ -576,6 +580,7 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_TPL_PARAMS])
     BOOL_PARAM(split_dv);
     BOOL_PARAM(bulk);
     BOOL_PARAM(producer);
+    BOOL_PARAM(dq_turns);
     INT_PARAM(stage);
     INT_PARAM(grads);
     BOOL_PARAM(paged);

@@ -100,6 +100,9 @@ typedef struct fj__variant {
                           ** from the f32 sum that stage 2 accumulated (grads 4) */
     uint8_t producer;     /* BWD stage 2 on WGMMA: warpgroup 0 copies (TMA) and gives its
                           ** registers to the computing warpgroups; `warps` counts it */
+    uint8_t dq_turns;     /* BWD stage 2 on WGMMA, persistent and deterministic: the key blocks
+                          ** add a query tile's dQ into the one sum in turns, key block order,
+                          ** counted in the workspace (no slices) */
     uint8_t grads;        /* BWD stage 2 on MMA: what the launch writes, the sum of 1 dk, 2 dv
                           ** and 4 dq (added by atomics into an f32 workspace; with dk, whose
                           ** launch forms dS) */

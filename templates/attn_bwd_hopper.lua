@@ -116,6 +116,81 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
 }
 % end
 
+% -- dq_turns (deterministic, one sum): the key blocks of a (batch, kv head) add a query tile's
+% -- dQ in turns, in key-block order, counted per (batch, head) and query tile in P.dq_turns
+% -- (zeroed by the plan). Each computing warp adds one to a tile's count once its additions of
+% -- the tile landed; key block j's turn comes when the count reaches the computing warps' share
+% -- of every key block before it whose band reaches the tile (bwd_dkdv_stream's first_block:
+% -- the bands' ends do not decrease, so those are contiguous). The producer warpgroup's second
+% -- warp, the turns' keeper, waits for each tile's turn in the stream's order and arrives on
+% -- TURN (buffer n % 2, as dS's), so that the computing warps only wait on an mbarrier. A
+% -- computing warp settles a tile's turn two tiles later (one where its tiles' bulk groups
+% -- differ in number) so that it seldom waits for its additions to land, and at its item's end;
+% -- key blocks then run about two tiles apart. No turn waits for a later key block, and a block
+% -- takes its key blocks in order, so the oldest key block at work can always go on.
+% -- bwd_hopper_turns(): the computing warps' part, in the item before the dQ additions:
+% -- settle_turns(all) before a tile's additions (all: at the item's end) and take_turn(head,
+% -- m0) once its turn came. bwd_hopper_turn_keeper(): the keeper's loop (a warp of the
+% -- producer's warpgroup). Opt-in (the plan's dq_turns; bench/RESULTS.md says why).
+%
+% -- The index in P.dq_turns of the count of query tile m0 (C expressions) of query head head.
+% local function turn_at(head, m0)
+%   return "(batch * heads_q + " .. head .. ") * ((seqlen_q + BM - 1) / BM) + " .. m0 .. " / BM"
+% end
+% function bwd_hopper_turns()
+    /* The counts of the warp's tiles whose turns are not settled: its last (turn_last) and, where
+    ** it adds each tile in the same number of bulk groups (TILE_GROUPS), the one before
+    ** (turn_older), so that it waits only for the additions a tile older than its last. */
+    constexpr int TILE_GROUPS = DQ_PIECES % NWG == 0 ? DQ_PIECES / NWG : 0;
+    int turn_last = -1, turn_older = -1;
+    auto settle = [&](int turn) { /* after the additions of tile `turn` landed */
+        if (turn >= 0 && lane == 0) {
+            fence_proxy_async_global(); /* (made by the async proxy) before the count moves */
+            red_release_add(P.dq_turns + turn, 1);
+        }
+    };
+    /* Before a tile's additions: settles the turns whose additions are due to have landed
+    ** (with `all`, every turn: the item's end). */
+    auto settle_turns = [&](bool all) {
+        if (lane == 0) {
+            if (TILE_GROUPS > 0 && !all)
+                bulk_wait<TILE_GROUPS>();
+            else
+                bulk_wait<0>();
+        }
+        settle(turn_older);
+        turn_older = -1;
+        if (TILE_GROUPS == 0 || all) {
+            settle(turn_last);
+            turn_last = -1;
+        }
+    };
+    /* Query tile m0 of query head `head`, whose turn came, is the warp's last. */
+    auto take_turn = [&](int head, int m0) {
+        turn_older = turn_last;
+        turn_last = ${turn_at("head", "m0")};
+    };
+% end
+
+% function bwd_hopper_turn_keeper()
+            int n = 0; /* the block's tiles so far */
+% bwd_hopper_items()
+% bwd_hopper_item()
+                for (int i = live_from(0); i < count; i = live_from(i + 1), n++) {
+                    const int head = head_kv * group + i / tiles, m0 = (mb_lo + i % tiles) * BM;
+                    if (n >= 2) /* the computing warps are past tile n - 2's turn */
+                        mbar_wait(bar(DS_EMPTY, n & 1), ((n >> 1) & 1) ^ 1);
+                    if (lane == 0) {
+                        const int due = (COMPUTE_THREADS / 32) * (n0 / BN - first_block(m0));
+                        while (ld_acquire(P.dq_turns + ${turn_at("head", "m0")}) < due)
+                            __nanosleep(32);
+                        mbar_arrive(bar(TURN, n & 1));
+                    }
+                    __syncwarp();
+                }
+            }
+% end
+
 % -- ---- the block ----------------------------------------------------------------------------
 % -- bwd_hopper_shared(family): the family's parameters (P, the `bwd` block of the kernel's
 % -- argument T, whose layout is `family`, unpacked), the shared memory (aligned to 1024 bytes:
@@ -274,6 +349,11 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
             }
             cp_async_wait_all(); /* its lse2 and D copies landed before the warp leaves */
         }
+%   if dq_turns then
+        if (warp == 1) { /* the turns' keeper */
+% bwd_hopper_turn_keeper()
+        }
+%   end
         return;
     }
     regs_inc<${consumer_regs}>();

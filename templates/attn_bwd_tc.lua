@@ -175,7 +175,9 @@
     const elem_t *dout = P.dout + batch * P.do_sb + (long long)q_first * P.do_ss;
     const float *delta = P.delta + (long long)batch * heads_q * d_rows;
 
-    /* The query rows [m_lo, m_hi) that may see one of the block's keys. */
+    /* The query rows [m_lo, m_hi) that may see one of the block's keys; first_block(m), for a
+    ** row m below the block's m_hi, the first key block whose m_hi is beyond m (m_hi's inverse:
+    ** key block j's is past m where (j + 1) BN - shift + window_left > m). */
     int m_lo = 0, m_hi = seqlen_q;
 %   if local_mask then
     const int shift = seqlen_k - seqlen_q;
@@ -183,6 +185,11 @@
         m_lo = imax(0, n0 - shift - window_right);
     if (window_left >= 0)
         m_hi = imin(seqlen_q, imin(seqlen_k, n0 + BN) - 1 - shift + window_left + 1);
+    [[maybe_unused]] auto first_block = [&](int m) {
+        return window_left >= 0 ? imax(0, m + shift - window_left) / BN : 0;
+    };
+%   else
+    [[maybe_unused]] auto first_block = [&](int) { return 0; };
 %   end
     const int mb_lo = m_lo / BM, tiles = imax(0, (m_hi + BM - 1) / BM - mb_lo);
     /* (head, query tile) pairs, heads outermost; none for keys past seqlen_k (zero gradients). */

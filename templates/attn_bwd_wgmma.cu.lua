@@ -22,7 +22,8 @@
 % -- transposed) is added into the f32 workspace: each warp stages its rows of a piece in shared
 % -- memory and adds them by two bulk tensor reductions (tm_dq_acc; no per-element atomics), into
 % -- slice blockIdx.x of the sum (one slice: slice 0; deterministic plans: a launch, or run, adds
-% -- each element of a slice once, and runs follow each other). A tile's dQ runs in the next tile's
+% -- each element of a slice once, and runs follow each other; or, with dq_turns, the key blocks
+% -- add each query tile into the one sum in turns, attn_bwd_hopper.lua's bwd_hopper_turns). A tile's dQ runs in the next tile's
 % -- iteration, once its dS is whole: the warpgroups meet only there and at the slots (mbarriers,
 % -- no block barrier), so they drift apart and one's element pass runs under the other's
 % -- products. Packed sequences: rows that the bulk copies read from the next sequence are
@@ -42,8 +43,9 @@
 % -- and consumer_regs, stages (stage 2's ring), tile_m and tile_n (stage 2:
 % -- BM 64 or 128, BN 64 * NWG; stage 3: BM 64 * NWG, BN a multiple of 16), grads (stage 2: 3,
 % -- or 7 with dQ), local_mask, softcap, block_mask, varlen, the masks' and score terms'
-% -- (attn_masks.lua), shared_bytes (the host's size), args (stage 2: fj_bwd_tma_params, the
-% -- family's block with the tensor maps; stage 3: fj_bwd_params).
+% -- (attn_masks.lua), dq_turns (stage 2, persistent), shared_bytes (the host's size), args
+% -- (stage 2: fj_bwd_tma_params, the family's block with the tensor maps; stage 3:
+% -- fj_bwd_params).
 % assert(stage == 2 or stage == 3, "attn_bwd_wgmma: stage 2 (dkdv) or 3 (dq)")
 % local NWG = warps // 4 - (producer and 1 or 0) -- the computing warpgroups
 % local owned = stage == 2 and tile_n or tile_m -- the block's own rows: keys, or query rows
@@ -56,6 +58,7 @@
 % assert((stage == 2 and (grads == 3 or grads == 7)) or (stage == 3 and grads == 0), "attn_bwd_wgmma: dK and dV, and dQ added into the workspace or not")
 % assert(score_mod == "" or score_mod_grad ~= "", "attn_bwd_wgmma: score_mod needs score_mod_grad")
 % assert(not block_mask or (128 % tile_m == 0 and 128 % tile_n == 0), "attn_bwd_wgmma: block classes need tiles that divide 128")
+% assert(not dq_turns or (stage == 2 and producer and persistent > 0 and grads == 7 and not block_mask and varlen == 0 and stages <= 3), "attn_bwd_wgmma: turns for a persistent dk/dv stage with a producer adding dQ, every tile of the band streamed, dense")
 % local want_dq = grads >= 4
 % include("attn_bwd_hopper.lua")
 % -- Stage 2's element pass in two halves around the products (P^T beside dP^T's, dS^T beside
@@ -101,7 +104,9 @@ enum Bar : int {
     EMPTY = FULL + STAGES,    /* slot s is read: every computing thread's (after its own reads) */
     DS_FULL = EMPTY + STAGES, /* dS buffer b is whole: every thread's stores */
     DS_EMPTY = DS_FULL + 2,   /* dS buffer b is read by the dQ products: one arrival per warp */
-    BARS = DS_EMPTY + 2
+    TURN = DS_EMPTY + 2,      /* (dq_turns) the turn of the tile whose dS is in buffer b came:
+                              ** the turns' keeper */
+    BARS = TURN + ${dq_turns and 2 or 0}
 };
 static_assert(BARS * 8 + STAGES * 4 <= 128, "the mbarriers' and the counts' bytes");
 /* The named barrier of the computing threads between items (persistent, deterministic). */
@@ -232,6 +237,9 @@ fj_attn_bwd_dkdv(
         for (int b = 0; b < 2; b++) {
             mbar_init(bar(DS_FULL, b), 128 * NWG);
             mbar_init(bar(DS_EMPTY, b), 4 * NWG);
+%   if dq_turns then
+            mbar_init(bar(TURN, b), 1);
+%   end
         }
 % end)
 % if producer then
@@ -256,11 +264,21 @@ fj_attn_bwd_dkdv(
 % if want_dq then
     /* Adds tile n's dQ pieces of this warpgroup into the workspace, once its dS is whole (both
     ** warpgroups wrote theirs); then the warp frees dS buffer n % 2. */
+%   if dq_turns then
+% bwd_hopper_turns()
+%   end
     auto add_dq = [&](int n, int head, int m0) {
         const int b = n & 1;
         const u32 staged = sK + DQ_OFFSET + wg * DQ_BYTES + warp * DQ_WARP_BYTES; /* the warp's rows */
         if (n == 0)
             grid_wait_previous(); /* the run before this one added its dQ */
+%   if dq_turns then
+        settle_turns(false);
+        mbar_wait(bar(TURN, b), (n >> 1) & 1);
+        if (lane == 0)
+            fence_proxy_async_global(); /* the additions (async proxy) after the count's read */
+        take_turn(head, m0);
+%   end
         for (int piece = first_dq_piece(n, wg); piece < DQ_PIECES; piece += NWG) {
             float acc[8][4];
             mbar_wait(bar(DS_FULL, b), (n >> 1) & 1);
@@ -341,6 +359,9 @@ fj_attn_bwd_dkdv(
 % if want_dq then
     if (n > n_first)
         add_dq(n - 1, dq_head, dq_m0);
+%   if dq_turns then
+    settle_turns(true);
+%   end
 % end
 % if persistent > 0 then
     if (n > n_first) /* the item's K and V are read (its last products waited for) */

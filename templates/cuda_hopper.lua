@@ -76,6 +76,23 @@ __device__ __forceinline__ void st_shared_zero16(u32 addr)
 {
     asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(0) : "memory");
 }
+/* Orders this thread's global-memory accesses by the generic proxy and by the async proxy (bulk
+** copies and reductions) with each other. */
+__device__ __forceinline__ void fence_proxy_async_global()
+{
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+}
+/* A count in global memory read with acquire and added to with release (GPU scope). */
+__device__ __forceinline__ int ld_acquire(const int *p)
+{
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void red_release_add(int *p, int v)
+{
+    asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
 /* Orders this thread's shared-memory writes before later reads by the async proxy (wgmma, TMA). */
 __device__ __forceinline__ void fence_proxy_async()
 {

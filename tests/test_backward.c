@@ -182,7 +182,8 @@ static void test_shapes_and_options(void **state)
 ** kernels, with dq added by atomics (the default) and deterministic (dq a stage of its own, or
 ** on Hopper added in runs into slices of its sum):
 ** on the default kernels (Hopper's dk/dv kernel on sm_90a where it serves, mma.sync elsewhere),
-** and, on sm_90a, again with FLASHJIT_BWD_CONFIG=path=mma (the mma.sync kernels). */
+** and, on sm_90a, again with FLASHJIT_BWD_CONFIG=path=mma (the mma.sync kernels), and
+** deterministic with FLASHJIT_BWD_CONFIG=dq_turns=1. */
 static void test_tensor_core_tiles(void **state)
 {
     if (FJ_TEST_BACKEND != FJ_BACKEND_CUDA) {
@@ -265,6 +266,13 @@ static void test_tensor_core_tiles(void **state)
         cases[i].desc.deterministic = (int32_t)(i % 2);
     run_cases_in(mma, cases, n, "cuda.bwd.mma");
     fj_context_destroy(mma);
+    /* Deterministic in turns (FLASHJIT_BWD_CONFIG=dq_turns=1: the key blocks add into the one
+    ** sum of dq in key-block order; where the config does not fit, the default plan). */
+    fj_context *turns = suite_context_with_env("FLASHJIT_BWD_CONFIG", "dq_turns=1");
+    for (size_t i = 0; i < n; i++)
+        cases[i].desc.deterministic = 1;
+    run_cases_in(turns, cases, n, "cuda.bwd.wgmma|cuda.bwd.mma");
+    fj_context_destroy(turns);
 }
 
 /* Every mask kind and score term alone and in pairs; a row that sees no key (zero gradients). */
@@ -503,6 +511,10 @@ static void test_bit_identical_runs(void **state)
     if (FJ_TEST_BACKEND == FJ_BACKEND_CUDA) { /* the SIMT stages take seconds there on a CPU */
         bit_identical_runs(ctx, FJ_DTYPE_BF16, 4000, 40);
         bit_identical_runs(ctx, FJ_DTYPE_BF16, 2000, 256);
+        /* and in turns (Hopper: one sum of dq, the key blocks adding in order) */
+        fj_context *turns = suite_context_with_env("FLASHJIT_BWD_CONFIG", "dq_turns=1");
+        bit_identical_runs(turns, FJ_DTYPE_BF16, 4000, 40);
+        fj_context_destroy(turns);
     }
 }
 

@@ -540,6 +540,60 @@ static void test_deterministic_slices(void **state)
     }
 }
 
+/* dq_turns (asked for: "dq_turns=1"): the deterministic persistent dk/dv stage adds into the one
+** sum in turns, counted per (batch, head) and query tile in a workspace zeroed beside the sum's;
+** as many blocks a (batch, kv head) as fill the SMs once (each key block of it in turn), one
+** where the pairs fill them alone. Not where tiles are skipped by class (a block mask) or for
+** packed sequences (the config does not fit: ignored), nor without a persistent grid. */
+static void test_dq_turns(void **state)
+{
+    (void)state;
+    const planned_devices devs = planned_device_set();
+    const struct {
+        int64_t batch, seqlen, heads, d;
+        int block_mask, varlen;
+        const char *config;
+        int turns;
+        uint32_t blocks; /* grid[0] with turns */
+    } cases[] = {
+        {1, 16384, 16, 128, 0, 0, "dq_turns=1", 1, 8},     /* 132 SMs / 16 pairs */
+        {4, 4096, 16, 64, 0, 0, "dq_turns=1", 1, 2},       /* / 64 pairs */
+        {16, 1024, 32, 64, 0, 0, "dq_turns=1", 1, 1},      /* 512 pairs */
+        {1, 300, 4, 128, 0, 0, "dq_turns=1", 1, 3},        /* 3 key blocks of 128 */
+        {1, 4096, 4, 128, 1, 0, "dq_turns=1", 0, 0},       /* block classes */
+        {1, 4096, 4, 128, 0, 1, "dq_turns=1", 0, 0},       /* packed sequences */
+        {1, 4096, 4, 128, 0, 0, "dq_turns=1,persistent=0", 0, 0},
+        {1, 4096, 4, 128, 0, 0, NULL, 0, 0},               /* not by default */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fj__features f = bwd_features(cases[i].d, cases[i].d, FJ_DTYPE_BF16);
+        f.batch = cases[i].batch;
+        f.seqlen_q = f.seqlen_k = cases[i].seqlen;
+        f.heads_q = f.heads_kv = cases[i].heads;
+        f.block_mask = cases[i].block_mask;
+        f.varlen = cases[i].varlen;
+        f.deterministic = 1;
+        fj__plan plan;
+        fj__err err = {{0}};
+        assert_int_equal(fj__plan_backward(&f, &devs.h200, cases[i].config, &plan, &err), FJ_OK);
+        const fj__step *main = &plan.steps[plan.main_step];
+        assert_int_equal(main->variant.path, FJ__PATH_WGMMA);
+        assert_int_equal(main->variant.dq_turns, cases[i].turns);
+        assert_int_equal(plan.bwd.dq_turns >= 0, cases[i].turns);
+        if (!cases[i].turns)
+            continue;
+        const int64_t tiles = (cases[i].seqlen + main->variant.tile_m - 1) / main->variant.tile_m;
+        assert_int_equal(plan.bwd.dq_slices, 1);
+        assert_true(plan.workspaces[plan.bwd.dq_turns].bytes ==
+                    (size_t)(cases[i].batch * cases[i].heads * tiles) * sizeof(int32_t));
+        assert_true(plan.steps[0].kind == FJ__STEP_MEMSET && plan.steps[1].kind == FJ__STEP_MEMSET &&
+                    plan.steps[1].workspace == plan.bwd.dq_turns);
+        assert_true(main->runs == 0 && main->grid[0] == cases[i].blocks &&
+                    main->grid[1] == (uint32_t)cases[i].heads &&
+                    main->grid[2] == (uint32_t)cases[i].batch);
+    }
+}
+
 /* The decode plans of a few query rows per sequence: which kernel (tensor cores on sm_80+
 ** where they fit, else CUDA's vector kernel, else the portable one; "path=vec" asks for the
 ** vector kernel), the packed rows a block, its shared memory (dynamic on tensor cores only),
@@ -733,6 +787,7 @@ int main(void)
         cmocka_unit_test(test_every_family_loads_compiled_and_cached),
         cmocka_unit_test(test_classifier_plan_and_its_memo),
         cmocka_unit_test(test_backward_plans),
+        cmocka_unit_test(test_dq_turns),
         cmocka_unit_test(test_deterministic_slices),
         cmocka_unit_test(test_decode_plans),
         cmocka_unit_test(test_simt_forward_local_memory),
