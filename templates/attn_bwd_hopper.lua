@@ -373,6 +373,25 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
     }
 % end
 
+% -- The computing warpgroups' start of the block, after bwd_hopper_barriers(): the producer's
+% -- warpgroup (with `producer`) goes its own way; the block's tiles `n` and K/V copies so far;
+% -- the items' loop opened (bwd_hopper_items) with the item's parts, `fill`, `load_kv` and `i`,
+% -- the item's first live stream item; without a producer, the first fills.
+% function bwd_hopper_computing()
+%   if producer then
+% bwd_hopper_producer()
+%   end
+
+    int n = 0, kv_loads = 0; /* the block's tiles and K/V copies so far */
+% bwd_hopper_items()
+% bwd_hopper_item()
+% bwd_hopper_ring_fill()
+    int i = live_from(0);
+%   if not producer then
+% bwd_hopper_first_fills()
+%   end
+% end
+
 % -- Waits for K and V (where the item has work: the block's `kv_loads`-th copy, counted),
 % -- zeroing the keys past seqlen_k.
 % function bwd_hopper_kv_wait()

@@ -242,18 +242,7 @@ fj_attn_bwd_dkdv(
 %   end
         }
 % end)
-% if producer then
-% bwd_hopper_producer()
-% end
-
-    int n = 0, kv_loads = 0; /* the block's tiles and K/V copies so far */
-% bwd_hopper_items()
-% bwd_hopper_item()
-% bwd_hopper_ring_fill()
-    int i = live_from(0);
-% if not producer then
-% bwd_hopper_first_fills()
-% end
+% bwd_hopper_computing()
 
     /* ---- warpgroup wg owns keys [n0 + 64 wg, n0 + 64 wg + 64) ------------------------------ */
     float dka[DP / 8][4], dva[DVP / 8][4];

@@ -157,18 +157,7 @@ fj_attn_bwd_dkdv(
     const u32 sPT = sK + PT_OFFSET, sDST = sPT + PT_BYTES; /* P^T, dS^T */
     [[maybe_unused]] const u32 sDS = sDST + PT_BYTES;     /* dS (with dQ) */
 % bwd_hopper_barriers()
-% if producer then
-% bwd_hopper_producer()
-% end
-
-    int n = 0, kv_loads = 0; /* the block's tiles and K/V copies so far */
-% bwd_hopper_items()
-% bwd_hopper_item()
-% bwd_hopper_ring_fill()
-    int i = live_from(0);
-% if not producer then
-% bwd_hopper_first_fills()
-% end
+% bwd_hopper_computing()
 
     /* ---- warpgroup wg: the block's keys by columns [wg DH, wg DH + DH) of dK and
     ** [wg DVH, wg DVH + DVH) of dV, and queries [m0 + wg QH, m0 + wg QH + QH) of S^T ---------- */
