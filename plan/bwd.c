@@ -92,8 +92,9 @@ static void bwd_wgmma_variant(int stage, int deterministic, fj__variant *v)
     const int score_mod = v->score_mod && v->score_mod[0];
     /* Stage 2: a producer warpgroup copies, and the two computing warpgroups take its registers
     ** (240 each; H200, bf16: 0.99-1.08x over both computing and refilling at d <= 128, most at
-    ** 16k; 1.04-1.07x on the split kernel at d 256), except where the element pass reads a tensor of its own (a mask tensor, ranges, a
-    ** bias) or a score_mod and its derivative: those spill at 240 (the offline spill test). */
+    ** 16k; 1.04-1.07x on the split kernel at d 256), except where the element pass reads a
+    ** tensor of its own (a mask tensor, ranges, a bias) or a score_mod and its derivative:
+    ** those spill at 240 (the offline spill test). */
     const int producer = stage == 2 && !v->mask_tensor && !v->mask_ranges && !v->bias && !score_mod;
     v->path = FJ__PATH_WGMMA;
     v->head_dim_pad = fj__round_up(v->head_dim_pad, 64);
@@ -245,9 +246,9 @@ static int64_t bwd_key_blocks(int64_t seqlen_k, const fj__variant *v)
     return (seqlen_k + v->tile_n - 1) / v->tile_n;
 }
 
-/* The blocks of a persistent grid that take turns (dq_turns) for each (batch, kv head) of f,
-** deterministic: as many as fill the SMs once, each taking every one of them-th key block, in
-** order (attn_bwd_hopper.lua's items); a turn waits only for the key block before it. */
+/* The blocks of a deterministic plan's persistent grid that take turns (dq_turns) for each
+** (batch, kv head) of f: as many as fill the SMs once, each taking every one of them-th key
+** block, in order (attn_bwd_hopper.lua's items); a turn waits only for the key block before it. */
 static int32_t turn_blocks(const fj__features *f, const fj__variant *v, const fj_device_info *dev)
 {
     const int64_t units = f->batch * f->heads_kv;

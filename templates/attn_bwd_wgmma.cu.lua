@@ -23,8 +23,8 @@
 % -- memory and adds them by two bulk tensor reductions (tm_dq_acc; no per-element atomics), into
 % -- slice blockIdx.x of the sum (one slice: slice 0; deterministic plans: a launch, or run, adds
 % -- each element of a slice once, and runs follow each other; or, with dq_turns, the key blocks
-% -- add each query tile into the one sum in turns, attn_bwd_hopper.lua's bwd_hopper_turns). A tile's dQ runs in the next tile's
-% -- iteration, once its dS is whole: the warpgroups meet only there and at the slots (mbarriers,
+% -- add each query tile into the one sum in turns, attn_bwd_hopper.lua's bwd_hopper_turns). A
+% -- tile's dQ runs in the next tile's iteration, once its dS is whole: the warpgroups meet only there and at the slots (mbarriers,
 % -- no block barrier), so they drift apart and one's element pass runs under the other's
 % -- products. Packed sequences: rows that the bulk copies read from the next sequence are
 % -- zeroed before any product reads them.

@@ -586,7 +586,8 @@ static void test_dq_turns(void **state)
         assert_int_equal(plan.bwd.dq_slices, 1);
         assert_true(plan.workspaces[plan.bwd.dq_turns].bytes ==
                     (size_t)(cases[i].batch * cases[i].heads * tiles) * sizeof(int32_t));
-        assert_true(plan.steps[0].kind == FJ__STEP_MEMSET && plan.steps[1].kind == FJ__STEP_MEMSET &&
+        assert_true(plan.steps[0].kind == FJ__STEP_MEMSET &&
+                    plan.steps[1].kind == FJ__STEP_MEMSET &&
                     plan.steps[1].workspace == plan.bwd.dq_turns);
         assert_true(main->runs == 0 && main->grid[0] == cases[i].blocks &&
                     main->grid[1] == (uint32_t)cases[i].heads &&
