@@ -24,9 +24,9 @@
 % -- slice blockIdx.x of the sum (one slice: slice 0; deterministic plans: a launch, or run, adds
 % -- each element of a slice once, and runs follow each other; or, with dq_turns, the key blocks
 % -- add each query tile into the one sum in turns, attn_bwd_hopper.lua's bwd_hopper_turns). A
-% -- tile's dQ runs in the next tile's iteration, once its dS is whole: the warpgroups meet only there and at the slots (mbarriers,
-% -- no block barrier), so they drift apart and one's element pass runs under the other's
-% -- products. Packed sequences: rows that the bulk copies read from the next sequence are
+% -- tile's dQ runs in the next tile's iteration, once its dS is whole: the warpgroups meet only
+% -- there and at the slots (mbarriers, no block barrier), so they drift apart and one's element
+% -- pass runs under the other's products. Packed sequences: rows that the bulk copies read from the next sequence are
 % -- zeroed before any product reads them.
 % -- Stage 3, dq (deterministic requests whose dk/dv stage runs on mma.sync, where the bulk
 % -- copies cannot read the tensors): a block owns BM = 64 * NWG query rows of one (batch,
