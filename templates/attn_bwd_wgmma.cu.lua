@@ -26,8 +26,8 @@
 % -- add each query tile into the one sum in turns, attn_bwd_hopper.lua's bwd_hopper_turns). A
 % -- tile's dQ runs in the next tile's iteration, once its dS is whole: the warpgroups meet only
 % -- there and at the slots (mbarriers, no block barrier), so they drift apart and one's element
-% -- pass runs under the other's products. Packed sequences: rows that the bulk copies read from the next sequence are
-% -- zeroed before any product reads them.
+% -- pass runs under the other's products. Packed sequences: rows that the bulk copies read from
+% -- the next sequence are zeroed before any product reads them.
 % -- Stage 3, dq (deterministic requests whose dk/dv stage runs on mma.sync, where the bulk
 % -- copies cannot read the tensors): a block owns BM = 64 * NWG query rows of one (batch,
 % -- head), 64 per warpgroup, and streams tiles of BN keys (two buffers): S = Q K^T and
