@@ -4,7 +4,8 @@ from one forward's out and lse; --deterministic for that mode),
 each case timed for every library in turn, forwards then backwards (A, B, ..., B, A), with the
 steady-state timing of bench/common.py, so that drift and noise show; cuDNN once per grid point
 as the reference of the same run. Before timing, the libraries' outputs are compared with the
-first's (a sanity check; the tests check numerics).
+first's (a sanity check; the tests check numerics). One library alone gives its figures
+beside cuDNN's.
 
 Usage: python3 bench/ab_libs.py --libs old/libflashjit.so,build/libflashjit.so
        [--names main,new] [--cases grid,masks,varlen,decode,bwd] [--d 64,128,256] [--s 512,...,16384]
@@ -91,7 +92,7 @@ def ab(label, flop, make_call, peer=None):
     calls = [make_call(ctx) for ctx in contexts]
     outs = [snapshot(c()) for c in calls]
     torch.cuda.synchronize()
-    diff = max((o - outs[0]).abs().max().item() for o in outs[1:])
+    diff = max([(o - outs[0]).abs().max().item() for o in outs[1:]], default=0.0)
     n = len(calls)
     t = {i: [] for i in range(n)}
     for i in (list(range(n)) + list(range(n - 1, -1, -1))) * args.rounds:
