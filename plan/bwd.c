@@ -243,7 +243,13 @@ static void bwd_variant(const fj__features *f, const fj_device_info *dev, const 
 /* The key blocks of one (batch, kv head): stage 2's blocks (or a persistent grid's items). */
 static int64_t bwd_key_blocks(int64_t seqlen_k, const fj__variant *v)
 {
-    return (seqlen_k + v->tile_n - 1) / v->tile_n;
+    return fj__div_up(seqlen_k, v->tile_n);
+}
+
+/* The (batch, kv head) pairs of f: stage 2's units of work beside the key blocks. */
+static int64_t bwd_pairs(const fj__features *f)
+{
+    return f->batch * f->heads_kv;
 }
 
 /* The blocks of a deterministic plan's persistent grid that take turns (dq_turns) for each
@@ -251,8 +257,7 @@ static int64_t bwd_key_blocks(int64_t seqlen_k, const fj__variant *v)
 ** block, in order (attn_bwd_hopper.lua's items); a turn waits only for the key block before it. */
 static int32_t turn_blocks(const fj__features *f, const fj__variant *v, const fj_device_info *dev)
 {
-    const int64_t units = f->batch * f->heads_kv;
-    const int64_t sms = dev->compute_units > 0 ? dev->compute_units : 1;
+    const int64_t units = bwd_pairs(f), sms = fj__compute_units(dev);
     const int64_t key_blocks = bwd_key_blocks(f->seqlen_k, v);
     const int64_t blocks = units >= sms ? 1 : sms / units;
     return (int32_t)(blocks < key_blocks ? blocks : key_blocks);
@@ -275,8 +280,7 @@ static int32_t dq_slices(const fj__features *f, const fj__variant *v, const fj_d
 {
     if (!f->deterministic || v->path != FJ__PATH_WGMMA || v->dq_turns)
         return 1;
-    const int64_t units = f->batch * f->heads_kv;
-    const int64_t sms = dev->compute_units > 0 ? dev->compute_units : 1;
+    const int64_t units = bwd_pairs(f), sms = fj__compute_units(dev);
     const int64_t key_blocks = bwd_key_blocks(f->seqlen_k, v);
     int32_t best = 1;
     double best_cost = 0;
@@ -321,7 +325,7 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, co
             plan, (size_t)plan->bwd.dq_slices * (size_t)plan->bwd.dq_slice * sizeof(float));
         fj__plan_add_step(plan, FJ__STEP_MEMSET)->workspace = plan->bwd.dq_acc;
         if (dkdv.dq_turns) { /* the turns taken, per (batch, head) and query tile of stage 2 */
-            const size_t tiles = (size_t)((f->seqlen_q + dkdv.tile_m - 1) / dkdv.tile_m);
+            const size_t tiles = (size_t)fj__div_up(f->seqlen_q, dkdv.tile_m);
             plan->bwd.dq_turns = fj__plan_add_workspace(
                 plan, (size_t)(f->batch * f->heads_q) * tiles * sizeof(int32_t));
             fj__plan_add_step(plan, FJ__STEP_MEMSET)->workspace = plan->bwd.dq_turns;
@@ -382,7 +386,7 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, co
         } else if (stage == 2 && v->persistent && !f->deterministic) {
             /* a block an SM, each taking every grid[0]-th item */
             const uint64_t items = (uint64_t)s->grid[0] * s->grid[1] * s->grid[2];
-            const uint64_t sms = dev->compute_units > 0 ? (uint64_t)dev->compute_units : 1;
+            const uint64_t sms = (uint64_t)fj__compute_units(dev);
             s->grid[0] = (uint32_t)(items < sms ? items : sms);
             s->grid[1] = s->grid[2] = 1;
         }

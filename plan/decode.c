@@ -224,7 +224,7 @@ static int32_t splits_of(const fj__features *f, const fj_device_info *dev, int64
             }
         }
     } else if (want == 0) {
-        const int64_t units = dev->compute_units > 0 ? dev->compute_units : 1;
+        const int64_t units = fj__compute_units(dev);
         want = fj__div_up(BLOCKS_PER_UNIT * units, blocks);
         if (want > longest)
             want = longest;

@@ -125,6 +125,12 @@ static inline int32_t fj__round_up(int64_t x, int32_t to)
     return (int32_t)fj__div_up(x, to) * to;
 }
 
+/* The device's compute units (SMs), at least one (a device that reports none). */
+static inline int64_t fj__compute_units(const fj_device_info *dev)
+{
+    return dev->compute_units > 0 ? dev->compute_units : 1;
+}
+
 /* A merge slot of states laid out contiguously: o [b, seqlen, heads, dv], l [b, heads, seqlen]
 ** (merge.c; the running state of a chained merge, the splits of a decode). */
 void fj__merge_contiguous_slot(void *o, void *l, int64_t seqlen, int64_t heads, int64_t dv,
