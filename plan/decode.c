@@ -8,6 +8,7 @@
 **
 ** Workspace layout of the partial states: split s's output at [s][batch][row][head][dv] and its
 ** log-sum-exp at [s][batch][head][row] (rows as out's, seqlen_q of them). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "plan.h"
@@ -19,6 +20,7 @@
 #define MAX_MIN_SPLIT_KEYS 256
 #define BLOCKS_PER_UNIT 4   /* automatic splits aim at this many work-groups per compute unit */
 #define MAX_BULK_IN_FLIGHT 256 /* row copies a tensor-core decode block keeps outstanding */
+#define MIN_WGMMA_ROWS 64      /* packed rows that take value dims beyond 256 to wgmma */
 
 /* Whether f is 16-bit data in 16-byte rows on CUDA: what the CUDA decode kernels (tensor
 ** cores, vectors) take. */
@@ -84,6 +86,36 @@ static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t 
     return 1;
 }
 
+/* On sm_90a, for value dims beyond 256 (MLA's 576 / 512) and 64 packed rows or more (MLA's
+** 64-128 heads: compute-bound), the wgmma kernel
+** (attn_decode_wgmma.cu.lua): 64 packed rows a block, the tile's keys and O's columns split
+** between two consumer warpgroups, 64-key tiles in two ring slots where they fit (MLA's: v read
+** from k), else 32-key tiles. Returns 1 and fills *v when it serves f on dev. */
+static int choose_wgmma(const fj__features *f, const fj_device_info *dev, int64_t group_rows,
+                        fj__variant *v)
+{
+    /* Fewer packed rows leave the decode bound by bandwidth, where the mma kernel's two blocks
+    ** an SM keep more bytes in flight (bench/RESULTS.md: MLA with 16 heads at 0.75x it). */
+    if (!cuda_sixteen_bit(f, dev) || f->head_dim_v <= 256 || group_rows < MIN_WGMMA_ROWS)
+        return 0;
+    fj__variant t = *v;
+    t.path = FJ__PATH_WGMMA;
+    t.warps = 12;
+    t.threads = 32 * t.warps;
+    t.tile_m = 64;
+    t.head_dim_pad = (int32_t)fj__round_up(f->head_dim, 64);
+    t.head_dim_v_pad = (int32_t)fj__round_up(f->head_dim_v, 128);
+    t.v_in_k = f->v_in_k && t.head_dim_v_pad <= t.head_dim_pad;
+    t.stages = 2;
+    t.ctas_per_sm = 1;
+    for (t.tile_n = 64; t.tile_n >= 32; t.tile_n /= 2)
+        if (fj__variant_fits(&t, dev)) {
+            *v = t;
+            return 1;
+        }
+    return 0;
+}
+
 /* On CUDA, the vector kernel (keys as vectors straight into registers), up to 8 packed rows per
 ** block (each lane keeps a slice of every row's query and output). Returns 1 and fills *v when
 ** it serves f on dev. */
@@ -135,7 +167,11 @@ int fj__choose_decode(const fj__features *f, const fj_device_info *dev, const ch
     v->varlen = f->varlen;
     v->paged = f->paged;
     const int vector_asked = config && strstr(config, "path=vec");
-    if ((!vector_asked && choose_mma(f, dev, group_rows, v)) ||
+    /* warps=4 asks for the mma kernel where the wgmma kernel (12) would serve */
+    const char *warps = fj__config_field(config, "warps");
+    const int mma_asked = warps && atoi(warps) == 4;
+    if ((!vector_asked && !mma_asked && choose_wgmma(f, dev, group_rows, v)) ||
+        (!vector_asked && choose_mma(f, dev, group_rows, v)) ||
         choose_vector(f, dev, group_rows, v))
         return 1;
     /* Every packed row of a kv head in one work-group where they fit (up to 64), 32-key tiles;
@@ -250,7 +286,9 @@ fj_status fj__plan_decode(const fj__features *f, const fj_device_info *dev, cons
                         (long long)f->heads_kv, (long long)row_tiles, INT32_MAX);
     const int32_t grain = v->tile_n > 0 ? v->tile_n : 32; /* keys a split is rounded to */
     /* The tensor-core kernel's blocks an SM holds are its ctas_per_sm (its shared memory's). */
-    const int64_t slots = v->path == FJ__PATH_MMA ? (int64_t)v->ctas_per_sm * dev->compute_units : 0;
+    const int64_t slots = v->path == FJ__PATH_MMA || v->path == FJ__PATH_WGMMA
+                              ? (int64_t)v->ctas_per_sm * dev->compute_units
+                              : 0;
     int32_t splits = splits_of(f, dev, blocks, grain, slots);
     const int32_t keys = fj__round_up(fj__div_up(f->seqlen_k, splits), grain);
     splits = (int32_t)fj__div_up(f->seqlen_k, keys);
@@ -267,7 +305,7 @@ fj_status fj__plan_decode(const fj__features *f, const fj_device_info *dev, cons
     s->variant = *v;
     s->variant.partial = splits > 1;
     s->shared_bytes = fj__variant_dynamic_shared_bytes(&s->variant);
-    s->block[0] = DECODE_THREADS;
+    s->block[0] = (uint32_t)v->threads;
     /* The kv heads (and row tiles) fastest: the blocks running together read the same key
     ** rows of every head, so memory pages are read whole. */
     s->grid[0] = (uint32_t)(f->heads_kv * row_tiles);

@@ -18,9 +18,10 @@ const char *fj__variant_template(const fj__variant *v)
     if (v->family == FJ__FAMILY_MERGE)
         return "attn_merge.lua";
     if (v->family == FJ__FAMILY_DECODE)
-        return v->path == FJ__PATH_VECTOR ? "attn_decode_vec.cu.lua"
-               : v->path == FJ__PATH_MMA  ? "attn_decode_mma.cu.lua"
-                                          : "attn_decode.lua";
+        return v->path == FJ__PATH_VECTOR  ? "attn_decode_vec.cu.lua"
+               : v->path == FJ__PATH_MMA   ? "attn_decode_mma.cu.lua"
+               : v->path == FJ__PATH_WGMMA ? "attn_decode_wgmma.cu.lua"
+                                           : "attn_decode.lua";
     if (v->family == FJ__FAMILY_APPEND)
         return "kv_append.lua";
     if (v->family == FJ__FAMILY_BWD)
@@ -75,6 +76,7 @@ const char *fj__variant_path(const fj__variant *v)
         return v->backend != FJ_BACKEND_CUDA   ? "opencl.decode"
                : v->path == FJ__PATH_VECTOR ? "cuda.decode.vec"
                : v->path == FJ__PATH_MMA    ? "cuda.decode.mma"
+               : v->path == FJ__PATH_WGMMA  ? "cuda.decode.wgmma"
                                             : "cuda.decode";
     if (v->family == FJ__FAMILY_APPEND)
         return v->backend == FJ_BACKEND_CUDA ? "cuda.kv_append" : "opencl.kv_append";
@@ -165,6 +167,16 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
                                          : walk > comb ? walk : comb;
         return end + (v->bulk ? 8u * (uint32_t)v->stages : 0u);
     }
+    if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_WGMMA) {
+        /* attn_decode_wgmma.cu.lua: Q and the ring of K [and V] tiles, the halves' exchange
+        ** (Xch: P's fragments of a tile, two floats a row per half), two mbarriers a ring slot,
+        ** and slack to align the panels to 1024 bytes. */
+        const uint32_t slot = qs * (uint32_t)v->tile_n *
+                              (uint32_t)(v->head_dim_pad + (v->v_in_k ? 0 : v->head_dim_v_pad));
+        const uint32_t xch = 128u * (uint32_t)v->tile_n + 16u * (uint32_t)v->tile_m;
+        return qs * (uint32_t)(v->tile_m * v->head_dim_pad) + (uint32_t)v->stages * slot + xch +
+               16u * (uint32_t)v->stages + 1023u;
+    }
     if (v->family == FJ__FAMILY_DECODE) /* attn_decode.lua's Smem: floats only */
         return 4u * (uint32_t)(v->tile_m * v->head_dim_pad + v->tile_n * (v->head_dim_pad + 1) +
                                v->tile_n * v->head_dim_v_pad + v->tile_m * v->tile_n +
@@ -196,7 +208,8 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
 
 uint32_t fj__variant_dynamic_shared_bytes(const fj__variant *v)
 {
-    const int dynamic = v->family == FJ__FAMILY_DECODE ? v->path == FJ__PATH_MMA
+    const int dynamic = v->family == FJ__FAMILY_DECODE ? v->path == FJ__PATH_MMA ||
+                                                             v->path == FJ__PATH_WGMMA
                                                        : v->path != FJ__PATH_SIMT;
     return dynamic ? fj__variant_shared_bytes(v) : 0u;
 }
@@ -228,6 +241,8 @@ int fj__variant_consumer_registers(const fj__variant *v)
     ** rest of 64K per SM; two blocks of 256 threads per SM start with 128 each, 24 + 232 keeps
     ** a block's share. One consumer warpgroup alone reallocates nothing: 255. (The forward's
     ** consumers own 64 query rows each; the backward's are its warpgroups but the producer.) */
+    if (v->family == FJ__FAMILY_DECODE) /* attn_decode_wgmma.cu.lua: 48 for its copying warps */
+        return 224;
     const int consumers = v->family == FJ__FAMILY_BWD ? v->warps / 4 - v->producer : v->tile_m / 64;
     return v->ctas_per_sm == 2 ? 232 : consumers == 3 ? 160 : consumers == 2 ? 240 : 255;
 }
@@ -336,6 +351,15 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
                v->head_dim_v_pad <= FJ__MAX_HEAD_DIM && (!v->bulk || fj__sm_version(dev) >= 90) &&
                fj__variant_shared_bytes(v) <= dev->local_memory;
     }
+    if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_WGMMA) /* attn_decode_wgmma.cu.lua */
+        return v->backend == FJ_BACKEND_CUDA && fj__sm_version(dev) == 90 &&
+               strchr(dev->arch, 'a') != NULL && v->threads == 384 && v->warps == 12 &&
+               v->tile_m == 64 && (v->tile_n == 32 || v->tile_n == 64 || v->tile_n == 128) &&
+               v->stages >= 2 && v->stages <= 4 && v->head_dim_pad % 64 == 0 &&
+               v->head_dim_v_pad % 128 == 0 && v->head_dim_v_pad <= 512 &&
+               v->head_dim_pad <= FJ__MAX_HEAD_DIM &&
+               (!v->v_in_k || v->head_dim_v_pad <= v->head_dim_pad) &&
+               fj__variant_shared_bytes(v) <= dev->local_memory;
     if (v->family == FJ__FAMILY_DECODE) /* static shared memory: 48 KiB on CUDA */
         return v->threads == 128 && v->tile_m >= 1 && v->tile_m <= 128 && v->tile_n >= 8 &&
                v->tile_n <= 64 && fj__variant_shared_bytes(v) <= FJ__DECODE_MAX_SHARED &&
@@ -397,6 +421,9 @@ void fj__variant_config(const fj__variant *v, char *buf, size_t size)
                  (int)v->tile_m, v->path == FJ__PATH_SIMT ? (int)v->tile_n : (int)v->warps);
     else if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_VECTOR)
         snprintf(buf, size, "stages=%d,ctas_per_sm=%d", (int)v->stages, (int)v->ctas_per_sm);
+    else if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_WGMMA)
+        snprintf(buf, size, "warps=%d,tile_n=%d,stages=%d,overlap=%d", (int)v->warps,
+                 (int)v->tile_n, (int)v->stages, (int)v->overlap);
     else if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_MMA)
         snprintf(buf, size, "tile_m=%d,tile_n=%d,stages=%d,q_in_regs=%d,ctas_per_sm=%d,bulk=%d",
                  (int)v->tile_m, (int)v->tile_n, (int)v->stages, (int)v->q_in_regs,

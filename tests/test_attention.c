@@ -747,7 +747,8 @@ static void test_template_and_compile_errors_reach_caller(void **state)
     ** are a decode: its kernels too). */
     static const char *const names[] = {"attn_fwd_simt.lua",     "attn_fwd_mma.cu.lua",
                                         "attn_fwd_wgmma.cu.lua", "attn_decode.lua",
-                                        "attn_decode_mma.cu.lua", "attn_decode_vec.cu.lua"};
+                                        "attn_decode_mma.cu.lua", "attn_decode_vec.cu.lua",
+                                        "attn_decode_wgmma.cu.lua"};
     enum { NAMES = sizeof names / sizeof names[0] };
     char paths[NAMES][256];
     for (int p = 0; p < NAMES; p++)

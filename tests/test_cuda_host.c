@@ -408,11 +408,11 @@ static void test_compile_errors_name_their_cause(void **state)
     rmdir(dir);
 }
 
-/* MLA's decode (576 / 512, v a view of k, 16 query heads on one kv head), dense and paged: the
-** tensor-core decode kernel, its warps splitting O's 512 columns (not the forward, whose rows
-** would be one query each), on Hopper and before. And a paged decode of d = dv = 512 (its own v):
-** before Hopper's bulk copies, cp.async copies its rows whole a warp each (16-byte columns of
-** 64 threads a row would outgrow a warp's page lookups). */
+/* MLA's decode (576 / 512, v a view of k, 16 query heads on one kv head: bandwidth-bound), dense
+** and paged: the tensor-core decode kernel, its warps splitting O's 512 columns (not the forward,
+** whose rows would be one query each), on Hopper and before. And a decode of d = dv = 512 (its
+** own v): before Hopper, cp.async copies a paged cache's rows whole a warp each (16-byte columns
+** of 64 threads a row would outgrow a warp's page lookups). */
 static void test_wide_decode_routing(void **state)
 {
     static const struct {
@@ -433,8 +433,7 @@ static void test_wide_decode_routing(void **state)
                          shapes[sh].v_in_k);
             assert_int_equal(run(ctx, &r, NULL), FJ_OK);
             printf("  sm_%s dense %s decode: %s\n", want[i].sm, shapes[sh].name, kernel_path(ctx));
-            if (shapes[sh].v_in_k) /* (dense d 512 takes Hopper's forward on sm_90) */
-                assert_string_equal(kernel_path(ctx), want[i].dense);
+            assert_string_equal(kernel_path(ctx), want[i].dense);
             /* the same keys as 10 pages of 64 per sequence */
             int32_t table[2][10], used[2] = {640, 640};
             for (int s = 0; s < 2; s++)

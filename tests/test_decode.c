@@ -68,16 +68,37 @@ static int run_cases_with(const char *config, const fjh_case *cases, size_t n, i
     return failures;
 }
 
+/* The same for the cases with value dims beyond 256 alone. */
+static int run_wide_cases_with(const char *config, const fjh_case *cases, size_t n,
+                               int want_decode)
+{
+    fjh_case some[64];
+    size_t m = 0;
+    assert_true(n <= sizeof some / sizeof some[0]);
+    for (size_t i = 0; i < n; i++)
+        if (cases[i].head_dim_v > 256)
+            some[m++] = cases[i];
+    if (m == 0)
+        return 0;
+    fj_context *ctx = suite_context_with_env("FLASHJIT_CONFIG", config);
+    printf("  with FLASHJIT_CONFIG=%s:\n", config);
+    const int failures = run_cases_in(ctx, some, m, want_decode);
+    fj_context_destroy(ctx);
+    return failures;
+}
+
 /* Runs every case on the suite's context and, on CUDA, the kernels the defaults leave out:
-** the vector kernel (FLASHJIT_CONFIG=path=vec; head dims to 256), and on sm_90 the tensor-core
+** the vector kernel (FLASHJIT_CONFIG=path=vec; head dims to 256), on sm_90 the tensor-core
 ** kernel's bulk row copies on a dense cache of rows to 128 dims (bulk=1; the plan keeps
-** cp.async there; elsewhere the config changes nothing). */
+** cp.async there; elsewhere the config changes nothing), and on sm_90a the mma kernel where
+** value dims beyond 256 run on wgmma (warps=4; elsewhere the default already). */
 static void run_cases(void **state, const fjh_case *cases, size_t n, int want_decode)
 {
     int failures = run_cases_in(suite_context(state), cases, n, want_decode);
     if (FJ_TEST_BACKEND == FJ_BACKEND_CUDA) {
         failures += run_cases_with("path=vec", cases, n, 256, 0, want_decode);
         failures += run_cases_with("bulk=1", cases, n, 128, 1, want_decode);
+        failures += run_wide_cases_with("warps=4", cases, n, want_decode);
     }
     assert_int_equal(failures, 0);
 }
@@ -217,6 +238,32 @@ static void test_mla(void **state)
     run_cases(state, cases, 5, 1);
 }
 
+/* Value dims beyond 256 with 64 packed rows or more (the wgmma kernel on sm_90a): MLA's 64 heads
+** with speculative rows (two row tiles), its own v across two kv heads on pages of 16, 320 dims
+** on odd pages with a window and soft-capping in f16, and a partial second row tile. */
+static void test_wide_many_rows(void **state)
+{
+    fjh_case cases[4];
+    cases[0] = decode_case(2, 900, 64, 1, 576, FJ_DTYPE_BF16);
+    cases[0].head_dim_v = 512;
+    cases[0].v_in_k = 1;
+    cases[0].desc.causal = 1;
+    cases[0].desc.num_splits = 3;
+    cases[1] = decode_case(1, 700, 128, 2, 576, FJ_DTYPE_BF16);
+    cases[1].head_dim_v = 512;
+    cases[1].batch = 3;
+    cases[1].paged = 16;
+    cases[2] = decode_case(1, 600, 64, 1, 320, FJ_DTYPE_F16);
+    cases[2].paged = 7;
+    cases[2].desc.window_left = 100;
+    cases[2].desc.softcap = 20.0f;
+    cases[3] = decode_case(3, 515, 32, 1, 304, FJ_DTYPE_BF16);
+    cases[3].head_dim_v = 264;
+    cases[3].desc.causal = 1;
+    cases[3].desc.num_splits = 2;
+    run_cases(state, cases, 4, 1);
+}
+
 /* What the decode kernel does not take runs on the forward kernels: 17 query rows, a bias, a
 ** mask_mod. */
 static void test_other_requests_keep_the_forward(void **state)
@@ -255,6 +302,7 @@ int main(void)
         cmocka_unit_test(test_varlen),
         cmocka_unit_test(test_paged),
         cmocka_unit_test(test_mla),
+        cmocka_unit_test(test_wide_many_rows),
         cmocka_unit_test(test_other_requests_keep_the_forward),
         cmocka_unit_test(test_bad_num_splits),
     };

@@ -684,6 +684,64 @@ static void test_decode_plans(void **state)
     }
 }
 
+/* Decode with value dims beyond 256 (MLA's 576 / 512): on sm_90a, from 64 packed rows a kv head,
+** the wgmma kernel (64 packed rows a block, three warpgroups, 64-key tiles where two ring slots
+** fit, else 32), which
+** warps=4 turns down for the mma kernel's split_dv; dv to 256
+** never on wgmma. */
+static void test_decode_wide_plans(void **state)
+{
+    (void)state;
+    const planned_devices devs = planned_device_set();
+    const struct {
+        int64_t d, dv, group;
+        int v_in_k;
+        const fj_device_info *dev;
+        const char *config;
+        int path, tile_n;
+    } cases[] = {
+        {576, 512, 128, 1, &devs.h200, NULL, FJ__PATH_WGMMA, 64},
+        {576, 512, 64, 1, &devs.h200, NULL, FJ__PATH_WGMMA, 64},
+        {576, 512, 64, 0, &devs.h200, NULL, FJ__PATH_WGMMA, 32},
+        {320, 320, 64, 0, &devs.h200, NULL, FJ__PATH_WGMMA, 64},
+        {576, 512, 16, 1, &devs.h200, NULL, FJ__PATH_MMA, 32}, /* bandwidth-bound */
+        {320, 320, 4, 0, &devs.h200, NULL, FJ__PATH_MMA, 32},
+        {576, 512, 128, 1, &devs.h200, "warps=4", FJ__PATH_MMA, 32},
+        {448, 192, 4, 0, &devs.h200, NULL, FJ__PATH_MMA, 64},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fj__features f = bwd_features(cases[i].d, cases[i].dv, FJ_DTYPE_BF16);
+        f.seqlen_q = 1;
+        f.seqlen_k = 8192;
+        f.heads_kv = 1;
+        f.heads_q = cases[i].group;
+        f.v_in_k = cases[i].v_in_k;
+        fj__variant fwd, v;
+        memset(&fwd, 0, sizeof fwd);
+        fwd.path = FJ__PATH_WGMMA;
+        if (!fj__prefer_decode(&f, cases[i].dev, cases[i].config, &fwd, &v))
+            fail_msg("case %zu: not on a decode kernel", i);
+        if (v.path != cases[i].path || v.tile_n != cases[i].tile_n)
+            fail_msg("case %zu: path %d, %d keys; expected %d, %d", i, v.path, v.tile_n,
+                     cases[i].path, cases[i].tile_n);
+        assert_true(fj__variant_fits(&v, cases[i].dev));
+        fj__plan plan;
+        fj__err err = {{0}};
+        assert_int_equal(fj__plan_decode(&f, cases[i].dev, &v, &plan, &err), FJ_OK);
+        const fj__step *s = &plan.steps[plan.main_step];
+        assert_int_equal(s->block[0], v.threads);
+        assert_int_equal(s->shared_bytes, fj__variant_shared_bytes(&s->variant));
+        if (v.path == FJ__PATH_WGMMA) {
+            assert_true(v.threads == 384 && v.tile_m == 64 && v.stages == 2 &&
+                        v.v_in_k == cases[i].v_in_k && v.head_dim_v_pad % 128 == 0);
+            assert_true(s->shared_bytes <= cases[i].dev->local_memory);
+            assert_int_equal(s->grid[0], (cases[i].group + 63) / 64);
+        } else {
+            assert_int_equal(v.split_dv, cases[i].dv > 256);
+        }
+    }
+}
+
 /* Forwards with head dims beyond 256: on Hopper's kernel, value slices of at most 256 that
 ** recompute S, or asked for (d_split=1) a cluster pair splitting S's head dim where dv allows
 ** (d > 256, dv <= 512: halves of whole panels, so 576 pads to 640; v a view of k then takes
@@ -791,6 +849,7 @@ int main(void)
         cmocka_unit_test(test_dq_turns),
         cmocka_unit_test(test_deterministic_slices),
         cmocka_unit_test(test_decode_plans),
+        cmocka_unit_test(test_decode_wide_plans),
         cmocka_unit_test(test_simt_forward_local_memory),
         cmocka_unit_test(test_wide_forward_plans),
     };

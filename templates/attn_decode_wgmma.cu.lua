@@ -1,0 +1,380 @@
+% -- Decode attention for Hopper (sm_90a) with value dims beyond 256 (MLA's 576 / 512): the
+% -- decode family's work and output (a block per (batch, kv head, row tile, split), grouped-query
+% -- heads packed, with `partial` the split's state to the workspace) on wgmma, for the shapes
+% -- that are compute-bound (MLA with 64-128 query heads on one latent kv head) as well as the
+% -- bandwidth-bound ones.
+% --
+% -- A block is BM = 64 packed rows and three warpgroups:
+% --   producer   (warpgroup 0, all four warps) copies Q once, then key (and value) tiles of BN keys
+% --              into a ring of STAGES slots by cp.async, each 16-byte piece straight to its place
+% --              in the 128-byte swizzle that wgmma reads (any page size: a warp copies a row at a
+% --              time, its page looked up once); each thread's copies of a tile complete its
+% --              slot's FULL mbarrier, and consumers give the slot back on EMPTY.
+% --   consumers  (warpgroups 1 and 2, `half` 0 and 1) share every tile:
+% --                S = Q K^T      half h takes the tile's keys [h KW, (h + 1) KW) over all of d
+% --                               (KW = BN / 2): S is computed once, Q and K read from shared
+% --                               memory by wgmma;
+% --                softmax        both halves agree on each row's new maximum (their tile maxima
+% --                               meet in shared memory, Xch.max) and exponentiate their keys;
+% --                P to shared    each half's P (16-bit A fragments, thread-indexed) goes to
+% --                               Xch.p, so both halves hold the whole tile's P;
+% --                O += P V       half h adds into its DVH = DV / 2 value columns (O's
+% --                               accumulators: 64 x 256 f32 at dv 512 is half a warpgroup's
+% --                               registers), over all BN keys.
+% --              At the end the halves' row sums meet (Xch.sum) and each stores its columns.
+% -- Both halves compute the same maxima (max is exact and commutative) and the same sums (a + b
+% -- in the same order), so their columns agree on each row's scale. With v_in_k (MLA's latent
+% -- cache, v a view of k's first dims) V is read from K's tile: no value copies.
+% --
+% -- Parameters: as attn_decode.lua (one 16-bit type), tile_m (64), tile_n (BN: 32, 64 or 128),
+% -- stages (2..4), head_dim_pad (multiple of 64), head_dim_v_pad (multiple of 128, at most 512),
+% -- v_in_k, warps (12), threads (384), partial, overlap (software-pipelined: the next tile's S
+% -- issued before this tile's P V, its softmax running while P V does), shared_bytes
+% -- (fj__variant_shared_bytes), consumer_regs (fj__variant_consumer_registers).
+% assert(backend == "cuda", "attn_decode_wgmma is a CUDA kernel")
+% assert(threads == 384 and warps == 12,
+%        "attn_decode_wgmma: a producer and two consumer warpgroups")
+% assert(tile_m == 64, "attn_decode_wgmma: 64 packed rows per block")
+% assert(tile_n == 32 or tile_n == 64 or tile_n == 128, "attn_decode_wgmma: tile_n 32, 64 or 128")
+% assert(stages >= 2 and stages <= 4, "attn_decode_wgmma: 2 to 4 ring slots")
+% assert(head_dim_pad % 64 == 0 and head_dim_v_pad % 128 == 0 and head_dim_v_pad <= 512,
+%        "attn_decode_wgmma: d in 64-column panels, each half of dv whole panels of at most 256")
+% assert(not v_in_k or head_dim_v_pad <= head_dim_pad,
+%        "attn_decode_wgmma: v_in_k reads V inside K's rows")
+% local kw = tile_n // 2
+% local half_dv = head_dim_v_pad // 2
+% include("dialect.lua")
+% include("cuda_mma.lua")
+% include("cuda_hopper.lua")
+% include("params.lua")
+% include("sequence.lua")
+% params_struct(args)
+% hopper_wgmma(kw)
+% if half_dv ~= kw then hopper_wgmma(half_dv) end
+
+/* ---- the variant, as constants ------------------------------------------------------------ */
+constexpr int BM = 64, BN = ${tile_n}, KW = BN / 2;  /* packed rows; keys a tile, a half's keys */
+constexpr int D = ${head_dim_pad}, DV = ${head_dim_v_pad}, DVH = DV / 2; /* padded head dims */
+constexpr int STAGES = ${stages};
+constexpr bool V_IN_K = ${v_in_k};
+constexpr int THREADS = 384;
+constexpr int CONSUMER_REGS = ${consumer_regs}, PRODUCER_REGS = 48;
+/* setmaxnreg moves registers within the block's launch allocation (168 a thread: 64K / 384,
+** in steps of 8); a consumer's increase waits until the producer's decrease covers it. */
+static_assert(128 * PRODUCER_REGS + 256 * CONSUMER_REGS <= THREADS * 168, "the block's registers");
+#define NEG_INF __int_as_float(0xff800000)
+
+/* ---- shared memory (from a 1024-byte boundary) --------------------------------------------- */
+/* Q, then the ring: each slot K's tile [+ V's tile], every tile 64-column panels of rows x 128
+** bytes in the 128-byte swizzle (16-byte piece j of a row's panel at (j ^ row % 8) * 16); then
+** the halves' exchange and the barriers. */
+constexpr int Q_BYTES = BM * D * 2, K_BYTES = BN * D * 2, V_BYTES = V_IN_K ? 0 : BN * DV * 2;
+constexpr int SLOT_BYTES = K_BYTES + V_BYTES;
+struct Xch {
+    u32 p[2][KW / 16][4][128]; /* half h's P fragments, [k step][register][thread] */
+    float max[2][BM];          /* half h's row maxima of the tile (log2 units) */
+    float sum[2][BM];          /* half h's row sums, at the end */
+};
+constexpr int XCH_AT = Q_BYTES + STAGES * SLOT_BYTES;
+constexpr int BARS_AT = XCH_AT + (int)sizeof(Xch); /* FULL[STAGES], then EMPTY[STAGES] */
+static_assert(BARS_AT + 16 * STAGES + 1023 == ${shared_bytes},
+              "the host's fj__variant_shared_bytes");
+
+/* Piece j (16 bytes) of row r of a tile of `rows` rows in swizzled 64-column panels. */
+__device__ __forceinline__ u32 swizzled(u32 tile, int rows, int r, int j)
+{
+    return tile + (j / 8) * rows * 128 + r * 128 + (((j % 8) ^ (r % 8)) << 4);
+}
+
+% decode_key_row()
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+fj_attn_decode(
+% params_arg(args)
+)
+{
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+% if partial then
+    /* The merge of the splits may launch once every block has started (attn_merge.lua). */
+    grid_launch_next();
+% end
+    const u32 base = (smem_addr(smem_raw) + 1023) & ~1023u;
+    unsigned char *smem = smem_raw + (base - smem_addr(smem_raw));
+    const u32 sQ = base, ring = base + Q_BYTES, bars = base + BARS_AT;
+    Xch &xc = *(Xch *)(smem + XCH_AT);
+% params_unpack(args.fields[1].block, "P.fwd", varlen > 0 and { seqlen_q = "max_seqlen_q", seqlen_k = "max_seqlen_k" } or paged and { seqlen_k = "max_seqlen_k" } or nil)
+    const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+    const int warp = (tid % 128) / 32, lane = tid % 32;
+    const int split = blockIdx.y;
+    const int qgroup = heads_q / heads_kv;
+    const int head_kv = blockIdx.x / P.row_tiles;
+    const int g0 = (blockIdx.x % P.row_tiles) * BM; /* the tile's first packed row */
+    const int batch = blockIdx.z;
+% decode_sequence()
+    const int rows = qgroup * seqlen_q;
+% decode_split_keys()
+    const int ntiles = hi >= lo ? (hi - lo) / BN + 1 : 0;
+
+    if (tid == 0) {
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(bars + 8 * s, 128);          /* FULL: each producer thread's copies */
+            mbar_init(bars + 8 * (STAGES + s), 8); /* EMPTY: each consumer warp */
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        /* ---- producer: Q with the first tile, then a tile a free slot ---- */
+        regs_dec<PRODUCER_REGS>();
+        if (ntiles == 0)
+            return;
+        /* Packed row r of the tile is query head head_kv * qgroup + (g0 + r) / seqlen_q,
+        ** position (g0 + r) % seqlen_q; zeros past the rows and the head dim. */
+        for (int r = warp; r < BM; r += 4) {
+            const int pr = g0 + r;
+            const bool ok = pr < rows;
+            const elem_t *src = q + (I64)(ok ? pr % seqlen_q : 0) * q_ss +
+                                (I64)(head_kv * qgroup + (ok ? pr / seqlen_q : 0)) * q_sh;
+            for (int j = lane; j < D / 8; j += 32) {
+                const bool in = ok && j * 8 < head_dim;
+                cp_async16(swizzled(sQ, BM, r, j), in ? src + j * 8 : q, in ? 16 : 0);
+            }
+        }
+        /* A warp copies rows warp, warp + 4, ... of a tile, its lanes the row's pieces; rows
+        ** past hi arrive as zeros (and are masked). */
+        for (int tile = 0; tile < ntiles; tile++) {
+            const int s = tile % STAGES;
+            mbar_wait(bars + 8 * (STAGES + s), ((tile / STAGES) & 1) ^ 1);
+            const u32 sK = ring + s * SLOT_BYTES;
+            for (int r = warp; r < BN; r += 4) {
+                const int key = lo + tile * BN + r;
+                const bool in = key <= hi;
+                const I64 ko = in ? key_row(key, k_sb, k_ss) : 0;
+                for (int j = lane; j < D / 8; j += 32) {
+                    const bool ok = in && j * 8 < head_dim;
+                    cp_async16_stream(swizzled(sK, BN, r, j), ok ? k + ko + j * 8 : k, ok ? 16 : 0);
+                }
+% if not v_in_k then
+                const I64 vo = in ? key_row(key, v_sb, v_ss) : 0;
+                for (int j = lane; j < DV / 8; j += 32) {
+                    const bool ok = in && j * 8 < head_dim_v;
+                    cp_async16_stream(swizzled(sK + K_BYTES, BN, r, j), ok ? v + vo + j * 8 : v,
+                                      ok ? 16 : 0);
+                }
+% end
+            }
+            cp_async_arrive(bars + 8 * s);
+        }
+        cp_async_wait_all(); /* no copy outlives its thread */
+        return;
+    }
+
+    /* ---- consumers ---- */
+    regs_inc<CONSUMER_REGS>();
+    const int half = wg - 1, ti = tid % 128;
+    const int g = lane / 4, t = lane % 4;       /* row group and column pair of the fragments */
+    const int r0 = warp * 16 + g, r1 = r0 + 8;  /* the thread's two rows of the tile */
+% if local_mask then
+    /* The rows' query positions, which the band is relative to. */
+    const int qpos[2] = {g0 + r0 < rows ? (g0 + r0) % seqlen_q : 0,
+                         g0 + r1 < rows ? (g0 + r1) % seqlen_q : 0};
+% end
+    const u64 q_desc = gmma_desc(sQ, 16, 1024);
+    /* S: this half's keys, rows half * KW of each K panel; P V: this half's value panels. */
+    const u64 k_desc = gmma_desc(ring + half * KW * 128, 16, 1024);
+    const u64 v_desc = gmma_desc(ring + (V_IN_K ? 0 : K_BYTES) + half * (DVH / 64) * BN * 128,
+                                 BN * 128, 1024);
+
+    float o[DVH / 8][4], row_max[2] = {NEG_INF, NEG_INF}, row_sum[2] = {0.0f, 0.0f};
+    zero_acc<DVH>(o);
+    float sc[KW / 8][4]; /* S of this half's keys, then P */
+    u32 pa[BN / 16][4];  /* the tile's P as A fragments: the first half's, then the second's */
+
+    /* Tile `tile` landed in its slot: S = Q K^T over this half's keys, issued (not waited for). */
+    auto issue_s = [&](int tile) {
+        const int s = tile % STAGES;
+        mbar_wait(bars + 8 * s, (tile / STAGES) & 1);
+        fence_proxy_async(); /* the copies (generic proxy) before wgmma's reads (async proxy) */
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++)
+            wgmma_ss_${kw}(&sc[0][0], q_desc + (((kk / 4) * BM * 128 + (kk % 4) * 32) >> 4),
+                           k_desc + ((s * SLOT_BYTES + (kk / 4) * BN * 128 + (kk % 4) * 32) >> 4),
+                           kk > 0);
+        wgmma_commit();
+    };
+    /* O += P V over all of the tile's keys into this half's columns, issued. */
+    auto issue_pv = [&](int tile) {
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++)
+            wgmma_rs_${half_dv}(&o[0][0], pa[kk],
+                                v_desc + (((tile % STAGES) * SLOT_BYTES + kk * 16 * 128) >> 4), 1);
+        wgmma_commit();
+    };
+    /* The softmax of tile `tile`'s S (landed in sc): in log2 units (soft-capped); keys past the
+    ** split, and (causal, windows) outside the row's band, masked; the rows' new maxima agreed
+    ** with the other half (the same in both); P in sc, its sums added; returns the factors O
+    ** must be scaled by. */
+    auto softmax = [&](int tile, float *alpha) {
+        const int n0 = lo + tile * BN + half * KW;
+        float mx[2] = {NEG_INF, NEG_INF};
+#pragma unroll
+        for (int j = 0; j < KW / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+% if softcap then
+                float x = cap_mul * tanhf(sc[j][e] * score_mul);
+% else
+                float x = sc[j][e] * score_mul;
+% end
+                const int key = n0 + 8 * j + 2 * t + (e % 2);
+                bool seen = key <= hi;
+% if local_mask then
+                const int qp = qpos[e / 2];
+                seen = seen && (window_left < 0 || key >= qp + shift - window_left) &&
+                       (window_right < 0 || key <= qp + shift + window_right);
+% end
+                x = seen ? x : NEG_INF;
+                sc[j][e] = x;
+                mx[e / 2] = fmaxf(mx[e / 2], x);
+            }
+        mx[0] = quad_max(mx[0]);
+        mx[1] = quad_max(mx[1]);
+        if (t == 0) {
+            xc.max[half][r0] = mx[0];
+            xc.max[half][r1] = mx[1];
+        }
+        bar_sync(1, 256); /* both halves' maxima */
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = h ? r1 : r0;
+            const float m = fmaxf(row_max[h], fmaxf(xc.max[0][r], xc.max[1][r]));
+            /* A row with no key yet keeps max -inf; subtracting 0 then gives exp2(-inf) = 0. */
+            const float b = m == NEG_INF ? 0.0f : m;
+            alpha[h] = ex2(row_max[h] - b);
+            row_max[h] = m;
+            float sum = 0.0f;
+#pragma unroll
+            for (int j = 0; j < KW / 8; j++)
+#pragma unroll
+                for (int e = 2 * h; e < 2 * h + 2; e++) {
+                    sc[j][e] = ex2(sc[j][e] - b);
+                    sum += sc[j][e];
+                }
+            row_sum[h] = row_sum[h] * alpha[h] + sum; /* the quad's and halves' sums at the end */
+        }
+    };
+    auto rescale = [&](const float *alpha) {
+#pragma unroll
+        for (int j = 0; j < DVH / 8; j++) {
+            o[j][0] *= alpha[0];
+            o[j][1] *= alpha[0];
+            o[j][2] *= alpha[1];
+            o[j][3] *= alpha[1];
+        }
+    };
+    /* This half's P to Xch and the whole tile's into pa. */
+    auto share_p = [&]() {
+        u32 p[KW / 16][4];
+        pack_rows<KW / 16>(p, sc);
+#pragma unroll
+        for (int kk = 0; kk < KW / 16; kk++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                xc.p[half][kk][i][ti] = p[kk][i];
+        bar_sync(2, 256); /* both halves' P */
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                pa[kk][i] = xc.p[kk / (KW / 16)][kk % (KW / 16)][i][ti];
+    };
+    auto release = [&](int tile) { warp_arrive(bars + 8 * (STAGES + tile % STAGES)); };
+
+% if overlap then
+    /* Software-pipelined (as the forward's overlap): tile i's S is issued before tile i - 1's
+    ** P V, and its softmax runs while P V does; O is rescaled and the next P shared once that
+    ** product has landed. */
+    float alpha[2];
+    if (ntiles > 0) {
+        issue_s(0);
+        wgmma_wait<0>();
+        fence_regs<KW / 2>(&sc[0][0]);
+        softmax(0, alpha);
+        share_p();
+    }
+#pragma unroll 1
+    for (int tile = 1; tile < ntiles; tile++) {
+        issue_s(tile);
+        issue_pv(tile - 1);
+        wgmma_wait<1>(); /* this tile's S; the last one's P V may run on */
+        fence_regs<KW / 2>(&sc[0][0]);
+        softmax(tile, alpha);
+        wgmma_wait<0>();
+        fence_regs<DVH / 2>(&o[0][0]);
+        fence_regs<BN / 4>(&pa[0][0]); /* pa stays untouched until its product has landed */
+        release(tile - 1);
+        rescale(alpha);
+        share_p();
+        /* pinned here: writes of wgmma inputs moved past the next wgmma.fence serialise */
+        fence_regs<DVH / 2>(&o[0][0]);
+        fence_regs<BN / 4>(&pa[0][0]);
+    }
+    if (ntiles > 0) {
+        issue_pv(ntiles - 1);
+        wgmma_wait<0>();
+        fence_regs<DVH / 2>(&o[0][0]);
+        release(ntiles - 1);
+    }
+% else
+#pragma unroll 1
+    for (int tile = 0; tile < ntiles; tile++) {
+        issue_s(tile);
+        wgmma_wait<0>();
+        fence_regs<KW / 2>(&sc[0][0]);
+        float alpha[2];
+        softmax(tile, alpha);
+        rescale(alpha);
+        share_p();
+        issue_pv(tile);
+        wgmma_wait<0>();
+        fence_regs<DVH / 2>(&o[0][0]);
+        release(tile);
+    }
+% end
+
+    /* The rows' sums over both halves, then this half's columns normalised and stored (or,
+    ** with `partial`, the split's state). Natural-log log-sum-exp; a row that saw no key gets
+    ** 0 and -inf. */
+    row_sum[0] = quad_sum(row_sum[0]);
+    row_sum[1] = quad_sum(row_sum[1]);
+    if (t == 0) {
+        xc.sum[half][r0] = row_sum[0];
+        xc.sum[half][r1] = row_sum[1];
+    }
+    bar_sync(1, 256);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = h ? r1 : r0, pr = g0 + r;
+        if (pr >= rows)
+            continue;
+        const float sum = xc.sum[0][r] + xc.sum[1][r], inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        const int head = head_kv * qgroup + pr / seqlen_q, row = q_first + pr % seqlen_q;
+#pragma unroll
+        for (int j = 0; j < DVH / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int c = half * DVH + 8 * j + 2 * t + e;
+                if (c < head_dim_v) {
+% decode_store_out("o[j][2 * h + e] * inv")
+                }
+            }
+        if (half == 0 && t == 0) {
+            const float x = sum > 0.0f ? (row_max[h] + lg2(sum)) * F_LN2 : NEG_INF;
+            (void)x; /* not stored without lse */
+% decode_store_lse("x")
+        }
+    }
+}
