@@ -120,6 +120,25 @@ for arch in sm_80 sm_90a; do
         checked=$((checked + 1))
     done
 done
+# Decode with value dims beyond 256 (MLA's 576 / 512 with v a view of k; 320 soft-capped): on
+# sm_90a from 64 packed rows a kv head the wgmma kernel, below it and on sm_80 the mma kernel's
+# split_dv; both archs, no spills. A cache of their own (their merges are the kernels above's).
+for arch in sm_80 sm_90a; do
+    out=$("$cli" cache build --arch $arch --cache "$dir/wide_decode.db" --decode 1,2 --group 16,128 \
+        --head-dim 576 --head-dim-v 512 --v-in-k --causal 0,1 --seqlen 8192 2>&1 &&
+        "$cli" cache build --arch $arch --cache "$dir/wide_decode.db" --decode 1 --group 64 \
+            --head-dim 320 --softcap 1 --causal 1 --seqlen 8192 2>&1)
+    status=$?
+    echo "$out"
+    [ $status -eq 0 ] || { echo "FAIL: cache build --decode of wide heads for $arch"; exit 1; }
+    spills=$(echo "$out" | awk '$2 ~ /^cuda\.decode/ && $9 != 0' | wc -l)
+    [ "$spills" -eq 0 ] || { echo "FAIL: $spills wide decode kernels spill on $arch"; exit 1; }
+    [ $arch = sm_80 ] || echo "$out" | grep -q "cuda.decode.wgmma" ||
+        { echo "FAIL: no wgmma decode kernel built for $arch"; exit 1; }
+    echo "$out" | grep -q "cuda.decode.mma" ||
+        { echo "FAIL: no mma decode kernel built for $arch"; exit 1; }
+    checked=$((checked + 1))
+done
 # Training: --backward adds the backward's kernels (dot, dkdv, dq; dbias with a bias, through a
 # score_mod's derivative): all build.
 out=$("$cli" cache build --arch sm_90a --cache "$dir/offline.db" --head-dim 64 --causal 1 \
