@@ -57,21 +57,13 @@ fj_attn_decode(
 )
 {
     SHARED Smem sm;
-% params_unpack(args.fields[1].block, "P.fwd", varlen > 0 and { seqlen_q = "max_seqlen_q", seqlen_k = "max_seqlen_k" } or paged and { seqlen_k = "max_seqlen_k" } or nil)
     const int tid = THREAD_X;
-    const int split = BLOCK_Y;
-    const int group = heads_q / heads_kv;
-    const int head_kv = BLOCK_X / P.row_tiles;
-    const int g0 = (BLOCK_X % P.row_tiles) * ROWS; /* the tile's first group row */
-    const int batch = BLOCK_Z;
-% decode_sequence()
-    const int rows = group * seqlen_q; /* group rows of this sequence */
-% decode_split_keys()
+% decode_block("ROWS")
 
 % descale_factors("P.fwd")
     for (int i = tid; i < ROWS * DP; i += THREADS) {
         const int r = i / DP, c = i % DP, g = g0 + r;
-        const int head = head_kv * group + g / I_MAX(seqlen_q, 1), row = g % I_MAX(seqlen_q, 1);
+        const int head = head_kv * qgroup + g / I_MAX(seqlen_q, 1), row = g % I_MAX(seqlen_q, 1);
         sm.q[r][c] = (g < rows && c < head_dim)
                          ? Q_LOAD(q, (I64)row * q_ss + (I64)head * q_sh + c) * score_mul * qk_factor
                          : 0.0f;
@@ -148,14 +140,14 @@ fj_attn_decode(
         const int i = tid + e * THREADS, r = i / DVP, c = i % DVP, g = g0 + r;
         if (r >= ROWS || g >= rows || c >= head_dim_v)
             continue;
-        const int head = head_kv * group + g / seqlen_q, row = q_first + g % seqlen_q;
+        const int head = head_kv * qgroup + g / seqlen_q, row = q_first + g % seqlen_q;
         const float l = sm.l[r];
         const float o = l > 0.0f ? acc[e] * v_factor / l : 0.0f;
 % decode_store_out("o")
     }
     if (tid < ROWS && g0 + tid < rows) {
         const int g = g0 + tid;
-        const int head = head_kv * group + g / seqlen_q, row = q_first + g % seqlen_q;
+        const int head = head_kv * qgroup + g / seqlen_q, row = q_first + g % seqlen_q;
         const float l = sm.l[tid];
         const float x = l > 0.0f ? (sm.m[tid] + F_LOG2(l)) * F_LN2 : -F_INF;
 % decode_store_lse("x")

@@ -146,18 +146,10 @@ fj_attn_decode(
 % end
     elem_t *sQ = (elem_t *)smem;
     elem_t *ring = sQ + BM * QS;
-% params_unpack(args.fields[1].block, "P.fwd", varlen > 0 and { seqlen_q = "max_seqlen_q", seqlen_k = "max_seqlen_k" } or paged and { seqlen_k = "max_seqlen_k" } or nil)
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int g = lane / 4, t = lane % 4; /* row group and column pair of mma fragments */
     const int slab = warp / KWARPS, kw = warp % KWARPS;
-    const int split = blockIdx.y;
-    const int qgroup = heads_q / heads_kv;
-    const int head_kv = blockIdx.x / P.row_tiles;
-    const int g0 = (blockIdx.x % P.row_tiles) * BM; /* the tile's first packed row */
-    const int batch = blockIdx.z;
-% decode_sequence()
-    const int rows = qgroup * seqlen_q;
-% decode_split_keys()
+% decode_block("BM")
 
     /* The packed rows' queries: row r of the tile is query head head_kv * qgroup + (g0 + r) /
     ** seqlen_q, position (g0 + r) % seqlen_q; zeros past the rows and the head dim. */

@@ -68,18 +68,10 @@ fj_attn_decode(
 )
 {
     __shared__ Smem sm;
-% params_unpack(args.fields[1].block, "P.fwd", varlen > 0 and { seqlen_q = "max_seqlen_q", seqlen_k = "max_seqlen_k" } or paged and { seqlen_k = "max_seqlen_k" } or nil)
     const int tid = THREAD_X, lane = tid % 32;
     const int group = tid / 32 * KEYS_PER_WARP + lane / LANES; /* this lane's key group */
     const int gl = lane % LANES;                                /* its lane in the group */
-    const int split = BLOCK_Y;
-    const int qgroup = heads_q / heads_kv;
-    const int head_kv = BLOCK_X / P.row_tiles;
-    const int g0 = (BLOCK_X % P.row_tiles) * ROWS;
-    const int batch = BLOCK_Z;
-% decode_sequence()
-    const int rows = qgroup * seqlen_q;
-% decode_split_keys()
+% decode_block("ROWS")
 
     /* The rows' query slices and states; a row beyond the tile's rows sees nothing. */
     float qv[ROWS][8], acc[ROWS][8], m[ROWS], l[ROWS];

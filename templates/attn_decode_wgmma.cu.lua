@@ -102,17 +102,9 @@ fj_attn_decode(
     unsigned char *smem = smem_raw + (base - smem_addr(smem_raw));
     const u32 sQ = base, ring = base + Q_BYTES, bars = base + BARS_AT;
     Xch &xc = *(Xch *)(smem + XCH_AT);
-% params_unpack(args.fields[1].block, "P.fwd", varlen > 0 and { seqlen_q = "max_seqlen_q", seqlen_k = "max_seqlen_k" } or paged and { seqlen_k = "max_seqlen_k" } or nil)
     const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0);
     const int warp = (tid % 128) / 32, lane = tid % 32;
-    const int split = blockIdx.y;
-    const int qgroup = heads_q / heads_kv;
-    const int head_kv = blockIdx.x / P.row_tiles;
-    const int g0 = (blockIdx.x % P.row_tiles) * BM; /* the tile's first packed row */
-    const int batch = blockIdx.z;
-% decode_sequence()
-    const int rows = qgroup * seqlen_q;
-% decode_split_keys()
+% decode_block("BM")
     const int ntiles = hi >= lo ? (hi - lo) / BN + 1 : 0;
 
     if (tid == 0) {

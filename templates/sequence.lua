@@ -19,7 +19,8 @@
 %   end
 % end
 %
-% -- The decode kernels' sequence (parameters varlen and paged): decode_key_row() defines
+% -- The decode kernels' sequence (parameters varlen and paged; decode_block below opens a body
+% -- with all of it): decode_key_row() defines
 % -- key_row(key, s_batch_or_page, s_row), where key `key` of the sequence starts in k or v (and,
 % -- paged, PAGE_NUMBER(i) of the sequence's page i);
 % -- decode_sequence() goes after `batch` and head_kv are declared, and moves q, k and v to the
@@ -40,6 +41,22 @@
 % else
 #define key_row(key, s_batch, s_row) ((I64)(key) * (s_row))
 % end
+% end
+% -- decode_block(per_tile) opens a decode kernel's body after `tid`: the parameter block
+% -- unpacked (P.fwd's fields as locals), the block's coordinates (split, qgroup query heads a kv
+% -- head, head_kv, g0 its row tile's first packed row of per_tile, batch), its sequence
+% -- (decode_sequence), `rows` (the sequence's packed rows) and the split's keys
+% -- (decode_split_keys).
+% function decode_block(per_tile)
+% params_unpack(args.fields[1].block, "P.fwd", varlen > 0 and { seqlen_q = "max_seqlen_q", seqlen_k = "max_seqlen_k" } or paged and { seqlen_k = "max_seqlen_k" } or nil)
+    const int split = BLOCK_Y;
+    const int qgroup = heads_q / heads_kv;
+    const int head_kv = BLOCK_X / P.row_tiles;
+    const int g0 = (BLOCK_X % P.row_tiles) * ${per_tile}; /* the tile's first packed row */
+    const int batch = BLOCK_Z;
+% decode_sequence()
+    const int rows = qgroup * seqlen_q; /* the sequence's packed rows */
+% decode_split_keys()
 % end
 % function decode_sequence()
 % if varlen > 0 then

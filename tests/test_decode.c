@@ -47,36 +47,18 @@ static int run_cases_in(fj_context *ctx, const fjh_case *cases, size_t n, int wa
     return failures;
 }
 
-/* Runs the cases whose head dims are at most `widest` (and, with dense_only, not paged) on a
-** context made with FLASHJIT_CONFIG=config; returns the failures. */
+/* Runs the cases whose head dims are at most `widest` and whose value dims are beyond
+** `wider_than` (and, with dense_only, not paged) on a context made with FLASHJIT_CONFIG=config;
+** returns the failures. */
 static int run_cases_with(const char *config, const fjh_case *cases, size_t n, int64_t widest,
-                          int dense_only, int want_decode)
+                          int64_t wider_than, int dense_only, int want_decode)
 {
     fjh_case some[64];
     size_t m = 0;
     assert_true(n <= sizeof some / sizeof some[0]);
     for (size_t i = 0; i < n; i++)
         if (cases[i].head_dim <= widest && cases[i].head_dim_v <= widest &&
-            !(dense_only && cases[i].paged))
-            some[m++] = cases[i];
-    if (m == 0)
-        return 0;
-    fj_context *ctx = suite_context_with_env("FLASHJIT_CONFIG", config);
-    printf("  with FLASHJIT_CONFIG=%s:\n", config);
-    const int failures = run_cases_in(ctx, some, m, want_decode);
-    fj_context_destroy(ctx);
-    return failures;
-}
-
-/* The same for the cases with value dims beyond 256 alone. */
-static int run_wide_cases_with(const char *config, const fjh_case *cases, size_t n,
-                               int want_decode)
-{
-    fjh_case some[64];
-    size_t m = 0;
-    assert_true(n <= sizeof some / sizeof some[0]);
-    for (size_t i = 0; i < n; i++)
-        if (cases[i].head_dim_v > 256)
+            cases[i].head_dim_v > wider_than && !(dense_only && cases[i].paged))
             some[m++] = cases[i];
     if (m == 0)
         return 0;
@@ -96,9 +78,9 @@ static void run_cases(void **state, const fjh_case *cases, size_t n, int want_de
 {
     int failures = run_cases_in(suite_context(state), cases, n, want_decode);
     if (FJ_TEST_BACKEND == FJ_BACKEND_CUDA) {
-        failures += run_cases_with("path=vec", cases, n, 256, 0, want_decode);
-        failures += run_cases_with("bulk=1", cases, n, 128, 1, want_decode);
-        failures += run_wide_cases_with("warps=4", cases, n, want_decode);
+        failures += run_cases_with("path=vec", cases, n, 256, 0, 0, want_decode);
+        failures += run_cases_with("bulk=1", cases, n, 128, 0, 1, want_decode);
+        failures += run_cases_with("warps=4", cases, n, 576, 256, 0, want_decode);
     }
     assert_int_equal(failures, 0);
 }
