@@ -96,12 +96,8 @@ fj_attn_decode(
 % if softcap then
             x = cap_mul * F_TANH(x);
 % end
-            bool seen = g < rows && key >= lo && key <= hi;
-% if local_mask then
-            const int row = g % I_MAX(seqlen_q, 1);
-            seen = seen && (window_left < 0 || key >= row + shift - window_left) &&
-                   (window_right < 0 || key <= row + shift + window_right);
-% end
+            const bool seen = g < rows && key >= lo &&
+                              ${decode_seen("key", "g % I_MAX(seqlen_q, 1)")};
             sm.p[r][j] = seen ? x : -F_INF;
         }
         BARRIER();

@@ -479,12 +479,7 @@ fj_attn_decode(
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int key = n0 + 8 * j + 2 * t + (e % 2);
-                    bool seen = key <= hi;
-% if local_mask then
-                    const int qp = qpos[e / 2];
-                    seen = seen && (window_left < 0 || key >= qp + shift - window_left) &&
-                           (window_right < 0 || key <= qp + shift + window_right);
-% end
+                    const bool seen = ${decode_seen("key", "qpos[e / 2]")};
                     if (!seen)
                         s[j][e] = NEG_INF;
                 }

@@ -155,11 +155,7 @@ fj_attn_decode(
                 x = cap_mul * F_TANH(x);
 % end
                 const int key = base + mine + u * GROUPS;
-                bool seen = live[r] && key <= hi;
-% if local_mask then
-                seen = seen && (window_left < 0 || key >= row_of[r] + shift - window_left) &&
-                       (window_right < 0 || key <= row_of[r] + shift + window_right);
-% end
+                const bool seen = live[r] && ${decode_seen("key", "row_of[r]")};
                 s[r][u] = seen ? x : -F_INF;
             }
         }

@@ -222,12 +222,7 @@ fj_attn_decode(
                 float x = sc[j][e] * score_mul;
 % end
                 const int key = n0 + 8 * j + 2 * t + (e % 2);
-                bool seen = key <= hi;
-% if local_mask then
-                const int qp = qpos[e / 2];
-                seen = seen && (window_left < 0 || key >= qp + shift - window_left) &&
-                       (window_right < 0 || key <= qp + shift + window_right);
-% end
+                const bool seen = ${decode_seen("key", "qpos[e / 2]")};
                 x = seen ? x : NEG_INF;
                 sc[j][e] = x;
                 mx[e / 2] = fmaxf(mx[e / 2], x);

@@ -93,6 +93,18 @@
         hi = I_MIN(hi, seqlen_q - 1 + shift + window_right);
 %   end
 % end
+% -- decode_seen(key, qp): the C expression of whether a row at query position qp sees key `key`:
+% -- one of the split's keys (after decode_split_keys: at most hi) and (local_mask) in the row's
+% -- band.
+% function decode_seen(key, qp)
+%   local e = "(" .. key .. ") <= hi"
+%   if local_mask then
+%     e = e .. " &&\n" ..
+%         "                (window_left < 0 || (" .. key .. ") >= (" .. qp .. ") + shift - window_left) &&\n" ..
+%         "                (window_right < 0 || (" .. key .. ") <= (" .. qp .. ") + shift + window_right)"
+%   end
+%   return e
+% end
 % function decode_store_out(val)
 %   if partial then
         GPTR(float, P.part.o)[split * P.part_so + batch * P.part.o_sb + (I64)row * P.part.o_ss +
