@@ -241,7 +241,7 @@ int fj__variant_consumer_registers(const fj__variant *v)
     ** rest of 64K per SM; two blocks of 256 threads per SM start with 128 each, 24 + 232 keeps
     ** a block's share. One consumer warpgroup alone reallocates nothing: 255. (The forward's
     ** consumers own 64 query rows each; the backward's are its warpgroups but the producer.) */
-    if (v->family == FJ__FAMILY_DECODE) /* attn_decode_wgmma.cu.lua: 48 for its copying warps */
+    if (v->family == FJ__FAMILY_DECODE) /* attn_decode_wgmma.cu.lua: beside its copying warps' */
         return 224;
     const int consumers = v->family == FJ__FAMILY_BWD ? v->warps / 4 - v->producer : v->tile_m / 64;
     return v->ctas_per_sm == 2 ? 232 : consumers == 3 ? 160 : consumers == 2 ? 240 : 255;

@@ -59,9 +59,11 @@ constexpr int STAGES = ${stages};
 constexpr bool V_IN_K = ${v_in_k};
 constexpr int THREADS = 384;
 constexpr int CONSUMER_REGS = ${consumer_regs}, PRODUCER_REGS = 48;
-/* setmaxnreg moves registers within the block's launch allocation (168 a thread: 64K / 384,
-** in steps of 8); a consumer's increase waits until the producer's decrease covers it. */
-static_assert(128 * PRODUCER_REGS + 256 * CONSUMER_REGS <= THREADS * 168, "the block's registers");
+/* setmaxnreg moves registers within the block's launch allocation (64K / THREADS a thread, in
+** steps of 8: 168); a consumer's increase waits until the producer's decrease covers it. */
+constexpr int LAUNCH_REGS = 65536 / THREADS / 8 * 8;
+static_assert(128 * PRODUCER_REGS + 256 * CONSUMER_REGS <= THREADS * LAUNCH_REGS,
+              "the block's registers");
 #define NEG_INF __int_as_float(0xff800000)
 
 /* ---- shared memory (from a 1024-byte boundary) --------------------------------------------- */

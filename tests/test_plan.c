@@ -595,6 +595,19 @@ static void test_dq_turns(void **state)
     }
 }
 
+/* The decode variant f gets on dev under config where the forward would plan fwd_path (case i
+** of a table: failing when the decode does not take f). */
+static fj__variant decode_variant_of(const fj__features *f, const fj_device_info *dev,
+                                     const char *config, int fwd_path, size_t i)
+{
+    fj__variant fwd, v;
+    memset(&fwd, 0, sizeof fwd);
+    fwd.path = fwd_path;
+    if (!fj__prefer_decode(f, dev, config, &fwd, &v))
+        fail_msg("case %zu: not on a decode kernel", i);
+    return v;
+}
+
 /* The decode plans of a few query rows per sequence: which kernel (tensor cores on sm_80+
 ** where they fit, else CUDA's vector kernel, else the portable one; "path=vec" asks for the
 ** vector kernel), the packed rows a block, its shared memory (dynamic on tensor cores only),
@@ -649,11 +662,9 @@ static void test_decode_plans(void **state)
             f.paged = 1;
             config = config[5] == ',' ? config + 6 : NULL;
         }
-        fj__variant fwd, v;
-        memset(&fwd, 0, sizeof fwd);
-        fwd.path = cases[i].path == FJ__PATH_SIMT ? FJ__PATH_SIMT : FJ__PATH_WGMMA; /* as planned */
-        if (!fj__prefer_decode(&f, cases[i].dev, config, &fwd, &v))
-            fail_msg("case %zu: not on a decode kernel", i);
+        const fj__variant v = decode_variant_of(
+            &f, cases[i].dev, config,
+            cases[i].path == FJ__PATH_SIMT ? FJ__PATH_SIMT : FJ__PATH_WGMMA /* as planned */, i);
         if (v.path != cases[i].path || v.tile_m != cases[i].tile_m ||
             v.stages != cases[i].stages || v.bulk != cases[i].bulk)
             fail_msg("case %zu: path %d, %d rows, stages %d, bulk %d; expected %d, %d, %d, %d", i,
@@ -686,9 +697,8 @@ static void test_decode_plans(void **state)
 
 /* Decode with value dims beyond 256 (MLA's 576 / 512): on sm_90a, from 64 packed rows a kv head,
 ** the wgmma kernel (64 packed rows a block, three warpgroups, 64-key tiles where two ring slots
-** fit, else 32), which
-** warps=4 turns down for the mma kernel's split_dv; dv to 256
-** never on wgmma. */
+** fit, else 32), which warps=4 turns down for the mma kernel's split_dv; dv to 256 never on
+** wgmma. */
 static void test_decode_wide_plans(void **state)
 {
     (void)state;
@@ -716,11 +726,8 @@ static void test_decode_wide_plans(void **state)
         f.heads_kv = 1;
         f.heads_q = cases[i].group;
         f.v_in_k = cases[i].v_in_k;
-        fj__variant fwd, v;
-        memset(&fwd, 0, sizeof fwd);
-        fwd.path = FJ__PATH_WGMMA;
-        if (!fj__prefer_decode(&f, cases[i].dev, cases[i].config, &fwd, &v))
-            fail_msg("case %zu: not on a decode kernel", i);
+        const fj__variant v =
+            decode_variant_of(&f, cases[i].dev, cases[i].config, FJ__PATH_WGMMA, i);
         if (v.path != cases[i].path || v.tile_n != cases[i].tile_n)
             fail_msg("case %zu: path %d, %d keys; expected %d, %d", i, v.path, v.tile_n,
                      cases[i].path, cases[i].tile_n);
