@@ -8,7 +8,7 @@
 % --   producer   (warpgroup 0, all four warps) copies Q once, then key (and value) tiles of BN keys
 % --              into a ring of STAGES slots by cp.async, each 16-byte piece straight to its place
 % --              in the 128-byte swizzle that wgmma reads (any page size: a warp copies a row at a
-% --              time, its page looked up once); each thread's copies of a tile complete its
+% --              time, its page looked up a tile ahead); each thread's copies of a tile complete its
 % --              slot's FULL mbarrier, and consumers give the slot back on EMPTY.
 % --   consumers  (warpgroups 1 and 2, `half` 0 and 1) share every tile:
 % --                S = Q K^T      half h takes the tile's keys [h KW, (h + 1) KW) over all of d
@@ -137,20 +137,43 @@ fj_attn_decode(
         }
         /* A warp copies rows warp, warp + 4, ... of a tile, its lanes the row's pieces; rows
         ** past hi arrive as zeros (and are masked). */
+% if paged then
+        /* Paged: lane j looks up the page of the warp's row j (row warp + 4 j) a tile ahead, so
+        ** the table's latency is off the copies' path; the copying lanes take it by shuffles. */
+        static_assert(BN / 4 <= 32, "attn_decode_wgmma: a lane for each row a warp copies");
+        auto page_of_row = [&](int tile) {
+            const int key = lo + tile * BN + warp + 4 * lane;
+            return lane < BN / 4 && key <= hi ? PAGE_NUMBER(key / P.page_size) : 0;
+        };
+        int next_page = page_of_row(0);
+% end
         for (int tile = 0; tile < ntiles; tile++) {
             const int s = tile % STAGES;
+% if paged then
+            const int row_page = next_page;
+            next_page = page_of_row(tile + 1);
+% end
             mbar_wait(bars + 8 * (STAGES + s), ((tile / STAGES) & 1) ^ 1);
             const u32 sK = ring + s * SLOT_BYTES;
             for (int r = warp; r < BN; r += 4) {
                 const int key = lo + tile * BN + r;
                 const bool in = key <= hi;
+% if paged then
+                const int page = __shfl_sync(0xffffffffu, row_page, r / 4);
+                const I64 ko = in ? page_row(page, key, k_sb, k_ss) : 0;
+% else
                 const I64 ko = in ? key_row(key, k_sb, k_ss) : 0;
+% end
                 for (int j = lane; j < D / 8; j += 32) {
                     const bool ok = in && j * 8 < head_dim;
                     cp_async16_stream(swizzled(sK, BN, r, j), ok ? k + ko + j * 8 : k, ok ? 16 : 0);
                 }
 % if not v_in_k then
+%   if paged then
+                const I64 vo = in ? page_row(page, key, v_sb, v_ss) : 0;
+%   else
                 const I64 vo = in ? key_row(key, v_sb, v_ss) : 0;
+%   end
                 for (int j = lane; j < DV / 8; j += 32) {
                     const bool ok = in && j * 8 < head_dim_v;
                     cp_async16_stream(swizzled(sK + K_BYTES, BN, r, j), ok ? v + vo + j * 8 : v,

@@ -36,8 +36,10 @@
 ** from the table, clamped into the cache. */
 % if paged then
 #define PAGE_NUMBER(i) I_MIN(I_MAX(LDG(pages + (i)), 0), P.num_pages - 1)
-#define key_row(key, s_page, s_row)                                                            \
-    ((I64)PAGE_NUMBER((key) / P.page_size) * (s_page) + (I64)((key) % P.page_size) * (s_row))
+/* Key `key`, on page number `page` (PAGE_NUMBER of its page), as key_row. */
+#define page_row(page, key, s_page, s_row)                                                     \
+    ((I64)(page) * (s_page) + (I64)((key) % P.page_size) * (s_row))
+#define key_row(key, s_page, s_row) page_row(PAGE_NUMBER((key) / P.page_size), key, s_page, s_row)
 % else
 #define key_row(key, s_batch, s_row) ((I64)(key) * (s_row))
 % end

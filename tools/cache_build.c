@@ -36,7 +36,8 @@ static int build_usage(FILE *f)
         "  flashjit run; e.g. --head-dim 576 --head-dim-v 512 --v-in-k)\n"
         "Decode shapes (--seqlen is the keys'): --decode N,... query rows per sequence (1 to\n"
         "  16), --group G,... [1] query heads per kv head; what such calls run, whole and split\n"
-        "  (the decode kernel and the merge of its splits)\n"
+        "  (the decode kernel and the merge of its splits); --paged 0,1 [0] with k and v as a\n"
+        "  paged KV cache (desc.page_table; any page size runs the same kernels)\n"
         "Merges (fj_attention_merge) instead of the forward kernels: --merge N,... (states per\n"
         "  merge, 1 to 64), for each --dtype (states and result) and --lse\n"
         "Training: --backward also builds each request's backward kernels (fj_attention_backward;\n"
@@ -149,6 +150,7 @@ typedef struct build_request {
     int descale;              /* FP8 inputs: with descale factors ([1] each) */
     int64_t d, dv, seqlen, causal, softcap, lse;
     int64_t decode_rows, group; /* decode: query rows and query heads per kv head (0: no) */
+    int paged;                  /* decode: k and v as pages of a KV cache */
     const char *mask_mod, *score_mod;
     int alibi, bias, mask, ranges, block_mask, varlen;
     int v_in_k;   /* v a view of k's first dims (else v at an address of its own) */
@@ -243,6 +245,21 @@ static int build_request_kernels(build_run *run, const fj_device_info *dev, fj__
         lse.shape[2] = sq;
         lse.stride[0] = g * sq;
         lse.stride[1] = sq;
+    }
+    const int64_t page = 64, pages = (s + page - 1) / page;
+    const fj_tensor table = {.data = fake,
+                             .dtype = FJ_DTYPE_I32,
+                             .ndim = 2,
+                             .shape = {1, pages},
+                             .stride = {pages, 1}};
+    if (r->paged) { /* k and v [pages, 64, 1, dim] through a table [1, pages] */
+        for (fj_tensor *t = &k; t; t = t == &k ? &v : NULL) {
+            t->shape[0] = pages;
+            t->shape[1] = page;
+            t->stride[0] = page * row;
+        }
+        desc.page_table = &table;
+        desc.seqused_k = &used;
     }
     /* A decode builds its kernel whole and split (with the merge of the splits). */
     for (int32_t splits = r->decode_rows ? 1 : 0; splits <= (r->decode_rows ? 2 : 0); splits++) {
@@ -352,6 +369,7 @@ int fjt_cache_build(int argc, char **argv)
         O_DECODE,
         O_BACKWARD,
         O_GROUP,
+        O_PAGED,
         O_V_IN_K,
         O_HELP
     };
@@ -379,6 +397,7 @@ int fjt_cache_build(int argc, char **argv)
                                          {"decode", required_argument, 0, O_DECODE},
                                          {"backward", no_argument, 0, O_BACKWARD},
                                          {"group", required_argument, 0, O_GROUP},
+                                         {"paged", required_argument, 0, O_PAGED},
                                          {"help", no_argument, 0, O_HELP},
                                          {0, 0, 0, 0}};
     const char *path_opt = NULL, *mask_mod = NULL, *score_mod = NULL;
@@ -387,8 +406,8 @@ int fjt_cache_build(int argc, char **argv)
     int64_t lens[MAX_VALUES] = {1024, 8192}; /* the planner picks some tiles by length */
     int64_t merges[MAX_VALUES];
     int nd = 2, ndv = 0, nc = 2, ns = 1, nl = 1, nq = 2, nm = 0;
-    int64_t decode_rows[MAX_VALUES] = {0}, groups[MAX_VALUES] = {1};
-    int ndec = 1, ngroup = 1, decoding = 0, backward = 0;
+    int64_t decode_rows[MAX_VALUES] = {0}, groups[MAX_VALUES] = {1}, paged[MAX_VALUES] = {0};
+    int ndec = 1, ngroup = 1, npaged = 1, decoding = 0, backward = 0;
     int alibi = 0, bias = 0, mask = 0, ranges = 0, block_mask = 0, varlen = 0, v_in_k = 0;
     fj_dtype dtypes[4] = {FJ_DTYPE_BF16}, kv_dtype = FJ_DTYPE_BF16;
     int ndt = 1, kv_given = 0, opt;
@@ -495,6 +514,10 @@ int fjt_cache_build(int argc, char **argv)
             if ((ngroup = fjt_parse_list("group", optarg, 1, 128, groups, MAX_VALUES)) < 0)
                 return 2;
             break;
+        case O_PAGED:
+            if ((npaged = fjt_parse_list("paged", optarg, 0, 1, paged, MAX_VALUES)) < 0)
+                return 2;
+            break;
         case O_BACKEND:
             if (strcmp(optarg, "cuda") != 0)
                 return fprintf(stderr,
@@ -505,9 +528,9 @@ int fjt_cache_build(int argc, char **argv)
         default: return build_usage(stderr);
         }
     }
-    int fp8 = kv_given;
+    int fp8_q = 0; /* FP8 queries (FP8 k and v too) */
     for (int a = 0; a < ndt; a++) {
-        fp8 |= fj__dtype_fp8(dtypes[a]);
+        fp8_q |= fj__dtype_fp8(dtypes[a]);
         if (kv_given && fj__dtype_fp8(dtypes[a]))
             return fprintf(stderr,
                            "flashjit cache build: --kv-dtype goes with 16-bit queries "
@@ -515,7 +538,7 @@ int fjt_cache_build(int argc, char **argv)
                            fj__dtype_name(dtypes[a])),
                    2;
     }
-    if (fp8 && (backward || nm))
+    if ((fp8_q || kv_given) && (backward || nm))
         return fprintf(stderr, "flashjit cache build: FP8 (--dtype e4m3|e5m2, --kv-dtype) has no "
                                "backward and no merge of its own (merges take the bf16 or f16 "
                                "states)\n"),
@@ -528,6 +551,11 @@ int fjt_cache_build(int argc, char **argv)
         return fprintf(stderr,
                        "flashjit cache build: --decode takes dense tensors, not --varlen\n"),
                2;
+    for (int i = 0; i < npaged; i++)
+        if (paged[i] && (!decoding || fp8_q))
+            return fprintf(stderr, "flashjit cache build: --paged goes with --decode and 16-bit "
+                                   "queries (an FP8 cache: --kv-dtype)\n"),
+                   2;
     int sm = 0;
     char suffix = 0;
     if (!run.arch || sscanf(run.arch, "sm_%d%c", &sm, &suffix) < 1 || sm < 80 ||
@@ -572,22 +600,28 @@ int fjt_cache_build(int argc, char **argv)
         for (int i = 0; i < nd && !bad; i++)
             for (int c = 0; c < nc && !bad; c++)
                 for (int sc = 0; sc < ns && !bad; sc++)
-                    for (int l = 0;
-                         l < nl * nq * ndec * ngroup * (fp8_inputs(dtypes[a], kv) ? 2 : 1) && !bad;
+                    for (int l = 0; l < nl * nq * ndec * ngroup * npaged *
+                                            (fp8_inputs(dtypes[a], kv) ? 2 : 1) &&
+                                    !bad;
                          l++) {
-                        const int rest = l / (nl * nq) % (ndec * ngroup);
+                        /* l's digits: seqlen, lse, decode rows, group, paged, descale */
+                        const int at_seq = l % nq, at_lse = l / nq % nl;
+                        const int at_dec = l / (nq * nl) % ndec;
+                        const int at_group = l / (nq * nl * ndec) % ngroup;
+                        const int at_paged = l / (nq * nl * ndec * ngroup) % npaged;
                         const build_request r = {.dtype = dtypes[a],
                                                  .kv_dtype = kv,
-                                                 .descale = l / (nl * nq * ndec * ngroup),
+                                                 .descale = l / (nq * nl * ndec * ngroup * npaged),
                                                  .decode_rows =
-                                                     decoding ? decode_rows[rest % ndec] : 0,
-                                                 .group = groups[rest / ndec],
+                                                     decoding ? decode_rows[at_dec] : 0,
+                                                 .group = groups[at_group],
+                                                 .paged = (int)paged[at_paged],
                                                  .d = dims[i],
                                                  .dv = ndv ? dvs[i < ndv ? i : ndv - 1] : dims[i],
-                                                 .seqlen = lens[l % nq],
+                                                 .seqlen = lens[at_seq],
                                                  .causal = causal[c],
                                                  .softcap = softcap[sc],
-                                                 .lse = lse[l / nq % nl],
+                                                 .lse = lse[at_lse],
                                                  .mask_mod = mask_mod,
                                                  .score_mod = score_mod,
                                                  .alibi = alibi,
