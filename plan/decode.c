@@ -108,12 +108,23 @@ static int choose_wgmma(const fj__features *f, const fj_device_info *dev, int64_
     t.v_in_k = f->v_in_k && t.head_dim_v_pad <= t.head_dim_pad;
     t.stages = 2;
     t.ctas_per_sm = 1;
+    t.bulk = 1; /* where the tensors allow (fj__plan_decode: wgmma_bulk_fits) */
     for (t.tile_n = 64; t.tile_n >= 32; t.tile_n /= 2)
         if (fj__variant_fits(&t, dev)) {
             *v = t;
             return 1;
         }
     return 0;
+}
+
+/* Whether the wgmma kernel can take f's K and V tiles of v->tile_n keys by bulk tensor copies:
+** tensors a tensor map reads, dense (not packed) and, paged, pages of whole tiles (a tile's box
+** lies in one page: the kernel starts its tiles at multiples of tile_n). Elsewhere its threads
+** copy them (any page size, packed sequences). */
+static int wgmma_bulk_fits(const fj__features *f, const fj__variant *v)
+{
+    return f->tma[FJ__T_K] && (v->v_in_k || f->tma[FJ__T_V]) && !f->varlen &&
+           (!f->paged || f->page_size % v->tile_n == 0);
 }
 
 /* On CUDA, the vector kernel (keys as vectors straight into registers), up to 8 packed rows per
@@ -304,6 +315,8 @@ fj_status fj__plan_decode(const fj__features *f, const fj_device_info *dev, cons
     fj__step *s = fj__plan_add_step(plan, FJ__STEP_KERNEL);
     s->variant = *v;
     s->variant.partial = splits > 1;
+    if (v->path == FJ__PATH_WGMMA)
+        s->variant.bulk = v->bulk && wgmma_bulk_fits(f, v);
     s->shared_bytes = fj__variant_dynamic_shared_bytes(&s->variant);
     s->block[0] = (uint32_t)v->threads;
     /* The kv heads (and row tiles) fastest: the blocks running together read the same key
@@ -331,8 +344,25 @@ static void partial_slot(const fj__plan *plan, const fj__problem *p, void *const
                               p->heads_q, p->head_dim_v, S);
 }
 
-void fj__decode_fill(const fj__plan *plan, int i, const fj__problem *p, void *const *ws,
-                     void *params)
+/* The wgmma kernel's tensor maps of K and V (bulk copies; zeros without): boxes of a tile's
+** rows by 64 columns, a paged cache's pages as its batches. */
+static fj_status fill_decode_maps(const fj__variant *v, const fj__problem *p, fj__tmap_fn tmap,
+                                  void *ud, fj__decode_tma_params *T)
+{
+    if (!v->bulk)
+        return FJ_OK;
+    fj__tensor_map_desc d;
+    fj__tensor_map_of(p->k, (uint32_t)v->tile_n, &d, &T->perm_k);
+    fj_status st = tmap(ud, FJ__MAP_DECODE_K, &d, &T->tm_k);
+    if (st == FJ_OK && !v->v_in_k) {
+        fj__tensor_map_of(p->v, (uint32_t)v->tile_n, &d, &T->perm_v);
+        st = tmap(ud, FJ__MAP_DECODE_V, &d, &T->tm_v);
+    }
+    return st;
+}
+
+fj_status fj__decode_fill(const fj__plan *plan, int i, const fj__problem *p, void *const *ws,
+                          fj__tmap_fn tmap, void *tmap_ud, void *params)
 {
     const int64_t rows = p->batch * p->seqlen_q * p->heads_q;
     if (plan->steps[i].variant.family == FJ__FAMILY_MERGE) {
@@ -356,9 +386,11 @@ void fj__decode_fill(const fj__plan *plan, int i, const fj__problem *p, void *co
         M->heads = (int32_t)p->heads_q;
         M->head_dim_v = (int32_t)p->head_dim_v;
         M->col_groups = (int32_t)plan->steps[i].grid[1];
-        return;
+        return FJ_OK;
     }
-    fj__decode_params *D = params;
+    const fj__variant *v = &plan->steps[i].variant;
+    fj__decode_tma_params *T = v->path == FJ__PATH_WGMMA ? params : NULL;
+    fj__decode_params *D = T ? &T->dec : params;
     fj__fill_fwd_params(plan, p, ws, &D->fwd);
     if (plan->decode.splits > 1) {
         partial_slot(plan, p, ws, &D->part);
@@ -373,4 +405,5 @@ void fj__decode_fill(const fj__plan *plan, int i, const fj__problem *p, void *co
         D->page_size = (int32_t)p->page_size;
         D->num_pages = (int32_t)p->num_pages;
     }
+    return T ? fill_decode_maps(v, p, tmap, tmap_ud, T) : FJ_OK;
 }

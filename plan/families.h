@@ -182,6 +182,18 @@ FJ__PARAM_STRUCT(fj__merge_params, FJ__MERGE_PARAMS);
     X(T, I32, num_pages, 0)
 FJ__PARAM_STRUCT(fj__decode_params, FJ__DECODE_PARAMS);
 
+/* The Hopper decode kernel (attn_decode_wgmma.cu.lua): the family's block and, where it copies
+** K and V tiles by bulk tensor copies (variant.bulk; zeros otherwise), their tensor maps (a
+** paged cache's as [pages, page_size, hkv, d]) with the slots of their row and head
+** coordinates (perm_*, as the forward's). */
+#define FJ__DECODE_TMA_PARAMS(X, T)                                                                \
+    X(T, TMAP, tm_k, 0)                                                                            \
+    X(T, TMAP, tm_v, 0)                                                                            \
+    X(T, BLOCK, dec, fj__decode_params)                                                            \
+    X(T, I32, perm_k, 0)                                                                           \
+    X(T, I32, perm_v, 0)
+FJ__PARAM_STRUCT(fj__decode_tma_params, FJ__DECODE_TMA_PARAMS);
+
 /* The backward (attn_bwd.lua): the forward's block (q, k, v, out, lse and everything that
 ** decides the scores); dout [b, sq, hq, dv] and the gradients dq, dk, dv (shaped as q, k, v)
 ** with their batch, row and head strides; D = rowsum(dout * out), an f32 workspace

@@ -321,10 +321,8 @@ fj_status fj__fwd_fill(const fj__plan *plan, int i, const fj__problem *p, void *
                        fj__tmap_fn tmap, void *tmap_ud, void *params)
 {
     const fj__variant *v = &plan->steps[i].variant;
-    if (plan->steps[plan->main_step].variant.family == FJ__FAMILY_DECODE) {
-        fj__decode_fill(plan, i, p, ws, params);
-        return FJ_OK;
-    }
+    if (plan->steps[plan->main_step].variant.family == FJ__FAMILY_DECODE)
+        return fj__decode_fill(plan, i, p, ws, tmap, tmap_ud, params);
     if (v->family == FJ__FAMILY_CLASSIFY) {
         fill_classify(plan, p, ws, params);
         return FJ_OK;

@@ -217,6 +217,7 @@ typedef fj_status (*fj__tmap_fn)(void *ud, int role, const fj__tensor_map_desc *
 enum {
     FJ__MAP_Q, FJ__MAP_K, FJ__MAP_V, FJ__MAP_BIAS,
     FJ__MAP_BWD_Q, FJ__MAP_BWD_K, FJ__MAP_BWD_V, FJ__MAP_BWD_DOUT, FJ__MAP_BWD_DQ_ACC,
+    FJ__MAP_DECODE_K, FJ__MAP_DECODE_V,
     FJ__MAP_ROLES
 };
 /* The TMA view of one [batch, seqlen, heads, dim] tensor (or packed [total, heads, dim]) for
@@ -261,8 +262,8 @@ fj_status fj__plan_fill(const fj__plan *plan, int i, int run, const void *reques
 ** decode.c); fj__fwd_fill hands a decode plan's steps to fj__decode_fill. */
 fj_status fj__fwd_fill(const fj__plan *plan, int i, const fj__problem *p, void *const *ws,
                        fj__tmap_fn tmap, void *tmap_ud, void *params);
-void fj__decode_fill(const fj__plan *plan, int i, const fj__problem *p, void *const *ws,
-                     void *params);
+fj_status fj__decode_fill(const fj__plan *plan, int i, const fj__problem *p, void *const *ws,
+                          fj__tmap_fn tmap, void *tmap_ud, void *params);
 void fj__append_fill(const fj__append_problem *p, void *params);
 fj_status fj__bwd_fill(const fj__plan *plan, int i, int run, const fj__bwd_problem *p,
                        void *const *ws, fj__tmap_fn tmap, void *tmap_ud, void *params);

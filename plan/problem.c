@@ -94,6 +94,7 @@ void fj__features_of(const fj__problem *p, fj__features *f)
                       (p->mask_ranges && p->ranges_stride[1]);
     f->num_splits = p->num_splits;
     f->paged = p->page_table != NULL;
+    f->page_size = f->paged ? p->page_size : 0;
     f->descale = p->descale[0] || p->descale[1] || p->descale[2];
     f->v_in_k = p->v->data == p->k->data && p->v->dtype == p->k->dtype &&
                 p->head_dim_v <= p->head_dim && p->v->stride[0] == p->k->stride[0] &&

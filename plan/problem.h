@@ -84,6 +84,7 @@ typedef struct fj__features {
     uint8_t classes_by_b, classes_by_h; /* element masks differ by batch / by head */
     int32_t num_splits;                 /* decode: the caller's split count (0: automatic) */
     uint8_t paged;                      /* k and v are pages of a KV cache */
+    int64_t page_size;                  /* (paged) keys a page */
     const char *mask_mod, *score_mod;   /* interned canonical texts: equal texts, equal pointers */
     const char *score_mod_grad;         /* its derivative's (interned with it), or NULL */
     int64_t dbias_elements;             /* backward: elements of the bias's gradient (0: none) */

@@ -57,7 +57,8 @@ const fj__playout *fj__variant_layout(const fj__variant *v)
     if (v->family == FJ__FAMILY_MERGE)
         return &fj__merge_params_layout;
     if (v->family == FJ__FAMILY_DECODE)
-        return &fj__decode_params_layout;
+        return v->path == FJ__PATH_WGMMA ? &fj__decode_tma_params_layout
+                                         : &fj__decode_params_layout;
     if (v->family == FJ__FAMILY_APPEND)
         return &fj__append_params_layout;
     if (v->family == FJ__FAMILY_BWD)
@@ -169,13 +170,13 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
     }
     if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_WGMMA) {
         /* attn_decode_wgmma.cu.lua: Q and the ring of K [and V] tiles, the halves' exchange
-        ** (Xch: P's fragments of a tile, two floats a row per half), two mbarriers a ring slot,
-        ** and slack to align the panels to 1024 bytes. */
+        ** (Xch: P's fragments of a tile, two floats a row per half), two mbarriers a ring slot
+        ** and Q's, and slack to align the panels to 1024 bytes. */
         const uint32_t slot = qs * (uint32_t)v->tile_n *
                               (uint32_t)(v->head_dim_pad + (v->v_in_k ? 0 : v->head_dim_v_pad));
         const uint32_t xch = 128u * (uint32_t)v->tile_n + 16u * (uint32_t)v->tile_m;
         return qs * (uint32_t)(v->tile_m * v->head_dim_pad) + (uint32_t)v->stages * slot + xch +
-               16u * (uint32_t)v->stages + 1023u;
+               16u * (uint32_t)v->stages + 8u + 1023u;
     }
     if (v->family == FJ__FAMILY_DECODE) /* attn_decode.lua's Smem: floats only */
         return 4u * (uint32_t)(v->tile_m * v->head_dim_pad + v->tile_n * (v->head_dim_pad + 1) +
@@ -422,8 +423,8 @@ void fj__variant_config(const fj__variant *v, char *buf, size_t size)
     else if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_VECTOR)
         snprintf(buf, size, "stages=%d,ctas_per_sm=%d", (int)v->stages, (int)v->ctas_per_sm);
     else if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_WGMMA)
-        snprintf(buf, size, "warps=%d,tile_n=%d,stages=%d,overlap=%d", (int)v->warps,
-                 (int)v->tile_n, (int)v->stages, (int)v->overlap);
+        snprintf(buf, size, "warps=%d,tile_n=%d,stages=%d,overlap=%d,bulk=%d", (int)v->warps,
+                 (int)v->tile_n, (int)v->stages, (int)v->overlap, (int)v->bulk);
     else if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_MMA)
         snprintf(buf, size, "tile_m=%d,tile_n=%d,stages=%d,q_in_regs=%d,ctas_per_sm=%d,bulk=%d",
                  (int)v->tile_m, (int)v->tile_n, (int)v->stages, (int)v->q_in_regs,

@@ -21,10 +21,7 @@
 % -- The family's block in the kernel's argument `args`: the argument itself, or its `bwd` field
 % -- where the argument adds the tensor maps (fj_bwd_tma_params, the dk/dv stage).
 % function bwd_family(args)
-%   for _, f in ipairs(args.fields) do
-%     if f.name == "bwd" then return f.block end
-%   end
-%   return args
+%   return params_block(args, "bwd")
 % end
 
 % -- The wgmma products of the given widths (N; nil entries and repeats skipped), the tile macros

@@ -5,11 +5,14 @@
 % -- bandwidth-bound ones.
 % --
 % -- A block is BM = 64 packed rows and three warpgroups:
-% --   producer   (warpgroup 0, all four warps) copies Q once, then key (and value) tiles of BN keys
-% --              into a ring of STAGES slots by cp.async, each 16-byte piece straight to its place
-% --              in the 128-byte swizzle that wgmma reads (any page size: a warp copies a row at a
-% --              time, its page looked up a tile ahead); each thread's copies of a tile complete its
-% --              slot's FULL mbarrier, and consumers give the slot back on EMPTY.
+% --   producer   (warpgroup 0) copies Q once by cp.async (complete on QBAR), then key (and value)
+% --              tiles of BN keys into a ring of STAGES slots, in the 128-byte swizzle that wgmma
+% --              reads: with `bulk` one thread's bulk tensor copies (a 64-column panel a copy,
+% --              counted in bytes on the slot's FULL mbarrier; a paged cache's tiles start at
+% --              multiples of BN in pages of whole tiles, plan/decode.c); else all four warps'
+% --              cp.async, each 16-byte piece straight to its place (any page size: a warp copies
+% --              a row at a time, its page looked up a tile ahead), every thread's copies of a
+% --              tile completing FULL. Consumers give the slot back on EMPTY.
 % --   consumers  (warpgroups 1 and 2, `half` 0 and 1) share every tile:
 % --                S = Q K^T      half h takes the tile's keys [h KW, (h + 1) KW) over all of d
 % --                               (KW = BN / 2): S is computed once, Q and K read from shared
@@ -28,7 +31,7 @@
 % --
 % -- Parameters: as attn_decode.lua (one 16-bit type), tile_m (64), tile_n (BN: 32, 64 or 128),
 % -- stages (2..4), head_dim_pad (multiple of 64), head_dim_v_pad (multiple of 128, at most 512),
-% -- v_in_k, warps (12), threads (384), partial, overlap (software-pipelined: the next tile's S
+% -- v_in_k, warps (12), threads (384), partial, bulk, overlap (software-pipelined: the next tile's S
 % -- issued before this tile's P V, its softmax running while P V does), shared_bytes
 % -- (fj__variant_shared_bytes), consumer_regs (fj__variant_consumer_registers).
 % assert(backend == "cuda", "attn_decode_wgmma is a CUDA kernel")
@@ -78,8 +81,8 @@ struct Xch {
     float sum[2][BM];          /* half h's row sums, at the end */
 };
 constexpr int XCH_AT = Q_BYTES + STAGES * SLOT_BYTES;
-constexpr int BARS_AT = XCH_AT + (int)sizeof(Xch); /* FULL[STAGES], then EMPTY[STAGES] */
-static_assert(BARS_AT + 16 * STAGES + 1023 == ${shared_bytes},
+constexpr int BARS_AT = XCH_AT + (int)sizeof(Xch); /* FULL[STAGES], EMPTY[STAGES], QBAR */
+static_assert(BARS_AT + 16 * STAGES + 8 + 1023 == ${shared_bytes},
               "the host's fj__variant_shared_bytes");
 
 /* Piece j (16 bytes) of row r of a tile of `rows` rows in swizzled 64-column panels. */
@@ -92,9 +95,10 @@ __device__ __forceinline__ u32 swizzled(u32 tile, int rows, int r, int j)
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 fj_attn_decode(
-% params_arg(args)
+% params_arg(args, "T")
 )
 {
+    const fj_decode_params &P = T.dec;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
 % if partial then
     /* The merge of the splits may launch once every block has started (attn_merge.lua). */
@@ -103,23 +107,29 @@ fj_attn_decode(
     const u32 base = (smem_addr(smem_raw) + 1023) & ~1023u;
     unsigned char *smem = smem_raw + (base - smem_addr(smem_raw));
     const u32 sQ = base, ring = base + Q_BYTES, bars = base + BARS_AT;
+    const u32 qbar = bars + 16 * STAGES; /* Q landed: each producer thread's copies */
     Xch &xc = *(Xch *)(smem + XCH_AT);
     const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0);
     const int warp = (tid % 128) / 32, lane = tid % 32;
 % decode_block("BM")
+% if bulk and paged then
+    lo = lo / BN * BN; /* a tile's box in one page (keys before the band are masked) */
+% end
     const int ntiles = hi >= lo ? (hi - lo) / BN + 1 : 0;
 
     if (tid == 0) {
         for (int s = 0; s < STAGES; s++) {
-            mbar_init(bars + 8 * s, 128);          /* FULL: each producer thread's copies */
+            /* FULL: the bulk copies' bytes after one arrival, or each producer thread's copies */
+            mbar_init(bars + 8 * s, ${bulk and 1 or 128});
             mbar_init(bars + 8 * (STAGES + s), 8); /* EMPTY: each consumer warp */
         }
+        mbar_init(qbar, 128);
         mbar_init_fence();
     }
     __syncthreads();
 
     if (wg == 0) {
-        /* ---- producer: Q with the first tile, then a tile a free slot ---- */
+        /* ---- producer: Q, then a tile a free slot ---- */
         regs_dec<PRODUCER_REGS>();
         if (ntiles == 0)
             return;
@@ -135,6 +145,42 @@ fj_attn_decode(
                 cp_async16(swizzled(sQ, BM, r, j), in ? src + j * 8 : q, in ? 16 : 0);
             }
         }
+        cp_async_arrive(qbar);
+% if bulk then
+        if (warp != 0) {
+            cp_async_wait_all(); /* no copy outlives its thread */
+            return;
+        }
+        /* Lane 0 copies tile `tile` (its first key is lo + tile BN): K's panels, then V's. */
+%   if paged then
+        /* Its page is looked up a tile ahead, so the table's latency is off the copies' path. */
+        auto page_of = [&](int tile) {
+            return lane == 0 && tile < ntiles ? PAGE_NUMBER((lo + tile * BN) / P.page_size) : 0;
+        };
+        int next_page = page_of(0);
+%   end
+        for (int tile = 0; tile < ntiles; tile++) {
+            const int s = tile % STAGES;
+%   if paged then
+            const int page = next_page, row = (lo + tile * BN) % P.page_size;
+            next_page = page_of(tile + 1);
+%   else
+            const int page = batch, row = lo + tile * BN;
+%   end
+            mbar_wait(bars + 8 * (STAGES + s), ((tile / STAGES) & 1) ^ 1);
+            if (lane == 0) {
+                const u32 sK = ring + s * SLOT_BYTES, full = bars + 8 * s;
+                mbar_arrive_expect(full, SLOT_BYTES);
+                load_panels<D>(sK, &T.tm_k, full, BN, row, head_kv, page, T.perm_k);
+%   if not v_in_k then
+                load_panels<DV>(sK + K_BYTES, &T.tm_v, full, BN, row, head_kv, page, T.perm_v);
+%   end
+            }
+            __syncwarp();
+        }
+        cp_async_wait_all();
+        return;
+% else
         /* A warp copies rows warp, warp + 4, ... of a tile, its lanes the row's pieces; rows
         ** past hi arrive as zeros (and are masked). */
 % if paged then
@@ -185,6 +231,7 @@ fj_attn_decode(
         }
         cp_async_wait_all(); /* no copy outlives its thread */
         return;
+% end
     }
 
     /* ---- consumers ---- */
@@ -211,6 +258,8 @@ fj_attn_decode(
     /* Tile `tile` landed in its slot: S = Q K^T over this half's keys, issued (not waited for). */
     auto issue_s = [&](int tile) {
         const int s = tile % STAGES;
+        if (tile == 0)
+            mbar_wait(qbar, 0);
         mbar_wait(bars + 8 * s, (tile / STAGES) & 1);
         fence_proxy_async(); /* the copies (generic proxy) before wgmma's reads (async proxy) */
         wgmma_fence();
@@ -304,6 +353,23 @@ fj_attn_decode(
                 pa[kk][i] = xc.p[kk / (KW / 16)][kk % (KW / 16)][i][ti];
     };
     auto release = [&](int tile) { warp_arrive(bars + 8 * (STAGES + tile % STAGES)); };
+% if bulk and paged then
+    /* The rows of a paged tile past the sequence's last key are whatever its last page holds
+    ** there (a cache's unused rows: maybe not finite). Their P is 0, but 0 times NaN is not:
+    ** each half zeroes its value columns of them once both halves' S has landed (after
+    ** softmax's meeting), before the P meeting that precedes P V. */
+    auto clear_tail = [&](int tile) {
+        const int valid = seqlen_k - (lo + tile * BN);
+        if (valid >= BN)
+            return;
+        const u32 vt = ring + (tile % STAGES) * SLOT_BYTES + (V_IN_K ? 0 : K_BYTES);
+        for (int i = ti; i < (BN - valid) * (DVH / 8); i += 128)
+            st_shared_zero16(swizzled(vt, BN, valid + i / (DVH / 8), half * (DVH / 8) + i % (DVH / 8)));
+        fence_proxy_async(); /* the zeros before wgmma's reads */
+    };
+% else
+    auto clear_tail = [](int) {};
+% end
 
 % if overlap then
     /* Software-pipelined (as the forward's overlap): tile i's S is issued before tile i - 1's
@@ -315,6 +381,7 @@ fj_attn_decode(
         wgmma_wait<0>();
         fence_regs<KW / 2>(&sc[0][0]);
         softmax(0, alpha);
+        clear_tail(0);
         share_p();
     }
 #pragma unroll 1
@@ -329,6 +396,7 @@ fj_attn_decode(
         fence_regs<BN / 4>(&pa[0][0]); /* pa stays untouched until its product has landed */
         release(tile - 1);
         rescale(alpha);
+        clear_tail(tile);
         share_p();
         /* pinned here: writes of wgmma inputs moved past the next wgmma.fence serialise */
         fence_regs<DVH / 2>(&o[0][0]);
@@ -349,6 +417,7 @@ fj_attn_decode(
         float alpha[2];
         softmax(tile, alpha);
         rescale(alpha);
+        clear_tail(tile);
         share_p();
         issue_pv(tile);
         wgmma_wait<0>();

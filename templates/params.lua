@@ -7,6 +7,8 @@
 % --                         puts every field at the host's offset and has the host's size; the
 % --                         device compiler checks the size again (NVRTC has no offsetof).
 % --   params_arg(l, name)   the kernel's one parameter, P (or name).
+% --   params_block(l, name) the block field `name` of l (a kernel's block around its family's,
+% --                         e.g. tensor maps beside it), or l itself where it has none.
 % --   params_unpack(l, var, rename)
 % --                         locals named as the fields (or rename[field]) holding var's scalar
 % --                         and pointer fields, for portable kernels: on OpenCL a struct
@@ -84,6 +86,12 @@ const ${l.name} ${name}
 %   end
 % end
 
+% function params_block(l, name)
+%   for _, f in ipairs(l.fields) do
+%     if f.name == name and f.kind == "block" then return f.block end
+%   end
+%   return l
+% end
 % function params_unpack(l, var, rename)
 %   for _, f in ipairs(l.fields) do
 %     local name = rename and rename[f.name] or f.name

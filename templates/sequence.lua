@@ -44,13 +44,14 @@
 #define key_row(key, s_batch, s_row) ((I64)(key) * (s_row))
 % end
 % end
-% -- decode_block(per_tile) opens a decode kernel's body after `tid`: the parameter block
-% -- unpacked (P.fwd's fields as locals), the block's coordinates (split, qgroup query heads a kv
+% -- decode_block(per_tile) opens a decode kernel's body after `tid`: the parameter block P
+% -- (fj_decode_params: the kernel's argument, or its `dec` block) unpacked (P.fwd's fields as
+% -- locals), the block's coordinates (split, qgroup query heads a kv
 % -- head, head_kv, g0 its row tile's first packed row of per_tile, batch), its sequence
 % -- (decode_sequence), `rows` (the sequence's packed rows) and the split's keys
 % -- (decode_split_keys).
 % function decode_block(per_tile)
-% params_unpack(args.fields[1].block, "P.fwd", varlen > 0 and { seqlen_q = "max_seqlen_q", seqlen_k = "max_seqlen_k" } or paged and { seqlen_k = "max_seqlen_k" } or nil)
+% params_unpack(params_block(args, "dec").fields[1].block, "P.fwd", varlen > 0 and { seqlen_q = "max_seqlen_q", seqlen_k = "max_seqlen_k" } or paged and { seqlen_k = "max_seqlen_k" } or nil)
     const int split = BLOCK_Y;
     const int qgroup = heads_q / heads_kv;
     const int head_kv = BLOCK_X / P.row_tiles;

@@ -221,11 +221,13 @@ static void test_mla(void **state)
 }
 
 /* Value dims beyond 256 with 64 packed rows or more (the wgmma kernel on sm_90a): MLA's 64 heads
-** with speculative rows (two row tiles), its own v across two kv heads on pages of 16, 320 dims
-** on odd pages with a window and soft-capping in f16, and a partial second row tile. */
+** with speculative rows (two row tiles), its own v across two kv heads on pages of 16 (tiles by
+** its threads) and of 128 with a window (by bulk tensor copies: NaN in the pages' unused rows,
+** windows starting inside a tile), 320 dims on odd pages with a window and soft-capping in f16,
+** and a partial second row tile. */
 static void test_wide_many_rows(void **state)
 {
-    fjh_case cases[4];
+    fjh_case cases[5];
     cases[0] = decode_case(2, 900, 64, 1, 576, FJ_DTYPE_BF16);
     cases[0].head_dim_v = 512;
     cases[0].v_in_k = 1;
@@ -243,7 +245,13 @@ static void test_wide_many_rows(void **state)
     cases[3].head_dim_v = 264;
     cases[3].desc.causal = 1;
     cases[3].desc.num_splits = 2;
-    run_cases(state, cases, 4, 1);
+    cases[4] = decode_case(2, 650, 64, 2, 576, FJ_DTYPE_BF16);
+    cases[4].head_dim_v = 512;
+    cases[4].batch = 5;
+    cases[4].paged = 128;
+    cases[4].desc.causal = 1;
+    cases[4].desc.window_left = 201;
+    run_cases(state, cases, 5, 1);
 }
 
 /* What the decode kernel does not take runs on the forward kernels: 17 query rows, a bias, a

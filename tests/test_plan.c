@@ -698,7 +698,8 @@ static void test_decode_plans(void **state)
 /* Decode with value dims beyond 256 (MLA's 576 / 512): on sm_90a, from 64 packed rows a kv head,
 ** the wgmma kernel (64 packed rows a block, three warpgroups, 64-key tiles where two ring slots
 ** fit, else 32), which warps=4 turns down for the mma kernel's split_dv; dv to 256 never on
-** wgmma. */
+** wgmma. Its tiles come by bulk tensor copies where tensor maps read k and v and a paged cache's
+** pages hold whole tiles (bulk=0 turns them off); else by its threads. */
 static void test_decode_wide_plans(void **state)
 {
     (void)state;
@@ -708,16 +709,25 @@ static void test_decode_wide_plans(void **state)
         int v_in_k;
         const fj_device_info *dev;
         const char *config;
+        int page;     /* paged cache's keys a page (0: contiguous; -1: k no tensor map reads) */
         int path, tile_n;
+        int bulk;     /* (wgmma) its tiles by bulk tensor copies */
     } cases[] = {
-        {576, 512, 128, 1, &devs.h200, NULL, FJ__PATH_WGMMA, 64},
-        {576, 512, 64, 1, &devs.h200, NULL, FJ__PATH_WGMMA, 64},
-        {576, 512, 64, 0, &devs.h200, NULL, FJ__PATH_WGMMA, 32},
-        {320, 320, 64, 0, &devs.h200, NULL, FJ__PATH_WGMMA, 64},
-        {576, 512, 16, 1, &devs.h200, NULL, FJ__PATH_MMA, 32}, /* bandwidth-bound */
-        {320, 320, 4, 0, &devs.h200, NULL, FJ__PATH_MMA, 32},
-        {576, 512, 128, 1, &devs.h200, "warps=4", FJ__PATH_MMA, 32},
-        {448, 192, 4, 0, &devs.h200, NULL, FJ__PATH_MMA, 64},
+        {576, 512, 128, 1, &devs.h200, NULL, 0, FJ__PATH_WGMMA, 64, 1},
+        {576, 512, 128, 1, &devs.h200, NULL, 64, FJ__PATH_WGMMA, 64, 1},
+        {576, 512, 128, 1, &devs.h200, NULL, 256, FJ__PATH_WGMMA, 64, 1},
+        {576, 512, 128, 1, &devs.h200, NULL, 16, FJ__PATH_WGMMA, 64, 0}, /* tiles span pages */
+        {576, 512, 128, 1, &devs.h200, NULL, 96, FJ__PATH_WGMMA, 64, 0},
+        {576, 512, 128, 1, &devs.h200, "tile_n=32,stages=3", 96, FJ__PATH_WGMMA, 32, 1},
+        {576, 512, 128, 1, &devs.h200, "bulk=0", 64, FJ__PATH_WGMMA, 64, 0},
+        {576, 512, 128, 1, &devs.h200, NULL, -1, FJ__PATH_WGMMA, 64, 0},
+        {576, 512, 64, 1, &devs.h200, NULL, 0, FJ__PATH_WGMMA, 64, 1},
+        {576, 512, 64, 0, &devs.h200, NULL, 0, FJ__PATH_WGMMA, 32, 1},
+        {320, 320, 64, 0, &devs.h200, NULL, 64, FJ__PATH_WGMMA, 64, 1},
+        {576, 512, 16, 1, &devs.h200, NULL, 0, FJ__PATH_MMA, 32, 0}, /* bandwidth-bound */
+        {320, 320, 4, 0, &devs.h200, NULL, 0, FJ__PATH_MMA, 32, 0},
+        {576, 512, 128, 1, &devs.h200, "warps=4", 0, FJ__PATH_MMA, 32, 0},
+        {448, 192, 4, 0, &devs.h200, NULL, 0, FJ__PATH_MMA, 64, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fj__features f = bwd_features(cases[i].d, cases[i].dv, FJ_DTYPE_BF16);
@@ -726,6 +736,9 @@ static void test_decode_wide_plans(void **state)
         f.heads_kv = 1;
         f.heads_q = cases[i].group;
         f.v_in_k = cases[i].v_in_k;
+        f.paged = cases[i].page > 0;
+        f.page_size = cases[i].page > 0 ? cases[i].page : 0;
+        f.tma[FJ__T_K] = cases[i].page >= 0;
         const fj__variant v =
             decode_variant_of(&f, cases[i].dev, cases[i].config, FJ__PATH_WGMMA, i);
         if (v.path != cases[i].path || v.tile_n != cases[i].tile_n)
@@ -738,11 +751,15 @@ static void test_decode_wide_plans(void **state)
         const fj__step *s = &plan.steps[plan.main_step];
         assert_int_equal(s->block[0], v.threads);
         assert_int_equal(s->shared_bytes, fj__variant_shared_bytes(&s->variant));
+        if (v.path == FJ__PATH_WGMMA && s->variant.bulk != cases[i].bulk)
+            fail_msg("case %zu: bulk %d; expected %d", i, s->variant.bulk, cases[i].bulk);
         if (v.path == FJ__PATH_WGMMA) {
-            assert_true(v.threads == 384 && v.tile_m == 64 && v.stages == 2 &&
+            assert_true(v.threads == 384 && v.tile_m == 64 &&
+                        v.stages == (cases[i].config && strstr(cases[i].config, "stages=3") ? 3 : 2) &&
                         v.v_in_k == cases[i].v_in_k && v.head_dim_v_pad % 128 == 0);
             assert_true(s->shared_bytes <= cases[i].dev->local_memory);
             assert_int_equal(s->grid[0], (cases[i].group + 63) / 64);
+            assert_int_equal(plan.decode.keys_per_split % v.tile_n, 0); /* tiles from page starts */
         } else {
             assert_int_equal(v.split_dv, cases[i].dv > 256);
         }
