@@ -423,8 +423,9 @@ void fj__variant_config(const fj__variant *v, char *buf, size_t size)
     else if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_VECTOR)
         snprintf(buf, size, "stages=%d,ctas_per_sm=%d", (int)v->stages, (int)v->ctas_per_sm);
     else if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_WGMMA)
-        snprintf(buf, size, "warps=%d,tile_n=%d,stages=%d,overlap=%d,bulk=%d", (int)v->warps,
-                 (int)v->tile_n, (int)v->stages, (int)v->overlap, (int)v->bulk);
+        snprintf(buf, size, "warps=%d,tile_n=%d,stages=%d,overlap=%d,bulk=%d,multicast=%d",
+                 (int)v->warps, (int)v->tile_n, (int)v->stages, (int)v->overlap, (int)v->bulk,
+                 (int)v->multicast);
     else if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_MMA)
         snprintf(buf, size, "tile_m=%d,tile_n=%d,stages=%d,q_in_regs=%d,ctas_per_sm=%d,bulk=%d",
                  (int)v->tile_m, (int)v->tile_n, (int)v->stages, (int)v->q_in_regs,
@@ -466,6 +467,7 @@ int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
                   {"lazy_rescale", offsetof(fj__variant, lazy_rescale), 1, 0, 1},
                   {"d_split", offsetof(fj__variant, d_split), 1, 0, 1},
                   {"bulk", offsetof(fj__variant, bulk), 1, 0, 1},
+                  {"multicast", offsetof(fj__variant, multicast), 1, 0, 1},
                   {"producer", offsetof(fj__variant, producer), 1, 0, 1},
                   {"dq_turns", offsetof(fj__variant, dq_turns), 1, 0, 1}};
     const char *p = config;
@@ -607,6 +609,7 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_TPL_PARAMS])
     BOOL_PARAM(partial);
     BOOL_PARAM(split_dv);
     BOOL_PARAM(bulk);
+    BOOL_PARAM(multicast);
     BOOL_PARAM(producer);
     BOOL_PARAM(dq_turns);
     INT_PARAM(stage);

@@ -101,6 +101,9 @@ typedef struct fj__variant {
                           ** from the f32 sum that stage 2 accumulated (grads 4) */
     uint8_t producer;     /* BWD stage 2 on WGMMA: warpgroup 0 copies (TMA) and gives its
                           ** registers to the computing warpgroups; `warps` counts it */
+    uint8_t multicast;    /* DECODE WGMMA with bulk: the two row tiles of a kv head run as a
+                          ** cluster pair, each block's bulk copies bringing half of a tile's
+                          ** panels into both blocks (multicast), so L2 serves each tile once */
     uint8_t dq_turns;     /* BWD stage 2 on WGMMA, persistent and deterministic: the key blocks
                           ** add a query tile's dQ into the one sum in turns, key block order,
                           ** counted in the workspace (no slices) */

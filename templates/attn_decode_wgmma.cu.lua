@@ -93,7 +93,7 @@ __device__ __forceinline__ u32 swizzled(u32 tile, int rows, int r, int j)
 
 % decode_key_row()
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
+extern "C" __global__ void ${multicast and "__cluster_dims__(2, 1, 1) " or ""}__launch_bounds__(THREADS, 1)
 fj_attn_decode(
 % params_arg(args, "T")
 )
@@ -121,18 +121,24 @@ fj_attn_decode(
         for (int s = 0; s < STAGES; s++) {
             /* FULL: the bulk copies' bytes after one arrival, or each producer thread's copies */
             mbar_init(bars + 8 * s, ${bulk and 1 or 128});
-            mbar_init(bars + 8 * (STAGES + s), 8); /* EMPTY: each consumer warp */
+            /* EMPTY: each consumer warp (multicast: of both blocks) */
+            mbar_init(bars + 8 * (STAGES + s), ${multicast and 16 or 8});
         }
         mbar_init(qbar, 128);
         mbar_init_fence();
     }
+% if multicast then
+    /* Both blocks' barriers are set before either's copies or arrivals reach the other. */
+    cluster_sync();
+    const u32 rank = cluster_rank();
+% else
     __syncthreads();
+% end
 
     if (wg == 0) {
         /* ---- producer: Q, then a tile a free slot ---- */
         regs_dec<PRODUCER_REGS>();
-        if (ntiles == 0)
-            return;
+        auto produce = [&]() {
         /* Packed row r of the tile is query head head_kv * qgroup + (g0 + r) / seqlen_q,
         ** position (g0 + r) % seqlen_q; zeros past the rows and the head dim. */
         for (int r = warp; r < BM; r += 4) {
@@ -167,13 +173,27 @@ fj_attn_decode(
 %   else
             const int page = batch, row = lo + tile * BN;
 %   end
-            mbar_wait(bars + 8 * (STAGES + s), ((tile / STAGES) & 1) ^ 1);
+            mbar_wait<${multicast}>(bars + 8 * (STAGES + s), ((tile / STAGES) & 1) ^ 1);
             if (lane == 0) {
                 const u32 sK = ring + s * SLOT_BYTES, full = bars + 8 * s;
                 mbar_arrive_expect(full, SLOT_BYTES);
+%   if multicast then
+                /* Panels rank, rank + 2, ... of K's then V's, each into both blocks. */
+#pragma unroll
+                for (int p = rank; p < D / 64; p += 2)
+                    tma_load_tile(sK + p * BN * 128, &T.tm_k, full, p * 64, row, head_kv, page,
+                                  T.perm_k, 3);
+%     if not v_in_k then
+#pragma unroll
+                for (int p = (rank + D / 64) % 2; p < DV / 64; p += 2)
+                    tma_load_tile(sK + K_BYTES + p * BN * 128, &T.tm_v, full, p * 64, row,
+                                  head_kv, page, T.perm_v, 3);
+%     end
+%   else
                 load_panels<D>(sK, &T.tm_k, full, BN, row, head_kv, page, T.perm_k);
-%   if not v_in_k then
+%     if not v_in_k then
                 load_panels<DV>(sK + K_BYTES, &T.tm_v, full, BN, row, head_kv, page, T.perm_v);
+%     end
 %   end
             }
             __syncwarp();
@@ -230,8 +250,14 @@ fj_attn_decode(
             cp_async_arrive(bars + 8 * s);
         }
         cp_async_wait_all(); /* no copy outlives its thread */
-        return;
 % end
+        };
+        if (ntiles > 0)
+            produce();
+% if multicast then
+        cluster_sync(); /* (the consumers' at the end) */
+% end
+        return;
     }
 
     /* ---- consumers ---- */
@@ -352,7 +378,16 @@ fj_attn_decode(
             for (int i = 0; i < 4; i++)
                 pa[kk][i] = xc.p[kk / (KW / 16)][kk % (KW / 16)][i][ti];
     };
-    auto release = [&](int tile) { warp_arrive(bars + 8 * (STAGES + tile % STAGES)); };
+    /* The slot is read (multicast: the other block's producer writes into it too, so both
+    ** blocks' consumers free it). */
+    auto release = [&](int tile) {
+        const u32 empty = bars + 8 * (STAGES + tile % STAGES);
+        warp_arrive(empty);
+% if multicast then
+        if (lane == 0)
+            mbar_arrive_cluster(cluster_map(empty, rank ^ 1));
+% end
+    };
 % if bulk and paged then
     /* The rows of a paged tile past the sequence's last key are whatever its last page holds
     ** there (a cache's unused rows: maybe not finite). Their P is 0, but 0 times NaN is not:
@@ -458,4 +493,7 @@ fj_attn_decode(
 % decode_store_lse("x")
         }
     }
+% if multicast then
+    cluster_sync(); /* no block ends while the other's arrivals may still reach it */
+% end
 }

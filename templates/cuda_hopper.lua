@@ -186,6 +186,17 @@ __device__ __forceinline__ void tma_load4(u32 dst, const tmap_t *map, u32 bar, i
                  ::"r"(dst), "l"((u64)map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
                  : "memory");
 }
+/* tma_load4 into the same shared-memory offset of every block of the cluster that `mask` names
+** (bit r: rank r), each block's barrier at bar's offset counting the bytes it receives. */
+__device__ __forceinline__ void tma_load4_multicast(u32 dst, const tmap_t *map, u32 bar, int c0,
+                                                    int c1, int c2, int c3, u16 mask)
+{
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 ".multicast::cluster [%0], [%1, {%3, %4, %5, %6}], [%2], %7;"
+                 ::"r"(dst), "l"((u64)map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
+                 "h"(mask)
+                 : "memory");
+}
 /* Adds one box of f32 from shared memory (laid out as tma_load4 writes it) into a rank-4 tensor
 ** at (c0, c1, c2, c3), element by element and atomically, skipping elements outside the tensor:
 ** one bulk operation of the calling thread's current bulk group. The writes of the source need
@@ -205,15 +216,20 @@ __device__ __forceinline__ void tma_prefetch_map(const tmap_t *map)
 }
 
 /* The coordinates of a box at (col, row) of (batch, head) in a tensor map whose three outer
-** dimensions the host ordered by stride; perm holds the slot of the row and head dimensions. */
+** dimensions the host ordered by stride; perm holds the slot of the row and head dimensions.
+** With a mask, into every block of the cluster it names (tma_load4_multicast). */
 __device__ __forceinline__ void tma_load_tile(u32 dst, const tmap_t *map, u32 bar, int col,
-                                              int row, int head, int batch, int perm)
+                                              int row, int head, int batch, int perm,
+                                              u16 multicast = 0)
 {
     const int ps = perm & 3, ph = (perm >> 2) & 3;
     const int c1 = ps == 0 ? row : ph == 0 ? head : batch;
     const int c2 = ps == 1 ? row : ph == 1 ? head : batch;
     const int c3 = ps == 2 ? row : ph == 2 ? head : batch;
-    tma_load4(dst, map, bar, col, c1, c2, c3);
+    if (multicast)
+        tma_load4_multicast(dst, map, bar, col, c1, c2, c3, multicast);
+    else
+        tma_load4(dst, map, bar, col, c1, c2, c3);
 }
 
 /* Copies a tile of `rows` rows and COLS columns (from column col0) as COLS / 64 panels of

@@ -12,6 +12,7 @@ typedef unsigned short elem_t;
 typedef elem_t q_t;
 typedef elem_t kv_t;
 typedef elem_t o_t;
+typedef unsigned short u16;
 typedef unsigned int u32;
 typedef unsigned long long u64;
 

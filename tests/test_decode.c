@@ -221,9 +221,10 @@ static void test_mla(void **state)
 }
 
 /* Value dims beyond 256 with 64 packed rows or more (the wgmma kernel on sm_90a): MLA's 64 heads
-** with speculative rows (two row tiles), its own v across two kv heads on pages of 16 (tiles by
-** its threads) and of 128 with a window (by bulk tensor copies: NaN in the pages' unused rows,
-** windows starting inside a tile), 320 dims on odd pages with a window and soft-capping in f16,
+** with speculative rows (two row tiles: a cluster pair sharing its bulk copies), its own v
+** across two kv heads on pages of 16 (tiles by its threads) and of 128 with two rows and a
+** window (bulk copies shared by a pair: NaN in the pages' unused rows, windows starting inside
+** a tile), 320 dims on odd pages with a window and soft-capping in f16,
 ** and a partial second row tile. */
 static void test_wide_many_rows(void **state)
 {
@@ -245,7 +246,7 @@ static void test_wide_many_rows(void **state)
     cases[3].head_dim_v = 264;
     cases[3].desc.causal = 1;
     cases[3].desc.num_splits = 2;
-    cases[4] = decode_case(2, 650, 64, 2, 576, FJ_DTYPE_BF16);
+    cases[4] = decode_case(2, 650, 128, 2, 576, FJ_DTYPE_BF16);
     cases[4].head_dim_v = 512;
     cases[4].batch = 5;
     cases[4].paged = 128;

@@ -699,7 +699,8 @@ static void test_decode_plans(void **state)
 ** the wgmma kernel (64 packed rows a block, three warpgroups, 64-key tiles where two ring slots
 ** fit, else 32), which warps=4 turns down for the mma kernel's split_dv; dv to 256 never on
 ** wgmma. Its tiles come by bulk tensor copies where tensor maps read k and v and a paged cache's
-** pages hold whole tiles (bulk=0 turns them off); else by its threads. */
+** pages hold whole tiles (bulk=0 turns them off), with two row tiles a kv head as a cluster pair
+** that shares them (multicast); else by its threads. */
 static void test_decode_wide_plans(void **state)
 {
     (void)state;
@@ -760,6 +761,9 @@ static void test_decode_wide_plans(void **state)
             assert_true(s->shared_bytes <= cases[i].dev->local_memory);
             assert_int_equal(s->grid[0], (cases[i].group + 63) / 64);
             assert_int_equal(plan.decode.keys_per_split % v.tile_n, 0); /* tiles from page starts */
+            /* bulk copies shared by a kv head's row tiles where they pair up */
+            assert_int_equal(s->variant.multicast,
+                             s->variant.bulk && (cases[i].group + 63) / 64 % 2 == 0);
         } else {
             assert_int_equal(v.split_dv, cases[i].dv > 256);
         }
