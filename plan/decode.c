@@ -109,7 +109,7 @@ static int choose_wgmma(const fj__features *f, const fj_device_info *dev, int64_
     t.stages = 2;
     t.ctas_per_sm = 1;
     t.bulk = 1; /* where the tensors allow (fj__plan_decode: wgmma_bulk_fits) */
-    t.multicast = 1; /* where the row tiles pair up (fj__plan_decode) */
+    /* (multicast=1, a cluster pair sharing the copies, is opt-in: measured slower, bench/RESULTS.md) */
     for (t.tile_n = 64; t.tile_n >= 32; t.tile_n /= 2)
         if (fj__variant_fits(&t, dev)) {
             *v = t;
@@ -318,7 +318,7 @@ fj_status fj__plan_decode(const fj__features *f, const fj_device_info *dev, cons
     s->variant.partial = splits > 1;
     if (v->path == FJ__PATH_WGMMA) {
         s->variant.bulk = v->bulk && wgmma_bulk_fits(f, v);
-        /* A kv head's row tiles in cluster pairs (blockIdx.x 2j, 2j + 1: one kv head's) */
+        /* (asked for) a kv head's row tiles in cluster pairs: blockIdx.x 2j and 2j + 1 */
         s->variant.multicast = v->multicast && s->variant.bulk && row_tiles % 2 == 0;
     }
     s->shared_bytes = fj__variant_dynamic_shared_bytes(&s->variant);

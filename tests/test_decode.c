@@ -73,7 +73,9 @@ static int run_cases_with(const char *config, const fjh_case *cases, size_t n, i
 ** the vector kernel (FLASHJIT_CONFIG=path=vec; head dims to 256), on sm_90 the tensor-core
 ** kernel's bulk row copies on a dense cache of rows to 128 dims (bulk=1; the plan keeps
 ** cp.async there; elsewhere the config changes nothing), and on sm_90a the mma kernel where
-** value dims beyond 256 run on wgmma (warps=4; elsewhere the default already). */
+** value dims beyond 256 run on wgmma (warps=4; elsewhere the default already) and the wgmma
+** kernel's opt-in cluster pairs sharing their bulk copies (multicast=1: with two row tiles a kv
+** head). */
 static void run_cases(void **state, const fjh_case *cases, size_t n, int want_decode)
 {
     int failures = run_cases_in(suite_context(state), cases, n, want_decode);
@@ -81,6 +83,7 @@ static void run_cases(void **state, const fjh_case *cases, size_t n, int want_de
         failures += run_cases_with("path=vec", cases, n, 256, 0, 0, want_decode);
         failures += run_cases_with("bulk=1", cases, n, 128, 0, 1, want_decode);
         failures += run_cases_with("warps=4", cases, n, 576, 256, 0, want_decode);
+        failures += run_cases_with("multicast=1", cases, n, 576, 256, 0, want_decode);
     }
     assert_int_equal(failures, 0);
 }

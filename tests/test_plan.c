@@ -699,8 +699,8 @@ static void test_decode_plans(void **state)
 ** the wgmma kernel (64 packed rows a block, three warpgroups, 64-key tiles where two ring slots
 ** fit, else 32), which warps=4 turns down for the mma kernel's split_dv; dv to 256 never on
 ** wgmma. Its tiles come by bulk tensor copies where tensor maps read k and v and a paged cache's
-** pages hold whole tiles (bulk=0 turns them off), with two row tiles a kv head as a cluster pair
-** that shares them (multicast); else by its threads. */
+** pages hold whole tiles (bulk=0 turns them off; multicast=1 has two row tiles of a kv head
+** share them as a cluster pair); else by its threads. */
 static void test_decode_wide_plans(void **state)
 {
     (void)state;
@@ -721,6 +721,9 @@ static void test_decode_wide_plans(void **state)
         {576, 512, 128, 1, &devs.h200, NULL, 96, FJ__PATH_WGMMA, 64, 0},
         {576, 512, 128, 1, &devs.h200, "tile_n=32,stages=3", 96, FJ__PATH_WGMMA, 32, 1},
         {576, 512, 128, 1, &devs.h200, "bulk=0", 64, FJ__PATH_WGMMA, 64, 0},
+        {576, 512, 128, 1, &devs.h200, "multicast=1", 64, FJ__PATH_WGMMA, 64, 1},
+        {576, 512, 64, 1, &devs.h200, "multicast=1", 64, FJ__PATH_WGMMA, 64, 1},
+        {576, 512, 128, 1, &devs.h200, "multicast=1,bulk=0", 64, FJ__PATH_WGMMA, 64, 0},
         {576, 512, 128, 1, &devs.h200, NULL, -1, FJ__PATH_WGMMA, 64, 0},
         {576, 512, 64, 1, &devs.h200, NULL, 0, FJ__PATH_WGMMA, 64, 1},
         {576, 512, 64, 0, &devs.h200, NULL, 0, FJ__PATH_WGMMA, 32, 1},
@@ -761,9 +764,10 @@ static void test_decode_wide_plans(void **state)
             assert_true(s->shared_bytes <= cases[i].dev->local_memory);
             assert_int_equal(s->grid[0], (cases[i].group + 63) / 64);
             assert_int_equal(plan.decode.keys_per_split % v.tile_n, 0); /* tiles from page starts */
-            /* bulk copies shared by a kv head's row tiles where they pair up */
+            /* asked for, bulk copies shared by a kv head's row tiles where they pair up */
+            const int asked = cases[i].config && strstr(cases[i].config, "multicast=1");
             assert_int_equal(s->variant.multicast,
-                             s->variant.bulk && (cases[i].group + 63) / 64 % 2 == 0);
+                             asked && s->variant.bulk && (cases[i].group + 63) / 64 % 2 == 0);
         } else {
             assert_int_equal(v.split_dv, cases[i].dv > 256);
         }
