@@ -104,13 +104,14 @@ uint32_t fj__variant_bias_bytes(const fj__variant *v)
 }
 
 /* What attn_bwd_hopper.lua lays out for both of Hopper's dk/dv kernels (qs bytes an element):
-** K and V, a ring of `stages` slots of Q and dO, the slots' lse and D, 128 bytes of mbarriers,
-** and slack to align the panels; each kernel's own tiles come on top. */
+** K and V, a ring of `stages` slots of Q and dO, the slots' lse and D, 128 bytes of mbarriers
+** and counts (256 with dq_turns: the slots' turns too, BAR_BYTES), and slack to align the
+** panels; each kernel's own tiles come on top. */
 static uint32_t hopper_dkdv_shared_bytes(const fj__variant *v, uint32_t qs)
 {
     const uint32_t row = qs * (uint32_t)(v->head_dim_pad + v->head_dim_v_pad);
     return row * (uint32_t)(v->tile_n + v->stages * v->tile_m) +
-           8u * (uint32_t)(v->stages * v->tile_m) + 128u + 1023u;
+           8u * (uint32_t)(v->stages * v->tile_m) + (v->dq_turns ? 256u : 128u) + 1023u;
 }
 
 uint32_t fj__variant_shared_bytes(const fj__variant *v)

@@ -36,6 +36,9 @@
 % mma_tile_macros()
 /* Warpgroup 0 only copies (a producer), and the threads that compute. */
 constexpr int PRODUCER = ${producer and 1 or 0}, COMPUTE_THREADS = THREADS - 128 * PRODUCER;
+/* The bytes after the tiles for the mbarriers, the slots' counts and (dq_turns) the turns of
+** the slots' tiles (the host's fj__variant_shared_bytes counts them). */
+constexpr int BAR_BYTES = ${dq_turns and 256 or 128};
 #define NEG_INF __int_as_float(0xff800000)
 #define POS_INF __int_as_float(0x7f800000)
 #define LOG2E 1.4426950408889634f
@@ -118,17 +121,22 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
 % -- (zeroed by the plan). Each computing warp adds one to a tile's count once its additions of
 % -- the tile landed; key block j's turn comes when the count reaches the computing warps' share
 % -- of every key block before it whose band reaches the tile (bwd_dkdv_stream's first_block:
-% -- the bands' ends do not decrease, so those are contiguous). The producer warpgroup's second
-% -- warp, the turns' keeper, waits for each tile's turn in the stream's order and arrives on
-% -- TURN (buffer n % 2, as dS's), so that the computing warps only wait on an mbarrier. A
-% -- computing warp settles a tile's turn two tiles later (one where its tiles' bulk groups
-% -- differ in number) so that it seldom waits for its additions to land, and at its item's end;
-% -- key blocks then run about two tiles apart. No turn waits for a later key block, and a block
-% -- takes its key blocks in order, so the oldest key block at work can always go on.
+% -- the bands' ends do not decrease, so those are contiguous). The producer's filling warp
+% -- also keeps the turns: it notes each tile's count and due value as it fills the tile's slot
+% -- (turn_idx, turn_due), and before it waits to refill a slot it takes the turns of the tiles
+% -- up to the slot's (waits for each in the stream's order and arrives on TURN, buffer n % 2 as
+% -- dS's), so the computing warps only wait on an mbarrier; no warp of its own (whose branch
+% -- made the producer's warpgroup spill at 24 registers). A computing warp settles a tile's
+% -- turn two tiles later (one where its tiles' bulk groups differ in number) so that it seldom
+% -- waits for its additions to land, and at its item's end; key blocks then run about two tiles
+% -- apart. No turn waits for a later key block, and a block takes its key blocks in order, so
+% -- the oldest key block at work can always go on.
 % -- bwd_hopper_turns(): the computing warps' part, in the item before the dQ additions:
 % -- settle_turns(all) before a tile's additions (all: at the item's end) and take_turn(head,
-% -- m0) once its turn came. bwd_hopper_turn_keeper(): the keeper's loop (a warp of the
-% -- producer's warpgroup). Opt-in (the plan's dq_turns; bench/RESULTS.md says why).
+% -- m0) once its turn came. bwd_hopper_turn_keeper(): the filling warp's part, `note_turn(i, n)`
+% -- as it fills stream item i as the block's tile n and `keep_through(m)`, which takes the
+% -- turns of the block's tiles before m. Opt-in (the plan's dq_turns; bench/RESULTS.md says
+% -- why).
 %
 % -- The index in P.dq_turns of the count of query tile m0 (C expressions) of query head head.
 % local function turn_at(head, m0)
@@ -170,22 +178,25 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
 % end
 
 % function bwd_hopper_turn_keeper()
-            int n = 0; /* the block's tiles so far */
-% bwd_hopper_items()
-% bwd_hopper_item()
-                for (int i = live_from(0); i < count; i = live_from(i + 1), n++) {
-                    const int head = head_kv * group + i / tiles, m0 = (mb_lo + i % tiles) * BM;
-                    if (n >= 2) /* the computing warps are past tile n - 2's turn */
-                        mbar_wait(bar(DS_EMPTY, n & 1), ((n >> 1) & 1) ^ 1);
+            /* Slot s's tile's turn: its count's index at turns + 4 s, its due value 4 STAGES bytes
+            ** on (noted as the slot is filled; shared addresses, which take one register). */
+            const u32 turns = bars + 8u * BARS + 4u * STAGES;
+            int kept = 0; /* the block's tiles whose turn came */
+            auto keep_through = [&](int m) {
+                for (; kept < m; kept++) {
+                    if (kept >= 2) /* the computing warps are past tile kept - 2's turn */
+                        mbar_wait(bar(DS_EMPTY, kept & 1), ((kept >> 1) & 1) ^ 1);
                     if (lane == 0) {
-                        const int due = (COMPUTE_THREADS / 32) * (n0 / BN - first_block(m0));
-                        while (ld_acquire(P.dq_turns + ${turn_at("head", "m0")}) < due)
+                        const u32 at = turns + 4u * (u32)(kept % STAGES);
+                        const int *count = P.dq_turns + ld_shared_u32(at);
+                        const int due = (int)ld_shared_u32(at + 4u * STAGES);
+                        while (ld_acquire(count) < due)
                             __nanosleep(32);
-                        mbar_arrive(bar(TURN, n & 1));
+                        mbar_arrive(bar(TURN, kept & 1));
                     }
                     __syncwarp();
                 }
-            }
+            };
 % end
 
 % -- ---- the block ----------------------------------------------------------------------------
@@ -315,13 +326,29 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
         regs_dec<24>();
         if (warp == 0) {
             int n = 0, kv_loads = 0; /* the block's tiles and K/V copies so far */
+%   if dq_turns then
+% bwd_hopper_turn_keeper()
+%   end
 % bwd_hopper_items()
 % bwd_hopper_item()
 % bwd_hopper_ring_fill()
                 const int n_first = n; /* the item's first tile */
                 auto fill_next = [&](int i) {
+%   if dq_turns then
+                    /* (the slot's last tile may need its turn before the slot is freed) */
+                    keep_through(n - STAGES + 1);
+%   end
                     if (n >= STAGES)
                         mbar_wait(bar(EMPTY, n % STAGES), (n / STAGES - 1) & 1);
+%   if dq_turns then
+                    if (lane == 0) { /* tile n's turn, taken STAGES tiles later */
+                        const int head = head_kv * group + i / tiles, m0 = (mb_lo + i % tiles) * BM;
+                        const u32 at = turns + 4u * (u32)(n % STAGES);
+                        st_shared_u32(at, (u32)(${turn_at("head", "m0")}));
+                        st_shared_u32(at + 4u * STAGES,
+                                      (u32)((COMPUTE_THREADS / 32) * (n0 / BN - first_block(m0))));
+                    }
+%   end
                     fill(i, n++);
                 };
                 auto copy_kv = [&]() {
@@ -336,6 +363,9 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
                 for (; i < count && n < n_first + STAGES; i = live_from(i + 1))
                     fill_next(i);
                 if (n > n_first && n_first > 0) {
+%   if dq_turns then
+                    keep_through(n_first); /* the last item's tiles add with its K */
+%   end
 %   if persistent > 0 then
                     mbar_wait(bar(KV_EMPTY, 0), (kv_loads - 1) & 1);
 %   end
@@ -344,13 +374,11 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
                 for (; i < count; i = live_from(i + 1))
                     fill_next(i);
             }
+%   if dq_turns then
+            keep_through(n);
+%   end
             cp_async_wait_all(); /* its lse2 and D copies landed before the warp leaves */
         }
-%   if dq_turns then
-        if (warp == 1) { /* the turns' keeper */
-% bwd_hopper_turn_keeper()
-        }
-%   end
         return;
     }
     regs_inc<${consumer_regs}>();

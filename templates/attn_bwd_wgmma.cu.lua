@@ -82,8 +82,9 @@ constexpr int STAGES = ${stages}; /* ring slots of Q and dO tiles */
 ** c ^ (r % 8) (the 128-byte swizzle): K [BN][DP], V [BN][DVP], the ring's slots of Q [BM][DP]
 ** and dO [BM][DVP], with dQ two buffers of dS [BM][BN] (panel w: warpgroup w's keys) and each
 ** warp's staged rows of a dQ piece (two boxes of [16][32] floats, swizzled alike: the boxes of
-** tm_dq_acc), then the slots' lse (log2 units) and D, [BM] floats each, the mbarriers and the
-** slots' counts of warps that freed them. Panels and boxes start 1024-byte aligned. */
+** tm_dq_acc), then the slots' lse (log2 units) and D, [BM] floats each, the mbarriers, the
+** slots' counts of warps that freed them and (dq_turns) their tiles' turns (BAR_BYTES in all).
+** Panels and boxes start 1024-byte aligned. */
 constexpr int K_BYTES = BN * DP * 2, V_BYTES = BN * DVP * 2;
 constexpr int Q_BYTES = BM * DP * 2, QG_BYTES = Q_BYTES + BM * DVP * 2;
 constexpr int DS_BYTES = ${want_dq and "BM * BN * 2" or "0"};
@@ -92,7 +93,7 @@ constexpr int DQ_BYTES = ${want_dq and "4 * DQ_WARP_BYTES" or "0"};
 constexpr int RING_OFFSET = K_BYTES + V_BYTES, DS_OFFSET = RING_OFFSET + STAGES * QG_BYTES;
 constexpr int DQ_OFFSET = DS_OFFSET + 2 * DS_BYTES, LD_OFFSET = DQ_OFFSET + NWG * DQ_BYTES;
 constexpr int BAR_OFFSET = LD_OFFSET + STAGES * 8 * BM;
-static_assert(BAR_OFFSET + 128 + 1023 == ${shared_bytes}, "the host's shared-memory size");
+static_assert(BAR_OFFSET + BAR_BYTES + 1023 == ${shared_bytes}, "the host's shared-memory size");
 static_assert(DQ_OFFSET % 1024 == 0, "the staged boxes' swizzle starts at 1024-byte boundaries");
 
 /* The mbarriers by kind, 8 bytes each from BAR_OFFSET: a kind of n takes n consecutive words. */
@@ -105,10 +106,11 @@ enum Bar : int {
     DS_FULL = EMPTY + STAGES, /* dS buffer b is whole: every thread's stores */
     DS_EMPTY = DS_FULL + 2,   /* dS buffer b is read by the dQ products: one arrival per warp */
     TURN = DS_EMPTY + 2,      /* (dq_turns) the turn of the tile whose dS is in buffer b came:
-                              ** the turns' keeper */
+                              ** the filling warp */
     BARS = TURN + ${dq_turns and 2 or 0}
 };
-static_assert(BARS * 8 + STAGES * 4 <= 128, "the mbarriers' and the counts' bytes");
+static_assert(BARS * 8 + STAGES * 4 * ${dq_turns and 3 or 1} <= BAR_BYTES,
+              "the mbarriers' bytes, the counts' and (dq_turns) the slots' turns");
 /* The named barrier of the computing threads between items (persistent, deterministic). */
 constexpr int ITEM_BARRIER = 4;
 % else

@@ -61,7 +61,7 @@ constexpr int PT_BYTES = BN * BM * 2;
 constexpr int RING_OFFSET = K_BYTES + V_BYTES, PT_OFFSET = RING_OFFSET + STAGES * QG_BYTES;
 constexpr int LD_OFFSET = PT_OFFSET + ${want_dq and 3 or 2} * PT_BYTES;
 constexpr int BAR_OFFSET = LD_OFFSET + STAGES * 8 * BM;
-static_assert(BAR_OFFSET + 128 + 1023 == ${shared_bytes}, "the host's shared-memory size");
+static_assert(BAR_OFFSET + BAR_BYTES + 1023 == ${shared_bytes}, "the host's shared-memory size");
 
 /* The mbarriers by kind, 8 bytes each from BAR_OFFSET (attn_bwd_hopper.lua's ring). */
 enum Bar : int {
@@ -70,7 +70,7 @@ enum Bar : int {
     EMPTY = FULL + STAGES, /* slot s is read: every thread's arrival (after its own reads) */
     BARS = EMPTY + STAGES
 };
-static_assert(BARS * 8 + STAGES * 4 <= 128, "the mbarriers' and the counts' bytes");
+static_assert(BARS * 8 + STAGES * 4 <= BAR_BYTES, "the mbarriers' and the counts' bytes");
 /* Named barriers of the computing threads: P^T, dS^T and dS are free to write (both
 ** warpgroups' products of the previous tile landed), and they are whole. */
 enum Named : int { TILES_FREE = 1, TILES_WHOLE = 2 };
