@@ -109,7 +109,8 @@ static int choose_wgmma(const fj__features *f, const fj_device_info *dev, int64_
     t.stages = 2;
     t.ctas_per_sm = 1;
     t.bulk = 1; /* where the tensors allow (fj__plan_decode: wgmma_bulk_fits) */
-    /* (multicast=1, a cluster pair sharing the copies, is opt-in: measured slower, bench/RESULTS.md) */
+    /* (multicast=1, a cluster pair sharing the copies, is opt-in: measured slower,
+    ** bench/RESULTS.md) */
     for (t.tile_n = 64; t.tile_n >= 32; t.tile_n /= 2)
         if (fj__variant_fits(&t, dev)) {
             *v = t;

@@ -31,9 +31,11 @@
 % --
 % -- Parameters: as attn_decode.lua (one 16-bit type), tile_m (64), tile_n (BN: 32, 64 or 128),
 % -- stages (2..4), head_dim_pad (multiple of 64), head_dim_v_pad (multiple of 128, at most 512),
-% -- v_in_k, warps (12), threads (384), partial, bulk, overlap (software-pipelined: the next tile's S
-% -- issued before this tile's P V, its softmax running while P V does), shared_bytes
-% -- (fj__variant_shared_bytes), consumer_regs (fj__variant_consumer_registers).
+% -- v_in_k, warps (12), threads (384), partial, bulk, multicast (with bulk: the two row tiles of
+% -- a kv head as a cluster pair, each block's copies bringing half of a tile's panels into both),
+% -- overlap (software-pipelined: the next tile's S issued before this tile's P V, its softmax
+% -- running while P V does), shared_bytes (fj__variant_shared_bytes), consumer_regs
+% -- (fj__variant_consumer_registers).
 % assert(backend == "cuda", "attn_decode_wgmma is a CUDA kernel")
 % assert(threads == 384 and warps == 12,
 %        "attn_decode_wgmma: a producer and two consumer warpgroups")
@@ -91,9 +93,132 @@ __device__ __forceinline__ u32 swizzled(u32 tile, int rows, int r, int j)
     return tile + (j / 8) * rows * 128 + r * 128 + (((j % 8) ^ (r % 8)) << 4);
 }
 
+% -- The producer's parts, emitted in its lambda `produce` (warpgroup 0; `return` leaves it).
+% -- copy_q(): Q's rows by cp.async, complete on QBAR.
+% function copy_q()
+            /* Packed row r of the tile is query head head_kv * qgroup + (g0 + r) / seqlen_q,
+            ** position (g0 + r) % seqlen_q; zeros past the rows and the head dim. */
+            for (int r = warp; r < BM; r += 4) {
+                const int pr = g0 + r;
+                const bool ok = pr < rows;
+                const elem_t *src = q + (I64)(ok ? pr % seqlen_q : 0) * q_ss +
+                                    (I64)(head_kv * qgroup + (ok ? pr / seqlen_q : 0)) * q_sh;
+                for (int j = lane; j < D / 8; j += 32) {
+                    const bool in = ok && j * 8 < head_dim;
+                    cp_async16(swizzled(sQ, BM, r, j), in ? src + j * 8 : q, in ? 16 : 0);
+                }
+            }
+            cp_async_arrive(qbar);
+% end
+% -- copy_tiles_bulk(): lane 0 of warp 0 copies the tiles by bulk tensor copies (the other
+% -- warps leave once their Q copies landed).
+% function copy_tiles_bulk()
+            if (warp != 0) {
+                cp_async_wait_all(); /* no copy outlives its thread */
+                return;
+            }
+            /* Lane 0 copies tile `tile` (its first key is lo + tile BN): K's panels, then V's. */
+%   if paged then
+            /* Its page is looked up a tile ahead: the table's latency off the copies' path. */
+            auto page_of = [&](int tile) {
+                return lane == 0 && tile < ntiles ? PAGE_NUMBER((lo + tile * BN) / P.page_size) : 0;
+            };
+            int next_page = page_of(0);
+%   end
+            for (int tile = 0; tile < ntiles; tile++) {
+                const int s = tile % STAGES;
+%   if paged then
+                const int page = next_page, row = (lo + tile * BN) % P.page_size;
+                next_page = page_of(tile + 1);
+%   else
+                const int page = batch, row = lo + tile * BN;
+%   end
+                mbar_wait<${multicast}>(bars + 8 * (STAGES + s), ((tile / STAGES) & 1) ^ 1);
+                if (lane == 0) {
+                    const u32 sK = ring + s * SLOT_BYTES, full = bars + 8 * s;
+                    mbar_arrive_expect(full, SLOT_BYTES);
+%   if multicast then
+                    /* Panels rank, rank + 2, ... of K's then V's, each into both blocks. */
+#pragma unroll
+                    for (int p = rank; p < D / 64; p += 2)
+                        tma_load_tile(sK + p * BN * 128, &T.tm_k, full, p * 64, row, head_kv, page,
+                                      T.perm_k, 3);
+%     if not v_in_k then
+#pragma unroll
+                    for (int p = (rank + D / 64) % 2; p < DV / 64; p += 2)
+                        tma_load_tile(sK + K_BYTES + p * BN * 128, &T.tm_v, full, p * 64, row,
+                                      head_kv, page, T.perm_v, 3);
+%     end
+%   else
+                    load_panels<D>(sK, &T.tm_k, full, BN, row, head_kv, page, T.perm_k);
+%     if not v_in_k then
+                    load_panels<DV>(sK + K_BYTES, &T.tm_v, full, BN, row, head_kv, page, T.perm_v);
+%     end
+%   end
+                }
+                __syncwarp();
+            }
+            cp_async_wait_all();
+            return;
+% end
+% -- copy_tiles_threads(): the four warps copy the tiles by cp.async, 16 bytes a piece.
+% function copy_tiles_threads()
+            /* A warp copies rows warp, warp + 4, ... of a tile, its lanes the row's pieces; rows
+            ** past hi arrive as zeros (and are masked). */
+% if paged then
+            /* Paged: lane j looks up the page of the warp's row j (row warp + 4 j) a tile ahead
+            ** (the table's latency off the copies' path); the copying lanes take it by shuffles. */
+            static_assert(BN / 4 <= 32, "attn_decode_wgmma: a lane for each row a warp copies");
+            auto page_of_row = [&](int tile) {
+                const int key = lo + tile * BN + warp + 4 * lane;
+                return lane < BN / 4 && key <= hi ? PAGE_NUMBER(key / P.page_size) : 0;
+            };
+            int next_page = page_of_row(0);
+% end
+            for (int tile = 0; tile < ntiles; tile++) {
+                const int s = tile % STAGES;
+% if paged then
+                const int row_page = next_page;
+                next_page = page_of_row(tile + 1);
+% end
+                mbar_wait(bars + 8 * (STAGES + s), ((tile / STAGES) & 1) ^ 1);
+                const u32 sK = ring + s * SLOT_BYTES;
+                for (int r = warp; r < BN; r += 4) {
+                    const int key = lo + tile * BN + r;
+                    const bool in = key <= hi;
+% if paged then
+                    const int page = __shfl_sync(0xffffffffu, row_page, r / 4);
+                    const I64 ko = in ? page_row(page, key, k_sb, k_ss) : 0;
+% else
+                    const I64 ko = in ? key_row(key, k_sb, k_ss) : 0;
+% end
+                    for (int j = lane; j < D / 8; j += 32) {
+                        const bool ok = in && j * 8 < head_dim;
+                        cp_async16_stream(swizzled(sK, BN, r, j), ok ? k + ko + j * 8 : k,
+                                          ok ? 16 : 0);
+                    }
+% if not v_in_k then
+%   if paged then
+                    const I64 vo = in ? page_row(page, key, v_sb, v_ss) : 0;
+%   else
+                    const I64 vo = in ? key_row(key, v_sb, v_ss) : 0;
+%   end
+                    for (int j = lane; j < DV / 8; j += 32) {
+                        const bool ok = in && j * 8 < head_dim_v;
+                        cp_async16_stream(swizzled(sK + K_BYTES, BN, r, j), ok ? v + vo + j * 8 : v,
+                                          ok ? 16 : 0);
+                    }
+% end
+                }
+                cp_async_arrive(bars + 8 * s);
+            }
+            cp_async_wait_all(); /* no copy outlives its thread */
+% end
+
 % decode_key_row()
 
-extern "C" __global__ void ${multicast and "__cluster_dims__(2, 1, 1) " or ""}__launch_bounds__(THREADS, 1)
+% local cluster = multicast and "__cluster_dims__(2, 1, 1) " or ""
+extern "C" __global__ void ${cluster}__launch_bounds__(THREADS, 1)
 fj_attn_decode(
 % params_arg(args, "T")
 )
@@ -139,117 +264,11 @@ fj_attn_decode(
         /* ---- producer: Q, then a tile a free slot ---- */
         regs_dec<PRODUCER_REGS>();
         auto produce = [&]() {
-        /* Packed row r of the tile is query head head_kv * qgroup + (g0 + r) / seqlen_q,
-        ** position (g0 + r) % seqlen_q; zeros past the rows and the head dim. */
-        for (int r = warp; r < BM; r += 4) {
-            const int pr = g0 + r;
-            const bool ok = pr < rows;
-            const elem_t *src = q + (I64)(ok ? pr % seqlen_q : 0) * q_ss +
-                                (I64)(head_kv * qgroup + (ok ? pr / seqlen_q : 0)) * q_sh;
-            for (int j = lane; j < D / 8; j += 32) {
-                const bool in = ok && j * 8 < head_dim;
-                cp_async16(swizzled(sQ, BM, r, j), in ? src + j * 8 : q, in ? 16 : 0);
-            }
-        }
-        cp_async_arrive(qbar);
+% copy_q()
 % if bulk then
-        if (warp != 0) {
-            cp_async_wait_all(); /* no copy outlives its thread */
-            return;
-        }
-        /* Lane 0 copies tile `tile` (its first key is lo + tile BN): K's panels, then V's. */
-%   if paged then
-        /* Its page is looked up a tile ahead, so the table's latency is off the copies' path. */
-        auto page_of = [&](int tile) {
-            return lane == 0 && tile < ntiles ? PAGE_NUMBER((lo + tile * BN) / P.page_size) : 0;
-        };
-        int next_page = page_of(0);
-%   end
-        for (int tile = 0; tile < ntiles; tile++) {
-            const int s = tile % STAGES;
-%   if paged then
-            const int page = next_page, row = (lo + tile * BN) % P.page_size;
-            next_page = page_of(tile + 1);
-%   else
-            const int page = batch, row = lo + tile * BN;
-%   end
-            mbar_wait<${multicast}>(bars + 8 * (STAGES + s), ((tile / STAGES) & 1) ^ 1);
-            if (lane == 0) {
-                const u32 sK = ring + s * SLOT_BYTES, full = bars + 8 * s;
-                mbar_arrive_expect(full, SLOT_BYTES);
-%   if multicast then
-                /* Panels rank, rank + 2, ... of K's then V's, each into both blocks. */
-#pragma unroll
-                for (int p = rank; p < D / 64; p += 2)
-                    tma_load_tile(sK + p * BN * 128, &T.tm_k, full, p * 64, row, head_kv, page,
-                                  T.perm_k, 3);
-%     if not v_in_k then
-#pragma unroll
-                for (int p = (rank + D / 64) % 2; p < DV / 64; p += 2)
-                    tma_load_tile(sK + K_BYTES + p * BN * 128, &T.tm_v, full, p * 64, row,
-                                  head_kv, page, T.perm_v, 3);
-%     end
-%   else
-                load_panels<D>(sK, &T.tm_k, full, BN, row, head_kv, page, T.perm_k);
-%     if not v_in_k then
-                load_panels<DV>(sK + K_BYTES, &T.tm_v, full, BN, row, head_kv, page, T.perm_v);
-%     end
-%   end
-            }
-            __syncwarp();
-        }
-        cp_async_wait_all();
-        return;
+% copy_tiles_bulk()
 % else
-        /* A warp copies rows warp, warp + 4, ... of a tile, its lanes the row's pieces; rows
-        ** past hi arrive as zeros (and are masked). */
-% if paged then
-        /* Paged: lane j looks up the page of the warp's row j (row warp + 4 j) a tile ahead, so
-        ** the table's latency is off the copies' path; the copying lanes take it by shuffles. */
-        static_assert(BN / 4 <= 32, "attn_decode_wgmma: a lane for each row a warp copies");
-        auto page_of_row = [&](int tile) {
-            const int key = lo + tile * BN + warp + 4 * lane;
-            return lane < BN / 4 && key <= hi ? PAGE_NUMBER(key / P.page_size) : 0;
-        };
-        int next_page = page_of_row(0);
-% end
-        for (int tile = 0; tile < ntiles; tile++) {
-            const int s = tile % STAGES;
-% if paged then
-            const int row_page = next_page;
-            next_page = page_of_row(tile + 1);
-% end
-            mbar_wait(bars + 8 * (STAGES + s), ((tile / STAGES) & 1) ^ 1);
-            const u32 sK = ring + s * SLOT_BYTES;
-            for (int r = warp; r < BN; r += 4) {
-                const int key = lo + tile * BN + r;
-                const bool in = key <= hi;
-% if paged then
-                const int page = __shfl_sync(0xffffffffu, row_page, r / 4);
-                const I64 ko = in ? page_row(page, key, k_sb, k_ss) : 0;
-% else
-                const I64 ko = in ? key_row(key, k_sb, k_ss) : 0;
-% end
-                for (int j = lane; j < D / 8; j += 32) {
-                    const bool ok = in && j * 8 < head_dim;
-                    cp_async16_stream(swizzled(sK, BN, r, j), ok ? k + ko + j * 8 : k, ok ? 16 : 0);
-                }
-% if not v_in_k then
-%   if paged then
-                const I64 vo = in ? page_row(page, key, v_sb, v_ss) : 0;
-%   else
-                const I64 vo = in ? key_row(key, v_sb, v_ss) : 0;
-%   end
-                for (int j = lane; j < DV / 8; j += 32) {
-                    const bool ok = in && j * 8 < head_dim_v;
-                    cp_async16_stream(swizzled(sK + K_BYTES, BN, r, j), ok ? v + vo + j * 8 : v,
-                                      ok ? 16 : 0);
-                }
-% end
-            }
-            cp_async_arrive(bars + 8 * s);
-        }
-        cp_async_wait_all(); /* no copy outlives its thread */
+% copy_tiles_threads()
 % end
         };
         if (ntiles > 0)
@@ -398,8 +417,9 @@ fj_attn_decode(
         if (valid >= BN)
             return;
         const u32 vt = ring + (tile % STAGES) * SLOT_BYTES + (V_IN_K ? 0 : K_BYTES);
-        for (int i = ti; i < (BN - valid) * (DVH / 8); i += 128)
-            st_shared_zero16(swizzled(vt, BN, valid + i / (DVH / 8), half * (DVH / 8) + i % (DVH / 8)));
+        constexpr int PIECES = DVH / 8; /* 16-byte pieces of a row's half */
+        for (int i = ti; i < (BN - valid) * PIECES; i += 128)
+            st_shared_zero16(swizzled(vt, BN, valid + i / PIECES, half * PIECES + i % PIECES));
         fence_proxy_async(); /* the zeros before wgmma's reads */
     };
 % else

@@ -758,8 +758,8 @@ static void test_decode_wide_plans(void **state)
         if (v.path == FJ__PATH_WGMMA && s->variant.bulk != cases[i].bulk)
             fail_msg("case %zu: bulk %d; expected %d", i, s->variant.bulk, cases[i].bulk);
         if (v.path == FJ__PATH_WGMMA) {
-            assert_true(v.threads == 384 && v.tile_m == 64 &&
-                        v.stages == (cases[i].config && strstr(cases[i].config, "stages=3") ? 3 : 2) &&
+            const int stages = cases[i].config && strstr(cases[i].config, "stages=3") ? 3 : 2;
+            assert_true(v.threads == 384 && v.tile_m == 64 && v.stages == stages &&
                         v.v_in_k == cases[i].v_in_k && v.head_dim_v_pad % 128 == 0);
             assert_true(s->shared_bytes <= cases[i].dev->local_memory);
             assert_int_equal(s->grid[0], (cases[i].group + 63) / 64);
