@@ -72,7 +72,8 @@ fj_attn_decode(
         sm.m[tid] = -F_INF;
         sm.l[tid] = 0.0f;
     }
-    float acc[ACC];
+    float acc[ACC]; /* (loops over it unrolled: in registers, not a stack frame) */
+#pragma unroll
     for (int e = 0; e < ACC; e++)
         acc[e] = 0.0f;
 
@@ -120,6 +121,7 @@ fj_attn_decode(
             sm.alpha[tid] = alpha;
         }
         BARRIER();
+#pragma unroll
         for (int e = 0; e < ACC; e++) {
             const int i = tid + e * THREADS, r = i / DVP, c = i % DVP;
             if (r < ROWS) {
@@ -132,6 +134,7 @@ fj_attn_decode(
     }
     BARRIER(); /* m and l are final */
 
+#pragma unroll
     for (int e = 0; e < ACC; e++) {
         const int i = tid + e * THREADS, r = i / DVP, c = i % DVP, g = g0 + r;
         if (r >= ROWS || g >= rows || c >= head_dim_v)
