@@ -122,13 +122,15 @@ for arch in sm_80 sm_90a; do
 done
 # Decode with value dims beyond 256 (MLA's 576 / 512 with v a view of k; 320 soft-capped): on
 # sm_90a from 64 packed rows a kv head the wgmma kernel, below it and on sm_80 the mma kernel's
-# split_dv; both archs, dense and paged (the wgmma kernel's bulk tensor copies), no spills. A
-# cache of their own (their merges are the kernels above's).
+# split_dv; both archs, dense and paged (pages of 64: the wgmma kernel's bulk tensor copies; of
+# 16: its threads' copies), no spills. A cache of their own (their merges are the kernels
+# above's).
 for arch in sm_80 sm_90a; do
-    out=$("$cli" cache build --arch $arch --cache "$dir/wide_decode.db" --decode 1,2 --group 16,128 \
-        --head-dim 576 --head-dim-v 512 --v-in-k --causal 0,1 --seqlen 8192 --paged 0,1 2>&1 &&
+    out=$("$cli" cache build --arch $arch --cache "$dir/wide_decode.db" --decode 1,2 \
+        --group 16,128 --head-dim 576 --head-dim-v 512 --v-in-k --causal 0,1 --seqlen 8192 \
+        --paged 0,16,64 2>&1 &&
         "$cli" cache build --arch $arch --cache "$dir/wide_decode.db" --decode 1 --group 64 \
-            --head-dim 320 --softcap 1 --causal 1 --seqlen 8192 --paged 0,1 2>&1)
+            --head-dim 320 --softcap 1 --causal 1 --seqlen 8192 --paged 0,64 2>&1)
     status=$?
     echo "$out"
     [ $status -eq 0 ] || { echo "FAIL: cache build --decode of wide heads for $arch"; exit 1; }

@@ -36,8 +36,9 @@ static int build_usage(FILE *f)
         "  flashjit run; e.g. --head-dim 576 --head-dim-v 512 --v-in-k)\n"
         "Decode shapes (--seqlen is the keys'): --decode N,... query rows per sequence (1 to\n"
         "  16), --group G,... [1] query heads per kv head; what such calls run, whole and split\n"
-        "  (the decode kernel and the merge of its splits); --paged 0,1 [0] with k and v as a\n"
-        "  paged KV cache (desc.page_table; any page size runs the same kernels)\n"
+        "  (the decode kernel and the merge of its splits); --paged P,... [0] k and v as a paged\n"
+        "  KV cache of P-key pages (desc.page_table; 0: contiguous; page sizes share kernels\n"
+        "  but for whether a page holds whole key tiles: e.g. --paged 0,16,64)\n"
         "Merges (fj_attention_merge) instead of the forward kernels: --merge N,... (states per\n"
         "  merge, 1 to 64), for each --dtype (states and result) and --lse\n"
         "Training: --backward also builds each request's backward kernels (fj_attention_backward;\n"
@@ -150,7 +151,7 @@ typedef struct build_request {
     int descale;              /* FP8 inputs: with descale factors ([1] each) */
     int64_t d, dv, seqlen, causal, softcap, lse;
     int64_t decode_rows, group; /* decode: query rows and query heads per kv head (0: no) */
-    int paged;                  /* decode: k and v as pages of a KV cache */
+    int64_t page_size;          /* decode: k and v as pages of this many keys (0: contiguous) */
     const char *mask_mod, *score_mod;
     int alibi, bias, mask, ranges, block_mask, varlen;
     int v_in_k;   /* v a view of k's first dims (else v at an address of its own) */
@@ -246,13 +247,13 @@ static int build_request_kernels(build_run *run, const fj_device_info *dev, fj__
         lse.stride[0] = g * sq;
         lse.stride[1] = sq;
     }
-    const int64_t page = 64, pages = (s + page - 1) / page;
+    const int64_t page = r->page_size, pages = page ? (s + page - 1) / page : 0;
     const fj_tensor table = {.data = fake,
                              .dtype = FJ_DTYPE_I32,
                              .ndim = 2,
                              .shape = {1, pages},
                              .stride = {pages, 1}};
-    if (r->paged) { /* k and v [pages, 64, 1, dim] through a table [1, pages] */
+    if (page) { /* k and v [pages, page, 1, dim] through a table [1, pages] */
         for (fj_tensor *t = &k; t; t = t == &k ? &v : NULL) {
             t->shape[0] = pages;
             t->shape[1] = page;
@@ -515,7 +516,7 @@ int fjt_cache_build(int argc, char **argv)
                 return 2;
             break;
         case O_PAGED:
-            if ((npaged = fjt_parse_list("paged", optarg, 0, 1, paged, MAX_VALUES)) < 0)
+            if ((npaged = fjt_parse_list("paged", optarg, 0, 4096, paged, MAX_VALUES)) < 0)
                 return 2;
             break;
         case O_BACKEND:
@@ -615,7 +616,7 @@ int fjt_cache_build(int argc, char **argv)
                                                  .decode_rows =
                                                      decoding ? decode_rows[at_dec] : 0,
                                                  .group = groups[at_group],
-                                                 .paged = (int)paged[at_paged],
+                                                 .page_size = paged[at_paged],
                                                  .d = dims[i],
                                                  .dv = ndv ? dvs[i < ndv ? i : ndv - 1] : dims[i],
                                                  .seqlen = lens[at_seq],
