@@ -93,6 +93,22 @@ __device__ __forceinline__ u32 swizzled(u32 tile, int rows, int r, int j)
     return tile + (j / 8) * rows * 128 + r * 128 + (((j % 8) ^ (r % 8)) << 4);
 }
 
+/* Lanes lane, lane + 32, ... copy the 16-byte pieces of row r of such a tile from src by
+** cp.async: zeros past `dims` of the COLS columns and where the row is not `in` (`any`, a
+** readable address, stands in for src there). STREAM: read once (evict first). */
+template <int COLS, bool STREAM>
+__device__ __forceinline__ void copy_row(u32 tile, int rows, int r, const elem_t *src, bool in,
+                                         int dims, const elem_t *any, int lane)
+{
+    for (int j = lane; j < COLS / 8; j += 32) {
+        const bool ok = in && j * 8 < dims;
+        if constexpr (STREAM)
+            cp_async16_stream(swizzled(tile, rows, r, j), ok ? src + j * 8 : any, ok ? 16 : 0);
+        else
+            cp_async16(swizzled(tile, rows, r, j), ok ? src + j * 8 : any, ok ? 16 : 0);
+    }
+}
+
 % -- The producer's parts, emitted in its lambda `produce` (warpgroup 0; `return` leaves it).
 % -- copy_q(): Q's rows by cp.async, complete on QBAR.
 % function copy_q()
@@ -103,10 +119,7 @@ __device__ __forceinline__ u32 swizzled(u32 tile, int rows, int r, int j)
                 const bool ok = pr < rows;
                 const elem_t *src = q + (I64)(ok ? pr % seqlen_q : 0) * q_ss +
                                     (I64)(head_kv * qgroup + (ok ? pr / seqlen_q : 0)) * q_sh;
-                for (int j = lane; j < D / 8; j += 32) {
-                    const bool in = ok && j * 8 < head_dim;
-                    cp_async16(swizzled(sQ, BM, r, j), in ? src + j * 8 : q, in ? 16 : 0);
-                }
+                copy_row<D, false>(sQ, BM, r, src, ok, head_dim, q, lane);
             }
             cp_async_arrive(qbar);
 % end
@@ -139,15 +152,11 @@ __device__ __forceinline__ u32 swizzled(u32 tile, int rows, int r, int j)
                     mbar_arrive_expect(full, SLOT_BYTES);
 %   if multicast then
                     /* Panels rank, rank + 2, ... of K's then V's, each into both blocks. */
-#pragma unroll
-                    for (int p = rank; p < D / 64; p += 2)
-                        tma_load_tile(sK + p * BN * 128, &T.tm_k, full, p * 64, row, head_kv, page,
-                                      T.perm_k, 3);
+                    load_panels<D>(sK, &T.tm_k, full, BN, row, head_kv, page, T.perm_k, 0, rank,
+                                   2, 3);
 %     if not v_in_k then
-#pragma unroll
-                    for (int p = (rank + D / 64) % 2; p < DV / 64; p += 2)
-                        tma_load_tile(sK + K_BYTES + p * BN * 128, &T.tm_v, full, p * 64, row,
-                                      head_kv, page, T.perm_v, 3);
+                    load_panels<DV>(sK + K_BYTES, &T.tm_v, full, BN, row, head_kv, page,
+                                    T.perm_v, 0, (rank + D / 64) % 2, 2, 3);
 %     end
 %   else
                     load_panels<D>(sK, &T.tm_k, full, BN, row, head_kv, page, T.perm_k);
@@ -192,22 +201,14 @@ __device__ __forceinline__ u32 swizzled(u32 tile, int rows, int r, int j)
 % else
                     const I64 ko = in ? key_row(key, k_sb, k_ss) : 0;
 % end
-                    for (int j = lane; j < D / 8; j += 32) {
-                        const bool ok = in && j * 8 < head_dim;
-                        cp_async16_stream(swizzled(sK, BN, r, j), ok ? k + ko + j * 8 : k,
-                                          ok ? 16 : 0);
-                    }
+                    copy_row<D, true>(sK, BN, r, k + ko, in, head_dim, k, lane);
 % if not v_in_k then
 %   if paged then
                     const I64 vo = in ? page_row(page, key, v_sb, v_ss) : 0;
 %   else
                     const I64 vo = in ? key_row(key, v_sb, v_ss) : 0;
 %   end
-                    for (int j = lane; j < DV / 8; j += 32) {
-                        const bool ok = in && j * 8 < head_dim_v;
-                        cp_async16_stream(swizzled(sK + K_BYTES, BN, r, j), ok ? v + vo + j * 8 : v,
-                                          ok ? 16 : 0);
-                    }
+                    copy_row<DV, true>(sK + K_BYTES, BN, r, v + vo, in, head_dim_v, v, lane);
 % end
                 }
                 cp_async_arrive(bars + 8 * s);

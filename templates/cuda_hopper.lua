@@ -233,14 +233,17 @@ __device__ __forceinline__ void tma_load_tile(u32 dst, const tmap_t *map, u32 ba
 }
 
 /* Copies a tile of `rows` rows and COLS columns (from column col0) as COLS / 64 panels of
-** rows x 128 bytes. */
+** rows x 128 bytes: panels first, first + step, ... of them (a cluster's blocks sharing a
+** tile's copies take every other one), with a mask into every block it names. */
 template <int COLS>
 __device__ __forceinline__ void load_panels(u32 dst, const tmap_t *map, u32 bar, int rows,
-                                            int row, int head, int batch, int perm, int col0 = 0)
+                                            int row, int head, int batch, int perm, int col0 = 0,
+                                            int first = 0, int step = 1, u16 multicast = 0)
 {
 #pragma unroll
-    for (int p = 0; p < COLS / 64; p++)
-        tma_load_tile(dst + p * rows * 128, map, bar, col0 + p * 64, row, head, batch, perm);
+    for (int p = first; p < COLS / 64; p += step)
+        tma_load_tile(dst + p * rows * 128, map, bar, col0 + p * 64, row, head, batch, perm,
+                      multicast);
 }
 
 /* ---- register reallocation between warpgroups --------------------------------------------- */

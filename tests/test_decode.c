@@ -224,11 +224,11 @@ static void test_mla(void **state)
 }
 
 /* Value dims beyond 256 with 64 packed rows or more (the wgmma kernel on sm_90a): MLA's 64 heads
-** with speculative rows (two row tiles: a cluster pair sharing its bulk copies), its own v
-** across two kv heads on pages of 16 (tiles by its threads) and of 128 with two rows and a
-** window (bulk copies shared by a pair: NaN in the pages' unused rows, windows starting inside
-** a tile), 320 dims on odd pages with a window and soft-capping in f16,
-** and a partial second row tile. */
+** with speculative rows (two row tiles: with multicast=1 a cluster pair sharing its bulk
+** copies), its own v across two kv heads on pages of 16 (tiles by its threads) and of 128 with
+** two rows and a window (bulk copies: NaN in the pages' unused rows, windows starting inside a
+** tile), 320 dims on odd pages with a window and soft-capping in f16, and a partial second row
+** tile. */
 static void test_wide_many_rows(void **state)
 {
     fjh_case cases[5];
