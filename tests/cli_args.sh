@@ -117,6 +117,12 @@ expect 2 "FP8 inputs have no backward and no paged cache" tune --dtype e4m3 --ba
 expect 2 "has no backward and no merge of its own" cache build --arch sm_90a --dtype e4m3 --backward
 expect 2 "--kv-dtype goes with 16-bit queries" cache build --arch sm_90a --dtype e4m3 --kv-dtype e5m2
 expect 2 "--kv-dtype takes e4m3 or e5m2, not 'bf16'" cache build --arch sm_90a --kv-dtype bf16
+expect 2 "--paged goes with --decode" cache build --arch sm_90a --paged 64
+expect 2 "--paged goes with --decode and 16-bit queries" cache build --arch sm_90a --decode 1 \
+    --dtype e4m3 --paged 16
+expect 2 "--paged takes an integer from 0 to 4096, not '5000'" cache build --arch sm_90a \
+    --decode 1 --paged 5000
+expect 0 "--paged P,..." cache build --help
 expect 0 "--backward   also the backward" tune --help
 expect 2 "--group and --paged go with --decode" tune --group 4
 expect 2 "--decode tunes forwards only" tune --decode 1 --backward
