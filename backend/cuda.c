@@ -69,6 +69,7 @@ typedef CUresult (*cuTensorMapEncodeTiled_fn)(void *map, int dtype, unsigned ran
                                               int interleave, int swizzle, int l2_promotion,
                                               int oob_fill);
 enum {
+    CU_TENSOR_MAP_DATA_TYPE_UINT8 = 0, /* FP8: bytes as they are */
     CU_TENSOR_MAP_DATA_TYPE_FLOAT16 = 6,
     CU_TENSOR_MAP_DATA_TYPE_FLOAT32 = 7,
     CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 = 9,
@@ -602,9 +603,10 @@ static fj_status cuda_tensor_map(void *p, const fj__tensor_map_desc *d, fj__tens
     const unsigned ones[4] = {1, 1, 1, 1};
     CU_CHECK(cu.cuTensorMapEncodeTiled(
         out->bytes,
-        d->dtype == FJ_DTYPE_F32    ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
-        : d->dtype == FJ_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                    : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        d->dtype == FJ_DTYPE_F32     ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+        : d->dtype == FJ_DTYPE_BF16  ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+        : fj_dtype_size(d->dtype) == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                     : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
         4, (void *)d->base, dims, strides, d->box, ones, CU_TENSOR_MAP_INTERLEAVE_NONE,
         CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));

@@ -50,10 +50,13 @@ static void plan_mma(fj__variant *v, const fj__features *f, const fj_device_info
     v->threads = 32 * v->warps;
 }
 
-/* Whether the WGMMA kernel serves f on dev: Hopper's arch-specific target, 16-bit data that TMA
-** can read (head dims beyond 256 too: their value columns split into slices). */
+/* Whether the WGMMA kernel serves f on dev: Hopper's arch-specific target, 16-bit data (or FP8
+** q, k and v, head dims up to 256) that TMA can read (16-bit head dims beyond 256 too: their
+** value columns split into slices). */
 static int wgmma_serves(const fj__features *f, const fj_device_info *dev)
 {
+    if (fj__dtype_fp8((fj_dtype)f->q_dtype) && (f->head_dim > 256 || f->head_dim_v > 256))
+        return 0;
     /* The kernel numbers its work tiles (64-row blocks at the least, by value slices: at most
     ** 3, with d beyond 256 at least 2) with 32-bit ints. */
     const int64_t slices = f->head_dim > 256 ? 3 : fj__dv_slices_of(fj__round_up(f->head_dim_v, 64));
@@ -113,12 +116,35 @@ static void plan_wgmma_wide(fj__variant *v, const fj__features *f, const fj_devi
     plan_wgmma_wide_tiles(v, dev);
 }
 
+/* FP8 inputs: P V reads value tiles of whole 128-key panels (transposed in the kernel, through
+** two staging buffers), so 128-key tiles; then as many Q buffers and ring slots as fit, and
+** where even one of each does not (d 256: O's 128 accumulators, S's 64 and P's 16 a thread
+** spilled 48 bytes) the plain loop, whose P is packed as S dies (no spills). */
+static void plan_wgmma_fp8(fj__variant *v, const fj_device_info *dev)
+{
+    v->tile_n = 128;
+    v->persistent = v->persistent == 2 ? 0 : v->persistent;
+    const fj__variant want = *v;
+    for (int pipelined = want.overlap; pipelined >= 0; pipelined--) {
+        *v = want;
+        v->overlap = (uint8_t)pipelined;
+        v->pingpong = (uint8_t)(pipelined && want.pingpong);
+        while (!fj__variant_fits(v, dev) && v->q_stages > 1)
+            v->q_stages--;
+        while (!fj__variant_fits(v, dev) && v->stages > 1)
+            v->stages--;
+        if (fj__variant_fits(v, dev))
+            return;
+    }
+}
+
 static void plan_wgmma(fj__variant *v, const fj__features *f, const fj_device_info *dev,
                        const char *config)
 {
     v->path = FJ__PATH_WGMMA;
-    /* 64-column panels of the 128-byte swizzle. */
-    v->head_dim_pad = fj__round_up(v->head_dim_pad, 64);
+    /* 64-column panels of the 128-byte swizzle (128 columns of FP8). */
+    const int fp8 = fj__dtype_fp8((fj_dtype)v->q_dtype);
+    v->head_dim_pad = fj__round_up(v->head_dim_pad, fp8 ? 128 : 64);
     v->head_dim_v_pad = fj__round_up(v->head_dim_v_pad, 64);
     /* Beyond 256 value columns, equal slices of whole panels (fj__variant_dv_slices). */
     const int32_t slices = fj__dv_slices_of(v->head_dim_v_pad);
@@ -209,6 +235,8 @@ static void plan_wgmma(fj__variant *v, const fj__features *f, const fj_device_in
     v->q_stages = wide_keys ? 1 : 2;
     if (!fj__variant_fits(v, dev))
         v->q_stages = 1;
+    if (fp8)
+        plan_wgmma_fp8(v, dev);
 }
 
 /* Key tiles of width bn that query rows [r0, r1) see: the band's (attn_key_band in the
@@ -308,17 +336,26 @@ void fj__choose_forward(const fj__features *f, const fj_device_info *dev, const 
     const int sixteen_bit = (f->q_dtype == FJ_DTYPE_F16 || f->q_dtype == FJ_DTYPE_BF16) &&
                             f->kv_dtype == f->q_dtype && f->out_dtype == f->q_dtype;
     const int wide = v->head_dim_pad > 256 || v->head_dim_v_pad > 256; /* Hopper's kernel only */
+    /* FP8 q, k and v with a 16-bit out: Hopper's kernel only. */
+    const int fp8 = fj__dtype_fp8((fj_dtype)f->q_dtype) && f->kv_dtype == f->q_dtype &&
+                    (f->out_dtype == FJ_DTYPE_F16 || f->out_dtype == FJ_DTYPE_BF16);
     int tensor_cores = dev->backend == FJ_BACKEND_CUDA && fj__sm_version(dev) >= 80 &&
-                       sixteen_bit && f->rows_16b[FJ__T_Q] && f->rows_16b[FJ__T_K] &&
+                       (sixteen_bit || fp8) && f->rows_16b[FJ__T_Q] && f->rows_16b[FJ__T_K] &&
                        f->rows_16b[FJ__T_V] && f->rows_16b[FJ__T_OUT];
     /* "path=mma" in the override keeps Hopper on the mma.sync kernel (tests, comparisons). */
     const int wgmma = tensor_cores && wgmma_serves(f, dev) &&
                       !(v->varlen && fj__variant_element_masks(v)) &&
                       !(config && strstr(config, "path=mma"));
-    tensor_cores = wgmma || (tensor_cores && !wide && !extras && !v->varlen);
-    if (wgmma)
+    tensor_cores = wgmma || (tensor_cores && !fp8 && !wide && !extras && !v->varlen);
+    if (wgmma) {
+        const fj__variant before = *v;
         plan_wgmma(v, f, dev, config);
-    else if (tensor_cores)
+        if (fp8 && !fj__variant_fits(v, dev)) { /* no FP8 tiles fit this device: SIMT */
+            *v = before;
+            tensor_cores = 0;
+            plan_simt(v, dev);
+        }
+    } else if (tensor_cores)
         plan_mma(v, f, dev);
     else
         plan_simt(v, dev);

@@ -3,14 +3,16 @@
 
 #include <string.h>
 
-/* Tensor-core copies move 16-byte chunks: base, row strides and head dim must allow it. */
+/* Tensor-core copies move 16-byte chunks: base, row strides and head dim must allow it (in
+** multiples of 8 elements, 16 of FP8). */
 static int rows_16b(const fj_tensor *packed_or_4d)
 {
     const fj_tensor t = fj__tensor_4d(packed_or_4d);
-    if ((uintptr_t)t.data % 16 != 0 || t.shape[3] % 8 != 0)
+    const int64_t per16 = fj_dtype_size(t.dtype) == 1 ? 16 : 8;
+    if ((uintptr_t)t.data % 16 != 0 || t.shape[3] % per16 != 0)
         return 0;
     for (int i = 0; i < 3; i++)
-        if (t.stride[i] % 8 != 0)
+        if (t.stride[i] % per16 != 0)
             return 0;
     return 1;
 }

@@ -189,7 +189,9 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
         /* Q buffers, a ring of K and V (and bias) tiles, 8 + 4 * stages mbarriers and two
         ** tile slots (see the template), and slack to align the panels to 1024 bytes; with
         ** d_split half of Q's and K's columns, and two buffers of the peer's partial scores
-        ** (tile_m x tile_n floats) with their 4 mbarriers. */
+        ** (tile_m x tile_n floats) with their 4 mbarriers; with FP8 inputs the staging buffers
+        ** of value tiles in 128-column panels (V_STAGES: 4, 2 beyond 128 value columns), two
+        ** mbarriers each. */
         const int32_t d = v->d_split ? v->head_dim_pad / 2 : v->head_dim_pad;
         uint32_t q = qs * (uint32_t)(v->tile_m * d) * (v->q_stages ? v->q_stages : 1u);
         const int32_t dv = v->head_dim_v_pad / fj__variant_dv_slices(v);
@@ -197,7 +199,12 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
         if (v->bias_tma) /* a bias tile per ring slot */
             kv += fj__variant_bias_bytes(v) * (uint32_t)(v->tile_m * v->tile_n);
         const uint32_t exchange = v->d_split ? 2u * 4u * (uint32_t)(v->tile_m * v->tile_n) + 32u : 0u;
-        return q + v->stages * kv + exchange + 8u * (8u + 4u * v->stages) + 8u + 1023u;
+        const uint32_t v_stages = dv <= 128 ? 4u : 2u; /* V_STAGES */
+        const uint32_t staging =
+            fj__dtype_fp8((fj_dtype)v->q_dtype)
+                ? v_stages * (128u * (uint32_t)(v->tile_n * ((dv + 127) / 128)) + 16u)
+                : 0u;
+        return q + v->stages * kv + exchange + staging + 8u * (8u + 4u * v->stages) + 8u + 1023u;
     }
     if (v->path != FJ__PATH_MMA) /* attn_fwd_simt.lua's Smem (static): K and V tiles in float,
                                   ** and two tile flags with element masks */
@@ -246,6 +253,10 @@ int fj__variant_consumer_registers(const fj__variant *v)
     if (v->family == FJ__FAMILY_DECODE) /* attn_decode_wgmma.cu.lua: beside its copying warps' */
         return 224;
     const int consumers = v->family == FJ__FAMILY_BWD ? v->warps / 4 - v->producer : v->tile_m / 64;
+    /* The FP8 forward's producer warpgroup keeps 40 (its warps 1-3 transpose value tiles):
+    ** PRODUCER_REGS in attn_fwd_wgmma.cu.lua. */
+    if (v->family == FJ__FAMILY_FWD && fj__dtype_fp8((fj_dtype)v->q_dtype))
+        return v->ctas_per_sm == 2 ? 216 : consumers == 3 ? 152 : consumers == 2 ? 232 : 255;
     return v->ctas_per_sm == 2 ? 232 : consumers == 3 ? 160 : consumers == 2 ? 240 : 255;
 }
 
@@ -374,7 +385,9 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
         ** P's when the loop is pipelined (the plain loop packs P as S dies: 192 x 128 tiles at
         ** d 64 fit the 160 registers of three consumers without spills). */
         /* (d_split: ~16 more for the exchange's addresses; at 96-key tiles it reached 255) */
-        int registers = v->tile_n / 2 + (v->overlap ? v->tile_n / 4 : 0) + dv / 2 + 40 +
+        /* (P takes a word a thread per 4 keys in FP8, per 2 in 16 bits.) */
+        const int fp8 = fj__dtype_fp8((fj_dtype)v->q_dtype);
+        int registers = v->tile_n / 2 + (v->overlap ? v->tile_n / (fp8 ? 8 : 4) : 0) + dv / 2 + 40 +
                         (v->d_split ? 16 : 0);
         return consumers >= 1 && consumers <= 3 && v->tile_m == 64 * consumers &&
                (!v->pingpong || (consumers == 2 && v->overlap)) &&
@@ -396,6 +409,11 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
                                 v->head_dim_v_pad % 128 == 0 && v->ctas_per_sm == 1)) &&
                /* v_in_k: each block's value columns lead its half of K's */
                (!v->v_in_k || (v->d_split && v->head_dim_v_pad <= v->head_dim_pad)) &&
+               /* FP8: one value slice, value tiles of whole 128-key panels, q's and k's
+               ** columns in 128-byte panels, a static schedule (the transposing warps follow
+               ** the consumers' order) */
+               (!fp8 || (slices == 1 && !v->d_split && !v->v_in_k && v->tile_n % 128 == 0 &&
+                         v->head_dim_pad % 128 == 0 && v->persistent != 2)) &&
                /* Each block also reserves 1 KiB of the SM's shared memory, which holds the
                ** largest block's opt-in plus that kilobyte. */
                (uint64_t)v->ctas_per_sm * (fj__variant_shared_bytes(v) + 1024u) <=

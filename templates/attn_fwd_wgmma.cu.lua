@@ -18,13 +18,21 @@
 % -- rows past the tensor's end arrive as zeros. Key tiles run from last to first, so only the
 % -- first ones need per-element masking; tiles outside the causal/window band are never loaded.
 % --
+% -- FP8 (q, k and v in f8e4m3 or f8e5m2, out 16-bit): the products take k = 32 and both operands
+% -- K-major, so V must reach P V as value columns x keys. TMA brings each value tile into one of
+% -- staging buffers as it comes (keys x columns), and warps 1-3 of the producer's warpgroup
+% -- write it out transposed into the ring slot (transpose_values), keys in the order in which
+% -- P's registers hold them (pack_p), so that P needs no shuffles; q's and k's descale factors
+% -- scale the scores, v's the output.
+% --
 % -- The kernel is a wiring of parts, each readable alone: the shared-memory layout (Smem), the
 % -- pipeline ring and its barriers (Bar, Ring), the tile scheduler (Scheduler), the producer
 % -- (produce), the key tiles a work tile visits (KeyWalk), the softmax of one tile with its
 % -- masks (softmax_tile), the main loop (mainloop) and the epilogue (store_tile).
 % --
-% -- Parameters: q_dtype, kv_dtype, out_dtype (one of bf16, f16 for all three), head_dim_pad,
-% -- head_dim_v_pad (multiples of 64), dv_slices (the value columns split into slices of
+% -- Parameters: q_dtype, kv_dtype, out_dtype (one of bf16, f16 for all three; or q and kv one
+% -- FP8 type and out bf16 or f16), descale (FP8: descale factors given), head_dim_pad,
+% -- head_dim_v_pad (multiples of 64; head_dim_pad of 128 with FP8), dv_slices (the value columns split into slices of
 % -- head_dim_v_pad / dv_slices, at most 256: O's accumulators; each slice is a work tile of its
 % -- own, which recomputes S, and the slices of a query block run next to each other so that
 % -- they share its key and value tiles through L2), d_split (with 2 slices, 64-row tiles and no
@@ -59,7 +67,9 @@
 % -- which the host's zigzag grid model simulates).
 % local element_masks = mask_mod ~= "" or mask_tensor or mask_ranges > 0
 % local score_terms = alibi or bias ~= "" or score_mod ~= ""
-% local dtype = q_dtype -- one element type for q, k, v and out (cuda_mma.lua checks)
+% local dtype = q_dtype -- one element type for q, k, v and out (cuda_mma.lua checks), or FP8 in
+% local fp8 = dtype == "f8e4m3" or dtype == "f8e5m2"
+% assert(not fp8 or (not d_split and not v_in_k and dv_slices == 1 and persistent ~= 2 and tile_n % 128 == 0 and head_dim_pad % 128 == 0), "FP8 takes one value slice, key tiles of 128-key panels, whole 128-column panels of q and k and a static schedule")
 % -- bias_tma: bias tiles (BM x BN) come with the key tiles, by TMA into shared memory, in
 % -- 128-byte panels of keys with the 128-byte swizzle.
 % local bias_es = bias == "f32" and 4 or 2
@@ -84,10 +94,13 @@
 % include("cuda_mma.lua")
 % include("cuda_hopper.lua")
 % include("cuda_attn_common.lua")
-% if element_masks or score_terms then
+% if element_masks or score_terms or descale then
 % include("dialect.lua")
+% end
+% if element_masks or score_terms then
 % include("attn_masks.lua")
 % end
+% include("descale.lua")
 % include("params.lua")
 % params_struct(args)
 % hopper_wgmma(tile_n)
@@ -95,6 +108,13 @@
 
 /* ---- the variant, as constants ------------------------------------------------------------ */
 constexpr int BM = ${tile_m}, BN = ${tile_n};       /* query rows per work tile, keys per tile */
+constexpr bool FP8 = ${fp8};                        /* q, k, v in FP8 (V transposed: see above) */
+constexpr int ES = FP8 ? 1 : 2;                     /* bytes of an element of q, k, v */
+constexpr int PC = 128 / ES;                        /* columns of a 128-byte panel */
+constexpr int KSTEP = 32 / ES;                      /* k of one product: 32 bytes of a row */
+constexpr int P_REGS = 4 * (BN / KSTEP);            /* P's A fragments, words a thread */
+/* Registers the producer's warpgroup keeps (FP8: its warps 1-3 transpose value tiles). */
+constexpr int PRODUCER_REGS = FP8 ? 40 : 24;
 constexpr int D = ${head_dim_pad}; /* the head dim of q and k, padded to 64 */
 constexpr bool D_SPLIT = ${d_split};
 constexpr int DQ = D_SPLIT ? D / 2 : D; /* the columns of Q and K this block holds */
@@ -115,6 +135,7 @@ constexpr bool OVERLAP = ${overlap}, PINGPONG = ${pingpong};
 constexpr bool DYNAMIC = PERSISTENT == 2;
 constexpr bool LAZY_RESCALE = ${lazy_rescale};
 constexpr bool WRITE_LSE = ${write_lse};
+constexpr bool DESCALE = ${descale};
 constexpr bool BIAS_TMA = ${bias_tma};
 /* The producer gives its registers away when there is a second consumer warpgroup to take them
 ** or a second block to leave them to. */
@@ -122,10 +143,16 @@ constexpr bool REALLOC = NC > 1 || ${ctas_per_sm} == 2;
 % attn_score_macros(not fused)
 
 /* ---- shared memory ------------------------------------------------------------------------- */
-/* Bytes of one tile: 64-column panels of rows x 128 bytes. With V_IN_K a ring slot's value tile
+/* Bytes of one tile: PC-column panels of rows x 128 bytes. With V_IN_K a ring slot's value tile
 ** is the first DV / 64 panels of its key tile (VT_BYTES apart, the barriers VT_FULL / VT_EMPTY
-** its key tile's: the slot goes back once P V has read it). */
-constexpr int Q_BYTES = BM * DQ * 2, K_BYTES = BN * DQ * 2, V_BYTES = V_IN_K ? 0 : BN * DV * 2;
+** its key tile's: the slot goes back once P V has read it). With FP8 a ring slot's value tile
+** is transposed: BN / 128 panels of DV rows (value columns) x 128 keys; V_STAGES staging
+** buffers (VS) take the tiles as TMA brings them, in 128-column panels of BN keys, deep enough
+** to hide the copies' latency from the transposing warps. */
+constexpr int Q_BYTES = BM * DQ * ES, K_BYTES = BN * DQ * ES;
+constexpr int V_BYTES = V_IN_K ? 0 : BN * DV * ES;
+constexpr int V_STAGES = FP8 ? (DV <= 128 ? 4 : 2) : 1; /* (d 256: two fit beside the ring) */
+constexpr int VS_BYTES = FP8 ? BN * ((DV + PC - 1) / PC) * 128 : 0;
 constexpr int X_BYTES = D_SPLIT ? BM * BN * 4 : 0; /* a buffer of the partner's partial scores */
 constexpr int VT_BYTES = V_IN_K ? K_BYTES : V_BYTES;
 constexpr int BIAS_BYTES = BIAS_TMA ? BM * BN * ${bias_es} : 0; /* a bias tile per ring slot */
@@ -143,7 +170,9 @@ enum Bar : int {
     TILE_EMPTY = TILE_FULL + 2,   /* ... and has been read by every consumer warp */
     X_FULL = TILE_EMPTY + 2,      /* D_SPLIT: exchange buffer b holds the partner's scores */
     X_FREE = X_FULL + 2,          /* ... the partner has read what we left in its buffer b */
-    NUM_BARS = TILE_EMPTY + 2 + (D_SPLIT ? 4 : 0)
+    VS_FULL = TILE_EMPTY + 2 + (D_SPLIT ? 4 : 0), /* FP8: staging buffer b holds a value tile */
+    VS_EMPTY = VS_FULL + V_STAGES,                /* ... and has been transposed */
+    NUM_BARS = VS_FULL + (FP8 ? 2 * V_STAGES : 0)
 };
 constexpr Bar VT_FULL = V_IN_K ? K_FULL : V_FULL, VT_EMPTY = V_IN_K ? K_EMPTY : V_EMPTY;
 
@@ -151,14 +180,15 @@ constexpr Bar VT_FULL = V_IN_K ? K_FULL : V_FULL, VT_EMPTY = V_IN_K ? K_EMPTY : 
 ** (D_SPLIT), the barriers and the two words of the tile announcements. The 128-byte swizzle
 ** repeats every 1024 bytes, so the base is aligned to that. */
 struct Smem {
-    u32 q, k, v, bias, x, bars, slots;
+    u32 q, k, v, bias, x, vs, bars, slots;
     __device__ explicit Smem(u32 base)
         : q(base), k(q + Q_STAGES * Q_BYTES), v(k + STAGES * K_BYTES), bias(v + STAGES * V_BYTES),
-          x(bias + STAGES * BIAS_BYTES), bars(x + 2 * X_BYTES), slots(bars + 8 * NUM_BARS)
+          x(bias + STAGES * BIAS_BYTES), vs(x + 2 * X_BYTES), bars(vs + V_STAGES * VS_BYTES),
+          slots(bars + 8 * NUM_BARS)
     {
     }
     static constexpr int BYTES = Q_STAGES * Q_BYTES + STAGES * (K_BYTES + V_BYTES + BIAS_BYTES) +
-                                 2 * X_BYTES + 8 * NUM_BARS + 8;
+                                 2 * X_BYTES + V_STAGES * VS_BYTES + 8 * NUM_BARS + 8;
 };
 static_assert(Smem::BYTES + 1023 == ${shared_bytes}, "the host launches with the layout's size");
 
@@ -184,7 +214,7 @@ struct Ring {
 #pragma unroll
         for (int s = 0; s < STAGES; s++) {
             mbar_init((*this)(K_FULL, s), 1);
-            mbar_init((*this)(V_FULL, s), 1);
+            mbar_init((*this)(V_FULL, s), FP8 ? 3 : 1); /* FP8: the transposing warps */
             mbar_init((*this)(K_EMPTY, s), 4 * NC); /* one arrival per consumer warp */
             mbar_init((*this)(V_EMPTY, s), 4 * NC);
         }
@@ -192,6 +222,11 @@ struct Ring {
             for (int k = 0; k < 2; k++) {
                 mbar_init((*this)(TILE_FULL, k), 1);
                 mbar_init((*this)(TILE_EMPTY, k), 4 * NC);
+            }
+        if constexpr (FP8)
+            for (int b = 0; b < V_STAGES; b++) {
+                mbar_init((*this)(VS_FULL, b), 1);
+                mbar_init((*this)(VS_EMPTY, b), 3);
             }
         if constexpr (D_SPLIT)
             for (int b = 0; b < 2; b++) { /* one arrival per consumer thread of the partner */
@@ -218,10 +253,10 @@ struct WorkTile {
 __device__ __forceinline__ int qk_panel(int p, int r)
 {
     if constexpr (V_IN_K) {
-        constexpr int PV = DV / 64, PR = DQ / 64 - PV;
+        constexpr int PV = DV / PC, PR = DQ / PC - PV;
         return p < PV ? r * PV + p : 2 * PV + r * PR + (p - PV);
     } else {
-        return (D_SPLIT ? r * (DQ / 64) : 0) + p;
+        return (D_SPLIT ? r * (DQ / PC) : 0) + p;
     }
 }
 /* Copies a tile of `rows` rows of Q or K: this block's panels. */
@@ -229,8 +264,8 @@ __device__ __forceinline__ void load_qk(u32 dst, const tmap_t *map, u32 bar, int
                                         const WorkTile &wt, int head, int perm)
 {
 #pragma unroll
-    for (int p = 0; p < DQ / 64; p++)
-        tma_load_tile(dst + p * rows * 128, map, bar, qk_panel(p, wt.slice) * 64, row, head,
+    for (int p = 0; p < DQ / PC; p++)
+        tma_load_tile(dst + p * rows * 128, map, bar, qk_panel(p, wt.slice) * PC, row, head,
                       wt.tb, perm);
 }
 
@@ -375,7 +410,13 @@ __device__ __forceinline__ void produce(const fj_fwd_tma_params &P, const Smem &
                               nb * BN + p * BIAS_PC, wt.m0, P.fwd.mask.bias_sh ? wt.head : 0,
                               P.fwd.mask.bias_sb ? wt.batch : 0);
             }
-            if constexpr (!V_IN_K) {
+            if constexpr (FP8) { /* into staging, for the transposing warps */
+                const int b = (it - 1) % V_STAGES;
+                mbar_wait(ring(VS_EMPTY, b), (((it - 1) / V_STAGES) & 1) ^ 1);
+                mbar_arrive_expect(ring(VS_FULL, b), VS_BYTES);
+                load_panels<DV, ES>(sm.vs + b * VS_BYTES, &P.tm_v, ring(VS_FULL, b), BN,
+                                    wt.k_first + nb * BN, wt.head_kv, wt.tb, P.perm_v, wt.v0);
+            } else if constexpr (!V_IN_K) {
                 mbar_wait(ring(V_EMPTY, s), ph ^ 1);
                 mbar_arrive_expect(ring(V_FULL, s), V_BYTES);
                 load_panels<DV>(sm.v + s * V_BYTES, &P.tm_v, ring(V_FULL, s), BN,
@@ -389,7 +430,7 @@ __device__ __forceinline__ void produce(const fj_fwd_tma_params &P, const Smem &
 /* ---- the softmax of one key tile ------------------------------------------------------------ */
 % -- 2^f on [-1/2, 1/2] as 1 + f (c1 + f (c2 + ...)), minimax in relative error with p(0) = 1
 % -- exactly: 4.3e-4 at degree 3, below bf16's rounding of P (2^-9); 3.6e-6 at degree 4 for f16.
-% local coef = dtype == "bf16" and { "0.695766807f", "0.242030516f", "0.0416987501f" }
+% local coef = (dtype == "bf16" or fp8) and { "0.695766807f", "0.242030516f", "0.0416987501f" }
 %     or { "0.693113625f", "0.240207106f", "0.0559768826f", "0.00978291221f" }
 /* 2^x on the FMA and integer pipes, to take work off the MUFU unit: x = j + f with j an
 ** integer (x + 1.5 * 2^23 rounds it into the low mantissa bits) and |f| <= 1/2, 2^f by a
@@ -572,15 +613,39 @@ __device__ __forceinline__ void softmax_tile(float *sc, consumer_state &st,
     }
 }
 
-/* P as the 16-bit A fragments of P V: two n8 accumulator blocks are one k16 fragment. */
+% if fp8 then
+/* Four non-negative floats as one word of e4m3, a in the low byte (saturated to 448). */
+__device__ __forceinline__ u32 pack4_e4m3(float a, float b, float c, float d)
+{
+    u32 r;
+    asm("{\n\t.reg .b16 lo, hi;\n\tcvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n\t"
+        "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n\tmov.b32 %0, {lo, hi};\n\t}"
+        : "=r"(r) : "f"(a), "f"(b), "f"(c), "f"(d));
+    return r;
+}
+
+% end
+/* P as the A fragments of P V. 16 bits: two n8 accumulator blocks are one k16 fragment. FP8
+** (e4m3): four blocks are one k32 fragment, whose word w holds, of the thread's keys 8j + 2t +
+** (0, 1) of blocks j = 0..3, those of blocks 2 (w / 2) and 2 (w / 2) + 1 in row g + 8 (w % 2):
+** k = 4t..4t+3 (w < 2) or 16 + 4t.. of the operand, the order in which transpose_values lays
+** out V's keys. */
 __device__ __forceinline__ void pack_p(const float *sc, u32 (*p)[4])
 {
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; kk++) {
+    for (int kk = 0; kk < BN / KSTEP; kk++) {
+% if fp8 then
+        const float *b = sc + 16 * kk;
+        p[kk][0] = pack4_e4m3(b[0], b[1], b[4], b[5]);
+        p[kk][1] = pack4_e4m3(b[2], b[3], b[6], b[7]);
+        p[kk][2] = pack4_e4m3(b[8], b[9], b[12], b[13]);
+        p[kk][3] = pack4_e4m3(b[10], b[11], b[14], b[15]);
+% else
         p[kk][0] = pack2(sc[8 * kk + 0], sc[8 * kk + 1]);
         p[kk][1] = pack2(sc[8 * kk + 2], sc[8 * kk + 3]);
         p[kk][2] = pack2(sc[8 * kk + 4], sc[8 * kk + 5]);
         p[kk][3] = pack2(sc[8 * kk + 6], sc[8 * kk + 7]);
+% end
     }
 }
 
@@ -606,19 +671,22 @@ __device__ __forceinline__ void issue_qk(float *sc, u64 q_desc, u64 k_desc, int 
 {
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < DQ / 16; kk++)
+    for (int kk = 0; kk < DQ / KSTEP; kk++)
         wgmma_ss_${tile_n}(sc, q_desc + (((kk / 4) * BM * 128 + (kk % 4) * 32) >> 4),
                    k_desc + ((s * K_BYTES + (kk / 4) * BN * 128 + (kk % 4) * 32) >> 4), kk > 0);
     wgmma_commit();
 }
 
-/* O += P V for the value tile in ring slot s: issued, not waited for. */
+/* O += P V for the value tile in ring slot s: issued, not waited for. 16 bits: V N-major, k
+** steps of 16 rows; FP8: V transposed, K-major, k steps of 32 bytes inside its 128-key panels. */
 __device__ __forceinline__ void issue_pv(float *o, u32 (*p)[4], u64 v_desc, int s)
 {
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; kk++)
-        wgmma_rs_${slice_dv}(o, p[kk], v_desc + ((s * VT_BYTES + kk * 16 * 128) >> 4), 1);
+    for (int kk = 0; kk < BN / KSTEP; kk++) {
+        const int step = FP8 ? (kk / 4) * DV * 128 + (kk % 4) * 32 : kk * 16 * 128;
+        wgmma_rs_${slice_dv}(o, p[kk], v_desc + ((s * VT_BYTES + step) >> 4), 1);
+    }
     wgmma_commit();
 }
 
@@ -735,6 +803,89 @@ struct KeyWalk {
     }
 };
 
+/* ---- the value transposer (FP8) --------------------------------------------------------------- */
+/* P's registers hold, of each 16 keys of a tile, keys 2t + (0, 1, 8, 9) in thread t of a quad,
+** which P V reads as 4 consecutive k (pack_p): so position 4t + i of a transposed tile's 16
+** holds key 2t + (0, 1, 8, 9)[i]. A warp's unit is 16 keys by 32 value columns: ldmatrix,
+** transposing 16-bit pairs, gives thread t keys 2(t % 4) and 2(t % 4) + 1 of columns
+** 2(t / 4) and 2(t / 4) + 1 (and the same 8 keys on from the second matrix), byte permutes make
+** each column's 4 keys one word, and stmatrix writes those to rows col.. of the slot (its
+** matrices: even and odd rows of the first 16 columns, then of the next 16). Keys at or past
+** the sequence's end become zeros: with packed sequences the staged rows hold the next
+** sequence's values, and 0 * NaN is not 0. */
+__device__ __forceinline__ u32 staged_at(u32 buf, int key, int col)
+{
+    return buf + (col / 128) * (BN * 128) + key * 128 + ((((col % 128) >> 4) ^ (key % 8)) << 4) +
+           col % 16;
+}
+__device__ __forceinline__ u32 transposed_at(u32 tile, int row, int pos)
+{
+    return tile + (pos / 128) * (DV * 128) + row * 128 + ((((pos % 128) >> 4) ^ (row % 8)) << 4) +
+           pos % 16;
+}
+__device__ __forceinline__ void stmatrix_x4(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3)
+{
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
+                 "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
+}
+__device__ __forceinline__ void transpose_tile(u32 src, u32 dst, int warp, int lane, int valid)
+{
+    constexpr int UNITS = (BN / 16) * (DV / 32);
+    /* The row this lane addresses: of ldmatrix's matrices (keys 0-7, 8-15 of columns 0-15,
+    ** then of 16-31) and of stmatrix's. */
+    const int key_in = lane % 8 + 8 * ((lane / 8) % 2), col_in = 16 * (lane / 16);
+    const int row_out = 2 * (lane % 8) + (lane / 8) % 2 + 16 * (lane / 16);
+    const int ka = 2 * (lane % 4); /* this thread's first key of each 8 */
+#pragma unroll 1 /* (2 spilled 8 bytes in the producer's 40 registers) */
+    for (int u = warp; u < UNITS; u += 3) {
+        const int k16 = 16 * (u % (BN / 16)), c32 = 32 * (u / (BN / 16));
+        u32 r0, r1, r2, r3;
+        ldmatrix_x4_trans(staged_at(src, k16 + key_in, c32 + col_in), r0, r1, r2, r3);
+        if (k16 + 16 > valid) { /* bytes 0-1 hold key ka, 2-3 key ka + 1 (r1, r3: 8 on) */
+            const u32 lo = (k16 + ka < valid ? 0xffffu : 0u) | (k16 + ka + 1 < valid ? 0xffff0000u : 0u);
+            const u32 hi = (k16 + ka + 8 < valid ? 0xffffu : 0u) | (k16 + ka + 9 < valid ? 0xffff0000u : 0u);
+            r0 &= lo, r2 &= lo, r1 &= hi, r3 &= hi;
+        }
+        stmatrix_x4(transposed_at(dst, c32 + row_out, k16), __byte_perm(r0, r1, 0x6420),
+                    __byte_perm(r0, r1, 0x7531), __byte_perm(r2, r3, 0x6420),
+                    __byte_perm(r2, r3, 0x7531));
+    }
+}
+/* Warps 1-3 of the producer's warpgroup take each value tile from its staging buffer into its
+** ring slot once the consumers have freed that, in the consumers' order (static schedules). */
+__device__ __forceinline__ void transpose_values(const fj_fwd_params &F, const Smem &sm,
+                                                 const Ring &ring, const Scheduler &sched,
+                                                 int warp, int lane)
+{
+    int it = 0;
+    for (int w = blockIdx.x; w < sched.work_count; w = sched.next(w)) {
+        const WorkTile wt = sched.at(w);
+        KeyWalk walk(F, wt, lane);
+        for (int i = 0; i < walk.tiles; i++, it++) {
+            bool elem;
+            const int valid = wt.seqlen_k - walk.take(i, elem);
+            const int b = it % V_STAGES, s = slot(it);
+            mbar_wait(ring(VS_FULL, b), (it / V_STAGES) & 1);
+            mbar_wait(ring(V_EMPTY, s), phase(it) ^ 1);
+            transpose_tile(sm.vs + b * VS_BYTES, sm.v + s * V_BYTES, warp, lane, valid);
+            fence_proxy_async(); /* the writes, before wgmma reads them */
+            warp_arrive(ring(VS_EMPTY, b));
+            warp_arrive(ring(V_FULL, s));
+        }
+    }
+}
+
+/* FP8: the descale factors of a work tile's (batch, kv head): q's times k's, and v's (1 without
+** descale). */
+struct Descale {
+    float qk, v;
+};
+__device__ __forceinline__ Descale descale_of(const fj_fwd_params &F, int batch, int head_kv)
+{
+% descale_factors("F")
+    return {qk_factor, v_factor};
+}
+
 /* ---- the epilogue ------------------------------------------------------------------------------ */
 /* Where the epilogue writes: out and lse with their strides, read once. */
 struct OutView {
@@ -753,7 +904,7 @@ struct OutView {
 ** (the first slice) their lse; a row that saw no key gets 0 and lse -inf. */
 __device__ __forceinline__ void store_tile(const OutView &F, const WorkTile &wt,
                                            const consumer_state &st, int warp_row, int seqlen_q,
-                                           int g, int t, float score_mul)
+                                           int g, int t, float score_mul, float o_mul)
 {
     o_t *o_tile =
         F.out + wt.batch * F.o_sb + wt.head * F.o_sh + (long long)wt.q_first * F.o_ss + wt.v0;
@@ -763,7 +914,7 @@ __device__ __forceinline__ void store_tile(const OutView &F, const WorkTile &wt,
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const float sum = quad_sum(st.row_sum[h]);
-        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        const float inv = sum > 0.0f ? o_mul / sum : 0.0f; /* o_mul: v's descale factor */
         const int row = warp_row + g + h * 8;
         if constexpr (!BIAS_TMA) {
             /* A quad holds 8 consecutive columns of its row per j, two per thread. A 4 x 4
@@ -847,9 +998,12 @@ fj_attn_fwd(
 
     if (wg == 0) {
         if constexpr (REALLOC)
-            regs_dec<24>();
+            regs_dec<PRODUCER_REGS>();
         if (tid == 0)
             produce(P, sm, ring, sched);
+        if constexpr (FP8)
+            if (tid >= 32)
+                transpose_values(F, sm, ring, sched, tid / 32 - 1, tid % 32);
         if constexpr (D_SPLIT)
             cluster_sync();
         return;
@@ -862,16 +1016,16 @@ fj_attn_fwd(
     const int g = lane / 4, t = lane % 4; /* row group and column pair of the fragments */
 
     /* Descriptors: Q and K K-major (k steps of 32 bytes inside a panel), V N-major (panels
-    ** BN * 128 bytes apart, k steps of 16 rows). */
+    ** BN * 128 bytes apart, k steps of 16 rows), or with FP8 transposed and K-major. */
     const u64 q_desc0 = gmma_desc(sm.q + 64 * c * 128, 16, 1024); /* Q buffer 0 */
     const u64 k_desc = gmma_desc(sm.k, 16, 1024);
     const u32 v_tiles = V_IN_K ? sm.k : sm.v;
-    const u64 v_desc = gmma_desc(v_tiles, BN * 128, 1024);
+    const u64 v_desc = gmma_desc(v_tiles, FP8 ? 16 : BN * 128, 1024);
 
     [[maybe_unused]] Exchange exchange(sm, ring);
     consumer_state st;
     float sc[BN / 2];
-    u32 p[BN / 16][4];
+    u32 p[BN / KSTEP][4];
     float alpha[2];
     int it = 0, qn = 0; /* key tiles and Q tiles consumed so far, as the producer counts them */
     for (int w = blockIdx.x, n = 0;; n++) {
@@ -880,6 +1034,14 @@ fj_attn_fwd(
         if (w >= sched.work_count)
             break;
         const WorkTile wt = sched.at(w);
+        /* The scores' factor (log2 units) and the output's: with FP8, times the descale
+        ** factors (q's and k's, and v's). */
+        float tile_mul = score_mul, o_mul = 1.0f;
+        if constexpr (DESCALE) {
+            const Descale f = descale_of(F, wt.batch, wt.head_kv);
+            tile_mul *= f.qk;
+            o_mul = f.v;
+        }
         /* This sequence's lengths (the parameters are the maxima with variable lengths). */
         const int seqlen_q = wt.seqlen_q, seqlen_k = wt.seqlen_k;
         /* Keys align with queries bottom-right; without a band the masks only cut the end. */
@@ -920,7 +1082,7 @@ fj_attn_fwd(
             if constexpr (D_SPLIT)
                 exchange.add_partner(sc, tid - 128);
             softmax_tile(sc, st, alpha, mask, n0, warp_row, g, t, seqlen_k, shift, window_left,
-                         window_right, score_mul, cap_mul${(element_masks or score_terms) and ", mc" or ""}${bias_tma and ", sm.bias + slot(it + i) * BIAS_BYTES, warp_row - wt.m0" or ""});
+                         window_right, tile_mul, cap_mul${(element_masks or score_terms) and ", mc" or ""}${bias_tma and ", sm.bias + slot(it + i) * BIAS_BYTES, warp_row - wt.m0" or ""});
             if constexpr (BIAS_TMA && !V_IN_K) /* the bias has been read: K and bias go back together */
                 warp_arrive(ring(K_EMPTY, slot(it + i)));
         };
@@ -939,7 +1101,7 @@ fj_attn_fwd(
         const u64 q_desc = q_desc0 + ((q_slot(qn) * Q_BYTES) >> 4);
         if (tiles > 0)
             mbar_wait(ring(Q_FULL, q_slot(qn)), q_phase(qn));
-        if constexpr (VARLEN) {
+        if constexpr (VARLEN && !FP8) { /* (FP8: transpose_values zeroes them) */
             /* Packed sequences: the rows of the first (last) key tile past this sequence's keys
             ** hold another sequence's values, or anything (seqused_k). Their P is 0, but 0 * NaN
             ** is not, so the consumers zero them in shared memory before any product reads them. */
@@ -981,7 +1143,7 @@ fj_attn_fwd(
                 wgmma_wait<1>(); /* S of this tile; P V of the last may still run */
                 take_scores(i);
                 wgmma_wait<0>();
-                fence_regs<BN / 4>(&p[0][0]); /* P stays untouched until its product has landed */
+                fence_regs<P_REGS>(&p[0][0]); /* P stays untouched until its product has landed */
                 take_product(i - 1);
                 /* P is packed only now that the last product has read it: a second P register
                 ** set copied over the first made ptxas serialise every wgmma (C7513). */
@@ -990,7 +1152,7 @@ fj_attn_fwd(
                 /* Pinned here: moved past the next wgmma.fence, these writes of wgmma inputs
                 ** would make ptxas serialise every wgmma. */
                 fence_regs<DV / 2>(st.o);
-                fence_regs<BN / 4>(&p[0][0]);
+                fence_regs<P_REGS>(&p[0][0]);
             }
             if (tiles > 0) {
                 const int j = it + tiles - 1;
@@ -1060,7 +1222,7 @@ fj_attn_fwd(
         it += tiles;
         if constexpr (!DYNAMIC)
             w = sched.next(w);
-        store_tile(outv, wt, st, warp_row, seqlen_q, g, t, score_mul);
+        store_tile(outv, wt, st, warp_row, seqlen_q, g, t, tile_mul, o_mul);
     }
     if constexpr (D_SPLIT)
         cluster_sync();

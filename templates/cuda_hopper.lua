@@ -2,8 +2,10 @@
 % -- and tensor boxes by TMA), register reallocation, and warpgroup matrix products (wgmma) with
 % -- their shared-memory descriptors. Include after cuda_mma.lua (it defines elem_t, u32, u64,
 % -- smem_addr).
-% -- Parameter: q_dtype ("bf16" or "f16"; cuda_mma.lua checks that k, v and out share it).
-% local ptx_type = q_dtype
+% -- Parameter: q_dtype ("bf16" or "f16", or an FP8 type, "f8e4m3" or "f8e5m2"; cuda_mma.lua
+% -- checks that k and v share it).
+% local fp8_type = ({ f8e4m3 = "e4m3", f8e5m2 = "e5m2" })[q_dtype]
+% local ptx_type = fp8_type or q_dtype
 
 /* A TMA descriptor made by cuTensorMapEncodeTiled on the host, passed by value. */
 struct __align__(64) tmap_t {
@@ -232,17 +234,19 @@ __device__ __forceinline__ void tma_load_tile(u32 dst, const tmap_t *map, u32 ba
         tma_load4(dst, map, bar, col, c1, c2, c3);
 }
 
-/* Copies a tile of `rows` rows and COLS columns (from column col0) as COLS / 64 panels of
-** rows x 128 bytes: panels first, first + step, ... of them (a cluster's blocks sharing a
-** tile's copies take every other one), with a mask into every block it names. */
-template <int COLS>
+/* Copies a tile of `rows` rows and COLS columns of ES bytes (from column col0) as panels of rows
+** x 128 bytes (64 columns of 16 bits, 128 of 8; a last part-panel is filled out by the map's
+** zeros or the next columns): panels first, first + step, ... of them (a cluster's blocks
+** sharing a tile's copies take every other one), with a mask into every block it names. */
+template <int COLS, int ES = 2>
 __device__ __forceinline__ void load_panels(u32 dst, const tmap_t *map, u32 bar, int rows,
                                             int row, int head, int batch, int perm, int col0 = 0,
                                             int first = 0, int step = 1, u16 multicast = 0)
 {
+    constexpr int PC = 128 / ES; /* columns a panel */
 #pragma unroll
-    for (int p = first; p < COLS / 64; p += step)
-        tma_load_tile(dst + p * rows * 128, map, bar, col0 + p * 64, row, head, batch, perm,
+    for (int p = first; p < (COLS + PC - 1) / PC; p += step)
+        tma_load_tile(dst + p * rows * 128, map, bar, col0 + p * PC, row, head, batch, perm,
                       multicast);
 }
 
@@ -311,8 +315,31 @@ template <int N> __device__ __forceinline__ void fence_regs(u32 *r)
 % -- wgmma_ss_t_N: the same with B N-major (transposed), as the backward's dQ = dS K needs.
 % -- wgmma_rs_N: the same with A from registers (four 16-bit pairs, the mma.sync A layout) and
 % -- B N-major (transposed), as P V needs.
+% -- With FP8 inputs each product takes k = 32 (32 bytes a row, as k = 16 does in 16 bits) and
+% -- both operands K-major, which FP8 requires: wgmma_ss_N for q and k, and wgmma_rs_N with A
+% -- from registers in e4m3 (P; four words of four: thread (g, t) of a warp holds row g's
+% -- k = 4t..4t+3, row g + 8's, row g's k = 16 + 4t.., row g + 8's) and B in v's type.
 % function hopper_wgmma(n)
 %   local a = n // 2
+%   if fp8_type then
+__device__ __forceinline__ void wgmma_ss_${n}(float *d, u64 desc_a, u64 desc_b, int accumulate)
+{
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %${a + 2}, 0;\n\t"
+                 "wgmma.mma_async.sync.aligned.m64n${n}k32.f32.${fp8_type}.${fp8_type} "
+                 "{${acc_list(n)}}, %${a}, %${a + 1}, p, 1, 1;\n\t}"
+                 : ${acc_operands(n)}
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+__device__ __forceinline__ void wgmma_rs_${n}(float *d, const u32 *a, u64 desc_b, int accumulate)
+{
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %${a + 5}, 0;\n\t"
+                 "wgmma.mma_async.sync.aligned.m64n${n}k32.f32.e4m3.${fp8_type} "
+                 "{${acc_list(n)}}, {%${a}, %${a + 1}, %${a + 2}, %${a + 3}}, %${a + 4}, p, 1, 1;\n\t}"
+                 : ${acc_operands(n)}
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
+%     return
+%   end
 %   for _, ss in ipairs({ { name = "ss", tnsp_b = 0 }, { name = "ss_t", tnsp_b = 1 } }) do
 __device__ __forceinline__ void wgmma_${ss.name}_${n}(float *d, u64 desc_a, u64 desc_b, int accumulate)
 {

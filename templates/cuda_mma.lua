@@ -4,13 +4,15 @@
 % -- warp's products of shared-memory and register operands (mma_rows_by_rows,
 % -- mma_regs_by_rows, pack_rows). q_t, kv_t, o_t: the element types of
 % -- q, k and v, and out. Parameters: q_dtype, kv_dtype, out_dtype ("bf16" or "f16", one type
-% -- for all three so far).
-% assert(q_dtype == "bf16" or q_dtype == "f16", "cuda_mma: tensor cores take bf16 or f16, not " .. tostring(q_dtype))
-% assert(kv_dtype == q_dtype and out_dtype == q_dtype, "cuda_mma: one element type for q, k, v and out")
-% local ptx_type = q_dtype
+% -- for all three; or q, k and v in one FP8 type, "f8e4m3" or "f8e5m2", and out 16-bit, for
+% -- Hopper's FP8 products, cuda_hopper.lua's: the 16-bit helpers here then take out's type).
+% local fp8_in = q_dtype == "f8e4m3" or q_dtype == "f8e5m2"
+% assert(out_dtype == "bf16" or out_dtype == "f16", "cuda_mma: tensor cores write bf16 or f16, not " .. tostring(out_dtype))
+% assert(kv_dtype == q_dtype and (out_dtype == q_dtype or fp8_in), "cuda_mma: one element type for q, k, v and out, or FP8 inputs and a 16-bit out")
+% local ptx_type = out_dtype
 typedef unsigned short elem_t;
-typedef elem_t q_t;
-typedef elem_t kv_t;
+typedef ${fp8_in and "unsigned char" or "elem_t"} q_t;
+typedef q_t kv_t;
 typedef elem_t o_t;
 typedef unsigned short u16;
 typedef unsigned int u32;

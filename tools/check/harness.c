@@ -699,7 +699,10 @@ static void check(const fjh_case *c, const fjr_problem *p, const htensor *out, c
     ** rounding error of an add at the output's magnitude (`2 * (out_ref + 0.3 - 0.3 - out_ref)`:
     ** one rounding step of the output, which the plain implementation may happen to avoid on a
     ** draw); the floor covers problems where both are exact (a single key, say). lse is computed
-    ** in f32 from the same rounded inputs in every dtype. */
+    ** in f32 from the same rounded inputs in every dtype: relative error 1e-4, or 1e-3 with FP8 q
+    ** and k, whose products Hopper's tensor cores add with about 13 bits of mantissa (measured:
+    ** 1-4e-4 at d 64-256; the outputs stay well inside their criterion). */
+    const double lse_tol = fj__dtype_fp8(c->dtype) ? 1e-3 : 1e-4;
     r->pass = 0;
     if (r->bad_elements)
         snprintf(r->why, sizeof r->why,
@@ -716,8 +719,8 @@ static void check(const fjh_case *c, const fjr_problem *p, const htensor *out, c
         snprintf(r->why, sizeof r->why,
                  "error %.3g > 2 x plain low-precision error %.3g + rounding %.3g",
                  r->max_abs_err, r->lowp_max_abs_err, r->rounding_atol);
-    else if (r->lse_max_err > 1e-4)
-        snprintf(r->why, sizeof r->why, "lse relative error %.3g > 1e-4", r->lse_max_err);
+    else if (r->lse_max_err > lse_tol)
+        snprintf(r->why, sizeof r->why, "lse relative error %.3g > %g", r->lse_max_err, lse_tol);
     else
         r->pass = 1;
 }
