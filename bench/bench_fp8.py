@@ -84,7 +84,8 @@ for d in [int(x) for x in args.d.split(",")]:
                 with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
                     def cudnn(): return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
                     cudnn()
-                    row["cudnn8"] = tflops(b, h, s, d, causal, time_ms(cudnn, args.timing, args.reps))
+                    ms = time_ms(cudnn, args.timing, args.reps)
+                    row["cudnn8"] = tflops(b, h, s, d, causal, ms)
             except (RuntimeError, TypeError, NotImplementedError):
                 row["cudnn8"] = float("nan")
             rows.append(row)

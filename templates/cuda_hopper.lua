@@ -321,31 +321,19 @@ template <int N> __device__ __forceinline__ void fence_regs(u32 *r)
 % -- k = 4t..4t+3, row g + 8's, row g's k = 16 + 4t.., row g + 8's) and B in v's type.
 % function hopper_wgmma(n)
 %   local a = n // 2
-%   if fp8_type then
-__device__ __forceinline__ void wgmma_ss_${n}(float *d, u64 desc_a, u64 desc_b, int accumulate)
-{
-    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %${a + 2}, 0;\n\t"
-                 "wgmma.mma_async.sync.aligned.m64n${n}k32.f32.${fp8_type}.${fp8_type} "
-                 "{${acc_list(n)}}, %${a}, %${a + 1}, p, 1, 1;\n\t}"
-                 : ${acc_operands(n)}
-                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-}
-__device__ __forceinline__ void wgmma_rs_${n}(float *d, const u32 *a, u64 desc_b, int accumulate)
-{
-    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %${a + 5}, 0;\n\t"
-                 "wgmma.mma_async.sync.aligned.m64n${n}k32.f32.e4m3.${fp8_type} "
-                 "{${acc_list(n)}}, {%${a}, %${a + 1}, %${a + 2}, %${a + 3}}, %${a + 4}, p, 1, 1;\n\t}"
-                 : ${acc_operands(n)}
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
-}
-%     return
-%   end
-%   for _, ss in ipairs({ { name = "ss", tnsp_b = 0 }, { name = "ss_t", tnsp_b = 1 } }) do
+%   -- 16 bits: k = 16, the products' transpose flags (A never, B as named); FP8: k = 32, no
+%   -- flags (K-major only), A from registers in e4m3.
+%   local k = fp8_type and 32 or 16
+%   local ss_forms = fp8_type and { { name = "ss", flags = "" } }
+%       or { { name = "ss", flags = ", 0, 0" }, { name = "ss_t", flags = ", 0, 1" } }
+%   local rs_types = (fp8_type and "e4m3" or ptx_type) .. "." .. ptx_type
+%   local rs_flags = fp8_type and "" or ", 1"
+%   for _, ss in ipairs(ss_forms) do
 __device__ __forceinline__ void wgmma_${ss.name}_${n}(float *d, u64 desc_a, u64 desc_b, int accumulate)
 {
     asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %${a + 2}, 0;\n\t"
-                 "wgmma.mma_async.sync.aligned.m64n${n}k16.f32.${ptx_type}.${ptx_type} "
-                 "{${acc_list(n)}}, %${a}, %${a + 1}, p, 1, 1, 0, ${ss.tnsp_b};\n\t}"
+                 "wgmma.mma_async.sync.aligned.m64n${n}k${k}.f32.${ptx_type}.${ptx_type} "
+                 "{${acc_list(n)}}, %${a}, %${a + 1}, p, 1, 1${ss.flags};\n\t}"
                  : ${acc_operands(n)}
                  : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
@@ -353,8 +341,8 @@ __device__ __forceinline__ void wgmma_${ss.name}_${n}(float *d, u64 desc_a, u64 
 __device__ __forceinline__ void wgmma_rs_${n}(float *d, const u32 *a, u64 desc_b, int accumulate)
 {
     asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %${a + 5}, 0;\n\t"
-                 "wgmma.mma_async.sync.aligned.m64n${n}k16.f32.${ptx_type}.${ptx_type} "
-                 "{${acc_list(n)}}, {%${a}, %${a + 1}, %${a + 2}, %${a + 3}}, %${a + 4}, p, 1, 1, 1;\n\t}"
+                 "wgmma.mma_async.sync.aligned.m64n${n}k${k}.f32.${rs_types} "
+                 "{${acc_list(n)}}, {%${a}, %${a + 1}, %${a + 2}, %${a + 3}}, %${a + 4}, p, 1, 1${rs_flags};\n\t}"
                  : ${acc_operands(n)}
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }

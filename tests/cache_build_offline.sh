@@ -192,18 +192,20 @@ spills=$(echo "$out" | awk '$2 ~ /^cuda.fwd.wgmma$/ && $9 != 0' | wc -l)
 [ "$spills" -eq 0 ] || { echo "FAIL: $spills kernels spill with two blocks per SM"; exit 1; }
 expected=$((expected + $(echo "$out" | sed -n 's/^\([0-9]*\) kernels built.*/\1/p')))
 checked=$((checked + 1))
-# FP8: inputs in e4m3 and e5m2 (out bf16) on the SIMT forward, and an FP8 KV cache read by bf16
-# queries on the decode kernel (whole and split), each with and without descale factors: all
-# build (the SIMT forward holds a thread's query row and output row in registers, 256 floats at
-# d 128, and spills there whatever the dtype; not spill-checked), two kernels a shape. A cache of their own: the decode's merge is also
-# built above, which the count at the end would see twice.
+# FP8: inputs in e4m3 and e5m2 (out bf16) on Hopper's kernel (FP8 products, each value tile
+# transposed in shared memory; no spills), and an FP8 KV cache read by bf16 queries on the
+# decode kernel (whole and split), each with and without descale factors: all build, two kernels
+# a shape. A cache of their own: the decode's merge is also built above, which the count at the
+# end would see twice.
 out=$("$cli" cache build --arch sm_90a --cache "$dir/fp8.db" --dtype e4m3,e5m2 --head-dim 64,128 \
     --causal 1 --seqlen 1024 2>&1)
 status=$?
 echo "$out"
 [ $status -eq 0 ] || { echo "FAIL: cache build --dtype e4m3,e5m2 (status $status)"; exit 1; }
-[ "$(echo "$out" | grep -c "cuda.fwd.simt  f8e")" -eq 8 ] ||
+[ "$(echo "$out" | grep -c "cuda.fwd.wgmma f8e")" -eq 8 ] ||
     { echo "FAIL: cache build --dtype e4m3,e5m2 did not build eight FP8 kernels"; exit 1; }
+echo "$out" | awk '$2 == "cuda.fwd.wgmma" && $9 != 0 { bad = 1 } END { exit bad }' ||
+    { echo "FAIL: an FP8 Hopper kernel spills"; exit 1; }
 out=$("$cli" cache build --arch sm_90a --cache "$dir/fp8.db" --dtype bf16 --kv-dtype e4m3 \
     --decode 1 --group 4 --head-dim 128 --causal 0 --seqlen 8192 2>&1)
 status=$?

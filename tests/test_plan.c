@@ -872,6 +872,57 @@ static void test_wide_forward_plans(void **state)
     }
 }
 
+/* FP8 q, k and v (out bf16): Hopper's kernel with 128-key tiles, q's and k's head dims in
+** 128-column panels, one value slice, a static schedule, the plain loop at d 256 (where the
+** pipelined one's registers do not fit), fitting with its staging buffers; elsewhere (sm_86,
+** head dims beyond 256, rows not of 16 FP8 elements) the SIMT kernel. */
+static void test_fp8_forward_plans(void **state)
+{
+    (void)state;
+    const planned_devices devs = planned_device_set();
+    const struct {
+        int64_t d, dv;
+        int causal, rows_16b;
+        const fj_device_info *dev;
+        int path, d_pad, overlap;
+    } cases[] = {
+        {64, 64, 0, 1, &devs.h200, FJ__PATH_WGMMA, 128, 1},
+        {128, 128, 1, 1, &devs.h200, FJ__PATH_WGMMA, 128, 1},
+        {192, 128, 1, 1, &devs.h200, FJ__PATH_WGMMA, 256, 1},
+        {256, 256, 0, 1, &devs.h200, FJ__PATH_WGMMA, 256, 0},
+        {256, 256, 1, 1, &devs.h200, FJ__PATH_WGMMA, 256, 0},
+        {40, 40, 0, 0, &devs.h200, FJ__PATH_SIMT, 0, 0},
+        {320, 320, 0, 1, &devs.h200, FJ__PATH_SIMT, 0, 0},
+        {128, 128, 0, 1, &devs.sm86, FJ__PATH_SIMT, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fj__features f = bwd_features(cases[i].d, cases[i].dv, FJ_DTYPE_F8_E4M3);
+        f.out_dtype = FJ_DTYPE_BF16;
+        f.seqlen_q = f.seqlen_k = 4096;
+        if (cases[i].causal)
+            f.window_left = -1, f.window_right = 0;
+        for (int t = 0; t < 3; t++)
+            f.rows_16b[t] = f.tma[t] = (uint8_t)cases[i].rows_16b;
+        fj__variant v;
+        fj__choose_forward(&f, cases[i].dev, NULL, &v);
+        if (v.path != cases[i].path)
+            fail_msg("case %zu: path %d, expected %d", i, v.path, cases[i].path);
+        assert_true(fj__variant_fits(&v, cases[i].dev));
+        if (v.path != FJ__PATH_WGMMA)
+            continue;
+        assert_int_equal(v.tile_n, 128);
+        assert_int_equal(v.head_dim_pad, cases[i].d_pad);
+        assert_int_equal(v.overlap, cases[i].overlap);
+        assert_int_equal(fj__variant_dv_slices(&v), 1);
+        assert_true(v.persistent != 2 && v.stages >= 1);
+        assert_true(fj__variant_shared_bytes(&v) <= cases[i].dev->local_memory);
+        /* A configuration the kernel cannot take (64-key tiles) does not fit. */
+        fj__variant bad = v;
+        bad.tile_n = 64;
+        assert_false(fj__variant_fits(&bad, cases[i].dev));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -884,6 +935,7 @@ int main(void)
         cmocka_unit_test(test_decode_wide_plans),
         cmocka_unit_test(test_simt_forward_local_memory),
         cmocka_unit_test(test_wide_forward_plans),
+        cmocka_unit_test(test_fp8_forward_plans),
     };
     return cmocka_run_group_tests_name("plan", tests, NULL, NULL);
 }
