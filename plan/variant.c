@@ -253,10 +253,14 @@ int fj__variant_consumer_registers(const fj__variant *v)
     if (v->family == FJ__FAMILY_DECODE) /* attn_decode_wgmma.cu.lua: beside its copying warps' */
         return 224;
     const int consumers = v->family == FJ__FAMILY_BWD ? v->warps / 4 - v->producer : v->tile_m / 64;
-    /* The FP8 forward's producer warpgroup keeps 40 (its warps 1-3 transpose value tiles):
-    ** PRODUCER_REGS in attn_fwd_wgmma.cu.lua. */
-    if (v->family == FJ__FAMILY_FWD && fj__dtype_fp8((fj_dtype)v->q_dtype))
-        return v->ctas_per_sm == 2 ? 216 : consumers == 3 ? 152 : consumers == 2 ? 232 : 255;
+    /* The FP8 forward's producer warpgroup keeps 56 up to 128 value columns, 40 beyond (its
+    ** warps 1-3 transpose value tiles): PRODUCER_REGS in attn_fwd_wgmma.cu.lua. */
+    if (v->family == FJ__FAMILY_FWD && fj__dtype_fp8((fj_dtype)v->q_dtype)) {
+        const int keep = v->head_dim_v_pad <= 128 ? 56 : 40;
+        return v->ctas_per_sm == 2 ? (256 - keep) / 8 * 8
+               : consumers == 1    ? 255
+                                   : (512 - keep) / consumers / 8 * 8;
+    }
     return v->ctas_per_sm == 2 ? 232 : consumers == 3 ? 160 : consumers == 2 ? 240 : 255;
 }
 

@@ -19,8 +19,8 @@
 % -- first ones need per-element masking; tiles outside the causal/window band are never loaded.
 % --
 % -- FP8 (q, k and v in f8e4m3 or f8e5m2, out 16-bit): the products take k = 32 and both operands
-% -- K-major, so V must reach P V as value columns x keys. TMA brings each value tile into one of
-% -- staging buffers as it comes (keys x columns), and warps 1-3 of the producer's warpgroup
+% -- K-major, so V must reach P V as value columns x keys. TMA brings each value tile into a
+% -- staging buffer as it comes (keys x columns), and warps 1-3 of the producer's warpgroup
 % -- write it out transposed into the ring slot (transpose_values), keys in the order in which
 % -- P's registers hold them (pack_p), so that P needs no shuffles; q's and k's descale factors
 % -- scale the scores, v's the output.
@@ -32,9 +32,9 @@
 % --
 % -- Parameters: q_dtype, kv_dtype, out_dtype (one of bf16, f16 for all three; or q and kv one
 % -- FP8 type and out bf16 or f16), descale (FP8: descale factors given), head_dim_pad,
-% -- head_dim_v_pad (multiples of 64; head_dim_pad of 128 with FP8), dv_slices (the value columns split into slices of
-% -- head_dim_v_pad / dv_slices, at most 256: O's accumulators; each slice is a work tile of its
-% -- own, which recomputes S, and the slices of a query block run next to each other so that
+% -- head_dim_v_pad (multiples of 64; head_dim_pad of 128 with FP8), dv_slices (the value
+% -- columns split into slices of head_dim_v_pad / dv_slices, at most 256: O's accumulators;
+% -- each slice is a work tile of its own, which recomputes S, and the slices of a query block run next to each other so that
 % -- they share its key and value tiles through L2), d_split (with 2 slices, 64-row tiles and no
 % -- persistent grid: the slices of a work tile are the two blocks of a cluster, each holding half
 % -- of Q's and K's columns; each computes S over its half and adds the other's through
@@ -113,13 +113,14 @@ constexpr int ES = FP8 ? 1 : 2;                     /* bytes of an element of q,
 constexpr int PC = 128 / ES;                        /* columns of a 128-byte panel */
 constexpr int KSTEP = 32 / ES;                      /* k of one product: 32 bytes of a row */
 constexpr int P_REGS = 4 * (BN / KSTEP);            /* P's A fragments, words a thread */
-/* Registers the producer's warpgroup keeps (FP8: its warps 1-3 transpose value tiles). */
-constexpr int PRODUCER_REGS = FP8 ? 40 : 24;
-constexpr int D = ${head_dim_pad}; /* the head dim of q and k, padded to 64 */
+constexpr int D = ${head_dim_pad}; /* the head dim of q and k, padded to a panel (PC) */
 constexpr bool D_SPLIT = ${d_split};
 constexpr int DQ = D_SPLIT ? D / 2 : D; /* the columns of Q and K this block holds */
 constexpr bool V_IN_K = ${v_in_k};      /* V's tile is the first DV columns of K's */
 constexpr int DV = ${slice_dv}, DV_SLICES = ${dv_slices}; /* a work tile's value columns */
+/* Registers the producer's warpgroup keeps (FP8: its warps 1-3 transpose value tiles, with
+** two units in flight up to 128 value columns; at 256 the consumers need all but 40). */
+constexpr int PRODUCER_REGS = FP8 ? (DV <= 128 ? 56 : 40) : 24;
 constexpr int NC = ${NC};                           /* consumer warpgroups of 64 rows */
 constexpr int THREADS = ${warps * 32};
 constexpr int STAGES = ${stages}, Q_STAGES = ${q_stages}; /* key/value ring slots, Q buffers */
@@ -803,7 +804,7 @@ struct KeyWalk {
     }
 };
 
-/* ---- the value transposer (FP8) --------------------------------------------------------------- */
+/* ---- the value transposer (FP8) ---------------------------------------------------------- */
 /* P's registers hold, of each 16 keys of a tile, keys 2t + (0, 1, 8, 9) in thread t of a quad,
 ** which P V reads as 4 consecutive k (pack_p): so position 4t + i of a transposed tile's 16
 ** holds key 2t + (0, 1, 8, 9)[i]. A warp's unit is 16 keys by 32 value columns: ldmatrix,
@@ -830,25 +831,32 @@ __device__ __forceinline__ void stmatrix_x4(u32 addr, u32 r0, u32 r1, u32 r2, u3
 }
 __device__ __forceinline__ void transpose_tile(u32 src, u32 dst, int warp, int lane, int valid)
 {
-    constexpr int UNITS = (BN / 16) * (DV / 32);
+    constexpr int HALVES = BN / 16, UNITS = HALVES * (DV / 32);
     /* The row this lane addresses: of ldmatrix's matrices (keys 0-7, 8-15 of columns 0-15,
-    ** then of 16-31) and of stmatrix's. */
+    ** then of 16-31) and of stmatrix's; key % 8 and row % 8 are the same in every unit. */
     const int key_in = lane % 8 + 8 * ((lane / 8) % 2), col_in = 16 * (lane / 16);
     const int row_out = 2 * (lane % 8) + (lane / 8) % 2 + 16 * (lane / 16);
     const int ka = 2 * (lane % 4); /* this thread's first key of each 8 */
-#pragma unroll 1 /* (2 spilled 8 bytes in the producer's 40 registers) */
+    const u32 src_lane = src + key_in * 128, dst_lane = dst + row_out * 128;
+    /* Two units in flight where the producer keeps 56 registers; one with 40 (2 spilled). */
+#pragma unroll ${slice_dv <= 128 and 2 or 1}
     for (int u = warp; u < UNITS; u += 3) {
-        const int k16 = 16 * (u % (BN / 16)), c32 = 32 * (u / (BN / 16));
+        const int k16 = 16 * (u % HALVES), c32 = 32 * (u / HALVES), col = c32 + col_in;
         u32 r0, r1, r2, r3;
-        ldmatrix_x4_trans(staged_at(src, k16 + key_in, c32 + col_in), r0, r1, r2, r3);
+        ldmatrix_x4_trans(src_lane + (col / 128) * (BN * 128) + k16 * 128 +
+                              ((((col % 128) >> 4) ^ (lane % 8)) << 4),
+                          r0, r1, r2, r3);
         if (k16 + 16 > valid) { /* bytes 0-1 hold key ka, 2-3 key ka + 1 (r1, r3: 8 on) */
-            const u32 lo = (k16 + ka < valid ? 0xffffu : 0u) | (k16 + ka + 1 < valid ? 0xffff0000u : 0u);
-            const u32 hi = (k16 + ka + 8 < valid ? 0xffffu : 0u) | (k16 + ka + 9 < valid ? 0xffff0000u : 0u);
+            const u32 lo = (k16 + ka < valid ? 0xffffu : 0u) |
+                           (k16 + ka + 1 < valid ? 0xffff0000u : 0u);
+            const u32 hi = (k16 + ka + 8 < valid ? 0xffffu : 0u) |
+                           (k16 + ka + 9 < valid ? 0xffff0000u : 0u);
             r0 &= lo, r2 &= lo, r1 &= hi, r3 &= hi;
         }
-        stmatrix_x4(transposed_at(dst, c32 + row_out, k16), __byte_perm(r0, r1, 0x6420),
-                    __byte_perm(r0, r1, 0x7531), __byte_perm(r2, r3, 0x6420),
-                    __byte_perm(r2, r3, 0x7531));
+        stmatrix_x4(dst_lane + (k16 / 128) * (DV * 128) + c32 * 128 +
+                        ((((k16 % 128) >> 4) ^ (row_out % 8)) << 4),
+                    __byte_perm(r0, r1, 0x6420), __byte_perm(r0, r1, 0x7531),
+                    __byte_perm(r2, r3, 0x6420), __byte_perm(r2, r3, 0x7531));
     }
 }
 /* Warps 1-3 of the producer's warpgroup take each value tile from its staging buffer into its
