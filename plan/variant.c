@@ -258,7 +258,7 @@ int fj__variant_consumer_registers(const fj__variant *v)
     if (v->family == FJ__FAMILY_FWD && fj__dtype_fp8((fj_dtype)v->q_dtype)) {
         const int keep = v->head_dim_v_pad <= 128 ? 56 : 40;
         return v->ctas_per_sm == 2 ? (256 - keep) / 8 * 8
-               : consumers == 1    ? 255
+               : consumers < 2     ? 255 /* (0: not the wgmma kernel, whose value is unused) */
                                    : (512 - keep) / consumers / 8 * 8;
     }
     return v->ctas_per_sm == 2 ? 232 : consumers == 3 ? 160 : consumers == 2 ? 240 : 255;
