@@ -51,11 +51,14 @@ static void plan_mma(fj__variant *v, const fj__features *f, const fj_device_info
 }
 
 /* Whether the WGMMA kernel serves f on dev: Hopper's arch-specific target, 16-bit data (or FP8
-** q, k and v, head dims up to 256) that TMA can read (16-bit head dims beyond 256 too: their
-** value columns split into slices). */
+** q, k and v: q's and k's head dim up to 128, v's up to 256) that TMA can read (16-bit head
+** dims beyond 256 too: their value columns split into slices). The tensor cores add FP8
+** products with about 13 bits of mantissa: at d 192 and 256 (eight k-steps chained into one
+** accumulator) inputs with outliers gave 3x the error of a plain FP8 implementation (test_fp8 on
+** the H200), at d 128 as much as it; the scores would need their halves added in f32. */
 static int wgmma_serves(const fj__features *f, const fj_device_info *dev)
 {
-    if (fj__dtype_fp8((fj_dtype)f->q_dtype) && (f->head_dim > 256 || f->head_dim_v > 256))
+    if (fj__dtype_fp8((fj_dtype)f->q_dtype) && (f->head_dim > 128 || f->head_dim_v > 256))
         return 0;
     /* The kernel numbers its work tiles (64-row blocks at the least, by value slices: at most
     ** 3, with d beyond 256 at least 2) with 32-bit ints. */
@@ -117,9 +120,9 @@ static void plan_wgmma_wide(fj__variant *v, const fj__features *f, const fj_devi
 }
 
 /* FP8 inputs: P V reads value tiles of whole 128-key panels (transposed in the kernel, through
-** two staging buffers), so 128-key tiles; then as many Q buffers and ring slots as fit, and
-** where even one of each does not (d 256: O's 128 accumulators, S's 64 and P's 16 a thread
-** spilled 48 bytes) the plain loop, whose P is packed as S dies (no spills). */
+** staging buffers), so 128-key tiles; then as many Q buffers and ring slots as fit, and where
+** even one of each does not (256 value columns: O's 128 accumulators, S's 64 and P's 16 a
+** thread spilled 48 bytes) the plain loop, whose P is packed as S dies (no spills). */
 static void plan_wgmma_fp8(fj__variant *v, const fj_device_info *dev)
 {
     v->tile_n = 128;
