@@ -190,8 +190,7 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
         ** tile slots (see the template), and slack to align the panels to 1024 bytes; with
         ** d_split half of Q's and K's columns, and two buffers of the peer's partial scores
         ** (tile_m x tile_n floats) with their 4 mbarriers; with FP8 inputs the staging buffers
-        ** of value tiles in 128-column panels (V_STAGES: 4, 2 beyond 128 value columns), two
-        ** mbarriers each. */
+        ** of value tiles in 128-column panels, two mbarriers each. */
         const int32_t d = v->d_split ? v->head_dim_pad / 2 : v->head_dim_pad;
         uint32_t q = qs * (uint32_t)(v->tile_m * d) * (v->q_stages ? v->q_stages : 1u);
         const int32_t dv = v->head_dim_v_pad / fj__variant_dv_slices(v);
@@ -199,11 +198,8 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
         if (v->bias_tma) /* a bias tile per ring slot */
             kv += fj__variant_bias_bytes(v) * (uint32_t)(v->tile_m * v->tile_n);
         const uint32_t exchange = v->d_split ? 2u * 4u * (uint32_t)(v->tile_m * v->tile_n) + 32u : 0u;
-        const uint32_t v_stages = dv <= 128 ? 4u : 2u; /* V_STAGES */
-        const uint32_t staging =
-            fj__dtype_fp8((fj_dtype)v->q_dtype)
-                ? v_stages * (128u * (uint32_t)(v->tile_n * ((dv + 127) / 128)) + 16u)
-                : 0u;
+        const uint32_t staging = (uint32_t)fj__variant_value_stages(v) *
+                                 (128u * (uint32_t)(v->tile_n * ((dv + 127) / 128)) + 16u);
         return q + v->stages * kv + exchange + staging + 8u * (8u + 4u * v->stages) + 8u + 1023u;
     }
     if (v->path != FJ__PATH_MMA) /* attn_fwd_simt.lua's Smem (static): K and V tiles in float,
@@ -244,24 +240,38 @@ int fj__dv_slices_of(int32_t head_dim_v_pad)
     return head_dim_v_pad > 256 ? (head_dim_v_pad + 255) / 256 : 1;
 }
 
+int fj__variant_producer_registers(const fj__variant *v)
+{
+    if (v->family == FJ__FAMILY_DECODE) /* attn_decode_wgmma.cu.lua's copying warpgroup */
+        return 48;
+    if (v->family == FJ__FAMILY_FWD && fj__dtype_fp8((fj_dtype)v->q_dtype))
+        return v->head_dim_v_pad <= 128 ? 56 : 40;
+    return 24;
+}
+
+int fj__variant_value_stages(const fj__variant *v)
+{
+    if (v->family != FJ__FAMILY_FWD || v->path != FJ__PATH_WGMMA ||
+        !fj__dtype_fp8((fj_dtype)v->q_dtype))
+        return 0;
+    return v->head_dim_v_pad / fj__variant_dv_slices(v) <= 128 ? 4 : 2;
+}
+
 int fj__variant_consumer_registers(const fj__variant *v)
 {
-    /* The producer warpgroup keeps 24 (the least the ISA allows) and the consumers share the
-    ** rest of 64K per SM; two blocks of 256 threads per SM start with 128 each, 24 + 232 keeps
-    ** a block's share. One consumer warpgroup alone reallocates nothing: 255. (The forward's
-    ** consumers own 64 query rows each; the backward's are its warpgroups but the producer.) */
-    if (v->family == FJ__FAMILY_DECODE) /* attn_decode_wgmma.cu.lua: beside its copying warps' */
+    /* The producer warpgroup keeps its registers and the consumers share the rest of 64K per
+    ** SM, in multiples of 8; two blocks of 256 threads per SM start with 128 each, and the
+    ** producer's and a consumer's keep a block's share (24 + 232). One consumer warpgroup alone
+    ** reallocates nothing: 255 (and 0: not a wgmma kernel, whose value is unused). (The
+    ** forward's consumers own 64 query rows each; the backward's are its warpgroups but the
+    ** producer.) */
+    if (v->family == FJ__FAMILY_DECODE) /* attn_decode_wgmma.cu.lua: beside its copying warps' 48 */
         return 224;
     const int consumers = v->family == FJ__FAMILY_BWD ? v->warps / 4 - v->producer : v->tile_m / 64;
-    /* The FP8 forward's producer warpgroup keeps 56 up to 128 value columns, 40 beyond (its
-    ** warps 1-3 transpose value tiles): PRODUCER_REGS in attn_fwd_wgmma.cu.lua. */
-    if (v->family == FJ__FAMILY_FWD && fj__dtype_fp8((fj_dtype)v->q_dtype)) {
-        const int keep = v->head_dim_v_pad <= 128 ? 56 : 40;
-        return v->ctas_per_sm == 2 ? (256 - keep) / 8 * 8
-               : consumers < 2     ? 255 /* (0: not the wgmma kernel, whose value is unused) */
-                                   : (512 - keep) / consumers / 8 * 8;
-    }
-    return v->ctas_per_sm == 2 ? 232 : consumers == 3 ? 160 : consumers == 2 ? 240 : 255;
+    const int keep = fj__variant_producer_registers(v);
+    return v->ctas_per_sm == 2 ? (256 - keep) / 8 * 8
+           : consumers < 2     ? 255
+                               : (512 - keep) / consumers / 8 * 8;
 }
 
 fj__tile_order fj__variant_tile_order(const fj__variant *v)
@@ -616,6 +626,9 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_TPL_PARAMS])
         (tpl_param){.name = "shared_bytes", .kind = TPL_INT, .i = fj__variant_shared_bytes(v)};
     out[n++] = (tpl_param){
         .name = "consumer_regs", .kind = TPL_INT, .i = fj__variant_consumer_registers(v)};
+    out[n++] = (tpl_param){
+        .name = "producer_regs", .kind = TPL_INT, .i = fj__variant_producer_registers(v)};
+    out[n++] = (tpl_param){.name = "v_stages", .kind = TPL_INT, .i = fj__variant_value_stages(v)};
     out[n++] = (tpl_param){.name = "dv_slices", .kind = TPL_INT, .i = fj__variant_dv_slices(v)};
     out[n++] = (tpl_param){.name = "batch_fastest", .kind = TPL_BOOL, .i = order.batch_fastest};
     out[n++] = (tpl_param){.name = "heavy_first", .kind = TPL_BOOL, .i = order.heavy_first};

@@ -142,8 +142,15 @@ uint32_t fj__variant_dynamic_shared_bytes(const fj__variant *v);
 /* DECODE on the VECTOR path: the lanes that hold one key (a power of two, 8 elements each). */
 int fj__variant_decode_lanes(const fj__variant *v);
 /* WGMMA: registers per consumer thread after the producer gives its own away (template
-** parameter consumer_regs). */
+** parameter consumer_regs), and those the producer's warpgroup keeps (producer_regs: 24, the
+** least the ISA allows; the FP8 forward's, whose warps 1-3 transpose value tiles, 56 up to 128
+** value columns and 40 beyond, where the consumers need the rest; the decode's 48). */
 int fj__variant_consumer_registers(const fj__variant *v);
+int fj__variant_producer_registers(const fj__variant *v);
+/* FWD on WGMMA with FP8 inputs: the staging buffers of value tiles before their transposition
+** (template parameter v_stages: 4, or 2 beyond 128 value columns, where 2 fit beside the ring);
+** 0 otherwise. */
+int fj__variant_value_stages(const fj__variant *v);
 
 /* FWD on WGMMA: the value columns split into this many slices of head_dim_v_pad / slices
 ** (a multiple of 64, at most 256: O's accumulators of a warpgroup), each slice a work tile of

@@ -323,7 +323,7 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
 % -- bwd_hopper_barriers().
 % function bwd_hopper_producer()
     if (wg < 0) {
-        regs_dec<24>();
+        regs_dec<${producer_regs}>();
         if (warp == 0) {
             int n = 0, kv_loads = 0; /* the block's tiles and K/V copies so far */
 %   if dq_turns then

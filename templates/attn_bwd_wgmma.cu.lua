@@ -40,7 +40,7 @@
 % --
 % -- Parameters: dtypes (one 16-bit type), head_dim_pad, head_dim_v_pad (multiples of 64, at most
 % -- 128), stage (2 or 3), warps (4 * NWG, and 4 more with producer), producer (stage 2, NWG 2)
-% -- and consumer_regs, stages (stage 2's ring), tile_m and tile_n (stage 2:
+% -- with consumer_regs and producer_regs, stages (stage 2's ring), tile_m and tile_n (stage 2:
 % -- BM 64 or 128, BN 64 * NWG; stage 3: BM 64 * NWG, BN a multiple of 16), grads (stage 2: 3,
 % -- or 7 with dQ), local_mask, softcap, block_mask, varlen, the masks' and score terms'
 % -- (attn_masks.lua), dq_turns (stage 2, persistent), shared_bytes (the host's size), args

@@ -25,7 +25,7 @@
 % --
 % -- Parameters: dtypes (one 16-bit type), head_dim_pad, head_dim_v_pad (128 or 256; the plan
 % -- takes this kernel where one is 256), stage 2, d_split, warps (8, or 12 with producer),
-% -- producer and consumer_regs, tile_m 64, tile_n 64,
+% -- producer, consumer_regs and producer_regs, tile_m 64, tile_n 64,
 % -- stages (the ring), grads (3, or 7 with dQ), local_mask, softcap, block_mask, varlen, the
 % -- masks' and score terms' (attn_masks.lua), shared_bytes (the host's size), args
 % -- (fj_bwd_tma_params).

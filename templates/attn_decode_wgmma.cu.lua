@@ -34,8 +34,8 @@
 % -- v_in_k, warps (12), threads (384), partial, bulk, multicast (with bulk: the two row tiles of
 % -- a kv head as a cluster pair, each block's copies bringing half of a tile's panels into both),
 % -- overlap (software-pipelined: the next tile's S issued before this tile's P V, its softmax
-% -- running while P V does), shared_bytes (fj__variant_shared_bytes), consumer_regs
-% -- (fj__variant_consumer_registers).
+% -- running while P V does), shared_bytes (fj__variant_shared_bytes), consumer_regs and
+% -- producer_regs (fj__variant_consumer_registers, fj__variant_producer_registers).
 % assert(backend == "cuda", "attn_decode_wgmma is a CUDA kernel")
 % assert(threads == 384 and warps == 12,
 %        "attn_decode_wgmma: a producer and two consumer warpgroups")
@@ -63,7 +63,7 @@ constexpr int D = ${head_dim_pad}, DV = ${head_dim_v_pad}, DVH = DV / 2; /* padd
 constexpr int STAGES = ${stages};
 constexpr bool V_IN_K = ${v_in_k};
 constexpr int THREADS = 384;
-constexpr int CONSUMER_REGS = ${consumer_regs}, PRODUCER_REGS = 48;
+constexpr int CONSUMER_REGS = ${consumer_regs}, PRODUCER_REGS = ${producer_regs};
 /* setmaxnreg moves registers within the block's launch allocation (64K / THREADS a thread, in
 ** steps of 8: 168); a consumer's increase waits until the producer's decrease covers it. */
 constexpr int LAUNCH_REGS = 65536 / THREADS / 8 * 8;

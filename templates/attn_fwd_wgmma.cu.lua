@@ -63,7 +63,8 @@
 % -- (attn_classify.lua, a step of the plan before this kernel).
 % -- Derived on the host, so that both sides compute them once: shared_bytes (the dynamic
 % -- shared memory of a launch), consumer_regs (registers per consumer thread after the
-% -- producer's are given away), batch_fastest and heavy_first (the order of the work tiles,
+% -- producer's are given away), producer_regs (those the producer's warpgroup keeps), v_stages
+% -- (FP8: the value tiles' staging buffers), batch_fastest and heavy_first (the order of the work tiles,
 % -- which the host's zigzag grid model simulates).
 % local element_masks = mask_mod ~= "" or mask_tensor or mask_ranges > 0
 % local score_terms = alibi or bias ~= "" or score_mod ~= ""
@@ -118,15 +119,13 @@ constexpr bool D_SPLIT = ${d_split};
 constexpr int DQ = D_SPLIT ? D / 2 : D; /* the columns of Q and K this block holds */
 constexpr bool V_IN_K = ${v_in_k};      /* V's tile is the first DV columns of K's */
 constexpr int DV = ${slice_dv}, DV_SLICES = ${dv_slices}; /* a work tile's value columns */
-/* Registers the producer's warpgroup keeps (FP8: its warps 1-3 transpose value tiles, with
-** two units in flight up to 128 value columns; at 256 the consumers need all but 40). */
-constexpr int PRODUCER_REGS = FP8 ? (DV <= 128 ? 56 : 40) : 24;
 constexpr int NC = ${NC};                           /* consumer warpgroups of 64 rows */
 constexpr int THREADS = ${warps * 32};
 constexpr int STAGES = ${stages}, Q_STAGES = ${q_stages}; /* key/value ring slots, Q buffers */
 constexpr int PERSISTENT = ${persistent};
 constexpr int EXP_POLY = ${exp_poly};
 constexpr int CONSUMER_REGS = ${consumer_regs};
+constexpr int PRODUCER_REGS = ${producer_regs}; /* FP8: warps 1-3 transpose value tiles */
 constexpr bool LOCAL_MASK = ${local_mask};   /* a causal/window band */
 constexpr bool CLASSES = ${classes};         /* 128 x 128 block classes skip and mask tiles */
 constexpr bool HEAVY_FIRST = ${heavy_first}; /* query blocks from the last */
@@ -152,7 +151,7 @@ constexpr bool REALLOC = NC > 1 || ${ctas_per_sm} == 2;
 ** to hide the copies' latency from the transposing warps. */
 constexpr int Q_BYTES = BM * DQ * ES, K_BYTES = BN * DQ * ES;
 constexpr int V_BYTES = V_IN_K ? 0 : BN * DV * ES;
-constexpr int V_STAGES = FP8 ? (DV <= 128 ? 4 : 2) : 1; /* (d 256: two fit beside the ring) */
+constexpr int V_STAGES = FP8 ? ${v_stages} : 1;
 constexpr int VS_BYTES = FP8 ? BN * ((DV + PC - 1) / PC) * 128 : 0;
 constexpr int X_BYTES = D_SPLIT ? BM * BN * 4 : 0; /* a buffer of the partner's partial scores */
 constexpr int VT_BYTES = V_IN_K ? K_BYTES : V_BYTES;
@@ -814,16 +813,6 @@ struct KeyWalk {
 ** matrices: even and odd rows of the first 16 columns, then of the next 16). Keys at or past
 ** the sequence's end become zeros: with packed sequences the staged rows hold the next
 ** sequence's values, and 0 * NaN is not 0. */
-__device__ __forceinline__ u32 staged_at(u32 buf, int key, int col)
-{
-    return buf + (col / 128) * (BN * 128) + key * 128 + ((((col % 128) >> 4) ^ (key % 8)) << 4) +
-           col % 16;
-}
-__device__ __forceinline__ u32 transposed_at(u32 tile, int row, int pos)
-{
-    return tile + (pos / 128) * (DV * 128) + row * 128 + ((((pos % 128) >> 4) ^ (row % 8)) << 4) +
-           pos % 16;
-}
 __device__ __forceinline__ void stmatrix_x4(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3)
 {
     asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
@@ -833,13 +822,15 @@ __device__ __forceinline__ void transpose_tile(u32 src, u32 dst, int warp, int l
 {
     constexpr int HALVES = BN / 16, UNITS = HALVES * (DV / 32);
     /* The row this lane addresses: of ldmatrix's matrices (keys 0-7, 8-15 of columns 0-15,
-    ** then of 16-31) and of stmatrix's; key % 8 and row % 8 are the same in every unit. */
+    ** then of 16-31) and of stmatrix's. Both sides are panels 128 bytes wide in the 128-byte
+    ** swizzle (16-byte chunk c of row r at chunk c ^ (r % 8)), and a lane's key % 8 and row % 8
+    ** are the same in every unit, so its row addresses are made once. */
     const int key_in = lane % 8 + 8 * ((lane / 8) % 2), col_in = 16 * (lane / 16);
     const int row_out = 2 * (lane % 8) + (lane / 8) % 2 + 16 * (lane / 16);
     const int ka = 2 * (lane % 4); /* this thread's first key of each 8 */
     const u32 src_lane = src + key_in * 128, dst_lane = dst + row_out * 128;
     /* Two units in flight where the producer keeps 56 registers; one with 40 (2 spilled). */
-#pragma unroll ${slice_dv <= 128 and 2 or 1}
+#pragma unroll ${producer_regs >= 56 and 2 or 1}
     for (int u = warp; u < UNITS; u += 3) {
         const int k16 = 16 * (u % HALVES), c32 = 32 * (u / HALVES), col = c32 + col_in;
         u32 r0, r1, r2, r3;
