@@ -2,7 +2,8 @@
 float64 SDPA (within twice the error of SDPA in the same dtype, plus rounding), GQA, bool and
 float masks, top-left causal for sq != sk; flex_attention with a score_mod expression and its
 gradients against the same function in torch; kv_cache_append into shuffled pages with paged
-attention over them, and attention_merge of two key halves; repeated calls of one signature;
+attention over them, and attention_merge of two key halves; repeated calls of one signature
+(on CUDA: outs made by the C fast path, tensors read through torch's C shim);
 block classes built once (create_block_mask) and used; FP8 inputs with descale factors, and an
 FP8 KV cache read by bfloat16 queries;
 torch.library.opcheck of the forward operator (schema, fake tensor, autograd registration, AOT
@@ -193,7 +194,8 @@ for i in range(b):
 check("kv_cache_append + paged attention", worst < (1e-4 if dtype == torch.float32 else 0.02),
       f"max err {worst:.3g}")
 q, k, v = (torch.randn(2, n, 4, 32, device=dev, dtype=dtype) for n in (9, 40, 40))
-halves = [fjt.attention(q, k[:, lo:hi], v[:, lo:hi], return_lse=True) for lo, hi in ((0, 17), (17, 40))]
+halves = [fjt.attention(q, k[:, lo:hi], v[:, lo:hi], return_lse=True)
+          for lo, hi in ((0, 17), (17, 40))]
 merged, merged_lse = fjt.attention_merge([o for o, _ in halves], [l for _, l in halves])
 whole, whole_lse = fjt.attention(q, k, v, return_lse=True)
 err = max((merged.float() - whole.float()).abs().max().item(),
@@ -216,6 +218,36 @@ for cut, grad in ((5, False), (20, True), (49, False)):
     worst = max(worst, (got.double() - ref).abs().max().item())
 check("repeated calls of one signature", worst < (1e-4 if dtype == torch.float32 else 0.02),
       f"max err {worst:.3g}")
+
+# On CUDA the C fast path makes out itself (torch.empty_like of q) and reads tensors through
+# PyTorch's C shim (see _fastcall.c), where this torch has it: each call's out is a tensor of
+# its own, and what the shim reads of tensors of several layouts and dtypes is what their
+# attributes say.
+if dev == "cuda":
+    ctx = fjt.context(dev)
+    recent = getattr(ctx._local, "recent", None)
+    if recent is None:
+        print("SKIP the C fast path's checks: flashjit._fastcall was not built")
+    else:
+        q, k, v = (torch.randn(1, 50, 4, 32, device=dev, dtype=dtype) for _ in range(3))
+        first, second = fjt.attention(q, k, v), fjt.attention(q, k, v)
+        check("each call's out a tensor of its own", first.data_ptr() != second.data_ptr() and
+              torch.equal(first, second))
+        fast = recent["fj_attention_forward"][0]
+        base = torch.randn(4, 6, 8, 16, device=dev)
+        views = [base, base.transpose(1, 2), base[1:, :, 2:5], base[0, 1],
+                 torch.randn(1, 6, 1, 16, device=dev).expand(4, 6, 8, 16),
+                 base.to(torch.bfloat16), torch.ones(3, device=dev, dtype=torch.int32),
+                 torch.ones(2, 3, device=dev, dtype=torch.bool),
+                 base.to(torch.float8_e4m3fn)[:, 2]]
+        codes, agree = {}, fast.uses_shim
+        for x in views:
+            read = fast.shim_read(x)
+            agree = agree and read is not None and \
+                read[1:] == (tuple(x.shape), x.stride(), 1, x.get_device(), x.data_ptr()) and \
+                codes.setdefault(x.dtype, read[0]) == read[0]
+        check("torch's C shim read as the tensors' attributes", agree and
+              len(set(codes.values())) == len(codes), f"uses_shim {fast.uses_shim}")
 
 # Signatures interleaved (on CUDA the C fast path tries the thread's recent signatures in turn):
 # two shapes and a view with other strides, alternating, some on a side stream (PyTorch's
@@ -249,8 +281,23 @@ check("create_block_mask, then attention with it",
       classes.dtype == torch.int32 and diff <= (1e-6 if dtype == torch.float32 else 0.02),
       f"classes {tuple(classes.shape)}, max diff {diff:.3g}")
 
+
+
+def plain_fp8(q, k, v, causal):
+    """Attention as a plain FP8 implementation computes it ([b, h, s, d] float64 inputs, the
+    dequantised values): P rounded to e4m3 after the row's max is taken out, float32 sums, the
+    result rounded to bfloat16 (the FP8 criterion: flashjit's error at most twice this one's)."""
+    s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if causal:
+        s = s.masked_fill(torch.ones_like(s, dtype=torch.bool).triu(1), float("-inf"))
+    p = (s - s.amax(-1, keepdim=True)).exp().float()
+    p8 = p.to(torch.float8_e4m3fn).float()
+    return ((p8 @ v.float()) / p.sum(-1, keepdim=True)).to(torch.bfloat16)
+
+
 # FP8 inputs (both formats) with [b, hkv] descale factors, causal GQA: a bfloat16 out against
-# float64 SDPA of the dequantised inputs, within bfloat16's rounding.
+# float64 SDPA of the dequantised inputs, within twice a plain FP8 implementation's error plus
+# bfloat16's rounding (P in FP8 on Hopper's kernel; the SIMT kernel keeps P in float32).
 fctx = fjt.context(dev)
 for f8 in (torch.float8_e4m3fn, torch.float8_e5m2):
     xs = [torch.randn(2, 50, h, 32, device=dev) for h in (4, 2, 2)]
@@ -264,9 +311,11 @@ for f8 in (torch.float8_e4m3fn, torch.float8_e5m2):
     got = fctx.forward(*codes, causal=True, q_descale=factors[0], k_descale=factors[1],
                        v_descale=factors[2])
     err = (got.double() - ref).abs().max().item()
+    plain = plain_fp8(q64, k64.repeat_interleave(2, 1), v64.repeat_interleave(2, 1), True)
+    plain_err = (plain.double().transpose(1, 2) - ref).abs().max().item()
     check(f"fp8 forward ({f8}, descales [b, hkv])",
-          got.dtype == torch.bfloat16 and err <= ref.abs().max().item() / 128,
-          f"max error {err:.3g} of {ref.abs().max().item():.3g}")
+          got.dtype == torch.bfloat16 and err <= 2 * plain_err + ref.abs().max().item() / 256,
+          f"max error {err:.3g} (plain fp8 {plain_err:.3g}) of {ref.abs().max().item():.3g}")
     # The same keys and values as an FP8 KV cache, read by bfloat16 queries (decode shapes).
     q16 = xs[0][:, -2:].to(torch.bfloat16)
     ref = sdpa(q16.double().transpose(1, 2), k64.repeat_interleave(2, 1),

@@ -3,6 +3,7 @@ other array through DLPack (`__dlpack__`: NumPy, CuPy, JAX, ...). Arrays in devi
 context's backend pass straight through; arrays in host memory are staged through device
 buffers of the context: copied in before the call, and outputs copied back after it."""
 import ctypes
+import os
 import sys
 
 from . import _lib
@@ -75,6 +76,34 @@ def stream_function():
         _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or \
             (lambda i: torch.cuda.current_stream(i).cuda_stream)
     return _raw_stream
+
+
+_SHIM_FUNCTIONS = ("aoti_torch_get_data_ptr", "aoti_torch_get_dim", "aoti_torch_get_sizes",
+                   "aoti_torch_get_strides", "aoti_torch_get_dtype",
+                   "aoti_torch_get_device_type", "aoti_torch_get_device_index",
+                   "aoti_torch_get_current_cuda_stream")
+_shim = False
+
+
+def torch_shim():
+    """The addresses of PyTorch's stable C functions that the C fast path reads tensors with
+    (see _fastcall.c; in _SHIM_FUNCTIONS' order, the stream's None where torch has no CUDA),
+    or None where the installed torch lacks one of them or FLASHJIT_TORCH_SHIM=0. Found through
+    torch._C, whose libraries hold them."""
+    global _shim
+    if _shim is False:
+        _shim = None
+        torch = sys.modules.get("torch")
+        if torch is not None and os.environ.get("FLASHJIT_TORCH_SHIM", "1") != "0":
+            try:
+                lib = ctypes.CDLL(torch._C.__file__)
+                found = tuple(ctypes.cast(getattr(lib, name, None), ctypes.c_void_p).value
+                              for name in _SHIM_FUNCTIONS)
+            except OSError:
+                found = (None,)
+            # The stream's function is CUDA's (absent from a CPU-only torch); the rest must be.
+            _shim = None if None in found[:-1] else found
+    return _shim
 
 
 def current_stream(x):

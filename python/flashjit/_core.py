@@ -15,7 +15,7 @@ import warnings
 
 from . import _lib
 from ._arrays import (Call, current_stream, empty_like, forward_out, is_torch, stream_function,
-                      torch_cuda_signature)
+                      torch_cuda_signature, torch_shim)
 from .errors import FlashjitError, InvalidArgument, error_for  # noqa: F401
 
 _BACKEND_NAMES = {1: "cuda", 2: "opencl"}
@@ -34,6 +34,8 @@ _DESC_OPTIONS = ("causal", "window", "softcap", "scale", "mask_mod", "score_mod"
 _DESC_ARRAYS = ("alibi_slopes", "bias", "mask", "cu_seqlens_q", "cu_seqlens_k", "seqused_k",
                 "mask_ranges", "block_mask", "page_table", "dbias", "mod_args", "q_descale",
                 "k_descale", "v_descale")
+# forward()'s out where the caller gives none: made beside q (see _run's make).
+_MAKE_OUT = (3, 0, lambda arrays: forward_out(arrays[0], arrays[2]))
 _PREPARED_LIMIT = 256  # prepared signatures kept per thread; the oldest go all at once
 _RECENT_LIMIT = 8  # signatures per function that the C fast path tries before Python's
 
@@ -91,25 +93,32 @@ class _Prepared:
         if self.mod_args is not None:
             self.desc.mod_args = self.mod_args.data
 
-    def fast_call(self, fastcall, arrays, options):
+    def fast_call(self, fastcall, arrays, options, make=None):
         """The _fastcall.Call of this signature (made once) for arrays (torch CUDA tensors or
-        None, the forms this was prepared from) and options."""
+        None, the forms this was prepared from) and options. make: (slot, like), a slot whose
+        tensor a call may leave to the Call (given None) where that tensor is torch.empty_like
+        of slot like's, as it is when the output was made so."""
         if self._fast is None:
             import torch
             slots = []
-            for x, t in zip(arrays, self.structs):
+            for i, (x, t) in enumerate(zip(arrays, self.structs)):
                 if x is None:
                     slots.append(None)
                     continue
                 targets = [ctypes.addressof(t) + _lib.Tensor.data.offset]
                 if t is self.mod_args:  # the descriptor holds mod_args' pointer too
                     targets.append(ctypes.addressof(self.desc) + _lib.AttentionDesc.mod_args.offset)
-                slots.append((x.dtype, tuple(x.shape), tuple(x.stride()), tuple(targets)))
+                like = None
+                if make is not None and make[0] == i:
+                    y = arrays[make[1]]
+                    if (x.dtype, x.shape, x.stride()) == (y.dtype, y.shape, y.stride()):
+                        like = make[1]
+                slots.append((x, tuple(targets), like))
             leading = tuple(a if a is None else a.value for a in self._call[:-1])
             device = next(x for x in arrays if x is not None).get_device()
             self._fast = fastcall.Call(ctypes.cast(self.fn, ctypes.c_void_p).value, leading,
                                        tuple(slots), device, torch.Tensor, options,
-                                       stream_function(), self)
+                                       stream_function(), self, torch.empty_like, torch_shim())
         return self._fast
 
     def invoke(self, stream):
@@ -215,40 +224,45 @@ class Context:
         return self.lib.fj_context_cache_path(self.handle).decode()
 
     # ---- one library call ------------------------------------------------------------------
-    def _run(self, function, spec, arrays, options=None, desc_arrays=(), stream=None):
+    def _run(self, function, spec, arrays, options=None, desc_arrays=(), stream=None,
+             make=None):
         """Calls library function `function` on arrays, its fj_tensor arguments in order (None:
         NULL) named by spec ((name, is output) pairs); options (in _DESC_OPTIONS' order) and
         desc_arrays (in _DESC_ARRAYS' order) make its fj_attention_desc, options None for a
-        function without one. Torch CUDA tensors take the prepared path: the ctypes arguments
-        of a signature (options; each tensor's dtype, shape and strides) are built once per
-        thread, and a repeated call only writes the data pointers: in C where the _fastcall
-        extension is there (the thread's recent signatures tried in turn, the last one used
-        first), else through ctypes. Other arrays (host arrays to stage, DLPack capsules to
-        hold) go through a Call each time."""
+        function without one. make: (slot, like, maker), an output the caller may leave None:
+        made by maker(arrays) (or, on the C fast path, as torch.empty_like of slot like's
+        tensor where maker made it so); returns that slot's tensor.
+
+        Torch CUDA tensors take the prepared path: the ctypes arguments of a signature (options;
+        each tensor's dtype, shape and strides) are built once per thread, and a repeated call
+        only writes the data pointers: in C where the _fastcall extension is there (the
+        thread's recent signatures tried in turn, the last one used first), else through
+        ctypes. Other arrays (host arrays to stage, DLPack capsules to hold) go through a Call
+        each time."""
         every = arrays + desc_arrays
         if stream is not None:  # a CUstream as an int or ctypes pointer, or a torch.cuda.Stream
             stream = getattr(stream, "cuda_stream", getattr(stream, "value", stream))
-        local = self._local
-        recent = getattr(local, "recent", None)
+        recent = getattr(self._local, "recent", None)
         if recent is not None:
-            calls = recent.get(function)
-            if calls:
-                for i, c in enumerate(calls):
-                    status = c.run(every, options, stream)
-                    if status is not None:
-                        if i:
-                            calls.insert(0, calls.pop(i))
-                        if status:
-                            self.check(status)
-                        return
+            made = self._run_recent(recent.get(function), every, options, stream)
+            if made is not False:
+                return made if made is not None or make is None else every[make[0]]
+        if make is not None and every[make[0]] is None:
+            i = make[0]
+            every = every[:i] + (make[2](every),) + every[i + 1:]
+            if recent is not None and \
+                    self._run_recent(recent.get(function), every, options, stream) is not False:
+                return every[i]
         found = torch_cuda_signature(every) if self.memory == "cuda" else None
         if stream is None and self.backend == "cuda":
             stream = current_stream(arrays[0]) if found is not None else self._stream(arrays[0])
         if found is None:
             with Call(self) as call:
-                prepared = _Prepared(call, function, spec, arrays, options, desc_arrays)
+                prepared = _Prepared(call, function, spec, every[:len(arrays)], options,
+                                     every[len(arrays):])
                 self.check(prepared.invoke(stream))
-            return
+            return None if make is None else every[make[0]]
+        local = self._local
         try:
             cache = local.prepared
         except AttributeError:
@@ -263,18 +277,36 @@ class Context:
                 if local.recent is not None:
                     local.recent.clear()
             # Nothing is staged, so the structures may outlive the Call: the entry holds them.
-            prepared = _Prepared(Call(self), function, spec, arrays, options, desc_arrays)
+            prepared = _Prepared(Call(self), function, spec, every[:len(arrays)], options,
+                                 every[len(arrays):])
             cache[key] = prepared
         else:
             prepared.point(ptrs)
         if local.recent is not None:  # first in line for the next call
             calls = local.recent.setdefault(function, [])
-            fast = prepared.fast_call(self.lib.fastcall, every, options)
+            fast = prepared.fast_call(self.lib.fastcall, every, options,
+                                      None if make is None else make[:2])
             if fast in calls:  # it refused these arrays (another device, a tensor subclass)
                 calls.remove(fast)
             calls.insert(0, fast)
             del calls[_RECENT_LIMIT:]
         self.check(prepared.invoke(stream))
+        return None if make is None else every[make[0]]
+
+    def _run_recent(self, calls, every, options, stream):
+        """Runs the first of calls (the C fast path's, most recent first) that takes these
+        arrays and options; returns the tensor it made (None where it made none), or False
+        where none took them."""
+        for i, c in enumerate(calls or ()):
+            done = c.run(every, options, stream)
+            if done is not None:
+                if i:
+                    calls.insert(0, calls.pop(i))
+                status, made = done
+                if status:
+                    self.check(status)
+                return made
+        return False
 
     def _stream(self, x):
         """PyTorch's current stream for a torch CUDA tensor, else the default stream (None)."""
@@ -300,15 +332,12 @@ class Context:
         (1 to 64; 0: the plan's choice). page_table: int32 [b, max_pages] for a paged KV cache,
         k and v then [num_pages, page_size, hkv, d] and seqused_k [b] required. lse (float32
         [b, hq, sq], or [hq, total] packed) receives the log-sum-exps when given."""
-        if out is None:
-            out = forward_out(q, v)
-        self._run("fj_attention_forward", _FORWARD, (q, k, v, out, lse),
-                  (causal, tuple(window), softcap, scale, mask_mod, score_mod, num_splits,
-                   False, max_seqlen_q, max_seqlen_k),
-                  (alibi_slopes, bias, mask, cu_seqlens_q, cu_seqlens_k, seqused_k, mask_ranges,
-                   block_mask, page_table, None, mod_args, q_descale, k_descale, v_descale),
-                  stream)
-        return out
+        return self._run("fj_attention_forward", _FORWARD, (q, k, v, out, lse),
+                         (causal, tuple(window), softcap, scale, mask_mod, score_mod,
+                          num_splits, False, max_seqlen_q, max_seqlen_k),
+                         (alibi_slopes, bias, mask, cu_seqlens_q, cu_seqlens_k, seqused_k,
+                          mask_ranges, block_mask, page_table, None, mod_args, q_descale,
+                          k_descale, v_descale), stream, _MAKE_OUT)
 
     def tune(self, q, k, v, out=None, lse=None, causal=False, window=(-1, -1), softcap=0.0,
              scale=0.0, mask_mod=None, score_mod=None, mod_args=None, alibi_slopes=None,
