@@ -107,6 +107,8 @@ rows = [
     ("torch SDPA (contiguous cache)", lambda: torch.nn.functional.scaled_dot_product_attention(
         qs, ks, vs, enable_gqa=True)),
     ("flashjit.torch.attention", lambda: fjt.attention(q, kc, vc, **kw)),
+    ("flashjit.torch SDPA drop-in (contiguous)", lambda: fjt.scaled_dot_product_attention(
+        qs, ks, vs, enable_gqa=True)),
     ("Context.forward", lambda: ctx.forward(q, kc, vc, **kw)),
     ("Context.forward, out given", lambda: ctx.forward(q, kc, vc, out=out, **kw)),
     ("  signature", lambda: _arrays.torch_cuda_signature(every)),
@@ -127,12 +129,12 @@ results = {name: [] for name, _ in rows}
 for r in range(args.rounds):
     for name, fn in rows:
         results[name].append(median_us(fn))
-    print(f"round {r + 1}: " + ", ".join(f"{results[name][-1]:.1f}" for name, _ in rows[:5]),
+    print(f"round {r + 1}: " + ", ".join(f"{results[name][-1]:.1f}" for name, _ in rows[:6]),
           flush=True)
 for name, _ in rows:
     m = sorted(results[name])
-    print(f"{name:34s} {m[len(m) // 2]:7.1f} us (rounds {m[0]:.1f}-{m[-1]:.1f})", flush=True)
-for name, fn in rows[1:3]:
+    print(f"{name:40s} {m[len(m) // 2]:7.1f} us (rounds {m[0]:.1f}-{m[-1]:.1f})", flush=True)
+for name, fn in rows[1:4]:
     print(f"GPU time per call, {name}: {gpu_us(fn):.1f} us", flush=True)
 
 if args.ab and fast is not None:
