@@ -90,7 +90,7 @@ ctx.forward(q, kc, vc, out=out, **kw)
 # forward's arrays, then the descriptor's
 every = (q, kc, vc, out, None) + tuple({"seqused_k": used, "page_table": table}.get(n)
                                        for n in _core._DESC_ARRAYS)
-fast = prepared._fast  # None without the extension (or with FLASHJIT_FASTCALL=0)
+fast = prepared._fast.get(())  # None without the extension (or with FLASHJIT_FASTCALL=0)
 without_out = every[:3] + (None,) + every[4:]
 stream = _arrays.current_stream(q)
 checked = getattr(ctx.lib, "fj_attention_forward")

@@ -131,6 +131,13 @@ q, k, v = (x.transpose(0, 2, 1, 3) for x in (qh, kh, vh))
 out = ctx.forward(q, k, v, causal=True)
 err = np.abs(out - reference(q, k, v, True)[0]).max()
 check("forward on transposed views", err < 1e-4, f"err {err:.3g}")
+# The same arrays in their own [b, h, s, d] layout: out made in that layout, and given.
+out = ctx.forward(qh, kh, vh, causal=True, layout="bhsd")
+err = np.abs(out.transpose(0, 2, 1, 3) - reference(q, k, v, True)[0]).max()
+given = np.full((2, 4, 33, 16), np.nan, np.float32)
+again = ctx.forward(qh, kh, vh, out=given, causal=True, layout="bhsd")
+check("forward in layout bhsd", out.shape == (2, 4, 33, 16) and err < 1e-4 and
+      again is given and np.array_equal(given, out), f"err {err:.3g}")
 
 # Backward: f32 gradients against the analytic ones in float64.
 b, sq, sk, hq, hkv, d = 2, 21, 30, 4, 2, 16

@@ -86,6 +86,14 @@ for (b, hq, hkv, sq, sk, d), kw in shapes:
     ref = sdpa(*inputs64[:3], **kw64)
     ref_grads = torch.autograd.grad(ref, inputs64, g.double())
     within(name + " out", out, ref, plain)
+    # Without autograd the drop-in calls the context in SDPA's layout: twice (the second call on
+    # CUDA the C fast path's), then with q's memory in [b, s, h, d] order.
+    with torch.no_grad():
+        direct = [fjt.scaled_dot_product_attention(q, k, v, **kw) for _ in range(2)]
+        strided = q.detach().transpose(1, 2).contiguous().transpose(1, 2)
+        direct.append(fjt.scaled_dot_product_attention(strided, k, v, **kw))
+    for how, got in zip(("first", "repeated", "strided q"), direct):
+        within(f"{name} out without autograd, {how}", got, ref.detach(), plain)
     for n, got, r, p in zip(("dq", "dk", "dv", "dbias"), grads, ref_grads, plain_grads):
         within(f"{name} {n}", got, r, p)
 
@@ -100,12 +108,28 @@ for name, call, cls in (
          lambda: fjt.scaled_dot_product_attention(q, q, q, attn_mask=torch.ones(
              16, 16, dtype=torch.bool, device=dev), is_causal=True), fjt.InvalidArgument),
         ("5-D query", lambda: fjt.scaled_dot_product_attention(q[None], q[None], q[None]),
+         fjt.InvalidArgument),
+        ("layout", lambda: fjt.context(dev).forward(q, q, q, layout="bsdh"),
+         fjt.InvalidArgument),
+        ("layout bhsd with packed sequences", lambda: fjt.context(dev).forward(
+            q, q, q, layout="bhsd", cu_seqlens_q=torch.zeros(2, dtype=torch.int32, device=dev)),
          fjt.InvalidArgument)):
     try:
         call()
         check(f"bad input: {name}", False, "no error")
     except cls as e:
         check(f"bad input: {name}", True, f"{type(e).__name__}: {e}")
+
+# Unbatched [h, s, d] inputs, as SDPA takes them; Context.forward in layout "bhsd" with out
+# given.
+q, k, v = (torch.randn(4, 37, 32, device=dev, dtype=dtype) for _ in range(3))
+within("sdpa unbatched [h, s, d]", fjt.scaled_dot_product_attention(q, k, v, is_causal=True),
+       sdpa(q.double(), k.double(), v.double(), is_causal=True), sdpa(q, k, v, is_causal=True))
+out = torch.full((1, 4, 37, 32), float("nan"), device=dev, dtype=dtype)
+got = fjt.context(dev).forward(q[None], k[None], v[None], out=out, causal=True, layout="bhsd")
+within("Context.forward, layout bhsd, out given", out, sdpa(q.double(), k.double(), v.double(),
+       is_causal=True)[None], sdpa(q, k, v, is_causal=True)[None])
+check("Context.forward, layout bhsd, returns the out given", got is out)
 
 # flex_attention with a score_mod expression: output and gradients against the same function
 # written in torch, in float64.

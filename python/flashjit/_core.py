@@ -36,6 +36,7 @@ _DESC_ARRAYS = ("alibi_slopes", "bias", "mask", "cu_seqlens_q", "cu_seqlens_k", 
                 "k_descale", "v_descale")
 # forward()'s out where the caller gives none: made beside q (see _run's make).
 _MAKE_OUT = (3, 0, lambda arrays: forward_out(arrays[0], arrays[2]))
+_BHSD = (0, 1, 2, 3)  # forward()'s q, k, v, out: the slots layout "bhsd" swaps
 _PREPARED_LIMIT = 256  # prepared signatures kept per thread; the oldest go all at once
 _RECENT_LIMIT = 8  # signatures per function that the C fast path tries before Python's
 
@@ -84,7 +85,7 @@ class _Prepared:
         self.live = [t for t in self.structs if t is not None]  # point()'s, in order
         self._call = [call.ctx.handle, *args, None]  # invoke's arguments, the stream last
         self._stream = None
-        self._fast = None
+        self._fast = {}  # the _fastcall.Call per layout (see fast_call)
 
     def point(self, ptrs):
         """Moves the structures to new data pointers: one for each array that is not None."""
@@ -93,12 +94,15 @@ class _Prepared:
         if self.mod_args is not None:
             self.desc.mod_args = self.mod_args.data
 
-    def fast_call(self, fastcall, arrays, options, make=None):
-        """The _fastcall.Call of this signature (made once) for arrays (torch CUDA tensors or
-        None, the forms this was prepared from) and options. make: (slot, like), a slot whose
-        tensor a call may leave to the Call (given None) where that tensor is torch.empty_like
-        of slot like's, as it is when the output was made so."""
-        if self._fast is None:
+    def fast_call(self, fastcall, arrays, options, make=None, swapped=()):
+        """The _fastcall.Call of this signature (made once per layout) for arrays (torch CUDA
+        tensors or None, the forms this was prepared from, or for the slots in swapped those
+        tensors' views with dimensions 1 and 2 swapped: a call's arrays in the caller's layout,
+        whose data pointers are the prepared views') and options. make: (slot, like), a slot
+        whose tensor a call may leave to the Call (given None) where that tensor is
+        torch.empty_like of slot like's, as it is when the output was made so."""
+        fast = self._fast.get(swapped)
+        if fast is None:
             import torch
             slots = []
             for i, (x, t) in enumerate(zip(arrays, self.structs)):
@@ -116,10 +120,10 @@ class _Prepared:
                 slots.append((x, tuple(targets), like))
             leading = tuple(a if a is None else a.value for a in self._call[:-1])
             device = next(x for x in arrays if x is not None).get_device()
-            self._fast = fastcall.Call(ctypes.cast(self.fn, ctypes.c_void_p).value, leading,
-                                       tuple(slots), device, torch.Tensor, options,
-                                       stream_function(), self, torch.empty_like, torch_shim())
-        return self._fast
+            fast = self._fast[swapped] = fastcall.Call(
+                ctypes.cast(self.fn, ctypes.c_void_p).value, leading, tuple(slots), device,
+                torch.Tensor, options, stream_function(), self, torch.empty_like, torch_shim())
+        return fast
 
     def invoke(self, stream):
         """Calls the function on stream (a CUstream as an int; None: the default stream)."""
@@ -225,13 +229,15 @@ class Context:
 
     # ---- one library call ------------------------------------------------------------------
     def _run(self, function, spec, arrays, options=None, desc_arrays=(), stream=None,
-             make=None):
+             make=None, swapped=()):
         """Calls library function `function` on arrays, its fj_tensor arguments in order (None:
         NULL) named by spec ((name, is output) pairs); options (in _DESC_OPTIONS' order) and
         desc_arrays (in _DESC_ARRAYS' order) make its fj_attention_desc, options None for a
         function without one. make: (slot, like, maker), an output the caller may leave None:
         made by maker(arrays) (or, on the C fast path, as torch.empty_like of slot like's
-        tensor where maker made it so); returns that slot's tensor.
+        tensor where maker made it so); returns that slot's tensor. swapped: the slots whose
+        arrays come with dimensions 1 and 2 swapped from what the function reads ([b, h, s, d]
+        for its [b, s, h, d]); the function gets their views, the caller's layout comes back.
 
         Torch CUDA tensors take the prepared path: the ctypes arguments of a signature (options;
         each tensor's dtype, shape and strides) are built once per thread, and a repeated call
@@ -242,26 +248,34 @@ class Context:
         every = arrays + desc_arrays
         if stream is not None:  # a CUstream as an int or ctypes pointer, or a torch.cuda.Stream
             stream = getattr(stream, "cuda_stream", getattr(stream, "value", stream))
+        queue = (function, swapped) if swapped else function  # the recent calls' key
         recent = getattr(self._local, "recent", None)
         if recent is not None:
-            made = self._run_recent(recent.get(function), every, options, stream)
+            made = self._run_recent(recent.get(queue), every, options, stream)
             if made is not False:
                 return made if made is not None or make is None else every[make[0]]
+        given = every  # in the caller's layout
+        if swapped:
+            every = tuple(x.swapaxes(1, 2) if i in swapped and x is not None else x
+                          for i, x in enumerate(every))
         if make is not None and every[make[0]] is None:
             i = make[0]
-            every = every[:i] + (make[2](every),) + every[i + 1:]
+            made = make[2](every)
+            every = every[:i] + (made,) + every[i + 1:]
+            given = given[:i] + (made.swapaxes(1, 2) if i in swapped else made,) + given[i + 1:]
             if recent is not None and \
-                    self._run_recent(recent.get(function), every, options, stream) is not False:
-                return every[i]
+                    self._run_recent(recent.get(queue), given, options, stream) is not False:
+                return given[i]
+        result = None if make is None else given[make[0]]
+        n = len(arrays)
         found = torch_cuda_signature(every) if self.memory == "cuda" else None
         if stream is None and self.backend == "cuda":
             stream = current_stream(arrays[0]) if found is not None else self._stream(arrays[0])
         if found is None:
             with Call(self) as call:
-                prepared = _Prepared(call, function, spec, every[:len(arrays)], options,
-                                     every[len(arrays):])
+                prepared = _Prepared(call, function, spec, every[:n], options, every[n:])
                 self.check(prepared.invoke(stream))
-            return None if make is None else every[make[0]]
+            return result
         local = self._local
         try:
             cache = local.prepared
@@ -277,21 +291,20 @@ class Context:
                 if local.recent is not None:
                     local.recent.clear()
             # Nothing is staged, so the structures may outlive the Call: the entry holds them.
-            prepared = _Prepared(Call(self), function, spec, every[:len(arrays)], options,
-                                 every[len(arrays):])
+            prepared = _Prepared(Call(self), function, spec, every[:n], options, every[n:])
             cache[key] = prepared
         else:
             prepared.point(ptrs)
         if local.recent is not None:  # first in line for the next call
-            calls = local.recent.setdefault(function, [])
-            fast = prepared.fast_call(self.lib.fastcall, every, options,
-                                      None if make is None else make[:2])
+            calls = local.recent.setdefault(queue, [])
+            fast = prepared.fast_call(self.lib.fastcall, given, options,
+                                      None if make is None else make[:2], swapped)
             if fast in calls:  # it refused these arrays (another device, a tensor subclass)
                 calls.remove(fast)
             calls.insert(0, fast)
             del calls[_RECENT_LIMIT:]
         self.check(prepared.invoke(stream))
-        return None if make is None else every[make[0]]
+        return result
 
     def _run_recent(self, calls, every, options, stream):
         """Runs the first of calls (the C fast path's, most recent first) that takes these
@@ -316,10 +329,13 @@ class Context:
                 scale=0.0, mask_mod=None, score_mod=None, mod_args=None, alibi_slopes=None,
                 bias=None, mask=None, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None,
                 max_seqlen_q=0, max_seqlen_k=0, mask_ranges=None, block_mask=None, num_splits=0,
-                page_table=None, q_descale=None, k_descale=None, v_descale=None, stream=None):
+                page_table=None, q_descale=None, k_descale=None, v_descale=None, stream=None,
+                layout="bshd"):
         """Attention (see fj_attention_forward); returns out, allocating it when not given
         (bfloat16 for FP8 inputs: q, k, v all float8_e4m3fn or all float8_e5m2, with optional
         float32 descale factors q_descale, k_descale, v_descale of shape [1] or [b, hkv]).
+        layout "bhsd": q, k, v and out are [b, h, s, d] (dense, not paged or packed; an out
+        made here is too); the default "bshd": [b, s, h, d].
         mask_mod / score_mod: expression strings (see flashjit.h); mod_args: a float32 or int32
         array read by arg[i] / iarg[i]. alibi_slopes: float32 [hq] or [b, hq]; bias (float32 or
         q's dtype) and mask (bool, True keeps): [b | 1, hq | 1, sq | 1, sk], expanded (stride-0)
@@ -332,12 +348,21 @@ class Context:
         (1 to 64; 0: the plan's choice). page_table: int32 [b, max_pages] for a paged KV cache,
         k and v then [num_pages, page_size, hkv, d] and seqused_k [b] required. lse (float32
         [b, hq, sq], or [hq, total] packed) receives the log-sum-exps when given."""
+        if layout == "bshd":
+            swapped = ()
+        elif layout == "bhsd":
+            if page_table is not None or cu_seqlens_q is not None or cu_seqlens_k is not None:
+                raise InvalidArgument("layout 'bhsd' takes dense [b, h, s, d] q, k, v; paged "
+                                      "caches and packed sequences are laid out as 'bshd'")
+            swapped = _BHSD
+        else:
+            raise InvalidArgument(f"layout = {layout!r}, expected 'bshd' or 'bhsd'")
         return self._run("fj_attention_forward", _FORWARD, (q, k, v, out, lse),
                          (causal, tuple(window), softcap, scale, mask_mod, score_mod,
                           num_splits, False, max_seqlen_q, max_seqlen_k),
                          (alibi_slopes, bias, mask, cu_seqlens_q, cu_seqlens_k, seqused_k,
                           mask_ranges, block_mask, page_table, None, mod_args, q_descale,
-                          k_descale, v_descale), stream, _MAKE_OUT)
+                          k_descale, v_descale), stream, _MAKE_OUT, swapped)
 
     def tune(self, q, k, v, out=None, lse=None, causal=False, window=(-1, -1), softcap=0.0,
              scale=0.0, mask_mod=None, score_mod=None, mod_args=None, alibi_slopes=None,

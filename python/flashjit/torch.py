@@ -259,11 +259,17 @@ def create_block_mask(q, k, *, mask_mod=None, mod_args=None, mask=None, mask_ran
 
 def _to_bshd(x):
     """[b, h, s, d] (or [h, s, d]) as the [b, s, h, d] view flashjit reads."""
-    if x.dim() == 3:
-        x = x.unsqueeze(0)
-    if x.dim() != 4:
-        raise InvalidArgument(f"expected [batch, heads, seq, dim] tensors, got {x.dim()} dims")
-    return x.transpose(1, 2)
+    return _as_bhsd(x).transpose(1, 2)
+
+
+def _as_bhsd(x):
+    """x as [b, h, s, d]: [h, s, d] gains a batch of one."""
+    n = x.dim()
+    if n == 4:
+        return x
+    if n == 3:
+        return x.unsqueeze(0)
+    raise InvalidArgument(f"expected [batch, heads, seq, dim] tensors, got {n} dims")
 
 
 def _as_4d(t, name):
@@ -285,11 +291,15 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                           "dropout; pass 0.0")
     if is_causal and attn_mask is not None:
         raise InvalidArgument("attn_mask and is_causal both given (SDPA allows one)")
-    q, k, v = _to_bshd(query), _to_bshd(key), _to_bshd(value)
-    if q.shape[2] != k.shape[2] and not enable_gqa:
-        raise InvalidArgument(f"query has {q.shape[2]} heads and key {k.shape[2]}: pass "
+    unbatched = query.dim() == 3
+    q, k, v = _as_bhsd(query), _as_bhsd(key), _as_bhsd(value)
+    if not enable_gqa and q.shape[1] != k.shape[1]:
+        raise InvalidArgument(f"query has {q.shape[1]} heads and key {k.shape[1]}: pass "
                               "enable_gqa=True for grouped-query attention")
-    sq, sk = q.shape[1], k.shape[1]
+    causal, mask_mod = False, None
+    if is_causal:
+        causal = q.shape[2] == k.shape[2]
+        mask_mod = None if causal else "k <= q"  # SDPA's top-left alignment
     mask = bias = None
     if attn_mask is not None:
         attn_mask = _as_4d(attn_mask, "attn_mask")
@@ -298,12 +308,17 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         else:
             bias = attn_mask if attn_mask.dtype in (torch.float32, q.dtype) else \
                 attn_mask.to(torch.float32)
-    causal = bool(is_causal) and sq == sk
-    mask_mod = "k <= q" if is_causal and sq != sk else None  # SDPA's top-left alignment
-    out = attention(q, k, v, causal=causal, mask_mod=mask_mod, scale=scale, mask=mask,
-                    bias=bias)
-    out = out.transpose(1, 2)
-    return out[0] if query.dim() == 3 else out
+    if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
+        q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
+    if _direct(q, k, v, bias):  # the context straight away, in SDPA's layout
+        d = q.device
+        out = (_contexts.get(d) or context(d)).forward(
+            q, k, v, None, None, causal, (-1, -1), 0.0, scale or 0.0, mask_mod, bias=bias,
+            mask=mask, layout="bhsd")
+    else:
+        out = attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal,
+                        mask_mod=mask_mod, scale=scale, mask=mask, bias=bias).transpose(1, 2)
+    return out[0] if unbatched else out
 
 
 def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None,
