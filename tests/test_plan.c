@@ -873,9 +873,9 @@ static void test_wide_forward_plans(void **state)
 }
 
 /* FP8 q, k and v (out bf16): Hopper's kernel with 128-key tiles, q's and k's head dims in
-** 128-column panels, one value slice, a static schedule, the plain loop at dv 256 (where the
-** pipelined one's registers do not fit), fitting with its staging buffers; elsewhere (sm_86,
-** q's head dim beyond 128, rows not of 16 FP8 elements) the SIMT kernel. */
+** 128-column panels, one value slice, a static schedule, fitting with its staging buffers;
+** elsewhere (sm_86, q's or v's head dim beyond 128, rows not of 16 FP8 elements) the SIMT
+** kernel. */
 static void test_fp8_forward_plans(void **state)
 {
     (void)state;
@@ -888,8 +888,9 @@ static void test_fp8_forward_plans(void **state)
     } cases[] = {
         {64, 64, 0, 1, &devs.h200, FJ__PATH_WGMMA, 128, 1},
         {128, 128, 1, 1, &devs.h200, FJ__PATH_WGMMA, 128, 1},
-        {128, 256, 0, 1, &devs.h200, FJ__PATH_WGMMA, 128, 0},
-        {96, 256, 1, 1, &devs.h200, FJ__PATH_WGMMA, 128, 0},
+        {96, 64, 1, 1, &devs.h200, FJ__PATH_WGMMA, 128, 1},
+        {128, 256, 0, 1, &devs.h200, FJ__PATH_SIMT, 0, 0},
+        {96, 192, 1, 1, &devs.h200, FJ__PATH_SIMT, 0, 0},
         {192, 128, 1, 1, &devs.h200, FJ__PATH_SIMT, 0, 0},
         {256, 256, 0, 1, &devs.h200, FJ__PATH_SIMT, 0, 0},
         {40, 40, 0, 0, &devs.h200, FJ__PATH_SIMT, 0, 0},
