@@ -58,10 +58,9 @@ static void plan_mma(fj__variant *v, const fj__features *f, const fj_device_info
 ** the H200), at d 128 as much as it; the scores would need their halves added in f32. */
 static int wgmma_serves(const fj__features *f, const fj_device_info *dev)
 {
-    /* FP8 beyond 128 columns of q and k, or of v, exceeded the FP8 error bar on the H200 (q
-    ** and k: the tensor cores' 13-bit addition over more than four chained k-steps; v: 2.8x a
-    ** plain FP8 implementation's error at 192 and 256, cause not found): SIMT there. */
-    if (fj__dtype_fp8((fj_dtype)f->q_dtype) && (f->head_dim > 128 || f->head_dim_v > 128))
+    /* FP8 beyond 128 columns of q and k exceeded the FP8 error bar on the H200 (the tensor
+    ** cores' 13-bit addition over more than four chained k-steps): SIMT there. */
+    if (fj__dtype_fp8((fj_dtype)f->q_dtype) && (f->head_dim > 128 || f->head_dim_v > 256))
         return 0;
     /* The kernel numbers its work tiles (64-row blocks at the least, by value slices: at most
     ** 3, with d beyond 256 at least 2) with 32-bit ints. */
@@ -129,6 +128,7 @@ static void plan_wgmma_wide(fj__variant *v, const fj__features *f, const fj_devi
 static void plan_wgmma_fp8(fj__variant *v, const fj_device_info *dev)
 {
     v->tile_n = 128;
+    v->lazy_rescale = 0; /* (fj__variant_fits says why) */
     v->persistent = v->persistent == 2 ? 0 : v->persistent;
     const fj__variant want = *v;
     for (int pipelined = want.overlap; pipelined >= 0; pipelined--) {

@@ -873,9 +873,10 @@ static void test_wide_forward_plans(void **state)
 }
 
 /* FP8 q, k and v (out bf16): Hopper's kernel with 128-key tiles, q's and k's head dims in
-** 128-column panels, one value slice, a static schedule, fitting with its staging buffers;
-** elsewhere (sm_86, q's or v's head dim beyond 128, rows not of 16 FP8 elements) the SIMT
-** kernel. */
+** 128-column panels, one value slice, a static schedule, O rescaled for every tile (no lazy
+** rescale, which also does not fit), the plain loop at dv 256 (where the pipelined one's
+** registers do not fit), fitting with its staging buffers; elsewhere (sm_86, q's head
+** dim beyond 128, rows not of 16 FP8 elements) the SIMT kernel. */
 static void test_fp8_forward_plans(void **state)
 {
     (void)state;
@@ -889,8 +890,9 @@ static void test_fp8_forward_plans(void **state)
         {64, 64, 0, 1, &devs.h200, FJ__PATH_WGMMA, 128, 1},
         {128, 128, 1, 1, &devs.h200, FJ__PATH_WGMMA, 128, 1},
         {96, 64, 1, 1, &devs.h200, FJ__PATH_WGMMA, 128, 1},
-        {128, 256, 0, 1, &devs.h200, FJ__PATH_SIMT, 0, 0},
-        {96, 192, 1, 1, &devs.h200, FJ__PATH_SIMT, 0, 0},
+        {128, 256, 0, 1, &devs.h200, FJ__PATH_WGMMA, 128, 0},
+        {96, 256, 1, 1, &devs.h200, FJ__PATH_WGMMA, 128, 0},
+        {96, 192, 1, 1, &devs.h200, FJ__PATH_WGMMA, 128, 1},
         {192, 128, 1, 1, &devs.h200, FJ__PATH_SIMT, 0, 0},
         {256, 256, 0, 1, &devs.h200, FJ__PATH_SIMT, 0, 0},
         {40, 40, 0, 0, &devs.h200, FJ__PATH_SIMT, 0, 0},
@@ -914,9 +916,13 @@ static void test_fp8_forward_plans(void **state)
             continue;
         assert_int_equal(v.tile_n, 128);
         assert_int_equal(v.head_dim_pad, cases[i].d_pad);
-        assert_int_equal(v.overlap, cases[i].overlap);
+        if (v.overlap != cases[i].overlap)
+            fail_msg("case %zu: overlap %d", i, v.overlap);
         assert_int_equal(fj__variant_dv_slices(&v), 1);
-        assert_true(v.persistent != 2 && v.stages >= 1);
+        assert_true(v.persistent != 2 && v.stages >= 1 && !v.lazy_rescale);
+        fj__variant lazy = v;
+        lazy.lazy_rescale = 1;
+        assert_false(fj__variant_fits(&lazy, cases[i].dev));
         assert_true(fj__variant_shared_bytes(&v) <= cases[i].dev->local_memory);
         /* A configuration the kernel cannot take (64-key tiles) does not fit. */
         fj__variant bad = v;
