@@ -58,8 +58,6 @@ static void plan_mma(fj__variant *v, const fj__features *f, const fj_device_info
 ** the H200), at d 128 as much as it; the scores would need their halves added in f32. */
 static int wgmma_serves(const fj__features *f, const fj_device_info *dev)
 {
-    /* FP8 beyond 128 columns of q and k exceeded the FP8 error bar on the H200 (the tensor
-    ** cores' 13-bit addition over more than four chained k-steps): SIMT there. */
     if (fj__dtype_fp8((fj_dtype)f->q_dtype) && (f->head_dim > 128 || f->head_dim_v > 256))
         return 0;
     /* The kernel numbers its work tiles (64-row blocks at the least, by value slices: at most
@@ -128,7 +126,6 @@ static void plan_wgmma_wide(fj__variant *v, const fj__features *f, const fj_devi
 static void plan_wgmma_fp8(fj__variant *v, const fj_device_info *dev)
 {
     v->tile_n = 128;
-    v->lazy_rescale = 0; /* (fj__variant_fits says why) */
     v->persistent = v->persistent == 2 ? 0 : v->persistent;
     const fj__variant want = *v;
     for (int pipelined = want.overlap; pipelined >= 0; pipelined--) {
@@ -227,8 +224,9 @@ static void plan_wgmma(fj__variant *v, const fj__features *f, const fj_device_in
     if (!fj__variant_fits(v, dev))
         v->stages = 1;
     /* O's 128 accumulators at d 256: rescaling them for every key tile costs more than a
-    ** stale exponent base (+4-5 % at 4k; at d 64 and 128 the skip lost 1-2 %). */
-    v->lazy_rescale = widest > 128;
+    ** stale exponent base (+4-5 % at 4k; at d 64 and 128 the skip lost 1-2 %). Not in FP8
+    ** (fj__variant_fits says why). */
+    v->lazy_rescale = widest > 128 && !fp8;
     /* d 64 with 128-row tiles and no band or score terms: the exponentials of two column
     ** blocks in eight come from a polynomial on the FMA pipe, off the MUFU unit that is as
     ** busy as the tensor cores there (with ping-pong: +1-3 % over none at 512 and 1k keys, one
