@@ -223,7 +223,14 @@ cases = [("bad head dim", lambda: ctx.forward(q, rand(1, 8, 2, 24), v), flashjit
                               page_table=np.zeros((1, 4), np.int32),
                               seqused_k=np.full(1, 8, np.int32), max_seqlen_k=64,
                               bias=np.zeros((1, 2, 8, 64), np.float32)),
-          flashjit.Unsupported, "bias")]
+          flashjit.Unsupported, "bias"),
+         ("unknown layout", lambda: ctx.forward(q, k, v, layout="bsdh"),
+          flashjit.InvalidArgument, "layout"),
+         ("layout bhsd with a paged cache",
+          lambda: ctx.forward(q, rand(4, 16, 2, 32), rand(4, 16, 2, 16), layout="bhsd",
+                              page_table=np.zeros((1, 4), np.int32),
+                              seqused_k=np.full(1, 8, np.int32), max_seqlen_k=64),
+          flashjit.InvalidArgument, "bhsd")]
 for name, fn, cls, field in cases:
     try:
         fn()
