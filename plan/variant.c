@@ -170,13 +170,20 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
         return end + (v->bulk ? 8u * (uint32_t)v->stages : 0u);
     }
     if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_WGMMA) {
-        /* attn_decode_wgmma.cu.lua: Q and the ring of K [and V] tiles, the halves' exchange
-        ** (Xch: P's fragments of a tile, two floats a row per half), two mbarriers a ring slot
-        ** and Q's, and slack to align the panels to 1024 bytes. */
+        /* attn_decode_wgmma.cu.lua: Q's panels but an odd last one (held in registers), the
+        ** halves' exchange (Xs: two regions of a consumer thread's S over half a tile's keys,
+        ** tile_n / 4 floats x 128 threads each; at least a panel, where Q's odd one lands
+        ** first), the ring of K [and V] tiles, two floats a row per half (Meet), two mbarriers
+        ** a ring slot and Q's, and slack to align the panels to 1024 bytes. */
         const uint32_t slot = qs * (uint32_t)v->tile_n *
                               (uint32_t)(v->head_dim_pad + (v->v_in_k ? 0 : v->head_dim_v_pad));
-        const uint32_t xch = 128u * (uint32_t)v->tile_n + 16u * (uint32_t)v->tile_m;
-        return qs * (uint32_t)(v->tile_m * v->head_dim_pad) + (uint32_t)v->stages * slot + xch +
+        const uint32_t q_panels = (uint32_t)v->head_dim_pad / 64u;
+        const uint32_t q = qs * (uint32_t)v->tile_m * (q_panels & ~1u) * 64u;
+        const uint32_t panel = (uint32_t)v->tile_m * 128u;
+        const uint32_t xs = 256u * (uint32_t)v->tile_n > (q_panels % 2 ? panel : 0u)
+                                ? 256u * (uint32_t)v->tile_n
+                                : panel;
+        return q + xs + (uint32_t)v->stages * slot + 16u * (uint32_t)v->tile_m +
                16u * (uint32_t)v->stages + 8u + 1023u;
     }
     if (v->family == FJ__FAMILY_DECODE) /* attn_decode.lua's Smem: floats only */

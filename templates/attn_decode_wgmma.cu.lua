@@ -14,17 +14,25 @@
 % --              a row at a time, its page looked up a tile ahead), every thread's copies of a
 % --              tile completing FULL. Consumers give the slot back on EMPTY.
 % --   consumers  (warpgroups 1 and 2, `half` 0 and 1) share every tile:
-% --                S = Q K^T      half h takes the tile's keys [h KW, (h + 1) KW) over all of d
-% --                               (KW = BN / 2): S is computed once, Q and K read from shared
-% --                               memory by wgmma;
+% --                S = Q K^T      half h multiplies its half of d (Q's 64-column panels
+% --                               [h QH, (h + 1) QH), and with an odd panel count 32 columns of
+% --                               the last panel, held in registers) for all BN keys: m64nBN
+% --                               products, which read as many bytes of Q as of K from shared
+% --                               memory (split by keys instead, each would read all of Q for
+% --                               half the keys: shared memory's bandwidth, not the tensor cores,
+% --                               would bound S);
+% --                meeting of S   half h owns keys [h KW, (h + 1) KW) (KW = BN / 2): each gives
+% --                               the other its part of the other's keys through shared memory
+% --                               (Xs, a region a half) and adds the other's part of its own;
 % --                softmax        both halves agree on each row's new maximum (their tile maxima
-% --                               meet in shared memory, Xch.max) and exponentiate their keys;
-% --                P to shared    each half's P (16-bit A fragments, thread-indexed) goes to
-% --                               Xch.p, so both halves hold the whole tile's P;
+% --                               meet in shared memory, Meet.max) and exponentiate their keys;
+% --                               O is rescaled only where a warp's row maxima moved;
+% --                P to shared    each half's P (16-bit A fragments, thread-indexed) goes to the
+% --                               other's region of Xs, so both halves hold the whole tile's P;
 % --                O += P V       half h adds into its DVH = DV / 2 value columns (O's
 % --                               accumulators: 64 x 256 f32 at dv 512 is half a warpgroup's
 % --                               registers), over all BN keys.
-% --              At the end the halves' row sums meet (Xch.sum) and each stores its columns.
+% --              At the end the halves' row sums meet (Meet.sum) and each stores its columns.
 % -- Both halves compute the same maxima (max is exact and commutative) and the same sums (a + b
 % -- in the same order), so their columns agree on each row's scale. With v_in_k (MLA's latent
 % -- cache, v a view of k's first dims) V is read from K's tile: no value copies.
@@ -46,7 +54,6 @@
 %        "attn_decode_wgmma: d in 64-column panels, each half of dv whole panels of at most 256")
 % assert(not v_in_k or head_dim_v_pad <= head_dim_pad,
 %        "attn_decode_wgmma: v_in_k reads V inside K's rows")
-% local kw = tile_n // 2
 % local half_dv = head_dim_v_pad // 2
 % include("dialect.lua")
 % include("cuda_mma.lua")
@@ -54,8 +61,8 @@
 % include("params.lua")
 % include("sequence.lua")
 % params_struct(args)
-% hopper_wgmma(kw)
-% if half_dv ~= kw then hopper_wgmma(half_dv) end
+% hopper_wgmma(tile_n)
+% if half_dv ~= tile_n then hopper_wgmma(half_dv) end
 
 /* ---- the variant, as constants ------------------------------------------------------------ */
 constexpr int BM = 64, BN = ${tile_n}, KW = BN / 2;  /* packed rows; keys a tile, a half's keys */
@@ -71,19 +78,34 @@ static_assert(128 * PRODUCER_REGS + 256 * CONSUMER_REGS <= THREADS * LAUNCH_REGS
               "the block's registers");
 #define NEG_INF __int_as_float(0xff800000)
 
+/* Q's 64-column panels: QH a half in shared memory; with an odd count the last one's 32 columns
+** a half in registers (its k steps 2 half and 2 half + 1), which leaves MLA's 576 / 512 room for
+** the exchange. */
+constexpr int QPANELS = D / 64, QH = QPANELS / 2;
+constexpr bool Q_ODD = QPANELS % 2 != 0;
+
 /* ---- shared memory (from a 1024-byte boundary) --------------------------------------------- */
-/* Q, then the ring: each slot K's tile [+ V's tile], every tile 64-column panels of rows x 128
-** bytes in the 128-byte swizzle (16-byte piece j of a row's panel at (j ^ row % 8) * 16); then
-** the halves' exchange and the barriers. */
-constexpr int Q_BYTES = BM * D * 2, K_BYTES = BN * D * 2, V_BYTES = V_IN_K ? 0 : BN * DV * 2;
-constexpr int SLOT_BYTES = K_BYTES + V_BYTES;
-struct Xch {
-    u32 p[2][KW / 16][4][128]; /* half h's P fragments, [k step][register][thread] */
-    float max[2][BM];          /* half h's row maxima of the tile (log2 units) */
-    float sum[2][BM];          /* half h's row sums, at the end */
+/* Q's shared panels, the halves' exchange, the ring, the meeting's row values and the barriers.
+** Every tile is 64-column panels of rows x 128 bytes in the 128-byte swizzle (16-byte piece j
+** of a row's panel at (j ^ row % 8) * 16); each ring slot K's tile [+ V's tile].
+** Xs: region h is written by half h (its part of S over the other half's keys, [j][e][thread]),
+** read by the other, which then writes its P into it ([k step][register][thread], the same
+** words of the same threads), read by half h. A word is only ever written and read by the same
+** thread index of each half, so one barrier a meeting orders it. Region 0 first receives Q's odd
+** panel (the copies of Q's panels run on into it), which the consumers take into registers
+** before the first meeting. */
+constexpr int Q_BYTES = BM * QH * 2 * 128, K_BYTES = BN * D * 2;
+constexpr int V_BYTES = V_IN_K ? 0 : BN * DV * 2, SLOT_BYTES = K_BYTES + V_BYTES;
+constexpr int XS_WORDS = KW / 8 * 4 * 128; /* a region's: a thread's S over KW keys */
+constexpr int XS_BYTES = 2 * 4 * XS_WORDS > (Q_ODD ? BM * 128 : 0) ? 2 * 4 * XS_WORDS : BM * 128;
+struct Meet {
+    float max[2][BM]; /* half h's row maxima of the tile (log2 units) */
+    float sum[2][BM]; /* half h's row sums, at the end */
 };
-constexpr int XCH_AT = Q_BYTES + STAGES * SLOT_BYTES;
-constexpr int BARS_AT = XCH_AT + (int)sizeof(Xch); /* FULL[STAGES], EMPTY[STAGES], QBAR */
+constexpr int XS_AT = Q_BYTES, RING_AT = XS_AT + XS_BYTES;
+constexpr int MEET_AT = RING_AT + STAGES * SLOT_BYTES;
+constexpr int BARS_AT = MEET_AT + (int)sizeof(Meet); /* FULL[STAGES], EMPTY[STAGES], QBAR */
+static_assert(RING_AT % 1024 == 0, "the ring's panels on the swizzle's 1024-byte atoms");
 static_assert(BARS_AT + 16 * STAGES + 8 + 1023 == ${shared_bytes},
               "the host's fj__variant_shared_bytes");
 
@@ -232,9 +254,9 @@ fj_attn_decode(
 % end
     const u32 base = (smem_addr(smem_raw) + 1023) & ~1023u;
     unsigned char *smem = smem_raw + (base - smem_addr(smem_raw));
-    const u32 sQ = base, ring = base + Q_BYTES, bars = base + BARS_AT;
+    const u32 sQ = base, ring = base + RING_AT, bars = base + BARS_AT;
     const u32 qbar = bars + 16 * STAGES; /* Q landed: each producer thread's copies */
-    Xch &xc = *(Xch *)(smem + XCH_AT);
+    Meet &meet = *(Meet *)(smem + MEET_AT);
     const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0);
     const int warp = (tid % 128) / 32, lane = tid % 32;
 % decode_block("BM")
@@ -290,39 +312,93 @@ fj_attn_decode(
     const int qpos[2] = {g0 + r0 < rows ? (g0 + r0) % seqlen_q : 0,
                          g0 + r1 < rows ? (g0 + r1) % seqlen_q : 0};
 % end
-    const u64 q_desc = gmma_desc(sQ, 16, 1024);
-    /* S: this half's keys, rows half * KW of each K panel; P V: this half's value panels. */
-    const u64 k_desc = gmma_desc(ring + half * KW * 128, 16, 1024);
+    /* S: this half's panels of Q and K (all BN keys); P V: this half's value panels. */
+    const u64 q_desc = gmma_desc(sQ + half * QH * BM * 128, 16, 1024);
+    const u64 k_desc = gmma_desc(ring + half * QH * BN * 128, 16, 1024);
     const u64 v_desc = gmma_desc(ring + (V_IN_K ? 0 : K_BYTES) + half * (DVH / 64) * BN * 128,
                                  BN * 128, 1024);
+    /* This half's two k steps of Q's odd panel (A fragments), taken at the first tile. */
+    u32 q_odd[Q_ODD ? 2 : 1][4];
+    /* The region this half writes its part of S to (and reads the other's P from), and the
+    ** other's (Xs). */
+    const u32 xs_mine = base + XS_AT + half * XS_WORDS * 4;
+    const u32 xs_theirs = base + XS_AT + (1 - half) * XS_WORDS * 4;
 
     float o[DVH / 8][4], row_max[2] = {NEG_INF, NEG_INF}, row_sum[2] = {0.0f, 0.0f};
     zero_acc<DVH>(o);
+    float sf[BN / 8][4]; /* this half's part of S over all the tile's keys */
     float sc[KW / 8][4]; /* S of this half's keys, then P */
     u32 pa[BN / 16][4];  /* the tile's P as A fragments: the first half's, then the second's */
 
-    /* Tile `tile` landed in its slot: S = Q K^T over this half's keys, issued (not waited for). */
+    /* Q's odd panel into registers (the A fragments of k steps 2 half, 2 half + 1: rows r0, r1,
+    ** columns 2t and 2t + 8 of each), before either half's first meeting overwrites it. */
+    auto take_q_odd = [&]() {
+        if constexpr (Q_ODD) {
+            const u32 panel = base + XS_AT;
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int f = 0; f < 4; f++) {
+                    const int r = f % 2 ? r1 : r0, c = (2 * half + i) * 16 + (f / 2) * 8 + 2 * t;
+                    q_odd[i][f] = ld_shared_u32(swizzled(panel, BM, r, c / 8) + (c % 8) * 2);
+                }
+        }
+        bar_sync(3, 256);
+    };
+    /* Tile `tile` landed in its slot: this half's part of S = Q K^T, issued (not waited for). */
     auto issue_s = [&](int tile) {
         const int s = tile % STAGES;
-        if (tile == 0)
+        if (tile == 0) {
             mbar_wait(qbar, 0);
+            take_q_odd();
+        }
         mbar_wait(bars + 8 * s, (tile / STAGES) & 1);
         fence_proxy_async(); /* the copies (generic proxy) before wgmma's reads (async proxy) */
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < D / 16; kk++)
-            wgmma_ss_${kw}(&sc[0][0], q_desc + (((kk / 4) * BM * 128 + (kk % 4) * 32) >> 4),
-                           k_desc + ((s * SLOT_BYTES + (kk / 4) * BN * 128 + (kk % 4) * 32) >> 4),
-                           kk > 0);
+        for (int kk = 0; kk < QH * 4; kk++)
+            wgmma_ss_${tile_n}(&sf[0][0], q_desc + (((kk / 4) * BM * 128 + (kk % 4) * 32) >> 4),
+                               k_desc + ((s * SLOT_BYTES + (kk / 4) * BN * 128 + (kk % 4) * 32) >> 4),
+                               kk > 0);
+        if constexpr (Q_ODD) {
+            /* K's odd panel: k steps 2 half and 2 half + 1 (32 bytes each) */
+            const u64 k_odd = gmma_desc(ring + s * SLOT_BYTES + 2 * QH * BN * 128 + half * 64,
+                                        16, 1024);
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+                wgmma_rs_k_${tile_n}(&sf[0][0], q_odd[i], k_odd + ((i * 32) >> 4), QH > 0 || i > 0);
+        }
         wgmma_commit();
     };
-    /* O += P V over all of the tile's keys into this half's columns, issued. */
-    auto issue_pv = [&](int tile) {
+    /* The meeting of S (sf landed): this half's part of the other's keys to its region, the
+    ** other's part of this half's keys added: sc, S of this half's keys. */
+    auto meet_s = [&]() {
+#pragma unroll
+        for (int j = 0; j < KW / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                st_shared_u32(xs_mine + ((j * 4 + e) * 128 + ti) * 4,
+                              __float_as_uint(half ? sf[j][e] : sf[KW / 8 + j][e]));
+        bar_sync(3, 256);
+#pragma unroll
+        for (int j = 0; j < KW / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                sc[j][e] = (half ? sf[KW / 8 + j][e] : sf[j][e]) +
+                           __uint_as_float(ld_shared_u32(xs_theirs + ((j * 4 + e) * 128 + ti) * 4));
+    };
+    /* O += P V over pa's k steps [k0, k1) into this half's columns, issued: pa's first KW / 16
+    ** are this half's keys (V's rows from v_own), the rest the other half's (from v_other). */
+    const u64 v_own = v_desc + ((half * KW * 128) >> 4), v_other = v_desc + (((1 - half) * KW * 128) >> 4);
+    auto issue_pv = [&](int tile, int k0, int k1) {
+        const u32 slot = (tile % STAGES) * SLOT_BYTES;
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++)
-            wgmma_rs_${half_dv}(&o[0][0], pa[kk],
-                                v_desc + (((tile % STAGES) * SLOT_BYTES + kk * 16 * 128) >> 4), 1);
+        for (int kk = k0; kk < k1; kk++) {
+            const u64 rows = kk < KW / 16 ? v_own + ((slot + kk * 16 * 128) >> 4)
+                                          : v_other + ((slot + (kk - KW / 16) * 16 * 128) >> 4);
+            wgmma_rs_${half_dv}(&o[0][0], pa[kk], rows, 1);
+        }
         wgmma_commit();
     };
     /* The softmax of tile `tile`'s S (landed in sc): in log2 units (soft-capped); keys past the
@@ -350,14 +426,14 @@ fj_attn_decode(
         mx[0] = quad_max(mx[0]);
         mx[1] = quad_max(mx[1]);
         if (t == 0) {
-            xc.max[half][r0] = mx[0];
-            xc.max[half][r1] = mx[1];
+            meet.max[half][r0] = mx[0];
+            meet.max[half][r1] = mx[1];
         }
         bar_sync(1, 256); /* both halves' maxima */
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int r = h ? r1 : r0;
-            const float m = fmaxf(row_max[h], fmaxf(xc.max[0][r], xc.max[1][r]));
+            const float m = fmaxf(row_max[h], fmaxf(meet.max[0][r], meet.max[1][r]));
             /* A row with no key yet keeps max -inf; subtracting 0 then gives exp2(-inf) = 0. */
             const float b = m == NEG_INF ? 0.0f : m;
             alpha[h] = ex2(row_max[h] - b);
@@ -373,7 +449,11 @@ fj_attn_decode(
             row_sum[h] = row_sum[h] * alpha[h] + sum; /* the quad's and halves' sums at the end */
         }
     };
+    /* O's rows times alpha; skipped where no row of the warp's changed its maximum (alpha 1:
+    ** exact), as is usual once a long sequence's largest scores have been seen. */
     auto rescale = [&](const float *alpha) {
+        if (!__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f))
+            return;
 #pragma unroll
         for (int j = 0; j < DVH / 8; j++) {
             o[j][0] *= alpha[0];
@@ -382,21 +462,24 @@ fj_attn_decode(
             o[j][3] *= alpha[1];
         }
     };
-    /* This half's P to Xch and the whole tile's into pa. */
-    auto share_p = [&]() {
-        u32 p[KW / 16][4];
-        pack_rows<KW / 16>(p, sc);
+    /* This half's P into pa's first k steps and to the other's region of Xs (the words this
+    ** thread read its S from). */
+    auto give_p = [&]() {
+        pack_rows<KW / 16>(pa, sc);
 #pragma unroll
         for (int kk = 0; kk < KW / 16; kk++)
 #pragma unroll
             for (int i = 0; i < 4; i++)
-                xc.p[half][kk][i][ti] = p[kk][i];
-        bar_sync(2, 256); /* both halves' P */
+                st_shared_u32(xs_theirs + ((kk * 4 + i) * 128 + ti) * 4, pa[kk][i]);
+    };
+    /* Once both halves gave theirs, the other's P into pa's last k steps. */
+    auto take_p = [&]() {
+        bar_sync(2, 256);
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++)
+        for (int kk = 0; kk < KW / 16; kk++)
 #pragma unroll
             for (int i = 0; i < 4; i++)
-                pa[kk][i] = xc.p[kk / (KW / 16)][kk % (KW / 16)][i][ti];
+                pa[KW / 16 + kk][i] = ld_shared_u32(xs_mine + ((kk * 4 + i) * 128 + ti) * 4);
     };
     /* The slot is read (multicast: the other block's producer writes into it too, so both
     ** blocks' consumers free it). */
@@ -435,17 +518,20 @@ fj_attn_decode(
     if (ntiles > 0) {
         issue_s(0);
         wgmma_wait<0>();
-        fence_regs<KW / 2>(&sc[0][0]);
+        fence_regs<BN / 2>(&sf[0][0]);
+        meet_s();
         softmax(0, alpha);
         clear_tail(0);
-        share_p();
+        give_p();
+        take_p();
     }
 #pragma unroll 1
     for (int tile = 1; tile < ntiles; tile++) {
         issue_s(tile);
-        issue_pv(tile - 1);
+        issue_pv(tile - 1, 0, BN / 16);
         wgmma_wait<1>(); /* this tile's S; the last one's P V may run on */
-        fence_regs<KW / 2>(&sc[0][0]);
+        fence_regs<BN / 2>(&sf[0][0]);
+        meet_s();
         softmax(tile, alpha);
         wgmma_wait<0>();
         fence_regs<DVH / 2>(&o[0][0]);
@@ -453,13 +539,14 @@ fj_attn_decode(
         release(tile - 1);
         rescale(alpha);
         clear_tail(tile);
-        share_p();
+        give_p();
+        take_p();
         /* pinned here: writes of wgmma inputs moved past the next wgmma.fence serialise */
         fence_regs<DVH / 2>(&o[0][0]);
         fence_regs<BN / 4>(&pa[0][0]);
     }
     if (ntiles > 0) {
-        issue_pv(ntiles - 1);
+        issue_pv(ntiles - 1, 0, BN / 16);
         wgmma_wait<0>();
         fence_regs<DVH / 2>(&o[0][0]);
         release(ntiles - 1);
@@ -469,13 +556,16 @@ fj_attn_decode(
     for (int tile = 0; tile < ntiles; tile++) {
         issue_s(tile);
         wgmma_wait<0>();
-        fence_regs<KW / 2>(&sc[0][0]);
+        fence_regs<BN / 2>(&sf[0][0]);
+        meet_s();
         float alpha[2];
         softmax(tile, alpha);
         rescale(alpha);
         clear_tail(tile);
-        share_p();
-        issue_pv(tile);
+        give_p();
+        issue_pv(tile, 0, KW / 16); /* this half's keys while the other's P comes */
+        take_p();
+        issue_pv(tile, KW / 16, BN / 16);
         wgmma_wait<0>();
         fence_regs<DVH / 2>(&o[0][0]);
         release(tile);
@@ -488,8 +578,8 @@ fj_attn_decode(
     row_sum[0] = quad_sum(row_sum[0]);
     row_sum[1] = quad_sum(row_sum[1]);
     if (t == 0) {
-        xc.sum[half][r0] = row_sum[0];
-        xc.sum[half][r1] = row_sum[1];
+        meet.sum[half][r0] = row_sum[0];
+        meet.sum[half][r1] = row_sum[1];
     }
     bar_sync(1, 256);
 #pragma unroll
@@ -497,7 +587,7 @@ fj_attn_decode(
         const int r = h ? r1 : r0, pr = g0 + r;
         if (pr >= rows)
             continue;
-        const float sum = xc.sum[0][r] + xc.sum[1][r], inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        const float sum = meet.sum[0][r] + meet.sum[1][r], inv = sum > 0.0f ? 1.0f / sum : 0.0f;
         const int head = head_kv * qgroup + pr / seqlen_q, row = q_first + pr % seqlen_q;
 #pragma unroll
         for (int j = 0; j < DVH / 8; j++)

@@ -314,7 +314,8 @@ template <int N> __device__ __forceinline__ void fence_regs(u32 *r)
 % -- wgmma_ss_N: D[64 x N] (+)= A[64 x 16] B[16 x N], both from shared memory, K-major.
 % -- wgmma_ss_t_N: the same with B N-major (transposed), as the backward's dQ = dS K needs.
 % -- wgmma_rs_N: the same with A from registers (four 16-bit pairs, the mma.sync A layout) and
-% -- B N-major (transposed), as P V needs.
+% -- B N-major (transposed), as P V needs; wgmma_rs_k_N (16 bits) with B K-major, as Q K^T with
+% -- Q's fragments in registers needs.
 % -- With FP8 inputs each product takes k = 32 (32 bytes a row, as k = 16 does in 16 bits) and
 % -- both operands K-major, which FP8 requires: wgmma_ss_N for q and k, and wgmma_rs_N with A
 % -- from registers in e4m3 (P; four words of four: thread (g, t) of a warp holds row g's
@@ -327,7 +328,8 @@ template <int N> __device__ __forceinline__ void fence_regs(u32 *r)
 %   local ss_forms = fp8_type and { { name = "ss", flags = "" } }
 %       or { { name = "ss", flags = ", 0, 0" }, { name = "ss_t", flags = ", 0, 1" } }
 %   local rs_types = (fp8_type and "e4m3" or ptx_type) .. "." .. ptx_type
-%   local rs_flags = fp8_type and "" or ", 1"
+%   local rs_forms = fp8_type and { { name = "rs", flags = "" } }
+%       or { { name = "rs", flags = ", 1" }, { name = "rs_k", flags = ", 0" } }
 %   for _, ss in ipairs(ss_forms) do
 __device__ __forceinline__ void wgmma_${ss.name}_${n}(float *d, u64 desc_a, u64 desc_b, int accumulate)
 {
@@ -338,12 +340,14 @@ __device__ __forceinline__ void wgmma_${ss.name}_${n}(float *d, u64 desc_a, u64 
                  : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 %   end
-__device__ __forceinline__ void wgmma_rs_${n}(float *d, const u32 *a, u64 desc_b, int accumulate)
+%   for _, rs in ipairs(rs_forms) do
+__device__ __forceinline__ void wgmma_${rs.name}_${n}(float *d, const u32 *a, u64 desc_b, int accumulate)
 {
     asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %${a + 5}, 0;\n\t"
                  "wgmma.mma_async.sync.aligned.m64n${n}k${k}.f32.${rs_types} "
-                 "{${acc_list(n)}}, {%${a}, %${a + 1}, %${a + 2}, %${a + 3}}, %${a + 4}, p, 1, 1${rs_flags};\n\t}"
+                 "{${acc_list(n)}}, {%${a}, %${a + 1}, %${a + 2}, %${a + 3}}, %${a + 4}, p, 1, 1${rs.flags};\n\t}"
                  : ${acc_operands(n)}
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
+%   end
 % end
