@@ -88,7 +88,7 @@ static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t 
 
 /* On sm_90a, for value dims beyond 256 (MLA's 576 / 512) and 64 packed rows or more (MLA's
 ** 64-128 heads: compute-bound), the wgmma kernel
-** (attn_decode_wgmma.cu.lua): 64 packed rows a block, the tile's keys and O's columns split
+** (attn_decode_wgmma.cu.lua): 64 packed rows a block, S's head dims and O's columns split
 ** between two consumer warpgroups, 64-key tiles in two ring slots where they fit (MLA's: v read
 ** from k), else 32-key tiles. Returns 1 and fills *v when it serves f on dev. */
 static int choose_wgmma(const fj__features *f, const fj_device_info *dev, int64_t group_rows,
