@@ -356,10 +356,11 @@ fj_attn_decode(
         fence_proxy_async(); /* the copies (generic proxy) before wgmma's reads (async proxy) */
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < QH * 4; kk++)
-            wgmma_ss_${tile_n}(&sf[0][0], q_desc + (((kk / 4) * BM * 128 + (kk % 4) * 32) >> 4),
-                               k_desc + ((s * SLOT_BYTES + (kk / 4) * BN * 128 + (kk % 4) * 32) >> 4),
-                               kk > 0);
+        for (int kk = 0; kk < QH * 4; kk++) {
+            const u32 q_at = (kk / 4) * BM * 128 + (kk % 4) * 32;
+            const u32 k_at = s * SLOT_BYTES + (kk / 4) * BN * 128 + (kk % 4) * 32;
+            wgmma_ss_${tile_n}(&sf[0][0], q_desc + (q_at >> 4), k_desc + (k_at >> 4), kk > 0);
+        }
         if constexpr (Q_ODD) {
             /* K's odd panel: k steps 2 half and 2 half + 1 (32 bytes each) */
             const u64 k_odd = gmma_desc(ring + s * SLOT_BYTES + 2 * QH * BN * 128 + half * 64,
@@ -389,7 +390,8 @@ fj_attn_decode(
     };
     /* O += P V over pa's k steps [k0, k1) into this half's columns, issued: pa's first KW / 16
     ** are this half's keys (V's rows from v_own), the rest the other half's (from v_other). */
-    const u64 v_own = v_desc + ((half * KW * 128) >> 4), v_other = v_desc + (((1 - half) * KW * 128) >> 4);
+    const u64 v_own = v_desc + ((half * KW * 128) >> 4);
+    const u64 v_other = v_desc + (((1 - half) * KW * 128) >> 4);
     auto issue_pv = [&](int tile, int k0, int k1) {
         const u32 slot = (tile % STAGES) * SLOT_BYTES;
         wgmma_fence();
