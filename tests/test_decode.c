@@ -227,11 +227,13 @@ static void test_mla(void **state)
 ** with speculative rows (two row tiles: with multicast=1 a cluster pair sharing its bulk
 ** copies), its own v across two kv heads on pages of 16 (tiles by its threads) and of 128 with
 ** two rows and a window (bulk copies: NaN in the pages' unused rows, windows starting inside a
-** tile), 320 dims on odd pages with a window and soft-capping in f16, and a partial second row
-** tile. */
+** tile), 320 dims on odd pages with a window and soft-capping in f16, a partial second row
+** tile, and the two ways the kernel's halves split S's head dims besides an odd panel count
+** (MLA's nine, 320's five): six panels, all in shared memory (384, paged 16), and a single
+** one, in registers only (q and k of 64 dims, v of 512). */
 static void test_wide_many_rows(void **state)
 {
-    fjh_case cases[5];
+    fjh_case cases[7];
     cases[0] = decode_case(2, 900, 64, 1, 576, FJ_DTYPE_BF16);
     cases[0].head_dim_v = 512;
     cases[0].v_in_k = 1;
@@ -255,7 +257,12 @@ static void test_wide_many_rows(void **state)
     cases[4].paged = 128;
     cases[4].desc.causal = 1;
     cases[4].desc.window_left = 201;
-    run_cases(state, cases, 5, 1);
+    cases[5] = decode_case(1, 1000, 64, 1, 384, FJ_DTYPE_BF16);
+    cases[5].paged = 16;
+    cases[6] = decode_case(2, 777, 64, 1, 64, FJ_DTYPE_BF16);
+    cases[6].head_dim_v = 512;
+    cases[6].desc.causal = 1;
+    run_cases(state, cases, 7, 1);
 }
 
 /* What the decode kernel does not take runs on the forward kernels: 17 query rows, a bias, a
