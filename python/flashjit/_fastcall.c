@@ -156,16 +156,6 @@ static int same_ints(PyObject *a, PyObject *b)
     return 1;
 }
 
-/* same_ints of o, a new reference that this releases (NULL: a Python error, -1), and want. */
-static int owned_same_ints(PyObject *o, PyObject *want)
-{
-    if (!o)
-        return -1;
-    const int same = same_ints(o, want);
-    Py_DECREF(o);
-    return same;
-}
-
 /* What the tensor is and where its data is, through the shim; 0 where the shim fails or the
 ** tensor has more than MAX_DIMS dimensions, -1 on a Python error. */
 static int shim_read(const shim *f, PyObject *x, layout *l, int32_t *device_type,
@@ -385,27 +375,14 @@ static int slot_pointer(const call *c, const slot *t, PyObject *x, void **ptr)
                !memcmp(l.strides, w->strides, (size_t)l.ndim * sizeof *l.strides) &&
                type == SHIM_CUDA && index == c->device;
     }
-    PyObject *o = PyObject_GetAttr(x, s_dtype);
-    if (!o)
-        return -1;
-    int same = o == w->dtype;
-    Py_DECREF(o);
-    if (!same)
-        return 0;
-    if ((same = owned_same_ints(PyObject_GetAttr(x, s_shape), w->shape)) != 1 ||
-        (same = owned_same_ints(call_method(x, s_stride), w->stride)) != 1)
-        return same;
-    if (!(o = call_method(x, s_get_device)))
-        return -1;
-    long device = PyLong_AsLong(o);
-    Py_DECREF(o);
-    if (device != c->device)
-        return PyErr_Occurred() ? -1 : 0;
-    if (!(o = call_method(x, s_data_ptr)))
-        return -1;
-    *ptr = PyLong_AsVoidPtr(o);
-    Py_DECREF(o);
-    return PyErr_Occurred() ? -1 : 1;
+    layout l = {0};
+    long device;
+    int same = attrs_read(x, &l, &device, ptr) < 0 ? -1
+                                                   : l.dtype == w->dtype && device == c->device;
+    if (same == 1 && (same = same_ints(l.shape, w->shape)) == 1)
+        same = same_ints(l.stride, w->stride);
+    layout_clear(&l);
+    return same;
 }
 
 /* PyTorch's current stream on the call's device (a CUstream), or NULL with a Python error
