@@ -86,11 +86,19 @@ static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t 
     return 1;
 }
 
+static int wgmma_bulk_fits(const fj__features *f, const fj__variant *v);
+
 /* On sm_90a, for value dims beyond 256 (MLA's 576 / 512) and 64 packed rows or more (MLA's
-** 64-128 heads: compute-bound), the wgmma kernel
-** (attn_decode_wgmma.cu.lua): 64 packed rows a block, S's head dims and O's columns split
-** between two consumer warpgroups, 64-key tiles in two ring slots where they fit (MLA's: v read
-** from k), else 32-key tiles. Returns 1 and fills *v when it serves f on dev. */
+** 64-128 heads: compute-bound), 64 packed rows a block on wgmma: where v is read from k's tiles
+** by bulk tensor copies, a panel of k lies past v's columns (MLA's) and the blocks before any
+** split fill at least half the device (SEESAW_MIN_FILL), the seesaw kernel
+** (attn_decode_seesaw.cu.lua: two warpgroups, each the whole S of every other 64-key tile, one's
+** softmax under the other's products; warps 8); else attn_decode_wgmma.cu.lua (a copying
+** warpgroup and two computing ones splitting S's head dims and O's columns; warps 12), 64-key
+** tiles in two ring slots where they fit, else 32-key tiles. Returns 1 and fills *v when either
+** serves f on dev. (The seesaw kernel starts slower: with many splits of few tiles, as at batch
+** 1, it ran 7-17 % behind the other on the H200; from 128 blocks, 2-4 % ahead: RESULTS.md.) */
+#define SEESAW_MIN_FILL 2 /* blocks before splits >= compute units / this */
 static int choose_wgmma(const fj__features *f, const fj_device_info *dev, int64_t group_rows,
                         fj__variant *v)
 {
@@ -100,8 +108,6 @@ static int choose_wgmma(const fj__features *f, const fj_device_info *dev, int64_
         return 0;
     fj__variant t = *v;
     t.path = FJ__PATH_WGMMA;
-    t.warps = 12;
-    t.threads = 32 * t.warps;
     t.tile_m = 64;
     t.head_dim_pad = (int32_t)fj__round_up(f->head_dim, 64);
     t.head_dim_v_pad = (int32_t)fj__round_up(f->head_dim_v, 128);
@@ -109,6 +115,17 @@ static int choose_wgmma(const fj__features *f, const fj_device_info *dev, int64_
     t.stages = 2;
     t.ctas_per_sm = 1;
     t.bulk = 1; /* where the tensors allow (fj__plan_decode: wgmma_bulk_fits) */
+    t.warps = 8;
+    t.threads = 256;
+    t.tile_n = 64;
+    const int64_t blocks = f->batch * f->heads_kv * fj__div_up(group_rows, t.tile_m);
+    if (blocks * SEESAW_MIN_FILL >= fj__compute_units(dev) && wgmma_bulk_fits(f, &t) &&
+        fj__variant_fits(&t, dev)) {
+        *v = t;
+        return 1;
+    }
+    t.warps = 12;
+    t.threads = 384;
     /* (multicast=1, a cluster pair sharing the copies, is opt-in: measured slower,
     ** bench/RESULTS.md) */
     for (t.tile_n = 64; t.tile_n >= 32; t.tile_n /= 2)
@@ -180,7 +197,7 @@ int fj__choose_decode(const fj__features *f, const fj_device_info *dev, const ch
     v->varlen = f->varlen;
     v->paged = f->paged;
     const int vector_asked = config && strstr(config, "path=vec");
-    /* warps=4 asks for the mma kernel where the wgmma kernel (12) would serve */
+    /* warps=4 asks for the mma kernel where a wgmma kernel (8 or 12) would serve */
     const char *warps = fj__config_field(config, "warps");
     const int mma_asked = warps && atoi(warps) == 4;
     if ((!vector_asked && !mma_asked && choose_wgmma(f, dev, group_rows, v)) ||
@@ -206,6 +223,16 @@ int fj__decode_apply_config(fj__variant *v, const char *config, const fj_device_
     if (v->path == FJ__PATH_SIMT || fj__apply_config(&t, config, NULL) != 0)
         return 0;
     t.tile_m = v->tile_m;
+    if (t.path == FJ__PATH_WGMMA) {
+        /* warps 8 or 12: the seesaw kernel or the other. Options only the other takes
+        ** (bulk=0, multicast, overlap, other tiles) move a planned seesaw kernel to it. */
+        t.threads = 32 * t.warps;
+        if (fj__decode_seesaw(&t) && !fj__config_field(config, "warps") &&
+            !fj__variant_fits(&t, dev)) {
+            t.warps = 12;
+            t.threads = 384;
+        }
+    }
     /* A ring deeper than bulk copies sustain, asked without bulk=1 (a tuning record or config
     ** from before bulk copies): by cp.async, with which such rings were measured. */
     if (fj__decode_too_many_copies(&t) && !strstr(config, "bulk="))
@@ -319,6 +346,11 @@ fj_status fj__plan_decode(const fj__features *f, const fj_device_info *dev, cons
     s->variant.partial = splits > 1;
     if (v->path == FJ__PATH_WGMMA) {
         s->variant.bulk = v->bulk && wgmma_bulk_fits(f, v);
+        if (fj__decode_seesaw(v) && !s->variant.bulk)
+            return fj__fail(err, FJ_ERR_UNSUPPORTED,
+                            "warps=8 (the seesaw decode kernel) reads k by tensor maps: k must "
+                            "be dense with 16-byte-aligned strides, not packed, and pages must "
+                            "hold whole %d-key tiles", v->tile_n);
         /* (asked for) a kv head's row tiles in cluster pairs: blockIdx.x 2j and 2j + 1 */
         s->variant.multicast = v->multicast && s->variant.bulk && row_tiles % 2 == 0;
     }

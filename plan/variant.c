@@ -20,7 +20,8 @@ const char *fj__variant_template(const fj__variant *v)
     if (v->family == FJ__FAMILY_DECODE)
         return v->path == FJ__PATH_VECTOR  ? "attn_decode_vec.cu.lua"
                : v->path == FJ__PATH_MMA   ? "attn_decode_mma.cu.lua"
-               : v->path == FJ__PATH_WGMMA ? "attn_decode_wgmma.cu.lua"
+               : v->path == FJ__PATH_WGMMA ? (fj__decode_seesaw(v) ? "attn_decode_seesaw.cu.lua"
+                                                                   : "attn_decode_wgmma.cu.lua")
                                            : "attn_decode.lua";
     if (v->family == FJ__FAMILY_APPEND)
         return "kv_append.lua";
@@ -77,7 +78,8 @@ const char *fj__variant_path(const fj__variant *v)
         return v->backend != FJ_BACKEND_CUDA   ? "opencl.decode"
                : v->path == FJ__PATH_VECTOR ? "cuda.decode.vec"
                : v->path == FJ__PATH_MMA    ? "cuda.decode.mma"
-               : v->path == FJ__PATH_WGMMA  ? "cuda.decode.wgmma"
+               : v->path == FJ__PATH_WGMMA  ? (fj__decode_seesaw(v) ? "cuda.decode.seesaw"
+                                                                    : "cuda.decode.wgmma")
                                             : "cuda.decode";
     if (v->family == FJ__FAMILY_APPEND)
         return v->backend == FJ_BACKEND_CUDA ? "cuda.kv_append" : "opencl.kv_append";
@@ -91,6 +93,11 @@ const char *fj__variant_path(const fj__variant *v)
                : v->path == FJ__PATH_MMA ? "cuda.fwd.mma"
                                          : "cuda.fwd.simt";
     return "opencl.fwd.simt";
+}
+
+int fj__decode_seesaw(const fj__variant *v)
+{
+    return v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_WGMMA && v->warps == 8;
 }
 
 int fj__variant_element_masks(const fj__variant *v)
@@ -169,6 +176,12 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
                                          : walk > comb ? walk : comb;
         return end + (v->bulk ? 8u * (uint32_t)v->stages : 0u);
     }
+    if (v->family == FJ__FAMILY_DECODE && fj__decode_seesaw(v))
+        /* attn_decode_seesaw.cu.lua: Q's panels and two ring slots of a K tile's (v read from
+        ** k), two floats a row per warpgroup (Rows), an mbarrier a slot's panel, and slack to
+        ** align the panels to 1024 bytes. */
+        return (uint32_t)v->head_dim_pad / 64u * 128u * (uint32_t)(v->tile_m + 2 * v->tile_n) +
+               16u * (uint32_t)v->tile_m + 16u * ((uint32_t)v->head_dim_pad / 64u) + 1023u;
     if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_WGMMA) {
         /* attn_decode_wgmma.cu.lua: Q's panels but an odd last one (held in registers), the
         ** halves' exchange (Xs: two regions of a consumer thread's S over half a tile's keys,
@@ -385,6 +398,14 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
                v->head_dim_v_pad <= FJ__MAX_HEAD_DIM && (!v->bulk || fj__sm_version(dev) >= 90) &&
                fj__variant_shared_bytes(v) <= dev->local_memory;
     }
+    if (v->family == FJ__FAMILY_DECODE && fj__decode_seesaw(v)) /* attn_decode_seesaw.cu.lua */
+        return v->backend == FJ_BACKEND_CUDA && fj__sm_version(dev) == 90 &&
+               strchr(dev->arch, 'a') != NULL && v->threads == 256 && v->tile_m == 64 &&
+               v->tile_n == 64 && v->stages == 2 && v->v_in_k && v->bulk && !v->overlap &&
+               !v->multicast && v->head_dim_pad % 64 == 0 && v->head_dim_v_pad % 128 == 0 &&
+               v->head_dim_v_pad <= 512 && v->head_dim_pad >= v->head_dim_v_pad + 64 &&
+               v->head_dim_pad <= FJ__MAX_HEAD_DIM &&
+               fj__variant_shared_bytes(v) <= dev->local_memory;
     if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_WGMMA) /* attn_decode_wgmma.cu.lua */
         return v->backend == FJ_BACKEND_CUDA && fj__sm_version(dev) == 90 &&
                strchr(dev->arch, 'a') != NULL && v->threads == 384 && v->warps == 12 &&

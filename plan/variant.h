@@ -127,6 +127,10 @@ const fj__playout *fj__variant_layout(const fj__variant *v);
 /* Which design runs, for reports: "opencl.fwd.simt", "cuda.fwd.mma", "cuda.classify", ... */
 const char *fj__variant_path(const fj__variant *v);
 
+/* Whether v is the Hopper decode kernel of two warpgroups and no copying one, whose softmaxes
+** take turns under each other's products (attn_decode_seesaw.cu.lua: `warps` 8 on the decode
+** family's wgmma path; 12 is attn_decode_wgmma.cu.lua's). */
+int fj__decode_seesaw(const fj__variant *v);
 /* Whether v masks by element beyond the band (mask_mod, mask tensor, ranges): on the Hopper
 ** kernel these are classified and skipped by 128 x 128 blocks. */
 int fj__variant_element_masks(const fj__variant *v);

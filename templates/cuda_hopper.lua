@@ -122,6 +122,12 @@ __device__ __forceinline__ void bar_sync(int id, int count)
 {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
+/* Arrives at it without waiting: this thread's earlier shared-memory writes are visible to the
+** threads whose bar_sync completes the barrier. */
+__device__ __forceinline__ void bar_arrive(int id, int count)
+{
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
 __device__ __forceinline__ void st_shared_v2(u32 addr, float a, float b)
 {
     asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(a), "f"(b) : "memory");
@@ -268,6 +274,13 @@ __device__ __forceinline__ u64 gmma_desc(u32 addr, u32 lbo, u32 sbo)
 {
     return (u64)((addr & 0x3ffff) >> 4) | (u64)((lbo >> 4) & 0x3fff) << 16 |
            (u64)((sbo >> 4) & 0x3fff) << 32 | (u64)1 << 62;
+}
+/* a, as a value computed here: what derives from it (descriptors, addresses) is computed where
+** it is used, not hoisted out of a loop into registers held across the loop. */
+__device__ __forceinline__ u32 here(u32 a)
+{
+    asm volatile("" : "+r"(a));
+    return a;
 }
 /* The descriptor of k16 step kk of an operand stored as 64-column panels of `rows` rows with the
 ** 128-byte swizzle. K-major: 32 bytes a step inside a panel, the next panel every fourth step.

@@ -48,17 +48,18 @@ static int run_cases_in(fj_context *ctx, const fjh_case *cases, size_t n, int wa
 }
 
 /* Runs the cases whose head dims are at most `widest` and whose value dims are beyond
-** `wider_than` (and, with dense_only, not paged) on a context made with FLASHJIT_CONFIG=config;
-** returns the failures. */
+** `wider_than` (and, with `pages` -1, not paged; N > 0, contiguous or in pages of whole N-key
+** tiles) on a context made with FLASHJIT_CONFIG=config; returns the failures. */
 static int run_cases_with(const char *config, const fjh_case *cases, size_t n, int64_t widest,
-                          int64_t wider_than, int dense_only, int want_decode)
+                          int64_t wider_than, int pages, int want_decode)
 {
     fjh_case some[64];
     size_t m = 0;
     assert_true(n <= sizeof some / sizeof some[0]);
     for (size_t i = 0; i < n; i++)
         if (cases[i].head_dim <= widest && cases[i].head_dim_v <= widest &&
-            cases[i].head_dim_v > wider_than && !(dense_only && cases[i].paged))
+            cases[i].head_dim_v > wider_than &&
+            (!cases[i].paged || pages == 0 || (pages > 0 && cases[i].paged % pages == 0)))
             some[m++] = cases[i];
     if (m == 0)
         return 0;
@@ -73,16 +74,20 @@ static int run_cases_with(const char *config, const fjh_case *cases, size_t n, i
 ** the vector kernel (FLASHJIT_CONFIG=path=vec; head dims to 256), on sm_90 the tensor-core
 ** kernel's bulk row copies on a dense cache of rows to 128 dims (bulk=1; the plan keeps
 ** cp.async there; elsewhere the config changes nothing), and on sm_90a the mma kernel where
-** value dims beyond 256 run on wgmma (warps=4; elsewhere the default already) and the wgmma
-** kernel's opt-in cluster pairs sharing their bulk copies (multicast=1: with two row tiles a kv
+** value dims beyond 256 run on wgmma (warps=4; elsewhere the default already), the seesaw
+** kernel where the tests' small batches leave the other (warps=8: contiguous or pages of whole
+** 64-key tiles, v in k), the kernel of three warpgroups where the seesaw one serves (warps=12)
+** and its opt-in cluster pairs sharing their bulk copies (multicast=1: with two row tiles a kv
 ** head). */
 static void run_cases(void **state, const fjh_case *cases, size_t n, int want_decode)
 {
     int failures = run_cases_in(suite_context(state), cases, n, want_decode);
     if (FJ_TEST_BACKEND == FJ_BACKEND_CUDA) {
         failures += run_cases_with("path=vec", cases, n, 256, 0, 0, want_decode);
-        failures += run_cases_with("bulk=1", cases, n, 128, 0, 1, want_decode);
+        failures += run_cases_with("bulk=1", cases, n, 128, 0, -1, want_decode);
         failures += run_cases_with("warps=4", cases, n, 576, 256, 0, want_decode);
+        failures += run_cases_with("warps=8", cases, n, 576, 256, 64, want_decode);
+        failures += run_cases_with("warps=12", cases, n, 576, 256, 0, want_decode);
         failures += run_cases_with("multicast=1", cases, n, 576, 256, 0, want_decode);
     }
     assert_int_equal(failures, 0);
@@ -223,9 +228,11 @@ static void test_mla(void **state)
     run_cases(state, cases, 5, 1);
 }
 
-/* Value dims beyond 256 with 64 packed rows or more (the wgmma kernel on sm_90a): MLA's 64 heads
+/* Value dims beyond 256 with 64 packed rows or more (the wgmma kernels on sm_90a): MLA's 64 heads
 ** with speculative rows (two row tiles: with multicast=1 a cluster pair sharing its bulk
-** copies), its own v across two kv heads on pages of 16 (tiles by its threads) and of 128 with
+** copies; on the seesaw kernel with an odd tile count in a split), and for the seesaw kernel in
+** f16 three rows (three row tiles) on pages of 64 with a window and soft-capping in four
+** splits, and 128 heads over 77 keys (a pair of tiles, the second partial); its own v across two kv heads on pages of 16 (tiles by its threads) and of 128 with
 ** two rows and a window (bulk copies: NaN in the pages' unused rows, windows starting inside a
 ** tile), 320 dims on odd pages with a window and soft-capping in f16, a partial second row
 ** tile, and the two ways the kernel's halves split S's head dims besides an odd panel count
@@ -233,7 +240,7 @@ static void test_mla(void **state)
 ** one, in registers only (q and k of 64 dims, v of 512). */
 static void test_wide_many_rows(void **state)
 {
-    fjh_case cases[7];
+    fjh_case cases[9];
     cases[0] = decode_case(2, 900, 64, 1, 576, FJ_DTYPE_BF16);
     cases[0].head_dim_v = 512;
     cases[0].v_in_k = 1;
@@ -262,7 +269,18 @@ static void test_wide_many_rows(void **state)
     cases[6] = decode_case(2, 777, 64, 1, 64, FJ_DTYPE_BF16);
     cases[6].head_dim_v = 512;
     cases[6].desc.causal = 1;
-    run_cases(state, cases, 7, 1);
+    cases[7] = decode_case(3, 1000, 64, 1, 576, FJ_DTYPE_F16);
+    cases[7].head_dim_v = 512;
+    cases[7].v_in_k = 1;
+    cases[7].batch = 2;
+    cases[7].paged = 64;
+    cases[7].desc.window_left = 300;
+    cases[7].desc.softcap = 30.0f;
+    cases[7].desc.num_splits = 4;
+    cases[8] = decode_case(1, 77, 128, 1, 576, FJ_DTYPE_BF16);
+    cases[8].head_dim_v = 512;
+    cases[8].v_in_k = 1;
+    run_cases(state, cases, 9, 1);
 }
 
 /* What the decode kernel does not take runs on the forward kernels: 17 query rows, a bias, a

@@ -696,11 +696,15 @@ static void test_decode_plans(void **state)
 }
 
 /* Decode with value dims beyond 256 (MLA's 576 / 512): on sm_90a, from 64 packed rows a kv head,
-** the wgmma kernel (64 packed rows a block, three warpgroups, 64-key tiles where two ring slots
-** fit, else 32), which warps=4 turns down for the mma kernel's split_dv; dv to 256 never on
-** wgmma. Its tiles come by bulk tensor copies where tensor maps read k and v and a paged cache's
-** pages hold whole tiles (bulk=0 turns them off; multicast=1 has two row tiles of a kv head
-** share them as a cluster pair); else by its threads. */
+** a wgmma kernel (64 packed rows a block), which warps=4 turns down for the mma kernel's
+** split_dv; dv to 256 never on wgmma. Where v is read from k by bulk tensor copies (tensor maps
+** read k; a paged cache's pages hold whole 64-key tiles), a panel of k lies past v and the
+** blocks fill half the device before splits (a batch of 64; not of 1 unless warps=8 asks), the
+** seesaw kernel (two warpgroups: warps 8); else, or asked for options only it takes, the
+** kernel of three warpgroups (warps 12; 64-key tiles where two ring slots fit, else 32), whose
+** tiles come by bulk tensor copies where tensor maps read k and v and pages hold whole tiles
+** (bulk=0 turns them off; multicast=1 has two row tiles of a kv head share them as a cluster
+** pair), else by its threads. */
 static void test_decode_wide_plans(void **state)
 {
     (void)state;
@@ -713,28 +717,37 @@ static void test_decode_wide_plans(void **state)
         int page;     /* paged cache's keys a page (0: contiguous; -1: k no tensor map reads) */
         int path, tile_n;
         int bulk;     /* (wgmma) its tiles by bulk tensor copies */
+        int warps;    /* (wgmma) 8: the seesaw kernel; 12: the other */
+        int64_t batch;
     } cases[] = {
-        {576, 512, 128, 1, &devs.h200, NULL, 0, FJ__PATH_WGMMA, 64, 1},
-        {576, 512, 128, 1, &devs.h200, NULL, 64, FJ__PATH_WGMMA, 64, 1},
-        {576, 512, 128, 1, &devs.h200, NULL, 256, FJ__PATH_WGMMA, 64, 1},
-        {576, 512, 128, 1, &devs.h200, NULL, 16, FJ__PATH_WGMMA, 64, 0}, /* tiles span pages */
-        {576, 512, 128, 1, &devs.h200, NULL, 96, FJ__PATH_WGMMA, 64, 0},
-        {576, 512, 128, 1, &devs.h200, "tile_n=32,stages=3", 96, FJ__PATH_WGMMA, 32, 1},
-        {576, 512, 128, 1, &devs.h200, "bulk=0", 64, FJ__PATH_WGMMA, 64, 0},
-        {576, 512, 128, 1, &devs.h200, "multicast=1", 64, FJ__PATH_WGMMA, 64, 1},
-        {576, 512, 64, 1, &devs.h200, "multicast=1", 64, FJ__PATH_WGMMA, 64, 1},
-        {576, 512, 128, 1, &devs.h200, "multicast=1,bulk=0", 64, FJ__PATH_WGMMA, 64, 0},
-        {576, 512, 128, 1, &devs.h200, NULL, -1, FJ__PATH_WGMMA, 64, 0},
-        {576, 512, 64, 1, &devs.h200, NULL, 0, FJ__PATH_WGMMA, 64, 1},
-        {576, 512, 64, 0, &devs.h200, NULL, 0, FJ__PATH_WGMMA, 32, 1},
-        {320, 320, 64, 0, &devs.h200, NULL, 64, FJ__PATH_WGMMA, 64, 1},
-        {576, 512, 16, 1, &devs.h200, NULL, 0, FJ__PATH_MMA, 32, 0}, /* bandwidth-bound */
-        {320, 320, 4, 0, &devs.h200, NULL, 0, FJ__PATH_MMA, 32, 0},
-        {576, 512, 128, 1, &devs.h200, "warps=4", 0, FJ__PATH_MMA, 32, 0},
-        {448, 192, 4, 0, &devs.h200, NULL, 0, FJ__PATH_MMA, 64, 0},
+        {576, 512, 128, 1, &devs.h200, NULL, 0, FJ__PATH_WGMMA, 64, 1, 8, 64},
+        {576, 512, 128, 1, &devs.h200, NULL, 0, FJ__PATH_WGMMA, 64, 1, 12, 1}, /* batch 1 */
+        {576, 512, 128, 1, &devs.h200, "warps=8", 64, FJ__PATH_WGMMA, 64, 1, 8, 1},
+        {576, 512, 128, 1, &devs.h200, NULL, 64, FJ__PATH_WGMMA, 64, 1, 8, 64},
+        {576, 512, 128, 1, &devs.h200, NULL, 256, FJ__PATH_WGMMA, 64, 1, 8, 64},
+        {576, 512, 128, 1, &devs.h200, NULL, 16, FJ__PATH_WGMMA, 64, 0, 12, 64}, /* tiles span pages */
+        {576, 512, 128, 1, &devs.h200, NULL, 96, FJ__PATH_WGMMA, 64, 0, 12, 64},
+        {576, 512, 128, 1, &devs.h200, "tile_n=32,stages=3", 96, FJ__PATH_WGMMA, 32, 1, 12, 64},
+        {576, 512, 128, 1, &devs.h200, "tile_n=32,stages=3", 64, FJ__PATH_WGMMA, 32, 1, 12, 64},
+        {576, 512, 128, 1, &devs.h200, "bulk=0", 64, FJ__PATH_WGMMA, 64, 0, 12, 64},
+        {576, 512, 128, 1, &devs.h200, "warps=12", 0, FJ__PATH_WGMMA, 64, 1, 12, 64},
+        {576, 512, 128, 1, &devs.h200, "multicast=1", 64, FJ__PATH_WGMMA, 64, 1, 12, 64},
+        {576, 512, 64, 1, &devs.h200, "multicast=1", 64, FJ__PATH_WGMMA, 64, 1, 12, 64},
+        {576, 512, 128, 1, &devs.h200, "multicast=1,bulk=0", 64, FJ__PATH_WGMMA, 64, 0, 12, 64},
+        {576, 512, 128, 1, &devs.h200, NULL, -1, FJ__PATH_WGMMA, 64, 0, 12, 64},
+        {576, 512, 64, 1, &devs.h200, NULL, 0, FJ__PATH_WGMMA, 64, 1, 12, 64}, /* 64 blocks */
+        {576, 512, 64, 1, &devs.h200, NULL, 0, FJ__PATH_WGMMA, 64, 1, 8, 66},
+        {576, 512, 64, 0, &devs.h200, NULL, 0, FJ__PATH_WGMMA, 32, 1, 12, 64},
+        {512, 512, 64, 1, &devs.h200, NULL, 0, FJ__PATH_WGMMA, 64, 1, 12, 64}, /* no panel past v */
+        {320, 320, 64, 0, &devs.h200, NULL, 64, FJ__PATH_WGMMA, 64, 1, 12, 64},
+        {576, 512, 16, 1, &devs.h200, NULL, 0, FJ__PATH_MMA, 32, 0, 4, 64}, /* bandwidth-bound */
+        {320, 320, 4, 0, &devs.h200, NULL, 0, FJ__PATH_MMA, 32, 0, 4, 64},
+        {576, 512, 128, 1, &devs.h200, "warps=4", 0, FJ__PATH_MMA, 32, 0, 4, 64},
+        {448, 192, 4, 0, &devs.h200, NULL, 0, FJ__PATH_MMA, 64, 0, 4, 64},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fj__features f = bwd_features(cases[i].d, cases[i].dv, FJ_DTYPE_BF16);
+        f.batch = cases[i].batch;
         f.seqlen_q = 1;
         f.seqlen_k = 8192;
         f.heads_kv = 1;
@@ -745,9 +758,9 @@ static void test_decode_wide_plans(void **state)
         f.tma[FJ__T_K] = cases[i].page >= 0;
         const fj__variant v =
             decode_variant_of(&f, cases[i].dev, cases[i].config, FJ__PATH_WGMMA, i);
-        if (v.path != cases[i].path || v.tile_n != cases[i].tile_n)
-            fail_msg("case %zu: path %d, %d keys; expected %d, %d", i, v.path, v.tile_n,
-                     cases[i].path, cases[i].tile_n);
+        if (v.path != cases[i].path || v.tile_n != cases[i].tile_n || v.warps != cases[i].warps)
+            fail_msg("case %zu: path %d, %d keys, %d warps; expected %d, %d, %d", i, v.path,
+                     v.tile_n, v.warps, cases[i].path, cases[i].tile_n, cases[i].warps);
         assert_true(fj__variant_fits(&v, cases[i].dev));
         fj__plan plan;
         fj__err err = {{0}};
@@ -759,7 +772,7 @@ static void test_decode_wide_plans(void **state)
             fail_msg("case %zu: bulk %d; expected %d", i, s->variant.bulk, cases[i].bulk);
         if (v.path == FJ__PATH_WGMMA) {
             const int stages = cases[i].config && strstr(cases[i].config, "stages=3") ? 3 : 2;
-            assert_true(v.threads == 384 && v.tile_m == 64 && v.stages == stages &&
+            assert_true(v.threads == 32 * v.warps && v.tile_m == 64 && v.stages == stages &&
                         v.v_in_k == cases[i].v_in_k && v.head_dim_v_pad % 128 == 0);
             assert_true(s->shared_bytes <= cases[i].dev->local_memory);
             assert_int_equal(s->grid[0], (cases[i].group + 63) / 64);
@@ -772,6 +785,22 @@ static void test_decode_wide_plans(void **state)
             assert_int_equal(v.split_dv, cases[i].dv > 256);
         }
     }
+    /* The seesaw kernel asked for where k's tiles cannot come by tensor maps: refused, named. */
+    fj__features f = bwd_features(576, 512, FJ_DTYPE_BF16);
+    f.seqlen_q = 1;
+    f.seqlen_k = 8192;
+    f.heads_kv = 1;
+    f.heads_q = 128;
+    f.v_in_k = 1;
+    f.paged = 1;
+    f.page_size = 16;
+    f.tma[FJ__T_K] = 1;
+    const fj__variant v = decode_variant_of(&f, &devs.h200, "warps=8", FJ__PATH_WGMMA, 99);
+    assert_true(fj__decode_seesaw(&v));
+    fj__plan plan;
+    fj__err err = {{0}};
+    assert_int_equal(fj__plan_decode(&f, &devs.h200, &v, &plan, &err), FJ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "warps=8"));
 }
 
 /* Forwards with head dims beyond 256: on Hopper's kernel, value slices of at most 256 that
