@@ -33,7 +33,8 @@
 % -- shared_bytes (fj__variant_shared_bytes).
 % assert(backend == "cuda", "attn_decode_seesaw is a CUDA kernel")
 % assert(threads == 256 and warps == 8, "attn_decode_seesaw: two warpgroups")
-% assert(tile_m == 64 and tile_n == 64 and stages == 2, "attn_decode_seesaw: 64 x 64 tiles, two ring slots")
+% assert(tile_m == 64 and tile_n == 64 and stages == 2,
+%        "attn_decode_seesaw: 64 x 64 tiles, two ring slots")
 % assert(v_in_k and bulk, "attn_decode_seesaw: v read from k's tiles, by bulk tensor copies")
 % assert(head_dim_pad % 64 == 0 and head_dim_v_pad % 128 == 0 and head_dim_v_pad <= 512 and
 %        head_dim_pad >= head_dim_v_pad + 64,
@@ -117,7 +118,9 @@ fj_attn_decode(
         return tile < ntiles ? batch : 0;
 % end
     };
-    auto page_of = [&](int entry) { return ${paged and "I_MIN(I_MAX(entry, 0), P.num_pages - 1)" or "entry"}; };
+    auto page_of = [&](int entry) {
+        return ${paged and "I_MIN(I_MAX(entry, 0), P.num_pages - 1)" or "entry"};
+    };
     /* Panels [p0, p1) of tile `tile` into its slot, on page `page`, each on its FULL barrier. */
     auto copy_panels = [&](int tile, int page, int p0, int p1) {
         const int s = tile % 2;

@@ -725,7 +725,8 @@ static void test_decode_wide_plans(void **state)
         {576, 512, 128, 1, &devs.h200, "warps=8", 64, FJ__PATH_WGMMA, 64, 1, 8, 1},
         {576, 512, 128, 1, &devs.h200, NULL, 64, FJ__PATH_WGMMA, 64, 1, 8, 64},
         {576, 512, 128, 1, &devs.h200, NULL, 256, FJ__PATH_WGMMA, 64, 1, 8, 64},
-        {576, 512, 128, 1, &devs.h200, NULL, 16, FJ__PATH_WGMMA, 64, 0, 12, 64}, /* tiles span pages */
+        /* tiles span pages */
+        {576, 512, 128, 1, &devs.h200, NULL, 16, FJ__PATH_WGMMA, 64, 0, 12, 64},
         {576, 512, 128, 1, &devs.h200, NULL, 96, FJ__PATH_WGMMA, 64, 0, 12, 64},
         {576, 512, 128, 1, &devs.h200, "tile_n=32,stages=3", 96, FJ__PATH_WGMMA, 32, 1, 12, 64},
         {576, 512, 128, 1, &devs.h200, "tile_n=32,stages=3", 64, FJ__PATH_WGMMA, 32, 1, 12, 64},
