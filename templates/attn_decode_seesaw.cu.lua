@@ -45,6 +45,7 @@
 % include("cuda_hopper.lua")
 % include("params.lua")
 % include("sequence.lua")
+% include("attn_decode_hopper.lua")
 % params_struct(args)
 % hopper_wgmma(tile_n)
 % if half_dv ~= tile_n then hopper_wgmma(half_dv) end
@@ -89,14 +90,7 @@ fj_attn_decode(
 % params_arg(args, "T")
 )
 {
-    const fj_decode_params &P = T.dec;
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-% if partial then
-    /* The merge of the splits may launch once every block has started (attn_merge.lua). */
-    grid_launch_next();
-% end
-    const u32 base = (smem_addr(smem_raw) + 1023) & ~1023u;
-    unsigned char *smem = smem_raw + (base - smem_addr(smem_raw));
+% decode_hopper_opening()
     const u32 sQ = base, ring = base + RING_AT, bars = base + BARS_AT;
     Rows &rx = *(Rows *)(smem + ROWS_AT);
     const int tid = threadIdx.x, half = __shfl_sync(0xffffffffu, tid / 128, 0);
@@ -177,11 +171,7 @@ fj_attn_decode(
     /* ---- the warpgroups' parts ---- */
     const int g = lane / 4, t = lane % 4;      /* row group and column pair of the fragments */
     const int r0 = warp * 16 + g, r1 = r0 + 8; /* the thread's two rows of the tile */
-% if local_mask then
-    /* The rows' query positions, which the band is relative to. */
-    const int qpos[2] = {g0 + r0 < rows ? (g0 + r0) % seqlen_q : 0,
-                         g0 + r1 < rows ? (g0 + r1) % seqlen_q : 0};
-% end
+% decode_row_positions()
     float o[DVH / 8][4], row_max[2] = {NEG_INF, NEG_INF}, row_sum[2] = {0.0f, 0.0f};
     zero_acc<DVH>(o);
     float sf[BN / 8][4]; /* S of this warpgroup's tile, then its P in f32 */
@@ -220,23 +210,7 @@ fj_attn_decode(
     auto scores = [&](int tile, float *mx) {
         const int n0 = lo + tile * BN;
         mx[0] = mx[1] = NEG_INF;
-#pragma unroll
-        for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-% if softcap then
-                float x = cap_mul * tanhf(sf[j][e] * score_mul);
-% else
-                float x = sf[j][e] * score_mul;
-% end
-                const int key = n0 + 8 * j + 2 * t + (e % 2);
-                const bool seen = ${decode_seen("key", "qpos[e / 2]")};
-                x = seen ? x : NEG_INF;
-                sf[j][e] = x;
-                mx[e / 2] = fmaxf(mx[e / 2], x);
-            }
-        mx[0] = quad_max(mx[0]);
-        mx[1] = quad_max(mx[1]);
+% decode_scores("sf", "BN / 8")
     };
     /* A row with no key yet keeps max -inf; subtracting 0 then gives exp2(-inf) = 0. */
     auto base_of = [](float m) { return m == NEG_INF ? 0.0f : m; };
@@ -255,20 +229,12 @@ fj_attn_decode(
             row_sum[h] += sum; /* the quad's and the warpgroups' sums at the end */
         }
     };
-    /* O's rows and row sums times f; O's skipped where no row of the warp's changed its scale
-    ** (f 1: exact), as is usual once a long sequence's largest scores have been seen. */
+    /* O's rows and row sums times f (O's skipped where no row of the warp's changed its
+    ** scale: scale_rows). */
     auto rescale = [&](const float *f) {
         row_sum[0] *= f[0];
         row_sum[1] *= f[1];
-        if (!__any_sync(0xffffffffu, f[0] != 1.0f || f[1] != 1.0f))
-            return;
-#pragma unroll
-        for (int j = 0; j < DVH / 8; j++) {
-            o[j][0] *= f[0];
-            o[j][1] *= f[0];
-            o[j][2] *= f[1];
-            o[j][3] *= f[1];
-        }
+        scale_rows<DVH>(o, f);
     };
     /* The exchange panel of slot s (this thread's first word), and word (kk, i) of a thread's P
     ** (A fragments) from there. */
@@ -439,36 +405,6 @@ fj_attn_decode(
 
     landed();
 
-    /* The rows' sums over both warpgroups, then this warpgroup's columns normalised and stored
-    ** (or, with `partial`, the split's state). Natural-log log-sum-exp; a row that saw no key
-    ** gets 0 and -inf. */
-    row_sum[0] = quad_sum(row_sum[0]);
-    row_sum[1] = quad_sum(row_sum[1]);
-    if (t == 0) {
-        rx.sum[half][r0] = row_sum[0];
-        rx.sum[half][r1] = row_sum[1];
-    }
-    bar_sync(END, 256);
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int r = h ? r1 : r0, pr = g0 + r;
-        if (pr >= rows)
-            continue;
-        const float sum = rx.sum[0][r] + rx.sum[1][r], inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-        const int head = head_kv * qgroup + pr / seqlen_q, row = q_first + pr % seqlen_q;
-#pragma unroll
-        for (int j = 0; j < DVH / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int c = half * DVH + 8 * j + 2 * t + e;
-                if (c < head_dim_v) {
-% decode_store_out("o[j][2 * h + e] * inv")
-                }
-            }
-        if (half == 0 && t == 0) {
-            const float x = sum > 0.0f ? (row_max[h] + lg2(sum)) * F_LN2 : NEG_INF;
-            (void)x; /* not stored without lse */
-% decode_store_lse("x")
-        }
-    }
+    /* The rows' sums over both warpgroups, then this warpgroup's columns normalised and stored. */
+% decode_halves_store("rx.sum", "END")
 }

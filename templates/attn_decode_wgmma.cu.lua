@@ -60,6 +60,7 @@
 % include("cuda_hopper.lua")
 % include("params.lua")
 % include("sequence.lua")
+% include("attn_decode_hopper.lua")
 % params_struct(args)
 % hopper_wgmma(tile_n)
 % if half_dv ~= tile_n then hopper_wgmma(half_dv) end
@@ -246,14 +247,7 @@ fj_attn_decode(
 % params_arg(args, "T")
 )
 {
-    const fj_decode_params &P = T.dec;
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-% if partial then
-    /* The merge of the splits may launch once every block has started (attn_merge.lua). */
-    grid_launch_next();
-% end
-    const u32 base = (smem_addr(smem_raw) + 1023) & ~1023u;
-    unsigned char *smem = smem_raw + (base - smem_addr(smem_raw));
+% decode_hopper_opening()
     const u32 sQ = base, ring = base + RING_AT, bars = base + BARS_AT;
     const u32 qbar = bars + 16 * STAGES; /* Q landed: each producer thread's copies */
     Meet &meet = *(Meet *)(smem + MEET_AT);
@@ -307,11 +301,7 @@ fj_attn_decode(
     const int half = wg - 1, ti = tid % 128;
     const int g = lane / 4, t = lane % 4;       /* row group and column pair of the fragments */
     const int r0 = warp * 16 + g, r1 = r0 + 8;  /* the thread's two rows of the tile */
-% if local_mask then
-    /* The rows' query positions, which the band is relative to. */
-    const int qpos[2] = {g0 + r0 < rows ? (g0 + r0) % seqlen_q : 0,
-                         g0 + r1 < rows ? (g0 + r1) % seqlen_q : 0};
-% end
+% decode_row_positions()
     /* S: this half's panels of Q and K (all BN keys); P V: this half's value panels. */
     const u64 q_desc = gmma_desc(sQ + half * QH * BM * 128, 16, 1024);
     const u64 k_desc = gmma_desc(ring + half * QH * BN * 128, 16, 1024);
@@ -410,23 +400,7 @@ fj_attn_decode(
     auto softmax = [&](int tile, float *alpha) {
         const int n0 = lo + tile * BN + half * KW;
         float mx[2] = {NEG_INF, NEG_INF};
-#pragma unroll
-        for (int j = 0; j < KW / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-% if softcap then
-                float x = cap_mul * tanhf(sc[j][e] * score_mul);
-% else
-                float x = sc[j][e] * score_mul;
-% end
-                const int key = n0 + 8 * j + 2 * t + (e % 2);
-                const bool seen = ${decode_seen("key", "qpos[e / 2]")};
-                x = seen ? x : NEG_INF;
-                sc[j][e] = x;
-                mx[e / 2] = fmaxf(mx[e / 2], x);
-            }
-        mx[0] = quad_max(mx[0]);
-        mx[1] = quad_max(mx[1]);
+% decode_scores("sc", "KW / 8")
         if (t == 0) {
             meet.max[half][r0] = mx[0];
             meet.max[half][r1] = mx[1];
@@ -451,19 +425,8 @@ fj_attn_decode(
             row_sum[h] = row_sum[h] * alpha[h] + sum; /* the quad's and halves' sums at the end */
         }
     };
-    /* O's rows times alpha; skipped where no row of the warp's changed its maximum (alpha 1:
-    ** exact), as is usual once a long sequence's largest scores have been seen. */
-    auto rescale = [&](const float *alpha) {
-        if (!__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f))
-            return;
-#pragma unroll
-        for (int j = 0; j < DVH / 8; j++) {
-            o[j][0] *= alpha[0];
-            o[j][1] *= alpha[0];
-            o[j][2] *= alpha[1];
-            o[j][3] *= alpha[1];
-        }
-    };
+    /* O's rows times alpha (scale_rows: skipped where the warp's rows kept their maxima). */
+    auto rescale = [&](const float *alpha) { scale_rows<DVH>(o, alpha); };
     /* This half's P into pa's first k steps and to the other's region of Xs (the words this
     ** thread read its S from). */
     auto give_p = [&]() {
@@ -574,38 +537,8 @@ fj_attn_decode(
     }
 % end
 
-    /* The rows' sums over both halves, then this half's columns normalised and stored (or,
-    ** with `partial`, the split's state). Natural-log log-sum-exp; a row that saw no key gets
-    ** 0 and -inf. */
-    row_sum[0] = quad_sum(row_sum[0]);
-    row_sum[1] = quad_sum(row_sum[1]);
-    if (t == 0) {
-        meet.sum[half][r0] = row_sum[0];
-        meet.sum[half][r1] = row_sum[1];
-    }
-    bar_sync(1, 256);
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int r = h ? r1 : r0, pr = g0 + r;
-        if (pr >= rows)
-            continue;
-        const float sum = meet.sum[0][r] + meet.sum[1][r], inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-        const int head = head_kv * qgroup + pr / seqlen_q, row = q_first + pr % seqlen_q;
-#pragma unroll
-        for (int j = 0; j < DVH / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int c = half * DVH + 8 * j + 2 * t + e;
-                if (c < head_dim_v) {
-% decode_store_out("o[j][2 * h + e] * inv")
-                }
-            }
-        if (half == 0 && t == 0) {
-            const float x = sum > 0.0f ? (row_max[h] + lg2(sum)) * F_LN2 : NEG_INF;
-            (void)x; /* not stored without lse */
-% decode_store_lse("x")
-        }
-    }
+    /* The rows' sums over both halves, then this half's columns normalised and stored. */
+% decode_halves_store("meet.sum", "1")
 % if multicast then
     cluster_sync(); /* no block ends while the other's arrivals may still reach it */
 % end
