@@ -90,8 +90,9 @@ static int wgmma_bulk_fits(const fj__features *f, const fj__variant *v);
 
 /* On sm_90a, for value dims beyond 256 (MLA's 576 / 512) and 64 packed rows or more (MLA's
 ** 64-128 heads: compute-bound), 64 packed rows a block on wgmma: where v is read from k's tiles
-** by bulk tensor copies, a panel of k lies past v's columns (MLA's) and the blocks before any
-** split fill at least half the device (SEESAW_MIN_FILL), the seesaw kernel
+** by bulk tensor copies, a panel of k lies past v's 512 columns (MLA's; other widths only when
+** warps=8 asks: not measured) and the blocks before any split fill at least half the device
+** (SEESAW_MIN_FILL), the seesaw kernel
 ** (attn_decode_seesaw.cu.lua: two warpgroups, each the whole S of every other 64-key tile, one's
 ** softmax under the other's products; warps 8); else attn_decode_wgmma.cu.lua (a copying
 ** warpgroup and two computing ones splitting S's head dims and O's columns; warps 12), 64-key
@@ -119,8 +120,8 @@ static int choose_wgmma(const fj__features *f, const fj_device_info *dev, int64_
     t.threads = 256;
     t.tile_n = 64;
     const int64_t blocks = f->batch * f->heads_kv * fj__div_up(group_rows, t.tile_m);
-    if (blocks * SEESAW_MIN_FILL >= fj__compute_units(dev) && wgmma_bulk_fits(f, &t) &&
-        fj__variant_fits(&t, dev)) {
+    if (t.head_dim_v_pad == 512 && blocks * SEESAW_MIN_FILL >= fj__compute_units(dev) &&
+        wgmma_bulk_fits(f, &t) && fj__variant_fits(&t, dev)) {
         *v = t;
         return 1;
     }

@@ -232,7 +232,8 @@ static void test_mla(void **state)
 ** with speculative rows (two row tiles: with multicast=1 a cluster pair sharing its bulk
 ** copies; with warps=8 the seesaw kernel, an odd tile count in a split), and for the seesaw
 ** kernel in f16 three rows (three row tiles) on pages of 64 with a window and soft-capping in
-** four splits, and 128 heads over 77 keys (a pair of tiles, the second partial); its own v
+** four splits, 128 heads over 77 keys (a pair of tiles, the second partial), and v of 384 of
+** k's 576 (three rope panels past v, causal, two rows, pages of 64); its own v
 ** across two kv heads on pages of 16 (tiles by its threads) and of 128 with two rows and a
 ** window (bulk copies: NaN in the pages' unused rows, windows starting inside a tile), 320
 ** dims on odd pages with a window and soft-capping in f16, a partial second row tile, and the
@@ -241,7 +242,7 @@ static void test_mla(void **state)
 ** one, in registers only (q and k of 64 dims, v of 512). */
 static void test_wide_many_rows(void **state)
 {
-    fjh_case cases[9];
+    fjh_case cases[10];
     cases[0] = decode_case(2, 900, 64, 1, 576, FJ_DTYPE_BF16);
     cases[0].head_dim_v = 512;
     cases[0].v_in_k = 1;
@@ -281,7 +282,12 @@ static void test_wide_many_rows(void **state)
     cases[8] = decode_case(1, 77, 128, 1, 576, FJ_DTYPE_BF16);
     cases[8].head_dim_v = 512;
     cases[8].v_in_k = 1;
-    run_cases(state, cases, 9, 1);
+    cases[9] = decode_case(2, 500, 64, 1, 576, FJ_DTYPE_BF16);
+    cases[9].head_dim_v = 384;
+    cases[9].v_in_k = 1;
+    cases[9].paged = 64;
+    cases[9].desc.causal = 1;
+    run_cases(state, cases, 10, 1);
 }
 
 /* What the decode kernel does not take runs on the forward kernels: 17 query rows, a bias, a

@@ -740,6 +740,8 @@ static void test_decode_wide_plans(void **state)
         {576, 512, 64, 1, &devs.h200, NULL, 0, FJ__PATH_WGMMA, 64, 1, 8, 66},
         {576, 512, 64, 0, &devs.h200, NULL, 0, FJ__PATH_WGMMA, 32, 1, 12, 64},
         {512, 512, 64, 1, &devs.h200, NULL, 0, FJ__PATH_WGMMA, 64, 1, 12, 64}, /* no panel past v */
+        {576, 384, 128, 1, &devs.h200, NULL, 0, FJ__PATH_WGMMA, 64, 1, 12, 64}, /* v not 512 */
+        {576, 384, 128, 1, &devs.h200, "warps=8", 0, FJ__PATH_WGMMA, 64, 1, 8, 64},
         {320, 320, 64, 0, &devs.h200, NULL, 64, FJ__PATH_WGMMA, 64, 1, 12, 64},
         {576, 512, 16, 1, &devs.h200, NULL, 0, FJ__PATH_MMA, 32, 0, 4, 64}, /* bandwidth-bound */
         {320, 320, 4, 0, &devs.h200, NULL, 0, FJ__PATH_MMA, 32, 0, 4, 64},
