@@ -347,16 +347,19 @@ fj_status fj__plan_decode(const fj__features *f, const fj_device_info *dev, cons
     s->variant.partial = splits > 1;
     if (v->path == FJ__PATH_WGMMA) {
         s->variant.bulk = v->bulk && wgmma_bulk_fits(f, v);
-        if (fj__decode_seesaw(v) && !s->variant.bulk)
-            return fj__fail(err, FJ_ERR_UNSUPPORTED,
-                            "warps=8 (the seesaw decode kernel) reads k by tensor maps: k must "
-                            "be dense with 16-byte-aligned strides, not packed, and pages must "
-                            "hold whole %d-key tiles", v->tile_n);
+        /* The seesaw kernel reads k only by tensor maps. Where they cannot (warps=8 from a
+        ** config or a tuning record on packed sequences or pages of part tiles), the other
+        ** kernel, by its threads' copies: its two slots of 64-key tiles fit wherever the
+        ** seesaw kernel's did (MLA's 576 / 512: 226 KiB). */
+        if (fj__decode_seesaw(&s->variant) && !s->variant.bulk) {
+            s->variant.warps = 12;
+            s->variant.threads = 384;
+        }
         /* (asked for) a kv head's row tiles in cluster pairs: blockIdx.x 2j and 2j + 1 */
         s->variant.multicast = v->multicast && s->variant.bulk && row_tiles % 2 == 0;
     }
     s->shared_bytes = fj__variant_dynamic_shared_bytes(&s->variant);
-    s->block[0] = (uint32_t)v->threads;
+    s->block[0] = (uint32_t)s->variant.threads;
     /* The kv heads (and row tiles) fastest: the blocks running together read the same key
     ** rows of every head, so memory pages are read whole. */
     s->grid[0] = (uint32_t)(f->heads_kv * row_tiles);

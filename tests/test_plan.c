@@ -788,7 +788,8 @@ static void test_decode_wide_plans(void **state)
             assert_int_equal(v.split_dv, cases[i].dv > 256);
         }
     }
-    /* The seesaw kernel asked for where k's tiles cannot come by tensor maps: refused, named. */
+    /* The seesaw kernel asked for where k's tiles cannot come by tensor maps: the other kernel,
+    ** by its threads' copies. */
     fj__features f = bwd_features(576, 512, FJ_DTYPE_BF16);
     f.seqlen_q = 1;
     f.seqlen_k = 8192;
@@ -802,8 +803,12 @@ static void test_decode_wide_plans(void **state)
     assert_true(fj__decode_seesaw(&v));
     fj__plan plan;
     fj__err err = {{0}};
-    assert_int_equal(fj__plan_decode(&f, &devs.h200, &v, &plan, &err), FJ_ERR_UNSUPPORTED);
-    assert_non_null(strstr(err.msg, "warps=8"));
+    assert_int_equal(fj__plan_decode(&f, &devs.h200, &v, &plan, &err), FJ_OK);
+    const fj__step *s = &plan.steps[plan.main_step];
+    assert_true(!fj__decode_seesaw(&s->variant) && s->variant.warps == 12 && !s->variant.bulk);
+    assert_int_equal(s->block[0], 384);
+    assert_true(fj__variant_fits(&s->variant, &devs.h200));
+    assert_int_equal(s->shared_bytes, fj__variant_shared_bytes(&s->variant));
 }
 
 /* Forwards with head dims beyond 256: on Hopper's kernel, value slices of at most 256 that
