@@ -223,8 +223,9 @@ static int decode_search_space(const fj__variant *h, const fj__features *f,
                     v.warps = 12;
                     v.threads = 384;
                     v.overlap = (uint8_t)wg_overlap[a];
-                } else
+                } else {
                     fj__decode_mma_residency(&v, dev);
+                }
             }
             add(out, &n, &v, splits[s], dev);
         }

@@ -86,7 +86,15 @@ static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t 
     return 1;
 }
 
-static int wgmma_bulk_fits(const fj__features *f, const fj__variant *v);
+/* Whether the wgmma kernel can take f's K and V tiles of v->tile_n keys by bulk tensor copies:
+** tensors a tensor map reads, dense (not packed) and, paged, pages of whole tiles (a tile's box
+** lies in one page: the kernel starts its tiles at multiples of tile_n). Elsewhere its threads
+** copy them (any page size, packed sequences). */
+static int wgmma_bulk_fits(const fj__features *f, const fj__variant *v)
+{
+    return f->tma[FJ__T_K] && (v->v_in_k || f->tma[FJ__T_V]) && !f->varlen &&
+           (!f->paged || f->page_size % v->tile_n == 0);
+}
 
 /* On sm_90a, for value dims beyond 256 (MLA's 576 / 512) and 64 packed rows or more (MLA's
 ** 64-128 heads: compute-bound), 64 packed rows a block on wgmma: where v is read from k's tiles
@@ -135,16 +143,6 @@ static int choose_wgmma(const fj__features *f, const fj_device_info *dev, int64_
             return 1;
         }
     return 0;
-}
-
-/* Whether the wgmma kernel can take f's K and V tiles of v->tile_n keys by bulk tensor copies:
-** tensors a tensor map reads, dense (not packed) and, paged, pages of whole tiles (a tile's box
-** lies in one page: the kernel starts its tiles at multiples of tile_n). Elsewhere its threads
-** copy them (any page size, packed sequences). */
-static int wgmma_bulk_fits(const fj__features *f, const fj__variant *v)
-{
-    return f->tma[FJ__T_K] && (v->v_in_k || f->tma[FJ__T_V]) && !f->varlen &&
-           (!f->paged || f->page_size % v->tile_n == 0);
 }
 
 /* On CUDA, the vector kernel (keys as vectors straight into registers), up to 8 packed rows per
