@@ -18,9 +18,9 @@
 % -- So while warpgroup 0 exponentiates, warpgroup 1's products run, and the other way round.
 % -- Row sums: each warpgroup adds its own tiles' (scaled as its O), summed at the end.
 % --
-% -- The copies (one thread's bulk tensor copies, no copying warpgroup): a tile's 64-column panels
-% -- each complete their own mbarrier (FULL[slot][panel]), and S's products start on a panel as
-% -- soon as it lands. A panel of a slot is copied again (the tile two on) by the warpgroup that
+% -- The copies (bulk tensor copies issued by one thread of each warpgroup, no copying warpgroup;
+% -- the first two tiles by thread 0): a tile's 64-column panels each complete their own mbarrier
+% -- (FULL[slot][panel]), and S's products start on a panel as soon as it lands. A panel of a slot is copied again (the tile two on) by the warpgroup that
 % -- reads it last, once its products are done: value panels [0, NL) (O_L's) by warpgroup 0,
 % -- [NL, 2 NL) by warpgroup 1, further panels by the slot's S warpgroup; but the last panel
 % -- (XP: past the value columns, only S reads it) carries the slot's P from the warpgroup that
