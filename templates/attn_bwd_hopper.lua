@@ -45,13 +45,9 @@ constexpr int BAR_BYTES = ${dq_turns and 256 or 128};
 % end
 
 % -- Shared-memory tiles: 64-column panels of rows x 128 bytes, 16-byte chunk c of row r stored
-% -- at chunk c ^ (r % 8) (the 128-byte swizzle, the layout wgmma reads and TMA writes).
+% -- at chunk c ^ (r % 8) (the 128-byte swizzle, the layout wgmma reads and TMA writes; an
+% -- element's address: cuda_hopper.lua's swizzled).
 % function bwd_hopper_tiles()
-/* The address of element (r, c) of a swizzled tile of `rows` rows. */
-__device__ __forceinline__ u32 swizzled(u32 tile, int rows, int r, int c)
-{
-    return tile + (c / 64) * (rows * 128) + r * 128 + ((((c % 64) / 8) ^ (r % 8)) << 4) + (c % 8) * 2;
-}
 %   if varlen > 0 then
 
 /* The named barrier of the computing threads after zero_rows (the kernels' own take 1 and 2). */

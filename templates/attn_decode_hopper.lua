@@ -3,6 +3,51 @@
 % -- and r1 = r0 + 8 (the wgmma accumulator layout) for half of the value columns (DVH, `half`).
 % -- Include after sequence.lua; the emitted code uses the caller's locals named below.
 %
+/* Lanes lane, lane + 32, ... copy the 16-byte pieces of row r of a swizzled tile of `rows` rows
+** (cuda_hopper.lua's swizzled_chunk) from src by cp.async: zeros past `dims` of the COLS
+** columns and where the row is not `in` (`any`, a readable address, stands in for src there).
+** STREAM: read once (evict first). */
+template <int COLS, bool STREAM>
+__device__ __forceinline__ void copy_row(u32 tile, int rows, int r, const elem_t *src, bool in,
+                                         int dims, const elem_t *any, int lane)
+{
+    for (int j = lane; j < COLS / 8; j += 32) {
+        const bool ok = in && j * 8 < dims;
+        const u32 dst = swizzled_chunk(tile, rows, r, j);
+        if constexpr (STREAM)
+            cp_async16_stream(dst, ok ? src + j * 8 : any, ok ? 16 : 0);
+        else
+            cp_async16(dst, ok ? src + j * 8 : any, ok ? 16 : 0);
+    }
+}
+
+/* Zeroes COLS columns from 16-byte chunk chunk0 of rows [from, ROWS) of a swizzled tile of ROWS
+** rows, a warpgroup's 128 threads (ti) 16 bytes at a time, and orders the zeros before wgmma's
+** reads: the rows of a last tile past the sequence's keys, whose P is 0 but whose values may not
+** be finite (0 times NaN is not 0). */
+template <int ROWS, int COLS>
+__device__ __forceinline__ void zero_rows(u32 tile, int from, int chunk0, int ti)
+{
+    constexpr int PIECES = COLS / 8; /* 16-byte pieces of a row's columns */
+    for (int i = ti; i < (ROWS - from) * PIECES; i += 128)
+        st_shared_zero16(swizzled_chunk(tile, ROWS, from + i / PIECES, chunk0 + i % PIECES));
+    fence_proxy_async();
+}
+
+% -- decode_copy_q(first, step): the query rows of the block's BM packed rows into the swizzled
+% -- tile at sQ by cp.async (D columns), a warp's lanes a row's pieces, rows first, first + step,
+% -- ...: packed row r is query head head_kv * qgroup + (g0 + r) / seqlen_q, position
+% -- (g0 + r) % seqlen_q; zeros past the rows and the head dim.
+% function decode_copy_q(first, step)
+    for (int r = ${first}; r < BM; r += ${step}) {
+        const int pr = g0 + r;
+        const bool ok = pr < rows;
+        const elem_t *src = q + (I64)(ok ? pr % seqlen_q : 0) * q_ss +
+                            (I64)(head_kv * qgroup + (ok ? pr / seqlen_q : 0)) * q_sh;
+        copy_row<D, false>(sQ, BM, r, src, ok, head_dim, q, lane);
+    }
+% end
+%
 % -- decode_hopper_opening(): the kernel body's start: the decode block P (the tensor-map block
 % -- T's), with `partial` the merge's early launch, and `base` (u32) / `smem` (a pointer), the
 % -- dynamic shared memory from its first 1024-byte boundary (the swizzle's atoms; the host's

@@ -77,12 +77,6 @@ constexpr int SLOT_BYTES = NP * PANEL, RING_AT = NP * PANEL;
 constexpr int ROWS_AT = RING_AT + 2 * SLOT_BYTES, BARS_AT = ROWS_AT + (int)sizeof(Rows);
 static_assert(BARS_AT + 16 * NP + 1023 == ${shared_bytes}, "the host's fj__variant_shared_bytes");
 
-/* Piece j (16 bytes) of row r of a 64-row tile of swizzled panels. */
-__device__ __forceinline__ u32 swizzled(u32 tile, int r, int j)
-{
-    return tile + (j / 8) * PANEL + r * 128 + (((j % 8) ^ (r % 8)) << 4);
-}
-
 % decode_key_row()
 
 extern "C" __global__ void __launch_bounds__(256, 1)
@@ -151,18 +145,8 @@ fj_attn_decode(
         if (ntiles > 1)
             copy_panels(1, page_of(page_entry(1)), 0, NP);
     }
-    /* Packed row r of the tile is query head head_kv * qgroup + (g0 + r) / seqlen_q, position
-    ** (g0 + r) % seqlen_q; zeros past the rows and the head dim. A warp copies every eighth row. */
-    for (int r = tid / 32; r < BM; r += 8) {
-        const int pr = g0 + r;
-        const bool ok = pr < rows;
-        const elem_t *src = q + (I64)(ok ? pr % seqlen_q : 0) * q_ss +
-                            (I64)(head_kv * qgroup + (ok ? pr / seqlen_q : 0)) * q_sh;
-        for (int j = lane; j < D / 8; j += 32) {
-            const bool in = ok && j * 8 < head_dim;
-            cp_async16(swizzled(sQ, r, j), in ? src + j * 8 : q, in ? 16 : 0);
-        }
-    }
+    /* Q: a warp copies every eighth row. */
+% decode_copy_q("tid / 32", 8)
     cp_async_commit();
     cp_async_wait_all();
     fence_proxy_async(); /* Q's copies (generic proxy) before wgmma's reads (async proxy) */
@@ -279,12 +263,8 @@ fj_attn_decode(
         const int valid = seqlen_k - (lo + tile * BN);
         if (valid >= BN)
             return;
-        const u32 vt = ring + (tile % 2) * SLOT_BYTES;
-        constexpr int PIECES = DVH / 8; /* 16-byte pieces of a row's half */
         bar_sync(OWN + half, 128); /* (every warp's part of this warpgroup's S, as give_p) */
-        for (int i = ti; i < (BN - valid) * PIECES; i += 128)
-            st_shared_zero16(swizzled(vt, valid + i / PIECES, half * PIECES + i % PIECES));
-        fence_proxy_async(); /* the zeros before wgmma's reads */
+        zero_rows<BN, DVH>(ring + (tile % 2) * SLOT_BYTES, valid, half * (DVH / 8), ti);
         bar_sync(OWN + half, 128);
     };
 

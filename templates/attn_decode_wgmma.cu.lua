@@ -110,40 +110,10 @@ static_assert(RING_AT % 1024 == 0, "the ring's panels on the swizzle's 1024-byte
 static_assert(BARS_AT + 16 * STAGES + 8 + 1023 == ${shared_bytes},
               "the host's fj__variant_shared_bytes");
 
-/* Piece j (16 bytes) of row r of a tile of `rows` rows in swizzled 64-column panels. */
-__device__ __forceinline__ u32 swizzled(u32 tile, int rows, int r, int j)
-{
-    return tile + (j / 8) * rows * 128 + r * 128 + (((j % 8) ^ (r % 8)) << 4);
-}
-
-/* Lanes lane, lane + 32, ... copy the 16-byte pieces of row r of such a tile from src by
-** cp.async: zeros past `dims` of the COLS columns and where the row is not `in` (`any`, a
-** readable address, stands in for src there). STREAM: read once (evict first). */
-template <int COLS, bool STREAM>
-__device__ __forceinline__ void copy_row(u32 tile, int rows, int r, const elem_t *src, bool in,
-                                         int dims, const elem_t *any, int lane)
-{
-    for (int j = lane; j < COLS / 8; j += 32) {
-        const bool ok = in && j * 8 < dims;
-        if constexpr (STREAM)
-            cp_async16_stream(swizzled(tile, rows, r, j), ok ? src + j * 8 : any, ok ? 16 : 0);
-        else
-            cp_async16(swizzled(tile, rows, r, j), ok ? src + j * 8 : any, ok ? 16 : 0);
-    }
-}
-
 % -- The producer's parts, emitted in its lambda `produce` (warpgroup 0; `return` leaves it).
 % -- copy_q(): Q's rows by cp.async, complete on QBAR.
 % function copy_q()
-            /* Packed row r of the tile is query head head_kv * qgroup + (g0 + r) / seqlen_q,
-            ** position (g0 + r) % seqlen_q; zeros past the rows and the head dim. */
-            for (int r = warp; r < BM; r += 4) {
-                const int pr = g0 + r;
-                const bool ok = pr < rows;
-                const elem_t *src = q + (I64)(ok ? pr % seqlen_q : 0) * q_ss +
-                                    (I64)(head_kv * qgroup + (ok ? pr / seqlen_q : 0)) * q_sh;
-                copy_row<D, false>(sQ, BM, r, src, ok, head_dim, q, lane);
-            }
+%   decode_copy_q("warp", 4)
             cp_async_arrive(qbar);
 % end
 % -- copy_tiles_bulk(): lane 0 of warp 0 copies the tiles by bulk tensor copies (the other
@@ -330,7 +300,7 @@ fj_attn_decode(
 #pragma unroll
                 for (int f = 0; f < 4; f++) {
                     const int r = f % 2 ? r1 : r0, c = (2 * half + i) * 16 + (f / 2) * 8 + 2 * t;
-                    q_odd[i][f] = ld_shared_u32(swizzled(panel, BM, r, c / 8) + (c % 8) * 2);
+                    q_odd[i][f] = ld_shared_u32(swizzled_chunk(panel, BM, r, c / 8) + (c % 8) * 2);
                 }
         }
         bar_sync(3, 256);
@@ -465,11 +435,8 @@ fj_attn_decode(
         const int valid = seqlen_k - (lo + tile * BN);
         if (valid >= BN)
             return;
-        const u32 vt = ring + (tile % STAGES) * SLOT_BYTES + (V_IN_K ? 0 : K_BYTES);
-        constexpr int PIECES = DVH / 8; /* 16-byte pieces of a row's half */
-        for (int i = ti; i < (BN - valid) * PIECES; i += 128)
-            st_shared_zero16(swizzled(vt, BN, valid + i / PIECES, half * PIECES + i % PIECES));
-        fence_proxy_async(); /* the zeros before wgmma's reads */
+        zero_rows<BN, DVH>(ring + (tile % STAGES) * SLOT_BYTES + (V_IN_K ? 0 : K_BYTES), valid,
+                           half * (DVH / 8), ti);
     };
 % else
     auto clear_tail = [](int) {};

@@ -275,6 +275,17 @@ __device__ __forceinline__ u64 gmma_desc(u32 addr, u32 lbo, u32 sbo)
     return (u64)((addr & 0x3ffff) >> 4) | (u64)((lbo >> 4) & 0x3fff) << 16 |
            (u64)((sbo >> 4) & 0x3fff) << 32 | (u64)1 << 62;
 }
+/* A tile of `rows` rows stored as panels of rows x 128 bytes in that swizzle (16-byte chunk j of
+** row r at chunk j ^ (r % 8)): the address of chunk j of row r, and of 16-bit element (r, c). */
+__device__ __forceinline__ u32 swizzled_chunk(u32 tile, int rows, int r, int j)
+{
+    return tile + (j / 8) * rows * 128 + r * 128 + (((j % 8) ^ (r % 8)) << 4);
+}
+__device__ __forceinline__ u32 swizzled(u32 tile, int rows, int r, int c)
+{
+    return tile + (c / 64) * (rows * 128) + r * 128 + ((((c % 64) / 8) ^ (r % 8)) << 4) +
+           (c % 8) * 2;
+}
 /* a, as a value computed here: what derives from it (descriptors, addresses) is computed where
 ** it is used, not hoisted out of a loop into registers held across the loop. */
 __device__ __forceinline__ u32 here(u32 a)
