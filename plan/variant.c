@@ -176,7 +176,7 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
                                          : walk > comb ? walk : comb;
         return end + (v->bulk ? 8u * (uint32_t)v->stages : 0u);
     }
-    if (v->family == FJ__FAMILY_DECODE && fj__decode_seesaw(v))
+    if (fj__decode_seesaw(v))
         /* attn_decode_seesaw.cu.lua: Q's panels and two ring slots of a K tile's (v read from
         ** k), two floats a row per warpgroup (Rows), an mbarrier a slot's panel, and slack to
         ** align the panels to 1024 bytes. */
@@ -398,7 +398,7 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
                v->head_dim_v_pad <= FJ__MAX_HEAD_DIM && (!v->bulk || fj__sm_version(dev) >= 90) &&
                fj__variant_shared_bytes(v) <= dev->local_memory;
     }
-    if (v->family == FJ__FAMILY_DECODE && fj__decode_seesaw(v)) /* attn_decode_seesaw.cu.lua */
+    if (fj__decode_seesaw(v)) /* attn_decode_seesaw.cu.lua */
         return v->backend == FJ_BACKEND_CUDA && fj__sm_version(dev) == 90 &&
                strchr(dev->arch, 'a') != NULL && v->threads == 256 && v->tile_m == 64 &&
                v->tile_n == 64 && v->stages == 2 && v->v_in_k && v->bulk && !v->overlap &&
