@@ -190,7 +190,8 @@ static void add(fj__tune_candidate *out, int *n, const fj__variant *v, int32_t s
 ** an SM follow from the ring's shared memory, as in the plan), and on sm_90 the other way of
 ** copying rows (bulk or cp.async: the plan's rule is the batch-1 choice, and at large batches
 ** the other can win) with the rings that suit it; on wgmma the copying-warpgroup kernel's tiles,
-** rings and loop, and the seesaw kernel (warps 8) where the plan chose it. */
+** rings and loop, and the seesaw kernel (warps 8) wherever it fits (the plan takes it only where
+** it measured ahead; fj__plan_decode runs the other where tensor maps cannot read k). */
 static int decode_search_space(const fj__variant *h, const fj__features *f,
                                const fj_device_info *dev, fj__tune_candidate *out)
 {
@@ -202,21 +203,31 @@ static int decode_search_space(const fj__variant *h, const fj__features *f,
     static const int tns[] = {64, 64, 128, 128}, stages[] = {3, 4, 2, 3};
     static const int split_tns[] = {32, 32, 64, 64}, split_stages[] = {3, 4, 2, 3};
     /* (attn_decode_wgmma.cu.lua, value dims beyond 256 on sm_90a: two slots of 64 keys where
-    ** they fit, longer rings of 32, and the pipelined loop; then the seesaw kernel as planned) */
+    ** they fit, longer rings of 32, and the pipelined loop; then the seesaw kernel) */
     static const int wg_tns[] = {64, 32, 32, 64}, wg_stages[] = {2, 3, 4, 2};
     static const int wg_overlap[] = {0, 0, 0, 1};
     const int wgmma = h->path == FJ__PATH_WGMMA;
     const int *tn = wgmma ? wg_tns : h->split_dv ? split_tns : tns;
     const int *st = wgmma ? wg_stages : h->split_dv ? split_stages : stages;
-    const int variants = h->path == FJ__PATH_MMA ? 4 : wgmma ? 4 + fj__decode_seesaw(h) : 1;
+    fj__variant seesaw = *h; /* (as planned, or the other kernel's variant made the seesaw's) */
+    if (wgmma && !fj__decode_seesaw(h)) {
+        seesaw.warps = 8;
+        seesaw.threads = 256;
+        seesaw.tile_n = 64;
+        seesaw.stages = 2;
+        seesaw.overlap = seesaw.multicast = 0;
+        seesaw.bulk = 1;
+    }
+    const int has_seesaw = wgmma && fj__variant_fits(&seesaw, dev);
+    const int variants = h->path == FJ__PATH_MMA ? 4 : wgmma ? 4 + has_seesaw : 1;
     for (int a = 0; a < variants; a++)
         for (int s = 0; s < 8; s++) {
-            const int as_planned = variants == 1 || a == 4;
-            const int32_t grain = !as_planned ? tn[a] : h->tile_n > 0 ? h->tile_n : 32;
+            const int as_given = variants == 1 || a == 4; /* as planned, or the seesaw kernel */
+            fj__variant v = a == 4 ? seesaw : *h;
+            const int32_t grain = !as_given ? tn[a] : v.tile_n > 0 ? v.tile_n : 32;
             if (splits[s] > 1 && (int64_t)(splits[s] - 1) * grain >= f->seqlen_k)
                 continue; /* more splits than key tiles: the plan would run fewer */
-            fj__variant v = *h;
-            if (!as_planned) {
+            if (!as_given) {
                 v.tile_n = tn[a];
                 v.stages = (uint8_t)st[a];
                 if (wgmma) {

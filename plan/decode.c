@@ -20,7 +20,7 @@
 #define MAX_MIN_SPLIT_KEYS 256
 #define BLOCKS_PER_UNIT 4   /* automatic splits aim at this many work-groups per compute unit */
 #define MAX_BULK_IN_FLIGHT 256 /* row copies a tensor-core decode block keeps outstanding */
-#define MIN_WGMMA_ROWS 64      /* packed rows that take value dims beyond 256 to wgmma */
+#define MIN_WGMMA_ROWS 16      /* packed rows that take value dims beyond 256 to wgmma */
 
 /* Whether f is 16-bit data in 16-byte rows on CUDA: what the CUDA decode kernels (tensor
 ** cores, vectors) take. */
@@ -96,23 +96,27 @@ static int wgmma_bulk_fits(const fj__features *f, const fj__variant *v)
            (!f->paged || f->page_size % v->tile_n == 0);
 }
 
-/* On sm_90a, for value dims beyond 256 (MLA's 576 / 512) and 64 packed rows or more (MLA's
-** 64-128 heads: compute-bound), 64 packed rows a block on wgmma: where v is read from k's tiles
-** by bulk tensor copies, a panel of k lies past v's 512 columns (MLA's; other widths only when
-** warps=8 asks: not measured) and the blocks before any split fill at least half the device
-** (SEESAW_MIN_FILL), the seesaw kernel
-** (attn_decode_seesaw.cu.lua: two warpgroups, each the whole S of every other 64-key tile, one's
-** softmax under the other's products; warps 8); else attn_decode_wgmma.cu.lua (a copying
-** warpgroup and two computing ones splitting S's head dims and O's columns; warps 12), 64-key
-** tiles in two ring slots where they fit, else 32-key tiles. Returns 1 and fills *v when either
-** serves f on dev. (The seesaw kernel starts slower: with many splits of few tiles, as at batch
-** 1, it ran 7-17 % behind the other on the H200; from 128 blocks, 2-4 % ahead: RESULTS.md.) */
-#define SEESAW_MIN_FILL 2 /* blocks before splits >= compute units / this */
+/* On sm_90a, for value dims beyond 256 (MLA's 576 / 512) and 16 packed rows or more, 64 packed
+** rows a block on wgmma (rows past the packed ones are zeros: at MLA's 16-48 heads the wgmma
+** kernel read 1.0-2.7x as fast as the mma kernel's split_dv, which mma.sync's rate bounds at
+** 32-48 heads; RESULTS.md). Where the work is compute-bound (SEESAW_MIN_ROWS packed rows a kv
+** head, so that two row tiles share each K tile), v is read from k's tiles by bulk tensor
+** copies, a panel of k lies past v's 512 columns (MLA's; other widths only when warps=8 asks:
+** not measured) and the blocks before any split fill a quarter of the device
+** (SEESAW_MIN_FILL), the seesaw kernel (attn_decode_seesaw.cu.lua: two warpgroups, each the
+** whole S of every other 64-key tile, one's softmax under the other's products; warps 8); else
+** attn_decode_wgmma.cu.lua (a copying warpgroup and two computing ones splitting S's head dims
+** and O's columns; warps 12), 64-key tiles in two ring slots where they fit, else 32-key tiles.
+** Returns 1 and fills *v when either serves f on dev. (On the H200 the seesaw kernel ran 2-4 %
+** ahead at 128 heads from batch 32; behind where the blocks are few (batch 1: many splits of
+** few tiles, 7-17 %), 1-4 % behind at 16-48 heads and even at 64 (bandwidth-bound there),
+** RESULTS.md.) */
+#define SEESAW_MIN_ROWS 128 /* packed rows a kv head */
+#define SEESAW_MIN_FILL 4   /* blocks before splits >= compute units / this */
 static int choose_wgmma(const fj__features *f, const fj_device_info *dev, int64_t group_rows,
                         fj__variant *v)
 {
-    /* Fewer packed rows leave the decode bound by bandwidth, where the mma kernel's two blocks
-    ** an SM keep more bytes in flight (bench/RESULTS.md: MLA with 16 heads at 0.75x it). */
+    /* Fewer packed rows than a slab of mma.sync leave the wgmma kernels' tiles mostly zeros. */
     if (!cuda_sixteen_bit(f, dev) || f->head_dim_v <= 256 || group_rows < MIN_WGMMA_ROWS)
         return 0;
     fj__variant t = *v;
@@ -128,7 +132,8 @@ static int choose_wgmma(const fj__features *f, const fj_device_info *dev, int64_
     t.threads = 256;
     t.tile_n = 64;
     const int64_t blocks = f->batch * f->heads_kv * fj__div_up(group_rows, t.tile_m);
-    if (t.head_dim_v_pad == 512 && blocks * SEESAW_MIN_FILL >= fj__compute_units(dev) &&
+    if (t.head_dim_v_pad == 512 && group_rows >= SEESAW_MIN_ROWS &&
+        blocks * SEESAW_MIN_FILL >= fj__compute_units(dev) &&
         wgmma_bulk_fits(f, &t) && fj__variant_fits(&t, dev)) {
         *v = t;
         return 1;

@@ -121,13 +121,14 @@ for arch in sm_80 sm_90a; do
     done
 done
 # Decode with value dims beyond 256 (MLA's 576 / 512 with v a view of k; 320 soft-capped): on
-# sm_90a from 64 packed rows a kv head the wgmma kernels (MLA's dense and on pages of 64 the
-# seesaw kernel, by bulk tensor copies; on pages of 16 and 320's the other, by its threads'
-# copies or bulk ones), below it and on sm_80 the mma kernel's split_dv; both archs, no spills.
+# sm_90a from 16 packed rows a kv head the wgmma kernels (MLA's 128 heads dense and on pages of
+# 64 the seesaw kernel, by bulk tensor copies; 16 heads, pages of 16 and 320's the other, by its
+# threads' copies or bulk ones), below it (8 heads) and on sm_80 the mma kernel's split_dv; both
+# archs, no spills.
 # A cache of their own (their merges are the kernels above's).
 for arch in sm_80 sm_90a; do
     out=$("$cli" cache build --arch $arch --cache "$dir/wide_decode.db" --decode 1,2 \
-        --group 16,128 --head-dim 576 --head-dim-v 512 --v-in-k --causal 0,1 --seqlen 8192 \
+        --group 8,16,128 --head-dim 576 --head-dim-v 512 --v-in-k --causal 0,1 --seqlen 8192 \
         --paged 0,16,64 2>&1 &&
         "$cli" cache build --arch $arch --cache "$dir/wide_decode.db" --decode 1 --group 64 \
             --head-dim 320 --softcap 1 --causal 1 --seqlen 8192 --paged 0,64 2>&1)

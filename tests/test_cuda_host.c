@@ -409,15 +409,16 @@ static void test_compile_errors_name_their_cause(void **state)
 }
 
 /* MLA's decode (576 / 512, v a view of k, 16 query heads on one kv head: bandwidth-bound), dense
-** and paged: the tensor-core decode kernel, its warps splitting O's 512 columns (not the forward,
-** whose rows would be one query each), on Hopper and before. And a decode of d = dv = 512 (its
-** own v): before Hopper, cp.async copies a paged cache's rows whole a warp each (16-byte columns
-** of 64 threads a row would outgrow a warp's page lookups). */
+** and paged: a decode kernel, not the forward (whose rows would be one query each): on Hopper
+** the wgmma one (64 packed rows a block, those past the 16 zeros), before it the tensor-core
+** one, its warps splitting O's 512 columns. And a decode of d = dv = 512 (its own v): before
+** Hopper, cp.async copies a paged cache's rows whole a warp each (16-byte columns of 64 threads
+** a row would outgrow a warp's page lookups). */
 static void test_wide_decode_routing(void **state)
 {
     static const struct {
         const char *sm, *dense, *paged;
-    } want[] = {{"90", "cuda.decode.mma", "cuda.decode.mma"},
+    } want[] = {{"90", "cuda.decode.wgmma", "cuda.decode.wgmma"},
                 {"80", "cuda.decode.mma", "cuda.decode.mma"}};
     static const struct {
         int64_t d, dv;

@@ -228,18 +228,18 @@ static void test_mla(void **state)
     run_cases(state, cases, 5, 1);
 }
 
-/* Value dims beyond 256 with 64 packed rows or more (the wgmma kernels on sm_90a): MLA's 64 heads
-** with speculative rows (two row tiles: with multicast=1 a cluster pair sharing its bulk
-** copies; with warps=8 the seesaw kernel, an odd tile count in a split), and for the seesaw
-** kernel in f16 three rows (three row tiles) on pages of 64 with a window and soft-capping in
-** four splits, 128 heads over 77 keys (a pair of tiles, the second partial), and v of 384 of
-** k's 576 (three rope panels past v, causal, two rows, pages of 64); its own v
-** across two kv heads on pages of 16 (tiles by its threads) and of 128 with two rows and a
-** window (bulk copies: NaN in the pages' unused rows, windows starting inside a tile), 320
-** dims on odd pages with a window and soft-capping in f16, a partial second row tile, and the
-** two ways the three-warpgroup kernel's halves split S's head dims besides an odd panel count
-** (MLA's nine, 320's five): six panels, all in shared memory (384, paged 16), and a single
-** one, in registers only (q and k of 64 dims, v of 512). */
+/* Value dims beyond 256 with 64 packed rows or more (the wgmma kernels on sm_90a, which take
+** from 16: test_mla's 16 heads run there too): MLA's 64 heads with speculative rows (two row
+** tiles: with multicast=1 a cluster pair sharing its bulk copies; with warps=8 the seesaw
+** kernel, an odd tile count in a split), and for the seesaw kernel in f16 three rows (three row
+** tiles) on pages of 64 with a window and soft-capping in four splits, 128 heads over 77 keys
+** (a pair of tiles, the second partial), and v of 384 of k's 576 (three rope panels past v,
+** causal, two rows, pages of 64); its own v across two kv heads on pages of 16 (tiles by its
+** threads) and of 128 with two rows and a window (bulk copies: NaN in the pages' unused rows,
+** windows starting inside a tile), 320 dims on odd pages with a window and soft-capping in
+** f16, a partial second row tile, and the two ways the three-warpgroup kernel's halves split
+** S's head dims besides an odd panel count (MLA's nine, 320's five): six panels, all in shared
+** memory (384, paged 16), and a single one, in registers only (q and k of 64 dims, v of 512). */
 static void test_wide_many_rows(void **state)
 {
     fjh_case cases[10];

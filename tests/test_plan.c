@@ -695,11 +695,12 @@ static void test_decode_plans(void **state)
     }
 }
 
-/* Decode with value dims beyond 256 (MLA's 576 / 512): on sm_90a, from 64 packed rows a kv head,
+/* Decode with value dims beyond 256 (MLA's 576 / 512): on sm_90a, from 16 packed rows a kv head,
 ** a wgmma kernel (64 packed rows a block), which warps=4 turns down for the mma kernel's
 ** split_dv; dv to 256 never on wgmma. Where v is read from k by bulk tensor copies (tensor maps
-** read k; a paged cache's pages hold whole 64-key tiles), a panel of k lies past v and the
-** blocks fill half the device before splits (a batch of 64; not of 1 unless warps=8 asks), the
+** read k; a paged cache's pages hold whole 64-key tiles), a panel of k lies past v, 128 packed
+** rows a kv head share each K tile and the blocks fill a quarter of the device before splits
+** (a batch of 33 at 128 rows; not of 16 or 1, nor 64 rows, unless warps=8 asks), the
 ** seesaw kernel (two warpgroups: warps 8); else, or asked for options only it takes, the
 ** kernel of three warpgroups (warps 12; 64-key tiles where two ring slots fit, else 32), whose
 ** tiles come by bulk tensor copies where tensor maps read k and v and pages hold whole tiles
@@ -736,14 +737,18 @@ static void test_decode_wide_plans(void **state)
         {576, 512, 64, 1, &devs.h200, "multicast=1", 64, FJ__PATH_WGMMA, 64, 1, 12, 64},
         {576, 512, 128, 1, &devs.h200, "multicast=1,bulk=0", 64, FJ__PATH_WGMMA, 64, 0, 12, 64},
         {576, 512, 128, 1, &devs.h200, NULL, -1, FJ__PATH_WGMMA, 64, 0, 12, 64},
-        {576, 512, 64, 1, &devs.h200, NULL, 0, FJ__PATH_WGMMA, 64, 1, 12, 64}, /* 64 blocks */
-        {576, 512, 64, 1, &devs.h200, NULL, 0, FJ__PATH_WGMMA, 64, 1, 8, 66},
+        {576, 512, 64, 1, &devs.h200, NULL, 0, FJ__PATH_WGMMA, 64, 1, 12, 64}, /* 64 rows */
+        {576, 512, 64, 1, &devs.h200, NULL, 0, FJ__PATH_WGMMA, 64, 1, 12, 200},
+        {576, 512, 128, 1, &devs.h200, NULL, 64, FJ__PATH_WGMMA, 64, 1, 8, 33}, /* 66 blocks */
+        {576, 512, 128, 1, &devs.h200, NULL, 64, FJ__PATH_WGMMA, 64, 1, 12, 16}, /* 32 */
         {576, 512, 64, 0, &devs.h200, NULL, 0, FJ__PATH_WGMMA, 32, 1, 12, 64},
         {512, 512, 64, 1, &devs.h200, NULL, 0, FJ__PATH_WGMMA, 64, 1, 12, 64}, /* no panel past v */
         {576, 384, 128, 1, &devs.h200, NULL, 0, FJ__PATH_WGMMA, 64, 1, 12, 64}, /* v not 512 */
         {576, 384, 128, 1, &devs.h200, "warps=8", 0, FJ__PATH_WGMMA, 64, 1, 8, 64},
         {320, 320, 64, 0, &devs.h200, NULL, 64, FJ__PATH_WGMMA, 64, 1, 12, 64},
-        {576, 512, 16, 1, &devs.h200, NULL, 0, FJ__PATH_MMA, 32, 0, 4, 64}, /* bandwidth-bound */
+        {576, 512, 16, 1, &devs.h200, NULL, 0, FJ__PATH_WGMMA, 64, 1, 12, 64},
+        {576, 512, 32, 1, &devs.h200, NULL, 64, FJ__PATH_WGMMA, 64, 1, 12, 128},
+        {576, 512, 8, 1, &devs.h200, NULL, 0, FJ__PATH_MMA, 32, 0, 4, 64}, /* half a slab */
         {320, 320, 4, 0, &devs.h200, NULL, 0, FJ__PATH_MMA, 32, 0, 4, 64},
         {576, 512, 128, 1, &devs.h200, "warps=4", 0, FJ__PATH_MMA, 32, 0, 4, 64},
         {448, 192, 4, 0, &devs.h200, NULL, 0, FJ__PATH_MMA, 64, 0, 4, 64},
