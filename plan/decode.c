@@ -109,8 +109,8 @@ static int wgmma_bulk_fits(const fj__features *f, const fj__variant *v)
 ** and O's columns; warps 12), 64-key tiles in two ring slots where they fit, else 32-key tiles.
 ** Returns 1 and fills *v when either serves f on dev. (On the H200 the seesaw kernel ran 2-4 %
 ** ahead at 128 heads from batch 32; behind where the blocks are few (batch 1: many splits of
-** few tiles, 7-17 %), 1-4 % behind at 16-48 heads and even at 64 (bandwidth-bound there),
-** RESULTS.md.) */
+** few tiles, 7-17 %), up to 11 % behind at 16-48 heads and even at 64 (bandwidth-bound
+** there), RESULTS.md.) */
 #define SEESAW_MIN_ROWS 128 /* packed rows a kv head */
 #define SEESAW_MIN_FILL 4   /* blocks before splits >= compute units / this */
 static int choose_wgmma(const fj__features *f, const fj_device_info *dev, int64_t group_rows,
