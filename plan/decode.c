@@ -371,9 +371,8 @@ fj_status fj__plan_decode(const fj__features *f, const fj_device_info *dev, cons
     plan->main_step = 0;
     if (splits == 1)
         return FJ_OK;
-    fj__step *m = fj__plan_add_merge_step(plan, v->backend, 0 /* strided states */, FJ_DTYPE_F32,
-                                          FJ_DTYPE_F32, v->out_dtype, v->write_lse, rows,
-                                          f->head_dim_v);
+    fj__step *m = fj__plan_add_strided_merge_step(plan, v->backend, splits, v->out_dtype,
+                                                  v->write_lse, rows, f->head_dim_v);
     /* On Hopper the merge launches while the decode kernel's last blocks run, and waits for
     ** their states in the kernel (attn_merge.lua): its launch latency leaves the call's time. */
     m->overlap_previous = v->backend == FJ_BACKEND_CUDA && fj__sm_version(dev) >= 90;
@@ -430,6 +429,7 @@ fj_status fj__decode_fill(const fj__plan *plan, int i, const fj__problem *p, voi
         M->heads = (int32_t)p->heads_q;
         M->head_dim_v = (int32_t)p->head_dim_v;
         M->col_groups = (int32_t)plan->steps[i].grid[1];
+        M->state_teams = fj__merge_state_teams(plan->decode.splits);
         return FJ_OK;
     }
     const fj__variant *v = &plan->steps[i].variant;

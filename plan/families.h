@@ -141,7 +141,9 @@ FJ__PARAM_STRUCT(fj__merge_slot, FJ__MERGE_SLOT_PARAMS);
 ** for pairs = batches * seqlen * heads (batch, row, head) rows of head_dim_v elements; or
 ** (inputs 0) `states` states of one layout, state i at in0 moved by i * state_so elements of o
 ** and i * state_sl of l, the elements of a row shared by col_groups work-groups along the grid's
-** y (each takes every col_groups-th run of its team's lanes; 0 counts as 1). */
+** y (each takes every col_groups-th run of its team's lanes; 0 counts as 1) and a pair's states
+** by state_teams of a work-group's teams (1, 2 or 4: state j by team j % state_teams; 0 counts
+** as 1). */
 #define FJ__MERGE_SLOTS 8
 #define FJ__MERGE_PARAMS(X, T)                                                                     \
     X(T, BLOCK, in0, fj__merge_slot)                                                               \
@@ -160,7 +162,8 @@ FJ__PARAM_STRUCT(fj__merge_slot, FJ__MERGE_SLOT_PARAMS);
     X(T, I32, seqlen, 0)                                                                           \
     X(T, I32, heads, 0)                                                                            \
     X(T, I32, head_dim_v, 0)                                                                       \
-    X(T, I32, col_groups, 0)
+    X(T, I32, col_groups, 0)                                                                       \
+    X(T, I32, state_teams, 0)
 FJ__PARAM_STRUCT(fj__merge_params, FJ__MERGE_PARAMS);
 
 /* Decode (attn_decode.lua): the forward's block (with a paged cache its k and v strides are

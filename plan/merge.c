@@ -11,7 +11,7 @@
 
 fj__step *fj__plan_add_merge_step(fj__plan *plan, fj_backend_kind backend, int inputs,
                                   fj_dtype first, fj_dtype rest, fj_dtype out, int write_lse,
-                                  uint64_t rows, int64_t head_dim_v)
+                                  uint64_t rows)
 {
     fj__step *s = fj__plan_add_step(plan, FJ__STEP_KERNEL);
     fj__variant *v = &s->variant;
@@ -26,12 +26,30 @@ fj__step *fj__plan_add_merge_step(fj__plan *plan, fj_backend_kind backend, int i
     v->inputs = inputs;
     v->write_lse = (uint8_t)write_lse;
     s->grid[0] = (uint32_t)fj__div_up((int64_t)rows, MERGE_PAIRS);
-    /* Strided states (a decode's splits; never in place): a row's columns across work-groups,
-    ** a run of lanes each, so a single sequence's few rows still fill the device (fj_merge_params'
-    ** col_groups). */
-    if (inputs == 0)
-        s->grid[1] = (uint32_t)fj__div_up(head_dim_v, MERGE_LANES);
     s->block[0] = MERGE_THREADS;
+    return s;
+}
+
+int fj__merge_state_teams(int32_t states)
+{
+    /* (a team loads its states' elements UNROLL = 4 at a time, attn_merge.lua: a state's load
+    ** waits on memory, so many states in one team wait many times over; two rounds a team up
+    ** to 16 states, then all of a work-group's teams) */
+    return states > 16 ? MERGE_PAIRS : states > 8 ? 2 : 1;
+}
+
+fj__step *fj__plan_add_strided_merge_step(fj__plan *plan, fj_backend_kind backend,
+                                          int32_t states, fj_dtype out, int write_lse,
+                                          uint64_t rows, int64_t head_dim_v)
+{
+    fj__step *s =
+        fj__plan_add_merge_step(plan, backend, 0, FJ_DTYPE_F32, FJ_DTYPE_F32, out, write_lse, rows);
+    /* A work-group's teams take MERGE_PAIRS / teams pairs, a pair's states shared by `teams`;
+    ** a row's columns across work-groups along y, a run of lanes each, so a single sequence's
+    ** few rows still fill the device (fj_merge_params' col_groups). */
+    const int64_t pairs_per_group = MERGE_PAIRS / fj__merge_state_teams(states);
+    s->grid[0] = (uint32_t)fj__div_up((int64_t)rows, pairs_per_group);
+    s->grid[1] = (uint32_t)fj__div_up(head_dim_v, MERGE_LANES);
     return s;
 }
 
@@ -62,7 +80,7 @@ fj_status fj__plan_merge(const fj__merge_problem *p, fj_backend_kind backend, fj
         fj__plan_add_merge_step(plan, backend, first_step ? take : take + 1,
                                 first_step ? p->in_dtype : FJ_DTYPE_F32, p->in_dtype,
                                 last ? p->out_dtype : FJ_DTYPE_F32, last ? p->lse != NULL : 1,
-                                pairs, p->head_dim_v);
+                                pairs);
         next += take;
     }
     plan->main_step = plan->nsteps - 1;

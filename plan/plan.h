@@ -135,13 +135,21 @@ static inline int64_t fj__compute_units(const fj_device_info *dev)
 ** (merge.c; the running state of a chained merge, the splits of a decode). */
 void fj__merge_contiguous_slot(void *o, void *l, int64_t seqlen, int64_t heads, int64_t dv,
                                fj__merge_slot *S);
-/* A merge step (merge.c) of `rows` (batch, row, head) rows of head_dim_v elements: `inputs`
-** states per launch (0: a run-time count of strided states, whose rows' columns are shared by
-** work-groups along the grid's y), slot 0's elements `first`, the others' `rest`, the result's
-** `out`; write_lse: the result's lse is written. */
+/* A merge step (merge.c) of `rows` (batch, row, head) rows: `inputs` states per launch (1 to
+** FJ__MERGE_SLOTS; 0 for fj__plan_add_strided_merge_step's), slot 0's elements `first`, the others' `rest`, the result's `out`;
+** write_lse: the result's lse is written. */
 fj__step *fj__plan_add_merge_step(fj__plan *plan, fj_backend_kind backend, int inputs,
                                   fj_dtype first, fj_dtype rest, fj_dtype out, int write_lse,
-                                  uint64_t rows, int64_t head_dim_v);
+                                  uint64_t rows);
+/* A merge step of `states` f32 states at a fixed stride in one workspace (a decode's splits:
+** inputs 0, a run-time count), rows of head_dim_v elements, whose columns are shared by
+** work-groups along the grid's y and, with many states, each pair's states by several teams of a
+** work-group (fj__merge_state_teams: fj_merge_params' state_teams). */
+fj__step *fj__plan_add_strided_merge_step(fj__plan *plan, fj_backend_kind backend,
+                                          int32_t states, fj_dtype out, int write_lse,
+                                          uint64_t rows, int64_t head_dim_v);
+/* The teams (of a merge work-group's four) that share a pair's strided states: 1, 2 or 4. */
+int fj__merge_state_teams(int32_t states);
 
 /* Compute capability as major * 10 + minor from dev's arch ("sm_90a": 90); 0 when unknown. */
 int fj__sm_version(const fj_device_info *dev);

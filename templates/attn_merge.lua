@@ -17,7 +17,10 @@
 % -- a decode plan (attn_decode.lua), which lie in one workspace. A row's elements are shared by
 % -- P.col_groups work-groups along the grid's y (a lane of each takes one element of every
 % -- col_groups * LANES), so a few rows of wide states (a decode of one sequence, MLA's 512
-% -- columns) still fill the device; dst is never one of these inputs.
+% -- columns) still fill the device; and a pair's states by P.state_teams teams of the
+% -- work-group (state i by team i % state_teams, whose sums meet in shared memory), so many
+% -- states (a decode of few rows in many splits) are loaded at once; dst is never one of these
+% -- inputs.
 % --
 % -- Parameters: backend, q_dtype (slot 0's elements), kv_dtype (the other slots'), out_dtype
 % -- (dst's), inputs (slots read, 1 to 8; 0 strided states), write_lse (dst.l is written), threads
@@ -44,7 +47,8 @@ fj_attn_merge(
 % params_arg(args)
 )
 {
-    SHARED float w[PAIRS][MAX_STATES]; /* the states' log-sum-exps, then their weights */
+    SHARED float w[PAIRS][MAX_STATES]; /* a pair's log-sum-exps, then its states' weights */
+    SHARED float part[PAIRS][LANES];   /* each team's sums of its states, an element a lane */
 % if backend == "cuda" then
 #if __CUDA_ARCH__ >= 900
     /* Launched to overlap the end of the kernel that wrote the states (a decode's splits:
@@ -53,55 +57,73 @@ fj_attn_merge(
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 % end
+    /* Team `team` takes states share, share + teams, ... of the work-group's pair `slot`. */
     const int team = THREAD_X / LANES, lane = THREAD_X % LANES;
-    const I64 pair = (I64)BLOCK_X * PAIRS + team;
-    const bool live = pair < P.pairs;
+    const int teams = I_MIN(I_MAX(P.state_teams, 1), PAIRS);
+    const int slot = team / teams, share = team % teams;
+    const I64 pair = (I64)BLOCK_X * (PAIRS / teams) + slot;
+    const bool live = slot < PAIRS / teams && pair < P.pairs;
     const int h = (int)(pair % P.heads);
     const I64 row_all = pair / P.heads;
     const int row = (int)(row_all % P.seqlen);
     const I64 b = row_all / P.seqlen;
     const int n = I_MIN(P.states, MAX_STATES);
     GLOBAL const float *l0 = GPTR(const float, P.in0.l) + LSE_AT(P.in0, b, row, h);
-    for (int i = lane; live && i < n; i += LANES)
-        w[team][i] = LDG(l0 + i * P.state_sl);
+    const int k = share * LANES + lane; /* the work-item among its pair's */
+    for (int i = k; live && i < n; i += teams * LANES)
+        w[slot][i] = LDG(l0 + i * P.state_sl);
     BARRIER();
     float m = -F_INF;
     bool nan = false;
     for (int i = 0; live && i < n; i++) {
-        nan = nan || !(w[team][i] < F_INF); /* NaN or +inf */
-        m = F_MAX(m, w[team][i]);
+        nan = nan || !(w[slot][i] < F_INF); /* NaN or +inf */
+        m = F_MAX(m, w[slot][i]);
     }
     BARRIER(); /* every lane has read the log-sum-exps */
-    for (int i = lane; live && i < n; i += LANES)
-        w[team][i] = m > -F_INF ? EXPR_EXP(w[team][i] - m) : 0.0f;
+    for (int i = k; live && i < n; i += teams * LANES)
+        w[slot][i] = m > -F_INF ? EXPR_EXP(w[slot][i] - m) : 0.0f;
     BARRIER();
-    if (!live)
-        return;
     float sum = 0.0f;
-    for (int i = 0; i < n; i++)
-        sum += w[team][i];
+    for (int i = 0; live && i < n; i++)
+        sum += w[slot][i];
     const float scale = nan ? F_NAN : sum > 0.0f ? 1.0f / sum : 0.0f;
     GLOBAL const q_t *o0 = GPTR(const q_t, P.in0.o) + STATE_AT(P.in0, b, row, h);
     GLOBAL o_t *out = GPTR(o_t, P.dst.o) + STATE_AT(P.dst, b, row, h);
-    /* UNROLL states' elements load at once (a decode's partials are read once, from memory:
-    ** one load at a time would leave the lane waiting on each). An empty state's elements are
-    ** not used (whatever they hold). */
+    /* UNROLL of the team's states' elements load at once (a decode's partials are read once,
+    ** from memory: one load at a time would leave the lane waiting on each). An empty state's
+    ** elements are not used (whatever they hold). The loop is the work-group's (its barriers):
+    ** every work-item runs it, the ones past the row's end or pairs idle. */
     const int col_groups = I_MAX(P.col_groups, 1);
-    for (int d = BLOCK_Y * LANES + lane; d < P.head_dim_v; d += col_groups * LANES) {
+    for (int d0 = BLOCK_Y * LANES; d0 < P.head_dim_v; d0 += col_groups * LANES) {
+        const int d = d0 + lane;
+        const bool mine = live && d < P.head_dim_v;
         float acc = 0.0f;
-        for (int i0 = 0; i0 < n; i0 += UNROLL) {
+        for (int i0 = share; mine && i0 < n; i0 += UNROLL * teams) {
             float x[UNROLL];
 #pragma unroll
-            for (int j = 0; j < UNROLL; j++)
-                x[j] = i0 + j < n && w[team][i0 + j] > 0.0f ? Q_LOAD(o0, (i0 + j) * P.state_so + d) : 0.0f;
+            for (int j = 0; j < UNROLL; j++) {
+                const int i = i0 + j * teams;
+                x[j] = i < n && w[slot][i] > 0.0f ? Q_LOAD(o0, i * P.state_so + d) : 0.0f;
+            }
 #pragma unroll
-            for (int j = 0; j < UNROLL; j++)
-                acc = i0 + j < n && w[team][i0 + j] > 0.0f ? F_FMA(w[team][i0 + j], x[j], acc) : acc;
+            for (int j = 0; j < UNROLL; j++) {
+                const int i = i0 + j * teams;
+                acc = i < n && w[slot][i] > 0.0f ? F_FMA(w[slot][i], x[j], acc) : acc;
+            }
         }
-        O_STORE(out, d, acc * scale);
+        if (teams > 1) { /* the pair's teams' sums meet, in their order */
+            part[team][lane] = acc;
+            BARRIER();
+            acc = 0.0f;
+            for (int t = 0; share == 0 && t < teams; t++)
+                acc += part[team + t][lane];
+            BARRIER(); /* (part is written again at the next columns) */
+        }
+        if (mine && share == 0)
+            O_STORE(out, d, acc * scale);
     }
 %   if write_lse then
-    if (lane == 0 && BLOCK_Y == 0)
+    if (live && k == 0 && BLOCK_Y == 0)
         GPTR(float, P.dst.l)[LSE_AT(P.dst, b, row, h)] =
             nan ? F_NAN : m > -F_INF ? m + EXPR_LOG(sum) : -F_INF;
 %   end

@@ -112,11 +112,14 @@ static void test_heads_and_lengths(void **state)
 }
 
 /* Split counts 1 to 64 (more than the key tiles: fewer splits run), automatic, with causal
-** rows whose bands end in different splits, windows, soft-capping and a negative scale. */
+** rows whose bands end in different splits, windows, soft-capping and a negative scale; and
+** rows of 72 value columns (a partial run of the merge's lanes) over 9, 16 and 64 splits (the
+** merge's teams sharing a row's states two and four ways), 9 rows (the last merge work-group's
+** second row empty). */
 static void test_splits(void **state)
 {
     static const int32_t splits[] = {0, 1, 2, 3, 7, 16, 64};
-    fjh_case cases[14];
+    fjh_case cases[17];
     size_t n = 0;
     for (size_t i = 0; i < 7; i++) {
         cases[n] = decode_case(4, 2049, 8, 2, 128, FJ_DTYPE_BF16);
@@ -128,6 +131,12 @@ static void test_splits(void **state)
         cases[n].desc.softcap = i % 2 ? 20.0f : 0.0f;
         cases[n].desc.softmax_scale = i % 3 == 2 ? -0.2f : 0.0f;
         cases[n++].with_lse = i % 2 == 0;
+    }
+    static const int32_t many[] = {9, 16, 64};
+    for (size_t i = 0; i < 3; i++) {
+        cases[n] = decode_case(1, 3000, 3, 1, 72, FJ_DTYPE_BF16);
+        cases[n].desc.num_splits = many[i];
+        cases[n++].with_lse = 1;
     }
     run_cases(state, cases, n, 1);
 }
