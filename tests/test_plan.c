@@ -816,6 +816,72 @@ static void test_decode_wide_plans(void **state)
     assert_int_equal(s->shared_bytes, fj__variant_shared_bytes(&s->variant));
 }
 
+/* The tuner's host for a search it only lists: prepare() keeps the candidates and stops it. */
+typedef struct listed_candidates {
+    fj__tune_candidate c[64];
+    int n;
+} listed_candidates;
+
+static fj_status list_candidates(void *ud, const fj__tune_candidate *cs, int n,
+                                 fj_status *status, char (*why)[160])
+{
+    listed_candidates *l = ud;
+    (void)status;
+    (void)why;
+    l->n = n < 64 ? n : 64;
+    memcpy(l->c, cs, (size_t)l->n * sizeof *cs);
+    return FJ_ERR_UNSUPPORTED;
+}
+
+/* The tuner's decode candidates for MLA (576 / 512, v in k) on the H200: with 64 and with 128
+** heads (planned on the three-warpgroup kernel and on the seesaw one) both wgmma kernels, the
+** seesaw kernel as planned (warps 8, two slots of 64 keys), and no candidate the device cannot
+** hold. */
+static void test_decode_tune_candidates(void **state)
+{
+    (void)state;
+    const planned_devices devs = planned_device_set();
+    static const int64_t groups[] = {64, 128};
+    for (size_t i = 0; i < 2; i++) {
+        fj__features f = bwd_features(576, 512, FJ_DTYPE_BF16);
+        f.batch = 64;
+        f.seqlen_q = 1;
+        f.seqlen_k = 8192;
+        f.heads_kv = 1;
+        f.heads_q = groups[i];
+        f.v_in_k = 1;
+        f.paged = 1;
+        f.page_size = 64;
+        f.tma[FJ__T_K] = 1;
+        const fj__variant h = decode_variant_of(&f, &devs.h200, NULL, FJ__PATH_WGMMA, i);
+        assert_int_equal(fj__decode_seesaw(&h), groups[i] == 128);
+        listed_candidates l = {.n = 0};
+        const fj__tune_host host = {.ud = &l, .device = &devs.h200, .prepare = list_candidates};
+        fj__tune_memo *memo = NULL;
+        fj_tune_result r = {.struct_size = sizeof r};
+        fj__err err = {{0}};
+        assert_int_equal(fj__tune(&host, &memo, NULL, "test", &f, &h, FJ_DTYPE_BF16, 0, &r, &err),
+                         FJ_ERR_UNSUPPORTED);
+        fj__tune_memo_free(&memo);
+        assert_true(l.n > 1 && memcmp(&l.c[0].v, &h, sizeof h) == 0);
+        int seesaw = 0, other = 0;
+        for (int c = 0; c < l.n; c++) {
+            const fj__variant *v = &l.c[c].v;
+            assert_true(v->path == FJ__PATH_WGMMA && fj__variant_fits(v, &devs.h200));
+            if (fj__decode_seesaw(v)) {
+                assert_true(v->tile_n == 64 && v->stages == 2 && v->bulk && !v->overlap);
+                seesaw++;
+            } else {
+                assert_int_equal(v->warps, 12);
+                other++;
+            }
+        }
+        printf("  %lld heads: %d candidates, %d on the seesaw kernel\n", (long long)groups[i],
+               l.n, seesaw);
+        assert_true(seesaw >= 2 && other >= 2); /* the plan's splits and others, each kernel */
+    }
+}
+
 /* Forwards with head dims beyond 256: on Hopper's kernel, value slices of at most 256 that
 ** recompute S, or asked for (d_split=1) a cluster pair splitting S's head dim where dv allows
 ** (d > 256, dv <= 512: halves of whole panels, so 576 pads to 640; v a view of k then takes
@@ -983,6 +1049,7 @@ int main(void)
         cmocka_unit_test(test_deterministic_slices),
         cmocka_unit_test(test_decode_plans),
         cmocka_unit_test(test_decode_wide_plans),
+        cmocka_unit_test(test_decode_tune_candidates),
         cmocka_unit_test(test_simt_forward_local_memory),
         cmocka_unit_test(test_wide_forward_plans),
         cmocka_unit_test(test_fp8_forward_plans),
