@@ -136,8 +136,8 @@ static inline int64_t fj__compute_units(const fj_device_info *dev)
 void fj__merge_contiguous_slot(void *o, void *l, int64_t seqlen, int64_t heads, int64_t dv,
                                fj__merge_slot *S);
 /* A merge step (merge.c) of `rows` (batch, row, head) rows: `inputs` states per launch (1 to
-** FJ__MERGE_SLOTS; 0 for fj__plan_add_strided_merge_step's), slot 0's elements `first`, the others' `rest`, the result's `out`;
-** write_lse: the result's lse is written. */
+** FJ__MERGE_SLOTS; 0 for fj__plan_add_strided_merge_step's), slot 0's elements `first`, the
+** others' `rest`, the result's `out`; write_lse: the result's lse is written. */
 fj__step *fj__plan_add_merge_step(fj__plan *plan, fj_backend_kind backend, int inputs,
                                   fj_dtype first, fj_dtype rest, fj_dtype out, int write_lse,
                                   uint64_t rows);
