@@ -16,7 +16,6 @@ query/key pair of the whole square, halved where the mask is causal-like (k <= q
 count per case, so that the ratio is of times. Decode cases report TB/s of the cache (K and V,
 or MLA's one latent cache) in the same column."""
 import argparse
-import json
 import os
 import random
 import sys
@@ -27,7 +26,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import flashjit  # noqa: E402
-from common import grid_shape, heat, sustained_ms, tflops, to_pages  # noqa: E402
+from common import grid_shape, heat, save_results, sustained_ms, tflops, to_pages  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--libs", required=True, help="comma-separated; the first is the reference")
@@ -242,5 +241,4 @@ for i in range(1, len(libs)):
     print(f"{len(results)} cases: {names[i]}/{names[0]} from {min(ratios):.3f} to "
           f"{max(ratios):.3f}, median {sorted(ratios)[len(ratios) // 2]:.3f}")
 print(f"{names[0]}'s own spread up to {max(r['spread'] for r in results):.3f}")
-with open(os.path.join(args.out, "ab_libs.json"), "w") as f:
-    json.dump(dict(names=names, libs=libs, results=results), f, indent=1)
+save_results(args.out, "ab_libs", dict(names=names, libs=libs, results=results))

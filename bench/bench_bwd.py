@@ -11,7 +11,6 @@ Shapes: bf16, b * s = 16k tokens, hidden 2048 (h = 2048 / d), over --s, --d and 
 Usage: python3 bench/bench_bwd.py [--lib build/libflashjit.so] [--s 1024,4096] [--d 64,128]
        [--causal 0,1] [--out DIR]"""
 import argparse
-import json
 import os
 import sys
 
@@ -20,7 +19,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-from common import add_timing_args, grid_shape, start, tflops, time_ms  # noqa: E402
+from common import add_timing_args, grid_shape, save_results, start, tflops, time_ms  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--lib", default=None)
@@ -85,5 +84,4 @@ for d in [int(x) for x in args.d.split(",")]:
             rows.append(row)
             del q, k, v, dout, out, lse, dq, dk, dv, qt, kt, vt
             torch.cuda.empty_cache()
-with open(os.path.join(args.out, "bench_bwd.json"), "w") as f:
-    json.dump(dict(rows=rows), f, indent=1)
+save_results(args.out, "bench_bwd", dict(rows=rows))

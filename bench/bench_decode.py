@@ -11,7 +11,6 @@ takes grouped heads with enable_gqa.
 Usage: python3 bench/bench_decode.py [--lib build/libflashjit.so] [--b 1,8,32,128]
        [--sk 1024,8192,131072] [--paged 16,64] [--splits 0] [--out DIR]"""
 import argparse
-import json
 import os
 import sys
 
@@ -20,7 +19,9 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-from common import add_timing_args, read_bandwidth, start, time_ms, to_pages  # noqa: E402
+from common import (  # noqa: E402
+    add_timing_args, read_bandwidth, save_results, start, time_ms, to_pages,
+)
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--lib", default=None)
@@ -113,7 +114,4 @@ for b in [int(x) for x in args.b.split(",")]:
             rows.append(r)
         del q, k, v, out, qt, kt, vt, ref
         torch.cuda.empty_cache()
-config = os.environ.get("FLASHJIT_CONFIG", "")
-name = "bench_decode" + ("_" + config.replace("=", "-").replace(",", "_") if config else "")
-with open(os.path.join(args.out, name + ".json"), "w") as f:
-    json.dump(dict(ceiling_gbs=ceiling, rows=rows), f, indent=1)
+save_results(args.out, "bench_decode", dict(ceiling_gbs=ceiling, rows=rows))

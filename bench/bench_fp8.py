@@ -10,7 +10,6 @@ the FP8 inputs stand for (dequantised), over the largest magnitude of that refer
 Usage: python3 bench/bench_fp8.py [--lib build/libflashjit.so] [--d 64,128,256]
        [--s 2048,4096,8192,16384] [--causal 0,1] [--fp8 e4m3|e5m2] [--out DIR]"""
 import argparse
-import json
 import os
 import sys
 
@@ -19,7 +18,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-from common import add_timing_args, grid_shape, start, tflops, time_ms  # noqa: E402
+from common import add_timing_args, grid_shape, save_results, start, tflops, time_ms  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--lib", default=None)
@@ -95,6 +94,5 @@ for d in [int(x) for x in args.d.split(",")]:
                   f"s{info['spill_bytes']}", flush=True)
             del real, codes, deq, q16, k16, v16, out8, out16
 
-with open(os.path.join(args.out, f"bench_fp8_{args.fp8}.json"), "w") as f:
-    json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), f,
-              indent=1)
+save_results(args.out, f"bench_fp8_{args.fp8}",
+             dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows))

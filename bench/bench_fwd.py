@@ -6,7 +6,6 @@ Usage: python3 bench/bench_fwd.py [--lib build/libflashjit.so] [--quick] [--d 64
        [--s 1024,4096] [--causal 0,1] [--out DIR]
 Prints one line per grid point and writes bench_fwd.json into --out (default $OUT or .)."""
 import argparse
-import json
 import os
 import sys
 
@@ -15,7 +14,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-from common import add_timing_args, grid_shape, start, tflops, time_ms  # noqa: E402
+from common import add_timing_args, grid_shape, save_results, start, tflops, time_ms  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--lib", default=None)
@@ -81,6 +80,5 @@ for d in [int(x) for x in args.d.split(",")]:
                   f"{args.tag}", flush=True)
             del q, k, v, out, ref
 
-with open(os.path.join(args.out, f"bench_fwd{'_' + args.tag if args.tag else ''}.json"), "w") as f:
-    json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), f,
-              indent=1)
+save_results(args.out, f"bench_fwd{'_' + args.tag if args.tag else ''}",
+             dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows))

@@ -11,7 +11,6 @@ Usage: python3 bench/bench_masks.py [--lib build/libflashjit.so] [--s 8192] [--d
        [--backward] [--out DIR]
 Prints one line per case and writes bench_masks.json into --out (default $OUT or .)."""
 import argparse
-import json
 import os
 import sys
 
@@ -20,7 +19,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import flashjit  # noqa: E402
-from common import add_timing_args, heat, time_ms  # noqa: E402
+from common import add_timing_args, heat, save_results, time_ms  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--lib", default=None)
@@ -151,6 +150,5 @@ if "bias" in wanted:
     print(f"{'bias':>14} | {rows[-1]['flashjit']:8.1f} {rows[-1]['sdpa']:8.1f} (SDPA attn_mask) | "
           f"{rows[-1]['flashjit'] / rows[-1]['sdpa']:6.2f} | {diff:8.4f} {rows[-1]['path']}", flush=True)
 
-with open(os.path.join(args.out, "bench_masks.json"), "w") as f:
-    json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, b=b, h=h, s=s,
-                   d=d, rows=rows), f, indent=1)
+save_results(args.out, "bench_masks", dict(device=torch.cuda.get_device_name(),
+                                           torch=torch.__version__, b=b, h=h, s=s, d=d, rows=rows))

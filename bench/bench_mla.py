@@ -8,7 +8,6 @@ Every shape is checked against a float32 reference first.
 Usage: python3 bench/bench_mla.py [--lib build/libflashjit.so] [--b 1,32,64] [--sk 8192,32768]
        [--hq 16,128] [--sq 1,2] [--page 64] [--splits 0] [--out DIR]"""
 import argparse
-import json
 import os
 import sys
 
@@ -16,7 +15,9 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-from common import add_timing_args, read_bandwidth, start, time_ms, to_pages  # noqa: E402
+from common import (  # noqa: E402
+    add_timing_args, read_bandwidth, save_results, start, time_ms, to_pages,
+)
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--lib", default=None)
@@ -92,7 +93,4 @@ for hq in [int(x) for x in args.hq.split(",")]:
                     rows.append(r)
                 del q, k, ref, layouts
                 torch.cuda.empty_cache()
-config = os.environ.get("FLASHJIT_CONFIG", "")
-name = "bench_mla" + ("_" + config.replace("=", "-").replace(",", "_") if config else "")
-with open(os.path.join(args.out, name + ".json"), "w") as f:
-    json.dump(dict(ceiling_gbs=ceiling, rows=rows), f, indent=1)
+save_results(args.out, "bench_mla", dict(ceiling_gbs=ceiling, rows=rows))

@@ -9,7 +9,6 @@ Usage: python3 bench/bench_varlen.py [--lib build/libflashjit.so] [--tokens 3276
        [--out DIR]
 Prints one line per case and writes bench_varlen.json into --out (default $OUT or .)."""
 import argparse
-import json
 import os
 import sys
 
@@ -18,7 +17,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import flashjit  # noqa: E402
-from common import add_timing_args, heat, time_ms  # noqa: E402
+from common import add_timing_args, heat, save_results, time_ms  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--lib", default=None)
@@ -116,7 +115,6 @@ for kind in ("equal 2k", "random 128-8k", "random 64-1k"):
               f"{row['dense']:8.1f} | {row['flashjit'] / row['peer']:6.2f} | {diff:8.4f} {path}",
               flush=True)
 
-with open(os.path.join(args.out, "bench_varlen.json"), "w") as f:
-    json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
-                   peer="varlen_attn" if varlen_attn else "sdpa_nested", h=h, d=d, rows=rows),
-              f, indent=1)
+save_results(args.out, "bench_varlen",
+             dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
+                  peer="varlen_attn" if varlen_attn else "sdpa_nested", h=h, d=d, rows=rows))

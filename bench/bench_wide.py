@@ -8,7 +8,6 @@ Usage: python3 bench/bench_wide.py [--lib build/libflashjit.so] [--dims 256,512,
        [--s 2048,4096,8192,16384] [--causal 0,1] [--mla-heads 16,64,128] [--out DIR]
 Prints one line per point and writes bench_wide.json into --out (default $OUT or .)."""
 import argparse
-import json
 import os
 import sys
 
@@ -17,7 +16,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-from common import add_timing_args, start, time_ms  # noqa: E402
+from common import add_timing_args, save_results, start, time_ms  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--lib", default=None)
@@ -110,6 +109,5 @@ for hq in [int(x) for x in args.mla_heads.split(",") if x]:
     for causal in [bool(int(x)) for x in args.causal.split(",")]:
         report(measure(f"mla h{hq}", 2, 8192, hq, 1, 576, 512, causal, mla=True))
 
-with open(os.path.join(args.out, f"bench_wide{'_' + args.tag if args.tag else ''}.json"), "w") as f:
-    json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), f,
-              indent=1)
+save_results(args.out, f"bench_wide{'_' + args.tag if args.tag else ''}",
+             dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows))

@@ -1,5 +1,8 @@
 """What the forward benchmarks share: the grid's shapes, the FLOP count, the warm-up and the
-timing."""
+timing; and where their results go."""
+import json
+import os
+import re
 import time
 
 import torch
@@ -110,3 +113,18 @@ def to_pages(x, page, perm):
     out = torch.empty(b * pages, page, h, d, device=x.device, dtype=x.dtype)
     out[perm.long()] = padded.view(b * pages, page, h, d)
     return out
+
+
+def save_results(out_dir, name, payload):
+    """Writes payload as JSON to out_dir/NAME[_CONFIG][_N].json and returns the path: CONFIG is
+    FLASHJIT_CONFIG's value where it is set (made fit for a file name), N the first count from
+    2 that names no file there yet, so that several runs into one folder each keep their own."""
+    config = os.environ.get("FLASHJIT_CONFIG", "")
+    safe = re.sub(r"[^A-Za-z0-9.-]+", "_", config.replace("=", "-"))
+    stem = name + ("_" + safe if config else "")
+    path, n = os.path.join(out_dir, stem + ".json"), 2
+    while os.path.exists(path):
+        path, n = os.path.join(out_dir, f"{stem}_{n}.json"), n + 1
+    with open(path, "w") as f:
+        json.dump(payload, f, indent=1)
+    return path
