@@ -686,6 +686,15 @@ static void test_decode_plans(void **state)
         assert_int_equal(s->grid[0], 8 * ((f.seqlen_q * cases[i].group + v.tile_m - 1) / v.tile_m));
         assert_true(s->grid[1] > 1 && s->variant.partial && plan.nsteps == 2);
         assert_true((int64_t)s->grid[1] * plan.decode.keys_per_split >= f.seqlen_k);
+        /* The merge: a work-group's four teams take 4 / teams rows, a row's states shared by
+        ** `teams` (more than 8 splits: 2, more than 16: 4), its columns 32 a work-group. */
+        const fj__step *m = &plan.steps[1];
+        const int teams = fj__merge_state_teams(plan.decode.splits);
+        const int64_t rows = f.batch * f.seqlen_q * f.heads_q;
+        assert_int_equal(teams, plan.decode.splits > 16 ? 4 : plan.decode.splits > 8 ? 2 : 1);
+        assert_int_equal(m->grid[0], (rows + 4 / teams - 1) / (4 / teams));
+        assert_int_equal(m->grid[1], (f.head_dim_v + 31) / 32);
+        assert_int_equal(m->variant.inputs, 0);
         /* Tensor cores: blocks an SM from shared memory (d 128: one with four tiles, two with
         ** three), and the splits of least modelled time, so 8 blocks fill one whole wave. */
         if (i == 0 || (f.paged && !config)) {
