@@ -210,14 +210,8 @@ static int decode_search_space(const fj__variant *h, const fj__features *f,
     const int *tn = wgmma ? wg_tns : h->split_dv ? split_tns : tns;
     const int *st = wgmma ? wg_stages : h->split_dv ? split_stages : stages;
     fj__variant seesaw = *h; /* (as planned, or the other kernel's variant made the seesaw's) */
-    if (wgmma && !fj__decode_seesaw(h)) {
-        seesaw.warps = 8;
-        seesaw.threads = 256;
-        seesaw.tile_n = 64;
-        seesaw.stages = 2;
-        seesaw.overlap = seesaw.multicast = 0;
-        seesaw.bulk = 1;
-    }
+    if (wgmma)
+        fj__decode_make_seesaw(&seesaw);
     const int has_seesaw = wgmma && fj__variant_fits(&seesaw, dev);
     const int variants = h->path == FJ__PATH_MMA ? 4 : wgmma ? 4 + has_seesaw : 1;
     for (int a = 0; a < variants; a++)

@@ -128,14 +128,13 @@ static int choose_wgmma(const fj__features *f, const fj_device_info *dev, int64_
     t.stages = 2;
     t.ctas_per_sm = 1;
     t.bulk = 1; /* where the tensors allow (fj__plan_decode: wgmma_bulk_fits) */
-    t.warps = 8;
-    t.threads = 256;
-    t.tile_n = 64;
+    fj__variant seesaw = t;
+    fj__decode_make_seesaw(&seesaw);
     const int64_t blocks = f->batch * f->heads_kv * fj__div_up(group_rows, t.tile_m);
     if (t.head_dim_v_pad == 512 && group_rows >= SEESAW_MIN_ROWS &&
         blocks * SEESAW_MIN_FILL >= fj__compute_units(dev) &&
-        wgmma_bulk_fits(f, &t) && fj__variant_fits(&t, dev)) {
-        *v = t;
+        wgmma_bulk_fits(f, &seesaw) && fj__variant_fits(&seesaw, dev)) {
+        *v = seesaw;
         return 1;
     }
     t.warps = 12;

@@ -100,6 +100,16 @@ int fj__decode_seesaw(const fj__variant *v)
     return v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_WGMMA && v->warps == 8;
 }
 
+void fj__decode_make_seesaw(fj__variant *v)
+{
+    v->warps = 8;
+    v->threads = 256;
+    v->tile_n = 64;
+    v->stages = 2;
+    v->bulk = 1;
+    v->overlap = v->multicast = 0;
+}
+
 int fj__variant_element_masks(const fj__variant *v)
 {
     return v->mask_mod || v->mask_tensor || v->mask_ranges;

@@ -131,6 +131,10 @@ const char *fj__variant_path(const fj__variant *v);
 ** take turns under each other's products (attn_decode_seesaw.cu.lua: `warps` 8 on the decode
 ** family's wgmma path; 12 is attn_decode_wgmma.cu.lua's). */
 int fj__decode_seesaw(const fj__variant *v);
+/* Gives v (a decode on the wgmma path) the seesaw kernel's fixed shape: two warpgroups, two
+** ring slots of 64-key tiles by bulk tensor copies, none of the other kernel's options
+** (fj__variant_fits checks the rest). */
+void fj__decode_make_seesaw(fj__variant *v);
 /* Whether v masks by element beyond the band (mask_mod, mask tensor, ranges): on the Hopper
 ** kernel these are classified and skipped by 128 x 128 blocks. */
 int fj__variant_element_masks(const fj__variant *v);
