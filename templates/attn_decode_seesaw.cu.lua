@@ -20,12 +20,13 @@
 % --
 % -- The copies (bulk tensor copies issued by one thread of each warpgroup, no copying warpgroup;
 % -- the first two tiles by thread 0): a tile's 64-column panels each complete their own mbarrier
-% -- (FULL[slot][panel]), and S's products start on a panel as soon as it lands. A panel of a slot is copied again (the tile two on) by the warpgroup that
-% -- reads it last, once its products are done: value panels [0, NL) (O_L's) by warpgroup 0,
-% -- [NL, 2 NL) by warpgroup 1, further panels by the slot's S warpgroup; but the last panel
-% -- (XP: past the value columns, only S reads it) carries the slot's P from the warpgroup that
-% -- computed it to the other once S has landed (thread-indexed 16-bit A fragments, 8 KiB: a
-% -- panel), so the reader copies it again.
+% -- (FULL[slot][panel]), and S's products start on a panel as soon as it lands. A panel of a
+% -- slot is copied again (the tile two on) by the warpgroup that reads it last, once its
+% -- products are done: value panels [0, NL) (O_L's) by warpgroup 0, [NL, 2 NL) by warpgroup 1,
+% -- further panels by the slot's S warpgroup; but the last panel (XP: past the value columns,
+% -- only S reads it) carries the slot's P from the warpgroup that computed it to the other once
+% -- S has landed (thread-indexed 16-bit A fragments, 8 KiB: a panel), so the reader copies it
+% -- again.
 % --
 % -- Parameters: as attn_decode.lua (one 16-bit type), tile_m = tile_n = 64, stages 2, warps 8,
 % -- threads 256, head_dim_pad (multiple of 64, at least a panel past head_dim_v_pad),

@@ -281,6 +281,8 @@ __device__ __forceinline__ u32 swizzled_chunk(u32 tile, int rows, int r, int j)
 {
     return tile + (j / 8) * rows * 128 + r * 128 + (((j % 8) ^ (r % 8)) << 4);
 }
+/* (Written out rather than as swizzled_chunk(tile, rows, r, c / 8) + (c % 8) * 2, the same
+** address: that form gives ptxas other code for the kernels that use it, not yet timed.) */
 __device__ __forceinline__ u32 swizzled(u32 tile, int rows, int r, int c)
 {
     return tile + (c / 64) * (rows * 128) + r * 128 + ((((c % 64) / 8) ^ (r % 8)) << 4) +
