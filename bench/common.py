@@ -116,15 +116,17 @@ def to_pages(x, page, perm):
 
 
 def save_results(out_dir, name, payload):
-    """Writes payload as JSON to out_dir/NAME[_CONFIG][_N].json and returns the path: CONFIG is
-    FLASHJIT_CONFIG's value where it is set (made fit for a file name), N the first count from
-    2 that names no file there yet, so that several runs into one folder each keep their own."""
+    """Writes payload as JSON to out_dir/NAME[_CONFIG][_N].json (out_dir made if missing) and
+    returns the path: CONFIG is FLASHJIT_CONFIG's value where it is set (made fit for a file
+    name), N the first count from 2 that names no file there yet, so that several runs into
+    one folder each keep their own."""
     config = os.environ.get("FLASHJIT_CONFIG", "")
     safe = re.sub(r"[^A-Za-z0-9.-]+", "_", config.replace("=", "-"))
     stem = name + ("_" + safe if config else "")
     path, n = os.path.join(out_dir, stem + ".json"), 2
     while os.path.exists(path):
         path, n = os.path.join(out_dir, f"{stem}_{n}.json"), n + 1
+    os.makedirs(out_dir, exist_ok=True)
     with open(path, "w") as f:
         json.dump(payload, f, indent=1)
     return path
