@@ -96,40 +96,82 @@ __device__ __forceinline__ void zero_rows(u32 tile, int from, int chunk0, int ti
         mx[1] = quad_max(mx[1]);
 % end
 %
-% -- decode_halves_store(sums, bar): the end: the rows' sums (row_sum, each thread's part) over
-% -- the quad and both warpgroups (through sums[2][64] in shared memory and named barrier bar
-% -- of both), then this warpgroup's columns of O normalised and stored (or, with `partial`,
-% -- the split's state; row_max the rows' maximum in log2 units). Natural-log log-sum-exp; a
-% -- row that saw no key gets 0 and -inf.
-% function decode_halves_store(sums, bar)
+% -- decode_halves_store(sums, bar, stage, room): the end: the rows' sums (row_sum, each thread's
+% -- part) over the quad and both warpgroups (through sums[2][64] in shared memory and named
+% -- barrier bar of both), then O normalised and stored (or, with `partial`, the split's state;
+% -- row_max the rows' maximum in log2 units). Natural-log log-sum-exp; a row that saw no key
+% -- gets 0 and -inf. O leaves through shared memory at `stage` (a generic pointer to `room`
+% -- bytes that no one reads once both warpgroups are past their last tile: Q's panels and the
+% -- ring): the rows (as many as fit, 64, 32 or 16 a round) staged with their offsets in O, then
+% -- each staged row stored whole by the block's 8 warps, 128 columns a warp at a time, a lane's
+% -- columns 32 apart (stores of consecutive columns, four loads in flight). Each thread storing
+% -- its accumulators' scattered pairs itself, a long unrolled run of stores, took 5 us at the
+% -- end of an MLA block, and 12 us with the f32 states of splits (H200, bench/RESULTS.md).
+% function decode_halves_store(sums, bar, stage, room)
     row_sum[0] = quad_sum(row_sum[0]);
     row_sum[1] = quad_sum(row_sum[1]);
     if (t == 0) {
         ${sums}[half][r0] = row_sum[0];
         ${sums}[half][r1] = row_sum[1];
     }
-    bar_sync(${bar}, 256);
+    bar_sync(${bar}, 256); /* both warpgroups' sums, and both are done with Q and the ring */
+    float inv[2];
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int r = h ? r1 : r0, pr = g0 + r;
-        if (pr >= rows)
-            continue;
-        const float sum = ${sums}[0][r] + ${sums}[1][r], inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-        const int head = head_kv * qgroup + pr / seqlen_q, row = q_first + pr % seqlen_q;
-#pragma unroll
-        for (int j = 0; j < DVH / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int c = half * DVH + 8 * j + 2 * t + e;
-                if (c < head_dim_v) {
-% decode_store_out("o[j][2 * h + e] * inv")
-                }
-            }
-        if (half == 0 && t == 0) {
+        const float sum = ${sums}[0][r] + ${sums}[1][r];
+        inv[h] = sum > 0.0f ? 1.0f / sum : 0.0f;
+        if (half == 0 && t == 0 && pr < rows) {
+            const int head = head_kv * qgroup + pr / seqlen_q, row = q_first + pr % seqlen_q;
             const float x = sum > 0.0f ? (row_max[h] + lg2(sum)) * F_LN2 : NEG_INF;
             (void)x; /* not stored without lse */
+            (void)head;
+            (void)row;
 % decode_store_lse("x")
         }
+    }
+    /* A staged row: DV floats and 8 of padding (a warp's 8-byte pairs without bank conflicts),
+    ** and 8 bytes for its offset in O. */
+    constexpr int SROW = DV + 8, ROW_BYTES = SROW * 4 + 8;
+    constexpr int RR = 64 * ROW_BYTES <= (${room}) ? 64 : 32 * ROW_BYTES <= (${room}) ? 32 : 16;
+    static_assert(16 * ROW_BYTES <= (${room}), "a warp's 16 rows fit the staging bytes");
+    float *stage = (float *)(${stage});
+    I64 *row_at = (I64 *)(stage + RR * SROW);
+    const int real = I_MIN(rows - g0, BM); /* the block's packed rows that exist */
+    for (int w0 = 0; w0 < real; w0 += RR) {
+        if (warp * 16 >= w0 && warp * 16 < w0 + RR) {
+#pragma unroll
+            for (int j = 0; j < DVH / 8; j++)
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    *(float2 *)&stage[(r0 + 8 * h - w0) * SROW + half * DVH + 8 * j + 2 * t] =
+                        make_float2(o[j][2 * h] * inv[h], o[j][2 * h + 1] * inv[h]);
+            if (half == 0 && t == 0)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int pr = g0 + (h ? r1 : r0);
+                    const int head = head_kv * qgroup + pr / seqlen_q, row = q_first + pr % seqlen_q;
+                    row_at[(h ? r1 : r0) - w0] = ${decode_out_row()};
+                }
+        }
+        bar_sync(${bar}, 256); /* the round's rows staged */
+        const int units = I_MIN(real - w0, RR) * (DV / 128); /* (row, 128 columns) */
+#pragma unroll 2
+        for (int u = warp + 4 * half; u < units; u += 8) {
+            const int rr = u / (DV / 128), c0 = u % (DV / 128) * 128 + lane;
+            const I64 at = row_at[rr];
+            float x[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                x[e] = stage[rr * SROW + c0 + 32 * e];
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (c0 + 32 * e < head_dim_v) {
+% decode_store_out_at("at + c0 + 32 * e", "x[e]")
+                }
+        }
+        if (w0 + RR < real)
+            bar_sync(${bar}, 256); /* read before the next round writes */
     }
 % end
 

@@ -386,6 +386,7 @@ fj_attn_decode(
 
     landed();
 
-    /* The rows' sums over both warpgroups, then this warpgroup's columns normalised and stored. */
-% decode_halves_store("rx.sum", "END")
+    /* The rows' sums over both warpgroups, then O normalised and stored through Q's and the
+    ** ring's bytes. */
+% decode_halves_store("rx.sum", "END", "smem", "ROWS_AT")
 }

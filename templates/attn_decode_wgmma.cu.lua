@@ -32,7 +32,7 @@
 % --                O += P V       half h adds into its DVH = DV / 2 value columns (O's
 % --                               accumulators: 64 x 256 f32 at dv 512 is half a warpgroup's
 % --                               registers), over all BN keys.
-% --              At the end the halves' row sums meet (Meet.sum) and each stores its columns.
+% --              At the end the halves' row sums meet (Meet.sum) and O leaves by shared memory.
 % -- Both halves compute the same maxima (max is exact and commutative) and the same sums (a + b
 % -- in the same order), so their columns agree on each row's scale. With v_in_k (MLA's latent
 % -- cache, v a view of k's first dims) V is read from K's tile: no value copies.
@@ -504,8 +504,9 @@ fj_attn_decode(
     }
 % end
 
-    /* The rows' sums over both halves, then this half's columns normalised and stored. */
-% decode_halves_store("meet.sum", "1")
+    /* The rows' sums over both halves, then O normalised and stored through Q's and the ring's
+    ** bytes. */
+% decode_halves_store("meet.sum", "1", "smem", "MEET_AT")
 % if multicast then
     cluster_sync(); /* no block ends while the other's arrivals may still reach it */
 % end

@@ -108,13 +108,24 @@
 %   end
 %   return e
 % end
-% function decode_store_out(val)
+% -- decode_out_row(): the offset of a row of O (with `partial`, of the split's state) as an
+% -- expression of `batch`, `row`, `head` (and `split`); decode_store_out_at(at, val) stores val
+% -- at offset `at` of O (or of the state), and decode_store_out(val) at column `c` of the row.
+% function decode_out_row()
 %   if partial then
-        GPTR(float, P.part.o)[split * P.part_so + batch * P.part.o_sb + (I64)row * P.part.o_ss +
-                              (I64)head * P.part.o_sh + c] = ${val};
-%   else
-        O_STORE(out, batch * o_sb + (I64)row * o_ss + (I64)head * o_sh + c, ${val});
+%     return "split * P.part_so + batch * P.part.o_sb + (I64)row * P.part.o_ss + (I64)head * P.part.o_sh"
 %   end
+%   return "batch * o_sb + (I64)row * o_ss + (I64)head * o_sh"
+% end
+% function decode_store_out_at(at, val)
+%   if partial then
+        GPTR(float, P.part.o)[${at}] = ${val};
+%   else
+        O_STORE(out, ${at}, ${val});
+%   end
+% end
+% function decode_store_out(val)
+%   decode_store_out_at(decode_out_row() .. " + c", val)
 % end
 % function decode_store_lse(x)
 %   if partial then
