@@ -139,14 +139,14 @@ fj_attn_decode(
         const int i = tid + e * THREADS, r = i / DVP, c = i % DVP, g = g0 + r;
         if (r >= ROWS || g >= rows || c >= head_dim_v)
             continue;
-        const int head = head_kv * qgroup + g / seqlen_q, row = q_first + g % seqlen_q;
+% decode_head_row("g")
         const float l = sm.l[r];
         const float o = l > 0.0f ? acc[e] * v_factor / l : 0.0f;
 % decode_store_out("o")
     }
     if (tid < ROWS && g0 + tid < rows) {
         const int g = g0 + tid;
-        const int head = head_kv * qgroup + g / seqlen_q, row = q_first + g % seqlen_q;
+% decode_head_row("g")
         const float l = sm.l[tid];
         const float x = l > 0.0f ? (sm.m[tid] + F_LOG2(l)) * F_LN2 : -F_INF;
 % decode_store_lse("x")

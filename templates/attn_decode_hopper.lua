@@ -122,7 +122,7 @@ __device__ __forceinline__ void zero_rows(u32 tile, int from, int chunk0, int ti
         const float sum = ${sums}[0][r] + ${sums}[1][r];
         inv[h] = sum > 0.0f ? 1.0f / sum : 0.0f;
         if (half == 0 && t == 0 && pr < rows) {
-            const int head = head_kv * qgroup + pr / seqlen_q, row = q_first + pr % seqlen_q;
+% decode_head_row("pr")
             const float x = sum > 0.0f ? (row_max[h] + lg2(sum)) * F_LN2 : NEG_INF;
             (void)x; /* not stored without lse */
             (void)head;
@@ -150,7 +150,7 @@ __device__ __forceinline__ void zero_rows(u32 tile, int from, int chunk0, int ti
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const int pr = g0 + (h ? r1 : r0);
-                    const int head = head_kv * qgroup + pr / seqlen_q, row = q_first + pr % seqlen_q;
+% decode_head_row("pr")
                     row_at[(h ? r1 : r0) - w0] = ${decode_out_row()};
                 }
         }

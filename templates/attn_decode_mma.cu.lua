@@ -524,7 +524,7 @@ fj_attn_decode(
     ** and -inf. */
     auto store_row = [&](int r, int c, float val, float m_log2, float sum) {
         const int pr = g0 + r;
-        const int head = head_kv * qgroup + pr / seqlen_q, row = q_first + pr % seqlen_q;
+% decode_head_row("pr")
 % decode_store_out("val")
         if (c == 0) {
             const float x = sum > 0.0f ? (m_log2 + lg2(sum)) * F_LN2 : NEG_INF;

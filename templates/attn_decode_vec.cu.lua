@@ -228,7 +228,7 @@ fj_attn_decode(
                 sum = F_FMA(w, sm.l[j][r], sum);
                 o = F_FMA(w, sm.o[j][r][c], o);
             }
-        const int head = head_kv * qgroup + g / seqlen_q, row = q_first + g % seqlen_q;
+% decode_head_row("g")
         const float val = sum > 0.0f ? o / sum : 0.0f;
 % decode_store_out("val")
         if (c == 0) {

@@ -108,6 +108,12 @@
 %   end
 %   return e
 % end
+% -- decode_head_row(pr): declares `head` and `row`, the query head and the row of O (and lse) of
+% -- packed row pr: a kv head's packed rows are its query heads' rows, head by head (packed row
+% -- pr is query head head_kv * qgroup + pr / seqlen_q at position pr % seqlen_q).
+% function decode_head_row(pr)
+        const int head = head_kv * qgroup + (${pr}) / seqlen_q, row = q_first + (${pr}) % seqlen_q;
+% end
 % -- decode_out_row(): the offset of a row of O (with `partial`, of the split's state) as an
 % -- expression of `batch`, `row`, `head` (and `split`); decode_store_out_at(at, val) stores val
 % -- at offset `at` of O (or of the state), and decode_store_out(val) at column `c` of the row.
