@@ -186,7 +186,10 @@ if "decode" in cases:
     # heads; the paged copies in shuffled pages of 64 (seqused_k: every key).
     for label, b, sk, hq, hkv, d, dv in (("d 128 b 1 x 8k", 1, 8192, 32, 8, 128, 128),
                                          ("d 128 b 1 x 32k", 1, 32768, 32, 8, 128, 128),
+                                         ("d 128 b 1 x 128k", 1, 131072, 32, 8, 128, 128),
                                          ("d 128 b 8 x 32k", 8, 32768, 32, 8, 128, 128),
+                                         ("d 128 b 32 x 32k", 32, 32768, 32, 8, 128, 128),
+                                         ("d 128 b 128 x 8k", 128, 8192, 32, 8, 128, 128),
                                          ("d 128 b 128 x 32k", 128, 32768, 32, 8, 128, 128),
                                          ("MLA hq 16 b 1 x 8k", 1, 8192, 16, 1, 576, 512),
                                          ("MLA hq 16 b 64 x 32k", 64, 32768, 16, 1, 576, 512),
@@ -197,8 +200,15 @@ if "decode" in cases:
         v = k[..., :dv] if dv < d else torch.randn_like(k)
         out = torch.empty(b, 1, hq, dv, device="cuda", dtype=torch.bfloat16)
         cache_bytes = k.numel() * 2 + (0 if dv < d else v.numel() * 2)
+        cudnn = None
+        if dv == d:  # SDPA takes no 576 / 512 heads
+            qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+
+            def cudnn():
+                with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                    return F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
         ab(f"decode {label} dense (TB/s)", cache_bytes,
-           lambda ctx: (lambda: ctx.forward(q, k, v, out=out)))
+           lambda ctx: (lambda: ctx.forward(q, k, v, out=out)), cudnn)
         page = 64
         perm = torch.randperm(b * (sk // page), device="cuda", dtype=torch.int32)
         kp = to_pages(k, page, perm)
@@ -209,6 +219,7 @@ if "decode" in cases:
            lambda ctx: (lambda: ctx.forward(q, kp, vp, out=out, page_table=table, seqused_k=used,
                                             max_seqlen_k=sk)))
         del q, k, v, out, kp, vp
+        qt = kt = vt = cudnn = None
 
 if "bwd" in cases:
     for d in [int(x) for x in args.d.split(",")]:

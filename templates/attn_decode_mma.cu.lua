@@ -251,31 +251,71 @@ fj_attn_decode(
         row_page = lane < BN / 4 && key <= hi ? PAGE_NUMBER(i) : 0;
         row_within = key - i * P.page_size;
     };
+%   else
+    /* Dense: the thread's next row of K and of V, moved on by an add a copy as the tiles are
+    ** loaded (in order, each once), so no copy's address is multiplied out (that arithmetic
+    ** was over half of the walk's instructions). A column past the head dim copies zeros from
+    ** the tensor's start and never moves. */
+    const bool k_col = col < head_dim;
+    const u32 k_bytes = k_col ? 16 : 0;
+    const I64 k_step = k_col ? (I64)RSTEP * k_ss * (I64)sizeof(elem_t) : 0;
+    const elem_t *k_next = k_col ? k + (I64)(lo + row0) * k_ss + col : k;
+%     if not v_in_k then
+    const bool v_col = col < head_dim_v;
+    const u32 v_bytes = v_col ? 16 : 0;
+    const I64 v_step = v_col ? (I64)RSTEP * v_ss * (I64)sizeof(elem_t) : 0;
+    const elem_t *v_next = v_col ? v + (I64)(lo + row0) * v_ss + col : v;
+%     end
 %   end
     auto load_tile_kv = [&](int slot, int n0) {
         elem_t *sK = ring + slot * RING_SLOT + row0 * QS + col;
 %   if not v_in_k then
         elem_t *sV = ring + slot * RING_SLOT + SLOT_V + row0 * VS + col;
 %   end
+%   if not paged then
+        /* The thread's rows j * RSTEP <= left are in the split: all but in the last tile. Shared
+        ** addresses from the slot's by constant offsets. */
+        const u32 dK = smem_addr(sK)${v_in_k and "" or ", dV = smem_addr(sV)"};
+        const int left = hi - n0 - row0;
+        if (left >= (RPT - 1) * RSTEP) {
+#pragma unroll
+            for (int j = 0; j < RPT; j++) {
+                cp_async16_stream(dK + j * RSTEP * QS * 2, k_next, k_bytes);
+                advance_bytes(k_next, k_step);
+%     if not v_in_k then
+                cp_async16_stream(dV + j * RSTEP * VS * 2, v_next, v_bytes);
+                advance_bytes(v_next, v_step);
+%     end
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < RPT; j++) {
+                const bool in = j * RSTEP <= left;
+                cp_async16_stream(dK + j * RSTEP * QS * 2, in ? k_next : k, in ? k_bytes : 0);
+                advance_bytes(k_next, k_step);
+%     if not v_in_k then
+                cp_async16_stream(dV + j * RSTEP * VS * 2, in ? v_next : v, in ? v_bytes : 0);
+                advance_bytes(v_next, v_step);
+%     end
+            }
+        }
+%   else
 #pragma unroll
         for (int j = 0; j < RPT; j++) {
             const int key = n0 + row0 + j * RSTEP;
             const bool kok = key <= hi && col < head_dim, vok = key <= hi && col < head_dim_v;
-%   if paged then
             const int by = (row0 - warp * RPW) * RPT + j; /* the lane that looked the row up */
             const int pg = __shfl_sync(0xffffffffu, row_page, by), pin = __shfl_sync(0xffffffffu, row_within, by);
             const I64 ko = (I64)pg * k_sb + (I64)pin * k_ss, vo = (I64)pg * v_sb + (I64)pin * v_ss;
-%   else
-            const I64 ko = (I64)key * k_ss, vo = (I64)key * v_ss;
-%   end
             cp_async16_stream(smem_addr(sK + j * RSTEP * QS), kok ? k + ko + col : k, kok ? 16 : 0);
-%   if not v_in_k then
+%     if not v_in_k then
             cp_async16_stream(smem_addr(sV + j * RSTEP * VS), vok ? v + vo + col : v, vok ? 16 : 0);
-%   else
+%     else
             (void)vok;
             (void)vo;
-%   end
+%     end
         }
+%   end
     };
 % elseif loader == "wide_rows" then
     /* Wide rows (256 head dims and more): a warp copies whole rows, every WARPS-th of a tile (its

@@ -63,6 +63,12 @@ __device__ __forceinline__ void cp_async16_stream(u32 dst, const void *src, int 
     asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;" ::"r"(dst),
                  "l"(src), "r"(src_bytes), "l"(policy));
 }
+/* p moved on by `bytes`, in an add the compiler keeps: in an unrolled run of copies it would
+** otherwise multiply each copy's offset out afresh (j * step: a wide multiply and more a copy). */
+template <typename T> __device__ __forceinline__ void advance_bytes(const T *&p, long long bytes)
+{
+    asm("add.s64 %0, %0, %1;" : "+l"(p) : "l"(bytes));
+}
 /* The same for one 4-byte word (zeros where src_bytes is 0). */
 __device__ __forceinline__ void cp_async4(u32 dst, const void *src, int src_bytes)
 {
