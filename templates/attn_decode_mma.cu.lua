@@ -276,14 +276,16 @@ fj_attn_decode(
         /* The thread's rows j * RSTEP <= left are in the split: all but in the last tile. Shared
         ** addresses from the slot's by constant offsets. */
         const u32 dK = smem_addr(sK)${v_in_k and "" or ", dV = smem_addr(sV)"};
+        constexpr int K_GAP = RSTEP * QS * (int)sizeof(elem_t); /* bytes between the rows */
+        constexpr int V_GAP = RSTEP * VS * (int)sizeof(elem_t);
         const int left = hi - n0 - row0;
         if (left >= (RPT - 1) * RSTEP) {
 #pragma unroll
             for (int j = 0; j < RPT; j++) {
-                cp_async16_stream(dK + j * RSTEP * QS * 2, k_next, k_bytes);
+                cp_async16_stream(dK + j * K_GAP, k_next, k_bytes);
                 advance_bytes(k_next, k_step);
 %     if not v_in_k then
-                cp_async16_stream(dV + j * RSTEP * VS * 2, v_next, v_bytes);
+                cp_async16_stream(dV + j * V_GAP, v_next, v_bytes);
                 advance_bytes(v_next, v_step);
 %     end
             }
@@ -291,10 +293,10 @@ fj_attn_decode(
 #pragma unroll
             for (int j = 0; j < RPT; j++) {
                 const bool in = j * RSTEP <= left;
-                cp_async16_stream(dK + j * RSTEP * QS * 2, in ? k_next : k, in ? k_bytes : 0);
+                cp_async16_stream(dK + j * K_GAP, in ? k_next : k, in ? k_bytes : 0);
                 advance_bytes(k_next, k_step);
 %     if not v_in_k then
-                cp_async16_stream(dV + j * RSTEP * VS * 2, in ? v_next : v, in ? v_bytes : 0);
+                cp_async16_stream(dV + j * V_GAP, in ? v_next : v, in ? v_bytes : 0);
                 advance_bytes(v_next, v_step);
 %     end
             }
