@@ -44,6 +44,17 @@ int fj__decode_too_many_copies(const fj__variant *v)
     return v->bulk && (v->stages - 1) * v->tile_n * (v->v_in_k ? 1 : 2) > MAX_BULK_IN_FLIGHT;
 }
 
+int fj__decode_swizzle_fits(const fj__variant *v)
+{
+    /* attn_decode_mma.cu.lua's column loader: a 16-byte column a thread in rows a multiple of
+    ** 8 apart; paged, a warp's rows looked up by its lanes */
+    const int ck = v->head_dim_pad / 8, step = ck > 0 ? v->threads / ck : 0;
+    return v->path == FJ__PATH_MMA && !v->bulk && !v->split_dv && v->q_in_regs &&
+           v->head_dim_pad == v->head_dim_v_pad && ck > 0 && v->threads % ck == 0 &&
+           step % 8 == 0 && v->tile_n % step == 0 &&
+           (!v->paged || (32 % ck == 0 && v->tile_n <= 128));
+}
+
 /* On sm_80+, the tensor-core kernel (attn_decode_mma.cu.lua): 16, 32 or 64 packed rows a block,
 ** 64-key tiles in a ring, the query fragments in registers to d 128. Value dims beyond 256
 ** (MLA's 512) split S's head dims and O's columns across a block's four warps (split_dv) on
@@ -240,6 +251,8 @@ int fj__decode_apply_config(fj__variant *v, const char *config, const fj_device_
     ** from before bulk copies): by cp.async, with which such rings were measured. */
     if (fj__decode_too_many_copies(&t) && !strstr(config, "bulk="))
         t.bulk = 0;
+    if (t.swizzle && !fj__decode_swizzle_fits(&t))
+        t.swizzle = 0; /* (asked of every decode: where the rows are copied otherwise, none) */
     if (t.path == FJ__PATH_MMA && !strstr(config, "ctas_per_sm="))
         fj__decode_mma_residency(&t, dev);
     if (!fj__variant_fits(&t, dev))

@@ -181,7 +181,8 @@ int fj__prefer_decode(const fj__features *f, const fj_device_info *dev, const ch
                       const fj__variant *fwd, fj__variant *v);
 /* Applies config's tile overrides to the CUDA decode kernel v (tensor cores: tile_n=, stages=,
 ** q_in_regs=, ctas_per_sm= (else what the ring's shared memory allows), bulk= (a ring deeper
-** than fj__decode_too_many_copies allows, asked without it, takes cp.async); vectors: stages=,
+** than fj__decode_too_many_copies allows, asked without it, takes cp.async), swizzle= (where
+** fj__decode_swizzle_fits, else none); vectors: stages=,
 ** ctas_per_sm=); the packed rows a block stay the plan's, and a config's splits= are the plan's
 ** (fj__config_splits). Returns 1 when v took them, 0 (v unchanged) when they do not apply or
 ** fit. */
@@ -193,6 +194,9 @@ void fj__decode_mma_residency(fj__variant *v, const fj_device_info *dev);
 /* Whether tensor-core decode variant v's ring keeps more bulk row copies outstanding than a
 ** block sustains (plan/decode.c's MAX_BULK_IN_FLIGHT: more ran at 0.6x on the H200). */
 int fj__decode_too_many_copies(const fj__variant *v);
+/* Whether tensor-core decode variant v copies its K and V rows by cp.async columns (head dims
+** 64 or 128, Q in registers), the loader whose ring rows can be swizzled (swizzle=1). */
+int fj__decode_swizzle_fits(const fj__variant *v);
 /* The decode plan of f on dev with kernel v (from fj__choose_decode): splits (the caller's
 ** num_splits, or enough to fill the device), the kernel step, and the merge of the splits. */
 fj_status fj__plan_decode(const fj__features *f, const fj_device_info *dev, const fj__variant *v,

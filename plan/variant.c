@@ -173,12 +173,14 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
         return 4u * groups * (uint32_t)(v->tile_m * (v->head_dim_v_pad + 2));
     }
     if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_MMA) {
-        /* attn_decode_mma.cu.lua: Q and the ring of K and V tiles (rows padded by 8 elements;
-        ** v_in_k: K's alone). Then with split_dv the exchange (Xch: 4 warps' parts of S, 16 rows
-        ** of tile_n + 8 floats each); else the warps' states (Comb: max, sum and accumulators of
-        ** 16 rows each) overlay the walk's bytes. With bulk, an mbarrier a ring slot after all. */
-        const uint32_t slot = (uint32_t)(v->head_dim_pad + 8) +
-                              (v->v_in_k ? 0u : (uint32_t)(v->head_dim_v_pad + 8));
+        /* attn_decode_mma.cu.lua: Q (rows padded by 8 elements) and the ring of K and V tiles
+        ** (rows padded by 8 elements, none with swizzle; v_in_k: K's alone). Then with split_dv
+        ** the exchange (Xch: 4 warps' parts of S, 16 rows of tile_n + 8 floats each); else the
+        ** warps' states (Comb: max, sum and accumulators of 16 rows each) overlay the walk's
+        ** bytes. With bulk, an mbarrier a ring slot after all. */
+        const uint32_t pad = v->swizzle ? 0u : 8u;
+        const uint32_t slot = (uint32_t)v->head_dim_pad + pad +
+                              (v->v_in_k ? 0u : (uint32_t)v->head_dim_v_pad + pad);
         const uint32_t walk = qs * ((uint32_t)v->tile_m * (uint32_t)(v->head_dim_pad + 8) +
                                     (uint32_t)v->stages * (uint32_t)v->tile_n * slot);
         const uint32_t comb = 4u * 4u * 16u * (uint32_t)(v->head_dim_v_pad + 2);
@@ -541,6 +543,7 @@ int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
                   {"lazy_rescale", offsetof(fj__variant, lazy_rescale), 1, 0, 1},
                   {"d_split", offsetof(fj__variant, d_split), 1, 0, 1},
                   {"bulk", offsetof(fj__variant, bulk), 1, 0, 1},
+                  {"swizzle", offsetof(fj__variant, swizzle), 1, 0, 1},
                   {"multicast", offsetof(fj__variant, multicast), 1, 0, 1},
                   {"producer", offsetof(fj__variant, producer), 1, 0, 1},
                   {"dq_turns", offsetof(fj__variant, dq_turns), 1, 0, 1}};
@@ -686,6 +689,7 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_TPL_PARAMS])
     BOOL_PARAM(partial);
     BOOL_PARAM(split_dv);
     BOOL_PARAM(bulk);
+    BOOL_PARAM(swizzle);
     BOOL_PARAM(multicast);
     BOOL_PARAM(producer);
     BOOL_PARAM(dq_turns);

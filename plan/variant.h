@@ -95,6 +95,9 @@ typedef struct fj__variant {
     uint8_t bulk;         /* DECODE MMA: K and V rows by the bulk-copy engine (sm_90+), a ring
                           ** slot complete on its mbarrier, not by cp.async pieces; DECODE
                           ** WGMMA: K and V tiles by bulk tensor copies (tensor maps) */
+    uint8_t swizzle;      /* DECODE MMA with cp.async column copies: the ring's K and V rows
+                          ** unpadded, their 16-byte pieces XOR-swizzled by row % 8, so each
+                          ** copy's sectors and lines land whole (fj__decode_swizzle_fits) */
     uint8_t descale;      /* FP8 inputs' descale factors are given (fj__fwd_params) */
     uint8_t paged;        /* DECODE: k and v are pages of a KV cache found through a table */
     uint8_t stage;        /* BWD: 1 D = rowsum(dout * out), 2 dk and dv, 3 dq, 4 dbias, 5 dq

@@ -70,18 +70,28 @@
 #define NEG_INF __int_as_float(0xff800000)
 
 /* Shared memory (dynamic, the host's fj__variant_shared_bytes): the rows' queries Q [BM][QS],
-** then the ring of STAGES slots of K [BN][QS] and V [BN][VS] (rows padded by 16 bytes:
-** ldmatrix without bank conflicts; with v_in_k V is K's first columns: VROW apart), and with
-** split_dv the warps' parts of S (Xch). Without split_dv the same bytes hold each warp's state
-** for the combine after the walk (Comb). With bulk, the ring slots' mbarriers follow. */
+** then the ring of STAGES slots of K [BN][KROW] and V [BN][VROW] (with v_in_k V is K's first
+** columns), and with split_dv the warps' parts of S (Xch). Without split_dv the same bytes
+** hold each warp's state for the combine after the walk (Comb). With bulk, the ring slots'
+** mbarriers follow. The ring's rows are padded by 16 bytes (ldmatrix without bank
+** conflicts); with `swizzle` they are not, and the 16-byte pieces of row r sit XOR-swizzled by
+** r % 8 within each 128 bytes (RING_COL): ldmatrix without conflicts too, and each copy's
+** 32-byte sectors and 128-byte lines land whole in shared memory (padded rows split them, which
+** costs the L2 half as many requests again, bench/RESULTS.md). */
+#define KROW ${swizzle and "DP" or "QS"}
 % if v_in_k then
-#define VROW QS
+#define VROW KROW
 #define SLOT_V 0               /* where V starts in a ring slot */
-#define RING_SLOT (BN * QS)
+#define RING_SLOT (BN * KROW)
 % else
-#define VROW VS
-#define SLOT_V (BN * QS)
-#define RING_SLOT (BN * (QS + VS))
+#define VROW ${swizzle and "DVP" or "VS"}
+#define SLOT_V (BN * KROW)
+#define RING_SLOT (BN * (KROW + VROW))
+% end
+% if swizzle then
+#define RING_COL(r, c) ((c) ^ (((r) & 7) << 3)) /* column c (a multiple of 8) of ring row r */
+% else
+#define RING_COL(r, c) (c)
 % end
 #define WALK_BYTES (2 * (BM * QS + STAGES * RING_SLOT))
 % if split_dv then
@@ -114,6 +124,8 @@ static_assert(WALK_BYTES % 16 == 0 && SHARED_END % 8 == 0 &&
 % local columns_fit = threads % ck == 0 and tile_n % (threads // ck) == 0 and (not paged or (32 % ck == 0 and tile_n // 4 <= 32))
 % loader = loader or (head_dim_pad == head_dim_v_pad and columns_fit and "columns")
 % loader = loader or (ck >= 32 and "wide_rows") or "pieces"
+% assert(not swizzle or (loader == "columns" and q_in_regs and (threads // ck) % 8 == 0),
+%        "attn_decode_mma: swizzle takes cp.async columns (head dims 64, 128), Q in registers")
 % if loader == "wide_rows" then
 
 /* A warp's copy of one wide row (the wide-row loader below), the row at `off` in tensor t: lane
@@ -172,11 +184,11 @@ fj_attn_decode(
         mbar_init_fence();
     }
     for (int i = tid; i < STAGES * BN; i += THREADS) {
-        elem_t *row = ring + (i / BN) * RING_SLOT + (i % BN) * QS;
+        elem_t *row = ring + (i / BN) * RING_SLOT + (i % BN) * KROW;
         for (int c = head_dim; c < DP; c += 8)
             *(uint4 *)(row + c) = make_uint4(0, 0, 0, 0);
 %   if not v_in_k then
-        row = ring + (i / BN) * RING_SLOT + SLOT_V + (i % BN) * VS;
+        row = ring + (i / BN) * RING_SLOT + SLOT_V + (i % BN) * VROW;
         for (int c = head_dim_v; c < DVP; c += 8)
             *(uint4 *)(row + c) = make_uint4(0, 0, 0, 0);
 %   end
@@ -225,7 +237,7 @@ fj_attn_decode(
             const int key = I_MIN(n0 + r, hi);
             const I64 off = (I64)key * (is_k ? k_ss : v_ss);
 %   end
-            const elem_t *dst = ring + slot * RING_SLOT + (is_k ? r * QS : SLOT_V + r * VS);
+            const elem_t *dst = ring + slot * RING_SLOT + (is_k ? r * KROW : SLOT_V + r * VROW);
             bulk_load_row(smem_addr(dst), is_k ? k + off : v + off,
                           (u32)((is_k ? head_dim : head_dim_v) * (int)sizeof(elem_t)), bar, policy);
         }
@@ -268,16 +280,17 @@ fj_attn_decode(
 %     end
 %   end
     auto load_tile_kv = [&](int slot, int n0) {
-        elem_t *sK = ring + slot * RING_SLOT + row0 * QS + col;
+        /* (the thread's rows are row0 + j * RSTEP: one row % 8, so one swizzled column) */
+        elem_t *sK = ring + slot * RING_SLOT + row0 * KROW + RING_COL(row0, col);
 %   if not v_in_k then
-        elem_t *sV = ring + slot * RING_SLOT + SLOT_V + row0 * VS + col;
+        elem_t *sV = ring + slot * RING_SLOT + SLOT_V + row0 * VROW + RING_COL(row0, col);
 %   end
 %   if not paged then
         /* The thread's rows j * RSTEP <= left are in the split: all but in the last tile. Shared
         ** addresses from the slot's by constant offsets. */
         const u32 dK = smem_addr(sK)${v_in_k and "" or ", dV = smem_addr(sV)"};
-        constexpr int K_GAP = RSTEP * QS * (int)sizeof(elem_t); /* bytes between the rows */
-        constexpr int V_GAP = RSTEP * VS * (int)sizeof(elem_t);
+        constexpr int K_GAP = RSTEP * KROW * (int)sizeof(elem_t); /* bytes between the rows */
+        constexpr int V_GAP = RSTEP * VROW * (int)sizeof(elem_t);
         const int left = hi - n0 - row0;
         if (left >= (RPT - 1) * RSTEP) {
 #pragma unroll
@@ -309,9 +322,11 @@ fj_attn_decode(
             const int by = (row0 - warp * RPW) * RPT + j; /* the lane that looked the row up */
             const int pg = __shfl_sync(0xffffffffu, row_page, by), pin = __shfl_sync(0xffffffffu, row_within, by);
             const I64 ko = (I64)pg * k_sb + (I64)pin * k_ss, vo = (I64)pg * v_sb + (I64)pin * v_ss;
-            cp_async16_stream(smem_addr(sK + j * RSTEP * QS), kok ? k + ko + col : k, kok ? 16 : 0);
+            cp_async16_stream(smem_addr(sK + j * RSTEP * KROW), kok ? k + ko + col : k,
+                              kok ? 16 : 0);
 %     if not v_in_k then
-            cp_async16_stream(smem_addr(sV + j * RSTEP * VS), vok ? v + vo + col : v, vok ? 16 : 0);
+            cp_async16_stream(smem_addr(sV + j * RSTEP * VROW), vok ? v + vo + col : v,
+                              vok ? 16 : 0);
 %     else
             (void)vok;
             (void)vo;
@@ -346,14 +361,14 @@ fj_attn_decode(
 %   else
             const I64 ko = (I64)key * k_ss;
 %   end
-            copy_wide_row<DP>(sK + r * QS, k, ko, in, head_dim, lane);
+            copy_wide_row<DP>(sK + r * KROW, k, ko, in, head_dim, lane);
 %   if not v_in_k then
 %     if paged then
             const I64 vo = (I64)pg * v_sb + (I64)pin * v_ss;
 %     else
             const I64 vo = (I64)key * v_ss;
 %     end
-            copy_wide_row<DVP>(sK + SLOT_V + r * VS, v, vo, in, head_dim_v, lane);
+            copy_wide_row<DVP>(sK + SLOT_V + r * VROW, v, vo, in, head_dim_v, lane);
 %   end
         }
     };
@@ -367,7 +382,7 @@ fj_attn_decode(
         for (int i = tid; i < BN * (DP / 8); i += THREADS) {
             const int r = i / (DP / 8), c = (i % (DP / 8)) * 8, key = n0 + r;
             const bool ok = key <= hi && c < head_dim;
-            cp_async16_stream(smem_addr(sK + r * QS + c),
+            cp_async16_stream(smem_addr(sK + r * KROW + c),
                               ok ? k + key_row(key, k_sb, k_ss) + c : k, ok ? 16 : 0);
         }
 %   if not v_in_k then
@@ -376,7 +391,7 @@ fj_attn_decode(
         for (int i = tid; i < BN * (DVP / 8); i += THREADS) {
             const int r = i / (DVP / 8), c = (i % (DVP / 8)) * 8, key = n0 + r;
             const bool ok = key <= hi && c < head_dim_v;
-            cp_async16_stream(smem_addr(sV + r * VS + c),
+            cp_async16_stream(smem_addr(sV + r * VROW + c),
                               ok ? v + key_row(key, v_sb, v_ss) + c : v, ok ? 16 : 0);
         }
 %   end
@@ -457,7 +472,7 @@ fj_attn_decode(
         const elem_t *sK = slot + Q0;
         const elem_t *sV = slot + SLOT_V + kw * CPW;
 % else
-        const elem_t *sK = slot + kw * KPW * QS;
+        const elem_t *sK = slot + kw * KPW * KROW;
         const elem_t *sV = slot + SLOT_V + kw * KPW * VROW;
 % end
         const int n0 = lo + tile * BN + ${split_dv and "0" or "kw * KPW"}; /* the warp's first key */
@@ -471,13 +486,16 @@ fj_attn_decode(
 #pragma unroll
             for (int np = 0; np < NT / 2; np++) {
                 u32 b0, b1, b2, b3;
-                ldmatrix_x4(smem_addr(sK + (np * 16 + (lane / 16) * 8 + lane % 8) * QS + kk * 16 + ((lane / 8) % 2) * 8),
+%   -- (swizzled: rows from a multiple of 8, so a lane's row % 8 is lane % 8)
+%   local kcol = "kk * 16 + ((lane / 8) % 2) * 8"
+                ldmatrix_x4(smem_addr(sK + (np * 16 + (lane / 16) * 8 + lane % 8) * KROW +
+                                      ${swizzle and "RING_COL(lane, " .. kcol .. ")" or kcol}),
                             b0, b1, b2, b3);
                 mma16816(s[2 * np], qf[kk], b0, b1);
                 mma16816(s[2 * np + 1], qf[kk], b2, b3);
             }
 % else
-        mma_rows_by_rows<KPW, KT, QS, QS>(s, sQ + slab * 16 * QS, sK, lane);
+        mma_rows_by_rows<KPW, KT, QS, KROW>(s, sQ + slab * 16 * QS, sK, lane);
 % end
 % if split_dv then
         /* The warps' parts of S added up, in the same order in every warp. */
@@ -558,7 +576,7 @@ fj_attn_decode(
         /* O += P V over the warp's keys, P as 16-bit A fragments. */
         u32 p[PT][4];
         pack_rows<PT>(p, s);
-        mma_regs_by_rows<CPW, PT, VROW>(o, p, sV, lane);
+        mma_regs_by_rows<CPW, PT, VROW${swizzle and ", true" or ""}>(o, p, sV, lane);
     }
 
     /* The state of a slab's warps combined, normalised, and stored (or, with `partial`, the

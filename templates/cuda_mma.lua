@@ -240,8 +240,10 @@ __device__ __forceinline__ void mma_rows_by_rows(float (*acc)[4], const elem_t *
 }
 
 /* acc[N / 8][4] += A B over K = 16 * KSTEPS: A in registers as packed fragments (pack_rows), B
-** the K rows at b (row stride BS) of N columns, row-major in shared memory (O += P V). */
-template <int N, int KSTEPS, int BS>
+** the K rows at b (row stride BS) of N columns, row-major in shared memory (O += P V). SWZ: the
+** 16-byte pieces of row r XOR-swizzled by r % 8 within each 128 bytes (b's row a multiple of
+** 8), as attn_decode_mma.cu.lua's ring. */
+template <int N, int KSTEPS, int BS, bool SWZ = false>
 __device__ __forceinline__ void mma_regs_by_rows(float (*acc)[4], const u32 (*a)[4],
                                                  const elem_t *b, int lane)
 {
@@ -250,8 +252,13 @@ __device__ __forceinline__ void mma_regs_by_rows(float (*acc)[4], const u32 (*a)
 #pragma unroll
         for (int op = 0; op < N / 16; op++) {
             u32 b0, b1, b2, b3;
-            ldmatrix_x4_trans(smem_addr(b + (kk * 16 + lane % 16) * BS + op * 16 + (lane / 16) * 8),
-                              b0, b1, b2, b3);
+            if (SWZ) {
+                const int row = kk * 16 + lane % 16, c = op * 16 + (lane / 16) * 8;
+                ldmatrix_x4_trans(smem_addr(b + row * BS + (c ^ ((row & 7) << 3))), b0, b1, b2, b3);
+            } else
+                ldmatrix_x4_trans(
+                    smem_addr(b + (kk * 16 + lane % 16) * BS + op * 16 + (lane / 16) * 8), b0, b1,
+                    b2, b3);
             mma16816(acc[2 * op], a[kk], b0, b1);
             mma16816(acc[2 * op + 1], a[kk], b2, b3);
         }

@@ -73,7 +73,9 @@ static int run_cases_with(const char *config, const fjh_case *cases, size_t n, i
 /* Runs every case on the suite's context and, on CUDA, the kernels the defaults leave out:
 ** the vector kernel (FLASHJIT_CONFIG=path=vec; head dims to 256), on sm_90 the tensor-core
 ** kernel's bulk row copies on a dense cache of rows to 128 dims (bulk=1; the plan keeps
-** cp.async there; elsewhere the config changes nothing), and on sm_90a the mma kernel where
+** cp.async there; elsewhere the config changes nothing), its swizzled ring rows (bulk=0,
+** swizzle=1: cp.async copies of rows of 64 or 128 dims, dense and paged; elsewhere none), and
+** on sm_90a the mma kernel where
 ** value dims beyond 256 run on wgmma (warps=4; elsewhere the default already), the seesaw
 ** kernel where the tests' small batches leave the other (warps=8: contiguous or pages of whole
 ** 64-key tiles, v in k), the kernel of three warpgroups where the seesaw one serves (warps=12)
@@ -85,6 +87,7 @@ static void run_cases(void **state, const fjh_case *cases, size_t n, int want_de
     if (FJ_TEST_BACKEND == FJ_BACKEND_CUDA) {
         failures += run_cases_with("path=vec", cases, n, 256, 0, 0, want_decode);
         failures += run_cases_with("bulk=1", cases, n, 128, 0, -1, want_decode);
+        failures += run_cases_with("bulk=0,swizzle=1", cases, n, 128, 0, 0, want_decode);
         failures += run_cases_with("warps=4", cases, n, 576, 256, 0, want_decode);
         failures += run_cases_with("warps=8", cases, n, 576, 256, 64, want_decode);
         failures += run_cases_with("warps=12", cases, n, 576, 256, 0, want_decode);

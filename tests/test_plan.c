@@ -608,6 +608,53 @@ static fj__variant decode_variant_of(const fj__features *f, const fj_device_info
     return v;
 }
 
+/* swizzle=1 (the tensor-core decode ring's rows unpadded and swizzled) takes where the rows are
+** copied by cp.async columns (head dims 64 and 128, dense or paged, sm_80 and sm_90) and is
+** dropped elsewhere (bulk copies, wider or odd head dims, the vector kernel); the ring's
+** shared memory loses its rows' padding: 16 bytes a row of K and of V. */
+static void test_decode_swizzle(void **state)
+{
+    (void)state;
+    const planned_devices devs = planned_device_set();
+    const struct {
+        int64_t d;
+        int paged;
+        const fj_device_info *dev;
+        const char *config;
+        int swizzle;
+    } cases[] = {
+        {128, 0, &devs.h200, "swizzle=1", 1},
+        {64, 0, &devs.h200, "swizzle=1", 1},
+        {128, 0, &devs.sm86, "swizzle=1", 1},
+        {128, 1, &devs.h200, "bulk=0,swizzle=1", 1},
+        {128, 1, &devs.h200, "swizzle=1", 0},  /* bulk copies of a paged cache's rows */
+        {128, 0, &devs.h200, "bulk=1,swizzle=1", 0},
+        {256, 0, &devs.h200, "swizzle=1", 0},  /* a warp's wide rows */
+        {96, 0, &devs.h200, "swizzle=1", 0},   /* 12 columns: no whole rows of threads */
+        {128, 0, &devs.h200, "path=vec,swizzle=1", 0},
+        {128, 0, &devs.h200, NULL, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fj__features f = bwd_features(cases[i].d, cases[i].d, FJ_DTYPE_BF16);
+        f.batch = 2;
+        f.seqlen_q = 1;
+        f.seqlen_k = 4096;
+        f.heads_kv = 8;
+        f.heads_q = 32;
+        f.paged = cases[i].paged;
+        const fj__variant v = decode_variant_of(&f, cases[i].dev, cases[i].config,
+                                                FJ__PATH_WGMMA, i);
+        if (v.swizzle != cases[i].swizzle)
+            fail_msg("case %zu: swizzle %d, expected %d", i, v.swizzle, cases[i].swizzle);
+        if (v.swizzle) {
+            fj__variant padded = v;
+            padded.swizzle = 0;
+            assert_int_equal(fj__variant_shared_bytes(&padded) - fj__variant_shared_bytes(&v),
+                             v.stages * v.tile_n * 2 * 16);
+        }
+    }
+}
+
 /* The decode plans of a few query rows per sequence: which kernel (tensor cores on sm_80+
 ** where they fit, else CUDA's vector kernel, else the portable one; "path=vec" asks for the
 ** vector kernel), the packed rows a block, its shared memory (dynamic on tensor cores only),
@@ -1057,6 +1104,7 @@ int main(void)
         cmocka_unit_test(test_dq_turns),
         cmocka_unit_test(test_deterministic_slices),
         cmocka_unit_test(test_decode_plans),
+        cmocka_unit_test(test_decode_swizzle),
         cmocka_unit_test(test_decode_wide_plans),
         cmocka_unit_test(test_decode_tune_candidates),
         cmocka_unit_test(test_simt_forward_local_memory),
