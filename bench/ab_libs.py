@@ -41,8 +41,9 @@ ap.add_argument("--warm", type=float, default=0.6, help="seconds of warm-up per 
 ap.add_argument("--windows", type=int, default=5, help="timed windows of ~0.1 s per timing")
 ap.add_argument("--deterministic", type=int, default=0, help="bwd: the deterministic plans")
 ap.add_argument("--envs", default=None,
-                help="';'-separated, one per library: VAR=VALUE set while its context is made "
-                     "(empty: none), e.g. ';FLASHJIT_BWD_CONFIG=stages=3' (a library may repeat)")
+                help="';'-separated, one per library: VAR=VALUE settings (space-separated, "
+                     "empty: none) made while its context is made, e.g. "
+                     "';FLASHJIT_BWD_CONFIG=stages=3' (a library may repeat)")
 ap.add_argument("--out", default=os.environ.get("OUT", "."))
 args = ap.parse_args()
 libs = args.libs.split(",")
@@ -53,20 +54,19 @@ if len(envs) != len(libs):
 
 
 def make_context(lib, env):
-    """A context of lib, made with env ("VAR=VALUE" or empty) in the environment, which the
-    library reads when a context is made."""
-    if not env:
-        return flashjit.Context(backend="cuda", lib=lib)
-    var, value = env.split("=", 1)
-    saved = os.environ.get(var)
-    os.environ[var] = value
+    """A context of lib, made with env ("VAR=VALUE ...", space-separated, or empty) in the
+    environment, which the library reads when a context is made."""
+    settings = [x.split("=", 1) for x in env.split()]
+    saved = {var: os.environ.get(var) for var, _ in settings}
+    os.environ.update(dict(settings))
     try:
         return flashjit.Context(backend="cuda", lib=lib)
     finally:
-        if saved is None:
-            del os.environ[var]
-        else:
-            os.environ[var] = saved
+        for var, value in saved.items():
+            if value is None:
+                del os.environ[var]
+            else:
+                os.environ[var] = value
 
 
 contexts = [make_context(lib, env) for lib, env in zip(libs, envs)]
