@@ -46,13 +46,9 @@ int fj__decode_too_many_copies(const fj__variant *v)
 
 int fj__decode_swizzle_fits(const fj__variant *v)
 {
-    /* attn_decode_mma.cu.lua's column loader: a 16-byte column a thread in rows a multiple of
-    ** 8 apart; paged, a warp's rows looked up by its lanes */
-    const int ck = v->head_dim_pad / 8, step = ck > 0 ? v->threads / ck : 0;
-    return v->path == FJ__PATH_MMA && !v->bulk && !v->split_dv && v->q_in_regs &&
-           v->head_dim_pad == v->head_dim_v_pad && ck > 0 && v->threads % ck == 0 &&
-           step % 8 == 0 && v->tile_n % step == 0 &&
-           (!v->paged || (32 % ck == 0 && v->tile_n <= 128));
+    /* the column loader, its thread's rows a multiple of 8 apart (one row % 8 a thread) */
+    return !strcmp(fj__variant_decode_loader(v), "columns") && v->q_in_regs &&
+           (v->threads / (v->head_dim_pad / 8)) % 8 == 0;
 }
 
 /* On sm_80+, the tensor-core kernel (attn_decode_mma.cu.lua): 16, 32 or 64 packed rows a block,

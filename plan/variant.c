@@ -251,6 +251,20 @@ uint32_t fj__variant_dynamic_shared_bytes(const fj__variant *v)
     return dynamic ? fj__variant_shared_bytes(v) : 0u;
 }
 
+const char *fj__variant_decode_loader(const fj__variant *v)
+{
+    if (v->family != FJ__FAMILY_DECODE || v->path != FJ__PATH_MMA)
+        return "";
+    if (v->bulk)
+        return "bulk";
+    const int ck = v->head_dim_pad / 8; /* 16-byte columns of a row */
+    const int columns_fit = ck > 0 && v->threads % ck == 0 && v->tile_n % (v->threads / ck) == 0 &&
+                            (!v->paged || (32 % ck == 0 && v->tile_n / 4 <= 32));
+    if (v->head_dim_pad == v->head_dim_v_pad && columns_fit)
+        return "columns";
+    return ck >= 32 ? "wide_rows" : "pieces";
+}
+
 int fj__variant_decode_lanes(const fj__variant *v)
 {
     const int widest = v->head_dim_pad > v->head_dim_v_pad ? v->head_dim_pad : v->head_dim_v_pad;
@@ -677,6 +691,7 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_TPL_PARAMS])
     out[n++] = (tpl_param){.name = "batch_fastest", .kind = TPL_BOOL, .i = order.batch_fastest};
     out[n++] = (tpl_param){.name = "heavy_first", .kind = TPL_BOOL, .i = order.heavy_first};
     out[n++] = (tpl_param){.name = "lanes", .kind = TPL_INT, .i = fj__variant_decode_lanes(v)};
+    STR_PARAM("loader", fj__variant_decode_loader(v));
     BOOL_PARAM(alibi);
     STR_PARAM("bias", v->bias == 0 ? "" : v->bias == 1 ? "f32" : "dtype");
     BOOL_PARAM(mask_tensor);

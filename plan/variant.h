@@ -150,6 +150,12 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v);
 /* The dynamic shared memory a launch of v asks for: fj__variant_shared_bytes, or 0 where the
 ** kernel declares its memory statically (the SIMT kernels, CUDA's vector decode kernel). */
 uint32_t fj__variant_dynamic_shared_bytes(const fj__variant *v);
+/* DECODE on the MMA path: who copies K and V into the ring (template parameter loader): "bulk"
+** (the copy engine, a row a copy), else cp.async by threads: "columns" (each thread the same
+** 16-byte column of rows: columns that divide the threads and the tile; paged, also a warp's
+** 32 lanes, which look its rows' pages up), "wide_rows" (a warp a whole row: 256 dims and
+** more) or "pieces" (any piece any thread); "" elsewhere. */
+const char *fj__variant_decode_loader(const fj__variant *v);
 /* DECODE on the VECTOR path: the lanes that hold one key (a power of two, 8 elements each). */
 int fj__variant_decode_lanes(const fj__variant *v);
 /* WGMMA: registers per consumer thread after the producer gives its own away (template
@@ -201,8 +207,9 @@ const char *fj__config_field(const char *config, const char *name);
 ** or $FLASHJIT_CONFIG), which fj__apply_config accepts and leaves to the plan; 0 for none. */
 int32_t fj__config_splits(const char *config);
 
-/* The most template parameters a variant has. */
-#define FJ__MAX_TPL_PARAMS 64
+/* The most template parameters a variant has, with room to grow (fj__variant_params fills an
+** array of this size). */
+#define FJ__MAX_TPL_PARAMS 80
 
 /* The template parameters of v, in a fixed order. Returns their number. */
 int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_TPL_PARAMS]);

@@ -115,15 +115,12 @@ static_assert(WALK_BYTES % 16 == 0 && SHARED_END % 8 == 0 &&
               "the host's fj__variant_shared_bytes");
 
 % decode_key_row()
-% -- Who copies K and V into the ring (load_tile_kv below): the bulk-copy engine a row a copy;
-% -- else cp.async by threads, each the same column of rows (16-byte columns that divide the
-% -- threads and the tile; paged, also a warp's 32 lanes, which look its rows' pages up), a warp
-% -- a whole wide row, or any piece any thread.
+% -- Who copies K and V into the ring (load_tile_kv below): `loader`, the host's choice
+% -- (fj__variant_decode_loader): the bulk-copy engine a row a copy ("bulk"); else cp.async by
+% -- threads, each the same column of rows ("columns"), a warp a whole wide row ("wide_rows"),
+% -- or any piece any thread ("pieces").
 % local ck = head_dim_pad // 8
-% local loader = bulk and "bulk"
-% local columns_fit = threads % ck == 0 and tile_n % (threads // ck) == 0 and (not paged or (32 % ck == 0 and tile_n // 4 <= 32))
-% loader = loader or (head_dim_pad == head_dim_v_pad and columns_fit and "columns")
-% loader = loader or (ck >= 32 and "wide_rows") or "pieces"
+% assert(loader ~= "bulk" or bulk, "attn_decode_mma: bulk copies are the bulk variant's")
 % assert(not swizzle or (loader == "columns" and q_in_regs and (threads // ck) % 8 == 0),
 %        "attn_decode_mma: swizzle takes cp.async columns (head dims 64, 128), Q in registers")
 % if loader == "wide_rows" then
