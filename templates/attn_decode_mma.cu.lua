@@ -89,7 +89,7 @@
 #define RING_SLOT (BN * (KROW + VROW))
 % end
 % if swizzle then
-#define RING_COL(r, c) ((c) ^ (((r) & 7) << 3)) /* column c (a multiple of 8) of ring row r */
+#define RING_COL(r, c) swizzled_col(r, c) /* column c (a multiple of 8) of ring row r */
 % else
 #define RING_COL(r, c) (c)
 % end

@@ -239,10 +239,13 @@ __device__ __forceinline__ void mma_rows_by_rows(float (*acc)[4], const elem_t *
     }
 }
 
+/* Column c (a multiple of 8) of row r of a tile whose rows' 16-byte pieces are XOR-swizzled by
+** r % 8 within each 128 bytes (attn_decode_mma.cu.lua's ring with `swizzle`). */
+__device__ __forceinline__ int swizzled_col(int r, int c) { return c ^ ((r & 7) << 3); }
+
 /* acc[N / 8][4] += A B over K = 16 * KSTEPS: A in registers as packed fragments (pack_rows), B
 ** the K rows at b (row stride BS) of N columns, row-major in shared memory (O += P V). SWZ: the
-** 16-byte pieces of row r XOR-swizzled by r % 8 within each 128 bytes (b's row a multiple of
-** 8), as attn_decode_mma.cu.lua's ring. */
+** rows swizzled (swizzled_col; b's row a multiple of 8). */
 template <int N, int KSTEPS, int BS, bool SWZ = false>
 __device__ __forceinline__ void mma_regs_by_rows(float (*acc)[4], const u32 (*a)[4],
                                                  const elem_t *b, int lane)
@@ -254,7 +257,7 @@ __device__ __forceinline__ void mma_regs_by_rows(float (*acc)[4], const u32 (*a)
             u32 b0, b1, b2, b3;
             if (SWZ) {
                 const int row = kk * 16 + lane % 16, c = op * 16 + (lane / 16) * 8;
-                ldmatrix_x4_trans(smem_addr(b + row * BS + (c ^ ((row & 7) << 3))), b0, b1, b2, b3);
+                ldmatrix_x4_trans(smem_addr(b + row * BS + swizzled_col(row, c)), b0, b1, b2, b3);
             } else
                 ldmatrix_x4_trans(
                     smem_addr(b + (kk * 16 + lane % 16) * BS + op * 16 + (lane / 16) * 8), b0, b1,
