@@ -21,6 +21,7 @@
 #define BLOCKS_PER_UNIT 4   /* automatic splits aim at this many work-groups per compute unit */
 #define MAX_BULK_IN_FLIGHT 256 /* row copies a tensor-core decode block keeps outstanding */
 #define MIN_WGMMA_ROWS 16      /* packed rows that take value dims beyond 256 to wgmma */
+#define BULK_MIN_DENSE_BYTES (1ll << 30) /* K + V of a dense cache that takes bulk copies */
 
 /* Whether f is 16-bit data in 16-byte rows on CUDA: what the CUDA decode kernels (tensor
 ** cores, vectors) take. */
@@ -46,9 +47,10 @@ int fj__decode_too_many_copies(const fj__variant *v)
 
 int fj__decode_swizzle_fits(const fj__variant *v)
 {
-    /* the column loader, its thread's rows a multiple of 8 apart (one row % 8 a thread) */
+    /* the column loader, its thread's rows a multiple of 8 apart (one row % 8 a thread), and
+    ** rows of whole 128-byte lines (a piece's column XOR row % 8 stays in its row) */
     return !strcmp(fj__variant_decode_loader(v), "columns") && v->q_in_regs &&
-           (v->threads / (v->head_dim_pad / 8)) % 8 == 0;
+           v->head_dim_pad % 64 == 0 && (v->threads / (v->head_dim_pad / 8)) % 8 == 0;
 }
 
 /* On sm_80+, the tensor-core kernel (attn_decode_mma.cu.lua): 16, 32 or 64 packed rows a block,
@@ -73,11 +75,16 @@ static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t 
     t.tile_n = t.split_dv ? 32 : 64;
     t.q_in_regs = !t.split_dv && t.head_dim_pad <= 128;
     /* On Hopper the copy engine moves whole rows (bulk): no thread computes a piece's address
-    ** or waits on its own copies. Not for a dense cache of rows to 128 dims, whose cp.async
-    ** ring of four tiles (one block an SM) was as fast at large batches and faster at batch 1
-    ** (bench/RESULTS.md). */
+    ** or waits on its own copies. A dense cache of rows to 128 dims takes cp.async's ring of
+    ** four tiles (one block an SM), faster at batch 1 and wherever rows are 128 bytes (d 64:
+    ** bulk 0.74-0.79x), except rows of 128 dims in a cache of BULK_MIN_DENSE_BYTES or more
+    ** (bulk 1.01-1.06x from batch 8 x 32k keys; 0.89-0.99x at batch 1; bench/RESULTS.md). */
+    const int64_t cache_bytes =
+        f->batch * f->seqlen_k * f->heads_kv * (f->head_dim + f->head_dim_v) * 2;
     t.bulk = fj__sm_version(dev) >= 90 &&
-             (f->paged || t.head_dim_pad > 128 || t.head_dim_v_pad > 128);
+             (f->paged || t.head_dim_pad > 128 || t.head_dim_v_pad > 128 ||
+              (t.head_dim_pad == 128 && t.head_dim_v_pad == 128 &&
+               cache_bytes >= BULK_MIN_DENSE_BYTES));
     /* Ring depth, the best of A/Bs on the H200 (bench/RESULTS.md): by cp.async four tiles (at
     ** d 128 one block an SM), three for a paged cache (two blocks: its page arithmetic wants
     ** the second block's warps); by bulk copies three (two blocks), since a block with more

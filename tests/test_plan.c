@@ -631,6 +631,8 @@ static void test_decode_swizzle(void **state)
         {128, 0, &devs.h200, "bulk=1,swizzle=1", 0},
         {256, 0, &devs.h200, "swizzle=1", 0},  /* a warp's wide rows */
         {96, 0, &devs.h200, "swizzle=1", 0},   /* 12 columns: no whole rows of threads */
+        {8, 0, &devs.h200, "swizzle=1", 0},    /* 2 columns: XOR row % 8 leaves the row */
+        {32, 0, &devs.h200, "swizzle=1", 0},   /* 4 columns: likewise */
         {128, 0, &devs.h200, "path=vec,swizzle=1", 0},
         {128, 0, &devs.h200, NULL, 0},
     };
@@ -655,10 +657,42 @@ static void test_decode_swizzle(void **state)
     }
 }
 
+/* A dense cache of 128-dim rows takes bulk copies on sm_90 once K and V reach 1 GiB (three
+** tiles, two blocks an SM); smaller caches, rows of 64 dims and sm_80 keep cp.async's four. */
+static void test_decode_large_dense_bulk(void **state)
+{
+    (void)state;
+    const planned_devices devs = planned_device_set();
+    const struct {
+        int64_t batch, seqlen_k, d;
+        const fj_device_info *dev;
+        int bulk, stages;
+    } cases[] = {
+        {128, 8192, 128, &devs.h200, 1, 3}, {8, 32768, 128, &devs.h200, 1, 3},
+        {1, 131072, 128, &devs.h200, 0, 4}, {7, 32768, 128, &devs.h200, 0, 4},
+        {128, 8192, 64, &devs.h200, 0, 4},  {128, 8192, 128, &devs.sm86, 0, 2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fj__features f = bwd_features(cases[i].d, cases[i].d, FJ_DTYPE_BF16);
+        f.batch = cases[i].batch;
+        f.seqlen_q = 1;
+        f.seqlen_k = cases[i].seqlen_k;
+        f.heads_kv = 8;
+        f.heads_q = 32;
+        const fj__variant v = decode_variant_of(&f, cases[i].dev, NULL, FJ__PATH_WGMMA, i);
+        if (v.path != FJ__PATH_MMA || v.bulk != cases[i].bulk || v.stages != cases[i].stages)
+            fail_msg("case %zu: path %d, bulk %d, stages %d; expected mma, %d, %d", i, v.path,
+                     v.bulk, v.stages, cases[i].bulk, cases[i].stages);
+        if (v.bulk)
+            assert_int_equal(v.ctas_per_sm, 2);
+    }
+}
+
 /* The decode plans of a few query rows per sequence: which kernel (tensor cores on sm_80+
 ** where they fit, else CUDA's vector kernel, else the portable one; "path=vec" asks for the
 ** vector kernel), the packed rows a block, its shared memory (dynamic on tensor cores only),
-** whether rows come by bulk copies (sm_90: paged caches and rows beyond 128 dims), the splits
+** whether rows come by bulk copies (sm_90: paged caches, rows beyond 128 dims, large dense
+** caches: test_decode_large_dense_bulk), the splits
 ** that fill the device, and the tile overrides a config gives. */
 static void test_decode_plans(void **state)
 {
@@ -1105,6 +1139,7 @@ int main(void)
         cmocka_unit_test(test_deterministic_slices),
         cmocka_unit_test(test_decode_plans),
         cmocka_unit_test(test_decode_swizzle),
+        cmocka_unit_test(test_decode_large_dense_bulk),
         cmocka_unit_test(test_decode_wide_plans),
         cmocka_unit_test(test_decode_tune_candidates),
         cmocka_unit_test(test_simt_forward_local_memory),
