@@ -406,11 +406,12 @@ static fj_status check_paged(const fj_attention_desc *d, const fj_tensor *q, con
                              const fj_tensor *v, const fj_tensor *out, const fj_tensor *lse,
                              fj__problem *p, fj__err *err)
 {
+    /* (ALiBi, mask_mod and score_mod are functions of positions: the decode kernels apply them
+    ** with the sequence's own lengths) */
     static const char *const fields[] = {"cu_seqlens_q", "cu_seqlens_k", "bias", "mask",
-                                         "mask_ranges", "block_mask", "alibi_slopes",
-                                         "mask_mod", "score_mod"};
-    const void *given[] = {d->cu_seqlens_q, d->cu_seqlens_k, d->bias,     d->mask,    d->mask_ranges,
-                           d->block_mask,   d->alibi_slopes, d->mask_mod, d->score_mod};
+                                         "mask_ranges", "block_mask"};
+    const void *given[] = {d->cu_seqlens_q, d->cu_seqlens_k, d->bias,
+                           d->mask,         d->mask_ranges,  d->block_mask};
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
         if (given[i])
             return fj__fail(err, FJ_ERR_UNSUPPORTED,

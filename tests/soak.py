@@ -72,6 +72,12 @@ def decode_args(r):
         a += ["--splits", r.choice([1, 2, 3, 7, 64])]
     if r.random() < 0.1:
         a += ["--kv-dtype", r.choice(["e4m3", "e5m2"])]
+    if r.random() < 0.15:
+        a += ["--alibi", r.choice(["heads", "batch"])]
+    if r.random() < 0.1:
+        a += ["--mask-mod", r.choice(MASK_MODS)]
+    if r.random() < 0.1:
+        a += ["--score-mod", r.choice(SCORE_MODS), "--mod-args", ",".join(["0.1"] * hq)]
     return a
 
 

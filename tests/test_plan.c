@@ -657,6 +657,38 @@ static void test_decode_swizzle(void **state)
     }
 }
 
+/* Terms of positions (ALiBi, mask_mod, score_mod) in a decode: a paged cache takes the
+** portable decode kernel with them; a contiguous one keeps the tensor-core forward on CUDA's
+** 16-bit data and takes the decode kernel where the forward is the portable one. */
+static void test_decode_position_terms(void **state)
+{
+    (void)state;
+    const planned_devices devs = planned_device_set();
+    static const char *const mod = "(FJ_K >= 5)"; /* interned texts are compared by address */
+    for (int term = 0; term < 3; term++)
+        for (int paged = 0; paged <= 1; paged++)
+            for (int cpu = 0; cpu <= 1; cpu++) {
+                fj__features f = bwd_features(128, 128, FJ_DTYPE_BF16);
+                f.seqlen_q = 1;
+                f.paged = (uint8_t)paged;
+                f.page_size = paged ? 16 : 0;
+                f.alibi = term == 0;
+                f.mask_mod = term == 1 ? mod : NULL;
+                f.score_mod = term == 2 ? mod : NULL;
+                const fj_device_info *dev = cpu ? &devs.cpu : &devs.h200;
+                fj__variant fwd, v;
+                fj__choose_forward(&f, dev, NULL, &fwd);
+                const int decode = fj__prefer_decode(&f, dev, NULL, &fwd, &v);
+                if (decode != (paged || cpu))
+                    fail_msg("term %d, paged %d, cpu %d: decode %d", term, paged, cpu, decode);
+                if (decode) {
+                    assert_int_equal(v.path, FJ__PATH_SIMT);
+                    assert_int_equal(v.alibi, term == 0);
+                    assert_true(v.mask_mod == f.mask_mod && v.score_mod == f.score_mod);
+                }
+            }
+}
+
 /* A dense cache of 128-dim rows takes bulk copies on sm_90 once K and V reach 1 GiB (three
 ** tiles, two blocks an SM); smaller caches, rows of 64 dims and sm_80 keep cp.async's four. */
 static void test_decode_large_dense_bulk(void **state)
@@ -1140,6 +1172,7 @@ int main(void)
         cmocka_unit_test(test_decode_plans),
         cmocka_unit_test(test_decode_swizzle),
         cmocka_unit_test(test_decode_large_dense_bulk),
+        cmocka_unit_test(test_decode_position_terms),
         cmocka_unit_test(test_decode_wide_plans),
         cmocka_unit_test(test_decode_tune_candidates),
         cmocka_unit_test(test_simt_forward_local_memory),

@@ -164,7 +164,10 @@ typedef struct build_request {
 static int build_request_kernels(build_run *run, const fj_device_info *dev, fj__mods *mods,
                                  const build_request *r)
 {
-    const int64_t s = r->seqlen, qb = (s + 127) / 128;
+    const int64_t s = r->seqlen, kb = (s + 127) / 128;
+    /* A decode's query rows and heads (q [1, rows, group, dim]), else s rows of one head. */
+    const int64_t sq = r->decode_rows ? r->decode_rows : s, hq = r->decode_rows ? r->group : 1;
+    const int64_t qb = (sq + 127) / 128;
     void *const fake = (void *)(uintptr_t)4096; /* never read: offline */
     const int nd = r->varlen ? 3 : 4;
     /* [1, s, 1, dim] dense, or [s, 1, dim] packed. */
@@ -193,12 +196,12 @@ static int build_request_kernels(build_run *run, const fj_device_info *dev, fj__
     desc.mod_args = fake;
     desc.mod_args_count = 1;
     const fj_tensor alibi = {
-        .data = fake, .dtype = FJ_DTYPE_F32, .ndim = 1, .shape = {1}, .stride = {1}};
+        .data = fake, .dtype = FJ_DTYPE_F32, .ndim = 1, .shape = {hq}, .stride = {1}};
     const fj_tensor bias = {.data = fake,
                             .dtype = r->bias == 1 ? FJ_DTYPE_F32 : r->dtype,
                             .ndim = 4,
-                            .shape = {1, 1, s, s},
-                            .stride = {s * s, s * s, s, 1}};
+                            .shape = {1, 1, sq, s},
+                            .stride = {sq * s, sq * s, s, 1}};
     fj_tensor mask = bias;
     mask.dtype = FJ_DTYPE_BOOL;
     const fj_tensor ranges = {.data = fake,
@@ -209,8 +212,8 @@ static int build_request_kernels(build_run *run, const fj_device_info *dev, fj__
     const fj_tensor blocks = {.data = fake,
                               .dtype = FJ_DTYPE_I32,
                               .ndim = 4,
-                              .shape = {1, 1, qb, qb},
-                              .stride = {qb * qb, qb * qb, qb, 1}};
+                              .shape = {1, 1, qb, kb},
+                              .stride = {qb * kb, qb * kb, kb, 1}};
     const fj_tensor cu = {
         .data = fake, .dtype = FJ_DTYPE_I32, .ndim = 1, .shape = {2}, .stride = {1}};
     const fj_tensor used = {
@@ -237,14 +240,13 @@ static int build_request_kernels(build_run *run, const fj_device_info *dev, fj__
         desc.k_descale = desc.v_descale = &scale;
     }
     if (r->decode_rows) { /* q and out [1, rows, group, dim], lse [1, group, rows] */
-        const int64_t g = r->group, sq = r->decode_rows;
         q.shape[1] = out.shape[1] = sq;
-        q.shape[2] = out.shape[2] = g;
-        q.stride[0] = out.stride[0] = sq * g * row;
-        q.stride[1] = out.stride[1] = g * row;
-        lse.shape[1] = g;
+        q.shape[2] = out.shape[2] = hq;
+        q.stride[0] = out.stride[0] = sq * hq * row;
+        q.stride[1] = out.stride[1] = hq * row;
+        lse.shape[1] = hq;
         lse.shape[2] = sq;
-        lse.stride[0] = g * sq;
+        lse.stride[0] = hq * sq;
         lse.stride[1] = sq;
     }
     const int64_t page = r->page_size, pages = page ? (s + page - 1) / page : 0;
