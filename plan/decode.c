@@ -201,19 +201,22 @@ int fj__choose_decode(const fj__features *f, const fj_device_info *dev, const ch
     memset(v, 0, sizeof *v);
     const int64_t group_rows = f->heads_q / f->heads_kv * f->seqlen_q;
     /* A paged cache has no other kernel: any number of query rows (chunked prefill). */
-    if ((f->seqlen_q > FJ__DECODE_MAX_SEQLEN_Q && !f->paged) || f->bias_dtype >= 0 || f->mask ||
-        f->block_mask || f->ranges || f->out_dtype != f->q_dtype ||
-        (f->kv_dtype != f->q_dtype && !fp8_cache(f)))
+    if ((f->seqlen_q > FJ__DECODE_MAX_SEQLEN_Q && !f->paged) || f->block_mask ||
+        f->out_dtype != f->q_dtype || (f->kv_dtype != f->q_dtype && !fp8_cache(f)))
         return 0;
     fj__variant_from_features(v, FJ__FAMILY_DECODE, f, dev);
     v->threads = DECODE_THREADS;
     v->local_mask = f->window_left >= 0 || f->window_right >= 0;
     v->softcap = f->softcap;
-    /* Terms of positions (ALiBi, mask_mod, score_mod): the portable kernel's alone. */
+    /* Masks and score terms beyond the band (ALiBi, a bias, mask_mod, score_mod, a mask tensor,
+    ** FlashMask ranges): the portable kernel's alone. */
     v->alibi = f->alibi;
     v->mask_mod = f->mask_mod;
     v->score_mod = f->score_mod;
-    const int position_terms = f->alibi || f->mask_mod || f->score_mod;
+    v->bias = f->bias_dtype < 0 ? 0 : f->bias_dtype == FJ_DTYPE_F32 ? 1 : 2;
+    v->mask_tensor = f->mask;
+    v->mask_ranges = f->ranges;
+    const int terms = f->alibi || f->mask_mod || f->score_mod || v->bias || f->mask || f->ranges;
     v->descale = f->descale;
     v->write_lse = f->lse;
     v->varlen = f->varlen;
@@ -222,7 +225,7 @@ int fj__choose_decode(const fj__features *f, const fj_device_info *dev, const ch
     /* warps=4 asks for the mma kernel where a wgmma kernel (8 or 12) would serve */
     const char *warps = fj__config_field(config, "warps");
     const int mma_asked = warps && atoi(warps) == 4;
-    if (!position_terms &&
+    if (!terms &&
         ((!vector_asked && !mma_asked && choose_wgmma(f, dev, group_rows, v)) ||
          (!vector_asked && choose_mma(f, dev, group_rows, v)) ||
          choose_vector(f, dev, group_rows, v)))

@@ -406,12 +406,10 @@ static fj_status check_paged(const fj_attention_desc *d, const fj_tensor *q, con
                              const fj_tensor *v, const fj_tensor *out, const fj_tensor *lse,
                              fj__problem *p, fj__err *err)
 {
-    /* (ALiBi, mask_mod and score_mod are functions of positions: the decode kernels apply them
-    ** with the sequence's own lengths) */
-    static const char *const fields[] = {"cu_seqlens_q", "cu_seqlens_k", "bias", "mask",
-                                         "mask_ranges", "block_mask"};
-    const void *given[] = {d->cu_seqlens_q, d->cu_seqlens_k, d->bias,
-                           d->mask,         d->mask_ranges,  d->block_mask};
+    /* (Masks and score terms but block classes are the decode kernel's: a bias's, a mask's and
+    ** the ranges' key dimension is then the table's keys, max_pages * page_size) */
+    static const char *const fields[] = {"cu_seqlens_q", "cu_seqlens_k", "block_mask"};
+    const void *given[] = {d->cu_seqlens_q, d->cu_seqlens_k, d->block_mask};
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
         if (given[i])
             return fj__fail(err, FJ_ERR_UNSUPPORTED,

@@ -20,9 +20,10 @@
 % -- per work-group), tile_n (keys per tile), threads, local_mask (causal or window), softcap,
 % -- write_lse, varlen (0 dense; 1 packed through cu_seqlens_q/k; 2 and seqused_k), paged (k and
 % -- v are pages found through P.page_table, seqused_k the keys of each sequence), partial,
-% -- shared_bytes (the host's size of Smem), args (fj_decode_params); and the terms of positions
-% -- attn_masks.lua applies (alibi, mask_mod, score_mod: a row's query and key positions within
-% -- its sequence, whose own lengths align them bottom-right, as the forward's).
+% -- shared_bytes (the host's size of Smem), args (fj_decode_params); and the masks and score
+% -- terms attn_masks.lua applies (alibi, bias, mask_mod, score_mod, mask_tensor, mask_ranges; not
+% -- block classes): a row's query and key positions within its sequence, whose own lengths
+% -- align them bottom-right, as the forward's.
 % assert(threads == 128, "attn_decode: 128 work-items per work-group")
 % assert(tile_m >= 1 and tile_m <= threads, "attn_decode: 1 to 128 rows per work-group")
 % include("dialect.lua")
@@ -31,8 +32,8 @@
 % include("sequence.lua")
 % include("descale.lua")
 % include("attn_masks.lua")
-% local position_terms = alibi or mask_mod ~= "" or score_mod ~= ""
-% assert(not (bias ~= "" or mask_tensor or mask_ranges > 0 or block_mask), "attn_decode: masks and score terms of positions only")
+% local terms = alibi or mask_mod ~= "" or score_mod ~= "" or bias ~= "" or mask_tensor or mask_ranges > 0
+% assert(not block_mask and not bias_tma, "attn_decode: no block classes, the bias by loads")
 % params_struct(args)
 #define THREADS ${threads}
 #define ROWS ${tile_m}
@@ -103,14 +104,14 @@ fj_attn_decode(
             x = cap_mul * F_TANH(x);
 % end
             bool seen = g < rows && key >= lo && ${decode_seen("key", "g % I_MAX(seqlen_q, 1)")};
-% if position_terms then
+% if terms then
             if (seen) { /* the row's query head and position, as decode_head_row's */
                 const int head = head_kv * qgroup + g / I_MAX(seqlen_q, 1), qrow = g % I_MAX(seqlen_q, 1);
                 MASK_CTX(mc, P.fwd.mask, batch, head, seqlen_q, seqlen_k);
-%   if alibi or score_mod ~= "" then
+%   if alibi or score_mod ~= "" or bias ~= "" then
                 x = fj_score(mc, x, qrow, key);
 %   end
-%   if mask_mod ~= "" then
+%   if mask_mod ~= "" or mask_tensor or mask_ranges > 0 then
                 seen = fj_keeps(mc, qrow, key);
 %   end
             }

@@ -206,6 +206,19 @@ check("block_mask built once", classes.shape == (1, 2, 3, 3) and
       (classes[0, 0] == want).all() and err < 1e-6,
       f"classes {classes[0, 0].tolist()}, err {err:.3g}")
 
+# A bias and ALiBi over a paged cache (the table's 64 keys) equal them over the same keys
+# contiguous.
+q, kc, vc = rand(1, 8, 2, 32), rand(4, 16, 2, 32), rand(4, 16, 2, 16)
+bias, slopes = rand(1, 2, 8, 64), np.array([0.5, 0.125], np.float32)
+got = ctx.forward(q, kc, vc, page_table=np.array([[2, 0, 3, 1]], np.int32),
+                  seqused_k=np.full(1, 64, np.int32), max_seqlen_k=64, bias=bias,
+                  alibi_slopes=slopes)
+order = [2, 0, 3, 1]
+want = ctx.forward(q, kc[order].reshape(1, 64, 2, 32), vc[order].reshape(1, 64, 2, 16),
+                   bias=bias, alibi_slopes=slopes)
+err = np.abs(got - want).max()
+check("bias and ALiBi over a paged cache", err < 1e-4, f"err {err:.3g}")
+
 # Errors: the subclass and the field.
 q, k, v = rand(1, 8, 2, 32), rand(1, 8, 2, 32), rand(1, 8, 2, 16)
 cases = [("bad head dim", lambda: ctx.forward(q, rand(1, 8, 2, 24), v), flashjit.InvalidArgument,
@@ -218,12 +231,12 @@ cases = [("bad head dim", lambda: ctx.forward(q, rand(1, 8, 2, 24), v), flashjit
           "backend"),
          ("tune: bad head dim", lambda: ctx.tune(q, rand(1, 8, 2, 24), v),
           flashjit.InvalidArgument, "k"),
-         ("bias with a paged cache",
+         ("block classes with a paged cache",
           lambda: ctx.forward(q, rand(4, 16, 2, 32), rand(4, 16, 2, 16),
                               page_table=np.zeros((1, 4), np.int32),
                               seqused_k=np.full(1, 8, np.int32), max_seqlen_k=64,
-                              bias=np.zeros((1, 2, 8, 64), np.float32)),
-          flashjit.Unsupported, "bias"),
+                              mask_mod="k <= q", block_mask=np.ones((1, 2, 1, 1), np.int32)),
+          flashjit.Unsupported, "block_mask"),
          ("unknown layout", lambda: ctx.forward(q, k, v, layout="bsdh"),
           flashjit.InvalidArgument, "layout"),
          ("layout bhsd with a paged cache",

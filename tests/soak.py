@@ -78,6 +78,9 @@ def decode_args(r):
         a += ["--mask-mod", r.choice(MASK_MODS)]
     if r.random() < 0.1:
         a += ["--score-mod", r.choice(SCORE_MODS), "--mod-args", ",".join(["0.1"] * hq)]
+    if r.random() < 0.1 and "--varlen" not in a:
+        a += r.choice([["--bias", "full"], ["--bias", "keys"], ["--mask", "random"],
+                       ["--mask", "keys"], ["--ranges", "2"]])
     return a
 
 

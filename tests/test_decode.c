@@ -302,32 +302,45 @@ static void test_wide_many_rows(void **state)
     run_cases(state, cases, 10, 1);
 }
 
-/* What the decode kernels do not take runs on the forward kernels: 17 query rows, a bias. */
+/* What the decode kernels do not take runs on the forward kernels: 17 query rows, block
+** classes. */
 static void test_other_requests_keep_the_forward(void **state)
 {
     fjh_case cases[2];
     cases[0] = decode_case(17, 300, 8, 2, 64, FJ_DTYPE_BF16);
     cases[1] = decode_case(1, 300, 8, 2, 64, FJ_DTYPE_BF16);
-    cases[1].bias = 1;
+    cases[1].blocks = 1;
     run_cases(state, cases, 2, 0);
 }
 
-/* Terms of positions (ALiBi slopes by head and by batch and head, a mask_mod, a score_mod with
-** arguments), alone and with causal rows, windows, soft-capping and splits. On a paged cache the
-** portable decode kernel applies them (positions within each sequence, bottom-right as the
-** forward's); contiguous, whichever kernel the plan prefers (the forward's tensor cores on
-** CUDA's 16-bit data, else the decode kernel) gives the same numbers. */
-static void test_position_terms(void **state)
+/* Masks and score terms: ALiBi slopes by head and by batch and head, a mask_mod, a score_mod
+** with arguments, biases (by batch and head, shared by the batch, a key bias; in the dtype and
+** in f32), mask tensors (random, key padding) and FlashMask ranges, alone and with causal rows,
+** windows, soft-capping and splits. On a paged cache the portable decode kernel applies them
+** (positions within each sequence, bottom-right as the forward's; tensors over the table's
+** keys); contiguous, whichever kernel the plan prefers (the forward's tensor cores on CUDA's
+** 16-bit data, else the decode kernel) gives the same numbers. */
+static void test_masks_and_score_terms(void **state)
 {
     static const float per_head[8] = {0.5f, 0.25f, 0.125f, 0.0625f, 1.0f, 0.3f, 0.02f, 0.7f};
-    fjh_case paged[6], dense[3];
-    for (int i = 0; i < 6; i++) {
+    fjh_case paged[11], dense[4];
+    for (int i = 0; i < 11; i++) {
         paged[i] = decode_case(1 + i % 3, 300 + 77 * i, 8, 2, i == 4 ? 128 : 64,
-                               i == 5 ? FJ_DTYPE_F16 : FJ_DTYPE_BF16);
+                               i == 5 || i == 8 ? FJ_DTYPE_F16 : FJ_DTYPE_BF16);
         paged[i].batch = 4;
-        paged[i].paged = (int[]){16, 1, 64, 7, 16, 256}[i];
+        paged[i].paged = (int[]){16, 1, 64, 7, 16, 256, 16, 5, 64, 1, 32}[i];
         paged[i].desc.causal = i % 2;
     }
+    paged[6].bias = 1;
+    paged[7].bias = 2;
+    paged[7].bias_f32 = 1;
+    paged[7].desc.num_splits = 4;
+    paged[8].bias = 3;
+    paged[8].alibi = 1;
+    paged[9].mask = 1;
+    paged[9].desc.num_splits = 2;
+    paged[10].mask = 2;
+    paged[10].ranges = 2;
     paged[0].alibi = 1;
     paged[1].alibi = 2;
     paged[2].desc.mask_mod = "k % 3 != 1 || q == k - sk + sq";
@@ -341,7 +354,7 @@ static void test_position_terms(void **state)
     paged[4].desc.num_splits = 2;
     paged[5].desc.score_mod = "q >= 1 ? s : s * 0.5";
     paged[5].desc.softcap = 20.0f;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         dense[i] = decode_case(1 + 2 * i, 500, 8, 2, 64, i == 2 ? FJ_DTYPE_F32 : FJ_DTYPE_BF16);
         dense[i].varlen = i == 1;
     }
@@ -350,8 +363,10 @@ static void test_position_terms(void **state)
     dense[1].desc.mask_mod = "k <= q + sk - sq && k % 2 == 0";
     dense[2].alibi = 2;
     dense[2].desc.score_mod = "30 * tanh(s / 30)";
-    int failures = run_cases_in(suite_context(state), paged, 6, 1);
-    failures += run_cases_in(suite_context(state), dense, 3, -1);
+    dense[3].bias = 1;
+    dense[3].mask = 2;
+    int failures = run_cases_in(suite_context(state), paged, 11, 1);
+    failures += run_cases_in(suite_context(state), dense, 4, -1);
     assert_int_equal(failures, 0);
 }
 
@@ -382,7 +397,7 @@ int main(void)
         cmocka_unit_test(test_mla),
         cmocka_unit_test(test_wide_many_rows),
         cmocka_unit_test(test_other_requests_keep_the_forward),
-        cmocka_unit_test(test_position_terms),
+        cmocka_unit_test(test_masks_and_score_terms),
         cmocka_unit_test(test_bad_num_splits),
     };
     return suite_run("decode", tests);

@@ -657,15 +657,16 @@ static void test_decode_swizzle(void **state)
     }
 }
 
-/* Terms of positions (ALiBi, mask_mod, score_mod) in a decode: a paged cache takes the
-** portable decode kernel with them; a contiguous one keeps the tensor-core forward on CUDA's
-** 16-bit data and takes the decode kernel where the forward is the portable one. */
-static void test_decode_position_terms(void **state)
+/* Masks and score terms in a decode (ALiBi, mask_mod, score_mod, a bias, a mask tensor): a
+** paged cache takes the portable decode kernel with them; a contiguous one keeps the
+** tensor-core forward on CUDA's 16-bit data and takes the decode kernel where the forward is
+** the portable one. */
+static void test_decode_masks_and_terms(void **state)
 {
     (void)state;
     const planned_devices devs = planned_device_set();
     static const char *const mod = "(FJ_K >= 5)"; /* interned texts are compared by address */
-    for (int term = 0; term < 3; term++)
+    for (int term = 0; term < 5; term++)
         for (int paged = 0; paged <= 1; paged++)
             for (int cpu = 0; cpu <= 1; cpu++) {
                 fj__features f = bwd_features(128, 128, FJ_DTYPE_BF16);
@@ -675,6 +676,8 @@ static void test_decode_position_terms(void **state)
                 f.alibi = term == 0;
                 f.mask_mod = term == 1 ? mod : NULL;
                 f.score_mod = term == 2 ? mod : NULL;
+                f.bias_dtype = term == 3 ? FJ_DTYPE_F32 : -1;
+                f.mask = term == 4;
                 const fj_device_info *dev = cpu ? &devs.cpu : &devs.h200;
                 fj__variant fwd, v;
                 fj__choose_forward(&f, dev, NULL, &fwd);
@@ -685,6 +688,8 @@ static void test_decode_position_terms(void **state)
                     assert_int_equal(v.path, FJ__PATH_SIMT);
                     assert_int_equal(v.alibi, term == 0);
                     assert_true(v.mask_mod == f.mask_mod && v.score_mod == f.score_mod);
+                    assert_int_equal(v.bias, term == 3);
+                    assert_int_equal(v.mask_tensor, term == 4);
                 }
             }
 }
@@ -1172,7 +1177,7 @@ int main(void)
         cmocka_unit_test(test_decode_plans),
         cmocka_unit_test(test_decode_swizzle),
         cmocka_unit_test(test_decode_large_dense_bulk),
-        cmocka_unit_test(test_decode_position_terms),
+        cmocka_unit_test(test_decode_masks_and_terms),
         cmocka_unit_test(test_decode_wide_plans),
         cmocka_unit_test(test_decode_tune_candidates),
         cmocka_unit_test(test_simt_forward_local_memory),

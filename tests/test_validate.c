@@ -361,9 +361,14 @@ MUT(paged_used_count, {
     paged(r);
     dense(&r->used_k, FJ_DTYPE_I32, 1, (int64_t[]){3});
 })
-MUT(paged_bias, {
+MUT(paged_bias, { /* keys: the table's 4 pages of 8 */
     paged(r);
+    dense(&r->bias, FJ_DTYPE_F32, 4, (int64_t[]){2, 4, 16, 30});
     r->desc.bias = &r->bias;
+})
+MUT(paged_blocks, {
+    paged(r);
+    r->desc.block_mask = &r->blocks;
 })
 MUT(paged_varlen, {
     paged(r);
@@ -529,7 +534,9 @@ static const bad_case bad_cases[] = {
      "v.shape[1] (page_size, as k.shape[1]) = 16, expected 8"},
     {"paged seqused_k", paged_used_count, 0, FJ_ERR_INVALID_ARGUMENT,
      "desc.seqused_k.shape[0] (batch) = 3, expected 2"},
-    {"paged bias", paged_bias, 0, FJ_ERR_UNSUPPORTED, "desc.bias with desc.page_table"},
+    {"paged bias", paged_bias, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.bias.shape[3] (seqlen_k) = 30, expected 32"},
+    {"paged blocks", paged_blocks, 0, FJ_ERR_UNSUPPORTED, "desc.block_mask with desc.page_table"},
     {"paged varlen", paged_varlen, 0, FJ_ERR_UNSUPPORTED, "desc.cu_seqlens_q with desc.page_table"},
     {"num_splits negative", splits_negative, 0, FJ_ERR_INVALID_ARGUMENT,
      "desc.num_splits = -1, expected 0 (automatic) to 64"},

@@ -164,10 +164,12 @@ typedef struct build_request {
 static int build_request_kernels(build_run *run, const fj_device_info *dev, fj__mods *mods,
                                  const build_request *r)
 {
-    const int64_t s = r->seqlen, kb = (s + 127) / 128;
-    /* A decode's query rows and heads (q [1, rows, group, dim]), else s rows of one head. */
+    const int64_t s = r->seqlen;
+    /* A decode's query rows and heads (q [1, rows, group, dim]), else s rows of one head; the
+    ** keys of the masks' and bias's key dimension (a paged cache: its table's). */
     const int64_t sq = r->decode_rows ? r->decode_rows : s, hq = r->decode_rows ? r->group : 1;
-    const int64_t qb = (sq + 127) / 128;
+    const int64_t page = r->page_size, pages = page ? (s + page - 1) / page : 0;
+    const int64_t keys = page ? pages * page : s, qb = (sq + 127) / 128, kb = (keys + 127) / 128;
     void *const fake = (void *)(uintptr_t)4096; /* never read: offline */
     const int nd = r->varlen ? 3 : 4;
     /* [1, s, 1, dim] dense, or [s, 1, dim] packed. */
@@ -200,15 +202,15 @@ static int build_request_kernels(build_run *run, const fj_device_info *dev, fj__
     const fj_tensor bias = {.data = fake,
                             .dtype = r->bias == 1 ? FJ_DTYPE_F32 : r->dtype,
                             .ndim = 4,
-                            .shape = {1, 1, sq, s},
-                            .stride = {sq * s, sq * s, s, 1}};
+                            .shape = {1, 1, sq, keys},
+                            .stride = {sq * keys, sq * keys, keys, 1}};
     fj_tensor mask = bias;
     mask.dtype = FJ_DTYPE_BOOL;
     const fj_tensor ranges = {.data = fake,
                               .dtype = FJ_DTYPE_I32,
                               .ndim = 4,
-                              .shape = {1, 1, s, r->ranges},
-                              .stride = {s * r->ranges, s * r->ranges, r->ranges, 1}};
+                              .shape = {1, 1, keys, r->ranges},
+                              .stride = {keys * r->ranges, keys * r->ranges, r->ranges, 1}};
     const fj_tensor blocks = {.data = fake,
                               .dtype = FJ_DTYPE_I32,
                               .ndim = 4,
@@ -249,7 +251,6 @@ static int build_request_kernels(build_run *run, const fj_device_info *dev, fj__
         lse.stride[0] = hq * sq;
         lse.stride[1] = sq;
     }
-    const int64_t page = r->page_size, pages = page ? (s + page - 1) / page : 0;
     const fj_tensor table = {.data = fake,
                              .dtype = FJ_DTYPE_I32,
                              .ndim = 2,
