@@ -32,7 +32,8 @@
 % include("sequence.lua")
 % include("descale.lua")
 % include("attn_masks.lua")
-% local terms = alibi or mask_mod ~= "" or score_mod ~= "" or bias ~= "" or mask_tensor or mask_ranges > 0
+% local terms = alibi or mask_mod ~= "" or score_mod ~= "" or bias ~= "" or mask_tensor or
+%               mask_ranges > 0
 % assert(not block_mask and not bias_tma, "attn_decode: no block classes, the bias by loads")
 % params_struct(args)
 #define THREADS ${threads}
@@ -106,7 +107,8 @@ fj_attn_decode(
             bool seen = g < rows && key >= lo && ${decode_seen("key", "g % I_MAX(seqlen_q, 1)")};
 % if terms then
             if (seen) { /* the row's query head and position, as decode_head_row's */
-                const int head = head_kv * qgroup + g / I_MAX(seqlen_q, 1), qrow = g % I_MAX(seqlen_q, 1);
+                const int head = head_kv * qgroup + g / I_MAX(seqlen_q, 1);
+                const int qrow = g % I_MAX(seqlen_q, 1);
                 MASK_CTX(mc, P.fwd.mask, batch, head, seqlen_q, seqlen_k);
 %   if alibi or score_mod ~= "" or bias ~= "" then
                 x = fj_score(mc, x, qrow, key);

@@ -31,8 +31,8 @@ def forward_args(r, backward):
     d = r.choice(HEAD_DIMS)
     a = ["--batch", r.randint(1, 3), "--heads", hq, "--kv-heads", hkv,
          "--seqlen-q", r.randint(1, 700), "--seqlen-k", r.randint(1, 900),
-         "--head-dim", d,
-         "--dtype", "e4m3" if not backward and r.random() < 0.1 else r.choice(["bf16", "f16", "f32"]),
+         "--head-dim", d, "--dtype",
+         "e4m3" if not backward and r.random() < 0.1 else r.choice(["bf16", "f16", "f32"]),
          "--layout", r.choice(["bshd", "bhsd", "padded"])]
     if r.random() < 0.3:
         a += ["--head-dim-v", r.choice([dv for dv in HEAD_DIMS if dv <= 256])]
