@@ -206,18 +206,11 @@ int fj__choose_decode(const fj__features *f, const fj_device_info *dev, const ch
         return 0;
     fj__variant_from_features(v, FJ__FAMILY_DECODE, f, dev);
     v->threads = DECODE_THREADS;
-    v->local_mask = f->window_left >= 0 || f->window_right >= 0;
-    v->softcap = f->softcap;
+    fj__variant_score_fields(v, f);
     /* Masks and score terms beyond the band (ALiBi, a bias, mask_mod, score_mod, a mask tensor,
     ** FlashMask ranges): the portable kernel's alone. */
-    v->alibi = f->alibi;
-    v->mask_mod = f->mask_mod;
-    v->score_mod = f->score_mod;
-    v->bias = f->bias_dtype < 0 ? 0 : f->bias_dtype == FJ_DTYPE_F32 ? 1 : 2;
-    v->mask_tensor = f->mask;
-    v->mask_ranges = f->ranges;
-    const int terms = f->alibi || f->mask_mod || f->score_mod || v->bias || f->mask || f->ranges;
-    v->descale = f->descale;
+    const int terms = v->alibi || v->mask_mod || v->score_mod || v->bias || v->mask_tensor ||
+                      v->mask_ranges;
     v->write_lse = f->lse;
     v->varlen = f->varlen;
     v->paged = f->paged;
