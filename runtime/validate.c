@@ -168,8 +168,12 @@ static fj_status check_desc(const fj_attention_desc *in, fj_attention_desc *d, f
     return FJ_OK;
 }
 
-/* A [batch | 1, heads_q | 1, seqlen_q | 1, seqlen_k] tensor (bias, mask): its strides with the
-** broadcast dimensions at 0. */
+/* What a mask's or a bias's key dimension is called: with a paged cache, the table's keys. */
+static const char *keys_name(const fj__problem *p)
+{
+    return p->page_table ? "seqlen_k: the page table's keys, max_pages * page_size" : "seqlen_k";
+}
+
 /* The first n dimensions of a rank-4 tensor of the given dtype that broadcast over batch,
 ** heads_q and seqlen_q (in that order): each of size 1 or the full size; their strides go to
 ** stride, 0 where broadcast. */
@@ -192,11 +196,13 @@ static fj_status check_broadcast(const fj_tensor *t, const char *name, fj_dtype 
     return FJ_OK;
 }
 
+/* A [batch | 1, heads_q | 1, seqlen_q | 1, seqlen_k] tensor (bias, mask): its strides with the
+** broadcast dimensions at 0. */
 static fj_status check_pair_tensor(const fj_tensor *t, const char *name, fj_dtype dtype,
                                    const fj__problem *p, int64_t stride[3], fj__err *err)
 {
     TRY(check_broadcast(t, name, dtype, 3, p, stride, err));
-    return check_dim(err, name, 3, t->shape[3], p->seqlen_k, "seqlen_k");
+    return check_dim(err, name, 3, t->shape[3], p->seqlen_k, keys_name(p));
 }
 
 /* alibi_slopes, bias and mask of desc d, for a problem whose sizes are known. */
@@ -234,7 +240,7 @@ static fj_status check_score_terms(const fj_attention_desc *d, fj__problem *p, f
     if (d->mask_ranges) {
         const fj_tensor *r = d->mask_ranges;
         TRY(check_broadcast(r, "desc.mask_ranges", FJ_DTYPE_I32, 2, p, p->ranges_stride, err));
-        TRY(check_dim(err, "desc.mask_ranges", 2, r->shape[2], p->seqlen_k, "seqlen_k"));
+        TRY(check_dim(err, "desc.mask_ranges", 2, r->shape[2], p->seqlen_k, keys_name(p)));
         if (r->shape[3] != 2 && r->shape[3] != 4)
             return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
                             "desc.mask_ranges.shape[3] = %lld, expected 2 (one range of rows) or "

@@ -535,7 +535,8 @@ static const bad_case bad_cases[] = {
     {"paged seqused_k", paged_used_count, 0, FJ_ERR_INVALID_ARGUMENT,
      "desc.seqused_k.shape[0] (batch) = 3, expected 2"},
     {"paged bias", paged_bias, 0, FJ_ERR_INVALID_ARGUMENT,
-     "desc.bias.shape[3] (seqlen_k) = 30, expected 32"},
+     "desc.bias.shape[3] (seqlen_k: the page table's keys, max_pages * page_size) = 30, "
+     "expected 32"},
     {"paged blocks", paged_blocks, 0, FJ_ERR_UNSUPPORTED, "desc.block_mask with desc.page_table"},
     {"paged varlen", paged_varlen, 0, FJ_ERR_UNSUPPORTED, "desc.cu_seqlens_q with desc.page_table"},
     {"num_splits negative", splits_negative, 0, FJ_ERR_INVALID_ARGUMENT,
