@@ -79,8 +79,9 @@ static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t 
     ** four tiles (one block an SM), faster at batch 1 and wherever rows are 128 bytes (d 64:
     ** bulk 0.74-0.79x), except rows of 128 dims in a cache of BULK_MIN_DENSE_BYTES or more
     ** (bulk 1.01-1.06x from batch 8 x 32k keys; 0.89-0.99x at batch 1; bench/RESULTS.md). */
-    const int64_t cache_bytes =
-        f->batch * f->seqlen_k * f->heads_kv * (f->head_dim + f->head_dim_v) * 2;
+    const int64_t cache_bytes = f->batch * f->seqlen_k * f->heads_kv *
+                                (f->head_dim + f->head_dim_v) *
+                                (int64_t)fj_dtype_size((fj_dtype)f->kv_dtype);
     t.bulk = fj__sm_version(dev) >= 90 &&
              (f->paged || t.head_dim_pad > 128 || t.head_dim_v_pad > 128 ||
               (t.head_dim_pad == 128 && t.head_dim_v_pad == 128 &&

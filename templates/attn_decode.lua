@@ -32,8 +32,6 @@
 % include("sequence.lua")
 % include("descale.lua")
 % include("attn_masks.lua")
-% local terms = alibi or mask_mod ~= "" or score_mod ~= "" or bias ~= "" or mask_tensor or
-%               mask_ranges > 0
 % assert(not block_mask and not bias_tma, "attn_decode: no block classes, the bias by loads")
 % params_struct(args)
 #define THREADS ${threads}
@@ -105,15 +103,15 @@ fj_attn_decode(
             x = cap_mul * F_TANH(x);
 % end
             bool seen = g < rows && key >= lo && ${decode_seen("key", "g % I_MAX(seqlen_q, 1)")};
-% if terms then
+% if mask_terms.keeps or mask_terms.score then
             if (seen) { /* the row's query head and position, as decode_head_row's */
                 const int head = head_kv * qgroup + g / I_MAX(seqlen_q, 1);
                 const int qrow = g % I_MAX(seqlen_q, 1);
                 MASK_CTX(mc, P.fwd.mask, batch, head, seqlen_q, seqlen_k);
-%   if alibi or score_mod ~= "" or bias ~= "" then
+%   if mask_terms.score then
                 x = fj_score(mc, x, qrow, key);
 %   end
-%   if mask_mod ~= "" or mask_tensor or mask_ranges > 0 then
+%   if mask_terms.keeps then
                 seen = fj_keeps(mc, qrow, key);
 %   end
             }

@@ -121,8 +121,11 @@ static_assert(WALK_BYTES % 16 == 0 && SHARED_END % 8 == 0 &&
 % -- or any piece any thread ("pieces").
 % local ck = head_dim_pad // 8
 % assert(loader ~= "bulk" or bulk, "attn_decode_mma: bulk copies are the bulk variant's")
-% assert(not swizzle or (loader == "columns" and q_in_regs and (threads // ck) % 8 == 0),
-%        "attn_decode_mma: swizzle takes cp.async columns (head dims 64, 128), Q in registers")
+% -- (the kernel's side of fj__decode_swizzle_fits: what RING_COL's arithmetic relies on)
+% assert(not swizzle or (loader == "columns" and q_in_regs and ck % 8 == 0 and
+%                        (threads // ck) % 8 == 0),
+%        "attn_decode_mma: swizzle takes cp.async columns of whole 128-byte rows (head dims " ..
+%        "64, 128), Q in registers")
 % if loader == "wide_rows" then
 
 /* A warp's copy of one wide row (the wide-row loader below), the row at `off` in tensor t: lane
@@ -483,7 +486,8 @@ fj_attn_decode(
 #pragma unroll
             for (int np = 0; np < NT / 2; np++) {
                 u32 b0, b1, b2, b3;
-%   -- (swizzled: rows from a multiple of 8, so a lane's row % 8 is lane % 8)
+%   -- (swizzled: rows from a multiple of 8, so a lane's row % 8 is lane % 8; unswizzled, the
+%   -- column as a plain sum: RING_COL's parentheses would reorder the address arithmetic)
 %   local kcol = "kk * 16 + ((lane / 8) % 2) * 8"
                 ldmatrix_x4(smem_addr(sK + (np * 16 + (lane / 16) * 8 + lane % 8) * KROW +
                                       ${swizzle and "RING_COL(lane, " .. kcol .. ")" or kcol}),

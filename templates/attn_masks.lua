@@ -15,12 +15,15 @@
 % --   fj_score(c, x, row, key)     score x (log2 units, scaled and capped) with ALiBi, bias and
 % --                                score_mod applied; the same bounds;
 % --   fj_score_grad(c, x, row, key) (score_mod_grad given: the backward) the derivative of
-% --                                score_mod with respect to s at the s fj_score gives it.
+% --                                score_mod with respect to s at the s fj_score gives it;
+% -- and, for the including template, mask_terms.keeps and mask_terms.score: whether fj_keeps
+% -- and fj_score are defined (the variant has element masks, score terms).
 
 % -- bias_tma: the kernel adds the bias itself from shared memory (fj_score leaves it out).
 % local element_masks = mask_mod ~= "" or mask_tensor or mask_ranges > 0
 % local bias_global = bias ~= "" and not bias_tma
 % local score_terms = alibi or bias_global or score_mod ~= ""
+% mask_terms = { keeps = element_masks, score = score_terms }
 
 % if bias == "f32" then
 typedef float BIAS_T;
