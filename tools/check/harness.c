@@ -563,8 +563,7 @@ static void make_paging(const fjh_case *c, uint64_t *rng, const htensor *k, cons
     }
 }
 
-/* The reference of a paged case: sequence b against its first used[b] keys (with the bias's,
-** the mask's and the ranges' batch b: the reference reads them at its own batch 0). */
+/* The reference of a paged case: sequence b against its first used[b] keys. */
 static void reference_paged(const fjr_problem *p, const int64_t *used, const double *qd,
                             const double *kd, const double *vd, const float *qf, const float *kf,
                             const float *vf, fj_dtype dtype, double *ref, double *ref_lse,
@@ -577,13 +576,6 @@ static void reference_paged(const fjr_problem *p, const int64_t *used, const dou
         s.batch = 1;
         s.batch_offset = b;
         s.seqlen_k = used[b];
-        if (p->bias)
-            s.bias = (const unsigned char *)p->bias +
-                     (size_t)(b * p->bias_stride[0]) * fj_dtype_size(p->bias_dtype);
-        if (p->mask)
-            s.mask = p->mask + b * p->mask_stride[0];
-        if (p->ranges)
-            s.ranges = p->ranges + b * p->ranges_stride[0];
         const int64_t qo = b * sq * hq * d, ko = b * sk * hkv * d, vo = b * sk * hkv * dv;
         const int64_t oo = b * sq * hq * dv, lo = b * hq * sq;
         if (used[b] > 0) {
