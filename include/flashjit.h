@@ -286,23 +286,27 @@ typedef struct fj_attention_desc {
     ** finding it; fj_block_mask_build writes it from the masks once, for many calls. Not with
     ** variable lengths; the Hopper tensor-core kernel (sm_90a), elsewhere the SIMT kernels. */
     const fj_tensor *block_mask;
-    /* Decode (at most 16 query rows per sequence, no score terms or element masks: bias, mask,
-    ** mask_ranges, block_mask, alibi_slopes, mask_mod, score_mod): a kernel that packs the
-    ** query heads of each kv head (each key read once for all of them) and splits the keys of
-    ** each sequence into parts run in parallel, merged by log-sum-exp (FlashDecoding).
+    /* Decode (at most 16 query rows per sequence, or a paged cache; no block_mask): a kernel
+    ** that packs the query heads of each kv head (each key read once for all of them) and splits
+    ** the keys of each sequence into parts run in parallel, merged by log-sum-exp
+    ** (FlashDecoding).
     ** num_splits: 0 (default) lets the plan choose (enough to fill the device), 1 to 64 asks for
-    ** that many (fewer when the keys run out). Variable lengths run unsplit. */
+    ** that many (fewer when the keys run out); packed sequences split by the longest. */
     int32_t num_splits;
     /* A paged KV cache (NULL: off), as vLLM and FlashInfer lay it out: k and v are pages
     ** [num_pages, page_size, heads_kv, head_dim (head_dim_v)] (any page_size >= 1, any strides
     ** with a contiguous last dimension), page_table is I32 [batch, max_pages_per_seq] (its row
     ** b lists the pages of sequence b in key order) and seqused_k (required) I32 [batch] holds
     ** each sequence's key count, at most max_pages_per_seq * page_size. q, out and lse are dense
-    ** as without paging; causal and windows align each sequence's keys to its queries
-    ** bottom-right, so decode, speculative decode and chunked prefill against the cache all
-    ** work. Page numbers come from device memory the host cannot check: the kernel clamps them
-    ** into [0, num_pages). Runs on the decode kernel (any seqlen_q); not with variable lengths,
-    ** score terms or element masks. */
+    ** as without paging, or packed through cu_seqlens_q and max_seqlen_q (q, out
+    ** [total_q, heads, dim], lse [heads_q, total_q]: sequences with different numbers of
+    ** queries, vLLM's batch of decodes and prefill chunks; cu_seqlens_k is then refused, each
+    ** sequence's keys being its pages); causal and windows align each sequence's keys to its
+    ** queries bottom-right, so decode, speculative decode and chunked prefill against the cache
+    ** all work. Page numbers come from device memory the host cannot check: the kernel clamps
+    ** them into [0, num_pages). Runs on the decode kernel (any seqlen_q); a bias's, a mask's and
+    ** the ranges' key dimension is then the table's keys (max_pages_per_seq * page_size; with
+    ** packed queries they are refused, as with variable lengths); not with block_mask. */
     const fj_tensor *page_table;
     /* fj_attention_backward: 1 gives bit-identical gradients run to run (no floating-point
     ** atomics in a varying order); 0 (default) lets the plan use them (on tensor cores, dq is

@@ -7,7 +7,8 @@
 ** them into out and lse.
 **
 ** Workspace layout of the partial states: split s's output at [s][batch][row][head][dv] and its
-** log-sum-exp at [s][batch][head][row] (rows as out's, seqlen_q of them). */
+** log-sum-exp at [s][batch][head][row] (seqlen_q rows a sequence: of packed sequences, each
+** sequence's own rows at its batch, which the merge writes to out's packed rows). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -294,18 +295,15 @@ static int64_t min_split_keys(const fj__features *f)
 }
 
 /* The number of splits of f's keys (rounded to `grain` keys each): the caller's, or enough
-** work-groups for every compute unit without splits of fewer than min_split_keys; 1 with
-** variable lengths (the merge finds rows by position, and packed rows between sequences are not
-** the call's to write). Where `slots` blocks run at once across the device (0: unknown), the
-** automatic count is the one of least modelled time: waves of blocks times the keys of a block
-** (plus SPLIT_OVERHEAD_KEYS for its start and end), fewer splits on ties; so a last wave is never
-** a sliver. */
+** work-groups for every compute unit without splits of fewer than min_split_keys (packed
+** sequences counted at the most keys). Where `slots` blocks run at once across the device (0:
+** unknown), the automatic count is the one of least modelled time: waves of blocks times the
+** keys of a block (plus SPLIT_OVERHEAD_KEYS for its start and end), fewer splits on ties; so a
+** last wave is never a sliver. */
 #define SPLIT_OVERHEAD_KEYS 128
 static int32_t splits_of(const fj__features *f, const fj_device_info *dev, int64_t blocks,
                          int32_t grain, int64_t slots)
 {
-    if (f->varlen)
-        return 1;
     const int64_t tiles = fj__div_up(f->seqlen_k, grain);
     const int64_t most = tiles < FJ__DECODE_MAX_SPLITS ? tiles : FJ__DECODE_MAX_SPLITS;
     const int64_t longest = fj__div_up(f->seqlen_k, min_split_keys(f)); /* automatic splits */
@@ -394,6 +392,7 @@ fj_status fj__plan_decode(const fj__features *f, const fj_device_info *dev, cons
     /* On Hopper the merge launches while the decode kernel's last blocks run, and waits for
     ** their states in the kernel (attn_merge.lua): its launch latency leaves the call's time. */
     m->overlap_previous = v->backend == FJ_BACKEND_CUDA && fj__sm_version(dev) >= 90;
+    m->variant.varlen = f->varlen ? 1 : 0; /* sequence b's states at batch b; out packed */
     return FJ_OK;
 }
 
@@ -448,6 +447,10 @@ fj_status fj__decode_fill(const fj__plan *plan, int i, const fj__problem *p, voi
         M->head_dim_v = (int32_t)p->head_dim_v;
         M->col_groups = (int32_t)plan->steps[i].grid[1];
         M->state_teams = fj__merge_state_teams(plan->decode.splits);
+        if (p->cu_seqlens_q) {
+            M->cu_seqlens_q = p->cu_seqlens_q->data;
+            M->total_q = (int32_t)p->q->shape[0];
+        }
         return FJ_OK;
     }
     const fj__variant *v = &plan->steps[i].variant;

@@ -143,7 +143,9 @@ FJ__PARAM_STRUCT(fj__merge_slot, FJ__MERGE_SLOT_PARAMS);
 ** and i * state_sl of l, the elements of a row shared by col_groups work-groups along the grid's
 ** y (each takes every col_groups-th run of its team's lanes; 0 counts as 1) and a pair's states
 ** by state_teams of a work-group's teams (1, 2 or 4: state j by team j % state_teams; 0 counts
-** as 1). */
+** as 1). Strided states of packed sequences (the variant's varlen: a decode's splits) keep
+** sequence b's rows at batch b, rows 0 to seqlen - 1; dst is packed [total_q, heads, dv], b's
+** rows from cu_seqlens_q[b], as many as the sequence has (sequence.lua's packed_queries). */
 #define FJ__MERGE_SLOTS 8
 #define FJ__MERGE_PARAMS(X, T)                                                                     \
     X(T, BLOCK, in0, fj__merge_slot)                                                               \
@@ -163,7 +165,9 @@ FJ__PARAM_STRUCT(fj__merge_slot, FJ__MERGE_SLOT_PARAMS);
     X(T, I32, heads, 0)                                                                            \
     X(T, I32, head_dim_v, 0)                                                                       \
     X(T, I32, col_groups, 0)                                                                       \
-    X(T, I32, state_teams, 0)
+    X(T, I32, state_teams, 0)                                                                      \
+    X(T, PTR, cu_seqlens_q, "const int")                                                           \
+    X(T, I32, total_q, 0)
 FJ__PARAM_STRUCT(fj__merge_params, FJ__MERGE_PARAMS);
 
 /* Decode (attn_decode.lua): the forward's block (with a paged cache its k and v strides are

@@ -406,21 +406,83 @@ static fj_status check_i32_vector(const fj_tensor *t, const char *name, int64_t 
     return FJ_OK;
 }
 
-/* A paged KV cache: q, out, lse dense; k, v pages [num_pages, page_size, heads_kv, dim]; the
-** page table [batch, max_pages] and seqused_k [batch]. */
+/* Packed queries of variable lengths: cu_seqlens_q [batch + 1] and max_seqlen_q; q and out
+** [total_q, heads, dim] against k's and v's last two dimensions (kv heads, head dims; k and v
+** checked as tensors), lse [heads_q, total_q]. Tensors with a query-row dimension (a bias, a
+** mask, ranges, block classes) are not supported: their rows would be the sequences'. */
+static fj_status check_packed_queries(const fj_attention_desc *d, const fj_tensor *q,
+                                      const fj_tensor *k, const fj_tensor *v,
+                                      const fj_tensor *out, const fj_tensor *lse, fj__problem *p,
+                                      fj__err *err)
+{
+    TRY(check_i32_vector(d->cu_seqlens_q, "desc.cu_seqlens_q", 0, err));
+    p->batch = d->cu_seqlens_q->shape[0] - 1;
+    if (d->max_seqlen_q < 1)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                        "desc.max_seqlen_q = %lld: must be >= 1 with variable lengths",
+                        (long long)d->max_seqlen_q);
+    if (d->bias || d->mask || d->mask_ranges || d->block_mask)
+        return fj__fail(err, FJ_ERR_UNSUPPORTED, "desc.%s with variable lengths is not supported",
+                        d->bias          ? "bias"
+                        : d->mask        ? "mask"
+                        : d->mask_ranges ? "mask_ranges"
+                                         : "block_mask");
+    TRY(check_tensor(q, "q", 3, err));
+    TRY(check_tensor(out, "out", 3, err));
+    TRY(check_dtypes(q, k, v, out, err));
+    const int h = k->ndim - 2; /* k's and v's kv-head axis */
+    const int64_t total_q = q->shape[0];
+    p->heads_q = q->shape[1];
+    p->head_dim = q->shape[2];
+    p->heads_kv = k->shape[h];
+    p->head_dim_v = v->shape[h + 1];
+    p->seqlen_q = d->max_seqlen_q;
+    TRY(check_dim(err, "k", h + 1, k->shape[h + 1], p->head_dim, "head_dim, as q.shape[2]"));
+    TRY(check_dim(err, "v", h, v->shape[h], p->heads_kv,
+                  h == 1 ? "heads_kv, as k.shape[1]" : "heads_kv, as k.shape[2]"));
+    TRY(check_dim(err, "out", 0, out->shape[0], total_q, "total_q, as q.shape[0]"));
+    TRY(check_dim(err, "out", 1, out->shape[1], p->heads_q, "heads_q, as q.shape[1]"));
+    TRY(check_dim(err, "out", 2, out->shape[2], p->head_dim_v,
+                  h == 1 ? "head_dim_v, as v.shape[2]" : "head_dim_v, as v.shape[3]"));
+    TRY(check_no_overlap(out, "out", err));
+    if (total_q > INT32_MAX)
+        return fj__fail(err, FJ_ERR_UNSUPPORTED, "total_q = %lld: at most 2^31 - 1",
+                        (long long)total_q);
+    const fj_tensor *qo[2] = {q, out};
+    const int roles[2] = {FJ__T_Q, FJ__T_OUT};
+    for (int i = 0; i < 2; i++) {
+        p->strides[roles[i]][0] = 0; /* sequences are found through the offsets */
+        p->strides[roles[i]][1] = qo[i]->stride[0];
+        p->strides[roles[i]][2] = qo[i]->stride[1];
+    }
+    if (lse) {
+        /* [heads_q, total_q]: no batch stride, rows through the offsets. */
+        static const char *const what[2] = {"heads_q", "total_q"};
+        const int64_t want[2] = {p->heads_q, total_q};
+        TRY(check_lse(lse, 2, want, what, p->lse_stride + 1, err));
+        p->lse_stride[0] = 0;
+    }
+    p->cu_seqlens_q = d->cu_seqlens_q;
+    return FJ_OK;
+}
+
+/* A paged KV cache: k, v pages [num_pages, page_size, heads_kv, dim]; the page table
+** [batch, max_pages] and seqused_k [batch]; q, out and lse dense, or with cu_seqlens_q packed
+** as check_packed_queries' (a batch of sequences with different numbers of queries, each
+** against its own keys). */
 static fj_status check_paged(const fj_attention_desc *d, const fj_tensor *q, const fj_tensor *k,
                              const fj_tensor *v, const fj_tensor *out, const fj_tensor *lse,
                              fj__problem *p, fj__err *err)
 {
     /* (Masks and score terms but block classes are the decode kernel's: a bias's, a mask's and
     ** the ranges' key dimension is then the table's keys, max_pages * page_size) */
-    static const char *const fields[] = {"cu_seqlens_q", "cu_seqlens_k", "block_mask"};
-    const void *given[] = {d->cu_seqlens_q, d->cu_seqlens_k, d->block_mask};
-    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
-        if (given[i])
-            return fj__fail(err, FJ_ERR_UNSUPPORTED,
-                            "desc.%s with desc.page_table (a paged KV cache) is not supported",
-                            fields[i]);
+    if (d->cu_seqlens_k)
+        return fj__fail(err, FJ_ERR_UNSUPPORTED,
+                        "desc.cu_seqlens_k with desc.page_table (a paged KV cache) is not "
+                        "supported: a sequence's keys are its pages, desc.seqused_k of them");
+    if (d->block_mask)
+        return fj__fail(err, FJ_ERR_UNSUPPORTED,
+                        "desc.block_mask with desc.page_table (a paged KV cache) is not supported");
     TRY(check_tensor(d->page_table, "desc.page_table", 2, err));
     if (d->page_table->dtype != FJ_DTYPE_I32)
         return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "desc.page_table.dtype = %s, expected i32",
@@ -432,17 +494,32 @@ static fj_status check_paged(const fj_attention_desc *d, const fj_tensor *q, con
     TRY(check_tensor(v, "v", 4, err));
     TRY(check_dim(err, "v", 0, v->shape[0], k->shape[0], "num_pages, as k.shape[0]"));
     TRY(check_dim(err, "v", 1, v->shape[1], k->shape[1], "page_size, as k.shape[1]"));
-    /* k and v as one batch of pages: their shapes check as dense [num_pages, page_size, ...]. */
-    fj_tensor q1 = *q, out1 = *out;
-    q1.shape[0] = out1.shape[0] = k->ndim == 4 ? k->shape[0] : q->shape[0];
-    TRY(check_dense(&q1, k, v, &out1, NULL, p, err));
-    p->batch = q->shape[0];
-    TRY(check_dim(err, "out", 0, out->shape[0], p->batch, "batch, as q.shape[0]"));
-    TRY(check_tensor(q, "q", 4, err));
-    TRY(check_tensor(out, "out", 4, err));
-    TRY(check_no_overlap(out, "out", err));
-    TRY(check_dim(err, "desc.page_table", 0, d->page_table->shape[0], p->batch,
-                  "batch, as q.shape[0]"));
+    const char *batch_is;
+    if (d->cu_seqlens_q) {
+        TRY(check_packed_queries(d, q, k, v, out, lse, p, err));
+        const fj_tensor *kv[2] = {k, v};
+        for (int i = 0; i < 2; i++) /* the page's, the row's in the page, the head's */
+            memcpy(p->strides[FJ__T_K + i], kv[i]->stride, sizeof p->strides[0]);
+        batch_is = "batch, as desc.cu_seqlens_q.shape[0] - 1";
+    } else {
+        /* k and v as one batch of pages: their shapes check as dense [num_pages, page_size,
+        ** ...]. */
+        fj_tensor q1 = *q, out1 = *out;
+        q1.shape[0] = out1.shape[0] = k->shape[0];
+        TRY(check_dense(&q1, k, v, &out1, NULL, p, err));
+        p->batch = q->shape[0];
+        TRY(check_dim(err, "out", 0, out->shape[0], p->batch, "batch, as q.shape[0]"));
+        TRY(check_tensor(q, "q", 4, err));
+        TRY(check_tensor(out, "out", 4, err));
+        TRY(check_no_overlap(out, "out", err));
+        if (lse) {
+            static const char *const what[3] = {"batch", "heads_q", "seqlen_q"};
+            const int64_t want[3] = {p->batch, p->heads_q, p->seqlen_q};
+            TRY(check_lse(lse, 3, want, what, p->lse_stride, err));
+        }
+        batch_is = "batch, as q.shape[0]";
+    }
+    TRY(check_dim(err, "desc.page_table", 0, d->page_table->shape[0], p->batch, batch_is));
     TRY(check_i32_vector(d->seqused_k, "desc.seqused_k", p->batch, err));
     p->num_pages = k->shape[0];
     p->page_size = k->shape[1];
@@ -455,11 +532,6 @@ static fj_status check_paged(const fj_attention_desc *d, const fj_tensor *q, con
                         "per sequence and pages",
                         (long long)p->num_pages, (long long)p->page_size, (long long)pages);
     p->seqlen_k = pages * p->page_size; /* the most keys a sequence can have */
-    if (lse) {
-        static const char *const what[3] = {"batch", "heads_q", "seqlen_q"};
-        const int64_t want[3] = {p->batch, p->heads_q, p->seqlen_q};
-        TRY(check_lse(lse, 3, want, what, p->lse_stride, err));
-    }
     return FJ_OK;
 }
 
@@ -473,59 +545,29 @@ static fj_status check_packed(const fj_attention_desc *d, const fj_tensor *q, co
                         "desc.%s is NULL: variable lengths need both cu_seqlens_q and "
                         "cu_seqlens_k",
                         d->cu_seqlens_q ? "cu_seqlens_k" : "cu_seqlens_q");
-    TRY(check_i32_vector(d->cu_seqlens_q, "desc.cu_seqlens_q", 0, err));
-    TRY(check_i32_vector(d->cu_seqlens_k, "desc.cu_seqlens_k", d->cu_seqlens_q->shape[0], err));
-    p->batch = d->cu_seqlens_q->shape[0] - 1;
-    if (d->seqused_k)
-        TRY(check_i32_vector(d->seqused_k, "desc.seqused_k", p->batch, err));
-    if (d->max_seqlen_q < 1 || d->max_seqlen_k < 1)
-        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
-                        "desc.max_seqlen_q = %lld, desc.max_seqlen_k = %lld: both must be >= 1 "
-                        "with variable lengths",
-                        (long long)d->max_seqlen_q, (long long)d->max_seqlen_k);
-    if (d->bias || d->mask || d->mask_ranges || d->block_mask)
-        return fj__fail(err, FJ_ERR_UNSUPPORTED, "desc.%s with variable lengths is not supported",
-                        d->bias          ? "bias"
-                        : d->mask        ? "mask"
-                        : d->mask_ranges ? "mask_ranges"
-                                         : "block_mask");
-
     TRY(check_tensor(q, "q", 3, err));
     TRY(check_tensor(k, "k", 3, err));
     TRY(check_tensor(v, "v", 3, err));
-    TRY(check_tensor(out, "out", 3, err));
-    TRY(check_dtypes(q, k, v, out, err));
-    const int64_t total_q = q->shape[0], total_k = k->shape[0];
-    p->heads_q = q->shape[1];
-    p->head_dim = q->shape[2];
-    p->heads_kv = k->shape[1];
-    p->head_dim_v = v->shape[2];
-    p->seqlen_q = d->max_seqlen_q;
+    TRY(check_packed_queries(d, q, k, v, out, lse, p, err));
+    TRY(check_i32_vector(d->cu_seqlens_k, "desc.cu_seqlens_k", d->cu_seqlens_q->shape[0], err));
+    if (d->seqused_k)
+        TRY(check_i32_vector(d->seqused_k, "desc.seqused_k", p->batch, err));
+    if (d->max_seqlen_k < 1)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                        "desc.max_seqlen_k = %lld: must be >= 1 with variable lengths",
+                        (long long)d->max_seqlen_k);
+    const int64_t total_k = k->shape[0];
     p->seqlen_k = d->max_seqlen_k;
-    TRY(check_dim(err, "k", 2, k->shape[2], p->head_dim, "head_dim, as q.shape[2]"));
     TRY(check_dim(err, "v", 0, v->shape[0], total_k, "total_k, as k.shape[0]"));
-    TRY(check_dim(err, "v", 1, v->shape[1], p->heads_kv, "heads_kv, as k.shape[1]"));
-    TRY(check_dim(err, "out", 0, out->shape[0], total_q, "total_q, as q.shape[0]"));
-    TRY(check_dim(err, "out", 1, out->shape[1], p->heads_q, "heads_q, as q.shape[1]"));
-    TRY(check_dim(err, "out", 2, out->shape[2], p->head_dim_v, "head_dim_v, as v.shape[2]"));
-    TRY(check_no_overlap(out, "out", err));
-    if (total_q > INT32_MAX || total_k > INT32_MAX)
-        return fj__fail(err, FJ_ERR_UNSUPPORTED, "total_q = %lld, total_k = %lld: at most 2^31 - 1",
-                        (long long)total_q, (long long)total_k);
-    const fj_tensor *t4[4] = {q, k, v, out};
-    for (int i = 0; i < 4; i++) {
-        p->strides[i][0] = 0; /* sequences are found through the offsets */
-        p->strides[i][1] = t4[i]->stride[0];
-        p->strides[i][2] = t4[i]->stride[1];
+    if (total_k > INT32_MAX)
+        return fj__fail(err, FJ_ERR_UNSUPPORTED, "total_k = %lld: at most 2^31 - 1",
+                        (long long)total_k);
+    const fj_tensor *kv[2] = {k, v};
+    for (int i = 0; i < 2; i++) {
+        p->strides[FJ__T_K + i][0] = 0; /* sequences are found through the offsets */
+        p->strides[FJ__T_K + i][1] = kv[i]->stride[0];
+        p->strides[FJ__T_K + i][2] = kv[i]->stride[1];
     }
-    if (lse) {
-        /* [heads_q, total_q]: no batch stride, rows through the offsets. */
-        static const char *const what[2] = {"heads_q", "total_q"};
-        const int64_t want[2] = {p->heads_q, total_q};
-        TRY(check_lse(lse, 2, want, what, p->lse_stride + 1, err));
-        p->lse_stride[0] = 0;
-    }
-    p->cu_seqlens_q = d->cu_seqlens_q;
     p->cu_seqlens_k = d->cu_seqlens_k;
     p->seqused_k = d->seqused_k;
     return FJ_OK;

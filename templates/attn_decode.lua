@@ -18,8 +18,9 @@
 % -- Parameters: backend, q/kv/out dtypes (one type, or an FP8 kv with descale: k's factor
 % -- scales the scores, v's the output), head_dim_pad, head_dim_v_pad, tile_m (rows
 % -- per work-group), tile_n (keys per tile), threads, local_mask (causal or window), softcap,
-% -- write_lse, varlen (0 dense; 1 packed through cu_seqlens_q/k; 2 and seqused_k), paged (k and
-% -- v are pages found through P.page_table, seqused_k the keys of each sequence), partial,
+% -- write_lse, varlen (0 dense; 1 packed through cu_seqlens_q/k; 2 and seqused_k; with paged, the
+% -- queries packed), paged (k and v are pages found through P.page_table, seqused_k the keys of
+% -- each sequence), partial,
 % -- shared_bytes (the host's size of Smem), args (fj_decode_params); and the masks and score
 % -- terms attn_masks.lua applies (alibi, bias, mask_mod, score_mod, mask_tensor, mask_ranges; not
 % -- block classes): a row's query and key positions within its sequence, whose own lengths

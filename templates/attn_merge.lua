@@ -20,15 +20,19 @@
 % -- columns) still fill the device; and a pair's states by P.state_teams teams of the
 % -- work-group (state i by team i % state_teams, whose sums meet in shared memory), so many
 % -- states (a decode of few rows in many splits) are loaded at once; dst is never one of these
-% -- inputs.
+% -- inputs. With varlen, the states are a decode's of packed sequences: sequence b's rows at
+% -- batch b, rows 0 to P.seqlen - 1, and dst packed, its rows from P.cu_seqlens_q[b] as
+% -- sequence.lua's packed_queries() finds them; rows past a sequence's end are idle.
 % --
 % -- Parameters: backend, q_dtype (slot 0's elements), kv_dtype (the other slots'), out_dtype
-% -- (dst's), inputs (slots read, 1 to 8; 0 strided states), write_lse (dst.l is written), threads
-% -- (128), args (the family's parameter block, fj_merge_params).
+% -- (dst's), inputs (slots read, 1 to 8; 0 strided states), varlen (strided states: dst packed),
+% -- write_lse (dst.l is written), threads (128), args (the family's parameter block,
+% -- fj_merge_params).
 % assert(inputs >= 0 and inputs <= 8, "attn_merge: 1 to 8 inputs per launch, or 0 (strided)")
 % assert(threads == 128, "attn_merge: 128 work-items per work-group")
 % include("dialect.lua")
 % include("params.lua")
+% include("sequence.lua")
 % params_struct(args)
 #define THREADS ${threads}
 #define LANES 32 /* plan/merge.c's MERGE_LANES */
@@ -62,11 +66,24 @@ fj_attn_merge(
     const int teams = I_MIN(I_MAX(P.state_teams, 1), PAIRS);
     const int slot = team / teams, share = team % teams;
     const I64 pair = (I64)BLOCK_X * (PAIRS / teams) + slot;
+%   local dst_row = varlen > 0 and "q_first + row" or "row"
+%   if varlen > 0 then
+    const bool in_grid = slot < PAIRS / teams && pair < P.pairs;
+%   else
     const bool live = slot < PAIRS / teams && pair < P.pairs;
+%   end
     const int h = (int)(pair % P.heads);
     const I64 row_all = pair / P.heads;
     const int row = (int)(row_all % P.seqlen);
     const I64 b = row_all / P.seqlen;
+%   if varlen > 0 then
+    /* dst's row of the states' `row`: the sequence's packed rows, which may be fewer. */
+    const int batch = (int)I_MIN(b, P.pairs / P.heads / P.seqlen - 1);
+    GLOBAL const int *cu_seqlens_q = GPTR(const int, P.cu_seqlens_q);
+    const int total_q = P.total_q, max_seqlen_q = P.seqlen;
+%     packed_queries()
+    const bool live = in_grid && row < seqlen_q;
+%   end
     const int n = I_MIN(P.states, MAX_STATES);
     GLOBAL const float *l0 = GPTR(const float, P.in0.l) + LSE_AT(P.in0, b, row, h);
     const int k = share * LANES + lane; /* the work-item among its pair's */
@@ -88,7 +105,7 @@ fj_attn_merge(
         sum += w[slot][i];
     const float scale = nan ? F_NAN : sum > 0.0f ? 1.0f / sum : 0.0f;
     GLOBAL const q_t *o0 = GPTR(const q_t, P.in0.o) + STATE_AT(P.in0, b, row, h);
-    GLOBAL o_t *out = GPTR(o_t, P.dst.o) + STATE_AT(P.dst, b, row, h);
+    GLOBAL o_t *out = GPTR(o_t, P.dst.o) + STATE_AT(P.dst, b, ${dst_row}, h);
     /* UNROLL of the team's states' elements load at once (a decode's partials are read once,
     ** from memory: one load at a time would leave the lane waiting on each). An empty state's
     ** elements are not used (whatever they hold). The loop is the work-group's (its barriers):
@@ -124,7 +141,7 @@ fj_attn_merge(
     }
 %   if write_lse then
     if (live && k == 0 && BLOCK_Y == 0)
-        GPTR(float, P.dst.l)[LSE_AT(P.dst, b, row, h)] =
+        GPTR(float, P.dst.l)[LSE_AT(P.dst, b, ${dst_row}, h)] =
             nan ? F_NAN : m > -F_INF ? m + EXPR_LOG(sum) : -F_INF;
 %   end
 }

@@ -6,11 +6,17 @@
 % -- Parameter: varlen. packed_sequence() goes where `batch` (the sequence) and the forward
 % -- block's locals (cu_seqlens_q, cu_seqlens_k, seqused_k, total_q, total_k, max_seqlen_q,
 % -- max_seqlen_k) are declared; it declares q_first, k_first, seqlen_q, len_k (the keys the
-% -- sequence holds) and seqlen_k (the keys it uses).
-% function packed_sequence()
+% -- sequence holds) and seqlen_k (the keys it uses). packed_queries() declares the first two of
+% -- the query side alone (q_first, seqlen_q; a paged cache's keys are found otherwise).
+% function packed_queries(keys_between)
     const int q_first = I_MIN(I_MAX(cu_seqlens_q[batch], 0), total_q);
+%   if keys_between then
     const int k_first = I_MIN(I_MAX(cu_seqlens_k[batch], 0), total_k);
+%   end
     const int seqlen_q = I_MIN(I_MAX(I_MIN(cu_seqlens_q[batch + 1], total_q) - q_first, 0), max_seqlen_q);
+% end
+% function packed_sequence()
+% packed_queries(true)
     const int len_k = I_MIN(I_MAX(I_MIN(cu_seqlens_k[batch + 1], total_k) - k_first, 0), max_seqlen_k);
 %   if varlen == 2 then
     const int seqlen_k = I_MIN(len_k, I_MAX(seqused_k[batch], 0));
@@ -24,7 +30,8 @@
 % -- key_row(key, s_batch_or_page, s_row), where key `key` of the sequence starts in k or v (and,
 % -- paged, PAGE_NUMBER(i) of the sequence's page i);
 % -- decode_sequence() goes after `batch` and head_kv are declared, and moves q, k and v to the
-% -- sequence (and kv head), declaring q_first and seqlen_q / seqlen_k; decode_split_keys(),
+% -- sequence (and kv head), declaring q_first and seqlen_q / seqlen_k (packed and paged: the
+% -- queries packed through cu_seqlens_q, the keys in pages, seqused_k of them); decode_split_keys(),
 % -- after it and `split`, declares shift and the keys [lo, hi] the split's rows may see;
 % -- decode_store_out(val) and decode_store_lse(x) store element c of query head `head`, row
 % -- `row` (declared by the caller) of the output, and its natural-log log-sum-exp: with
@@ -62,7 +69,10 @@
 % decode_split_keys()
 % end
 % function decode_sequence()
-% if varlen > 0 then
+% if varlen > 0 and paged then
+% packed_queries()
+    q += (I64)q_first * q_ss;
+% elseif varlen > 0 then
 % packed_sequence()
     q += (I64)q_first * q_ss;
     k += (I64)k_first * k_ss;
@@ -110,9 +120,11 @@
 % end
 % -- decode_head_row(pr): declares `head` and `row`, the query head and the row of O (and lse) of
 % -- packed row pr: a kv head's packed rows are its query heads' rows, head by head (packed row
-% -- pr is query head head_kv * qgroup + pr / seqlen_q at position pr % seqlen_q).
+% -- pr is query head head_kv * qgroup + pr / seqlen_q at position pr % seqlen_q). A split's
+% -- state of packed sequences keeps the sequence's own rows (the merge packs them).
 % function decode_head_row(pr)
-        const int head = head_kv * qgroup + (${pr}) / seqlen_q, row = q_first + (${pr}) % seqlen_q;
+%   local first = (partial and varlen > 0) and "" or "q_first + "
+        const int head = head_kv * qgroup + (${pr}) / seqlen_q, row = ${first}(${pr}) % seqlen_q;
 % end
 % -- decode_out_row(): the offset of a row of O (with `partial`, of the split's state) as an
 % -- expression of `batch`, `row`, `head` (and `split`); decode_store_out_at(at, val) stores val

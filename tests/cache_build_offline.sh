@@ -120,6 +120,21 @@ for arch in sm_80 sm_90a; do
         checked=$((checked + 1))
     done
 done
+# Decode of packed sequences (dense, and packed queries against pages of 16) whole and split,
+# with the merge that writes each sequence's packed rows: both archs, no spills. A cache of
+# their own (the merge differs from the ones above only by its packed rows).
+for arch in sm_80 sm_90a; do
+    out=$("$cli" cache build --arch $arch --cache "$dir/varlen_decode.db" --decode 1,4 \
+        --group 1,8 --head-dim 64,128 --causal 0,1 --seqlen 8192 --varlen 2 --paged 0,16 2>&1)
+    status=$?
+    echo "$out"
+    [ $status -eq 0 ] || { echo "FAIL: cache build --decode --varlen for $arch"; exit 1; }
+    spills=$(echo "$out" | awk '$2 ~ /^cuda\.(decode|merge)/ && $9 != 0' | wc -l)
+    [ "$spills" -eq 0 ] || { echo "FAIL: $spills packed decode kernels spill on $arch"; exit 1; }
+    echo "$out" | grep -q "cuda.decode.mma" && echo "$out" | grep -q "cuda.merge" ||
+        { echo "FAIL: no packed decode or merge kernel built for $arch"; exit 1; }
+    checked=$((checked + 1))
+done
 # Decode with value dims beyond 256 (MLA's 576 / 512 with v a view of k; 320 soft-capped): on
 # sm_90a from 16 packed rows a kv head the wgmma kernels (MLA's 128 heads dense and on pages of
 # 64 the seesaw kernel, by bulk tensor copies; 16 heads, pages of 16 and 320's the other, by its

@@ -219,6 +219,25 @@ want = ctx.forward(q, kc[order].reshape(1, 64, 2, 32), vc[order].reshape(1, 64, 
 err = np.abs(got - want).max()
 check("bias and ALiBi over a paged cache", err < 1e-4, f"err {err:.3g}")
 
+# Packed queries over a paged cache (a serving batch of a 3-row chunk and a decode row), split
+# in two: each sequence's rows and lse are the float64 reference's over its keys, causal
+# bottom-right.
+q, kc, vc = rand(4, 2, 32), rand(5, 16, 2, 32), rand(5, 16, 2, 16)
+table, used, lens = np.array([[2, 0], [4, 1]], np.int32), np.array([20, 9], np.int32), [3, 1]
+lse = np.empty((2, 4), np.float32)
+got = ctx.forward(q, kc, vc, lse=lse, cu_seqlens_q=np.array([0, 3, 4], np.int32),
+                  max_seqlen_q=3, page_table=table, seqused_k=used, causal=True, num_splits=2)
+err, row = 0.0, 0
+for b in range(2):
+    keys = kc[table[b]].reshape(1, 32, 2, 32)[:, :used[b]]
+    vals = vc[table[b]].reshape(1, 32, 2, 16)[:, :used[b]]
+    want, want_lse, _ = reference(q[None, row:row + lens[b]], keys, vals, True)
+    err = max(err, np.abs(got[row:row + lens[b]] - want[0]).max(),
+              np.abs(lse[:, row:row + lens[b]] - want_lse[0]).max())
+    row += lens[b]
+check("packed queries over a paged cache", got.shape == (4, 2, 16) and err < 1e-4,
+      f"err {err:.3g}")
+
 # Errors: the subclass and the field.
 q, k, v = rand(1, 8, 2, 32), rand(1, 8, 2, 32), rand(1, 8, 2, 16)
 cases = [("bad head dim", lambda: ctx.forward(q, rand(1, 8, 2, 24), v), flashjit.InvalidArgument,
@@ -237,6 +256,13 @@ cases = [("bad head dim", lambda: ctx.forward(q, rand(1, 8, 2, 24), v), flashjit
                               seqused_k=np.full(1, 8, np.int32), max_seqlen_k=64,
                               mask_mod="k <= q", block_mask=np.ones((1, 2, 1, 1), np.int32)),
           flashjit.Unsupported, "block_mask"),
+         ("key offsets with a paged cache",
+          lambda: ctx.forward(rand(8, 2, 32), rand(4, 16, 2, 32), rand(4, 16, 2, 16),
+                              page_table=np.zeros((1, 4), np.int32),
+                              seqused_k=np.full(1, 8, np.int32), max_seqlen_q=8,
+                              cu_seqlens_q=np.array([0, 8], np.int32),
+                              cu_seqlens_k=np.array([0, 8], np.int32)),
+          flashjit.Unsupported, "cu_seqlens_k"),
          ("unknown layout", lambda: ctx.forward(q, k, v, layout="bsdh"),
           flashjit.InvalidArgument, "layout"),
          ("layout bhsd with a paged cache",

@@ -1,8 +1,7 @@
 """Random attention problems through `flashjit run`, each checked against its float64 reference:
-the forward with and without its backward, decode, paged decode, MLA, masks and score terms,
-FP8 inputs and FP8 caches, in shapes, head dims, dtypes and layouts drawn off any benchmark
-grid. A problem fails when
-`run` prints FAIL or dies; one whose combination the library reports as unsupported is counted
+the forward with and without its backward, decode, paged decode (its queries packed too), MLA,
+masks and score terms, FP8 inputs and FP8 caches, in shapes, head dims, dtypes and layouts
+drawn off any benchmark grid. A problem fails when `run` prints FAIL or dies; one whose combination the library reports as unsupported is counted
 apart. Prints each failure's command line, so it can be run again alone.
 
 Usage: python3 tests/soak.py FLASHJIT_CLI [--count 40] [--seed N] [--backend cuda]
@@ -66,6 +65,8 @@ def decode_args(r):
         a += ["--causal"]
     if r.random() < 0.5:
         a += ["--paged", r.choice([1, 5, 16, 64, 256])]
+        if r.random() < 0.3:  # the queries packed: a batch of mixed lengths
+            a += ["--varlen", "--seqlen-q", r.choice([4, 16, 60])]
     elif r.random() < 0.3:
         a += ["--varlen"] + (["--seqused-k"] if r.random() < 0.5 else [])
     if r.random() < 0.4:
@@ -89,6 +90,8 @@ def mla_args(r):
          "--seqlen-q", r.choice([1, 1, 2, 4]), "--seqlen-k", r.randint(1, 3000)]
     if r.random() < 0.5:
         a += ["--paged", r.choice([16, 64])]
+        if r.random() < 0.3:
+            a += ["--varlen"]
     if r.random() < 0.5:
         a += ["--causal"]
     return a

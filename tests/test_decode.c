@@ -177,19 +177,58 @@ static void test_head_dims_dtypes_layouts(void **state)
     run_cases(state, cases, n, 1);
 }
 
-/* Packed sequences of different lengths (one without queries), with seqused_k: unsplit. */
+/* Packed sequences of different lengths (one without queries), with and without seqused_k:
+** unsplit, split by the caller (more splits than a short sequence's keys: empty states) and
+** automatically. */
 static void test_varlen(void **state)
 {
-    fjh_case cases[4];
-    size_t n = 0;
-    for (int i = 0; i < 4; i++) {
-        cases[n] = decode_case(i % 2 ? 16 : 1, 700, 8, 2, 64, FJ_DTYPE_BF16);
-        cases[n].batch = 4;
-        cases[n].varlen = 1 + i / 2;
-        cases[n].desc.num_splits = 4; /* runs unsplit */
-        cases[n++].desc.causal = i % 2;
+    static const int32_t splits[] = {4, 1, 0, 64, 3, 2};
+    fjh_case cases[6];
+    for (int i = 0; i < 6; i++) {
+        cases[i] = decode_case(i % 2 ? 16 : 1 + i, 700, 8, 2, 64, FJ_DTYPE_BF16);
+        cases[i].batch = 4 + i % 3;
+        cases[i].varlen = 1 + i / 3;
+        cases[i].desc.num_splits = splits[i];
+        cases[i].desc.causal = i % 2;
     }
-    run_cases(state, cases, n, 1);
+    cases[5].head_dim = cases[5].head_dim_v = 128;
+    cases[5].heads_kv = 1;
+    run_cases(state, cases, 6, 1);
+}
+
+/* Packed queries against a paged KV cache (cu_seqlens_q with page_table: a serving batch that
+** mixes decode, speculative rows and prefill chunks): sequences of 0 to 40 query rows
+** (sequence 1 none) against their pages (the full length, 0, 1 and random keys), page sizes 1
+** to 256, causal bottom-right, windows, GQA and MQA, split counts, f16 and f32, ALiBi and a
+** mask_mod, an FP8 cache, and MLA's latent cache. */
+static void test_paged_packed(void **state)
+{
+    static const int pages[] = {16, 1, 64, 256, 7, 16, 32, 64};
+    static const int64_t sq[] = {1, 4, 16, 40, 3, 2, 8, 1};
+    static const int32_t splits[] = {0, 3, 1, 64, 5, 2, 0, 4};
+    fjh_case cases[8];
+    for (int i = 0; i < 8; i++) {
+        cases[i] = decode_case(sq[i], 300 + 97 * i, 8, i == 6 ? 1 : 2, i % 4 ? 64 : 128,
+                               i == 4 ? FJ_DTYPE_F16 : i == 5 ? FJ_DTYPE_F32 : FJ_DTYPE_BF16);
+        cases[i].batch = 5;
+        cases[i].paged = pages[i];
+        cases[i].varlen = 1;
+        cases[i].desc.num_splits = splits[i];
+        cases[i].desc.causal = i % 3 != 2;
+    }
+    cases[2].desc.window_left = 50;
+    cases[3].alibi = 1;
+    cases[4].desc.mask_mod = "k % 5 != 2";
+    cases[6].kv_fp8 = FJ_DTYPE_F8_E4M3;
+    cases[7] = decode_case(2, 700, 16, 1, 576, FJ_DTYPE_BF16); /* MLA */
+    cases[7].head_dim_v = 512;
+    cases[7].batch = 4;
+    cases[7].v_in_k = 1;
+    cases[7].paged = 64;
+    cases[7].varlen = 1;
+    cases[7].desc.num_splits = 3;
+    cases[7].desc.causal = 1;
+    run_cases(state, cases, 8, 1);
 }
 
 /* A paged KV cache: page sizes 1 to 256 with shuffled page tables and spare pages, sequences
@@ -394,6 +433,7 @@ int main(void)
         cmocka_unit_test(test_head_dims_dtypes_layouts),
         cmocka_unit_test(test_varlen),
         cmocka_unit_test(test_paged),
+        cmocka_unit_test(test_paged_packed),
         cmocka_unit_test(test_mla),
         cmocka_unit_test(test_wide_many_rows),
         cmocka_unit_test(test_other_requests_keep_the_forward),

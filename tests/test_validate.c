@@ -95,6 +95,19 @@ static void paged(request *r)
     r->desc.seqused_k = &r->used_k;
 }
 
+/* The paged baseline with packed queries: two sequences of q [40, 4, 64], out [40, 4, 48],
+** lse [4, 40] through cu_seqlens_q [3]. */
+static void paged_packed(request *r)
+{
+    paged(r);
+    dense(&r->q, FJ_DTYPE_BF16, 3, (int64_t[]){40, 4, 64});
+    dense(&r->out, FJ_DTYPE_BF16, 3, (int64_t[]){40, 4, 48});
+    dense(&r->lse, FJ_DTYPE_F32, 2, (int64_t[]){4, 40});
+    dense(&r->cu_q, FJ_DTYPE_I32, 1, (int64_t[]){3});
+    r->desc.cu_seqlens_q = &r->cu_q;
+    r->desc.max_seqlen_q = 30;
+}
+
 static fj_status validate(request *r, fj__problem *p, fj__err *err, int null_tensor)
 {
     const fj_tensor *t[4] = {&r->q, &r->k, &r->v, &r->out};
@@ -370,9 +383,38 @@ MUT(paged_blocks, {
     paged(r);
     r->desc.block_mask = &r->blocks;
 })
-MUT(paged_varlen, {
+MUT(paged_packed_max, {
+    paged_packed(r);
+    r->desc.max_seqlen_q = 0;
+})
+MUT(paged_packed_cu_k, {
+    paged_packed(r);
+    r->desc.cu_seqlens_k = &r->cu_k;
+})
+MUT(paged_packed_q_ndim, {
     paged(r);
     r->desc.cu_seqlens_q = &r->cu_q;
+    r->desc.max_seqlen_q = 16;
+})
+MUT(paged_packed_batch, {
+    paged_packed(r);
+    dense(&r->cu_q, FJ_DTYPE_I32, 1, (int64_t[]){4});
+})
+MUT(paged_packed_out_rows, {
+    paged_packed(r);
+    r->out.shape[0] = 39;
+})
+MUT(paged_packed_v_heads, {
+    paged_packed(r);
+    r->v.shape[2] = 1;
+})
+MUT(paged_packed_lse, {
+    paged_packed(r);
+    r->lse.shape[1] = 41;
+})
+MUT(paged_packed_bias, {
+    paged_packed(r);
+    r->desc.bias = &r->bias;
 })
 MUT(splits_negative, r->desc.num_splits = -1)
 MUT(splits_many, r->desc.num_splits = 65)
@@ -538,7 +580,23 @@ static const bad_case bad_cases[] = {
      "desc.bias.shape[3] (seqlen_k: the page table's keys, max_pages * page_size) = 30, "
      "expected 32"},
     {"paged blocks", paged_blocks, 0, FJ_ERR_UNSUPPORTED, "desc.block_mask with desc.page_table"},
-    {"paged varlen", paged_varlen, 0, FJ_ERR_UNSUPPORTED, "desc.cu_seqlens_q with desc.page_table"},
+    {"paged packed max", paged_packed_max, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.max_seqlen_q = 0: must be >= 1 with variable lengths"},
+    {"paged packed cu_seqlens_k", paged_packed_cu_k, 0, FJ_ERR_UNSUPPORTED,
+     "desc.cu_seqlens_k with desc.page_table (a paged KV cache) is not supported: a sequence's "
+     "keys are its pages, desc.seqused_k of them"},
+    {"paged packed q ndim", paged_packed_q_ndim, 0, FJ_ERR_INVALID_ARGUMENT,
+     "q.ndim = 4, expected 3"},
+    {"paged packed batch", paged_packed_batch, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.page_table.shape[0] (batch, as desc.cu_seqlens_q.shape[0] - 1) = 2, expected 3"},
+    {"paged packed out rows", paged_packed_out_rows, 0, FJ_ERR_INVALID_ARGUMENT,
+     "out.shape[0] (total_q, as q.shape[0]) = 39, expected 40"},
+    {"paged packed v heads", paged_packed_v_heads, 0, FJ_ERR_INVALID_ARGUMENT,
+     "v.shape[2] (heads_kv, as k.shape[2]) = 1, expected 2"},
+    {"paged packed lse", paged_packed_lse, 0, FJ_ERR_INVALID_ARGUMENT,
+     "lse.shape[1] (total_q) = 41, expected 40"},
+    {"paged packed bias", paged_packed_bias, 0, FJ_ERR_UNSUPPORTED,
+     "desc.bias with variable lengths is not supported"},
     {"num_splits negative", splits_negative, 0, FJ_ERR_INVALID_ARGUMENT,
      "desc.num_splits = -1, expected 0 (automatic) to 64"},
     {"num_splits too many", splits_many, 0, FJ_ERR_INVALID_ARGUMENT, "desc.num_splits = 65"},
@@ -581,6 +639,39 @@ static void test_paged_request_is_resolved(void **state)
     fj__features_of(&p, &f);
     assert_int_equal(f.paged, 1);
     assert_int_equal(f.varlen, 0);
+}
+
+/* A paged request with packed queries: the sequences are cu_seqlens_q's, q's and out's batch
+** strides 0, lse [heads_q, total_q], k's and v's strides the pages'; features say both. */
+static void test_paged_packed_request_is_resolved(void **state)
+{
+    (void)state;
+    request r;
+    paged_packed(&r);
+    fj__problem p;
+    fj__err err = {{0}};
+    if (validate(&r, &p, &err, 0) != FJ_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(p.batch, 2);
+    assert_int_equal(p.seqlen_q, 30);
+    assert_int_equal(p.seqlen_k, 32);
+    assert_int_equal(p.heads_q, 4);
+    assert_int_equal(p.heads_kv, 2);
+    assert_int_equal(p.head_dim_v, 48);
+    assert_int_equal(p.strides[FJ__T_Q][0], 0);
+    assert_int_equal(p.strides[FJ__T_Q][1], 4 * 64);
+    assert_int_equal(p.strides[FJ__T_OUT][2], 48);
+    assert_int_equal(p.strides[FJ__T_K][0], 8 * 2 * 64);
+    assert_int_equal(p.strides[FJ__T_V][1], 2 * 48);
+    assert_int_equal(p.lse_stride[0], 0);
+    assert_int_equal(p.lse_stride[1], 40);
+    assert_int_equal(p.lse_stride[2], 1);
+    assert_ptr_equal(p.cu_seqlens_q, &r.cu_q);
+    assert_null(p.cu_seqlens_k);
+    fj__features f;
+    fj__features_of(&p, &f);
+    assert_int_equal(f.paged, 1);
+    assert_int_equal(f.varlen, 2);
 }
 
 /* The heuristic's forward variant for p on dev, as a call plans it. */
@@ -932,6 +1023,7 @@ int main(void)
         cmocka_unit_test(test_config_overrides),
         cmocka_unit_test(test_every_rejected_field),
         cmocka_unit_test(test_paged_request_is_resolved),
+        cmocka_unit_test(test_paged_packed_request_is_resolved),
         cmocka_unit_test(test_valid_request_is_resolved),
         cmocka_unit_test(test_fp8_request_is_resolved),
         cmocka_unit_test(test_plan_pads_and_fits_local_memory),

@@ -31,7 +31,8 @@ static int build_usage(FILE *f)
         "Masks and score terms (one kernel each; see flashjit run):\n"
         "  --mask-mod EXPR   --score-mod EXPR   --alibi   --bias f32|dtype   --mask\n"
         "  --ranges 2|4      --block-mask\n"
-        "Packed sequences: --varlen 1 (cu_seqlens_q/k) or 2 (and seqused_k)\n"
+        "Packed sequences: --varlen 1 (cu_seqlens_q/k) or 2 (and seqused_k); with --paged P\n"
+        "  (P > 0) the queries packed, the keys the pages'\n"
         "MLA's latent cache: --v-in-k (v a view of k's first head-dim-v dims, as --mla of\n"
         "  flashjit run; e.g. --head-dim 576 --head-dim-v 512 --v-in-k)\n"
         "Decode shapes (--seqlen is the keys'): --decode N,... query rows per sequence (1 to\n"
@@ -225,10 +226,12 @@ static int build_request_kernels(build_run *run, const fj_device_info *dev, fj__
     desc.mask = r->mask ? &mask : NULL;
     desc.mask_ranges = r->ranges ? &ranges : NULL;
     desc.block_mask = r->block_mask ? &blocks : NULL;
-    if (r->varlen) {
-        desc.cu_seqlens_q = desc.cu_seqlens_k = &cu;
+    if (r->varlen) { /* (a paged cache's keys are its pages') */
+        desc.cu_seqlens_q = &cu;
+        desc.cu_seqlens_k = page ? NULL : &cu;
         desc.seqused_k = r->varlen == 2 ? &used : NULL;
-        desc.max_seqlen_q = desc.max_seqlen_k = s;
+        desc.max_seqlen_q = sq;
+        desc.max_seqlen_k = s;
     }
     fj_tensor k = q, out = v;
     /* FP8: out in bf16 (for q in FP8) or q's dtype (an FP8 KV cache). */
@@ -241,15 +244,17 @@ static int build_request_kernels(build_run *run, const fj_device_info *dev, fj__
         desc.q_descale = fj__dtype_fp8(r->dtype) ? &scale : NULL;
         desc.k_descale = desc.v_descale = &scale;
     }
-    if (r->decode_rows) { /* q and out [1, rows, group, dim], lse [1, group, rows] */
-        q.shape[1] = out.shape[1] = sq;
-        q.shape[2] = out.shape[2] = hq;
-        q.stride[0] = out.stride[0] = sq * hq * row;
-        q.stride[1] = out.stride[1] = hq * row;
-        lse.shape[1] = hq;
-        lse.shape[2] = sq;
-        lse.stride[0] = hq * sq;
-        lse.stride[1] = sq;
+    if (r->decode_rows) { /* q and out [1, rows, group, dim], lse [1, group, rows] (packed:
+                           ** without the 1) */
+        const int a = nd - 3; /* the rows' axis */
+        q.shape[a] = out.shape[a] = sq;
+        q.shape[a + 1] = out.shape[a + 1] = hq;
+        q.stride[0] = out.stride[0] = nd == 4 ? sq * hq * row : hq * row;
+        q.stride[a] = out.stride[a] = hq * row;
+        lse.shape[a] = hq;
+        lse.shape[a + 1] = sq;
+        lse.stride[0] = nd == 4 ? hq * sq : sq;
+        lse.stride[a] = sq;
     }
     const fj_tensor table = {.data = fake,
                              .dtype = FJ_DTYPE_I32,
@@ -258,9 +263,12 @@ static int build_request_kernels(build_run *run, const fj_device_info *dev, fj__
                              .stride = {pages, 1}};
     if (page) { /* k and v [pages, page, 1, dim] through a table [1, pages] */
         for (fj_tensor *t = &k; t; t = t == &k ? &v : NULL) {
-            t->shape[0] = pages;
-            t->shape[1] = page;
-            t->stride[0] = page * row;
+            const int64_t dim = t->shape[t->ndim - 1];
+            *t = (fj_tensor){.data = t->data,
+                             .dtype = t->dtype,
+                             .ndim = 4,
+                             .shape = {pages, page, 1, dim},
+                             .stride = {page * row, row, row, 1}};
         }
         desc.page_table = &table;
         desc.seqused_k = &used;
@@ -550,10 +558,6 @@ int fjt_cache_build(int argc, char **argv)
     if (backward && decoding)
         return fprintf(stderr, "flashjit cache build: --backward takes prefill shapes, not "
                                "--decode\n"),
-               2;
-    if (decoding && varlen)
-        return fprintf(stderr,
-                       "flashjit cache build: --decode takes dense tensors, not --varlen\n"),
                2;
     for (int i = 0; i < npaged; i++)
         if (paged[i] && (!decoding || fp8_q))

@@ -989,7 +989,7 @@ static fj_status run_backward(fj_context *ctx, const fjh_case *c, const fjr_prob
 fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
 {
     memset(r, 0, sizeof *r);
-    if (c->v_in_k && (c->head_dim_v > c->head_dim || c->varlen)) {
+    if (c->v_in_k && (c->head_dim_v > c->head_dim || (c->varlen && !c->paged))) {
         r->status = FJ_ERR_INVALID_ARGUMENT;
         snprintf(r->why, sizeof r->why, "v as a view of k needs head_dim_v <= head_dim, dense "
                                         "or paged");
@@ -1016,21 +1016,25 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
                      .window_right = c->desc.window_right};
     p.scale = c->desc.softmax_scale != 0 ? c->desc.softmax_scale : 1.0 / sqrt((double)c->head_dim);
 
-    /* Variable lengths: the sequences are stored as one batch of total rows. */
+    /* Variable lengths: the sequences are stored as one batch of total rows (with a paged
+    ** cache, the queries: the keys are paged from dense k and v). */
     packing pk;
     memset(&pk, 0, sizeof pk);
-    int64_t geo_b = c->batch, geo_sq = c->seqlen_q, geo_sk = c->seqlen_k;
+    int64_t geo_b = c->batch, geo_sq = c->seqlen_q, geo_kb = c->batch, geo_sk = c->seqlen_k;
     if (c->varlen) {
         make_packing(c, &rng, &pk);
         geo_b = 1;
         geo_sq = pk.total_q;
-        geo_sk = pk.total_k;
+        if (!c->paged) {
+            geo_kb = 1;
+            geo_sk = pk.total_k;
+        }
     }
     htensor q, k, v, out, lse;
     geometry(&q, c->dtype, geo_b, geo_sq, c->heads_q, c->head_dim, c->layout);
     const fj_dtype kv_dtype = c->kv_fp8 ? (fj_dtype)c->kv_fp8 : c->dtype;
-    geometry(&k, kv_dtype, geo_b, geo_sk, c->heads_kv, c->head_dim, c->layout);
-    geometry(&v, kv_dtype, geo_b, geo_sk, c->heads_kv, c->head_dim_v, c->layout);
+    geometry(&k, kv_dtype, geo_kb, geo_sk, c->heads_kv, c->head_dim, c->layout);
+    geometry(&v, kv_dtype, geo_kb, geo_sk, c->heads_kv, c->head_dim_v, c->layout);
     geometry(&out, fjr_out_dtype(c->dtype), geo_b, geo_sq, c->heads_q, c->head_dim_v, c->layout);
     lse_geometry(&lse, geo_b, c->heads_q, geo_sq, c->layout);
     size_t es = fj_dtype_size(out.t.dtype); /* out's elements (bf16 for FP8 inputs) */
@@ -1054,7 +1058,7 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
             dense_of(&v, &vd, &vf);
         }
     }
-    if (c->varlen == 2) { /* after the reference's copies, which never read these rows */
+    if (c->varlen == 2 && !c->paged) { /* after the reference's copies, which never read these */
         poison_unused_keys(&k, &pk);
         poison_unused_keys(&v, &pk);
     }
@@ -1062,6 +1066,11 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
     memset(&pg, 0, sizeof pg);
     if (c->paged > 0)
         make_paging(c, &rng, &k, &v, &pg);
+    if (c->paged > 0 && c->varlen) /* the reference's keys: sequence b's at row b * seqlen_k */
+        for (int64_t b = 0; b < c->batch; b++) {
+            pk.len_k[b] = c->seqlen_k;
+            pk.used_k[b] = pg.used[b];
+        }
     htensor terms[5]; /* alibi, bias, mask, ranges, blocks */
     memset(terms, 0, sizeof terms);
     make_score_terms(c, &rng, &p, &terms[0], &terms[1], &terms[2], &terms[3], &terms[4]);
@@ -1099,7 +1108,7 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
     fj_attention_desc desc = c->desc;
     if (c->varlen) {
         desc.cu_seqlens_q = &pk.cu_q.t;
-        desc.cu_seqlens_k = &pk.cu_k.t;
+        desc.cu_seqlens_k = c->paged ? NULL : &pk.cu_k.t;
         desc.seqused_k = c->varlen == 2 ? &pk.seqused.t : NULL;
         desc.max_seqlen_q = c->seqlen_q;
         desc.max_seqlen_k = c->seqlen_k;

@@ -133,7 +133,8 @@ typedef struct fjh_case {
     int mask;     /* 0 none, 1 random [b, hq, sq, sk] (a quarter masked, one row entirely), 2 key
                   ** padding [b, 1, 1, sk] (batch b masks its last b/3 of the keys) */
     int varlen;   /* 1: packed sequences of random lengths up to seqlen_q / seqlen_k (sequence 1
-                  ** empty), through cu_seqlens; 2: also seqused_k */
+                  ** empty), through cu_seqlens; 2: also seqused_k. With paged: the queries
+                  ** packed (cu_seqlens_q), the keys the pages' */
     int ranges;   /* 2: random masked row ranges [b, hq, sk, 2]; 4: two per key, [1, hq, sk, 4] */
     int blocks;   /* 1: random block classes (0 / 1 / 2) [b, hq, qb, kb]; 2: [1, 1, qb, kb] */
     int paged;    /* > 0: k and v as a paged KV cache of pages of this many keys, in a shuffled
