@@ -448,6 +448,20 @@ FJ_API fj_status fj_kv_cache_append(fj_context *ctx, const fj_tensor *k_new,
                                     const fj_tensor *page_table, const fj_tensor *seqused_k,
                                     void *stream);
 
+/* fj_kv_cache_append for sequences that each add their own number of tokens (a serving batch
+** that mixes decode steps and prefill chunks): k_new [tokens, heads_kv, head_dim] and v_new
+** [tokens, heads_kv, head_dim_v] are packed, sequence b's new tokens being rows
+** cu_seqlens_new[b] to cu_seqlens_new[b + 1] - 1 (I32 [batch + 1] in device memory: the
+** cu_seqlens_q of an attention call whose queries are these tokens). Token t of sequence b goes
+** to position seqused_k[b] + t, as fj_kv_cache_append's; the caches, page_table and seqused_k
+** are as there. The offsets are clamped into [0, tokens]; rows that belong to no sequence are
+** not written. */
+FJ_API fj_status fj_kv_cache_append_packed(fj_context *ctx, const fj_tensor *k_new,
+                                           const fj_tensor *v_new,
+                                           const fj_tensor *cu_seqlens_new, fj_tensor *k_cache,
+                                           fj_tensor *v_cache, const fj_tensor *page_table,
+                                           const fj_tensor *seqused_k, void *stream);
+
 /* Where the kernel of a call came from. */
 typedef enum fj_kernel_source {
     FJ_KERNEL_NONE = 0,          /* no kernel was needed or the call failed before */

@@ -1,4 +1,5 @@
-/* The plan of an append to a paged KV cache: one launch, a work-group per (token, sequence). */
+/* The plan of an append to a paged KV cache: one launch, a work-group per (token, sequence), or
+** per packed token row. */
 #include <string.h>
 
 #include "plan.h"
@@ -10,10 +11,14 @@ fj_status fj__plan_append(const fj__append_problem *p, fj_backend_kind backend, 
 {
     memset(plan, 0, sizeof *plan);
     plan->kind = FJ__PLAN_APPEND;
-    if (p->batch > FJ__MAX_GRID_DIM_Y || p->tokens > INT32_MAX)
+    const int packed = p->cu_seqlens_new != NULL;
+    if ((!packed && p->batch > FJ__MAX_GRID_DIM_Y) || p->batch > INT32_MAX ||
+        p->tokens > INT32_MAX)
         return fj__fail(err, FJ_ERR_UNSUPPORTED,
-                        "%lld sequences of %lld new tokens: at most %d sequences, 2^31 - 1 tokens",
-                        (long long)p->batch, (long long)p->tokens, FJ__MAX_GRID_DIM_Y);
+                        "%lld sequences of %lld new tokens%s: at most %d sequences (packed: "
+                        "2^31 - 1), 2^31 - 1 tokens",
+                        (long long)p->batch, (long long)p->tokens, packed ? " in all" : " each",
+                        FJ__MAX_GRID_DIM_Y);
     fj__step *s = fj__plan_add_step(plan, FJ__STEP_KERNEL);
     fj__variant *v = &s->variant;
     v->family = FJ__FAMILY_APPEND;
@@ -23,8 +28,9 @@ fj_status fj__plan_append(const fj__append_problem *p, fj_backend_kind backend, 
     v->acc_dtype = FJ_DTYPE_F32;
     v->threads = APPEND_THREADS;
     s->block[0] = APPEND_THREADS;
+    v->varlen = p->cu_seqlens_new != NULL; /* a row finds its sequence */
     s->grid[0] = (uint32_t)p->tokens;
-    s->grid[1] = (uint32_t)p->batch;
+    s->grid[1] = v->varlen ? 1 : (uint32_t)p->batch;
     plan->main_step = 0;
     return FJ_OK;
 }
@@ -38,11 +44,12 @@ void fj__append_fill(const fj__append_problem *p, void *params)
     A->v_cache = p->v_cache->data;
     A->page_table = p->page_table->data;
     A->seqused_k = p->seqused_k->data;
-    const fj_tensor *t[4] = {p->k_new, p->v_new, p->k_cache, p->v_cache};
+    const int64_t *from[4] = {p->new_strides[0], p->new_strides[1], p->k_cache->stride,
+                              p->v_cache->stride};
     int64_t *strides[4] = {&A->kn_sb, &A->vn_sb, &A->kc_sp, &A->vc_sp};
     for (int i = 0; i < 4; i++)
         for (int d = 0; d < 3; d++)
-            strides[i][d] = t[i]->stride[d];
+            strides[i][d] = from[i][d];
     A->pt_sb = p->page_table->stride[0];
     A->heads_kv = (int32_t)p->heads_kv;
     A->head_dim = (int32_t)p->head_dim;
@@ -50,4 +57,7 @@ void fj__append_fill(const fj__append_problem *p, void *params)
     A->page_size = (int32_t)p->page_size;
     A->num_pages = (int32_t)p->num_pages;
     A->max_pages = (int32_t)p->max_pages;
+    A->cu_seqlens_new = p->cu_seqlens_new ? p->cu_seqlens_new->data : NULL;
+    A->batch = (int32_t)p->batch;
+    A->tokens = (int32_t)p->tokens;
 }

@@ -6,11 +6,15 @@
 #include "../core/core.h"
 
 typedef struct fj__append_problem {
-    const fj_tensor *k_new, *v_new;     /* [batch, tokens, heads_kv, head_dim (head_dim_v)] */
+    /* [batch, tokens, heads_kv, head_dim (head_dim_v)], or packed [tokens, heads_kv, ...] with
+    ** cu_seqlens_new I32 [batch + 1] (sequence b's tokens from row cu_seqlens_new[b]) */
+    const fj_tensor *k_new, *v_new, *cu_seqlens_new;
+    int64_t new_strides[2][3];          /* k_new's and v_new's batch (0 packed), token, head */
     const fj_tensor *k_cache, *v_cache; /* [num_pages, page_size, heads_kv, ...] */
     const fj_tensor *page_table;        /* I32 [batch, max_pages] */
     const fj_tensor *seqused_k;         /* I32 [batch]: where each sequence's new keys start */
     int64_t batch, tokens, heads_kv, head_dim, head_dim_v, num_pages, page_size, max_pages;
+    /* (tokens: packed, of all sequences together) */
     fj_dtype dtype;
 } fj__append_problem;
 

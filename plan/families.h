@@ -271,8 +271,10 @@ FJ__PARAM_STRUCT(fj__bwd_params, FJ__BWD_PARAMS);
 FJ__PARAM_STRUCT(fj__bwd_tma_params, FJ__BWD_TMA_PARAMS);
 
 /* Appending to a paged KV cache (kv_append.lua): the new keys and values [b, tokens, hkv, d]
-** with batch, token and head strides; the caches [num_pages, page_size, hkv, d] with page, row
-** and head strides; the page table [b, max_pages] (batch stride) and seqused_k [b]. */
+** with batch, token and head strides (packed [tokens, hkv, d]: batch stride 0, and sequence b's
+** rows from cu_seqlens_new[b], of batch sequences); the caches [num_pages, page_size, hkv, d]
+** with page, row and head strides; the page table [b, max_pages] (batch stride) and
+** seqused_k [b]. */
 #define FJ__APPEND_PARAMS(X, T)                                                                    \
     X(T, PTR, k_new, "const void")                                                                 \
     X(T, PTR, v_new, "const void")                                                                 \
@@ -298,7 +300,10 @@ FJ__PARAM_STRUCT(fj__bwd_tma_params, FJ__BWD_TMA_PARAMS);
     X(T, I32, head_dim_v, 0)                                                                       \
     X(T, I32, page_size, 0)                                                                        \
     X(T, I32, num_pages, 0)                                                                        \
-    X(T, I32, max_pages, 0)
+    X(T, I32, max_pages, 0)                                                                        \
+    X(T, PTR, cu_seqlens_new, "const int")                                                         \
+    X(T, I32, batch, 0)                                                                            \
+    X(T, I32, tokens, 0)
 FJ__PARAM_STRUCT(fj__append_params, FJ__APPEND_PARAMS);
 
 /* The largest parameter block, for buffers that hold any of them. */

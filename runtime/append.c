@@ -1,9 +1,9 @@
-/* fj_kv_cache_append: validate, plan (one launch) and run. */
+/* fj_kv_cache_append and fj_kv_cache_append_packed: validate, plan (one launch) and run. */
 #include "context.h"
 
-fj_status fj_kv_cache_append(fj_context *ctx, const fj_tensor *k_new, const fj_tensor *v_new,
-                             fj_tensor *k_cache, fj_tensor *v_cache, const fj_tensor *page_table,
-                             const fj_tensor *seqused_k, void *stream)
+static fj_status append(fj_context *ctx, const fj_tensor *k_new, const fj_tensor *v_new,
+                        const fj_tensor *cu_seqlens_new, fj_tensor *k_cache, fj_tensor *v_cache,
+                        const fj_tensor *page_table, const fj_tensor *seqused_k, void *stream)
 {
     if (!ctx)
         return FJ_ERR_INVALID_ARGUMENT;
@@ -11,8 +11,8 @@ fj_status fj_kv_cache_append(fj_context *ctx, const fj_tensor *k_new, const fj_t
     fj__begin_call(ctx);
     fj__append_problem p;
     fj__plan plan;
-    fj_status st = fj__validate_append(k_new, v_new, k_cache, v_cache, page_table, seqused_k, &p,
-                                       &ctx->err);
+    fj_status st = fj__validate_append(k_new, v_new, cu_seqlens_new, k_cache, v_cache,
+                                       page_table, seqused_k, &p, &ctx->err);
     if (st == FJ_OK)
         st = fj__validate_append_memory(&p, ctx->ops, ctx->backend, &ctx->err);
     if (st == FJ_OK)
@@ -21,4 +21,26 @@ fj_status fj_kv_cache_append(fj_context *ctx, const fj_tensor *k_new, const fj_t
         st = fj__plan_run(ctx, &plan, &p, stream);
     ctx->last_call.total_ms = fj__now_ms() - t0;
     return st;
+}
+
+fj_status fj_kv_cache_append(fj_context *ctx, const fj_tensor *k_new, const fj_tensor *v_new,
+                             fj_tensor *k_cache, fj_tensor *v_cache, const fj_tensor *page_table,
+                             const fj_tensor *seqused_k, void *stream)
+{
+    return append(ctx, k_new, v_new, NULL, k_cache, v_cache, page_table, seqused_k, stream);
+}
+
+fj_status fj_kv_cache_append_packed(fj_context *ctx, const fj_tensor *k_new,
+                                    const fj_tensor *v_new, const fj_tensor *cu_seqlens_new,
+                                    fj_tensor *k_cache, fj_tensor *v_cache,
+                                    const fj_tensor *page_table, const fj_tensor *seqused_k,
+                                    void *stream)
+{
+    if (ctx && !cu_seqlens_new) {
+        fj__begin_call(ctx);
+        return fj__fail(&ctx->err, FJ_ERR_INVALID_ARGUMENT,
+                        "cu_seqlens_new is NULL: packed new tokens need their offsets");
+    }
+    return append(ctx, k_new, v_new, cu_seqlens_new, k_cache, v_cache, page_table, seqused_k,
+                  stream);
 }

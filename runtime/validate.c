@@ -893,13 +893,24 @@ fj_status fj__validate_merge(const fj_tensor *outs, const fj_tensor *lses, int32
 /* ---- appends to a paged KV cache ---------------------------------------------------------- */
 
 fj_status fj__validate_append(const fj_tensor *k_new, const fj_tensor *v_new,
-                              const fj_tensor *k_cache, const fj_tensor *v_cache,
-                              const fj_tensor *page_table, const fj_tensor *seqused_k,
-                              fj__append_problem *p, fj__err *err)
+                              const fj_tensor *cu_seqlens_new, const fj_tensor *k_cache,
+                              const fj_tensor *v_cache, const fj_tensor *page_table,
+                              const fj_tensor *seqused_k, fj__append_problem *p, fj__err *err)
 {
     memset(p, 0, sizeof *p);
-    TRY(check_tensor(k_new, "k_new", 4, err));
-    TRY(check_tensor(v_new, "v_new", 4, err));
+    /* Dense [batch, tokens, heads_kv, dim] or packed [tokens, heads_kv, dim]: the names of the
+    ** dimensions by layout. */
+    const int packed = cu_seqlens_new != NULL, a = packed ? 0 : 1; /* a: the tokens' axis */
+    static const char *const tokens_as[2] = {"tokens, as k_new.shape[1]",
+                                             "tokens, as k_new.shape[0]"};
+    static const char *const heads_as[2] = {"heads_kv, as k_new.shape[2]",
+                                            "heads_kv, as k_new.shape[1]"};
+    static const char *const dim_as[2] = {"head_dim, as k_new.shape[3]",
+                                          "head_dim, as k_new.shape[2]"};
+    static const char *const dim_v_as[2] = {"head_dim_v, as v_new.shape[3]",
+                                            "head_dim_v, as v_new.shape[2]"};
+    TRY(check_tensor(k_new, "k_new", 4 - packed, err));
+    TRY(check_tensor(v_new, "v_new", 4 - packed, err));
     TRY(check_tensor(k_cache, "k_cache", 4, err));
     TRY(check_tensor(v_cache, "v_cache", 4, err));
     if (!is_state_dtype(k_cache->dtype))
@@ -915,29 +926,30 @@ fj_status fj__validate_append(const fj_tensor *k_new, const fj_tensor *v_new,
             return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
                             "%s.dtype = %s differs from k_cache.dtype = %s", same[i].name,
                             fj__dtype_name(same[i].t->dtype), fj__dtype_name(k_cache->dtype));
-    p->batch = k_new->shape[0];
-    p->tokens = k_new->shape[1];
-    p->heads_kv = k_new->shape[2];
-    p->head_dim = k_new->shape[3];
-    p->head_dim_v = v_new->shape[3];
+    if (packed) {
+        TRY(check_i32_vector(cu_seqlens_new, "cu_seqlens_new", 0, err));
+        p->batch = cu_seqlens_new->shape[0] - 1;
+    } else {
+        p->batch = k_new->shape[0];
+        TRY(check_dim(err, "v_new", 0, v_new->shape[0], p->batch, "batch, as k_new.shape[0]"));
+    }
+    p->tokens = k_new->shape[a];
+    p->heads_kv = k_new->shape[a + 1];
+    p->head_dim = k_new->shape[a + 2];
+    p->head_dim_v = v_new->shape[a + 2];
     p->num_pages = k_cache->shape[0];
     p->page_size = k_cache->shape[1];
     p->dtype = k_cache->dtype;
-    TRY(check_dim(err, "v_new", 0, v_new->shape[0], p->batch, "batch, as k_new.shape[0]"));
-    TRY(check_dim(err, "v_new", 1, v_new->shape[1], p->tokens, "tokens, as k_new.shape[1]"));
-    TRY(check_dim(err, "v_new", 2, v_new->shape[2], p->heads_kv, "heads_kv, as k_new.shape[2]"));
-    TRY(check_dim(err, "k_cache", 2, k_cache->shape[2], p->heads_kv,
-                  "heads_kv, as k_new.shape[2]"));
-    TRY(check_dim(err, "k_cache", 3, k_cache->shape[3], p->head_dim,
-                  "head_dim, as k_new.shape[3]"));
+    TRY(check_dim(err, "v_new", a, v_new->shape[a], p->tokens, tokens_as[packed]));
+    TRY(check_dim(err, "v_new", a + 1, v_new->shape[a + 1], p->heads_kv, heads_as[packed]));
+    TRY(check_dim(err, "k_cache", 2, k_cache->shape[2], p->heads_kv, heads_as[packed]));
+    TRY(check_dim(err, "k_cache", 3, k_cache->shape[3], p->head_dim, dim_as[packed]));
     TRY(check_dim(err, "v_cache", 0, v_cache->shape[0], p->num_pages,
                   "num_pages, as k_cache.shape[0]"));
     TRY(check_dim(err, "v_cache", 1, v_cache->shape[1], p->page_size,
                   "page_size, as k_cache.shape[1]"));
-    TRY(check_dim(err, "v_cache", 2, v_cache->shape[2], p->heads_kv,
-                  "heads_kv, as k_new.shape[2]"));
-    TRY(check_dim(err, "v_cache", 3, v_cache->shape[3], p->head_dim_v,
-                  "head_dim_v, as v_new.shape[3]"));
+    TRY(check_dim(err, "v_cache", 2, v_cache->shape[2], p->heads_kv, heads_as[packed]));
+    TRY(check_dim(err, "v_cache", 3, v_cache->shape[3], p->head_dim_v, dim_v_as[packed]));
     TRY(check_no_overlap(k_cache, "k_cache", err));
     TRY(check_no_overlap(v_cache, "v_cache", err));
     TRY(check_apart(v_cache, "v_cache", k_cache, "k_cache", 0, err));
@@ -952,7 +964,7 @@ fj_status fj__validate_append(const fj_tensor *k_new, const fj_tensor *v_new,
         return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "page_table.dtype = %s, expected i32",
                         fj__dtype_name(page_table->dtype));
     TRY(check_dim(err, "page_table", 0, page_table->shape[0], p->batch,
-                  "batch, as k_new.shape[0]"));
+                  packed ? "batch, as cu_seqlens_new.shape[0] - 1" : "batch, as k_new.shape[0]"));
     TRY(check_i32_vector(seqused_k, "seqused_k", p->batch, err));
     p->max_pages = page_table->shape[1];
     if (p->num_pages > INT32_MAX || p->max_pages > INT32_MAX / p->page_size)
@@ -960,8 +972,15 @@ fj_status fj__validate_append(const fj_tensor *k_new, const fj_tensor *v_new,
                         "%lld pages of %lld rows, %lld per sequence: at most 2^31 - 1 rows",
                         (long long)p->num_pages, (long long)p->page_size,
                         (long long)p->max_pages);
+    for (int i = 0; i < 2; i++) {
+        const fj_tensor *t = i ? v_new : k_new;
+        p->new_strides[i][0] = packed ? 0 : t->stride[0];
+        p->new_strides[i][1] = t->stride[a];
+        p->new_strides[i][2] = t->stride[a + 1];
+    }
     p->k_new = k_new;
     p->v_new = v_new;
+    p->cu_seqlens_new = cu_seqlens_new;
     p->k_cache = k_cache;
     p->v_cache = v_cache;
     p->page_table = page_table;
@@ -974,12 +993,13 @@ fj_status fj__validate_append_memory(const fj__append_problem *p, const struct f
 {
     if (!ops->check_memory)
         return FJ_OK;
-    const fj_tensor *t[6] = {p->k_new,   p->v_new,      p->k_cache,
-                             p->v_cache, p->page_table, p->seqused_k};
-    static const char *const names[6] = {"k_new",   "v_new",      "k_cache",
-                                         "v_cache", "page_table", "seqused_k"};
-    for (int i = 0; i < 6; i++)
-        TRY(device_memory(ops, backend, t[i], names[i], err));
+    const fj_tensor *t[7] = {p->k_new,      p->v_new,     p->k_cache,         p->v_cache,
+                             p->page_table, p->seqused_k, p->cu_seqlens_new};
+    static const char *const names[7] = {"k_new",      "v_new",     "k_cache",       "v_cache",
+                                         "page_table", "seqused_k", "cu_seqlens_new"};
+    for (int i = 0; i < 7; i++)
+        if (t[i])
+            TRY(device_memory(ops, backend, t[i], names[i], err));
     return FJ_OK;
 }
 

@@ -5,10 +5,13 @@
 % -- cannot check). Elements are copied as bits.
 % --
 % -- Work: a work-group of THREADS work-items per (token, sequence) copies the token's keys and
-% -- values of every kv head.
+% -- values of every kv head. Packed new tokens (varlen): a work-group per row of k_new and v_new,
+% -- which finds its sequence b by bisection of cu_seqlens_new (clamped into the rows, as
+% -- sequence.lua clamps offsets) and is its token row - cu_seqlens_new[b]; a row of no
+% -- sequence is not written.
 % --
 % -- Parameters: backend, q/kv/out dtypes (the cache's; kv_dtype decides the element size),
-% -- threads, args (fj_append_params).
+% -- varlen, threads, args (fj_append_params).
 % assert(threads == 128, "kv_append: 128 work-items per work-group")
 % include("dialect.lua")
 % include("params.lua")
@@ -22,15 +25,34 @@ fj_kv_append(
 % params_arg(args)
 )
 {
+% if varlen > 0 then
+    const int r = BLOCK_X, tid = THREAD_X;
+    GLOBAL const int *cu = GPTR(const int, P.cu_seqlens_new);
+#define FIRST_ROW(i) I_MIN(I_MAX(LDG(cu + (i)), 0), P.tokens)
+    int b = 0; /* the last sequence whose first row is at most r */
+    for (int hi = P.batch - 1; b < hi;) {
+        const int mid = b + (hi - b + 1) / 2;
+        if (FIRST_ROW(mid) <= r)
+            b = mid;
+        else
+            hi = mid - 1;
+    }
+    const int first = FIRST_ROW(b);
+    if (r < first || r >= I_MAX(FIRST_ROW(b + 1), first))
+        return; /* a row between sequences (or offsets out of order) */
+    const int t = r - first;
+% else
     const int t = BLOCK_X, b = BLOCK_Y, tid = THREAD_X;
+% end
+% local row = varlen > 0 and "r" or "t"
     const I64 position = (I64)I_MAX(LDG(GPTR(const int, P.seqused_k) + b), 0) + t;
     if (position >= (I64)P.max_pages * P.page_size)
         return; /* beyond the sequence's pages */
     const int slot = (int)(position / P.page_size), row = (int)(position % P.page_size);
     const int page =
         I_MIN(I_MAX(LDG(GPTR(const int, P.page_table) + b * P.pt_sb + slot), 0), P.num_pages - 1);
-    GLOBAL const elem_t *kn = GPTR(const elem_t, P.k_new) + b * P.kn_sb + (I64)t * P.kn_ss;
-    GLOBAL const elem_t *vn = GPTR(const elem_t, P.v_new) + b * P.vn_sb + (I64)t * P.vn_ss;
+    GLOBAL const elem_t *kn = GPTR(const elem_t, P.k_new) + b * P.kn_sb + (I64)${row} * P.kn_ss;
+    GLOBAL const elem_t *vn = GPTR(const elem_t, P.v_new) + b * P.vn_sb + (I64)${row} * P.vn_ss;
     GLOBAL elem_t *kc = GPTR(elem_t, P.k_cache) + page * P.kc_sp + (I64)row * P.kc_ss;
     GLOBAL elem_t *vc = GPTR(elem_t, P.v_cache) + page * P.vc_sp + (I64)row * P.vc_ss;
     for (int i = tid; i < P.heads_kv * P.head_dim; i += THREADS) {

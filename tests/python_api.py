@@ -238,6 +238,24 @@ for b in range(2):
 check("packed queries over a paged cache", got.shape == (4, 2, 16) and err < 1e-4,
       f"err {err:.3g}")
 
+# Packed new tokens appended to a paged cache (2, 0 and 3 tokens; row 0 of no sequence; the
+# last token beyond its pages): each lands at its sequence's length in its pages, nothing else
+# changes.
+kc, vc = rand(6, 4, 2, 8), rand(6, 4, 2, 16)
+kn, vn = rand(6, 2, 8), rand(6, 2, 16)
+table, used = np.array([[3, 0], [5, 1], [2, 4]], np.int32), np.array([1, 4, 6], np.int32)
+first = np.array([1, 3, 3, 6], np.int32)
+kc0, want_k, want_v = kc.copy(), kc.copy(), vc.copy()
+for b in range(3):
+    for t in range(first[b + 1] - first[b]):
+        pos = used[b] + t
+        if pos < 8:
+            want_k[table[b, pos // 4], pos % 4] = kn[first[b] + t]
+            want_v[table[b, pos // 4], pos % 4] = vn[first[b] + t]
+ctx.kv_cache_append(kn, vn, kc, vc, table, used, cu_seqlens_new=first)
+check("packed kv_cache_append", np.array_equal(kc, want_k) and np.array_equal(vc, want_v) and
+      not np.array_equal(kc0, want_k))
+
 # Errors: the subclass and the field.
 q, k, v = rand(1, 8, 2, 32), rand(1, 8, 2, 32), rand(1, 8, 2, 16)
 cases = [("bad head dim", lambda: ctx.forward(q, rand(1, 8, 2, 24), v), flashjit.InvalidArgument,

@@ -2,7 +2,8 @@
 float64 SDPA (within twice the error of SDPA in the same dtype, plus rounding), GQA, bool and
 float masks, top-left causal for sq != sk; flex_attention with a score_mod expression and its
 gradients against the same function in torch; kv_cache_append into shuffled pages with paged
-attention over them, and attention_merge of two key halves; repeated calls of one signature
+attention over them (and a mixed step: packed new tokens, packed queries), and attention_merge
+of two key halves; repeated calls of one signature
 (on CUDA: outs made by the C fast path, tensors read through torch's C shim);
 block classes built once (create_block_mask) and used; FP8 inputs with descale factors, and an
 FP8 KV cache read by bfloat16 queries;
@@ -217,6 +218,31 @@ for i in range(b):
     worst = max(worst, (got[i:i + 1].double() - ref).abs().max().item()) if ok_tail else 1e9
 check("kv_cache_append + paged attention", worst < (1e-4 if dtype == torch.float32 else 0.02),
       f"max err {worst:.3g}")
+# A mixed serving step: the sequences add 3, 1 and 2 tokens (a prefill chunk, a decode step,
+# speculative rows) packed, and their queries, packed too, attend to their pages causally
+# (bottom-right), against SDPA per sequence.
+cu = torch.tensor([0, 3, 4, 6], device=dev, dtype=torch.int32)
+kn, vn = (torch.randn(6, hkv, d, device=dev, dtype=dtype) for _ in range(2))
+fjt.kv_cache_append_packed(kn, vn, cu, kc, vc, table, lens2)
+lens3 = lens2 + cu.diff()
+qp = torch.randn(6, hq, d, device=dev, dtype=dtype)
+got = fjt.attention(qp, kc, vc, cu_seqlens_q=cu, max_seqlen_q=3, page_table=table,
+                    seqused_k=lens3, max_seqlen_k=pages_per_seq * page, causal=True)
+worst = 0.0
+for i in range(b):
+    n, lo, hi = int(lens3[i]), int(cu[i]), int(cu[i + 1])
+    rows = torch.cat([kc[table[i, j // page], j % page][None] for j in range(n)])
+    vals = torch.cat([vc[table[i, j // page], j % page][None] for j in range(n)])
+    ok_tail = torch.equal(rows[n - (hi - lo):], kn[lo:hi]) and \
+        torch.equal(vals[n - (hi - lo):], vn[lo:hi])
+    keep = torch.arange(n, device=dev)[None, :] <= \
+        torch.arange(hi - lo, device=dev)[:, None] + n - (hi - lo)
+    ref = sdpa(qp[None, lo:hi].transpose(1, 2).double(), rows[None].transpose(1, 2).double(),
+               vals[None].transpose(1, 2).double(), attn_mask=keep,
+               enable_gqa=True).transpose(1, 2)
+    worst = max(worst, (got[None, lo:hi].double() - ref).abs().max().item()) if ok_tail else 1e9
+check("packed kv_cache_append + packed queries over the pages",
+      worst < (1e-4 if dtype == torch.float32 else 0.02), f"max err {worst:.3g}")
 q, k, v = (torch.randn(2, n, 4, 32, device=dev, dtype=dtype) for n in (9, 40, 40))
 halves = [fjt.attention(q, k[:, lo:hi], v[:, lo:hi], return_lse=True)
           for lo, hi in ((0, 17), (17, 40))]

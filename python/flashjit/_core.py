@@ -25,6 +25,7 @@ _BACKWARD = (("q", False), ("k", False), ("v", False), ("out", False), ("dout", 
              ("lse", False), ("dq", True), ("dk", True), ("dv", True))
 _APPEND = (("k_new", False), ("v_new", False), ("k_cache", True), ("v_cache", True),
            ("page_table", False), ("seqused_k", False))
+_APPEND_PACKED = _APPEND[:2] + (("cu_seqlens_new", False),) + _APPEND[2:]
 _BLOCK_MASK = (("q", False), ("k", False), ("classes", True))
 # fj_attention_desc as _run takes it: the options in this order, and the array fields (all
 # fj_tensor pointers but mod_args, a pointer and a count; dbias written; a caller may stop
@@ -444,13 +445,20 @@ class Context:
                      for a in range(3)) + (seqlen_k,)
 
     def kv_cache_append(self, k_new, v_new, k_cache, v_cache, page_table, seqused_k,
-                        stream=None):
+                        stream=None, cu_seqlens_new=None):
         """Writes k_new / v_new [b, tokens, hkv, d] into the paged caches [num_pages, page_size,
         hkv, d] at each sequence's length seqused_k[b] (int32 [b]), in the pages its row of
-        page_table (int32 [b, max_pages]) lists (see fj_kv_cache_append). seqused_k is not
-        changed: add the tokens to it before attending to them."""
-        self._run("fj_kv_cache_append", _APPEND,
-                  (k_new, v_new, k_cache, v_cache, page_table, seqused_k), stream=stream)
+        page_table (int32 [b, max_pages]) lists (see fj_kv_cache_append). With cu_seqlens_new
+        (int32 [b + 1]) the new tokens are packed [tokens, hkv, d], sequence b's from row
+        cu_seqlens_new[b] (see fj_kv_cache_append_packed). seqused_k is not changed: add the
+        tokens to it before attending to them."""
+        if cu_seqlens_new is None:
+            self._run("fj_kv_cache_append", _APPEND,
+                      (k_new, v_new, k_cache, v_cache, page_table, seqused_k), stream=stream)
+        else:
+            self._run("fj_kv_cache_append_packed", _APPEND_PACKED,
+                      (k_new, v_new, cu_seqlens_new, k_cache, v_cache, page_table, seqused_k),
+                      stream=stream)
 
     def merge(self, outs, lses, out=None, lse=None, stream=None):
         """Merges attention states over disjoint key sets (see fj_attention_merge): outs and

@@ -8,7 +8,8 @@ capture into CUDA graphs; and the entry points built on them:
     out = fjt.flex_attention(q, k, v, score_mod="s + 0.1 * (k - q)")   # FlexAttention-like, strings
 
 Operators: flashjit::attention_forward (returns out and the float32 log-sum-exp),
-flashjit::attention_backward, flashjit::attention_merge, flashjit::kv_cache_append (in place).
+flashjit::attention_backward, flashjit::attention_merge, flashjit::kv_cache_append and
+flashjit::kv_cache_append_packed (in place).
 Calls run on PyTorch's current stream of the tensors' device, through one flashjit context per
 device (created on first use, inside PyTorch's CUDA context). CPU tensors run on the default
 backend (CUDA if usable, else OpenCL), copied to its device and back. Gradients flow to q, k,
@@ -200,6 +201,21 @@ def kv_cache_append(k_new: Tensor, v_new: Tensor, k_cache: Tensor, v_cache: Tens
 
 @kv_cache_append.register_fake
 def _kv_cache_append_fake(k_new, v_new, k_cache, v_cache, page_table, seqused_k):
+    return None
+
+
+@torch.library.custom_op("flashjit::kv_cache_append_packed",
+                         mutates_args=("k_cache", "v_cache"))
+def kv_cache_append_packed(k_new: Tensor, v_new: Tensor, cu_seqlens_new: Tensor,
+                           k_cache: Tensor, v_cache: Tensor, page_table: Tensor,
+                           seqused_k: Tensor) -> None:
+    context(k_cache.device).kv_cache_append(k_new, v_new, k_cache, v_cache, page_table,
+                                            seqused_k, cu_seqlens_new=cu_seqlens_new)
+
+
+@kv_cache_append_packed.register_fake
+def _kv_cache_append_packed_fake(k_new, v_new, cu_seqlens_new, k_cache, v_cache, page_table,
+                                 seqused_k):
     return None
 
 
