@@ -216,7 +216,7 @@ void fj__fill_fwd_params(const fj__plan *plan, const fj__problem *p, void *const
     F->window_left = p->window_left;
     F->window_right = p->window_right;
     F->total_q = p->cu_seqlens_q ? (int32_t)p->q->shape[0] : 0;
-    F->total_k = p->cu_seqlens_k ? (int32_t)p->k->shape[0] : 0; /* (pages: none) */
+    F->total_k = p->cu_seqlens_k ? (int32_t)p->k->shape[0] : 0; /* (a paged cache: no offsets) */
 }
 
 void fj__tensor_map_of(const fj_tensor *packed_or_4d, uint32_t rows, fj__tensor_map_desc *d,

@@ -44,15 +44,15 @@ fj_kv_append(
 % else
     const int t = BLOCK_X, b = BLOCK_Y, tid = THREAD_X;
 % end
-% local row = varlen > 0 and "r" or "t"
+% local new_row = varlen > 0 and "r" or "t" -- the token's row of k_new and v_new
     const I64 position = (I64)I_MAX(LDG(GPTR(const int, P.seqused_k) + b), 0) + t;
     if (position >= (I64)P.max_pages * P.page_size)
         return; /* beyond the sequence's pages */
     const int slot = (int)(position / P.page_size), row = (int)(position % P.page_size);
     const int page =
         I_MIN(I_MAX(LDG(GPTR(const int, P.page_table) + b * P.pt_sb + slot), 0), P.num_pages - 1);
-    GLOBAL const elem_t *kn = GPTR(const elem_t, P.k_new) + b * P.kn_sb + (I64)${row} * P.kn_ss;
-    GLOBAL const elem_t *vn = GPTR(const elem_t, P.v_new) + b * P.vn_sb + (I64)${row} * P.vn_ss;
+    GLOBAL const elem_t *kn = GPTR(const elem_t, P.k_new) + b * P.kn_sb + (I64)${new_row} * P.kn_ss;
+    GLOBAL const elem_t *vn = GPTR(const elem_t, P.v_new) + b * P.vn_sb + (I64)${new_row} * P.vn_ss;
     GLOBAL elem_t *kc = GPTR(elem_t, P.k_cache) + page * P.kc_sp + (I64)row * P.kc_ss;
     GLOBAL elem_t *vc = GPTR(elem_t, P.v_cache) + page * P.vc_sp + (I64)row * P.vc_ss;
     for (int i = tid; i < P.heads_kv * P.head_dim; i += THREADS) {

@@ -6,8 +6,8 @@
 % -- Parameter: varlen. packed_sequence() goes where `batch` (the sequence) and the forward
 % -- block's locals (cu_seqlens_q, cu_seqlens_k, seqused_k, total_q, total_k, max_seqlen_q,
 % -- max_seqlen_k) are declared; it declares q_first, k_first, seqlen_q, len_k (the keys the
-% -- sequence holds) and seqlen_k (the keys it uses). packed_queries() declares the first two of
-% -- the query side alone (q_first, seqlen_q; a paged cache's keys are found otherwise).
+% -- sequence holds) and seqlen_k (the keys it uses). packed_queries() declares the queries'
+% -- alone, q_first and seqlen_q (a paged cache's keys are found otherwise).
 % function packed_queries(keys_between)
     const int q_first = I_MIN(I_MAX(cu_seqlens_q[batch], 0), total_q);
 %   if keys_between then
@@ -31,11 +31,11 @@
 % -- paged, PAGE_NUMBER(i) of the sequence's page i);
 % -- decode_sequence() goes after `batch` and head_kv are declared, and moves q, k and v to the
 % -- sequence (and kv head), declaring q_first and seqlen_q / seqlen_k (packed and paged: the
-% -- queries packed through cu_seqlens_q, the keys in pages, seqused_k of them); decode_split_keys(),
-% -- after it and `split`, declares shift and the keys [lo, hi] the split's rows may see;
-% -- decode_store_out(val) and decode_store_lse(x) store element c of query head `head`, row
-% -- `row` (declared by the caller) of the output, and its natural-log log-sum-exp: with
-% -- `partial` the split's state in the workspace (P.part, split s at P.part_so / part_sl
+% -- queries packed through cu_seqlens_q, the keys in pages, seqused_k of them);
+% -- decode_split_keys(), after it and `split`, declares shift and the keys [lo, hi] the split's
+% -- rows may see; decode_store_out(val) and decode_store_lse(x) store element c of query head
+% -- `head`, row `row` (declared by the caller) of the output, and its natural-log log-sum-exp:
+% -- with `partial` the split's state in the workspace (P.part, split s at P.part_so / part_sl
 % -- elements further), else out and (write_lse) lse.
 % function decode_key_row()
 /* Where key `key` of the sequence starts in k or v (batch and head applied), given the tensor's
