@@ -56,7 +56,10 @@
 % -- locals), the block's coordinates (split, qgroup query heads a kv
 % -- head, head_kv, g0 its row tile's first packed row of per_tile, batch), its sequence
 % -- (decode_sequence), `rows` (the sequence's packed rows) and the split's keys
-% -- (decode_split_keys).
+% -- (decode_split_keys). Packed sequences: the row tiles are the longest sequence's, and a
+% -- block whose tile starts past its own sequence's rows returns at once (its rows are no one's:
+% -- the merge skips them), so a batch of decode rows beside a long prefill chunk reads no keys
+% -- for tiles it does not have.
 % function decode_block(per_tile)
 % params_unpack(params_block(args, "dec").fields[1].block, "P.fwd", varlen > 0 and { seqlen_q = "max_seqlen_q", seqlen_k = "max_seqlen_k" } or paged and { seqlen_k = "max_seqlen_k" } or nil)
     const int split = BLOCK_Y;
@@ -66,6 +69,10 @@
     const int batch = BLOCK_Z;
 % decode_sequence()
     const int rows = qgroup * seqlen_q; /* the sequence's packed rows */
+% if varlen > 0 then
+    if (g0 >= rows)
+        return; /* the whole block: before any barrier, and packed requests have no clusters */
+% end
 % decode_split_keys()
 % end
 % function decode_sequence()
