@@ -216,6 +216,9 @@ int fj__choose_decode(const fj__features *f, const fj_device_info *dev, const ch
     v->write_lse = f->lse;
     v->varlen = f->varlen;
     v->paged = f->paged;
+    /* A chunk of many rows (chunked prefill against a paged cache) under a band: a row tile's
+    ** own band leaves out keys the sequence's would read (decode's few rows: the same band). */
+    v->row_band = v->local_mask && f->seqlen_q > FJ__DECODE_MAX_SEQLEN_Q;
     const int vector_asked = config && strstr(config, "path=vec");
     /* warps=4 asks for the mma kernel where a wgmma kernel (8 or 12) would serve */
     const char *warps = fj__config_field(config, "warps");

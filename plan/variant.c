@@ -711,6 +711,7 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_TPL_PARAMS])
     INT_PARAM(stage);
     INT_PARAM(grads);
     BOOL_PARAM(paged);
+    BOOL_PARAM(row_band);
     BOOL_PARAM(local_mask);
     BOOL_PARAM(softcap);
     BOOL_PARAM(neg_scale);

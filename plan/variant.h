@@ -100,6 +100,9 @@ typedef struct fj__variant {
                           ** copy's sectors and lines land whole (fj__decode_swizzle_fits) */
     uint8_t descale;      /* FP8 inputs' descale factors are given (fj__fwd_params) */
     uint8_t paged;        /* DECODE: k and v are pages of a KV cache found through a table */
+    uint8_t row_band;     /* DECODE with local_mask: each row tile bounds its keys by its own
+                          ** rows' band, not the sequence's (a paged chunk of more rows than
+                          ** decode takes: causal prefill reads half the keys) */
     uint8_t stage;        /* BWD: 1 D = rowsum(dout * out), 2 dk and dv, 3 dq, 4 dbias, 5 dq
                           ** from the f32 sum that stage 2 accumulated (grads 4) */
     uint8_t producer;     /* BWD stage 2 on WGMMA: warpgroup 0 copies (TMA) and gives its

@@ -32,11 +32,12 @@
 % -- decode_sequence() goes after `batch` and head_kv are declared, and moves q, k and v to the
 % -- sequence (and kv head), declaring q_first and seqlen_q / seqlen_k (packed and paged: the
 % -- queries packed through cu_seqlens_q, the keys in pages, seqused_k of them);
-% -- decode_split_keys(), after it and `split`, declares shift and the keys [lo, hi] the split's
-% -- rows may see; decode_store_out(val) and decode_store_lse(x) store element c of query head
-% -- `head`, row `row` (declared by the caller) of the output, and its natural-log log-sum-exp:
-% -- with `partial` the split's state in the workspace (P.part, split s at P.part_so / part_sl
-% -- elements further), else out and (write_lse) lse.
+% -- decode_split_keys(per_tile), after it and `split`, declares shift and the keys [lo, hi] the
+% -- split's rows may see (row_band: the block's rows'); decode_store_out(val) and
+% -- decode_store_lse(x) store element c of query head `head`, row `row` (declared by the
+% -- caller) of the output, and its natural-log log-sum-exp: with `partial` the split's state in
+% -- the workspace (P.part, split s at P.part_so / part_sl elements further), else out and
+% -- (write_lse) lse.
 % function decode_key_row()
 /* Where key `key` of the sequence starts in k or v (batch and head applied), given the tensor's
 ** batch (page) and row strides. Paged: PAGE_NUMBER(i) is the number of the sequence's page i,
@@ -57,9 +58,9 @@
 % -- head, head_kv, g0 its row tile's first packed row of per_tile, batch), its sequence
 % -- (decode_sequence), `rows` (the sequence's packed rows) and the split's keys
 % -- (decode_split_keys). Packed sequences: the row tiles are the longest sequence's, and a
-% -- block whose tile starts past its own sequence's rows returns at once (its rows are no one's:
-% -- the merge skips them), so a batch of decode rows beside a long prefill chunk reads no keys
-% -- for tiles it does not have.
+% -- block whose tile starts past its own sequence's rows reads no keys (its rows are no one's:
+% -- the merge skips them), so decode rows beside a long prefill chunk do not stream their keys
+% -- once per tile of the chunk.
 % function decode_block(per_tile)
 % params_unpack(params_block(args, "dec").fields[1].block, "P.fwd", varlen > 0 and { seqlen_q = "max_seqlen_q", seqlen_k = "max_seqlen_k" } or paged and { seqlen_k = "max_seqlen_k" } or nil)
     const int split = BLOCK_Y;
@@ -69,11 +70,11 @@
     const int batch = BLOCK_Z;
 % decode_sequence()
     const int rows = qgroup * seqlen_q; /* the sequence's packed rows */
+% decode_split_keys(per_tile)
 % if varlen > 0 then
-    if (g0 >= rows)
-        return; /* the whole block: before any barrier, and packed requests have no clusters */
+    if (g0 >= rows) /* (not a return: on PoCL, that corrupted other work-groups' results) */
+        hi = -1; /* a row tile past its sequence's rows: no keys, and none of its rows written */
 % end
-% decode_split_keys()
 % end
 % function decode_sequence()
 % if varlen > 0 and paged then
@@ -100,12 +101,24 @@
     v += batch * v_sb + head_kv * v_sh;
 % end
 % end
-% function decode_split_keys()
+% function decode_split_keys(per_tile)
     /* This split's keys, and the keys any of the rows may see: [lo, hi]. */
     const int shift = seqlen_k - seqlen_q;
     int lo = split * P.keys_per_split;
     int hi = I_MIN(seqlen_k, lo + P.keys_per_split) - 1;
-%   if local_mask then
+%   if local_mask and row_band then
+    {
+        /* The tile's rows' positions [first, last]: every position where the tile's packed
+        ** rows reach into a second query head. */
+        const int g_last = I_MIN(g0 + ${per_tile}, rows) - 1, sq = I_MAX(seqlen_q, 1);
+        const bool one_head = g0 / sq == g_last / sq;
+        const int first = one_head ? g0 % sq : 0, last = one_head ? g_last % sq : seqlen_q - 1;
+        if (window_left >= 0)
+            lo = I_MAX(lo, first + shift - window_left);
+        if (window_right >= 0)
+            hi = I_MIN(hi, last + shift + window_right);
+    }
+%   elseif local_mask then
     /* Rows 0 .. seqlen_q - 1 all belong to every head: the band of the whole sequence. */
     if (window_left >= 0)
         lo = I_MAX(lo, shift - window_left);

@@ -121,11 +121,14 @@ for arch in sm_80 sm_90a; do
     done
 done
 # Decode of packed sequences (dense, and packed queries against pages of 16) whole and split,
-# with the merge that writes each sequence's packed rows: both archs, no spills. A cache of
-# their own (the merge differs from the ones above only by its packed rows).
+# with the merge that writes each sequence's packed rows, and chunks of 64 rows against pages
+# (causal: each row tile's own band): both archs, no spills. A cache of their own (the merge
+# differs from the ones above only by its packed rows).
 for arch in sm_80 sm_90a; do
     out=$("$cli" cache build --arch $arch --cache "$dir/varlen_decode.db" --decode 1,4 \
-        --group 1,8 --head-dim 64,128 --causal 0,1 --seqlen 8192 --varlen 2 --paged 0,16 2>&1)
+        --group 1,8 --head-dim 64,128 --causal 0,1 --seqlen 8192 --varlen 2 --paged 0,16 2>&1 &&
+        "$cli" cache build --arch $arch --cache "$dir/varlen_decode.db" --decode 64 --group 4 \
+            --head-dim 128 --causal 0,1 --seqlen 8192 --paged 16 2>&1)
     status=$?
     echo "$out"
     [ $status -eq 0 ] || { echo "FAIL: cache build --decode --varlen for $arch"; exit 1; }

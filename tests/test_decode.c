@@ -198,13 +198,14 @@ static void test_varlen(void **state)
 
 /* Packed queries against a paged KV cache (cu_seqlens_q with page_table: a serving batch that
 ** mixes decode, speculative rows and prefill chunks): sequences of 0 to 40 query rows
-** (sequence 1 none) against their pages (the full length, 0, 1 and random keys), page sizes 1
-** to 256, causal bottom-right, windows, GQA and MQA, split counts, f16 and f32, ALiBi and a
+** (sequence 1 none; row tiles past a sequence's rows idle) against their pages (the full
+** length, 0, 1 and random keys), page sizes 1 to 256, causal bottom-right and a window (over
+** 16 rows: each row tile's own band), GQA and MQA, split counts, f16 and f32, ALiBi and a
 ** mask_mod, an FP8 cache, and MLA's latent cache. */
 static void test_paged_packed(void **state)
 {
     static const int pages[] = {16, 1, 64, 256, 7, 16, 32, 64};
-    static const int64_t sq[] = {1, 4, 16, 40, 3, 2, 8, 1};
+    static const int64_t sq[] = {1, 4, 24, 40, 3, 2, 8, 1};
     static const int32_t splits[] = {0, 3, 1, 64, 5, 2, 0, 4};
     fjh_case cases[8];
     for (int i = 0; i < 8; i++) {

@@ -694,6 +694,36 @@ static void test_decode_masks_and_terms(void **state)
             }
 }
 
+/* A paged chunk of more rows than decode takes, under a band (causal, a window), bounds each row
+** tile's keys by its own rows (row_band), on every decode kernel; decode's rows and requests
+** without a band keep the sequence's bounds. */
+static void test_decode_row_band(void **state)
+{
+    (void)state;
+    const planned_devices devs = planned_device_set();
+    static const struct {
+        int64_t seqlen_q;
+        int32_t window_left, window_right;
+        int want;
+    } cases[] = {{64, -1, 0, 1}, {17, 100, -1, 1}, {16, -1, 0, 0}, {1, -1, 0, 0}, {64, -1, -1, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int cpu = 0; cpu <= 1; cpu++) {
+            fj__features f = bwd_features(128, 128, FJ_DTYPE_BF16);
+            f.seqlen_q = cases[i].seqlen_q;
+            f.paged = 1;
+            f.page_size = 16;
+            f.window_left = cases[i].window_left;
+            f.window_right = cases[i].window_right;
+            fj__variant fwd, v;
+            const fj_device_info *dev = cpu ? &devs.cpu : &devs.h200;
+            fj__choose_forward(&f, dev, NULL, &fwd);
+            assert_true(fj__prefer_decode(&f, dev, NULL, &fwd, &v));
+            if (v.row_band != cases[i].want)
+                fail_msg("sq %lld, window (%d, %d), cpu %d: row_band %d", (long long)f.seqlen_q,
+                         f.window_left, f.window_right, cpu, v.row_band);
+        }
+}
+
 /* A dense cache of 128-dim rows takes bulk copies on sm_90 once K and V reach 1 GiB (three
 ** tiles, two blocks an SM); smaller caches, rows of 64 dims and sm_80 keep cp.async's four. */
 static void test_decode_large_dense_bulk(void **state)
@@ -1178,6 +1208,7 @@ int main(void)
         cmocka_unit_test(test_decode_swizzle),
         cmocka_unit_test(test_decode_large_dense_bulk),
         cmocka_unit_test(test_decode_masks_and_terms),
+        cmocka_unit_test(test_decode_row_band),
         cmocka_unit_test(test_decode_wide_plans),
         cmocka_unit_test(test_decode_tune_candidates),
         cmocka_unit_test(test_simt_forward_local_memory),

@@ -36,10 +36,11 @@ static int build_usage(FILE *f)
         "MLA's latent cache: --v-in-k (v a view of k's first head-dim-v dims, as --mla of\n"
         "  flashjit run; e.g. --head-dim 576 --head-dim-v 512 --v-in-k)\n"
         "Decode shapes (--seqlen is the keys'): --decode N,... query rows per sequence (1 to\n"
-        "  16), --group G,... [1] query heads per kv head; what such calls run, whole and split\n"
-        "  (the decode kernel and the merge of its splits); --paged P,... [0] k and v as a paged\n"
-        "  KV cache of P-key pages (desc.page_table; 0: contiguous; page sizes share kernels\n"
-        "  but for whether a page holds whole key tiles: e.g. --paged 0,16,64)\n"
+        "  16; with pages only, to 65536: chunked prefill), --group G,... [1] query heads per\n"
+        "  kv head; what such calls run, whole and split (the decode kernel and the merge of\n"
+        "  its splits); --paged P,... [0] k and v as a paged KV cache of P-key pages\n"
+        "  (desc.page_table; 0: contiguous; page sizes share kernels but for whether a page\n"
+        "  holds whole key tiles: e.g. --paged 0,16,64)\n"
         "Merges (fj_attention_merge) instead of the forward kernels: --merge N,... (states per\n"
         "  merge, 1 to 64), for each --dtype (states and result) and --lse\n"
         "Training: --backward also builds each request's backward kernels (fj_attention_backward;\n"
@@ -516,8 +517,7 @@ int fjt_cache_build(int argc, char **argv)
                 return 2;
             break;
         case O_DECODE:
-            if ((ndec = fjt_parse_list("decode", optarg, 1, FJ__DECODE_MAX_SEQLEN_Q, decode_rows,
-                                       MAX_VALUES)) < 0)
+            if ((ndec = fjt_parse_list("decode", optarg, 1, 65536, decode_rows, MAX_VALUES)) < 0)
                 return 2;
             decoding = 1;
             break;
@@ -559,6 +559,12 @@ int fjt_cache_build(int argc, char **argv)
         return fprintf(stderr, "flashjit cache build: --backward takes prefill shapes, not "
                                "--decode\n"),
                2;
+    for (int i = 0; i < ndec * npaged; i++)
+        if (decode_rows[i / npaged] > FJ__DECODE_MAX_SEQLEN_Q && !paged[i % npaged])
+            return fprintf(stderr, "flashjit cache build: --decode beyond %d rows takes a paged "
+                                   "cache (--paged P, P > 0: chunked prefill)\n",
+                           FJ__DECODE_MAX_SEQLEN_Q),
+                   2;
     for (int i = 0; i < npaged; i++)
         if (paged[i] && (!decoding || fp8_q))
             return fprintf(stderr, "flashjit cache build: --paged goes with --decode and 16-bit "
