@@ -433,7 +433,8 @@ FJ_API fj_status fj_attention_merge(fj_context *ctx, const fj_tensor *outs, cons
 ** sequence b, k_new[b, t] and v_new[b, t], goes to position seqused_k[b] + t of the sequence,
 ** i.e. row (position % page_size) of page page_table[b, position / page_size].
 **  - k_new [b, tokens, heads_kv, head_dim], v_new [b, tokens, heads_kv, head_dim_v]: any
-**    strides with a contiguous last dimension, the caches' dtype (f16, bf16 or f32).
+**    strides with a contiguous last dimension, the caches' dtype (f16, bf16, f32, or an FP8
+**    cache's f8e4m3 / f8e5m2: the new tokens already quantised, copied as bytes).
 **  - k_cache, v_cache [num_pages, page_size, heads_kv, head_dim (head_dim_v)]; page_table I32
 **    [b, max_pages]; seqused_k I32 [b], the sequences' lengths before the append. It is read,
 **    not changed: add tokens to it (on the device) before the attention call that should see

@@ -24,7 +24,10 @@ fj_status fj__plan_append(const fj__append_problem *p, fj_backend_kind backend, 
     v->family = FJ__FAMILY_APPEND;
     v->backend = backend;
     v->path = FJ__PATH_SIMT;
-    v->q_dtype = v->kv_dtype = v->out_dtype = p->dtype;
+    /* The copy is by bits, kv_dtype giving the element size. The dialect writes no FP8 element,
+    ** so an FP8 cache's q and out roles are named bf16 (the kernel uses neither). */
+    v->kv_dtype = p->dtype;
+    v->q_dtype = v->out_dtype = fj__dtype_fp8(p->dtype) ? FJ_DTYPE_BF16 : p->dtype;
     v->acc_dtype = FJ_DTYPE_F32;
     v->threads = APPEND_THREADS;
     s->block[0] = APPEND_THREADS;

@@ -913,9 +913,9 @@ fj_status fj__validate_append(const fj_tensor *k_new, const fj_tensor *v_new,
     TRY(check_tensor(v_new, "v_new", 4 - packed, err));
     TRY(check_tensor(k_cache, "k_cache", 4, err));
     TRY(check_tensor(v_cache, "v_cache", 4, err));
-    if (!is_state_dtype(k_cache->dtype))
+    if (!is_state_dtype(k_cache->dtype) && !fj__dtype_fp8(k_cache->dtype))
         return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
-                        "k_cache.dtype = %s, expected f16, bf16 or f32",
+                        "k_cache.dtype = %s, expected f16, bf16, f32, f8e4m3 or f8e5m2",
                         fj__dtype_name(k_cache->dtype));
     const struct {
         const fj_tensor *t;

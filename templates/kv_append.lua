@@ -10,14 +10,15 @@
 % -- sequence.lua clamps offsets) and is its token row - cu_seqlens_new[b]; a row of no
 % -- sequence is not written.
 % --
-% -- Parameters: backend, q/kv/out dtypes (the cache's; kv_dtype decides the element size),
+% -- Parameters: backend, q/kv/out dtypes (the cache's, 16-bit, f32 or FP8: kv_dtype decides
+% -- the element size),
 % -- varlen, threads, args (fj_append_params).
 % assert(threads == 128, "kv_append: 128 work-items per work-group")
 % include("dialect.lua")
 % include("params.lua")
 % params_struct(args)
 #define THREADS ${threads}
-% local raw = kv_dtype == "f32" and "uint" or "ushort"
+% local raw = kv_dtype == "f32" and "uint" or is_fp8(kv_dtype) and "uchar" or "ushort"
 typedef ${raw} elem_t; /* an element's bits */
 
 KERNEL(THREADS)

@@ -143,7 +143,11 @@ static void check_append(fj_context *ctx, fj_dtype dt, int packed, uint64_t *rng
     assert_memory_equal(kc, want_k, kc_n * es);
     assert_memory_equal(vc, want_v, vc_n * es);
     printf("  ok   %s: %d sequences x %s tokens into %d shuffled pages of %d\n",
-           dt == FJ_DTYPE_F32 ? "f32" : dt == FJ_DTYPE_F16 ? "f16" : "bf16", B,
+           dt == FJ_DTYPE_F32    ? "f32"
+           : dt == FJ_DTYPE_F16  ? "f16"
+           : dt == FJ_DTYPE_BF16 ? "bf16"
+                                 : "fp8",
+           B,
            packed ? "2, 0, 5, 2 packed" : "3", NUM_PAGES, PAGE);
     void *devs[7] = {d_kn, d_vn, d_kc, d_vc, d_table, d_used, d_first};
     for (int i = 0; i < 7; i++)
@@ -156,14 +160,16 @@ static void check_append(fj_context *ctx, fj_dtype dt, int packed, uint64_t *rng
     free(want_v);
 }
 
-/* Appends to caches of each dtype, dense and packed. */
+/* Appends to caches of each dtype (FP8 caches too: the tokens already quantised), dense and
+** packed. */
 static void test_append_lands_in_pages(void **state)
 {
     fj_context *ctx = suite_context(state);
-    static const fj_dtype dtypes[] = {FJ_DTYPE_BF16, FJ_DTYPE_F16, FJ_DTYPE_F32};
+    static const fj_dtype dtypes[] = {FJ_DTYPE_BF16, FJ_DTYPE_F16, FJ_DTYPE_F32,
+                                      FJ_DTYPE_F8_E4M3, FJ_DTYPE_F8_E5M2};
     uint64_t rng = 0x5eed;
     for (int packed = 0; packed <= 1; packed++)
-        for (size_t di = 0; di < 3; di++)
+        for (size_t di = 0; di < sizeof dtypes / sizeof dtypes[0]; di++)
             check_append(ctx, dtypes[di], packed, &rng);
 }
 
