@@ -31,9 +31,9 @@ fj_status fj__plan_append(const fj__append_problem *p, fj_backend_kind backend, 
     v->acc_dtype = FJ_DTYPE_F32;
     v->threads = APPEND_THREADS;
     s->block[0] = APPEND_THREADS;
-    v->varlen = p->cu_seqlens_new != NULL; /* a row finds its sequence */
+    v->varlen = (uint8_t)packed; /* a row finds its sequence */
     s->grid[0] = (uint32_t)p->tokens;
-    s->grid[1] = v->varlen ? 1 : (uint32_t)p->batch;
+    s->grid[1] = packed ? 1 : (uint32_t)p->batch;
     plan->main_step = 0;
     return FJ_OK;
 }

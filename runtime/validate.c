@@ -407,9 +407,10 @@ static fj_status check_i32_vector(const fj_tensor *t, const char *name, int64_t 
 }
 
 /* Packed queries of variable lengths: cu_seqlens_q [batch + 1] and max_seqlen_q; q and out
-** [total_q, heads, dim] against k's and v's last two dimensions (kv heads, head dims; k and v
-** checked as tensors), lse [heads_q, total_q]. Tensors with a query-row dimension (a bias, a
-** mask, ranges, block classes) are not supported: their rows would be the sequences'. */
+** [total_q, heads, dim] against k's and v's last two dimensions (kv heads, head dims; q, k, v
+** and out checked as tensors by the caller), lse [heads_q, total_q]. Tensors with a query-row
+** dimension (a bias, a mask, ranges, block classes) are not supported: their rows would be the
+** sequences'. */
 static fj_status check_packed_queries(const fj_attention_desc *d, const fj_tensor *q,
                                       const fj_tensor *k, const fj_tensor *v,
                                       const fj_tensor *out, const fj_tensor *lse, fj__problem *p,
@@ -427,8 +428,6 @@ static fj_status check_packed_queries(const fj_attention_desc *d, const fj_tenso
                         : d->mask        ? "mask"
                         : d->mask_ranges ? "mask_ranges"
                                          : "block_mask");
-    TRY(check_tensor(q, "q", 3, err));
-    TRY(check_tensor(out, "out", 3, err));
     TRY(check_dtypes(q, k, v, out, err));
     const int h = k->ndim - 2; /* k's and v's kv-head axis */
     const int64_t total_q = q->shape[0];
@@ -496,6 +495,8 @@ static fj_status check_paged(const fj_attention_desc *d, const fj_tensor *q, con
     TRY(check_dim(err, "v", 1, v->shape[1], k->shape[1], "page_size, as k.shape[1]"));
     const char *batch_is;
     if (d->cu_seqlens_q) {
+        TRY(check_tensor(q, "q", 3, err));
+        TRY(check_tensor(out, "out", 3, err));
         TRY(check_packed_queries(d, q, k, v, out, lse, p, err));
         const fj_tensor *kv[2] = {k, v};
         for (int i = 0; i < 2; i++) /* the page's, the row's in the page, the head's */
@@ -548,6 +549,7 @@ static fj_status check_packed(const fj_attention_desc *d, const fj_tensor *q, co
     TRY(check_tensor(q, "q", 3, err));
     TRY(check_tensor(k, "k", 3, err));
     TRY(check_tensor(v, "v", 3, err));
+    TRY(check_tensor(out, "out", 3, err));
     TRY(check_packed_queries(d, q, k, v, out, lse, p, err));
     TRY(check_i32_vector(d->cu_seqlens_k, "desc.cu_seqlens_k", d->cu_seqlens_q->shape[0], err));
     if (d->seqused_k)

@@ -6,9 +6,9 @@
 % --
 % -- Work: a work-group of THREADS work-items per (token, sequence) copies the token's keys and
 % -- values of every kv head. Packed new tokens (varlen): a work-group per row of k_new and v_new,
-% -- which finds its sequence b by bisection of cu_seqlens_new (clamped into the rows, as
-% -- sequence.lua clamps offsets) and is its token row - cu_seqlens_new[b]; a row of no
-% -- sequence is not written.
+% -- which finds its sequence b by bisection of cu_seqlens_new and is its token row - (b's first
+% -- row, clamped as sequence.lua's packed_queries clamps offsets); a row of no sequence is not
+% -- written.
 % --
 % -- Parameters: backend, q/kv/out dtypes (the cache's, 16-bit, f32 or FP8: kv_dtype decides
 % -- the element size),
@@ -16,6 +16,7 @@
 % assert(threads == 128, "kv_append: 128 work-items per work-group")
 % include("dialect.lua")
 % include("params.lua")
+% include("sequence.lua")
 % params_struct(args)
 #define THREADS ${threads}
 % local raw = kv_dtype == "f32" and "uint" or is_fp8(kv_dtype) and "uchar" or "ushort"
@@ -28,20 +29,22 @@ fj_kv_append(
 {
 % if varlen > 0 then
     const int r = BLOCK_X, tid = THREAD_X;
-    GLOBAL const int *cu = GPTR(const int, P.cu_seqlens_new);
-#define FIRST_ROW(i) I_MIN(I_MAX(LDG(cu + (i)), 0), P.tokens)
-    int b = 0; /* the last sequence whose first row is at most r */
-    for (int hi = P.batch - 1; b < hi;) {
-        const int mid = b + (hi - b + 1) / 2;
-        if (FIRST_ROW(mid) <= r)
-            b = mid;
+    GLOBAL const int *cu_seqlens_q = GPTR(const int, P.cu_seqlens_new);
+    const int total_q = P.tokens, max_seqlen_q = P.tokens;
+    /* The last sequence whose first row is at most r (0 <= r < tokens: clamping the offsets
+    ** into the rows would not change a comparison). */
+    int batch = 0;
+    for (int hi = P.batch - 1; batch < hi;) {
+        const int mid = batch + (hi - batch + 1) / 2;
+        if (LDG(cu_seqlens_q + mid) <= r)
+            batch = mid;
         else
             hi = mid - 1;
     }
-    const int first = FIRST_ROW(b);
-    if (r < first || r >= I_MAX(FIRST_ROW(b + 1), first))
+%   packed_queries()
+    if (r < q_first || r >= q_first + seqlen_q)
         return; /* a row between sequences (or offsets out of order) */
-    const int t = r - first;
+    const int b = batch, t = r - q_first;
 % else
     const int t = BLOCK_X, b = BLOCK_Y, tid = THREAD_X;
 % end

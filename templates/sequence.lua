@@ -7,7 +7,9 @@
 % -- block's locals (cu_seqlens_q, cu_seqlens_k, seqused_k, total_q, total_k, max_seqlen_q,
 % -- max_seqlen_k) are declared; it declares q_first, k_first, seqlen_q, len_k (the keys the
 % -- sequence holds) and seqlen_k (the keys it uses). packed_queries() declares the queries'
-% -- alone, q_first and seqlen_q (a paged cache's keys are found otherwise).
+% -- alone, q_first and seqlen_q (a paged cache's keys are found otherwise; keys_between puts
+% -- packed_sequence's k_first between them, where it always stood, so those kernels' text and
+% -- binaries stay as they were).
 % function packed_queries(keys_between)
     const int q_first = I_MIN(I_MAX(cu_seqlens_q[batch], 0), total_q);
 %   if keys_between then
