@@ -203,22 +203,21 @@ int fjr_visible(const fjr_problem *p, int64_t b, int64_t h, int64_t i, int64_t j
         return 0;
     if (p->window_right >= 0 && j > diag + p->window_right)
         return 0;
+    const int64_t tb = b + p->batch_offset; /* the batch of the mask tensors */
     if (p->blocks) {
         /* 0: the block is skipped; 2: kept whole, whatever the other masks say. */
-        int32_t cls = p->blocks[(b + p->batch_offset) * p->blocks_stride[0] +
-                                h * p->blocks_stride[1] + (i / 128) * p->blocks_stride[2] +
-                                j / 128];
+        int32_t cls = p->blocks[tb * p->blocks_stride[0] + h * p->blocks_stride[1] +
+                                (i / 128) * p->blocks_stride[2] + j / 128];
         if (cls == 0)
             return 0;
         if (cls == 2)
             return 1;
     }
-    if (p->mask && !p->mask[pair_offset(p->mask_stride, b + p->batch_offset, h, i, j)])
+    if (p->mask && !p->mask[pair_offset(p->mask_stride, tb, h, i, j)])
         return 0;
     if (p->ranges) {
-        const int32_t *r =
-            p->ranges + (b + p->batch_offset) * p->ranges_stride[0] + h * p->ranges_stride[1] +
-            j * p->ranges_stride[2];
+        const int32_t *r = p->ranges + tb * p->ranges_stride[0] + h * p->ranges_stride[1] +
+                           j * p->ranges_stride[2];
         if ((i >= r[0] && i < r[1]) || (p->ranges_n == 4 && i >= r[2] && i < r[3]))
             return 0;
     }
@@ -248,13 +247,13 @@ double fjr_flops(const fjr_problem *p)
 static double score_terms(const fjr_problem *p, int64_t b, int64_t h, int64_t i, int64_t j)
 {
     double t = 0;
+    const int64_t tb = b + p->batch_offset; /* the batch of the slopes and the bias */
     if (p->alibi)
-        t -= p->alibi[(b + p->batch_offset) * p->alibi_stride_b + h] *
+        t -= p->alibi[tb * p->alibi_stride_b + h] *
              fabs((double)(i + p->seqlen_k - p->seqlen_q - j));
     if (p->bias)
         t += fjr_load(p->bias_dtype, (const unsigned char *)p->bias +
-                                         (size_t)pair_offset(p->bias_stride, b + p->batch_offset,
-                                                             h, i, j) *
+                                         (size_t)pair_offset(p->bias_stride, tb, h, i, j) *
                                              fj_dtype_size(p->bias_dtype));
     return t;
 }
