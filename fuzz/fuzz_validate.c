@@ -193,12 +193,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     /* The same tensors as an append to a paged cache: new keys and values t[0], t[1] into
     ** t[2], t[3] through the page table t[13] at the lengths t[10]; dense, then packed by the
-    ** offsets t[8]. */
+    ** offsets t[8]; with the descale factors the descriptor has for k and v. */
     for (int packed = 0; packed <= 1; packed++) {
         fj__append_problem ap;
         fj__err aerr = {{0}};
-        if (fj__validate_append(&t[0], &t[1], packed ? &t[8] : NULL, &t[2], &t[3], &t[13],
-                                &t[10], &ap, &aerr) == FJ_OK) {
+        if (fj__validate_append(&t[0], &t[1], packed ? &t[8] : NULL, d.k_descale, d.v_descale,
+                                &t[2], &t[3], &t[13], &t[10], &ap, &aerr) == FJ_OK) {
             fj__plan plan;
             if (fj__plan_append(&ap, FJ_BACKEND_OPENCL, &plan, &aerr) == FJ_OK) {
                 char *text = NULL, hash[65];

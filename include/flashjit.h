@@ -433,8 +433,11 @@ FJ_API fj_status fj_attention_merge(fj_context *ctx, const fj_tensor *outs, cons
 ** sequence b, k_new[b, t] and v_new[b, t], goes to position seqused_k[b] + t of the sequence,
 ** i.e. row (position % page_size) of page page_table[b, position / page_size].
 **  - k_new [b, tokens, heads_kv, head_dim], v_new [b, tokens, heads_kv, head_dim_v]: any
-**    strides with a contiguous last dimension, the caches' dtype (f16, bf16, f32, or an FP8
-**    cache's f8e4m3 / f8e5m2: the new tokens already quantised, copied as bytes).
+**    strides with a contiguous last dimension, one dtype. Of the caches' dtype, they are
+**    copied as bits (f16, bf16, f32, or an FP8 cache's f8e4m3 / f8e5m2: tokens already
+**    quantised). Of f16, bf16 or f32 into a cache of another dtype, they are rounded to it
+**    (to nearest even; into FP8, saturated at the largest finite value, NaN kept): this is
+**    fj_kv_cache_append_quantized with both descale factors 1.
 **  - k_cache, v_cache [num_pages, page_size, heads_kv, head_dim (head_dim_v)]; page_table I32
 **    [b, max_pages]; seqused_k I32 [b], the sequences' lengths before the append. It is read,
 **    not changed: add tokens to it (on the device) before the attention call that should see
@@ -462,6 +465,25 @@ FJ_API fj_status fj_kv_cache_append_packed(fj_context *ctx, const fj_tensor *k_n
                                            const fj_tensor *cu_seqlens_new, fj_tensor *k_cache,
                                            fj_tensor *v_cache, const fj_tensor *page_table,
                                            const fj_tensor *seqused_k, void *stream);
+
+/* Appends f16, bf16 or f32 keys and values to an FP8 KV cache, quantising them as the cache
+** write of a serving engine does: each element of k_new is divided by its descale factor
+** (k_descale's of the element's sequence and kv head), rounded to nearest even into the
+** cache's dtype and saturated at its largest finite value (f8e4m3 +-448, f8e5m2 +-57344; NaN
+** stays NaN); v_new likewise by v_descale. The descale factors are those the attention
+** reads the cache with (fj_attention_desc.k_descale and v_descale, real value = cached value *
+** factor): F32 [1] or [b, heads_kv] (any strides, 0 included, e.g. per kv head only); NULL is
+** a factor of 1. cu_seqlens_new NULL: k_new and v_new are [b, tokens, ...] as
+** fj_kv_cache_append's; else packed as fj_kv_cache_append_packed's. Everything else is as
+** there; descale factors with a cache that is not FP8, or with tokens that already are, are
+** FJ_ERR_INVALID_ARGUMENT. */
+FJ_API fj_status fj_kv_cache_append_quantized(fj_context *ctx, const fj_tensor *k_new,
+                                              const fj_tensor *v_new,
+                                              const fj_tensor *cu_seqlens_new,
+                                              const fj_tensor *k_descale,
+                                              const fj_tensor *v_descale, fj_tensor *k_cache,
+                                              fj_tensor *v_cache, const fj_tensor *page_table,
+                                              const fj_tensor *seqused_k, void *stream);
 
 /* Where the kernel of a call came from. */
 typedef enum fj_kernel_source {

@@ -24,10 +24,16 @@ fj_status fj__plan_append(const fj__append_problem *p, fj_backend_kind backend, 
     v->family = FJ__FAMILY_APPEND;
     v->backend = backend;
     v->path = FJ__PATH_SIMT;
-    /* The copy is by bits, kv_dtype giving the element size. The dialect writes no FP8 element,
-    ** so an FP8 cache's q and out roles are named bf16 (the kernel uses neither). */
+    /* kv_dtype: the caches'. New tokens of that dtype are copied by bits, kv_dtype giving the
+    ** element size, and the q and out roles are unused (named as kv, or bf16 for an FP8 cache).
+    ** Others are read as the q role and rounded into the caches as the out role. */
     v->kv_dtype = p->dtype;
-    v->q_dtype = v->out_dtype = fj__dtype_fp8(p->dtype) ? FJ_DTYPE_BF16 : p->dtype;
+    if (p->new_dtype == p->dtype) {
+        v->q_dtype = v->out_dtype = fj__dtype_fp8(p->dtype) ? FJ_DTYPE_BF16 : p->dtype;
+    } else {
+        v->q_dtype = p->new_dtype;
+        v->out_dtype = p->dtype;
+    }
     v->acc_dtype = FJ_DTYPE_F32;
     v->threads = APPEND_THREADS;
     s->block[0] = APPEND_THREADS;
@@ -63,4 +69,10 @@ void fj__append_fill(const fj__append_problem *p, void *params)
     A->cu_seqlens_new = p->cu_seqlens_new ? p->cu_seqlens_new->data : NULL;
     A->batch = (int32_t)p->batch;
     A->tokens = (int32_t)p->tokens;
+    A->k_descale = p->descale[0] ? p->descale[0]->data : NULL;
+    A->v_descale = p->descale[1] ? p->descale[1]->data : NULL;
+    A->kd_sb = p->descale_stride[0][0];
+    A->kd_sh = p->descale_stride[0][1];
+    A->vd_sb = p->descale_stride[1][0];
+    A->vd_sh = p->descale_stride[1][1];
 }

@@ -274,7 +274,8 @@ FJ__PARAM_STRUCT(fj__bwd_tma_params, FJ__BWD_TMA_PARAMS);
 ** with batch, token and head strides (packed [tokens, hkv, d]: batch stride 0, and sequence b's
 ** rows from cu_seqlens_new[b], of batch sequences); the caches [num_pages, page_size, hkv, d]
 ** with page, row and head strides; the page table [b, max_pages] (batch stride) and
-** seqused_k [b]. */
+** seqused_k [b]; an FP8 cache's descale factors of k and v (NULL: 1) with batch and head
+** strides. */
 #define FJ__APPEND_PARAMS(X, T)                                                                    \
     X(T, PTR, k_new, "const void")                                                                 \
     X(T, PTR, v_new, "const void")                                                                 \
@@ -303,7 +304,13 @@ FJ__PARAM_STRUCT(fj__bwd_tma_params, FJ__BWD_TMA_PARAMS);
     X(T, I32, max_pages, 0)                                                                        \
     X(T, PTR, cu_seqlens_new, "const int")                                                         \
     X(T, I32, batch, 0)                                                                            \
-    X(T, I32, tokens, 0)
+    X(T, I32, tokens, 0)                                                                           \
+    X(T, PTR, k_descale, "const float")                                                            \
+    X(T, PTR, v_descale, "const float")                                                            \
+    X(T, I64, kd_sb, 0)                                                                            \
+    X(T, I64, kd_sh, 0)                                                                            \
+    X(T, I64, vd_sb, 0)                                                                            \
+    X(T, I64, vd_sh, 0)
 FJ__PARAM_STRUCT(fj__append_params, FJ__APPEND_PARAMS);
 
 /* The largest parameter block, for buffers that hold any of them. */

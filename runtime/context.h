@@ -101,11 +101,13 @@ fj_status fj__validate_backward_memory(const fj__bwd_problem *p,
                                        const struct fj_backend_ops *ops, void *backend,
                                        fj__err *err);
 
-/* Checks every argument of fj_kv_cache_append (cu_seqlens_new NULL) or
-** fj_kv_cache_append_packed and fills *p. */
+/* Checks every argument of fj_kv_cache_append_quantized (cu_seqlens_new NULL: dense new
+** tokens; descale factors NULL: 1), which fj_kv_cache_append and _packed are too, and fills
+** *p. */
 fj_status fj__validate_append(const fj_tensor *k_new, const fj_tensor *v_new,
-                              const fj_tensor *cu_seqlens_new,
-                              const fj_tensor *k_cache, const fj_tensor *v_cache,
+                              const fj_tensor *cu_seqlens_new, const fj_tensor *k_descale,
+                              const fj_tensor *v_descale, const fj_tensor *k_cache,
+                              const fj_tensor *v_cache,
                               const fj_tensor *page_table, const fj_tensor *seqused_k,
                               fj__append_problem *p, fj__err *err);
 /* The append's counterpart of fj__validate_memory. */

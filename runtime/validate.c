@@ -299,8 +299,31 @@ static fj_status check_dtypes(const fj_tensor *q, const fj_tensor *k, const fj_t
     return FJ_OK;
 }
 
-/* desc's descale factors (each for an FP8 input only: q's for q, k's and v's for the KV): f32,
-** [1] or [batch, heads_kv]; their batch and kv head strides (0 for [1]) go to p. */
+/* A tensor of FP8 descale factors (named name): f32, [1] or [batch, heads_kv]; its batch and
+** kv head strides (0 for [1]) go to stride. */
+static fj_status check_descale(const fj_tensor *t, const char *name, int64_t batch,
+                               int64_t heads_kv, int64_t stride[2], fj__err *err)
+{
+    if (t->ndim != 1 && t->ndim != 2)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                        "%s.ndim = %d, expected 1 ([1]) or 2 ([batch, heads_kv])", name,
+                        (int)t->ndim);
+    TRY(check_tensor(t, name, t->ndim, err));
+    if (t->dtype != FJ_DTYPE_F32)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "%s.dtype = %s, expected f32", name,
+                        fj__dtype_name(t->dtype));
+    stride[0] = stride[1] = 0;
+    if (t->ndim == 1)
+        return check_dim(err, name, 0, t->shape[0], 1, "one factor");
+    TRY(check_dim(err, name, 0, t->shape[0], batch, "batch"));
+    TRY(check_dim(err, name, 1, t->shape[1], heads_kv, "heads_kv"));
+    stride[0] = t->stride[0];
+    stride[1] = t->stride[1];
+    return FJ_OK;
+}
+
+/* desc's descale factors (each for an FP8 input only: q's for q, k's and v's for the KV); their
+** strides go to p. */
 static fj_status check_descales(const fj_attention_desc *d, fj__problem *p, fj__err *err)
 {
     const fj_tensor *ts[3] = {d->q_descale, d->k_descale, d->v_descale};
@@ -314,22 +337,7 @@ static fj_status check_descales(const fj_attention_desc *d, fj__problem *p, fj__
             return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
                             "%s: descale factors are for fp8 inputs, and %s.dtype = %s", names[i],
                             i == 0 ? "q" : "k", fj__dtype_name(scaled));
-        if (t->ndim != 1 && t->ndim != 2)
-            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
-                            "%s.ndim = %d, expected 1 ([1]) or 2 ([batch, heads_kv])", names[i],
-                            (int)t->ndim);
-        TRY(check_tensor(t, names[i], t->ndim, err));
-        if (t->dtype != FJ_DTYPE_F32)
-            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "%s.dtype = %s, expected f32", names[i],
-                            fj__dtype_name(t->dtype));
-        if (t->ndim == 1) {
-            TRY(check_dim(err, names[i], 0, t->shape[0], 1, "one factor"));
-        } else {
-            TRY(check_dim(err, names[i], 0, t->shape[0], p->batch, "batch"));
-            TRY(check_dim(err, names[i], 1, t->shape[1], p->heads_kv, "heads_kv"));
-            p->descale_stride[i][0] = t->stride[0];
-            p->descale_stride[i][1] = t->stride[1];
-        }
+        TRY(check_descale(t, names[i], p->batch, p->heads_kv, p->descale_stride[i], err));
         p->descale[i] = t;
     }
     return FJ_OK;
@@ -894,8 +902,57 @@ fj_status fj__validate_merge(const fj_tensor *outs, const fj_tensor *lses, int32
 
 /* ---- appends to a paged KV cache ---------------------------------------------------------- */
 
+/* The dtypes of an append: k_new's and v_new's one, the caches' one; the new tokens are copied
+** as bits into a cache of their dtype, else (f16, bf16, f32 only) rounded into it, divided by
+** descale factors where the cache is FP8. */
+static fj_status check_append_dtypes(const fj_tensor *k_new, const fj_tensor *v_new,
+                                     const fj_tensor *k_cache, const fj_tensor *v_cache,
+                                     fj__err *err)
+{
+    if (!is_state_dtype(k_cache->dtype) && !fj__dtype_fp8(k_cache->dtype))
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                        "k_cache.dtype = %s, expected f16, bf16, f32, f8e4m3 or f8e5m2",
+                        fj__dtype_name(k_cache->dtype));
+    if (v_cache->dtype != k_cache->dtype)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "v_cache.dtype = %s differs from "
+                        "k_cache.dtype = %s", fj__dtype_name(v_cache->dtype),
+                        fj__dtype_name(k_cache->dtype));
+    if (v_new->dtype != k_new->dtype)
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "v_new.dtype = %s differs from "
+                        "k_new.dtype = %s", fj__dtype_name(v_new->dtype),
+                        fj__dtype_name(k_new->dtype));
+    if (k_new->dtype != k_cache->dtype && !is_state_dtype(k_new->dtype))
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                        "k_new.dtype = %s differs from k_cache.dtype = %s: new tokens are of "
+                        "the caches' dtype, or f16, bf16 or f32 to round into it",
+                        fj__dtype_name(k_new->dtype), fj__dtype_name(k_cache->dtype));
+    return FJ_OK;
+}
+
+/* The descale factors of a quantising append (NULL: 1): for f16, bf16 or f32 tokens into an
+** FP8 cache only. */
+static fj_status check_append_descales(const fj_tensor *k_descale, const fj_tensor *v_descale,
+                                       fj__append_problem *p, fj__err *err)
+{
+    const fj_tensor *ts[2] = {k_descale, v_descale};
+    static const char *const names[2] = {"k_descale", "v_descale"};
+    for (int i = 0; i < 2; i++) {
+        if (!ts[i])
+            continue;
+        if (!fj__dtype_fp8(p->dtype) || p->new_dtype == p->dtype)
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                            "%s: descale factors quantise f16, bf16 or f32 tokens into an fp8 "
+                            "cache, and k_new.dtype = %s, k_cache.dtype = %s",
+                            names[i], fj__dtype_name(p->new_dtype), fj__dtype_name(p->dtype));
+        TRY(check_descale(ts[i], names[i], p->batch, p->heads_kv, p->descale_stride[i], err));
+        p->descale[i] = ts[i];
+    }
+    return FJ_OK;
+}
+
 fj_status fj__validate_append(const fj_tensor *k_new, const fj_tensor *v_new,
-                              const fj_tensor *cu_seqlens_new, const fj_tensor *k_cache,
+                              const fj_tensor *cu_seqlens_new, const fj_tensor *k_descale,
+                              const fj_tensor *v_descale, const fj_tensor *k_cache,
                               const fj_tensor *v_cache, const fj_tensor *page_table,
                               const fj_tensor *seqused_k, fj__append_problem *p, fj__err *err)
 {
@@ -915,19 +972,7 @@ fj_status fj__validate_append(const fj_tensor *k_new, const fj_tensor *v_new,
     TRY(check_tensor(v_new, "v_new", 4 - packed, err));
     TRY(check_tensor(k_cache, "k_cache", 4, err));
     TRY(check_tensor(v_cache, "v_cache", 4, err));
-    if (!is_state_dtype(k_cache->dtype) && !fj__dtype_fp8(k_cache->dtype))
-        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
-                        "k_cache.dtype = %s, expected f16, bf16, f32, f8e4m3 or f8e5m2",
-                        fj__dtype_name(k_cache->dtype));
-    const struct {
-        const fj_tensor *t;
-        const char *name;
-    } same[3] = {{v_cache, "v_cache"}, {k_new, "k_new"}, {v_new, "v_new"}};
-    for (int i = 0; i < 3; i++)
-        if (same[i].t->dtype != k_cache->dtype)
-            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
-                            "%s.dtype = %s differs from k_cache.dtype = %s", same[i].name,
-                            fj__dtype_name(same[i].t->dtype), fj__dtype_name(k_cache->dtype));
+    TRY(check_append_dtypes(k_new, v_new, k_cache, v_cache, err));
     if (packed) {
         TRY(check_i32_vector(cu_seqlens_new, "cu_seqlens_new", 0, err));
         p->batch = cu_seqlens_new->shape[0] - 1;
@@ -942,6 +987,7 @@ fj_status fj__validate_append(const fj_tensor *k_new, const fj_tensor *v_new,
     p->num_pages = k_cache->shape[0];
     p->page_size = k_cache->shape[1];
     p->dtype = k_cache->dtype;
+    p->new_dtype = k_new->dtype;
     TRY(check_dim(err, "v_new", a, v_new->shape[a], p->tokens, tokens_as[packed]));
     TRY(check_dim(err, "v_new", a + 1, v_new->shape[a + 1], p->heads_kv, heads_as[packed]));
     TRY(check_dim(err, "k_cache", 2, k_cache->shape[2], p->heads_kv, heads_as[packed]));
@@ -969,6 +1015,13 @@ fj_status fj__validate_append(const fj_tensor *k_new, const fj_tensor *v_new,
                   packed ? "batch, as cu_seqlens_new.shape[0] - 1" : "batch, as k_new.shape[0]"));
     TRY(check_i32_vector(seqused_k, "seqused_k", p->batch, err));
     p->max_pages = page_table->shape[1];
+    TRY(check_append_descales(k_descale, v_descale, p, err));
+    static const char *const descale_names[2] = {"k_descale", "v_descale"};
+    for (int i = 0; i < 2; i++)
+        if (p->descale[i]) {
+            TRY(check_apart(k_cache, "k_cache", p->descale[i], descale_names[i], 0, err));
+            TRY(check_apart(v_cache, "v_cache", p->descale[i], descale_names[i], 0, err));
+        }
     if (p->num_pages > INT32_MAX || p->max_pages > INT32_MAX / p->page_size)
         return fj__fail(err, FJ_ERR_UNSUPPORTED,
                         "%lld pages of %lld rows, %lld per sequence: at most 2^31 - 1 rows",
@@ -995,11 +1048,13 @@ fj_status fj__validate_append_memory(const fj__append_problem *p, const struct f
 {
     if (!ops->check_memory)
         return FJ_OK;
-    const fj_tensor *t[7] = {p->k_new,      p->v_new,     p->k_cache,         p->v_cache,
-                             p->page_table, p->seqused_k, p->cu_seqlens_new};
-    static const char *const names[7] = {"k_new",      "v_new",     "k_cache",       "v_cache",
-                                         "page_table", "seqused_k", "cu_seqlens_new"};
-    for (int i = 0; i < 7; i++)
+    const fj_tensor *t[9] = {p->k_new,      p->v_new,     p->k_cache,         p->v_cache,
+                             p->page_table, p->seqused_k, p->cu_seqlens_new, p->descale[0],
+                             p->descale[1]};
+    static const char *const names[9] = {"k_new",      "v_new",     "k_cache",
+                                         "v_cache",    "page_table", "seqused_k",
+                                         "cu_seqlens_new", "k_descale", "v_descale"};
+    for (int i = 0; i < 9; i++)
         if (t[i])
             TRY(device_memory(ops, backend, t[i], names[i], err));
     return FJ_OK;

@@ -11,7 +11,8 @@
 % -- smem_matches_host() checks, at compile time, that the kernel's struct Smem has the size the
 % -- host gave as shared_bytes (fj__variant_shared_bytes).
 % -- Parameters: backend ("opencl" or "cuda"), q_dtype, kv_dtype, out_dtype ("f32", "f16",
-% -- "bf16"; q and kv also "f8e4m3", "f8e5m2", which are read, never written).
+% -- "bf16", "f8e4m3", "f8e5m2"; FP8 stores round to nearest even and saturate at the largest
+% -- finite value, as CUDA's satfinite conversions).
 % if backend == "opencl" then
 #define KERNEL(threads) __kernel __attribute__((reqd_work_group_size(threads, 1, 1))) void
 #define GLOBAL __global
@@ -26,6 +27,7 @@
 #define F_EXP2 exp2
 #define F_LOG2 log2
 #define F_TANH tanh
+#define F_RINT rint
 #define F_INF INFINITY
 #define F_LN2 M_LN2_F
 #define LOCAL_FLAG_SET(x) atomic_or(&(x), 1)
@@ -47,6 +49,7 @@ typedef long I64;
 #define F_EXP2 exp2f
 #define F_LOG2 log2f
 #define F_TANH tanhf
+#define F_RINT rintf
 #define F_INF __int_as_float(0x7f800000)
 #define F_LN2 0.693147180559945309f
 #define LOCAL_FLAG_SET(x) atomicOr(&(x), 1)
@@ -150,7 +153,7 @@ INLINE ushort float_to_bf16(float f)
 % local fp8 = { f8e4m3 = "e4m3", f8e5m2 = "e5m2" }
 % -- Whether dtype name dt is an FP8 type (for the asserts of templates that include this one).
 % function is_fp8(dt) return fp8[dt] ~= nil end
-% if fp8[q_dtype] or fp8[kv_dtype] then
+% if fp8[q_dtype] or fp8[kv_dtype] or fp8[out_dtype] then
 /* FP8 to float, exactly: e4m3 (exponent bias 7, no infinities, S.1111.111 is NaN) and e5m2
 ** (bias 15, IEEE-like: f16's top byte). Subnormals are m * 2^(1 - bias - mantissa bits). */
 INLINE float e4m3_to_float(uchar b)
@@ -172,15 +175,46 @@ INLINE float e5m2_to_float(uchar b)
     return BITS_TO_FLOAT(s | ((e + 112u) << 23) | (m << 21));
 }
 % end
-% -- One role's element type and accesses: typedef T <role>_t; <ROLE>_LOAD, _LOAD_RO, _STORE (not
-% -- for FP8).
+% if fp8[out_dtype] then
+/* Float to FP8, rounded to nearest even, saturated at the largest finite value (infinities
+** too); NaN stays NaN. Below the smallest normal (2^-6, 2^-14) in units of the subnormal
+** step, where rounding up to 2^mantissa bits is the smallest normal's code; above it the
+** float's bits rounded at the FP8 mantissa's last bit, exponent rebiased (a carry moves into
+** the exponent, as it should). */
+INLINE uchar float_to_e4m3(float x)
+{
+    const uint u = FLOAT_TO_BITS(x), s = (u >> 24) & 0x80u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u)
+        return (uchar)(s | 0x7fu);
+    if (a >= 0x43e00000u) /* 448 */
+        return (uchar)(s | 0x7eu);
+    if (a < 0x3c800000u) /* 2^-6 */
+        return (uchar)(s | (uint)F_RINT(BITS_TO_FLOAT(a) * 512.0f));
+    return (uchar)(s | (((a + 0x7ffffu + ((a >> 20) & 1u)) >> 20) - (120u << 3)));
+}
+INLINE uchar float_to_e5m2(float x)
+{
+    const uint u = FLOAT_TO_BITS(x), s = (u >> 24) & 0x80u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u)
+        return (uchar)(s | 0x7fu);
+    if (a >= 0x47600000u) /* 57344 */
+        return (uchar)(s | 0x7bu);
+    if (a < 0x38800000u) /* 2^-14 */
+        return (uchar)(s | (uint)F_RINT(BITS_TO_FLOAT(a) * 65536.0f));
+    return (uchar)(s | (((a + 0xfffffu + ((a >> 21) & 1u)) >> 21) - (112u << 2)));
+}
+% end
+% -- One role's element type and accesses: typedef T <role>_t; <ROLE>_LOAD, _LOAD_RO, _STORE (FP8:
+% -- the out role's only).
 % local function element_role(role, dt)
 %   local R = role:upper()
 %   if fp8[dt] then
-%     assert(role ~= "o", "dialect: " .. dt .. " is read, never written")
 typedef uchar ${role}_t;
 #define ${R}_LOAD(p, i) ${fp8[dt]}_to_float((p)[i])
 #define ${R}_LOAD_RO(p, i) ${fp8[dt]}_to_float(LDG((p) + (i)))
+%     if role == "o" then
+#define ${R}_STORE(p, i, x) ((p)[i] = float_to_${fp8[dt]}(x))
+%     end
 %   elseif dt == "f32" then
 typedef float ${role}_t;
 #define ${R}_LOAD(p, i) ((p)[i])

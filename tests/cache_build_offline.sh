@@ -233,6 +233,14 @@ echo "$out"
 [ $status -eq 0 ] || { echo "FAIL: cache build --kv-dtype e4m3 (status $status)"; exit 1; }
 [ "$(echo "$out" | grep -c "cuda.decode ")" -eq 4 ] ||
     { echo "FAIL: cache build --kv-dtype e4m3 did not build four decode kernels"; exit 1; }
+# The same cache paged, also its appends: FP8 tokens copied, bf16 ones quantised (no spills).
+out=$("$cli" cache build --arch sm_90a --cache "$dir/fp8.db" --dtype bf16 --kv-dtype e4m3 \
+    --decode 1 --group 4 --head-dim 128 --causal 0 --seqlen 8192 --paged 16 2>&1)
+status=$?
+echo "$out"
+[ $status -eq 0 ] || { echo "FAIL: cache build --kv-dtype e4m3 --paged 16 ($status)"; exit 1; }
+[ "$(echo "$out" | awk '$2 == "cuda.kv_append" && $9 == 0' | wc -l)" -eq 2 ] ||
+    { echo "FAIL: cache build --kv-dtype e4m3 --paged 16: not two append kernels"; exit 1; }
 "$cli" cache verify "$dir/fp8.db" || exit 1
 checked=$((checked + 1))
 # Merges: one launch and a chain, with and without lse, both archs: no spills.

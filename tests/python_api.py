@@ -287,7 +287,12 @@ cases = [("bad head dim", lambda: ctx.forward(q, rand(1, 8, 2, 24), v), flashjit
           lambda: ctx.forward(q, rand(4, 16, 2, 32), rand(4, 16, 2, 16), layout="bhsd",
                               page_table=np.zeros((1, 4), np.int32),
                               seqused_k=np.full(1, 8, np.int32), max_seqlen_k=64),
-          flashjit.InvalidArgument, "bhsd")]
+          flashjit.InvalidArgument, "bhsd"),
+         ("descale factors for a float32 cache",
+          lambda: ctx.kv_cache_append(rand(1, 1, 2, 8), rand(1, 1, 2, 8), rand(2, 4, 2, 8),
+                                      rand(2, 4, 2, 8), np.zeros((1, 2), np.int32),
+                                      np.zeros(1, np.int32), k_descale=np.ones(1, np.float32)),
+          flashjit.InvalidArgument, "k_descale")]
 for name, fn, cls, field in cases:
     try:
         fn()

@@ -376,6 +376,43 @@ for f8 in (torch.float8_e4m3fn, torch.float8_e5m2):
           got.dtype == torch.bfloat16 and err <= ref.abs().max().item() / 128,
           f"max error {err:.3g} of {ref.abs().max().item():.3g}")
 
+    # bfloat16 tokens quantised into that format's paged cache by the append (packed, descale
+    # factors [b, hkv], values beyond the format's range saturated), then read by a paged
+    # decode with the same factors: the cache's bytes as torch quantises, the attention against
+    # float64 SDPA of the dequantised cache.
+    b, hkv, d, page, largest = 2, 2, 32, 8, torch.finfo(f8).max
+    kc8, vc8 = (torch.zeros(6, page, hkv, d, device=dev).to(f8) for _ in range(2))
+    table = torch.tensor([[4, 1, 3], [0, 5, 2]], device=dev, dtype=torch.int32)
+    used = torch.tensor([3, 9], device=dev, dtype=torch.int32)
+    cu = torch.tensor([0, 5, 7], device=dev, dtype=torch.int32)
+    kn, vn = (torch.randn(7, hkv, d, device=dev).mul(100).to(torch.bfloat16) for _ in range(2))
+    kf, vf = (torch.rand(b, hkv, device=dev) * 0.5 + 0.1 for _ in range(2))
+    fjt.kv_cache_append_quantized(kn, vn, cu, kf, vf, kc8, vc8, table, used)
+    seq = torch.repeat_interleave(torch.arange(b, device=dev), cu.diff())
+    ok = True
+    for new, f, cache in ((kn, kf, kc8), (vn, vf, vc8)):
+        want = (new.float() / f[seq][:, :, None]).clamp(-largest, largest).to(f8)
+        pos = used[seq] + torch.arange(7, device=dev) - cu[seq]
+        got = cache[table[seq, pos // page], pos % page]
+        ok = ok and torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+    lens = used + cu.diff()
+    q1 = torch.randn(b, 1, 4, d, device=dev, dtype=torch.bfloat16)
+    got = fctx.forward(q1, kc8, vc8, page_table=table, seqused_k=lens, max_seqlen_k=3 * page,
+                       k_descale=kf, v_descale=vf)
+    err = 0.0
+    for i in range(b):
+        n = int(lens[i])
+        rows = torch.cat([kc8[table[i, j // page], j % page][None] for j in range(n)])
+        vals = torch.cat([vc8[table[i, j // page], j % page][None] for j in range(n)])
+        k64 = rows.double() * kf[i].double()[:, None]
+        v64 = vals.double() * vf[i].double()[:, None]
+        ref = sdpa(q1[i:i + 1].double().transpose(1, 2), k64[None].transpose(1, 2),
+                   v64[None].transpose(1, 2), enable_gqa=True).transpose(1, 2)
+        err = max(err, (got[i:i + 1].double() - ref).abs().max().item() /
+                  max(ref.abs().max().item(), 1e-30))
+    check(f"bfloat16 tokens quantised into a paged {f8} cache, then read",
+          ok and err <= 1 / 128, f"bytes as torch quantises: {ok}, relative error {err:.3g}")
+
 if dev != "cuda":
     sys.exit(1 if failures else 0)
 

@@ -40,7 +40,8 @@ static int build_usage(FILE *f)
         "  kv head; what such calls run, whole and split (the decode kernel and the merge of\n"
         "  its splits); --paged P,... [0] k and v as a paged KV cache of P-key pages\n"
         "  (desc.page_table; 0: contiguous; page sizes share kernels but for whether a page\n"
-        "  holds whole key tiles: e.g. --paged 0,16,64)\n"
+        "  holds whole key tiles: e.g. --paged 0,16,64), with the kernels that append to it\n"
+        "  (fj_kv_cache_append, _packed with --varlen; an FP8 cache's quantising one)\n"
         "Merges (fj_attention_merge) instead of the forward kernels: --merge N,... (states per\n"
         "  merge, 1 to 64), for each --dtype (states and result) and --lse\n"
         "Training: --backward also builds each request's backward kernels (fj_attention_backward;\n"
@@ -159,6 +160,34 @@ typedef struct build_request {
     int v_in_k;   /* v a view of k's first dims (else v at an address of its own) */
     int backward; /* also the backward's kernels (with a bias, the dbias kernel too) */
 } build_request;
+
+/* Plans an append of tokens of new_dtype to a paged cache of cache_dtype (packed or not) as a
+** call would, and builds its kernel. */
+static void build_append_kernel(build_run *run, fj_dtype new_dtype, fj_dtype cache_dtype,
+                                int packed)
+{
+    const fj_tensor offsets = {.data = (void *)(uintptr_t)4096, .dtype = FJ_DTYPE_I32};
+    const fj__append_problem p = {.batch = 1,
+                                  .tokens = 1,
+                                  .heads_kv = 1,
+                                  .head_dim = 128,
+                                  .head_dim_v = 128,
+                                  .num_pages = 1,
+                                  .page_size = 16,
+                                  .max_pages = 1,
+                                  .cu_seqlens_new = packed ? &offsets : NULL,
+                                  .dtype = cache_dtype,
+                                  .new_dtype = new_dtype};
+    fj__plan plan;
+    fj__err err = {{0}};
+    if (fj__plan_append(&p, FJ_BACKEND_CUDA, &plan, &err) != FJ_OK) {
+        fprintf(stderr, "flashjit cache build: %s\n", err.msg);
+        run->failed++;
+        return;
+    }
+    for (int i = 0; i < plan.nsteps; i++)
+        build_variant(run, &plan.steps[i].variant, 0, 0, 0, 0);
+}
 
 /* Plans a representative request of r's shape (one sequence, one head, 16-byte aligned
 ** tensors: only what shapes the code matters) as a call would, and builds each kernel of the
@@ -287,6 +316,13 @@ static int build_request_kernels(build_run *run, const fj_device_info *dev, fj__
         for (int i = 0; i < plan.nsteps; i++)
             if (plan.steps[i].kind == FJ__STEP_KERNEL)
                 build_variant(run, &plan.steps[i].variant, r->d, r->dv, r->causal, r->softcap);
+    }
+    /* A paged cache is filled by appends: of its own dtype, and an FP8 cache's quantising one
+    ** from q's dtype; packed where the queries are. */
+    if (page) {
+        build_append_kernel(run, r->kv_dtype, r->kv_dtype, r->varlen != 0);
+        if (r->dtype != r->kv_dtype && !fj__dtype_fp8(r->dtype))
+            build_append_kernel(run, r->dtype, r->kv_dtype, r->varlen != 0);
     }
     if (r->backward) {
         /* Gradients like their tensors, each at an address of its own (the backward checks

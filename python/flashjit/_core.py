@@ -26,6 +26,8 @@ _BACKWARD = (("q", False), ("k", False), ("v", False), ("out", False), ("dout", 
 _APPEND = (("k_new", False), ("v_new", False), ("k_cache", True), ("v_cache", True),
            ("page_table", False), ("seqused_k", False))
 _APPEND_PACKED = _APPEND[:2] + (("cu_seqlens_new", False),) + _APPEND[2:]
+_APPEND_QUANTIZED = _APPEND[:2] + (("cu_seqlens_new", False), ("k_descale", False),
+                                   ("v_descale", False)) + _APPEND[2:]
 _BLOCK_MASK = (("q", False), ("k", False), ("classes", True))
 # fj_attention_desc as _run takes it: the options in this order, and the array fields (all
 # fj_tensor pointers but mod_args, a pointer and a count; dbias written; a caller may stop
@@ -445,14 +447,21 @@ class Context:
                      for a in range(3)) + (seqlen_k,)
 
     def kv_cache_append(self, k_new, v_new, k_cache, v_cache, page_table, seqused_k,
-                        stream=None, cu_seqlens_new=None):
+                        stream=None, cu_seqlens_new=None, k_descale=None, v_descale=None):
         """Writes k_new / v_new [b, tokens, hkv, d] into the paged caches [num_pages, page_size,
         hkv, d] at each sequence's length seqused_k[b] (int32 [b]), in the pages its row of
         page_table (int32 [b, max_pages]) lists (see fj_kv_cache_append). With cu_seqlens_new
         (int32 [b + 1]) the new tokens are packed [tokens, hkv, d], sequence b's from row
-        cu_seqlens_new[b] (see fj_kv_cache_append_packed). seqused_k is not changed: add the
+        cu_seqlens_new[b] (see fj_kv_cache_append_packed). Tokens of another dtype than the
+        caches' (float16, bfloat16, float32) are rounded into it; into an FP8 cache divided by
+        k_descale / v_descale (float32 [1] or [b, hkv], the attention's descale factors; None:
+        1) and saturated (see fj_kv_cache_append_quantized). seqused_k is not changed: add the
         tokens to it before attending to them."""
-        if cu_seqlens_new is None:
+        if k_descale is not None or v_descale is not None:
+            self._run("fj_kv_cache_append_quantized", _APPEND_QUANTIZED,
+                      (k_new, v_new, cu_seqlens_new, k_descale, v_descale, k_cache, v_cache,
+                       page_table, seqused_k), stream=stream)
+        elif cu_seqlens_new is None:
             self._run("fj_kv_cache_append", _APPEND,
                       (k_new, v_new, k_cache, v_cache, page_table, seqused_k), stream=stream)
         else:

@@ -267,8 +267,8 @@ static int call_init(call *c, PyObject *a, PyObject *kw)
         return -1;
     }
     Py_ssize_t nargs = PyTuple_GET_SIZE(args);
-    if (nargs != 5 && nargs != 7 && nargs != 8 && nargs != 11) {
-        PyErr_Format(PyExc_ValueError, "%zd leading arguments: 5, 7, 8 or 11 are called",
+    if (nargs != 5 && nargs != 7 && nargs != 8 && nargs != 10 && nargs != 11) {
+        PyErr_Format(PyExc_ValueError, "%zd leading arguments: 5, 7, 8, 10 or 11 are called",
                      nargs);
         return -1;
     }
@@ -408,6 +408,8 @@ static void *current_stream(const call *c, int *ok)
 typedef int (*fn5)(void *, void *, void *, void *, void *, void *);
 typedef int (*fn7)(void *, void *, void *, void *, void *, void *, void *, void *);
 typedef int (*fn8)(void *, void *, void *, void *, void *, void *, void *, void *, void *);
+typedef int (*fn10)(void *, void *, void *, void *, void *, void *, void *, void *, void *, void *,
+                    void *);
 typedef int (*fn11)(void *, void *, void *, void *, void *, void *, void *, void *, void *, void *,
                     void *, void *);
 
@@ -478,6 +480,9 @@ static PyObject *call_run(call *c, PyObject *const *a, Py_ssize_t n)
     case 5: st = ((fn5)c->fn)(g[0], g[1], g[2], g[3], g[4], stream); break;
     case 7: st = ((fn7)c->fn)(g[0], g[1], g[2], g[3], g[4], g[5], g[6], stream); break;
     case 8: st = ((fn8)c->fn)(g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], stream); break;
+    case 10:
+        st = ((fn10)c->fn)(g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], stream);
+        break;
     default:
         st = ((fn11)c->fn)(g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10],
                            stream);

@@ -131,6 +131,8 @@ def load(path=None):
         "fj_kv_cache_append": (ctypes.c_int, [ctypes.c_void_p] + [T] * 6 + [ctypes.c_void_p]),
         "fj_kv_cache_append_packed": (ctypes.c_int,
                                       [ctypes.c_void_p] + [T] * 7 + [ctypes.c_void_p]),
+        "fj_kv_cache_append_quantized": (ctypes.c_int,
+                                         [ctypes.c_void_p] + [T] * 9 + [ctypes.c_void_p]),
         "fj_block_mask_build": (ctypes.c_int, [ctypes.c_void_p, P(AttentionDesc)] + [T] * 3 +
                                 [ctypes.c_void_p]),
         "fj_context_last_call": (ctypes.c_int, [ctypes.c_void_p, P(CallInfo)]),
@@ -149,7 +151,8 @@ def load(path=None):
     # every argument a ctypes pointer-sized object or None, which the caller makes sure of.
     lib.unchecked = {}
     for name in ("fj_attention_forward", "fj_attention_backward", "fj_kv_cache_append",
-                 "fj_kv_cache_append_packed", "fj_block_mask_build", "fj_attention_tune"):
+                 "fj_kv_cache_append_packed", "fj_kv_cache_append_quantized",
+                 "fj_block_mask_build", "fj_attention_tune"):
         fn = lib[name]
         fn.restype = ctypes.c_int
         lib.unchecked[name] = fn

@@ -8,8 +8,8 @@ capture into CUDA graphs; and the entry points built on them:
     out = fjt.flex_attention(q, k, v, score_mod="s + 0.1 * (k - q)")   # FlexAttention-like, strings
 
 Operators: flashjit::attention_forward (returns out and the float32 log-sum-exp),
-flashjit::attention_backward, flashjit::attention_merge, flashjit::kv_cache_append and
-flashjit::kv_cache_append_packed (in place).
+flashjit::attention_backward, flashjit::attention_merge, flashjit::kv_cache_append,
+flashjit::kv_cache_append_packed and flashjit::kv_cache_append_quantized (in place).
 Calls run on PyTorch's current stream of the tensors' device, through one flashjit context per
 device (created on first use, inside PyTorch's CUDA context). CPU tensors run on the default
 backend (CUDA if usable, else OpenCL), copied to its device and back. Gradients flow to q, k,
@@ -219,6 +219,23 @@ def _kv_cache_append_packed_fake(k_new, v_new, cu_seqlens_new, k_cache, v_cache,
     return None
 
 
+@torch.library.custom_op("flashjit::kv_cache_append_quantized",
+                         mutates_args=("k_cache", "v_cache"))
+def kv_cache_append_quantized(k_new: Tensor, v_new: Tensor, cu_seqlens_new: Optional[Tensor],
+                              k_descale: Optional[Tensor], v_descale: Optional[Tensor],
+                              k_cache: Tensor, v_cache: Tensor, page_table: Tensor,
+                              seqused_k: Tensor) -> None:
+    context(k_cache.device).kv_cache_append(k_new, v_new, k_cache, v_cache, page_table,
+                                            seqused_k, cu_seqlens_new=cu_seqlens_new,
+                                            k_descale=k_descale, v_descale=v_descale)
+
+
+@kv_cache_append_quantized.register_fake
+def _kv_cache_append_quantized_fake(k_new, v_new, cu_seqlens_new, k_descale, v_descale, k_cache,
+                                    v_cache, page_table, seqused_k):
+    return None
+
+
 # ---- entry points ---------------------------------------------------------------------------
 def _direct(q, k, v, bias):
     """Whether attention() may call the context without the operator's dispatch (tens of
@@ -354,4 +371,5 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
 
 __all__ = ["attention", "scaled_dot_product_attention", "flex_attention", "create_block_mask",
            "context",
-           "attention_forward", "attention_backward", "attention_merge", "kv_cache_append"]
+           "attention_forward", "attention_backward", "attention_merge", "kv_cache_append",
+           "kv_cache_append_packed", "kv_cache_append_quantized"]
