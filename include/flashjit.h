@@ -264,7 +264,8 @@ typedef struct fj_attention_desc {
     ** max_seqlen_q and max_seqlen_k (>= 1) bound the lengths: the grid is sized by them. The
     ** host cannot read device memory, so the kernels clamp offsets into the tensors and lengths
     ** to the maxima instead of trusting them. lse is [heads_q, total_q]. Causal and windows
-    ** align each sequence's keys to its queries bottom-right. Not with bias or mask tensors.
+    ** align each sequence's keys to its queries bottom-right. Not with bias or mask tensors
+    ** (but for packed queries against a paged cache: see page_table).
     ** Runs on the Hopper tensor-core kernel (sm_90a) unless a mask_mod is given, elsewhere on
     ** the SIMT kernels. */
     const fj_tensor *cu_seqlens_q;
@@ -306,7 +307,8 @@ typedef struct fj_attention_desc {
     ** all work. Page numbers come from device memory the host cannot check: the kernel clamps
     ** them into [0, num_pages). Runs on the decode kernel (any seqlen_q); a bias's, a mask's and
     ** the ranges' key dimension is then the table's keys (max_pages_per_seq * page_size; with
-    ** packed queries they are refused, as with variable lengths); not with block_mask. */
+    ** packed queries their query dimension is max_seqlen_q, sequence b's query i at row i of
+    ** batch b: e.g. the tree masks of speculative decoding); not with block_mask. */
     const fj_tensor *page_table;
     /* fj_attention_backward: 1 gives bit-identical gradients run to run (no floating-point
     ** atomics in a varying order); 0 (default) lets the plan use them (on tensor cores, dq is

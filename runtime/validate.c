@@ -417,8 +417,9 @@ static fj_status check_i32_vector(const fj_tensor *t, const char *name, int64_t 
 /* Packed queries of variable lengths: cu_seqlens_q [batch + 1] and max_seqlen_q; q and out
 ** [total_q, heads, dim] against k's and v's last two dimensions (kv heads, head dims; q, k, v
 ** and out checked as tensors by the caller), lse [heads_q, total_q]. Tensors with a query-row
-** dimension (a bias, a mask, ranges, block classes) are not supported: their rows would be the
-** sequences'. */
+** dimension (a bias, a mask, ranges) are taken against a paged cache (the decode kernel's,
+** [batch, heads, max_seqlen_q, keys]: sequence b's row i at row i of batch b), not otherwise;
+** block classes never. */
 static fj_status check_packed_queries(const fj_attention_desc *d, const fj_tensor *q,
                                       const fj_tensor *k, const fj_tensor *v,
                                       const fj_tensor *out, const fj_tensor *lse, fj__problem *p,
@@ -430,7 +431,7 @@ static fj_status check_packed_queries(const fj_attention_desc *d, const fj_tenso
         return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
                         "desc.max_seqlen_q = %lld: must be >= 1 with variable lengths",
                         (long long)d->max_seqlen_q);
-    if (d->bias || d->mask || d->mask_ranges || d->block_mask)
+    if (!d->page_table && (d->bias || d->mask || d->mask_ranges || d->block_mask))
         return fj__fail(err, FJ_ERR_UNSUPPORTED, "desc.%s with variable lengths is not supported",
                         d->bias          ? "bias"
                         : d->mask        ? "mask"

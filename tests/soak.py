@@ -79,7 +79,7 @@ def decode_args(r):
         a += ["--mask-mod", r.choice(MASK_MODS)]
     if r.random() < 0.1:
         a += ["--score-mod", r.choice(SCORE_MODS), "--mod-args", ",".join(["0.1"] * hq)]
-    if r.random() < 0.1 and "--varlen" not in a:
+    if r.random() < 0.1 and ("--varlen" not in a or "--paged" in a):
         a += r.choice([["--bias", "full"], ["--bias", "keys"], ["--mask", "random"],
                        ["--mask", "keys"], ["--ranges", "2"]])
     return a

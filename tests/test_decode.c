@@ -358,19 +358,31 @@ static void test_other_requests_keep_the_forward(void **state)
 ** in f32), mask tensors (random, key padding) and FlashMask ranges, alone and with causal rows,
 ** windows, soft-capping and splits. On a paged cache the portable decode kernel applies them
 ** (positions within each sequence, bottom-right as the forward's; tensors over the table's
-** keys); contiguous, whichever kernel the plan prefers (the forward's tensor cores on CUDA's
-** 16-bit data, else the decode kernel) gives the same numbers. */
+** keys, and with packed queries over max_seqlen_q rows a sequence); contiguous, whichever
+** kernel the plan prefers (the forward's tensor cores on CUDA's 16-bit data, else the decode
+** kernel) gives the same numbers. */
 static void test_masks_and_score_terms(void **state)
 {
     static const float per_head[8] = {0.5f, 0.25f, 0.125f, 0.0625f, 1.0f, 0.3f, 0.02f, 0.7f};
-    fjh_case paged[11], dense[4];
-    for (int i = 0; i < 11; i++) {
+    fjh_case paged[14], dense[4];
+    for (int i = 0; i < 14; i++) {
         paged[i] = decode_case(1 + i % 3, 300 + 77 * i, 8, 2, i == 4 ? 128 : 64,
                                i == 5 || i == 8 ? FJ_DTYPE_F16 : FJ_DTYPE_BF16);
         paged[i].batch = 4;
-        paged[i].paged = (int[]){16, 1, 64, 7, 16, 256, 16, 5, 64, 1, 32}[i];
+        paged[i].paged = (int[]){16, 1, 64, 7, 16, 256, 16, 5, 64, 1, 32, 16, 5, 64}[i];
         paged[i].desc.causal = i % 2;
     }
+    /* Packed queries (up to 6 rows a sequence, a serving batch's speculative rows) with a
+    ** bias, a mask (a tree mask's shape) and ranges of max_seqlen_q rows a sequence. */
+    for (int i = 11; i < 14; i++) {
+        paged[i].varlen = 1;
+        paged[i].seqlen_q = 6;
+    }
+    paged[11].bias = 1;
+    paged[11].desc.num_splits = 3;
+    paged[12].mask = 1;
+    paged[13].ranges = 4;
+    paged[13].desc.num_splits = 2;
     paged[6].bias = 1;
     paged[7].bias = 2;
     paged[7].bias_f32 = 1;
@@ -405,7 +417,7 @@ static void test_masks_and_score_terms(void **state)
     dense[2].desc.score_mod = "30 * tanh(s / 30)";
     dense[3].bias = 1;
     dense[3].mask = 2;
-    int failures = run_cases_in(suite_context(state), paged, 11, 1);
+    int failures = run_cases_in(suite_context(state), paged, 14, 1);
     failures += run_cases_in(suite_context(state), dense, 4, -1);
     assert_int_equal(failures, 0);
 }

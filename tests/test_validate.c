@@ -595,8 +595,8 @@ static const bad_case bad_cases[] = {
      "v.shape[2] (heads_kv, as k.shape[2]) = 1, expected 2"},
     {"paged packed lse", paged_packed_lse, 0, FJ_ERR_INVALID_ARGUMENT,
      "lse.shape[1] (total_q) = 41, expected 40"},
-    {"paged packed bias", paged_packed_bias, 0, FJ_ERR_UNSUPPORTED,
-     "desc.bias with variable lengths is not supported"},
+    {"paged packed bias rows", paged_packed_bias, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.bias.shape[2] = 16, expected 1 or 30 (seqlen_q)"},
     {"num_splits negative", splits_negative, 0, FJ_ERR_INVALID_ARGUMENT,
      "desc.num_splits = -1, expected 0 (automatic) to 64"},
     {"num_splits too many", splits_many, 0, FJ_ERR_INVALID_ARGUMENT, "desc.num_splits = 65"},
@@ -642,7 +642,8 @@ static void test_paged_request_is_resolved(void **state)
 }
 
 /* A paged request with packed queries: the sequences are cu_seqlens_q's, q's and out's batch
-** strides 0, lse [heads_q, total_q], k's and v's strides the pages'; features say both. */
+** strides 0, lse [heads_q, total_q], k's and v's strides the pages'; features say both; a bias
+** of max_seqlen_q rows is taken. */
 static void test_paged_packed_request_is_resolved(void **state)
 {
     (void)state;
@@ -672,6 +673,13 @@ static void test_paged_packed_request_is_resolved(void **state)
     fj__features_of(&p, &f);
     assert_int_equal(f.paged, 1);
     assert_int_equal(f.varlen, 2);
+    /* A bias of max_seqlen_q rows per sequence and the table's keys (the decode kernel's) */
+    dense(&r.bias, FJ_DTYPE_F32, 4, (int64_t[]){2, 4, 30, 32});
+    r.desc.bias = &r.bias;
+    if (validate(&r, &p, &err, 0) != FJ_OK)
+        fail_msg("%s", err.msg);
+    assert_ptr_equal(p.bias, &r.bias);
+    assert_int_equal(p.bias_stride[2], 32);
 }
 
 /* The heuristic's forward variant for p on dev, as a call plans it. */
