@@ -35,6 +35,9 @@ check "--mod-args takes up to 256 numbers" --mod-args 1,x
 check "--seed takes an unsigned integer" --seed 12ab
 check "--kv-dtype takes e4m3 or e5m2, not 'bf16'" --kv-dtype bf16
 check "--backward (or --dbias, --deterministic) is not taken with --paged" --backward --paged 16
+check "--append is taken with --paged, not with a contiguous cache" --append 2
+check "--append is taken with --paged, not with --mla" --append 2 --paged 16 --mla
+check "--append takes an integer from 1" --append 0 --paged 16
 check "is not taken with --mla" --deterministic --mla
 check "is not taken with --no-lse" --no-lse --backward
 # The backward's tile overrides are checked when a context is made, naming the variable.

@@ -1,7 +1,7 @@
 """Random attention problems through `flashjit run`, each checked against its float64 reference:
-the forward with and without its backward, decode, paged decode (its queries packed too), MLA,
-masks and score terms, FP8 inputs and FP8 caches, in shapes, head dims, dtypes and layouts
-drawn off any benchmark grid. A problem fails when `run` prints FAIL or dies; one whose combination the library reports as unsupported is counted
+the forward with and without its backward, decode, paged decode (its queries packed too, its
+last keys appended by the library), MLA, masks and score terms, FP8 inputs and FP8 caches, in
+shapes, head dims, dtypes and layouts drawn off any benchmark grid. A problem fails when `run` prints FAIL or dies; one whose combination the library reports as unsupported is counted
 apart. Prints each failure's command line, so it can be run again alone.
 
 Usage: python3 tests/soak.py FLASHJIT_CLI [--count 40] [--seed N] [--backend cuda]
@@ -67,6 +67,8 @@ def decode_args(r):
         a += ["--paged", r.choice([1, 5, 16, 64, 256])]
         if r.random() < 0.3:  # the queries packed: a batch of mixed lengths
             a += ["--varlen", "--seqlen-q", r.choice([4, 16, 60])]
+        if r.random() < 0.4:  # the last keys written by the library's append
+            a += ["--append", r.choice([1, 2, 5, 100])]
     elif r.random() < 0.3:
         a += ["--varlen"] + (["--seqused-k"] if r.random() < 0.5 else [])
     if r.random() < 0.4:

@@ -74,6 +74,9 @@ static int usage(FILE *f)
         "  --paged N               k and v as a paged KV cache of N-key pages (shuffled page\n"
         "                          table; sequences of seqlen-k, 0, 1 and random keys); with\n"
         "                          --varlen the queries packed (cu_seqlens_q), a mixed batch\n"
+        "  --append N              with --paged: each sequence's last N keys written by\n"
+        "                          fj_kv_cache_append (packed with --varlen; into an FP8 cache\n"
+        "                          quantised from --dtype, with descale factors)\n"
         "  --mla                   MLA's shape: one kv head of 576 dims whose first 512 are v\n"
         "                          (v a view of k); sets --head-dim, --head-dim-v, --kv-heads\n"
         "  --backward              also the gradients (fj_attention_backward) of a random dout,\n"
@@ -274,6 +277,7 @@ static int cmd_run(int argc, char **argv)
         O_BLOCKS,
         O_SPLITS,
         O_PAGED,
+        O_APPEND,
         O_MLA,
         O_BACKWARD,
         O_DBIAS,
@@ -300,6 +304,7 @@ static int cmd_run(int argc, char **argv)
                                          {"softcap", required_argument, 0, O_SOFTCAP},
                                          {"splits", required_argument, 0, O_SPLITS},
                                          {"paged", required_argument, 0, O_PAGED},
+                                         {"append", required_argument, 0, O_APPEND},
                                          {"mla", no_argument, 0, O_MLA},
                                          {"backward", no_argument, 0, O_BACKWARD},
                                          {"dbias", no_argument, 0, O_DBIAS},
@@ -404,6 +409,11 @@ static int cmd_run(int argc, char **argv)
             if (INT_ARG(1, 65536))
                 return 2;
             c.paged = (int)value;
+            break;
+        case O_APPEND:
+            if (INT_ARG(1, 65536))
+                return 2;
+            c.append = (int)value;
             break;
         case O_BACKWARD: c.backward = 1; break;
         case O_DBIAS: c.dbias = c.backward = 1; break;
@@ -517,6 +527,10 @@ static int cmd_run(int argc, char **argv)
         return fprintf(stderr, "flashjit: --backward (or --dbias, --deterministic) is not taken "
                                "with %s\n",
                        c.paged ? "--paged" : c.v_in_k ? "--mla" : "--no-lse"),
+               2;
+    if (c.append && (!c.paged || c.v_in_k))
+        return fprintf(stderr, "flashjit: --append is taken with --paged, not with %s\n",
+                       c.v_in_k ? "--mla" : "a contiguous cache"),
                2;
     if (c.bias_f32 && !c.bias)
         c.bias = 1;

@@ -90,6 +90,8 @@ void fjh_describe(const fjh_case *c, char *buf, size_t size)
         used += (size_t)snprintf(buf + used, size - used, " splits=%d", (int)c->desc.num_splits);
     if (c->paged > 0 && used < size)
         used += (size_t)snprintf(buf + used, size - used, " paged=%d", c->paged);
+    if (c->append > 0 && used < size)
+        used += (size_t)snprintf(buf + used, size - used, " append=%d", c->append);
     if (c->kv_fp8 && used < size)
         used += (size_t)snprintf(buf + used, size - used, " kv=%s",
                                  fjh_dtype_name((fj_dtype)c->kv_fp8));
@@ -498,9 +500,12 @@ static void reference_packed(const fjr_problem *p, const packing *pk, const doub
 
 /* The paged KV cache of a case: each sequence's keys (seqlen_k, 0, 1, then random counts)
 ** copied from the dense k and v into pages of c->paged keys dealt in a shuffled order from a
-** cache with three spare pages; rows and pages no sequence uses hold NaN. */
+** cache with three spare pages; rows and pages no sequence uses hold NaN. With c->append, the
+** host copies each sequence's keys but its last c->append (all where it has fewer), which
+** append_tokens() has the library append. */
 typedef struct paging {
     int64_t *used;          /* keys of each sequence */
+    int64_t *copied;        /* of them, the first copied by the host */
     htensor table, seqused; /* I32 [batch, pages per sequence], [batch] */
     htensor k, v;           /* [num_pages, page, heads_kv, dim] */
 } paging;
@@ -515,7 +520,7 @@ static void page_copy(const htensor *dense, htensor *pages, const fjh_case *c, c
     const int rows = dense->t.stride[3] == 1 && pages->t.stride[3] == 1;
     const int64_t dims = dense->t.shape[3], step = rows ? dims : 1;
     for (int64_t b = 0; b < c->batch; b++)
-        for (int64_t key = 0; key < pg->used[b]; key++)
+        for (int64_t key = 0; key < pg->copied[b]; key++)
             for (int64_t h = 0; h < dense->t.shape[2]; h++)
                 for (int64_t d = 0; d < dims; d += step)
                     memcpy(pages->host +
@@ -532,11 +537,14 @@ static void make_paging(const fjh_case *c, uint64_t *rng, const htensor *k, cons
     const int64_t b = c->batch, page = c->paged, sk = c->seqlen_k;
     const int64_t per = (sk + page - 1) / page, num = b * per + 3;
     pg->used = xcalloc((size_t)b, sizeof *pg->used, "sequence lengths");
-    for (int64_t i = 0; i < b; i++)
+    pg->copied = xcalloc((size_t)b, sizeof *pg->copied, "sequence lengths");
+    for (int64_t i = 0; i < b; i++) {
         pg->used[i] = i == 0   ? sk
                       : i == 1 ? 0
                       : i == 2 ? 1
                                : (int64_t)(fjr_splitmix(rng) % (uint64_t)(sk + 1));
+        pg->copied[i] = pg->used[i] > c->append ? pg->used[i] - c->append : 0;
+    }
     int64_t *perm = xcalloc((size_t)num, sizeof *perm, "a page order");
     for (int64_t i = 0; i < num; i++)
         perm[i] = i;
@@ -623,6 +631,81 @@ static void release(fj_context *ctx, htensor *h)
     free(h->host);
     h->dev = NULL;
     h->host = NULL;
+}
+
+/* The library appends the keys and values of each sequence that make_paging left to it: the
+** ones from pg->copied[b] to pg->used[b] - 1, from the dense k and v. With c->varlen packed
+** (fj_kv_cache_append_packed: each sequence its own count), else c->append tokens a sequence
+** (fj_kv_cache_append; one with fewer keys gets its first c->append, the ones past its length
+** written where the attention does not look). An FP8 cache gets them in the case's dtype, as
+** their values times 2 (k) and 0.5 (v), quantised by fj_kv_cache_append_quantized with those
+** descale factors (exact: the codes come back). */
+static fj_status append_tokens(fj_context *ctx, const fjh_case *c, const htensor *k,
+                               const htensor *v, paging *pg)
+{
+    const int64_t b = c->batch, t = c->append < c->seqlen_k ? c->append : c->seqlen_k, one = 1;
+    const int packed = c->varlen != 0;
+    int64_t rows = 0;
+    htensor first, before, fresh[2], descale[2];
+    make_tensor(&first, FJ_DTYPE_I32, 1, (int64_t[]){b + 1}, &one);
+    make_tensor(&before, FJ_DTYPE_I32, 1, &b, &one);
+    for (int64_t i = 0; i < b; i++) {
+        ((int32_t *)first.host)[i] = (int32_t)rows;
+        ((int32_t *)before.host)[i] = (int32_t)pg->copied[i];
+        rows += packed ? pg->used[i] - pg->copied[i] : t;
+    }
+    ((int32_t *)first.host)[b] = (int32_t)rows;
+    const fj_dtype cache = k->t.dtype, dtype = c->kv_fp8 ? c->dtype : cache;
+    const size_t cs = fj_dtype_size(cache), ns = fj_dtype_size(dtype);
+    const float factor[2] = {2.0f, 0.5f};
+    const htensor *dense[2] = {k, v};
+    fj_status st = FJ_OK;
+    for (int i = 0; i < 2; i++) {
+        const int64_t h = dense[i]->t.shape[2], d = dense[i]->t.shape[3];
+        const int64_t shape[3] = {rows > 0 ? rows : 1, h, d}, stride[3] = {h * d, d, 1};
+        make_tensor(&fresh[i], dtype, 3, shape, stride);
+        for (int64_t s = 0; s < b; s++) {
+            /* Sequence s's rows of fresh, from dense key pg->copied[s] on. */
+            const int64_t row0 = packed ? ((int32_t *)first.host)[s] : s * t;
+            const int64_t n = packed ? pg->used[s] - pg->copied[s] : t;
+            for (int64_t r = 0; r < n; r++)
+                for (int64_t j = 0; j < h * d; j++) {
+                    const unsigned char *x =
+                        dense[i]->host +
+                        (size_t)offset4(&dense[i]->t, s, pg->copied[s] + r, j / d, j % d) * cs;
+                    unsigned char *y = fresh[i].host + (size_t)((row0 + r) * h * d + j) * ns;
+                    if (c->kv_fp8)
+                        fjr_store(dtype, y, fjr_load(cache, x) * factor[i]);
+                    else
+                        memcpy(y, x, cs);
+                }
+        }
+        if (!packed) { /* [b, t, h, d] */
+            const int64_t s4[4] = {b, t, h, d}, st4[4] = {t * h * d, h * d, d, 1};
+            fresh[i].t.ndim = 4;
+            memcpy(fresh[i].t.shape, s4, sizeof s4);
+            memcpy(fresh[i].t.stride, st4, sizeof st4);
+        }
+        make_tensor(&descale[i], FJ_DTYPE_F32, 1, &one, &one);
+        memcpy(descale[i].host, &factor[i], sizeof(float));
+    }
+    htensor *parts[6] = {&first, &before, &fresh[0], &fresh[1], &descale[0], &descale[1]};
+    for (int i = 0; i < 6 && st == FJ_OK; i++)
+        st = upload(ctx, parts[i]);
+    fj_tensor kc = pg->k.t, vc = pg->v.t; /* (uploaded: their data is the device's) */
+    if (st == FJ_OK && rows > 0)
+        st = c->kv_fp8 ? fj_kv_cache_append_quantized(
+                             ctx, &fresh[0].t, &fresh[1].t, packed ? &first.t : NULL,
+                             &descale[0].t, &descale[1].t, &kc, &vc, &pg->table.t, &before.t, NULL)
+             : packed ? fj_kv_cache_append_packed(ctx, &fresh[0].t, &fresh[1].t, &first.t, &kc,
+                                                  &vc, &pg->table.t, &before.t, NULL)
+                      : fj_kv_cache_append(ctx, &fresh[0].t, &fresh[1].t, &kc, &vc,
+                                           &pg->table.t, &before.t, NULL);
+    if (st == FJ_OK)
+        st = fj_synchronize(ctx, NULL);
+    for (int i = 0; i < 6; i++)
+        release(ctx, parts[i]);
+    return st;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -1088,6 +1171,8 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
     htensor *page_parts[] = {&pg.table, &pg.seqused, &pg.k, &pg.v};
     for (int i = 0; i < 4 && st == FJ_OK && c->paged > 0; i++)
         st = upload(ctx, page_parts[i]);
+    if (st == FJ_OK && c->paged > 0 && c->append > 0)
+        st = append_tokens(ctx, c, &k, &v, &pg);
     /* What the library sees: the tensors, or their packed views. */
     fj_tensor qt = q.t, kt = k.t, vt = v.t, ot = out.t, lt = lse.t;
     if (c->varlen) {
@@ -1249,6 +1334,7 @@ out:
     for (int i = 0; i < 4; i++)
         release(ctx, page_parts[i]);
     free(pg.used);
+    free(pg.copied);
     free(pk.len_q);
     free(pk.len_k);
     free(pk.used_k);

@@ -147,6 +147,9 @@ typedef struct fjh_case {
                   ** dimensions summed), checked (dense cases) */
     int kv_fp8;   /* 0, or the FP8 dtype (FJ_DTYPE_F8_E4M3 / _E5M2) k and v are stored in: an
                   ** FP8 KV cache read by q in dtype (16-bit), out in dtype */
+    int append;   /* > 0 with paged (not v_in_k): each sequence's last `append` keys (all where
+                  ** it has fewer) are written by fj_kv_cache_append (packed with varlen; an FP8
+                  ** cache's quantised from dtype with descale factors) after the host's copy */
 } fjh_case;
 
 typedef struct fjh_result {
