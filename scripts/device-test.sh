@@ -5,9 +5,10 @@
 # arguments...]
 # smoke: a few `flashjit run` checks, each under a time limit (a kernel that hangs is killed).
 # decode: the decode, graph-capture, paged, MLA, append, merge and backward suites,
-# compute-sanitizer on paged and MLA decode, the append and a backward, the host time of a
-# memoised decode call, and bench/bench_decode.py on the default path (the decode kernel) and on
-# the Hopper forward kernel (not part of all).
+# compute-sanitizer on paged (packed, appended, masked) and MLA decode, the append and a
+# backward, the host time of a memoised decode call, bench/bench_decode.py on the default path
+# (the decode kernel) and on the Hopper forward kernel, and bench/bench_append.py (not part of
+# all).
 # python: the Python package on the GPU (tests/torch_api.py: the drop-in, gradients, torch.compile,
 # a CUDA graph of a paged decode step, the Python call's host time; tests/python_api.py on CUDA;
 # examples/train_block.py against SDPA).
@@ -102,9 +103,13 @@ if [ "$what" = decode ]; then
         FLASHJIT_CONFIG=$config PYTHONUNBUFFERED=1 timeout 200 python3 bench/bench_decode.py \
             --lib $build/libflashjit.so --out "$out" "$@" 2>&1 | tee -a "$out/bench_decode.log"
     done
+    PYTHONUNBUFFERED=1 timeout 150 python3 bench/bench_append.py --lib $build/libflashjit.so \
+        --out "$out" 2>&1 | tee "$out/bench_append.log" || status=1
     for args in "--seqlen-q 2 --seqlen-k 300 --paged 16 --causal --splits 3" \
                 "--seqlen-q 1 --seqlen-k 700 --head-dim 128 --splits 5" \
                 "--seqlen-q 1 --seqlen-k 700 --mla --heads 16 --paged 64 --splits 5" \
+                "--seqlen-q 16 --seqlen-k 700 --paged 16 --varlen --causal --append 5 --splits 3" \
+                "--seqlen-q 4 --seqlen-k 500 --paged 5 --varlen --kv-dtype e4m3 --append 2 --mask random" \
                 "--seqlen-q 70 --seqlen-k 90 --head-dim 64 --causal --backward"; do
         if timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 \
             $build/flashjit run --backend cuda --reps 1 --batch 5 --heads 8 --kv-heads 2 $args \
