@@ -185,7 +185,7 @@ static fj_status check_broadcast(const fj_tensor *t, const char *name, fj_dtype 
         return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "%s.dtype = %s, expected %s", name,
                         fj__dtype_name(t->dtype), fj__dtype_name(dtype));
     const int64_t full[3] = {p->batch, p->heads_q, p->seqlen_q};
-    const char *what[3] = {"batch", "heads_q", "seqlen_q"};
+    const char *what[3] = {"batch", "heads_q", p->cu_seqlens_q ? "max_seqlen_q" : "seqlen_q"};
     for (int i = 0; i < n; i++) {
         if (t->shape[i] != 1 && t->shape[i] != full[i])
             return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,

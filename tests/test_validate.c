@@ -596,7 +596,7 @@ static const bad_case bad_cases[] = {
     {"paged packed lse", paged_packed_lse, 0, FJ_ERR_INVALID_ARGUMENT,
      "lse.shape[1] (total_q) = 41, expected 40"},
     {"paged packed bias rows", paged_packed_bias, 0, FJ_ERR_INVALID_ARGUMENT,
-     "desc.bias.shape[2] = 16, expected 1 or 30 (seqlen_q)"},
+     "desc.bias.shape[2] = 16, expected 1 or 30 (max_seqlen_q)"},
     {"num_splits negative", splits_negative, 0, FJ_ERR_INVALID_ARGUMENT,
      "desc.num_splits = -1, expected 0 (automatic) to 64"},
     {"num_splits too many", splits_many, 0, FJ_ERR_INVALID_ARGUMENT, "desc.num_splits = 65"},
