@@ -299,22 +299,28 @@ static fj_status check_dtypes(const fj_tensor *q, const fj_tensor *k, const fj_t
     return FJ_OK;
 }
 
-/* A tensor of FP8 descale factors (named name): f32, [1] or [batch, heads_kv]; its batch and
-** kv head strides (0 for [1]) go to stride. */
+/* A tensor of FP8 descale factors (named name): f32, [1], [heads_kv] or [batch, heads_kv]; its
+** batch and kv head strides (0 where it has no such dimension) go to stride. */
 static fj_status check_descale(const fj_tensor *t, const char *name, int64_t batch,
                                int64_t heads_kv, int64_t stride[2], fj__err *err)
 {
     if (t->ndim != 1 && t->ndim != 2)
         return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
-                        "%s.ndim = %d, expected 1 ([1]) or 2 ([batch, heads_kv])", name,
-                        (int)t->ndim);
+                        "%s.ndim = %d, expected 1 ([1] or [heads_kv]) or 2 ([batch, heads_kv])",
+                        name, (int)t->ndim);
     TRY(check_tensor(t, name, t->ndim, err));
     if (t->dtype != FJ_DTYPE_F32)
         return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "%s.dtype = %s, expected f32", name,
                         fj__dtype_name(t->dtype));
     stride[0] = stride[1] = 0;
-    if (t->ndim == 1)
-        return check_dim(err, name, 0, t->shape[0], 1, "one factor");
+    if (t->ndim == 1) {
+        if (t->shape[0] != 1 && t->shape[0] != heads_kv)
+            return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                            "%s.shape[0] = %lld, expected 1 (one factor) or %lld (heads_kv)",
+                            name, (long long)t->shape[0], (long long)heads_kv);
+        stride[1] = t->shape[0] == 1 ? 0 : t->stride[0];
+        return FJ_OK;
+    }
     TRY(check_dim(err, name, 0, t->shape[0], batch, "batch"));
     TRY(check_dim(err, name, 1, t->shape[1], heads_kv, "heads_kv"));
     stride[0] = t->stride[0];

@@ -79,13 +79,15 @@ static unsigned char *random_values(size_t elements, fj_dtype nt, size_t es, uin
 }
 
 /* How an append is given its descale factors (for tokens rounded into an FP8 cache). */
-enum descale_kind { NO_DESCALE, ONE_FACTOR, PER_HEAD_AND_SEQUENCE, PER_HEAD };
+enum descale_kind { NO_DESCALE, ONE_FACTOR, PER_HEAD_AND_SEQUENCE, PER_HEAD, HEADS_ONLY };
 static const char *const descale_names[] = {"", ", one descale factor",
                                             ", descale factors [b, hkv]",
-                                            ", descale factors per kv head (batch stride 0)"};
+                                            ", descale factors [b, hkv], batch stride 0",
+                                            ", descale factors [hkv]"};
 
-/* Descale factors for k (i 0) or v (1), [B, HKV] (stride 0 over the batch for PER_HEAD, all
-** one for ONE_FACTOR): f32 between 1/16 and 4, some powers of two (exact divisions). */
+/* Descale factors for k (i 0) or v (1), [B, HKV] (stride 0 over the batch for PER_HEAD, the
+** first HKV alone for HEADS_ONLY, all one for ONE_FACTOR): f32 between 1/16 and 4, some powers
+** of two (exact divisions). */
 static void descale_factors(enum descale_kind kind, float f[B * HKV], uint64_t *rng)
 {
     for (int i = 0; i < B * HKV; i++) {
@@ -94,7 +96,7 @@ static void descale_factors(enum descale_kind kind, float f[B * HKV], uint64_t *
                      : (float)(0.0625 + 3.9 * fjr_unit(r >> 11));
     }
     for (int i = 0; i < B * HKV; i++)
-        f[i] = kind == ONE_FACTOR ? f[0] : kind == PER_HEAD ? f[i % HKV] : f[i];
+        f[i] = kind == ONE_FACTOR ? f[0] : kind >= PER_HEAD ? f[i % HKV] : f[i];
 }
 
 /* Appends tokens of dtype nt to caches of dtype dt, dense ([B, TOKENS, ...] with padded token
@@ -196,9 +198,9 @@ static void check_append(fj_context *ctx, fj_dtype nt, fj_dtype dt, int packed,
     for (int i = 0; i < 2; i++) {
         float *f = (float *)d_factors + i * B * HKV;
         tdescale[i] =
-            dk == ONE_FACTOR
-                ? (fj_tensor){.data = f, .dtype = FJ_DTYPE_F32, .ndim = 1, .shape = {1},
-                              .stride = {1}}
+            dk == ONE_FACTOR || dk == HEADS_ONLY
+                ? (fj_tensor){.data = f, .dtype = FJ_DTYPE_F32, .ndim = 1,
+                              .shape = {dk == ONE_FACTOR ? 1 : HKV}, .stride = {1}}
                 : (fj_tensor){.data = f, .dtype = FJ_DTYPE_F32, .ndim = 2, .shape = {B, HKV},
                               .stride = {dk == PER_HEAD ? 0 : HKV, 1}};
     }
@@ -268,7 +270,7 @@ static void test_append_rounds_into_the_cache_dtype(void **state)
     for (int packed = 0; packed <= 1; packed++)
         for (int ni = 0; ni < 3; ni++) {
             for (int fi = 0; fi < 2; fi++)
-                for (int dk = NO_DESCALE; dk <= PER_HEAD; dk++)
+                for (int dk = NO_DESCALE; dk <= HEADS_ONLY; dk++)
                     check_append(ctx, news[ni], fp8[fi], packed, (enum descale_kind)dk, &rng);
             check_append(ctx, news[ni], news[(ni + 1) % 3], packed, NO_DESCALE, &rng);
         }

@@ -453,11 +453,11 @@ static const bad_case bad_cases[] = {
     {"descale heads", descale_heads, 0, FJ_ERR_INVALID_ARGUMENT,
      "desc.q_descale.shape[1] (heads_kv) = 4, expected 2"},
     {"descale one", descale_one, 0, FJ_ERR_INVALID_ARGUMENT,
-     "desc.q_descale.shape[0] (one factor) = 3, expected 1"},
+     "desc.q_descale.shape[0] = 3, expected 1 (one factor) or 2 (heads_kv)"},
     {"descale dtype", descale_dtype, 0, FJ_ERR_INVALID_ARGUMENT,
      "desc.q_descale.dtype = bf16, expected f32"},
     {"descale ndim", descale_ndim, 0, FJ_ERR_INVALID_ARGUMENT,
-     "desc.q_descale.ndim = 3, expected 1 ([1]) or 2 ([batch, heads_kv])"},
+     "desc.q_descale.ndim = 3, expected 1 ([1] or [heads_kv]) or 2 ([batch, heads_kv])"},
     {"fp8 bias", fp8_bias, 0, FJ_ERR_INVALID_ARGUMENT,
      "desc.bias.dtype = f8e4m3, expected f32 (q.dtype = f8e4m3)"},
     {"fp8 paged", fp8_paged, 0, FJ_ERR_UNSUPPORTED,
@@ -693,7 +693,7 @@ static void choose(const fj__problem *p, const fj_device_info *dev, const char *
 
 /* FP8 inputs with a bf16 out: the descales' strides resolved ([batch, heads_kv], and [1] read
 ** with strides 0), the features say so; with f16 out and e5m2 too; and a paged FP8 KV cache
-** with bf16 queries. */
+** with bf16 queries, its factors also per kv head ([heads_kv]). */
 static void test_fp8_request_is_resolved(void **state)
 {
     (void)state;
@@ -731,6 +731,14 @@ static void test_fp8_request_is_resolved(void **state)
     assert_int_equal(p.out_dtype, FJ_DTYPE_BF16);
     assert_null(p.descale[0]);
     assert_ptr_equal(p.descale[2], &r.descale);
+    /* Per kv head only: [heads_kv], read with batch stride 0. */
+    fj_tensor heads;
+    dense(&heads, FJ_DTYPE_F32, 1, (int64_t[]){2});
+    r.desc.k_descale = &heads;
+    if (validate(&r, &p, &err, 0) != FJ_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(p.descale_stride[1][0], 0);
+    assert_int_equal(p.descale_stride[1][1], 1);
 }
 
 static void test_valid_request_is_resolved(void **state)

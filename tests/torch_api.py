@@ -377,17 +377,20 @@ for f8 in (torch.float8_e4m3fn, torch.float8_e5m2):
           f"max error {err:.3g} of {ref.abs().max().item():.3g}")
 
     # bfloat16 tokens quantised into that format's paged cache by the append (packed, descale
-    # factors [b, hkv], values beyond the format's range saturated), then read by a paged
-    # decode with the same factors: the cache's bytes as torch quantises, the attention against
-    # float64 SDPA of the dequantised cache.
+    # factors [b, hkv] for e4m3 and [hkv] for e5m2, values beyond the format's range
+    # saturated), then read by a paged decode with the same factors: the cache's bytes as torch
+    # quantises, the attention against float64 SDPA of the dequantised cache.
     b, hkv, d, page, largest = 2, 2, 32, 8, torch.finfo(f8).max
     kc8, vc8 = (torch.zeros(6, page, hkv, d, device=dev).to(f8) for _ in range(2))
     table = torch.tensor([[4, 1, 3], [0, 5, 2]], device=dev, dtype=torch.int32)
     used = torch.tensor([3, 9], device=dev, dtype=torch.int32)
     cu = torch.tensor([0, 5, 7], device=dev, dtype=torch.int32)
     kn, vn = (torch.randn(7, hkv, d, device=dev).mul(100).to(torch.bfloat16) for _ in range(2))
-    kf, vf = (torch.rand(b, hkv, device=dev) * 0.5 + 0.1 for _ in range(2))
-    fjt.kv_cache_append_quantized(kn, vn, cu, kf, vf, kc8, vc8, table, used)
+    per_head = f8 == torch.float8_e5m2
+    kf, vf = (torch.rand(1 if per_head else b, hkv, device=dev) * 0.5 + 0.1 for _ in range(2))
+    kf, vf = kf.expand(b, hkv), vf.expand(b, hkv)  # the factors of each (sequence, kv head)
+    given = (kf[0], vf[0]) if per_head else (kf, vf)
+    fjt.kv_cache_append_quantized(kn, vn, cu, *given, kc8, vc8, table, used)
     seq = torch.repeat_interleave(torch.arange(b, device=dev), cu.diff())
     ok = True
     for new, f, cache in ((kn, kf, kc8), (vn, vf, vc8)):
@@ -398,7 +401,7 @@ for f8 in (torch.float8_e4m3fn, torch.float8_e5m2):
     lens = used + cu.diff()
     q1 = torch.randn(b, 1, 4, d, device=dev, dtype=torch.bfloat16)
     got = fctx.forward(q1, kc8, vc8, page_table=table, seqused_k=lens, max_seqlen_k=3 * page,
-                       k_descale=kf, v_descale=vf)
+                       k_descale=given[0], v_descale=given[1])
     err = 0.0
     for i in range(b):
         n = int(lens[i])
@@ -410,7 +413,8 @@ for f8 in (torch.float8_e4m3fn, torch.float8_e5m2):
                    v64[None].transpose(1, 2), enable_gqa=True).transpose(1, 2)
         err = max(err, (got[i:i + 1].double() - ref).abs().max().item() /
                   max(ref.abs().max().item(), 1e-30))
-    check(f"bfloat16 tokens quantised into a paged {f8} cache, then read",
+    check(f"bfloat16 tokens quantised into a paged {f8} cache, then read "
+          f"(descales {'[hkv]' if per_head else '[b, hkv]'})",
           ok and err <= 1 / 128, f"bytes as torch quantises: {ok}, relative error {err:.3g}")
 
 if dev != "cuda":

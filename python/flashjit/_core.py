@@ -336,7 +336,7 @@ class Context:
                 layout="bshd"):
         """Attention (see fj_attention_forward); returns out, allocating it when not given
         (bfloat16 for FP8 inputs: q, k, v all float8_e4m3fn or all float8_e5m2, with optional
-        float32 descale factors q_descale, k_descale, v_descale of shape [1] or [b, hkv]).
+        float32 descale factors q_descale, k_descale, v_descale of shape [1], [hkv] or [b, hkv]).
         layout "bhsd": q, k, v and out are [b, h, s, d] (dense, not paged or packed; an out
         made here is too); the default "bshd": [b, s, h, d].
         mask_mod / score_mod: expression strings (see flashjit.h); mod_args: a float32 or int32
@@ -454,9 +454,9 @@ class Context:
         (int32 [b + 1]) the new tokens are packed [tokens, hkv, d], sequence b's from row
         cu_seqlens_new[b] (see fj_kv_cache_append_packed). Tokens of another dtype than the
         caches' (float16, bfloat16, float32) are rounded into it; into an FP8 cache divided by
-        k_descale / v_descale (float32 [1] or [b, hkv], the attention's descale factors; None:
-        1) and saturated (see fj_kv_cache_append_quantized). seqused_k is not changed: add the
-        tokens to it before attending to them."""
+        k_descale / v_descale (float32 [1], [hkv] or [b, hkv], the attention's descale
+        factors; None: 1) and saturated (see fj_kv_cache_append_quantized). seqused_k is not
+        changed: add the tokens to it before attending to them."""
         if k_descale is not None or v_descale is not None:
             self._run("fj_kv_cache_append_quantized", _APPEND_QUANTIZED,
                       (k_new, v_new, cu_seqlens_new, k_descale, v_descale, k_cache, v_cache,
