@@ -177,32 +177,28 @@ INLINE float e5m2_to_float(uchar b)
 % end
 % if fp8[out_dtype] then
 /* Float to FP8, rounded to nearest even, saturated at the largest finite value (infinities
-** too); NaN stays NaN. Below the smallest normal (2^-6, 2^-14) in units of the subnormal
-** step, where rounding up to 2^mantissa bits is the smallest normal's code; above it the
-** float's bits rounded at the FP8 mantissa's last bit, exponent rebiased (a carry moves into
-** the exponent, as it should). */
-INLINE uchar float_to_e4m3(float x)
+** too); NaN stays NaN. Below the smallest normal, x in units of the subnormal step (rounding
+** up to 2^mantissa bits gives the smallest normal's code); from it, the float's bits rounded
+** at the FP8 mantissa's last bit and the exponent rebiased (a carry moves into the exponent,
+** as it should). */
+%   -- Each format: mantissa bits, exponent bias, largest finite value (float bits, and code).
+%   for _, f in ipairs({ { "e4m3", 3, 7, "0x43e00000u", "448", "0x7eu" },
+%                         { "e5m2", 2, 15, "0x47600000u", "57344", "0x7bu" } }) do
+%     local name, m, bias, largest, largest_value, saturated = table.unpack(f)
+%     local shift = 23 - m -- the float mantissa's bits below the FP8 one's
+%     local normal = string.format("0x%08xu", (128 - bias) << 23) -- 2^(1 - bias)
+INLINE uchar float_to_${name}(float x)
 {
     const uint u = FLOAT_TO_BITS(x), s = (u >> 24) & 0x80u, a = u & 0x7fffffffu;
     if (a > 0x7f800000u)
         return (uchar)(s | 0x7fu);
-    if (a >= 0x43e00000u) /* 448 */
-        return (uchar)(s | 0x7eu);
-    if (a < 0x3c800000u) /* 2^-6 */
-        return (uchar)(s | (uint)F_RINT(BITS_TO_FLOAT(a) * 512.0f));
-    return (uchar)(s | (((a + 0x7ffffu + ((a >> 20) & 1u)) >> 20) - (120u << 3)));
+    if (a >= ${largest}) /* ${largest_value} */
+        return (uchar)(s | ${saturated});
+    if (a < ${normal}) /* 2^${1 - bias} */
+        return (uchar)(s | (uint)F_RINT(BITS_TO_FLOAT(a) * ${string.format("%.1f", 2.0 ^ (bias - 1 + m))}f));
+    return (uchar)(s | (((a + ${string.format("0x%xu", (1 << (shift - 1)) - 1)} + ((a >> ${shift}) & 1u)) >> ${shift}) - (${127 - bias}u << ${m})));
 }
-INLINE uchar float_to_e5m2(float x)
-{
-    const uint u = FLOAT_TO_BITS(x), s = (u >> 24) & 0x80u, a = u & 0x7fffffffu;
-    if (a > 0x7f800000u)
-        return (uchar)(s | 0x7fu);
-    if (a >= 0x47600000u) /* 57344 */
-        return (uchar)(s | 0x7bu);
-    if (a < 0x38800000u) /* 2^-14 */
-        return (uchar)(s | (uint)F_RINT(BITS_TO_FLOAT(a) * 65536.0f));
-    return (uchar)(s | (((a + 0xfffffu + ((a >> 21) & 1u)) >> 21) - (112u << 2)));
-}
+%   end
 % end
 % -- One role's element type and accesses: typedef T <role>_t; <ROLE>_LOAD, _LOAD_RO, _STORE (FP8:
 % -- the out role's only).
