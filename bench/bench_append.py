@@ -112,9 +112,9 @@ def case(kind, lengths):
     row = dict(kind=kind, b=b, tokens=total, hkv=hkv, d=d, page=page, bytes=moved,
                flashjit_ms=fj_ms, torch_ms=th_ms, host_us=host_us(fj), same=same)
     row["flashjit_gbs"], row["torch_gbs"] = moved / fj_ms / 1e6, moved / th_ms / 1e6
-    print(f"{kind:>9} {b:4d} {total:6d} | {row['flashjit_gbs']:8.0f} {row['torch_gbs']:7.0f}      | "
-          f"{row['flashjit_gbs'] / row['torch_gbs']:7.2f} | {row['host_us']:7.1f} "
-          f"{'yes' if same else 'NO':>4}", flush=True)
+    print(f"{kind:>9} {b:4d} {total:6d} | {row['flashjit_gbs']:8.0f} "
+          f"{row['torch_gbs']:7.0f}      | {row['flashjit_gbs'] / row['torch_gbs']:7.2f} | "
+          f"{row['host_us']:7.1f} {'yes' if same else 'NO':>4}", flush=True)
     return row
 
 

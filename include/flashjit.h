@@ -322,8 +322,8 @@ typedef struct fj_attention_desc {
     /* FP8 inputs only (q_descale for an FP8 q, k_ and v_descale for FP8 k and v): the factors
     ** that turn each into its real values, as FlashAttention-3's descales: F32 tensors of
     ** shape [1] (one factor), [heads_kv] (per kv head) or [batch, heads_kv] (per sequence and
-    ** kv head); query head h takes its kv head's; NULL: 1. The scores are (q * q_descale) . (k * k_descale) and out is
-    ** P (v * v_descale). */
+    ** kv head); query head h takes its kv head's; NULL: 1. The scores are (q * q_descale) .
+    ** (k * k_descale) and out is P (v * v_descale). */
     const fj_tensor *q_descale;
     const fj_tensor *k_descale;
     const fj_tensor *v_descale;
@@ -474,10 +474,10 @@ FJ_API fj_status fj_kv_cache_append_packed(fj_context *ctx, const fj_tensor *k_n
 ** cache's dtype and saturated at its largest finite value (f8e4m3 +-448, f8e5m2 +-57344; NaN
 ** stays NaN); v_new likewise by v_descale. The descale factors are those the attention
 ** reads the cache with (fj_attention_desc.k_descale and v_descale, real value = cached value *
-** factor): F32 [1], [heads_kv] or [b, heads_kv]; NULL is a factor of 1. cu_seqlens_new NULL: k_new and v_new are [b, tokens, ...] as
-** fj_kv_cache_append's; else packed as fj_kv_cache_append_packed's. Everything else is as
-** there; descale factors with a cache that is not FP8, or with tokens that already are, are
-** FJ_ERR_INVALID_ARGUMENT. */
+** factor): F32 [1], [heads_kv] or [b, heads_kv]; NULL is a factor of 1. cu_seqlens_new NULL:
+** k_new and v_new are [b, tokens, ...] as fj_kv_cache_append's; else packed as
+** fj_kv_cache_append_packed's. Everything else is as there; descale factors with a cache that
+** is not FP8, or with tokens that already are, are FJ_ERR_INVALID_ARGUMENT. */
 FJ_API fj_status fj_kv_cache_append_quantized(fj_context *ctx, const fj_tensor *k_new,
                                               const fj_tensor *v_new,
                                               const fj_tensor *cu_seqlens_new,

@@ -17,8 +17,9 @@ typedef struct fj__append_problem {
     /* (tokens: packed, of all sequences together) */
     fj_dtype dtype;     /* the caches' */
     fj_dtype new_dtype; /* k_new's and v_new's: dtype (copied as bits), or rounded into it */
-    /* An FP8 cache's descale factors for k and v (NULL: 1), f32 [1] or [batch, heads_kv], and
-    ** their batch and head strides (0 for [1]): new values are divided by them. */
+    /* An FP8 cache's descale factors for k and v (NULL: 1), f32 [1], [heads_kv] or [batch,
+    ** heads_kv], and their batch and head strides (0 where absent): new values are divided by
+    ** them. */
     const fj_tensor *descale[2];
     int64_t descale_stride[2][2];
 } fj__append_problem;

@@ -14,8 +14,8 @@ fj_status fj_kv_cache_append_quantized(fj_context *ctx, const fj_tensor *k_new,
     fj__begin_call(ctx);
     fj__append_problem p;
     fj__plan plan;
-    fj_status st = fj__validate_append(k_new, v_new, cu_seqlens_new, k_descale, v_descale,
-                                       k_cache, v_cache, page_table, seqused_k, &p, &ctx->err);
+    fj_status st = fj__validate_append(k_new, v_new, cu_seqlens_new, k_descale, v_descale, k_cache,
+                                       v_cache, page_table, seqused_k, &p, &ctx->err);
     if (st == FJ_OK)
         st = fj__validate_append_memory(&p, ctx->ops, ctx->backend, &ctx->err);
     if (st == FJ_OK)

@@ -107,9 +107,8 @@ fj_status fj__validate_backward_memory(const fj__bwd_problem *p,
 fj_status fj__validate_append(const fj_tensor *k_new, const fj_tensor *v_new,
                               const fj_tensor *cu_seqlens_new, const fj_tensor *k_descale,
                               const fj_tensor *v_descale, const fj_tensor *k_cache,
-                              const fj_tensor *v_cache,
-                              const fj_tensor *page_table, const fj_tensor *seqused_k,
-                              fj__append_problem *p, fj__err *err);
+                              const fj_tensor *v_cache, const fj_tensor *page_table,
+                              const fj_tensor *seqused_k, fj__append_problem *p, fj__err *err);
 /* The append's counterpart of fj__validate_memory. */
 fj_status fj__validate_append_memory(const fj__append_problem *p, const struct fj_backend_ops *ops,
                                      void *backend, fj__err *err);

@@ -316,8 +316,8 @@ static fj_status check_descale(const fj_tensor *t, const char *name, int64_t bat
     if (t->ndim == 1) {
         if (t->shape[0] != 1 && t->shape[0] != heads_kv)
             return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
-                            "%s.shape[0] = %lld, expected 1 (one factor) or %lld (heads_kv)",
-                            name, (long long)t->shape[0], (long long)heads_kv);
+                            "%s.shape[0] = %lld, expected 1 (one factor) or %lld (heads_kv)", name,
+                            (long long)t->shape[0], (long long)heads_kv);
         stride[1] = t->shape[0] == 1 ? 0 : t->stride[0];
         return FJ_OK;
     }
@@ -921,13 +921,13 @@ static fj_status check_append_dtypes(const fj_tensor *k_new, const fj_tensor *v_
                         "k_cache.dtype = %s, expected f16, bf16, f32, f8e4m3 or f8e5m2",
                         fj__dtype_name(k_cache->dtype));
     if (v_cache->dtype != k_cache->dtype)
-        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "v_cache.dtype = %s differs from "
-                        "k_cache.dtype = %s", fj__dtype_name(v_cache->dtype),
-                        fj__dtype_name(k_cache->dtype));
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                        "v_cache.dtype = %s differs from k_cache.dtype = %s",
+                        fj__dtype_name(v_cache->dtype), fj__dtype_name(k_cache->dtype));
     if (v_new->dtype != k_new->dtype)
-        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "v_new.dtype = %s differs from "
-                        "k_new.dtype = %s", fj__dtype_name(v_new->dtype),
-                        fj__dtype_name(k_new->dtype));
+        return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
+                        "v_new.dtype = %s differs from k_new.dtype = %s",
+                        fj__dtype_name(v_new->dtype), fj__dtype_name(k_new->dtype));
     if (k_new->dtype != k_cache->dtype && !is_state_dtype(k_new->dtype))
         return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
                         "k_new.dtype = %s differs from k_cache.dtype = %s: new tokens are of "
@@ -1055,12 +1055,12 @@ fj_status fj__validate_append_memory(const fj__append_problem *p, const struct f
 {
     if (!ops->check_memory)
         return FJ_OK;
-    const fj_tensor *t[9] = {p->k_new,      p->v_new,     p->k_cache,         p->v_cache,
-                             p->page_table, p->seqused_k, p->cu_seqlens_new, p->descale[0],
-                             p->descale[1]};
-    static const char *const names[9] = {"k_new",      "v_new",     "k_cache",
-                                         "v_cache",    "page_table", "seqused_k",
-                                         "cu_seqlens_new", "k_descale", "v_descale"};
+    const fj_tensor *t[9] = {p->k_new,          p->v_new,      p->k_cache,
+                             p->v_cache,        p->page_table, p->seqused_k,
+                             p->cu_seqlens_new, p->descale[0], p->descale[1]};
+    static const char *const names[9] = {"k_new",          "v_new",      "k_cache",
+                                         "v_cache",        "page_table", "seqused_k",
+                                         "cu_seqlens_new", "k_descale",  "v_descale"};
     for (int i = 0; i < 9; i++)
         if (t[i])
             TRY(device_memory(ops, backend, t[i], names[i], err));

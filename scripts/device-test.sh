@@ -109,7 +109,8 @@ if [ "$what" = decode ]; then
                 "--seqlen-q 1 --seqlen-k 700 --head-dim 128 --splits 5" \
                 "--seqlen-q 1 --seqlen-k 700 --mla --heads 16 --paged 64 --splits 5" \
                 "--seqlen-q 16 --seqlen-k 700 --paged 16 --varlen --causal --append 5 --splits 3" \
-                "--seqlen-q 4 --seqlen-k 500 --paged 5 --varlen --kv-dtype e4m3 --append 2 --mask random" \
+                "--seqlen-q 4 --seqlen-k 500 --paged 5 --varlen --kv-dtype e4m3 --append 2 \
+                 --mask random" \
                 "--seqlen-q 70 --seqlen-k 90 --head-dim 64 --causal --backward"; do
         if timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 \
             $build/flashjit run --backend cuda --reps 1 --batch 5 --heads 8 --kv-heads 2 $args \

@@ -187,6 +187,8 @@ INLINE float e5m2_to_float(uchar b)
 %     local name, m, bias, largest, largest_value, saturated = table.unpack(f)
 %     local shift = 23 - m -- the float mantissa's bits below the FP8 one's
 %     local normal = string.format("0x%08xu", (128 - bias) << 23) -- 2^(1 - bias)
+%     local step = string.format("%.1ff", 2.0 ^ (bias - 1 + m)) -- subnormal steps in 1.0
+%     local half = string.format("0x%xu", (1 << (shift - 1)) - 1) -- half a step, less one bit
 INLINE uchar float_to_${name}(float x)
 {
     const uint u = FLOAT_TO_BITS(x), s = (u >> 24) & 0x80u, a = u & 0x7fffffffu;
@@ -195,8 +197,8 @@ INLINE uchar float_to_${name}(float x)
     if (a >= ${largest}) /* ${largest_value} */
         return (uchar)(s | ${saturated});
     if (a < ${normal}) /* 2^${1 - bias} */
-        return (uchar)(s | (uint)F_RINT(BITS_TO_FLOAT(a) * ${string.format("%.1f", 2.0 ^ (bias - 1 + m))}f));
-    return (uchar)(s | (((a + ${string.format("0x%xu", (1 << (shift - 1)) - 1)} + ((a >> ${shift}) & 1u)) >> ${shift}) - (${127 - bias}u << ${m})));
+        return (uchar)(s | (uint)F_RINT(BITS_TO_FLOAT(a) * ${step}));
+    return (uchar)(s | (((a + ${half} + ((a >> ${shift}) & 1u)) >> ${shift}) - (${127 - bias}u << ${m})));
 }
 %   end
 % end

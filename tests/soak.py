@@ -1,8 +1,9 @@
 """Random attention problems through `flashjit run`, each checked against its float64 reference:
 the forward with and without its backward, decode, paged decode (its queries packed too, its
 last keys appended by the library), MLA, masks and score terms, FP8 inputs and FP8 caches, in
-shapes, head dims, dtypes and layouts drawn off any benchmark grid. A problem fails when `run` prints FAIL or dies; one whose combination the library reports as unsupported is counted
-apart. Prints each failure's command line, so it can be run again alone.
+shapes, head dims, dtypes and layouts drawn off any benchmark grid. A problem fails when `run`
+prints FAIL or dies; one whose combination the library reports as unsupported is counted apart.
+Prints each failure's command line, so it can be run again alone.
 
 Usage: python3 tests/soak.py FLASHJIT_CLI [--count 40] [--seed N] [--backend cuda]
        [--cache PATH] [--timeout 120]

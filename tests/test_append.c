@@ -80,10 +80,9 @@ static unsigned char *random_values(size_t elements, fj_dtype nt, size_t es, uin
 
 /* How an append is given its descale factors (for tokens rounded into an FP8 cache). */
 enum descale_kind { NO_DESCALE, ONE_FACTOR, PER_HEAD_AND_SEQUENCE, PER_HEAD, HEADS_ONLY };
-static const char *const descale_names[] = {"", ", one descale factor",
-                                            ", descale factors [b, hkv]",
-                                            ", descale factors [b, hkv], batch stride 0",
-                                            ", descale factors [hkv]"};
+static const char *const descale_names[] = {
+    "", ", one descale factor", ", descale factors [b, hkv]",
+    ", descale factors [b, hkv], batch stride 0", ", descale factors [hkv]"};
 
 /* Descale factors for k (i 0) or v (1), [B, HKV] (stride 0 over the batch for PER_HEAD, the
 ** first HKV alone for HEADS_ONLY, all one for ONE_FACTOR): f32 between 1/16 and 4, some powers
@@ -181,9 +180,15 @@ static void check_append(fj_context *ctx, fj_dtype nt, fj_dtype dt, int packed,
     tensor4(&tkn, d_kn, nt, kn_shape, kn_stride);
     tensor4(&tvn, d_vn, nt, vn_shape, vn_stride);
     if (packed) { /* [rows, HKV, dim], token rows as the dense ones */
-        tkn = (fj_tensor){.data = d_kn, .dtype = nt, .ndim = 3, .shape = {PACKED_ROWS, HKV, D},
+        tkn = (fj_tensor){.data = d_kn,
+                          .dtype = nt,
+                          .ndim = 3,
+                          .shape = {PACKED_ROWS, HKV, D},
                           .stride = {kn_row, D, 1}};
-        tvn = (fj_tensor){.data = d_vn, .dtype = nt, .ndim = 3, .shape = {PACKED_ROWS, HKV, DV},
+        tvn = (fj_tensor){.data = d_vn,
+                          .dtype = nt,
+                          .ndim = 3,
+                          .shape = {PACKED_ROWS, HKV, DV},
                           .stride = {vn_row, DV, 1}};
     }
     tensor4(&tkc, d_kc, dt, kc_shape, kc_stride);
@@ -197,12 +202,17 @@ static void check_append(fj_context *ctx, fj_dtype nt, fj_dtype dt, int packed,
     fj_tensor tdescale[2];
     for (int i = 0; i < 2; i++) {
         float *f = (float *)d_factors + i * B * HKV;
-        tdescale[i] =
-            dk == ONE_FACTOR || dk == HEADS_ONLY
-                ? (fj_tensor){.data = f, .dtype = FJ_DTYPE_F32, .ndim = 1,
-                              .shape = {dk == ONE_FACTOR ? 1 : HKV}, .stride = {1}}
-                : (fj_tensor){.data = f, .dtype = FJ_DTYPE_F32, .ndim = 2, .shape = {B, HKV},
-                              .stride = {dk == PER_HEAD ? 0 : HKV, 1}};
+        tdescale[i] = dk == ONE_FACTOR || dk == HEADS_ONLY
+                          ? (fj_tensor){.data = f,
+                                        .dtype = FJ_DTYPE_F32,
+                                        .ndim = 1,
+                                        .shape = {dk == ONE_FACTOR ? 1 : HKV},
+                                        .stride = {1}}
+                          : (fj_tensor){.data = f,
+                                        .dtype = FJ_DTYPE_F32,
+                                        .ndim = 2,
+                                        .shape = {B, HKV},
+                                        .stride = {dk == PER_HEAD ? 0 : HKV, 1}};
     }
     const fj_tensor *first = packed ? &tfirst : NULL;
     const char *fn = dk != NO_DESCALE ? "fj_kv_cache_append_quantized"
@@ -210,11 +220,11 @@ static void check_append(fj_context *ctx, fj_dtype nt, fj_dtype dt, int packed,
                                       : "fj_kv_cache_append";
     fj_status st =
         dk != NO_DESCALE
-            ? fj_kv_cache_append_quantized(ctx, &tkn, &tvn, first, &tdescale[0], &tdescale[1],
-                                           &tkc, &tvc, &ttable, &tused, NULL)
-        : packed ? fj_kv_cache_append_packed(ctx, &tkn, &tvn, &tfirst, &tkc, &tvc, &ttable,
-                                             &tused, NULL)
-                 : fj_kv_cache_append(ctx, &tkn, &tvn, &tkc, &tvc, &ttable, &tused, NULL);
+            ? fj_kv_cache_append_quantized(ctx, &tkn, &tvn, first, &tdescale[0], &tdescale[1], &tkc,
+                                           &tvc, &ttable, &tused, NULL)
+        : packed
+            ? fj_kv_cache_append_packed(ctx, &tkn, &tvn, &tfirst, &tkc, &tvc, &ttable, &tused, NULL)
+            : fj_kv_cache_append(ctx, &tkn, &tvn, &tkc, &tvc, &ttable, &tused, NULL);
     if (st != FJ_OK)
         fail_msg("%s: %s", fn, fj_context_last_error(ctx));
     assert_int_equal(fj_synchronize(ctx, NULL), FJ_OK);
@@ -226,15 +236,15 @@ static void check_append(fj_context *ctx, fj_dtype nt, fj_dtype dt, int packed,
         for (size_t i = 0; i < n[kv]; i++) {
             const unsigned char *g = got[kv] + i * es, *w = want[kv] + i * es;
             /* any NaN for a NaN rounded (a bit copy keeps its bits) */
-            if (memcmp(g, w, es) && (nt == dt || !isnan(fjr_load(dt, g)) ||
-                                     !isnan(fjr_load(dt, w))))
+            if (memcmp(g, w, es) &&
+                (nt == dt || !isnan(fjr_load(dt, g)) || !isnan(fjr_load(dt, w))))
                 fail_msg("%s, %s into %s: %s cache element %zu = %g, expected %g", fn,
                          fjh_dtype_name(nt), fjh_dtype_name(dt), kv ? "v" : "k", i,
                          (double)fjr_load(dt, g), (double)fjr_load(dt, w));
         }
     printf("  ok   %s into %s: %d sequences x %s tokens into %d shuffled pages of %d%s\n",
-           fjh_dtype_name(nt), fjh_dtype_name(dt), B, packed ? "2, 0, 5, 2 packed" : "3",
-           NUM_PAGES, PAGE, descale_names[dk]);
+           fjh_dtype_name(nt), fjh_dtype_name(dt), B, packed ? "2, 0, 5, 2 packed" : "3", NUM_PAGES,
+           PAGE, descale_names[dk]);
     void *devs[8] = {d_kn, d_vn, d_kc, d_vc, d_table, d_used, d_first, d_factors};
     for (int i = 0; i < 8; i++)
         fj_free(ctx, devs[i]);
@@ -377,10 +387,10 @@ static void test_bad_arguments(void **state)
                            "k_new.dtype = f8e4m3 differs from k_cache.dtype = bf16"));
     /* Descale factors: with a cache that is not FP8, with tokens already FP8, of another shape
     ** or dtype, inside the cache */
-    fj_tensor one = {.data = a + (7 << 20), .dtype = FJ_DTYPE_F32, .ndim = 1, .shape = {1},
-                     .stride = {1}};
-    assert_int_equal(fj_kv_cache_append_quantized(ctx, &kn, &vn, NULL, &one, NULL, &kc, &vc,
-                                                  &table, &used, NULL),
+    fj_tensor one = {
+        .data = a + (7 << 20), .dtype = FJ_DTYPE_F32, .ndim = 1, .shape = {1}, .stride = {1}};
+    assert_int_equal(fj_kv_cache_append_quantized(ctx, &kn, &vn, NULL, &one, NULL, &kc, &vc, &table,
+                                                  &used, NULL),
                      FJ_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(fj_context_last_error(ctx),
                            "k_descale: descale factors quantise f16, bf16 or f32 tokens into an "
@@ -391,8 +401,8 @@ static void test_bad_arguments(void **state)
                                                   &table, &used, NULL),
                      FJ_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(fj_context_last_error(ctx), "v_descale: descale factors quantise"));
-    bad = (fj_tensor){.data = one.data, .dtype = FJ_DTYPE_F32, .ndim = 2, .shape = {3, 2},
-                      .stride = {2, 1}};
+    bad = (fj_tensor){
+        .data = one.data, .dtype = FJ_DTYPE_F32, .ndim = 2, .shape = {3, 2}, .stride = {2, 1}};
     assert_int_equal(fj_kv_cache_append_quantized(ctx, &kn, &vn, NULL, &bad, NULL, &kc8, &vc8,
                                                   &table, &used, NULL),
                      FJ_ERR_INVALID_ARGUMENT);

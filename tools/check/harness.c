@@ -695,12 +695,12 @@ static fj_status append_tokens(fj_context *ctx, const fjh_case *c, const htensor
     fj_tensor kc = pg->k.t, vc = pg->v.t; /* (uploaded: their data is the device's) */
     if (st == FJ_OK && rows > 0)
         st = c->kv_fp8 ? fj_kv_cache_append_quantized(
-                             ctx, &fresh[0].t, &fresh[1].t, packed ? &first.t : NULL,
-                             &descale[0].t, &descale[1].t, &kc, &vc, &pg->table.t, &before.t, NULL)
-             : packed ? fj_kv_cache_append_packed(ctx, &fresh[0].t, &fresh[1].t, &first.t, &kc,
-                                                  &vc, &pg->table.t, &before.t, NULL)
-                      : fj_kv_cache_append(ctx, &fresh[0].t, &fresh[1].t, &kc, &vc,
-                                           &pg->table.t, &before.t, NULL);
+                             ctx, &fresh[0].t, &fresh[1].t, packed ? &first.t : NULL, &descale[0].t,
+                             &descale[1].t, &kc, &vc, &pg->table.t, &before.t, NULL)
+             : packed ? fj_kv_cache_append_packed(ctx, &fresh[0].t, &fresh[1].t, &first.t, &kc, &vc,
+                                                  &pg->table.t, &before.t, NULL)
+                      : fj_kv_cache_append(ctx, &fresh[0].t, &fresh[1].t, &kc, &vc, &pg->table.t,
+                                           &before.t, NULL);
     if (st == FJ_OK)
         st = fj_synchronize(ctx, NULL);
     for (int i = 0; i < 6; i++)
