@@ -641,7 +641,7 @@ static void release(fj_context *ctx, htensor *h)
 ** their values times 2 (k) and 0.5 (v), quantised by fj_kv_cache_append_quantized with those
 ** descale factors (exact: the codes come back). */
 static fj_status append_tokens(fj_context *ctx, const fjh_case *c, const htensor *k,
-                               const htensor *v, paging *pg)
+                               const htensor *v, const paging *pg)
 {
     const int64_t b = c->batch, t = c->append < c->seqlen_k ? c->append : c->seqlen_k, one = 1;
     const int packed = c->varlen != 0;
