@@ -264,10 +264,11 @@ typedef struct fj_attention_desc {
     ** max_seqlen_q and max_seqlen_k (>= 1) bound the lengths: the grid is sized by them. The
     ** host cannot read device memory, so the kernels clamp offsets into the tensors and lengths
     ** to the maxima instead of trusting them. lse is [heads_q, total_q]. Causal and windows
-    ** align each sequence's keys to its queries bottom-right. Not with bias or mask tensors
-    ** (but for packed queries against a paged cache: see page_table).
-    ** Runs on the Hopper tensor-core kernel (sm_90a) unless a mask_mod is given, elsewhere on
-    ** the SIMT kernels. */
+    ** align each sequence's keys to its queries bottom-right. A bias, a mask and mask_ranges
+    ** see the sequences as a padded batch of the longest (seqlen_q, seqlen_k in their shapes
+    ** are max_seqlen_q, max_seqlen_k; sequence b's query i and key j at [b, h, i, j]); not
+    ** with block_mask. Runs on the Hopper tensor-core kernel (sm_90a) unless a mask_mod, a
+    ** bias, a mask or ranges is given, elsewhere (and then) on the SIMT kernels. */
     const fj_tensor *cu_seqlens_q;
     const fj_tensor *cu_seqlens_k;
     const fj_tensor *seqused_k;
@@ -276,8 +277,8 @@ typedef struct fj_attention_desc {
     /* FlashMask-style column ranges (NULL: none): FJ_DTYPE_I32 [batch | 1, heads_q | 1,
     ** seqlen_k, 2 or 4], broadcast like bias. Query rows i with r[0] <= i < r[1] (and, with 4
     ** columns, r[2] <= i < r[3]) do not see key j, where r = mask_ranges[b, h, j]: O(seqlen)
-    ** memory for document, prefix-LM and shared-question masks. Not with variable lengths;
-    ** the Hopper tensor-core kernel (sm_90a), elsewhere the SIMT kernels. */
+    ** memory for document, prefix-LM and shared-question masks. The Hopper tensor-core kernel
+    ** (sm_90a), elsewhere (and with variable lengths) the SIMT kernels. */
     const fj_tensor *mask_ranges;
     /* A classification of 128 x 128 blocks of (query, key) pairs (NULL: none): FJ_DTYPE_I32
     ** [batch | 1, heads_q | 1, ceil(seqlen_q / 128), ceil(seqlen_k / 128)], broadcast like bias.
@@ -317,7 +318,8 @@ typedef struct fj_attention_desc {
     /* fj_attention_backward only (the forward ignores it): where the gradient with respect to
     ** desc.bias goes (NULL: not computed). F32, 4-D, shaped as bias with every dimension the
     ** bias broadcasts (extent 1, or stride 0 over a larger extent) of extent 1: the gradient is
-    ** summed over it. Dense requests only (no variable lengths). */
+    ** summed over it. With variable lengths, the padded batch's as the bias (see
+    ** cu_seqlens_q); the backward then runs on the SIMT kernels. */
     fj_tensor *dbias;
     /* FP8 inputs only (q_descale for an FP8 q, k_ and v_descale for FP8 k and v): the factors
     ** that turn each into its real values, as FlashAttention-3's descales: F32 tensors of

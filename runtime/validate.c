@@ -422,10 +422,9 @@ static fj_status check_i32_vector(const fj_tensor *t, const char *name, int64_t 
 
 /* Packed queries of variable lengths: cu_seqlens_q [batch + 1] and max_seqlen_q; q and out
 ** [total_q, heads, dim] against k's and v's last two dimensions (kv heads, head dims; q, k, v
-** and out checked as tensors by the caller), lse [heads_q, total_q]. Tensors with a query-row
-** dimension (a bias, a mask, ranges) are taken against a paged cache (the decode kernel's,
-** [batch, heads, max_seqlen_q, keys]: sequence b's row i at row i of batch b), not otherwise;
-** block classes never. */
+** and out checked as tensors by the caller), lse [heads_q, total_q]. A bias, a mask and ranges
+** index the sequences as a padded batch ([batch, heads, max_seqlen_q, max_seqlen_k or the
+** table's keys]: sequence b's query i and key j at (b, i, j)); block classes are refused. */
 static fj_status check_packed_queries(const fj_attention_desc *d, const fj_tensor *q,
                                       const fj_tensor *k, const fj_tensor *v,
                                       const fj_tensor *out, const fj_tensor *lse, fj__problem *p,
@@ -437,12 +436,9 @@ static fj_status check_packed_queries(const fj_attention_desc *d, const fj_tenso
         return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
                         "desc.max_seqlen_q = %lld: must be >= 1 with variable lengths",
                         (long long)d->max_seqlen_q);
-    if (!d->page_table && (d->bias || d->mask || d->mask_ranges || d->block_mask))
-        return fj__fail(err, FJ_ERR_UNSUPPORTED, "desc.%s with variable lengths is not supported",
-                        d->bias          ? "bias"
-                        : d->mask        ? "mask"
-                        : d->mask_ranges ? "mask_ranges"
-                                         : "block_mask");
+    if (d->block_mask)
+        return fj__fail(err, FJ_ERR_UNSUPPORTED,
+                        "desc.block_mask with variable lengths is not supported");
     TRY(check_dtypes(q, k, v, out, err));
     const int h = k->ndim - 2; /* k's and v's kv-head axis */
     const int64_t total_q = q->shape[0];
@@ -1128,10 +1124,6 @@ fj_status fj__validate_backward(const fj_attention_desc *desc, const fj_tensor *
         if (!p->f.bias)
             return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
                             "desc.dbias is set but desc.bias is NULL (no bias to differentiate)");
-        if (p->f.cu_seqlens_q)
-            return fj__fail(err, FJ_ERR_UNSUPPORTED,
-                            "desc.dbias with variable lengths (desc.cu_seqlens_q) is not "
-                            "supported");
         TRY(check_tensor(db, "desc.dbias", 4, err));
         if (db->dtype != FJ_DTYPE_F32)
             return fj__fail(err, FJ_ERR_INVALID_ARGUMENT, "desc.dbias.dtype = %s, expected f32",

@@ -12,7 +12,7 @@
 % --         of its kv head (query tiles of TILE_M rows streamed through local memory);
 % --   dq    a work-item per query row: its dQ over the key tiles of TILE_N keys it sees;
 % --   dbias a work-item per element of the bias's gradient (dS through score_mod), summed over
-% --         the dimensions the bias broadcasts (dense requests);
+% --         the dimensions the bias broadcasts;
 % --   and stage 5, dq_store: TILE_M rows of dq a work-group, cast from the f32 sum that the
 % --         tensor-core dkdv stage (attn_bwd_mma.cu.lua, grads 4) accumulated by atomics.
 % -- No stage here uses atomics: the gradients are bit-identical run to run.
@@ -318,10 +318,14 @@ fj_attn_bwd_dq(
         Q_STORE(dqp, c, dq[c]);
 }
 % elseif stage == 4 then
-/* The bias's gradient: a work-item per element of dbias [batches, heads, rows, seqlen_k] (an
-** extent of 1 where the bias broadcasts: summed over), the sum of ds over the (batch, head,
-** query row) triples the element stands for, each recomputed from q, k, v, dout, lse and D.
-** Dense requests only. */
+%   -- the bias's key and row extents: the sequences' longest with variable lengths
+%   local keys_all = varlen > 0 and "max_seqlen_k" or "seqlen_k"
+%   local rows_all = varlen > 0 and "max_seqlen_q" or "seqlen_q"
+/* The bias's gradient: a work-item per element of dbias [batches, heads, rows, keys] (an extent
+** of 1 where the bias broadcasts: summed over), the sum of ds over the (batch, head, query row)
+** triples the element stands for, each recomputed from q, k, v, dout, lse and D. Variable
+** lengths index the sequences as a padded batch (sequence b's query i, key j at (b, i, j));
+** an element past a sequence's lengths has none of its pairs. */
 KERNEL(TILE_M)
 fj_attn_bwd_dbias(
 % params_arg(args)
@@ -331,43 +335,53 @@ fj_attn_bwd_dbias(
     const I64 e = (I64)BLOCK_X * TILE_M + THREAD_X;
     if (e >= P.dbias_n)
         return;
-    const int key = (int)(e % seqlen_k);
-    const I64 rest = e / seqlen_k;
+    const int key = (int)(e % ${keys_all});
+    const I64 rest = e / ${keys_all};
     const int r_ = (int)(rest % P.dbias_rows), h_ = (int)(rest / P.dbias_rows % P.dbias_heads);
     const int b_ = (int)(rest / P.dbias_rows / P.dbias_heads);
-    const int shift = seqlen_k - seqlen_q, group = heads_q / heads_kv;
+    const int group = heads_q / heads_kv;
     const int b_lo = P.dbias_batches == 1 ? 0 : b_, b_hi = P.dbias_batches == 1 ? batches : b_ + 1;
     const int h_lo = P.dbias_heads == 1 ? 0 : h_, h_hi = P.dbias_heads == 1 ? heads_q : h_ + 1;
-    const int r_lo = P.dbias_rows == 1 ? 0 : r_, r_hi = P.dbias_rows == 1 ? seqlen_q : r_ + 1;
+    const int r_lo = P.dbias_rows == 1 ? 0 : r_, r_end = P.dbias_rows == 1 ? ${rows_all} : r_ + 1;
     float acc = 0.0f;
-    for (int batch = b_lo; batch < b_hi; batch++)
+    for (int batch = b_lo; batch < b_hi; batch++) {
+%   if varlen > 0 then
+% packed_sequence()
+        const int d_rows = max_seqlen_q;
+%   else
+        const int q_first = 0, k_first = 0, d_rows = seqlen_q;
+%   end
+        const int shift = seqlen_k - seqlen_q, r_hi = I_MIN(r_end, seqlen_q);
         for (int head = h_lo; head < h_hi; head++) {
             const int head_kv = head / group;
 %   if sparse or terms then
             MASK_CTX(mc, P.fwd.mask, batch, head, seqlen_q, seqlen_k);
 %   end
-            GLOBAL const kv_t *kp = k + batch * k_sb + (I64)key * k_ss + (I64)head_kv * k_sh;
-            GLOBAL const kv_t *vp = v + batch * v_sb + (I64)key * v_ss + (I64)head_kv * v_sh;
+            const I64 k_row = (I64)(k_first + key);
+            GLOBAL const kv_t *kp = k + batch * k_sb + k_row * k_ss + (I64)head_kv * k_sh;
+            GLOBAL const kv_t *vp = v + batch * v_sb + k_row * v_ss + (I64)head_kv * v_sh;
             for (int row = r_lo; row < r_hi; row++) {
 % emit_seen("row", "key")
                 if (!seen)
                     continue;
-                GLOBAL const q_t *qp = q + batch * q_sb + (I64)row * q_ss + (I64)head * q_sh;
+                const I64 q_row = (I64)(q_first + row);
+                GLOBAL const q_t *qp = q + batch * q_sb + q_row * q_ss + (I64)head * q_sh;
                 GLOBAL const o_t *gp = GPTR(const o_t, P.dout) + batch * P.do_sb +
-                                       (I64)row * P.do_ss + (I64)head * P.do_sh;
+                                       q_row * P.do_ss + (I64)head * P.do_sh;
                 float qk = 0.0f, dp = 0.0f;
                 for (int c = 0; c < head_dim; c++)
                     qk = F_FMA(Q_LOAD(qp, c), KV_LOAD(kp, c), qk);
                 for (int c = 0; c < head_dim_v; c++)
                     dp = F_FMA(O_LOAD(gp, c), KV_LOAD(vp, c), dp);
-                const float lse_l2 = lse[batch * l_sb + (I64)head * l_sh + (I64)row * l_ss] * LOG2E;
+                const float lse_l2 = lse[batch * l_sb + (I64)head * l_sh + q_row * l_ss] * LOG2E;
                 const float delta =
-                    GPTR(float, P.delta)[((I64)batch * heads_q + head) * seqlen_q + row];
+                    GPTR(float, P.delta)[((I64)batch * heads_q + head) * d_rows + row];
 % emit_pair("qk", "row", "key")
                 (void)dd;
                 acc += ds;
             }
         }
+    }
     GPTR(float, P.dbias)[b_ * P.dbias_sb + h_ * P.dbias_sh + (I64)r_ * P.dbias_ss + key] = acc;
 }
 % elseif stage == 5 then

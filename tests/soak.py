@@ -54,6 +54,8 @@ def forward_args(r, backward):
         a += ["--bias", r.choice(["full", "heads", "keys"])]
     if backward:
         a += ["--backward"] + (["--deterministic"] if r.random() < 0.3 else [])
+        if "--bias" in a and r.random() < 0.5:
+            a += ["--dbias"]
     return a
 
 
@@ -82,7 +84,7 @@ def decode_args(r):
         a += ["--mask-mod", r.choice(MASK_MODS)]
     if r.random() < 0.1:
         a += ["--score-mod", r.choice(SCORE_MODS), "--mod-args", ",".join(["0.1"] * hq)]
-    if r.random() < 0.1 and ("--varlen" not in a or "--paged" in a):
+    if r.random() < 0.1:
         a += r.choice([["--bias", "full"], ["--bias", "keys"], ["--mask", "random"],
                        ["--mask", "keys"], ["--ranges", "2"]])
     return a

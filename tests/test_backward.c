@@ -379,11 +379,12 @@ static void test_dbias(void **state)
 
 /* Packed sequences of different lengths (one without queries), with seqused_k (the keys past
 ** it get zero gradients), causal, windows, a mask_mod; each with dq by atomics and
-** deterministic. */
+** deterministic. Then a bias (with its gradient: full, shared by the batch, a key bias), a mask
+** tensor and ranges, which index the sequences as a padded batch of the longest. */
 static void test_varlen(void **state)
 {
-    fjh_case cases[8];
-    for (int i = 0; i < 8; i++) {
+    fjh_case cases[13];
+    for (int i = 0; i < 13; i++) {
         const int kind = i % 4;
         cases[i] = bwd_case(40 + 13 * kind, 70, 4, 2, 32,
                             kind == 2 ? FJ_DTYPE_F32 : kind == 3 ? FJ_DTYPE_F16 : FJ_DTYPE_BF16);
@@ -391,10 +392,20 @@ static void test_varlen(void **state)
         cases[i].varlen = 1 + kind % 2;
         cases[i].desc.causal = kind == 1;
         cases[i].desc.window_left = kind == 2 ? 7 : -1;
-        cases[i].desc.mask_mod = kind == 3 ? "k % 2 == 0 || q == k" : NULL;
-        cases[i].desc.deterministic = i >= 4;
+        cases[i].desc.mask_mod = kind == 3 && i < 8 ? "k % 2 == 0 || q == k" : NULL;
+        cases[i].desc.deterministic = i >= 4 && i < 8;
     }
-    run_cases(state, cases, 8);
+    cases[8].bias = 1;
+    cases[8].dbias = 1;
+    cases[9].bias = 2;
+    cases[9].dbias = 1;
+    cases[10].bias = 3;
+    cases[10].bias_f32 = 1;
+    cases[10].dbias = 1;
+    cases[11].mask = 1;
+    cases[12].ranges = 2;
+    cases[12].bias = 1;
+    run_cases(state, cases, 13);
 }
 
 /* Ten runs of the same deterministic backward of S rows at head dim D give the same bits, in

@@ -344,7 +344,12 @@ MUT(varlen_lse, {
 })
 MUT(varlen_bias, {
     packed(r);
+    dense(&r->bias, FJ_DTYPE_F32, 4, (int64_t[]){3, 4, 16, 30});
     r->desc.bias = &r->bias;
+})
+MUT(varlen_blocks, {
+    packed(r);
+    r->desc.block_mask = &r->blocks;
 })
 MUT(paged_no_used, {
     paged(r);
@@ -560,8 +565,10 @@ static const bad_case bad_cases[] = {
      "v.shape[0] (total_k, as k.shape[0]) = 69, expected 70"},
     {"varlen lse", varlen_lse, 0, FJ_ERR_INVALID_ARGUMENT,
      "lse.shape[1] (total_q) = 39, expected 40"},
-    {"varlen bias", varlen_bias, 0, FJ_ERR_UNSUPPORTED,
-     "desc.bias with variable lengths is not supported"},
+    {"varlen bias rows", varlen_bias, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.bias.shape[2] = 16, expected 1 or 20 (max_seqlen_q)"},
+    {"varlen block classes", varlen_blocks, 0, FJ_ERR_UNSUPPORTED,
+     "desc.block_mask with variable lengths is not supported"},
     {"paged without seqused_k", paged_no_used, 0, FJ_ERR_INVALID_ARGUMENT,
      "desc.seqused_k is NULL: a paged KV cache needs"},
     {"paged table dtype", paged_table_dtype, 0, FJ_ERR_INVALID_ARGUMENT,
@@ -639,6 +646,24 @@ static void test_paged_request_is_resolved(void **state)
     fj__features_of(&p, &f);
     assert_int_equal(f.paged, 1);
     assert_int_equal(f.varlen, 0);
+}
+
+/* Packed sequences take a bias and a mask as a padded batch of the longest: [batch,
+** heads_q, max_seqlen_q, max_seqlen_k]. */
+static void test_packed_bias_is_resolved(void **state)
+{
+    (void)state;
+    request r;
+    packed(&r);
+    dense(&r.bias, FJ_DTYPE_F32, 4, (int64_t[]){3, 4, 20, 30});
+    r.desc.bias = &r.bias;
+    fj__problem p;
+    fj__err err = {{0}};
+    if (validate(&r, &p, &err, 0) != FJ_OK)
+        fail_msg("%s", err.msg);
+    assert_ptr_equal(p.bias, &r.bias);
+    assert_int_equal(p.bias_stride[0], 4 * 20 * 30);
+    assert_int_equal(p.bias_stride[2], 30);
 }
 
 /* A paged request with packed queries: the sequences are cu_seqlens_q's, q's and out's batch
@@ -1039,6 +1064,7 @@ int main(void)
         cmocka_unit_test(test_config_overrides),
         cmocka_unit_test(test_every_rejected_field),
         cmocka_unit_test(test_paged_request_is_resolved),
+        cmocka_unit_test(test_packed_bias_is_resolved),
         cmocka_unit_test(test_paged_packed_request_is_resolved),
         cmocka_unit_test(test_valid_request_is_resolved),
         cmocka_unit_test(test_fp8_request_is_resolved),

@@ -158,6 +158,41 @@ within("flex_attention score_mod out", out, ref, plain)
 for n, got, r, p in zip(("dq", "dk", "dv"), grads, ref_grads, plain_grads):
     within(f"flex_attention score_mod {n}", got, r, p)
 
+# Packed sequences with a float bias seen as a padded batch [b, h, max_q, max_k]: the gradients
+# of q, k, v and the bias against SDPA per sequence (float64 autograd, the bias's slice of
+# each), within twice the same computation's error in the inputs' dtype.
+lens_q, lens_k = [5, 9, 3], [7, 12, 4]
+cu_q, cu_k = (torch.tensor([0] + lens, device=dev).cumsum(0).to(torch.int32)
+              for lens in (lens_q, lens_k))
+q = torch.randn(sum(lens_q), 2, 16, device=dev, dtype=dtype, requires_grad=True)
+k, v = (torch.randn(sum(lens_k), 2, 16, device=dev, dtype=dtype, requires_grad=True)
+        for _ in range(2))
+bias = torch.randn(3, 2, 9, 12, device=dev, requires_grad=True)
+out = fjt.attention(q, k, v, bias=bias, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=9,
+                    max_seqlen_k=12)
+g = torch.randn_like(out)
+grads = torch.autograd.grad(out, (q, k, v, bias), g)
+
+
+def packed_reference(q, k, v, bias):
+    outs = []
+    for i in range(3):
+        qi, ki, vi = (x[int(c[i]):int(c[i + 1])].transpose(0, 1)[None]
+                      for x, c in ((q, cu_q), (k, cu_k), (v, cu_k)))
+        mask = bias[i:i + 1, :, :lens_q[i], :lens_k[i]].to(qi.dtype)
+        outs.append(sdpa(qi, ki, vi, attn_mask=mask)[0].transpose(0, 1))
+    return torch.cat(outs)
+
+
+leaves64 = [x.detach().double().requires_grad_() for x in (q, k, v, bias)]
+ref_grads = torch.autograd.grad(packed_reference(*leaves64), leaves64, g.double())
+leaves = [x.detach().requires_grad_() for x in (q, k, v, bias)]
+plain_grads = torch.autograd.grad(packed_reference(*leaves), leaves, g)
+within("packed sequences with a bias: out", out,
+       packed_reference(*[x.double() for x in leaves64]), packed_reference(*leaves))
+for n, got, r, p in zip(("dq", "dk", "dv", "dbias"), grads, ref_grads, plain_grads):
+    within(f"packed sequences with a bias: {n}", got, r, p)
+
 # The forward operator through torch.library.opcheck: schema, fake tensor, autograd, AOT.
 q, k, v = (torch.randn(1, 33, h, 32, device=dev, dtype=dtype, requires_grad=True)
            for h in (4, 2, 2))

@@ -129,8 +129,9 @@ def _dbias_like(q, k, bias, want):
     bias4 = bias
     while bias4.dim() < 4:
         bias4 = bias4.unsqueeze(0)
-    shape = Context.bias_grad_shape(tuple(bias4.shape), bias4.stride(), q.shape[0],
-                                    q.shape[2], q.shape[1], k.shape[1])
+    # The bias's own extents where it does not broadcast (a packed request's bias is a padded
+    # batch, whose extents q's and k's shapes do not give).
+    shape = Context.bias_grad_shape(tuple(bias4.shape), bias4.stride(), *bias4.shape)
     return q.new_empty(shape, dtype=torch.float32)
 
 

@@ -871,11 +871,13 @@ static int check_grad(const fjh_case *c, const char *name, const htensor *g, con
 }
 
 /* The float64 gradients of a varlen case, one sequence at a time, into packed arrays (keys past
-** seqused_k and sequences without queries keep zero gradients). */
+** seqused_k and sequences without queries keep zero gradients); the bias's gradient, where
+** asked, into dbias[0] (exact), [1] (magnitudes) and [2] (plain), at p's strides. */
 static void reference_backward_packed(const fjr_problem *p, const packing *pk,
                                       const double *const in[4], double *const out[3],
                                       double *const mag[3], const float *const inf[4],
-                                      float *const low[3], fj_dtype dtype)
+                                      float *const low[3], fj_dtype dtype,
+                                      void *const dbias[3])
 {
     const int64_t hq = p->heads_q, hkv = p->heads_kv, d = p->head_dim, dv = p->head_dim_v;
     const size_t n[3] = {(size_t)(pk->total_q * hq * d), (size_t)(pk->total_k * hkv * d),
@@ -889,16 +891,19 @@ static void reference_backward_packed(const fjr_problem *p, const packing *pk,
     }
     int64_t row_q = 0, row_k = 0;
     for (int64_t b = 0; b < pk->n; b++) {
-        const fjr_problem s = sequence_problem(p, pk, b);
+        fjr_problem s = sequence_problem(p, pk, b);
         const int64_t oq = row_q * hq * d, ok = row_k * hkv * d, ov = row_k * hkv * dv;
         const int64_t og = row_q * hq * dv;
         if (s.seqlen_q > 0 && s.seqlen_k > 0) {
+            s.dbias = dbias[0];
             fjr_attention_backward(&s, in[0] + oq, in[1] + ok, in[2] + ov, in[3] + og,
                                    out[0] + oq, out[1] + ok, out[2] + ov);
+            s.dbias = dbias[1];
             if (mag[0])
                 fjr_attention_backward_magnitude(&s, in[0] + oq, in[1] + ok, in[2] + ov,
                                                  in[3] + og, mag[0] + oq, mag[1] + ok,
                                                  mag[2] + ov);
+            s.dbias = dbias[2];
             if (low[0])
                 fjr_attention_backward_lowp(&s, dtype, inf[0] + oq, inf[1] + ok, inf[2] + ov,
                                             inf[3] + og, low[0] + oq, low[1] + ok, low[2] + ov);
@@ -947,14 +952,15 @@ static fj_status run_backward(fj_context *ctx, const fjh_case *c, const fjr_prob
     memset(&db, 0, sizeof db);
     fj_attention_desc with_dbias = *desc;
     int64_t db_ext[3] = {1, 1, 1};
-    if (c->dbias && p->bias && !pk) {
-        const int64_t full[3] = {b, c->heads_q, sq};
+    if (c->dbias && p->bias) {
+        /* The bias's extents: packed sequences' as a padded batch of the longest. */
+        const int64_t full[3] = {c->batch, c->heads_q, c->seqlen_q}, keys = c->seqlen_k;
         for (int a = 0; a < 3; a++)
             db_ext[a] = p->bias_stride[a] == 0 ? 1 : full[a];
         db.t = (fj_tensor){.dtype = FJ_DTYPE_F32, .ndim = 4,
-                           .shape = {db_ext[0], db_ext[1], db_ext[2], sk},
-                           .stride = {db_ext[1] * db_ext[2] * sk, db_ext[2] * sk, sk, 1}};
-        db.elements = (size_t)(db_ext[0] * db_ext[1] * db_ext[2] * sk);
+                           .shape = {db_ext[0], db_ext[1], db_ext[2], keys},
+                           .stride = {db_ext[1] * db_ext[2] * keys, db_ext[2] * keys, keys, 1}};
+        db.elements = (size_t)(db_ext[0] * db_ext[1] * db_ext[2] * keys);
         db.host = xmalloc(db.elements * 4, "dbias's host copy");
         memset(db.host, POISON, db.elements * 4);
         if (st == FJ_OK)
@@ -998,40 +1004,41 @@ static fj_status run_backward(fj_context *ctx, const fjh_case *c, const fjr_prob
             else
                 mag[i] = xmalloc((size_t)n[i] * sizeof *mag[i], "the gradients' magnitudes");
         }
+        fjr_problem pd = *p; /* with the bias's gradient, where asked */
+        double *ref_db = NULL, *mag_db = NULL;
+        float *low_db = NULL;
+        if (db.dev) {
+            ref_db = xcalloc(db.elements, sizeof *ref_db, "the reference's dbias");
+            if (mag[0])
+                mag_db = xcalloc(db.elements, sizeof *mag_db, "dbias's magnitude");
+            if (low[0])
+                low_db = xcalloc(db.elements, sizeof *low_db, "the plain dbias");
+            for (int a = 0; a < 3; a++)
+                pd.dbias_stride[a] = db_ext[a] == 1 ? 0 : db.t.stride[a];
+        }
         if (pk) {
             const double *const in[4] = {dense[0], dense[1], dense[2], dd};
             const float *const inf[4] = {densef[0], densef[1], densef[2], df};
-            reference_backward_packed(p, pk, in, ref, mag, inf, low, c->dtype);
+            void *const db_parts[3] = {ref_db, mag_db, low_db};
+            reference_backward_packed(&pd, pk, in, ref, mag, inf, low, c->dtype, db_parts);
         } else {
-            fjr_problem pd = *p; /* with the bias's gradient, where asked */
-            double *ref_db = NULL, *mag_db = NULL;
-            float *low_db = NULL;
-            if (db.dev) {
-                ref_db = xcalloc(db.elements, sizeof *ref_db, "the reference's dbias");
-                for (int a = 0; a < 3; a++)
-                    pd.dbias_stride[a] = db_ext[a] == 1 ? 0 : db.t.stride[a];
-                pd.dbias = ref_db;
-            }
+            pd.dbias = ref_db;
             fjr_attention_backward(&pd, dense[0], dense[1], dense[2], dd, ref[0], ref[1],
                                    ref[2]);
-            if (mag[0]) {
-                if (db.dev)
-                    pd.dbias = mag_db = xcalloc(db.elements, sizeof *mag_db, "dbias's magnitude");
+            pd.dbias = mag_db;
+            if (mag[0])
                 fjr_attention_backward_magnitude(&pd, dense[0], dense[1], dense[2], dd, mag[0],
                                                  mag[1], mag[2]);
-            }
-            if (low[0]) {
-                if (db.dev)
-                    pd.dbias = low_db = xcalloc(db.elements, sizeof *low_db, "the plain dbias");
+            pd.dbias = low_db;
+            if (low[0])
                 fjr_attention_backward_lowp(&pd, c->dtype, densef[0], densef[1], densef[2], df,
                                             low[0], low[1], low[2]);
-            }
-            if (db.dev && check_grad(c, "dbias", &db, ref_db, low_db, mag_db, 3, r))
-                r->pass = 0;
-            free(ref_db);
-            free(mag_db);
-            free(low_db);
         }
+        if (db.dev && check_grad(c, "dbias", &db, ref_db, low_db, mag_db, 3, r))
+            r->pass = 0;
+        free(ref_db);
+        free(mag_db);
+        free(low_db);
         static const char *const names[3] = {"dq", "dk", "dv"};
         for (int i = 0; i < 3 && r->pass; i++)
             if (check_grad(c, names[i], &g[i], ref[i], low[i], mag[i], i, r))

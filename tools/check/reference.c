@@ -446,8 +446,9 @@ void fjr_attention_lowp(const fjr_problem *p, fj_dtype dtype, const float *q, co
                     for (int64_t c = 0; c < dvd; c++)                                              \
                         dvj[c] += s[j] * MAG(gi[c]);                                               \
                     if (p->dbias) /* the bias enters score_mod's s: dS times its derivative */  \
-                        ((T *)p->dbias)[b * p->dbias_stride[0] + h * p->dbias_stride[1] +          \
-                                        i * p->dbias_stride[2] + j] += ds * MAG(g[j]);             \
+                        ((T *)p->dbias)[(b + p->batch_offset) * p->dbias_stride[0] +               \
+                                        h * p->dbias_stride[1] + i * p->dbias_stride[2] + j] +=    \
+                            ds * MAG(g[j]);                                                        \
                 }                                                                                  \
             }                                                                                      \
     free(s);                                                                                       \

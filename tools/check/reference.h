@@ -44,9 +44,9 @@ typedef struct fjr_problem {
     int64_t bias_stride[4];
     const unsigned char *mask; /* nonzero keeps (b, h, i, j) */
     int64_t mask_stride[4];
-    int64_t batch_offset;  /* added to b where expressions, ALiBi, the bias, the masks and the
-                           ** block classes see it (one sequence of a batch solved as a problem
-                           ** of its own) */
+    int64_t batch_offset;  /* added to b where expressions, ALiBi, the bias, the masks, the
+                           ** block classes and the bias's gradient see it (one sequence of a
+                           ** batch solved as a problem of its own) */
     const int32_t *ranges; /* FlashMask column ranges of (b, h, j) at the strides below */
     int64_t ranges_stride[3];
     int ranges_n;          /* 2 or 4 */
