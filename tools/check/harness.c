@@ -876,8 +876,7 @@ static int check_grad(const fjh_case *c, const char *name, const htensor *g, con
 static void reference_backward_packed(const fjr_problem *p, const packing *pk,
                                       const double *const in[4], double *const out[3],
                                       double *const mag[3], const float *const inf[4],
-                                      float *const low[3], fj_dtype dtype,
-                                      void *const dbias[3])
+                                      float *const low[3], fj_dtype dtype, void *const dbias[3])
 {
     const int64_t hq = p->heads_q, hkv = p->heads_kv, d = p->head_dim, dv = p->head_dim_v;
     const size_t n[3] = {(size_t)(pk->total_q * hq * d), (size_t)(pk->total_k * hkv * d),
@@ -957,7 +956,8 @@ static fj_status run_backward(fj_context *ctx, const fjh_case *c, const fjr_prob
         const int64_t full[3] = {c->batch, c->heads_q, c->seqlen_q}, keys = c->seqlen_k;
         for (int a = 0; a < 3; a++)
             db_ext[a] = p->bias_stride[a] == 0 ? 1 : full[a];
-        db.t = (fj_tensor){.dtype = FJ_DTYPE_F32, .ndim = 4,
+        db.t = (fj_tensor){.dtype = FJ_DTYPE_F32,
+                           .ndim = 4,
                            .shape = {db_ext[0], db_ext[1], db_ext[2], keys},
                            .stride = {db_ext[1] * db_ext[2] * keys, db_ext[2] * keys, keys, 1}};
         db.elements = (size_t)(db_ext[0] * db_ext[1] * db_ext[2] * keys);

@@ -371,9 +371,9 @@ void fjr_attention_lowp(const fjr_problem *p, fj_dtype dtype, const float *q, co
 ** the rounding errors that a float implementation makes, cancellation in dP - D included. */
 #define FJR_SAME(x) (x)
 #define FJR_BACKWARD(T, EXP, TANH, ROUND, MAG)                                                     \
-    const int64_t d = p->head_dim, dvd = p->head_dim_v, group = p->heads_q / p->heads_kv;         \
+    const int64_t d = p->head_dim, dvd = p->head_dim_v, group = p->heads_q / p->heads_kv;          \
     const int64_t sk = p->seqlen_k;                                                                \
-    T *s = malloc((size_t)sk * sizeof *s), *u = malloc((size_t)sk * sizeof *u);                     \
+    T *s = malloc((size_t)sk * sizeof *s), *u = malloc((size_t)sk * sizeof *u);                    \
     T *o = malloc((size_t)dvd * sizeof *o), *g = malloc((size_t)sk * sizeof *g);                   \
     if (!s || !u || !o || !g)                                                                      \
         abort();                                                                                   \
@@ -417,7 +417,7 @@ void fjr_attention_lowp(const fjr_problem *p, fj_dtype dtype, const float *q, co
                     sum += s[j] == -INFINITY ? 0 : EXP(s[j] - m);                                  \
                 for (int64_t c = 0; c < dvd; c++)                                                  \
                     o[c] = 0;                                                                      \
-                for (int64_t j = 0; j < sk; j++) { /* P, in place of s, and O */                  \
+                for (int64_t j = 0; j < sk; j++) { /* P, in place of s, and O */                   \
                     s[j] = s[j] == -INFINITY ? 0 : ROUND(EXP(s[j] - m) / sum);                     \
                     const T *vj = v + ((b * sk + j) * p->heads_kv + hk) * dvd;                     \
                     for (int64_t c = 0; c < dvd && s[j] != 0; c++)                                 \
@@ -427,7 +427,7 @@ void fjr_attention_lowp(const fjr_problem *p, fj_dtype dtype, const float *q, co
                 for (int64_t c = 0; c < dvd; c++)                                                  \
                     delta += MAG(gi[c]) * MAG(ROUND(o[c])); /* O as stored */                      \
                 for (int64_t j = 0; j < sk; j++) {                                                 \
-                    if (s[j] == 0) /* masked (or underflowed): contributes nothing */           \
+                    if (s[j] == 0) /* masked (or underflowed): contributes nothing */              \
                         continue;                                                                  \
                     const T *kj = k + ((b * sk + j) * p->heads_kv + hk) * d;                       \
                     const T *vj = v + ((b * sk + j) * p->heads_kv + hk) * dvd;                     \
@@ -445,7 +445,7 @@ void fjr_attention_lowp(const fjr_problem *p, fj_dtype dtype, const float *q, co
                     }                                                                              \
                     for (int64_t c = 0; c < dvd; c++)                                              \
                         dvj[c] += s[j] * MAG(gi[c]);                                               \
-                    if (p->dbias) /* the bias enters score_mod's s: dS times its derivative */  \
+                    if (p->dbias) /* the bias enters score_mod's s: dS times its derivative */     \
                         ((T *)p->dbias)[(b + p->batch_offset) * p->dbias_stride[0] +               \
                                         h * p->dbias_stride[1] + i * p->dbias_stride[2] + j] +=    \
                             ds * MAG(g[j]);                                                        \
