@@ -154,6 +154,23 @@ static void test_memory_and_call_checks(void **state)
     assert_int_equal(fj_attention_forward(ctx, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
                      FJ_ERR_INVALID_ARGUMENT);
     assert_string_equal(fj_context_last_error(ctx), "q is NULL");
+    /* The appends: no context, or no tensors, named (the packed one's offsets first). */
+    assert_int_equal(fj_kv_cache_append(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(fj_kv_cache_append_quantized(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                                                  NULL, NULL, NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
+    assert_int_equal(fj_kv_cache_append(ctx, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
+    assert_string_equal(fj_context_last_error(ctx), "k_new is NULL");
+    assert_int_equal(fj_kv_cache_append_packed(ctx, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                                               NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fj_context_last_error(ctx), "cu_seqlens_new is NULL"));
+    assert_int_equal(fj_kv_cache_append_quantized(ctx, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                                                  NULL, NULL, NULL),
+                     FJ_ERR_INVALID_ARGUMENT);
+    assert_string_equal(fj_context_last_error(ctx), "k_new is NULL");
     info.struct_size = sizeof info;
     assert_int_equal(fj_context_last_call(ctx, &info), FJ_OK);
     assert_int_equal(info.source, FJ_KERNEL_NONE);
