@@ -933,8 +933,9 @@ static fj_status check_append_dtypes(const fj_tensor *k_new, const fj_tensor *v_
 }
 
 /* The descale factors of a quantising append (NULL: 1): for f16, bf16 or f32 tokens into an
-** FP8 cache only. */
+** FP8 cache only, apart from the caches the kernel writes. */
 static fj_status check_append_descales(const fj_tensor *k_descale, const fj_tensor *v_descale,
+                                       const fj_tensor *k_cache, const fj_tensor *v_cache,
                                        fj__append_problem *p, fj__err *err)
 {
     const fj_tensor *ts[2] = {k_descale, v_descale};
@@ -948,6 +949,8 @@ static fj_status check_append_descales(const fj_tensor *k_descale, const fj_tens
                             "cache, and k_new.dtype = %s, k_cache.dtype = %s",
                             names[i], fj__dtype_name(p->new_dtype), fj__dtype_name(p->dtype));
         TRY(check_descale(ts[i], names[i], p->batch, p->heads_kv, p->descale_stride[i], err));
+        TRY(check_apart(k_cache, "k_cache", ts[i], names[i], 0, err));
+        TRY(check_apart(v_cache, "v_cache", ts[i], names[i], 0, err));
         p->descale[i] = ts[i];
     }
     return FJ_OK;
@@ -1018,13 +1021,7 @@ fj_status fj__validate_append(const fj_tensor *k_new, const fj_tensor *v_new,
                   packed ? "batch, as cu_seqlens_new.shape[0] - 1" : "batch, as k_new.shape[0]"));
     TRY(check_i32_vector(seqused_k, "seqused_k", p->batch, err));
     p->max_pages = page_table->shape[1];
-    TRY(check_append_descales(k_descale, v_descale, p, err));
-    static const char *const descale_names[2] = {"k_descale", "v_descale"};
-    for (int i = 0; i < 2; i++)
-        if (p->descale[i]) {
-            TRY(check_apart(k_cache, "k_cache", p->descale[i], descale_names[i], 0, err));
-            TRY(check_apart(v_cache, "v_cache", p->descale[i], descale_names[i], 0, err));
-        }
+    TRY(check_append_descales(k_descale, v_descale, k_cache, v_cache, p, err));
     if (p->num_pages > INT32_MAX || p->max_pages > INT32_MAX / p->page_size)
         return fj__fail(err, FJ_ERR_UNSUPPORTED,
                         "%lld pages of %lld rows, %lld per sequence: at most 2^31 - 1 rows",

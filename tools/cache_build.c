@@ -161,6 +161,16 @@ typedef struct build_request {
     int backward; /* also the backward's kernels (with a bias, the dbias kernel too) */
 } build_request;
 
+/* Builds each kernel of plan; r (NULL for a merge or an append) gives the shape columns of the
+** lines printed. */
+static void build_plan(build_run *run, const fj__plan *plan, const build_request *r)
+{
+    for (int i = 0; i < plan->nsteps; i++)
+        if (plan->steps[i].kind == FJ__STEP_KERNEL)
+            build_variant(run, &plan->steps[i].variant, r ? r->d : 0, r ? r->dv : 0,
+                          r ? r->causal : 0, r ? r->softcap : 0);
+}
+
 /* Plans an append of tokens of new_dtype to a paged cache of cache_dtype (packed or not) as a
 ** call would, and builds its kernel. */
 static void build_append_kernel(build_run *run, fj_dtype new_dtype, fj_dtype cache_dtype,
@@ -185,8 +195,7 @@ static void build_append_kernel(build_run *run, fj_dtype new_dtype, fj_dtype cac
         run->failed++;
         return;
     }
-    for (int i = 0; i < plan.nsteps; i++)
-        build_variant(run, &plan.steps[i].variant, 0, 0, 0, 0);
+    build_plan(run, &plan, NULL);
 }
 
 /* Plans a representative request of r's shape (one sequence, one head, 16-byte aligned
@@ -313,9 +322,7 @@ static int build_request_kernels(build_run *run, const fj_device_info *dev, fj__
             fprintf(stderr, "flashjit cache build: %s\n", err.msg);
             return -1;
         }
-        for (int i = 0; i < plan.nsteps; i++)
-            if (plan.steps[i].kind == FJ__STEP_KERNEL)
-                build_variant(run, &plan.steps[i].variant, r->d, r->dv, r->causal, r->softcap);
+        build_plan(run, &plan, r);
     }
     /* A paged cache is filled by appends: of its own dtype, and an FP8 cache's quantising one
     ** from q's dtype; packed where the queries are. */
@@ -346,9 +353,7 @@ static int build_request_kernels(build_run *run, const fj_device_info *dev, fj__
                 fprintf(stderr, "flashjit cache build: backward: %s\n", err.msg);
                 return -1;
             }
-            for (int i = 0; i < plan.nsteps; i++)
-                if (plan.steps[i].kind == FJ__STEP_KERNEL)
-                    build_variant(run, &plan.steps[i].variant, r->d, r->dv, r->causal, r->softcap);
+            build_plan(run, &plan, r);
         }
     }
     return 0;
@@ -374,8 +379,7 @@ static void build_merge_kernels(build_run *run, fj_dtype dtype, int n, int lse)
         run->failed++;
         return;
     }
-    for (int i = 0; i < plan.nsteps; i++)
-        build_variant(run, &plan.steps[i].variant, 0, 0, 0, 0);
+    build_plan(run, &plan, NULL);
 }
 
 /* Checks an expression option (its canonical text is made when a request is planned). */
