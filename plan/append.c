@@ -51,7 +51,6 @@ void fj__append_fill(const fj__append_problem *p, void *params)
     A->v_new = p->v_new->data;
     A->k_cache = p->k_cache->data;
     A->v_cache = p->v_cache->data;
-    A->page_table = p->page_table->data;
     A->seqused_k = p->seqused_k->data;
     const int64_t *from[4] = {p->new_strides[0], p->new_strides[1], p->k_cache->stride,
                               p->v_cache->stride};
@@ -59,12 +58,10 @@ void fj__append_fill(const fj__append_problem *p, void *params)
     for (int i = 0; i < 4; i++)
         for (int d = 0; d < 3; d++)
             strides[i][d] = from[i][d];
-    A->pt_sb = p->page_table->stride[0];
     A->heads_kv = (int32_t)p->heads_kv;
     A->head_dim = (int32_t)p->head_dim;
     A->head_dim_v = (int32_t)p->head_dim_v;
-    A->page_size = (int32_t)p->page_size;
-    A->num_pages = (int32_t)p->num_pages;
+    FJ__FILL_PAGE_FIELDS(A, p);
     A->max_pages = (int32_t)p->max_pages;
     A->cu_seqlens_new = p->cu_seqlens_new ? p->cu_seqlens_new->data : NULL;
     A->batch = (int32_t)p->batch;

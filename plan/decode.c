@@ -281,7 +281,11 @@ int fj__prefer_decode(const fj__features *f, const fj_device_info *dev, const ch
         return 0;
     if (config)
         fj__decode_apply_config(v, config, dev);
-    return f->paged || asked || fwd->path == FJ__PATH_SIMT ||
+    /* A paged cache: chunks of more rows than decode takes (or any, asked) on Hopper's forward
+    ** where it reads the pages (fwd->paged), else here. */
+    if (f->paged)
+        return asked || !(fwd->paged && (f->seqlen_q > FJ__DECODE_MAX_SEQLEN_Q || forward_asked));
+    return asked || fwd->path == FJ__PATH_SIMT ||
            (v->path != FJ__PATH_SIMT && !forward_asked);
 }
 
@@ -467,11 +471,7 @@ fj_status fj__decode_fill(const fj__plan *plan, int i, const fj__problem *p, voi
     }
     D->keys_per_split = plan->decode.keys_per_split;
     D->row_tiles = plan->decode.row_tiles;
-    if (p->page_table) {
-        D->page_table = p->page_table->data;
-        D->pt_sb = p->page_table->stride[0];
-        D->page_size = (int32_t)p->page_size;
-        D->num_pages = (int32_t)p->num_pages;
-    }
+    if (p->page_table)
+        FJ__FILL_PAGE_FIELDS(D, p);
     return T ? fill_decode_maps(v, p, tmap, tmap_ud, T) : FJ_OK;
 }

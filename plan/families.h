@@ -91,11 +91,26 @@ FJ__PARAM_STRUCT(fj__mask_params, FJ__MASK_PARAMS);
     X(T, I32, total_k, 0)
 FJ__PARAM_STRUCT(fj__fwd_params, FJ__FWD_PARAMS);
 
+/* A paged KV cache's table, as every kernel that reads or writes pages takes it: the page table
+** [batch, max_pages] (I32, device memory) with its batch stride, the keys a page and the pages
+** of the cache (kernels clamp page numbers into [0, num_pages): the host cannot check them). */
+#define FJ__PAGE_FIELDS(X, T)                                                                      \
+    X(T, PTR, page_table, "const int")                                                             \
+    X(T, I64, pt_sb, 0)                                                                            \
+    X(T, I32, page_size, 0)                                                                        \
+    X(T, I32, num_pages, 0)
+/* Fills a block's FJ__PAGE_FIELDS from a request's paged cache (src: its page_table tensor,
+** page_size and num_pages). */
+#define FJ__FILL_PAGE_FIELDS(dst, src)                                                             \
+    ((dst)->page_table = (src)->page_table->data, (dst)->pt_sb = (src)->page_table->stride[0],     \
+     (dst)->page_size = (int32_t)(src)->page_size, (dst)->num_pages = (int32_t)(src)->num_pages)
+
 /* The Hopper forward kernel (attn_fwd_wgmma.cu.lua): the family's block and what its bulk
 ** tensor copies and persistent schedule need: tensor maps of q, k, v (and of the bias when it
 ** comes by TMA; zeros otherwise), the slots of their row and head coordinates (perm_*: bits
-** 0-1 the row's, 2-3 the head's), and the tile counter of the dynamic schedule (zeroed before
-** the launch; NULL for the static ones). */
+** 0-1 the row's, 2-3 the head's), the tile counter of the dynamic schedule (zeroed before
+** the launch; NULL for the static ones), and a paged cache's table (variant.paged: k and v
+** are pages [num_pages, page_size, hkv, d], their tensor maps' batches the pages). */
 #define FJ__FWD_TMA_PARAMS(X, T)                                                                   \
     X(T, TMAP, tm_q, 0)                                                                            \
     X(T, TMAP, tm_k, 0)                                                                            \
@@ -105,7 +120,8 @@ FJ__PARAM_STRUCT(fj__fwd_params, FJ__FWD_PARAMS);
     X(T, PTR, tile_counter, "int")                                                                 \
     X(T, I32, perm_q, 0)                                                                           \
     X(T, I32, perm_k, 0)                                                                           \
-    X(T, I32, perm_v, 0)
+    X(T, I32, perm_v, 0)                                                                           \
+    FJ__PAGE_FIELDS(X, T)
 FJ__PARAM_STRUCT(fj__fwd_tma_params, FJ__FWD_TMA_PARAMS);
 
 /* The block classifier (attn_classify.lua): writes the class of each 128 x 128 block of
@@ -174,19 +190,15 @@ FJ__PARAM_STRUCT(fj__merge_params, FJ__MERGE_PARAMS);
 ** the page's, the row's in the page and the head's; seqlen_k the most keys a sequence can
 ** have); for split-KV (variant.partial) the f32 state of split 0 (rows as out's; see
 ** plan/decode.c) with the split strides of its o and l; the keys of each split; the row tiles
-** of each kv head's packed query rows; a paged cache's page table [batch, pages] (batch
-** stride), page size and page count. */
+** of each kv head's packed query rows; a paged cache's table (FJ__PAGE_FIELDS). */
 #define FJ__DECODE_PARAMS(X, T)                                                                    \
     X(T, BLOCK, fwd, fj__fwd_params)                                                               \
     X(T, BLOCK, part, fj__merge_slot)                                                              \
-    X(T, PTR, page_table, "const int")                                                             \
     X(T, I64, part_so, 0)                                                                          \
     X(T, I64, part_sl, 0)                                                                          \
-    X(T, I64, pt_sb, 0)                                                                            \
     X(T, I32, keys_per_split, 0)                                                                   \
     X(T, I32, row_tiles, 0)                                                                        \
-    X(T, I32, page_size, 0)                                                                        \
-    X(T, I32, num_pages, 0)
+    FJ__PAGE_FIELDS(X, T)
 FJ__PARAM_STRUCT(fj__decode_params, FJ__DECODE_PARAMS);
 
 /* The Hopper decode kernel (attn_decode_wgmma.cu.lua): the family's block and, where it copies
@@ -273,15 +285,14 @@ FJ__PARAM_STRUCT(fj__bwd_tma_params, FJ__BWD_TMA_PARAMS);
 /* Appending to a paged KV cache (kv_append.lua): the new keys and values [b, tokens, hkv, d]
 ** with batch, token and head strides (packed [tokens, hkv, d]: batch stride 0, and sequence b's
 ** rows from cu_seqlens_new[b], of batch sequences); the caches [num_pages, page_size, hkv, d]
-** with page, row and head strides; the page table [b, max_pages] (batch stride) and
-** seqused_k [b]; an FP8 cache's descale factors of k and v (NULL: 1) with batch and head
+** with page, row and head strides; seqused_k [b]; the table's width and the table
+** (FJ__PAGE_FIELDS); an FP8 cache's descale factors of k and v (NULL: 1) with batch and head
 ** strides. */
 #define FJ__APPEND_PARAMS(X, T)                                                                    \
     X(T, PTR, k_new, "const void")                                                                 \
     X(T, PTR, v_new, "const void")                                                                 \
     X(T, PTR, k_cache, "void")                                                                     \
     X(T, PTR, v_cache, "void")                                                                     \
-    X(T, PTR, page_table, "const int")                                                             \
     X(T, PTR, seqused_k, "const int")                                                              \
     X(T, I64, kn_sb, 0)                                                                            \
     X(T, I64, kn_ss, 0)                                                                            \
@@ -295,13 +306,11 @@ FJ__PARAM_STRUCT(fj__bwd_tma_params, FJ__BWD_TMA_PARAMS);
     X(T, I64, vc_sp, 0)                                                                            \
     X(T, I64, vc_ss, 0)                                                                            \
     X(T, I64, vc_sh, 0)                                                                            \
-    X(T, I64, pt_sb, 0)                                                                            \
     X(T, I32, heads_kv, 0)                                                                         \
     X(T, I32, head_dim, 0)                                                                         \
     X(T, I32, head_dim_v, 0)                                                                       \
-    X(T, I32, page_size, 0)                                                                        \
-    X(T, I32, num_pages, 0)                                                                        \
     X(T, I32, max_pages, 0)                                                                        \
+    FJ__PAGE_FIELDS(X, T)                                                                          \
     X(T, PTR, cu_seqlens_new, "const int")                                                         \
     X(T, I32, batch, 0)                                                                            \
     X(T, I32, tokens, 0)                                                                           \

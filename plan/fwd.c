@@ -285,7 +285,9 @@ static fj_status fill_fwd_tma(const fj__plan *plan, const fj__variant *v, const 
 {
     fj__fill_fwd_params(plan, p, ws, &P->fwd);
     const fj_tensor *t[3] = {p->q, p->k, p->v};
-    const uint32_t rows[3] = {(uint32_t)v->tile_m, (uint32_t)v->tile_n, (uint32_t)v->tile_n};
+    /* A paged cache's pages are the maps' batches, copied page_rows keys at a time. */
+    const uint32_t key_rows = (uint32_t)(v->paged ? v->page_rows : v->tile_n);
+    const uint32_t rows[3] = {(uint32_t)v->tile_m, key_rows, key_rows};
     fj__tensor_map *maps[3] = {&P->tm_q, &P->tm_k, &P->tm_v};
     int32_t *perms[3] = {&P->perm_q, &P->perm_k, &P->perm_v};
     fj_status st = FJ_OK;
@@ -300,6 +302,8 @@ static fj_status fill_fwd_tma(const fj__plan *plan, const fj__variant *v, const 
         st = tmap(ud, FJ__MAP_BIAS, &d, &P->tm_bias);
     }
     P->tile_counter = plan->fwd.counter >= 0 ? ws[plan->fwd.counter] : NULL;
+    if (v->paged)
+        FJ__FILL_PAGE_FIELDS(P, p);
     return st;
 }
 

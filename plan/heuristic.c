@@ -168,6 +168,8 @@ static void plan_wgmma(fj__variant *v, const fj__features *f, const fj_device_in
     v->tile_m = 128;
     v->warps = 12;
     v->tile_n = widest <= 128 ? 128 : 80;
+    if (v->paged && widest > 128)
+        v->tile_n = 64; /* tiles that pages of powers of two hold whole, or hold whole pages */
     v->stages = 2;
     v->q_stages = 1;
     v->ctas_per_sm = 1;
@@ -175,7 +177,7 @@ static void plan_wgmma(fj__variant *v, const fj__features *f, const fj_device_in
     /* Element masks skip and mask by 128 x 128 blocks: tiles that divide them. */
     const int classes = v->block_mask || fj__variant_element_masks(v);
     /* Work tiles of unequal cost: a band, skipped blocks, sequences of different lengths. */
-    const int uneven = v->local_mask || classes || v->varlen;
+    const int uneven = v->local_mask || classes || v->varlen || v->paged;
     v->bias_tma = v->bias && f->bias_tma;
     if ((classes || v->bias_tma) && widest > 128)
         v->tile_n = 64;
@@ -324,6 +326,18 @@ static void plan_simt(fj__variant *v, const fj_device_info *dev)
         v->tile_n /= 2;
 }
 
+int32_t fj__fwd_page_rows(int32_t tile_n, int64_t page_size)
+{
+    /* A copy is a tile where pages hold whole tiles, else a page where tiles hold whole pages:
+    ** pages of whole 8-row periods of the 128-byte swizzle, which TMA applies by shared-memory
+    ** address, so a copy must start on a period. */
+    if (tile_n > 0 && page_size % tile_n == 0)
+        return tile_n;
+    if (page_size > 0 && tile_n % page_size == 0 && page_size % 8 == 0)
+        return (int32_t)page_size;
+    return 0;
+}
+
 void fj__choose_forward(const fj__features *f, const fj_device_info *dev, const char *config,
                         fj__variant *v)
 {
@@ -347,15 +361,24 @@ void fj__choose_forward(const fj__features *f, const fj_device_info *dev, const 
     int tensor_cores = dev->backend == FJ_BACKEND_CUDA && fj__sm_version(dev) >= 80 &&
                        (sixteen_bit || fp8) && f->rows_16b[FJ__T_Q] && f->rows_16b[FJ__T_K] &&
                        f->rows_16b[FJ__T_V] && f->rows_16b[FJ__T_OUT];
+    /* A paged cache (chunks of prefill against it): Hopper's kernel reads the pages for 16-bit
+    ** data to head dims 256 without score terms or masks beyond the band; the decode kernels
+    ** take the rest. */
+    const int pages_read = !f->paged || (sixteen_bit && !extras && !wide);
     /* "path=mma" in the override keeps Hopper on the mma.sync kernel (tests, comparisons). */
-    const int wgmma = tensor_cores && wgmma_serves(f, dev) &&
+    const int wgmma = tensor_cores && wgmma_serves(f, dev) && pages_read &&
                       !(v->varlen && (fj__variant_element_masks(v) || v->bias)) &&
                       !(config && strstr(config, "path=mma"));
     tensor_cores = wgmma || (tensor_cores && !fp8 && !wide && !extras && !v->varlen);
     if (wgmma) {
         const fj__variant before = *v;
+        v->paged = f->paged;
         plan_wgmma(v, f, dev, config);
-        if (fp8 && !fj__variant_fits(v, dev)) { /* no FP8 tiles fit this device: SIMT */
+        if (v->paged)
+            v->page_rows = (uint8_t)fj__fwd_page_rows(v->tile_n, f->page_size);
+        if ((fp8 && !fj__variant_fits(v, dev)) || (v->paged && !v->page_rows)) {
+            /* no FP8 tiles fit this device, or the pages no tiles: SIMT (the decode kernels
+            ** take a paged cache) */
             *v = before;
             tensor_cores = 0;
             plan_simt(v, dev);
@@ -367,7 +390,10 @@ void fj__choose_forward(const fj__features *f, const fj_device_info *dev, const 
     /* A development and tuning override, already validated when the context was made; a
     ** configuration that does not fit this request keeps the heuristic's. */
     fj__variant tuned = *v;
-    if (tensor_cores && config && fj__apply_config(&tuned, config, NULL) == 0 &&
-        fj__variant_fits(&tuned, dev))
-        *v = tuned;
+    if (tensor_cores && config && fj__apply_config(&tuned, config, NULL) == 0) {
+        if (tuned.paged)
+            tuned.page_rows = (uint8_t)fj__fwd_page_rows(tuned.tile_n, f->page_size);
+        if ((!tuned.paged || tuned.page_rows) && fj__variant_fits(&tuned, dev))
+            *v = tuned;
+    }
 }

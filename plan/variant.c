@@ -342,6 +342,16 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
         return v->threads == 128 && v->inputs >= 0 && v->inputs <= FJ__MERGE_SLOTS;
     if (v->family == FJ__FAMILY_APPEND)
         return v->threads == 128;
+    /* A paged forward: Hopper's kernel, copies of whole swizzle periods that divide its tiles
+    ** (fj__fwd_page_rows; 0 while the heuristic plans the tiles, which no kernel renders), of
+    ** 16-bit data, one block a work tile's columns, no block classes or bias tiles
+    ** (attn_fwd_wgmma.cu.lua's assertion). */
+    if (v->family == FJ__FAMILY_FWD && v->paged &&
+        (v->path != FJ__PATH_WGMMA ||
+         (v->page_rows && (v->page_rows % 8 || v->tile_n % v->page_rows)) ||
+         fj__dtype_fp8((fj_dtype)v->q_dtype) || v->d_split || v->block_mask ||
+         fj__variant_element_masks(v) || v->bias_tma))
+        return 0;
     if (v->family == FJ__FAMILY_BWD && v->path == FJ__PATH_MMA) /* attn_bwd_mma.cu.lua */
         return (v->stage == 2 || v->stage == 3) && v->warps >= 1 && v->threads == 32 * v->warps &&
                (v->stage == 2
@@ -711,6 +721,7 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_TPL_PARAMS])
     INT_PARAM(stage);
     INT_PARAM(grads);
     BOOL_PARAM(paged);
+    INT_PARAM(page_rows);
     BOOL_PARAM(row_band);
     BOOL_PARAM(local_mask);
     BOOL_PARAM(softcap);

@@ -99,7 +99,11 @@ typedef struct fj__variant {
                           ** unpadded, their 16-byte pieces XOR-swizzled by row % 8, so each
                           ** copy's sectors and lines land whole (fj__decode_swizzle_fits) */
     uint8_t descale;      /* FP8 inputs' descale factors are given (fj__fwd_params) */
-    uint8_t paged;        /* DECODE: k and v are pages of a KV cache found through a table */
+    uint8_t paged;        /* DECODE, FWD on WGMMA: k and v are pages of a KV cache found through
+                          ** a table */
+    uint8_t page_rows;    /* FWD on WGMMA, paged: the key rows of one bulk copy, a divisor of
+                          ** tile_n and of the page size (fj__fwd_page_rows; 0 while the
+                          ** heuristic plans the tiles) */
     uint8_t row_band;     /* DECODE with local_mask: each row tile bounds its keys by its own
                           ** rows' band, not the sequence's (a paged chunk of more rows than
                           ** decode takes: causal prefill reads half the keys) */

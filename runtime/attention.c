@@ -95,7 +95,7 @@ fj_status fj__plan_request(const fj_attention_desc *desc, const fj_tensor *q, co
     fj__choose_forward(&f, dev, config, &var);
     if (fj__prefer_decode(&f, dev, config, &var, &dec))
         return fj__plan_decode(&f, dev, &dec, plan, err);
-    if (f.paged)
+    if (f.paged && !var.paged)
         return fj__fail(err, FJ_ERR_UNSUPPORTED, "no kernel serves this paged KV cache request");
     return fj__plan_forward(&f, dev, &var, plan, err);
 }
@@ -180,7 +180,7 @@ static fj_status plan_slow(fj_context *ctx, const fj__problem *p, const fj__feat
             g.num_splits = fj__config_splits(config);
         return fj__plan_decode(&g, &ctx->device, &dec, plan, &ctx->err);
     }
-    if (f->paged)
+    if (f->paged && !v.paged)
         return fj__fail(&ctx->err, FJ_ERR_UNSUPPORTED,
                         "no kernel serves this paged KV cache request");
     if (!ctx->config) {
@@ -269,7 +269,7 @@ fj_status fj_attention_tune(fj_context *ctx, const fj_attention_desc *desc, cons
     fj__choose_forward(&f, &ctx->device, NULL, &var);
     if (fj__prefer_decode(&f, &ctx->device, NULL, &var, &dec))
         var = dec;
-    else if (f.paged)
+    else if (f.paged && !var.paged)
         return fj__fail(&ctx->err, FJ_ERR_UNSUPPORTED,
                         "no kernel serves this paged KV cache request");
     fj_tune_result local = {.struct_size = sizeof local};

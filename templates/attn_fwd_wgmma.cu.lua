@@ -50,6 +50,10 @@
 % -- the FMA pipe rather than the MUFU unit, which at d 64 is as busy as the tensor cores),
 % -- lazy_rescale (the softmax's exponent base moves only when a row's maximum outgrows it by
 % -- 2^8, so O is rarely rescaled).
+% -- paged (a paged KV cache: k and v are pages [num_pages, page_size, hkv, d], their tensor
+% -- maps' batches the pages, found through the table of P's FJ__PAGE_FIELDS; each sequence's keys
+% -- are seqused_k of them; q dense or packed) with page_rows (the rows of one bulk copy: a key
+% -- tile is tile_n / page_rows copies of page_rows rows each, from the pages of its keys).
 % -- persistent: 0 one block per work tile (BM query rows of a batch and head); 1 one block per
 % -- SM, each taking every gridDim.x-th tile; 2 one block per SM, tiles after the first taken
 % -- from a counter shared by the grid (tile_counter: one int, zeroed by the plan before the
@@ -78,6 +82,10 @@
 % local classes = block_mask or element_masks
 % assert(not classes or (128 % tile_m == 0 and 128 % tile_n == 0), "block classes need tiles that divide 128")
 % assert(varlen == 0 or not classes, "variable lengths with element masks run on the SIMT kernel")
+% -- (page_rows: whole copies a tile, whole 8-row periods of the 128-byte swizzle a copy)
+% assert(not paged or (not fp8 and not d_split and not classes and not bias_tma and
+%        page_rows >= 8 and page_rows % 8 == 0 and tile_n % page_rows == 0),
+%        "paged: 16-bit data, one block a work tile's columns, no block classes or bias tiles, copies of whole swizzle periods that divide tile_n")
 % local NC = tile_m // 64
 % assert(NC >= 1 and NC <= 3 and NC * 64 == tile_m, "tile_m must be 64, 128 or 192")
 % assert(warps == 4 * (NC + 1), "warps must be 4 * (1 + tile_m / 64)")
@@ -130,7 +138,9 @@ constexpr bool LOCAL_MASK = ${local_mask};   /* a causal/window band */
 constexpr bool CLASSES = ${classes};         /* 128 x 128 block classes skip and mask tiles */
 constexpr bool HEAVY_FIRST = ${heavy_first}; /* query blocks from the last */
 constexpr bool BATCH_FASTEST = ${batch_fastest};
-constexpr bool VARLEN = ${varlen > 0};
+constexpr bool VARLEN = ${varlen > 0};        /* packed sequences (paged: queries only) */
+constexpr bool PAGED = ${paged};
+constexpr int PAGE_ROWS = ${paged and page_rows or "BN"}; /* key rows a bulk copy */
 constexpr bool OVERLAP = ${overlap}, PINGPONG = ${pingpong};
 constexpr bool DYNAMIC = PERSISTENT == 2;
 constexpr bool LAZY_RESCALE = ${lazy_rescale};
@@ -259,15 +269,44 @@ __device__ __forceinline__ int qk_panel(int p, int r)
         return (D_SPLIT ? r * (DQ / PC) : 0) + p;
     }
 }
-/* Copies a tile of `rows` rows of Q or K: this block's panels. */
+/* Copies rows [row, row + the map's box) of batch `batch` of Q or K into a tile of `rows` rows:
+** this block's panels. */
 __device__ __forceinline__ void load_qk(u32 dst, const tmap_t *map, u32 bar, int rows, int row,
-                                        const WorkTile &wt, int head, int perm)
+                                        int batch, const WorkTile &wt, int head, int perm)
 {
 #pragma unroll
     for (int p = 0; p < DQ / PC; p++)
         tma_load_tile(dst + p * rows * 128, map, bar, qk_panel(p, wt.slice) * PC, row, head,
-                      wt.tb, perm);
+                      batch, perm);
 }
+
+/* Where key tile nb's rows come from: copy j (of BN / PAGE_ROWS) brings the tile's rows from
+** j * PAGE_ROWS on, starting at row[j] of the tensor maps' batch batch[j]. Unpaged that is the
+** sequence's (packed or dense) rows; paged, the pages the sequence's table row lists, each page
+** number clamped into the cache and each table slot into the row (a last tile past the
+** sequence's keys reads some page; its rows are masked and its values zeroed). */
+struct KeyCopies {
+    static constexpr int N = BN / PAGE_ROWS;
+    int row[N], batch[N];
+
+    __device__ KeyCopies(const fj_fwd_tma_params &P, const WorkTile &wt, int nb)
+    {
+        if constexpr (PAGED) {
+            const int *pages = P.page_table + (long long)wt.batch * P.pt_sb;
+            const int last_slot = P.fwd.seqlen_k / P.page_size - 1;
+#pragma unroll
+            for (int j = 0; j < N; j++) {
+                const int key = nb * BN + j * PAGE_ROWS;
+                row[j] = key % P.page_size;
+                batch[j] = imin(imax(__ldg(pages + imin(key / P.page_size, last_slot)), 0),
+                                P.num_pages - 1);
+            }
+        } else {
+            row[0] = wt.k_first + nb * BN;
+            batch[0] = wt.tb;
+        }
+    }
+};
 
 /* The block takes work tiles blockIdx.x, then (persistent) the next ones of its schedule: one
 ** when the grid covers every tile, several when it is persistent (a block per SM), which
@@ -308,14 +347,18 @@ struct Scheduler {
             /* The sequence's first rows in the packed tensors and its lengths: the caller's device
             ** data, clamped into the tensors and to the maxima. */
             wt.q_first = imin(imax(__ldg(F.cu_seqlens_q + batch), 0), F.total_q);
-            wt.k_first = imin(imax(__ldg(F.cu_seqlens_k + batch), 0), F.total_k);
             wt.seqlen_q = imin(imax(imin(__ldg(F.cu_seqlens_q + batch + 1), F.total_q) - wt.q_first, 0), seqlen_q);
-            wt.seqlen_k = imin(imax(imin(__ldg(F.cu_seqlens_k + batch + 1), F.total_k) - wt.k_first, 0), seqlen_k);
+            if constexpr (!PAGED) {
+                wt.k_first = imin(imax(__ldg(F.cu_seqlens_k + batch), 0), F.total_k);
+                wt.seqlen_k = imin(imax(imin(__ldg(F.cu_seqlens_k + batch + 1), F.total_k) - wt.k_first, 0), seqlen_k);
+            }
 %   if varlen == 2 then
             wt.seqlen_k = imin(wt.seqlen_k, imax(__ldg(F.seqused_k + batch), 0));
 %   end
             wt.tb = 0;
         }
+        if constexpr (PAGED) /* the sequence's keys: seqused_k of the table's (clamped) */
+            wt.seqlen_k = imin(imax(__ldg(F.seqused_k + batch), 0), seqlen_k);
         {
             const int seqlen_q = wt.seqlen_q, seqlen_k = wt.seqlen_k;
 % attn_key_band()
@@ -392,16 +435,19 @@ __device__ __forceinline__ void produce(const fj_fwd_tma_params &P, const Smem &
                 mbar_wait(ring(Q_EMPTY, q_slot(qn)), q_phase(qn) ^ 1);
                 mbar_arrive_expect(ring(Q_FULL, q_slot(qn)), Q_BYTES);
                 load_qk(sm.q + q_slot(qn) * Q_BYTES, &P.tm_q, ring(Q_FULL, q_slot(qn)), BM,
-                        wt.q_first + wt.m0, wt, wt.head, P.perm_q);
+                        wt.q_first + wt.m0, wt.tb, wt, wt.head, P.perm_q);
                 qn++;
                 q_loaded = true;
             }
+            const KeyCopies kc(P, wt, nb); /* (page numbers read before the wait) */
             const int s = slot(it);
             const u32 ph = phase(it++);
             mbar_wait(ring(K_EMPTY, s), ph ^ 1);
             mbar_arrive_expect(ring(K_FULL, s), K_BYTES + BIAS_BYTES);
-            load_qk(sm.k + s * K_BYTES, &P.tm_k, ring(K_FULL, s), BN, wt.k_first + nb * BN, wt,
-                    wt.head_kv, P.perm_k);
+#pragma unroll
+            for (int j = 0; j < KeyCopies::N; j++)
+                load_qk(sm.k + s * K_BYTES + j * PAGE_ROWS * 128, &P.tm_k, ring(K_FULL, s), BN,
+                        kc.row[j], kc.batch[j], wt, wt.head_kv, P.perm_k);
             if constexpr (BIAS_TMA) {
                 /* The bias of these rows and keys: broadcast dimensions at coordinate 0. */
 #pragma unroll
@@ -415,12 +461,15 @@ __device__ __forceinline__ void produce(const fj_fwd_tma_params &P, const Smem &
                 mbar_wait(ring(VS_EMPTY, b), (((it - 1) / V_STAGES) & 1) ^ 1);
                 mbar_arrive_expect(ring(VS_FULL, b), VS_BYTES);
                 load_panels<DV, ES>(sm.vs + b * VS_BYTES, &P.tm_v, ring(VS_FULL, b), BN,
-                                    wt.k_first + nb * BN, wt.head_kv, wt.tb, P.perm_v, wt.v0);
+                                    kc.row[0], wt.head_kv, kc.batch[0], P.perm_v, wt.v0);
             } else if constexpr (!V_IN_K) {
                 mbar_wait(ring(V_EMPTY, s), ph ^ 1);
                 mbar_arrive_expect(ring(V_FULL, s), V_BYTES);
-                load_panels<DV>(sm.v + s * V_BYTES, &P.tm_v, ring(V_FULL, s), BN,
-                                wt.k_first + nb * BN, wt.head_kv, wt.tb, P.perm_v, wt.v0);
+#pragma unroll
+                for (int j = 0; j < KeyCopies::N; j++)
+                    load_panels<DV>(sm.v + s * V_BYTES + j * PAGE_ROWS * 128, &P.tm_v,
+                                    ring(V_FULL, s), BN, kc.row[j], wt.head_kv, kc.batch[j],
+                                    P.perm_v, wt.v0);
             }
         }
         w = DYNAMIC ? sched.take(P.tile_counter) : sched.next(w);
@@ -1100,9 +1149,9 @@ fj_attn_fwd(
         const u64 q_desc = q_desc0 + ((q_slot(qn) * Q_BYTES) >> 4);
         if (tiles > 0)
             mbar_wait(ring(Q_FULL, q_slot(qn)), q_phase(qn));
-        if constexpr (VARLEN && !FP8) { /* (FP8: transpose_values zeroes them) */
+        if constexpr ((VARLEN || PAGED) && !FP8) { /* (FP8: transpose_values zeroes them) */
             /* Packed sequences: the rows of the first (last) key tile past this sequence's keys
-            ** hold another sequence's values, or anything (seqused_k). Their P is 0, but 0 * NaN
+            ** hold another sequence's values, or anything (seqused_k, pages). Their P is 0, but 0 * NaN
             ** is not, so the consumers zero them in shared memory before any product reads them. */
             const int nb_hi = walk.nb_hi;
             if (tiles > 0 && nb_hi * BN > seqlen_k) {

@@ -229,7 +229,7 @@ static void test_paged_packed(void **state)
     cases[7].varlen = 1;
     cases[7].desc.num_splits = 3;
     cases[7].desc.causal = 1;
-    run_cases(state, cases, 8, 1);
+    run_cases(state, cases, 8, -1); /* (24 rows on pages of 64: Hopper's forward) */
 }
 
 /* A paged KV cache: page sizes 1 to 256 with shuffled page tables and spare pages, sequences
@@ -255,7 +255,40 @@ static void test_paged(void **state)
         cases[n].desc.window_left = i == 2 ? 30 : -1;
         cases[n++].desc.softcap = i == 3 ? 10.0f : 0.0f;
     }
-    run_cases(state, cases, n, 1);
+    run_cases(state, cases, n, -1); /* (40 rows on pages of 64: Hopper's forward) */
+}
+
+/* Chunks of prefill against a paged cache (more rows than decode takes): on sm_90a Hopper's
+** forward copies the keys by pages where its tiles hold whole pages of at least 8 keys or pages
+** hold whole tiles (pages of 8 to 256 here; the decode kernels take pages of 48 and 5 anyway).
+** Dense and packed queries, causal bottom-right, windows, soft-capping, GQA and MQA, head dims
+** 64 to 256, random key counts with 0 and 1 among them and NaN in the unused rows and pages
+** (the harness's). */
+static void test_paged_prefill(void **state)
+{
+    static const int pages[] = {64, 16, 128, 8, 32, 256, 48, 5};
+    static const int64_t dims[] = {128, 64, 256, 96, 128, 128, 64, 64};
+    fjh_case cases[8];
+    for (int i = 0; i < 8; i++) {
+        cases[i] = decode_case(100 + 61 * i, 500 + 111 * i, 8, i == 5 ? 1 : 2, dims[i],
+                               i == 1 || i == 4 ? FJ_DTYPE_F16 : FJ_DTYPE_BF16);
+        cases[i].paged = pages[i];
+        cases[i].desc.causal = i % 3 != 1;
+    }
+    cases[1].desc.window_left = 100;
+    cases[3].desc.softcap = 20.0f;
+    cases[4].varlen = 1;
+    cases[6].varlen = 1;
+    cases[7].desc.window_left = 40;
+    cases[7].desc.window_right = 10;
+    fj_context *ctx = suite_context(state);
+    fj_device_info info = {.struct_size = sizeof info};
+    assert_int_equal(fj_context_get_device_info(ctx, &info), FJ_OK);
+    const int hopper = FJ_TEST_BACKEND == FJ_BACKEND_CUDA && !strcmp(info.arch, "sm_90a");
+    /* On Hopper the first six run on its forward, the last two on the decode kernels. */
+    int failures = run_cases_in(ctx, cases, 6, hopper ? 0 : -1);
+    failures += run_cases_in(ctx, cases + 6, 2, hopper ? 1 : -1);
+    assert_int_equal(failures, 0);
 }
 
 /* DeepSeek's MLA decode shape: one latent kv head of 576 whose first 512 dims are also v (v a
@@ -446,6 +479,7 @@ int main(void)
         cmocka_unit_test(test_head_dims_dtypes_layouts),
         cmocka_unit_test(test_varlen),
         cmocka_unit_test(test_paged),
+        cmocka_unit_test(test_paged_prefill),
         cmocka_unit_test(test_paged_packed),
         cmocka_unit_test(test_mla),
         cmocka_unit_test(test_wide_many_rows),

@@ -696,7 +696,8 @@ static void test_decode_masks_and_terms(void **state)
 
 /* A paged chunk of more rows than decode takes, under a band (causal, a window), bounds each row
 ** tile's keys by its own rows (row_band), on every decode kernel; decode's rows and requests
-** without a band keep the sequence's bounds. */
+** without a band keep the sequence's bounds. (Pages of 5 keys, which Hopper's forward does not
+** copy: the decode kernels there too.) */
 static void test_decode_row_band(void **state)
 {
     (void)state;
@@ -711,7 +712,7 @@ static void test_decode_row_band(void **state)
             fj__features f = bwd_features(128, 128, FJ_DTYPE_BF16);
             f.seqlen_q = cases[i].seqlen_q;
             f.paged = 1;
-            f.page_size = 16;
+            f.page_size = 5;
             f.window_left = cases[i].window_left;
             f.window_right = cases[i].window_right;
             fj__variant fwd, v;
@@ -752,6 +753,63 @@ static void test_decode_large_dense_bulk(void **state)
                      v.bulk, v.stages, cases[i].bulk, cases[i].stages);
         if (v.bulk)
             assert_int_equal(v.ctas_per_sm, 2);
+    }
+}
+
+/* A paged cache's chunks of prefill: Hopper's forward where its tiles and the pages fit
+** (fj__fwd_page_rows: a copy a tile where pages hold whole tiles, a page where tiles hold whole
+** pages of at least 8 keys), 16-bit data, no score terms; the decode kernels for decode's few
+** rows (unless path=wgmma asks for the forward), other page sizes, f32, ALiBi, and elsewhere
+** than sm_90a. */
+static void test_paged_prefill_plans(void **state)
+{
+    (void)state;
+    const planned_devices devs = planned_device_set();
+    const struct {
+        int64_t d, sq, page;
+        fj_dtype dtype;
+        int alibi;
+        const fj_device_info *dev;
+        const char *config;
+        int forward, tile_n, page_rows;
+    } cases[] = {
+        {128, 2048, 64, FJ_DTYPE_BF16, 0, &devs.h200, NULL, 1, 128, 64},
+        {128, 2048, 16, FJ_DTYPE_BF16, 0, &devs.h200, NULL, 1, 128, 16},
+        {128, 300, 256, FJ_DTYPE_F16, 0, &devs.h200, NULL, 1, 128, 128},
+        {256, 300, 128, FJ_DTYPE_BF16, 0, &devs.h200, NULL, 1, 64, 64},
+        {256, 300, 32, FJ_DTYPE_BF16, 0, &devs.h200, NULL, 1, 64, 32},
+        {64, 300, 8, FJ_DTYPE_BF16, 0, &devs.h200, NULL, 1, 128, 8},
+        {128, 16, 64, FJ_DTYPE_BF16, 0, &devs.h200, NULL, 0, 0, 0},
+        {128, 16, 64, FJ_DTYPE_BF16, 0, &devs.h200, "path=wgmma", 1, 128, 64},
+        {128, 2048, 48, FJ_DTYPE_BF16, 0, &devs.h200, NULL, 0, 0, 0},
+        {128, 2048, 5, FJ_DTYPE_BF16, 0, &devs.h200, NULL, 0, 0, 0},
+        {128, 2048, 4, FJ_DTYPE_BF16, 0, &devs.h200, NULL, 0, 0, 0},
+        {128, 2048, 64, FJ_DTYPE_F32, 0, &devs.h200, NULL, 0, 0, 0},
+        {128, 2048, 64, FJ_DTYPE_BF16, 1, &devs.h200, NULL, 0, 0, 0},
+        {128, 2048, 64, FJ_DTYPE_BF16, 0, &devs.sm86, NULL, 0, 0, 0},
+        {128, 2048, 64, FJ_DTYPE_BF16, 0, &devs.h200, "tile_n=80", 1, 128, 64},
+        {128, 2048, 64, FJ_DTYPE_BF16, 0, &devs.h200, "tile_n=64", 1, 64, 64},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fj__features f = bwd_features(cases[i].d, cases[i].d, cases[i].dtype);
+        f.seqlen_q = cases[i].sq;
+        f.seqlen_k = 8192;
+        f.paged = 1;
+        f.page_size = cases[i].page;
+        f.alibi = (uint8_t)cases[i].alibi;
+        fj__variant fwd, dec;
+        fj__choose_forward(&f, cases[i].dev, cases[i].config, &fwd);
+        const int decoded = fj__prefer_decode(&f, cases[i].dev, cases[i].config, &fwd, &dec);
+        if (decoded == cases[i].forward)
+            fail_msg("case %zu: %s kernel, expected the %s", i, decoded ? "a decode" : "the forward",
+                     cases[i].forward ? "forward" : "decode kernels");
+        if (!cases[i].forward)
+            continue;
+        if (fwd.path != FJ__PATH_WGMMA || !fwd.paged || fwd.tile_n != cases[i].tile_n ||
+            fwd.page_rows != cases[i].page_rows || !fj__variant_fits(&fwd, cases[i].dev))
+            fail_msg("case %zu: path %d, paged %d, tile_n %d, page_rows %d; expected wgmma, 1, "
+                     "%d, %d", i, fwd.path, fwd.paged, fwd.tile_n, fwd.page_rows,
+                     cases[i].tile_n, cases[i].page_rows);
     }
 }
 
@@ -1207,6 +1265,7 @@ int main(void)
         cmocka_unit_test(test_decode_plans),
         cmocka_unit_test(test_decode_swizzle),
         cmocka_unit_test(test_decode_large_dense_bulk),
+        cmocka_unit_test(test_paged_prefill_plans),
         cmocka_unit_test(test_decode_masks_and_terms),
         cmocka_unit_test(test_decode_row_band),
         cmocka_unit_test(test_decode_wide_plans),
