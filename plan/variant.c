@@ -292,6 +292,9 @@ int fj__variant_producer_registers(const fj__variant *v)
         return 48;
     if (v->family == FJ__FAMILY_FWD && fj__dtype_fp8((fj_dtype)v->q_dtype))
         return v->head_dim_v_pad <= 128 ? 56 : 40;
+    /* A paged forward copying a tile as several pages keeps their numbers across the waits. */
+    if (v->family == FJ__FAMILY_FWD && v->paged && v->page_rows && v->page_rows < v->tile_n)
+        return 40;
     return 24;
 }
 

@@ -281,28 +281,27 @@ __device__ __forceinline__ void load_qk(u32 dst, const tmap_t *map, u32 bar, int
 }
 
 /* Where key tile nb's rows come from: copy j (of BN / PAGE_ROWS) brings the tile's rows from
-** j * PAGE_ROWS on, starting at row[j] of the tensor maps' batch batch[j]. Unpaged that is the
-** sequence's (packed or dense) rows; paged, the pages the sequence's table row lists, each page
-** number clamped into the cache and each table slot into the row (a last tile past the
-** sequence's keys reads some page; its rows are masked and its values zeroed). */
+** j * PAGE_ROWS on, starting at row `row` (0 where a copy is a page) of the tensor maps' batch
+** batch[j]. Unpaged that is the sequence's (packed or dense) rows; paged, the pages the sequence's
+** table row lists, each page number clamped into the cache and each table slot into the row (a
+** last tile past the sequence's keys reads some page; its rows are masked, its values zeroed). */
 struct KeyCopies {
     static constexpr int N = BN / PAGE_ROWS;
-    int row[N], batch[N];
+    int row, batch[N];
 
     __device__ KeyCopies(const fj_fwd_tma_params &P, const WorkTile &wt, int nb)
     {
         if constexpr (PAGED) {
             const int *pages = P.page_table + (long long)wt.batch * P.pt_sb;
             const int last_slot = P.fwd.seqlen_k / P.page_size - 1;
+            row = N == 1 ? nb * BN % P.page_size : 0;
 #pragma unroll
             for (int j = 0; j < N; j++) {
-                const int key = nb * BN + j * PAGE_ROWS;
-                row[j] = key % P.page_size;
-                batch[j] = imin(imax(__ldg(pages + imin(key / P.page_size, last_slot)), 0),
-                                P.num_pages - 1);
+                const int slot = imin((nb * BN + j * PAGE_ROWS) / P.page_size, last_slot);
+                batch[j] = imin(imax(__ldg(pages + slot), 0), P.num_pages - 1);
             }
         } else {
-            row[0] = wt.k_first + nb * BN;
+            row = wt.k_first + nb * BN;
             batch[0] = wt.tb;
         }
     }
@@ -447,7 +446,7 @@ __device__ __forceinline__ void produce(const fj_fwd_tma_params &P, const Smem &
 #pragma unroll
             for (int j = 0; j < KeyCopies::N; j++)
                 load_qk(sm.k + s * K_BYTES + j * PAGE_ROWS * 128, &P.tm_k, ring(K_FULL, s), BN,
-                        kc.row[j], kc.batch[j], wt, wt.head_kv, P.perm_k);
+                        kc.row, kc.batch[j], wt, wt.head_kv, P.perm_k);
             if constexpr (BIAS_TMA) {
                 /* The bias of these rows and keys: broadcast dimensions at coordinate 0. */
 #pragma unroll
@@ -461,14 +460,14 @@ __device__ __forceinline__ void produce(const fj_fwd_tma_params &P, const Smem &
                 mbar_wait(ring(VS_EMPTY, b), (((it - 1) / V_STAGES) & 1) ^ 1);
                 mbar_arrive_expect(ring(VS_FULL, b), VS_BYTES);
                 load_panels<DV, ES>(sm.vs + b * VS_BYTES, &P.tm_v, ring(VS_FULL, b), BN,
-                                    kc.row[0], wt.head_kv, kc.batch[0], P.perm_v, wt.v0);
+                                    kc.row, wt.head_kv, kc.batch[0], P.perm_v, wt.v0);
             } else if constexpr (!V_IN_K) {
                 mbar_wait(ring(V_EMPTY, s), ph ^ 1);
                 mbar_arrive_expect(ring(V_FULL, s), V_BYTES);
 #pragma unroll
                 for (int j = 0; j < KeyCopies::N; j++)
                     load_panels<DV>(sm.v + s * V_BYTES + j * PAGE_ROWS * 128, &P.tm_v,
-                                    ring(V_FULL, s), BN, kc.row[j], wt.head_kv, kc.batch[j],
+                                    ring(V_FULL, s), BN, kc.row, wt.head_kv, kc.batch[j],
                                     P.perm_v, wt.v0);
             }
         }
