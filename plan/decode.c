@@ -281,10 +281,10 @@ int fj__prefer_decode(const fj__features *f, const fj_device_info *dev, const ch
         return 0;
     if (config)
         fj__decode_apply_config(v, config, dev);
-    /* A paged cache: chunks of more rows than decode takes (or any, asked) on Hopper's forward
-    ** where it reads the pages (fwd->paged), else here. */
+    /* A paged cache: here, or where "path=wgmma" asks, on Hopper's forward where it reads the
+    ** pages (fwd->paged; opt-in until it has run on a GPU: bench/RESULTS.md). */
     if (f->paged)
-        return asked || !(fwd->paged && (f->seqlen_q > FJ__DECODE_MAX_SEQLEN_Q || forward_asked));
+        return asked || !(fwd->paged && forward_asked);
     return asked || fwd->path == FJ__PATH_SIMT ||
            (v->path != FJ__PATH_SIMT && !forward_asked);
 }

@@ -85,7 +85,8 @@
 % -- (page_rows: whole copies a tile, whole 8-row periods of the 128-byte swizzle a copy)
 % assert(not paged or (not fp8 and not d_split and not classes and not bias_tma and
 %        page_rows >= 8 and page_rows % 8 == 0 and tile_n % page_rows == 0),
-%        "paged: 16-bit data, one block a work tile's columns, no block classes or bias tiles, copies of whole swizzle periods that divide tile_n")
+%        "paged: 16-bit data, one block a work tile's columns, no block classes or bias " ..
+%        "tiles, copies of whole swizzle periods that divide tile_n")
 % local NC = tile_m // 64
 % assert(NC >= 1 and NC <= 3 and NC * 64 == tile_m, "tile_m must be 64, 128 or 192")
 % assert(warps == 4 * (NC + 1), "warps must be 4 * (1 + tile_m / 64)")
@@ -1150,8 +1151,9 @@ fj_attn_fwd(
             mbar_wait(ring(Q_FULL, q_slot(qn)), q_phase(qn));
         if constexpr ((VARLEN || PAGED) && !FP8) { /* (FP8: transpose_values zeroes them) */
             /* Packed sequences: the rows of the first (last) key tile past this sequence's keys
-            ** hold another sequence's values, or anything (seqused_k, pages). Their P is 0, but 0 * NaN
-            ** is not, so the consumers zero them in shared memory before any product reads them. */
+            ** hold another sequence's values, or anything (seqused_k; a page's unused rows).
+            ** Their P is 0, but 0 * NaN is not, so the consumers zero them in shared memory before
+            ** any product reads them. */
             const int nb_hi = walk.nb_hi;
             if (tiles > 0 && nb_hi * BN > seqlen_k) {
                 mbar_wait(ring(VT_FULL, slot(it)), phase(it));

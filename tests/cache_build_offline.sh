@@ -138,18 +138,21 @@ for arch in sm_80 sm_90a; do
         { echo "FAIL: no packed decode or merge kernel built for $arch"; exit 1; }
     checked=$((checked + 1))
 done
-# Chunks of prefill against pages on sm_90a: Hopper's forward copying the keys by pages (a tile
-# a copy on pages of 64 and 256, several pages a copy each on pages of 8 and 16), no spills (the
-# copying thread keeps its tile's page numbers), and the decode kernels on pages of 5.
-out=$("$cli" cache build --arch sm_90a --cache "$dir/paged_prefill.db" --decode 64 --group 4 \
-    --head-dim 64,96,128,256 --causal 0,1 --seqlen 4096 --paged 5,8,16,64,256 2>&1)
+# Chunks of prefill against pages on sm_90a under FLASHJIT_CONFIG=path=wgmma: Hopper's forward
+# copying the keys by pages (a tile a copy on pages of 64 and 256, several pages a copy each on
+# pages of 8 and 16), no spills (the copying thread keeps its tile's page numbers), and the
+# decode kernels on pages of 5.
+out=$(FLASHJIT_CONFIG=path=wgmma "$cli" cache build --arch sm_90a --cache "$dir/paged_prefill.db" \
+    --decode 64 --group 4 --head-dim 64,96,128,256 --causal 0,1 --seqlen 4096 \
+    --paged 5,8,16,64,256 2>&1)
 status=$?
 echo "$out"
 [ $status -eq 0 ] || { echo "FAIL: cache build of paged chunks (status $status)"; exit 1; }
 spills=$(echo "$out" | awk '$2 ~ /^cuda\.(fwd|decode)/ && $9 != 0' | wc -l)
 [ "$spills" -eq 0 ] || { echo "FAIL: $spills paged chunk kernels spill"; exit 1; }
 [ "$(echo "$out" | grep -c "cuda.fwd.wgmma")" -eq 22 ] && echo "$out" | grep -q "cuda.decode.mma" ||
-    { echo "FAIL: paged chunks: expected 22 forward kernels (d 96 shares d 128's) and the decode kernel's"; exit 1; }
+    { echo "FAIL: paged chunks: expected 22 forward kernels (d 96 shares d 128's) and decode's"
+      exit 1; }
 checked=$((checked + 1))
 # Decode with value dims beyond 256 (MLA's 576 / 512 with v a view of k; 320 soft-capped): on
 # sm_90a from 16 packed rows a kv head the wgmma kernels (MLA's 128 heads dense and on pages of

@@ -229,7 +229,7 @@ static void test_paged_packed(void **state)
     cases[7].varlen = 1;
     cases[7].desc.num_splits = 3;
     cases[7].desc.causal = 1;
-    run_cases(state, cases, 8, -1); /* (24 rows on pages of 64: Hopper's forward) */
+    run_cases(state, cases, 8, 1);
 }
 
 /* A paged KV cache: page sizes 1 to 256 with shuffled page tables and spare pages, sequences
@@ -255,12 +255,13 @@ static void test_paged(void **state)
         cases[n].desc.window_left = i == 2 ? 30 : -1;
         cases[n++].desc.softcap = i == 3 ? 10.0f : 0.0f;
     }
-    run_cases(state, cases, n, -1); /* (40 rows on pages of 64: Hopper's forward) */
+    run_cases(state, cases, n, 1);
 }
 
-/* Chunks of prefill against a paged cache (more rows than decode takes): on sm_90a Hopper's
-** forward copies the keys by pages where its tiles hold whole pages of at least 8 keys or pages
-** hold whole tiles (pages of 8 to 256 here; the decode kernels take pages of 48 and 5 anyway).
+/* Chunks of prefill against a paged cache (more rows than decode takes), on the decode kernels
+** and, on sm_90a under FLASHJIT_CONFIG=path=wgmma, on Hopper's forward, which copies the keys by
+** pages where its tiles hold whole pages of at least 8 keys or pages hold whole tiles (pages of 8
+** to 256 here; the decode kernels take pages of 48 and 5 there too).
 ** Dense and packed queries, causal bottom-right, windows, soft-capping, GQA and MQA, head dims
 ** 64 to 256, random key counts with 0 and 1 among them and NaN in the unused rows and pages
 ** (the harness's). */
@@ -285,9 +286,14 @@ static void test_paged_prefill(void **state)
     fj_device_info info = {.struct_size = sizeof info};
     assert_int_equal(fj_context_get_device_info(ctx, &info), FJ_OK);
     const int hopper = FJ_TEST_BACKEND == FJ_BACKEND_CUDA && !strcmp(info.arch, "sm_90a");
-    /* On Hopper the first six run on its forward, the last two on the decode kernels. */
-    int failures = run_cases_in(ctx, cases, 6, hopper ? 0 : -1);
-    failures += run_cases_in(ctx, cases + 6, 2, hopper ? 1 : -1);
+    int failures = run_cases_in(ctx, cases, 8, 1);
+    if (hopper) {
+        fj_context *asked = suite_context_with_env("FLASHJIT_CONFIG", "path=wgmma");
+        printf("  with FLASHJIT_CONFIG=path=wgmma:\n");
+        failures += run_cases_in(asked, cases, 6, 0);
+        failures += run_cases_in(asked, cases + 6, 2, 1);
+        fj_context_destroy(asked);
+    }
     assert_int_equal(failures, 0);
 }
 

@@ -696,8 +696,7 @@ static void test_decode_masks_and_terms(void **state)
 
 /* A paged chunk of more rows than decode takes, under a band (causal, a window), bounds each row
 ** tile's keys by its own rows (row_band), on every decode kernel; decode's rows and requests
-** without a band keep the sequence's bounds. (Pages of 5 keys, which Hopper's forward does not
-** copy: the decode kernels there too.) */
+** without a band keep the sequence's bounds. */
 static void test_decode_row_band(void **state)
 {
     (void)state;
@@ -712,7 +711,7 @@ static void test_decode_row_band(void **state)
             fj__features f = bwd_features(128, 128, FJ_DTYPE_BF16);
             f.seqlen_q = cases[i].seqlen_q;
             f.paged = 1;
-            f.page_size = 5;
+            f.page_size = 16;
             f.window_left = cases[i].window_left;
             f.window_right = cases[i].window_right;
             fj__variant fwd, v;
@@ -756,14 +755,15 @@ static void test_decode_large_dense_bulk(void **state)
     }
 }
 
-/* A paged cache's chunks of prefill: Hopper's forward where its tiles and the pages fit
-** (fj__fwd_page_rows: a copy a tile where pages hold whole tiles, a page where tiles hold whole
-** pages of at least 8 keys), 16-bit data, no score terms; the decode kernels for decode's few
-** rows (unless path=wgmma asks for the forward), other page sizes, f32, ALiBi, and elsewhere
-** than sm_90a. */
+/* A paged cache's chunks of prefill: the decode kernels, and where "path=wgmma" asks (W),
+** Hopper's forward where its tiles and the pages fit (fj__fwd_page_rows: a copy a tile where
+** pages hold whole tiles, a page where tiles hold whole pages of at least 8 keys), 16-bit data,
+** no score terms, any row count; the decode kernels still for other page sizes, f32, ALiBi,
+** and elsewhere than sm_90a. */
 static void test_paged_prefill_plans(void **state)
 {
     (void)state;
+#define W "path=wgmma"
     const planned_devices devs = planned_device_set();
     const struct {
         int64_t d, sq, page;
@@ -773,22 +773,23 @@ static void test_paged_prefill_plans(void **state)
         const char *config;
         int forward, tile_n, page_rows;
     } cases[] = {
-        {128, 2048, 64, FJ_DTYPE_BF16, 0, &devs.h200, NULL, 1, 128, 64},
-        {128, 2048, 16, FJ_DTYPE_BF16, 0, &devs.h200, NULL, 1, 128, 16},
-        {128, 300, 256, FJ_DTYPE_F16, 0, &devs.h200, NULL, 1, 128, 128},
-        {256, 300, 128, FJ_DTYPE_BF16, 0, &devs.h200, NULL, 1, 64, 64},
-        {256, 300, 32, FJ_DTYPE_BF16, 0, &devs.h200, NULL, 1, 64, 32},
-        {64, 300, 8, FJ_DTYPE_BF16, 0, &devs.h200, NULL, 1, 128, 8},
+        {128, 2048, 64, FJ_DTYPE_BF16, 0, &devs.h200, W, 1, 128, 64},
+        {128, 2048, 16, FJ_DTYPE_BF16, 0, &devs.h200, W, 1, 128, 16},
+        {128, 300, 256, FJ_DTYPE_F16, 0, &devs.h200, W, 1, 128, 128},
+        {256, 300, 128, FJ_DTYPE_BF16, 0, &devs.h200, W, 1, 64, 64},
+        {256, 300, 32, FJ_DTYPE_BF16, 0, &devs.h200, W, 1, 64, 32},
+        {64, 300, 8, FJ_DTYPE_BF16, 0, &devs.h200, W, 1, 128, 8},
         {128, 16, 64, FJ_DTYPE_BF16, 0, &devs.h200, NULL, 0, 0, 0},
-        {128, 16, 64, FJ_DTYPE_BF16, 0, &devs.h200, "path=wgmma", 1, 128, 64},
-        {128, 2048, 48, FJ_DTYPE_BF16, 0, &devs.h200, NULL, 0, 0, 0},
-        {128, 2048, 5, FJ_DTYPE_BF16, 0, &devs.h200, NULL, 0, 0, 0},
-        {128, 2048, 4, FJ_DTYPE_BF16, 0, &devs.h200, NULL, 0, 0, 0},
-        {128, 2048, 64, FJ_DTYPE_F32, 0, &devs.h200, NULL, 0, 0, 0},
-        {128, 2048, 64, FJ_DTYPE_BF16, 1, &devs.h200, NULL, 0, 0, 0},
-        {128, 2048, 64, FJ_DTYPE_BF16, 0, &devs.sm86, NULL, 0, 0, 0},
-        {128, 2048, 64, FJ_DTYPE_BF16, 0, &devs.h200, "tile_n=80", 1, 128, 64},
-        {128, 2048, 64, FJ_DTYPE_BF16, 0, &devs.h200, "tile_n=64", 1, 64, 64},
+        {128, 16, 64, FJ_DTYPE_BF16, 0, &devs.h200, W, 1, 128, 64},
+        {128, 2048, 64, FJ_DTYPE_BF16, 0, &devs.h200, NULL, 0, 0, 0},
+        {128, 2048, 48, FJ_DTYPE_BF16, 0, &devs.h200, W, 0, 0, 0},
+        {128, 2048, 5, FJ_DTYPE_BF16, 0, &devs.h200, W, 0, 0, 0},
+        {128, 2048, 4, FJ_DTYPE_BF16, 0, &devs.h200, W, 0, 0, 0},
+        {128, 2048, 64, FJ_DTYPE_F32, 0, &devs.h200, W, 0, 0, 0},
+        {128, 2048, 64, FJ_DTYPE_BF16, 1, &devs.h200, W, 0, 0, 0},
+        {128, 2048, 64, FJ_DTYPE_BF16, 0, &devs.sm86, W, 0, 0, 0},
+        {128, 2048, 64, FJ_DTYPE_BF16, 0, &devs.h200, W ",tile_n=80", 1, 128, 64},
+        {128, 2048, 64, FJ_DTYPE_BF16, 0, &devs.h200, W ",tile_n=64", 1, 64, 64},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fj__features f = bwd_features(cases[i].d, cases[i].d, cases[i].dtype);
@@ -801,7 +802,8 @@ static void test_paged_prefill_plans(void **state)
         fj__choose_forward(&f, cases[i].dev, cases[i].config, &fwd);
         const int decoded = fj__prefer_decode(&f, cases[i].dev, cases[i].config, &fwd, &dec);
         if (decoded == cases[i].forward)
-            fail_msg("case %zu: %s kernel, expected the %s", i, decoded ? "a decode" : "the forward",
+            fail_msg("case %zu: %s kernel, expected the %s", i,
+                     decoded ? "a decode" : "the forward",
                      cases[i].forward ? "forward" : "decode kernels");
         if (!cases[i].forward)
             continue;
@@ -811,6 +813,7 @@ static void test_paged_prefill_plans(void **state)
                      "%d, %d", i, fwd.path, fwd.paged, fwd.tile_n, fwd.page_rows,
                      cases[i].tile_n, cases[i].page_rows);
     }
+#undef W
 }
 
 /* The decode plans of a few query rows per sequence: which kernel (tensor cores on sm_80+
