@@ -266,9 +266,10 @@ typedef struct fj_attention_desc {
     ** to the maxima instead of trusting them. lse is [heads_q, total_q]. Causal and windows
     ** align each sequence's keys to its queries bottom-right. A bias, a mask and mask_ranges
     ** see the sequences as a padded batch of the longest (seqlen_q, seqlen_k in their shapes
-    ** are max_seqlen_q, max_seqlen_k; sequence b's query i and key j at [b, h, i, j]); not
-    ** with block_mask. Runs on the Hopper tensor-core kernel (sm_90a) unless a mask_mod, a
-    ** bias, a mask or ranges is given, elsewhere (and then) on the SIMT kernels. */
+    ** are max_seqlen_q, max_seqlen_k; sequence b's query i and key j at [b, h, i, j]), and so
+    ** does a block_mask (its blocks of 128 of each sequence's own rows and keys). Runs on the
+    ** Hopper tensor-core kernel (sm_90a) unless a mask_mod, a bias, a mask, ranges or a
+    ** block_mask is given, elsewhere (and then) on the SIMT kernels. */
     const fj_tensor *cu_seqlens_q;
     const fj_tensor *cu_seqlens_k;
     const fj_tensor *seqused_k;
@@ -285,8 +286,9 @@ typedef struct fj_attention_desc {
     ** 0: the block is skipped (its pairs are masked); 2: all its pairs are kept (mask_mod, mask
     ** and mask_ranges are not applied there); 1: the masks apply. Causal and window apply
     ** everywhere. A caller that knows its mask's structure saves the kernels the work of
-    ** finding it; fj_block_mask_build writes it from the masks once, for many calls. Not with
-    ** variable lengths; the Hopper tensor-core kernel (sm_90a), elsewhere the SIMT kernels. */
+    ** finding it; fj_block_mask_build writes it from the masks once, for many calls. With
+    ** variable lengths as a bias is (seqlen_q, seqlen_k: max_seqlen_q, max_seqlen_k), on the
+    ** SIMT kernels; else the Hopper tensor-core kernel (sm_90a), elsewhere the SIMT kernels. */
     const fj_tensor *block_mask;
     /* Decode (at most 16 query rows per sequence, or a paged cache; no block_mask): a kernel
     ** that packs the query heads of each kv head (each key read once for all of them) and splits

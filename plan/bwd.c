@@ -21,8 +21,10 @@ static int mma_serves(const fj__features *f, const fj_device_info *dev)
 {
     const int sixteen_bit = (f->q_dtype == FJ_DTYPE_F16 || f->q_dtype == FJ_DTYPE_BF16) &&
                             f->kv_dtype == f->q_dtype && f->out_dtype == f->q_dtype;
-    /* (variable lengths with a bias, a mask or ranges: the SIMT kernels, as the forward's) */
-    const int varlen_tensors = f->varlen && (f->bias_dtype >= 0 || f->mask || f->ranges);
+    /* (variable lengths with a bias, a mask, ranges or block classes: the SIMT kernels, as the
+    ** forward's) */
+    const int varlen_tensors =
+        f->varlen && (f->bias_dtype >= 0 || f->mask || f->ranges || f->block_mask);
     return dev->backend == FJ_BACKEND_CUDA && fj__sm_version(dev) >= 80 && sixteen_bit &&
            !varlen_tensors && !f->dbias_elements && f->head_dim <= 256 && f->head_dim_v <= 256 &&
            f->rows_16b[FJ__T_Q] && f->rows_16b[FJ__T_K] && f->rows_16b[FJ__T_V] &&

@@ -348,8 +348,8 @@ void fj__choose_forward(const fj__features *f, const fj_device_info *dev, const 
 
     /* Head dims beyond 256 run on the Hopper kernel and the SIMT kernels; variable lengths,
     ** masks and score terms beyond the band likewise (variable lengths without element masks,
-    ** whose block classifier takes dense shapes, or a bias: the SIMT kernels read each
-    ** sequence's rows of it, Hopper's kernel is not built for that). */
+    ** whose block classifier takes dense shapes, a bias or block classes: the SIMT kernels read
+    ** each sequence's rows of them, Hopper's kernel is not built for that). */
     const int extras = f->mask_mod || f->score_mod || v->alibi || v->bias || v->mask_tensor ||
                        v->mask_ranges || v->block_mask;
     const int sixteen_bit = (f->q_dtype == FJ_DTYPE_F16 || f->q_dtype == FJ_DTYPE_BF16) &&
@@ -367,7 +367,7 @@ void fj__choose_forward(const fj__features *f, const fj_device_info *dev, const 
     const int pages_read = !f->paged || (sixteen_bit && !extras && !wide);
     /* "path=mma" in the override keeps Hopper on the mma.sync kernel (tests, comparisons). */
     const int wgmma = tensor_cores && wgmma_serves(f, dev) && pages_read &&
-                      !(v->varlen && (fj__variant_element_masks(v) || v->bias)) &&
+                      !(v->varlen && (fj__variant_element_masks(v) || v->bias || v->block_mask)) &&
                       !(config && strstr(config, "path=mma"));
     tensor_cores = wgmma || (tensor_cores && !fp8 && !wide && !extras && !v->varlen);
     if (wgmma) {

@@ -436,9 +436,6 @@ static fj_status check_packed_queries(const fj_attention_desc *d, const fj_tenso
         return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
                         "desc.max_seqlen_q = %lld: must be >= 1 with variable lengths",
                         (long long)d->max_seqlen_q);
-    if (d->block_mask)
-        return fj__fail(err, FJ_ERR_UNSUPPORTED,
-                        "desc.block_mask with variable lengths is not supported");
     TRY(check_dtypes(q, k, v, out, err));
     const int h = k->ndim - 2; /* k's and v's kv-head axis */
     const int64_t total_q = q->shape[0];

@@ -1,9 +1,9 @@
 """Random attention problems through `flashjit run`, each checked against its float64 reference:
 the forward with and without its backward, decode, paged decode (its queries packed too, its
-last keys appended by the library), MLA, masks and score terms, FP8 inputs and FP8 caches, in
-shapes, head dims, dtypes and layouts drawn off any benchmark grid. A problem fails when `run`
-prints FAIL or dies; one whose combination the library reports as unsupported is counted apart.
-Prints each failure's command line, so it can be run again alone.
+last keys appended by the library), MLA, masks, block classes and score terms, FP8 inputs and
+FP8 caches, in shapes, head dims, dtypes and layouts drawn off any benchmark grid. A problem
+fails when `run` prints FAIL or dies; one whose combination the library reports as unsupported
+is counted apart. Prints each failure's command line, so it can be run again alone.
 
 Usage: python3 tests/soak.py FLASHJIT_CLI [--count 40] [--seed N] [--backend cuda]
        [--cache PATH] [--timeout 120]
@@ -52,6 +52,8 @@ def forward_args(r, backward):
         a += ["--score-mod", r.choice(SCORE_MODS), "--mod-args", ",".join(["0.1"] * hq)]
     if r.random() < 0.1:
         a += ["--bias", r.choice(["full", "heads", "keys"])]
+    if r.random() < 0.08:
+        a += ["--block-mask", r.choice(["full", "shared"])]
     if backward:
         a += ["--backward"] + (["--deterministic"] if r.random() < 0.3 else [])
         if "--bias" in a and r.random() < 0.5:

@@ -331,10 +331,12 @@ static void test_block_mask(void **state)
 }
 
 /* Variable lengths: packed sequences of random lengths (one without queries), with seqused_k,
-** masks, GQA, layouts, dtypes, ALiBi and an expression that reads the sequence index. */
+** masks, GQA, layouts, dtypes, ALiBi, an expression that reads the sequence index, and block
+** classes of each sequence's own 128-row and 128-key blocks (per sequence and head; shared, under
+** an expression) over lengths of several blocks. */
 static void test_varlen(void **state)
 {
-    fjh_case cases[10];
+    fjh_case cases[12];
     for (int i = 0; i < 10; i++) {
         cases[i] = base(i % 2 ? 97 : 150, i % 3 ? 130 : 61, i % 4 == 3 ? 40 : 64, FJ_DTYPE_BF16);
         cases[i].batch = 5;
@@ -358,7 +360,17 @@ static void test_varlen(void **state)
     cases[8].desc.mask_mod = "(q + k + b) % 3 != 0";
     cases[9].head_dim = cases[9].head_dim_v = 320;
     cases[9].varlen = 2;
-    run_cases(state, cases, 10);
+    for (int i = 10; i < 12; i++) {
+        cases[i] = base(300 + 50 * (i - 10), 420, 64, FJ_DTYPE_BF16);
+        cases[i].batch = 3;
+        cases[i].heads_q = 4;
+        cases[i].heads_kv = 2;
+        cases[i].varlen = 12 - i;
+        cases[i].blocks = i - 9;
+    }
+    cases[10].desc.causal = 1;
+    cases[11].desc.mask_mod = "(q / 50) % 2 == (k / 50) % 2";
+    run_cases(state, cases, 12);
 }
 
 /* mask_mod and score_mod expressions: FlexAttention's classic masks and an ALiBi-like score,

@@ -380,10 +380,11 @@ static void test_dbias(void **state)
 /* Packed sequences of different lengths (one without queries), with seqused_k (the keys past
 ** it get zero gradients), causal, windows, a mask_mod; each with dq by atomics and
 ** deterministic. Then a bias (with its gradient: full, shared by the batch, a key bias), a mask
-** tensor and ranges, which index the sequences as a padded batch of the longest. */
+** tensor, ranges and block classes, which index the sequences as a padded batch of the
+** longest. */
 static void test_varlen(void **state)
 {
-    fjh_case cases[13];
+    fjh_case cases[15];
     for (int i = 0; i < 13; i++) {
         const int kind = i % 4;
         cases[i] = bwd_case(40 + 13 * kind, 70, 4, 2, 32,
@@ -405,7 +406,19 @@ static void test_varlen(void **state)
     cases[11].mask = 1;
     cases[12].ranges = 2;
     cases[12].bias = 1;
-    run_cases(state, cases, 13);
+    /* Block classes of each sequence's own 128-row and 128-key blocks, over several blocks. */
+    cases[13] = bwd_case(300, 400, 4, 2, 64, FJ_DTYPE_BF16);
+    cases[13].batch = 3;
+    cases[13].varlen = 2;
+    cases[13].desc.causal = 1;
+    cases[13].blocks = 1;
+    cases[14] = bwd_case(260, 260, 4, 4, 32, FJ_DTYPE_F16);
+    cases[14].batch = 3;
+    cases[14].varlen = 1;
+    cases[14].desc.mask_mod = "(q / 50) % 2 == (k / 50) % 2";
+    cases[14].desc.deterministic = 1;
+    cases[14].blocks = 2;
+    run_cases(state, cases, 15);
 }
 
 /* Ten runs of the same deterministic backward of S rows at head dim D give the same bits, in
