@@ -347,7 +347,7 @@ MUT(varlen_bias, {
     dense(&r->bias, FJ_DTYPE_F32, 4, (int64_t[]){3, 4, 16, 30});
     r->desc.bias = &r->bias;
 })
-MUT(varlen_blocks, {
+MUT(varlen_blocks, { /* (the dense request's classes: two batches, not three sequences) */
     packed(r);
     r->desc.block_mask = &r->blocks;
 })
@@ -567,8 +567,8 @@ static const bad_case bad_cases[] = {
      "lse.shape[1] (total_q) = 39, expected 40"},
     {"varlen bias rows", varlen_bias, 0, FJ_ERR_INVALID_ARGUMENT,
      "desc.bias.shape[2] = 16, expected 1 or 20 (max_seqlen_q)"},
-    {"varlen block classes", varlen_blocks, 0, FJ_ERR_UNSUPPORTED,
-     "desc.block_mask with variable lengths is not supported"},
+    {"varlen block classes", varlen_blocks, 0, FJ_ERR_INVALID_ARGUMENT,
+     "desc.block_mask.shape[0] = 2, expected 1 or 3 (batch)"},
     {"paged without seqused_k", paged_no_used, 0, FJ_ERR_INVALID_ARGUMENT,
      "desc.seqused_k is NULL: a paged KV cache needs"},
     {"paged table dtype", paged_table_dtype, 0, FJ_ERR_INVALID_ARGUMENT,
