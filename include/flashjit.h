@@ -413,7 +413,9 @@ FJ_API fj_status fj_attention_backward(fj_context *ctx, const fj_attention_desc 
 ** calls. Pass classes as desc.block_mask of later calls with the same masks (forward and
 ** backward): they skip the per-call classification that masks otherwise cost on the Hopper
 ** kernel, and every path skips the blocks of class 0. desc.block_mask must be NULL here, and
-** desc must have an element mask; packed and paged requests are FJ_ERR_UNSUPPORTED.
+** desc must have an element mask. Packed sequences (cu_seqlens_q/k) are classified as the
+** padded batch of the longest, whose classes hold for every sequence unless mask_mod reads sq
+** or sk (then FJ_ERR_UNSUPPORTED); a paged request is FJ_ERR_UNSUPPORTED.
 ** Returns FJ_ERR_INVALID_ARGUMENT naming the bad argument ("classes.shape[2]"),
 ** FJ_ERR_UNSUPPORTED, FJ_ERR_TEMPLATE, FJ_ERR_COMPILE, FJ_ERR_BACKEND. */
 FJ_API fj_status fj_block_mask_build(fj_context *ctx, const fj_attention_desc *desc,

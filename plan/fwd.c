@@ -87,6 +87,13 @@ fj_status fj__plan_block_mask(const fj__features *f, const fj_device_info *dev,
             return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
                             "classes.shape[%d] = %lld, but the masks differ by %s: expected %lld",
                             a, (long long)extent[a], by[a], (long long)full[a]);
+    /* Packed sequences are classified as the padded batch of the longest: a block's pairs of a
+    ** shorter sequence are some of the ones classified, so its class holds for them, unless
+    ** the mask reads the sequence's own lengths. */
+    if (f->varlen && f->mask_mod && (strstr(f->mask_mod, "FJ_SQ") || strstr(f->mask_mod, "FJ_SK")))
+        return fj__fail(err, FJ_ERR_UNSUPPORTED,
+                        "desc.mask_mod reads sq or sk: packed sequences' block classes are built "
+                        "for the longest, whose lengths those are not");
     fj__variant v;
     fj__variant_from_features(&v, FJ__FAMILY_FWD, f, dev);
     fj__variant_score_fields(&v, f);

@@ -658,16 +658,9 @@ fj_status fj__validate_block_mask(const fj_attention_desc *desc, const fj_tensor
 {
     fj_attention_desc d;
     TRY(check_desc(desc, &d, err));
-    const char *packed = d.page_table     ? "page_table"
-                         : d.cu_seqlens_q ? "cu_seqlens_q"
-                         : d.cu_seqlens_k ? "cu_seqlens_k"
-                         : d.seqused_k    ? "seqused_k"
-                                          : NULL;
-    if (packed)
+    if (d.page_table)
         return fj__fail(err, FJ_ERR_UNSUPPORTED,
-                        "desc.%s: block classes are built for dense [batch, seqlen, heads, dim] "
-                        "requests",
-                        packed);
+                        "desc.page_table: block classes are not taken with a paged KV cache");
     if (d.block_mask)
         return fj__fail(err, FJ_ERR_INVALID_ARGUMENT,
                         "desc.block_mask is set: the classes this call writes become the "

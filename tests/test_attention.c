@@ -655,7 +655,8 @@ static void test_second_call_is_memoised(void **state)
 /* fj_block_mask_build: the classes of a mask_mod (documents of 64 plus a prefix of 16 keys)
 ** over 300 x 300 pairs equal the host's count of kept pairs per 128 x 128 block (pairs past
 ** the ends ignored); a forward given them as desc.block_mask equals one that classifies itself;
-** bad arguments are named. */
+** bad arguments are named. Packed sequences: the same classes (those of the padded batch), the
+** same agreement, and masks that read a sequence's lengths refused. */
 static void test_block_mask_build(void **state)
 {
     fj_context *ctx = suite_context(state);
@@ -740,8 +741,53 @@ static void test_block_mask_build(void **state)
                      FJ_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(fj_context_last_error(ctx), "classes.shape[1] = 1, but the masks "
                                                        "differ by head"));
-    void *bufs[5] = {q, k, o1, o2, cls};
-    for (int i = 0; i < 5; i++)
+
+    /* Packed sequences (three, of 250, 300 and 50 rows against 300, 120 and 180 keys): classes
+    ** of the padded batch of the longest, the dense case's here, which the forward then takes. */
+    void *offsets;
+    assert_int_equal(fj_malloc(ctx, 8 * sizeof(int32_t), &offsets), FJ_OK);
+    const int32_t cu[8] = {0, 250, 550, 600, 0, 300, 420, 600};
+    assert_int_equal(fj_memcpy_h2d(ctx, offsets, cu, sizeof cu), FJ_OK);
+    fj_tensor pq = {.data = q, .dtype = FJ_DTYPE_F32, .ndim = 3, .shape = {B * S, H, D},
+                    .stride = {H * D, D, 1}};
+    fj_tensor pk = {.data = k, .dtype = FJ_DTYPE_F32, .ndim = 3, .shape = {B * S, HKV, D},
+                    .stride = {HKV * D, D, 1}};
+    fj_tensor po1 = pq, po2 = pq;
+    po1.data = o1;
+    po2.data = o2;
+    fj_tensor cu_q = {.data = offsets, .dtype = FJ_DTYPE_I32, .ndim = 1, .shape = {4},
+                      .stride = {1}};
+    fj_tensor cu_k = cu_q;
+    cu_k.data = (int32_t *)offsets + 4;
+    fj_attention_desc packed = desc;
+    packed.cu_seqlens_q = &cu_q;
+    packed.cu_seqlens_k = &cu_k;
+    packed.max_seqlen_q = packed.max_seqlen_k = S;
+    assert_int_equal(fj_memcpy_h2d(ctx, cls, (int32_t[NB * NB]){0}, NB * NB * 4), FJ_OK);
+    st = fj_block_mask_build(ctx, &packed, &pq, &pk, &tc, NULL);
+    if (st != FJ_OK)
+        fail_msg("fj_block_mask_build, packed: %s", fj_context_last_error(ctx));
+    assert_int_equal(fj_memcpy_d2h(ctx, got, cls, sizeof got), FJ_OK);
+    assert_memory_equal(got, want, sizeof want);
+    assert_int_equal(fj_attention_forward(ctx, &packed, &pq, &pk, &pk, &po1, NULL, NULL), FJ_OK);
+    fj_attention_desc packed_with = packed;
+    packed_with.block_mask = &tc;
+    assert_int_equal(fj_attention_forward(ctx, &packed_with, &pq, &pk, &pk, &po2, NULL, NULL),
+                     FJ_OK);
+    assert_int_equal(fj_memcpy_d2h(ctx, a, o1, nq * 4), FJ_OK);
+    assert_int_equal(fj_memcpy_d2h(ctx, b, o2, nq * 4), FJ_OK);
+    diff = 0;
+    for (size_t i = 0; i < nq; i++)
+        diff = fmax(diff, fabs((double)a[i] - b[i]));
+    assert_true(diff <= 1e-6);
+    /* A mask that reads a sequence's own lengths cannot be classified as the longest's. */
+    fj_attention_desc by_length = packed;
+    by_length.mask_mod = "k <= q + sk - sq";
+    assert_int_equal(fj_block_mask_build(ctx, &by_length, &pq, &pk, &tc, NULL),
+                     FJ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(fj_context_last_error(ctx), "desc.mask_mod reads sq or sk"));
+    void *bufs[6] = {q, k, o1, o2, cls, offsets};
+    for (int i = 0; i < 6; i++)
         fj_free(ctx, bufs[i]);
     free(host);
     free(a);
