@@ -89,7 +89,8 @@ if [ "$what" = decode ]; then
     # Quick suites first, then the benchmark, the sanitizer and the (slow) backward suite, each
     # under a time limit, so a hang costs one step rather than the whole run.
     # (test_decode_cuda compiles a variant for most of its cases: minutes on a fresh cache)
-    (cd $build && ctest --output-on-failure --timeout 420 -R "test_(decode|graph|append|merge)_cuda") \
+    (cd $build &&
+        ctest --output-on-failure --timeout 420 -R "test_(decode|graph|append|merge)_cuda") \
         > "$out/ctest_decode.log" 2>&1 || status=1
     grep -E "Test +#|tests passed" "$out/ctest_decode.log"
     for seqlen_q in 1 4; do

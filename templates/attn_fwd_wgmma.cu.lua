@@ -350,7 +350,8 @@ struct Scheduler {
             wt.seqlen_q = imin(imax(imin(__ldg(F.cu_seqlens_q + batch + 1), F.total_q) - wt.q_first, 0), seqlen_q);
             if constexpr (!PAGED) {
                 wt.k_first = imin(imax(__ldg(F.cu_seqlens_k + batch), 0), F.total_k);
-                wt.seqlen_k = imin(imax(imin(__ldg(F.cu_seqlens_k + batch + 1), F.total_k) - wt.k_first, 0), seqlen_k);
+                wt.seqlen_k = imin(imax(imin(__ldg(F.cu_seqlens_k + batch + 1), F.total_k) -
+                                        wt.k_first, 0), seqlen_k);
             }
 %   if varlen == 2 then
             wt.seqlen_k = imin(wt.seqlen_k, imax(__ldg(F.seqused_k + batch), 0));
