@@ -338,6 +338,13 @@ int32_t fj__fwd_page_rows(int32_t tile_n, int64_t page_size)
     return 0;
 }
 
+/* A paged variant's copies for its tiles (0 where none fit; unpaged: nothing). */
+static void set_page_rows(fj__variant *v, const fj__features *f)
+{
+    if (v->paged)
+        v->page_rows = (uint8_t)fj__fwd_page_rows(v->tile_n, f->page_size);
+}
+
 void fj__choose_forward(const fj__features *f, const fj_device_info *dev, const char *config,
                         fj__variant *v)
 {
@@ -374,8 +381,7 @@ void fj__choose_forward(const fj__features *f, const fj_device_info *dev, const 
         const fj__variant before = *v;
         v->paged = f->paged;
         plan_wgmma(v, f, dev, config);
-        if (v->paged)
-            v->page_rows = (uint8_t)fj__fwd_page_rows(v->tile_n, f->page_size);
+        set_page_rows(v, f);
         if ((fp8 && !fj__variant_fits(v, dev)) || (v->paged && !v->page_rows)) {
             /* no FP8 tiles fit this device, or the pages no tiles: SIMT (the decode kernels
             ** take a paged cache) */
@@ -391,8 +397,7 @@ void fj__choose_forward(const fj__features *f, const fj_device_info *dev, const 
     ** configuration that does not fit this request keeps the heuristic's. */
     fj__variant tuned = *v;
     if (tensor_cores && config && fj__apply_config(&tuned, config, NULL) == 0) {
-        if (tuned.paged)
-            tuned.page_rows = (uint8_t)fj__fwd_page_rows(tuned.tile_n, f->page_size);
+        set_page_rows(&tuned, f);
         if ((!tuned.paged || tuned.page_rows) && fj__variant_fits(&tuned, dev))
             *v = tuned;
     }

@@ -422,9 +422,10 @@ static fj_status check_i32_vector(const fj_tensor *t, const char *name, int64_t 
 
 /* Packed queries of variable lengths: cu_seqlens_q [batch + 1] and max_seqlen_q; q and out
 ** [total_q, heads, dim] against k's and v's last two dimensions (kv heads, head dims; q, k, v
-** and out checked as tensors by the caller), lse [heads_q, total_q]. A bias, a mask and ranges
-** index the sequences as a padded batch ([batch, heads, max_seqlen_q, max_seqlen_k or the
-** table's keys]: sequence b's query i and key j at (b, i, j)); block classes are refused. */
+** and out checked as tensors by the caller), lse [heads_q, total_q]. A bias, a mask, ranges and
+** block classes index the sequences as a padded batch ([batch, heads, max_seqlen_q,
+** max_seqlen_k or the table's keys]: sequence b's query i and key j at (b, i, j); a paged
+** cache refuses block classes, check_paged). */
 static fj_status check_packed_queries(const fj_attention_desc *d, const fj_tensor *q,
                                       const fj_tensor *k, const fj_tensor *v,
                                       const fj_tensor *out, const fj_tensor *lse, fj__problem *p,

@@ -112,6 +112,7 @@
 % end
 % include("descale.lua")
 % include("params.lua")
+% include("sequence.lua")
 % params_struct(args)
 % hopper_wgmma(tile_n)
 % if slice_dv ~= tile_n then hopper_wgmma(slice_dv) end
@@ -286,6 +287,9 @@ __device__ __forceinline__ void load_qk(u32 dst, const tmap_t *map, u32 bar, int
 ** batch[j]. Unpaged that is the sequence's (packed or dense) rows; paged, the pages the sequence's
 ** table row lists, each page number clamped into the cache and each table slot into the row (a
 ** last tile past the sequence's keys reads some page; its rows are masked, its values zeroed). */
+% if paged then
+% page_number()
+% end
 struct KeyCopies {
     static constexpr int N = BN / PAGE_ROWS;
     int row, batch[N];
@@ -298,8 +302,7 @@ struct KeyCopies {
             row = N == 1 ? nb * BN % P.page_size : 0;
 #pragma unroll
             for (int j = 0; j < N; j++) {
-                const int slot = imin((nb * BN + j * PAGE_ROWS) / P.page_size, last_slot);
-                batch[j] = imin(imax(__ldg(pages + slot), 0), P.num_pages - 1);
+                batch[j] = PAGE_NUMBER(imin((nb * BN + j * PAGE_ROWS) / P.page_size, last_slot));
             }
         } else {
             row = wt.k_first + nb * BN;

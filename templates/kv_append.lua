@@ -37,6 +37,8 @@ typedef ${raw} cache_t;
 #define PUT(dst, i, src, j, f) ((dst)[i] = (src)[j])
 % end
 
+% page_number()
+
 KERNEL(THREADS)
 fj_kv_append(
 % params_arg(args)
@@ -68,8 +70,8 @@ fj_kv_append(
     if (position >= (I64)P.max_pages * P.page_size)
         return; /* beyond the sequence's pages */
     const int slot = (int)(position / P.page_size), row = (int)(position % P.page_size);
-    const int page =
-        I_MIN(I_MAX(LDG(GPTR(const int, P.page_table) + b * P.pt_sb + slot), 0), P.num_pages - 1);
+    GLOBAL const int *pages = GPTR(const int, P.page_table) + b * P.pt_sb;
+    const int page = PAGE_NUMBER(slot);
     GLOBAL const new_t *kn = GPTR(const new_t, P.k_new) + b * P.kn_sb + (I64)${new_row} * P.kn_ss;
     GLOBAL const new_t *vn = GPTR(const new_t, P.v_new) + b * P.vn_sb + (I64)${new_row} * P.vn_ss;
     GLOBAL cache_t *kc = GPTR(cache_t, P.k_cache) + page * P.kc_sp + (I64)row * P.kc_ss;

@@ -40,12 +40,18 @@
 % -- caller) of the output, and its natural-log log-sum-exp: with `partial` the split's state in
 % -- the workspace (P.part, split s at P.part_so / part_sl elements further), else out and
 % -- (write_lse) lse.
+% -- page_number() defines PAGE_NUMBER(i): entry i of `pages` (a sequence's row of the page
+% -- table, which the caller declares), clamped into the cache (P.num_pages of FJ__PAGE_FIELDS):
+% -- the table is device data the host cannot check.
+% function page_number()
+#define PAGE_NUMBER(i) I_MIN(I_MAX(LDG(pages + (i)), 0), P.num_pages - 1)
+% end
 % function decode_key_row()
 /* Where key `key` of the sequence starts in k or v (batch and head applied), given the tensor's
 ** batch (page) and row strides. Paged: PAGE_NUMBER(i) is the number of the sequence's page i,
 ** from the table, clamped into the cache. */
 % if paged then
-#define PAGE_NUMBER(i) I_MIN(I_MAX(LDG(pages + (i)), 0), P.num_pages - 1)
+% page_number()
 /* Key `key`, on page number `page` (PAGE_NUMBER of its page), as key_row. */
 #define page_row(page, key, s_page, s_row)                                                     \
     ((I64)(page) * (s_page) + (I64)((key) % P.page_size) * (s_row))

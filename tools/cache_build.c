@@ -171,6 +171,18 @@ static void build_plan(build_run *run, const fj__plan *plan, const build_request
                           r ? r->causal : 0, r ? r->softcap : 0);
 }
 
+/* Builds the kernels of a merge's or an append's plan, or (st not FJ_OK) counts it failed with
+** err's message. */
+static void build_planned(build_run *run, fj_status st, const fj__err *err, const fj__plan *plan)
+{
+    if (st != FJ_OK) {
+        fprintf(stderr, "flashjit cache build: %s\n", err->msg);
+        run->failed++;
+        return;
+    }
+    build_plan(run, plan, NULL);
+}
+
 /* Plans an append of tokens of new_dtype to a paged cache of cache_dtype (packed or not) as a
 ** call would, and builds its kernel. */
 static void build_append_kernel(build_run *run, fj_dtype new_dtype, fj_dtype cache_dtype,
@@ -190,12 +202,7 @@ static void build_append_kernel(build_run *run, fj_dtype new_dtype, fj_dtype cac
                                   .new_dtype = new_dtype};
     fj__plan plan;
     fj__err err = {{0}};
-    if (fj__plan_append(&p, FJ_BACKEND_CUDA, &plan, &err) != FJ_OK) {
-        fprintf(stderr, "flashjit cache build: %s\n", err.msg);
-        run->failed++;
-        return;
-    }
-    build_plan(run, &plan, NULL);
+    build_planned(run, fj__plan_append(&p, FJ_BACKEND_CUDA, &plan, &err), &err, &plan);
 }
 
 /* Plans a representative request of r's shape (one sequence, one head, 16-byte aligned
@@ -374,12 +381,7 @@ static void build_merge_kernels(build_run *run, fj_dtype dtype, int n, int lse)
     p.lse = lse ? &fake : NULL;
     fj__plan plan;
     fj__err err = {{0}};
-    if (fj__plan_merge(&p, FJ_BACKEND_CUDA, &plan, &err) != FJ_OK) {
-        fprintf(stderr, "flashjit cache build: %s\n", err.msg);
-        run->failed++;
-        return;
-    }
-    build_plan(run, &plan, NULL);
+    build_planned(run, fj__plan_merge(&p, FJ_BACKEND_CUDA, &plan, &err), &err, &plan);
 }
 
 /* Checks an expression option (its canonical text is made when a request is planned). */
