@@ -104,7 +104,7 @@
 % include("cuda_mma.lua")
 % include("cuda_hopper.lua")
 % include("cuda_attn_common.lua")
-% if element_masks or score_terms or descale then
+% if element_masks or score_terms or descale or paged then
 % include("dialect.lua")
 % end
 % if element_masks or score_terms then
@@ -296,18 +296,18 @@ struct KeyCopies {
 
     __device__ KeyCopies(const fj_fwd_tma_params &P, const WorkTile &wt, int nb)
     {
-        if constexpr (PAGED) {
-            const int *pages = P.page_table + (long long)wt.batch * P.pt_sb;
-            const int last_slot = P.fwd.seqlen_k / P.page_size - 1;
-            row = N == 1 ? nb * BN % P.page_size : 0;
+% if paged then
+        const int *pages = P.page_table + (long long)wt.batch * P.pt_sb;
+        const int last_slot = P.fwd.seqlen_k / P.page_size - 1;
+        row = N == 1 ? nb * BN % P.page_size : 0;
 #pragma unroll
-            for (int j = 0; j < N; j++) {
-                batch[j] = PAGE_NUMBER(imin((nb * BN + j * PAGE_ROWS) / P.page_size, last_slot));
-            }
-        } else {
-            row = wt.k_first + nb * BN;
-            batch[0] = wt.tb;
-        }
+        for (int j = 0; j < N; j++)
+            batch[j] = PAGE_NUMBER(imin((nb * BN + j * PAGE_ROWS) / P.page_size, last_slot));
+% else
+        (void)P;
+        row = wt.k_first + nb * BN;
+        batch[0] = wt.tb;
+% end
     }
 };
 
