@@ -281,10 +281,12 @@ int fj__prefer_decode(const fj__features *f, const fj_device_info *dev, const ch
         return 0;
     if (config)
         fj__decode_apply_config(v, config, dev);
-    /* A paged cache: here, or where "path=wgmma" asks, on Hopper's forward where it reads the
-    ** pages (fwd->paged; opt-in until it has run on a GPU: bench/RESULTS.md). */
+    /* A paged cache: chunks of prefill (more rows than decode takes) on Hopper's forward where
+    ** it reads the pages (fwd->paged; 2.3-6x the decode kernels at 2048 rows: bench/RESULTS.md),
+    ** decode here unless "path=wgmma" asks for the forward. */
     if (f->paged)
-        return asked || !(fwd->paged && forward_asked);
+        return asked ||
+               !(fwd->paged && (forward_asked || f->seqlen_q > FJ__DECODE_MAX_SEQLEN_Q));
     return asked || fwd->path == FJ__PATH_SIMT ||
            (v->path != FJ__PATH_SIMT && !forward_asked);
 }

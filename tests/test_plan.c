@@ -695,8 +695,9 @@ static void test_decode_masks_and_terms(void **state)
 }
 
 /* A paged chunk of more rows than decode takes, under a band (causal, a window), bounds each row
-** tile's keys by its own rows (row_band), on every decode kernel; decode's rows and requests
-** without a band keep the sequence's bounds. */
+** tile's keys by its own rows (row_band), on every decode kernel (on sm_90a where path=decode
+** asks: such chunks run on Hopper's forward); decode's rows and requests without a band keep the
+** sequence's bounds. */
 static void test_decode_row_band(void **state)
 {
     (void)state;
@@ -717,7 +718,7 @@ static void test_decode_row_band(void **state)
             fj__variant fwd, v;
             const fj_device_info *dev = cpu ? &devs.cpu : &devs.h200;
             fj__choose_forward(&f, dev, NULL, &fwd);
-            assert_true(fj__prefer_decode(&f, dev, NULL, &fwd, &v));
+            assert_true(fj__prefer_decode(&f, dev, "path=decode", &fwd, &v));
             if (v.row_band != cases[i].want)
                 fail_msg("sq %lld, window (%d, %d), cpu %d: row_band %d", (long long)f.seqlen_q,
                          f.window_left, f.window_right, cpu, v.row_band);
@@ -755,8 +756,8 @@ static void test_decode_large_dense_bulk(void **state)
     }
 }
 
-/* A paged cache's chunks of prefill: the decode kernels, and where "path=wgmma" asks (W),
-** Hopper's forward where its tiles and the pages fit (fj__fwd_page_rows: a copy a tile where
+/* A paged cache's chunks of prefill (beyond 16 rows, or where "path=wgmma" asks: W): Hopper's
+** forward where its tiles and the pages fit (fj__fwd_page_rows: a copy a tile where
 ** pages hold whole tiles, a page where tiles hold whole pages of at least 8 keys), 16-bit data,
 ** no score terms, any row count; the decode kernels still for other page sizes, f32, ALiBi,
 ** and elsewhere than sm_90a. */
@@ -781,7 +782,10 @@ static void test_paged_prefill_plans(void **state)
         {64, 300, 8, FJ_DTYPE_BF16, 0, &devs.h200, W, 1, 128, 8},
         {128, 16, 64, FJ_DTYPE_BF16, 0, &devs.h200, NULL, 0, 0, 0},
         {128, 16, 64, FJ_DTYPE_BF16, 0, &devs.h200, W, 1, 128, 64},
-        {128, 2048, 64, FJ_DTYPE_BF16, 0, &devs.h200, NULL, 0, 0, 0},
+        {128, 2048, 64, FJ_DTYPE_BF16, 0, &devs.h200, NULL, 1, 128, 64},
+        {128, 17, 16, FJ_DTYPE_BF16, 0, &devs.h200, NULL, 1, 128, 16},
+        {128, 2048, 64, FJ_DTYPE_BF16, 0, &devs.h200, "path=decode", 0, 0, 0},
+        {128, 2048, 48, FJ_DTYPE_BF16, 0, &devs.h200, NULL, 0, 0, 0},
         {128, 2048, 48, FJ_DTYPE_BF16, 0, &devs.h200, W, 0, 0, 0},
         {128, 2048, 5, FJ_DTYPE_BF16, 0, &devs.h200, W, 0, 0, 0},
         {128, 2048, 4, FJ_DTYPE_BF16, 0, &devs.h200, W, 0, 0, 0},

@@ -602,12 +602,20 @@ static void reference_paged(const fjr_problem *p, const int64_t *used, const dou
     }
 }
 
-/* Forward FLOPs of a varlen case: the sum over its sequences. */
-static double packed_flops(const fjr_problem *p, const packing *pk)
+/* Forward FLOPs of a case: with packed sequences or a paged cache, the sum over its sequences
+** (queries: each sequence's rows; keys: the keys each one uses). pk and pg may be NULL. */
+static double case_flops(const fjr_problem *p, const packing *pk, const paging *pg)
 {
+    if (!pk && !pg)
+        return fjr_flops(p);
     double f = 0;
-    for (int64_t b = 0; b < pk->n; b++) {
-        const fjr_problem s = sequence_problem(p, pk, b);
+    const int64_t n = pk ? pk->n : p->batch;
+    for (int64_t b = 0; b < n; b++) {
+        fjr_problem s = *p;
+        s.batch = 1;
+        s.batch_offset = b;
+        s.seqlen_q = pk ? pk->len_q[b] : p->seqlen_q;
+        s.seqlen_k = pg ? pg->used[b] : pk->used_k[b];
         if (s.seqlen_q > 0 && s.seqlen_k > 0)
             f += fjr_flops(&s);
     }
@@ -1058,7 +1066,7 @@ static fj_status run_backward(fj_context *ctx, const fjh_case *c, const fjr_prob
             qsort(times, (size_t)c->timing_reps, sizeof *times, cmp_double);
             r->bwd_kernel_ms = times[c->timing_reps / 2];
             /* FlashAttention's count: 2.5 times the forward's products */
-            r->bwd_tflops = 2.5 * (pk ? packed_flops(p, pk) : fjr_flops(p)) /
+            r->bwd_tflops = 2.5 * case_flops(p, pk, NULL) /
                             (r->bwd_kernel_ms * 1e-3) / 1e12;
         }
         free(times);
@@ -1321,8 +1329,8 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
         if (st == FJ_OK) {
             qsort(times, (size_t)c->timing_reps, sizeof *times, cmp_double);
             r->kernel_ms = times[c->timing_reps / 2];
-            r->tflops =
-                (c->varlen ? packed_flops(&p, &pk) : fjr_flops(&p)) / (r->kernel_ms * 1e-3) / 1e12;
+            r->tflops = case_flops(&p, c->varlen ? &pk : NULL, c->paged > 0 ? &pg : NULL) /
+                        (r->kernel_ms * 1e-3) / 1e12;
         }
         free(times);
     }
