@@ -2,7 +2,7 @@
 against float64 references computed here. Forward (f32, f16; causal, GQA, odd sizes, strided
 [b, h, s, d] views, lse), the backward against analytic gradients (also through a score_mod,
 with the bias's gradient), the merge of two key halves against the whole, block classes
-built once and used, workspaces from the caller's allocator, tuning a paged decode, and errors
+built once and used (dense and packed), workspaces from the caller's allocator, tuning a paged decode, and errors
 raised as the right FlashjitError subclass naming the field.
 Usage: python tests/python_api.py [backend]   (default opencl; exits 77 without a device)"""
 import sys
@@ -205,6 +205,18 @@ err = np.abs(got - ctx.forward(q, k, v, mask_mod=docs)).max()
 check("block_mask built once", classes.shape == (1, 2, 3, 3) and
       (classes[0, 0] == want).all() and err < 1e-6,
       f"classes {classes[0, 0].tolist()}, err {err:.3g}")
+
+# The same documents over two packed sequences (200 and 300 rows): classes of the padded batch
+# of the longest, and a forward given them equals one that classifies itself.
+cu = np.array([0, 200, 500], np.int32)
+pq, pk, pv = rand(500, 2, 32), rand(500, 1, 32), rand(500, 1, 32)
+packed = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=300, max_seqlen_k=300)
+classes = ctx.block_mask(pq, pk, mask_mod=docs, **packed)
+got = ctx.forward(pq, pk, pv, mask_mod=docs, block_mask=classes, **packed)
+err = np.abs(got - ctx.forward(pq, pk, pv, mask_mod=docs, **packed)).max()
+check("block_mask built once, packed sequences", classes.shape == (2, 2, 3, 3) and
+      (classes[0, 0] == want).all() and (classes[1, 1] == want).all() and err < 1e-6,
+      f"classes {classes[1, 0].tolist()}, err {err:.3g}")
 
 # A bias and ALiBi over a paged cache (the table's 64 keys) equal them over the same keys
 # contiguous.

@@ -422,19 +422,29 @@ class Context:
         return dq, dk, dv
 
     def block_mask(self, q, k, mask_mod=None, mod_args=None, mask=None, mask_ranges=None,
-                   classes=None, stream=None):
+                   classes=None, stream=None, cu_seqlens_q=None, cu_seqlens_k=None,
+                   max_seqlen_q=0, max_seqlen_k=0):
         """The 128 x 128 block classes of the masks (see fj_block_mask_build) for a forward of q
         and k: int32 [b, hq, ceil(sq / 128), ceil(sk / 128)] (allocated when not given; extent
         1 where the masks do not differ by batch or head is also accepted), 0 skip, 1 apply the
         masks, 2 keep all. Pass them as block_mask= of calls with the same masks, which then
-        skip their own classification."""
+        skip their own classification. Packed sequences (q, k [total, heads, dim] with
+        cu_seqlens_q / cu_seqlens_k and the maxima, as forward takes them): classes of the
+        padded batch of the longest, b = len(cu_seqlens_q) - 1, sq = max_seqlen_q,
+        sk = max_seqlen_k."""
         if classes is None:
-            b, sq, hq = q.shape[0], q.shape[1], q.shape[2]
-            classes = empty_like(q, (b, hq, (sq + 127) // 128, (k.shape[1] + 127) // 128),
-                                 "i32", name="q")
+            packed = cu_seqlens_q is not None
+            b = cu_seqlens_q.shape[0] - 1 if packed else q.shape[0]
+            sq = max_seqlen_q if packed else q.shape[1]
+            sk = max_seqlen_k if packed else k.shape[1]
+            hq = q.shape[-2]
+            classes = empty_like(q, (b, hq, (sq + 127) // 128, (sk + 127) // 128), "i32",
+                                 name="q")
         self._run("fj_block_mask_build", _BLOCK_MASK, (q, k, classes),
-                  (False, (-1, -1), 0.0, 0.0, mask_mod, None, 0, False, 0, 0),
-                  (None, None, mask, None, None, None, mask_ranges, None, None, None, mod_args),
+                  (False, (-1, -1), 0.0, 0.0, mask_mod, None, 0, False, max_seqlen_q,
+                   max_seqlen_k),
+                  (None, None, mask, cu_seqlens_q, cu_seqlens_k, None, mask_ranges, None, None,
+                   None, mod_args),
                   stream)
         return classes
 

@@ -282,13 +282,17 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
     return (out, lse) if return_lse else out
 
 
-def create_block_mask(q, k, *, mask_mod=None, mod_args=None, mask=None, mask_ranges=None):
-    """The 128 x 128 block classes of the masks for attention() of q and k ([b, s, h, d]): an
-    int32 tensor to pass as block_mask= of the calls with the same masks, which then skip their
-    own classification (FlexAttention's create_block_mask; see Context.block_mask)."""
+def create_block_mask(q, k, *, mask_mod=None, mod_args=None, mask=None, mask_ranges=None,
+                      cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0):
+    """The 128 x 128 block classes of the masks for attention() of q and k ([b, s, h, d], or
+    packed [total, h, d] with cu_seqlens_q / cu_seqlens_k and the maxima): an int32 tensor to
+    pass as block_mask= of the calls with the same masks, which then skip their own
+    classification (FlexAttention's create_block_mask; see Context.block_mask)."""
     d = q.device
     return (_contexts.get(d) or context(d)).block_mask(
-        q, k, mask_mod=mask_mod, mod_args=mod_args, mask=mask, mask_ranges=mask_ranges)
+        q, k, mask_mod=mask_mod, mod_args=mod_args, mask=mask, mask_ranges=mask_ranges,
+        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+        max_seqlen_k=max_seqlen_k)
 
 
 def _to_bshd(x):
