@@ -1,11 +1,15 @@
 """Masks and biases: flashjit's mask_mod expressions and bias tensors against FlexAttention
 (same BlockMask semantics) and PyTorch's SDPA with an attn_mask, on the same tensors in one
-process. The cases of the masks issue: causal, sliding window, documents, prefix-LM and random
-block sparsity as mask_mod; mask_mod "k <= q" against causal=1; a dense additive bias.
+process. The cases of the masks issue: causal, sliding window, four equal documents, documents
+of uneven lengths given as ids (mod_args), prefix-LM and random block sparsity as mask_mod;
+mask_mod "k <= q" against causal=1; a dense additive bias.
 
-TFLOP/s count the kept work only: 4 * d * (kept query/key pairs) per head; with --backward
-also the backward of each mask case against FlexAttention's (autograd of one Flex forward,
-retained graph), 2.5 times that count.
+flashjit runs each mask twice: classifying its blocks itself ("per call": once per shape for a
+mask_mod without mod_args, every call otherwise) and given block classes built once by
+Context.block_mask ("built once", as Flex is given its create_block_mask). TFLOP/s count the
+kept work only: 4 * d * (kept query/key pairs) per head; with --backward also the backward of
+each mask case against FlexAttention's (autograd of one Flex forward, retained graph), 2.5
+times that count.
 
 Usage: python3 bench/bench_masks.py [--lib build/libflashjit.so] [--s 8192] [--d 128]
        [--backward] [--out DIR]
@@ -57,6 +61,13 @@ grads = [torch.empty_like(x) for x in (q, k, v)]
 docs, window, prefix, block = 4, 1024, 1024, 128
 nblocks = (s + block - 1) // block
 keep_blocks = (torch.rand(nblocks, nblocks, device=dev) < 0.5).to(torch.int32)
+# Documents of uneven lengths (from a quarter to twice the mean of s / 6): each key's id.
+lengths, left = [], s
+while left > 0:
+    lengths.append(min(left, int(torch.randint(s // 24, s // 3, ()).item())))
+    left -= lengths[-1]
+doc_ids = torch.repeat_interleave(torch.arange(len(lengths), device=dev, dtype=torch.int32),
+                                  torch.tensor(lengths, device=dev))
 
 # Each case: flashjit's expression (with its mod_args) and FlexAttention's mask_mod, equal.
 cases = {
@@ -65,6 +76,8 @@ cases = {
                lambda b_, h_, qi, ki: (ki <= qi) & (qi - ki < window)),
     "documents": (f"q / {s // docs} == k / {s // docs} && k <= q", None,
                   lambda b_, h_, qi, ki: (qi // (s // docs) == ki // (s // docs)) & (ki <= qi)),
+    "documents_ids": ("iarg[q] == iarg[k] && k <= q", doc_ids,
+                      lambda b_, h_, qi, ki: (doc_ids[qi] == doc_ids[ki]) & (ki <= qi)),
     "prefix_lm": (f"k < {prefix} || k <= q", None,
                   lambda b_, h_, qi, ki: (ki < prefix) | (ki <= qi)),
     "block_sparse": (f"iarg[(q / {block}) * {nblocks} + k / {block}] != 0", keep_blocks.view(-1),
@@ -91,42 +104,51 @@ def bench(fn):
 rows = []
 print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, b {b} h {h} s {s} d {d}",
       flush=True)
-print(f"{'case':>14} | {'flashjit':>8} {'flex':>8} | {'x flex':>6} | {'maxdiff':>8} path", flush=True)
+print(f"{'case':>14} | {'per call':>8} {'built':>8} {'flex':>8} | {'x flex':>6} {'built':>6} | "
+      f"{'maxdiff':>8} path", flush=True)
+
+
+def report(name, pairs, times, scale, path, diff):
+    """One row: flashjit per call and with classes built once, Flex (times in ms)."""
+    per_call, built, fx = (scale * tflops(pairs, t) for t in times)
+    row = dict(case=name, pairs=pairs, flashjit=per_call, flashjit_built=built, flex=fx,
+               maxdiff=diff, path=path)
+    rows.append(row)
+    print(f"{name:>14} | {per_call:8.1f} {built:8.1f} {fx:8.1f} | {per_call / fx:6.2f} "
+          f"{built / fx:6.2f} | {diff:8.4f} {path}", flush=True)
+
+
 wanted = set(cases) | {"builtin", "bias"} if args.cases == "all" else set(args.cases.split(","))
 for name, (expr, mod_args, mask_mod) in cases.items():
     if name not in wanted:
         continue
     pairs = kept_pairs(mask_mod)
     bm = create_block_mask(mask_mod, B=None, H=None, Q_LEN=s, KV_LEN=s, device=dev)
-    fj = lambda: ctx.forward(q, k, v, out=out, mask_mod=expr, mod_args=mod_args)  # noqa: E731
+    classes = ctx.block_mask(q, k, mask_mod=expr, mod_args=mod_args)
+    masks = dict(mask_mod=expr, mod_args=mod_args)
+    fj = lambda: ctx.forward(q, k, v, out=out, **masks)  # noqa: E731
+    fj_built = lambda: ctx.forward(q, k, v, out=out, block_mask=classes, **masks)  # noqa: E731
     fx = lambda: flex(qt, kt, vt, block_mask=bm)  # noqa: E731
-    t_fj, t_fx = bench(fj), bench(fx)
-    info = ctx.last_call()
+    times = bench(fj), bench(fj_built), bench(fx)
+    path = ctx.last_call()["kernel_path"]
+    fj_built()
     diff = (out.float() - fx().transpose(1, 2).float()).abs().max().item()
-    row = dict(case=name, pairs=pairs, flashjit=tflops(pairs, t_fj), flex=tflops(pairs, t_fx),
-               maxdiff=diff, path=info["kernel_path"])
-    rows.append(row)
-    print(f"{name:>14} | {row['flashjit']:8.1f} {row['flex']:8.1f} | "
-          f"{row['flashjit'] / row['flex']:6.2f} | {diff:8.4f} {row['path']}", flush=True)
+    report(name, pairs, times, 1, path, diff)
     if args.backward:  # dq, dk, dv from the forward's out and lse, against Flex's autograd
-        ctx.forward(q, k, v, out=out, lse=lse, mask_mod=expr, mod_args=mod_args)
-        fjb = lambda: ctx.backward(q, k, v, out, dout, lse, *grads,  # noqa: E731
-                                   mask_mod=expr, mod_args=mod_args)
+        ctx.forward(q, k, v, out=out, lse=lse, **masks)
+        fjb = lambda: ctx.backward(q, k, v, out, dout, lse, *grads, **masks)  # noqa: E731
+        fjb_built = lambda: ctx.backward(q, k, v, out, dout, lse, *grads,  # noqa: E731
+                                         block_mask=classes, **masks)
         leaves = [x.detach().requires_grad_() for x in (qt, kt, vt)]
         flex_out = flex(*leaves, block_mask=bm)
         fxb = lambda: torch.autograd.grad(flex_out, leaves, dout.transpose(1, 2),  # noqa: E731
                                           retain_graph=True)
-        t_fjb, t_fxb = bench(fjb), bench(fxb)
+        times = bench(fjb), bench(fjb_built), bench(fxb)
         bwd_path = ctx.last_call()["kernel_path"]
         want = fxb()
         bdiff = max((g.float() - w.transpose(1, 2).float()).abs().max().item()
                     for g, w in zip(grads, want))
-        brow = dict(case=name + "_backward", pairs=pairs,
-                    flashjit=2.5 * tflops(pairs, t_fjb), flex=2.5 * tflops(pairs, t_fxb),
-                    maxdiff=bdiff, path=bwd_path)
-        rows.append(brow)
-        print(f"{name + ' bwd':>14} | {brow['flashjit']:8.1f} {brow['flex']:8.1f} | "
-              f"{brow['flashjit'] / brow['flex']:6.2f} | {bdiff:8.4f} {bwd_path}", flush=True)
+        report(name + " bwd", pairs, times, 2.5, bwd_path, bdiff)
         del flex_out, leaves
 
 # mask_mod "k <= q" against the built-in causal mask.
