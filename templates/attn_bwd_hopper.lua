@@ -239,7 +239,7 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
 % function bwd_hopper_item()
 % bwd_dkdv_block(persistent > 0 and "w" or nil)
 % bwd_block_classes()
-% bwd_live_from()
+% bwd_live_from(producer)
 %   if not producer then
     auto next_live = [&](int i) { return i < count ? live_from(i + 1) : count; };
 %   end

@@ -144,7 +144,7 @@ fj_attn_bwd_dkdv(
 % end
 
 % bwd_block_classes()
-% bwd_live_from()
+% bwd_live_from(true)
     int i = live_from(0), next;
     if (i < count) {
         load_tile<BN, DP, QS>(sK, k, k_ss, n0, seqlen_k, head_dim);

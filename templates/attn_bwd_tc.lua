@@ -209,26 +209,46 @@
 % end
 
 % -- `live_from(i)`: the stream's first item from i on that is live: with block classes, tiles
-% -- of class 0 are neither loaded nor computed. Called by whole warps (a vote).
-% function bwd_live_from()
+% -- of class 0 are neither loaded nor computed. With `vote` (whole warps call it; the kernel
+% -- has the registers: not Hopper's without a producer, which spill) 32 tiles at a time.
+% function bwd_live_from(vote)
     /* The stream's first item from i on that is live (count where none is): with block
-    ** classes, tiles of class 0 are neither loaded nor computed. A key block's classes lie a
-    ** class row apart, a cache line each, so the warp reads 32 items' at once, a lane each,
-    ** and votes, rather than chaining one dependent load per item. */
+    ** classes, tiles of class 0 are neither loaded nor computed. */
     auto live_from = [&](int i) {
-%   if block_mask then
+%   if block_mask and vote then
         if (i >= count)
             return i;
+        /* A key block's classes lie a class row apart, a cache line each: the warp reads up to
+        ** 32 query tiles' of one head at once, tile t + lane a lane, and votes, rather than
+        ** chaining a dependent load a tile (count is whole heads of `tiles` each). */
 #pragma unroll 1
-        for (const int lane_ = (int)(threadIdx.x & 31u); i < count; i += 32) {
-            const int j = i + lane_;
+        for (int h = i / tiles, t = i % tiles; i < count;) {
+            const int here = t + (int)(threadIdx.x & 31u);
             const u32 live = __ballot_sync(
-                0xffffffffu, j < count && block_class_of(head_kv * group + j / tiles,
-                                                         (mb_lo + j % tiles) * BM, n0) != 0);
+                0xffffffffu,
+                here < tiles && block_class_of(head_kv * group + h, (mb_lo + here) * BM, n0) != 0);
             if (live)
                 return i + __ffs(live) - 1;
+            const int step = min(32, tiles - t);
+            i += step;
+            t += step;
+            if (t == tiles) {
+                t = 0;
+                h++;
+            }
         }
         return count;
+%   elseif block_mask then
+        if (i >= count)
+            return i;
+        /* Item i is query tile t of head h of the group (stepped, not divided, per item). */
+        for (int h = i / tiles, t = i % tiles;
+             i < count && block_class_of(head_kv * group + h, (mb_lo + t) * BM, n0) == 0; i++)
+            if (++t == tiles) {
+                t = 0;
+                h++;
+            }
+        return i;
 %   else
         return i;
 %   end
@@ -356,23 +376,16 @@
     }
 % end
 
-% -- `live_from(nb)`: the first key tile from nb on that is live. Called by whole warps.
+% -- `live_from(nb)`: the first key tile from nb on that is live.
 % function bwd_dq_live_from()
-    /* The first key tile from nb on that is live (nb_hi where none is), 32 tiles' classes at
-    ** once, a lane each, as stage 2's. */
+    /* The first key tile from nb on that is live (as stage 2's; a query block's classes lie
+    ** side by side, so the walk reads each cache line once). */
     auto live_from = [&](int nb) {
 %   if block_mask then
-        for (const int lane_ = (int)(threadIdx.x & 31u); nb < nb_hi; nb += 32) {
-            const int t = nb + lane_;
-            const u32 live = __ballot_sync(
-                0xffffffffu, t < nb_hi && block_class_of(head, m0, t * BN) != 0);
-            if (live)
-                return nb + __ffs(live) - 1;
-        }
-        return nb_hi;
-%   else
-        return nb;
+        while (nb < nb_hi && block_class_of(head, m0, nb * BN) == 0)
+            nb++;
 %   end
+        return nb;
     };
 % end
 
