@@ -6,9 +6,10 @@
 # smoke: a few `flashjit run` checks, each under a time limit (a kernel that hangs is killed).
 # decode: the decode, graph-capture, paged, MLA, append, merge and backward suites,
 # compute-sanitizer on paged (packed, appended, masked) and MLA decode, the append, a paged
-# forward and a backward, chunks of prefill against pages timed on both kernels, the host time
-# of a memoised decode call, bench/bench_decode.py on the default path (the decode kernel) and
-# on the Hopper forward kernel, and bench/bench_append.py (not part of all).
+# forward and a backward, chunks of prefill against pages timed on both kernels (16 to 2048
+# rows), the host time of a memoised decode call, bench/bench_decode.py on the default path
+# (the decode kernel) and on the Hopper forward kernel, and bench/bench_append.py (not part of
+# all).
 # python: the Python package on the GPU (tests/torch_api.py: the drop-in, gradients, torch.compile,
 # a CUDA graph of a paged decode step, the Python call's host time; tests/python_api.py on CUDA;
 # examples/serve_fp8.py; examples/train_block.py against SDPA).
@@ -126,22 +127,26 @@ if [ "$what" = decode ]; then
     timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 $build/test_append_cuda \
         > "$out/sanitizer.tmp" 2>&1 && echo "compute-sanitizer memcheck clean: test_append_cuda" ||
         { echo "compute-sanitizer memcheck FAILED: test_append_cuda"; status=1; }
-    # Chunks of prefill against pages: the decode kernels (default) and Hopper's forward
-    # (opt-in, path=wgmma), the forward under memcheck on pages of 16 with packed queries, and
-    # both timed (b 4 x 2048 rows x 8192 keys, hq 32 / hkv 8, d 128) beside the dense forward.
-    FLASHJIT_CONFIG=path=wgmma timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 \
+    # Chunks of prefill against pages: Hopper's forward (the default beyond 16 rows; path=wgmma
+    # from 1) under memcheck on pages of 16 with packed queries, and timed against the decode
+    # kernels (path=decode) from 16 to 2048 rows (b 8 x 8192 keys, hq 32 / hkv 8, d 128, pages
+    # of 16 and 64; the same seed, so the same key counts, for every kernel).
+    timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 \
         $build/flashjit run --backend cuda --reps 1 --batch 3 --heads 8 --kv-heads 2 \
         --seqlen-q 200 --seqlen-k 500 --head-dim 128 --paged 16 --varlen --causal \
         > "$out/sanitizer.tmp" 2>&1 && echo "compute-sanitizer memcheck clean: paged forward" ||
         { echo "compute-sanitizer memcheck FAILED: paged forward"; tail -20 "$out/sanitizer.tmp"
           status=1; }
-    for config in "" path=wgmma; do
-        for paged in "" "--paged 16" "--paged 64"; do
-            for causal in "" --causal; do
-                echo "FLASHJIT_CONFIG=$config $paged $causal: $(FLASHJIT_CONFIG=$config timeout 60 \
-                    $build/flashjit run --backend cuda --no-check --reps 20 --batch 4 --heads 32 \
-                    --kv-heads 8 --seqlen-q 2048 --seqlen-k 8192 --head-dim 128 $paged $causal \
-                    2>&1 | grep -E '^kernel|^time' | cut -c1-60 | tr '\n' ' ')"
+    for rows in 16 64 256 2048; do
+        for config in path=decode path=wgmma; do
+            for paged in 16 64; do
+                for causal in "" --causal; do
+                    echo "rows $rows, FLASHJIT_CONFIG=$config, pages of $paged $causal: $(
+                        FLASHJIT_CONFIG=$config timeout 60 $build/flashjit run --backend cuda \
+                        --no-check --seed 1 --reps 20 --batch 8 --heads 32 --kv-heads 8 \
+                        --seqlen-q $rows --seqlen-k 8192 --head-dim 128 --paged $paged $causal \
+                        2>&1 | grep -E '^kernel|^time' | cut -c1-60 | tr '\n' ' ')"
+                done
             done
         done
     done 2>&1 | tee "$out/paged_prefill.log"
@@ -177,9 +182,9 @@ if [ "$what" = bwd ]; then
     grep -q FAILED "$out/sanitizer_bwd.log" && status=1
     PYTHONUNBUFFERED=1 timeout 400 python3 bench/bench_bwd.py --lib $build/libflashjit.so \
         --d 64,128,256 --s 1024,4096,16384 --out "$out" 2>&1 | tee "$out/bench_bwd.log"
-    PYTHONUNBUFFERED=1 timeout 300 python3 bench/bench_masks.py --lib $build/libflashjit.so \
-        --backward --cases causal,window,documents,prefix_lm,block_sparse --out "$out" 2>&1 |
-        tee "$out/bench_masks_bwd.log"
+    PYTHONUNBUFFERED=1 timeout 450 python3 bench/bench_masks.py --lib $build/libflashjit.so \
+        --backward --cases causal,window,documents,documents_ids,prefix_lm,block_sparse \
+        --out "$out" 2>&1 | tee "$out/bench_masks_bwd.log"
     PYTHONPATH=$PWD/python FLASHJIT_LIB=$PWD/$build/libflashjit.so PYTHONUNBUFFERED=1 \
         timeout 300 python3 examples/train_block.py --steps 300 2>&1 | tee "$out/train_block.log" ||
         status=1
