@@ -69,9 +69,11 @@ def decode_args(r):
     if r.random() < 0.5:
         a += ["--causal"]
     if r.random() < 0.5:
-        a += ["--paged", r.choice([1, 5, 16, 64, 256])]
+        a += ["--paged", r.choice([1, 5, 8, 16, 32, 64, 128, 256])]
         if r.random() < 0.3:  # the queries packed: a batch of mixed lengths
             a += ["--varlen", "--seqlen-q", r.choice([4, 16, 60])]
+        elif r.random() < 0.25:  # a chunk of prefill (beyond decode's 16 rows)
+            a += ["--seqlen-q", r.choice([17, 64, 200, 777])]
         if r.random() < 0.4:  # the last keys written by the library's append
             a += ["--append", r.choice([1, 2, 5, 100])]
     elif r.random() < 0.3:
