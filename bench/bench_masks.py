@@ -155,8 +155,8 @@ for name, (expr, mod_args, mask_mod) in cases.items():
 if "builtin" in wanted:
     t_builtin = bench(lambda: ctx.forward(q, k, v, out=out, causal=True))
     causal_pairs = s * (s + 1) // 2
-    rows.append(dict(case="causal_builtin", pairs=causal_pairs, flashjit=tflops(causal_pairs, t_builtin),
-                     path=ctx.last_call()["kernel_path"]))
+    rows.append(dict(case="causal_builtin", pairs=causal_pairs,
+                     flashjit=tflops(causal_pairs, t_builtin), path=ctx.last_call()["kernel_path"]))
     print(f"{'causal=1':>14} | {rows[-1]['flashjit']:8.1f} (mask_mod 'k <= q' at "
           f"{rows[0]['flashjit'] / rows[-1]['flashjit']:.2f} of it)", flush=True)
 
@@ -167,10 +167,11 @@ if "bias" in wanted:
     t_sdpa = bench(lambda: F.scaled_dot_product_attention(qt, kt, vt, attn_mask=bias))
     ref = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=bias).transpose(1, 2)
     diff = (out.float() - ref.float()).abs().max().item()
-    rows.append(dict(case="bias", pairs=s * s, flashjit=tflops(s * s, t_fj), sdpa=tflops(s * s, t_sdpa),
-                     maxdiff=diff, path=ctx.last_call()["kernel_path"]))
+    rows.append(dict(case="bias", pairs=s * s, flashjit=tflops(s * s, t_fj),
+                     sdpa=tflops(s * s, t_sdpa), maxdiff=diff, path=ctx.last_call()["kernel_path"]))
     print(f"{'bias':>14} | {rows[-1]['flashjit']:8.1f} {rows[-1]['sdpa']:8.1f} (SDPA attn_mask) | "
-          f"{rows[-1]['flashjit'] / rows[-1]['sdpa']:6.2f} | {diff:8.4f} {rows[-1]['path']}", flush=True)
+          f"{rows[-1]['flashjit'] / rows[-1]['sdpa']:6.2f} | {diff:8.4f} {rows[-1]['path']}",
+          flush=True)
 
 save_results(args.out, "bench_masks", dict(device=torch.cuda.get_device_name(),
                                            torch=torch.__version__, b=b, h=h, s=s, d=d, rows=rows))
