@@ -7,7 +7,8 @@
 # decode: the decode, graph-capture, paged, MLA, append, merge and backward suites,
 # compute-sanitizer on paged (packed, appended, masked) and MLA decode, the append, a paged
 # forward and a backward, chunks of prefill against pages timed on both kernels (16 to 2048
-# rows), the host time of a memoised decode call, bench/bench_decode.py on the default path
+# rows; bench/bench_paged_prefill.py against the dense forward, SDPA and a mixed batch), the host
+# time of a memoised decode call, bench/bench_decode.py on the default path
 # (the decode kernel) and on the Hopper forward kernel, and bench/bench_append.py (not part of
 # all).
 # python: the Python package on the GPU (tests/torch_api.py: the drop-in, gradients, torch.compile,
@@ -150,6 +151,9 @@ if [ "$what" = decode ]; then
             done
         done
     done 2>&1 | tee "$out/paged_prefill.log"
+    PYTHONUNBUFFERED=1 timeout 300 python3 bench/bench_paged_prefill.py \
+        --lib $build/libflashjit.so --paged 16 --mixed --out "$out" 2>&1 |
+        tee "$out/bench_paged_prefill.log"
     (cd $build && ctest --output-on-failure --timeout 420 -R "test_backward_cuda") \
         > "$out/ctest_backward.log" 2>&1 || status=1
     grep -E "Test +#|tests passed" "$out/ctest_backward.log"
