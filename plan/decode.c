@@ -283,10 +283,13 @@ int fj__prefer_decode(const fj__features *f, const fj_device_info *dev, const ch
         fj__decode_apply_config(v, config, dev);
     /* A paged cache: chunks of prefill (more rows than decode takes) on Hopper's forward where
     ** it reads the pages (fwd->paged; 2.3-6x the decode kernels at 2048 rows: bench/RESULTS.md),
-    ** decode here unless "path=wgmma" asks for the forward. */
+    ** decode here unless "path=wgmma" asks for the forward. Packed queries of mostly decode
+    ** rows (few_rows) stay here whatever their longest: the forward would give each sequence a
+    ** whole row tile a head, its keys read and multiplied for one row, where the decode
+    ** kernels pack a kv head's rows and split the keys. */
+    const int chunks = f->seqlen_q > FJ__DECODE_MAX_SEQLEN_Q && !f->few_rows;
     if (f->paged)
-        return asked ||
-               !(fwd->paged && (forward_asked || f->seqlen_q > FJ__DECODE_MAX_SEQLEN_Q));
+        return asked || !(fwd->paged && (forward_asked || chunks));
     return asked || fwd->path == FJ__PATH_SIMT ||
            (v->path != FJ__PATH_SIMT && !forward_asked);
 }

@@ -1,6 +1,8 @@
 /* The features of a request: what its plan depends on (see problem.h). */
 #include "problem.h"
 
+#include "plan.h"
+
 #include <string.h>
 
 /* Tensor-core copies move 16-byte chunks: base, row strides and head dim must allow it (in
@@ -97,6 +99,8 @@ void fj__features_of(const fj__problem *p, fj__features *f)
     f->num_splits = p->num_splits;
     f->paged = p->page_table != NULL;
     f->page_size = f->paged ? p->page_size : 0;
+    f->few_rows = f->paged && p->cu_seqlens_q &&
+                  p->q->shape[0] <= FJ__DECODE_MAX_SEQLEN_Q * p->batch;
     f->descale = p->descale[0] || p->descale[1] || p->descale[2];
     f->v_in_k = p->v->data == p->k->data && p->v->dtype == p->k->dtype &&
                 p->head_dim_v <= p->head_dim && p->v->stride[0] == p->k->stride[0] &&

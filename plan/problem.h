@@ -85,6 +85,8 @@ typedef struct fj__features {
     int32_t num_splits;                 /* decode: the caller's split count (0: automatic) */
     uint8_t paged;                      /* k and v are pages of a KV cache */
     int64_t page_size;                  /* (paged) keys a page */
+    uint8_t few_rows; /* paged, packed queries of at most FJ__DECODE_MAX_SEQLEN_Q rows a
+                      ** sequence on average (mostly decode rows, whatever the longest) */
     const char *mask_mod, *score_mod;   /* interned canonical texts: equal texts, equal pointers */
     const char *score_mod_grad;         /* its derivative's (interned with it), or NULL */
     int64_t dbias_elements;             /* backward: elements of the bias's gradient (0: none) */

@@ -817,6 +817,20 @@ static void test_paged_prefill_plans(void **state)
                      "%d, %d", i, fwd.path, fwd.paged, fwd.tile_n, fwd.page_rows,
                      cases[i].tile_n, cases[i].page_rows);
     }
+    /* Packed queries: by the longest sequence, unless they are mostly decode rows (few_rows:
+    ** at most 16 a sequence on average), which the decode kernels pack by kv head. */
+    for (int few = 0; few <= 1; few++) {
+        fj__features f = bwd_features(128, 128, FJ_DTYPE_BF16);
+        f.seqlen_q = 2048;
+        f.seqlen_k = 8192;
+        f.paged = 1;
+        f.page_size = 64;
+        f.varlen = 1;
+        f.few_rows = (uint8_t)few;
+        fj__variant fwd, dec;
+        fj__choose_forward(&f, &devs.h200, NULL, &fwd);
+        assert_int_equal(fj__prefer_decode(&f, &devs.h200, NULL, &fwd, &dec), few);
+    }
 #undef W
 }
 

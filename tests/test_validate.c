@@ -667,8 +667,8 @@ static void test_packed_bias_is_resolved(void **state)
 }
 
 /* A paged request with packed queries: the sequences are cu_seqlens_q's, q's and out's batch
-** strides 0, lse [heads_q, total_q], k's and v's strides the pages'; features say both; a bias
-** of max_seqlen_q rows is taken. */
+** strides 0, lse [heads_q, total_q], k's and v's strides the pages'; features say both, and
+** whether the rows are mostly decode rows (few_rows); a bias of max_seqlen_q rows is taken. */
 static void test_paged_packed_request_is_resolved(void **state)
 {
     (void)state;
@@ -698,6 +698,15 @@ static void test_paged_packed_request_is_resolved(void **state)
     fj__features_of(&p, &f);
     assert_int_equal(f.paged, 1);
     assert_int_equal(f.varlen, 2);
+    assert_int_equal(f.few_rows, 0); /* 40 rows, 2 sequences: more than 16 a sequence */
+    /* 32 rows: mostly decode rows (at most 16 a sequence on average), whatever the longest */
+    dense(&r.q, FJ_DTYPE_BF16, 3, (int64_t[]){32, 4, 64});
+    dense(&r.out, FJ_DTYPE_BF16, 3, (int64_t[]){32, 4, 48});
+    dense(&r.lse, FJ_DTYPE_F32, 2, (int64_t[]){4, 32});
+    if (validate(&r, &p, &err, 0) != FJ_OK)
+        fail_msg("%s", err.msg);
+    fj__features_of(&p, &f);
+    assert_int_equal(f.few_rows, 1);
     /* A bias of max_seqlen_q rows per sequence and the table's keys (the decode kernel's) */
     dense(&r.bias, FJ_DTYPE_F32, 4, (int64_t[]){2, 4, 30, 32});
     r.desc.bias = &r.bias;
