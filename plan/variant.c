@@ -295,10 +295,6 @@ int fj__variant_producer_registers(const fj__variant *v)
     /* A paged forward copying a tile as several pages keeps their numbers across the waits. */
     if (v->family == FJ__FAMILY_FWD && v->paged && v->page_rows && v->page_rows < v->tile_n)
         return 40;
-    /* The backward's producer finding live tiles among block classes votes on 32 at a time
-    ** (24 spilled at d 256); its two consumers keep 240 all the same. */
-    if (v->family == FJ__FAMILY_BWD && v->block_mask)
-        return 32;
     return 24;
 }
 
@@ -322,9 +318,13 @@ int fj__variant_consumer_registers(const fj__variant *v)
         return 224;
     const int consumers = v->family == FJ__FAMILY_BWD ? v->warps / 4 - v->producer : v->tile_m / 64;
     const int keep = fj__variant_producer_registers(v);
+    /* The block's pool is what it was launched with: 64K / threads a thread, in multiples of 8
+    ** (168 for three warpgroups: 504 a thread of each). setmaxnreg.inc waits until the pool
+    ** holds what it asks for, so asking for more than the producer gave back would hang. */
+    const int launched = 512 / (consumers + 1) / 8 * 8;
     return v->ctas_per_sm == 2 ? (256 - keep) / 8 * 8
            : consumers < 2     ? 255
-                               : (512 - keep) / consumers / 8 * 8;
+                               : (launched * (consumers + 1) - keep) / consumers / 8 * 8;
 }
 
 fj__tile_order fj__variant_tile_order(const fj__variant *v)

@@ -235,11 +235,14 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
 % end
 
 % -- An item's keys, sequence, stream and block classes, `next_live(i)` (without a producer) and
-% -- `tb`, the tensors' batch.
-% function bwd_hopper_item()
+% -- `tb`, the tensors' batch. `computing`: for the computing warpgroups, else the producer's.
+% -- The computing warpgroups find live tiles by a vote where a producer gave them its
+% -- registers; the producer (24 registers: the vote spilled 4-12 bytes there) and a kernel
+% -- without a producer (its computing threads at the 255 cap) walk one tile at a time.
+% function bwd_hopper_item(computing)
 % bwd_dkdv_block(persistent > 0 and "w" or nil)
 % bwd_block_classes()
-% bwd_live_from(producer)
+% bwd_live_from(producer and computing)
 %   if not producer then
     auto next_live = [&](int i) { return i < count ? live_from(i + 1) : count; };
 %   end
@@ -326,7 +329,7 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
 % bwd_hopper_turn_keeper()
 %   end
 % bwd_hopper_items()
-% bwd_hopper_item()
+% bwd_hopper_item(false)
 % bwd_hopper_ring_fill()
                 const int n_first = n; /* the item's first tile */
                 auto fill_next = [&](int i) {
@@ -405,7 +408,7 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
 
     int n = 0, kv_loads = 0; /* the block's tiles and K/V copies so far */
 % bwd_hopper_items()
-% bwd_hopper_item()
+% bwd_hopper_item(true)
 % bwd_hopper_ring_fill()
     int i = live_from(0);
 %   if not producer then

@@ -209,8 +209,8 @@
 % end
 
 % -- `live_from(i)`: the stream's first item from i on that is live: with block classes, tiles
-% -- of class 0 are neither loaded nor computed. With `vote` (whole warps call it; the kernel
-% -- has the registers: not Hopper's without a producer, which spill) 32 tiles at a time.
+% -- of class 0 are neither loaded nor computed. With `vote` (whole warps call it, with the
+% -- registers to spare: see bwd_hopper_item) 32 tiles at a time.
 % function bwd_live_from(vote)
     /* The stream's first item from i on that is live (count where none is): with block
     ** classes, tiles of class 0 are neither loaded nor computed. */
