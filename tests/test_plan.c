@@ -1275,6 +1275,103 @@ static void test_fp8_forward_plans(void **state)
     }
 }
 
+/* Whether Hopper variant v's register handover fits its block: the copying warpgroup keeps
+** fj__variant_producer_registers and the computing ones ask for
+** fj__variant_consumer_registers (setmaxnreg), from a pool of what the block was launched with
+** (64K / threads a thread, in multiples of 8; half with two blocks an SM). Asking for more
+** than the pool holds makes setmaxnreg.inc wait forever. Returns whether v hands over. */
+static int check_register_shares(const fj__variant *v, const char *what)
+{
+    const int keep = fj__variant_producer_registers(v), regs = fj__variant_consumer_registers(v);
+    if (v->path != FJ__PATH_WGMMA || regs == 255) /* (255: no handover) */
+        return 0;
+    const int per_sm = v->ctas_per_sm == 2 ? 2 : 1;
+    const int launched = 65536 / per_sm / v->threads / 8 * 8;
+    const long asked = 128L * keep + (long)(v->threads - 128) * regs;
+    if (keep % 8 || regs % 8 || keep < 24 || regs > 256 || regs < keep ||
+        asked > (long)launched * v->threads)
+        fail_msg("%s: %d threads launched with %d registers each; the producer keeps %d and the "
+                 "others ask for %d: %ld of %ld",
+                 what, v->threads, launched, keep, regs, asked, (long)launched * v->threads);
+    return 1;
+}
+
+/* Every Hopper variant the heuristics choose on an H200 hands its registers over within its
+** block's pool (check_register_shares): forwards (16-bit and FP8, d 64 to 256, causal and not,
+** short and long, paged chunks, the tile overrides of 192 rows and of two blocks an SM), the
+** backward's stages (plain, soft-capped, a mask_mod, block classes, a bias; d 64 to 256) and
+** the wgmma decode kernels (MLA's 576 / 512 at 16 to 128 heads). */
+static void test_register_shares(void **state)
+{
+    (void)state;
+    const planned_devices devs = planned_device_set();
+    static const int64_t dims[] = {64, 96, 128, 192, 256};
+    static const fj_dtype dtypes[] = {FJ_DTYPE_BF16, FJ_DTYPE_F8_E4M3};
+    static const char *const configs[] = {NULL, "tile_m=192", "tile_m=64,warps=8,ctas_per_sm=2"};
+    char what[96];
+    int forwards = 0, backwards = 0, decodes = 0; /* of them, those that hand over */
+    for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
+        for (int t = 0; t < 2; t++)
+            for (int variant = 0; variant < 4; variant++)
+                for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++) {
+                    fj__features f = bwd_features(dims[d], dims[d], dtypes[t]);
+                    f.out_dtype = FJ_DTYPE_BF16;
+                    f.seqlen_q = f.seqlen_k = variant == 1 ? 8192 : 1000;
+                    f.window_right = variant == 2 ? 0 : -1; /* causal */
+                    if (variant == 3 && t == 0) { /* a chunk against pages of 64 */
+                        f.paged = 1;
+                        f.page_size = 64;
+                        f.seqlen_q = 2048;
+                    }
+                    fj__variant v;
+                    fj__choose_forward(&f, &devs.h200, configs[c], &v);
+                    snprintf(what, sizeof what, "forward d %lld, %s, case %d, config %s",
+                             (long long)dims[d], t ? "e4m3" : "bf16", variant,
+                             configs[c] ? configs[c] : "none");
+                    forwards += check_register_shares(&v, what);
+                }
+    for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
+        for (int change = 0; change < 5; change++) {
+            fj__features f = bwd_features(dims[d], dims[d], FJ_DTYPE_BF16);
+            f.softcap = change == 1;
+            f.mask_mod = change == 2 ? "(FJ_Q >= FJ_K)" : NULL;
+            f.block_mask = change == 3;
+            f.bias_dtype = change == 4 ? FJ_DTYPE_F32 : -1;
+            for (int det = 0; det <= 1; det++) {
+                f.deterministic = (uint8_t)det;
+                fj__plan plan;
+                fj__err err = {{0}};
+                if (fj__plan_backward(&f, &devs.h200, NULL, &plan, &err) != FJ_OK)
+                    fail_msg("backward d %lld, change %d: %s", (long long)dims[d], change,
+                             err.msg);
+                for (int i = 0; i < plan.nsteps; i++) {
+                    snprintf(what, sizeof what, "backward d %lld, change %d, det %d, step %d",
+                             (long long)dims[d], change, det, i);
+                    backwards += check_register_shares(&plan.steps[i].variant, what);
+                }
+            }
+        }
+    static const int64_t groups[] = {16, 32, 64, 128};
+    for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++)
+        for (int rows = 1; rows <= 4; rows *= 2) {
+            fj__features f = bwd_features(576, 512, FJ_DTYPE_BF16);
+            f.heads_q = groups[g];
+            f.heads_kv = 1;
+            f.seqlen_q = rows;
+            f.seqlen_k = 8192;
+            f.v_in_k = 1;
+            fj__variant v;
+            if (!fj__choose_decode(&f, &devs.h200, NULL, &v))
+                continue;
+            snprintf(what, sizeof what, "MLA decode, %lld heads, %d rows", (long long)groups[g],
+                     rows);
+            decodes += check_register_shares(&v, what);
+        }
+    printf("  handovers checked: %d forward, %d backward, %d decode variants\n", forwards,
+           backwards, decodes);
+    assert_true(forwards >= 40 && backwards >= 10 && decodes >= 4);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1294,6 +1391,7 @@ int main(void)
         cmocka_unit_test(test_simt_forward_local_memory),
         cmocka_unit_test(test_wide_forward_plans),
         cmocka_unit_test(test_fp8_forward_plans),
+        cmocka_unit_test(test_register_shares),
     };
     return cmocka_run_group_tests_name("plan", tests, NULL, NULL);
 }
