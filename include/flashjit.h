@@ -308,11 +308,11 @@ typedef struct fj_attention_desc {
     ** sequence's keys being its pages); causal and windows align each sequence's keys to its
     ** queries bottom-right, so decode, speculative decode and chunked prefill against the cache
     ** all work. Page numbers come from device memory the host cannot check: the kernel clamps
-    ** them into [0, num_pages). Runs on the decode kernels (any seqlen_q); on sm_90a, chunks
-    ** of more than 16 query rows (packed: more than 16 a sequence on average, so that a batch
-    ** of mostly decode rows stays on the decode kernels; any, under
-    ** FLASHJIT_CONFIG=path=wgmma) run on the Hopper forward kernel instead where it takes them (16-bit data, head dims to 256, no score
-    ** terms or masks beyond the band, pages of 8, 16, 32 or 64 keys or a multiple of 128, of
+    ** them into [0, num_pages). Runs on the decode kernels (any seqlen_q); on sm_90a, chunks of
+    ** more than 16 query rows (packed: more than 16 a sequence on average, so that a batch of
+    ** mostly decode rows stays on the decode kernels; any, under FLASHJIT_CONFIG=path=wgmma) run on
+    ** the Hopper forward kernel instead where it takes them (16-bit data, head dims to 256, no
+    ** score terms or masks beyond the band, pages of 8, 16, 32 or 64 keys or a multiple of 128, of
     ** 64 beyond head dim 128), which copies its key tiles by pages. A bias's,
     ** a mask's and the ranges' key dimension is the table's keys (max_pages_per_seq *
     ** page_size; with packed queries their query dimension is max_seqlen_q, sequence b's query i

@@ -120,10 +120,10 @@ for arch in sm_80 sm_90a; do
         checked=$((checked + 1))
     done
 done
-# Decode of packed sequences (dense, and packed queries against pages of 16) whole and split,
-# with the merge that writes each sequence's packed rows, and chunks of 64 rows against pages
-# (causal: each row tile's own band; on sm_90a Hopper's forward): both archs, no spills. A cache of their own (the merge
-# differs from the ones above only by its packed rows).
+# Decode of packed sequences (dense, and packed queries against pages of 16) whole and split, with
+# the merge that writes each sequence's packed rows, and chunks of 64 rows against pages (causal:
+# each row tile's own band; on sm_90a Hopper's forward): both archs, no spills. A cache of their own
+# (the merge differs from the ones above only by its packed rows).
 for arch in sm_80 sm_90a; do
     out=$("$cli" cache build --arch $arch --cache "$dir/varlen_decode.db" --decode 1,4 \
         --group 1,8 --head-dim 64,128 --causal 0,1 --seqlen 8192 --varlen 2 --paged 0,16 2>&1 &&
@@ -138,9 +138,9 @@ for arch in sm_80 sm_90a; do
         { echo "FAIL: no packed decode or merge kernel built for $arch"; exit 1; }
     checked=$((checked + 1))
 done
-# Chunks of prefill against pages on sm_90a: Hopper's forward copying the keys by pages (a
-# tile a copy on pages of 64 and 256, several pages a copy each on pages of 8 and 16), no spills (the copying thread keeps its tile's page numbers), and the
-# decode kernels on pages of 5.
+# Chunks of prefill against pages on sm_90a: Hopper's forward copying the keys by pages (a tile a
+# copy on pages of 64 and 256, several pages a copy each on pages of 8 and 16), no spills (the
+# copying thread keeps its tile's page numbers), and the decode kernels on pages of 5.
 out=$("$cli" cache build --arch sm_90a --cache "$dir/paged_prefill.db" \
     --decode 64 --group 4 --head-dim 64,96,128,256 --causal 0,1 --seqlen 4096 \
     --paged 5,8,16,64,256 2>&1)

@@ -2,8 +2,8 @@
 against float64 references computed here. Forward (f32, f16; causal, GQA, odd sizes, strided
 [b, h, s, d] views, lse), the backward against analytic gradients (also through a score_mod,
 with the bias's gradient), the merge of two key halves against the whole, block classes
-built once and used (dense and packed), workspaces from the caller's allocator, tuning a paged decode, and errors
-raised as the right FlashjitError subclass naming the field.
+built once and used (dense and packed), workspaces from the caller's allocator, tuning a paged
+decode, and errors raised as the right FlashjitError subclass naming the field.
 Usage: python tests/python_api.py [backend]   (default opencl; exits 77 without a device)"""
 import sys
 
