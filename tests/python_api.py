@@ -304,7 +304,10 @@ cases = [("bad head dim", lambda: ctx.forward(q, rand(1, 8, 2, 24), v), flashjit
           lambda: ctx.kv_cache_append(rand(1, 1, 2, 8), rand(1, 1, 2, 8), rand(2, 4, 2, 8),
                                       rand(2, 4, 2, 8), np.zeros((1, 2), np.int32),
                                       np.zeros(1, np.int32), k_descale=np.ones(1, np.float32)),
-          flashjit.InvalidArgument, "k_descale")]
+          flashjit.InvalidArgument, "k_descale"),
+         ("block classes of packed sequences without their maxima",
+          lambda: ctx.block_mask(pq, pk, mask_mod=docs, cu_seqlens_q=cu, cu_seqlens_k=cu),
+          flashjit.InvalidArgument, "max_seqlen_q")]
 for name, fn, cls, field in cases:
     try:
         fn()

@@ -434,6 +434,10 @@ class Context:
         sk = max_seqlen_k."""
         if classes is None:
             packed = cu_seqlens_q is not None
+            if packed and (max_seqlen_q < 1 or max_seqlen_k < 1):
+                raise InvalidArgument(f"max_seqlen_q = {max_seqlen_q}, max_seqlen_k = "
+                                      f"{max_seqlen_k}: packed sequences' block classes are "
+                                      "sized by the longest (both >= 1)")
             b = cu_seqlens_q.shape[0] - 1 if packed else q.shape[0]
             sq = max_seqlen_q if packed else q.shape[1]
             sk = max_seqlen_k if packed else k.shape[1]
