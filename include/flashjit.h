@@ -532,6 +532,13 @@ typedef struct fj_call_info {
                               ** (the backward: D and the lse in log2 units, 8 bytes per query
                               ** row and head, and dq's f32 sum where atomics add it; split
                               ** decode: the splits' states); 0 for none */
+    /* Added in the third version: */
+    const char *launched; /* what the call launched, in order: kernel paths (as kernel_path)
+                          ** and "memset" for a zeroed workspace, joined by ","; a step run
+                          ** several times once. E.g. "cuda.classify,cuda.fwd.wgmma": the
+                          ** masks' blocks classified first (a call given desc.block_mask, or
+                          ** whose classes are memoised, launches no cuda.classify);
+                          ** "cuda.decode.mma,cuda.merge": a split decode. "" for none */
 } fj_call_info;
 
 /* Fills *info with the report of the last call on ctx; info->struct_size must be set (to

@@ -58,6 +58,38 @@ void fj__begin_call(fj_context *ctx)
     ctx->err.msg[0] = '\0';
     memset(&ctx->last_call, 0, sizeof ctx->last_call);
     ctx->last_call.struct_size = sizeof ctx->last_call;
+    ctx->nlaunches = 0;
+}
+
+void fj__note_launch(fj_context *ctx, const char *what)
+{
+    const int max = (int)(sizeof ctx->launches / sizeof ctx->launches[0]);
+    if (ctx->nlaunches < max)
+        ctx->launches[ctx->nlaunches] = what;
+    ctx->nlaunches++; /* (counted past the list: tuning runs plan after plan) */
+}
+
+/* ctx's launches joined by "," into its text (a list cut short ends in ",..."). */
+static const char *launched_text(fj_context *ctx)
+{
+    const int max = (int)(sizeof ctx->launches / sizeof ctx->launches[0]);
+    const size_t size = sizeof ctx->launched, tail = sizeof ",...";
+    size_t used = 0;
+    int cut = 0;
+    ctx->launched[0] = '\0';
+    for (int i = 0; i < ctx->nlaunches && i < max && !cut; i++) {
+        const int n = snprintf(ctx->launched + used, size - tail - used, "%s%s", i ? "," : "",
+                               ctx->launches[i]);
+        if (n < 0 || (size_t)n >= size - tail - used) {
+            ctx->launched[used] = '\0';
+            cut = 1;
+        } else {
+            used += (size_t)n;
+        }
+    }
+    if (cut || ctx->nlaunches > max)
+        memcpy(ctx->launched + used, used ? ",..." : "...", used ? tail : tail - 1);
+    return ctx->launched;
 }
 
 const char *fj_context_cache_path(const fj_context *ctx)
@@ -300,14 +332,18 @@ fj_status fj_context_last_call(const fj_context *ctx, fj_call_info *info)
 {
     if (!ctx)
         return FJ_ERR_INVALID_ARGUMENT;
-    /* The first version ended with `tuned`. */
+    /* The first version ended with `tuned`, the second with `workspace_bytes`. */
     const size_t v1 = offsetof(fj_call_info, tuned) + sizeof info->tuned;
-    if (!info || (info->struct_size != sizeof *info && info->struct_size != v1))
+    const size_t v2 = offsetof(fj_call_info, workspace_bytes) + sizeof info->workspace_bytes;
+    if (!info ||
+        (info->struct_size != sizeof *info && info->struct_size != v1 && info->struct_size != v2))
         return fj__fail((fj__err *)&ctx->err, FJ_ERR_INVALID_ARGUMENT,
                         "info is NULL or info.struct_size is not sizeof(fj_call_info)");
     const size_t size = info->struct_size;
     memcpy(info, &ctx->last_call, size);
     info->struct_size = size;
+    if (size == sizeof *info) /* (the text is a cache of ctx's launches: ctx stays the same) */
+        info->launched = launched_text((fj_context *)ctx);
     return FJ_OK;
 }
 

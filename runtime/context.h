@@ -52,6 +52,11 @@ struct fj_context {
     size_t last_used; /* index of the kernel the previous call used: checked first */
 
     fj_call_info last_call;
+    /* What the last call launched (fj__note_launch: a pointer each, cheap on the memoised
+    ** path), and the text fj_context_last_call joins them into for last_call.launched. */
+    const char *launches[16];
+    int nlaunches;
+    char launched[256];
     uint64_t compiles;
 
     int tune_policy;       /* fj_tune_policy after $FLASHJIT_TUNE */
@@ -84,6 +89,8 @@ struct fj_context {
 
 /* Starts a call on ctx: clears the last error and the last call's report. */
 void fj__begin_call(fj_context *ctx);
+/* Adds `what` (a kernel path, or "memset": static text) to the last call's launches. */
+void fj__note_launch(fj_context *ctx, const char *what);
 
 /* Checks every argument of a merge (fj_attention_merge) and fills *p, naming the first bad
 ** argument in err. */

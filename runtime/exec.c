@@ -148,6 +148,8 @@ fj_status fj__plan_run(fj_context *ctx, const fj__plan *plan, const void *reques
         if (s->kind == FJ__STEP_MEMSET) {
             const fj__workspace *w = &plan->workspaces[s->workspace];
             st = ctx->ops->memset_async(ctx->backend, ws[s->workspace], 0, w->bytes, stream);
+            if (st == FJ_OK)
+                fj__note_launch(ctx, "memset");
             continue;
         }
         if (s->skip_if_memo >= 0 && memo_holds(a, &plan->workspaces[s->skip_if_memo]))
@@ -175,6 +177,7 @@ fj_status fj__plan_run(fj_context *ctx, const fj__plan *plan, const void *reques
         }
         if (st != FJ_OK)
             break;
+        fj__note_launch(ctx, fj__variant_path(&s->variant));
         if (i == plan->main_step) {
             ctx->last_call.variant = k->key_text;
             ctx->last_call.kernel_path = fj__variant_path(&s->variant);

@@ -213,10 +213,12 @@ pq, pk, pv = rand(500, 2, 32), rand(500, 1, 32), rand(500, 1, 32)
 packed = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=300, max_seqlen_k=300)
 classes = ctx.block_mask(pq, pk, mask_mod=docs, **packed)
 got = ctx.forward(pq, pk, pv, mask_mod=docs, block_mask=classes, **packed)
+launched = ctx.last_call()["launched"]  # the forward alone: no classification pre-pass
 err = np.abs(got - ctx.forward(pq, pk, pv, mask_mod=docs, **packed)).max()
 check("block_mask built once, packed sequences", classes.shape == (2, 2, 3, 3) and
-      (classes[0, 0] == want).all() and (classes[1, 1] == want).all() and err < 1e-6,
-      f"classes {classes[1, 0].tolist()}, err {err:.3g}")
+      (classes[0, 0] == want).all() and (classes[1, 1] == want).all() and err < 1e-6 and
+      launched == [ctx.last_call()["kernel_path"]],
+      f"classes {classes[1, 0].tolist()}, err {err:.3g}, launched {launched}")
 
 # A bias and ALiBi over a paged cache (the table's 64 keys) equal them over the same keys
 # contiguous.

@@ -710,6 +710,10 @@ static void test_block_mask_build(void **state)
     fj_attention_desc with = desc;
     with.block_mask = &tc;
     assert_int_equal(fj_attention_forward(ctx, &with, &tq, &tk, &tk, &to2, NULL, NULL), FJ_OK);
+    fj_call_info info = {.struct_size = sizeof info}; /* no classification pre-pass */
+    assert_int_equal(fj_context_last_call(ctx, &info), FJ_OK);
+    assert_non_null(strstr(info.launched, info.kernel_path));
+    assert_null(strstr(info.launched, "classify"));
     float *a = malloc(nq * 4), *b = malloc(nq * 4);
     assert_true(a && b);
     assert_int_equal(fj_memcpy_d2h(ctx, a, o1, nq * 4), FJ_OK);

@@ -183,6 +183,18 @@ static void test_memory_and_call_checks(void **state)
     uint64_t untouched;
     memset(&untouched, 0x5a, sizeof untouched);
     assert_memory_equal(&info.workspace_bytes, &untouched, sizeof untouched);
+    /* The second's (up to `workspace_bytes`) too, its `launched` left alone. */
+    memset(&info, 0x5a, sizeof info);
+    info.struct_size = offsetof(fj_call_info, workspace_bytes) + sizeof info.workspace_bytes;
+    assert_int_equal(fj_context_last_call(ctx, &info), FJ_OK);
+    assert_int_equal(info.workspace_bytes, 0);
+    const char *never;
+    memset(&never, 0x5a, sizeof never);
+    assert_memory_equal(&info.launched, &never, sizeof never);
+    /* A call that failed launched nothing. */
+    info.struct_size = sizeof info;
+    assert_int_equal(fj_context_last_call(ctx, &info), FJ_OK);
+    assert_string_equal(info.launched, "");
 
     fj_device_info dev = {.struct_size = 12};
     assert_int_equal(fj_context_get_device_info(ctx, &dev), FJ_ERR_INVALID_ARGUMENT);
@@ -364,6 +376,11 @@ static void test_caller_allocator_for_workspaces(void **state)
         assert_int_equal(fj_context_last_call(ctxs[i], &info), FJ_OK);
         assert_non_null(strstr(info.kernel_path, "decode"));
         assert_true(info.workspace_bytes > 0);
+        /* the split decode, then the merge of its four states */
+        char want[128];
+        snprintf(want, sizeof want, "%s,%.*s.merge", info.kernel_path,
+                 (int)strcspn(info.kernel_path, "."), info.kernel_path);
+        assert_string_equal(info.launched, want);
         assert_int_equal(fj_free(ctxs[i], mem), FJ_OK);
     }
     assert_memory_equal(out[0], out[1], sizeof out[0]);

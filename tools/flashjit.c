@@ -585,6 +585,8 @@ static int cmd_run(int argc, char **argv)
         printf("kernel     %s, %s: lookup %.2f ms, render %.2f ms, compile %.1f ms, load %.2f ms\n",
                r.kernel_path, source_name(r.first.source), r.first.lookup_ms, r.first.render_ms,
                r.first.compile_ms, r.first.load_ms);
+        if (strchr(r.launched, ',')) /* more than the one kernel */
+            printf("launched   %s\n", r.launched);
         printf("variant    ");
         for (const char *s = r.variant; *s; s++)
             putchar(*s == '\n' ? (s[1] ? ' ' : '\n') : *s);

@@ -510,7 +510,8 @@ class Context:
 
     def last_call(self):
         """What the last call ran: kernel path, variant, where the binary came from, times, the
-        device workspace it used."""
+        device workspace it used, and everything it launched in order (`launched`: kernel paths
+        and "memset", e.g. ["cuda.classify", "cuda.fwd.wgmma"])."""
         info = _lib.CallInfo()
         info.struct_size = ctypes.sizeof(_lib.CallInfo)
         self.check(self.lib.fj_context_last_call(self.handle, ctypes.byref(info)))
@@ -520,7 +521,8 @@ class Context:
                     variant=(info.variant or b"").decode(),
                     kernel_path=(info.kernel_path or b"").decode(),
                     registers=info.registers, spill_bytes=info.spill_bytes, tuned=info.tuned,
-                    workspace_bytes=info.workspace_bytes)
+                    workspace_bytes=info.workspace_bytes,
+                    launched=[x for x in (info.launched or b"").decode().split(",") if x])
 
 
 __all__ = ["Context", "FlashjitError"]

@@ -60,7 +60,8 @@ class CallInfo(ctypes.Structure):
                 ("total_ms", ctypes.c_double), ("compiles", ctypes.c_uint64),
                 ("variant", ctypes.c_char_p), ("kernel_path", ctypes.c_char_p),
                 ("registers", ctypes.c_int32), ("spill_bytes", ctypes.c_int32),
-                ("tuned", ctypes.c_int32), ("workspace_bytes", ctypes.c_uint64)]
+                ("tuned", ctypes.c_int32), ("workspace_bytes", ctypes.c_uint64),
+                ("launched", ctypes.c_char_p)]
 
 
 class TuneResult(ctypes.Structure):

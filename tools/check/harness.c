@@ -1251,8 +1251,11 @@ fj_status fjh_run(fj_context *ctx, const fjh_case *c, fjh_result *r)
         snprintf(r->variant, sizeof r->variant, "%s", r->first.variant ? r->first.variant : "");
         snprintf(r->kernel_path, sizeof r->kernel_path, "%s",
                  r->first.kernel_path ? r->first.kernel_path : "");
+        snprintf(r->launched, sizeof r->launched, "%s",
+                 r->first.launched ? r->first.launched : "");
         r->first.variant = r->variant;
         r->first.kernel_path = r->kernel_path;
+        r->first.launched = r->launched;
     }
     if (st == FJ_OK)
         st = fj_memcpy_d2h(ctx, out.host, out.dev, out.elements * es);

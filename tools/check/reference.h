@@ -172,6 +172,7 @@ typedef struct fjh_result {
     fj_call_info first; /* report of the first call (strings copied below) */
     char variant[2048];
     char kernel_path[64];
+    char launched[256];       /* the first call's launches (fj_call_info.launched) */
     char bwd_kernel_path[64]; /* the backward's main step's, when the case ran one */
     double first_call_ms; /* host time of the first call, synchronised */
     double kernel_ms;     /* median of timing_reps synchronised calls */
