@@ -611,11 +611,13 @@ static double case_flops(const fjr_problem *p, const packing *pk, const paging *
     double f = 0;
     const int64_t n = pk ? pk->n : p->batch;
     for (int64_t b = 0; b < n; b++) {
-        fjr_problem s = *p;
-        s.batch = 1;
-        s.batch_offset = b;
-        s.seqlen_q = pk ? pk->len_q[b] : p->seqlen_q;
-        s.seqlen_k = pg ? pg->used[b] : pk->used_k[b];
+        fjr_problem s = pk ? sequence_problem(p, pk, b) : *p;
+        if (!pk) {
+            s.batch = 1;
+            s.batch_offset = b;
+        }
+        if (pg)
+            s.seqlen_k = pg->used[b];
         if (s.seqlen_q > 0 && s.seqlen_k > 0)
             f += fjr_flops(&s);
     }
