@@ -132,10 +132,11 @@ static void bwd_wgmma_variant(int stage, int deterministic, fj__variant *v)
         ** of the runs (the same sums in the same order), 0.97-1.11x, median 1.03x; otherwise
         ** 1.04-1.09x at d 64 where every key block has the same work, 0.98-1.01x at d 128 and
         ** 0.69-0.99x causal, so only there. Not for packed sequences or soft-capping (their
-        ** items spill 4-16 bytes at d 64 and 128). */
+        ** items spill 4-16 bytes at d 64 and 128), nor for a mask_mod (4-12 bytes at d 64,
+        ** deterministic: the expression's terms beside the items' loop). */
         const int uniform = !v->local_mask && !v->block_mask && !v->mask_mod;
         v->persistent = v->producer && !v->varlen && !v->softcap &&
-                        (deterministic ||
+                        ((deterministic && !v->mask_mod) ||
                          (uniform && v->head_dim_pad <= 64 && v->head_dim_v_pad <= 64));
         /* Turns (dq_turns: the key blocks add each query tile's dQ into the one sum in
         ** key-block order, no slices) only where asked for ("dq_turns=1"). H200, bf16,

@@ -195,7 +195,8 @@ checked=$((checked + 1))
 # count at the end would see twice.
 for arch in sm_80 sm_90a; do
     kinds=("")
-    [ $arch = sm_90a ] && kinds+=("--mask-mod|k % 3 != 0" "--score-mod|s * 0.5 + tanh(s)" "--varlen|2"
+    [ $arch = sm_90a ] && kinds+=("--mask-mod|k % 3 != 0" "--mask-mod|abs(q - k) < 300 || q / 64 == k / 64"
+        "--score-mod|s * 0.5 + tanh(s)" "--varlen|2"
         "--softcap|1" "--ranges|4" "--mask|" "--block-mask|")
     for kind in "${kinds[@]}"; do
         opt=()

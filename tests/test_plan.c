@@ -331,10 +331,11 @@ static void test_backward_plans(void **state)
                         dkdv->tile_n == (dkdv->d_split ? 64 : 128));
         /* and the unsplit one is persistent where deterministic (one launch in place of runs),
         ** or else at d 64 where every key block has the same work (no mask_mod, block classes,
-        ** window); not with soft-capping */
+        ** window); not with soft-capping, nor deterministic with a mask_mod (runs instead) */
         const int uniform = !f.mask_mod && !f.block_mask && cases[i].d <= 64 && cases[i].dv <= 64;
-        assert_int_equal(dkdv->persistent, fed && !dkdv->d_split && !f.softcap &&
-                                               (cases[i].deterministic || uniform));
+        assert_int_equal(dkdv->persistent,
+                         fed && !dkdv->d_split && !f.softcap &&
+                             ((cases[i].deterministic && !f.mask_mod) || uniform));
         if (dkdv->persistent && !cases[i].deterministic) /* a block an SM, or one an item */
             assert_true(plan.steps[plan.main_step].runs == 0 &&
                         plan.steps[plan.main_step].grid[0] ==
