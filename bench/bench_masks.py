@@ -35,6 +35,10 @@ ap.add_argument("--cases", default="all",
                 help="comma-separated: causal,window,documents,prefix_lm,block_sparse,builtin,bias")
 ap.add_argument("--backward", action="store_true",
                 help="also time each mask case's backward against FlexAttention's")
+ap.add_argument("--config", action="append", default=[],
+                help="a FLASHJIT_CONFIG value (repeatable): the forward of each case also timed "
+                     "in a context made under it, beside the default's and against the same Flex "
+                     "time, e.g. --config class_vote=1")
 ap.add_argument("--out", default=os.environ.get("OUT", "."))
 args = ap.parse_args()
 
@@ -46,6 +50,14 @@ dev = "cuda"
 s, d = args.s, args.d
 b, h = max(1, 16384 // s), args.hidden // d
 ctx = flashjit.Context(backend="cuda", lib=args.lib)
+# The contexts of --config (the library reads FLASHJIT_CONFIG when a context is made).
+configured, caller_config = [], os.environ.get("FLASHJIT_CONFIG")
+for config in args.config:
+    os.environ["FLASHJIT_CONFIG"] = config
+    configured.append((config, flashjit.Context(backend="cuda", lib=args.lib)))
+os.environ.pop("FLASHJIT_CONFIG", None)
+if caller_config is not None:
+    os.environ["FLASHJIT_CONFIG"] = caller_config
 # Every mask (and, with --backward, inputs with and without requires_grad) is a graph of its
 # own: past torch.compile's default of 8 the last cases ran unfused (Flex's block-sparse
 # backward at 14.7 TFLOP/s, 2026-12-02).
@@ -135,8 +147,16 @@ for name, (expr, mod_args, mask_mod) in cases.items():
     # The check: a call given classes built once launches no classification pre-pass.
     path += "" if len(ctx.last_call()["launched"]) == 1 else \
         " (built once, launched: " + ",".join(ctx.last_call()["launched"]) + ")"
-    diff = (out.float() - fx().transpose(1, 2).float()).abs().max().item()
+    flex_ref = fx().transpose(1, 2).float()
+    diff = (out.float() - flex_ref).abs().max().item()
     report(name, pairs, times, 1, path, diff)
+    for config, c in configured:
+        c_classes = c.block_mask(q, k, mask_mod=expr, mod_args=mod_args)
+        c_times = (bench(lambda: c.forward(q, k, v, out=out, **masks)),
+                   bench(lambda: c.forward(q, k, v, out=out, block_mask=c_classes, **masks)),
+                   times[2])
+        report(f"{name} [{config}]", pairs, c_times, 1, c.last_call()["kernel_path"],
+               (out.float() - flex_ref).abs().max().item())
     if args.backward:  # dq, dk, dv from the forward's out and lse, against Flex's autograd
         ctx.forward(q, k, v, out=out, lse=lse, **masks)
         fjb = lambda: ctx.backward(q, k, v, out, dout, lse, *grads, **masks)  # noqa: E731

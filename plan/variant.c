@@ -577,7 +577,8 @@ int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
                   {"swizzle", offsetof(fj__variant, swizzle), 1, 0, 1},
                   {"multicast", offsetof(fj__variant, multicast), 1, 0, 1},
                   {"producer", offsetof(fj__variant, producer), 1, 0, 1},
-                  {"dq_turns", offsetof(fj__variant, dq_turns), 1, 0, 1}};
+                  {"dq_turns", offsetof(fj__variant, dq_turns), 1, 0, 1},
+                  {"class_vote", offsetof(fj__variant, class_vote), 1, 0, 1}};
     const char *p = config;
     while (p && *p) {
         if (!strncmp(p, "path=", 5)) {
@@ -716,6 +717,7 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_TPL_PARAMS])
     INT_PARAM(mask_ranges);
     BOOL_PARAM(block_mask);
     BOOL_PARAM(bias_tma);
+    BOOL_PARAM(class_vote);
     BOOL_PARAM(d_split);
     BOOL_PARAM(v_in_k);
     BOOL_PARAM(partial);

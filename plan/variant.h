@@ -78,6 +78,9 @@ typedef struct fj__variant {
     uint8_t mask_ranges;  /* 0 none, else the ranges' columns per key (2 or 4) */
     uint8_t block_mask;   /* 128 x 128 block classes given */
     uint8_t bias_tma;     /* WGMMA: bias tiles copied by TMA into shared memory with K's */
+    uint8_t class_vote;   /* FWD on WGMMA with block classes: key tiles of class 0 passed over
+                          ** many at a time (a consumer warp's 32 by a vote, the producer's 4 by
+                          ** independent loads), not one dependent load each */
     uint8_t v_in_k;       /* v is a view of k's first dims, read from K's tiles (loaded once):
                           ** FWD on WGMMA with d_split, each block's value columns are the
                           ** first panels of its K tile; DECODE MMA, V is the K tile's first

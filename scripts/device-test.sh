@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds and tests flashjit on a machine without apt (the GPU machine), against the packages
 # that scripts/device-deps.sh extracted into .deps/root; then benchmarks. Logs go to $OUT (or
-# ./out). Usage: scripts/device-test.sh [smoke|test|bench|decode|python|bwd|all] [extra bench
-# arguments...]
+# ./out). Usage: scripts/device-test.sh [smoke|test|bench|decode|python|bwd|masks|all] [extra
+# bench arguments...]
 # smoke: a few `flashjit run` checks, each under a time limit (a kernel that hangs is killed).
 # decode: the decode, graph-capture, paged, MLA, append, merge and backward suites,
 # compute-sanitizer on paged (packed, appended, masked) and MLA decode, the append, a paged
@@ -19,6 +19,10 @@
 # tensor, block classes), bench/bench_bwd.py
 # over d 64/128/256 x causal x 1k/4k/16k, bench/bench_masks.py --backward against FlexAttention,
 # and examples/train_block.py against SDPA (not part of all).
+# masks: the forward's block classes passed over many at a time (class_vote=1, opt-in): the mask
+# tests under it, memcheck and racecheck on a window and on caller's classes, and
+# bench/bench_masks.py's forward with the default walk and with it, against FlexAttention (not
+# part of all).
 # CTEST_LABEL=gpu runs only the tests with that label.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -192,6 +196,28 @@ if [ "$what" = bwd ]; then
     PYTHONPATH=$PWD/python FLASHJIT_LIB=$PWD/$build/libflashjit.so PYTHONUNBUFFERED=1 \
         timeout 300 python3 examples/train_block.py --steps 300 2>&1 | tee "$out/train_block.log" ||
         status=1
+fi
+if [ "$what" = masks ]; then
+    (cd $build && ctest --output-on-failure --timeout 420 -R "test_attention_cuda_class_vote") \
+        > "$out/ctest_masks.log" 2>&1 || status=1
+    grep -E "Test +#|tests passed|PASSED|FAILED" "$out/ctest_masks.log"
+    for args in "--seqlen 1000 --head-dim 128 --mask-mod k<=q&&q-k<300" \
+                "--seqlen 700 --head-dim 64 --causal --block-mask full" \
+                "--seqlen 900 --head-dim 256 --mask-mod q/200==k/200"; do
+        for tool in memcheck racecheck; do
+            if FLASHJIT_CONFIG=class_vote=1 timeout 150 compute-sanitizer --tool $tool \
+                --error-exitcode 3 $build/flashjit run --backend cuda --reps 1 --batch 2 \
+                --heads 4 --kv-heads 2 $args > "$out/sanitizer.tmp" 2>&1; then
+                echo "compute-sanitizer $tool clean: $args"
+            else
+                echo "compute-sanitizer $tool FAILED: $args"; tail -20 "$out/sanitizer.tmp"
+            fi
+        done
+    done | tee "$out/sanitizer_masks.log"
+    grep -q FAILED "$out/sanitizer_masks.log" && status=1
+    PYTHONUNBUFFERED=1 timeout 400 python3 bench/bench_masks.py --lib $build/libflashjit.so \
+        --cases causal,window,documents,documents_ids,prefix_lm,block_sparse \
+        --config class_vote=1 --out "$out" "$@" 2>&1 | tee "$out/bench_masks.log"
 fi
 if [ "$what" = python ]; then
     export PYTHONPATH=$PWD/python FLASHJIT_LIB=$PWD/$build/libflashjit.so PYTHONUNBUFFERED=1

@@ -64,7 +64,9 @@
 % -- masks need block classes: 128 x 128 blocks of (query, key) classed 0 (nothing kept: the
 % -- key tile is never loaded), 1 (the element masks apply), 2 (all kept), read through the
 % -- block_mask arguments, either the caller's (block_mask) or the classifier's
-% -- (attn_classify.lua, a step of the plan before this kernel).
+% -- (attn_classify.lua, a step of the plan before this kernel). class_vote: the tiles of class
+% -- 0 are passed over many at a time (the consumers' warps 32 by a vote, the producer's thread
+% -- 4 by independent loads) rather than one dependent load each (KeyWalk, live_tile_from).
 % -- Derived on the host, so that both sides compute them once: shared_bytes (the dynamic
 % -- shared memory of a launch), consumer_regs (registers per consumer thread after the
 % -- producer's are given away), producer_regs (those the producer's warpgroup keeps), v_stages
@@ -81,6 +83,7 @@
 % assert(not bias_tma or (bias ~= "" and tile_n % (128 // bias_es) == 0), "bias tiles need tile_n a multiple of 128 bytes of keys")
 % local classes = block_mask or element_masks
 % assert(not classes or (128 % tile_m == 0 and 128 % tile_n == 0), "block classes need tiles that divide 128")
+% assert(not class_vote or classes, "class_vote walks block classes")
 % assert(varlen == 0 or not classes, "variable lengths with element masks run on the SIMT kernel")
 % -- (page_rows: whole copies a tile, whole 8-row periods of the 128-byte swizzle a copy)
 % assert(not paged or (not fp8 and not d_split and not classes and not bias_tma and
@@ -138,6 +141,7 @@ constexpr int CONSUMER_REGS = ${consumer_regs};
 constexpr int PRODUCER_REGS = ${producer_regs}; /* FP8: warps 1-3 transpose value tiles */
 constexpr bool LOCAL_MASK = ${local_mask};   /* a causal/window band */
 constexpr bool CLASSES = ${classes};         /* 128 x 128 block classes skip and mask tiles */
+constexpr bool CLASS_VOTE = ${class_vote};   /* class-0 tiles passed over many at a time */
 constexpr bool HEAVY_FIRST = ${heavy_first}; /* query blocks from the last */
 constexpr bool BATCH_FASTEST = ${batch_fastest};
 constexpr bool VARLEN = ${varlen > 0};        /* packed sequences (paged: queries only) */
@@ -410,6 +414,21 @@ __device__ __forceinline__ const int *class_row(const fj_fwd_params &F, const Wo
            (wt.m0 / 128) * F.mask.blocks_sq;
 }
 __device__ __forceinline__ int class_of(const int *row, int nb) { return __ldg(row + nb * BN / 128); }
+/* The first key tile from nb down to nb_lo whose class is not 0, or one below nb_lo where none
+** is: four classes a round, their loads independent (one thread's walk, CLASS_VOTE). */
+__device__ __forceinline__ int live_tile_from(const int *row, int nb, int nb_lo)
+{
+    for (;; nb -= 4) {
+        int c[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) /* (1 below nb_lo: the walk ends there) */
+            c[j] = nb - j >= nb_lo ? class_of(row, nb - j) : 1;
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            if (c[j] != 0)
+                return nb - j;
+    }
+}
 
 /* ---- the producer --------------------------------------------------------------------------- */
 /* One thread copies each work tile's Q (with its first key tile: a tile without keys only
@@ -432,9 +451,13 @@ __device__ __forceinline__ void produce(const fj_fwd_tma_params &P, const Smem &
         [[maybe_unused]] const int *cls_row = CLASSES ? class_row(P.fwd, wt) : nullptr;
         bool q_loaded = false;
         for (int nb = wt.nb_hi - 1; nb >= wt.nb_lo; nb--) {
-            if constexpr (CLASSES)
+            if constexpr (CLASS_VOTE) {
+                if ((nb = live_tile_from(cls_row, nb, wt.nb_lo)) < wt.nb_lo)
+                    break;
+            } else if constexpr (CLASSES) {
                 if (class_of(cls_row, nb) == 0)
                     continue;
+            }
             if (!q_loaded) {
                 mbar_wait(ring(Q_EMPTY, q_slot(qn)), q_phase(qn) ^ 1);
                 mbar_arrive_expect(ring(Q_FULL, q_slot(qn)), Q_BYTES);
@@ -811,17 +834,22 @@ struct Exchange {
 
 /* ---- the key tiles of a work tile ------------------------------------------------------------ */
 /* Which key tiles the consumers of a work tile visit, in the producer's order (from the last
-** down): the band's, or with classes those of classes 1 and 2, counted by the warp. */
+** down): the band's, or with classes those of classes 1 and 2, counted by the warp. With
+** CLASS_VOTE the whole warp walks together (every lane calls advance), reading 32 tiles' classes
+** a lane each and keeping the vote: bit j of `live` is tile `top - j`, not yet visited, of a
+** class other than 0, and of `one` of class 1. */
 struct KeyWalk {
     int tiles;  /* how many */
     int nb_hi;  /* without classes: tile i has keys from (nb_hi - 1 - i) * BN */
     int nb, cls; /* with classes: the current tile and its class */
     const int *cls_row;
     int nb_lo;
+    int unread, top; /* CLASS_VOTE: the highest tile not yet read; bit 0's tile */
+    u32 live, one;
 
     __device__ KeyWalk(const fj_fwd_params &F, const WorkTile &wt, int lane)
         : tiles(wt.nb_hi - wt.nb_lo), nb_hi(wt.nb_hi), nb(wt.nb_hi), cls(0), cls_row(nullptr),
-          nb_lo(wt.nb_lo)
+          nb_lo(wt.nb_lo), unread(wt.nb_hi - 1), top(0), live(0), one(0)
     {
         if constexpr (CLASSES) {
             cls_row = class_row(F, wt);
@@ -834,12 +862,32 @@ struct KeyWalk {
             advance();
         }
     }
-    /* With classes: on to the next tile of class 1 or 2. */
+    /* With classes: on to the next tile of class 1 or 2 (past the last: below nb_lo). */
     __device__ void advance()
     {
-        do
-            cls = --nb >= nb_lo ? class_of(cls_row, nb) : 1;
-        while (cls == 0);
+        if constexpr (CLASS_VOTE) {
+            while (live == 0 && unread >= nb_lo) {
+                const int k = unread - (int)(threadIdx.x & 31u);
+                const int c = k >= nb_lo ? class_of(cls_row, k) : 0;
+                live = __ballot_sync(0xffffffffu, c != 0);
+                one = __ballot_sync(0xffffffffu, c == 1);
+                top = unread;
+                unread -= 32;
+            }
+            if (live == 0) {
+                nb = nb_lo - 1;
+                cls = 1;
+                return;
+            }
+            const int j = __ffs(live) - 1;
+            nb = top - j;
+            cls = (one >> j) & 1u ? 1 : 2;
+            live &= live - 1u;
+        } else {
+            do
+                cls = --nb >= nb_lo ? class_of(cls_row, nb) : 1;
+            while (cls == 0);
+        }
     }
     /* Tile i's first key, and whether the element masks apply there; then on to tile i + 1. */
     __device__ int take(int i, bool &elem)
