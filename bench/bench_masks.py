@@ -155,7 +155,14 @@ for name, (expr, mod_args, mask_mod) in cases.items():
         c_times = (bench(lambda: c.forward(q, k, v, out=out, **masks)),
                    bench(lambda: c.forward(q, k, v, out=out, block_mask=c_classes, **masks)),
                    times[2])
-        report(f"{name} [{config}]", pairs, c_times, 1, c.last_call()["kernel_path"],
+        # (the path names the tile fields that ran: a config that does not fit the request
+        # falls back to the default's)
+        ran = dict(line.split("=", 1) for line in c.last_call()["variant"].splitlines()
+                   if "=" in line)
+        fields = ("class_vote", "persistent", "stages", "q_stages", "tile_n")
+        c_path = c.last_call()["kernel_path"] + " " + ",".join(f"{f}={ran.get(f, '?')}"
+                                                                for f in fields)
+        report(f"{name} [{config}]", pairs, c_times, 1, c_path,
                (out.float() - flex_ref).abs().max().item())
     if args.backward:  # dq, dk, dv from the forward's out and lse, against Flex's autograd
         ctx.forward(q, k, v, out=out, lse=lse, **masks)

@@ -21,8 +21,9 @@
 # and examples/train_block.py against SDPA (not part of all).
 # masks: the forward's block classes passed over many at a time (class_vote=1, opt-in): the mask
 # tests under it, memcheck and racecheck on a window and on caller's classes, and
-# bench/bench_masks.py's forward with the default walk and with it, against FlexAttention (not
-# part of all).
+# bench/bench_masks.py's forward with the default walk and with it (also with a persistent grid
+# and two Q buffers, so one work tile's Q loads under the last one's end), against
+# FlexAttention (not part of all).
 # CTEST_LABEL=gpu runs only the tests with that label.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -217,7 +218,9 @@ if [ "$what" = masks ]; then
     grep -q FAILED "$out/sanitizer_masks.log" && status=1
     PYTHONUNBUFFERED=1 timeout 400 python3 bench/bench_masks.py --lib $build/libflashjit.so \
         --cases causal,window,documents,documents_ids,prefix_lm,block_sparse \
-        --config class_vote=1 --out "$out" "$@" 2>&1 | tee "$out/bench_masks.log"
+        --config class_vote=1 --config class_vote=1,persistent=1,stages=2,q_stages=2 \
+        --config class_vote=1,persistent=3,stages=2,q_stages=2 --out "$out" "$@" 2>&1 |
+        tee "$out/bench_masks.log"
 fi
 if [ "$what" = python ]; then
     export PYTHONPATH=$PWD/python FLASHJIT_LIB=$PWD/$build/libflashjit.so PYTHONUNBUFFERED=1
