@@ -13,6 +13,7 @@
 # all).
 # python: the Python package on the GPU (tests/torch_api.py: the drop-in, gradients, torch.compile,
 # a CUDA graph of a paged decode step, the Python call's host time; tests/python_api.py on CUDA;
+# tests/torch_trace.py: FlexAttention's Python mask_mod and score_mod;
 # examples/serve_fp8.py; examples/train_block.py against SDPA).
 # bwd: the backward on the GPU (test_backward_cuda; compute-sanitizer memcheck, racecheck and
 # synccheck on tensor-core backward runs: ragged causal, masks, packed, d 256, deterministic, a mask
@@ -226,6 +227,7 @@ if [ "$what" = python ]; then
     export PYTHONPATH=$PWD/python FLASHJIT_LIB=$PWD/$build/libflashjit.so PYTHONUNBUFFERED=1
     timeout 300 python3 tests/torch_api.py 2>&1 | tee "$out/torch_api.log" || status=1
     timeout 120 python3 tests/python_api.py cuda 2>&1 | tee "$out/python_api.log" || status=1
+    timeout 300 python3 tests/torch_trace.py 2>&1 | tee "$out/torch_trace.log" || status=1
     timeout 120 python3 examples/serve_fp8.py 2>&1 | tee "$out/serve_fp8.log" || status=1
     timeout 300 python3 examples/train_block.py --steps 300 2>&1 | tee "$out/train_block.log" ||
         status=1

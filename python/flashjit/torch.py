@@ -5,7 +5,8 @@ capture into CUDA graphs; and the entry points built on them:
     import flashjit.torch as fjt
     out = fjt.scaled_dot_product_attention(q, k, v, is_causal=True)    # SDPA's drop-in, [b, h, s, d]
     out = fjt.attention(q, k, v, causal=True, mask_mod="k % 64 != 0")  # every feature, [b, s, h, d]
-    out = fjt.flex_attention(q, k, v, score_mod="s + 0.1 * (k - q)")   # FlexAttention-like, strings
+    out = fjt.flex_attention(q, k, v, score_mod="s + 0.1 * (k - q)")   # FlexAttention-like
+    out = fjt.flex_attention(q, k, v, score_mod=lambda s, b, h, qi, ki: s + 0.1 * (ki - qi))
 
 Operators: flashjit::attention_forward (returns out and the float32 log-sum-exp),
 flashjit::attention_backward, flashjit::attention_merge, flashjit::kv_cache_append,
@@ -14,13 +15,16 @@ Calls run on PyTorch's current stream of the tensors' device, through one flashj
 device (created on first use, inside PyTorch's CUDA context). CPU tensors run on the default
 backend (CUDA if usable, else OpenCL), copied to its device and back. Gradients flow to q, k,
 v (through score_mod by its generated derivative) and a float bias (summed over what it
-broadcasts); masks, mod_args and the other terms get none.
+broadcasts); masks, mod_args and the other terms get none. mask_mod and score_mod are flashjit
+expression strings, or FlexAttention's Python functions, traced into expressions (the tensors
+they read become mod_args; see flashjit._trace).
 """
 import sys
 from typing import List, Optional, Tuple
 
 import torch
 
+from . import _trace
 from ._core import Context
 from .errors import InvalidArgument, Unsupported
 
@@ -260,7 +264,12 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
     """Attention with every flashjit feature, q [b, sq, hq, d], k/v [b, sk, hkv, d|dv] (or
     packed [total, heads, dim] with cu_seqlens_q/k; or paged k/v [num_pages, page_size, hkv,
     d] with page_table and seqused_k); see flashjit.Context.forward for each argument. Returns
-    out [b, sq, hq, dv] (and the float32 log-sum-exp [b, hq, sq] with return_lse)."""
+    out [b, sq, hq, dv] (and the float32 log-sum-exp [b, hq, sq] with return_lse).
+    mask_mod and score_mod may be FlexAttention's functions, mask_mod(b, h, q_idx, kv_idx) and
+    score_mod(score, b, h, q_idx, kv_idx), traced into expressions."""
+    if callable(mask_mod) or callable(score_mod):
+        mask_mod, score_mod, mod_args = _trace.expressions(mask_mod, score_mod, mod_args,
+                                                           q.device)
     if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):  # the quick test
         q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
     if _direct(q, k, v, bias):  # the context straight away, options as given
@@ -287,7 +296,10 @@ def create_block_mask(q, k, *, mask_mod=None, mod_args=None, mask=None, mask_ran
     """The 128 x 128 block classes of the masks for attention() of q and k ([b, s, h, d], or
     packed [total, h, d] with cu_seqlens_q / cu_seqlens_k and the maxima): an int32 tensor to
     pass as block_mask= of the calls with the same masks, which then skip their own
-    classification (FlexAttention's create_block_mask; see Context.block_mask)."""
+    classification (FlexAttention's create_block_mask; see Context.block_mask). mask_mod: an
+    expression string, or FlexAttention's mask_mod(b, h, q_idx, kv_idx), traced."""
+    if callable(mask_mod):
+        mask_mod, _, mod_args = _trace.expressions(mask_mod, None, mod_args, q.device)
     d = q.device
     return (_contexts.get(d) or context(d)).block_mask(
         q, k, mask_mod=mask_mod, mod_args=mod_args, mask=mask, mask_ranges=mask_ranges,
@@ -360,10 +372,22 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
 
 def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None,
-                   enable_gqa=False, return_lse=False, *, mask_mod=None, mod_args=None):
-    """FlexAttention's shape of call on [b, h, s, d] tensors, with score_mod and mask_mod as
-    flashjit expression strings ("s + 0.5 * (k - q)", "k <= q && q - k < 256"; see flashjit.h)
-    rather than Python functions, and block_mask flashjit's int32 block classes."""
+                   enable_gqa=False, return_lse=False, kernel_options=None, *, mask_mod=None,
+                   mod_args=None):
+    """FlexAttention's call on [b, h, s, d] tensors. score_mod: FlexAttention's
+    score_mod(score, b, h, q_idx, kv_idx), traced into a flashjit expression, or the expression
+    itself ("s + 0.5 * (k - q)"; see flashjit.h). block_mask: FlexAttention's BlockMask (its
+    mask_mod is traced; flashjit classifies the blocks itself), or flashjit's int32 block classes
+    (create_block_mask) with mask_mod= the same mask as a function or an expression.
+    kernel_options is accepted and ignored."""
+    if block_mask is not None and not isinstance(block_mask, Tensor):
+        flex_mask = getattr(block_mask, "mask_mod", None)
+        if not callable(flex_mask):
+            raise InvalidArgument(f"block_mask: a {type(block_mask).__name__}; FlexAttention's "
+                                  "BlockMask or flashjit's block classes (create_block_mask)")
+        if mask_mod is not None:
+            raise InvalidArgument("mask_mod: given beside a BlockMask, which carries its own")
+        mask_mod, block_mask = (None if _is_noop_mask(flex_mask) else flex_mask), None
     q, k, v = _to_bshd(query), _to_bshd(key), _to_bshd(value)
     if q.shape[2] != k.shape[2] and not enable_gqa:
         raise InvalidArgument(f"query has {q.shape[2]} heads and key {k.shape[2]}: pass "
@@ -372,6 +396,15 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
                          block_mask=block_mask, scale=scale, return_lse=True)
     out = out.transpose(1, 2)
     return (out, lse) if return_lse else out
+
+
+def _is_noop_mask(fn):
+    """Whether fn is FlexAttention's noop_mask (every pair kept)."""
+    try:
+        from torch.nn.attention.flex_attention import noop_mask
+    except ImportError:
+        return False
+    return fn is noop_mask
 
 
 __all__ = ["attention", "scaled_dot_product_attention", "flex_attention", "create_block_mask",
