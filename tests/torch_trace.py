@@ -4,7 +4,7 @@ Python functions to broadcast index tensors (as FlexAttention's definition does)
 data. Covers floor division and remainder of negative values (Python's, not C's), captured
 tensors indexed by the indices (document ids, a relative-position table by head), torch.where,
 tanh soft-capping, FlexAttention's BlockMask object, flashjit's create_block_mask with a function,
-and the errors for what cannot be traced. On CUDA in bfloat16, else CPU tensors in float32 (the
+torch.compile(fullgraph=True) of a caller, and the errors for what cannot be traced. On CUDA in bfloat16, else CPU tensors in float32 (the
 context's device is then OpenCL's). Exits 77 without torch.
 Usage: python tests/torch_trace.py  (flashjit importable: installed, or PYTHONPATH=python with
 FLASHJIT_LIB)"""
@@ -142,6 +142,24 @@ else:
 classes = fjt.create_block_mask(q.transpose(1, 2), k.transpose(1, 2), mask_mod=documents)
 out = fjt.flex_attention(q, k, v, mask_mod=documents, block_mask=classes, enable_gqa=True)
 close("create_block_mask of a function, reused", out, q, k, v, mask_mod=documents)
+
+# Under torch.compile the functions are traced while dynamo traces the caller: without a graph
+# break where captured tensors are indexed by one value; a tensor indexed by several (the
+# relative table) breaks the graph there (dynamo cannot pass a tuple of symbols to
+# Tensor.__getitem__), and still runs.
+for name, score_mod, fullgraph in (("alibi-like", scores["alibi-like"], True),
+                                   ("relative table", scores["relative table"], False)):
+    def block(q, k, v):
+        return fjt.flex_attention(q, k, v, score_mod=score_mod, mask_mod=documents,
+                                  enable_gqa=True) * 2.0
+    what = f"torch.compile(fullgraph={fullgraph}) of traced functions ({name})"
+    try:
+        torch._dynamo.reset()
+        compiled = torch.compile(block, backend="aot_eager", fullgraph=fullgraph)(q, k, v)
+        diff = (compiled.double() - block(q, k, v).double()).abs().max().item()
+        check(what, diff == 0.0, f"diff {diff:.3g}")
+    except Exception as e:  # noqa: BLE001
+        check(what, False, f"{type(e).__name__}: {e}")
 
 
 def raises(name, fn, kind, words):

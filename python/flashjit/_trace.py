@@ -16,7 +16,9 @@ integers divides as floats. Tensors the function reads (captured, like doc_ids a
 mod_args: each is copied (float32, or int32 for integer and bool tensors) after the caller's
 own mod_args, and read as arg[offset + index] or iarg[offset + index]. They are constants: no
 gradient reaches them. Control flow on a symbol (`if`, `and`, `or`, `not`, int(), float())
-cannot be traced and raises Unsupported naming the alternative (torch.where, &, |, ~)."""
+cannot be traced and raises Unsupported naming the alternative (torch.where, &, |, ~).
+Under torch.compile the trace runs inside dynamo's; a tensor indexed by a tuple of symbols is a
+graph break there (dynamo's Tensor.__getitem__ takes no tuple of foreign objects)."""
 import math
 
 import torch
