@@ -3,9 +3,11 @@ flashjit._trace): outputs and gradients against a float64 reference that applies
 Python functions to broadcast index tensors (as FlexAttention's definition does), on fresh random
 data. Covers floor division and remainder of negative values (Python's, not C's), captured
 tensors indexed by the indices (document ids, a relative-position table by head), torch.where,
-tanh soft-capping, FlexAttention's BlockMask object, flashjit's create_block_mask with a function,
-torch.compile(fullgraph=True) of a caller, and the errors for what cannot be traced. On CUDA in bfloat16, else CPU tensors in float32 (the
-context's device is then OpenCL's). Exits 77 without torch.
+tanh soft-capping, FlexAttention's BlockMask object, flashjit's create_block_mask with a
+function, torch.compile of a caller, and the errors for what cannot be traced. Errors are
+bounded by twice the plain implementation's (the inputs' dtype, P rounded to it). On CUDA in
+bfloat16, else CPU tensors in float32 (the context's device is then OpenCL's). Exits 77
+without torch.
 Usage: python tests/torch_trace.py  (flashjit importable: installed, or PYTHONPATH=python with
 FLASHJIT_LIB)"""
 import sys
