@@ -105,6 +105,8 @@ scores = {
     "soft-cap": lambda s, b_, h_, qi, ki: 5.0 * torch.tanh(s / 5.0),
     "where": lambda s, b_, h_, qi, ki: torch.where(qi >= ki, s, s * 0.5 - 1.0),
     "true division of integers": lambda s, b_, h_, qi, ki: s + (qi - ki) / 64,
+    "masked by -inf (methods, full_like)": lambda s, b_, h_, qi, ki: torch.where(
+        qi.ge(ki), s.abs().sqrt(), torch.full_like(s, float("-inf"))),
 }
 for name, score_mod in scores.items():
     out = fjt.flex_attention(q, k, v, score_mod=score_mod, enable_gqa=True)

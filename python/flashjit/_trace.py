@@ -86,14 +86,19 @@ class _Sym:
         raise Unsupported("mask_mod/score_mod: indexing a traced value (only captured tensors "
                           "are indexed)")
 
-    # Tensor methods users call on the indices and the score.
-    def float(self): return _convert(self, True)
-    def abs(self): return _call1("abs", self)
-    def exp(self): return _call1("exp", self)
-    def log(self): return _call1("log", self)
-    def sqrt(self): return _call1("sqrt", self)
-    def tanh(self): return _call1("tanh", self)
-    def floor(self): return _floor(self)
+    # Tensor methods (x.abs(), x.new_ones(...), x.to(torch.float32)): the torch functions of the
+    # same name with x first; x.where(c, y) is torch.where(c, x, y). A device is none, a dtype
+    # the kind's.
+    def __getattr__(self, name):
+        if name == "where":
+            return lambda cond, other: _where(cond, self, other)
+        if name in _TORCH and not name.startswith("__"):
+            return lambda *args, **kwargs: _TORCH[name](self, *args, **kwargs)
+        if name == "device":
+            return None
+        if name == "dtype":
+            return {"bool": torch.bool, "int": torch.int32, "float": torch.float32}[self.kind]
+        raise AttributeError(f"mask_mod/score_mod: .{name} of a traced value is not traced")
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -372,6 +377,38 @@ def _clamp(a, min=None, max=None):
     return _sym(a)
 
 
+def _binary_minmax(name):
+    """torch.min / torch.max of two values (their one-tensor reductions are not traced)."""
+    def rule(a, other=None, *rest, **kw):
+        if other is None or rest or kw or isinstance(other, int) and not isinstance(a, _Sym):
+            raise Unsupported(f"mask_mod/score_mod: torch.{name} as a reduction (traced: "
+                              f"torch.{name}(a, b), minimum, maximum)")
+        return _minmax(name, a, other)
+    return rule
+
+
+def _fmod(a, b):
+    """C's remainder (the dividend's sign), flashjit's own for integers."""
+    a, b = _pair(a, b)
+    if a.kind != "float" and b.kind != "float":
+        return _Sym(f"({a.text} % {b.text})", "int", a.tracer, a.nonneg)
+    q = _truediv(a, b, rounding_mode="trunc")
+    return _Sym(f"({a.text} - {b.text} * {q.text})", "float", a.tracer)
+
+
+def _filled(value, like=None, dtype=None):
+    """A constant shaped like a traced value (zeros_like, new_ones, ...): the constant, of the
+    dtype asked for, else of `like`'s kind."""
+    kind = like.kind if isinstance(like, _Sym) else "float" if isinstance(value, float) else "int"
+    if dtype is not None:
+        kind = "bool" if dtype == torch.bool else "float" if dtype.is_floating_point else "int"
+    if kind == "bool":
+        value = bool(value)
+    elif kind == "float":
+        value = float(value)
+    return _sym(value, like.tracer if isinstance(like, _Sym) else None)
+
+
 def _getitem(t, index):
     """A captured tensor indexed by symbols and integers (every dimension, no slices)."""
     if isinstance(t, _Sym):
@@ -436,7 +473,14 @@ _TORCH = {
     "where": _where,
     "minimum": lambda a, b: _minmax("min", a, b), "maximum": lambda a, b: _minmax("max", a, b),
     "fmin": lambda a, b: _minmax("min", a, b), "fmax": lambda a, b: _minmax("max", a, b),
-    "clamp": _clamp, "clip": _clamp,
+    "clamp": _clamp, "clip": _clamp, "min": _binary_minmax("min"), "max": _binary_minmax("max"),
+    "fmod": _fmod,
+    "zeros_like": lambda a, dtype=None, **kw: _filled(0, a, dtype),
+    "ones_like": lambda a, dtype=None, **kw: _filled(1, a, dtype),
+    "full_like": lambda a, value, dtype=None, **kw: _filled(value, a, dtype),
+    "new_zeros": lambda a, *size, dtype=None, **kw: _filled(0, a, dtype),
+    "new_ones": lambda a, *size, dtype=None, **kw: _filled(1, a, dtype),
+    "new_full": lambda a, size, value, dtype=None, **kw: _filled(value, a, dtype),
     "__getitem__": _getitem,
     "to": _to, "type_as": _type_as, "float": lambda a: _convert(a, True),
     "double": lambda a: _convert(a, True), "int": lambda a: _convert(a, False),
@@ -444,7 +488,8 @@ _TORCH = {
 }
 _DOCUMENTED = ("+ - * / // % **", "comparisons", "& | ^ ~ on booleans", "where", "abs", "exp",
                "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "floor", "ceil",
-               "minimum", "maximum", "clamp", "captured tensors indexed")
+               "minimum", "maximum", "min and max of two", "clamp", "fmod", "zeros_like and "
+               "the like", "captured tensors indexed")
 
 
 def _text(result, tracer, what, want_bool):
@@ -471,6 +516,7 @@ def expressions(mask_mod, score_mod, mod_args, device):
     b, h, q, k = (_Sym(n, "int", tracer, True) for n in "bhqk")
     if callable(mask_mod):
         mask_mod = _text(mask_mod(b, h, q, k), tracer, "mask_mod", True)
+        mask_mod = None if mask_mod == "1" else mask_mod  # keeps every pair (noop_mask)
     if callable(score_mod):
         score_mod = _text(score_mod(_Sym("s", "float", tracer), b, h, q, k), tracer,
                           "score_mod", False)
