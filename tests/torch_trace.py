@@ -139,8 +139,13 @@ try:
 except Exception as e:  # noqa: BLE001 (a torch without FlexAttention on this device)
     print(f"skip FlexAttention's BlockMask: {type(e).__name__}: {e}")
 else:
-    out = fjt.flex_attention(q, k, v, block_mask=bm, enable_gqa=True)
-    close("FlexAttention BlockMask", out, q, k, v, mask_mod=masks["causal window"])
+    for call in ("first", "second"):  # the second reuses the classes built by the first
+        out = fjt.flex_attention(q, k, v, block_mask=bm, enable_gqa=True)
+        close(f"FlexAttention BlockMask, {call} call", out, q, k, v,
+              mask_mod=masks["causal window"])
+    launched = fjt.context(dev).last_call()["launched"]
+    check("a reused BlockMask launches no classification", not any(
+        "classify" in x for x in launched), ",".join(launched))
 
 # flashjit's block classes from a function, reused.
 classes = fjt.create_block_mask(q.transpose(1, 2), k.transpose(1, 2), mask_mod=documents)

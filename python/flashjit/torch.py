@@ -20,6 +20,7 @@ expression strings, or FlexAttention's Python functions, traced into expressions
 they read become mod_args; see flashjit._trace).
 """
 import sys
+import weakref
 from typing import List, Optional, Tuple
 
 import torch
@@ -376,10 +377,12 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
                    mod_args=None):
     """FlexAttention's call on [b, h, s, d] tensors. score_mod: FlexAttention's
     score_mod(score, b, h, q_idx, kv_idx), traced into a flashjit expression, or the expression
-    itself ("s + 0.5 * (k - q)"; see flashjit.h). block_mask: FlexAttention's BlockMask (its
-    mask_mod is traced; flashjit classifies the blocks itself), or flashjit's int32 block classes
-    (create_block_mask) with mask_mod= the same mask as a function or an expression.
-    kernel_options is accepted and ignored."""
+    itself ("s + 0.5 * (k - q)"; see flashjit.h). block_mask: FlexAttention's BlockMask, whose
+    mask_mod is traced and classified into flashjit's block classes once per BlockMask and shape
+    (as FlexAttention's blocks are built once; outside torch.compile, which classifies every
+    call), or flashjit's int32 block classes (create_block_mask) with mask_mod= the same mask as
+    a function or an expression. kernel_options is accepted and ignored."""
+    q, k, v = _to_bshd(query), _to_bshd(key), _to_bshd(value)
     if block_mask is not None and not isinstance(block_mask, Tensor):
         flex_mask = getattr(block_mask, "mask_mod", None)
         if not callable(flex_mask):
@@ -387,8 +390,11 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
                                   "BlockMask or flashjit's block classes (create_block_mask)")
         if mask_mod is not None:
             raise InvalidArgument("mask_mod: given beside a BlockMask, which carries its own")
-        mask_mod, block_mask = (None if _is_noop_mask(flex_mask) else flex_mask), None
-    q, k, v = _to_bshd(query), _to_bshd(key), _to_bshd(value)
+        if _is_noop_mask(flex_mask):
+            block_mask = None
+        else:
+            mask_mod, _, mod_args = _trace.expressions(flex_mask, None, mod_args, q.device)
+            block_mask = _flex_classes(block_mask, q, k, mask_mod, mod_args)
     if q.shape[2] != k.shape[2] and not enable_gqa:
         raise InvalidArgument(f"query has {q.shape[2]} heads and key {k.shape[2]}: pass "
                               "enable_gqa=True for grouped-query attention")
@@ -396,6 +402,23 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
                          block_mask=block_mask, scale=scale, return_lse=True)
     out = out.transpose(1, 2)
     return (out, lse) if return_lse else out
+
+
+# flashjit's block classes of each FlexAttention BlockMask, by the shapes and mask they served.
+_flex_memo = weakref.WeakKeyDictionary()
+
+
+def _flex_classes(flex_block_mask, q, k, mask_mod, mod_args):
+    """The block classes of mask_mod (traced from flex_block_mask's) for q and k ([b, s, h, d]),
+    built on the first call with this BlockMask and shapes and kept with it; None under
+    torch.compile (the call classifies its masks itself)."""
+    if mask_mod is None or torch.compiler.is_compiling():
+        return None
+    memo = _flex_memo.setdefault(flex_block_mask, {})
+    key = (tuple(q.shape[:3]), tuple(k.shape[:3]), q.device, mask_mod)
+    if key not in memo:
+        memo[key] = create_block_mask(q, k, mask_mod=mask_mod, mod_args=mod_args)
+    return memo[key]
 
 
 def _is_noop_mask(fn):
