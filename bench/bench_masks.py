@@ -9,7 +9,8 @@ mask_mod without mod_args, every call otherwise) and given block classes built o
 Context.block_mask ("built once", as Flex is given its create_block_mask). TFLOP/s count the
 kept work only: 4 * d * (kept query/key pairs) per head; with --backward also the backward of
 each mask case against FlexAttention's (autograd of one Flex forward, retained graph), 2.5
-times that count.
+times that count. A row "[flex drop-in]" times flashjit.torch.flex_attention given Flex's own
+BlockMask and mask function (traced every call, classes built once per BlockMask).
 
 Usage: python3 bench/bench_masks.py [--lib build/libflashjit.so] [--s 8192] [--d 128]
        [--backward] [--out DIR]
@@ -50,6 +51,9 @@ dev = "cuda"
 s, d = args.s, args.d
 b, h = max(1, 16384 // s), args.hidden // d
 ctx = flashjit.Context(backend="cuda", lib=args.lib)
+if args.lib:  # flashjit.torch's contexts load the library from FLASHJIT_LIB
+    os.environ["FLASHJIT_LIB"] = os.path.abspath(args.lib)
+import flashjit.torch as fjt  # noqa: E402
 # The contexts of --config (the library reads FLASHJIT_CONFIG when a context is made).
 configured, caller_config = [], os.environ.get("FLASHJIT_CONFIG")
 for config in args.config:
@@ -150,6 +154,12 @@ for name, (expr, mod_args, mask_mod) in cases.items():
     flex_ref = fx().transpose(1, 2).float()
     diff = (out.float() - flex_ref).abs().max().item()
     report(name, pairs, times, 1, path, diff)
+    # Flex's own call, to flashjit.torch's drop-in: its mask function traced, its BlockMask.
+    dropin = bench(lambda: fjt.flex_attention(qt, kt, vt, block_mask=bm))
+    report(f"{name} [flex drop-in]", pairs, (dropin, dropin, times[2]), 1,
+           fjt.context(dev).last_call()["kernel_path"],
+           (fjt.flex_attention(qt, kt, vt, block_mask=bm).transpose(1, 2).float() -
+            flex_ref).abs().max().item())
     for config, c in configured:
         c_classes = c.block_mask(q, k, mask_mod=expr, mod_args=mod_args)
         c_times = (bench(lambda: c.forward(q, k, v, out=out, **masks)),
