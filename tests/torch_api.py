@@ -25,29 +25,16 @@ except ImportError:
     print("SKIP: no torch")
     sys.exit(77)
 import flashjit.torch as fjt  # noqa: E402
+from torch_checks import check, exit_status, within  # noqa: E402
 
 torch.manual_seed(0)
 dev = "cuda" if torch.cuda.is_available() else "cpu"
 dtype = torch.bfloat16 if dev == "cuda" else torch.float32
 print(f"device {dev}, {dtype}, torch {torch.__version__}, {fjt.context(dev)}")
-failures = 0
-
-
-def check(name, ok, detail=""):
-    global failures
-    failures += not ok
-    print(f"{'ok  ' if ok else 'FAIL'} {name} {detail}", flush=True)
 
 
 def sdpa(q, k, v, **kw):
     return F.scaled_dot_product_attention(q, k, v, **kw)
-
-
-def within(name, got, ref64, plain):
-    err = (got.double() - ref64).abs().max().item()
-    plain_err = (plain.double() - ref64).abs().max().item()
-    atol = 2 * torch.finfo(got.dtype).eps * ref64.abs().max().item()
-    check(name, err <= 2 * plain_err + atol, f"err {err:.3g}, plain {plain_err:.3g}")
 
 
 # Drop-in forward and gradients.
@@ -453,7 +440,7 @@ for f8 in (torch.float8_e4m3fn, torch.float8_e5m2):
           ok and err <= 1 / 128, f"bytes as torch quantises: {ok}, relative error {err:.3g}")
 
 if dev != "cuda":
-    sys.exit(1 if failures else 0)
+    sys.exit(exit_status())
 
 # A paged decode step in a CUDA graph: append one token per sequence, then attend.
 b, hq, hkv, d, page, pages_per_seq = 4, 16, 4, 128, 16, 8
@@ -522,4 +509,4 @@ for label, fn in (("attention", lambda: fjt.attention(q1, kc, vc, page_table=tab
     times.sort()
     print(f"host time of flashjit.torch {label}: median {1e6 * times[1000]:.1f} us, "
           f"p10 {1e6 * times[200]:.1f} us")
-sys.exit(1 if failures else 0)
+sys.exit(exit_status())

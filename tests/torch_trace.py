@@ -19,17 +19,11 @@ except ImportError:
     sys.exit(77)
 import flashjit.torch as fjt  # noqa: E402
 from flashjit.errors import FlashjitError, Unsupported  # noqa: E402
+from torch_checks import check, exit_status, within  # noqa: E402
 
 torch.manual_seed(1)
 dev = "cuda" if torch.cuda.is_available() else "cpu"
 dtype = torch.bfloat16 if dev == "cuda" else torch.float32
-failures = 0
-
-
-def check(name, ok, detail=""):
-    global failures
-    failures += not ok
-    print(f"{'ok  ' if ok else 'FAIL'} {name} {detail}", flush=True)
 
 
 def reference(q, k, v, score_mod=None, mask_mod=None, scale=None, work=torch.float64):
@@ -50,15 +44,6 @@ def reference(q, k, v, score_mod=None, mask_mod=None, scale=None, work=torch.flo
         s = s.masked_fill(~mask_mod(bi, hi, qi, ki).expand(s.shape), float("-inf"))
     p = torch.softmax(s.double(), dim=-1).nan_to_num(0.0).to(work)
     return p @ v
-
-
-def within(name, got, ref64, plain):
-    """The FlashAttention criterion: no worse than twice the plain implementation's error (and
-    a rounding of the largest output)."""
-    err = (got.double() - ref64).abs().max().item()
-    plain_err = (plain.double() - ref64).abs().max().item()
-    atol = 2 * torch.finfo(got.dtype).eps * ref64.abs().max().item()
-    check(name, err <= 2 * plain_err + atol, f"err {err:.3g}, plain {plain_err:.3g}")
 
 
 def close(name, got, *inputs, **mods):
@@ -196,5 +181,4 @@ raises("a float mask", lambda: fjt.flex_attention(
     q, k, v, mask_mod=lambda b_, h_, qi, ki: qi * 0.5, enable_gqa=True),
     FlashjitError, "boolean")
 
-print(f"{failures} failure(s)")
-sys.exit(1 if failures else 0)
+sys.exit(exit_status())

@@ -1,0 +1,27 @@
+"""What the PyTorch test scripts share: each check printed as ok or FAIL and counted, and the
+FlashAttention error criterion. Imported by tests/torch_api.py and tests/torch_trace.py (their
+folder is on sys.path when they run)."""
+import torch
+
+failures = 0
+
+
+def check(name, ok, detail=""):
+    """Prints the verdict; a failed one is counted (exit_status)."""
+    global failures
+    failures += not ok
+    print(f"{'ok  ' if ok else 'FAIL'} {name} {detail}", flush=True)
+
+
+def within(name, got, ref64, plain):
+    """got's error against the float64 reference no worse than twice the plain
+    implementation's (in the inputs' dtype), plus a rounding of the largest output."""
+    err = (got.double() - ref64).abs().max().item()
+    plain_err = (plain.double() - ref64).abs().max().item()
+    atol = 2 * torch.finfo(got.dtype).eps * ref64.abs().max().item()
+    check(name, err <= 2 * plain_err + atol, f"err {err:.3g}, plain {plain_err:.3g}")
+
+
+def exit_status():
+    """The process's exit status: 1 where a check failed."""
+    return 1 if failures else 0
