@@ -42,6 +42,18 @@ build=build-device
 } 2>&1 | tee "$out/build.log"
 [ -x $build/flashjit ] || { echo "build failed"; exit 1; }
 status=0
+# `flashjit run` (one rep, CUDA) with the arguments under compute-sanitizer's tool $1: prints
+# clean, or FAILED and the report's end.
+sanitize() {
+    local tool=$1
+    shift
+    if timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 3 $build/flashjit run \
+        --backend cuda --reps 1 "$@" > "$out/sanitizer.tmp" 2>&1; then
+        echo "compute-sanitizer $tool clean: $*"
+    else
+        echo "compute-sanitizer $tool FAILED: $*"; tail -20 "$out/sanitizer.tmp"
+    fi
+}
 if [ "$what" = smoke ] || [ "$what" = all ]; then
     for args in "--seqlen 200 --head-dim 64" "--seqlen 1000 --head-dim 128 --causal" \
                 "--seqlen-q 300 --seqlen-k 517 --head-dim 72 --head-dim-v 40 --causal" \
@@ -180,13 +192,7 @@ if [ "$what" = bwd ]; then
                 "--seqlen 300 --head-dim 128 --mask random" \
                 "--seqlen 300 --head-dim 64 --causal --block-mask full"; do
         for tool in memcheck racecheck synccheck; do
-            if timeout 150 compute-sanitizer --tool $tool --error-exitcode 3 $build/flashjit run \
-                --backend cuda --reps 1 --batch 2 --heads 4 --kv-heads 2 --backward $args \
-                > "$out/sanitizer.tmp" 2>&1; then
-                echo "compute-sanitizer $tool clean: $args"
-            else
-                echo "compute-sanitizer $tool FAILED: $args"; tail -20 "$out/sanitizer.tmp"
-            fi
+            sanitize $tool --batch 2 --heads 4 --kv-heads 2 --backward $args
         done
     done | tee "$out/sanitizer_bwd.log"
     grep -q FAILED "$out/sanitizer_bwd.log" && status=1
@@ -207,13 +213,7 @@ if [ "$what" = masks ]; then
                 "--seqlen 700 --head-dim 64 --causal --block-mask full" \
                 "--seqlen 900 --head-dim 256 --mask-mod q/200==k/200"; do
         for tool in memcheck racecheck; do
-            if FLASHJIT_CONFIG=class_vote=1 timeout 150 compute-sanitizer --tool $tool \
-                --error-exitcode 3 $build/flashjit run --backend cuda --reps 1 --batch 2 \
-                --heads 4 --kv-heads 2 $args > "$out/sanitizer.tmp" 2>&1; then
-                echo "compute-sanitizer $tool clean: $args"
-            else
-                echo "compute-sanitizer $tool FAILED: $args"; tail -20 "$out/sanitizer.tmp"
-            fi
+            FLASHJIT_CONFIG=class_vote=1 sanitize $tool --batch 2 --heads 4 --kv-heads 2 $args
         done
     done | tee "$out/sanitizer_masks.log"
     grep -q FAILED "$out/sanitizer_masks.log" && status=1
