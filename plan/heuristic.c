@@ -398,8 +398,10 @@ void fj__choose_forward(const fj__features *f, const fj_device_info *dev, const 
     fj__variant tuned = *v;
     if (tensor_cores && config && fj__apply_config(&tuned, config, NULL) == 0) {
         set_page_rows(&tuned, f);
-        /* (class_vote: asked of every request; only Hopper's kernel with classes walks them) */
+        /* (class_vote: asked of every request; only Hopper's kernel with classes walks them,
+        ** and not with FP8, whose consumers spilled 8 bytes with it at d 128 causal) */
         tuned.class_vote &= tuned.path == FJ__PATH_WGMMA &&
+                            !fj__dtype_fp8((fj_dtype)tuned.q_dtype) &&
                             (tuned.block_mask || fj__variant_element_masks(&tuned));
         if ((!tuned.paged || tuned.page_rows) && fj__variant_fits(&tuned, dev))
             *v = tuned;

@@ -834,22 +834,23 @@ struct Exchange {
 
 /* ---- the key tiles of a work tile ------------------------------------------------------------ */
 /* Which key tiles the consumers of a work tile visit, in the producer's order (from the last
-** down): the band's, or with classes those of classes 1 and 2, counted by the warp. With
-** CLASS_VOTE the whole warp walks together (every lane calls advance), reading 32 tiles' classes
-** a lane each and keeping the vote: bit j of `live` is tile `top - j`, not yet visited, of a
-** class other than 0, and of `one` of class 1. */
-struct KeyWalk {
+** down): the band's, or with classes those of classes 1 and 2, counted by the warp. With VOTE
+** the whole warp walks together (every lane calls advance), reading 32 tiles' classes a lane
+** each and keeping the vote: bit j of `live` is tile `unread + 32 - j`, not yet visited, of a
+** class other than 0, and of `one` of class 1 (the consumers' walk with CLASS_VOTE; the FP8
+** transposer's 56 registers keep the serial one, which visits the same tiles). */
+template <bool VOTE = CLASS_VOTE> struct KeyWalk {
     int tiles;  /* how many */
     int nb_hi;  /* without classes: tile i has keys from (nb_hi - 1 - i) * BN */
     int nb, cls; /* with classes: the current tile and its class */
     const int *cls_row;
     int nb_lo;
-    int unread, top; /* CLASS_VOTE: the highest tile not yet read; bit 0's tile */
+    int unread; /* VOTE: the highest tile not yet read */
     u32 live, one;
 
     __device__ KeyWalk(const fj_fwd_params &F, const WorkTile &wt, int lane)
         : tiles(wt.nb_hi - wt.nb_lo), nb_hi(wt.nb_hi), nb(wt.nb_hi), cls(0), cls_row(nullptr),
-          nb_lo(wt.nb_lo), unread(wt.nb_hi - 1), top(0), live(0), one(0)
+          nb_lo(wt.nb_lo), unread(wt.nb_hi - 1), live(0), one(0)
     {
         if constexpr (CLASSES) {
             cls_row = class_row(F, wt);
@@ -865,13 +866,12 @@ struct KeyWalk {
     /* With classes: on to the next tile of class 1 or 2 (past the last: below nb_lo). */
     __device__ void advance()
     {
-        if constexpr (CLASS_VOTE) {
+        if constexpr (VOTE) {
             while (live == 0 && unread >= nb_lo) {
                 const int k = unread - (int)(threadIdx.x & 31u);
                 const int c = k >= nb_lo ? class_of(cls_row, k) : 0;
                 live = __ballot_sync(0xffffffffu, c != 0);
                 one = __ballot_sync(0xffffffffu, c == 1);
-                top = unread;
                 unread -= 32;
             }
             if (live == 0) {
@@ -880,7 +880,7 @@ struct KeyWalk {
                 return;
             }
             const int j = __ffs(live) - 1;
-            nb = top - j;
+            nb = unread + 32 - j;
             cls = (one >> j) & 1u ? 1 : 2;
             live &= live - 1u;
         } else {
@@ -960,7 +960,7 @@ __device__ __forceinline__ void transpose_values(const fj_fwd_params &F, const S
     int it = 0;
     for (int w = blockIdx.x; w < sched.work_count; w = sched.next(w)) {
         const WorkTile wt = sched.at(w);
-        KeyWalk walk(F, wt, lane);
+        KeyWalk<false> walk(F, wt, lane);
         for (int i = 0; i < walk.tiles; i++, it++) {
             bool elem;
             const int valid = wt.seqlen_k - walk.take(i, elem);
@@ -1146,7 +1146,7 @@ fj_attn_fwd(
         const int seqlen_q = wt.seqlen_q, seqlen_k = wt.seqlen_k;
         /* Keys align with queries bottom-right; without a band the masks only cut the end. */
         const int shift = LOCAL_MASK ? seqlen_k - seqlen_q : 0;
-        KeyWalk walk(F, wt, lane);
+        KeyWalk<> walk(F, wt, lane);
         const int tiles = walk.tiles;
         const int wg_row = wt.m0 + 64 * c; /* first query row of this warpgroup */
         const int warp_row = wg_row + 16 * warp;
