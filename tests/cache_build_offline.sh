@@ -58,6 +58,22 @@ for kind in "--mask-mod q/64==k/64" "--mask" "--ranges 4" "--block-mask" "--bias
     expected=$((expected + $(echo "$out" | sed -n 's/^\([0-9]*\) kernels built.*/\1/p')))
     checked=$((checked + 1))
 done
+# The opt-in class walk by votes (class_vote=1) with a mask_mod and with the caller's classes:
+# no spills, and the kernels built are the vote's.
+for kind in "--mask-mod|q / 64 == k / 64" "--block-mask|"; do
+    opt=("${kind%%|*}")
+    [ -n "${kind#*|}" ] && opt+=("${kind#*|}")
+    out=$(FLASHJIT_CONFIG=class_vote=1 "$cli" cache build --arch sm_90a --cache "$dir/vote.db" \
+        --head-dim 64,128,256 --causal 0,1 --seqlen 8192 "${opt[@]}" 2>&1)
+    status=$?
+    echo "$out"
+    [ $status -eq 0 ] || { echo "FAIL: cache build class_vote=1 ${opt[*]}"; exit 1; }
+    spills=$(echo "$out" | awk '$2 ~ /^cuda.fwd.wgmma$/ && $9 != 0' | wc -l)
+    [ "$spills" -eq 0 ] || { echo "FAIL: $spills kernels spill with class_vote=1 ${opt[*]}"; exit 1; }
+    checked=$((checked + 1))
+done
+votes=$("$cli" cache ls --cache "$dir/vote.db" | grep "kernel=attn_fwd_wgmma" | grep -c "class_vote=1")
+[ "$votes" -eq 12 ] || { echo "FAIL: $votes of 12 forward kernels built with class_vote=1"; exit 1; }
 # Head dims beyond 256 on the Hopper kernel: value slices recomputing S (d and dv to 576; d 128
 # with dv 512; with a band and a mask), and the opt-in split of S between a cluster pair
 # (FLASHJIT_CONFIG=d_split=1; MLA's 576 / 512 with v a view of k, which loads no value tiles):
