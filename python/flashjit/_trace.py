@@ -20,6 +20,7 @@ cannot be traced and raises Unsupported naming the alternative (torch.where, &, 
 Under torch.compile the trace runs inside dynamo's; a tensor indexed by a tuple of symbols is a
 graph break there (dynamo's Tensor.__getitem__ takes no tuple of foreign objects)."""
 import math
+import numbers
 
 import torch
 
@@ -156,6 +157,10 @@ def _sym(x, tracer=None):
         return x
     if isinstance(x, bool):
         return _Sym("1" if x else "0", "bool", tracer, True)
+    if isinstance(x, numbers.Integral) and not isinstance(x, int):  # NumPy's integers
+        x = int(x)
+    elif isinstance(x, numbers.Real) and not isinstance(x, (int, float)):
+        x = float(x)
     if isinstance(x, int):
         if not _INT32[0] <= x <= _INT32[1]:
             raise InvalidArgument(f"mask_mod/score_mod: the integer {x} is beyond 32 bits")
