@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds and tests flashjit on a machine without apt (the GPU machine), against the packages
 # that scripts/device-deps.sh extracted into .deps/root; then benchmarks. Logs go to $OUT (or
-# ./out). Usage: scripts/device-test.sh [smoke|test|bench|decode|python|bwd|masks|all] [extra
-# bench arguments...]
+# ./out). Usage: scripts/device-test.sh [smoke|test|bench|decode|python|bwd|masks|masks-bench|all]
+# [extra bench arguments...]
 # smoke: a few `flashjit run` checks, each under a time limit (a kernel that hangs is killed).
 # decode: the decode, graph-capture, paged, MLA, append, merge and backward suites,
 # compute-sanitizer on paged (packed, appended, masked) and MLA decode, the append, a paged
@@ -21,10 +21,11 @@
 # over d 64/128/256 x causal x 1k/4k/16k, bench/bench_masks.py --backward against FlexAttention,
 # and examples/train_block.py against SDPA (not part of all).
 # masks: the forward's block classes passed over many at a time (class_vote=1, opt-in): the mask
-# tests under it, memcheck and racecheck on a window and on caller's classes, and
+# tests under it, memcheck and racecheck on a window and on caller's classes; masks-bench:
 # bench/bench_masks.py's forward with the default walk and with it (also with a persistent grid
 # and two Q buffers, so one work tile's Q loads under the last one's end), against
-# FlexAttention (not part of all).
+# FlexAttention, and flashjit.torch's drop-in given Flex's BlockMask (a call each: together they
+# pass the device's 10 minutes; not part of all).
 # CTEST_LABEL=gpu runs only the tests with that label.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -217,7 +218,9 @@ if [ "$what" = masks ]; then
         done
     done | tee "$out/sanitizer_masks.log"
     grep -q FAILED "$out/sanitizer_masks.log" && status=1
-    PYTHONUNBUFFERED=1 timeout 400 python3 bench/bench_masks.py --lib $build/libflashjit.so \
+fi
+if [ "$what" = masks-bench ]; then
+    PYTHONUNBUFFERED=1 timeout 500 python3 bench/bench_masks.py --lib $build/libflashjit.so \
         --cases causal,window,documents,documents_ids,prefix_lm,block_sparse \
         --config class_vote=1 --config class_vote=1,persistent=1,stages=2,q_stages=2 \
         --config class_vote=1,persistent=3,stages=2,q_stages=2 --out "$out" "$@" 2>&1 |
