@@ -394,7 +394,8 @@ FJ_API fj_status fj_attention_forward(fj_context *ctx, const fj_attention_desc *
 ** with f16/bf16 rows of 16-byte multiples and head dims to 256, dk/dv and dq run on tensor
 ** cores (wgmma on sm_90a to head dims 128, else mma.sync), masks, block_mask (tiles of class 0
 ** skipped), score terms and variable lengths included, with the tiles of a tuning record where
-** the cache has one (fj_attention_backward_tune); dbias, f32 and wider heads on the SIMT kernels (as everything on OpenCL). Not with a paged cache
+** the cache has one (fj_attention_backward_tune); f32 and wider heads on the SIMT kernels (as
+** everything on OpenCL), and dbias by a SIMT kernel after the others. Not with a paged cache
 ** (FJ_ERR_UNSUPPORTED).
 ** Returns FJ_ERR_INVALID_ARGUMENT naming the bad field, FJ_ERR_UNSUPPORTED, FJ_ERR_TEMPLATE,
 ** FJ_ERR_COMPILE, FJ_ERR_BACKEND, FJ_ERR_OUT_OF_MEMORY. */

@@ -15,8 +15,9 @@
 #define TILE 32 /* query rows and keys per work-group, halved where local memory runs out */
 
 /* Whether the tensor-core stages serve f on dev: CUDA sm_80+, one 16-bit element type in rows
-** of 16-byte chunks, head dims to 256, without the bias's gradient (that runs on the SIMT
-** stages; masks, block classes, score terms and packed sequences are the kernels' own). */
+** of 16-byte chunks, head dims to 256 (masks, block classes, score terms and packed sequences
+** are the kernels' own). The bias's gradient is a SIMT stage of its own after them in any plan
+** (attn_bwd.lua's dbias: from q, k, v, dout, lse and stage 1's D alone). */
 static int mma_serves(const fj__features *f, const fj_device_info *dev)
 {
     const int sixteen_bit = (f->q_dtype == FJ_DTYPE_F16 || f->q_dtype == FJ_DTYPE_BF16) &&
@@ -26,7 +27,7 @@ static int mma_serves(const fj__features *f, const fj_device_info *dev)
     const int varlen_tensors =
         f->varlen && (f->bias_dtype >= 0 || f->mask || f->ranges || f->block_mask);
     return dev->backend == FJ_BACKEND_CUDA && fj__sm_version(dev) >= 80 && sixteen_bit &&
-           !varlen_tensors && !f->dbias_elements && f->head_dim <= 256 && f->head_dim_v <= 256 &&
+           !varlen_tensors && f->head_dim <= 256 && f->head_dim_v <= 256 &&
            f->rows_16b[FJ__T_Q] && f->rows_16b[FJ__T_K] && f->rows_16b[FJ__T_V] &&
            f->rows_16b[FJ__T_OUT] && f->grads_16b;
 }

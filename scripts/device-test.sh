@@ -197,6 +197,13 @@ if [ "$what" = bwd ]; then
         done
     done | tee "$out/sanitizer_bwd.log"
     grep -q FAILED "$out/sanitizer_bwd.log" && status=1
+    # The bias's gradient (a SIMT stage after the tensor cores' stages), checked and timed.
+    for args in "--bias heads --dbias" "--bias full --dbias --causal" "--bias heads"; do
+        echo "== --backward $args: $(timeout 200 $build/flashjit run --backend cuda --batch 2 \
+            --heads 16 --seqlen 2048 --head-dim 128 --backward $args 2>&1 |
+            grep -E '^backward|^dbias|PASS|FAIL' | cut -c1-80 | tr '\n' ' ')"
+    done 2>&1 | tee "$out/dbias.log"
+    grep -q FAIL "$out/dbias.log" && status=1
     PYTHONUNBUFFERED=1 timeout 400 python3 bench/bench_bwd.py --lib $build/libflashjit.so \
         --d 64,128,256 --s 1024,4096,16384 --out "$out" 2>&1 | tee "$out/bench_bwd.log"
     PYTHONUNBUFFERED=1 timeout 450 python3 bench/bench_masks.py --lib $build/libflashjit.so \

@@ -292,6 +292,55 @@ static void test_backward_stages(void **state)
         }
 }
 
+/* A backward with the bias's gradient on sm_90a and sm_80: dq, dk and dv on the tensor cores
+** (as without it), then the SIMT dbias stage last, which gets dbias's address. */
+static void test_bias_gradient_stages(void **state)
+{
+    (void)state;
+    static const char *const sms[] = {"90", "80"};
+    static const char *const paths[] = {"cuda.bwd.wgmma", "cuda.bwd.mma"};
+    for (int a = 0; a < 2; a++) {
+        fj_context *ctx = stub_context(sms[a]);
+        assert_non_null(ctx);
+        request r, g;
+        request_make(ctx, &r, 2, 200, 300, 4, 2, 64, 64, 0);
+        request_make(ctx, &g, 2, 200, 300, 4, 2, 64, 64, 0);
+        void *mem[2];
+        const size_t bytes = (size_t)4 * 200 * 300 * sizeof(float); /* [1, 4, 200, 300] */
+        for (int i = 0; i < 2; i++)
+            assert_int_equal(fj_malloc(ctx, bytes, &mem[i]), FJ_OK);
+        fj_tensor bias = {.data = mem[0],
+                          .dtype = FJ_DTYPE_F32,
+                          .ndim = 4,
+                          .shape = {1, 4, 200, 300},
+                          .stride = {0, 200 * 300, 300, 1}};
+        fj_tensor dbias = bias;
+        dbias.data = mem[1];
+        r.desc.causal = 1;
+        r.desc.bias = &bias;
+        r.desc.dbias = &dbias;
+        stub.reset();
+        assert_int_equal(fj_attention_backward(ctx, &r.desc, &r.q, &r.k, &r.v, &r.out, &g.out,
+                                               &r.lse, &g.q, &g.k, &g.v, NULL),
+                         FJ_OK);
+        printf("  sm_%s with dbias: %s,", sms[a], kernel_path(ctx));
+        for (int i = 0; i < stub.launches(); i++)
+            printf(" %s", stub.launch_at(i)->function);
+        printf("\n");
+        assert_string_equal(kernel_path(ctx), paths[a]);
+        assert_true(launched_with("fj_attn_bwd_dkdv", g.k.data));
+        assert_true(launched_with(NULL, g.q.data));
+        const fjstub_launch *last = stub.launch_at(stub.launches() - 1);
+        assert_string_equal(last->function, "fj_attn_bwd_dbias");
+        assert_true(params_hold(last, dbias.data));
+        for (int i = 0; i < 2; i++)
+            fj_free(ctx, mem[i]);
+        request_free(ctx, &r);
+        request_free(ctx, &g);
+        fj_context_destroy(ctx);
+    }
+}
+
 /* The deterministic backward on sm_90a with few (batch, kv head) pairs and many keys: its dk/dv
 ** stage is one persistent launch of `slices` blocks a (batch, kv head), each taking its key
 ** blocks in turn; with FLASHJIT_BWD_CONFIG=persistent=0 it is launched in runs one after another
@@ -501,6 +550,7 @@ int main(void)
         cmocka_unit_test(test_graph_capture_rules),
         cmocka_unit_test(test_wide_decode_routing),
         cmocka_unit_test(test_backward_stages),
+        cmocka_unit_test(test_bias_gradient_stages),
         cmocka_unit_test(test_deterministic_launches),
         cmocka_unit_test(test_simt_forward_fits_static_shared_memory),
         cmocka_unit_test(test_compile_errors_name_their_cause),

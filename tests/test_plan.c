@@ -284,7 +284,10 @@ static void test_backward_plans(void **state)
         {192, 128, FJ_DTYPE_BF16, 0, &devs.h200, 1, "memset,simt,wgmma,simt"},
         {256, 256, FJ_DTYPE_BF16, 5, &devs.h200, 1, "simt,mma,mma,mma"}, /* dK, dV, dQ */
         {128, 128, FJ_DTYPE_F32, 0, &devs.h200, 0, "simt,simt,simt"},
-        {128, 128, FJ_DTYPE_BF16, 1, &devs.h200, 0, "simt,simt,simt,simt"},
+        /* the bias's gradient: a SIMT stage after the tensor cores' */
+        {128, 128, FJ_DTYPE_BF16, 1, &devs.h200, 0, "memset,simt,wgmma,simt,simt"},
+        {128, 128, FJ_DTYPE_BF16, 1, &devs.h200, 1, "memset,simt,wgmma,simt,simt"},
+        {64, 64, FJ_DTYPE_BF16, 1, &devs.sm86, 1, "simt,mma,mma,simt"},
         {128, 128, FJ_DTYPE_BF16, 2, &devs.h200, 0, "memset,simt,wgmma,simt"},
         {128, 128, FJ_DTYPE_BF16, 2, &devs.h200, 1, "memset,simt,wgmma,simt"},
         {96, 64, FJ_DTYPE_BF16, 0, &devs.h200, 0, "memset,simt,wgmma,simt"}, /* padded to 128 / 64 */
@@ -321,10 +324,10 @@ static void test_backward_plans(void **state)
         assert_int_equal(dkdv->stage, 2);
         assert_int_equal(dkdv->d_split,
                          dkdv->path == FJ__PATH_WGMMA && (cases[i].d > 128 || cases[i].dv > 128));
-        /* Hopper's dk/dv kernels have a producer warpgroup (none of these cases reads a mask
-        ** tensor, ranges or a bias in its element pass): 12 warps, 128 keys (the split kernel:
-        ** 64, its two computing warpgroups sharing them) */
-        const int fed = dkdv->path == FJ__PATH_WGMMA;
+        /* Hopper's dk/dv kernels have a producer warpgroup where the element pass reads no
+        ** tensor of its own (these cases: but the bias of the dbias cases): 12 warps, 128 keys
+        ** (the split kernel: 64, its two computing warpgroups sharing them) */
+        const int fed = dkdv->path == FJ__PATH_WGMMA && f.bias_dtype < 0;
         assert_int_equal(dkdv->producer, fed);
         if (fed)
             assert_true(dkdv->warps == 12 && dkdv->threads == 384 &&
@@ -353,7 +356,12 @@ static void test_backward_plans(void **state)
             assert_true(plan.bwd.dq_slice == 2 * 8 * 300 * main->variant.head_dim_pad);
             assert_true(plan.workspaces[plan.bwd.dq_acc].bytes ==
                         (size_t)slices * (size_t)plan.bwd.dq_slice * 4);
-            assert_int_equal(plan.steps[plan.nsteps - 1].variant.stage, 5);
+            /* the cast last, but for the bias's gradient after it */
+            const int dbias = f.dbias_elements > 0;
+            assert_int_equal(plan.steps[plan.nsteps - 1 - dbias].variant.stage, 5);
+            if (dbias)
+                assert_true(plan.steps[plan.nsteps - 1].variant.stage == 4 &&
+                            plan.steps[plan.nsteps - 1].variant.path == FJ__PATH_SIMT);
             if (cases[i].deterministic) {
                 assert_true(slices >= 1 && slices <= keys && main->grid[0] == (uint32_t)slices);
                 if (main->variant.persistent) /* block x takes key blocks x, x + slices, ... */
