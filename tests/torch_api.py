@@ -18,18 +18,12 @@ FLASHJIT_LIB)"""
 import sys
 import time
 
-try:
-    import torch
-    import torch.nn.functional as F
-except ImportError:
-    print("SKIP: no torch")
-    sys.exit(77)
+from torch_checks import check, dev, dtype, exit_status, within  # (exits 77 without torch)
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 import flashjit.torch as fjt  # noqa: E402
-from torch_checks import check, exit_status, within  # noqa: E402
 
 torch.manual_seed(0)
-dev = "cuda" if torch.cuda.is_available() else "cpu"
-dtype = torch.bfloat16 if dev == "cuda" else torch.float32
 print(f"device {dev}, {dtype}, torch {torch.__version__}, {fjt.context(dev)}")
 
 

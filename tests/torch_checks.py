@@ -1,8 +1,17 @@
-"""What the PyTorch test scripts share: each check printed as ok or FAIL and counted, and the
-FlashAttention error criterion. Imported by tests/torch_api.py and tests/torch_trace.py (their
-folder is on sys.path when they run)."""
-import torch
+"""What the PyTorch test scripts share: the skip without torch (exit 77, on import), the device
+and dtype they run in (CUDA in bfloat16, else CPU tensors in float32), each check printed as ok
+or FAIL and counted, and the FlashAttention error criterion. Imported first by
+tests/torch_api.py and tests/torch_trace.py (their folder is on sys.path when they run)."""
+import sys
 
+try:
+    import torch
+except ImportError:
+    print("SKIP: no torch")
+    sys.exit(77)
+
+dev = "cuda" if torch.cuda.is_available() else "cpu"
+dtype = torch.bfloat16 if dev == "cuda" else torch.float32
 failures = 0
 
 

@@ -12,18 +12,12 @@ Usage: python tests/torch_trace.py  (flashjit importable: installed, or PYTHONPA
 FLASHJIT_LIB)"""
 import sys
 
-try:
-    import torch
-except ImportError:
-    print("SKIP: no torch")
-    sys.exit(77)
+from torch_checks import check, dev, dtype, exit_status, within  # (exits 77 without torch)
+import torch  # noqa: E402
 import flashjit.torch as fjt  # noqa: E402
 from flashjit.errors import FlashjitError, Unsupported  # noqa: E402
-from torch_checks import check, exit_status, within  # noqa: E402
 
 torch.manual_seed(1)
-dev = "cuda" if torch.cuda.is_available() else "cpu"
-dtype = torch.bfloat16 if dev == "cuda" else torch.float32
 
 
 def reference(q, k, v, score_mod=None, mask_mod=None, scale=None, work=torch.float64):
