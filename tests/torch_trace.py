@@ -171,6 +171,11 @@ raises("a captured tensor that requires grad", lambda: fjt.flex_attention(
     q, k, v, score_mod=lambda s, b_, h_, qi, ki: s + rel.requires_grad_()[h_, qi], enable_gqa=True),
     Unsupported, "requires grad")
 rel.requires_grad_(False)
+raises("a block_mask of neither kind", lambda: fjt.flex_attention(
+    q, k, v, block_mask=[1, 2], enable_gqa=True), FlashjitError, "block_mask")
+if "bm" in globals():  # (FlexAttention's BlockMask where this torch has one)
+    raises("mask_mod beside a BlockMask", lambda: fjt.flex_attention(
+        q, k, v, block_mask=bm, mask_mod=documents, enable_gqa=True), FlashjitError, "mask_mod")
 raises("a float mask", lambda: fjt.flex_attention(
     q, k, v, mask_mod=lambda b_, h_, qi, ki: qi * 0.5, enable_gqa=True),
     FlashjitError, "boolean")
