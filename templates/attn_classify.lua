@@ -31,11 +31,14 @@ fj_attn_classify(
     MASK_CTX(mc, P.mask, batch, head, P.seqlen_q, P.seqlen_k);
     const int q0 = qb * CLS, k0 = kb * CLS;
     const int rows = I_MIN(CLS, P.seqlen_q - q0), cols = I_MIN(CLS, P.seqlen_k - k0);
-    /* Consecutive work-items take consecutive keys of a row (coalesced mask loads); each stops
-    ** once it has seen both kinds. */
+    /* A work-item per key and every (THREADS / CLS)-th row: consecutive work-items take
+    ** consecutive keys of a row (coalesced mask loads), a key's own terms stay in registers
+    ** from row to row, and no index is divided per element. Each stops once it has seen both
+    ** kinds. */
+    const int key = tid % CLS;
     bool kept = false, masked = false;
-    for (int i = tid; i < rows * cols && !(kept && masked); i += THREADS) {
-        if (fj_keeps(mc, q0 + i / cols, k0 + i % cols))
+    for (int r = tid / CLS; key < cols && r < rows && !(kept && masked); r += THREADS / CLS) {
+        if (fj_keeps(mc, q0 + r, k0 + key))
             kept = true;
         else
             masked = true;

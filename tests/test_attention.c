@@ -652,9 +652,29 @@ static void test_second_call_is_memoised(void **state)
     assert_int_equal(r2.first.source, FJ_KERNEL_MEMORY);
 }
 
-/* fj_block_mask_build: the classes of a mask_mod (documents of 64 plus a prefix of 16 keys)
-** over 300 x 300 pairs equal the host's count of kept pairs per 128 x 128 block (pairs past
-** the ends ignored); a forward given them as desc.block_mask equals one that classifies itself;
+/* Masks for the classes' check, each as an expression and as the host's function: every class,
+** a single kept or masked pair on an odd row and the last keys of a short block (a pair the
+** classifier skipped would show), whole rows. */
+static int keeps_docs(int q, int k) { return q / 64 == k / 64 || k < 16; }
+static int keeps_band(int q, int k) { return k <= q + 100; }
+static int keeps_one(int q, int k) { return q == 251 && k == 299; }
+static int keeps_all_but_one(int q, int k) { return q != 131 || k != 255; }
+static int keeps_rows(int q, int k)
+{
+    (void)k;
+    return q < 128;
+}
+static const struct {
+    const char *expr;
+    int (*keeps)(int q, int k);
+} class_masks[] = {{"q / 64 == k / 64 || k < 16", keeps_docs},
+                   {"k <= q + 100", keeps_band},
+                   {"q == 251 && k == 299", keeps_one},
+                   {"q != 131 || k != 255", keeps_all_but_one},
+                   {"q < 128", keeps_rows}};
+
+/* fj_block_mask_build: the classes of each mask_mod above over 300 x 300 pairs equal the
+** host's count of kept pairs per 128 x 128 block (pairs past the ends ignored); a forward given them as desc.block_mask equals one that classifies itself;
 ** bad arguments are named. Packed sequences: the same classes (those of the padded batch), the
 ** same agreement, and masks that read a sequence's lengths refused. */
 static void test_block_mask_build(void **state)
@@ -689,21 +709,30 @@ static void test_block_mask_build(void **state)
                     .stride = {NB * NB, NB * NB, NB, 1}};
     fj_attention_desc desc;
     fj_attention_desc_init(&desc);
-    desc.mask_mod = "q / 64 == k / 64 || k < 16";
-    fj_status st = fj_block_mask_build(ctx, &desc, &tq, &tk, &tc, NULL);
-    if (st != FJ_OK)
-        fail_msg("fj_block_mask_build: %s", fj_context_last_error(ctx));
     int32_t got[NB * NB], want[NB * NB];
-    assert_int_equal(fj_memcpy_d2h(ctx, got, cls, sizeof got), FJ_OK);
-    for (int qb = 0; qb < NB; qb++)
-        for (int kb = 0; kb < NB; kb++) {
-            int kept = 0, pairs = 0;
-            for (int i = qb * 128; i < S && i < qb * 128 + 128; i++)
-                for (int j = kb * 128; j < S && j < kb * 128 + 128; j++, pairs++)
-                    kept += i / 64 == j / 64 || j < 16;
-            want[qb * NB + kb] = kept == 0 ? 0 : kept == pairs ? 2 : 1;
-        }
-    assert_memory_equal(got, want, sizeof want);
+    fj_status st;
+    for (size_t m = 0; m < sizeof class_masks / sizeof class_masks[0]; m++) {
+        desc.mask_mod = class_masks[m].expr;
+        st = fj_block_mask_build(ctx, &desc, &tq, &tk, &tc, NULL);
+        if (st != FJ_OK)
+            fail_msg("fj_block_mask_build: %s", fj_context_last_error(ctx));
+        assert_int_equal(fj_memcpy_d2h(ctx, got, cls, sizeof got), FJ_OK);
+        for (int qb = 0; qb < NB; qb++)
+            for (int kb = 0; kb < NB; kb++) {
+                int kept = 0, pairs = 0;
+                for (int i = qb * 128; i < S && i < qb * 128 + 128; i++)
+                    for (int j = kb * 128; j < S && j < kb * 128 + 128; j++, pairs++)
+                        kept += class_masks[m].keeps(i, j);
+                want[qb * NB + kb] = kept == 0 ? 0 : kept == pairs ? 2 : 1;
+                if (got[qb * NB + kb] != want[qb * NB + kb])
+                    fail_msg("%s: block (%d, %d) has class %d, want %d", desc.mask_mod, qb, kb,
+                             got[qb * NB + kb], want[qb * NB + kb]);
+            }
+    }
+    /* The first mask's classes (checked above) for the rest. */
+    desc.mask_mod = class_masks[0].expr;
+    assert_int_equal(fj_block_mask_build(ctx, &desc, &tq, &tk, &tc, NULL), FJ_OK);
+    assert_int_equal(fj_memcpy_d2h(ctx, want, cls, sizeof want), FJ_OK);
 
     /* The forward with the classes as its block_mask, against one that classifies itself. */
     assert_int_equal(fj_attention_forward(ctx, &desc, &tq, &tk, &tk, &to1, NULL, NULL), FJ_OK);
