@@ -234,6 +234,11 @@ static void bwd_variant(const fj__features *f, const fj_device_info *dev, const 
             return;
         }
     }
+    if (stage == 4) { /* tiles of dbias: 64 x 64 elements, 4 x 4 a work-item */
+        v->tile_m = v->tile_n = 64;
+        v->threads = v->tile_m * v->tile_n / 16;
+        return;
+    }
     v->tile_m = v->tile_n = TILE;
     v->threads = stage == 2 ? v->tile_n : v->tile_m;
     while (!fj__variant_fits(v, dev) && (stage == 2 ? v->tile_m : v->tile_n) > 1) {
@@ -244,6 +249,21 @@ static void bwd_variant(const fj__features *f, const fj_device_info *dev, const 
     }
     if (stage == 2 || stage == 3)
         apply_bwd_config(config, dev, v);
+}
+
+/* Stage 4's grid (attn_bwd.lua's dbias): x the (batch, head) pairs of dbias times its key
+** tiles, y its row tiles (one where the rows are summed); 0 where a launch cannot hold it. */
+static int dbias_grid(const fj__features *f, const fj__variant *v, fj__step *s)
+{
+    const int64_t *e = f->dbias_extent;
+    const int64_t x = e[0] * e[1] * fj__div_up(f->seqlen_k, v->tile_n);
+    const int64_t y = e[2] == 1 ? 1 : fj__div_up(e[2], v->tile_m);
+    if (x > INT32_MAX || y > 65535)
+        return 0;
+    s->grid[0] = (uint32_t)x;
+    s->grid[1] = (uint32_t)y;
+    s->grid[2] = 1;
+    return 1;
 }
 
 /* The key blocks of one (batch, kv head): stage 2's blocks (or a persistent grid's items). */
@@ -346,7 +366,7 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, co
                         fj__variant_element_masks(&dkdv) &&
                         fj__plan_classes(f, &dkdv, plan, &unclassified) == FJ_OK;
     const int stages[] = {1, 2, plan->bwd.dq_acc >= 0 ? 5 : 3, 4};
-    for (int i = 0; i < (f->dbias_elements ? 4 : 3); i++) {
+    for (int i = 0; i < (f->dbias_extent[0] ? 4 : 3); i++) {
         const int stage = stages[i];
         fj__step *s = fj__plan_add_step(plan, FJ__STEP_KERNEL);
         if (stage == 2) {
@@ -371,12 +391,20 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, co
         const fj__variant *v = &s->variant;
         s->block[0] = (uint32_t)v->threads;
         s->shared_bytes = fj__variant_dynamic_shared_bytes(v);
-        /* Tiles of keys (stage 2), of query rows (1, 3, 5), of elements of dbias (4). */
-        const int64_t n = stage == 2 ? f->seqlen_k : stage == 4 ? f->dbias_elements : f->seqlen_q;
+        if (stage == 4) {
+            if (!dbias_grid(f, v, s))
+                return fj__fail(err, FJ_ERR_UNSUPPORTED, "desc.dbias of %lld x %lld x %lld x %lld elements: "
+                                "more tiles than a launch's grid holds",
+                                (long long)f->dbias_extent[0], (long long)f->dbias_extent[1],
+                                (long long)f->dbias_extent[2], (long long)f->seqlen_k);
+            continue;
+        }
+        /* Tiles of keys (stage 2), of query rows (1, 3, 5). */
+        const int64_t n = stage == 2 ? f->seqlen_k : f->seqlen_q;
         const int32_t tile = stage == 2 ? v->tile_n : v->tile_m;
         s->grid[0] = (uint32_t)((n + tile - 1) / tile);
-        s->grid[1] = (uint32_t)(stage == 4 ? 1 : stage == 2 ? f->heads_kv : f->heads_q);
-        s->grid[2] = (uint32_t)(stage == 4 ? 1 : f->batch);
+        s->grid[1] = (uint32_t)(stage == 2 ? f->heads_kv : f->heads_q);
+        s->grid[2] = (uint32_t)f->batch;
         const int sliced = stage == 2 && f->deterministic && plan->bwd.dq_acc >= 0;
         if (sliced && v->persistent) {
             /* one launch: block x of each (batch, kv head) takes key blocks x, x + blocks, ...
@@ -486,7 +514,6 @@ fj_status fj__bwd_fill(const fj__plan *plan, int i, int run, const fj__bwd_probl
         B->dbias_batches = (int32_t)p->dbias_extent[0];
         B->dbias_heads = (int32_t)p->dbias_extent[1];
         B->dbias_rows = (int32_t)p->dbias_extent[2];
-        B->dbias_n = p->dbias_elements;
     }
     return maps ? fill_bwd_maps(plan, v, p, ws, tmap, tmap_ud, params) : FJ_OK;
 }

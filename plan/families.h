@@ -252,7 +252,6 @@ FJ__PARAM_STRUCT(fj__decode_tma_params, FJ__DECODE_TMA_PARAMS);
     X(T, I64, dbias_sb, 0)                                                                         \
     X(T, I64, dbias_sh, 0)                                                                         \
     X(T, I64, dbias_ss, 0)                                                                         \
-    X(T, I64, dbias_n, 0)                                                                          \
     X(T, I32, dbias_batches, 0)                                                                    \
     X(T, I32, dbias_heads, 0)                                                                      \
     X(T, I32, dbias_rows, 0)                                                                       \

@@ -50,7 +50,7 @@ static int bias_tma_can_read(const fj__problem *p)
 void fj__bwd_features_of(const fj__bwd_problem *p, fj__features *f)
 {
     fj__features_of(&p->f, f);
-    f->dbias_elements = p->dbias_elements;
+    memcpy(f->dbias_extent, p->dbias_extent, sizeof f->dbias_extent);
     f->grads_16b = rows_16b(p->dout) && rows_16b(p->dq) && rows_16b(p->dk) && rows_16b(p->dv);
     f->dout_tma = (uint8_t)tma_can_read(p->dout);
     f->deterministic = p->f.deterministic != 0;

@@ -58,8 +58,7 @@ typedef struct fj__bwd_problem {
     const fj_tensor *dout, *dq, *dk, *dv;
     int64_t grad_strides[4][3];
     const fj_tensor *dbias; /* NULL: not asked for */
-    int64_t dbias_extent[3]; /* its batch, head and row extents (1: summed over) */
-    int64_t dbias_elements;  /* their product times seqlen_k (0: no dbias) */
+    int64_t dbias_extent[3]; /* its batch, head and row extents (1: summed over; 0: no dbias) */
 } fj__bwd_problem;
 
 /* The tensors of a problem by role, in the order of fj__features' per-tensor flags. */
@@ -89,7 +88,8 @@ typedef struct fj__features {
                       ** sequence on average (mostly decode rows, whatever the longest) */
     const char *mask_mod, *score_mod;   /* interned canonical texts: equal texts, equal pointers */
     const char *score_mod_grad;         /* its derivative's (interned with it), or NULL */
-    int64_t dbias_elements;             /* backward: elements of the bias's gradient (0: none) */
+    int64_t dbias_extent[3]; /* backward: the bias's gradient's batch, head and row extents
+                             ** (1: summed over; 0: no gradient) */
     uint8_t grads_16b; /* backward: dout, dq, dk, dv have rows of whole 16-byte chunks */
     uint8_t dout_tma;  /* backward: bulk tensor copies can read dout */
     uint8_t deterministic; /* backward: no floating-point atomics in a varying order */

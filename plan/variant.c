@@ -166,6 +166,10 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
         return v->stage == 2 ? 4u * (uint32_t)(v->tile_m * (v->head_dim_pad + v->head_dim_v_pad) +
                                                2 * v->tile_m)
                : v->stage == 3 ? 4u * (uint32_t)(v->tile_n * (v->head_dim_pad + v->head_dim_v_pad))
+               /* dbias: 32-column chunks (CHUNK) of its rows and keys, each row's lse and D, a
+               ** quarter of its rows' partial sums by key */
+               : v->stage == 4 ? 4u * (uint32_t)((v->tile_m + v->tile_n) * (32 + 1) + 2 * v->tile_m +
+                                                 v->tile_m / 4 * v->tile_n)
                                : 0u;
     if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_VECTOR) {
         /* attn_decode_vec.cu.lua's Smem: each key group's max, sum and accumulators per row. */
@@ -408,10 +412,14 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
         uint64_t budget = dev->local_memory ? dev->local_memory : 32768;
         const uint64_t cap = dev->backend == FJ_BACKEND_CUDA ? 48 * 1024 : 64 * 1024;
         budget = budget < cap ? budget : cap;
-        /* A work-item a key (stage 2), a row (3) or an element (4); stage 1 a team of them a
-        ** row, stage 5 rows of elements */
+        /* A work-item a key (stage 2) or a row (3); stage 1 a team of them a row, stage 4 4 x 4
+        ** elements of tiles within the 128 x 128 class blocks, stage 5 rows of elements */
+        const int dbias_tiles = v->tile_m % 4 == 0 && v->tile_n % 4 == 0 && v->tile_n > 0 &&
+                                128 % v->tile_m == 0 && 128 % v->tile_n == 0 &&
+                                v->threads == v->tile_m * v->tile_n / 16;
         return v->stage >= 1 && v->stage <= 5 && v->tile_m >= 1 &&
                (v->stage == 1 || v->stage == 5 ? v->threads % v->tile_m == 0 && v->threads <= 1024
+                : v->stage == 4                ? dbias_tiles
                               : v->tile_n >= 1 &&
                                     v->threads == (v->stage == 2 ? v->tile_n : v->tile_m)) &&
                fj__variant_shared_bytes(v) <= budget;

@@ -1125,8 +1125,6 @@ fj_status fj__validate_backward(const fj_attention_desc *desc, const fj_tensor *
             TRY(check_dim(err, "desc.dbias", a, db->shape[a], p->dbias_extent[a], what[a]));
         }
         TRY(check_dim(err, "desc.dbias", 3, db->shape[3], p->f.seqlen_k, "seqlen_k"));
-        p->dbias_elements =
-            p->dbias_extent[0] * p->dbias_extent[1] * p->dbias_extent[2] * p->f.seqlen_k;
         TRY(check_no_overlap(db, "desc.dbias", err));
         for (int i = 0; i < 6; i++)
             TRY(check_apart(db, "desc.dbias", inputs[i], inames[i], 0, err));

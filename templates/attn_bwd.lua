@@ -11,8 +11,9 @@
 % --   dkdv  a work-item per key: its dK and dV summed over every query row of every query head
 % --         of its kv head (query tiles of TILE_M rows streamed through local memory);
 % --   dq    a work-item per query row: its dQ over the key tiles of TILE_N keys it sees;
-% --   dbias a work-item per element of the bias's gradient (dS through score_mod), summed over
-% --         the dimensions the bias broadcasts;
+% --   dbias the bias's gradient (dS through score_mod), summed over the dimensions the bias
+% --         broadcasts: a tile of it a work-group, S and dP recomputed by tiles through local
+% --         memory;
 % --   and stage 5, dq_store: TILE_M rows of dq a work-group, cast from the f32 sum that the
 % --         tensor-core dkdv stage (attn_bwd_mma.cu.lua, grads 4) accumulated by atomics.
 % -- No stage here uses atomics: the gradients are bit-identical run to run.
@@ -321,29 +322,78 @@ fj_attn_bwd_dq(
 %   -- the bias's key and row extents: the sequences' longest with variable lengths
 %   local keys_all = varlen > 0 and "max_seqlen_k" or "seqlen_k"
 %   local rows_all = varlen > 0 and "max_seqlen_q" or "seqlen_q"
-/* The bias's gradient: a work-item per element of dbias [batches, heads, rows, keys] (an extent
-** of 1 where the bias broadcasts: summed over), the sum of ds over the (batch, head, query row)
-** triples the element stands for, each recomputed from q, k, v, dout, lse and D. Variable
-** lengths index the sequences as a padded batch (sequence b's query i, key j at (b, i, j));
-** an element past a sequence's lengths has none of its pairs. */
-KERNEL(TILE_M)
+%   assert(threads == tile_m * tile_n // 16, "attn_bwd dbias: a work-item per 4 x 4 elements")
+%   assert(128 % tile_m == 0 and 128 % tile_n == 0, "attn_bwd dbias: tiles within class blocks")
+#define CHUNK 32        /* head-dim columns a pass (fj__variant_shared_bytes's) */
+#define TY (TILE_M / 4) /* a work-item's rows: ty, ty + TY, ty + 2 TY, ty + 3 TY of the tile */
+#define TX (TILE_N / 4) /* and keys: tx, tx + TX, ... (consecutive work-items, consecutive keys) */
+typedef struct Smem {
+    float a[TILE_M][CHUNK + 1]; /* CHUNK columns of the tile's q rows, then of their dout */
+    float b[TILE_N][CHUNK + 1]; /* the same columns of its keys' k, then of v */
+    float lse[TILE_M];          /* log2 units */
+    float delta[TILE_M];
+    float part[TY][TILE_N];     /* a bias broadcast over rows: TY partial sums a key */
+} Smem;
+% smem_matches_host()
+
+% -- acc += A B^T over head-dim columns [0, n) of a's rows (stride as, read by a_load) and b's:
+% -- the tile's rows and keys through local memory, CHUNK columns a pass, 4 x 4 products a
+% -- work-item (rows and keys past the sequence's read as 0).
+% local function emit_tile_product(acc, a, a_load, as, b, b_load, bs, n)
+        for (int c0 = 0; c0 < ${n}; c0 += CHUNK) {
+            BARRIER();
+            for (int i = tid; i < TILE_M * CHUNK; i += THREADS) {
+                const int r = i / CHUNK, c = c0 + i % CHUNK;
+                sm.a[r][i % CHUNK] =
+                    m0 + r < seqlen_q && c < ${n} ? ${a_load}(${a}, (I64)(m0 + r) * ${as} + c) : 0.0f;
+            }
+            for (int i = tid; i < TILE_N * CHUNK; i += THREADS) {
+                const int r = i / CHUNK, c = c0 + i % CHUNK;
+                sm.b[r][i % CHUNK] =
+                    k0 + r < seqlen_k && c < ${n} ? ${b_load}(${b}, (I64)(k0 + r) * ${bs} + c) : 0.0f;
+            }
+            BARRIER();
+            for (int c = 0; c < CHUNK; c++) {
+                float x[4], y[4];
+                for (int i = 0; i < 4; i++) {
+                    x[i] = sm.a[ty + TY * i][c];
+                    y[i] = sm.b[tx + TX * i][c];
+                }
+                for (int i = 0; i < 4; i++)
+                    for (int j = 0; j < 4; j++)
+                        ${acc}[i][j] = F_FMA(x[i], y[j], ${acc}[i][j]);
+            }
+        }
+% end
+/* The bias's gradient dbias [batches, heads, rows, keys] (an extent of 1 where the bias
+** broadcasts: summed over), TILE_M rows by TILE_N keys of it a work-group (one row where the
+** rows are summed), 4 x 4 elements a work-item: each element's sum of ds over the (batch, head,
+** query row) triples it stands for, S = q k^T and dP = dout v^T recomputed a tile at a time.
+** Grid: x the (batch, head) pairs of dbias times its key tiles, y its row tiles. Variable
+** lengths index the sequences as a padded batch (sequence b's query i, key j at (b, i, j)); an
+** element past a sequence's lengths has none of its pairs. */
+KERNEL(THREADS)
 fj_attn_bwd_dbias(
 % params_arg(args)
 )
 {
+    SHARED Smem sm;
 % params_unpack(args.fields[1].block, "P.fwd", unpack_names)
-    const I64 e = (I64)BLOCK_X * TILE_M + THREAD_X;
-    if (e >= P.dbias_n)
-        return;
-    const int key = (int)(e % ${keys_all});
-    const I64 rest = e / ${keys_all};
-    const int r_ = (int)(rest % P.dbias_rows), h_ = (int)(rest / P.dbias_rows % P.dbias_heads);
-    const int b_ = (int)(rest / P.dbias_rows / P.dbias_heads);
+    const int tid = THREAD_X, tx = tid % TX, ty = tid / TX;
+    const int key_tiles = (${keys_all} + TILE_N - 1) / TILE_N;
+    const int k0 = BLOCK_X % key_tiles * TILE_N, pair = BLOCK_X / key_tiles;
+    const int h_ = pair % P.dbias_heads, b_ = pair / P.dbias_heads;
+    const bool rows_summed = P.dbias_rows == 1;
     const int group = heads_q / heads_kv;
     const int b_lo = P.dbias_batches == 1 ? 0 : b_, b_hi = P.dbias_batches == 1 ? batches : b_ + 1;
     const int h_lo = P.dbias_heads == 1 ? 0 : h_, h_hi = P.dbias_heads == 1 ? heads_q : h_ + 1;
-    const int r_lo = P.dbias_rows == 1 ? 0 : r_, r_end = P.dbias_rows == 1 ? ${rows_all} : r_ + 1;
-    float acc = 0.0f;
+    /* the rows of this work-group's tile, or all where they are summed */
+    const int m_lo = rows_summed ? 0 : BLOCK_Y * TILE_M;
+    const int m_end = rows_summed ? ${rows_all} : m_lo + TILE_M;
+    float acc[4][4];
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++)
+            acc[i][j] = 0.0f;
     for (int batch = b_lo; batch < b_hi; batch++) {
 %   if varlen > 0 then
 % packed_sequence()
@@ -351,38 +401,84 @@ fj_attn_bwd_dbias(
 %   else
         const int q_first = 0, k_first = 0, d_rows = seqlen_q;
 %   end
-        const int shift = seqlen_k - seqlen_q, r_hi = I_MIN(r_end, seqlen_q);
+        const int shift = seqlen_k - seqlen_q, m_hi = I_MIN(m_end, seqlen_q);
         for (int head = h_lo; head < h_hi; head++) {
             const int head_kv = head / group;
 %   if sparse or terms then
             MASK_CTX(mc, P.fwd.mask, batch, head, seqlen_q, seqlen_k);
 %   end
-            const I64 k_row = (I64)(k_first + key);
-            GLOBAL const kv_t *kp = k + batch * k_sb + k_row * k_ss + (I64)head_kv * k_sh;
-            GLOBAL const kv_t *vp = v + batch * v_sb + k_row * v_ss + (I64)head_kv * v_sh;
-            for (int row = r_lo; row < r_hi; row++) {
-% emit_seen("row", "key")
-                if (!seen)
+            GLOBAL const q_t *qp = q + batch * q_sb + (I64)q_first * q_ss + (I64)head * q_sh;
+            GLOBAL const o_t *gp = GPTR(const o_t, P.dout) + batch * P.do_sb +
+                                   (I64)q_first * P.do_ss + (I64)head * P.do_sh;
+            GLOBAL const kv_t *kp = k + batch * k_sb + (I64)k_first * k_ss + (I64)head_kv * k_sh;
+            GLOBAL const kv_t *vp = v + batch * v_sb + (I64)k_first * v_ss + (I64)head_kv * v_sh;
+            for (int m0 = m_lo; m0 < m_hi && k0 < seqlen_k; m0 += TILE_M) {
+%   if local_mask then
+                /* a tile wholly outside the band */
+                if ((window_right >= 0 && k0 > m0 + TILE_M - 1 + shift + window_right) ||
+                    (window_left >= 0 && k0 + TILE_N - 1 < m0 + shift - window_left))
                     continue;
-                const I64 q_row = (I64)(q_first + row);
-                GLOBAL const q_t *qp = q + batch * q_sb + q_row * q_ss + (I64)head * q_sh;
-                GLOBAL const o_t *gp = GPTR(const o_t, P.dout) + batch * P.do_sb +
-                                       q_row * P.do_ss + (I64)head * P.do_sh;
-                float qk = 0.0f, dp = 0.0f;
-                for (int c = 0; c < head_dim; c++)
-                    qk = F_FMA(Q_LOAD(qp, c), KV_LOAD(kp, c), qk);
-                for (int c = 0; c < head_dim_v; c++)
-                    dp = F_FMA(O_LOAD(gp, c), KV_LOAD(vp, c), dp);
-                const float lse_l2 = lse[batch * l_sb + (I64)head * l_sh + q_row * l_ss] * LOG2E;
-                const float delta =
-                    GPTR(float, P.delta)[((I64)batch * heads_q + head) * d_rows + row];
-% emit_pair("qk", "row", "key")
-                (void)dd;
-                acc += ds;
+%   end
+%   if block_mask then
+                /* a tile in a block of class 0 */
+                if (LDG(GPTR(const int, P.fwd.mask.block_mask) + batch * P.fwd.mask.blocks_sb +
+                        head * P.fwd.mask.blocks_sh + (m0 / 128) * P.fwd.mask.blocks_sq +
+                        k0 / 128) == 0)
+                    continue;
+%   end
+                BARRIER(); /* the last tile's lse and D read */
+                for (int r = tid; r < TILE_M; r += THREADS) {
+                    const int row = m0 + r;
+                    sm.lse[r] = row < seqlen_q
+                                    ? lse[batch * l_sb + (I64)head * l_sh + (I64)(q_first + row) * l_ss] * LOG2E
+                                    : -F_INF;
+                    sm.delta[r] = row < seqlen_q
+                                      ? GPTR(float, P.delta)[((I64)batch * heads_q + head) * d_rows + row]
+                                      : 0.0f;
+                }
+                float s[4][4], dps[4][4];
+                for (int i = 0; i < 4; i++)
+                    for (int j = 0; j < 4; j++)
+                        s[i][j] = dps[i][j] = 0.0f;
+% emit_tile_product("s", "qp", "Q_LOAD", "q_ss", "kp", "KV_LOAD", "k_ss", "head_dim")
+% emit_tile_product("dps", "gp", "O_LOAD", "P.do_ss", "vp", "KV_LOAD", "v_ss", "head_dim_v")
+                for (int i = 0; i < 4; i++)
+                    for (int j = 0; j < 4; j++) {
+                        const int row = m0 + ty + TY * i, key = k0 + tx + TX * j;
+% emit_seen("row", "key")
+                        if (!seen)
+                            continue;
+                        const float dp = dps[i][j], lse_l2 = sm.lse[ty + TY * i];
+                        const float delta = sm.delta[ty + TY * i];
+% emit_pair("s[i][j]", "row", "key")
+                        (void)dd;
+                        acc[i][j] += ds;
+                    }
             }
         }
     }
-    GPTR(float, P.dbias)[b_ * P.dbias_sb + h_ * P.dbias_sh + (I64)r_ * P.dbias_ss + key] = acc;
+    /* Summed over rows (rows_summed): each work-item's four, then the TY work-items of a key, in
+    ** order. (The barriers are the work-group's whatever the case: PoCL ran a conditional pair
+    ** of them wrongly when work-groups ran side by side.) */
+    for (int j = 0; j < 4; j++)
+        sm.part[ty][tx + TX * j] = acc[0][j] + acc[1][j] + acc[2][j] + acc[3][j];
+    BARRIER();
+    GLOBAL float *out_p = GPTR(float, P.dbias) + b_ * P.dbias_sb + h_ * P.dbias_sh;
+    if (rows_summed) {
+        if (tid < TILE_N && k0 + tid < ${keys_all}) {
+            float sum = 0.0f;
+            for (int y = 0; y < TY; y++)
+                sum += sm.part[y][tid];
+            out_p[k0 + tid] = sum;
+        }
+        return;
+    }
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) {
+            const int row = m_lo + ty + TY * i, key = k0 + tx + TX * j;
+            if (row < P.dbias_rows && key < ${keys_all})
+                out_p[(I64)row * P.dbias_ss + key] = acc[i][j];
+        }
 }
 % elseif stage == 5 then
 /* dQ from its f32 sum in the workspace, dq_slices slices [batch, heads_q, d_rows, DP] added in

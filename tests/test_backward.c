@@ -352,7 +352,7 @@ static void test_score_mod(void **state)
 ** and rows (summed over them); with score_mod, ALiBi, masks, causal and GQA; dtypes. */
 static void test_dbias(void **state)
 {
-    fjh_case cases[6];
+    fjh_case cases[8];
     size_t n = 0;
     cases[n] = bwd_case(37, 53, 4, 2, 32, FJ_DTYPE_F32);
     cases[n++].bias = 1;
@@ -372,6 +372,14 @@ static void test_dbias(void **state)
     cases[n++].desc.softcap = 4.0f;
     cases[n] = bwd_case(1, 90, 2, 2, 16, FJ_DTYPE_F32);
     cases[n++].bias = 2;
+    /* Several of the kernel's 64 x 64 tiles each way, some wholly outside a band or masked. */
+    cases[n] = bwd_case(150, 200, 2, 1, 24, FJ_DTYPE_BF16);
+    cases[n].bias = 3;
+    cases[n++].desc.causal = 1;
+    cases[n] = bwd_case(130, 190, 2, 2, 40, FJ_DTYPE_F16);
+    cases[n].bias = 1;
+    cases[n].desc.window_left = 40;
+    cases[n++].desc.mask_mod = "k / 64 != 1 || q % 3 == 0";
     for (size_t i = 0; i < n; i++)
         cases[i].dbias = 1;
     run_cases(state, cases, n);

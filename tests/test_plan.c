@@ -304,7 +304,11 @@ static void test_backward_plans(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fj__features f = bwd_features(cases[i].d, cases[i].dv, cases[i].dtype);
         f.deterministic = (uint8_t)cases[i].deterministic;
-        f.dbias_elements = cases[i].change == 1 ? 300 : 0;
+        if (cases[i].change == 1) { /* a bias shared by the batch: dbias [1, 8, 300, 300] */
+            f.dbias_extent[0] = 1;
+            f.dbias_extent[1] = f.heads_q;
+            f.dbias_extent[2] = f.seqlen_q;
+        }
         f.bias_dtype = cases[i].change == 1 ? FJ_DTYPE_F32 : -1;
         f.block_mask = cases[i].change == 2;
         f.grads_16b = cases[i].change != 3;
@@ -357,11 +361,14 @@ static void test_backward_plans(void **state)
             assert_true(plan.workspaces[plan.bwd.dq_acc].bytes ==
                         (size_t)slices * (size_t)plan.bwd.dq_slice * 4);
             /* the cast last, but for the bias's gradient after it */
-            const int dbias = f.dbias_elements > 0;
+            const int dbias = f.dbias_extent[0] > 0;
             assert_int_equal(plan.steps[plan.nsteps - 1 - dbias].variant.stage, 5);
-            if (dbias)
-                assert_true(plan.steps[plan.nsteps - 1].variant.stage == 4 &&
-                            plan.steps[plan.nsteps - 1].variant.path == FJ__PATH_SIMT);
+            if (dbias) { /* 64 x 64 tiles: 8 heads x 5 key tiles by 5 row tiles */
+                const fj__step *last = &plan.steps[plan.nsteps - 1];
+                assert_true(last->variant.stage == 4 && last->variant.path == FJ__PATH_SIMT);
+                assert_true(last->grid[0] == 8 * 5 && last->grid[1] == 5 && last->grid[2] == 1);
+                assert_int_equal(last->block[0], 256);
+            }
             if (cases[i].deterministic) {
                 assert_true(slices >= 1 && slices <= keys && main->grid[0] == (uint32_t)slices);
                 if (main->variant.persistent) /* block x takes key blocks x, x + slices, ... */
