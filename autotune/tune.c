@@ -319,6 +319,22 @@ static int search_space(const fj__variant *h, const fj__features *f, const fj_de
         ** heuristic's Q buffers where they fit, all exponentials on MUFU (the heuristic, first,
         ** keeps its exp_poly). */
         static const int tns[] = {64, 80, 96, 112, 128, 160, 176, 192};
+        /* With block classes, first (the limit never cuts them): the walk by votes, the zigzag
+        ** persistent grid with a second Q buffer, and both (at 8k, d 128: window and documents
+        ** +4-5 %, +10-11 % with both; causal-like masks even to -3 %: bench/RESULTS.md). */
+        if ((h->block_mask || fj__variant_element_masks(h)) && !fj__dtype_fp8((fj_dtype)h->q_dtype))
+            for (int k = 1; k <= 3; k++) {
+                fj__variant v = *h;
+                v.class_vote = (uint8_t)(k & 1);
+                if (k & 2) {
+                    v.persistent = 3;
+                    v.stages = 2;
+                    v.q_stages = 2;
+                    if (!fj__variant_fits(&v, dev))
+                        v.q_stages = 1;
+                }
+                add(out, &n, &v, 0, dev);
+            }
         for (int c = 2; c <= 3; c++)
             for (int b = 0; b < 8; b++)
                 for (int mode = 0; mode < 3 && n < TUNE_MAX_CANDIDATES; mode++) {
