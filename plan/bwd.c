@@ -251,19 +251,41 @@ static void bwd_variant(const fj__features *f, const fj_device_info *dev, const 
         apply_bwd_config(config, dev, v);
 }
 
-/* Stage 4's grid (attn_bwd.lua's dbias): x the (batch, head) pairs of dbias times its key
-** tiles, y its row tiles (one where the rows are summed); 0 where a launch cannot hold it. */
-static int dbias_grid(const fj__features *f, const fj__variant *v, fj__step *s)
+/* Stage 4's grid (attn_bwd.lua's dbias, step s): x the (batch, head) pairs of dbias times its
+** key tiles, y its row tiles. Where the rows are summed, y is the shares of the row tiles that
+** fill the device twice over with x; with more than one, stage 6 adds their sums (from a
+** workspace) in order. 0 where a launch cannot hold the grid. */
+static int plan_dbias(const fj__features *f, const fj_device_info *dev, fj__plan *plan,
+                      fj__step *s)
 {
     const int64_t *e = f->dbias_extent;
+    const fj__variant *v = &s->variant;
     const int64_t x = e[0] * e[1] * fj__div_up(f->seqlen_k, v->tile_n);
-    const int64_t y = e[2] == 1 ? 1 : fj__div_up(e[2], v->tile_m);
+    int64_t y = fj__div_up(e[2] == 1 ? f->seqlen_q : e[2], v->tile_m);
+    if (e[2] == 1) {
+        const int64_t want = fj__div_up(2 * (int64_t)fj__compute_units(dev), x);
+        y = y < want ? y : want < 64 ? want : 64;
+    }
     if (x > INT32_MAX || y > 65535)
         return 0;
     s->grid[0] = (uint32_t)x;
     s->grid[1] = (uint32_t)y;
     s->grid[2] = 1;
-    return 1;
+    if (e[2] != 1 || y == 1)
+        return 1;
+    plan->bwd.dbias_splits = (int32_t)y;
+    const int64_t elements = e[0] * e[1] * f->seqlen_k;
+    plan->bwd.dbias_part =
+        fj__plan_add_workspace(plan, (size_t)(y * elements) * sizeof(float));
+    fj__step *sum = fj__plan_add_step(plan, FJ__STEP_KERNEL);
+    fj__variant_from_features(&sum->variant, FJ__FAMILY_BWD, f, dev);
+    sum->variant.stage = 6;
+    sum->variant.varlen = f->varlen;
+    sum->variant.tile_m = sum->variant.tile_n = 1;
+    sum->variant.threads = 128;
+    sum->block[0] = 128;
+    sum->grid[0] = (uint32_t)fj__div_up(elements, 128);
+    return elements <= 128 * (int64_t)INT32_MAX;
 }
 
 /* The key blocks of one (batch, kv head): stage 2's blocks (or a persistent grid's items). */
@@ -338,7 +360,8 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, co
     const size_t rows = (size_t)(f->batch * f->heads_q * f->seqlen_q);
     plan->bwd.delta = fj__plan_add_workspace(plan, rows * sizeof(float));
     plan->bwd.lse2 = fj__plan_add_workspace(plan, rows * sizeof(float));
-    plan->bwd.dq_acc = plan->bwd.dq_turns = -1;
+    plan->bwd.dq_acc = plan->bwd.dq_turns = plan->bwd.dbias_part = -1;
+    plan->bwd.dbias_splits = 1;
     plan->bwd.dq_slices = 1;
     /* dq added in stage 2 (on tensor cores): its f32 sum is zeroed first, and stage 5 casts it
     ** where stage 3 would compute dq. */
@@ -392,7 +415,7 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, co
         s->block[0] = (uint32_t)v->threads;
         s->shared_bytes = fj__variant_dynamic_shared_bytes(v);
         if (stage == 4) {
-            if (!dbias_grid(f, v, s))
+            if (!plan_dbias(f, dev, plan, s))
                 return fj__fail(err, FJ_ERR_UNSUPPORTED, "desc.dbias of %lld x %lld x %lld x %lld elements: "
                                 "more tiles than a launch's grid holds",
                                 (long long)f->dbias_extent[0], (long long)f->dbias_extent[1],
@@ -514,6 +537,8 @@ fj_status fj__bwd_fill(const fj__plan *plan, int i, int run, const fj__bwd_probl
         B->dbias_batches = (int32_t)p->dbias_extent[0];
         B->dbias_heads = (int32_t)p->dbias_extent[1];
         B->dbias_rows = (int32_t)p->dbias_extent[2];
+        B->dbias_splits = plan->bwd.dbias_splits;
+        B->dbias_part = plan->bwd.dbias_part >= 0 ? ws[plan->bwd.dbias_part] : NULL;
     }
     return maps ? fill_bwd_maps(plan, v, p, ws, tmap, tmap_ud, params) : FJ_OK;
 }

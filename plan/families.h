@@ -249,12 +249,14 @@ FJ__PARAM_STRUCT(fj__decode_tma_params, FJ__DECODE_TMA_PARAMS);
     X(T, I64, dv_sh, 0)                                                                            \
     X(T, I64, dq_slice, 0)                                                                         \
     X(T, PTR, dbias, "float")                                                                      \
+    X(T, PTR, dbias_part, "float")                                                                 \
     X(T, I64, dbias_sb, 0)                                                                         \
     X(T, I64, dbias_sh, 0)                                                                         \
     X(T, I64, dbias_ss, 0)                                                                         \
     X(T, I32, dbias_batches, 0)                                                                    \
     X(T, I32, dbias_heads, 0)                                                                      \
     X(T, I32, dbias_rows, 0)                                                                       \
+    X(T, I32, dbias_splits, 0)                                                                     \
     X(T, I32, dq_slices, 0)                                                                        \
     X(T, I32, key_block0, 0)                                                                       \
     X(T, I32, key_blocks, 0)                                                                       \

@@ -92,9 +92,12 @@ typedef struct fj__plan {
     } decode;
     /* The backward's workspaces: D = rowsum(dout * out) and the lse in log2 units, each
     ** [batch, heads_q, seqlen_q]; dq's f32 sum, dq_slices slices [batch, heads_q, seqlen_q,
-    ** head_dim_pad] of dq_slice floats (-1: dq is a stage of its own). */
+    ** head_dim_pad] of dq_slice floats (-1: dq is a stage of its own); a bias's gradient summed
+    ** over rows in dbias_splits shares: their sums [splits, batches, heads, keys] (-1: one
+    ** share, none). */
     struct {
-        int delta, lse2, dq_acc;
+        int delta, lse2, dq_acc, dbias_part;
+        int32_t dbias_splits;
         int dq_turns; /* stage 2's turns (dq_turns): an int per (batch, head) and query tile */
         int32_t dq_slices;
         int64_t dq_slice;

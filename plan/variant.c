@@ -47,7 +47,8 @@ const char *fj__variant_entry(const fj__variant *v)
                                                : v->stage == 2 ? "fj_attn_bwd_dkdv"
                                                : v->stage == 3 ? "fj_attn_bwd_dq"
                                                : v->stage == 4 ? "fj_attn_bwd_dbias"
-                                                               : "fj_attn_bwd_dq_store")
+                                               : v->stage == 5 ? "fj_attn_bwd_dq_store"
+                                                               : "fj_attn_bwd_dbias_sum")
                                             : "fj_attn_fwd";
 }
 
@@ -413,13 +414,15 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
         const uint64_t cap = dev->backend == FJ_BACKEND_CUDA ? 48 * 1024 : 64 * 1024;
         budget = budget < cap ? budget : cap;
         /* A work-item a key (stage 2) or a row (3); stage 1 a team of them a row, stage 4 4 x 4
-        ** elements of tiles within the 128 x 128 class blocks, stage 5 rows of elements */
+        ** elements of tiles within the 128 x 128 class blocks, stage 5 rows of elements, stage
+        ** 6 an element */
         const int dbias_tiles = v->tile_m % 4 == 0 && v->tile_n % 4 == 0 && v->tile_n > 0 &&
                                 128 % v->tile_m == 0 && 128 % v->tile_n == 0 &&
                                 v->threads == v->tile_m * v->tile_n / 16;
-        return v->stage >= 1 && v->stage <= 5 && v->tile_m >= 1 &&
+        return v->stage >= 1 && v->stage <= 6 && v->tile_m >= 1 &&
                (v->stage == 1 || v->stage == 5 ? v->threads % v->tile_m == 0 && v->threads <= 1024
                 : v->stage == 4                ? dbias_tiles
+                : v->stage == 6                ? v->threads >= 32 && v->threads <= 1024
                               : v->tile_n >= 1 &&
                                     v->threads == (v->stage == 2 ? v->tile_n : v->tile_m)) &&
                fj__variant_shared_bytes(v) <= budget;

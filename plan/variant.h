@@ -111,7 +111,8 @@ typedef struct fj__variant {
                           ** rows' band, not the sequence's (a paged chunk of more rows than
                           ** decode takes: causal prefill reads half the keys) */
     uint8_t stage;        /* BWD: 1 D = rowsum(dout * out), 2 dk and dv, 3 dq, 4 dbias, 5 dq
-                          ** from the f32 sum that stage 2 accumulated (grads 4) */
+                          ** from the f32 sum that stage 2 accumulated (grads 4), 6 dbias from
+                          ** stage 4's shares of a sum over rows */
     uint8_t producer;     /* BWD stage 2 on WGMMA: warpgroup 0 copies (TMA) and gives its
                           ** registers to the computing warpgroups; `warps` counts it */
     uint8_t multicast;    /* DECODE WGMMA with bulk: the two row tiles of a kv head run as a

@@ -15,7 +15,8 @@
 % --         broadcasts: a tile of it a work-group, S and dP recomputed by tiles through local
 % --         memory;
 % --   and stage 5, dq_store: TILE_M rows of dq a work-group, cast from the f32 sum that the
-% --         tensor-core dkdv stage (attn_bwd_mma.cu.lua, grads 4) accumulated by atomics.
+% --         tensor-core dkdv stage (attn_bwd_mma.cu.lua, grads 4) accumulated by atomics;
+% --   stage 6, dbias_sum: a bias summed over rows, from dbias's shares of the rows.
 % -- No stage here uses atomics: the gradients are bit-identical run to run.
 % --
 % -- Variable lengths (varlen 1, 2 with seqused_k): BLOCK_Z is the sequence, found as the
@@ -24,7 +25,8 @@
 % -- Parameters: dtypes (one type), head_dim_pad, head_dim_v_pad, tile_m, tile_n, threads, stage,
 % -- local_mask, softcap, varlen, the masks' and score terms' (attn_masks.lua), shared_bytes (the
 % -- host's size of Smem), args (fj_bwd_params).
-% assert(stage >= 1 and stage <= 5, "attn_bwd: stage 1 (dot), 2 (dkdv), 3 (dq), 4 (dbias) or 5 (dq_store)")
+% assert(stage >= 1 and stage <= 6,
+%        "attn_bwd: stage 1 (dot), 2 (dkdv), 3 (dq), 4 (dbias), 5 (dq_store) or 6 (dbias_sum)")
 % assert(score_mod == "" or score_mod_grad ~= "", "attn_bwd: score_mod needs score_mod_grad")
 % assert(kv_dtype == q_dtype and out_dtype == q_dtype, "attn_bwd takes one element type")
 % include("dialect.lua")
@@ -387,9 +389,12 @@ fj_attn_bwd_dbias(
     const int group = heads_q / heads_kv;
     const int b_lo = P.dbias_batches == 1 ? 0 : b_, b_hi = P.dbias_batches == 1 ? batches : b_ + 1;
     const int h_lo = P.dbias_heads == 1 ? 0 : h_, h_hi = P.dbias_heads == 1 ? heads_q : h_ + 1;
-    /* the rows of this work-group's tile, or all where they are summed */
-    const int m_lo = rows_summed ? 0 : BLOCK_Y * TILE_M;
-    const int m_end = rows_summed ? ${rows_all} : m_lo + TILE_M;
+    /* The rows of this work-group's tile; where they are summed, share BLOCK_Y of the row tiles
+    ** (P.dbias_splits shares, whose sums stage 6 adds where there are several). */
+    const int row_tiles = (${rows_all} + TILE_M - 1) / TILE_M;
+    const int per_share = (row_tiles + P.dbias_splits - 1) / P.dbias_splits * TILE_M;
+    const int m_lo = BLOCK_Y * (rows_summed ? per_share : TILE_M);
+    const int m_end = rows_summed ? I_MIN(m_lo + per_share, ${rows_all}) : m_lo + TILE_M;
     float acc[4][4];
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++)
@@ -469,7 +474,11 @@ fj_attn_bwd_dbias(
             float sum = 0.0f;
             for (int y = 0; y < TY; y++)
                 sum += sm.part[y][tid];
-            out_p[k0 + tid] = sum;
+            if (P.dbias_splits > 1) /* this share's sum, [share, pair, key] */
+                GPTR(float, P.dbias_part)[((I64)BLOCK_Y * P.dbias_batches * P.dbias_heads + pair) *
+                                              ${keys_all} + k0 + tid] = sum;
+            else
+                out_p[k0 + tid] = sum;
         }
         return;
     }
@@ -479,6 +488,28 @@ fj_attn_bwd_dbias(
             if (row < P.dbias_rows && key < ${keys_all})
                 out_p[(I64)row * P.dbias_ss + key] = acc[i][j];
         }
+}
+% elseif stage == 6 then
+%   local keys_all = varlen > 0 and "max_seqlen_k" or "seqlen_k"
+/* A bias's gradient summed over rows in P.dbias_splits shares: their sums from the workspace
+** ([share, pair, key], stage 4's) added in order, a work-item per element of dbias. */
+KERNEL(THREADS)
+fj_attn_bwd_dbias_sum(
+% params_arg(args)
+)
+{
+% params_unpack(args.fields[1].block, "P.fwd", unpack_names)
+    const I64 pairs = (I64)P.dbias_batches * P.dbias_heads, n = pairs * ${keys_all};
+    const I64 e = (I64)BLOCK_X * THREADS + THREAD_X;
+    if (e >= n)
+        return;
+    float sum = 0.0f;
+    for (int s = 0; s < P.dbias_splits; s++)
+        sum += GPTR(const float, P.dbias_part)[s * n + e];
+    const int key = (int)(e % ${keys_all});
+    const I64 pair = e / ${keys_all};
+    GPTR(float, P.dbias)[pair / P.dbias_heads * P.dbias_sb + pair % P.dbias_heads * P.dbias_sh +
+                         key] = sum;
 }
 % elseif stage == 5 then
 /* dQ from its f32 sum in the workspace, dq_slices slices [batch, heads_q, d_rows, DP] added in

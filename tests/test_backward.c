@@ -349,10 +349,11 @@ static void test_score_mod(void **state)
 }
 
 /* The bias's gradient (desc.dbias): full, shared by the batch, a key bias broadcast over heads
-** and rows (summed over them); with score_mod, ALiBi, masks, causal and GQA; dtypes. */
+** and rows (summed over them, in shares of the rows where its tiles are few); with score_mod,
+** ALiBi, masks, causal and GQA; dtypes. */
 static void test_dbias(void **state)
 {
-    fjh_case cases[8];
+    fjh_case cases[9];
     size_t n = 0;
     cases[n] = bwd_case(37, 53, 4, 2, 32, FJ_DTYPE_F32);
     cases[n++].bias = 1;
@@ -380,6 +381,12 @@ static void test_dbias(void **state)
     cases[n].bias = 1;
     cases[n].desc.window_left = 40;
     cases[n++].desc.mask_mod = "k / 64 != 1 || q % 3 == 0";
+    /* A key bias of one sequence and one key tile: its five row tiles in shares (as many as
+    ** fill twice the device's compute units), summed by a last stage. */
+    cases[n] = bwd_case(300, 50, 4, 2, 32, FJ_DTYPE_BF16);
+    cases[n].batch = 1;
+    cases[n].bias = 3;
+    cases[n++].desc.causal = 1;
     for (size_t i = 0; i < n; i++)
         cases[i].dbias = 1;
     run_cases(state, cases, n);

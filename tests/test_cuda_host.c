@@ -293,7 +293,9 @@ static void test_backward_stages(void **state)
 }
 
 /* A backward with the bias's gradient on sm_90a and sm_80: dq, dk and dv on the tensor cores
-** (as without it), then the SIMT dbias stage last, which gets dbias's address. */
+** (as without it), then the SIMT dbias stage last, which gets dbias's address; for a key bias
+** (its five key tiles too few for the device), the dbias stage's shares of the rows, then their
+** sum, which gets it. */
 static void test_bias_gradient_stages(void **state)
 {
     (void)state;
@@ -314,25 +316,38 @@ static void test_bias_gradient_stages(void **state)
                           .ndim = 4,
                           .shape = {1, 4, 200, 300},
                           .stride = {0, 200 * 300, 300, 1}};
-        fj_tensor dbias = bias;
-        dbias.data = mem[1];
-        r.desc.causal = 1;
-        r.desc.bias = &bias;
-        r.desc.dbias = &dbias;
-        stub.reset();
-        assert_int_equal(fj_attention_backward(ctx, &r.desc, &r.q, &r.k, &r.v, &r.out, &g.out,
-                                               &r.lse, &g.q, &g.k, &g.v, NULL),
-                         FJ_OK);
-        printf("  sm_%s with dbias: %s,", sms[a], kernel_path(ctx));
-        for (int i = 0; i < stub.launches(); i++)
-            printf(" %s", stub.launch_at(i)->function);
-        printf("\n");
-        assert_string_equal(kernel_path(ctx), paths[a]);
-        assert_true(launched_with("fj_attn_bwd_dkdv", g.k.data));
-        assert_true(launched_with(NULL, g.q.data));
-        const fjstub_launch *last = stub.launch_at(stub.launches() - 1);
-        assert_string_equal(last->function, "fj_attn_bwd_dbias");
-        assert_true(params_hold(last, dbias.data));
+        fj_tensor keys = bias; /* [2, 1, 1, 300] */
+        keys.shape[0] = 2;
+        keys.shape[1] = keys.shape[2] = 1;
+        keys.stride[0] = 300;
+        keys.stride[1] = keys.stride[2] = 0;
+        for (int kind = 0; kind < 2; kind++) {
+            const fj_tensor *b = kind ? &keys : &bias;
+            fj_tensor dbias = *b;
+            dbias.data = mem[1];
+            r.desc.causal = 1;
+            r.desc.bias = b;
+            r.desc.dbias = &dbias;
+            stub.reset();
+            assert_int_equal(fj_attention_backward(ctx, &r.desc, &r.q, &r.k, &r.v, &r.out,
+                                                   &g.out, &r.lse, &g.q, &g.k, &g.v, NULL),
+                             FJ_OK);
+            printf("  sm_%s with dbias of a %s bias: %s,", sms[a], kind ? "key" : "head",
+                   kernel_path(ctx));
+            for (int i = 0; i < stub.launches(); i++)
+                printf(" %s", stub.launch_at(i)->function);
+            printf("\n");
+            assert_string_equal(kernel_path(ctx), paths[a]);
+            assert_true(launched_with("fj_attn_bwd_dkdv", g.k.data));
+            assert_true(launched_with(NULL, g.q.data));
+            const fjstub_launch *last = stub.launch_at(stub.launches() - 1);
+            assert_string_equal(last->function, kind ? "fj_attn_bwd_dbias_sum"
+                                                     : "fj_attn_bwd_dbias");
+            assert_true(params_hold(last, dbias.data));
+            if (kind)
+                assert_string_equal(stub.launch_at(stub.launches() - 2)->function,
+                                    "fj_attn_bwd_dbias");
+        }
         for (int i = 0; i < 2; i++)
             fj_free(ctx, mem[i]);
         request_free(ctx, &r);

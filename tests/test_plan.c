@@ -254,6 +254,51 @@ static void stage_paths(const fj__plan *plan, char *buf, size_t size)
                                                                         : "simt");
 }
 
+/* The bias's gradient: 64 x 64 tiles of it, a block each; a key bias (summed over heads and
+** rows) of few key tiles splits the rows into shares that fill the device (at most 64), whose
+** sums a last stage adds; where the key tiles fill it, one share and no last stage. */
+static void test_dbias_row_shares(void **state)
+{
+    (void)state;
+    const planned_devices devs = planned_device_set();
+    const struct {
+        int64_t batch_extent, seqlen_k;
+        int32_t splits;
+    } cases[] = {{2, 300, 5},   /* 10 tiles: 27 shares fill the 132 SMs twice, but 5 row tiles */
+                 {1, 64, 5},    /* 1 tile */
+                 {2, 20000, 1}, /* 626 tiles fill them */
+                 {2, 4000, 3}}; /* 126 tiles: 3 shares fill them */
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fj__features f = bwd_features(128, 128, FJ_DTYPE_BF16);
+        f.bias_dtype = FJ_DTYPE_F32;
+        f.seqlen_k = cases[i].seqlen_k;
+        f.dbias_extent[0] = cases[i].batch_extent;
+        f.dbias_extent[1] = f.dbias_extent[2] = 1;
+        fj__plan plan;
+        fj__err err = {{0}};
+        if (fj__plan_backward(&f, &devs.h200, NULL, &plan, &err) != FJ_OK)
+            fail_msg("case %zu: %s", i, err.msg);
+        const int32_t want = cases[i].splits;
+        const fj__step *last = &plan.steps[plan.nsteps - 1];
+        const fj__step *tiles = want > 1 ? last - 1 : last;
+        const int64_t key_tiles = (f.seqlen_k + 63) / 64, pairs = cases[i].batch_extent;
+        assert_int_equal(tiles->variant.stage, 4);
+        assert_true(tiles->grid[0] == (uint32_t)(pairs * key_tiles) &&
+                    tiles->grid[1] == (uint32_t)want);
+        assert_int_equal(plan.bwd.dbias_splits, want);
+        if (want == 1) {
+            assert_int_equal(plan.bwd.dbias_part, -1);
+            continue;
+        }
+        assert_int_equal(last->variant.stage, 6);
+        assert_true(fj__variant_fits(&last->variant, &devs.h200));
+        assert_true(last->grid[0] * last->block[0] >= (uint32_t)(pairs * f.seqlen_k) &&
+                    (last->grid[0] - 1) * last->block[0] < (uint32_t)(pairs * f.seqlen_k));
+        assert_true(plan.workspaces[plan.bwd.dbias_part].bytes ==
+                    (size_t)(want * pairs * f.seqlen_k) * sizeof(float));
+    }
+}
+
 static void test_backward_plans(void **state)
 {
     (void)state;
@@ -1394,6 +1439,7 @@ int main(void)
         cmocka_unit_test(test_every_family_loads_compiled_and_cached),
         cmocka_unit_test(test_classifier_plan_and_its_memo),
         cmocka_unit_test(test_backward_plans),
+        cmocka_unit_test(test_dbias_row_shares),
         cmocka_unit_test(test_dq_turns),
         cmocka_unit_test(test_deterministic_slices),
         cmocka_unit_test(test_decode_plans),
