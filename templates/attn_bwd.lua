@@ -371,7 +371,8 @@ typedef struct Smem {
 ** broadcasts: summed over), TILE_M rows by TILE_N keys of it a work-group (one row where the
 ** rows are summed), 4 x 4 elements a work-item: each element's sum of ds over the (batch, head,
 ** query row) triples it stands for, S = q k^T and dP = dout v^T recomputed a tile at a time.
-** Grid: x the (batch, head) pairs of dbias times its key tiles, y its row tiles. Variable
+** Grid: x the (batch, head) pairs of dbias times its key tiles, y its row tiles (summed rows:
+** P.dbias_splits shares of them, each summed into the workspace unless there is one). Variable
 ** lengths index the sequences as a padded batch (sequence b's query i, key j at (b, i, j)); an
 ** element past a sequence's lengths has none of its pairs. */
 KERNEL(THREADS)
