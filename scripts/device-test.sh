@@ -199,7 +199,8 @@ if [ "$what" = bwd ]; then
     grep -q FAILED "$out/sanitizer_bwd.log" && status=1
     # The bias's gradient (a SIMT stage after the tensor cores' stages): checked at a size the
     # host's float64 reference takes in seconds, timed at 2k unchecked.
-    for args in "--bias heads --dbias" "--bias full --dbias --causal" "--bias heads"; do
+    for args in "--bias heads --dbias" "--bias full --dbias --causal" \
+        "--bias keys --dbias --causal" "--bias heads"; do
         echo "== --backward $args: $(timeout 100 $build/flashjit run --backend cuda --batch 1 \
             --heads 4 --seqlen 509 --head-dim 128 --backward $args 2>&1 |
             grep -E '^dbias|PASS|FAIL' | cut -c1-80 | tr '\n' ' ')"
