@@ -234,8 +234,12 @@ static void bwd_variant(const fj__features *f, const fj_device_info *dev, const 
             return;
         }
     }
-    if (stage == 4) { /* tiles of dbias: 64 x 64 elements, 4 x 4 a work-item */
-        v->tile_m = v->tile_n = 64;
+    if (stage == 4) {
+        /* Tiles of dbias: 64 rows x 32 keys, 4 x 4 elements a work-item. (64 x 64 on 256
+        ** work-items: ptxas kept them to 128 registers, and a score_mod's derivative spilled
+        ** 8 bytes at d 64; the same 128 registers without spills on 128 work-items.) */
+        v->tile_m = 64;
+        v->tile_n = 32;
         v->threads = v->tile_m * v->tile_n / 16;
         return;
     }

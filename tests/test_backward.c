@@ -373,7 +373,7 @@ static void test_dbias(void **state)
     cases[n++].desc.softcap = 4.0f;
     cases[n] = bwd_case(1, 90, 2, 2, 16, FJ_DTYPE_F32);
     cases[n++].bias = 2;
-    /* Several of the kernel's 64 x 64 tiles each way, some wholly outside a band or masked. */
+    /* Several of the kernel's 64 x 32 tiles each way, some wholly outside a band or masked. */
     cases[n] = bwd_case(150, 200, 2, 1, 24, FJ_DTYPE_BF16);
     cases[n].bias = 3;
     cases[n++].desc.causal = 1;

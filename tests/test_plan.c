@@ -254,9 +254,10 @@ static void stage_paths(const fj__plan *plan, char *buf, size_t size)
                                                                         : "simt");
 }
 
-/* The bias's gradient: 64 x 64 tiles of it, a block each; a key bias (summed over heads and
-** rows) of few key tiles splits the rows into shares that fill the device (at most 64), whose
-** sums a last stage adds; where the key tiles fill it, one share and no last stage. */
+/* The bias's gradient: 64 x 32 tiles of it (rows by keys), a block each; a key bias (summed
+** over heads and rows) of few key tiles splits the rows into shares that fill the device twice
+** (at most 64), whose sums a last stage adds; where the key tiles fill it, one share and no
+** last stage. */
 static void test_dbias_row_shares(void **state)
 {
     (void)state;
@@ -264,10 +265,10 @@ static void test_dbias_row_shares(void **state)
     const struct {
         int64_t batch_extent, seqlen_k;
         int32_t splits;
-    } cases[] = {{2, 300, 5},   /* 10 tiles: 27 shares fill the 132 SMs twice, but 5 row tiles */
-                 {1, 64, 5},    /* 1 tile */
-                 {2, 20000, 1}, /* 626 tiles fill them */
-                 {2, 4000, 3}}; /* 126 tiles: 3 shares fill them */
+    } cases[] = {{2, 300, 5},   /* 20 tiles: 14 shares would fill 132 SMs twice; 5 row tiles */
+                 {1, 64, 5},    /* 2 tiles */
+                 {2, 20000, 1}, /* 1250 tiles fill them */
+                 {2, 4000, 2}}; /* 250 tiles: 2 shares fill them */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fj__features f = bwd_features(128, 128, FJ_DTYPE_BF16);
         f.bias_dtype = FJ_DTYPE_F32;
@@ -281,7 +282,8 @@ static void test_dbias_row_shares(void **state)
         const int32_t want = cases[i].splits;
         const fj__step *last = &plan.steps[plan.nsteps - 1];
         const fj__step *tiles = want > 1 ? last - 1 : last;
-        const int64_t key_tiles = (f.seqlen_k + 63) / 64, pairs = cases[i].batch_extent;
+        const int64_t key_tiles = (f.seqlen_k + tiles->variant.tile_n - 1) / tiles->variant.tile_n;
+        const int64_t pairs = cases[i].batch_extent;
         assert_int_equal(tiles->variant.stage, 4);
         assert_true(tiles->grid[0] == (uint32_t)(pairs * key_tiles) &&
                     tiles->grid[1] == (uint32_t)want);
@@ -408,11 +410,11 @@ static void test_backward_plans(void **state)
             /* the cast last, but for the bias's gradient after it */
             const int dbias = f.dbias_extent[0] > 0;
             assert_int_equal(plan.steps[plan.nsteps - 1 - dbias].variant.stage, 5);
-            if (dbias) { /* 64 x 64 tiles: 8 heads x 5 key tiles by 5 row tiles */
+            if (dbias) { /* 64 x 32 tiles: 8 heads x 10 key tiles by 5 row tiles */
                 const fj__step *last = &plan.steps[plan.nsteps - 1];
                 assert_true(last->variant.stage == 4 && last->variant.path == FJ__PATH_SIMT);
-                assert_true(last->grid[0] == 8 * 5 && last->grid[1] == 5 && last->grid[2] == 1);
-                assert_int_equal(last->block[0], 256);
+                assert_true(last->grid[0] == 8 * 10 && last->grid[1] == 5 && last->grid[2] == 1);
+                assert_int_equal(last->block[0], 128);
             }
             if (cases[i].deterministic) {
                 assert_true(slices >= 1 && slices <= keys && main->grid[0] == (uint32_t)slices);
