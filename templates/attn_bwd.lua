@@ -346,13 +346,15 @@ typedef struct Smem {
             BARRIER();
             for (int i = tid; i < TILE_M * CHUNK; i += THREADS) {
                 const int r = i / CHUNK, c = c0 + i % CHUNK;
-                sm.a[r][i % CHUNK] =
-                    m0 + r < seqlen_q && c < ${n} ? ${a_load}(${a}, (I64)(m0 + r) * ${as} + c) : 0.0f;
+                sm.a[r][i % CHUNK] = m0 + r < seqlen_q && c < ${n}
+                                         ? ${a_load}(${a}, (I64)(m0 + r) * ${as} + c)
+                                         : 0.0f;
             }
             for (int i = tid; i < TILE_N * CHUNK; i += THREADS) {
                 const int r = i / CHUNK, c = c0 + i % CHUNK;
-                sm.b[r][i % CHUNK] =
-                    k0 + r < seqlen_k && c < ${n} ? ${b_load}(${b}, (I64)(k0 + r) * ${bs} + c) : 0.0f;
+                sm.b[r][i % CHUNK] = k0 + r < seqlen_k && c < ${n}
+                                         ? ${b_load}(${b}, (I64)(k0 + r) * ${bs} + c)
+                                         : 0.0f;
             }
             BARRIER();
             for (int c = 0; c < CHUNK; c++) {
@@ -374,8 +376,10 @@ typedef struct Smem {
 ** Grid: x the (batch, head) pairs of dbias times its key tiles, y its row tiles (summed rows:
 ** P.dbias_splits shares of them, each summed into the workspace unless there is one). Variable
 ** lengths index the sequences as a padded batch (sequence b's query i, key j at (b, i, j)); an
-** element past a sequence's lengths has none of its pairs. */
-KERNEL(THREADS)
+** element past a sequence's lengths has none of its pairs. Its S, dP and sums (48 floats a
+** work-item) beside a score_mod's derivative spilled at the 128 registers ptxas chose for
+** four blocks an SM: KERNEL_ONE_BLOCK lets it take what it needs (152 there). */
+KERNEL_ONE_BLOCK(THREADS)
 fj_attn_bwd_dbias(
 % params_arg(args)
 )
@@ -435,12 +439,11 @@ fj_attn_bwd_dbias(
                 BARRIER(); /* the last tile's lse and D read */
                 for (int r = tid; r < TILE_M; r += THREADS) {
                     const int row = m0 + r;
-                    sm.lse[r] = row < seqlen_q
-                                    ? lse[batch * l_sb + (I64)head * l_sh + (I64)(q_first + row) * l_ss] * LOG2E
-                                    : -F_INF;
-                    sm.delta[r] = row < seqlen_q
-                                      ? GPTR(float, P.delta)[((I64)batch * heads_q + head) * d_rows + row]
-                                      : 0.0f;
+                    const I64 at = batch * l_sb + (I64)head * l_sh + (I64)(q_first + row) * l_ss;
+                    sm.lse[r] = row < seqlen_q ? lse[at] * LOG2E : -F_INF;
+                    sm.delta[r] = row < seqlen_q ? GPTR(float, P.delta)[((I64)batch * heads_q +
+                                                                         head) * d_rows + row]
+                                                 : 0.0f;
                 }
                 float s[4][4], dps[4][4];
                 for (int i = 0; i < 4; i++)

@@ -1,6 +1,8 @@
 % -- The portable dialect: one spelling of a kernel for OpenCL C and CUDA C++. Templates written
 % -- with these macros (KERNEL, GLOBAL, SHARED, BARRIER, THREAD_X, BLOCK_X/Y/Z, F_* math, I64,
-% -- LOCAL_FLAG_SET: set a shared int to 1 from any number of threads)
+% -- LOCAL_FLAG_SET: set a shared int to 1 from any number of threads; KERNEL_ONE_BLOCK: a
+% -- KERNEL whose work-items may take all the registers one block leaves them, where ptxas
+% -- would otherwise keep them to fewer, for more blocks an SM, and spill)
 % -- render for either backend. Element access by role: q_t, kv_t, o_t are the element types in
 % -- memory of q, of k and v, and of out (a family may give the roles other meanings); Q_LOAD(p,
 % -- i) reads element i as float (likewise KV_, O_; *_LOAD_RO through the read-only path) and
@@ -15,6 +17,7 @@
 % -- finite value, as CUDA's satfinite conversions).
 % if backend == "opencl" then
 #define KERNEL(threads) __kernel __attribute__((reqd_work_group_size(threads, 1, 1))) void
+#define KERNEL_ONE_BLOCK(threads) KERNEL(threads)
 #define GLOBAL __global
 #define SHARED __local
 #define BARRIER() barrier(CLK_LOCAL_MEM_FENCE)
@@ -37,6 +40,7 @@
 typedef long I64;
 % elseif backend == "cuda" then
 #define KERNEL(threads) extern "C" __global__ void __launch_bounds__(threads)
+#define KERNEL_ONE_BLOCK(threads) extern "C" __global__ void __launch_bounds__(threads, 1)
 #define GLOBAL
 #define SHARED __shared__
 #define BARRIER() __syncthreads()
