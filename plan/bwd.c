@@ -420,8 +420,9 @@ fj_status fj__plan_backward(const fj__features *f, const fj_device_info *dev, co
         s->shared_bytes = fj__variant_dynamic_shared_bytes(v);
         if (stage == 4) {
             if (!plan_dbias(f, dev, plan, s))
-                return fj__fail(err, FJ_ERR_UNSUPPORTED, "desc.dbias of %lld x %lld x %lld x %lld elements: "
-                                "more tiles than a launch's grid holds",
+                return fj__fail(err, FJ_ERR_UNSUPPORTED,
+                                "desc.dbias of %lld x %lld x %lld x %lld elements: more tiles "
+                                "than a launch's grid holds",
                                 (long long)f->dbias_extent[0], (long long)f->dbias_extent[1],
                                 (long long)f->dbias_extent[2], (long long)f->seqlen_k);
             continue;

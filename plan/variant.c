@@ -169,8 +169,9 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
                : v->stage == 3 ? 4u * (uint32_t)(v->tile_n * (v->head_dim_pad + v->head_dim_v_pad))
                /* dbias: 32-column chunks (CHUNK) of its rows and keys, each row's lse and D, a
                ** quarter of its rows' partial sums by key */
-               : v->stage == 4 ? 4u * (uint32_t)((v->tile_m + v->tile_n) * (32 + 1) + 2 * v->tile_m +
-                                                 v->tile_m / 4 * v->tile_n)
+               : v->stage == 4
+                   ? 4u * (uint32_t)((v->tile_m + v->tile_n) * (32 + 1) + 2 * v->tile_m +
+                                     v->tile_m / 4 * v->tile_n)
                                : 0u;
     if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_VECTOR) {
         /* attn_decode_vec.cu.lua's Smem: each key group's max, sum and accumulators per row. */
