@@ -675,8 +675,9 @@ static const struct {
 
 /* fj_block_mask_build: the classes of each mask_mod above over 300 x 300 pairs equal the
 ** host's count of kept pairs per 128 x 128 block (pairs past the ends ignored); a forward
-** given them as desc.block_mask equals one that classifies itself; bad arguments are named. Packed sequences: the same classes (those of the padded batch), the
-** same agreement, and masks that read a sequence's lengths refused. */
+** given them as desc.block_mask equals one that classifies itself; bad arguments are named.
+** Packed sequences: the same classes (those of the padded batch), the same agreement, and
+** masks that read a sequence's lengths refused. */
 static void test_block_mask_build(void **state)
 {
     fj_context *ctx = suite_context(state);
