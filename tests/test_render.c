@@ -345,12 +345,16 @@ static void test_decode_variants_render(void **state)
 }
 
 /* The work-group size a rendered portable kernel declares: the value of the macro that its
-** KERNEL(...) names (0: none found). */
+** KERNEL(...) or KERNEL_ONE_BLOCK(...) names (0: none found). */
 static int declared_work_group(const char *out)
 {
-    const char *k = strstr(out, "\nKERNEL(");
+    static const char *const spellings[] = {"\nKERNEL(", "\nKERNEL_ONE_BLOCK("};
+    const char *k = NULL;
+    for (int i = 0; i < 2 && !k; i++)
+        if ((k = strstr(out, spellings[i])) != NULL)
+            k += strlen(spellings[i]);
     char name[64], define[80];
-    if (!k || sscanf(k + 8, "%63[A-Z_]", name) != 1)
+    if (!k || sscanf(k, "%63[A-Z_]", name) != 1)
         return 0;
     snprintf(define, sizeof define, "#define %s ", name);
     const char *d = strstr(out, define);
@@ -359,16 +363,16 @@ static int declared_work_group(const char *out)
 
 /* The backward's SIMT stages render for both backends, with soft-capping, a window, a bias,
 ** a mask_mod and a score_mod with its derivative, each declaring the work-group it is launched
-** with (the D stage and the cast: teams of work-items over rows; FJ_RENDER_OUT: the CUDA
-** sources are written there). */
+** with (the D stage, the cast and the sum of dbias's shares: work-items over rows or elements;
+** dbias a work-item per 4 x 4 elements; FJ_RENDER_OUT: the CUDA sources are written there). */
 static void test_backward_stages_render(void **state)
 {
     (void)state;
-    static const char *const entries[5] = {"fj_attn_bwd_dot(", "fj_attn_bwd_dkdv(",
-                                           "fj_attn_bwd_dq(", "fj_attn_bwd_dbias(",
-                                           "fj_attn_bwd_dq_store("};
+    static const char *const entries[6] = {"fj_attn_bwd_dot(",      "fj_attn_bwd_dkdv(",
+                                           "fj_attn_bwd_dq(",       "fj_attn_bwd_dbias(",
+                                           "fj_attn_bwd_dq_store(", "fj_attn_bwd_dbias_sum("};
     for (int backend = 0; backend < 2; backend++)
-        for (int stage = 1; stage <= 5; stage++) {
+        for (int stage = 1; stage <= 6; stage++) {
             fj__variant v;
             memset(&v, 0, sizeof v);
             v.family = FJ__FAMILY_BWD;
@@ -379,7 +383,7 @@ static void test_backward_stages_render(void **state)
             v.head_dim_pad = 64;
             v.head_dim_v_pad = 48;
             v.tile_m = v.tile_n = 16;
-            v.threads = stage == 1 || stage == 5 ? 128 : 16;
+            v.threads = stage == 1 || stage >= 5 ? 128 : 16;
             v.stage = (uint8_t)stage;
             v.local_mask = v.softcap = 1;
             v.bias = 1;
@@ -387,7 +391,7 @@ static void test_backward_stages_render(void **state)
             char *out = render_or_fail(&v);
             assert_non_null(strstr(out, entries[stage - 1]));
             assert_int_equal(declared_work_group(out), v.threads);
-            const int scores = stage > 1 && stage < 5; /* stage 5 casts dq's sum */
+            const int scores = stage > 1 && stage < 5; /* 5 and 6 add sums up */
             assert_true((strstr(out, "1.0f - t * t") != NULL) == scores);
             assert_true((strstr(out, "fj_score_grad(mc, capped") != NULL) == scores);
             save_render(backend, out, "bwd_stage%d.cu", stage);
