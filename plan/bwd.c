@@ -266,9 +266,10 @@ static int plan_dbias(const fj__features *f, const fj_device_info *dev, fj__plan
     const fj__variant *v = &s->variant;
     const int64_t x = e[0] * e[1] * fj__div_up(f->seqlen_k, v->tile_n);
     int64_t y = fj__div_up(e[2] == 1 ? f->seqlen_q : e[2], v->tile_m);
-    if (e[2] == 1) {
-        const int64_t want = fj__div_up(2 * (int64_t)fj__compute_units(dev), x);
-        y = y < want ? y : want < 64 ? want : 64;
+    if (e[2] == 1) { /* no more shares than fill the device twice, nor than 64 */
+        int64_t shares = fj__div_up(2 * (int64_t)fj__compute_units(dev), x);
+        shares = shares < 64 ? shares : 64;
+        y = y < shares ? y : shares;
     }
     if (x > INT32_MAX || y > 65535)
         return 0;
@@ -287,9 +288,9 @@ static int plan_dbias(const fj__features *f, const fj_device_info *dev, fj__plan
     sum->variant.varlen = f->varlen;
     sum->variant.tile_m = sum->variant.tile_n = 1;
     sum->variant.threads = 128;
-    sum->block[0] = 128;
-    sum->grid[0] = (uint32_t)fj__div_up(elements, 128);
-    return elements <= 128 * (int64_t)INT32_MAX;
+    sum->block[0] = (uint32_t)sum->variant.threads;
+    sum->grid[0] = (uint32_t)fj__div_up(elements, sum->variant.threads);
+    return elements <= (int64_t)sum->variant.threads * INT32_MAX;
 }
 
 /* The key blocks of one (batch, kv head): stage 2's blocks (or a persistent grid's items). */

@@ -68,20 +68,31 @@
     GLOBAL float *lse2_p = GPTR(float, P.lse2) + (I64)batch * heads_q * d_rows;
 % end
 % local unpack_names = varlen > 0 and { seqlen_q = "max_seqlen_q", seqlen_k = "max_seqlen_k" } or nil
+% -- The workspace of dbias's shares of summed rows (stage 4 writes, stage 6 adds): element
+% -- [share][pair][key] of [P.dbias_splits][batches * heads of dbias][keys], an expression.
+% local function dbias_part(share, pair, key, keys)
+%   return "GPTR(float, P.dbias_part)[((I64)(" .. share .. ") * P.dbias_batches * P.dbias_heads + " ..
+%          pair .. ") * " .. keys .. " + " .. key .. "]"
+% end
+
+% -- The block class of query row `row` and key `key` of this (batch, head), an expression.
+% local function block_class(row, key)
+%   return "LDG(GPTR(const int, P.fwd.mask.block_mask) + batch * P.fwd.mask.blocks_sb + " ..
+%          "head * P.fwd.mask.blocks_sh + (" .. row .. " / 128) * P.fwd.mask.blocks_sq + " ..
+%          key .. " / 128)"
+% end
 
 % -- `bool seen`: whether query row `row` of this (batch, head) sees key `key`, as the forward
 % -- decides it: the tensors' ends, the band, the caller's block classes, the element masks.
-% local function emit_seen(row, key)
+% -- tile_class: a variable already holding the pair's block class (a tile within one block).
+% local function emit_seen(row, key, tile_class)
         bool seen = ${row} < seqlen_q && ${key} < seqlen_k;
 %   if local_mask then
         seen = seen && (window_left < 0 || ${key} >= ${row} + shift - window_left) &&
                (window_right < 0 || ${key} <= ${row} + shift + window_right);
 %   end
 %   if block_mask then
-        const int cls = seen ? LDG(GPTR(const int, P.fwd.mask.block_mask) + batch * P.fwd.mask.blocks_sb +
-                                   head * P.fwd.mask.blocks_sh + (${row} / 128) * P.fwd.mask.blocks_sq +
-                                   ${key} / 128)
-                             : 0;
+        const int cls = seen ? ${tile_class or block_class(row, key)} : 0;
         seen = seen && cls != 0;
 %     if sparse then
         seen = seen && (cls == 2 || fj_keeps(mc, ${row}, ${key}));
@@ -430,10 +441,8 @@ fj_attn_bwd_dbias(
                     continue;
 %   end
 %   if block_mask then
-                /* a tile in a block of class 0 */
-                if (LDG(GPTR(const int, P.fwd.mask.block_mask) + batch * P.fwd.mask.blocks_sb +
-                        head * P.fwd.mask.blocks_sh + (m0 / 128) * P.fwd.mask.blocks_sq +
-                        k0 / 128) == 0)
+                const int tile_class = ${block_class("m0", "k0")}; /* (the tile's one block) */
+                if (tile_class == 0)
                     continue;
 %   end
                 BARRIER(); /* the last tile's lse and D read */
@@ -454,7 +463,7 @@ fj_attn_bwd_dbias(
                 for (int i = 0; i < 4; i++)
                     for (int j = 0; j < 4; j++) {
                         const int row = m0 + ty + TY * i, key = k0 + tx + TX * j;
-% emit_seen("row", "key")
+% emit_seen("row", "key", block_mask and "tile_class" or nil)
                         if (!seen)
                             continue;
                         const float dp = dps[i][j], lse_l2 = sm.lse[ty + TY * i];
@@ -478,9 +487,8 @@ fj_attn_bwd_dbias(
             float sum = 0.0f;
             for (int y = 0; y < TY; y++)
                 sum += sm.part[y][tid];
-            if (P.dbias_splits > 1) /* this share's sum, [share, pair, key] */
-                GPTR(float, P.dbias_part)[((I64)BLOCK_Y * P.dbias_batches * P.dbias_heads + pair) *
-                                              ${keys_all} + k0 + tid] = sum;
+            if (P.dbias_splits > 1) /* this share's sum */
+                ${dbias_part("BLOCK_Y", "pair", "k0 + tid", keys_all)} = sum;
             else
                 out_p[k0 + tid] = sum;
         }
@@ -503,15 +511,14 @@ fj_attn_bwd_dbias_sum(
 )
 {
 % params_unpack(args.fields[1].block, "P.fwd", unpack_names)
-    const I64 pairs = (I64)P.dbias_batches * P.dbias_heads, n = pairs * ${keys_all};
     const I64 e = (I64)BLOCK_X * THREADS + THREAD_X;
-    if (e >= n)
+    if (e >= (I64)P.dbias_batches * P.dbias_heads * ${keys_all})
         return;
-    float sum = 0.0f;
-    for (int s = 0; s < P.dbias_splits; s++)
-        sum += GPTR(const float, P.dbias_part)[s * n + e];
     const int key = (int)(e % ${keys_all});
     const I64 pair = e / ${keys_all};
+    float sum = 0.0f;
+    for (int s = 0; s < P.dbias_splits; s++)
+        sum += ${dbias_part("s", "pair", "key", keys_all)};
     GPTR(float, P.dbias)[pair / P.dbias_heads * P.dbias_sb + pair % P.dbias_heads * P.dbias_sh +
                          key] = sum;
 }
