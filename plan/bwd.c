@@ -16,8 +16,9 @@
 
 /* Whether the tensor-core stages serve f on dev: CUDA sm_80+, one 16-bit element type in rows
 ** of 16-byte chunks, head dims to 256 (masks, block classes, score terms and packed sequences
-** are the kernels' own). The bias's gradient is a SIMT stage of its own after them in any plan
-** (attn_bwd.lua's dbias: from q, k, v, dout, lse and stage 1's D alone). */
+** are the kernels' own). The bias's gradient is a stage of its own after them in any plan
+** (from q, k, v, dout, lse and stage 1's D alone): attn_bwd_dbias_mma.cu.lua where these serve
+** (packed sequences with a bias do not), else attn_bwd.lua's dbias. */
 static int mma_serves(const fj__features *f, const fj_device_info *dev)
 {
     const int sixteen_bit = (f->q_dtype == FJ_DTYPE_F16 || f->q_dtype == FJ_DTYPE_BF16) &&
@@ -119,7 +120,11 @@ static void bwd_wgmma_variant(int stage, int deterministic, fj__variant *v)
         v->stages = 2;
         v->grads = 7;
     } else if (stage == 2) {
-        const int light_elements = !score_mod && !v->softcap && !v->mask_tensor && !v->mask_ranges;
+        /* 128 streamed rows at d 64 only for light element passes: with a bias (16-bit or f32)
+        ** the dk/dv kernel spilled 108-132 bytes there, and 64 rows ran 1.07-1.12x as fast
+        ** (H100, b 4 h 16 s 4k, causal and not; bench/RESULTS.md). */
+        const int light_elements =
+            !score_mod && !v->softcap && !v->mask_tensor && !v->mask_ranges && !v->bias;
         v->tile_n = 16 * v->warps;
         v->producer = producer;
         /* The element pass split around the products (where the kernel can: no soft-capping,
@@ -230,6 +235,21 @@ static void bwd_variant(const fj__features *f, const fj_device_info *dev, const 
         bwd_mma_variant(stage, f->deterministic, dev, &mma);
         if (fj__variant_fits(&mma, dev)) {
             apply_bwd_config(config, dev, &mma);
+            *v = mma;
+            return;
+        }
+    }
+    if (stage == 4 && mma_serves(f, dev)) {
+        /* Tiles of dbias on tensor cores (attn_bwd_dbias_mma.cu.lua): 64 keys on four warps by
+        ** 64 query rows, fewer rows until the tiles fit the device's shared memory. */
+        fj__variant mma = *v;
+        mma.path = FJ__PATH_MMA;
+        mma.warps = 4;
+        mma.threads = 32 * mma.warps;
+        mma.tile_n = 16 * mma.warps;
+        for (mma.tile_m = 64; mma.tile_m > 16 && !fj__variant_fits(&mma, dev); mma.tile_m /= 2)
+            ;
+        if (fj__variant_fits(&mma, dev)) {
             *v = mma;
             return;
         }

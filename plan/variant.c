@@ -28,7 +28,8 @@ const char *fj__variant_template(const fj__variant *v)
     if (v->family == FJ__FAMILY_BWD)
         return v->path == FJ__PATH_WGMMA ? (v->d_split ? "attn_bwd_wgmma_split.cu.lua"
                                                        : "attn_bwd_wgmma.cu.lua")
-               : v->path == FJ__PATH_MMA ? "attn_bwd_mma.cu.lua"
+               : v->path == FJ__PATH_MMA ? (v->stage == 4 ? "attn_bwd_dbias_mma.cu.lua"
+                                                          : "attn_bwd_mma.cu.lua")
                                          : "attn_bwd.lua";
     switch (v->path) {
     case FJ__PATH_MMA: return "attn_fwd_mma.cu.lua";
@@ -139,10 +140,11 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
     if (v->family == FJ__FAMILY_BWD && v->path == FJ__PATH_MMA) {
         /* attn_bwd_mma.cu.lua, rows padded by 8 elements: stage 2 K and V, two buffers of Q
         ** and dO, two of the rows' lse and D, and with dQ (grads 4) dS^T [tile_n][tile_m + 8];
-        ** stage 3 Q and dO, two buffers of K and V. */
+        ** stage 3 Q and dO, two buffers of K and V; attn_bwd_dbias_mma.cu.lua (stage 4) as
+        ** stage 2 without dQ. */
         const uint32_t row = qs * (uint32_t)(v->head_dim_pad + 8 + v->head_dim_v_pad + 8);
         const uint32_t ds = v->grads & 4 ? qs * (uint32_t)(v->tile_n * (v->tile_m + 8)) : 0u;
-        return v->stage == 2
+        return v->stage == 2 || v->stage == 4
                    ? row * (uint32_t)(v->tile_n + 2 * v->tile_m) + 16u * (uint32_t)v->tile_m + ds
                    : row * (uint32_t)(v->tile_m + 2 * v->tile_n);
     }
@@ -365,6 +367,14 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
          fj__dtype_fp8((fj_dtype)v->q_dtype) || v->d_split || v->block_mask ||
          fj__variant_element_masks(v) || v->bias_tma))
         return 0;
+    if (v->family == FJ__FAMILY_BWD && v->path == FJ__PATH_MMA && v->stage == 4)
+        /* attn_bwd_dbias_mma.cu.lua: 16 keys a warp, a bias, dense sequences */
+        return v->warps >= 1 && v->threads == 32 * v->warps && v->tile_n == 16 * v->warps &&
+               v->tile_m % 16 == 0 && v->tile_m >= 16 && v->tile_m <= 128 && !v->grads &&
+               v->bias && !v->varlen && v->head_dim_pad % 16 == 0 &&
+               v->head_dim_v_pad % 16 == 0 && v->head_dim_pad <= 256 &&
+               v->head_dim_v_pad <= 256 && bwd_tiles_fit_classes(v) &&
+               fj__variant_shared_bytes(v) <= dev->local_memory;
     if (v->family == FJ__FAMILY_BWD && v->path == FJ__PATH_MMA) /* attn_bwd_mma.cu.lua */
         return (v->stage == 2 || v->stage == 3) && v->warps >= 1 && v->threads == 32 * v->warps &&
                (v->stage == 2

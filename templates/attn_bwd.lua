@@ -68,13 +68,6 @@
     GLOBAL float *lse2_p = GPTR(float, P.lse2) + (I64)batch * heads_q * d_rows;
 % end
 % local unpack_names = varlen > 0 and { seqlen_q = "max_seqlen_q", seqlen_k = "max_seqlen_k" } or nil
-% -- The workspace of dbias's shares of summed rows (stage 4 writes, stage 6 adds): element
-% -- [share][pair][key] of [P.dbias_splits][batches * heads of dbias][keys], an expression.
-% local function dbias_part(share, pair, key, keys)
-%   return "GPTR(float, P.dbias_part)[((I64)(" .. share .. ") * P.dbias_batches * P.dbias_heads + " ..
-%          pair .. ") * " .. keys .. " + " .. key .. "]"
-% end
-
 % -- The block class of query row `row` and key `key` of this (batch, head), an expression.
 % local function block_class(row, key)
 %   return "LDG(GPTR(const int, P.fwd.mask.block_mask) + batch * P.fwd.mask.blocks_sb + " ..

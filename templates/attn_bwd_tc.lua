@@ -49,10 +49,11 @@
 % end
 
 % -- With block_mask, `block_class_of(head, m, n)`: the class (0 skip, 1 partial, 2 full) of the
-% -- 128 x 128 block of (batch, head) that holds query row m and key n. Goes after `batch`.
-% function bwd_block_classes()
+% -- 128 x 128 block of (batch, head) that holds query row m and key n. Goes after `batch`; with
+% -- `any_batch`, block_class_of(batch, head, m, n) instead.
+% function bwd_block_classes(any_batch)
 %   if block_mask then
-    auto block_class_of = [&](int head_, int m, int n) {
+    auto block_class_of = [&](${any_batch and "int batch, " or ""}int head_, int m, int n) {
         return P.fwd.mask.block_mask[batch * P.fwd.mask.blocks_sb + head_ * P.fwd.mask.blocks_sh +
                                      (m / 128) * P.fwd.mask.blocks_sq + n / 128];
     };
@@ -68,7 +69,8 @@
 
 % -- The element pass over the two products of one tile, s (scores) and dp (dP), NT n8 tiles of
 % -- a warp's 16 rows: s becomes P and dp becomes dS (times 1 / scale without soft-capping;
-% -- only where want_ds). lse2 and delta: the log-sum-exp (log2 units, +inf for rows that
+% -- only where want_ds; want_ds "raw": dL/d(score) without soft-capping's derivative, which is
+% -- the bias's gradient). lse2 and delta: the log-sum-exp (log2 units, +inf for rows that
 % -- see nothing) and D of the element's query; row and key: its query row and key; all C
 % -- expressions of the row half h, j and e. masked: elements outside [lo[h], hi[h]] (offsets
 % -- from the thread's first column: the ends and the band) get P = 0 without their masks and
@@ -120,7 +122,7 @@
                 ** nothing, whatever the derivative there. */
                 ds = p > 0.0f ? ds * fj_score_grad(mc, capped, ${row}, ${key}) : 0.0f;
 %     end
-%     if softcap then
+%     if softcap and want_ds ~= "raw" then
                 ds *= scale * (1.0f - th * th);
 %     end
                 dp[j][e] = ds;

@@ -353,7 +353,7 @@ static void test_score_mod(void **state)
 ** ALiBi, masks, causal and GQA; dtypes. */
 static void test_dbias(void **state)
 {
-    fjh_case cases[9];
+    fjh_case cases[12];
     size_t n = 0;
     cases[n] = bwd_case(37, 53, 4, 2, 32, FJ_DTYPE_F32);
     cases[n++].bias = 1;
@@ -387,6 +387,21 @@ static void test_dbias(void **state)
     cases[n].batch = 1;
     cases[n].bias = 3;
     cases[n++].desc.causal = 1;
+    /* The tensor cores' tiles (64 keys by 64 rows) at the head dims of the grid: several each
+    ** way, ragged ends, soft-capping (the bias is added after it: its gradient is not through
+    ** tanh), a window, GQA. */
+    cases[n] = bwd_case(130, 200, 4, 2, 128, FJ_DTYPE_BF16);
+    cases[n].bias = 2;
+    cases[n].desc.softcap = 5.0f;
+    cases[n++].desc.causal = 1;
+    cases[n] = bwd_case(77, 260, 2, 1, 256, FJ_DTYPE_F16);
+    cases[n].bias = 1;
+    cases[n].desc.window_left = 70;
+    cases[n++].desc.window_right = 10;
+    cases[n] = bwd_case(200, 129, 2, 2, 64, FJ_DTYPE_BF16);
+    cases[n].bias = 3;
+    cases[n].bias_f32 = 1;
+    cases[n++].desc.score_mod = "s * 0.5 + tanh(s)";
     for (size_t i = 0; i < n; i++)
         cases[i].dbias = 1;
     run_cases(state, cases, n);

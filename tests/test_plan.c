@@ -254,10 +254,10 @@ static void stage_paths(const fj__plan *plan, char *buf, size_t size)
                                                                         : "simt");
 }
 
-/* The bias's gradient: 64 x 32 tiles of it (rows by keys), a block each; a key bias (summed
-** over heads and rows) of few key tiles splits the rows into shares that fill the device twice
-** (at most 64), whose sums a last stage adds; where the key tiles fill it, one share and no
-** last stage. */
+/* The bias's gradient: 64 x 64 tiles of it (rows by keys) on an H200's tensor cores, a block
+** each; a key bias (summed over heads and rows) of few key tiles splits the rows into shares
+** that fill the device twice (at most 64), whose sums a last stage adds; where the key tiles fill
+** it, one share and no last stage. */
 static void test_dbias_row_shares(void **state)
 {
     (void)state;
@@ -265,10 +265,10 @@ static void test_dbias_row_shares(void **state)
     const struct {
         int64_t batch_extent, seqlen_k;
         int32_t splits;
-    } cases[] = {{2, 300, 5},   /* 20 tiles: 14 shares would fill 132 SMs twice; 5 row tiles */
-                 {1, 64, 5},    /* 2 tiles */
-                 {2, 20000, 1}, /* 1250 tiles fill them */
-                 {2, 4000, 2}}; /* 250 tiles: 2 shares fill them */
+    } cases[] = {{2, 300, 5},   /* 10 tiles: 27 shares would fill 132 SMs twice; 5 row tiles */
+                 {1, 64, 5},    /* 1 tile */
+                 {2, 20000, 1}, /* 626 tiles fill them */
+                 {2, 4000, 3}}; /* 126 tiles: 3 shares fill them */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fj__features f = bwd_features(128, 128, FJ_DTYPE_BF16);
         f.bias_dtype = FJ_DTYPE_F32;
@@ -284,7 +284,8 @@ static void test_dbias_row_shares(void **state)
         const fj__step *tiles = want > 1 ? last - 1 : last;
         const int64_t key_tiles = (f.seqlen_k + tiles->variant.tile_n - 1) / tiles->variant.tile_n;
         const int64_t pairs = cases[i].batch_extent;
-        assert_int_equal(tiles->variant.stage, 4);
+        assert_true(tiles->variant.stage == 4 && tiles->variant.path == FJ__PATH_MMA &&
+                    tiles->variant.tile_m == 64 && tiles->variant.tile_n == 64);
         assert_true(tiles->grid[0] == (uint32_t)(pairs * key_tiles) &&
                     tiles->grid[1] == (uint32_t)want);
         assert_int_equal(plan.bwd.dbias_splits, want);
@@ -331,10 +332,13 @@ static void test_backward_plans(void **state)
         {192, 128, FJ_DTYPE_BF16, 0, &devs.h200, 1, "memset,simt,wgmma,simt"},
         {256, 256, FJ_DTYPE_BF16, 5, &devs.h200, 1, "simt,mma,mma,mma"}, /* dK, dV, dQ */
         {128, 128, FJ_DTYPE_F32, 0, &devs.h200, 0, "simt,simt,simt"},
-        /* the bias's gradient: a SIMT stage after the tensor cores' */
-        {128, 128, FJ_DTYPE_BF16, 1, &devs.h200, 0, "memset,simt,wgmma,simt,simt"},
-        {128, 128, FJ_DTYPE_BF16, 1, &devs.h200, 1, "memset,simt,wgmma,simt,simt"},
-        {64, 64, FJ_DTYPE_BF16, 1, &devs.sm86, 1, "simt,mma,mma,simt"},
+        /* the bias's gradient: a stage after the others, on mma.sync where its tiles fit (at
+        ** d 256 on sm_86 not even 16 rows do: SIMT), SIMT without tensor cores */
+        {128, 128, FJ_DTYPE_BF16, 1, &devs.h200, 0, "memset,simt,wgmma,simt,mma"},
+        {128, 128, FJ_DTYPE_BF16, 1, &devs.h200, 1, "memset,simt,wgmma,simt,mma"},
+        {64, 64, FJ_DTYPE_BF16, 1, &devs.sm86, 1, "simt,mma,mma,mma"},
+        {256, 256, FJ_DTYPE_BF16, 1, &devs.sm86, 1, "simt,mma,mma,mma,simt"},
+        {128, 128, FJ_DTYPE_BF16, 1, &devs.sm75, 0, "simt,simt,simt,simt"},
         {128, 128, FJ_DTYPE_BF16, 2, &devs.h200, 0, "memset,simt,wgmma,simt"},
         {128, 128, FJ_DTYPE_BF16, 2, &devs.h200, 1, "memset,simt,wgmma,simt"},
         {96, 64, FJ_DTYPE_BF16, 0, &devs.h200, 0, "memset,simt,wgmma,simt"}, /* padded to 128 / 64 */
@@ -410,10 +414,10 @@ static void test_backward_plans(void **state)
             /* the cast last, but for the bias's gradient after it */
             const int dbias = f.dbias_extent[0] > 0;
             assert_int_equal(plan.steps[plan.nsteps - 1 - dbias].variant.stage, 5);
-            if (dbias) { /* 64 x 32 tiles: 8 heads x 10 key tiles by 5 row tiles */
+            if (dbias) { /* 64 x 64 tiles: 8 heads x 5 key tiles by 5 row tiles */
                 const fj__step *last = &plan.steps[plan.nsteps - 1];
-                assert_true(last->variant.stage == 4 && last->variant.path == FJ__PATH_SIMT);
-                assert_true(last->grid[0] == 8 * 10 && last->grid[1] == 5 && last->grid[2] == 1);
+                assert_true(last->variant.stage == 4 && last->variant.path == FJ__PATH_MMA);
+                assert_true(last->grid[0] == 8 * 5 && last->grid[1] == 5 && last->grid[2] == 1);
                 assert_int_equal(last->block[0], 128);
             }
             if (cases[i].deterministic) {
@@ -439,7 +443,7 @@ static void test_backward_plans(void **state)
             if (st->variant.path != FJ__PATH_SIMT) {
                 const int stage = st->variant.stage;
                 const int32_t tile = stage == 2 ? st->variant.tile_n : st->variant.tile_m;
-                if (st->variant.persistent)
+                if (st->variant.persistent || stage == 4)
                     continue; /* checked above */
                 if (st->runs == 0)
                     assert_int_equal(st->grid[0], (300 + tile - 1) / tile);
@@ -495,6 +499,15 @@ static void test_backward_plans(void **state)
             assert_int_equal(fj__plan_backward(&masked, cases[i].dev, NULL, &tuned, &err), FJ_OK);
             h = &tuned.steps[tuned.main_step].variant;
             assert_true(h->path == FJ__PATH_WGMMA && !h->producer && h->warps == 8);
+            /* a bias at d 64 (f32 or 16-bit): 64 streamed rows, where 128 spilled */
+            for (int dt = 0; dt < 2; dt++) {
+                fj__features biased = bwd_features(64, 64, FJ_DTYPE_BF16);
+                biased.bias_dtype = dt ? FJ_DTYPE_F32 : FJ_DTYPE_BF16;
+                assert_int_equal(fj__plan_backward(&biased, cases[i].dev, NULL, &tuned, &err),
+                                 FJ_OK);
+                h = &tuned.steps[tuned.main_step].variant;
+                assert_true(h->path == FJ__PATH_WGMMA && h->bias && h->tile_m == 64);
+            }
             /* the Hopper dk/dv ring: 2 to 4 slots where they fit (3 of 64 rows at d 64; at
             ** d 128 beside dQ's buffers, 3), more ignored */
             fj__features narrow = bwd_features(64, 64, FJ_DTYPE_BF16);
