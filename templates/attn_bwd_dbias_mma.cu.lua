@@ -36,17 +36,8 @@
 % include("params.lua")
 % params_struct(args)
 
-% mma_tile_macros()
-#define NEG_INF __int_as_float(0xff800000)
-#define POS_INF __int_as_float(0x7f800000)
-#define LOG2E 1.4426950408889634f
-% mma_load_tile()
-
-/* Shared memory: K [BN][QS], V [BN][VS], then two buffers of Q [BM][QS] and dO [BM][VS], then
-** two of the rows' lse (log2 units) and D, [BM] floats each (the dk/dv kernel's layout). */
-#define QG_ELEMS (BM * (QS + VS))
-static_assert(2 * (BN * (QS + VS) + 2 * QG_ELEMS) + 16 * BM == ${shared_bytes},
-              "the host's shared-memory size");
+% bwd_mma_preamble()
+% bwd_stream_smem()
 
 /* A BM x BN tile of dbias [batches, heads, rows, keys] (an extent of 1 where the bias
 ** broadcasts: summed over). */
@@ -57,11 +48,7 @@ fj_attn_bwd_dbias(
 {
 % params_unpack(args.fields[1].block, "P.fwd")
     const float scale = P.scale;
-    extern __shared__ __attribute__((aligned(128))) unsigned char smem[];
-    elem_t *sK = (elem_t *)smem;
-    elem_t *sV = sK + BN * QS;
-    elem_t *sQG = sV + BN * VS; /* buffer b: Q at sQG + b * QG_ELEMS, dO after it */
-    float *sLD = (float *)(sQG + 2 * QG_ELEMS); /* buffer b: lse at sLD + 2 * BM * b, D after */
+% bwd_stream_smem_pointers()
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int g = lane / 4, t = lane % 4; /* row group and column pair of the fragments */
@@ -144,24 +131,13 @@ fj_attn_bwd_dbias(
             kv_at = kv;
         }
 % bwd_mask_ctx("head")
-        cp_async_wait_all();
-        __syncthreads(); /* item i landed; every warp is done with buffer b ^ 1 */
-        if (next < count) {
-            issue(next, b ^ 1);
-            cp_async_commit();
-        }
-        const elem_t *sQ = sQG + b * QG_ELEMS, *sG = sQ + BM * QS;
-        const float *sL = sLD + 2 * BM * b, *sD = sL + BM;
+% bwd_stream_landed()
 % if block_mask then
         const int block_class = block_class_of(batch, head, m0, n0);
 % end
 
         /* S^T = K Q^T and dP^T = V dO^T: the warp's 16 keys by BM queries; dS^T into dp. */
-        float s[BM / 8][4], dp[BM / 8][4];
-        zero_acc<BM>(s);
-        zero_acc<BM>(dp);
-        mma_rows_by_rows<BM, DP / 16, QS, QS>(s, sK + warp * 16 * QS, sQ, lane);
-        mma_rows_by_rows<BM, DVP / 16, VS, VS>(dp, sV + warp * 16 * VS, sG, lane);
+% bwd_stream_products(true)
 % bwd_dkdv_elements("raw")
 #pragma unroll
         for (int j = 0; j < BM / 8; j++)

@@ -48,22 +48,14 @@
 % include("params.lua")
 % params_struct(args)
 
-% mma_tile_macros()
-#define NEG_INF __int_as_float(0xff800000)
-#define POS_INF __int_as_float(0x7f800000)
-#define LOG2E 1.4426950408889634f
-% mma_load_tile()
+% bwd_mma_preamble()
 
 % local ds_factor = bwd_ds_factor()
 
 % if stage == 2 then
-/* Shared memory: K [BN][QS], V [BN][VS], then two buffers of Q [BM][QS] and dO [BM][VS], then
-** two of the rows' lse (log2 units) and D, [BM] floats each; with dQ, the tile's dS^T
-** [BN][DSS]. */
-#define QG_ELEMS (BM * (QS + VS))
+/* With dQ, the tile's dS^T [BN][DSS] after the streamed tiles. */
 #define DSS (BM + 8)
-static_assert(2 * (BN * (QS + VS) + 2 * QG_ELEMS) + 16 * BM ${want_dq and "+ 2 * BN * DSS " or ""}== ${shared_bytes},
-              "the host's shared-memory size");
+% bwd_stream_smem(want_dq and "2 * BN * DSS" or nil)
 % if want_dq then
 % -- dQ of a tile, BM rows by DP columns, in pieces of 16 rows by DQ_COLS: as many pieces as
 % -- warps where the rows allow, and at most 64 columns each (32 accumulators a thread, beside
@@ -112,11 +104,7 @@ fj_attn_bwd_dkdv(
 {
 % params_unpack(args.fields[1].block, "P.fwd", bwd_unpack_names())
     const float scale = P.scale;
-    extern __shared__ __attribute__((aligned(128))) unsigned char smem[];
-    elem_t *sK = (elem_t *)smem;
-    elem_t *sV = sK + BN * QS;
-    elem_t *sQG = sV + BN * VS; /* buffer b: Q at sQG + b * QG_ELEMS, dO after it */
-    float *sLD = (float *)(sQG + 2 * QG_ELEMS); /* buffer b: lse at sLD + 2 * BM * b, D after */
+% bwd_stream_smem_pointers()
 % if want_dq then
     elem_t *sDS = (elem_t *)(sLD + 4 * BM);
 % end
@@ -159,26 +147,13 @@ fj_attn_bwd_dkdv(
         const int m0 = (mb_lo + i % tiles) * BM;
         next = live_from(i + 1);
 % bwd_mask_ctx("head_kv * group + i / tiles")
-        cp_async_wait_all();
-        __syncthreads(); /* tile i landed; every warp is done with buffer b ^ 1 */
-        if (next < count) {
-            issue(next, b ^ 1);
-            cp_async_commit();
-        }
-        const elem_t *sQ = sQG + b * QG_ELEMS, *sG = sQ + BM * QS;
-        const float *sL = sLD + 2 * BM * b, *sD = sL + BM;
+% bwd_stream_landed()
 % if block_mask then
         const int block_class = block_class_of(head_kv * group + i / tiles, m0, n0);
 % end
 
         /* S^T = K Q^T and dP^T = V dO^T: the warp's 16 keys by BM queries. */
-        float s[BM / 8][4], dp[BM / 8][4];
-        zero_acc<BM>(s);
-        zero_acc<BM>(dp);
-        mma_rows_by_rows<BM, DP / 16, QS, QS>(s, sK + warp * 16 * QS, sQ, lane);
-% if want_dk then
-        mma_rows_by_rows<BM, DVP / 16, VS, VS>(dp, sV + warp * 16 * VS, sG, lane);
-% end
+% bwd_stream_products(want_dk)
 
 % bwd_dkdv_elements(want_dk)
 

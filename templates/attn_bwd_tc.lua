@@ -22,6 +22,64 @@
 % include("sequence.lua")
 % end
 
+% -- The kernels on mma.sync (attn_bwd_mma.cu.lua, attn_bwd_dbias_mma.cu.lua): the tile macros,
+% -- the infinities, log2(e) and load_tile. After cuda_mma.lua and params_struct().
+% function bwd_mma_preamble()
+% mma_tile_macros()
+#define NEG_INF __int_as_float(0xff800000)
+#define POS_INF __int_as_float(0x7f800000)
+#define LOG2E 1.4426950408889634f
+% mma_load_tile()
+% end
+
+% -- The shared memory of a block that owns BN keys and streams query tiles (the dk/dv kernel on
+% -- mma.sync, and the dbias kernel): K [BN][QS], V [BN][VS], then two buffers of Q [BM][QS]
+% -- and dO [BM][VS], then two of the rows' lse (log2 units) and D, [BM] floats each, then
+% -- `extra` bytes (a C expression, or nil), all checked against the host's size. Then
+% -- bwd_stream_smem_pointers() in the kernel declares sK, sV, sQG (buffer b: Q at sQG + b *
+% -- QG_ELEMS, dO after it) and sLD (buffer b: lse at sLD + 2 * BM * b, D after it).
+% function bwd_stream_smem(extra)
+/* Shared memory: K [BN][QS], V [BN][VS], two buffers of Q [BM][QS] and dO [BM][VS], two of the
+** rows' lse and D ([BM] floats each)${extra and ", then " .. extra .. " bytes" or ""}. */
+#define QG_ELEMS (BM * (QS + VS))
+static_assert(2 * (BN * (QS + VS) + 2 * QG_ELEMS) + 16 * BM ${extra and ("+ " .. extra .. " ") or ""}== ${shared_bytes},
+              "the host's shared-memory size");
+% end
+% function bwd_stream_smem_pointers()
+    extern __shared__ __attribute__((aligned(128))) unsigned char smem[];
+    elem_t *sK = (elem_t *)smem;
+    elem_t *sV = sK + BN * QS;
+    elem_t *sQG = sV + BN * VS;
+    float *sLD = (float *)(sQG + 2 * QG_ELEMS);
+% end
+
+% -- A block's turn in its stream (after bwd_stream_smem_pointers, inside the loop over items i
+% -- with buffer b): item i's tiles landed, every warp done with buffer b ^ 1, into which the
+% -- next live item's are issued (the kernel's `issue(next, b ^ 1)`); then sQ, sG (dO), sL
+% -- (lse) and sD (D) point at buffer b.
+% function bwd_stream_landed()
+        cp_async_wait_all();
+        __syncthreads(); /* item i landed; every warp is done with buffer b ^ 1 */
+        if (next < count) {
+            issue(next, b ^ 1);
+            cp_async_commit();
+        }
+        const elem_t *sQ = sQG + b * QG_ELEMS, *sG = sQ + BM * QS;
+        const float *sL = sLD + 2 * BM * b, *sD = sL + BM;
+% end
+
+% -- S^T = K Q^T into s and (want_dp) dP^T = V dO^T into dp: the warp's 16 keys by the BM
+% -- queries of buffer b (after bwd_stream_landed).
+% function bwd_stream_products(want_dp)
+        float s[BM / 8][4], dp[BM / 8][4];
+        zero_acc<BM>(s);
+        zero_acc<BM>(dp);
+        mma_rows_by_rows<BM, DP / 16, QS, QS>(s, sK + warp * 16 * QS, sQ, lane);
+%   if want_dp then
+        mma_rows_by_rows<BM, DVP / 16, VS, VS>(dp, sV + warp * 16 * VS, sG, lane);
+%   end
+% end
+
 % -- The masks' and score terms' context of (batch, `head`) (a C expression), `mc`, where the
 % -- variant reads them.
 % function bwd_mask_ctx(head)

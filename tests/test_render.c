@@ -455,6 +455,41 @@ static void test_backward_mma_render(void **state)
                                 extras, v.grads);
                     free(out);
                 }
+    /* The bias's gradient (stage 4, attn_bwd_dbias_mma.cu.lua): dS before soft-capping's
+    ** derivative (the bias is added after the cap), through score_mod's; a key bias's shares
+    ** into the workspace. */
+    for (int wide = 0; wide < 3; wide++)
+        for (int extras = 0; extras < 2; extras++) {
+            fj__variant v;
+            memset(&v, 0, sizeof v);
+            v.family = FJ__FAMILY_BWD;
+            v.backend = FJ_BACKEND_CUDA;
+            v.path = FJ__PATH_MMA;
+            v.q_dtype = v.kv_dtype = v.out_dtype = FJ_DTYPE_F16;
+            v.acc_dtype = FJ_DTYPE_F32;
+            v.head_dim_pad = wide == 2 ? 256 : wide ? 128 : 64;
+            v.head_dim_v_pad = wide == 2 ? 256 : wide ? 96 : 64;
+            v.warps = 4;
+            v.threads = 128;
+            v.tile_m = v.tile_n = 64;
+            v.stage = 4;
+            v.bias = (uint8_t)(1 + extras);
+            v.local_mask = v.softcap = (uint8_t)extras;
+            if (extras && wide == 1) {
+                v.alibi = v.mask_tensor = v.block_mask = 1;
+                set_test_mods(&v);
+            }
+            char *out = render_or_fail(&v);
+            assert_non_null(strstr(out, "fj_attn_bwd_dbias("));
+            assert_non_null(strstr(out, "mma.sync.aligned.m16n8k16"));
+            assert_non_null(strstr(out, "P.dbias_part"));
+            assert_true((strstr(out, "tanhf(") != NULL) == extras);
+            assert_null(strstr(out, "1.0f - th * th"));
+            assert_true((strstr(out, "fj_score_grad(mc, capped") != NULL) ==
+                        (v.score_mod != NULL));
+            save_render(1, out, "bwd_mma_dbias_d%d_x%d.cu", v.head_dim_pad, extras);
+            free(out);
+        }
 }
 
 /* Hopper's backward kernels render at head dims 64 and 128 / 64 (dk/dv with and without dq's
