@@ -399,6 +399,21 @@ static void test_backward_stages_render(void **state)
         }
 }
 
+/* A backward variant on mma.sync in `dtype` at head dims 64 (wide 0), 128 / 96 (1) or 256 (2). */
+static fj__variant mma_bwd_variant(fj_dtype dtype, int wide)
+{
+    fj__variant v;
+    memset(&v, 0, sizeof v);
+    v.family = FJ__FAMILY_BWD;
+    v.backend = FJ_BACKEND_CUDA;
+    v.path = FJ__PATH_MMA;
+    v.q_dtype = v.kv_dtype = v.out_dtype = (uint8_t)dtype;
+    v.acc_dtype = FJ_DTYPE_F32;
+    v.head_dim_pad = wide == 2 ? 256 : wide ? 128 : 64;
+    v.head_dim_v_pad = wide == 2 ? 256 : wide ? 96 : 64;
+    return v;
+}
+
 /* The backward's tensor-core stages (dk and dv, with dq by atomics or not; dq) render, with and
 ** without the band and soft-capping, at head dims 64, 128 / 96 and 256 (dV and dK in separate
 ** launches there): the products are mma.sync, soft-capping's derivative is in dS where dS is
@@ -411,15 +426,7 @@ static void test_backward_mma_render(void **state)
         for (int wide = 0; wide < 3; wide++)
             for (int extras = 0; extras < 2; extras++)
                 for (int atomic = 0; atomic < (stage == 2 ? 2 : 1); atomic++) {
-                    fj__variant v;
-                    memset(&v, 0, sizeof v);
-                    v.family = FJ__FAMILY_BWD;
-                    v.backend = FJ_BACKEND_CUDA;
-                    v.path = FJ__PATH_MMA;
-                    v.q_dtype = v.kv_dtype = v.out_dtype = FJ_DTYPE_BF16;
-                    v.acc_dtype = FJ_DTYPE_F32;
-                    v.head_dim_pad = wide == 2 ? 256 : wide ? 128 : 64;
-                    v.head_dim_v_pad = wide == 2 ? 256 : wide ? 96 : 64;
+                    fj__variant v = mma_bwd_variant(FJ_DTYPE_BF16, wide);
                     /* at 256, stage 2 writes dV (plain) or dK (with the band and soft-capping) */
                     v.grads = stage == 3 ? 0 : wide < 2 ? 3 : extras ? 1 : 2;
                     if (atomic && (v.grads & 1))
@@ -460,15 +467,7 @@ static void test_backward_mma_render(void **state)
     ** into the workspace. */
     for (int wide = 0; wide < 3; wide++)
         for (int extras = 0; extras < 2; extras++) {
-            fj__variant v;
-            memset(&v, 0, sizeof v);
-            v.family = FJ__FAMILY_BWD;
-            v.backend = FJ_BACKEND_CUDA;
-            v.path = FJ__PATH_MMA;
-            v.q_dtype = v.kv_dtype = v.out_dtype = FJ_DTYPE_F16;
-            v.acc_dtype = FJ_DTYPE_F32;
-            v.head_dim_pad = wide == 2 ? 256 : wide ? 128 : 64;
-            v.head_dim_v_pad = wide == 2 ? 256 : wide ? 96 : 64;
+            fj__variant v = mma_bwd_variant(FJ_DTYPE_F16, wide);
             v.warps = 4;
             v.threads = 128;
             v.tile_m = v.tile_n = 64;
