@@ -407,7 +407,7 @@ static fj__variant mma_bwd_variant(fj_dtype dtype, int wide)
     v.family = FJ__FAMILY_BWD;
     v.backend = FJ_BACKEND_CUDA;
     v.path = FJ__PATH_MMA;
-    v.q_dtype = v.kv_dtype = v.out_dtype = (uint8_t)dtype;
+    v.q_dtype = v.kv_dtype = v.out_dtype = dtype;
     v.acc_dtype = FJ_DTYPE_F32;
     v.head_dim_pad = wide == 2 ? 256 : wide ? 128 : 64;
     v.head_dim_v_pad = wide == 2 ? 256 : wide ? 96 : 64;
