@@ -121,8 +121,8 @@ fj_attn_bwd_dbias(
         const int batch = item_batch(i), head = item_head(i), m0 = item_m0(i);
         next = live_from(i + 1);
         const int kv = batch * heads_kv + head / group;
-        if (kv != kv_at) { /* this (batch, kv head)'s K and V, once every warp is done with the last */
-            __syncthreads();
+        if (kv != kv_at) { /* this (batch, kv head)'s K and V */
+            __syncthreads(); /* (every warp done with the last) */
             load_tile<BN, DP, QS>(sK, k + batch * k_sb + (head / group) * k_sh, k_ss, n0, seqlen_k,
                                   head_dim);
             load_tile<BN, DVP, VS>(sV, v + batch * v_sb + (head / group) * v_sh, v_ss, n0,
