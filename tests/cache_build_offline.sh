@@ -252,6 +252,17 @@ for bias in f32 dtype; do
     [ "$spills" -eq 0 ] || { echo "FAIL: $spills backward kernels spill with --bias $bias"; exit 1; }
     checked=$((checked + 1))
 done
+# On sm_80 the dk/dv, dq and dbias stages are all mma.sync's, to d 256: no spills.
+out=$("$cli" cache build --arch sm_80 --cache "$dir/backward.db" --dtype bf16 \
+    --head-dim 64,128,256 --causal 0,1 --seqlen 2048 --backward --bias dtype --softcap 1 2>&1)
+status=$?
+echo "$out"
+[ $status -eq 0 ] || { echo "FAIL: cache build --backward --bias on sm_80"; exit 1; }
+[ "$(echo "$out" | awk '$2 == "cuda.bwd.mma"' | wc -l)" -ge 6 ] ||
+    { echo "FAIL: too few mma.sync backward kernels with a bias on sm_80"; exit 1; }
+spills=$(echo "$out" | awk '$2 ~ /^cuda.bwd/ && $9 != 0' | wc -l)
+[ "$spills" -eq 0 ] || { echo "FAIL: $spills backward kernels spill with a bias on sm_80"; exit 1; }
+checked=$((checked + 1))
 # The opt-in two blocks per SM (one consumer warpgroup each, 232 registers): no spills either.
 out=$(FLASHJIT_CONFIG=tile_m=64,warps=8,ctas_per_sm=2,pingpong=0 "$cli" cache build --arch sm_90a \
     --cache "$dir/offline.db" --head-dim 64 --causal 0,1 --seqlen 1024 2>&1)
