@@ -28,8 +28,6 @@
 % assert(stage == 4 and varlen == 0, "attn_bwd_dbias_mma: stage 4 (dbias), dense sequences")
 % assert(head_dim_pad % 16 == 0 and head_dim_v_pad % 16 == 0 and tile_m % 16 == 0 and tile_n == 16 * warps, "attn_bwd_dbias_mma: tiles of 16, 16 keys a warp")
 % assert(bias ~= "", "attn_bwd_dbias_mma: the gradient of a bias")
-% assert(score_mod == "" or score_mod_grad ~= "", "attn_bwd_dbias_mma: score_mod needs score_mod_grad")
-% assert(not block_mask or (128 % tile_m == 0 and 128 % tile_n == 0), "attn_bwd_dbias_mma: block classes need tiles that divide 128")
 % include("cuda_mma.lua")
 % include("cuda_attn_common.lua")
 % include("attn_bwd_tc.lua")

@@ -40,8 +40,6 @@
 % local want_dk = stage == 3 or grads % 2 == 1 -- dS is needed (stage 3: for dQ)
 % local want_dv = stage == 2 and grads % 4 >= 2
 % local want_dq = stage == 2 and grads >= 4 -- stage 2 adds dQ by atomics
-% assert(score_mod == "" or score_mod_grad ~= "", "attn_bwd_mma: score_mod needs score_mod_grad")
-% assert(not block_mask or (128 % tile_m == 0 and 128 % tile_n == 0), "attn_bwd_mma: block classes need tiles that divide 128")
 % include("cuda_mma.lua")
 % include("cuda_attn_common.lua")
 % include("attn_bwd_tc.lua")

@@ -10,6 +10,10 @@
 % -- Parameters: the masks' and score terms' (attn_masks.lua), softcap, local_mask, block_mask,
 % -- varlen. Include after cuda_mma.lua and cuda_attn_common.lua; it includes what its parts
 % -- read (the masks and score terms, packed sequences) where the variant has them.
+% -- What its parts need of every kernel that includes it: score_mod's derivative (the element
+% -- pass), and tiles within the 128 x 128 class blocks (a tile reads one block's class).
+% assert(score_mod == "" or score_mod_grad ~= "", "attn_bwd_tc: score_mod needs score_mod_grad")
+% assert(not block_mask or (128 % tile_m == 0 and 128 % tile_n == 0), "attn_bwd_tc: block classes need tiles that divide 128")
 % local element_masks = mask_mod ~= "" or mask_tensor or mask_ranges > 0
 % local terms = alibi or bias ~= "" or score_mod ~= ""
 % if element_masks or terms or varlen > 0 then

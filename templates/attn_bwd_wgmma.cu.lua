@@ -56,8 +56,6 @@
 % assert(stage == 2 or (tile_n % 16 == 0 and tile_n <= 256), "attn_bwd_wgmma: tile_n a multiple of 16")
 % assert(head_dim_pad % 64 == 0 and head_dim_v_pad % 64 == 0 and head_dim_pad <= 128 and head_dim_v_pad <= 128, "attn_bwd_wgmma: head dims padded to 64, at most 128")
 % assert((stage == 2 and (grads == 3 or grads == 7)) or (stage == 3 and grads == 0), "attn_bwd_wgmma: dK and dV, and dQ added into the workspace or not")
-% assert(score_mod == "" or score_mod_grad ~= "", "attn_bwd_wgmma: score_mod needs score_mod_grad")
-% assert(not block_mask or (128 % tile_m == 0 and 128 % tile_n == 0), "attn_bwd_wgmma: block classes need tiles that divide 128")
 % assert(not dq_turns or (stage == 2 and producer and persistent > 0 and grads == 7 and not block_mask and varlen == 0 and stages <= 3), "attn_bwd_wgmma: turns for a persistent dk/dv stage with a producer adding dQ, every tile of the band streamed, dense")
 % local want_dq = grads >= 4
 % include("attn_bwd_hopper.lua")

@@ -35,8 +35,6 @@
 % assert(stages >= 2 and stages <= 4, "attn_bwd_wgmma_split: a ring of 2 to 4 slots")
 % assert(head_dim_pad % 128 == 0 and head_dim_v_pad % 128 == 0 and head_dim_pad <= 256 and head_dim_v_pad <= 256, "attn_bwd_wgmma_split: head dims padded to 128 or 256")
 % assert(grads == 3 or grads == 7, "attn_bwd_wgmma_split: dK and dV, and dQ added into the workspace or not")
-% assert(score_mod == "" or score_mod_grad ~= "", "attn_bwd_wgmma_split: score_mod needs score_mod_grad")
-% assert(not block_mask or (128 % tile_m == 0 and 128 % tile_n == 0), "attn_bwd_wgmma_split: block classes need tiles that divide 128")
 % local want_dq = grads >= 4
 % local DH, DVH = head_dim_pad // 2, head_dim_v_pad // 2
 % include("attn_bwd_hopper.lua")
