@@ -31,6 +31,7 @@
 % assert(kv_dtype == q_dtype and out_dtype == q_dtype, "attn_bwd takes one element type")
 % include("dialect.lua")
 % include("attn_masks.lua")
+% include("attn_dbias.lua")
 % include("params.lua")
 % include("sequence.lua")
 % params_struct(args)
@@ -391,19 +392,11 @@ fj_attn_bwd_dbias(
     SHARED Smem sm;
 % params_unpack(args.fields[1].block, "P.fwd", unpack_names)
     const int tid = THREAD_X, tx = tid % TX, ty = tid / TX;
-    const int key_tiles = (${keys_all} + TILE_N - 1) / TILE_N;
-    const int k0 = BLOCK_X % key_tiles * TILE_N, pair = BLOCK_X / key_tiles;
-    const int h_ = pair % P.dbias_heads, b_ = pair / P.dbias_heads;
-    const bool rows_summed = P.dbias_rows == 1;
+% dbias_block("BLOCK_X", "BLOCK_Y", "k0", "TILE_M", "TILE_N", rows_all, keys_all)
     const int group = heads_q / heads_kv;
-    const int b_lo = P.dbias_batches == 1 ? 0 : b_, b_hi = P.dbias_batches == 1 ? batches : b_ + 1;
-    const int h_lo = P.dbias_heads == 1 ? 0 : h_, h_hi = P.dbias_heads == 1 ? heads_q : h_ + 1;
-    /* The rows of this work-group's tile; where they are summed, share BLOCK_Y of the row tiles
-    ** (P.dbias_splits shares, whose sums stage 6 adds where there are several). */
-    const int row_tiles = (${rows_all} + TILE_M - 1) / TILE_M;
-    const int per_share = (row_tiles + P.dbias_splits - 1) / P.dbias_splits * TILE_M;
-    const int m_lo = BLOCK_Y * (rows_summed ? per_share : TILE_M);
-    const int m_end = rows_summed ? I_MIN(m_lo + per_share, ${rows_all}) : m_lo + TILE_M;
+    /* The rows of this work-group's tile, or of its share of the row tiles where they are
+    ** summed (stage 6 adds the shares' sums where there are several). */
+    const int m_lo = mb_lo * TILE_M, m_end = I_MIN(mb_hi * TILE_M, ${rows_all});
     float acc[4][4];
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++)
@@ -428,9 +421,7 @@ fj_attn_bwd_dbias(
             GLOBAL const kv_t *vp = v + batch * v_sb + (I64)k_first * v_ss + (I64)head_kv * v_sh;
             for (int m0 = m_lo; m0 < m_hi && k0 < seqlen_k; m0 += TILE_M) {
 %   if local_mask then
-                /* a tile wholly outside the band */
-                if ((window_right >= 0 && k0 > m0 + TILE_M - 1 + shift + window_right) ||
-                    (window_left >= 0 && k0 + TILE_N - 1 < m0 + shift - window_left))
+                if (${dbias_tile_outside_band("m0", "k0", "TILE_M", "TILE_N")})
                     continue;
 %   end
 %   if block_mask then

@@ -31,6 +31,7 @@
 % include("cuda_mma.lua")
 % include("cuda_attn_common.lua")
 % include("attn_bwd_tc.lua")
+% include("attn_dbias.lua")
 % include("params.lua")
 % params_struct(args)
 
@@ -50,25 +51,15 @@ fj_attn_bwd_dbias(
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int g = lane / 4, t = lane % 4; /* row group and column pair of the fragments */
-    const int key_tiles = (seqlen_k + BN - 1) / BN;
-    const int n0 = blockIdx.x % key_tiles * BN, pair = blockIdx.x / key_tiles;
+% dbias_block("blockIdx.x", "blockIdx.y", "n0", "BM", "BN", "seqlen_q", "seqlen_k")
     const int key_row = n0 + warp * 16; /* this warp's first key */
     const int group = heads_q / heads_kv;
 % if local_mask then
     const int shift = seqlen_k - seqlen_q;
 % end
-    const bool rows_summed = P.dbias_rows == 1;
-    /* The (batch, head) pairs the tile stands for, and its query tiles: one, or where the rows
-    ** are summed blockIdx.y's share of them. */
-    const int h_ = pair % P.dbias_heads, b_ = pair / P.dbias_heads;
-    const int b_lo = P.dbias_batches == 1 ? 0 : b_, heads = P.dbias_heads == 1 ? heads_q : 1;
-    const int h_lo = P.dbias_heads == 1 ? 0 : h_;
-    const int pairs = (P.dbias_batches == 1 ? batches : 1) * heads;
-    const int row_tiles = (seqlen_q + BM - 1) / BM;
-    const int per_share = rows_summed ? (row_tiles + P.dbias_splits - 1) / P.dbias_splits : 1;
-    const int mb_lo = blockIdx.y * per_share;
-    const int tiles = imax(0, imin(per_share, row_tiles - mb_lo));
-    const int count = n0 < seqlen_k ? pairs * tiles : 0; /* items: pairs outermost */
+    /* Items: the (batch, head) pairs the tile stands for (outermost) by its query tiles. */
+    const int heads = h_hi - h_lo, tiles = imax(0, mb_hi - mb_lo);
+    const int count = n0 < seqlen_k ? (b_hi - b_lo) * heads * tiles : 0;
     auto item_batch = [&](int i) { return b_lo + i / tiles / heads; };
     auto item_head = [&](int i) { return h_lo + i / tiles % heads; };
     auto item_m0 = [&](int i) { return (mb_lo + i % tiles) * BM; };
@@ -78,8 +69,7 @@ fj_attn_bwd_dbias(
         for (; i < count; i++) {
             [[maybe_unused]] const int m0 = item_m0(i);
 % if local_mask then
-            if ((window_right >= 0 && n0 > m0 + BM - 1 + shift + window_right) ||
-                (window_left >= 0 && n0 + BN - 1 < m0 + shift - window_left))
+            if (${dbias_tile_outside_band("m0", "n0", "BM", "BN")})
                 continue;
 % end
 % if block_mask then
@@ -166,7 +156,7 @@ fj_attn_bwd_dbias(
         }
         return;
     }
-    const int m_lo = blockIdx.y * BM;
+    const int m_lo = mb_lo * BM;
 #pragma unroll
     for (int j = 0; j < BM / 8; j++)
 #pragma unroll

@@ -21,13 +21,6 @@
 
 % -- bias_tma: the kernel adds the bias itself from shared memory (fj_score leaves it out).
 % local element_masks = mask_mod ~= "" or mask_tensor or mask_ranges > 0
-% -- The backward's workspace of the bias's gradient in shares of summed rows (its dbias stage
-% -- writes them, attn_bwd.lua's stage 6 adds them): element [share][pair][key] of
-% -- [P.dbias_splits][batches * heads of dbias][keys], an expression.
-% function dbias_part(share, pair, key, keys)
-%   return "GPTR(float, P.dbias_part)[((I64)(" .. share .. ") * P.dbias_batches * P.dbias_heads + " ..
-%          pair .. ") * " .. keys .. " + " .. key .. "]"
-% end
 % local bias_global = bias ~= "" and not bias_tma
 % local score_terms = alibi or bias_global or score_mod ~= ""
 % mask_terms = { keeps = element_masks, score = score_terms }
