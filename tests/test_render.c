@@ -399,16 +399,23 @@ static void test_backward_stages_render(void **state)
         }
 }
 
-/* A backward variant on mma.sync in `dtype` at head dims 64 (wide 0), 128 / 96 (1) or 256 (2). */
-static fj__variant mma_bwd_variant(fj_dtype dtype, int wide)
+/* A backward variant on CUDA's tensor cores (`path`) in `dtype`, f32 accumulators. */
+static fj__variant tc_bwd_variant(fj__kernel_path path, fj_dtype dtype)
 {
     fj__variant v;
     memset(&v, 0, sizeof v);
     v.family = FJ__FAMILY_BWD;
     v.backend = FJ_BACKEND_CUDA;
-    v.path = FJ__PATH_MMA;
+    v.path = path;
     v.q_dtype = v.kv_dtype = v.out_dtype = dtype;
     v.acc_dtype = FJ_DTYPE_F32;
+    return v;
+}
+
+/* One on mma.sync at head dims 64 (wide 0), 128 / 96 (1) or 256 (2). */
+static fj__variant mma_bwd_variant(fj_dtype dtype, int wide)
+{
+    fj__variant v = tc_bwd_variant(FJ__PATH_MMA, dtype);
     v.head_dim_pad = wide == 2 ? 256 : wide ? 128 : 64;
     v.head_dim_v_pad = wide == 2 ? 256 : wide ? 96 : 64;
     return v;
@@ -501,13 +508,7 @@ static void test_backward_wgmma_render(void **state)
     for (int wide = 0; wide < 2; wide++)
         for (int extras = 0; extras < 3; extras++)
             for (int atomic = 0; atomic < 3; atomic++) { /* 2: stage 3, dq */
-                fj__variant v;
-                memset(&v, 0, sizeof v);
-                v.family = FJ__FAMILY_BWD;
-                v.backend = FJ_BACKEND_CUDA;
-                v.path = FJ__PATH_WGMMA;
-                v.q_dtype = v.kv_dtype = v.out_dtype = FJ_DTYPE_BF16;
-                v.acc_dtype = FJ_DTYPE_F32;
+                fj__variant v = tc_bwd_variant(FJ__PATH_WGMMA, FJ_DTYPE_BF16);
                 v.head_dim_pad = wide ? 128 : 64;
                 v.head_dim_v_pad = 64;
                 const int dq = atomic == 2;
