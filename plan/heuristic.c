@@ -51,14 +51,12 @@ static void plan_mma(fj__variant *v, const fj__features *f, const fj_device_info
 }
 
 /* Whether the WGMMA kernel serves f on dev: Hopper's arch-specific target, 16-bit data (or FP8
-** q, k and v: q's and k's head dim up to 128, v's up to 256) that TMA can read (16-bit head
-** dims beyond 256 too: their value columns split into slices). The tensor cores add FP8
-** products with about 13 bits of mantissa: at d 192 and 256 (eight k-steps chained into one
-** accumulator) inputs with outliers gave 3x the error of a plain FP8 implementation (test_fp8 on
-** the H200), at d 128 as much as it; the scores would need their halves added in f32. */
+** q, k and v, head dims up to 256: beyond 128 columns S is summed by panels,
+** fj__variant_score_parts) that TMA can read (16-bit head dims beyond 256 too: their value
+** columns split into slices). */
 static int wgmma_serves(const fj__features *f, const fj_device_info *dev)
 {
-    if (fj__dtype_fp8((fj_dtype)f->q_dtype) && (f->head_dim > 128 || f->head_dim_v > 256))
+    if (fj__dtype_fp8((fj_dtype)f->q_dtype) && (f->head_dim > 256 || f->head_dim_v > 256))
         return 0;
     /* The kernel numbers its work tiles (64-row blocks at the least, by value slices: at most
     ** 3, with d beyond 256 at least 2) with 32-bit ints. */
@@ -126,6 +124,10 @@ static void plan_wgmma_wide(fj__variant *v, const fj__features *f, const fj_devi
 static void plan_wgmma_fp8(fj__variant *v, const fj_device_info *dev)
 {
     v->tile_n = 128;
+    /* Beyond one panel of q and k, S in parts of 64 keys; of 16 beyond 128 value columns,
+    ** where O's 128 accumulators leave room for no more (32 spilled 4 bytes at d 256 causal) */
+    if (v->head_dim_pad > 128)
+        v->score_parts = (uint8_t)(v->tile_n / (v->head_dim_v_pad <= 128 ? 64 : 16));
     v->persistent = v->persistent == 2 ? 0 : v->persistent;
     const fj__variant want = *v;
     for (int pipelined = want.overlap; pipelined >= 0; pipelined--) {

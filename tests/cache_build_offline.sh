@@ -274,19 +274,22 @@ spills=$(echo "$out" | awk '$2 ~ /^cuda.fwd.wgmma$/ && $9 != 0' | wc -l)
 expected=$((expected + $(echo "$out" | sed -n 's/^\([0-9]*\) kernels built.*/\1/p')))
 checked=$((checked + 1))
 # FP8: inputs in e4m3 and e5m2 (out bf16) on Hopper's kernel (FP8 products, each value tile
-# transposed in shared memory; no spills), and an FP8 KV cache read by bf16 queries on the
-# decode kernel (whole and split), each with and without descale factors: all build, two kernels
-# a shape. A cache of their own: the decode's merge is also built above, which the count at the
-# end would see twice.
-out=$("$cli" cache build --arch sm_90a --cache "$dir/fp8.db" --dtype e4m3,e5m2 --head-dim 64,128 \
-    --causal 1 --seqlen 1024 2>&1)
+# transposed in shared memory; beyond 128 columns of q and k S summed by panels in key parts; no
+# spills, no serialised wgmma), and an FP8 KV cache read by bf16 queries on the decode kernel
+# (whole and split), each with and without descale factors: all build, two kernels a shape. A
+# cache of their own: the decode's merge is also built above, which the count at the end would
+# see twice.
+out=$("$cli" cache build --arch sm_90a --cache "$dir/fp8.db" --dtype e4m3,e5m2 \
+    --head-dim 64,128,192,256 --head-dim-v 64,128,128,256 --causal 0,1 --seqlen 1024 2>&1)
 status=$?
 echo "$out"
 [ $status -eq 0 ] || { echo "FAIL: cache build --dtype e4m3,e5m2 (status $status)"; exit 1; }
-[ "$(echo "$out" | grep -c "cuda.fwd.wgmma f8e")" -eq 8 ] ||
-    { echo "FAIL: cache build --dtype e4m3,e5m2 did not build eight FP8 kernels"; exit 1; }
+[ "$(echo "$out" | grep -c "cuda.fwd.wgmma f8e")" -eq 32 ] ||
+    { echo "FAIL: cache build --dtype e4m3,e5m2 did not build 32 FP8 kernels"; exit 1; }
 echo "$out" | awk '$2 == "cuda.fwd.wgmma" && $9 != 0 { bad = 1 } END { exit bad }' ||
     { echo "FAIL: an FP8 Hopper kernel spills"; exit 1; }
+[ "$(echo "$out" | grep -c "wgmma serialised")" -eq 0 ] ||
+    { echo "FAIL: an FP8 Hopper kernel runs its wgmma serialised"; exit 1; }
 out=$("$cli" cache build --arch sm_90a --cache "$dir/fp8.db" --dtype bf16 --kv-dtype e4m3 \
     --decode 1 --group 4 --head-dim 128 --causal 0 --seqlen 8192 2>&1)
 status=$?

@@ -1295,8 +1295,9 @@ static void test_wide_forward_plans(void **state)
 /* FP8 q, k and v (out bf16): Hopper's kernel with 128-key tiles, q's and k's head dims in
 ** 128-column panels, one value slice, a static schedule, O rescaled for every tile (no lazy
 ** rescale, which also does not fit), the plain loop at dv 256 (where the pipelined one's
-** registers do not fit), fitting with its staging buffers; elsewhere (sm_86, q's head
-** dim beyond 128, rows not of 16 FP8 elements) the SIMT kernel. */
+** registers do not fit), fitting with its staging buffers; q's head dims beyond 128 with S in
+** parts of 64 keys, or 16 at dv beyond 128 (where a mask or score term takes the SIMT kernel);
+** elsewhere (sm_86, head dims beyond 256, rows not of 16 FP8 elements) the SIMT kernel. */
 static void test_fp8_forward_plans(void **state)
 {
     (void)state;
@@ -1305,19 +1306,22 @@ static void test_fp8_forward_plans(void **state)
         int64_t d, dv;
         int causal, rows_16b;
         const fj_device_info *dev;
-        int path, d_pad, overlap;
+        int path, d_pad, overlap, parts, mask_mod;
     } cases[] = {
-        {64, 64, 0, 1, &devs.h200, FJ__PATH_WGMMA, 128, 1},
-        {128, 128, 1, 1, &devs.h200, FJ__PATH_WGMMA, 128, 1},
-        {96, 64, 1, 1, &devs.h200, FJ__PATH_WGMMA, 128, 1},
-        {128, 256, 0, 1, &devs.h200, FJ__PATH_WGMMA, 128, 0},
-        {96, 256, 1, 1, &devs.h200, FJ__PATH_WGMMA, 128, 0},
-        {96, 192, 1, 1, &devs.h200, FJ__PATH_WGMMA, 128, 1},
-        {192, 128, 1, 1, &devs.h200, FJ__PATH_SIMT, 0, 0},
-        {256, 256, 0, 1, &devs.h200, FJ__PATH_SIMT, 0, 0},
-        {40, 40, 0, 0, &devs.h200, FJ__PATH_SIMT, 0, 0},
-        {320, 320, 0, 1, &devs.h200, FJ__PATH_SIMT, 0, 0},
-        {128, 128, 0, 1, &devs.sm86, FJ__PATH_SIMT, 0, 0},
+        {64, 64, 0, 1, &devs.h200, FJ__PATH_WGMMA, 128, 1, 0, 0},
+        {128, 128, 1, 1, &devs.h200, FJ__PATH_WGMMA, 128, 1, 0, 0},
+        {96, 64, 1, 1, &devs.h200, FJ__PATH_WGMMA, 128, 1, 0, 0},
+        {128, 256, 0, 1, &devs.h200, FJ__PATH_WGMMA, 128, 0, 0, 0},
+        {96, 256, 1, 1, &devs.h200, FJ__PATH_WGMMA, 128, 0, 0, 0},
+        {96, 192, 1, 1, &devs.h200, FJ__PATH_WGMMA, 128, 1, 0, 0},
+        {192, 128, 1, 1, &devs.h200, FJ__PATH_WGMMA, 256, 1, 2, 0},
+        {256, 64, 0, 1, &devs.h200, FJ__PATH_WGMMA, 256, 1, 2, 1},
+        {256, 256, 0, 1, &devs.h200, FJ__PATH_WGMMA, 256, 0, 8, 0},
+        {160, 192, 1, 1, &devs.h200, FJ__PATH_WGMMA, 256, 1, 8, 0},
+        {256, 256, 1, 1, &devs.h200, FJ__PATH_SIMT, 0, 0, 0, 1},
+        {40, 40, 0, 0, &devs.h200, FJ__PATH_SIMT, 0, 0, 0, 0},
+        {320, 320, 0, 1, &devs.h200, FJ__PATH_SIMT, 0, 0, 0, 0},
+        {128, 128, 0, 1, &devs.sm86, FJ__PATH_SIMT, 0, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fj__features f = bwd_features(cases[i].d, cases[i].dv, FJ_DTYPE_F8_E4M3);
@@ -1325,6 +1329,8 @@ static void test_fp8_forward_plans(void **state)
         f.seqlen_q = f.seqlen_k = 4096;
         if (cases[i].causal)
             f.window_left = -1, f.window_right = 0;
+        if (cases[i].mask_mod)
+            f.mask_mod = "q / 64 == k / 64";
         for (int t = 0; t < 3; t++)
             f.rows_16b[t] = f.tma[t] = (uint8_t)cases[i].rows_16b;
         fj__variant v;
@@ -1338,6 +1344,14 @@ static void test_fp8_forward_plans(void **state)
         assert_int_equal(v.head_dim_pad, cases[i].d_pad);
         if (v.overlap != cases[i].overlap)
             fail_msg("case %zu: overlap %d", i, v.overlap);
+        if ((v.score_parts > 1 ? v.score_parts : 0) != cases[i].parts)
+            fail_msg("case %zu: score_parts %d, expected %d", i, v.score_parts, cases[i].parts);
+        if (cases[i].parts) { /* parts of whole n8 blocks; S whole does not fit */
+            fj__variant whole = v, odd = v;
+            whole.score_parts = 1, odd.score_parts = 5;
+            assert_false(fj__variant_fits(&whole, cases[i].dev));
+            assert_false(fj__variant_fits(&odd, cases[i].dev));
+        }
         assert_int_equal(fj__variant_dv_slices(&v), 1);
         assert_true(v.persistent != 2 && v.stages >= 1 && !v.lazy_rescale);
         fj__variant lazy = v;
