@@ -124,22 +124,24 @@ static void plan_wgmma_wide(fj__variant *v, const fj__features *f, const fj_devi
 static void plan_wgmma_fp8(fj__variant *v, const fj_device_info *dev)
 {
     v->tile_n = 128;
-    /* Beyond one panel of q and k, S in parts of 64 keys; of 16 beyond 128 value columns,
-    ** where O's 128 accumulators leave room for no more (32 spilled 4 bytes at d 256 causal) */
-    if (v->head_dim_pad > 128)
-        v->score_parts = (uint8_t)(v->tile_n / (v->head_dim_v_pad <= 128 ? 64 : 16));
     v->persistent = v->persistent == 2 ? 0 : v->persistent;
     const fj__variant want = *v;
-    for (int pipelined = want.overlap; pipelined >= 0; pipelined--) {
-        *v = want;
-        v->overlap = (uint8_t)pipelined;
-        v->pingpong = (uint8_t)(pipelined && want.pingpong);
-        while (!fj__variant_fits(v, dev) && v->q_stages > 1)
-            v->q_stages--;
-        while (!fj__variant_fits(v, dev) && v->stages > 1)
-            v->stages--;
-        if (fj__variant_fits(v, dev))
-            return;
+    /* Beyond one panel of q and k, S's second panel summed apart: in as few parts of the key
+    ** tile as the registers allow (1 to 128 value columns, 8 at 256). */
+    const int wide = v->head_dim_pad > 128;
+    for (int parts = wide; parts <= (wide ? 8 : 0); parts = wide ? 2 * parts : 1) {
+        for (int pipelined = want.overlap; pipelined >= 0; pipelined--) {
+            *v = want;
+            v->score_parts = (uint8_t)parts;
+            v->overlap = (uint8_t)pipelined;
+            v->pingpong = (uint8_t)(pipelined && want.pingpong);
+            while (!fj__variant_fits(v, dev) && v->q_stages > 1)
+                v->q_stages--;
+            while (!fj__variant_fits(v, dev) && v->stages > 1)
+                v->stages--;
+            if (fj__variant_fits(v, dev))
+                return;
+        }
     }
 }
 

@@ -494,12 +494,12 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
         /* (d_split: ~16 more for the exchange's addresses; at 96-key tiles it reached 255) */
         /* (P takes a word a thread per 4 keys in FP8, per 2 in 16 bits.) */
         const int fp8 = fj__dtype_fp8((fj_dtype)v->q_dtype);
-        /* (FP8 S in parts: one part's second sum besides S, except 8 of its 16-key parts at
-        ** 256 value columns, whose plain loop ptxas builds in 232 without spills) */
-        const int parts = v->score_parts > 1 ? v->score_parts : 1;
+        /* (FP8 beyond one panel: a part's second sum besides S, less 8 beyond 128 value
+        ** columns, where ptxas builds 16-key parts at dv 256 in 232 without spills) */
+        const int parts = v->score_parts;
         int registers = v->tile_n / 2 + (v->overlap ? v->tile_n / (fp8 ? 8 : 4) : 0) + dv / 2 + 40 +
                         (v->d_split ? 16 : 0) +
-                        (parts > 1 ? v->tile_n / parts / 2 - (dv > 128 ? 8 : 0) : 0);
+                        (parts > 0 ? v->tile_n / parts / 2 - (dv > 128 ? 8 : 0) : 0);
         return consumers >= 1 && consumers <= 3 && v->tile_m == 64 * consumers &&
                (!v->pingpong || (consumers == 2 && v->overlap)) &&
                v->warps == 4 * (consumers + 1) && v->threads == 32 * v->warps &&
@@ -529,14 +529,14 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
                          v->head_dim_pad % 128 == 0 && v->head_dim_pad <= 256 &&
                          v->persistent != 2 &&
                          !v->lazy_rescale)) &&
-               /* FP8 beyond one panel of q and k: S in parts of whole n8 blocks; beyond 128
-               ** value columns (16-key parts) ptxas spilled 36-164 bytes with element masks
-               ** or score terms, so those take the SIMT kernel */
+               /* FP8 beyond one panel of q and k: its second panel in parts of whole n8
+               ** blocks; beyond 128 value columns (16-key parts) ptxas spilled 36-164 bytes
+               ** with element masks or score terms, so those take the SIMT kernel */
                (fp8 && v->head_dim_pad > 128
-                    ? parts > 1 && v->tile_n % parts == 0 && (v->tile_n / parts) % 8 == 0 &&
+                    ? parts > 0 && v->tile_n % parts == 0 && (v->tile_n / parts) % 8 == 0 &&
                           (dv <= 128 || !(fj__variant_element_masks(v) || v->alibi || v->bias ||
                                           (v->score_mod && *v->score_mod)))
-                    : parts == 1) &&
+                    : parts == 0) &&
                /* Each block also reserves 1 KiB of the SM's shared memory, which holds the
                ** largest block's opt-in plus that kilobyte. */
                (uint64_t)v->ctas_per_sm * (fj__variant_shared_bytes(v) + 1024u) <=
@@ -742,8 +742,7 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_TPL_PARAMS])
         .name = "producer_regs", .kind = TPL_INT, .i = fj__variant_producer_registers(v)};
     out[n++] = (tpl_param){.name = "v_stages", .kind = TPL_INT, .i = fj__variant_value_stages(v)};
     out[n++] = (tpl_param){.name = "dv_slices", .kind = TPL_INT, .i = fj__variant_dv_slices(v)};
-    out[n++] = (tpl_param){
-        .name = "score_parts", .kind = TPL_INT, .i = v->score_parts > 1 ? v->score_parts : 1};
+    INT_PARAM(score_parts);
     out[n++] = (tpl_param){.name = "batch_fastest", .kind = TPL_BOOL, .i = order.batch_fastest};
     out[n++] = (tpl_param){.name = "heavy_first", .kind = TPL_BOOL, .i = order.heavy_first};
     out[n++] = (tpl_param){.name = "lanes", .kind = TPL_INT, .i = fj__variant_decode_lanes(v)};

@@ -64,9 +64,9 @@ typedef struct fj__variant {
     uint8_t lazy_rescale; /* WGMMA: a row's exponent base moves only when its maximum outgrows
                           ** it by 2^8, so O is rarely rescaled */
     uint8_t score_parts;  /* FWD on WGMMA with FP8 q and k beyond one 128-column panel (head
-                          ** dims 129-256): S = Q K^T in this many parts of the key tile, each
-                          ** part's two panels summed apart and added in f32 (issue_qk of
-                          ** attn_fwd_wgmma.cu.lua says why); 0 or 1 otherwise */
+                          ** dims 129-256): S's second panel summed apart and added in f32
+                          ** (issue_qk of attn_fwd_wgmma.cu.lua says why), in this many parts
+                          ** of the key tile (1: whole); 0 otherwise */
     uint8_t overlap;      /* WGMMA: the softmax of a tile overlaps P V of the previous one; BWD
                           ** stage 2: the element pass split around the products (where dS
                           ** needs only P, dP and D) */

@@ -23,8 +23,8 @@
 % -- staging buffer as it comes (keys x columns), and warps 1-3 of the producer's warpgroup
 % -- write it out transposed into the ring slot (transpose_values), keys in the order in which
 % -- P's registers hold them (pack_p), so that P needs no shuffles; q's and k's descale factors
-% -- scale the scores, v's the output. Beyond one 128-column panel of q and k, S is summed by
-% -- panels in score_parts parts of the key tile (issue_qk).
+% -- scale the scores, v's the output. Beyond one 128-column panel of q and k, the second
+% -- panel's part of S is summed apart and added in f32 (issue_qk).
 % --
 % -- The kernel is a wiring of parts, each readable alone: the shared-memory layout (Smem), the
 % -- pipeline ring and its barriers (Bar, Ring), the tile scheduler (Scheduler), the producer
@@ -71,16 +71,17 @@
 % -- Derived on the host, so that both sides compute them once: shared_bytes (the dynamic
 % -- shared memory of a launch), consumer_regs (registers per consumer thread after the
 % -- producer's are given away), producer_regs (those the producer's warpgroup keeps), v_stages
-% -- (FP8: the value tiles' staging buffers), score_parts (FP8 at head_dim_pad 256: S's key
-% -- parts, see issue_qk; else 1), batch_fastest and heavy_first (the order of the work tiles,
+% -- (FP8: the value tiles' staging buffers), score_parts (FP8 at head_dim_pad 256: the parts
+% -- of the key tile in which S's second panel is summed apart, see issue_qk; else 0),
+% -- batch_fastest and heavy_first (the order of the work tiles,
 % -- which the host's zigzag grid model simulates).
 % local element_masks = mask_mod ~= "" or mask_tensor or mask_ranges > 0
 % local score_terms = alibi or bias ~= "" or score_mod ~= ""
 % local dtype = q_dtype -- one element type for q, k, v and out (cuda_mma.lua checks), or FP8 in
 % local fp8 = dtype == "f8e4m3" or dtype == "f8e5m2"
 % assert(not fp8 or (not d_split and not v_in_k and dv_slices == 1 and persistent ~= 2 and tile_n % 128 == 0 and head_dim_pad % 128 == 0 and head_dim_pad <= 256), "FP8 takes one value slice, key tiles of 128-key panels, one or two 128-column panels of q and k and a static schedule")
-% assert(score_parts == 1 or (fp8 and head_dim_pad == 256 and tile_n % score_parts == 0 and (tile_n // score_parts) % 8 == 0), "S in parts: FP8 beyond one panel, parts of whole n8 blocks")
-% assert(not fp8 or head_dim_pad == 128 or score_parts > 1, "FP8 beyond one panel sums S by panels")
+% assert(score_parts == 0 or (fp8 and head_dim_pad == 256 and tile_n % score_parts == 0 and (tile_n // score_parts) % 8 == 0), "S's second panel apart: FP8 beyond one panel, parts of whole n8 blocks")
+% assert(not fp8 or head_dim_pad == 128 or score_parts > 0, "FP8 beyond one panel sums S by panels")
 % -- bias_tma: bias tiles (BM x BN) come with the key tiles, by TMA into shared memory, in
 % -- 128-byte panels of keys with the 128-byte swizzle.
 % local bias_es = bias == "f32" and 4 or 2
@@ -121,7 +122,7 @@
 % include("params.lua")
 % include("sequence.lua")
 % params_struct(args)
-% local part_n = tile_n // score_parts
+% local part_n = tile_n // math.max(score_parts, 1)
 % hopper_wgmma(tile_n)
 % if slice_dv ~= tile_n then hopper_wgmma(slice_dv) end
 % if part_n ~= tile_n and part_n ~= slice_dv then hopper_wgmma(part_n) end
@@ -133,7 +134,8 @@ constexpr int ES = FP8 ? 1 : 2;                     /* bytes of an element of q,
 constexpr int PC = 128 / ES;                        /* columns of a 128-byte panel */
 constexpr int KSTEP = 32 / ES;                      /* k of one product: 32 bytes of a row */
 constexpr int P_REGS = 4 * (BN / KSTEP);            /* P's A fragments, words a thread */
-constexpr int S_PARTS = ${score_parts}, PN = BN / S_PARTS; /* S's key parts (issue_qk), keys a part */
+/* S's second panel summed apart (issue_qk): in S_PARTS parts of PN keys; 0: one chain */
+constexpr int S_PARTS = ${score_parts}, PN = BN / (S_PARTS > 0 ? S_PARTS : 1);
 constexpr int D = ${head_dim_pad}; /* the head dim of q and k, padded to a panel (PC) */
 constexpr bool D_SPLIT = ${d_split};
 constexpr int DQ = D_SPLIT ? D / 2 : D; /* the columns of Q and K this block holds */
@@ -751,16 +753,16 @@ __device__ __forceinline__ void rescale(consumer_state &st, const float *alpha)
 /* ---- the products ---------------------------------------------------------------------------- */
 /* S = Q K^T for the key tile in ring slot s: issued, not waited for (land_scores once it has
 ** been).
-** FP8 beyond one 128-column panel of q and k (S_PARTS > 1): the tensor cores add FP8 products
+** FP8 beyond one 128-column panel of q and k (S_PARTS > 0): the tensor cores add FP8 products
 ** into their accumulator with about 13 bits of mantissa, and with the eight k-steps of d 256
 ** chained into one accumulator, inputs with outliers gave 3x the output error of a plain FP8
-** implementation (test_fp8 on the H200; at d 128's four, as much as it). So each panel's sum
-** is kept apart and the two are added in f32 (as DeepSeek-V3 promotes its FP8 GEMMs' partial
-** sums). Registers allow a second sum of only part of the tile's keys: the keys run in S_PARTS
-** parts of PN; a part's first panel goes into its columns of sc, its second into sx, which is
-** added in once landed, while the next part's first panel runs; the last part's in
-** land_scores. (A part's accumulator columns are the first PN of an n-BN tile's: the
-** fragments run by n8 blocks.) */
+** implementation (test_fp8 on the H200; at d 128's four, as much as it). So the second panel's
+** sum is kept apart in sx and added in f32 (as DeepSeek-V3 promotes its FP8 GEMMs' partial
+** sums). The first panel runs over the whole tile; the second, where registers hold no second
+** S (O of more than 128 value columns), in S_PARTS parts of PN keys, each added in once landed
+** (a part's accumulator columns are the first PN of an n-BN tile's: the fragments run by n8
+** blocks), the last in land_scores. Parts of few keys re-read Q's panel from shared memory
+** for little work, so the first panel is not cut. */
 __device__ __forceinline__ void add_part(float *sp, const float *sx)
 {
 #pragma unroll
@@ -769,36 +771,36 @@ __device__ __forceinline__ void add_part(float *sp, const float *sx)
 }
 __device__ __forceinline__ void issue_qk(float *sc, float *sx, u64 q_desc, u64 k_desc, int s)
 {
-    constexpr int FIRST = S_PARTS == 1 ? DQ / KSTEP : 4; /* k-steps into sc: a panel's 4 */
+    constexpr int FIRST = S_PARTS > 0 ? 4 : DQ / KSTEP; /* k-steps into sc: a panel's 4, or all */
+    const u64 kd = k_desc + ((s * K_BYTES) >> 4);
     wgmma_fence();
 #pragma unroll
-    for (int part = 0; part < S_PARTS; part++) {
-        float *sp = sc + part * (PN / 2);
-        const u64 kp = k_desc + ((s * K_BYTES + part * PN * 128) >> 4);
+    for (int kk = 0; kk < FIRST; kk++)
+        wgmma_ss_${tile_n}(sc, q_desc + (((kk / 4) * BM * 128 + (kk % 4) * 32) >> 4),
+                   kd + (((kk / 4) * BN * 128 + (kk % 4) * 32) >> 4), kk > 0);
+    if constexpr (S_PARTS > 0) {
 #pragma unroll
-        for (int kk = 0; kk < FIRST; kk++)
-            wgmma_ss_${part_n}(sp, q_desc + (((kk / 4) * BM * 128 + (kk % 4) * 32) >> 4),
-                       kp + (((kk / 4) * BN * 128 + (kk % 4) * 32) >> 4), kk > 0);
-        if constexpr (S_PARTS > 1) {
-            if (part > 0) { /* the last part's second panel has landed in sx */
+        for (int part = 0; part < S_PARTS; part++) {
+            if (part > 0) { /* the last part has landed in sx */
                 wgmma_commit();
-                wgmma_wait<1>();
+                wgmma_wait<0>();
                 fence_regs<PN / 2>(sx);
-                add_part(sp - PN / 2, sx);
+                add_part(sc + (part - 1) * (PN / 2), sx);
                 wgmma_fence();
             }
 #pragma unroll
             for (int kk = FIRST; kk < DQ / KSTEP; kk++)
                 wgmma_ss_${part_n}(sx, q_desc + (((kk / 4) * BM * 128 + (kk % 4) * 32) >> 4),
-                           kp + (((kk / 4) * BN * 128 + (kk % 4) * 32) >> 4), kk > FIRST);
+                           kd + ((part * PN * 128 + (kk / 4) * BN * 128 + (kk % 4) * 32) >> 4),
+                           kk > FIRST);
         }
-        wgmma_commit();
     }
+    wgmma_commit();
 }
-/* S of issue_qk has landed: the last part's second panel added in. */
+/* S of issue_qk has landed: the last part of the second panel added in. */
 __device__ __forceinline__ void land_scores(float *sc, float *sx)
 {
-    if constexpr (S_PARTS > 1) {
+    if constexpr (S_PARTS > 0) {
         fence_regs<PN / 2>(sx);
         add_part(sc + (S_PARTS - 1) * (PN / 2), sx);
     }
@@ -1175,7 +1177,7 @@ fj_attn_fwd(
 
     [[maybe_unused]] Exchange exchange(sm, ring);
     consumer_state st;
-    float sc[BN / 2], sx[S_PARTS > 1 ? PN / 2 : 1];
+    float sc[BN / 2], sx[S_PARTS > 0 ? PN / 2 : 1];
     u32 p[BN / KSTEP][4];
     float alpha[2];
     int it = 0, qn = 0; /* key tiles and Q tiles consumed so far, as the producer counts them */

@@ -1295,8 +1295,9 @@ static void test_wide_forward_plans(void **state)
 /* FP8 q, k and v (out bf16): Hopper's kernel with 128-key tiles, q's and k's head dims in
 ** 128-column panels, one value slice, a static schedule, O rescaled for every tile (no lazy
 ** rescale, which also does not fit), the plain loop at dv 256 (where the pipelined one's
-** registers do not fit), fitting with its staging buffers; q's head dims beyond 128 with S in
-** parts of 64 keys, or 16 at dv beyond 128 (where a mask or score term takes the SIMT kernel);
+** registers do not fit), fitting with its staging buffers; q's head dims beyond 128 with S's
+** second panel apart, whole up to 128 value columns, else in parts of 64 or 16 keys (where a
+** mask or score term takes the SIMT kernel);
 ** elsewhere (sm_86, head dims beyond 256, rows not of 16 FP8 elements) the SIMT kernel. */
 static void test_fp8_forward_plans(void **state)
 {
@@ -1315,9 +1316,9 @@ static void test_fp8_forward_plans(void **state)
         {96, 256, 1, 1, &devs.h200, FJ__PATH_WGMMA, 128, 0, 0, 0},
         {96, 192, 1, 1, &devs.h200, FJ__PATH_WGMMA, 128, 1, 0, 0},
         {192, 128, 1, 1, &devs.h200, FJ__PATH_WGMMA, 256, 1, 2, 0},
-        {256, 64, 0, 1, &devs.h200, FJ__PATH_WGMMA, 256, 1, 2, 1},
+        {256, 64, 0, 1, &devs.h200, FJ__PATH_WGMMA, 256, 1, 1, 1},
         {256, 256, 0, 1, &devs.h200, FJ__PATH_WGMMA, 256, 0, 8, 0},
-        {160, 192, 1, 1, &devs.h200, FJ__PATH_WGMMA, 256, 1, 8, 0},
+        {160, 192, 1, 1, &devs.h200, FJ__PATH_WGMMA, 256, 0, 2, 0},
         {256, 256, 1, 1, &devs.h200, FJ__PATH_SIMT, 0, 0, 0, 1},
         {40, 40, 0, 0, &devs.h200, FJ__PATH_SIMT, 0, 0, 0, 0},
         {320, 320, 0, 1, &devs.h200, FJ__PATH_SIMT, 0, 0, 0, 0},
@@ -1343,13 +1344,13 @@ static void test_fp8_forward_plans(void **state)
         assert_int_equal(v.tile_n, 128);
         assert_int_equal(v.head_dim_pad, cases[i].d_pad);
         if (v.overlap != cases[i].overlap)
-            fail_msg("case %zu: overlap %d", i, v.overlap);
-        if ((v.score_parts > 1 ? v.score_parts : 0) != cases[i].parts)
+            fail_msg("case %zu: overlap %d (tile_m %d, parts %d)", i, v.overlap, v.tile_m, v.score_parts);
+        if (v.score_parts != cases[i].parts)
             fail_msg("case %zu: score_parts %d, expected %d", i, v.score_parts, cases[i].parts);
-        if (cases[i].parts) { /* parts of whole n8 blocks; S whole does not fit */
-            fj__variant whole = v, odd = v;
-            whole.score_parts = 1, odd.score_parts = 5;
-            assert_false(fj__variant_fits(&whole, cases[i].dev));
+        if (cases[i].parts) { /* S's panels apart, in parts of whole n8 blocks */
+            fj__variant one = v, odd = v;
+            one.score_parts = 0, odd.score_parts = 5;
+            assert_false(fj__variant_fits(&one, cases[i].dev));
             assert_false(fj__variant_fits(&odd, cases[i].dev));
         }
         assert_int_equal(fj__variant_dv_slices(&v), 1);
