@@ -983,15 +983,15 @@ __device__ __forceinline__ void transpose_tile(u32 src, u32 dst, int warp, int l
     const int row_out = 2 * (lane % 8) + (lane / 8) % 2 + 16 * (lane / 16);
     const int ka = 2 * (lane % 4); /* this thread's first key of each 8 */
     const u32 src_lane = src + key_in * 128, dst_lane = dst + row_out * 128;
-    /* Two units in flight where the producer keeps 56 registers; one with 40 (2 spilled). */
-#pragma unroll ${producer_regs >= 56 and 2 or 1}
-    for (int u = warp; u < UNITS; u += 3) {
+    /* One unit: 16 keys x 32 columns; masked, keys at or past `valid` become zeros (the calls
+    ** pass constants, so each loop is compiled with or without the masking). */
+    auto unit = [&](int u, bool masked) {
         const int k16 = 16 * (u % HALVES), c32 = 32 * (u / HALVES), col = c32 + col_in;
         u32 r0, r1, r2, r3;
         ldmatrix_x4_trans(src_lane + (col / 128) * (BN * 128) + k16 * 128 +
                               ((((col % 128) >> 4) ^ (lane % 8)) << 4),
                           r0, r1, r2, r3);
-        if (k16 + 16 > valid) { /* bytes 0-1 hold key ka, 2-3 key ka + 1 (r1, r3: 8 on) */
+        if (masked && k16 + 16 > valid) { /* bytes 0-1 hold key ka, 2-3 key ka + 1 (r1, r3: 8 on) */
             const u32 lo = (k16 + ka < valid ? 0xffffu : 0u) |
                            (k16 + ka + 1 < valid ? 0xffff0000u : 0u);
             const u32 hi = (k16 + ka + 8 < valid ? 0xffffu : 0u) |
@@ -1002,6 +1002,20 @@ __device__ __forceinline__ void transpose_tile(u32 src, u32 dst, int warp, int l
                         ((((k16 % 128) >> 4) ^ (row_out % 8)) << 4),
                     __byte_perm(r0, r1, 0x6420), __byte_perm(r0, r1, 0x7531),
                     __byte_perm(r2, r3, 0x6420), __byte_perm(r2, r3, 0x7531));
+    };
+    /* Two units in flight where the producer keeps 56 registers (up to 128 value columns). With
+    ** 40 (256 value columns) two spilled 8 bytes, one unit at a time cost 3-7 % (H100), so whole
+    ** tiles take two there and a sequence's last tile one; with soft-capping or block classes
+    ** that split spilled 8-68 bytes (one register allocation serves consumers and producer), so
+    ** one throughout. */
+    if (${slice_dv == 256 and not softcap and not classes} && valid >= BN) {
+#pragma unroll 2
+        for (int u = warp; u < UNITS; u += 3)
+            unit(u, false);
+    } else {
+#pragma unroll ${producer_regs >= 56 and 2 or 1}
+        for (int u = warp; u < UNITS; u += 3)
+            unit(u, true);
     }
 }
 /* Warps 1-3 of the producer's warpgroup take each value tile from its staging buffer into its
