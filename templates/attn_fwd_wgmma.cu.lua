@@ -772,13 +772,13 @@ __device__ __forceinline__ void add_part(float *sp, const float *sx)
 __device__ __forceinline__ void issue_qk(float *sc, float *sx, u64 q_desc, u64 k_desc, int s)
 {
     constexpr int FIRST = S_PARTS > 0 ? 4 : DQ / KSTEP; /* k-steps into sc: a panel's 4, or all */
-    const u64 kd = k_desc + ((s * K_BYTES) >> 4);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < FIRST; kk++)
         wgmma_ss_${tile_n}(sc, q_desc + (((kk / 4) * BM * 128 + (kk % 4) * 32) >> 4),
-                   kd + (((kk / 4) * BN * 128 + (kk % 4) * 32) >> 4), kk > 0);
+                   k_desc + ((s * K_BYTES + (kk / 4) * BN * 128 + (kk % 4) * 32) >> 4), kk > 0);
     if constexpr (S_PARTS > 0) {
+        const u64 kd = k_desc + ((s * K_BYTES) >> 4);
 #pragma unroll
         for (int part = 0; part < S_PARTS; part++) {
             if (part > 0) { /* the last part has landed in sx */
