@@ -351,9 +351,10 @@ FJ_API void fj_attention_desc_init(fj_attention_desc *desc);
 ** k and v share an FP8 type (f8e4m3, f8e5m2; scaled by desc.q_descale, k_descale and
 ** v_descale) and out is f16 or bf16; or k and v alone are FP8 (an FP8 KV cache, paged or not,
 ** scaled by k_descale and v_descale) read by f16 or bf16 q, out as q. FP8 q, k and v run on
-** Hopper's kernel with FP8 products where head_dim <= 128 and head_dim_v <= 256 (and rows
-** are multiples of 16 bytes), otherwise on the SIMT forward; an FP8 KV cache on the portable
-** decode kernel; FP8 has no backward. head_dim and head_dim_v are 1..576 and may differ (on
+** Hopper's kernel with FP8 products where head_dim and head_dim_v are <= 256 (rows multiples
+** of 16 bytes; with both beyond 128, not with element masks or score terms), otherwise on the
+** SIMT forward; an FP8 KV cache on the portable decode kernel; FP8 has no backward.
+** head_dim and head_dim_v are 1..576 and may differ (on
 ** tensor cores: up to 256 before Hopper, where the SIMT kernels serve beyond; up to 576 on
 ** Hopper's kernel). Accumulation is in float32 (Hopper's tensor cores add FP8 products with
 ** about 13 bits of mantissa before they reach it).
