@@ -80,7 +80,8 @@
 % local dtype = q_dtype -- one element type for q, k, v and out (cuda_mma.lua checks), or FP8 in
 % local fp8 = dtype == "f8e4m3" or dtype == "f8e5m2"
 % assert(not fp8 or (not d_split and not v_in_k and dv_slices == 1 and persistent ~= 2 and tile_n % 128 == 0 and head_dim_pad % 128 == 0 and head_dim_pad <= 256), "FP8 takes one value slice, key tiles of 128-key panels, one or two 128-column panels of q and k and a static schedule")
-% assert(score_parts == 0 or (fp8 and head_dim_pad == 256 and tile_n % score_parts == 0 and (tile_n // score_parts) % 8 == 0), "S's second panel apart: FP8 beyond one panel, parts of whole n8 blocks")
+% assert(score_parts == 0 or (fp8 and head_dim_pad == 256 and tile_n % score_parts == 0 and
+%        (tile_n // score_parts) % 8 == 0), "S's second panel apart: FP8 beyond one panel, parts of whole n8 blocks")
 % assert(not fp8 or head_dim_pad == 128 or score_parts > 0, "FP8 beyond one panel sums S by panels")
 % -- bias_tma: bias tiles (BM x BN) come with the key tiles, by TMA into shared memory, in
 % -- 128-byte panels of keys with the 128-byte swizzle.
@@ -759,7 +760,8 @@ __device__ __forceinline__ void rescale(consumer_state &st, const float *alpha)
 ** implementation (test_fp8 on the H200; at d 128's four, as much as it). So the second panel's
 ** sum is kept apart in sx and added in f32 (as DeepSeek-V3 promotes its FP8 GEMMs' partial
 ** sums). The first panel runs over the whole tile; the second, where registers hold no second
-** S (O of more than 128 value columns), in S_PARTS parts of PN keys, each added in once landed
+** S (O of more than 128 value columns, or the pipelined loop's P), in S_PARTS parts of PN
+** keys (fj__variant_fits counts their registers; plan_wgmma_fp8 picks), each added in once landed
 ** (a part's accumulator columns are the first PN of an n-BN tile's: the fragments run by n8
 ** blocks), the last in land_scores. Parts of few keys re-read Q's panel from shared memory
 ** for little work, so the first panel is not cut. */
