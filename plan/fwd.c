@@ -1,5 +1,6 @@
-/* The forward plan and its parameter blocks: [zero the tile counter] [classify the element
-** masks' blocks] forward, and how each step's block is filled from a request. */
+/* The forward plan and its parameter blocks: [dequantise FP8 q, k, v] [zero the tile counter]
+** [classify the element masks' blocks] forward, and how each step's block is filled from a
+** request. */
 #include <string.h>
 
 #include "plan.h"
@@ -7,6 +8,41 @@
 #define LOG2E 1.4426950408889634
 #define CLS 128         /* the block classifier's block edge (attn_classify.lua) */
 #define CLS_THREADS 256 /* its work-group */
+#define DEQUANT_THREADS 128 /* fp8_dequant.lua's work-group */
+
+/* The rows, heads and head dim of q, k and v (t = FJ__T_Q, _K, _V) of a dense request. */
+static void tensor_dims(int t, int64_t seqlen_q, int64_t seqlen_k, int64_t heads_q,
+                        int64_t heads_kv, int64_t head_dim, int64_t head_dim_v, int64_t out[3])
+{
+    out[0] = t == FJ__T_Q ? seqlen_q : seqlen_k;
+    out[1] = t == FJ__T_Q ? heads_q : heads_kv;
+    out[2] = t == FJ__T_V ? head_dim_v : head_dim;
+}
+
+/* FP8 q, k and v read through 16-bit copies (v->dequant): a step each, into workspaces
+** [batch, rows, heads, dim] of out's dtype, before anything else. */
+static void add_dequant_steps(const fj__features *f, const fj__variant *v, fj__plan *plan)
+{
+    for (int t = FJ__T_Q; t <= FJ__T_V; t++) {
+        int64_t d[3];
+        tensor_dims(t, f->seqlen_q, f->seqlen_k, f->heads_q, f->heads_kv, f->head_dim,
+                    f->head_dim_v, d);
+        plan->fwd.dequant[t] = fj__plan_add_workspace(
+            plan, (size_t)(f->batch * d[0] * d[1] * d[2]) * fj_dtype_size((fj_dtype)v->out_dtype));
+        fj__step *s = fj__plan_add_step(plan, FJ__STEP_KERNEL); /* step t */
+        fj__variant *dv = &s->variant;
+        dv->family = FJ__FAMILY_DEQUANT;
+        dv->backend = v->backend;
+        dv->path = FJ__PATH_SIMT;
+        dv->q_dtype = dv->kv_dtype = f->q_dtype;
+        dv->out_dtype = v->out_dtype;
+        dv->acc_dtype = FJ_DTYPE_F32;
+        dv->threads = DEQUANT_THREADS;
+        s->block[0] = DEQUANT_THREADS;
+        s->grid[0] = (uint32_t)d[0];
+        s->grid[1] = (uint32_t)f->batch;
+    }
+}
 
 void fj__classify_variant(const fj__variant *v, fj__variant *cv)
 {
@@ -108,6 +144,9 @@ fj_status fj__plan_forward(const fj__features *f, const fj_device_info *dev, con
 {
     memset(plan, 0, sizeof *plan);
     plan->fwd.classes = plan->fwd.counter = -1;
+    plan->fwd.dequant[0] = plan->fwd.dequant[1] = plan->fwd.dequant[2] = -1;
+    if (v->dequant && fj__dtype_fp8((fj_dtype)f->q_dtype))
+        add_dequant_steps(f, v, plan);
     if (v->persistent == 2 && v->path == FJ__PATH_WGMMA) {
         /* The dynamic schedule's tile counter, zero at the launch. */
         plan->fwd.counter = fj__plan_add_workspace(plan, sizeof(int32_t));
@@ -328,10 +367,79 @@ static void fill_classify(const fj__plan *plan, const fj__problem *p, void *cons
     C->cls_heads = plan->fwd.cls_heads;
 }
 
+/* Step t's block: tensor t (q, k, v) into its 16-bit copy. k's descale factors go into q's copy
+** with q's (the scores see their product), so k's copy is exact and only q's and v's round. */
+static void fill_dequant(const fj__plan *plan, int t, const fj__problem *p, void *const *ws,
+                         fj__dequant_params *D)
+{
+    const fj_tensor *src[3] = {p->q, p->k, p->v};
+    int64_t d[3];
+    tensor_dims(t, p->seqlen_q, p->seqlen_k, p->heads_q, p->heads_kv, p->head_dim,
+                p->head_dim_v, d);
+    D->src = src[t]->data;
+    D->dst = ws[plan->fwd.dequant[t]];
+    const int own = t != FJ__T_K; /* (k's factors: in q's copy) */
+    D->descale = own && p->descale[t] ? p->descale[t]->data : NULL;
+    D->d_sb = p->descale_stride[t][0];
+    D->d_sh = p->descale_stride[t][1];
+    if (t == FJ__T_Q && p->descale[FJ__T_K]) {
+        D->descale2 = p->descale[FJ__T_K]->data;
+        D->d2_sb = p->descale_stride[FJ__T_K][0];
+        D->d2_sh = p->descale_stride[FJ__T_K][1];
+    }
+    D->s_sb = p->strides[t][0];
+    D->s_ss = p->strides[t][1];
+    D->s_sh = p->strides[t][2];
+    D->rows = (int32_t)d[0];
+    D->heads = (int32_t)d[1];
+    D->dim = (int32_t)d[2];
+    D->group = (int32_t)(t == FJ__T_Q ? p->heads_q / p->heads_kv : 1); /* descale by kv head */
+}
+
+/* The request as the 16-bit forward after the dequantising steps reads it: q, k and v are the
+** contiguous copies in the workspaces (t holds their tensors), with no descale factors. */
+static void dequantised(const fj__plan *plan, const fj__problem *p, void *const *ws,
+                        fj__problem *pd, fj_tensor t[3])
+{
+    *pd = *p;
+    const fj_tensor *src[3] = {p->q, p->k, p->v};
+    const fj_tensor **dst[3] = {&pd->q, &pd->k, &pd->v};
+    for (int i = FJ__T_Q; i <= FJ__T_V; i++) {
+        int64_t d[3];
+        tensor_dims(i, p->seqlen_q, p->seqlen_k, p->heads_q, p->heads_kv, p->head_dim,
+                    p->head_dim_v, d);
+        t[i] = *src[i];
+        t[i].data = ws[plan->fwd.dequant[i]];
+        t[i].dtype = p->out_dtype;
+        t[i].ndim = 4;
+        const int64_t shape[4] = {p->batch, d[0], d[1], d[2]};
+        const int64_t stride[4] = {d[0] * d[1] * d[2], d[1] * d[2], d[2], 1};
+        memcpy(t[i].shape, shape, sizeof shape);
+        memcpy(t[i].stride, stride, sizeof stride);
+        *dst[i] = &t[i];
+        pd->strides[i][0] = stride[0];
+        pd->strides[i][1] = stride[1];
+        pd->strides[i][2] = stride[2];
+        pd->descale[i] = NULL;
+        pd->descale_stride[i][0] = pd->descale_stride[i][1] = 0;
+    }
+    pd->q_dtype = pd->kv_dtype = p->out_dtype;
+}
+
 fj_status fj__fwd_fill(const fj__plan *plan, int i, const fj__problem *p, void *const *ws,
                        fj__tmap_fn tmap, void *tmap_ud, void *params)
 {
     const fj__variant *v = &plan->steps[i].variant;
+    if (v->family == FJ__FAMILY_DEQUANT) {
+        fill_dequant(plan, i, p, ws, params); /* (steps 0-2: q, k, v) */
+        return FJ_OK;
+    }
+    fj__problem pd;
+    fj_tensor copies[3];
+    if (plan->steps[plan->main_step].variant.dequant) { /* (other plans leave fwd.dequant 0) */
+        dequantised(plan, p, ws, &pd, copies);
+        p = &pd;
+    }
     if (plan->steps[plan->main_step].variant.family == FJ__FAMILY_DECODE)
         return fj__decode_fill(plan, i, p, ws, tmap, tmap_ud, params);
     if (v->family == FJ__FAMILY_CLASSIFY) {

@@ -349,9 +349,41 @@ static void set_page_rows(fj__variant *v, const fj__features *f)
         v->page_rows = (uint8_t)fj__fwd_page_rows(v->tile_n, f->page_size);
 }
 
+/* Whether FP8 q, k and v go through 16-bit copies (variant field dequant): asked for by the
+** override (dequant=1; opt-in until measured on a GPU), dense (a copy's size follows from the
+** features; packed rows' count does not), with a grid of batch work-groups. */
+static int dequant_asked(const fj__features *f, const char *config)
+{
+    return config && strstr(config, "dequant=1") && fj__dtype_fp8((fj_dtype)f->q_dtype) &&
+           f->kv_dtype == f->q_dtype &&
+           (f->out_dtype == FJ_DTYPE_F16 || f->out_dtype == FJ_DTYPE_BF16) && !f->paged &&
+           !f->varlen && f->batch <= FJ__MAX_GRID_DIM_Y && f->seqlen_q <= INT32_MAX &&
+           f->seqlen_k <= INT32_MAX;
+}
+
+/* f as the 16-bit forward reads it after the dequantising steps: q, k and v in out's dtype,
+** contiguous [b, s, h, d] in workspaces (aligned), no descale factors, v apart from k. */
+static fj__features dequantised_features(const fj__features *f)
+{
+    fj__features g = *f;
+    g.q_dtype = g.kv_dtype = f->out_dtype;
+    g.descale = 0;
+    g.v_in_k = 0;
+    const int64_t dims[3] = {f->head_dim, f->head_dim, f->head_dim_v};
+    for (int t = FJ__T_Q; t <= FJ__T_V; t++)
+        g.rows_16b[t] = g.tma[t] = (uint8_t)(dims[t] * 2 % 16 == 0);
+    return g;
+}
+
 void fj__choose_forward(const fj__features *f, const fj_device_info *dev, const char *config,
                         fj__variant *v)
 {
+    if (dequant_asked(f, config)) {
+        const fj__features g = dequantised_features(f);
+        fj__choose_forward(&g, dev, config, v);
+        v->dequant = 1;
+        return;
+    }
     fj__variant_from_features(v, FJ__FAMILY_FWD, f, dev);
     fj__variant_score_fields(v, f);
     v->varlen = f->varlen;
@@ -407,6 +439,7 @@ void fj__choose_forward(const fj__features *f, const fj_device_info *dev, const 
         tuned.class_vote &= tuned.path == FJ__PATH_WGMMA &&
                             !fj__dtype_fp8((fj_dtype)tuned.q_dtype) &&
                             (tuned.block_mask || fj__variant_element_masks(&tuned));
+        tuned.dequant = 0; /* (asked of every request; dequant_asked decides) */
         if ((!tuned.paged || tuned.page_rows) && fj__variant_fits(&tuned, dev))
             *v = tuned;
     }

@@ -18,7 +18,7 @@
 #include "variant.h"
 
 #define FJ__MAX_STEPS 10 /* a merge of 64 states chains 9 */
-#define FJ__MAX_WORKSPACES 4
+#define FJ__MAX_WORKSPACES 6 /* a forward's: 16-bit q, k, v copies, classes, a counter */
 #define FJ__MAX_GRID_DIM_Y 65535 /* of a launch's second and third grid dimensions */
 #define FJ__DECODE_MAX_SEQLEN_Q 16 /* query rows per sequence the decode kernel takes */
 
@@ -75,6 +75,7 @@ typedef struct fj__plan {
     ** where the masks do not differ). */
     struct {
         int classes, counter;
+        int dequant[3]; /* q's, k's and v's 16-bit copies (variant field dequant; steps 0-2) */
         int64_t cls_stride[3];
         int32_t cls_heads;
     } fwd;

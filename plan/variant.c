@@ -25,6 +25,8 @@ const char *fj__variant_template(const fj__variant *v)
                                            : "attn_decode.lua";
     if (v->family == FJ__FAMILY_APPEND)
         return "kv_append.lua";
+    if (v->family == FJ__FAMILY_DEQUANT)
+        return "fp8_dequant.lua";
     if (v->family == FJ__FAMILY_BWD)
         return v->path == FJ__PATH_WGMMA ? (v->d_split ? "attn_bwd_wgmma_split.cu.lua"
                                                        : "attn_bwd_wgmma.cu.lua")
@@ -44,6 +46,7 @@ const char *fj__variant_entry(const fj__variant *v)
            : v->family == FJ__FAMILY_MERGE  ? "fj_attn_merge"
            : v->family == FJ__FAMILY_DECODE ? "fj_attn_decode"
            : v->family == FJ__FAMILY_APPEND ? "fj_kv_append"
+           : v->family == FJ__FAMILY_DEQUANT ? "fj_fp8_dequant"
            : v->family == FJ__FAMILY_BWD    ? (v->stage == 1   ? "fj_attn_bwd_dot"
                                                : v->stage == 2 ? "fj_attn_bwd_dkdv"
                                                : v->stage == 3 ? "fj_attn_bwd_dq"
@@ -64,6 +67,8 @@ const fj__playout *fj__variant_layout(const fj__variant *v)
                                          : &fj__decode_params_layout;
     if (v->family == FJ__FAMILY_APPEND)
         return &fj__append_params_layout;
+    if (v->family == FJ__FAMILY_DEQUANT)
+        return &fj__dequant_params_layout;
     if (v->family == FJ__FAMILY_BWD)
         return v->path == FJ__PATH_WGMMA && v->stage == 2 ? &fj__bwd_tma_params_layout
                                                           : &fj__bwd_params_layout;
@@ -85,6 +90,8 @@ const char *fj__variant_path(const fj__variant *v)
                                             : "cuda.decode";
     if (v->family == FJ__FAMILY_APPEND)
         return v->backend == FJ_BACKEND_CUDA ? "cuda.kv_append" : "opencl.kv_append";
+    if (v->family == FJ__FAMILY_DEQUANT)
+        return v->backend == FJ_BACKEND_CUDA ? "cuda.dequant" : "opencl.dequant";
     if (v->family == FJ__FAMILY_BWD)
         return v->backend != FJ_BACKEND_CUDA ? "opencl.bwd.simt"
                : v->path == FJ__PATH_WGMMA   ? "cuda.bwd.wgmma"
@@ -355,7 +362,7 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
         return v->threads == 256;
     if (v->family == FJ__FAMILY_MERGE)
         return v->threads == 128 && v->inputs >= 0 && v->inputs <= FJ__MERGE_SLOTS;
-    if (v->family == FJ__FAMILY_APPEND)
+    if (v->family == FJ__FAMILY_APPEND || v->family == FJ__FAMILY_DEQUANT)
         return v->threads == 128;
     /* A paged forward: Hopper's kernel, copies of whole swizzle periods that divide its tiles
     ** (fj__fwd_page_rows; 0 while the heuristic plans the tiles, which no kernel renders), of
@@ -614,7 +621,8 @@ int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
                   {"multicast", offsetof(fj__variant, multicast), 1, 0, 1},
                   {"producer", offsetof(fj__variant, producer), 1, 0, 1},
                   {"dq_turns", offsetof(fj__variant, dq_turns), 1, 0, 1},
-                  {"class_vote", offsetof(fj__variant, class_vote), 1, 0, 1}};
+                  {"class_vote", offsetof(fj__variant, class_vote), 1, 0, 1},
+                  {"dequant", offsetof(fj__variant, dequant), 1, 0, 1}};
     const char *p = config;
     while (p && *p) {
         if (!strncmp(p, "path=", 5)) {

@@ -13,14 +13,16 @@
 ** masks (attn_classify.lua), a step before the Hopper forward; MERGE: attention states combined
 ** by their log-sum-exps (attn_merge.lua); DECODE: forwards of a few query rows per sequence,
 ** grouped-query heads packed, keys split (attn_decode.lua); APPEND: keys and values written
-** into a paged KV cache (kv_append.lua); BWD: the backward's stages (attn_bwd.lua). */
+** into a paged KV cache (kv_append.lua); BWD: the backward's stages (attn_bwd.lua); DEQUANT:
+** FP8 q, k or v into 16-bit copies, a step before a 16-bit forward (fp8_dequant.lua). */
 typedef enum fj__kernel_family {
     FJ__FAMILY_FWD = 1,
     FJ__FAMILY_CLASSIFY = 2,
     FJ__FAMILY_MERGE = 3,
     FJ__FAMILY_DECODE = 4,
     FJ__FAMILY_APPEND = 5,
-    FJ__FAMILY_BWD = 6
+    FJ__FAMILY_BWD = 6,
+    FJ__FAMILY_DEQUANT = 7
 } fj__kernel_family;
 
 /* The kernel designs of the forward and decode families. */
@@ -106,6 +108,10 @@ typedef struct fj__variant {
                           ** unpadded, their 16-byte pieces XOR-swizzled by row % 8, so each
                           ** copy's sectors and lines land whole (fj__decode_swizzle_fits) */
     uint8_t descale;      /* FP8 inputs' descale factors are given (fj__fwd_params) */
+    uint8_t dequant;      /* FWD (16-bit): the request's q, k and v are FP8, read from 16-bit
+                          ** copies that the plan's DEQUANT steps make first (descale folded
+                          ** in); the kernel itself is the 16-bit one (not a template
+                          ** parameter) */
     uint8_t paged;        /* DECODE, FWD on WGMMA: k and v are pages of a KV cache found through
                           ** a table */
     uint8_t page_rows;    /* FWD on WGMMA, paged: the key rows of one bulk copy, a divisor of

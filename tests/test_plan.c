@@ -1194,11 +1194,6 @@ static void test_decode_tune_candidates(void **state)
     }
 }
 
-/* Forwards with head dims beyond 256: on Hopper's kernel, value slices of at most 256 that
-** recompute S, or asked for (d_split=1) a cluster pair splitting S's head dim where dv allows
-** (d > 256, dv <= 512: halves of whole panels, so 576 pads to 640; v a view of k then takes
-** its value tiles from K's); the grid counts every block of a work tile. Before Hopper the
-** SIMT kernel. */
 /* The SIMT forward's local memory (attn_fwd_simt.lua's Smem, static: 48 KiB on CUDA) counts the
 ** block skipping's tile flags beside the K and V tiles: f32 at d 320 / dv 64 with a mask_mod
 ** took 32-key tiles of exactly 48 KiB plus the flags' 8 bytes, which ptxas refused. Launches ask
@@ -1230,6 +1225,11 @@ static void test_simt_forward_local_memory(void **state)
             }
 }
 
+/* Forwards with head dims beyond 256: on Hopper's kernel, value slices of at most 256 that
+** recompute S, or asked for (d_split=1) a cluster pair splitting S's head dim where dv allows
+** (d > 256, dv <= 512: halves of whole panels, so 576 pads to 640; v a view of k then takes
+** its value tiles from K's); the grid counts every block of a work tile. Before Hopper the
+** SIMT kernel. */
 static void test_wide_forward_plans(void **state)
 {
     (void)state;
@@ -1366,6 +1366,65 @@ static void test_fp8_forward_plans(void **state)
     }
 }
 
+/* FP8 q, k and v through 16-bit copies (FLASHJIT_CONFIG=dequant=1): the 16-bit plan of the
+** same shape (mma on sm_86, Hopper's kernel for d 576 / dv 512 on sm_90a) with three
+** dequantising steps first, each a work-group per (row, batch) writing a workspace of the copy's
+** size; packed sequences and requests without the option keep the FP8 plans. */
+static void test_fp8_dequant_plans(void **state)
+{
+    (void)state;
+    const planned_devices devs = planned_device_set();
+    const struct {
+        int64_t d, dv;
+        const fj_device_info *dev;
+        const char *config;
+        int varlen, dequant, path;
+    } cases[] = {
+        {128, 128, &devs.sm86, "dequant=1", 0, 1, FJ__PATH_MMA},
+        {576, 512, &devs.h200, "dequant=1", 0, 1, FJ__PATH_WGMMA},
+        {256, 256, &devs.h200, "dequant=1,stages=2", 0, 1, FJ__PATH_WGMMA},
+        {128, 128, &devs.sm86, NULL, 0, 0, FJ__PATH_SIMT},
+        {128, 128, &devs.sm86, "dequant=1", 1, 0, FJ__PATH_SIMT},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fj__features f = bwd_features(cases[i].d, cases[i].dv, FJ_DTYPE_F8_E4M3);
+        f.out_dtype = FJ_DTYPE_BF16;
+        f.descale = 1;
+        f.varlen = (uint8_t)cases[i].varlen;
+        fj__variant v;
+        fj__choose_forward(&f, cases[i].dev, cases[i].config, &v);
+        if (v.path != cases[i].path || v.dequant != cases[i].dequant)
+            fail_msg("case %zu: path %d dequant %d", i, v.path, v.dequant);
+        fj__plan plan;
+        fj__err err = {0};
+        assert_int_equal(fj__plan_forward(&f, cases[i].dev, &v, &plan, &err), FJ_OK);
+        if (!v.dequant) {
+            assert_int_not_equal(plan.steps[0].variant.family, FJ__FAMILY_DEQUANT);
+            continue;
+        }
+        assert_int_equal(v.q_dtype, FJ_DTYPE_BF16);
+        assert_int_equal(v.kv_dtype, FJ_DTYPE_BF16);
+        assert_false(v.descale);
+        const int64_t rows[3] = {f.seqlen_q, f.seqlen_k, f.seqlen_k};
+        const int64_t heads[3] = {f.heads_q, f.heads_kv, f.heads_kv};
+        const int64_t dims[3] = {f.head_dim, f.head_dim, f.head_dim_v};
+        for (int t = 0; t < 3; t++) {
+            const fj__step *s = &plan.steps[t];
+            assert_int_equal(s->variant.family, FJ__FAMILY_DEQUANT);
+            assert_int_equal(s->variant.q_dtype, FJ_DTYPE_F8_E4M3);
+            assert_int_equal(s->variant.out_dtype, FJ_DTYPE_BF16);
+            assert_true(fj__variant_fits(&s->variant, cases[i].dev));
+            assert_int_equal(s->grid[0], rows[t]);
+            assert_int_equal(s->grid[1], f.batch);
+            assert_int_equal(plan.fwd.dequant[t] >= 0, 1);
+            assert_true(plan.workspaces[plan.fwd.dequant[t]].bytes ==
+                        (size_t)(f.batch * rows[t] * heads[t] * dims[t] * 2));
+        }
+        assert_true(plan.main_step >= 3);
+        assert_int_equal(plan.steps[plan.main_step].variant.path, cases[i].path);
+    }
+}
+
 /* Whether Hopper variant v's register handover fits its block: the copying warpgroup keeps
 ** fj__variant_producer_registers and the computing ones ask for
 ** fj__variant_consumer_registers (setmaxnreg), from a pool of what the block was launched with
@@ -1483,6 +1542,7 @@ int main(void)
         cmocka_unit_test(test_simt_forward_local_memory),
         cmocka_unit_test(test_wide_forward_plans),
         cmocka_unit_test(test_fp8_forward_plans),
+        cmocka_unit_test(test_fp8_dequant_plans),
         cmocka_unit_test(test_register_shares),
     };
     return cmocka_run_group_tests_name("plan", tests, NULL, NULL);
