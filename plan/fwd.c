@@ -6,8 +6,8 @@
 #include "plan.h"
 
 #define LOG2E 1.4426950408889634
-#define CLS 128         /* the block classifier's block edge (attn_classify.lua) */
-#define CLS_THREADS 256 /* its work-group */
+#define CLS 128             /* the block classifier's block edge (attn_classify.lua) */
+#define CLS_THREADS 256     /* its work-group */
 #define DEQUANT_THREADS 128 /* fp8_dequant.lua's work-group */
 
 /* The rows, heads and head dim of q, k and v (t = FJ__T_Q, _K, _V) of a dense request. */

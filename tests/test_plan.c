@@ -1344,7 +1344,8 @@ static void test_fp8_forward_plans(void **state)
         assert_int_equal(v.tile_n, 128);
         assert_int_equal(v.head_dim_pad, cases[i].d_pad);
         if (v.overlap != cases[i].overlap)
-            fail_msg("case %zu: overlap %d (tile_m %d, parts %d)", i, v.overlap, v.tile_m, v.score_parts);
+            fail_msg("case %zu: overlap %d (tile_m %d, parts %d)", i, v.overlap, v.tile_m,
+                     v.score_parts);
         if (v.score_parts != cases[i].parts)
             fail_msg("case %zu: score_parts %d, expected %d", i, v.score_parts, cases[i].parts);
         if (cases[i].parts) { /* S's panels apart, in parts of whole n8 blocks */
