@@ -325,8 +325,8 @@ FJ__PARAM_STRUCT(fj__append_params, FJ__APPEND_PARAMS);
 
 /* FP8 inputs dequantised (fp8_dequant.lua): src [b, s, h, d] of FP8 (q_t) at batch, row and head
 ** strides, times its (batch, head / group)'s factors from descale and descale2 (each NULL: 1;
-** batch and head strides), into dst, contiguous [b, s, h, d] of the 16-bit out type (o_t). A
-** work-group per (batch, row). */
+** batch and head strides), into dst [b, s, h, d] of the 16-bit out type (o_t) at its batch, row
+** and head strides. A work-group per (batch, row). */
 #define FJ__DEQUANT_PARAMS(X, T)                                                                   \
     X(T, PTR, src, "const q_t")                                                                    \
     X(T, PTR, dst, "o_t")                                                                          \
@@ -339,7 +339,9 @@ FJ__PARAM_STRUCT(fj__append_params, FJ__APPEND_PARAMS);
     X(T, PTR, descale2, "const float")                                                             \
     X(T, I64, d2_sb, 0)                                                                            \
     X(T, I64, d2_sh, 0)                                                                            \
-    X(T, I32, rows, 0)                                                                             \
+    X(T, I64, o_sb, 0)                                                                             \
+    X(T, I64, o_ss, 0)                                                                             \
+    X(T, I64, o_sh, 0)                                                                             \
     X(T, I32, heads, 0)                                                                            \
     X(T, I32, dim, 0)                                                                              \
     X(T, I32, group, 0)

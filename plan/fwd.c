@@ -367,17 +367,32 @@ static void fill_classify(const fj__plan *plan, const fj__problem *p, void *cons
     C->cls_heads = plan->fwd.cls_heads;
 }
 
+/* The 16-bit copy of tensor t (q, k, v) of p in its workspace: contiguous [b, s, h, d] of out's
+** dtype (add_dequant_steps sizes it). */
+static fj_tensor dequant_copy(const fj__plan *plan, const fj__problem *p, void *const *ws, int t)
+{
+    int64_t d[3];
+    tensor_dims(t, p->seqlen_q, p->seqlen_k, p->heads_q, p->heads_kv, p->head_dim,
+                p->head_dim_v, d);
+    return (fj_tensor){.data = ws[plan->fwd.dequant[t]],
+                       .dtype = p->out_dtype,
+                       .ndim = 4,
+                       .shape = {p->batch, d[0], d[1], d[2]},
+                       .stride = {d[0] * d[1] * d[2], d[1] * d[2], d[2], 1}};
+}
+
 /* Step t's block: tensor t (q, k, v) into its 16-bit copy. k's descale factors go into q's copy
 ** with q's (the scores see their product), so k's copy is exact and only q's and v's round. */
 static void fill_dequant(const fj__plan *plan, int t, const fj__problem *p, void *const *ws,
                          fj__dequant_params *D)
 {
     const fj_tensor *src[3] = {p->q, p->k, p->v};
-    int64_t d[3];
-    tensor_dims(t, p->seqlen_q, p->seqlen_k, p->heads_q, p->heads_kv, p->head_dim,
-                p->head_dim_v, d);
+    const fj_tensor copy = dequant_copy(plan, p, ws, t);
     D->src = src[t]->data;
-    D->dst = ws[plan->fwd.dequant[t]];
+    D->dst = copy.data;
+    D->o_sb = copy.stride[0];
+    D->o_ss = copy.stride[1];
+    D->o_sh = copy.stride[2];
     const int own = t != FJ__T_K; /* (k's factors: in q's copy) */
     D->descale = own && p->descale[t] ? p->descale[t]->data : NULL;
     D->d_sb = p->descale_stride[t][0];
@@ -390,9 +405,8 @@ static void fill_dequant(const fj__plan *plan, int t, const fj__problem *p, void
     D->s_sb = p->strides[t][0];
     D->s_ss = p->strides[t][1];
     D->s_sh = p->strides[t][2];
-    D->rows = (int32_t)d[0];
-    D->heads = (int32_t)d[1];
-    D->dim = (int32_t)d[2];
+    D->heads = (int32_t)copy.shape[2];
+    D->dim = (int32_t)copy.shape[3];
     D->group = (int32_t)(t == FJ__T_Q ? p->heads_q / p->heads_kv : 1); /* descale by kv head */
 }
 
@@ -402,24 +416,12 @@ static void dequantised(const fj__plan *plan, const fj__problem *p, void *const 
                         fj__problem *pd, fj_tensor t[3])
 {
     *pd = *p;
-    const fj_tensor *src[3] = {p->q, p->k, p->v};
     const fj_tensor **dst[3] = {&pd->q, &pd->k, &pd->v};
     for (int i = FJ__T_Q; i <= FJ__T_V; i++) {
-        int64_t d[3];
-        tensor_dims(i, p->seqlen_q, p->seqlen_k, p->heads_q, p->heads_kv, p->head_dim,
-                    p->head_dim_v, d);
-        t[i] = *src[i];
-        t[i].data = ws[plan->fwd.dequant[i]];
-        t[i].dtype = p->out_dtype;
-        t[i].ndim = 4;
-        const int64_t shape[4] = {p->batch, d[0], d[1], d[2]};
-        const int64_t stride[4] = {d[0] * d[1] * d[2], d[1] * d[2], d[2], 1};
-        memcpy(t[i].shape, shape, sizeof shape);
-        memcpy(t[i].stride, stride, sizeof stride);
+        t[i] = dequant_copy(plan, p, ws, i);
         *dst[i] = &t[i];
-        pd->strides[i][0] = stride[0];
-        pd->strides[i][1] = stride[1];
-        pd->strides[i][2] = stride[2];
+        for (int j = 0; j < 3; j++)
+            pd->strides[i][j] = t[i].stride[j];
         pd->descale[i] = NULL;
         pd->descale_stride[i][0] = pd->descale_stride[i][1] = 0;
     }
@@ -436,7 +438,7 @@ fj_status fj__fwd_fill(const fj__plan *plan, int i, const fj__problem *p, void *
     }
     fj__problem pd;
     fj_tensor copies[3];
-    if (plan->steps[plan->main_step].variant.dequant) { /* (other plans leave fwd.dequant 0) */
+    if (plan->steps[plan->main_step].variant.dequant) { /* the main step reads the copies */
         dequantised(plan, p, ws, &pd, copies);
         p = &pd;
     }

@@ -51,8 +51,8 @@ static void plan_mma(fj__variant *v, const fj__features *f, const fj_device_info
 }
 
 /* Whether the WGMMA kernel serves f on dev: Hopper's arch-specific target, 16-bit data (or FP8
-** q, k and v, head dims up to 256: beyond 128 columns S is summed by panels,
-** fj__variant_score_parts) that TMA can read (16-bit head dims beyond 256 too: their value
+** q, k and v, head dims up to 256: beyond 128 columns S is summed by panels, variant field
+** score_parts) that TMA can read (16-bit head dims beyond 256 too: their value
 ** columns split into slices). */
 static int wgmma_serves(const fj__features *f, const fj_device_info *dev)
 {
@@ -127,12 +127,15 @@ static void plan_wgmma_fp8(fj__variant *v, const fj_device_info *dev)
     v->persistent = v->persistent == 2 ? 0 : v->persistent;
     const fj__variant want = *v;
     /* Beyond one panel of q and k, S's second panel summed apart: in as few parts of the key
-    ** tile as the registers allow (1 to 128 value columns, 8 at 256). */
+    ** tile as the registers allow (1 to 128 value columns, 8 at 256); one panel: none. */
+    static const uint8_t one_panel[] = {0}, two_panels[] = {1, 2, 4, 8};
     const int wide = v->head_dim_pad > 128;
-    for (int parts = wide; parts <= (wide ? 8 : 0); parts = wide ? 2 * parts : 1) {
+    const uint8_t *parts = wide ? two_panels : one_panel;
+    const int nparts = wide ? (int)sizeof two_panels : (int)sizeof one_panel;
+    for (int i = 0; i < nparts; i++) {
         for (int pipelined = want.overlap; pipelined >= 0; pipelined--) {
             *v = want;
-            v->score_parts = (uint8_t)parts;
+            v->score_parts = parts[i];
             v->overlap = (uint8_t)pipelined;
             v->pingpong = (uint8_t)(pipelined && want.pingpong);
             while (!fj__variant_fits(v, dev) && v->q_stages > 1)
@@ -354,7 +357,9 @@ static void set_page_rows(fj__variant *v, const fj__features *f)
 ** features; packed rows' count does not), with a grid of batch work-groups. */
 static int dequant_asked(const fj__features *f, const char *config)
 {
-    return config && strstr(config, "dequant=1") && fj__dtype_fp8((fj_dtype)f->q_dtype) &&
+    fj__variant asked = {0};
+    return config && fj__apply_config(&asked, config, NULL) == 0 && asked.dequant &&
+           fj__dtype_fp8((fj_dtype)f->q_dtype) &&
            f->kv_dtype == f->q_dtype &&
            (f->out_dtype == FJ_DTYPE_F16 || f->out_dtype == FJ_DTYPE_BF16) && !f->paged &&
            !f->varlen && f->batch <= FJ__MAX_GRID_DIM_Y && f->seqlen_q <= INT32_MAX &&
