@@ -352,8 +352,10 @@ FJ_API void fj_attention_desc_init(fj_attention_desc *desc);
 ** v_descale) and out is f16 or bf16; or k and v alone are FP8 (an FP8 KV cache, paged or not,
 ** scaled by k_descale and v_descale) read by f16 or bf16 q, out as q. FP8 q, k and v run on
 ** Hopper's kernel with FP8 products where head_dim and head_dim_v are <= 256 (rows multiples
-** of 16 bytes; with both beyond 128, not with element masks or score terms), otherwise on the
-** SIMT forward; an FP8 KV cache on the portable decode kernel; FP8 has no backward.
+** of 16 bytes; with both beyond 128, not with element masks or score terms); other dense
+** requests on CUDA (more than 16 query rows) through 16-bit copies of q, k and v in the
+** workspace (descale factors folded in) and the 16-bit forward; the rest on the SIMT forward;
+** an FP8 KV cache on the portable decode kernel; FP8 has no backward.
 ** head_dim and head_dim_v are 1..576 and may differ (on
 ** tensor cores: up to 256 before Hopper, where the SIMT kernels serve beyond; up to 576 on
 ** Hopper's kernel). Accumulation is in float32 (Hopper's tensor cores add FP8 products with

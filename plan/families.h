@@ -326,7 +326,8 @@ FJ__PARAM_STRUCT(fj__append_params, FJ__APPEND_PARAMS);
 /* FP8 inputs dequantised (fp8_dequant.lua): src [b, s, h, d] of FP8 (q_t) at batch, row and head
 ** strides, times its (batch, head / group)'s factors from descale and descale2 (each NULL: 1;
 ** batch and head strides), into dst [b, s, h, d] of the 16-bit out type (o_t) at its batch, row
-** and head strides. A work-group per (batch, row). */
+** and head strides. A work-group per (batch, row); chunks 1: dim, the strides and both bases
+** in whole 16-element chunks (CUDA moves a chunk at a time). */
 #define FJ__DEQUANT_PARAMS(X, T)                                                                   \
     X(T, PTR, src, "const q_t")                                                                    \
     X(T, PTR, dst, "o_t")                                                                          \
@@ -344,7 +345,8 @@ FJ__PARAM_STRUCT(fj__append_params, FJ__APPEND_PARAMS);
     X(T, I64, o_sh, 0)                                                                             \
     X(T, I32, heads, 0)                                                                            \
     X(T, I32, dim, 0)                                                                              \
-    X(T, I32, group, 0)
+    X(T, I32, group, 0)                                                                            \
+    X(T, I32, chunks, 0)
 FJ__PARAM_STRUCT(fj__dequant_params, FJ__DEQUANT_PARAMS);
 
 /* The largest parameter block, for buffers that hold any of them. */

@@ -408,6 +408,11 @@ static void fill_dequant(const fj__plan *plan, int t, const fj__problem *p, void
     D->heads = (int32_t)copy.shape[2];
     D->dim = (int32_t)copy.shape[3];
     D->group = (int32_t)(t == FJ__T_Q ? p->heads_q / p->heads_kv : 1); /* descale by kv head */
+    int64_t whole = (uintptr_t)D->src % 16 == 0 && (uintptr_t)D->dst % 16 == 0 && D->dim % 16 == 0;
+    const int64_t strides[6] = {D->s_sb, D->s_ss, D->s_sh, D->o_sb, D->o_ss, D->o_sh};
+    for (int j = 0; j < 6; j++)
+        whole &= strides[j] % 16 == 0;
+    D->chunks = (int32_t)whole;
 }
 
 /* The request as the 16-bit forward after the dequantising steps reads it: q, k and v are the

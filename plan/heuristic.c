@@ -352,18 +352,24 @@ static void set_page_rows(fj__variant *v, const fj__features *f)
         v->page_rows = (uint8_t)fj__fwd_page_rows(v->tile_n, f->page_size);
 }
 
-/* Whether FP8 q, k and v go through 16-bit copies (variant field dequant): asked for by the
-** override (dequant=1; opt-in until measured on a GPU), dense (a copy's size follows from the
-** features; packed rows' count does not), with a grid of batch work-groups. */
-static int dequant_asked(const fj__features *f, const char *config)
+/* Whether FP8 q, k and v can go through 16-bit copies (variant field dequant): dense (a copy's
+** size follows from the features; packed rows' count does not), with a grid of batch
+** work-groups. */
+static int dequant_can(const fj__features *f)
 {
-    fj__variant asked = {0};
-    return config && fj__apply_config(&asked, config, NULL) == 0 && asked.dequant &&
-           fj__dtype_fp8((fj_dtype)f->q_dtype) &&
-           f->kv_dtype == f->q_dtype &&
+    return fj__dtype_fp8((fj_dtype)f->q_dtype) && f->kv_dtype == f->q_dtype &&
            (f->out_dtype == FJ_DTYPE_F16 || f->out_dtype == FJ_DTYPE_BF16) && !f->paged &&
            !f->varlen && f->batch <= FJ__MAX_GRID_DIM_Y && f->seqlen_q <= INT32_MAX &&
            f->seqlen_k <= INT32_MAX;
+}
+
+/* The override's dequant: 0 never, 1 always (where it can), 2 (not given) where the FP8
+** request would otherwise take the SIMT forward on CUDA and the copies a tensor-core one, but
+** for decode's few query rows (copies of K and V would triple what decode reads). */
+static int dequant_mode(const char *config)
+{
+    fj__variant asked = {.dequant = 2};
+    return config && fj__apply_config(&asked, config, NULL) == 0 ? asked.dequant : 2;
 }
 
 /* f as the 16-bit forward reads it after the dequantising steps: q, k and v in out's dtype,
@@ -380,15 +386,10 @@ static fj__features dequantised_features(const fj__features *f)
     return g;
 }
 
-void fj__choose_forward(const fj__features *f, const fj_device_info *dev, const char *config,
-                        fj__variant *v)
+/* The forward's variant for f as it is (FP8 read as FP8). */
+static void choose_native(const fj__features *f, const fj_device_info *dev, const char *config,
+                          fj__variant *v)
 {
-    if (dequant_asked(f, config)) {
-        const fj__features g = dequantised_features(f);
-        fj__choose_forward(&g, dev, config, v);
-        v->dequant = 1;
-        return;
-    }
     fj__variant_from_features(v, FJ__FAMILY_FWD, f, dev);
     fj__variant_score_fields(v, f);
     v->varlen = f->varlen;
@@ -447,5 +448,27 @@ void fj__choose_forward(const fj__features *f, const fj_device_info *dev, const 
         tuned.dequant = 0; /* (asked of every request; dequant_asked decides) */
         if ((!tuned.paged || tuned.page_rows) && fj__variant_fits(&tuned, dev))
             *v = tuned;
+    }
+}
+
+void fj__choose_forward(const fj__features *f, const fj_device_info *dev, const char *config,
+                        fj__variant *v)
+{
+    const int mode = dequant_can(f) ? dequant_mode(config) : 0;
+    if (mode != 1)
+        choose_native(f, dev, config, v);
+    if (mode == 0 || (mode == 2 && (dev->backend != FJ_BACKEND_CUDA || v->path != FJ__PATH_SIMT ||
+                                    f->seqlen_q <= FJ__DECODE_MAX_SEQLEN_Q)))
+        return;
+    /* Measured on an H100 (bench/RESULTS.md, "FP8 through 16-bit copies"): where Hopper's FP8
+    ** kernel does not serve, the SIMT forward costs FP8 requests 47-270x their 16-bit
+    ** equivalents; the copies and the 16-bit tensor-core forward 1.03-1.27x (2.1x under a
+    ** mask that keeps 1/64 of the scores: the copies do not shrink with it). */
+    const fj__features g = dequantised_features(f);
+    fj__variant copies;
+    choose_native(&g, dev, config, &copies);
+    if (mode == 1 || copies.path != FJ__PATH_SIMT) {
+        *v = copies;
+        v->dequant = 1;
     }
 }

@@ -1298,7 +1298,9 @@ static void test_wide_forward_plans(void **state)
 ** registers do not fit), fitting with its staging buffers; q's head dims beyond 128 with S's
 ** second panel apart, whole up to 128 value columns, else in parts of 64 or 16 keys (where a
 ** mask or score term takes the SIMT kernel);
-** elsewhere (sm_86, head dims beyond 256, rows not of 16 FP8 elements) the SIMT kernel. */
+** elsewhere (sm_86, head dims beyond 256, rows not of 16 FP8 elements) the SIMT kernel. FP8 read
+** as FP8 (dequant=0; test_fp8_dequant_plans has the 16-bit copies that replace the SIMT kernel
+** by default). */
 static void test_fp8_forward_plans(void **state)
 {
     (void)state;
@@ -1335,7 +1337,7 @@ static void test_fp8_forward_plans(void **state)
         for (int t = 0; t < 3; t++)
             f.rows_16b[t] = f.tma[t] = (uint8_t)cases[i].rows_16b;
         fj__variant v;
-        fj__choose_forward(&f, cases[i].dev, NULL, &v);
+        fj__choose_forward(&f, cases[i].dev, "dequant=0", &v);
         if (v.path != cases[i].path)
             fail_msg("case %zu: path %d, expected %d", i, v.path, cases[i].path);
         assert_true(fj__variant_fits(&v, cases[i].dev));
@@ -1367,10 +1369,12 @@ static void test_fp8_forward_plans(void **state)
     }
 }
 
-/* FP8 q, k and v through 16-bit copies (FLASHJIT_CONFIG=dequant=1): the 16-bit plan of the
-** same shape (mma on sm_86, Hopper's kernel for d 576 / dv 512 on sm_90a) with three
-** dequantising steps first, each a work-group per (row, batch) writing a workspace of the copy's
-** size; packed sequences and requests without the option keep the FP8 plans. */
+/* FP8 q, k and v through 16-bit copies: the 16-bit plan of the same shape (mma on sm_86,
+** Hopper's kernel for d 576 / dv 512 on sm_90a) with three dequantising steps first, each a
+** work-group per (row, batch) writing a workspace of the copy's size. By default where the FP8
+** request would take the SIMT forward on CUDA; always with dequant=1, never with dequant=0;
+** packed sequences, decode's few rows, OpenCL and what Hopper's FP8 kernel serves keep the FP8
+** plans. */
 static void test_fp8_dequant_plans(void **state)
 {
     (void)state;
@@ -1379,19 +1383,30 @@ static void test_fp8_dequant_plans(void **state)
         int64_t d, dv;
         const fj_device_info *dev;
         const char *config;
-        int varlen, dequant, path;
+        int varlen, seqlen_q, dequant, path;
     } cases[] = {
-        {128, 128, &devs.sm86, "dequant=1", 0, 1, FJ__PATH_MMA},
-        {576, 512, &devs.h200, "dequant=1", 0, 1, FJ__PATH_WGMMA},
-        {256, 256, &devs.h200, "dequant=1,stages=2", 0, 1, FJ__PATH_WGMMA},
-        {128, 128, &devs.sm86, NULL, 0, 0, FJ__PATH_SIMT},
-        {128, 128, &devs.sm86, "dequant=1", 1, 0, FJ__PATH_SIMT},
+        {128, 128, &devs.sm86, "dequant=1", 0, 300, 1, FJ__PATH_MMA},
+        {576, 512, &devs.h200, "dequant=1", 0, 300, 1, FJ__PATH_WGMMA},
+        {256, 256, &devs.h200, "dequant=1,stages=2", 0, 300, 1, FJ__PATH_WGMMA},
+        {128, 128, &devs.h200, "dequant=1", 0, 300, 1, FJ__PATH_WGMMA},
+        {128, 128, &devs.sm86, NULL, 0, 300, 1, FJ__PATH_MMA},
+        {576, 512, &devs.h200, NULL, 0, 300, 1, FJ__PATH_WGMMA},
+        {128, 128, &devs.h200, NULL, 0, 300, 0, FJ__PATH_WGMMA},
+        {128, 128, &devs.sm86, "dequant=0", 0, 300, 0, FJ__PATH_SIMT},
+        {128, 128, &devs.sm86, "tile_n=32", 0, 300, 1, FJ__PATH_MMA},
+        {128, 128, &devs.sm86, NULL, 0, 16, 0, FJ__PATH_SIMT},
+        {128, 128, &devs.sm86, "dequant=1", 0, 16, 1, FJ__PATH_MMA},
+        {128, 128, &devs.cpu, NULL, 0, 300, 0, FJ__PATH_SIMT},
+        {128, 128, &devs.cpu, "dequant=1", 0, 300, 1, FJ__PATH_SIMT},
+        {128, 128, &devs.sm86, "dequant=1", 1, 300, 0, FJ__PATH_SIMT},
+        {128, 128, &devs.sm86, NULL, 1, 300, 0, FJ__PATH_SIMT},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fj__features f = bwd_features(cases[i].d, cases[i].dv, FJ_DTYPE_F8_E4M3);
         f.out_dtype = FJ_DTYPE_BF16;
         f.descale = 1;
         f.varlen = (uint8_t)cases[i].varlen;
+        f.seqlen_q = cases[i].seqlen_q;
         fj__variant v;
         fj__choose_forward(&f, cases[i].dev, cases[i].config, &v);
         if (v.path != cases[i].path || v.dequant != cases[i].dequant)
