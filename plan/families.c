@@ -11,5 +11,6 @@ FJ__PARAM_LAYOUT(fj__decode_params, "fj_decode_params", FJ__DECODE_PARAMS);
 FJ__PARAM_LAYOUT(fj__decode_tma_params, "fj_decode_tma_params", FJ__DECODE_TMA_PARAMS);
 FJ__PARAM_LAYOUT(fj__append_params, "fj_append_params", FJ__APPEND_PARAMS);
 FJ__PARAM_LAYOUT(fj__dequant_params, "fj_dequant_params", FJ__DEQUANT_PARAMS);
+FJ__PARAM_LAYOUT(fj__transpose_v_params, "fj_transpose_v_params", FJ__TRANSPOSE_V_PARAMS);
 FJ__PARAM_LAYOUT(fj__bwd_params, "fj_bwd_params", FJ__BWD_PARAMS);
 FJ__PARAM_LAYOUT(fj__bwd_tma_params, "fj_bwd_tma_params", FJ__BWD_TMA_PARAMS);

@@ -349,6 +349,22 @@ FJ__PARAM_STRUCT(fj__append_params, FJ__APPEND_PARAMS);
     X(T, I32, chunks, 0)
 FJ__PARAM_STRUCT(fj__dequant_params, FJ__DEQUANT_PARAMS);
 
+/* FP8 values transposed (fp8_transpose_v.cu.lua): src [b, s, hkv, dv] of FP8 (kv_t) at batch,
+** row and head strides into dst [b, hkv, dv, keys] (keys: seqlen_k rounded up to 16, the rest
+** zeros) at its batch and head strides. A block per 64 keys of a (kv head, batch). */
+#define FJ__TRANSPOSE_V_PARAMS(X, T)                                                               \
+    X(T, PTR, src, "const kv_t")                                                                   \
+    X(T, PTR, dst, "kv_t")                                                                         \
+    X(T, I64, s_sb, 0)                                                                             \
+    X(T, I64, s_ss, 0)                                                                             \
+    X(T, I64, s_sh, 0)                                                                             \
+    X(T, I64, o_sb, 0)                                                                             \
+    X(T, I64, o_sh, 0)                                                                             \
+    X(T, I32, seqlen_k, 0)                                                                         \
+    X(T, I32, keys, 0)                                                                             \
+    X(T, I32, dim, 0)
+FJ__PARAM_STRUCT(fj__transpose_v_params, FJ__TRANSPOSE_V_PARAMS);
+
 /* The largest parameter block, for buffers that hold any of them. */
 #define FJ__MAX_PARAMS_BYTES 2048
 

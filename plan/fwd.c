@@ -1,6 +1,6 @@
-/* The forward plan and its parameter blocks: [dequantise FP8 q, k, v] [zero the tile counter]
-** [classify the element masks' blocks] forward, and how each step's block is filled from a
-** request. */
+/* The forward plan and its parameter blocks: [dequantise FP8 q, k, v] [transpose FP8 v] [zero
+** the tile counter] [classify the element masks' blocks] forward, and how each step's block is
+** filled from a request. */
 #include <string.h>
 
 #include "plan.h"
@@ -9,6 +9,8 @@
 #define CLS 128             /* the block classifier's block edge (attn_classify.lua) */
 #define CLS_THREADS 256     /* its work-group */
 #define DEQUANT_THREADS 128 /* fp8_dequant.lua's work-group */
+#define TRANSPOSE_V_THREADS 256 /* fp8_transpose_v.cu.lua's block ... */
+#define TRANSPOSE_V_KEYS 64     /* ... and its keys */
 
 /* The rows, heads and head dim of q, k and v (t = FJ__T_Q, _K, _V) of a dense request. */
 static void tensor_dims(int t, int64_t seqlen_q, int64_t seqlen_k, int64_t heads_q,
@@ -17,6 +19,24 @@ static void tensor_dims(int t, int64_t seqlen_q, int64_t seqlen_k, int64_t heads
     out[0] = t == FJ__T_Q ? seqlen_q : seqlen_k;
     out[1] = t == FJ__T_Q ? heads_q : heads_kv;
     out[2] = t == FJ__T_V ? head_dim_v : head_dim;
+}
+
+/* A step that rewrites FP8 inputs (of type in) for forward v: a kernel of `family` with
+** `threads` work-items a work-group, reading in and writing out's dtype where it converts. */
+static fj__step *add_input_step(fj__plan *plan, int family, const fj__variant *v, int32_t in,
+                                int threads)
+{
+    fj__step *s = fj__plan_add_step(plan, FJ__STEP_KERNEL);
+    fj__variant *sv = &s->variant;
+    sv->family = family;
+    sv->backend = v->backend;
+    sv->path = FJ__PATH_SIMT;
+    sv->q_dtype = sv->kv_dtype = in;
+    sv->out_dtype = v->out_dtype;
+    sv->acc_dtype = FJ_DTYPE_F32;
+    sv->threads = threads;
+    s->block[0] = (uint32_t)threads;
+    return s;
 }
 
 /* FP8 q, k and v read through 16-bit copies (v->dequant): a step each, into workspaces
@@ -29,19 +49,24 @@ static void add_dequant_steps(const fj__features *f, const fj__variant *v, fj__p
                     f->head_dim_v, d);
         plan->fwd.dequant[t] = fj__plan_add_workspace(
             plan, (size_t)(f->batch * d[0] * d[1] * d[2]) * fj_dtype_size((fj_dtype)v->out_dtype));
-        fj__step *s = fj__plan_add_step(plan, FJ__STEP_KERNEL); /* step t */
-        fj__variant *dv = &s->variant;
-        dv->family = FJ__FAMILY_DEQUANT;
-        dv->backend = v->backend;
-        dv->path = FJ__PATH_SIMT;
-        dv->q_dtype = dv->kv_dtype = f->q_dtype;
-        dv->out_dtype = v->out_dtype;
-        dv->acc_dtype = FJ_DTYPE_F32;
-        dv->threads = DEQUANT_THREADS;
-        s->block[0] = DEQUANT_THREADS;
-        s->grid[0] = (uint32_t)d[0];
+        fj__step *s = add_input_step(plan, FJ__FAMILY_DEQUANT, v, f->q_dtype, DEQUANT_THREADS);
+        s->grid[0] = (uint32_t)d[0]; /* (step t) */
         s->grid[1] = (uint32_t)f->batch;
     }
+}
+
+/* FP8 v transposed for Hopper's FP8 forward (v->v_transposed): a step into a workspace
+** [batch, heads_kv, head_dim_v, keys] (keys: seqlen_k rounded up to 16), ahead of the forward. */
+static void add_transpose_v_step(const fj__features *f, const fj__variant *v, fj__plan *plan)
+{
+    plan->fwd.v_keys = (f->seqlen_k + 15) / 16 * 16;
+    plan->fwd.v_transposed = fj__plan_add_workspace(
+        plan, (size_t)(f->batch * f->heads_kv * f->head_dim_v * plan->fwd.v_keys));
+    fj__step *s =
+        add_input_step(plan, FJ__FAMILY_TRANSPOSE_V, v, v->kv_dtype, TRANSPOSE_V_THREADS);
+    s->grid[0] = (uint32_t)((plan->fwd.v_keys + TRANSPOSE_V_KEYS - 1) / TRANSPOSE_V_KEYS);
+    s->grid[1] = (uint32_t)f->heads_kv;
+    s->grid[2] = (uint32_t)f->batch;
 }
 
 void fj__classify_variant(const fj__variant *v, fj__variant *cv)
@@ -145,8 +170,11 @@ fj_status fj__plan_forward(const fj__features *f, const fj_device_info *dev, con
     memset(plan, 0, sizeof *plan);
     plan->fwd.classes = plan->fwd.counter = -1;
     plan->fwd.dequant[0] = plan->fwd.dequant[1] = plan->fwd.dequant[2] = -1;
+    plan->fwd.v_transposed = -1;
     if (v->dequant && fj__dtype_fp8((fj_dtype)f->q_dtype))
         add_dequant_steps(f, v, plan);
+    if (v->v_transposed)
+        add_transpose_v_step(f, v, plan);
     if (v->persistent == 2 && v->path == FJ__PATH_WGMMA) {
         /* The dynamic schedule's tile counter, zero at the launch. */
         plan->fwd.counter = fj__plan_add_workspace(plan, sizeof(int32_t));
@@ -326,14 +354,46 @@ static void bias_map_of(const fj__problem *p, uint32_t rows, fj__tensor_map_desc
     d->box[2] = d->box[3] = 1;
 }
 
+/* The transposed values of p in their workspace (add_transpose_v_step), as a tensor whose "rows"
+** are value columns and whose "head dim" is the keys: [batch, head_dim_v, heads_kv, keys] at the
+** workspace's strides. */
+static fj_tensor transposed_v(const fj__plan *plan, const fj__problem *p, void *const *ws)
+{
+    const int64_t keys = plan->fwd.v_keys, per_head = p->head_dim_v * keys;
+    return (fj_tensor){.data = ws[plan->fwd.v_transposed],
+                       .dtype = p->kv_dtype,
+                       .ndim = 4,
+                       .shape = {p->batch, p->head_dim_v, p->heads_kv, keys},
+                       .stride = {p->heads_kv * per_head, keys, per_head, 1}};
+}
+
+static void fill_transpose_v(const fj__plan *plan, const fj__problem *p, void *const *ws,
+                             fj__transpose_v_params *T)
+{
+    const fj_tensor vt = transposed_v(plan, p, ws);
+    T->src = p->v->data;
+    T->dst = vt.data;
+    T->s_sb = p->strides[FJ__T_V][0];
+    T->s_ss = p->strides[FJ__T_V][1];
+    T->s_sh = p->strides[FJ__T_V][2];
+    T->o_sb = vt.stride[0];
+    T->o_sh = vt.stride[2];
+    T->seqlen_k = (int32_t)p->seqlen_k;
+    T->keys = (int32_t)plan->fwd.v_keys;
+    T->dim = (int32_t)p->head_dim_v;
+}
+
 static fj_status fill_fwd_tma(const fj__plan *plan, const fj__variant *v, const fj__problem *p,
                               void *const *ws, fj__tmap_fn tmap, void *ud, fj__fwd_tma_params *P)
 {
     fj__fill_fwd_params(plan, p, ws, &P->fwd);
-    const fj_tensor *t[3] = {p->q, p->k, p->v};
-    /* A paged cache's pages are the maps' batches, copied page_rows keys at a time. */
+    const fj_tensor vt = v->v_transposed ? transposed_v(plan, p, ws) : (fj_tensor){0};
+    const fj_tensor *t[3] = {p->q, p->k, v->v_transposed ? &vt : p->v};
+    /* A paged cache's pages are the maps' batches, copied page_rows keys at a time; transposed
+    ** values all value columns of 128 keys at a time. */
     const uint32_t key_rows = (uint32_t)(v->paged ? v->page_rows : v->tile_n);
-    const uint32_t rows[3] = {(uint32_t)v->tile_m, key_rows, key_rows};
+    const uint32_t rows[3] = {(uint32_t)v->tile_m, key_rows,
+                              v->v_transposed ? (uint32_t)v->head_dim_v_pad : key_rows};
     fj__tensor_map *maps[3] = {&P->tm_q, &P->tm_k, &P->tm_v};
     int32_t *perms[3] = {&P->perm_q, &P->perm_k, &P->perm_v};
     fj_status st = FJ_OK;
@@ -439,6 +499,10 @@ fj_status fj__fwd_fill(const fj__plan *plan, int i, const fj__problem *p, void *
     const fj__variant *v = &plan->steps[i].variant;
     if (v->family == FJ__FAMILY_DEQUANT) {
         fill_dequant(plan, i, p, ws, params); /* (steps 0-2: q, k, v) */
+        return FJ_OK;
+    }
+    if (v->family == FJ__FAMILY_TRANSPOSE_V) {
+        fill_transpose_v(plan, p, ws, params);
         return FJ_OK;
     }
     fj__problem pd;

@@ -248,8 +248,16 @@ static void plan_wgmma(fj__variant *v, const fj__features *f, const fj_device_in
     v->q_stages = wide_keys ? 1 : 2;
     if (!fj__variant_fits(v, dev))
         v->q_stages = 1;
-    if (fp8)
+    if (fp8) {
+        /* v transposed by a plan step (dense requests), asked for by the override
+        ** (v_transposed=1; opt-in until it has run on a GPU): the kernel's own transposing
+        ** warps cost 20-25 % at 192 and 256 value columns, 4 % at 128 (H100, bench/RESULTS.md).
+        ** Decided before the tiles: the registers the producer keeps depend on it. */
+        const char *asked = fj__config_field(config, "v_transposed");
+        v->v_transposed = !f->varlen && !f->paged && f->heads_kv <= FJ__MAX_GRID_DIM_Y &&
+                          f->batch <= FJ__MAX_GRID_DIM_Y && asked && *asked == '1';
         plan_wgmma_fp8(v, dev);
+    }
 }
 
 /* Key tiles of width bn that query rows [r0, r1) see: the band's (attn_key_band in the
@@ -445,7 +453,8 @@ static void choose_native(const fj__features *f, const fj_device_info *dev, cons
         tuned.class_vote &= tuned.path == FJ__PATH_WGMMA &&
                             !fj__dtype_fp8((fj_dtype)tuned.q_dtype) &&
                             (tuned.block_mask || fj__variant_element_masks(&tuned));
-        tuned.dequant = 0; /* (asked of every request; dequant_asked decides) */
+        tuned.dequant = 0; /* (asked of every request; fj__choose_forward decides) */
+        tuned.v_transposed = v->v_transposed; /* (likewise; plan_wgmma decides) */
         if ((!tuned.paged || tuned.page_rows) && fj__variant_fits(&tuned, dev))
             *v = tuned;
     }

@@ -76,6 +76,8 @@ typedef struct fj__plan {
     struct {
         int classes, counter;
         int dequant[3]; /* q's, k's and v's 16-bit copies (variant field dequant; steps 0-2) */
+        int v_transposed; /* FP8 v transposed (variant field v_transposed; fp8_transpose_v) */
+        int64_t v_keys;   /* its rows' keys: seqlen_k rounded up to 16 */
         int64_t cls_stride[3];
         int32_t cls_heads;
     } fwd;

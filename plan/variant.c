@@ -27,6 +27,8 @@ const char *fj__variant_template(const fj__variant *v)
         return "kv_append.lua";
     if (v->family == FJ__FAMILY_DEQUANT)
         return "fp8_dequant.lua";
+    if (v->family == FJ__FAMILY_TRANSPOSE_V)
+        return "fp8_transpose_v.cu.lua";
     if (v->family == FJ__FAMILY_BWD)
         return v->path == FJ__PATH_WGMMA ? (v->d_split ? "attn_bwd_wgmma_split.cu.lua"
                                                        : "attn_bwd_wgmma.cu.lua")
@@ -47,6 +49,7 @@ const char *fj__variant_entry(const fj__variant *v)
            : v->family == FJ__FAMILY_DECODE ? "fj_attn_decode"
            : v->family == FJ__FAMILY_APPEND ? "fj_kv_append"
            : v->family == FJ__FAMILY_DEQUANT ? "fj_fp8_dequant"
+           : v->family == FJ__FAMILY_TRANSPOSE_V ? "fj_fp8_transpose_v"
            : v->family == FJ__FAMILY_BWD    ? (v->stage == 1   ? "fj_attn_bwd_dot"
                                                : v->stage == 2 ? "fj_attn_bwd_dkdv"
                                                : v->stage == 3 ? "fj_attn_bwd_dq"
@@ -69,6 +72,8 @@ const fj__playout *fj__variant_layout(const fj__variant *v)
         return &fj__append_params_layout;
     if (v->family == FJ__FAMILY_DEQUANT)
         return &fj__dequant_params_layout;
+    if (v->family == FJ__FAMILY_TRANSPOSE_V)
+        return &fj__transpose_v_params_layout;
     if (v->family == FJ__FAMILY_BWD)
         return v->path == FJ__PATH_WGMMA && v->stage == 2 ? &fj__bwd_tma_params_layout
                                                           : &fj__bwd_params_layout;
@@ -92,6 +97,8 @@ const char *fj__variant_path(const fj__variant *v)
         return v->backend == FJ_BACKEND_CUDA ? "cuda.kv_append" : "opencl.kv_append";
     if (v->family == FJ__FAMILY_DEQUANT)
         return v->backend == FJ_BACKEND_CUDA ? "cuda.dequant" : "opencl.dequant";
+    if (v->family == FJ__FAMILY_TRANSPOSE_V)
+        return "cuda.transpose_v";
     if (v->family == FJ__FAMILY_BWD)
         return v->backend != FJ_BACKEND_CUDA ? "opencl.bwd.simt"
                : v->path == FJ__PATH_WGMMA   ? "cuda.bwd.wgmma"
@@ -305,7 +312,7 @@ int fj__variant_producer_registers(const fj__variant *v)
 {
     if (v->family == FJ__FAMILY_DECODE) /* attn_decode_wgmma.cu.lua's copying warpgroup */
         return 48;
-    if (v->family == FJ__FAMILY_FWD && fj__dtype_fp8((fj_dtype)v->q_dtype))
+    if (v->family == FJ__FAMILY_FWD && fj__dtype_fp8((fj_dtype)v->q_dtype) && !v->v_transposed)
         return v->head_dim_v_pad <= 128 ? 56 : 40;
     /* A paged forward copying a tile as several pages keeps their numbers across the waits. */
     if (v->family == FJ__FAMILY_FWD && v->paged && v->page_rows && v->page_rows < v->tile_n)
@@ -316,7 +323,7 @@ int fj__variant_producer_registers(const fj__variant *v)
 int fj__variant_value_stages(const fj__variant *v)
 {
     if (v->family != FJ__FAMILY_FWD || v->path != FJ__PATH_WGMMA ||
-        !fj__dtype_fp8((fj_dtype)v->q_dtype))
+        !fj__dtype_fp8((fj_dtype)v->q_dtype) || v->v_transposed)
         return 0;
     return v->head_dim_v_pad / fj__variant_dv_slices(v) <= 128 ? 4 : 2;
 }
@@ -364,6 +371,8 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
         return v->threads == 128 && v->inputs >= 0 && v->inputs <= FJ__MERGE_SLOTS;
     if (v->family == FJ__FAMILY_APPEND || v->family == FJ__FAMILY_DEQUANT)
         return v->threads == 128;
+    if (v->family == FJ__FAMILY_TRANSPOSE_V)
+        return v->threads == 256 && v->backend == FJ_BACKEND_CUDA;
     /* A paged forward: Hopper's kernel, copies of whole swizzle periods that divide its tiles
     ** (fj__fwd_page_rows; 0 while the heuristic plans the tiles, which no kernel renders), of
     ** 16-bit data, one block a work tile's columns, no block classes or bias tiles
@@ -536,6 +545,8 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
                          v->head_dim_pad % 128 == 0 && v->head_dim_pad <= 256 &&
                          v->persistent != 2 &&
                          !v->lazy_rescale)) &&
+               /* v transposed by a plan step: FP8, dense (its workspace follows the shape) */
+               (!v->v_transposed || (fp8 && !v->varlen && !v->paged)) &&
                /* FP8 beyond one panel of q and k: its second panel in parts of whole n8
                ** blocks; beyond 128 value columns (16-key parts) ptxas spilled 36-164 bytes
                ** with element masks or score terms, so those take the SIMT kernel */
@@ -622,7 +633,8 @@ int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
                   {"producer", offsetof(fj__variant, producer), 1, 0, 1},
                   {"dq_turns", offsetof(fj__variant, dq_turns), 1, 0, 1},
                   {"class_vote", offsetof(fj__variant, class_vote), 1, 0, 1},
-                  {"dequant", offsetof(fj__variant, dequant), 1, 0, 1}};
+                  {"dequant", offsetof(fj__variant, dequant), 1, 0, 1},
+                  {"v_transposed", offsetof(fj__variant, v_transposed), 1, 0, 1}};
     const char *p = config;
     while (p && *p) {
         if (!strncmp(p, "path=", 5)) {
@@ -782,6 +794,7 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_TPL_PARAMS])
     BOOL_PARAM(neg_scale);
     BOOL_PARAM(write_lse);
     BOOL_PARAM(descale);
+    BOOL_PARAM(v_transposed);
 #undef INT_PARAM
 #undef BOOL_PARAM
 #undef STR_PARAM

@@ -14,7 +14,9 @@
 ** by their log-sum-exps (attn_merge.lua); DECODE: forwards of a few query rows per sequence,
 ** grouped-query heads packed, keys split (attn_decode.lua); APPEND: keys and values written
 ** into a paged KV cache (kv_append.lua); BWD: the backward's stages (attn_bwd.lua); DEQUANT:
-** FP8 q, k or v into 16-bit copies, a step before a 16-bit forward (fp8_dequant.lua). */
+** FP8 q, k or v into 16-bit copies, a step before a 16-bit forward (fp8_dequant.lua);
+** TRANSPOSE_V: FP8 v transposed, keys contiguous, a step before Hopper's FP8 forward
+** (fp8_transpose_v.cu.lua). */
 typedef enum fj__kernel_family {
     FJ__FAMILY_FWD = 1,
     FJ__FAMILY_CLASSIFY = 2,
@@ -22,7 +24,8 @@ typedef enum fj__kernel_family {
     FJ__FAMILY_DECODE = 4,
     FJ__FAMILY_APPEND = 5,
     FJ__FAMILY_BWD = 6,
-    FJ__FAMILY_DEQUANT = 7
+    FJ__FAMILY_DEQUANT = 7,
+    FJ__FAMILY_TRANSPOSE_V = 8
 } fj__kernel_family;
 
 /* The kernel designs of the forward and decode families. */
@@ -112,6 +115,10 @@ typedef struct fj__variant {
                           ** copies that the plan's DEQUANT steps make first (descale folded
                           ** in); the kernel itself is the 16-bit one (not a template
                           ** parameter) */
+    uint8_t v_transposed; /* FWD on WGMMA with FP8: v comes transposed (keys contiguous, each
+                          ** 16 in P's register order) from the plan's TRANSPOSE_V step, so TMA
+                          ** brings P V's K-major operand straight into the ring: no staging
+                          ** buffers, no transposing warps (dense requests) */
     uint8_t paged;        /* DECODE, FWD on WGMMA: k and v are pages of a KV cache found through
                           ** a table */
     uint8_t page_rows;    /* FWD on WGMMA, paged: the key rows of one bulk copy, a divisor of

@@ -22,8 +22,10 @@
 % -- K-major, so V must reach P V as value columns x keys. TMA brings each value tile into a
 % -- staging buffer as it comes (keys x columns), and warps 1-3 of the producer's warpgroup
 % -- write it out transposed into the ring slot (transpose_values), keys in the order in which
-% -- P's registers hold them (pack_p), so that P needs no shuffles; q's and k's descale factors
-% -- scale the scores, v's the output. Beyond one 128-column panel of q and k, the second
+% -- P's registers hold them (pack_p), so that P needs no shuffles; or (v_transposed: dense
+% -- requests) a plan step has written v transposed in that order (fp8_transpose_v.cu.lua) and
+% -- TMA brings its tiles straight into the ring. q's and k's descale factors scale the scores,
+% -- v's the output. Beyond one 128-column panel of q and k, the second
 % -- panel's part of S is summed apart and added in f32 (issue_qk).
 % --
 % -- The kernel is a wiring of parts, each readable alone: the shared-memory layout (Smem), the
@@ -32,7 +34,8 @@
 % -- masks (softmax_tile), the main loop (mainloop) and the epilogue (store_tile).
 % --
 % -- Parameters: q_dtype, kv_dtype, out_dtype (one of bf16, f16 for all three; or q and kv one
-% -- FP8 type and out bf16 or f16), descale (FP8: descale factors given), head_dim_pad,
+% -- FP8 type and out bf16 or f16), descale (FP8: descale factors given), v_transposed (FP8,
+% -- dense: v comes transposed from the plan's step, tm_v its map), head_dim_pad,
 % -- head_dim_v_pad (multiples of 64; with FP8 head_dim_pad 128 or 256), dv_slices (the value
 % -- columns split into slices of head_dim_v_pad / dv_slices, at most 256: O's accumulators;
 % -- each slice is a work tile of its own, which recomputes S, and the slices of a query block run next to each other so that
@@ -83,6 +86,8 @@
 % assert(score_parts == 0 or (fp8 and head_dim_pad == 256 and tile_n % score_parts == 0 and
 %        (tile_n // score_parts) % 8 == 0), "S's second panel apart: FP8 beyond one panel, parts of whole n8 blocks")
 % assert(not fp8 or head_dim_pad == 128 or score_parts > 0, "FP8 beyond one panel sums S by panels")
+% assert(not v_transposed or (fp8 and varlen == 0 and not paged),
+%        "v transposed by a step: FP8, dense")
 % -- bias_tma: bias tiles (BM x BN) come with the key tiles, by TMA into shared memory, in
 % -- 128-byte panels of keys with the 128-byte swizzle.
 % local bias_es = bias == "f32" and 4 or 2
@@ -131,6 +136,7 @@
 /* ---- the variant, as constants ------------------------------------------------------------ */
 constexpr int BM = ${tile_m}, BN = ${tile_n};       /* query rows per work tile, keys per tile */
 constexpr bool FP8 = ${fp8};                        /* q, k, v in FP8 (V transposed: see above) */
+constexpr bool V_STAGED = FP8 && !${v_transposed}; /* ... here, from staging buffers */
 constexpr int ES = FP8 ? 1 : 2;                     /* bytes of an element of q, k, v */
 constexpr int PC = 128 / ES;                        /* columns of a 128-byte panel */
 constexpr int KSTEP = 32 / ES;                      /* k of one product: 32 bytes of a row */
@@ -148,7 +154,7 @@ constexpr int STAGES = ${stages}, Q_STAGES = ${q_stages}; /* key/value ring slot
 constexpr int PERSISTENT = ${persistent};
 constexpr int EXP_POLY = ${exp_poly};
 constexpr int CONSUMER_REGS = ${consumer_regs};
-constexpr int PRODUCER_REGS = ${producer_regs}; /* FP8: warps 1-3 transpose value tiles */
+constexpr int PRODUCER_REGS = ${producer_regs}; /* V_STAGED: warps 1-3 transpose value tiles */
 constexpr bool LOCAL_MASK = ${local_mask};   /* a causal/window band */
 constexpr bool CLASSES = ${classes};         /* 128 x 128 block classes skip and mask tiles */
 constexpr bool CLASS_VOTE = ${class_vote};   /* class-0 tiles passed over many at a time */
@@ -172,13 +178,14 @@ constexpr bool REALLOC = NC > 1 || ${ctas_per_sm} == 2;
 /* Bytes of one tile: PC-column panels of rows x 128 bytes. With V_IN_K a ring slot's value tile
 ** is the first DV / 64 panels of its key tile (VT_BYTES apart, the barriers VT_FULL / VT_EMPTY
 ** its key tile's: the slot goes back once P V has read it). With FP8 a ring slot's value tile
-** is transposed: BN / 128 panels of DV rows (value columns) x 128 keys; V_STAGES staging
-** buffers (VS) take the tiles as TMA brings them, in 128-column panels of BN keys, deep enough
-** to hide the copies' latency from the transposing warps. */
+** is transposed: BN / 128 panels of DV rows (value columns) x 128 keys; where the kernel
+** transposes (V_STAGED), V_STAGES staging buffers (VS) take the tiles as TMA brings them, in
+** 128-column panels of BN keys, deep enough to hide the copies' latency from the transposing
+** warps. */
 constexpr int Q_BYTES = BM * DQ * ES, K_BYTES = BN * DQ * ES;
 constexpr int V_BYTES = V_IN_K ? 0 : BN * DV * ES;
-constexpr int V_STAGES = FP8 ? ${v_stages} : 1;
-constexpr int VS_BYTES = FP8 ? BN * ((DV + PC - 1) / PC) * 128 : 0;
+constexpr int V_STAGES = V_STAGED ? ${v_stages} : 1;
+constexpr int VS_BYTES = V_STAGED ? BN * ((DV + PC - 1) / PC) * 128 : 0;
 constexpr int X_BYTES = D_SPLIT ? BM * BN * 4 : 0; /* a buffer of the partner's partial scores */
 constexpr int VT_BYTES = V_IN_K ? K_BYTES : V_BYTES;
 constexpr int BIAS_BYTES = BIAS_TMA ? BM * BN * ${bias_es} : 0; /* a bias tile per ring slot */
@@ -196,9 +203,9 @@ enum Bar : int {
     TILE_EMPTY = TILE_FULL + 2,   /* ... and has been read by every consumer warp */
     X_FULL = TILE_EMPTY + 2,      /* D_SPLIT: exchange buffer b holds the partner's scores */
     X_FREE = X_FULL + 2,          /* ... the partner has read what we left in its buffer b */
-    VS_FULL = TILE_EMPTY + 2 + (D_SPLIT ? 4 : 0), /* FP8: staging buffer b holds a value tile */
+    VS_FULL = TILE_EMPTY + 2 + (D_SPLIT ? 4 : 0), /* V_STAGED: buffer b holds a value tile */
     VS_EMPTY = VS_FULL + V_STAGES,                /* ... and has been transposed */
-    NUM_BARS = VS_FULL + (FP8 ? 2 * V_STAGES : 0)
+    NUM_BARS = VS_FULL + (V_STAGED ? 2 * V_STAGES : 0)
 };
 constexpr Bar VT_FULL = V_IN_K ? K_FULL : V_FULL, VT_EMPTY = V_IN_K ? K_EMPTY : V_EMPTY;
 
@@ -240,7 +247,7 @@ struct Ring {
 #pragma unroll
         for (int s = 0; s < STAGES; s++) {
             mbar_init((*this)(K_FULL, s), 1);
-            mbar_init((*this)(V_FULL, s), FP8 ? 3 : 1); /* FP8: the transposing warps */
+            mbar_init((*this)(V_FULL, s), V_STAGED ? 3 : 1); /* the transposing warps */
             mbar_init((*this)(K_EMPTY, s), 4 * NC); /* one arrival per consumer warp */
             mbar_init((*this)(V_EMPTY, s), 4 * NC);
         }
@@ -249,7 +256,7 @@ struct Ring {
                 mbar_init((*this)(TILE_FULL, k), 1);
                 mbar_init((*this)(TILE_EMPTY, k), 4 * NC);
             }
-        if constexpr (FP8)
+        if constexpr (V_STAGED)
             for (int b = 0; b < V_STAGES; b++) {
                 mbar_init((*this)(VS_FULL, b), 1);
                 mbar_init((*this)(VS_EMPTY, b), 3);
@@ -493,12 +500,18 @@ __device__ __forceinline__ void produce(const fj_fwd_tma_params &P, const Smem &
                               nb * BN + p * BIAS_PC, wt.m0, P.fwd.mask.bias_sh ? wt.head : 0,
                               P.fwd.mask.bias_sb ? wt.batch : 0);
             }
-            if constexpr (FP8) { /* into staging, for the transposing warps */
+            if constexpr (V_STAGED) { /* into staging, for the transposing warps */
                 const int b = (it - 1) % V_STAGES;
                 mbar_wait(ring(VS_EMPTY, b), (((it - 1) / V_STAGES) & 1) ^ 1);
                 mbar_arrive_expect(ring(VS_FULL, b), VS_BYTES);
                 load_panels<DV, ES>(sm.vs + b * VS_BYTES, &P.tm_v, ring(VS_FULL, b), BN,
                                     kc.row, wt.head_kv, kc.batch[0], P.perm_v, wt.v0);
+            } else if constexpr (FP8) {
+                /* transposed by the plan: the map's rows are value columns, its columns keys */
+                mbar_wait(ring(V_EMPTY, s), ph ^ 1);
+                mbar_arrive_expect(ring(V_FULL, s), V_BYTES);
+                load_panels<BN, 1>(sm.v + s * V_BYTES, &P.tm_v, ring(V_FULL, s), DV, wt.v0,
+                                   wt.head_kv, kc.batch[0], P.perm_v, kc.row);
             } else if constexpr (!V_IN_K) {
                 mbar_wait(ring(V_EMPTY, s), ph ^ 1);
                 mbar_arrive_expect(ring(V_FULL, s), V_BYTES);
@@ -1170,7 +1183,7 @@ fj_attn_fwd(
             regs_dec<PRODUCER_REGS>();
         if (tid == 0)
             produce(P, sm, ring, sched);
-        if constexpr (FP8)
+        if constexpr (V_STAGED)
             if (tid >= 32)
                 transpose_values(F, sm, ring, sched, tid / 32 - 1, tid % 32);
         if constexpr (D_SPLIT)

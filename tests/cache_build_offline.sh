@@ -290,6 +290,20 @@ echo "$out" | awk '$2 == "cuda.fwd.wgmma" && $9 != 0 { bad = 1 } END { exit bad 
     { echo "FAIL: an FP8 Hopper kernel spills"; exit 1; }
 [ "$(echo "$out" | grep -c "wgmma serialised")" -eq 0 ] ||
     { echo "FAIL: an FP8 Hopper kernel runs its wgmma serialised"; exit 1; }
+# The same with v transposed by a plan step (FLASHJIT_CONFIG=v_transposed=1): the 32 kernels take
+# each value tile by one bulk copy (their producer keeps 24 registers, so the consumers' tiles
+# differ), and the transposing step builds once a format; no spills.
+out=$(FLASHJIT_CONFIG=v_transposed=1 "$cli" cache build --arch sm_90a --cache "$dir/fp8.db" \
+    --dtype e4m3,e5m2 --head-dim 64,128,192,256 --head-dim-v 64,128,128,256 --causal 0,1 \
+    --seqlen 1024 2>&1)
+status=$?
+echo "$out"
+[ $status -eq 0 ] || { echo "FAIL: cache build with v_transposed=1 (status $status)"; exit 1; }
+[ "$(echo "$out" | grep -c "cuda.fwd.wgmma f8e")" -eq 32 ] &&
+    [ "$(echo "$out" | grep -c "cuda.transpose_v f8e")" -eq 2 ] ||
+    { echo "FAIL: v_transposed=1 did not build 32 FP8 kernels and 2 transposing ones"; exit 1; }
+echo "$out" | awk '($2 == "cuda.fwd.wgmma" || $2 == "cuda.transpose_v") && $9 != 0 { bad = 1 }
+                   END { exit bad }' || { echo "FAIL: a kernel spills with v_transposed=1"; exit 1; }
 out=$("$cli" cache build --arch sm_90a --cache "$dir/fp8.db" --dtype bf16 --kv-dtype e4m3 \
     --decode 1 --group 4 --head-dim 128 --causal 0 --seqlen 8192 2>&1)
 status=$?

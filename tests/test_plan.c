@@ -1295,9 +1295,10 @@ static void test_wide_forward_plans(void **state)
 /* FP8 q, k and v (out bf16): Hopper's kernel with 128-key tiles, q's and k's head dims in
 ** 128-column panels, one value slice, a static schedule, O rescaled for every tile (no lazy
 ** rescale, which also does not fit), the plain loop at dv 256 (where the pipelined one's
-** registers do not fit), fitting with its staging buffers; q's head dims beyond 128 with S's
-** second panel apart, whole up to 128 value columns, else in parts of 64 or 16 keys (where a
-** mask or score term takes the SIMT kernel);
+** registers do not fit), fitting with its staging buffers (or, asked, v transposed by a plan
+** step first: dense requests); q's head dims beyond 128 with S's second panel apart, in as few
+** parts of the key tile as the registers allow (2 at 128 value columns, pipelined; 8 at 256;
+** where a mask or score term takes the SIMT kernel);
 ** elsewhere (sm_86, head dims beyond 256, rows not of 16 FP8 elements) the SIMT kernel. FP8 read
 ** as FP8 (dequant=0; test_fp8_dequant_plans has the 16-bit copies that replace the SIMT kernel
 ** by default). */
@@ -1366,6 +1367,44 @@ static void test_fp8_forward_plans(void **state)
         fj__variant bad = v;
         bad.tile_n = 64;
         assert_false(fj__variant_fits(&bad, cases[i].dev));
+        /* The kernel transposes v by default: staging buffers, and the producer keeps more
+        ** registers for its transposing warps. With v_transposed=1 (dense requests), v is
+        ** transposed by the plan's first step into [b, hkv, dv, keys rounded to 16] (a block
+        ** per 64 keys of a kv head and batch), the producer keeping a 16-bit kernel's
+        ** registers and no staging buffers, and the tiles still fitting; packed sequences
+        ** transpose in the kernel, and v transposed by a step does not fit them. */
+        assert_false(v.v_transposed);
+        assert_true(fj__variant_value_stages(&v) > 0);
+        assert_true(fj__variant_producer_registers(&v) > 24);
+        fj__choose_forward(&f, cases[i].dev, "dequant=0,v_transposed=1", &v);
+        assert_true(v.v_transposed);
+        assert_int_equal(v.path, FJ__PATH_WGMMA);
+        assert_true(fj__variant_fits(&v, cases[i].dev));
+        assert_int_equal(fj__variant_value_stages(&v), 0);
+        assert_int_equal(fj__variant_producer_registers(&v), 24);
+        fj__plan plan;
+        fj__err err = {0};
+        assert_int_equal(fj__plan_forward(&f, cases[i].dev, &v, &plan, &err), FJ_OK);
+        const fj__step *t = &plan.steps[0];
+        assert_int_equal(t->variant.family, FJ__FAMILY_TRANSPOSE_V);
+        assert_true(fj__variant_fits(&t->variant, cases[i].dev));
+        assert_int_equal(t->grid[0], (f.seqlen_k + 63) / 64);
+        assert_int_equal(t->grid[1], f.heads_kv);
+        assert_int_equal(t->grid[2], f.batch);
+        assert_int_equal(plan.fwd.v_keys, (f.seqlen_k + 15) / 16 * 16);
+        assert_true(plan.workspaces[plan.fwd.v_transposed].bytes ==
+                    (size_t)(f.batch * f.heads_kv * f.head_dim_v * plan.fwd.v_keys));
+        assert_int_equal(plan.steps[plan.main_step].variant.v_transposed, 1);
+        fj__features packed = f;
+        packed.varlen = 1;
+        fj__variant pv;
+        fj__choose_forward(&packed, cases[i].dev, "dequant=0,v_transposed=1", &pv);
+        if (pv.path == FJ__PATH_WGMMA) {
+            assert_false(pv.v_transposed);
+            assert_true(fj__variant_value_stages(&pv) > 0);
+            pv.v_transposed = 1;
+            assert_false(fj__variant_fits(&pv, cases[i].dev));
+        }
     }
 }
 
