@@ -305,38 +305,66 @@ static int run_case(fj_context *ctx, const fp8_case *c)
 ** parts of 64, or of 16 at dv 256: before, d 192 and 256 had 3x the plain error here), dv up
 ** to 256 (its plain loop; with a lazy rescale two cases had 2.8x the plain error), d != dv,
 ** more queries than keys under causal masking. */
+static const fp8_case forward_cases[] = {
+    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 2, 0, 2, 37, 70, 4, 2, 40, 24, 0, 0},
+    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_F16, 0, 1, 1, 2, 70, 45, 2, 1, 64, 64, 0, 0},
+    {FJ_DTYPE_F8_E5M2, FJ_DTYPE_BF16, 0, 0, 1, 1, 33, 33, 6, 3, 32, 48, 0, 0},
+    {FJ_DTYPE_F8_E5M2, FJ_DTYPE_F16, 0, 2, 0, 3, 17, 129, 2, 2, 16, 16, 0, 0},
+    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 2, 1, 1, 65, 200, 4, 1, 128, 128, 0, 0},
+    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 1, 2, 0, 2, 1, 300, 8, 2, 64, 64, 0, 0},
+    {FJ_DTYPE_F8_E5M2, FJ_DTYPE_F16, 1, 1, 1, 1, 4, 129, 4, 1, 128, 64, 0, 0},
+    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_F16, 1, 2, 1, 2, 50, 80, 4, 2, 32, 32, 0, 0},
+    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 2, 1, 2, 300, 517, 4, 2, 128, 128, 1, 0},
+    {FJ_DTYPE_F8_E5M2, FJ_DTYPE_F16, 0, 1, 0, 1, 257, 1000, 2, 1, 128, 256, 1, 0},
+    {FJ_DTYPE_F8_E5M2, FJ_DTYPE_F16, 0, 1, 0, 1, 257, 1000, 2, 1, 256, 256, 1, 0},
+    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 0, 0, 2, 200, 384, 2, 2, 64, 64, 1, 0},
+    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 2, 1, 1, 129, 260, 3, 1, 192, 128, 1, 0},
+    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 2, 1, 2, 200, 333, 8, 2, 256, 128, 1, 0},
+    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 1, 1, 1, 300, 517, 2, 1, 256, 256, 1, 0},
+    {FJ_DTYPE_F8_E5M2, FJ_DTYPE_F16, 0, 0, 0, 1, 150, 700, 4, 4, 160, 256, 1, 0},
+    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 2, 1, 1, 129, 260, 3, 1, 96, 192, 1, 0},
+    {FJ_DTYPE_F8_E5M2, FJ_DTYPE_BF16, 0, 1, 1, 2, 300, 130, 2, 2, 64, 96, 1, 0},
+    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_F16, 0, 2, 0, 1, 64, 2048, 8, 2, 128, 128, 1, 0},
+};
+
 static void test_fp8_forward(void **state)
 {
     fj_context *ctx = suite_context(state);
-    const fp8_case cases[] = {
-        {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 2, 0, 2, 37, 70, 4, 2, 40, 24, 0, 0},
-        {FJ_DTYPE_F8_E4M3, FJ_DTYPE_F16, 0, 1, 1, 2, 70, 45, 2, 1, 64, 64, 0, 0},
-        {FJ_DTYPE_F8_E5M2, FJ_DTYPE_BF16, 0, 0, 1, 1, 33, 33, 6, 3, 32, 48, 0, 0},
-        {FJ_DTYPE_F8_E5M2, FJ_DTYPE_F16, 0, 2, 0, 3, 17, 129, 2, 2, 16, 16, 0, 0},
-        {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 2, 1, 1, 65, 200, 4, 1, 128, 128, 0, 0},
-        {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 1, 2, 0, 2, 1, 300, 8, 2, 64, 64, 0, 0},
-        {FJ_DTYPE_F8_E5M2, FJ_DTYPE_F16, 1, 1, 1, 1, 4, 129, 4, 1, 128, 64, 0, 0},
-        {FJ_DTYPE_F8_E4M3, FJ_DTYPE_F16, 1, 2, 1, 2, 50, 80, 4, 2, 32, 32, 0, 0},
-        {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 2, 1, 2, 300, 517, 4, 2, 128, 128, 1, 0},
-        {FJ_DTYPE_F8_E5M2, FJ_DTYPE_F16, 0, 1, 0, 1, 257, 1000, 2, 1, 128, 256, 1, 0},
-        {FJ_DTYPE_F8_E5M2, FJ_DTYPE_F16, 0, 1, 0, 1, 257, 1000, 2, 1, 256, 256, 1, 0},
-        {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 0, 0, 2, 200, 384, 2, 2, 64, 64, 1, 0},
-        {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 2, 1, 1, 129, 260, 3, 1, 192, 128, 1, 0},
-        {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 2, 1, 2, 200, 333, 8, 2, 256, 128, 1, 0},
-        {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 1, 1, 1, 300, 517, 2, 1, 256, 256, 1, 0},
-        {FJ_DTYPE_F8_E5M2, FJ_DTYPE_F16, 0, 0, 0, 1, 150, 700, 4, 4, 160, 256, 1, 0},
-        {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 2, 1, 1, 129, 260, 3, 1, 96, 192, 1, 0},
-        {FJ_DTYPE_F8_E5M2, FJ_DTYPE_BF16, 0, 1, 1, 2, 300, 130, 2, 2, 64, 96, 1, 0},
-        {FJ_DTYPE_F8_E4M3, FJ_DTYPE_F16, 0, 2, 0, 1, 64, 2048, 8, 2, 128, 128, 1, 0},
-    };
     int failed = 0;
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        failed += !run_case(ctx, &cases[i]);
+    for (size_t i = 0; i < sizeof forward_cases / sizeof forward_cases[0]; i++)
+        failed += !run_case(ctx, &forward_cases[i]);
     assert_int_equal(failed, 0);
 }
 
-/* FP8 q, k and v through 16-bit copies ahead of the 16-bit forward (FLASHJIT_CONFIG=dequant=1,
-** opt-in): both formats and outputs, every descale shape (q's by its kv head), GQA, causal,
+/* The same cases with v transposed by a plan step (FLASHJIT_CONFIG=v_transposed=1, opt-in): on
+** Hopper those marked run its FP8 kernel after the transposing step (dense requests), every
+** case within the plain FP8 error's bar; elsewhere the option changes nothing. */
+static void test_fp8_v_transposed(void **state)
+{
+    (void)state;
+    fj_context *ctx = suite_context_with_env("FLASHJIT_CONFIG", "v_transposed=1");
+    fj_device_info dev = {.struct_size = sizeof dev};
+    assert_int_equal(fj_context_get_device_info(ctx, &dev), FJ_OK);
+    const int hopper = !strcmp(dev.arch, "sm_90a");
+    int failed = 0;
+    for (size_t i = 0; i < sizeof forward_cases / sizeof forward_cases[0]; i++) {
+        const fp8_case *c = &forward_cases[i];
+        failed += !run_case(ctx, c);
+        fj_call_info info = {.struct_size = sizeof info};
+        fj_context_last_call(ctx, &info);
+        const int transposed = info.launched && strstr(info.launched, "cuda.transpose_v");
+        if (hopper && c->hopper && !transposed) {
+            printf("  case %zu: launched %s, no transposing step\n", i,
+                   info.launched ? info.launched : "");
+            failed++;
+        }
+    }
+    fj_context_destroy(ctx);
+    assert_int_equal(failed, 0);
+}
+
+/* FP8 q, k and v through 16-bit copies ahead of the 16-bit forward, forced (FLASHJIT_CONFIG=
+** dequant=1; by default only where the SIMT forward would run): both formats and outputs, every descale shape (q's by its kv head), GQA, causal,
 ** rows of any width, d != dv, d 256 and beyond; every case within the plain FP8 error's bar,
 ** and the call's workspace holds the three copies. */
 static void test_fp8_dequantised(void **state)
@@ -396,6 +424,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_host_conversions),
         cmocka_unit_test(test_fp8_forward),
+        cmocka_unit_test(test_fp8_v_transposed),
         cmocka_unit_test(test_fp8_dequantised),
         cmocka_unit_test(test_fp8_backward_unsupported),
     };
