@@ -10,7 +10,7 @@
 #define CLS_THREADS 256     /* its work-group */
 #define DEQUANT_THREADS 128 /* fp8_dequant.lua's work-group */
 #define TRANSPOSE_V_THREADS 256 /* fp8_transpose_v.cu.lua's block ... */
-#define TRANSPOSE_V_KEYS 64     /* ... and its keys */
+#define TRANSPOSE_V_KEYS 64     /* ... and its keys (its variant's tile_n) */
 
 /* The rows, heads and head dim of q, k and v (t = FJ__T_Q, _K, _V) of a dense request. */
 static void tensor_dims(int t, int64_t seqlen_q, int64_t seqlen_k, int64_t heads_q,
@@ -64,6 +64,7 @@ static void add_transpose_v_step(const fj__features *f, const fj__variant *v, fj
         plan, (size_t)(f->batch * f->heads_kv * f->head_dim_v * plan->fwd.v_keys));
     fj__step *s =
         add_input_step(plan, FJ__FAMILY_TRANSPOSE_V, v, v->kv_dtype, TRANSPOSE_V_THREADS);
+    s->variant.tile_n = TRANSPOSE_V_KEYS;
     s->grid[0] = (uint32_t)((plan->fwd.v_keys + TRANSPOSE_V_KEYS - 1) / TRANSPOSE_V_KEYS);
     s->grid[1] = (uint32_t)f->heads_kv;
     s->grid[2] = (uint32_t)f->batch;

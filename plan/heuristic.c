@@ -50,6 +50,14 @@ static void plan_mma(fj__variant *v, const fj__features *f, const fj_device_info
     v->threads = 32 * v->warps;
 }
 
+/* A 0/1 switch of the override (dequant=, v_transposed=; validated when the context was
+** made), or `unset` where it is not given. */
+static int config_switch(const char *config, const char *name, int unset)
+{
+    const char *value = fj__config_field(config, name);
+    return value ? *value == '1' : unset;
+}
+
 /* Whether the WGMMA kernel serves f on dev: Hopper's arch-specific target, 16-bit data (or FP8
 ** q, k and v, head dims up to 256: beyond 128 columns S is summed by panels, variant field
 ** score_parts) that TMA can read (16-bit head dims beyond 256 too: their value
@@ -253,9 +261,9 @@ static void plan_wgmma(fj__variant *v, const fj__features *f, const fj_device_in
         ** (v_transposed=1; opt-in until it has run on a GPU): the kernel's own transposing
         ** warps cost 20-25 % at 192 and 256 value columns, 4 % at 128 (H100, bench/RESULTS.md).
         ** Decided before the tiles: the registers the producer keeps depend on it. */
-        const char *asked = fj__config_field(config, "v_transposed");
         v->v_transposed = !f->varlen && !f->paged && f->heads_kv <= FJ__MAX_GRID_DIM_Y &&
-                          f->batch <= FJ__MAX_GRID_DIM_Y && asked && *asked == '1';
+                          f->batch <= FJ__MAX_GRID_DIM_Y &&
+                          config_switch(config, "v_transposed", 0);
         plan_wgmma_fp8(v, dev);
     }
 }
@@ -371,14 +379,6 @@ static int dequant_can(const fj__features *f)
            f->seqlen_k <= INT32_MAX;
 }
 
-/* The override's dequant: 0 never, 1 always (where it can), 2 (not given) where the FP8
-** request would otherwise take the SIMT forward on CUDA and the copies a tensor-core one, but
-** for decode's few query rows (copies of K and V would triple what decode reads). */
-static int dequant_mode(const char *config)
-{
-    fj__variant asked = {.dequant = 2};
-    return config && fj__apply_config(&asked, config, NULL) == 0 ? asked.dequant : 2;
-}
 
 /* f as the 16-bit forward reads it after the dequantising steps: q, k and v in out's dtype,
 ** contiguous [b, s, h, d] in workspaces (aligned), no descale factors, v apart from k. */
@@ -463,7 +463,10 @@ static void choose_native(const fj__features *f, const fj_device_info *dev, cons
 void fj__choose_forward(const fj__features *f, const fj_device_info *dev, const char *config,
                         fj__variant *v)
 {
-    const int mode = dequant_can(f) ? dequant_mode(config) : 0;
+    /* The copies: 0 never, 1 always (dequant=0/1), 2 (not given) where the FP8 request would
+    ** otherwise take the SIMT forward on CUDA and the copies a tensor-core one, but for decode's
+    ** few query rows (copies of K and V would triple what decode reads). */
+    const int mode = dequant_can(f) ? config_switch(config, "dequant", 2) : 0;
     if (mode != 1)
         choose_native(f, dev, config, v);
     if (mode == 0 || (mode == 2 && (dev->backend != FJ_BACKEND_CUDA || v->path != FJ__PATH_SIMT ||

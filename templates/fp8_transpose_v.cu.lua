@@ -11,20 +11,21 @@
 % -- The forward's key tiles start at multiples of 128 keys (dense requests), so each 16 of a
 % -- tile is a 16 of the row.
 % --
-% -- Work: a block of THREADS threads per 64 keys of a (kv head, batch): grid (keys / 64, hkv,
-% -- b). For each 64 value columns, the block reads the 64 x 64 bytes in 16-byte pieces (rows of
-% -- 16-byte multiples: what the FP8 kernel takes) into shared memory and writes each column's
-% -- keys out in 16-byte pieces.
+% -- Work: a block of THREADS threads per KEYS keys of a (kv head, batch): grid (keys / KEYS,
+% -- hkv, b). For each COLS value columns, the block reads the KEYS x COLS bytes in 16-byte
+% -- pieces (rows of 16-byte multiples: what the FP8 kernel takes) into shared memory and writes
+% -- each column's keys out in 16-byte pieces.
 % --
-% -- Parameters: backend (cuda), kv_dtype (an FP8 type), q_dtype, out_dtype, threads, args
-% -- (fj_transpose_v_params).
-% assert(backend == "cuda" and threads == 256, "fp8_transpose_v: CUDA, 256 threads")
+% -- Parameters: backend (cuda), kv_dtype (an FP8 type), q_dtype, out_dtype, threads, tile_n
+% -- (a block's keys), args (fj_transpose_v_params).
+% assert(backend == "cuda" and threads == 256 and tile_n == 64,
+%        "fp8_transpose_v: CUDA, 256 threads, 64 keys a block (a thread per 16 bytes)")
 % include("dialect.lua")
 % assert(is_fp8(kv_dtype), "fp8_transpose_v: FP8 values")
 % include("params.lua")
 % params_struct(args)
 #define THREADS ${threads}
-#define KEYS 64 /* a block's */
+#define KEYS ${tile_n} /* a block's */
 #define COLS 64 /* value columns a pass */
 #define ROW_BYTES (COLS + 16) /* a key's bytes in shared memory (rows 16-byte aligned) */
 

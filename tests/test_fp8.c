@@ -64,6 +64,14 @@ static double uniform(void) /* in [-1, 1) */
     return fjr_signed_unit(fjr_xorshift(&rng));
 }
 
+/* The report of ctx's last call. */
+static fj_call_info last_call(const fj_context *ctx)
+{
+    fj_call_info info = {.struct_size = sizeof info};
+    assert_int_equal(fj_context_last_call(ctx, &info), FJ_OK);
+    return info;
+}
+
 /* A device copy of n bytes of host. */
 static void *upload(fj_context *ctx, const void *host, size_t n)
 {
@@ -236,10 +244,7 @@ static int run_case(fj_context *ctx, const fp8_case *c)
     ** the bar is 2^-8: q's copy (times q's and k's factors) rounds each element by up to 2^-9
     ** in bf16, and every score with it (the case asks for them, or the plan chose them: the
     ** call launched the dequantising kernel). */
-    fj_call_info info;
-    memset(&info, 0, sizeof info);
-    info.struct_size = sizeof info;
-    fj_context_last_call(ctx, &info);
+    const fj_call_info info = last_call(ctx);
     const int copies = c->dequant || (info.launched && strstr(info.launched, "dequant"));
     double err = 0, plain_err = 0, ref_max = 0, lse_err = 0, magnitude = 0;
     int64_t bad = 0;
@@ -350,8 +355,7 @@ static void test_fp8_v_transposed(void **state)
     for (size_t i = 0; i < sizeof forward_cases / sizeof forward_cases[0]; i++) {
         const fp8_case *c = &forward_cases[i];
         failed += !run_case(ctx, c);
-        fj_call_info info = {.struct_size = sizeof info};
-        fj_context_last_call(ctx, &info);
+        const fj_call_info info = last_call(ctx);
         const int transposed = info.launched && strstr(info.launched, "cuda.transpose_v");
         if (hopper && c->hopper && !transposed) {
             printf("  case %zu: launched %s, no transposing step\n", i,
@@ -382,8 +386,7 @@ static void test_fp8_dequantised(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const fp8_case *c = &cases[i];
         failed += !run_case(ctx, c);
-        fj_call_info info = {.struct_size = sizeof info};
-        fj_context_last_call(ctx, &info);
+        const fj_call_info info = last_call(ctx);
         const uint64_t copies =
             (uint64_t)c->b * (c->sq * c->hq * c->d + c->sk * c->hkv * (c->d + c->dv)) * 2;
         if (info.workspace_bytes < copies) {
