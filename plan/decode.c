@@ -34,6 +34,14 @@ static int cuda_sixteen_bit(const fj__features *f, const fj_device_info *dev)
            f->rows_16b[FJ__T_V];
 }
 
+/* An FP8 KV cache read by 16-bit queries (the vector kernel on CUDA and the portable one convert
+** it as they load). */
+static int fp8_cache(const fj__features *f)
+{
+    return fj__dtype_fp8((fj_dtype)f->kv_dtype) &&
+           (f->q_dtype == FJ_DTYPE_F16 || f->q_dtype == FJ_DTYPE_BF16);
+}
+
 void fj__decode_mma_residency(fj__variant *v, const fj_device_info *dev)
 {
     const uint64_t per_block = fj__variant_shared_bytes(v) + 1024u;
@@ -166,12 +174,15 @@ static int choose_wgmma(const fj__features *f, const fj_device_info *dev, int64_
 }
 
 /* On CUDA, the vector kernel (keys as vectors straight into registers), up to 8 packed rows per
-** block (each lane keeps a slice of every row's query and output). Returns 1 and fills *v when
-** it serves f on dev. */
+** block (each lane keeps a slice of every row's query and output); also the kernel of an FP8
+** cache read by 16-bit queries, whose bytes it converts in registers. Returns 1 and fills *v
+** when it serves f on dev. */
 static int choose_vector(const fj__features *f, const fj_device_info *dev, int64_t group_rows,
                          fj__variant *v)
 {
-    if (!cuda_sixteen_bit(f, dev))
+    const int fp8_rows = dev->backend == FJ_BACKEND_CUDA && fp8_cache(f) && f->rows_16b[FJ__T_Q] &&
+                         f->rows_16b[FJ__T_K] && f->rows_16b[FJ__T_V];
+    if (!cuda_sixteen_bit(f, dev) && !fp8_rows)
         return 0;
     fj__variant t = *v;
     t.path = FJ__PATH_VECTOR;
@@ -188,13 +199,6 @@ static int choose_vector(const fj__features *f, const fj_device_info *dev, int64
         return 0;
     *v = t;
     return 1;
-}
-
-/* An FP8 KV cache read by 16-bit queries (the portable kernel converts it as it loads). */
-static int fp8_cache(const fj__features *f)
-{
-    return fj__dtype_fp8((fj_dtype)f->kv_dtype) &&
-           (f->q_dtype == FJ_DTYPE_F16 || f->q_dtype == FJ_DTYPE_BF16);
 }
 
 int fj__choose_decode(const fj__features *f, const fj_device_info *dev, const char *config,

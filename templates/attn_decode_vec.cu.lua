@@ -12,19 +12,26 @@
 % -- with shuffles, and every lane of the group runs the row's online softmax on it. At the end
 % -- the groups' states (max, sum, accumulators) meet in shared memory and are combined.
 % --
+% -- An FP8 cache (kv_dtype e4m3 or e5m2, q and out 16-bit) is read the same way, 8-byte vectors
+% -- of 8 elements: half the bytes, each element converted in registers (unpack8_kv); k's descale
+% -- factor scales the query slices, v's the output.
+% --
 % -- Parameters: as attn_decode.lua (backend "cuda" only, no tile_n), lanes (the key group's
 % -- lanes), stages (UNROLL: keys per group and chunk), ctas_per_sm (blocks per SM the register
-% -- allocation must allow; 0 for no bound).
+% -- allocation must allow; 0 for no bound), descale.
 % assert(backend == "cuda", "attn_decode_vec is a CUDA kernel")
 % assert(threads == 128, "attn_decode_vec: 128 threads per block")
 % assert(tile_m >= 1 and tile_m <= 8, "attn_decode_vec: 1 to 8 rows per block")
 % assert(head_dim_pad % 8 == 0 and head_dim_v_pad % 8 == 0, "attn_decode_vec: head dims in 16-byte vectors")
 % assert(stages >= 1 and stages <= 8, "attn_decode_vec: 1 to 8 keys per group and chunk")
 % assert(lanes >= 1 and lanes <= 32 and lanes * 8 >= math.max(head_dim_pad, head_dim_v_pad), "attn_decode_vec: lanes cover the head dims")
-% assert(q_dtype ~= "f32" and kv_dtype == q_dtype and out_dtype == q_dtype, "attn_decode_vec takes one 16-bit type")
+% assert(q_dtype ~= "f32" and out_dtype == q_dtype, "attn_decode_vec: 16-bit q and out")
 % include("dialect.lua")
+% local fp8_kv = is_fp8(kv_dtype)
+% assert(kv_dtype == q_dtype or fp8_kv, "attn_decode_vec: k and v as q, or an FP8 cache")
 % include("params.lua")
 % include("sequence.lua")
+% include("descale.lua")
 % params_struct(args)
 #define THREADS ${threads}
 #define ROWS ${tile_m}
@@ -50,7 +57,7 @@ INLINE void unpack8(uint4 x, float f[8])
     const uint w[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-%   if kv_dtype == "bf16" then
+%   if q_dtype == "bf16" then
         f[2 * i] = __uint_as_float(w[i] << 16);
         f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
 %   else
@@ -59,6 +66,51 @@ INLINE void unpack8(uint4 x, float f[8])
 %   end
     }
 }
+% if fp8_kv then
+
+/* A lane's 8 elements of a K or V row: 8 FP8 bytes. unpack8_kv gives them as floats times
+** 1 / KV_UNIT, through f16 pairs: e5m2 is f16's top byte; e4m3 converts by cvt from sm_89 on and
+** before that by placing its sign, exponent and mantissa bits in f16's fields, which reads the
+** value times 2^-8 (exponent bias 15 against 7; subnormals alike), so KV_UNIT is 256 there and
+** an e4m3 NaN reads as +-480. KV_UNIT goes into the factors of q and of the output. */
+typedef uint2 kv_vec;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890 && ${kv_dtype == "f8e4m3" and 1 or 0}
+#define KV_UNIT 256.0f
+#else
+#define KV_UNIT 1.0f
+#endif
+/* Bytes 2j and 2j + 1 of w as an f16 pair (j = 0: bytes 0, 1; j = 1: bytes 2, 3). */
+INLINE uint fp8_pair_to_f16x2(uint w, int j)
+{
+%   if kv_dtype == "f8e5m2" then
+    return __byte_perm(w, 0u, j ? 0x3424u : 0x1404u);
+%   else
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    uint h;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"((ushort)(w >> (16 * j))));
+    return h;
+#else
+    const uint x = __byte_perm(w, 0u, j ? 0x4342u : 0x4140u); /* bytes in the halves' lows */
+    return ((x << 7) & 0x3f803f80u) | ((x << 8) & 0x80008000u);
+#endif
+%   end
+}
+INLINE void unpack8_kv(uint2 x, float f[8])
+{
+    const uint w[2] = {x.x, x.y};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint h = fp8_pair_to_f16x2(w[i / 2], i % 2);
+        f[2 * i] = f16_to_float((ushort)(h & 0xffffu));
+        f[2 * i + 1] = f16_to_float((ushort)(h >> 16));
+    }
+}
+% else
+
+typedef uint4 kv_vec; /* a lane's 8 elements of a K or V row */
+#define KV_UNIT 1.0f
+#define unpack8_kv unpack8
+% end
 
 % decode_key_row()
 
@@ -72,6 +124,8 @@ fj_attn_decode(
     const int group = tid / 32 * KEYS_PER_WARP + lane / LANES; /* this lane's key group */
     const int gl = lane % LANES;                                /* its lane in the group */
 % decode_block("ROWS")
+% descale_factors("P.fwd")
+    const float q_mul = score_mul * qk_factor * KV_UNIT, out_mul = v_factor * KV_UNIT;
 
     /* The rows' query slices and states; a row beyond the tile's rows sees nothing. */
     float qv[ROWS][8], acc[ROWS][8], m[ROWS], l[ROWS];
@@ -88,7 +142,7 @@ fj_attn_decode(
             unpack8(*(const uint4 *)(q + (I64)row_of[r] * q_ss + (I64)head * q_sh + gl * 8), f);
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            qv[r][i] = f[i] * score_mul;
+            qv[r][i] = f[i] * q_mul;
             acc[r][i] = 0.0f;
         }
         m[r] = -F_INF;
@@ -100,10 +154,10 @@ fj_attn_decode(
     ** base the same for the whole warp (the loop and the shuffles keep all 32 lanes in step).
     ** Chunk c + 1's vectors load while chunk c is used (and, paged, chunk c + 2's page numbers),
     ** so a lane has 2 * UNROLL * 32 bytes in flight. Each row's state is rescaled once per chunk. */
-    const uint4 zero = make_uint4(0, 0, 0, 0);
+    const kv_vec zero = {};
     const int mine = lane / LANES;
     const int wfirst = I_MAX(lo, 0) + tid / 32 * KEYS_PER_WARP;
-    uint4 kx[UNROLL], vx[UNROLL], kn[UNROLL], vn[UNROLL];
+    kv_vec kx[UNROLL], vx[UNROLL], kn[UNROLL], vn[UNROLL];
 % if paged then
     int pg[UNROLL]; /* the page numbers of the next chunk to load */
     auto pages_of = [&](int base) {
@@ -117,12 +171,12 @@ fj_attn_decode(
 % else
 %   key_offset = function(t) return "(I64)key * " .. t .. "_ss" end
 % end
-    auto load = [&](uint4 (&kd)[UNROLL], uint4 (&vd)[UNROLL], int base) {
+    auto load = [&](kv_vec (&kd)[UNROLL], kv_vec (&vd)[UNROLL], int base) {
 #pragma unroll
         for (int u = 0; u < UNROLL; u++) {
             const int key = base + mine + u * GROUPS;
-            kd[u] = key <= hi && gl * 8 < head_dim ? *(const uint4 *)(k + ${key_offset("k")} + gl * 8) : zero;
-            vd[u] = key <= hi && gl * 8 < head_dim_v ? *(const uint4 *)(v + ${key_offset("v")} + gl * 8) : zero;
+            kd[u] = key <= hi && gl * 8 < head_dim ? *(const kv_vec *)(k + ${key_offset("k")} + gl * 8) : zero;
+            vd[u] = key <= hi && gl * 8 < head_dim_v ? *(const kv_vec *)(v + ${key_offset("v")} + gl * 8) : zero;
         }
     };
 % if paged then
@@ -141,7 +195,7 @@ fj_attn_decode(
 #pragma unroll
         for (int u = 0; u < UNROLL; u++) {
             float kf[8];
-            unpack8(kx[u], kf);
+            unpack8_kv(kx[u], kf);
 #pragma unroll
             for (int r = 0; r < ROWS; r++) {
                 float x = 0.0f;
@@ -187,7 +241,7 @@ fj_attn_decode(
 #pragma unroll
         for (int u = 0; u < UNROLL; u++) {
             float vf[8];
-            unpack8(vx[u], vf);
+            unpack8_kv(vx[u], vf);
 #pragma unroll
             for (int r = 0; r < ROWS; r++)
 #pragma unroll
@@ -229,7 +283,7 @@ fj_attn_decode(
                 o = F_FMA(w, sm.o[j][r][c], o);
             }
 % decode_head_row("g")
-        const float val = sum > 0.0f ? o / sum : 0.0f;
+        const float val = sum > 0.0f ? o * out_mul / sum : 0.0f;
 % decode_store_out("val")
         if (c == 0) {
             const float x = sum > 0.0f ? (mx + F_LOG2(sum)) * F_LN2 : -F_INF;

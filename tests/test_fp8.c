@@ -48,13 +48,16 @@ static void test_host_conversions(void **state)
     }
 }
 
+enum { ANY_KERNEL, HOPPER, VECTOR };
+
 typedef struct fp8_case {
     fj_dtype in, out;
     int q16;     /* q in out's dtype (an FP8 KV cache read by 16-bit queries; no q descale) */
     int descale; /* 0 none, 1 [1], 2 [batch, heads_kv] */
     int causal;
     int64_t b, sq, sk, hq, hkv, d, dv;
-    int hopper; /* on an sm_90a device this must run Hopper's FP8 kernel (cuda.fwd.wgmma) */
+    int kernel; /* what it must run: ANY_KERNEL; HOPPER (on sm_90a Hopper's FP8 kernel,
+                ** cuda.fwd.wgmma); VECTOR (on CUDA the decode vector kernel, cuda.decode.vec) */
     int dequant; /* run through 16-bit copies: q's, times its factors, rounds to out's dtype */
 } fp8_case;
 
@@ -277,8 +280,11 @@ static int run_case(fj_context *ctx, const fp8_case *c)
     const double rounding = ref_max * (c->out == FJ_DTYPE_BF16 ? 1.0 / 256 : 1.0 / 2048);
     fj_device_info dev = {.struct_size = sizeof dev};
     assert_int_equal(fj_context_get_device_info(ctx, &dev), FJ_OK);
-    const int path_ok = !c->hopper || strcmp(dev.arch, "sm_90a") != 0 ||
-                        (info.kernel_path && strcmp(info.kernel_path, "cuda.fwd.wgmma") == 0);
+    const char *path = info.kernel_path ? info.kernel_path : "";
+    const int path_ok =
+        c->kernel == HOPPER   ? strcmp(dev.arch, "sm_90a") != 0 || !strcmp(path, "cuda.fwd.wgmma")
+        : c->kernel == VECTOR ? dev.backend != FJ_BACKEND_CUDA || !strcmp(path, "cuda.decode.vec")
+                              : 1;
     const int ok = bad == 0 && err <= 2 * plain_err + rounding && lse_err <= 1 &&
                    plain_err > 0 && path_ok;
     printf(
@@ -304,32 +310,37 @@ static int run_case(fj_context *ctx, const fp8_case *c)
 }
 
 /* Both formats, both 16-bit outputs, every descale shape, causal and not, GQA, odd sizes,
-** d != dv; and an FP8 KV cache read by 16-bit queries: decode shapes (the decode kernel) and a
-** prefill. On Hopper those marked (rows of 16-byte multiples) run its FP8 kernel: several key
+** d != dv; and an FP8 KV cache read by 16-bit queries: decode shapes (on CUDA those marked run
+** the vector kernel, whose rows are 16-byte multiples: d 64 to 256, GQA groups of 4 to 8 rows
+** and beyond one block's 8, 5000 keys in splits; d 72 / 40 the portable one) and a prefill.
+** On Hopper those marked (rows of 16-byte multiples) run its FP8 kernel: several key
 ** and query tiles, partial last tiles, d 64 to 256 (beyond 128 with S summed by panels in key
 ** parts of 64, or of 16 at dv 256: before, d 192 and 256 had 3x the plain error here), dv up
 ** to 256 (its plain loop; with a lazy rescale two cases had 2.8x the plain error), d != dv,
 ** more queries than keys under causal masking. */
 static const fp8_case forward_cases[] = {
-    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 2, 0, 2, 37, 70, 4, 2, 40, 24, 0, 0},
-    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_F16, 0, 1, 1, 2, 70, 45, 2, 1, 64, 64, 0, 0},
-    {FJ_DTYPE_F8_E5M2, FJ_DTYPE_BF16, 0, 0, 1, 1, 33, 33, 6, 3, 32, 48, 0, 0},
-    {FJ_DTYPE_F8_E5M2, FJ_DTYPE_F16, 0, 2, 0, 3, 17, 129, 2, 2, 16, 16, 0, 0},
-    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 2, 1, 1, 65, 200, 4, 1, 128, 128, 0, 0},
-    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 1, 2, 0, 2, 1, 300, 8, 2, 64, 64, 0, 0},
-    {FJ_DTYPE_F8_E5M2, FJ_DTYPE_F16, 1, 1, 1, 1, 4, 129, 4, 1, 128, 64, 0, 0},
-    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_F16, 1, 2, 1, 2, 50, 80, 4, 2, 32, 32, 0, 0},
-    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 2, 1, 2, 300, 517, 4, 2, 128, 128, 1, 0},
-    {FJ_DTYPE_F8_E5M2, FJ_DTYPE_F16, 0, 1, 0, 1, 257, 1000, 2, 1, 128, 256, 1, 0},
-    {FJ_DTYPE_F8_E5M2, FJ_DTYPE_F16, 0, 1, 0, 1, 257, 1000, 2, 1, 256, 256, 1, 0},
-    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 0, 0, 2, 200, 384, 2, 2, 64, 64, 1, 0},
-    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 2, 1, 1, 129, 260, 3, 1, 192, 128, 1, 0},
-    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 2, 1, 2, 200, 333, 8, 2, 256, 128, 1, 0},
-    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 1, 1, 1, 300, 517, 2, 1, 256, 256, 1, 0},
-    {FJ_DTYPE_F8_E5M2, FJ_DTYPE_F16, 0, 0, 0, 1, 150, 700, 4, 4, 160, 256, 1, 0},
-    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 2, 1, 1, 129, 260, 3, 1, 96, 192, 1, 0},
-    {FJ_DTYPE_F8_E5M2, FJ_DTYPE_BF16, 0, 1, 1, 2, 300, 130, 2, 2, 64, 96, 1, 0},
-    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_F16, 0, 2, 0, 1, 64, 2048, 8, 2, 128, 128, 1, 0},
+    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 2, 0, 2, 37, 70, 4, 2, 40, 24, ANY_KERNEL, 0},
+    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_F16, 0, 1, 1, 2, 70, 45, 2, 1, 64, 64, ANY_KERNEL, 0},
+    {FJ_DTYPE_F8_E5M2, FJ_DTYPE_BF16, 0, 0, 1, 1, 33, 33, 6, 3, 32, 48, ANY_KERNEL, 0},
+    {FJ_DTYPE_F8_E5M2, FJ_DTYPE_F16, 0, 2, 0, 3, 17, 129, 2, 2, 16, 16, ANY_KERNEL, 0},
+    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 2, 1, 1, 65, 200, 4, 1, 128, 128, ANY_KERNEL, 0},
+    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 1, 2, 0, 2, 1, 300, 8, 2, 64, 64, VECTOR, 0},
+    {FJ_DTYPE_F8_E5M2, FJ_DTYPE_F16, 1, 1, 1, 1, 4, 129, 4, 1, 128, 64, VECTOR, 0},
+    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 1, 2, 0, 2, 1, 5000, 32, 8, 128, 128, VECTOR, 0},
+    {FJ_DTYPE_F8_E5M2, FJ_DTYPE_BF16, 1, 1, 1, 2, 3, 777, 8, 1, 256, 256, VECTOR, 0},
+    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_F16, 1, 0, 1, 1, 2, 100, 6, 2, 72, 40, ANY_KERNEL, 0},
+    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_F16, 1, 2, 1, 2, 50, 80, 4, 2, 32, 32, ANY_KERNEL, 0},
+    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 2, 1, 2, 300, 517, 4, 2, 128, 128, HOPPER, 0},
+    {FJ_DTYPE_F8_E5M2, FJ_DTYPE_F16, 0, 1, 0, 1, 257, 1000, 2, 1, 128, 256, HOPPER, 0},
+    {FJ_DTYPE_F8_E5M2, FJ_DTYPE_F16, 0, 1, 0, 1, 257, 1000, 2, 1, 256, 256, HOPPER, 0},
+    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 0, 0, 2, 200, 384, 2, 2, 64, 64, HOPPER, 0},
+    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 2, 1, 1, 129, 260, 3, 1, 192, 128, HOPPER, 0},
+    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 2, 1, 2, 200, 333, 8, 2, 256, 128, HOPPER, 0},
+    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 1, 1, 1, 300, 517, 2, 1, 256, 256, HOPPER, 0},
+    {FJ_DTYPE_F8_E5M2, FJ_DTYPE_F16, 0, 0, 0, 1, 150, 700, 4, 4, 160, 256, HOPPER, 0},
+    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 2, 1, 1, 129, 260, 3, 1, 96, 192, HOPPER, 0},
+    {FJ_DTYPE_F8_E5M2, FJ_DTYPE_BF16, 0, 1, 1, 2, 300, 130, 2, 2, 64, 96, HOPPER, 0},
+    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_F16, 0, 2, 0, 1, 64, 2048, 8, 2, 128, 128, HOPPER, 0},
 };
 
 static void test_fp8_forward(void **state)
@@ -357,7 +368,7 @@ static void test_fp8_v_transposed(void **state)
         failed += !run_case(ctx, c);
         const fj_call_info info = last_call(ctx);
         const int transposed = info.launched && strstr(info.launched, "cuda.transpose_v");
-        if (hopper && c->hopper && !transposed) {
+        if (hopper && c->kernel == HOPPER && !transposed) {
             printf("  case %zu: launched %s, no transposing step\n", i,
                    info.launched ? info.launched : "");
             failed++;
@@ -376,11 +387,11 @@ static void test_fp8_dequantised(void **state)
     (void)state;
     fj_context *ctx = suite_context_with_env("FLASHJIT_CONFIG", "dequant=1");
     const fp8_case cases[] = {
-        {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 2, 0, 2, 37, 70, 4, 2, 40, 24, 0, 1},
-        {FJ_DTYPE_F8_E5M2, FJ_DTYPE_F16, 0, 1, 1, 1, 70, 45, 2, 1, 64, 64, 0, 1},
-        {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 0, 1, 1, 65, 200, 6, 3, 128, 96, 0, 1},
-        {FJ_DTYPE_F8_E5M2, FJ_DTYPE_BF16, 0, 2, 1, 2, 129, 260, 8, 2, 256, 256, 0, 1},
-        {FJ_DTYPE_F8_E4M3, FJ_DTYPE_F16, 0, 1, 0, 1, 40, 77, 2, 1, 320, 264, 0, 1},
+        {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 2, 0, 2, 37, 70, 4, 2, 40, 24, ANY_KERNEL, 1},
+        {FJ_DTYPE_F8_E5M2, FJ_DTYPE_F16, 0, 1, 1, 1, 70, 45, 2, 1, 64, 64, ANY_KERNEL, 1},
+        {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 0, 1, 1, 65, 200, 6, 3, 128, 96, ANY_KERNEL, 1},
+        {FJ_DTYPE_F8_E5M2, FJ_DTYPE_BF16, 0, 2, 1, 2, 129, 260, 8, 2, 256, 256, ANY_KERNEL, 1},
+        {FJ_DTYPE_F8_E4M3, FJ_DTYPE_F16, 0, 1, 0, 1, 40, 77, 2, 1, 320, 264, ANY_KERNEL, 1},
     };
     int failed = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

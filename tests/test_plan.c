@@ -952,6 +952,11 @@ static void test_decode_plans(void **state)
         {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "paged,stages=2", FJ__PATH_MMA, 16, 2, 1},
         {128, 1, 4, FJ_DTYPE_F32, &devs.h200, NULL, FJ__PATH_SIMT, 4, 0, 0},
         {128, 1, 4, FJ_DTYPE_BF16, &devs.cpu, NULL, FJ__PATH_SIMT, 4, 0, 0},
+        /* an e4m3 cache read by 16-bit queries: the vector kernel on CUDA (any sm), the
+        ** portable one elsewhere */
+        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "fp8", FJ__PATH_VECTOR, 4, 3, 0},
+        {64, 4, 4, FJ_DTYPE_F16, &devs.sm86, "fp8", FJ__PATH_VECTOR, 8, 2, 0},
+        {128, 1, 4, FJ_DTYPE_BF16, &devs.cpu, "fp8", FJ__PATH_SIMT, 4, 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fj__features f = bwd_features(cases[i].d, cases[i].d, cases[i].dtype);
@@ -964,6 +969,10 @@ static void test_decode_plans(void **state)
         if (config && !strncmp(config, "paged", 5)) { /* not a config: a paged cache */
             f.paged = 1;
             config = config[5] == ',' ? config + 6 : NULL;
+        }
+        if (config && !strcmp(config, "fp8")) { /* nor this: an FP8 cache */
+            f.kv_dtype = FJ_DTYPE_F8_E4M3;
+            config = NULL;
         }
         const fj__variant v = decode_variant_of(
             &f, cases[i].dev, config,
