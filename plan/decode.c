@@ -195,6 +195,10 @@ static int choose_vector(const fj__features *f, const fj_device_info *dev, int64
     ** (bench/RESULTS.md); fewer where more rows or page arithmetic take registers. */
     t.stages = t.tile_m > 4 || f->paged ? 2 : 3;
     t.ctas_per_sm = t.tile_m > 4 || f->paged ? 0 : 3;
+    /* An FP8 cache's vectors are half as wide: twice the keys keep as many bytes in flight in
+    ** the same registers. */
+    if (fp8_rows)
+        t.stages *= 2;
     if (!fj__variant_fits(&t, dev))
         return 0;
     *v = t;

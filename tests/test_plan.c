@@ -952,10 +952,10 @@ static void test_decode_plans(void **state)
         {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "paged,stages=2", FJ__PATH_MMA, 16, 2, 1},
         {128, 1, 4, FJ_DTYPE_F32, &devs.h200, NULL, FJ__PATH_SIMT, 4, 0, 0},
         {128, 1, 4, FJ_DTYPE_BF16, &devs.cpu, NULL, FJ__PATH_SIMT, 4, 0, 0},
-        /* an e4m3 cache read by 16-bit queries: the vector kernel on CUDA (any sm), the
-        ** portable one elsewhere */
-        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "fp8", FJ__PATH_VECTOR, 4, 3, 0},
-        {64, 4, 4, FJ_DTYPE_F16, &devs.sm86, "fp8", FJ__PATH_VECTOR, 8, 2, 0},
+        /* an e4m3 cache read by 16-bit queries: the vector kernel on CUDA (any sm; twice the
+        ** keys a chunk), the portable one elsewhere */
+        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "fp8", FJ__PATH_VECTOR, 4, 6, 0},
+        {64, 4, 4, FJ_DTYPE_F16, &devs.sm86, "fp8", FJ__PATH_VECTOR, 8, 4, 0},
         {128, 1, 4, FJ_DTYPE_BF16, &devs.cpu, "fp8", FJ__PATH_SIMT, 4, 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
