@@ -195,10 +195,11 @@ static int choose_vector(const fj__features *f, const fj_device_info *dev, int64
     ** (bench/RESULTS.md); fewer where more rows or page arithmetic take registers. */
     t.stages = t.tile_m > 4 || f->paged ? 2 : 3;
     t.ctas_per_sm = t.tile_m > 4 || f->paged ? 0 : 3;
-    /* An FP8 cache's vectors are half as wide: twice the keys keep as many bytes in flight in
-    ** the same registers. */
+    /* An FP8 cache's vectors are half as wide: more keys a chunk keep more bytes in flight
+    ** (twice the keys: +4-7 % on the H100, bench/RESULTS.md; but under three blocks' register
+    ** cap NVRTC spilled 8 bytes at 6, so 5 there). */
     if (fp8_rows)
-        t.stages *= 2;
+        t.stages = t.ctas_per_sm == 3 ? 5 : 4;
     if (!fj__variant_fits(&t, dev))
         return 0;
     *v = t;

@@ -257,13 +257,13 @@ static void plan_wgmma(fj__variant *v, const fj__features *f, const fj_device_in
     if (!fj__variant_fits(v, dev))
         v->q_stages = 1;
     if (fp8) {
-        /* v transposed by a plan step (dense requests), asked for by the override
-        ** (v_transposed=1; opt-in until it has run on a GPU): the kernel's own transposing
-        ** warps cost 20-25 % at 192 and 256 value columns, 4 % at 128 (H100, bench/RESULTS.md).
+        /* v transposed by a plan step for dense requests (v_transposed=0 keeps the kernel's
+        ** own transposing warps): the step and the kernel together were 1.41x the kernel
+        ** alone at d 256, 1.06x at 192 / 128 and d 128 (H100, 16k, bench/RESULTS.md).
         ** Decided before the tiles: the registers the producer keeps depend on it. */
         v->v_transposed = !f->varlen && !f->paged && f->heads_kv <= FJ__MAX_GRID_DIM_Y &&
                           f->batch <= FJ__MAX_GRID_DIM_Y &&
-                          config_switch(config, "v_transposed", 0);
+                          config_switch(config, "v_transposed", 1);
         plan_wgmma_fp8(v, dev);
     }
 }

@@ -273,44 +273,46 @@ spills=$(echo "$out" | awk '$2 ~ /^cuda.fwd.wgmma$/ && $9 != 0' | wc -l)
 [ "$spills" -eq 0 ] || { echo "FAIL: $spills kernels spill with two blocks per SM"; exit 1; }
 expected=$((expected + $(echo "$out" | sed -n 's/^\([0-9]*\) kernels built.*/\1/p')))
 checked=$((checked + 1))
-# FP8: inputs in e4m3 and e5m2 (out bf16) on Hopper's kernel (FP8 products, each value tile
-# transposed in shared memory; beyond 128 columns of q and k S summed by panels in key parts; no
-# spills, no serialised wgmma), and an FP8 KV cache read by bf16 queries on the decode kernel
-# (whole and split), each with and without descale factors: all build, two kernels a shape. A
-# cache of their own: the decode's merge is also built above, which the count at the end would
-# see twice.
+# FP8: inputs in e4m3 and e5m2 (out bf16) on Hopper's kernel (FP8 products, each value tile by
+# one bulk copy from v transposed by a plan step, whose kernel builds once a format; beyond 128
+# columns of q and k S summed by panels in key parts; no spills, no serialised wgmma), and an FP8
+# KV cache read by bf16 queries on the vector decode kernel (whole and split), each with and
+# without descale factors: all build, two kernels a shape. A cache of their own: the decode's
+# merge is also built above, which the count at the end would see twice.
 out=$("$cli" cache build --arch sm_90a --cache "$dir/fp8.db" --dtype e4m3,e5m2 \
     --head-dim 64,128,192,256 --head-dim-v 64,128,128,256 --causal 0,1 --seqlen 1024 2>&1)
 status=$?
 echo "$out"
 [ $status -eq 0 ] || { echo "FAIL: cache build --dtype e4m3,e5m2 (status $status)"; exit 1; }
-[ "$(echo "$out" | grep -c "cuda.fwd.wgmma f8e")" -eq 32 ] ||
-    { echo "FAIL: cache build --dtype e4m3,e5m2 did not build 32 FP8 kernels"; exit 1; }
-echo "$out" | awk '$2 == "cuda.fwd.wgmma" && $9 != 0 { bad = 1 } END { exit bad }' ||
-    { echo "FAIL: an FP8 Hopper kernel spills"; exit 1; }
+[ "$(echo "$out" | grep -c "cuda.fwd.wgmma f8e")" -eq 32 ] &&
+    [ "$(echo "$out" | grep -c "cuda.transpose_v f8e")" -eq 2 ] ||
+    { echo "FAIL: cache build --dtype e4m3,e5m2 did not build 32 FP8 kernels and 2 transposing ones"; exit 1; }
+echo "$out" | awk '($2 == "cuda.fwd.wgmma" || $2 == "cuda.transpose_v") && $9 != 0 { bad = 1 }
+                   END { exit bad }' || { echo "FAIL: an FP8 Hopper kernel spills"; exit 1; }
 [ "$(echo "$out" | grep -c "wgmma serialised")" -eq 0 ] ||
     { echo "FAIL: an FP8 Hopper kernel runs its wgmma serialised"; exit 1; }
-# The same with v transposed by a plan step (FLASHJIT_CONFIG=v_transposed=1): the 32 kernels take
-# each value tile by one bulk copy (their producer keeps 24 registers, so the consumers' tiles
-# differ), and the transposing step builds once a format; no spills.
-out=$(FLASHJIT_CONFIG=v_transposed=1 "$cli" cache build --arch sm_90a --cache "$dir/fp8.db" \
+# The same with the kernel's own transposing warps (FLASHJIT_CONFIG=v_transposed=0, as packed
+# sequences take): the 32 kernels stage each value tile (their producer keeps 40 or 56
+# registers, so the consumers' tiles differ); no spills.
+out=$(FLASHJIT_CONFIG=v_transposed=0 "$cli" cache build --arch sm_90a --cache "$dir/fp8.db" \
     --dtype e4m3,e5m2 --head-dim 64,128,192,256 --head-dim-v 64,128,128,256 --causal 0,1 \
     --seqlen 1024 2>&1)
 status=$?
 echo "$out"
-[ $status -eq 0 ] || { echo "FAIL: cache build with v_transposed=1 (status $status)"; exit 1; }
-[ "$(echo "$out" | grep -c "cuda.fwd.wgmma f8e")" -eq 32 ] &&
-    [ "$(echo "$out" | grep -c "cuda.transpose_v f8e")" -eq 2 ] ||
-    { echo "FAIL: v_transposed=1 did not build 32 FP8 kernels and 2 transposing ones"; exit 1; }
-echo "$out" | awk '($2 == "cuda.fwd.wgmma" || $2 == "cuda.transpose_v") && $9 != 0 { bad = 1 }
-                   END { exit bad }' || { echo "FAIL: a kernel spills with v_transposed=1"; exit 1; }
+[ $status -eq 0 ] || { echo "FAIL: cache build with v_transposed=0 (status $status)"; exit 1; }
+[ "$(echo "$out" | grep -c "cuda.fwd.wgmma f8e")" -eq 32 ] ||
+    { echo "FAIL: v_transposed=0 did not build 32 FP8 kernels"; exit 1; }
+echo "$out" | awk '$2 == "cuda.fwd.wgmma" && $9 != 0 { bad = 1 } END { exit bad }' ||
+    { echo "FAIL: a kernel spills with v_transposed=0"; exit 1; }
+[ "$(echo "$out" | grep -c "wgmma serialised")" -eq 0 ] ||
+    { echo "FAIL: an FP8 Hopper kernel runs its wgmma serialised (v_transposed=0)"; exit 1; }
 out=$("$cli" cache build --arch sm_90a --cache "$dir/fp8.db" --dtype bf16 --kv-dtype e4m3 \
     --decode 1 --group 4 --head-dim 128 --causal 0 --seqlen 8192 2>&1)
 status=$?
 echo "$out"
 [ $status -eq 0 ] || { echo "FAIL: cache build --kv-dtype e4m3 (status $status)"; exit 1; }
-[ "$(echo "$out" | grep -c "cuda.decode ")" -eq 4 ] ||
-    { echo "FAIL: cache build --kv-dtype e4m3 did not build four decode kernels"; exit 1; }
+[ "$(echo "$out" | awk '$2 == "cuda.decode.vec" && $9 == 0' | wc -l)" -eq 4 ] ||
+    { echo "FAIL: cache build --kv-dtype e4m3 did not build four vector decode kernels"; exit 1; }
 # The same cache paged, also its appends: FP8 tokens copied, bf16 ones quantised (no spills).
 out=$("$cli" cache build --arch sm_90a --cache "$dir/fp8.db" --dtype bf16 --kv-dtype e4m3 \
     --decode 1 --group 4 --head-dim 128 --causal 0 --seqlen 8192 --paged 16 2>&1)

@@ -343,22 +343,11 @@ static const fp8_case forward_cases[] = {
     {FJ_DTYPE_F8_E4M3, FJ_DTYPE_F16, 0, 2, 0, 1, 64, 2048, 8, 2, 128, 128, HOPPER, 0},
 };
 
-static void test_fp8_forward(void **state)
+/* Runs forward_cases on ctx: each within the plain FP8 error's bar, and on Hopper those marked
+** after the plan's step that transposes v (dense requests) or without it, as `stepped` says.
+** Returns the number of failures. */
+static int run_forward_cases(fj_context *ctx, int stepped)
 {
-    fj_context *ctx = suite_context(state);
-    int failed = 0;
-    for (size_t i = 0; i < sizeof forward_cases / sizeof forward_cases[0]; i++)
-        failed += !run_case(ctx, &forward_cases[i]);
-    assert_int_equal(failed, 0);
-}
-
-/* The same cases with v transposed by a plan step (FLASHJIT_CONFIG=v_transposed=1, opt-in): on
-** Hopper those marked run its FP8 kernel after the transposing step (dense requests), every
-** case within the plain FP8 error's bar; elsewhere the option changes nothing. */
-static void test_fp8_v_transposed(void **state)
-{
-    (void)state;
-    fj_context *ctx = suite_context_with_env("FLASHJIT_CONFIG", "v_transposed=1");
     fj_device_info dev = {.struct_size = sizeof dev};
     assert_int_equal(fj_context_get_device_info(ctx, &dev), FJ_OK);
     const int hopper = !strcmp(dev.arch, "sm_90a");
@@ -368,12 +357,29 @@ static void test_fp8_v_transposed(void **state)
         failed += !run_case(ctx, c);
         const fj_call_info info = last_call(ctx);
         const int transposed = info.launched && strstr(info.launched, "cuda.transpose_v");
-        if (hopper && c->kernel == HOPPER && !transposed) {
-            printf("  case %zu: launched %s, no transposing step\n", i,
-                   info.launched ? info.launched : "");
+        if (hopper && c->kernel == HOPPER && transposed != stepped) {
+            printf("  case %zu: launched %s, %s\n", i, info.launched ? info.launched : "",
+                   stepped ? "no transposing step" : "a transposing step");
             failed++;
         }
     }
+    return failed;
+}
+
+/* The cases as planned: on Hopper v transposed by a plan step ahead of the FP8 kernel. */
+static void test_fp8_forward(void **state)
+{
+    assert_int_equal(run_forward_cases(suite_context(state), 1), 0);
+}
+
+/* The same cases with the FP8 kernel's own transposing warps (FLASHJIT_CONFIG=v_transposed=0,
+** what packed sequences take): every case within the plain FP8 error's bar; elsewhere the
+** option changes nothing. */
+static void test_fp8_own_transposer(void **state)
+{
+    (void)state;
+    fj_context *ctx = suite_context_with_env("FLASHJIT_CONFIG", "v_transposed=0");
+    const int failed = run_forward_cases(ctx, 0);
     fj_context_destroy(ctx);
     assert_int_equal(failed, 0);
 }
@@ -438,7 +444,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_host_conversions),
         cmocka_unit_test(test_fp8_forward),
-        cmocka_unit_test(test_fp8_v_transposed),
+        cmocka_unit_test(test_fp8_own_transposer),
         cmocka_unit_test(test_fp8_dequantised),
         cmocka_unit_test(test_fp8_backward_unsupported),
     };

@@ -952,9 +952,9 @@ static void test_decode_plans(void **state)
         {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "paged,stages=2", FJ__PATH_MMA, 16, 2, 1},
         {128, 1, 4, FJ_DTYPE_F32, &devs.h200, NULL, FJ__PATH_SIMT, 4, 0, 0},
         {128, 1, 4, FJ_DTYPE_BF16, &devs.cpu, NULL, FJ__PATH_SIMT, 4, 0, 0},
-        /* an e4m3 cache read by 16-bit queries: the vector kernel on CUDA (any sm; twice the
-        ** keys a chunk), the portable one elsewhere */
-        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "fp8", FJ__PATH_VECTOR, 4, 6, 0},
+        /* an e4m3 cache read by 16-bit queries: the vector kernel on CUDA (any sm; more keys
+        ** a chunk), the portable one elsewhere */
+        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "fp8", FJ__PATH_VECTOR, 4, 5, 0},
         {64, 4, 4, FJ_DTYPE_F16, &devs.sm86, "fp8", FJ__PATH_VECTOR, 8, 4, 0},
         {128, 1, 4, FJ_DTYPE_BF16, &devs.cpu, "fp8", FJ__PATH_SIMT, 4, 0, 0},
     };
@@ -1304,8 +1304,8 @@ static void test_wide_forward_plans(void **state)
 /* FP8 q, k and v (out bf16): Hopper's kernel with 128-key tiles, q's and k's head dims in
 ** 128-column panels, one value slice, a static schedule, O rescaled for every tile (no lazy
 ** rescale, which also does not fit), the plain loop at dv 256 (where the pipelined one's
-** registers do not fit), fitting with its staging buffers (or, asked, v transposed by a plan
-** step first: dense requests); q's head dims beyond 128 with S's second panel apart, in as few
+** registers do not fit), fitting with v transposed by a plan step first (dense requests) or,
+** packed or asked (v_transposed=0), with its staging buffers; q's head dims beyond 128 with S's second panel apart, in as few
 ** parts of the key tile as the registers allow (2 at 128 value columns, pipelined; 8 at 256;
 ** where a mask or score term takes the SIMT kernel);
 ** elsewhere (sm_86, head dims beyond 256, rows not of 16 FP8 elements) the SIMT kernel. FP8 read
@@ -1347,7 +1347,7 @@ static void test_fp8_forward_plans(void **state)
         for (int t = 0; t < 3; t++)
             f.rows_16b[t] = f.tma[t] = (uint8_t)cases[i].rows_16b;
         fj__variant v;
-        fj__choose_forward(&f, cases[i].dev, "dequant=0", &v);
+        fj__choose_forward(&f, cases[i].dev, "dequant=0,v_transposed=0", &v);
         if (v.path != cases[i].path)
             fail_msg("case %zu: path %d, expected %d", i, v.path, cases[i].path);
         assert_true(fj__variant_fits(&v, cases[i].dev));
@@ -1376,17 +1376,20 @@ static void test_fp8_forward_plans(void **state)
         fj__variant bad = v;
         bad.tile_n = 64;
         assert_false(fj__variant_fits(&bad, cases[i].dev));
-        /* The kernel transposes v by default: staging buffers, and the producer keeps more
-        ** registers for its transposing warps. With v_transposed=1 (dense requests), v is
+        /* With v_transposed=0 the kernel transposes v: staging buffers, and the producer
+        ** keeps more registers for its transposing warps. By default (dense requests) v is
         ** transposed by the plan's first step into [b, hkv, dv, keys rounded to 16] (a block
         ** per 64 keys of a kv head and batch), the producer keeping a 16-bit kernel's
-        ** registers and no staging buffers, and the tiles still fitting; packed sequences
-        ** transpose in the kernel, and v transposed by a step does not fit them. */
+        ** registers and no staging buffers, S's second panel in no more parts than with
+        ** the kernel's transposer, and the tiles still fitting; packed sequences transpose in
+        ** the kernel, and v transposed by a step does not fit them. */
         assert_false(v.v_transposed);
         assert_true(fj__variant_value_stages(&v) > 0);
         assert_true(fj__variant_producer_registers(&v) > 24);
-        fj__choose_forward(&f, cases[i].dev, "dequant=0,v_transposed=1", &v);
+        const int own_parts = v.score_parts;
+        fj__choose_forward(&f, cases[i].dev, "dequant=0", &v);
         assert_true(v.v_transposed);
+        assert_true(v.score_parts <= own_parts);
         assert_int_equal(v.path, FJ__PATH_WGMMA);
         assert_true(fj__variant_fits(&v, cases[i].dev));
         assert_int_equal(fj__variant_value_stages(&v), 0);
@@ -1407,7 +1410,7 @@ static void test_fp8_forward_plans(void **state)
         fj__features packed = f;
         packed.varlen = 1;
         fj__variant pv;
-        fj__choose_forward(&packed, cases[i].dev, "dequant=0,v_transposed=1", &pv);
+        fj__choose_forward(&packed, cases[i].dev, "dequant=0", &pv);
         if (pv.path == FJ__PATH_WGMMA) {
             assert_false(pv.v_transposed);
             assert_true(fj__variant_value_stages(&pv) > 0);
