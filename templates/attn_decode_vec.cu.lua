@@ -153,21 +153,22 @@ fj_attn_decode(
     ** neighbouring keys, GROUPS keys apart: keys base + mine + u * GROUPS for this lane, with
     ** base the same for the whole warp (the loop and the shuffles keep all 32 lanes in step).
     ** Chunk c + 1's vectors load while chunk c is used (and, paged, chunk c + 2's page numbers),
-    ** so a lane has 2 * UNROLL * 32 bytes in flight. Each row's state is rescaled once per chunk. */
+    ** so a lane has 2 * UNROLL * 32 bytes in flight (16 with an FP8 cache). Each row's state is rescaled once per chunk. */
     const kv_vec zero = {};
     const int mine = lane / LANES;
     const int wfirst = I_MAX(lo, 0) + tid / 32 * KEYS_PER_WARP;
     kv_vec kx[UNROLL], vx[UNROLL], kn[UNROLL], vn[UNROLL];
 % if paged then
-    int pg[UNROLL]; /* the page numbers of the next chunk to load */
+    int pg[UNROLL], pr[UNROLL]; /* the next chunk's page numbers and rows in them */
     auto pages_of = [&](int base) {
 #pragma unroll
         for (int u = 0; u < UNROLL; u++) {
-            const int key = base + mine + u * GROUPS;
-            pg[u] = key <= hi ? PAGE_NUMBER(key / P.page_size) : 0;
+            const int key = base + mine + u * GROUPS, i = key / P.page_size;
+            pg[u] = key <= hi ? PAGE_NUMBER(i) : 0;
+            pr[u] = key - i * P.page_size;
         }
     };
-%   key_offset = function(t) return "(I64)pg[u] * " .. t .. "_sb + (I64)(key % P.page_size) * " .. t .. "_ss" end
+%   key_offset = function(t) return "(I64)pg[u] * " .. t .. "_sb + (I64)pr[u] * " .. t .. "_ss" end
 % else
 %   key_offset = function(t) return "(I64)key * " .. t .. "_ss" end
 % end
