@@ -197,10 +197,12 @@ static int choose_vector(const fj__features *f, const fj_device_info *dev, int64
     t.ctas_per_sm = t.tile_m > 4 || f->paged ? 0 : 3;
     /* An FP8 cache's vectors are half as wide: more keys a chunk keep more bytes in flight
     ** (twice the keys: +4-7 % on the H100, bench/RESULTS.md), as far as NVRTC builds them
-    ** without spills: 5 under three blocks' register cap (6 spilled), 3 for 8 rows of a paged
-    ** cache (4 spilled with a band), else 4. */
-    if (fp8_rows)
-        t.stages = t.ctas_per_sm == 3 ? 5 : f->paged && t.tile_m > 4 ? 3 : 4;
+    ** without spills (one fewer paged: the rows within pages). Up to 4 rows three blocks an
+    ** SM, paged too (+11-15 % there on the H100). */
+    if (fp8_rows) {
+        t.ctas_per_sm = t.tile_m > 4 ? 0 : 3;
+        t.stages = (t.tile_m > 4 ? 4 : 5) - (f->paged ? 1 : 0);
+    }
     if (!fj__variant_fits(&t, dev))
         return 0;
     *v = t;

@@ -956,6 +956,7 @@ static void test_decode_plans(void **state)
         ** a chunk), the portable one elsewhere */
         {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "fp8", FJ__PATH_VECTOR, 4, 5, 0},
         {64, 4, 4, FJ_DTYPE_F16, &devs.sm86, "fp8", FJ__PATH_VECTOR, 8, 4, 0},
+        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "paged,fp8", FJ__PATH_VECTOR, 4, 4, 0},
         {128, 1, 4, FJ_DTYPE_BF16, &devs.cpu, "fp8", FJ__PATH_SIMT, 4, 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -1009,7 +1010,10 @@ static void test_decode_plans(void **state)
         assert_int_equal(m->variant.inputs, 0);
         /* Tensor cores: blocks an SM from shared memory (d 128: one with four tiles, two with
         ** three), and the splits of least modelled time, so 8 blocks fill one whole wave. */
-        if (i == 0 || (f.paged && !config)) {
+        /* An FP8 cache's vector kernel: up to 4 rows three blocks an SM, paged or not. */
+        if (f.kv_dtype != f.q_dtype && v.path == FJ__PATH_VECTOR)
+            assert_int_equal(v.ctas_per_sm, v.tile_m <= 4 ? 3 : 0);
+        if (i == 0 || (f.paged && !config && v.path == FJ__PATH_MMA)) {
             assert_int_equal(v.ctas_per_sm, f.paged ? 2 : 1);
             assert_int_equal(s->grid[1], f.paged ? 32 : 16);
         }
