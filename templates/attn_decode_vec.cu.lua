@@ -153,7 +153,8 @@ fj_attn_decode(
     ** neighbouring keys, GROUPS keys apart: keys base + mine + u * GROUPS for this lane, with
     ** base the same for the whole warp (the loop and the shuffles keep all 32 lanes in step).
     ** Chunk c + 1's vectors load while chunk c is used (and, paged, chunk c + 2's page numbers),
-    ** so a lane has 2 * UNROLL * 32 bytes in flight (16 with an FP8 cache). Each row's state is rescaled once per chunk. */
+    ** so a lane has 2 * UNROLL * 32 bytes in flight (16 with an FP8 cache). Each row's state is
+    ** rescaled once per chunk. */
     const kv_vec zero = {};
     const int mine = lane / LANES;
     const int wfirst = I_MAX(lo, 0) + tid / 32 * KEYS_PER_WARP;

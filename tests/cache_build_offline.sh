@@ -286,7 +286,8 @@ echo "$out"
 [ $status -eq 0 ] || { echo "FAIL: cache build --dtype e4m3,e5m2 (status $status)"; exit 1; }
 [ "$(echo "$out" | grep -c "cuda.fwd.wgmma f8e")" -eq 32 ] &&
     [ "$(echo "$out" | grep -c "cuda.transpose_v f8e")" -eq 2 ] ||
-    { echo "FAIL: cache build --dtype e4m3,e5m2 did not build 32 FP8 kernels and 2 transposing ones"; exit 1; }
+    { echo "FAIL: cache build --dtype e4m3,e5m2: not 32 FP8 kernels and 2 transposing ones"
+      exit 1; }
 echo "$out" | awk '($2 == "cuda.fwd.wgmma" || $2 == "cuda.transpose_v") && $9 != 0 { bad = 1 }
                    END { exit bad }' || { echo "FAIL: an FP8 Hopper kernel spills"; exit 1; }
 [ "$(echo "$out" | grep -c "wgmma serialised")" -eq 0 ] ||

@@ -1309,9 +1309,10 @@ static void test_wide_forward_plans(void **state)
 ** 128-column panels, one value slice, a static schedule, O rescaled for every tile (no lazy
 ** rescale, which also does not fit), the plain loop at dv 256 (where the pipelined one's
 ** registers do not fit), fitting with v transposed by a plan step first (dense requests) or,
-** packed or asked (v_transposed=0), with its staging buffers; q's head dims beyond 128 with S's second panel apart, in as few
-** parts of the key tile as the registers allow (2 at 128 value columns, pipelined; 8 at 256;
-** where a mask or score term takes the SIMT kernel);
+** packed or asked (v_transposed=0), with its staging buffers; q's head dims beyond 128 with
+** S's second panel apart, in as few parts of the key tile as the registers allow (with the
+** kernel's transposer: 2 at 128 value columns, pipelined; 8 at 256; where a mask or score
+** term takes the SIMT kernel);
 ** elsewhere (sm_86, head dims beyond 256, rows not of 16 FP8 elements) the SIMT kernel. FP8 read
 ** as FP8 (dequant=0; test_fp8_dequant_plans has the 16-bit copies that replace the SIMT kernel
 ** by default). */
