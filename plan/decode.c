@@ -24,14 +24,19 @@
 #define MIN_WGMMA_ROWS 16      /* packed rows that take value dims beyond 256 to wgmma */
 #define BULK_MIN_DENSE_BYTES (1ll << 30) /* K + V of a dense cache that takes bulk copies */
 
+/* Whether f's q is 16-bit and q, k and v come in 16-byte rows on CUDA. */
+static int cuda_rows_16b(const fj__features *f, const fj_device_info *dev)
+{
+    return dev->backend == FJ_BACKEND_CUDA &&
+           (f->q_dtype == FJ_DTYPE_BF16 || f->q_dtype == FJ_DTYPE_F16) &&
+           f->rows_16b[FJ__T_Q] && f->rows_16b[FJ__T_K] && f->rows_16b[FJ__T_V];
+}
+
 /* Whether f is 16-bit data in 16-byte rows on CUDA: what the CUDA decode kernels (tensor
 ** cores, vectors) take. */
 static int cuda_sixteen_bit(const fj__features *f, const fj_device_info *dev)
 {
-    return dev->backend == FJ_BACKEND_CUDA &&
-           (f->q_dtype == FJ_DTYPE_BF16 || f->q_dtype == FJ_DTYPE_F16) &&
-           f->kv_dtype == f->q_dtype && f->rows_16b[FJ__T_Q] && f->rows_16b[FJ__T_K] &&
-           f->rows_16b[FJ__T_V];
+    return cuda_rows_16b(f, dev) && f->kv_dtype == f->q_dtype;
 }
 
 /* An FP8 KV cache read by 16-bit queries (the vector kernel on CUDA and the portable one convert
@@ -180,8 +185,7 @@ static int choose_wgmma(const fj__features *f, const fj_device_info *dev, int64_
 static int choose_vector(const fj__features *f, const fj_device_info *dev, int64_t group_rows,
                          fj__variant *v)
 {
-    const int fp8_rows = dev->backend == FJ_BACKEND_CUDA && fp8_cache(f) && f->rows_16b[FJ__T_Q] &&
-                         f->rows_16b[FJ__T_K] && f->rows_16b[FJ__T_V];
+    const int fp8_rows = cuda_rows_16b(f, dev) && fp8_cache(f);
     if (!cuda_sixteen_bit(f, dev) && !fp8_rows)
         return 0;
     fj__variant t = *v;

@@ -379,7 +379,6 @@ static int dequant_can(const fj__features *f)
            f->seqlen_k <= INT32_MAX;
 }
 
-
 /* f as the 16-bit forward reads it after the dequantising steps: q, k and v in out's dtype,
 ** contiguous [b, s, h, d] in workspaces (aligned), no descale factors, v apart from k. */
 static fj__features dequantised_features(const fj__features *f)

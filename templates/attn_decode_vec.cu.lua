@@ -74,18 +74,19 @@ INLINE void unpack8(uint4 x, float f[8])
 ** value times 2^-8 (exponent bias 15 against 7; subnormals alike), so KV_UNIT is 256 there and
 ** an e4m3 NaN reads as +-480. KV_UNIT goes into the factors of q and of the output. */
 typedef uint2 kv_vec;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890 && ${kv_dtype == "f8e4m3" and 1 or 0}
-#define KV_UNIT 256.0f
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#define E4M3_BY_CVT 1
 #else
-#define KV_UNIT 1.0f
+#define E4M3_BY_CVT 0
 #endif
+#define KV_UNIT ${kv_dtype == "f8e4m3" and "(E4M3_BY_CVT ? 1.0f : 256.0f)" or "1.0f"}
 /* Bytes 2j and 2j + 1 of w as an f16 pair (j = 0: bytes 0, 1; j = 1: bytes 2, 3). */
 INLINE uint fp8_pair_to_f16x2(uint w, int j)
 {
 %   if kv_dtype == "f8e5m2" then
     return __byte_perm(w, 0u, j ? 0x3424u : 0x1404u);
 %   else
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#if E4M3_BY_CVT
     uint h;
     asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"((ushort)(w >> (16 * j))));
     return h;

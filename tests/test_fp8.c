@@ -385,8 +385,8 @@ static void test_fp8_own_transposer(void **state)
 }
 
 /* FP8 q, k and v through 16-bit copies ahead of the 16-bit forward, forced (FLASHJIT_CONFIG=
-** dequant=1; by default only where the SIMT forward would run): both formats and outputs, every descale shape (q's by its kv head), GQA, causal,
-** rows of any width, d != dv, d 256 and beyond; every case within the plain FP8 error's bar,
+** dequant=1; by default only where the SIMT forward would run): both formats and outputs,
+** every descale shape (q's by its kv head), GQA, causal, rows of any width, d != dv, d 256 and beyond; every case within the plain FP8 error's bar,
 ** and the call's workspace holds the three copies. */
 static void test_fp8_dequantised(void **state)
 {

@@ -1008,11 +1008,11 @@ static void test_decode_plans(void **state)
         assert_int_equal(m->grid[0], (rows + 4 / teams - 1) / (4 / teams));
         assert_int_equal(m->grid[1], (f.head_dim_v + 31) / 32);
         assert_int_equal(m->variant.inputs, 0);
-        /* Tensor cores: blocks an SM from shared memory (d 128: one with four tiles, two with
-        ** three), and the splits of least modelled time, so 8 blocks fill one whole wave. */
         /* An FP8 cache's vector kernel: up to 4 rows three blocks an SM, paged or not. */
         if (f.kv_dtype != f.q_dtype && v.path == FJ__PATH_VECTOR)
             assert_int_equal(v.ctas_per_sm, v.tile_m <= 4 ? 3 : 0);
+        /* Tensor cores: blocks an SM from shared memory (d 128: one with four tiles, two with
+        ** three), and the splits of least modelled time, so 8 blocks fill one whole wave. */
         if (i == 0 || (f.paged && !config && v.path == FJ__PATH_MMA)) {
             assert_int_equal(v.ctas_per_sm, f.paged ? 2 : 1);
             assert_int_equal(s->grid[1], f.paged ? 32 : 16);
