@@ -39,8 +39,8 @@ static int cuda_sixteen_bit(const fj__features *f, const fj_device_info *dev)
     return cuda_rows_16b(f, dev) && f->kv_dtype == f->q_dtype;
 }
 
-/* An FP8 KV cache read by 16-bit queries (the vector kernel on CUDA and the portable one convert
-** it as they load). */
+/* An FP8 KV cache read by 16-bit queries (the CUDA kernels convert it into f16 as they load,
+** the portable one into floats). */
 static int fp8_cache(const fj__features *f)
 {
     return fj__dtype_fp8((fj_dtype)f->kv_dtype) &&
@@ -51,7 +51,10 @@ void fj__decode_mma_residency(fj__variant *v, const fj_device_info *dev)
 {
     const uint64_t per_block = fj__variant_shared_bytes(v) + 1024u;
     const uint64_t fit = (dev->local_memory + 1024u) / per_block;
-    v->ctas_per_sm = (uint8_t)(fit < 1 ? 1 : fit > 4 ? 4 : fit);
+    /* (an FP8 cache's conversion wants more than a quarter of the registers: 4 blocks spilled
+    ** 4-32 bytes under NVRTC at 64 dims, paged) */
+    const uint64_t most = fj__dtype_fp8((fj_dtype)v->kv_dtype) ? 3 : 4;
+    v->ctas_per_sm = (uint8_t)(fit < 1 ? 1 : fit > most ? most : fit);
 }
 
 int fj__decode_too_many_copies(const fj__variant *v)
@@ -64,6 +67,7 @@ int fj__decode_swizzle_fits(const fj__variant *v)
     /* the column loader, its thread's rows a multiple of 8 apart (one row % 8 a thread), and
     ** rows of whole 128-byte lines (a piece's column XOR row % 8 stays in its row) */
     return !strcmp(fj__variant_decode_loader(v), "columns") && v->q_in_regs &&
+           !fj__dtype_fp8((fj_dtype)v->kv_dtype) &&
            v->head_dim_pad % 64 == 0 && (v->threads / (v->head_dim_pad / 8)) % 8 == 0;
 }
 
@@ -71,12 +75,15 @@ int fj__decode_swizzle_fits(const fj__variant *v)
 ** 64-key tiles in a ring, the query fragments in registers to d 128. Value dims beyond 256
 ** (MLA's 512) split S's head dims and O's columns across a block's four warps (split_dv) on
 ** 16 rows a block, both dims padded to 64; v a view of k's first dims (MLA's latent cache) is
-** read from K's tiles. On sm_90+ the rows come by bulk copies.
+** read from K's tiles. On sm_90+ the rows come by bulk copies. An FP8 cache (rows of 16-byte
+** pieces, head dims to 256, v not in k) is converted into f16 tiles for the products.
 ** Returns 1 and fills *v when it serves f on dev. */
 static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t group_rows,
                       fj__variant *v)
 {
-    if (!cuda_sixteen_bit(f, dev) || fj__sm_version(dev) < 80)
+    const int fp8 = cuda_rows_16b(f, dev) && fp8_cache(f);
+    if ((!cuda_sixteen_bit(f, dev) && !fp8) || fj__sm_version(dev) < 80 ||
+        (fp8 && (f->head_dim > 256 || f->head_dim_v > 256 || f->v_in_k)))
         return 0;
     fj__variant t = *v;
     t.path = FJ__PATH_MMA;
@@ -86,6 +93,8 @@ static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t 
     t.head_dim_v_pad = (int32_t)fj__round_up(f->head_dim_v, t.split_dv ? 64 : 16);
     t.v_in_k = f->v_in_k && t.head_dim_v_pad <= t.head_dim_pad;
     t.tile_m = t.split_dv || group_rows <= 16 ? 16 : group_rows <= 32 ? 32 : 64;
+    if (fp8 && t.tile_m > 32)
+        t.tile_m = 32; /* (64 spilled under NVRTC at d 80 and 256: the conversion's registers) */
     t.tile_n = t.split_dv ? 32 : 64;
     t.q_in_regs = !t.split_dv && t.head_dim_pad <= 128;
     /* On Hopper the copy engine moves whole rows (bulk): no thread computes a piece's address

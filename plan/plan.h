@@ -197,8 +197,8 @@ int fj__prefer_decode(const fj__features *f, const fj_device_info *dev, const ch
 ** fit. */
 int fj__decode_apply_config(fj__variant *v, const char *config, const fj_device_info *dev);
 /* Sets the blocks an SM of tensor-core decode variant v (ctas_per_sm) to what its shared
-** memory allows (at most 4, each reserving 1 KiB more); its registers are then bounded to
-** allow them, and the plan's splits count on them. */
+** memory allows (at most 4, 3 with an FP8 cache, each reserving 1 KiB more); its registers are
+** then bounded to allow them, and the plan's splits count on them. */
 void fj__decode_mma_residency(fj__variant *v, const fj_device_info *dev);
 /* Whether tensor-core decode variant v's ring keeps more bulk row copies outstanding than a
 ** block sustains (plan/decode.c's MAX_BULK_IN_FLIGHT: more ran at 0.6x on the H200). */

@@ -196,15 +196,20 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
     }
     if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_MMA) {
         /* attn_decode_mma.cu.lua: Q (rows padded by 8 elements) and the ring of K and V tiles
-        ** (rows padded by 8 elements, none with swizzle; v_in_k: K's alone). Then with split_dv
-        ** the exchange (Xch: 4 warps' parts of S, 16 rows of tile_n + 8 floats each); else the
-        ** warps' states (Comb: max, sum and accumulators of 16 rows each) overlay the walk's
-        ** bytes. With bulk, an mbarrier a ring slot after all. */
-        const uint32_t pad = v->swizzle ? 0u : 8u;
+        ** (rows padded by 8 elements, none with swizzle or of an FP8 cache; v_in_k: K's alone),
+        ** with an FP8 cache the 16-bit tile converted from it (Conv: K and V, rows padded by 8
+        ** elements). Then with split_dv the exchange (Xch: 4 warps' parts of S, 16 rows of
+        ** tile_n + 8 floats each); else the warps' states (Comb: max, sum and accumulators of
+        ** 16 rows each) overlay the walk's bytes. With bulk, an mbarrier a ring slot after all. */
+        const int fp8_cache = fj__dtype_fp8((fj_dtype)v->kv_dtype);
+        const uint32_t pad = v->swizzle || fp8_cache ? 0u : 8u;
         const uint32_t slot = (uint32_t)v->head_dim_pad + pad +
                               (v->v_in_k ? 0u : (uint32_t)v->head_dim_v_pad + pad);
-        const uint32_t walk = qs * ((uint32_t)v->tile_m * (uint32_t)(v->head_dim_pad + 8) +
-                                    (uint32_t)v->stages * (uint32_t)v->tile_n * slot);
+        const uint32_t conv = fp8_cache ? 2u * (uint32_t)v->tile_n *
+                                              (uint32_t)(v->head_dim_pad + v->head_dim_v_pad + 16)
+                                        : 0u;
+        const uint32_t walk = qs * (uint32_t)v->tile_m * (uint32_t)(v->head_dim_pad + 8) +
+                              kvs * (uint32_t)v->stages * (uint32_t)v->tile_n * slot + conv;
         const uint32_t comb = 4u * 4u * 16u * (uint32_t)(v->head_dim_v_pad + 2);
         const uint32_t end = v->split_dv ? walk + 4u * 16u * 4u * (uint32_t)(v->tile_n + 8)
                                          : walk > comb ? walk : comb;
@@ -279,7 +284,8 @@ const char *fj__variant_decode_loader(const fj__variant *v)
         return "";
     if (v->bulk)
         return "bulk";
-    const int ck = v->head_dim_pad / 8; /* 16-byte columns of a row */
+    /* 16-byte columns of a row */
+    const int ck = v->head_dim_pad * (int)fj_dtype_size((fj_dtype)v->kv_dtype) / 16;
     const int columns_fit = ck > 0 && v->threads % ck == 0 && v->tile_n % (v->threads / ck) == 0 &&
                             (!v->paged || (32 % ck == 0 && v->tile_n / 4 <= 32));
     if (v->head_dim_pad == v->head_dim_v_pad && columns_fit)

@@ -20,7 +20,13 @@
 % --     same S), runs the softmax, and adds P V into its quarter of O's columns (MLA's 576 / 512:
 % --     144 dims of S and 128 columns of O a warp), so S is computed once and Q read once;
 % --   - `v_in_k` (MLA's latent cache: v a view of k's first dims): a ring slot holds the K tile
-% --     alone and V is read from its first columns.
+% --     alone and V is read from its first columns;
+% --   - an FP8 cache (kv_dtype e4m3 or e5m2, q and out 16-bit): the ring holds the cache's bytes
+% --     (half a 16-bit tile's), and each tile is converted into f16 in shared memory (Conv)
+% --     before the products, which run in f16 (Q converted as it is loaded): the warps whose
+% --     products read a tile's key rows convert them, and meet at a named barrier of their
+% --     own; the descale factors and KV_UNIT (cuda_fp8_cache.lua) go into the scores' factor
+% --     and the output's.
 % -- Query rows past the packed rows are zeros, computed and never stored.
 % --
 % -- Parameters: as attn_decode.lua (one 16-bit type, no tile_n limit of its own), tile_m (BM:
@@ -42,7 +48,16 @@
 %        "attn_decode_mma: split_dv takes one slab, whole 16-column blocks a warp, and Q's in registers its own way")
 % assert(not v_in_k or head_dim_v_pad <= head_dim_pad, "attn_decode_mma: v_in_k reads V inside K's rows")
 % include("dialect.lua")
+% local fp8_kv = is_fp8(kv_dtype)
+% assert(not fp8_kv or (not split_dv and not v_in_k and not swizzle and loader ~= "wide_rows"
+%                       and head_dim_pad % 16 == 0 and head_dim_v_pad % 16 == 0),
+%        "attn_decode_mma: an FP8 cache in rows of 16-byte pieces, copied by the bulk, column or piece loader, " ..
+%        "neither split_dv, v_in_k nor swizzle")
 % include("cuda_mma.lua")
+% if fp8_kv then
+% include("cuda_fp8_cache.lua")
+% include("descale.lua")
+% end
 % if bulk then
 % include("cuda_hopper.lua")
 % end
@@ -67,33 +82,50 @@
 #define NT (KPW / 8)  /* S's n8 column blocks a warp */
 #define OT (CPW / 8)  /* O's n8 column blocks a warp */
 #define PT (KPW / 16) /* k steps of O += P V */
+#define EPP (16 / (int)sizeof(kv_t)) /* elements of K and V in a 16-byte piece */
 #define NEG_INF __int_as_float(0xff800000)
 
 /* Shared memory (dynamic, the host's fj__variant_shared_bytes): the rows' queries Q [BM][QS],
-** then the ring of STAGES slots of K [BN][KROW] and V [BN][VROW] (with v_in_k V is K's first
-** columns), and with split_dv the warps' parts of S (Xch). Without split_dv the same bytes
+** then the ring of STAGES slots of K [BN][KROW] and V [BN][VROW] (kv_t; with v_in_k V is K's
+** first columns), with an FP8 cache the f16 tile the products read (Conv: K [BN][QS] and V
+** [BN][VS]), and with split_dv the warps' parts of S (Xch). Without split_dv the same bytes
 ** hold each warp's state for the combine after the walk (Comb). With bulk, the ring slots'
-** mbarriers follow. The ring's rows are padded by 16 bytes (ldmatrix without bank
-** conflicts); with `swizzle` they are not, and the 16-byte pieces of row r sit XOR-swizzled by
-** r % 8 within each 128 bytes (RING_COL): ldmatrix without conflicts too, and each copy's
-** 32-byte sectors and 128-byte lines land whole in shared memory (padded rows split them, which
-** costs the L2 half as many requests again, bench/RESULTS.md). */
-#define KROW ${swizzle and "DP" or "QS"}
+** mbarriers follow. The products read rows padded by 16 bytes (ldmatrix without bank
+** conflicts): the ring's own, or Conv's (an FP8 ring's rows are not padded: its pieces are read
+** 8 bytes a lane, a warp's whole rows at once); with `swizzle` the ring's rows are not padded,
+** and the 16-byte pieces of row r sit XOR-swizzled by r % 8 within each 128 bytes (RING_COL):
+** ldmatrix without conflicts too, and each copy's 32-byte sectors and 128-byte lines land whole
+** in shared memory (padded rows split them, which costs the L2 half as many requests again,
+** bench/RESULTS.md). */
+#define KROW ${(swizzle or fp8_kv) and "DP" or "QS"}
 % if v_in_k then
 #define VROW KROW
 #define SLOT_V 0               /* where V starts in a ring slot */
 #define RING_SLOT (BN * KROW)
 % else
-#define VROW ${swizzle and "DVP" or "VS"}
+#define VROW ${(swizzle or fp8_kv) and "DVP" or "VS"}
 #define SLOT_V (BN * KROW)
 #define RING_SLOT (BN * (KROW + VROW))
+% end
+% if fp8_kv then
+/* The tile the products read: Conv's K rows, then its V rows, padded (in elem_t). */
+#define TILE_KROW QS
+#define TILE_VROW VS
+#define TILE_V (BN * QS)
+#define RING_BYTES (STAGES * RING_SLOT * (int)sizeof(kv_t) + 2 * BN * (QS + VS))
+% else
+/* The tile the products read: the ring slot's. */
+#define TILE_KROW KROW
+#define TILE_VROW VROW
+#define TILE_V SLOT_V
+#define RING_BYTES (STAGES * RING_SLOT * 2)
 % end
 % if swizzle then
 #define RING_COL(r, c) swizzled_col(r, c) /* column c (a multiple of 8) of ring row r */
 % else
 #define RING_COL(r, c) (c)
 % end
-#define WALK_BYTES (2 * (BM * QS + STAGES * RING_SLOT))
+#define WALK_BYTES (2 * BM * QS + RING_BYTES)
 % if split_dv then
 typedef struct Xch {
     float s[WARPS][16][BN + 8]; /* each warp's part of the tile's S (rows 32 bytes apart in banks) */
@@ -119,7 +151,7 @@ static_assert(WALK_BYTES % 16 == 0 && SHARED_END % 8 == 0 &&
 % -- (fj__variant_decode_loader): the bulk-copy engine a row a copy ("bulk"); else cp.async by
 % -- threads, each the same column of rows ("columns"), a warp a whole wide row ("wide_rows"),
 % -- or any piece any thread ("pieces").
-% local ck = head_dim_pad // 8
+% local ck = head_dim_pad // (fp8_kv and 16 or 8)
 % assert(loader ~= "bulk" or bulk, "attn_decode_mma: bulk copies are the bulk variant's")
 % -- (the kernel's side of fj__decode_swizzle_fits: what RING_COL's arithmetic relies on)
 % assert(not swizzle or (loader == "columns" and q_in_regs and ck % 8 == 0 and
@@ -157,7 +189,7 @@ fj_attn_decode(
     grid_launch_next();
 % end
     elem_t *sQ = (elem_t *)smem;
-    elem_t *ring = sQ + BM * QS;
+    kv_t *ring = (kv_t *)(sQ + BM * QS);
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int g = lane / 4, t = lane % 4; /* row group and column pair of mma fragments */
     const int slab = warp / KWARPS, kw = warp % KWARPS;
@@ -169,8 +201,19 @@ fj_attn_decode(
         const int r = i / (DP / 8), c = (i % (DP / 8)) * 8, pr = g0 + r;
         const bool ok = pr < rows && c < head_dim;
         const int head = head_kv * qgroup + (ok ? pr / seqlen_q : 0);
-        const elem_t *src = q + (I64)(ok ? pr % seqlen_q : 0) * q_ss + (I64)head * q_sh + c;
+        const q_t *src = q + (I64)(ok ? pr % seqlen_q : 0) * q_ss + (I64)head * q_sh + c;
+% if fp8_kv and q_dtype == "bf16" then
+        /* (through registers, into f16: the products' type) */
+        const uint4 x = ok ? *(const uint4 *)src : make_uint4(0u, 0u, 0u, 0u);
+        const u32 w[4] = {x.x, x.y, x.z, x.w};
+        u32 h[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            h[j] = pack2(__uint_as_float(w[j] << 16), __uint_as_float(w[j] & 0xffff0000u));
+        *(uint4 *)(sQ + r * QS + c) = make_uint4(h[0], h[1], h[2], h[3]);
+% else
         cp_async16(smem_addr(sQ + r * QS + c), ok ? src : q, ok ? 16 : 0);
+% end
     }
     cp_async_commit();
 % if bulk then
@@ -184,12 +227,12 @@ fj_attn_decode(
         mbar_init_fence();
     }
     for (int i = tid; i < STAGES * BN; i += THREADS) {
-        elem_t *row = ring + (i / BN) * RING_SLOT + (i % BN) * KROW;
-        for (int c = head_dim; c < DP; c += 8)
+        kv_t *row = ring + (i / BN) * RING_SLOT + (i % BN) * KROW;
+        for (int c = head_dim; c < DP; c += EPP)
             *(uint4 *)(row + c) = make_uint4(0, 0, 0, 0);
 %   if not v_in_k then
         row = ring + (i / BN) * RING_SLOT + SLOT_V + (i % BN) * VROW;
-        for (int c = head_dim_v; c < DVP; c += 8)
+        for (int c = head_dim_v; c < DVP; c += EPP)
             *(uint4 *)(row + c) = make_uint4(0, 0, 0, 0);
 %   end
     }
@@ -205,7 +248,7 @@ fj_attn_decode(
     ** columns past the head dims are zeros from the start. */
 #define COPIES (BN * ${v_in_k and 1 or 2})
 #define CPT ((COPIES + THREADS - 1) / THREADS) /* copies a thread issues a tile */
-    const u32 tile_bytes = (u32)(BN * (head_dim${v_in_k and "" or " + head_dim_v"}) * (int)sizeof(elem_t));
+    const u32 tile_bytes = (u32)(BN * (head_dim${v_in_k and "" or " + head_dim_v"}) * (int)sizeof(kv_t));
     const u64 policy = l2_evict_first(); /* read once */
 %   if paged then
     /* The pages of the thread's rows of the next tile, and the rows in them, looked up a tile
@@ -237,19 +280,19 @@ fj_attn_decode(
             const int key = I_MIN(n0 + r, hi);
             const I64 off = (I64)key * (is_k ? k_ss : v_ss);
 %   end
-            const elem_t *dst = ring + slot * RING_SLOT + (is_k ? r * KROW : SLOT_V + r * VROW);
+            const kv_t *dst = ring + slot * RING_SLOT + (is_k ? r * KROW : SLOT_V + r * VROW);
             bulk_load_row(smem_addr(dst), is_k ? k + off : v + off,
-                          (u32)((is_k ? head_dim : head_dim_v) * (int)sizeof(elem_t)), bar, policy);
+                          (u32)((is_k ? head_dim : head_dim_v) * (int)sizeof(kv_t)), bar, policy);
         }
     };
 % elseif loader == "columns" then
     /* By cp.async, here and below: zeros past hi and the head dims, a 16-byte piece at a time. */
     /* Each thread copies the same column of rows row0 + j * RSTEP (j < RPT) of every tile, in
     ** K and in V. */
-#define CK (DP / 8)
+#define CK (DP / EPP)
 #define RSTEP (THREADS / CK)
 #define RPT (BN / RSTEP)
-    const int row0 = tid / CK, col = (tid % CK) * 8;
+    const int row0 = tid / CK, col = (tid % CK) * EPP;
 %   if paged then
     /* The pages of the next tile's rows, and the rows in them, looked up a tile ahead (the
     ** table's latency off the copies' path) and once a row: a warp copies BN / 4 rows (row
@@ -270,27 +313,27 @@ fj_attn_decode(
     ** the tensor's start and never moves. */
     const bool k_col = col < head_dim;
     const u32 k_bytes = k_col ? 16 : 0;
-    const I64 k_step = k_col ? (I64)RSTEP * k_ss * (I64)sizeof(elem_t) : 0;
-    const elem_t *k_next = k_col ? k + (I64)(lo + row0) * k_ss + col : k;
+    const I64 k_step = k_col ? (I64)RSTEP * k_ss * (I64)sizeof(kv_t) : 0;
+    const kv_t *k_next = k_col ? k + (I64)(lo + row0) * k_ss + col : k;
 %     if not v_in_k then
     const bool v_col = col < head_dim_v;
     const u32 v_bytes = v_col ? 16 : 0;
-    const I64 v_step = v_col ? (I64)RSTEP * v_ss * (I64)sizeof(elem_t) : 0;
-    const elem_t *v_next = v_col ? v + (I64)(lo + row0) * v_ss + col : v;
+    const I64 v_step = v_col ? (I64)RSTEP * v_ss * (I64)sizeof(kv_t) : 0;
+    const kv_t *v_next = v_col ? v + (I64)(lo + row0) * v_ss + col : v;
 %     end
 %   end
     auto load_tile_kv = [&](int slot, int n0) {
         /* (the thread's rows are row0 + j * RSTEP: one row % 8, so one swizzled column) */
-        elem_t *sK = ring + slot * RING_SLOT + row0 * KROW + RING_COL(row0, col);
+        kv_t *sK = ring + slot * RING_SLOT + row0 * KROW + RING_COL(row0, col);
 %   if not v_in_k then
-        elem_t *sV = ring + slot * RING_SLOT + SLOT_V + row0 * VROW + RING_COL(row0, col);
+        kv_t *sV = ring + slot * RING_SLOT + SLOT_V + row0 * VROW + RING_COL(row0, col);
 %   end
 %   if not paged then
         /* The thread's rows j * RSTEP <= left are in the split: all but in the last tile. Shared
         ** addresses from the slot's by constant offsets. */
         const u32 dK = smem_addr(sK)${v_in_k and "" or ", dV = smem_addr(sV)"};
-        constexpr int K_GAP = RSTEP * KROW * (int)sizeof(elem_t); /* bytes between the rows */
-        constexpr int V_GAP = RSTEP * VROW * (int)sizeof(elem_t);
+        constexpr int K_GAP = RSTEP * KROW * (int)sizeof(kv_t); /* bytes between the rows */
+        constexpr int V_GAP = RSTEP * VROW * (int)sizeof(kv_t);
         const int left = hi - n0 - row0;
         if (left >= (RPT - 1) * RSTEP) {
 #pragma unroll
@@ -377,19 +420,19 @@ fj_attn_decode(
     auto pages_of = [&](int) {}; /* each piece looks its page up */
 %   end
     auto load_tile_kv = [&](int slot, int n0) {
-        elem_t *sK = ring + slot * RING_SLOT;
+        kv_t *sK = ring + slot * RING_SLOT;
 #pragma unroll 1
-        for (int i = tid; i < BN * (DP / 8); i += THREADS) {
-            const int r = i / (DP / 8), c = (i % (DP / 8)) * 8, key = n0 + r;
+        for (int i = tid; i < BN * (DP / EPP); i += THREADS) {
+            const int r = i / (DP / EPP), c = (i % (DP / EPP)) * EPP, key = n0 + r;
             const bool ok = key <= hi && c < head_dim;
             cp_async16_stream(smem_addr(sK + r * KROW + c),
                               ok ? k + key_row(key, k_sb, k_ss) + c : k, ok ? 16 : 0);
         }
 %   if not v_in_k then
-        elem_t *sV = sK + SLOT_V;
+        kv_t *sV = sK + SLOT_V;
 #pragma unroll 1
-        for (int i = tid; i < BN * (DVP / 8); i += THREADS) {
-            const int r = i / (DVP / 8), c = (i % (DVP / 8)) * 8, key = n0 + r;
+        for (int i = tid; i < BN * (DVP / EPP); i += THREADS) {
+            const int r = i / (DVP / EPP), c = (i % (DVP / EPP)) * EPP, key = n0 + r;
             const bool ok = key <= hi && c < head_dim_v;
             cp_async16_stream(smem_addr(sV + r * VROW + c),
                               ok ? v + key_row(key, v_sb, v_ss) + c : v, ok ? 16 : 0);
@@ -432,6 +475,35 @@ fj_attn_decode(
         cp_async_commit(); /* empty groups too: the wait below counts STAGES - 1 a tile */
     }
 % end
+% if fp8_kv then
+
+    /* An FP8 tile into Conv: the key rows [kw * KPW, (kw + 1) * KPW) of ring slot `raw` that
+    ** this warp's products read, converted by the SLABS warps that read them, lane li of them
+    ** taking 8-element pieces li, li + 32 * SLABS, ... (a warp reads whole rows, 8 bytes a lane,
+    ** and writes whole 16-byte pieces: no bank conflicts). */
+    elem_t *conv = (elem_t *)(ring + STAGES * RING_SLOT);
+    auto convert_keys = [&](const kv_t *raw) {
+        constexpr int KP = KPW * (DP / 8), VP = KPW * (DVP / 8), STEP = 32 * SLABS;
+        const int li = slab * 32 + lane, r0 = kw * KPW;
+#pragma unroll 1
+        for (int j = 0; j < (KP + STEP - 1) / STEP; j++) {
+            const int i = li + j * STEP, r = r0 + i / (DP / 8), c = (i % (DP / 8)) * 8;
+            if (KP % STEP == 0 || i < KP)
+                *(uint4 *)(conv + r * TILE_KROW + c) =
+                    fp8x8_to_f16x8(*(const uint2 *)(raw + r * KROW + c));
+        }
+#pragma unroll 1
+        for (int j = 0; j < (VP + STEP - 1) / STEP; j++) {
+            const int i = li + j * STEP, r = r0 + i / (DVP / 8), c = (i % (DVP / 8)) * 8;
+            if (VP % STEP == 0 || i < VP)
+                *(uint4 *)(conv + TILE_V + r * TILE_VROW + c) =
+                    fp8x8_to_f16x8(*(const uint2 *)(raw + SLOT_V + r * VROW + c));
+        }
+    };
+% descale_factors("P.fwd")
+    /* The cache's factors (and KV_UNIT) on the scores and on the output. */
+    const float qk_mul = score_mul * qk_factor * KV_UNIT, out_mul = v_factor * KV_UNIT;
+% end
 % local q_frags = q_in_regs or split_dv
 % if q_frags then
     /* The query fragments of the warp's slab (split_dv: of its head dims, from dim Q0) */
@@ -466,14 +538,20 @@ fj_attn_decode(
         cp_async_commit();
 % end
 
+% if fp8_kv then
+        convert_keys(ring + (tile % STAGES) * RING_SLOT);
+        bar_sync(1 + kw, 32 * SLABS); /* the warps of these keys: Conv's rows written */
+        const elem_t *slot = conv;
+% else
         const elem_t *slot = ring + (tile % STAGES) * RING_SLOT;
+% end
 % if split_dv then
         /* S: every key of the tile over the warp's head dims; P V: the warp's columns of V */
         const elem_t *sK = slot + Q0;
-        const elem_t *sV = slot + SLOT_V + kw * CPW;
+        const elem_t *sV = slot + TILE_V + kw * CPW;
 % else
-        const elem_t *sK = slot + kw * KPW * KROW;
-        const elem_t *sV = slot + SLOT_V + kw * KPW * VROW;
+        const elem_t *sK = slot + kw * KPW * TILE_KROW;
+        const elem_t *sV = slot + TILE_V + kw * KPW * TILE_VROW;
 % end
         const int n0 = lo + tile * BN + ${split_dv and "0" or "kw * KPW"}; /* the warp's first key */
 
@@ -489,14 +567,14 @@ fj_attn_decode(
 %   -- (swizzled: rows from a multiple of 8, so a lane's row % 8 is lane % 8; unswizzled, the
 %   -- column as a plain sum: RING_COL's parentheses would reorder the address arithmetic)
 %   local kcol = "kk * 16 + ((lane / 8) % 2) * 8"
-                ldmatrix_x4(smem_addr(sK + (np * 16 + (lane / 16) * 8 + lane % 8) * KROW +
+                ldmatrix_x4(smem_addr(sK + (np * 16 + (lane / 16) * 8 + lane % 8) * TILE_KROW +
                                       ${swizzle and "RING_COL(lane, " .. kcol .. ")" or kcol}),
                             b0, b1, b2, b3);
                 mma16816(s[2 * np], qf[kk], b0, b1);
                 mma16816(s[2 * np + 1], qf[kk], b2, b3);
             }
 % else
-        mma_rows_by_rows<KPW, KT, QS, KROW>(s, sQ + slab * 16 * QS, sK, lane);
+        mma_rows_by_rows<KPW, KT, QS, TILE_KROW>(s, sQ + slab * 16 * QS, sK, lane);
 % end
 % if split_dv then
         /* The warps' parts of S added up, in the same order in every warp. */
@@ -526,10 +604,11 @@ fj_attn_decode(
         for (int j = 0; j < NT; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++)
+% local qk_mul = fp8_kv and "qk_mul" or "score_mul"
 % if softcap then
-                s[j][e] = cap_mul * tanhf(s[j][e] * score_mul);
+                s[j][e] = cap_mul * tanhf(s[j][e] * ${qk_mul});
 % else
-                s[j][e] *= score_mul;
+                s[j][e] *= ${qk_mul};
 % end
         /* Keys past the split (the last tile's), and (causal, windows) outside the row's band. */
 % if not local_mask then
@@ -577,7 +656,7 @@ fj_attn_decode(
         /* O += P V over the warp's keys, P as 16-bit A fragments. */
         u32 p[PT][4];
         pack_rows<PT>(p, s);
-        mma_regs_by_rows<CPW, PT, VROW${swizzle and ", true" or ""}>(o, p, sV, lane);
+        mma_regs_by_rows<CPW, PT, TILE_VROW${swizzle and ", true" or ""}>(o, p, sV, lane);
     }
 
     /* The state of a slab's warps combined, normalised, and stored (or, with `partial`, the
@@ -601,7 +680,7 @@ fj_attn_decode(
     for (int h = 0; h < 2; h++) {
         if (g0 + slab * 16 + g + 8 * h >= rows)
             continue;
-        const float inv = row_sum[h] > 0.0f ? 1.0f / row_sum[h] : 0.0f;
+        const float inv = row_sum[h] > 0.0f ? ${fp8_kv and "out_mul" or "1.0f"} / row_sum[h] : 0.0f;
 #pragma unroll
         for (int j = 0; j < OT; j++)
 #pragma unroll
@@ -644,7 +723,7 @@ fj_attn_decode(
                 sum = fmaf(wt, cb.l[w0 + w][rr], sum);
                 acc = fmaf(wt, cb.o[w0 + w][rr][c], acc);
             }
-        store_row(r, c, sum > 0.0f ? acc / sum : 0.0f, mx, sum);
+        store_row(r, c, sum > 0.0f ? ${fp8_kv and "acc * out_mul / sum" or "acc / sum"} : 0.0f, mx, sum);
     }
 % end
 }

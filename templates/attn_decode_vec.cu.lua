@@ -68,34 +68,10 @@ INLINE void unpack8(uint4 x, float f[8])
 }
 % if fp8_kv then
 
-/* A lane's 8 elements of a K or V row: 8 FP8 bytes. unpack8_kv gives them as floats times
-** 1 / KV_UNIT, through f16 pairs: e5m2 is f16's top byte; e4m3 converts by cvt from sm_89 on and
-** before that by placing its sign, exponent and mantissa bits in f16's fields, which reads the
-** value times 2^-8 (exponent bias 15 against 7; subnormals alike), so KV_UNIT is 256 there and
-** an e4m3 NaN reads as +-480. KV_UNIT goes into the factors of q and of the output. */
+/* A lane's 8 elements of a K or V row: 8 FP8 bytes, as floats times 1 / KV_UNIT
+** (cuda_fp8_cache.lua). */
 typedef uint2 kv_vec;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-#define E4M3_BY_CVT 1
-#else
-#define E4M3_BY_CVT 0
-#endif
-#define KV_UNIT ${kv_dtype == "f8e4m3" and "(E4M3_BY_CVT ? 1.0f : 256.0f)" or "1.0f"}
-/* Bytes 2j and 2j + 1 of w as an f16 pair (j = 0: bytes 0, 1; j = 1: bytes 2, 3). */
-INLINE uint fp8_pair_to_f16x2(uint w, int j)
-{
-%   if kv_dtype == "f8e5m2" then
-    return __byte_perm(w, 0u, j ? 0x3424u : 0x1404u);
-%   else
-#if E4M3_BY_CVT
-    uint h;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"((ushort)(w >> (16 * j))));
-    return h;
-#else
-    const uint x = __byte_perm(w, 0u, j ? 0x4342u : 0x4140u); /* bytes in the halves' lows */
-    return ((x << 7) & 0x3f803f80u) | ((x << 8) & 0x80008000u);
-#endif
-%   end
-}
+% include("cuda_fp8_cache.lua")
 INLINE void unpack8_kv(uint2 x, float f[8])
 {
     const uint w[2] = {x.x, x.y};

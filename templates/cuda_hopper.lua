@@ -1,7 +1,7 @@
 % -- Device helpers for Hopper (sm_90a) kernels, in inline PTX: mbarriers, bulk copies (rows,
 % -- and tensor boxes by TMA), register reallocation, and warpgroup matrix products (wgmma) with
 % -- their shared-memory descriptors. Include after cuda_mma.lua (it defines elem_t, u32, u64,
-% -- smem_addr).
+% -- smem_addr, and the named barriers bar_sync and bar_arrive).
 % -- Parameter: q_dtype ("bf16" or "f16", or an FP8 type, "f8e4m3" or "f8e5m2"; cuda_mma.lua
 % -- checks that k and v share it).
 % local fp8_type = ({ f8e4m3 = "e4m3", f8e5m2 = "e5m2" })[q_dtype]
@@ -116,17 +116,6 @@ __device__ __forceinline__ void stmatrix_x4(u32 addr, const u32 *r)
 {
     asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
                  ::"r"(addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
-}
-/* Named barrier `id` (1-15; 0 is __syncthreads') of `count` threads, whole warps. */
-__device__ __forceinline__ void bar_sync(int id, int count)
-{
-    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
-}
-/* Arrives at it without waiting: this thread's earlier shared-memory writes are visible to the
-** threads whose bar_sync completes the barrier. */
-__device__ __forceinline__ void bar_arrive(int id, int count)
-{
-    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
 __device__ __forceinline__ void st_shared_v2(u32 addr, float a, float b)
 {

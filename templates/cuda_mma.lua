@@ -1,18 +1,22 @@
 % -- Device helpers for CUDA tensor-core kernels (sm_80+), in inline PTX so that a compile needs
-% -- no toolkit header: shared-memory addresses, cp.async, ldmatrix, mma.sync m16n8k16 with f32
-% -- accumulators, packing floats into 16-bit pairs, ex2; the tile copy (mma_load_tile) and a
-% -- warp's products of shared-memory and register operands (mma_rows_by_rows,
-% -- mma_regs_by_rows, pack_rows). q_t, kv_t, o_t: the element types of
-% -- q, k and v, and out. Parameters: q_dtype, kv_dtype, out_dtype ("bf16" or "f16", one type
-% -- for all three; or q, k and v in one FP8 type, "f8e4m3" or "f8e5m2", and out 16-bit, for
-% -- Hopper's FP8 products, cuda_hopper.lua's: the 16-bit helpers here then take out's type).
+% -- no toolkit header: shared-memory addresses, cp.async, named barriers, ldmatrix, mma.sync
+% -- m16n8k16 with f32 accumulators, packing floats into 16-bit pairs, ex2; the tile copy
+% -- (mma_load_tile) and a warp's products of shared-memory and register operands
+% -- (mma_rows_by_rows, mma_regs_by_rows, pack_rows). elem_t: the products' 16-bit type; q_t,
+% -- kv_t, o_t: the element types of q, k and v, and out. Parameters: q_dtype, kv_dtype,
+% -- out_dtype ("bf16" or "f16", one type for all three; or q, k and v in one FP8 type,
+% -- "f8e4m3" or "f8e5m2", and out 16-bit, for Hopper's FP8 products, cuda_hopper.lua's: the
+% -- 16-bit helpers here then take out's type; or an FP8 cache, k and v FP8 and q and out one
+% -- 16-bit type, whose products are f16: the decode kernel converts the cache's tiles and q).
 % local fp8_in = q_dtype == "f8e4m3" or q_dtype == "f8e5m2"
+% local fp8_cache = not fp8_in and (kv_dtype == "f8e4m3" or kv_dtype == "f8e5m2")
 % assert(out_dtype == "bf16" or out_dtype == "f16", "cuda_mma: tensor cores write bf16 or f16, not " .. tostring(out_dtype))
-% assert(kv_dtype == q_dtype and (out_dtype == q_dtype or fp8_in), "cuda_mma: one element type for q, k, v and out, or FP8 inputs and a 16-bit out")
-% local ptx_type = out_dtype
+% assert((kv_dtype == q_dtype or fp8_cache) and (out_dtype == q_dtype or fp8_in),
+%        "cuda_mma: one element type for q, k, v and out, FP8 inputs and a 16-bit out, or an FP8 cache")
+% local ptx_type = fp8_cache and "f16" or out_dtype
 typedef unsigned short elem_t;
 typedef ${fp8_in and "unsigned char" or "elem_t"} q_t;
-typedef q_t kv_t;
+typedef ${(fp8_in or fp8_cache) and "unsigned char" or "elem_t"} kv_t;
 typedef elem_t o_t;
 typedef unsigned short u16;
 typedef unsigned int u32;
@@ -73,6 +77,17 @@ template <typename T> __device__ __forceinline__ void advance_bytes(const T *&p,
 __device__ __forceinline__ void cp_async4(u32 dst, const void *src, int src_bytes)
 {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+/* Named barrier `id` (1-15; 0 is __syncthreads') of `count` threads, whole warps. */
+__device__ __forceinline__ void bar_sync(int id, int count)
+{
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+/* Arrives at it without waiting: this thread's earlier shared-memory writes are visible to the
+** threads whose bar_sync completes the barrier. */
+__device__ __forceinline__ void bar_arrive(int id, int count)
+{
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 /* Waits for every committed group: copies issued since the last commit are not waited for. */

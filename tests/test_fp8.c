@@ -48,7 +48,7 @@ static void test_host_conversions(void **state)
     }
 }
 
-enum { ANY_KERNEL, HOPPER, VECTOR };
+enum { ANY_KERNEL, HOPPER, CACHE };
 
 typedef struct fp8_case {
     fj_dtype in, out;
@@ -57,7 +57,8 @@ typedef struct fp8_case {
     int causal;
     int64_t b, sq, sk, hq, hkv, d, dv;
     int kernel; /* what it must run: ANY_KERNEL; HOPPER (on sm_90a Hopper's FP8 kernel,
-                ** cuda.fwd.wgmma); VECTOR (on CUDA the decode vector kernel, cuda.decode.vec) */
+                ** cuda.fwd.wgmma); CACHE (an FP8 cache in 16-byte rows: on CUDA sm_80+ the
+                ** decode kernel run_case is given) */
     int dequant; /* run through 16-bit copies: q's, times its factors, rounds to out's dtype */
 } fp8_case;
 
@@ -150,8 +151,15 @@ static void reference_row(const fp8_case *c, const double *q, const double *k, c
     free(s);
 }
 
-/* Runs one case and prints its line; whether it passed. */
-static int run_case(fj_context *ctx, const fp8_case *c)
+/* The sm number of a CUDA device's arch ("sm_90a": 90), 0 elsewhere. */
+static int sm_of(const fj_device_info *dev)
+{
+    return dev->backend == FJ_BACKEND_CUDA ? atoi(dev->arch + 3) : 0;
+}
+
+/* Runs one case and prints its line; whether it passed (CACHE cases: on kernel cache_kernel).
+*/
+static int run_case(fj_context *ctx, const fp8_case *c, const char *cache_kernel)
 {
     const int64_t nq = c->b * c->sq * c->hq * c->d, nk = c->b * c->sk * c->hkv * c->d,
                   nv = c->b * c->sk * c->hkv * c->dv, no = c->b * c->sq * c->hq * c->dv,
@@ -283,8 +291,8 @@ static int run_case(fj_context *ctx, const fp8_case *c)
     const char *path = info.kernel_path ? info.kernel_path : "";
     const int path_ok =
         c->kernel == HOPPER   ? strcmp(dev.arch, "sm_90a") != 0 || !strcmp(path, "cuda.fwd.wgmma")
-        : c->kernel == VECTOR ? dev.backend != FJ_BACKEND_CUDA || !strcmp(path, "cuda.decode.vec")
-                              : 1;
+        : c->kernel == CACHE ? sm_of(&dev) < 80 || !strcmp(path, cache_kernel)
+                             : 1;
     const int ok = bad == 0 && err <= 2 * plain_err + rounding && lse_err <= 1 &&
                    plain_err > 0 && path_ok;
     printf(
@@ -311,8 +319,11 @@ static int run_case(fj_context *ctx, const fp8_case *c)
 
 /* Both formats, both 16-bit outputs, every descale shape, causal and not, GQA, odd sizes,
 ** d != dv; and an FP8 KV cache read by 16-bit queries: decode shapes (on CUDA those marked run
-** the vector kernel, whose rows are 16-byte multiples: d 64 to 256, GQA groups of 4 to 8 rows
-** and beyond one block's 8, 5000 keys in splits; d 72 / 40 the portable one) and a prefill.
+** the tensor-core decode kernel, or the vector one (test_fp8_cache_vector), whose rows are
+** 16-byte multiples: d 48 to 256, d != dv, GQA groups of 4 to 8 rows and beyond a block's 32
+** (16 causal rows of 4 heads), 5000 keys in splits, each of the tensor-core kernel's loaders
+** (bulk rows at d 192 and 256 on Hopper, columns, pieces at 48 / 80); d 72 / 40 the portable
+** one) and a prefill.
 ** On Hopper those marked (rows of 16-byte multiples) run its FP8 kernel: several key
 ** and query tiles, partial last tiles, d 64 to 256 (beyond 128 with S summed by panels in key
 ** parts of 64, or of 16 at dv 256: before, d 192 and 256 had 3x the plain error here), dv up
@@ -324,10 +335,12 @@ static const fp8_case forward_cases[] = {
     {FJ_DTYPE_F8_E5M2, FJ_DTYPE_BF16, 0, 0, 1, 1, 33, 33, 6, 3, 32, 48, ANY_KERNEL, 0},
     {FJ_DTYPE_F8_E5M2, FJ_DTYPE_F16, 0, 2, 0, 3, 17, 129, 2, 2, 16, 16, ANY_KERNEL, 0},
     {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 2, 1, 1, 65, 200, 4, 1, 128, 128, ANY_KERNEL, 0},
-    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 1, 2, 0, 2, 1, 300, 8, 2, 64, 64, VECTOR, 0},
-    {FJ_DTYPE_F8_E5M2, FJ_DTYPE_F16, 1, 1, 1, 1, 4, 129, 4, 1, 128, 64, VECTOR, 0},
-    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 1, 2, 0, 2, 1, 5000, 32, 8, 128, 128, VECTOR, 0},
-    {FJ_DTYPE_F8_E5M2, FJ_DTYPE_BF16, 1, 1, 1, 2, 3, 777, 8, 1, 256, 256, VECTOR, 0},
+    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 1, 2, 0, 2, 1, 300, 8, 2, 64, 64, CACHE, 0},
+    {FJ_DTYPE_F8_E5M2, FJ_DTYPE_F16, 1, 1, 1, 1, 4, 129, 4, 1, 128, 64, CACHE, 0},
+    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 1, 2, 0, 2, 1, 5000, 32, 8, 128, 128, CACHE, 0},
+    {FJ_DTYPE_F8_E5M2, FJ_DTYPE_BF16, 1, 1, 1, 2, 3, 777, 8, 1, 256, 256, CACHE, 0},
+    {FJ_DTYPE_F8_E4M3, FJ_DTYPE_F16, 1, 1, 1, 2, 16, 700, 8, 2, 48, 80, CACHE, 0},
+    {FJ_DTYPE_F8_E5M2, FJ_DTYPE_BF16, 1, 2, 0, 3, 2, 2100, 16, 2, 192, 128, CACHE, 0},
     {FJ_DTYPE_F8_E4M3, FJ_DTYPE_F16, 1, 0, 1, 1, 2, 100, 6, 2, 72, 40, ANY_KERNEL, 0},
     {FJ_DTYPE_F8_E4M3, FJ_DTYPE_F16, 1, 2, 1, 2, 50, 80, 4, 2, 32, 32, ANY_KERNEL, 0},
     {FJ_DTYPE_F8_E4M3, FJ_DTYPE_BF16, 0, 2, 1, 2, 300, 517, 4, 2, 128, 128, HOPPER, 0},
@@ -354,7 +367,7 @@ static int run_forward_cases(fj_context *ctx, int stepped)
     int failed = 0;
     for (size_t i = 0; i < sizeof forward_cases / sizeof forward_cases[0]; i++) {
         const fp8_case *c = &forward_cases[i];
-        failed += !run_case(ctx, c);
+        failed += !run_case(ctx, c, "cuda.decode.mma");
         const fj_call_info info = last_call(ctx);
         const int transposed = info.launched && strstr(info.launched, "cuda.transpose_v");
         if (hopper && c->kernel == HOPPER && transposed != stepped) {
@@ -384,6 +397,23 @@ static void test_fp8_own_transposer(void **state)
     assert_int_equal(failed, 0);
 }
 
+/* The FP8 cache cases on the vector decode kernel (FLASHJIT_CONFIG=path=vec), which converts
+** the cache in registers: every case within the plain FP8 error's bar. */
+static void test_fp8_cache_vector(void **state)
+{
+    (void)state;
+    fj_context *ctx = suite_context_with_env("FLASHJIT_CONFIG", "path=vec");
+    int failed = 0, ran = 0;
+    for (size_t i = 0; i < sizeof forward_cases / sizeof forward_cases[0]; i++)
+        if (forward_cases[i].kernel == CACHE) {
+            failed += !run_case(ctx, &forward_cases[i], "cuda.decode.vec");
+            ran++;
+        }
+    fj_context_destroy(ctx);
+    assert_true(ran >= 4);
+    assert_int_equal(failed, 0);
+}
+
 /* FP8 q, k and v through 16-bit copies ahead of the 16-bit forward, forced (FLASHJIT_CONFIG=
 ** dequant=1; by default only where the SIMT forward would run): both formats and outputs,
 ** every descale shape (q's by its kv head), GQA, causal, rows of any width, d != dv, d 256 and beyond; every case within the plain FP8 error's bar,
@@ -402,7 +432,7 @@ static void test_fp8_dequantised(void **state)
     int failed = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const fp8_case *c = &cases[i];
-        failed += !run_case(ctx, c);
+        failed += !run_case(ctx, c, NULL);
         const fj_call_info info = last_call(ctx);
         const uint64_t copies =
             (uint64_t)c->b * (c->sq * c->hq * c->d + c->sk * c->hkv * (c->d + c->dv)) * 2;
@@ -445,6 +475,7 @@ int main(void)
         cmocka_unit_test(test_host_conversions),
         cmocka_unit_test(test_fp8_forward),
         cmocka_unit_test(test_fp8_own_transposer),
+        cmocka_unit_test(test_fp8_cache_vector),
         cmocka_unit_test(test_fp8_dequantised),
         cmocka_unit_test(test_fp8_backward_unsupported),
     };
