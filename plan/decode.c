@@ -105,7 +105,9 @@ static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t 
     const int64_t cache_bytes = f->batch * f->seqlen_k * f->heads_kv *
                                 (f->head_dim + f->head_dim_v) *
                                 (int64_t)fj_dtype_size((fj_dtype)f->kv_dtype);
-    t.bulk = fj__sm_version(dev) >= 90 &&
+    /* An FP8 cache's rows (half the bytes) by cp.async too: by bulk copies they ran at 0.62-0.77x
+    ** (H100, d 128, dense and paged, bench/RESULTS.md). */
+    t.bulk = fj__sm_version(dev) >= 90 && !fp8 &&
              (f->paged || t.head_dim_pad > 128 || t.head_dim_v_pad > 128 ||
               (t.head_dim_pad == 128 && t.head_dim_v_pad == 128 &&
                cache_bytes >= BULK_MIN_DENSE_BYTES));

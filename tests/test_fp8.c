@@ -319,11 +319,10 @@ static int run_case(fj_context *ctx, const fp8_case *c, const char *cache_kernel
 
 /* Both formats, both 16-bit outputs, every descale shape, causal and not, GQA, odd sizes,
 ** d != dv; and an FP8 KV cache read by 16-bit queries: decode shapes (on CUDA those marked run
-** the tensor-core decode kernel, or the vector one (test_fp8_cache_vector), whose rows are
+** the tensor-core decode kernel, or its other forms (test_fp8_cache_kernels), whose rows are
 ** 16-byte multiples: d 48 to 256, d != dv, GQA groups of 4 to 8 rows and beyond a block's 32
-** (16 causal rows of 4 heads), 5000 keys in splits, each of the tensor-core kernel's loaders
-** (bulk rows at d 192 and 256 on Hopper, columns, pieces at 48 / 80); d 72 / 40 the portable
-** one) and a prefill.
+** (16 causal rows of 4 heads), 5000 keys in splits, the tensor-core kernel's cp.async loaders
+** (columns, pieces at 48 / 80); d 72 / 40 the portable one) and a prefill.
 ** On Hopper those marked (rows of 16-byte multiples) run its FP8 kernel: several key
 ** and query tiles, partial last tiles, d 64 to 256 (beyond 128 with S summed by panels in key
 ** parts of 64, or of 16 at dv 256: before, d 192 and 256 had 3x the plain error here), dv up
@@ -397,20 +396,27 @@ static void test_fp8_own_transposer(void **state)
     assert_int_equal(failed, 0);
 }
 
-/* The FP8 cache cases on the vector decode kernel (FLASHJIT_CONFIG=path=vec), which converts
-** the cache in registers: every case within the plain FP8 error's bar. */
-static void test_fp8_cache_vector(void **state)
+/* The FP8 cache cases on the decode kernels' other forms: the vector kernel, which converts
+** the cache in registers (FLASHJIT_CONFIG=path=vec), and the tensor-core kernel's rows by bulk
+** copies (bulk=1: the tuner's other copy on sm_90); every case within the plain FP8 error's
+** bar. */
+static void test_fp8_cache_kernels(void **state)
 {
     (void)state;
-    fj_context *ctx = suite_context_with_env("FLASHJIT_CONFIG", "path=vec");
+    static const char *const configs[][2] = {{"path=vec", "cuda.decode.vec"},
+                                             {"bulk=1", "cuda.decode.mma"}};
     int failed = 0, ran = 0;
-    for (size_t i = 0; i < sizeof forward_cases / sizeof forward_cases[0]; i++)
-        if (forward_cases[i].kernel == CACHE) {
-            failed += !run_case(ctx, &forward_cases[i], "cuda.decode.vec");
-            ran++;
-        }
-    fj_context_destroy(ctx);
-    assert_true(ran >= 4);
+    for (int k = 0; k < 2; k++) {
+        fj_context *ctx = suite_context_with_env("FLASHJIT_CONFIG", configs[k][0]);
+        printf(" FLASHJIT_CONFIG=%s\n", configs[k][0]);
+        for (size_t i = 0; i < sizeof forward_cases / sizeof forward_cases[0]; i++)
+            if (forward_cases[i].kernel == CACHE) {
+                failed += !run_case(ctx, &forward_cases[i], configs[k][1]);
+                ran++;
+            }
+        fj_context_destroy(ctx);
+    }
+    assert_true(ran >= 8);
     assert_int_equal(failed, 0);
 }
 
@@ -475,7 +481,7 @@ int main(void)
         cmocka_unit_test(test_host_conversions),
         cmocka_unit_test(test_fp8_forward),
         cmocka_unit_test(test_fp8_own_transposer),
-        cmocka_unit_test(test_fp8_cache_vector),
+        cmocka_unit_test(test_fp8_cache_kernels),
         cmocka_unit_test(test_fp8_dequantised),
         cmocka_unit_test(test_fp8_backward_unsupported),
     };
