@@ -51,8 +51,8 @@
 % local fp8_kv = is_fp8(kv_dtype)
 % assert(not fp8_kv or (not split_dv and not v_in_k and not swizzle and loader ~= "wide_rows"
 %                       and head_dim_pad % 16 == 0 and head_dim_v_pad % 16 == 0),
-%        "attn_decode_mma: an FP8 cache in rows of 16-byte pieces, copied by the bulk, column or piece loader, " ..
-%        "neither split_dv, v_in_k nor swizzle")
+%        "attn_decode_mma: an FP8 cache in rows of 16-byte pieces, copied by the bulk, column " ..
+%        "or piece loader, neither split_dv, v_in_k nor swizzle")
 % include("cuda_mma.lua")
 % if fp8_kv then
 % include("cuda_fp8_cache.lua")
@@ -248,7 +248,8 @@ fj_attn_decode(
     ** columns past the head dims are zeros from the start. */
 #define COPIES (BN * ${v_in_k and 1 or 2})
 #define CPT ((COPIES + THREADS - 1) / THREADS) /* copies a thread issues a tile */
-    const u32 tile_bytes = (u32)(BN * (head_dim${v_in_k and "" or " + head_dim_v"}) * (int)sizeof(kv_t));
+    const u32 tile_bytes =
+        (u32)(BN * (head_dim${v_in_k and "" or " + head_dim_v"}) * (int)sizeof(kv_t));
     const u64 policy = l2_evict_first(); /* read once */
 %   if paged then
     /* The pages of the thread's rows of the next tile, and the rows in them, looked up a tile
@@ -723,7 +724,8 @@ fj_attn_decode(
                 sum = fmaf(wt, cb.l[w0 + w][rr], sum);
                 acc = fmaf(wt, cb.o[w0 + w][rr][c], acc);
             }
-        store_row(r, c, sum > 0.0f ? ${fp8_kv and "acc * out_mul / sum" or "acc / sum"} : 0.0f, mx, sum);
+        const float val = sum > 0.0f ? ${fp8_kv and "acc * out_mul / sum" or "acc / sum"} : 0.0f;
+        store_row(r, c, val, mx, sum);
     }
 % end
 }

@@ -12,7 +12,8 @@
 % local fp8_cache = not fp8_in and (kv_dtype == "f8e4m3" or kv_dtype == "f8e5m2")
 % assert(out_dtype == "bf16" or out_dtype == "f16", "cuda_mma: tensor cores write bf16 or f16, not " .. tostring(out_dtype))
 % assert((kv_dtype == q_dtype or fp8_cache) and (out_dtype == q_dtype or fp8_in),
-%        "cuda_mma: one element type for q, k, v and out, FP8 inputs and a 16-bit out, or an FP8 cache")
+%        "cuda_mma: one element type for q, k, v and out, FP8 inputs and a 16-bit out, " ..
+%        "or an FP8 cache")
 % local ptx_type = fp8_cache and "f16" or out_dtype
 typedef unsigned short elem_t;
 typedef ${fp8_in and "unsigned char" or "elem_t"} q_t;

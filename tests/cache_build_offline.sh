@@ -314,7 +314,8 @@ for arch in sm_90a sm_80; do
         --decode 1 --group 4 --head-dim 128 --causal 0 --seqlen 8192 2>&1)
     status=$?
     echo "$out"
-    [ $status -eq 0 ] || { echo "FAIL: cache build --kv-dtype e4m3 for $arch (status $status)"; exit 1; }
+    [ $status -eq 0 ] ||
+        { echo "FAIL: cache build --kv-dtype e4m3 for $arch (status $status)"; exit 1; }
     [ "$(echo "$out" | awk '$2 == "cuda.decode.mma" && $9 == 0' | wc -l)" -eq 4 ] ||
         { echo "FAIL: cache build --kv-dtype e4m3 for $arch: not four decode kernels without spills"
           exit 1; }
