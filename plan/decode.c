@@ -115,8 +115,9 @@ static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t 
     ** d 128 one block an SM), three for a paged cache (two blocks: its page arithmetic wants
     ** the second block's warps); by bulk copies three (two blocks), since a block with more
     ** than MAX_BULK_IN_FLIGHT row copies outstanding ran at 0.6x; two with split_dv (two
-    ** blocks of 104 KiB at 576 / 512). Fewer where large heads do not fit. */
-    t.stages = t.split_dv ? 2 : f->paged || t.bulk ? 3 : 4;
+    ** blocks of 104 KiB at 576 / 512); two for an FP8 cache (three blocks an SM: 1.05-1.24x
+    ** three or four slots' two blocks on the H100). Fewer where large heads do not fit. */
+    t.stages = t.split_dv || fp8 ? 2 : f->paged || t.bulk ? 3 : 4;
     while (t.stages > 2 && (fj__decode_too_many_copies(&t) || !fj__variant_fits(&t, dev)))
         t.stages--;
     if (!fj__variant_fits(&t, dev))

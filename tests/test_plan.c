@@ -953,12 +953,12 @@ static void test_decode_plans(void **state)
         {128, 1, 4, FJ_DTYPE_F32, &devs.h200, NULL, FJ__PATH_SIMT, 4, 0, 0},
         {128, 1, 4, FJ_DTYPE_BF16, &devs.cpu, NULL, FJ__PATH_SIMT, 4, 0, 0},
         /* an e4m3 cache read by 16-bit queries: the tensor-core kernel on sm_80+ (by cp.async,
-        ** rings as a 16-bit cache's; at most 32 rows a block), the vector kernel before sm_80 or
-        ** asked for (more keys a chunk), the portable one elsewhere */
-        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "fp8", FJ__PATH_MMA, 16, 4, 0},
-        {64, 4, 4, FJ_DTYPE_F16, &devs.sm86, "fp8", FJ__PATH_MMA, 16, 4, 0},
-        {64, 16, 4, FJ_DTYPE_F16, &devs.sm86, "fp8", FJ__PATH_MMA, 32, 4, 0},
-        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "paged,fp8", FJ__PATH_MMA, 16, 3, 0},
+        ** two slots; at most 32 rows a block), the vector kernel before sm_80 or asked for
+        ** (more keys a chunk), the portable one elsewhere */
+        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "fp8", FJ__PATH_MMA, 16, 2, 0},
+        {64, 4, 4, FJ_DTYPE_F16, &devs.sm86, "fp8", FJ__PATH_MMA, 16, 2, 0},
+        {64, 16, 4, FJ_DTYPE_F16, &devs.sm86, "fp8", FJ__PATH_MMA, 32, 2, 0},
+        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "paged,fp8", FJ__PATH_MMA, 16, 2, 0},
         {128, 1, 4, FJ_DTYPE_BF16, &devs.sm75, "fp8", FJ__PATH_VECTOR, 4, 5, 0},
         {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "fp8,path=vec", FJ__PATH_VECTOR, 4, 5, 0},
         {64, 4, 4, FJ_DTYPE_F16, &devs.sm86, "fp8,path=vec", FJ__PATH_VECTOR, 8, 4, 0},
