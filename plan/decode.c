@@ -105,8 +105,8 @@ static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t 
     const int64_t cache_bytes = f->batch * f->seqlen_k * f->heads_kv *
                                 (f->head_dim + f->head_dim_v) *
                                 (int64_t)fj_dtype_size((fj_dtype)f->kv_dtype);
-    /* An FP8 cache's rows (half the bytes) by cp.async too: by bulk copies they ran at 0.62-0.77x
-    ** (H100, d 128, dense and paged, bench/RESULTS.md). */
+    /* An FP8 cache's rows (half the bytes) by cp.async too: by bulk copies they ran at
+    ** 0.62-0.88x (H100, d 128, dense and paged, bench/RESULTS.md). */
     t.bulk = fj__sm_version(dev) >= 90 && !fp8 &&
              (f->paged || t.head_dim_pad > 128 || t.head_dim_v_pad > 128 ||
               (t.head_dim_pad == 128 && t.head_dim_v_pad == 128 &&
@@ -115,8 +115,9 @@ static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t 
     ** d 128 one block an SM), three for a paged cache (two blocks: its page arithmetic wants
     ** the second block's warps); by bulk copies three (two blocks), since a block with more
     ** than MAX_BULK_IN_FLIGHT row copies outstanding ran at 0.6x; two with split_dv (two
-    ** blocks of 104 KiB at 576 / 512); two for an FP8 cache (three blocks an SM: 1.05-1.24x
-    ** three or four slots' two blocks on the H100). Fewer where large heads do not fit. */
+    ** blocks of 104 KiB at 576 / 512); two for an FP8 cache (three blocks an SM: 1.00-1.05x
+    ** dense and 1.05-1.22x paged over three or four slots' two blocks on the H100). Fewer
+    ** where large heads do not fit. */
     t.stages = t.split_dv || fp8 ? 2 : f->paged || t.bulk ? 3 : 4;
     while (t.stages > 2 && (fj__decode_too_many_copies(&t) || !fj__variant_fits(&t, dev)))
         t.stages--;
