@@ -29,7 +29,8 @@
 % --     and the output's.
 % -- Query rows past the packed rows are zeros, computed and never stored.
 % --
-% -- Parameters: as attn_decode.lua (one 16-bit type, no tile_n limit of its own), tile_m (BM:
+% -- Parameters: as attn_decode.lua (q and out one 16-bit type, k and v that type or FP8; no
+% -- tile_n limit of its own), descale (an FP8 cache's factors), tile_m (BM:
 % -- 16, 32 or 64 packed rows), tile_n (BN keys a tile; KPW = BN / KWARPS a multiple of 16),
 % -- stages (the ring's tiles), q_in_regs (the query fragments stay in registers across the walk,
 % -- else they are read from shared memory a tile at a time: large head dims), split_dv, v_in_k
@@ -481,7 +482,8 @@ fj_attn_decode(
     /* An FP8 tile into Conv: the key rows [kw * KPW, (kw + 1) * KPW) of ring slot `raw` that
     ** this warp's products read, converted by the SLABS warps that read them, lane li of them
     ** taking 8-element pieces li, li + 32 * SLABS, ... (a warp reads whole rows, 8 bytes a lane,
-    ** and writes whole 16-byte pieces: no bank conflicts). */
+    ** and writes whole 16-byte pieces: no bank conflicts). Not unrolled: unrolled (fully or by two),
+    ** it spilled under NVRTC at d 64 and 256. */
     elem_t *conv = (elem_t *)(ring + STAGES * RING_SLOT);
     auto convert_keys = [&](const kv_t *raw) {
         constexpr int KP = KPW * (DP / 8), VP = KPW * (DVP / 8), STEP = 32 * SLABS;
@@ -601,11 +603,11 @@ fj_attn_decode(
                 s[j][2 * h + 1] = sum.y;
             }
 % end
+% local qk_mul = fp8_kv and "qk_mul" or "score_mul"
 #pragma unroll
         for (int j = 0; j < NT; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++)
-% local qk_mul = fp8_kv and "qk_mul" or "score_mul"
 % if softcap then
                 s[j][e] = cap_mul * tanhf(s[j][e] * ${qk_mul});
 % else
