@@ -47,6 +47,12 @@ static int fp8_cache(const fj__features *f)
            (f->q_dtype == FJ_DTYPE_F16 || f->q_dtype == FJ_DTYPE_BF16);
 }
 
+/* Whether f is such a cache in 16-byte rows on CUDA: what the CUDA decode kernels take of it. */
+static int cuda_fp8_cache(const fj__features *f, const fj_device_info *dev)
+{
+    return cuda_rows_16b(f, dev) && fp8_cache(f);
+}
+
 void fj__decode_mma_residency(fj__variant *v, const fj_device_info *dev)
 {
     const uint64_t per_block = fj__variant_shared_bytes(v) + 1024u;
@@ -81,7 +87,7 @@ int fj__decode_swizzle_fits(const fj__variant *v)
 static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t group_rows,
                       fj__variant *v)
 {
-    const int fp8 = cuda_rows_16b(f, dev) && fp8_cache(f);
+    const int fp8 = cuda_fp8_cache(f, dev);
     if ((!cuda_sixteen_bit(f, dev) && !fp8) || fj__sm_version(dev) < 80 ||
         (fp8 && (f->head_dim > 256 || f->head_dim_v > 256 || f->v_in_k)))
         return 0;
@@ -198,7 +204,7 @@ static int choose_wgmma(const fj__features *f, const fj_device_info *dev, int64_
 static int choose_vector(const fj__features *f, const fj_device_info *dev, int64_t group_rows,
                          fj__variant *v)
 {
-    const int fp8_rows = cuda_rows_16b(f, dev) && fp8_cache(f);
+    const int fp8_rows = cuda_fp8_cache(f, dev);
     if (!cuda_sixteen_bit(f, dev) && !fp8_rows)
         return 0;
     fj__variant t = *v;

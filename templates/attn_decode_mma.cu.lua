@@ -482,8 +482,8 @@ fj_attn_decode(
     /* An FP8 tile into Conv: the key rows [kw * KPW, (kw + 1) * KPW) of ring slot `raw` that
     ** this warp's products read, converted by the SLABS warps that read them, lane li of them
     ** taking 8-element pieces li, li + 32 * SLABS, ... (a warp reads whole rows, 8 bytes a lane,
-    ** and writes whole 16-byte pieces: no bank conflicts). Not unrolled: unrolled (fully or by two),
-    ** it spilled under NVRTC at d 64 and 256. */
+    ** and writes whole 16-byte pieces: no bank conflicts). Not unrolled: unrolled (fully or by
+    ** two), it spilled under NVRTC at d 64 and 256. */
     elem_t *conv = (elem_t *)(ring + STAGES * RING_SLOT);
     auto convert_keys = [&](const kv_t *raw) {
         constexpr int KP = KPW * (DP / 8), VP = KPW * (DVP / 8), STEP = 32 * SLABS;

@@ -157,8 +157,7 @@ static int sm_of(const fj_device_info *dev)
     return dev->backend == FJ_BACKEND_CUDA ? atoi(dev->arch + 3) : 0;
 }
 
-/* Runs one case and prints its line; whether it passed (CACHE cases: on kernel cache_kernel).
-*/
+/* Runs one case and prints its line; whether it passed (CACHE cases: on kernel cache_kernel). */
 static int run_case(fj_context *ctx, const fp8_case *c, const char *cache_kernel)
 {
     const int64_t nq = c->b * c->sq * c->hq * c->d, nk = c->b * c->sk * c->hkv * c->d,
@@ -422,8 +421,9 @@ static void test_fp8_cache_kernels(void **state)
 
 /* FP8 q, k and v through 16-bit copies ahead of the 16-bit forward, forced (FLASHJIT_CONFIG=
 ** dequant=1; by default only where the SIMT forward would run): both formats and outputs,
-** every descale shape (q's by its kv head), GQA, causal, rows of any width, d != dv, d 256 and beyond; every case within the plain FP8 error's bar,
-** and the call's workspace holds the three copies. */
+** every descale shape (q's by its kv head), GQA, causal, rows of any width, d != dv, d 256 and
+** beyond; every case within the plain FP8 error's bar, and the call's workspace holds the
+** three copies. */
 static void test_fp8_dequantised(void **state)
 {
     (void)state;
