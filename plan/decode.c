@@ -232,13 +232,25 @@ static int choose_vector(const fj__features *f, const fj_device_info *dev, int64
     return 1;
 }
 
+/* Whether a prefill of f (more query rows than decode's) may run on the seesaw kernel: MLA's
+** latent cache (v a view of k, value dims beyond 256) on sm_90a, where the forward kernel's value
+** slices recompute S for each half of O (bench/RESULTS.md). The kernel is the same one that
+** decodes; a row tile is 64 consecutive positions of one query head. */
+static int latent_prefill(const fj__features *f, const fj_device_info *dev)
+{
+    return f->v_in_k && f->head_dim_v > 256 && cuda_sixteen_bit(f, dev) &&
+           fj__sm_version(dev) >= 90;
+}
+
 int fj__choose_decode(const fj__features *f, const fj_device_info *dev, const char *config,
                       fj__variant *v)
 {
     memset(v, 0, sizeof *v);
     const int64_t group_rows = f->heads_q / f->heads_kv * f->seqlen_q;
-    /* A paged cache has no other kernel: any number of query rows (chunked prefill). */
-    if ((f->seqlen_q > FJ__DECODE_MAX_SEQLEN_Q && !f->paged) || f->block_mask ||
+    /* A paged cache has no other kernel: any number of query rows (chunked prefill). A dense
+    ** one takes a prefill here only on the seesaw kernel (latent_prefill). */
+    const int dense_prefill = f->seqlen_q > FJ__DECODE_MAX_SEQLEN_Q && !f->paged;
+    if ((dense_prefill && !latent_prefill(f, dev)) || f->block_mask ||
         f->out_dtype != f->q_dtype || (f->kv_dtype != f->q_dtype && !fp8_cache(f)))
         return 0;
     fj__variant_from_features(v, FJ__FAMILY_DECODE, f, dev);
@@ -258,6 +270,9 @@ int fj__choose_decode(const fj__features *f, const fj_device_info *dev, const ch
     /* warps=4 asks for the mma kernel where a wgmma kernel (8 or 12) would serve */
     const char *warps = fj__config_field(config, "warps");
     const int mma_asked = warps && atoi(warps) == 4;
+    if (dense_prefill)
+        return !terms && !vector_asked && !mma_asked && choose_wgmma(f, dev, group_rows, v) &&
+               fj__decode_seesaw(v);
     if (!terms &&
         ((!vector_asked && !mma_asked && choose_wgmma(f, dev, group_rows, v)) ||
          (!vector_asked && choose_mma(f, dev, group_rows, v)) ||
@@ -321,8 +336,10 @@ int fj__prefer_decode(const fj__features *f, const fj_device_info *dev, const ch
     ** decode here unless "path=wgmma" asks for the forward. Packed queries of mostly decode
     ** rows (few_rows) stay here whatever their longest: the forward would give each sequence a
     ** whole row tile a head, its keys read and multiplied for one row, where the decode
-    ** kernels pack a kv head's rows and split the keys. */
-    const int chunks = f->seqlen_q > FJ__DECODE_MAX_SEQLEN_Q && !f->few_rows;
+    ** kernels pack a kv head's rows and split the keys. The seesaw kernel keeps MLA's chunks
+    ** (the forward does not read their pages today, and computes S twice where it would). */
+    const int chunks = f->seqlen_q > FJ__DECODE_MAX_SEQLEN_Q && !f->few_rows &&
+                       !fj__decode_seesaw(v);
     if (f->paged)
         return asked || !(fwd->paged && (forward_asked || chunks));
     return asked || fwd->path == FJ__PATH_SIMT ||
@@ -355,7 +372,13 @@ static int32_t splits_of(const fj__features *f, const fj_device_info *dev, int64
     const int64_t most = tiles < FJ__DECODE_MAX_SPLITS ? tiles : FJ__DECODE_MAX_SPLITS;
     const int64_t longest = fj__div_up(f->seqlen_k, min_split_keys(f)); /* automatic splits */
     int64_t want = f->num_splits;
-    if (want == 0 && slots > 0) {
+    /* A prefill's rows (more than decode's) whose blocks fill the device once: no split. The
+    ** model below weighs only the waves; each split adds a state of dv floats a row, written
+    ** and read again by the merge (a GiB at MLA's b 2 x 8k x 16 heads), which many rows make
+    ** dear. (Measured with this rule only: MLA's prefill, bench/RESULTS.md.) */
+    if (want == 0 && f->seqlen_q > FJ__DECODE_MAX_SEQLEN_Q && slots > 0 && blocks >= slots)
+        want = 1;
+    else if (want == 0 && slots > 0) {
         int64_t best_cost = INT64_MAX;
         for (int64_t s = 1; s <= (most < longest ? most : longest); s++) {
             const int64_t keys = fj__round_up(fj__div_up(f->seqlen_k, s), grain);

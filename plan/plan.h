@@ -175,7 +175,8 @@ fj_status fj__plan_forward(const fj__features *f, const fj_device_info *dev, con
                            fj__plan *plan, fj__err *err);
 
 /* The decode variant for f on dev (decode.c): returns 1 and fills *v when a decode kernel
-** serves f (at most FJ__DECODE_MAX_SEQLEN_Q rows per sequence, no score terms or element masks,
+** serves f (at most FJ__DECODE_MAX_SEQLEN_Q rows per sequence, or any number against a paged
+** cache or on the seesaw kernel (MLA's latent cache on sm_90a); no score terms or element masks,
 ** one element type, tiles that fit), else 0. On CUDA the tensor-core kernel where it serves,
 ** then the vector kernel (the one config "path=vec" asks for), then the portable one. */
 int fj__choose_decode(const fj__features *f, const fj_device_info *dev, const char *config,

@@ -72,22 +72,26 @@ done
 votes=$("$cli" cache ls --cache "$dir/vote.db" | grep "kernel=attn_fwd_wgmma" | grep -c "class_vote=1")
 [ "$votes" -eq 12 ] || { echo "FAIL: $votes of 12 forward kernels built with class_vote=1"; exit 1; }
 # Head dims beyond 256 on the Hopper kernel: value slices recomputing S (d and dv to 576; d 128
-# with dv 512; with a band and a mask), and the opt-in split of S between a cluster pair
-# (FLASHJIT_CONFIG=d_split=1; MLA's 576 / 512 with v a view of k, which loads no value tiles):
-# no spills, no serialised wgmma.
+# with dv 512; with a band and a mask; with v a view of k the slices' kernel is the same), and
+# the opt-in split of S between a cluster pair (FLASHJIT_CONFIG=d_split=1; MLA's 576 / 512 with v
+# a view of k, which loads no value tiles, asked of the forward with path=wgmma); MLA's prefill
+# as planned, on the seesaw decode kernel: no spills, no serialised wgmma.
 for build in "|--head-dim 320,512,576 --head-dim-v 512" "|--head-dim 576,128 --head-dim-v 576,512" \
              "|--head-dim 448 --head-dim-v 192 --mask-mod q/32==k/32" \
              "d_split=1|--head-dim 320,512,576 --head-dim-v 512" \
-             "d_split=1|--head-dim 576 --head-dim-v 512 --v-in-k"; do
+             "path=wgmma,d_split=1|--head-dim 576 --head-dim-v 512 --v-in-k" \
+             "|--head-dim 576 --head-dim-v 512 --v-in-k"; do
     config=${build%%|*} dims=${build#*|}
     out=$(FLASHJIT_CONFIG=$config "$cli" cache build --arch sm_90a --cache "$dir/offline.db" \
         $dims --causal 0,1 --seqlen 4096 2>&1)
     status=$?
     echo "$out"
     [ $status -eq 0 ] || { echo "FAIL: cache build $dims ($config)"; exit 1; }
-    spills=$(echo "$out" | awk '$2 ~ /^cuda.fwd.wgmma$/ && $9 != 0' | wc -l)
+    spills=$(echo "$out" | awk '$2 ~ /^cuda\.(fwd\.wgmma|decode\.seesaw)$/ && $9 != 0' | wc -l)
     [ "$spills" -eq 0 ] || { echo "FAIL: $spills kernels spill registers with $dims ($config)"; exit 1; }
     [ "$(echo "$out" | grep -c "wgmma serialised")" -eq 0 ] || { echo "FAIL: serialised wgmma with $dims ($config)"; exit 1; }
+    [ -n "$config" ] || [ "${dims%--v-in-k}" = "$dims" ] || echo "$out" | grep -q "cuda.decode.seesaw" ||
+        { echo "FAIL: MLA's prefill did not plan the seesaw kernel"; exit 1; }
     expected=$((expected + $(echo "$out" | sed -n 's/^\([0-9]*\) kernels built.*/\1/p')))
     checked=$((checked + 1))
 done

@@ -117,9 +117,10 @@ static void test_wide_head_dims(void **state)
     run_cases(state, cases, N);
     if (FJ_TEST_BACKEND != FJ_BACKEND_CUDA)
         return;
-    /* Again with S's head dim split between the two blocks of a cluster (opt-in on Hopper). */
-    printf("  with FLASHJIT_CONFIG=d_split=1:\n");
-    void *split = suite_context_with_env("FLASHJIT_CONFIG", "d_split=1");
+    /* Again with S's head dim split between the two blocks of a cluster (opt-in on Hopper), on
+    ** the forward kernel (MLA's prefill otherwise runs on the seesaw decode kernel). */
+    printf("  with FLASHJIT_CONFIG=path=wgmma,d_split=1:\n");
+    void *split = suite_context_with_env("FLASHJIT_CONFIG", "path=wgmma,d_split=1");
     run_cases(&split, cases, N);
     fj_context_destroy(split);
 }

@@ -391,6 +391,41 @@ static void test_wide_many_rows(void **state)
     run_cases(state, cases, 10, 1);
 }
 
+/* MLA prefill (more query rows than decode takes; one kv head of 576 whose first 512 dims are
+** v): on sm_90a the seesaw decode kernel, whose row tiles are 64 positions of one query head,
+** contiguous and on pages of 64; elsewhere the forward. Causal bottom-right with more keys than
+** rows and fewer (rows that see no key), a partial last row tile, a window with soft-capping
+** in f16, 16 to 128 heads, a batch of three; all with enough row tiles to fill a quarter of an
+** H100 (the plan's condition for the seesaw kernel). */
+static void test_mla_prefill(void **state)
+{
+    static const struct {
+        int64_t b, sq, sk, hq;
+        int causal, page;
+    } m[] = {
+        {1, 300, 300, 16, 1, 0},  {2, 203, 461, 16, 1, 0}, {3, 130, 70, 32, 1, 0},
+        {1, 40, 600, 128, 1, 64}, {1, 257, 257, 16, 1, 0}, {2, 70, 555, 32, 0, 64},
+    };
+    enum { N = sizeof m / sizeof m[0] };
+    fjh_case cases[N];
+    for (size_t i = 0; i < N; i++) {
+        cases[i] = decode_case(m[i].sq, m[i].sk, m[i].hq, 1, 576, FJ_DTYPE_BF16);
+        cases[i].head_dim_v = 512;
+        cases[i].v_in_k = 1;
+        cases[i].batch = m[i].b;
+        cases[i].paged = m[i].page;
+        cases[i].desc.causal = m[i].causal;
+    }
+    cases[4].dtype = FJ_DTYPE_F16;
+    cases[4].desc.window_left = 100;
+    cases[4].desc.softcap = 30.0f;
+    fj_context *ctx = suite_context(state);
+    fj_device_info info = {.struct_size = sizeof info};
+    assert_int_equal(fj_context_get_device_info(ctx, &info), FJ_OK);
+    const int hopper = FJ_TEST_BACKEND == FJ_BACKEND_CUDA && !strcmp(info.arch, "sm_90a");
+    assert_int_equal(run_cases_in(ctx, cases, N, hopper ? WANT_DECODE : WANT_EITHER), 0);
+}
+
 /* What the decode kernels do not take runs on the forward kernels: 17 query rows, block
 ** classes. */
 static void test_other_requests_keep_the_forward(void **state)
@@ -499,6 +534,7 @@ int main(void)
         cmocka_unit_test(test_paged_packed),
         cmocka_unit_test(test_mla),
         cmocka_unit_test(test_wide_many_rows),
+        cmocka_unit_test(test_mla_prefill),
         cmocka_unit_test(test_other_requests_keep_the_forward),
         cmocka_unit_test(test_masks_and_score_terms),
         cmocka_unit_test(test_bad_num_splits),

@@ -1150,6 +1150,63 @@ static void test_decode_wide_plans(void **state)
     assert_int_equal(s->shared_bytes, fj__variant_shared_bytes(&s->variant));
 }
 
+/* MLA prefill (more query rows than decode takes; one kv head of 576 whose first 512 dims are
+** v): on sm_90a the seesaw decode kernel, contiguous or on pages of whole 64-key tiles, where its
+** row tiles fill a quarter of the device, without splits where they fill it once; the forward
+** where they do not, where v is not a view of k, where "path=wgmma" asks for it and before
+** sm_90; on pages of part tiles (16 keys: neither the seesaw kernel's tensor maps nor the
+** forward read them), the other decode kernel. */
+static void test_mla_prefill_plans(void **state)
+{
+    (void)state;
+    const planned_devices devs = planned_device_set();
+    const struct {
+        int64_t sq, hq, batch;
+        int v_in_k, page;
+        const fj_device_info *dev;
+        const char *config;
+        int decode; /* 0: the forward; 1: the seesaw kernel; 2: another decode kernel */
+    } cases[] = {
+        {8192, 16, 2, 1, 0, &devs.h200, NULL, 1},
+        {8192, 128, 2, 1, 64, &devs.h200, NULL, 1},
+        {300, 16, 1, 1, 0, &devs.h200, NULL, 1},   /* 75 row tiles */
+        {100, 16, 1, 1, 0, &devs.h200, NULL, 0},   /* 25 */
+        {8192, 16, 2, 0, 0, &devs.h200, NULL, 0},  /* v not in k */
+        {8192, 16, 2, 1, 0, &devs.h200, "path=wgmma", 0},
+        {8192, 16, 2, 1, 16, &devs.h200, NULL, 2}, /* tiles span pages */
+        {8192, 16, 2, 1, 0, &devs.sm86, NULL, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fj__features f = bwd_features(576, 512, FJ_DTYPE_BF16);
+        f.batch = cases[i].batch;
+        f.seqlen_q = cases[i].sq;
+        f.seqlen_k = 8192;
+        f.heads_q = cases[i].hq;
+        f.heads_kv = 1;
+        f.v_in_k = (uint8_t)cases[i].v_in_k;
+        f.paged = cases[i].page > 0;
+        f.page_size = cases[i].page;
+        f.window_right = 0; /* causal */
+        fj__variant fwd, dec;
+        fj__choose_forward(&f, cases[i].dev, cases[i].config, &fwd);
+        const int decoded = fj__prefer_decode(&f, cases[i].dev, cases[i].config, &fwd, &dec);
+        const int got = !decoded ? 0 : fj__decode_seesaw(&dec) ? 1 : 2;
+        if (got != cases[i].decode)
+            fail_msg("case %zu: kernel %d, expected %d", i, got, cases[i].decode);
+        if (got != 1)
+            continue;
+        assert_true(dec.row_band && dec.bulk);
+        fj__plan plan;
+        fj__err err = {{0}};
+        assert_int_equal(fj__plan_decode(&f, cases[i].dev, &dec, &plan, &err), FJ_OK);
+        const fj__step *s = &plan.steps[plan.main_step];
+        assert_true(fj__decode_seesaw(&s->variant) && s->variant.bulk);
+        assert_int_equal(s->grid[0], (cases[i].hq * cases[i].sq + 63) / 64);
+        if (cases[i].sq == 8192)
+            assert_int_equal(s->grid[1], 1); /* no splits: the row tiles fill the device */
+    }
+}
+
 /* The tuner's host for a search it only lists: prepare() keeps the candidates and stops it. */
 typedef struct listed_candidates {
     fj__tune_candidate c[64];
@@ -1619,6 +1676,7 @@ int main(void)
         cmocka_unit_test(test_decode_masks_and_terms),
         cmocka_unit_test(test_decode_row_band),
         cmocka_unit_test(test_decode_wide_plans),
+        cmocka_unit_test(test_mla_prefill_plans),
         cmocka_unit_test(test_decode_tune_candidates),
         cmocka_unit_test(test_simt_forward_local_memory),
         cmocka_unit_test(test_wide_forward_plans),
