@@ -57,6 +57,14 @@ static int run_cases_in(fj_context *ctx, const fjh_case *cases, size_t n, int wa
     return failures;
 }
 
+/* Whether ctx runs on a Hopper GPU (sm_90a), where some requests take other kernels. */
+static int on_hopper(fj_context *ctx)
+{
+    fj_device_info info = {.struct_size = sizeof info};
+    assert_int_equal(fj_context_get_device_info(ctx, &info), FJ_OK);
+    return FJ_TEST_BACKEND == FJ_BACKEND_CUDA && !strcmp(info.arch, "sm_90a");
+}
+
 /* Runs the cases whose head dims are at most `widest` and whose value dims are beyond
 ** `wider_than` (and, with `pages` -1, not paged; N > 0, contiguous or in pages of whole N-key
 ** tiles) on a context made with FLASHJIT_CONFIG=config; returns the failures. */
@@ -293,9 +301,7 @@ static void test_paged_prefill(void **state)
     cases[7].desc.window_left = 40;
     cases[7].desc.window_right = 10;
     fj_context *ctx = suite_context(state);
-    fj_device_info info = {.struct_size = sizeof info};
-    assert_int_equal(fj_context_get_device_info(ctx, &info), FJ_OK);
-    const int hopper = FJ_TEST_BACKEND == FJ_BACKEND_CUDA && !strcmp(info.arch, "sm_90a");
+    const int hopper = on_hopper(ctx);
     int failures = run_cases_in(ctx, cases, 6, hopper ? WANT_FORWARD : WANT_DECODE);
     failures += run_cases_in(ctx, cases + 6, 2, WANT_DECODE);
     if (hopper) {
@@ -420,9 +426,7 @@ static void test_mla_prefill(void **state)
     cases[4].desc.window_left = 100;
     cases[4].desc.softcap = 30.0f;
     fj_context *ctx = suite_context(state);
-    fj_device_info info = {.struct_size = sizeof info};
-    assert_int_equal(fj_context_get_device_info(ctx, &info), FJ_OK);
-    const int hopper = FJ_TEST_BACKEND == FJ_BACKEND_CUDA && !strcmp(info.arch, "sm_90a");
+    const int hopper = on_hopper(ctx);
     assert_int_equal(run_cases_in(ctx, cases, N, hopper ? WANT_DECODE : WANT_EITHER), 0);
 }
 
