@@ -1,6 +1,6 @@
 """Random attention problems through `flashjit run`, each checked against its float64 reference:
 the forward with and without its backward, decode, paged decode (its queries packed too, its
-last keys appended by the library), MLA, masks, block classes and score terms, FP8 inputs and
+last keys appended by the library), MLA (decode and a quarter prefill), masks, block classes and score terms, FP8 inputs and
 FP8 caches, in shapes, head dims, dtypes and layouts drawn off any benchmark grid. A problem
 fails when `run` prints FAIL or dies; one whose combination the library reports as unsupported
 is counted apart. Prints each failure's command line, so it can be run again alone.
@@ -107,8 +107,12 @@ def decode_args(r):
 
 
 def mla_args(r):
-    a = ["--mla", "--batch", r.randint(1, 5), "--heads", r.choice([16, 24, 64, 128]),
-         "--seqlen-q", r.choice([1, 1, 2, 4]), "--seqlen-k", r.randint(1, 3000)]
+    if r.random() < 0.25:  # a prefill (on Hopper the seesaw kernel), small enough to check
+        a = ["--mla", "--batch", r.randint(1, 2), "--heads", r.choice([16, 24]),
+             "--seqlen-q", r.randint(17, 300), "--seqlen-k", r.randint(1, 1500)]
+    else:
+        a = ["--mla", "--batch", r.randint(1, 5), "--heads", r.choice([16, 24, 64, 128]),
+             "--seqlen-q", r.choice([1, 1, 2, 4]), "--seqlen-k", r.randint(1, 3000)]
     if r.random() < 0.5:
         a += ["--paged", r.choice([16, 64])]
         if r.random() < 0.3:
