@@ -232,25 +232,18 @@ static int choose_vector(const fj__features *f, const fj_device_info *dev, int64
     return 1;
 }
 
-/* Whether a prefill of f (more query rows than decode's) may run on the seesaw kernel: MLA's
-** latent cache (v a view of k, value dims beyond 256) on sm_90a, where the forward kernel's value
-** slices recompute S for each half of O (bench/RESULTS.md). The kernel is the same one that
-** decodes; a row tile is 64 consecutive positions of one query head. */
-static int latent_prefill(const fj__features *f, const fj_device_info *dev)
-{
-    return f->v_in_k && f->head_dim_v > 256 && cuda_sixteen_bit(f, dev) &&
-           fj__sm_version(dev) >= 90;
-}
-
 int fj__choose_decode(const fj__features *f, const fj_device_info *dev, const char *config,
                       fj__variant *v)
 {
     memset(v, 0, sizeof *v);
     const int64_t group_rows = f->heads_q / f->heads_kv * f->seqlen_q;
     /* A paged cache has no other kernel: any number of query rows (chunked prefill). A dense
-    ** one takes a prefill here only on the seesaw kernel (latent_prefill). */
+    ** one takes a prefill here only on the seesaw kernel, which reads v from k's tiles: MLA's
+    ** latent cache, where the forward kernel's value slices recompute S for each half of O
+    ** (bench/RESULTS.md). The kernel is the one that decodes; a row tile is 64 consecutive
+    ** positions of one query head. */
     const int dense_prefill = f->seqlen_q > FJ__DECODE_MAX_SEQLEN_Q && !f->paged;
-    if ((dense_prefill && !latent_prefill(f, dev)) || f->block_mask ||
+    if ((dense_prefill && !f->v_in_k) || f->block_mask ||
         f->out_dtype != f->q_dtype || (f->kv_dtype != f->q_dtype && !fp8_cache(f)))
         return 0;
     fj__variant_from_features(v, FJ__FAMILY_DECODE, f, dev);
