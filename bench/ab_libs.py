@@ -1,6 +1,6 @@
-"""A/B of builds of the library in one process: the forward grid, masks, packed sequences and
-decode (d 128 and MLA's 576 / 512, contiguous and paged) and the backward (`bwd`: the grid's shapes,
-from one forward's out and lse; --deterministic for that mode),
+"""A/B of builds of the library in one process: the forward grid, masks, packed sequences,
+decode (d 128 and MLA's 576 / 512, contiguous and paged), MLA's prefill and the backward (`bwd`:
+the grid's shapes, from one forward's out and lse; --deterministic for that mode),
 each case timed for every library in turn, forwards then backwards (A, B, ..., B, A), with the
 steady-state timing of bench/common.py, so that drift and noise show; cuDNN once per grid point
 as the reference of the same run. Before timing, the libraries' outputs are compared with the
@@ -8,7 +8,7 @@ first's (a sanity check; the tests check numerics). One library alone gives its 
 beside cuDNN's.
 
 Usage: python3 bench/ab_libs.py --libs old/libflashjit.so,build/libflashjit.so
-       [--names main,new] [--cases grid,masks,varlen,decode,bwd] [--d 64,128,256] [--s 512,...,16384]
+       [--names main,new] [--cases grid,masks,varlen,decode,mla_prefill,bwd] [--d 64,128,256] [--s 512,...,16384]
        [--rounds 1] [--envs ';FLASHJIT_BWD_CONFIG=stages=3'] [--out DIR]
 Prints one line per case: TFLOP/s of each timing, each library's mean over the first's, and
 the spread of the first's own timings; writes ab_libs.json into --out. TFLOP/s count 4 * d per
@@ -220,6 +220,20 @@ if "decode" in cases:
                                             max_seqlen_k=sk)))
         del q, k, v, out, kp, vp
         qt = kt = vt = cudnn = None
+
+if "mla_prefill" in cases:
+    # MLA's prefill (576 / 512, v a view of k, one kv head) at 8k, b 2: on sm_90a the seesaw
+    # decode kernel; TFLOP/s count both products, 2 * (d + dv) per pair, halved when causal.
+    b, s, d, dv = 2, 8192, 576, 512
+    for hq in (16, 128):
+        q = torch.randn(b, s, hq, d, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(b, s, 1, d, device="cuda", dtype=torch.bfloat16)
+        out = torch.empty(b, s, hq, dv, device="cuda", dtype=torch.bfloat16)
+        for causal in [bool(int(x)) for x in args.causal.split(",")]:
+            ab(f"mla prefill hq {hq} causal {int(causal)} 8k",
+               2 * b * hq * s * s * (d + dv) / (2 if causal else 1),
+               lambda ctx, c=causal: (lambda: ctx.forward(q, k, k[..., :dv], out=out, causal=c)))
+        del q, k, out
 
 if "bwd" in cases:
     for d in [int(x) for x in args.d.split(",")]:

@@ -75,25 +75,39 @@ __device__ __forceinline__ void zero_rows(u32 tile, int from, int chunk0, int ti
 %
 % -- decode_scores(acc, blocks): the accumulators acc[blocks][4] of S over keys n0 + 8 j + ...
 % -- (n0 and mx[2], at -inf, declared by the caller) in log2 units (soft-capped); keys past the
-% -- split, and (causal, windows) outside the row's band, at -inf; the rows' maxima in mx.
+% -- split, and (causal, windows) outside the row's band, at -inf; the rows' maxima in mx. Only a
+% -- tile that reaches outside the keys every row sees ([full_lo, full_hi]: the kernel's
+% -- decode_block passes full_band) is masked key by key: the others, most of a long band's,
+% -- skip the comparisons.
 % function decode_scores(acc, blocks)
-#pragma unroll
-        for (int j = 0; j < ${blocks}; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-%   if softcap then
-                float x = cap_mul * tanhf(${acc}[j][e] * score_mul);
-%   else
-                float x = ${acc}[j][e] * score_mul;
-%   end
-                const int key = n0 + 8 * j + 2 * t + (e % 2);
-                const bool seen = ${decode_seen("key", "qpos[e / 2]")};
-                x = seen ? x : NEG_INF;
-                ${acc}[j][e] = x;
-                mx[e / 2] = fmaxf(mx[e / 2], x);
-            }
+        if (n0 >= full_lo && n0 + 8 * ${blocks} - 1 <= full_hi) {
+% score_loop(acc, blocks, false)
+        } else {
+% score_loop(acc, blocks, true)
+        }
         mx[0] = quad_max(mx[0]);
         mx[1] = quad_max(mx[1]);
+% end
+% -- score_loop(acc, blocks, masked): decode_scores' loop over the tile, with or without the
+% -- keys' mask.
+% function score_loop(acc, blocks, masked)
+#pragma unroll
+            for (int j = 0; j < ${blocks}; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+%   if softcap then
+                    float x = cap_mul * tanhf(${acc}[j][e] * score_mul);
+%   else
+                    float x = ${acc}[j][e] * score_mul;
+%   end
+%   if masked then
+                    const int key = n0 + 8 * j + 2 * t + (e % 2);
+                    const bool seen = ${decode_seen("key", "qpos[e / 2]")};
+                    x = seen ? x : NEG_INF;
+%   end
+                    ${acc}[j][e] = x;
+                    mx[e / 2] = fmaxf(mx[e / 2], x);
+                }
 % end
 %
 % -- decode_halves_store(sums, bar, stage, room): the end: the rows' sums (row_sum, each thread's

@@ -90,7 +90,7 @@ fj_attn_decode(
     Rows &rx = *(Rows *)(smem + ROWS_AT);
     const int tid = threadIdx.x, half = __shfl_sync(0xffffffffu, tid / 128, 0);
     const int ti = tid % 128, warp = ti / 32, lane = tid % 32;
-% decode_block("BM")
+% decode_block("BM", true)
 % if paged then
     lo = lo / BN * BN; /* a tile's box in one page (keys before the band are masked) */
 % end

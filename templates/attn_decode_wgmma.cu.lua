@@ -223,7 +223,7 @@ fj_attn_decode(
     Meet &meet = *(Meet *)(smem + MEET_AT);
     const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0);
     const int warp = (tid % 128) / 32, lane = tid % 32;
-% decode_block("BM")
+% decode_block("BM", true)
 % if bulk and paged then
     lo = lo / BN * BN; /* a tile's box in one page (keys before the band are masked) */
 % end

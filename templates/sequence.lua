@@ -34,8 +34,10 @@
 % -- decode_sequence() goes after `batch` and head_kv are declared, and moves q, k and v to the
 % -- sequence (and kv head), declaring q_first and seqlen_q / seqlen_k (packed and paged: the
 % -- queries packed through cu_seqlens_q, the keys in pages, seqused_k of them);
-% -- decode_split_keys(per_tile), after it and `split`, declares shift and the keys [lo, hi] the
-% -- split's rows may see (row_band: the block's rows'); decode_store_out(val) and
+% -- decode_split_keys(per_tile, full_band), after it and `split`, declares shift and the keys
+% -- [lo, hi] the split's rows may see (row_band: the block's rows'), and with full_band the keys
+% -- [full_lo, full_hi] that every one of those rows sees (decode_scores masks only tiles that
+% -- reach outside them); decode_store_out(val) and
 % -- decode_store_lse(x) store element c of query head `head`, row `row` (declared by the
 % -- caller) of the output, and its natural-log log-sum-exp: with `partial` the split's state in
 % -- the workspace (P.part, split s at P.part_so / part_sl elements further), else out and
@@ -60,16 +62,16 @@
 #define key_row(key, s_batch, s_row) ((I64)(key) * (s_row))
 % end
 % end
-% -- decode_block(per_tile) opens a decode kernel's body after `tid`: the parameter block P
-% -- (fj_decode_params: the kernel's argument, or its `dec` block) unpacked (P.fwd's fields as
-% -- locals), the block's coordinates (split, qgroup query heads a kv
-% -- head, head_kv, g0 its row tile's first packed row of per_tile, batch), its sequence
-% -- (decode_sequence), `rows` (the sequence's packed rows) and the split's keys
-% -- (decode_split_keys). Packed sequences: the row tiles are the longest sequence's, and a
+% -- decode_block(per_tile, full_band) opens a decode kernel's body after `tid`: the parameter
+% -- block P (fj_decode_params: the kernel's argument, or its `dec` block) unpacked (P.fwd's
+% -- fields as locals), the block's coordinates (split, qgroup query heads a kv head, head_kv,
+% -- g0 its row tile's first packed row of per_tile, batch), its sequence (decode_sequence),
+% -- `rows` (the sequence's packed rows) and the split's keys (decode_split_keys, given
+% -- full_band). Packed sequences: the row tiles are the longest sequence's, and a
 % -- block whose tile starts past its own sequence's rows reads no keys (its rows are no one's:
 % -- the merge skips them), so decode rows beside a long prefill chunk do not stream their keys
 % -- once per tile of the chunk.
-% function decode_block(per_tile)
+% function decode_block(per_tile, full_band)
 % params_unpack(params_block(args, "dec").fields[1].block, "P.fwd", varlen > 0 and { seqlen_q = "max_seqlen_q", seqlen_k = "max_seqlen_k" } or paged and { seqlen_k = "max_seqlen_k" } or nil)
     const int split = BLOCK_Y;
     const int qgroup = heads_q / heads_kv;
@@ -78,7 +80,7 @@
     const int batch = BLOCK_Z;
 % decode_sequence()
     const int rows = qgroup * seqlen_q; /* the sequence's packed rows */
-% decode_split_keys(per_tile)
+% decode_split_keys(per_tile, full_band)
 % if varlen > 0 then
     if (g0 >= rows) /* (not a return: on PoCL, that corrupted other work-groups' results) */
         hi = -1; /* a row tile past its sequence's rows: no keys, and none of its rows written */
@@ -109,29 +111,37 @@
     v += batch * v_sb + head_kv * v_sh;
 % end
 % end
-% function decode_split_keys(per_tile)
+% function decode_split_keys(per_tile, full_band)
     /* This split's keys, and the keys any of the rows may see: [lo, hi]. */
     const int shift = seqlen_k - seqlen_q;
     int lo = split * P.keys_per_split;
     int hi = I_MIN(seqlen_k, lo + P.keys_per_split) - 1;
-%   if local_mask and row_band then
+%   if full_band then
+    int full_lo = lo, full_hi = hi; /* the keys every row sees */
+%   end
+%   if local_mask then
     {
+%     if row_band then
         /* The tile's rows' positions [first, last]: every position where the tile's packed
         ** rows reach into a second query head. */
         const int g_last = I_MIN(g0 + ${per_tile}, rows) - 1, sq = I_MAX(seqlen_q, 1);
         const bool one_head = g0 / sq == g_last / sq;
         const int first = one_head ? g0 % sq : 0, last = one_head ? g_last % sq : seqlen_q - 1;
+%     else
+        /* Rows 0 .. seqlen_q - 1 all belong to every head: the band of the whole sequence. */
+        const int first = 0, last = seqlen_q - 1;
+%     end
         if (window_left >= 0)
             lo = I_MAX(lo, first + shift - window_left);
         if (window_right >= 0)
             hi = I_MIN(hi, last + shift + window_right);
+%     if full_band then
+        if (window_left >= 0)
+            full_lo = I_MAX(full_lo, last + shift - window_left);
+        if (window_right >= 0)
+            full_hi = I_MIN(full_hi, first + shift + window_right);
+%     end
     }
-%   elseif local_mask then
-    /* Rows 0 .. seqlen_q - 1 all belong to every head: the band of the whole sequence. */
-    if (window_left >= 0)
-        lo = I_MAX(lo, shift - window_left);
-    if (window_right >= 0)
-        hi = I_MIN(hi, seqlen_q - 1 + shift + window_right);
 %   end
 % end
 % -- decode_seen(key, qp): the C expression of whether a row at query position qp sees key `key`:
