@@ -133,6 +133,11 @@ static void plan_wgmma_fp8(fj__variant *v, const fj_device_info *dev)
 {
     v->tile_n = 128;
     v->persistent = v->persistent == 2 ? 0 : v->persistent;
+    /* Beyond one panel of q and k: one ring slot and one Q buffer. Two and three slots fit,
+    ** and measured no faster at d 256 (H100, bench/RESULTS.md, "FP8 forward's ring depth").
+    ** Up to one panel, the 16-bit plan's ring. */
+    if (v->head_dim_pad > 128)
+        v->stages = v->q_stages = 1;
     const fj__variant want = *v;
     /* Beyond one panel of q and k, S's second panel summed apart: in as few parts of the key
     ** tile as the registers allow (1 to 128 value columns, 8 at 256); one panel: none. */
@@ -236,10 +241,12 @@ static void plan_wgmma(fj__variant *v, const fj__features *f, const fj_device_in
         v->stages = 2;
     }
     v->threads = 32 * v->warps;
-    while (!fj__variant_fits(v, dev) && v->tile_n > 16)
-        v->tile_n -= 16;
-    if (!fj__variant_fits(v, dev))
-        v->stages = 1;
+    if (!fp8) { /* (FP8's tiles: plan_wgmma_fp8) */
+        while (!fj__variant_fits(v, dev) && v->tile_n > 16)
+            v->tile_n -= 16;
+        if (!fj__variant_fits(v, dev))
+            v->stages = 1;
+    }
     /* O's 128 accumulators at d 256: rescaling them for every key tile costs more than a
     ** stale exponent base (+4-5 % at 4k; at d 64 and 128 the skip lost 1-2 %). Not in FP8
     ** (fj__variant_fits says why). */
