@@ -8,7 +8,8 @@ first's (a sanity check; the tests check numerics). One library alone gives its 
 beside cuDNN's.
 
 Usage: python3 bench/ab_libs.py --libs old/libflashjit.so,build/libflashjit.so
-       [--names main,new] [--cases grid,masks,varlen,decode,mla_prefill,bwd] [--d 64,128,256] [--s 512,...,16384]
+       [--names main,new] [--cases grid,masks,varlen,decode,mla_prefill,bwd] [--d 64,128,256]
+       [--s 512,...,16384]
        [--rounds 1] [--envs ';FLASHJIT_BWD_CONFIG=stages=3'] [--out DIR]
 Prints one line per case: TFLOP/s of each timing, each library's mean over the first's, and
 the spread of the first's own timings; writes ab_libs.json into --out. TFLOP/s count 4 * d per
