@@ -64,7 +64,7 @@ fj_attn_decode(
 {
     SHARED Smem sm;
     const int tid = THREAD_X;
-% decode_block("ROWS")
+% decode_block("ROWS", true)
 
 % descale_factors("P.fwd")
     for (int i = tid; i < ROWS * DP; i += THREADS) {
@@ -94,7 +94,9 @@ fj_attn_decode(
             sm.v[j][c] = (key <= hi && c < head_dim_v) ? KV_LOAD(v, key_row(key, v_sb, v_ss) + c) : 0.0f;
         }
         BARRIER();
-        /* Scores of every (row, key) pair of the tile; -inf where the key is not seen. */
+        /* Scores of every (row, key) pair of the tile; -inf where the key is not seen (no test
+        ** of the band in a tile that every row sees whole). */
+        const bool whole = n0 >= full_lo && n0 + TILE_N - 1 <= full_hi;
         for (int i = tid; i < ROWS * TILE_N; i += THREADS) {
             const int r = i / TILE_N, j = i % TILE_N, key = n0 + j, g = g0 + r;
             float x = 0.0f;
@@ -103,7 +105,8 @@ fj_attn_decode(
 % if softcap then
             x = cap_mul * F_TANH(x);
 % end
-            bool seen = g < rows && key >= lo && ${decode_seen("key", "g % I_MAX(seqlen_q, 1)")};
+            bool seen = g < rows &&
+                        (whole || (key >= lo && ${decode_seen("key", "g % I_MAX(seqlen_q, 1)")}));
 % if mask_terms.keeps or mask_terms.score then
             if (seen) { /* the row's query head and position, as decode_head_row's */
                 const int head = head_kv * qgroup + g / I_MAX(seqlen_q, 1);
