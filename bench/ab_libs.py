@@ -44,7 +44,8 @@ ap.add_argument("--deterministic", type=int, default=0, help="bwd: the determini
 ap.add_argument("--envs", default=None,
                 help="';'-separated, one per library: VAR=VALUE settings (space-separated, "
                      "empty: none) made while its context is made, e.g. "
-                     "';FLASHJIT_BWD_CONFIG=stages=3' (a library may repeat)")
+                     "';FLASHJIT_BWD_CONFIG=stages=3', or ';FLASHJIT_TEMPLATE_DIR=dir' to time "
+                     "a template copy against the built-in templates (a library may repeat)")
 ap.add_argument("--out", default=os.environ.get("OUT", "."))
 args = ap.parse_args()
 libs = args.libs.split(",")

@@ -867,10 +867,10 @@ fj_status fj__variant_key(const fj__variant *v, const char *target, const char *
     return FJ_OK;
 }
 
-fj_status fj__variant_render(const fj__variant *v, const char *key_text, char **source,
-                             fj__err *err)
+fj_status fj__variant_render(const fj__variant *v, const char *template_dir, const char *key_text,
+                             char **source, fj__err *err)
 {
     tpl_param params[FJ__MAX_TPL_PARAMS];
     int n = fj__variant_params(v, params);
-    return tpl_render(fj__variant_template(v), params, n, key_text, source, err);
+    return tpl_render(template_dir, fj__variant_template(v), params, n, key_text, source, err);
 }

@@ -245,8 +245,9 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_TPL_PARAMS]);
 ** with a newline) and its SHA-256. */
 fj_status fj__variant_key(const fj__variant *v, const char *target, const char *template_hash,
                           char **text, char hash[65], fj__err *err);
-/* Renders v's kernel source, starting with key_text in a comment. */
-fj_status fj__variant_render(const fj__variant *v, const char *key_text, char **source,
-                             fj__err *err);
+/* Renders v's kernel source, starting with key_text in a comment, from the embedded templates
+** and those in folder template_dir (tpl_render; NULL: none). */
+fj_status fj__variant_render(const fj__variant *v, const char *template_dir, const char *key_text,
+                             char **source, fj__err *err);
 
 #endif /* FJ_PLAN_VARIANT_H */

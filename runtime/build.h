@@ -48,7 +48,8 @@ typedef fj_status (*fj__compile_fn)(void *ud, const char *source, const char *op
 typedef struct fj__compile_job {
     fj__variant variant;
     const char *target;        /* "cuda|sm_90a", or the OpenCL device's */
-    const char *template_hash; /* tpl_set_hash() */
+    const char *template_dir;  /* templates that override the embedded ones, or NULL */
+    const char *template_hash; /* tpl_set_hash() of the same */
     fj_backend_kind backend;
     fj__compile_fn compile;
     void *compile_ud;

@@ -220,8 +220,14 @@ fj_status fj_context_create(const fj_context_options *opts, fj_context **out)
         st = ops->device_info(o.device, &ctx->device, &ctx->err);
     if (st == FJ_OK)
         st = ops->create(o.device, &ctx->err, &ctx->backend);
+    /* Templates from a folder (development): read once, so that every kernel this context
+    ** renders comes from the templates its keys were hashed from. */
+    const char *template_dir = getenv("FLASHJIT_TEMPLATE_DIR");
+    if (st == FJ_OK && template_dir && template_dir[0] &&
+        !(ctx->template_dir = fj__strdup(template_dir)))
+        st = fj__fail(&ctx->err, FJ_ERR_OUT_OF_MEMORY, "out of memory");
     if (st == FJ_OK)
-        st = tpl_set_hash(ctx->template_hash, &ctx->err);
+        st = tpl_set_hash(ctx->template_dir, ctx->template_hash, &ctx->err);
     const char *const names[2] = {"FLASHJIT_CONFIG", "FLASHJIT_BWD_CONFIG"};
     char **kept[2] = {&ctx->config, &ctx->bwd_config};
     for (int i = 0; i < 2; i++) {
@@ -277,6 +283,7 @@ void fj_context_destroy(fj_context *ctx)
     FJ_FREE(ctx->cache_path);
     FJ_FREE(ctx->config);
     FJ_FREE(ctx->bwd_config);
+    FJ_FREE(ctx->template_dir);
     free(ctx);
 }
 

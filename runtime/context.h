@@ -44,6 +44,7 @@ struct fj_context {
     const struct fj_backend_ops *ops;
     void *backend;
     fj_device_info device;
+    char *template_dir; /* $FLASHJIT_TEMPLATE_DIR at creation, or NULL: renders and keys agree */
     char template_hash[65];
     fj__err err;
 

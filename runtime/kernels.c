@@ -49,7 +49,8 @@ void fj__compile_job_run(fj__compile_job *job)
     const char *options = fj__compile_options(job->backend);
     char *source = NULL;
     double t0 = fj__now_ms();
-    job->status = fj__variant_render(&job->variant, job->key_text, &source, &job->err);
+    job->status =
+        fj__variant_render(&job->variant, job->template_dir, job->key_text, &source, &job->err);
     double t1 = fj__now_ms();
     job->render_ms = t1 - t0;
     if (job->status == FJ_OK) {
@@ -82,6 +83,7 @@ static fj_status job_for(fj_context *ctx, const fj__variant *v, fj__compile_job 
     memset(job, 0, sizeof *job);
     job->variant = *v;
     job->target = ctx->ops->target(ctx->backend);
+    job->template_dir = ctx->template_dir;
     job->template_hash = ctx->template_hash;
     job->backend = ctx->ops->kind;
     job->compile = backend_compile;

@@ -294,7 +294,7 @@ out:
     return st;
 }
 
-/* ---- template sources: embedded, with $FLASHJIT_TEMPLATE_DIR taking precedence --------- */
+/* ---- template sources: embedded, with a folder's files taking precedence ---------------- */
 
 #define TPL_MAX_LOADED 32
 
@@ -383,26 +383,26 @@ static void dir_lookup_free(dir_lookup *dl)
     dl->n = 0;
 }
 
-fj_status tpl_render(const char *name, const tpl_param *params, int nparams, const char *banner,
-                     char **out, fj__err *err)
+fj_status tpl_render(const char *dir, const char *name, const tpl_param *params, int nparams,
+                     const char *banner, char **out, fj__err *err)
 {
-    dir_lookup dl = {.dir = getenv("FLASHJIT_TEMPLATE_DIR")};
+    dir_lookup dl = {.dir = dir};
     fj_status st =
         tpl_render_with(lookup_default, &dl, NULL, name, params, nparams, banner, out, err);
     dir_lookup_free(&dl);
     return st;
 }
 
-fj_status tpl_set_hash(char hex[65], fj__err *err)
+fj_status tpl_set_hash(const char *dir, char hex[65], fj__err *err)
 {
-    dir_lookup dl = {.dir = getenv("FLASHJIT_TEMPLATE_DIR")};
+    dir_lookup dl = {.dir = dir};
     size_t total = 0;
     for (size_t i = 0; i < tpl_embedded_count; i++) {
         size_t len = 0;
         if (lookup_default(&dl, tpl_embedded_files[i].name, &len))
             total += strlen(tpl_embedded_files[i].name) + 1 + len + 1;
     }
-    char *all = malloc(total + 1);
+    char *all = calloc(total + 1, 1);
     if (!all) {
         dir_lookup_free(&dl);
         return fj__fail(err, FJ_ERR_OUT_OF_MEMORY, "hashing templates: out of memory");

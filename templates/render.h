@@ -37,19 +37,20 @@ typedef struct tpl_limits {
 
 /* Renders template `name` with params. The output starts with `banner` inside a C comment (the
 ** variant key) when banner is not NULL. *out is malloc'd. Templates come from the library's
-** embedded set, with files in $FLASHJIT_TEMPLATE_DIR taking precedence.
+** embedded set, with files in folder `dir` taking precedence (NULL or "": none; a context's is
+** $FLASHJIT_TEMPLATE_DIR when it was made).
 ** Returns FJ_ERR_TEMPLATE with the Lua message (file:line: ...) on any template error. */
-fj_status tpl_render(const char *name, const tpl_param *params, int nparams, const char *banner,
-                     char **out, fj__err *err);
+fj_status tpl_render(const char *dir, const char *name, const tpl_param *params, int nparams,
+                     const char *banner, char **out, fj__err *err);
 
 /* The same with an explicit template source and limits (tests, tools). */
 fj_status tpl_render_with(tpl_lookup_fn lookup, void *ud, const tpl_limits *limits,
                           const char *name, const tpl_param *params, int nparams,
                           const char *banner, char **out, fj__err *err);
 
-/* SHA-256 over every template the renderer can load (embedded, or overridden by
-** $FLASHJIT_TEMPLATE_DIR), so any change to any template changes every variant key. */
-fj_status tpl_set_hash(char hex[65], fj__err *err);
+/* SHA-256 over every template tpl_render(dir, ...) loads (embedded, or overridden by files in
+** dir), so any change to any template changes every variant key. */
+fj_status tpl_set_hash(const char *dir, char hex[65], fj__err *err);
 
 /* The embedded templates, generated at build time from templates/ (templates_embedded.c). */
 typedef struct tpl_embedded_file {

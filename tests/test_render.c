@@ -200,7 +200,7 @@ static void test_banner_and_embedded_attention(void **state)
         v.block_mask = i == 1;
         fj__err err = {{0}};
         char *out = NULL;
-        assert_int_equal(fj__variant_render(&v, "dtype=x\n", &out, &err), FJ_OK);
+        assert_int_equal(fj__variant_render(&v, NULL, "dtype=x\n", &out, &err), FJ_OK);
         assert_true((strstr(out, "x -= c.slope") != NULL) == (i == 0));
         assert_true((strstr(out, "BIAS_LOAD(c.bias") != NULL) == (i == 1));
         assert_true((strstr(out, "LDG(c.mask + fj_q") != NULL) == (i == 2));
@@ -255,7 +255,7 @@ static char *render_or_fail(const fj__variant *v)
 {
     fj__err err = {{0}};
     char *out = NULL;
-    if (fj__variant_render(v, "dtype=x\n", &out, &err) != FJ_OK)
+    if (fj__variant_render(v, NULL, "dtype=x\n", &out, &err) != FJ_OK)
         fail_msg("stage %d: %s", v->stage, err.msg);
     return out;
 }
@@ -332,7 +332,7 @@ static void test_decode_variants_render(void **state)
                 }
                 fj__err err = {{0}};
                 char *out = NULL;
-                assert_int_equal(fj__variant_render(&v, "dtype=x\n", &out, &err), FJ_OK);
+                assert_int_equal(fj__variant_render(&v, NULL, "dtype=x\n", &out, &err), FJ_OK);
                 assert_non_null(strstr(out, "fj_attn_decode("));
                 assert_true((strstr(out, "#define KV_LOAD(p, i) e4m3_to_float") != NULL) == fp8);
                 assert_true((strstr(out, "vd[batch * P.fwd.vd_sb") != NULL) == fp8);
@@ -619,7 +619,7 @@ static void test_template_dir_override_and_hash(void **state)
     (void)state;
     fj__err err = {{0}};
     char before[65], after[65];
-    assert_int_equal(tpl_set_hash(before, &err), FJ_OK);
+    assert_int_equal(tpl_set_hash(NULL, before, &err), FJ_OK);
 
     char dir[] = "/tmp/fj-templates-XXXXXX";
     assert_non_null(mkdtemp(dir));
@@ -629,20 +629,23 @@ static void test_template_dir_override_and_hash(void **state)
     assert_non_null(f);
     fputs("% error('override in use')\n", f);
     fclose(f);
-    setenv("FLASHJIT_TEMPLATE_DIR", dir, 1);
 
-    assert_int_equal(tpl_set_hash(after, &err), FJ_OK);
+    assert_int_equal(tpl_set_hash(dir, after, &err), FJ_OK);
     assert_string_not_equal(before, after);
     char *out = NULL;
-    assert_int_equal(tpl_render("attn_fwd_simt.lua", NULL, 0, NULL, &out, &err), FJ_ERR_TEMPLATE);
+    assert_int_equal(tpl_render(dir, "attn_fwd_simt.lua", NULL, 0, NULL, &out, &err),
+                     FJ_ERR_TEMPLATE);
     assert_non_null(strstr(err.msg, "override in use"));
     /* Names are file names only: a path does not escape the template folder. */
-    assert_int_equal(tpl_render("../etc/passwd", NULL, 0, NULL, &out, &err), FJ_ERR_TEMPLATE);
+    assert_int_equal(tpl_render(dir, "../etc/passwd", NULL, 0, NULL, &out, &err),
+                     FJ_ERR_TEMPLATE);
+    /* No folder (NULL or ""): the embedded templates alone. */
+    assert_int_equal(tpl_set_hash("", after, &err), FJ_OK);
+    assert_string_equal(before, after);
 
-    unsetenv("FLASHJIT_TEMPLATE_DIR");
     unlink(path);
     rmdir(dir);
-    assert_int_equal(tpl_set_hash(after, &err), FJ_OK);
+    assert_int_equal(tpl_set_hash(dir, after, &err), FJ_OK); /* a folder that is gone */
     assert_string_equal(before, after);
 }
 

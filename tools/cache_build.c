@@ -79,6 +79,7 @@ static void resources(const char *log, int *regs, int *spills)
 typedef struct build_run {
     const char *arch;
     char target[64];
+    const char *template_dir; /* $FLASHJIT_TEMPLATE_DIR, as a context reads it */
     char hash[65];
     fj_cache *cache;
     int built, failed, nbuilt;
@@ -98,6 +99,7 @@ static void build_variant(build_run *r, const fj__variant *v, int64_t d, int64_t
 {
     fj__compile_job job = {.variant = *v,
                            .target = r->target,
+                           .template_dir = r->template_dir,
                            .template_hash = r->hash,
                            .backend = FJ_BACKEND_CUDA,
                            .compile = compile_for_arch,
@@ -626,7 +628,8 @@ int fjt_cache_build(int argc, char **argv)
                         "Hopper kernel only from sm_90a binaries (--arch sm_90a)\n");
 
     fj__err err = {{0}};
-    tpl_set_hash(run.hash, &err);
+    run.template_dir = getenv("FLASHJIT_TEMPLATE_DIR");
+    tpl_set_hash(run.template_dir, run.hash, &err);
     char *path = path_opt ? fj__strdup(path_opt) : fj__default_cache_path();
     cache_options co = {.path = path};
     cache_open(&co, &run.cache, &err);
