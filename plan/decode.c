@@ -263,13 +263,11 @@ int fj__choose_decode(const fj__features *f, const fj_device_info *dev, const ch
     /* warps=4 asks for the mma kernel where a wgmma kernel (8 or 12) would serve */
     const char *warps = fj__config_field(config, "warps");
     const int mma_asked = warps && atoi(warps) == 4;
-    if (dense_prefill)
-        return !terms && !vector_asked && !mma_asked && choose_wgmma(f, dev, group_rows, v) &&
-               fj__decode_seesaw(v);
-    if (!terms &&
-        ((!vector_asked && !mma_asked && choose_wgmma(f, dev, group_rows, v)) ||
-         (!vector_asked && choose_mma(f, dev, group_rows, v)) ||
-         choose_vector(f, dev, group_rows, v)))
+    const int wgmma = !terms && !vector_asked && !mma_asked && choose_wgmma(f, dev, group_rows, v);
+    if (dense_prefill) /* the seesaw kernel or none */
+        return wgmma && fj__decode_seesaw(v);
+    if (wgmma || (!terms && ((!vector_asked && choose_mma(f, dev, group_rows, v)) ||
+                             choose_vector(f, dev, group_rows, v))))
         return 1;
     /* Every packed row of a kv head in one work-group where they fit (up to 64), 32-key tiles;
     ** smaller where shared memory runs out (large head dims). */

@@ -222,9 +222,8 @@ fj_status fj_context_create(const fj_context_options *opts, fj_context **out)
         st = ops->create(o.device, &ctx->err, &ctx->backend);
     /* Templates from a folder (development): read once, so that every kernel this context
     ** renders comes from the templates its keys were hashed from. */
-    const char *template_dir = getenv("FLASHJIT_TEMPLATE_DIR");
-    if (st == FJ_OK && template_dir && template_dir[0] &&
-        !(ctx->template_dir = fj__strdup(template_dir)))
+    const char *template_dir = tpl_env_dir();
+    if (st == FJ_OK && template_dir && !(ctx->template_dir = fj__strdup(template_dir)))
         st = fj__fail(&ctx->err, FJ_ERR_OUT_OF_MEMORY, "out of memory");
     if (st == FJ_OK)
         st = tpl_set_hash(ctx->template_dir, ctx->template_hash, &ctx->err);

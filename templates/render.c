@@ -393,6 +393,12 @@ fj_status tpl_render(const char *dir, const char *name, const tpl_param *params,
     return st;
 }
 
+const char *tpl_env_dir(void)
+{
+    const char *dir = getenv("FLASHJIT_TEMPLATE_DIR");
+    return dir && dir[0] ? dir : NULL;
+}
+
 fj_status tpl_set_hash(const char *dir, char hex[65], fj__err *err)
 {
     dir_lookup dl = {.dir = dir};

@@ -48,6 +48,10 @@ fj_status tpl_render_with(tpl_lookup_fn lookup, void *ud, const tpl_limits *limi
                           const char *name, const tpl_param *params, int nparams,
                           const char *banner, char **out, fj__err *err);
 
+/* The folder $FLASHJIT_TEMPLATE_DIR names (development), or NULL: what a context reads once,
+** when it is made, and passes as `dir` below. */
+const char *tpl_env_dir(void);
+
 /* SHA-256 over every template tpl_render(dir, ...) loads (embedded, or overridden by files in
 ** dir), so any change to any template changes every variant key. */
 fj_status tpl_set_hash(const char *dir, char hex[65], fj__err *err);

@@ -628,7 +628,7 @@ int fjt_cache_build(int argc, char **argv)
                         "Hopper kernel only from sm_90a binaries (--arch sm_90a)\n");
 
     fj__err err = {{0}};
-    run.template_dir = getenv("FLASHJIT_TEMPLATE_DIR");
+    run.template_dir = tpl_env_dir();
     tpl_set_hash(run.template_dir, run.hash, &err);
     char *path = path_opt ? fj__strdup(path_opt) : fj__default_cache_path();
     cache_options co = {.path = path};
