@@ -10,7 +10,8 @@ beside cuDNN's.
 Usage: python3 bench/ab_libs.py --libs old/libflashjit.so,build/libflashjit.so
        [--names main,new] [--cases grid,masks,varlen,decode,mla_prefill,bwd] [--d 64,128,256]
        [--s 512,...,16384]
-       [--rounds 1] [--envs ';FLASHJIT_BWD_CONFIG=stages=3'] [--out DIR]
+       [--rounds 1] [--pages shuffled,ordered] [--envs ';FLASHJIT_BWD_CONFIG=stages=3']
+       [--out DIR]
 Prints one line per case: TFLOP/s of each timing, each library's mean over the first's, and
 the spread of the first's own timings; writes ab_libs.json into --out. TFLOP/s count 4 * d per
 query/key pair of the whole square, halved where the mask is causal-like (k <= q): a fixed
@@ -41,6 +42,9 @@ ap.add_argument("--causal", default="0,1")
 ap.add_argument("--warm", type=float, default=0.6, help="seconds of warm-up per timing")
 ap.add_argument("--windows", type=int, default=5, help="timed windows of ~0.1 s per timing")
 ap.add_argument("--deterministic", type=int, default=0, help="bwd: the deterministic plans")
+ap.add_argument("--pages", default="shuffled",
+                help="decode's paged copies: shuffled, ordered (page i of sequence b is page "
+                     "b * pages_per_seq + i), or both (comma-separated)")
 ap.add_argument("--envs", default=None,
                 help="';'-separated, one per library: VAR=VALUE settings (space-separated, "
                      "empty: none) made while its context is made, e.g. "
@@ -196,7 +200,8 @@ if "decode" in cases:
                                          ("MLA hq 16 b 1 x 8k", 1, 8192, 16, 1, 576, 512),
                                          ("MLA hq 16 b 64 x 32k", 64, 32768, 16, 1, 576, 512),
                                          ("MLA hq 128 b 1 x 8k", 1, 8192, 128, 1, 576, 512),
-                                         ("MLA hq 128 b 64 x 8k", 64, 8192, 128, 1, 576, 512)):
+                                         ("MLA hq 128 b 64 x 8k", 64, 8192, 128, 1, 576, 512),
+                                         ("MLA hq 128 b 64 x 32k", 64, 32768, 128, 1, 576, 512)):
         q = torch.randn(b, 1, hq, d, device="cuda", dtype=torch.bfloat16)
         k = torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16)
         v = k[..., :dv] if dv < d else torch.randn_like(k)
@@ -212,15 +217,20 @@ if "decode" in cases:
         ab(f"decode {label} dense (TB/s)", cache_bytes,
            lambda ctx: (lambda: ctx.forward(q, k, v, out=out)), cudnn)
         page = 64
-        perm = torch.randperm(b * (sk // page), device="cuda", dtype=torch.int32)
-        kp = to_pages(k, page, perm)
-        vp = kp[..., :dv] if dv < d else to_pages(v, page, perm)
         used = torch.full((b,), sk, device="cuda", dtype=torch.int32)
-        table = perm.view(b, -1)
-        ab(f"decode {label} page 64 (TB/s)", cache_bytes,
-           lambda ctx: (lambda: ctx.forward(q, kp, vp, out=out, page_table=table, seqused_k=used,
-                                            max_seqlen_k=sk)))
-        del q, k, v, out, kp, vp
+        for order in args.pages.split(","):
+            perm = (torch.randperm(b * (sk // page), device="cuda", dtype=torch.int32)
+                    if order == "shuffled" else
+                    torch.arange(b * (sk // page), device="cuda", dtype=torch.int32))
+            kp = to_pages(k, page, perm)
+            vp = kp[..., :dv] if dv < d else to_pages(v, page, perm)
+            table = perm.view(b, -1)
+            ab(f"decode {label} page 64{'' if order == 'shuffled' else ' ' + order} (TB/s)",
+               cache_bytes,
+               lambda ctx: (lambda: ctx.forward(q, kp, vp, out=out, page_table=table,
+                                                seqused_k=used, max_seqlen_k=sk)))
+            del kp, vp
+        del q, k, v, out
         qt = kt = vt = cudnn = None
 
 if "mla_prefill" in cases:

@@ -259,7 +259,9 @@ fj_attn_decode(
     auto pages_of = [&](int n0) {
 #pragma unroll
         for (int c = 0; c < CPT; c++) {
-            const int key = I_MIN(n0 + (tid + c * THREADS) % BN, hi), i = key / P.page_size;
+            /* (a split with no keys has hi -1: key 0 then, as div_by takes no negatives) */
+            const int key = I_MAX(I_MIN(n0 + (tid + c * THREADS) % BN, hi), 0);
+            const int i = div_by(page_div, key);
             row_page[c] = PAGE_NUMBER(i);
             row_within[c] = key - i * P.page_size;
         }
@@ -304,7 +306,8 @@ fj_attn_decode(
     static_assert(32 % CK == 0 && BN / 4 <= 32, "attn_decode_mma: a lane's row of a warp's");
     int row_page = 0, row_within = 0;
     auto pages_of = [&](int n0) {
-        const int key = n0 + warp * RPW + lane / RPT + (lane % RPT) * RSTEP, i = key / P.page_size;
+        const int key = n0 + warp * RPW + lane / RPT + (lane % RPT) * RSTEP;
+        const int i = div_by(page_div, key);
         row_page = lane < BN / 4 && key <= hi ? PAGE_NUMBER(i) : 0;
         row_within = key - i * P.page_size;
     };
@@ -389,7 +392,7 @@ fj_attn_decode(
     ** latency off the copies' path); the copying lanes take its page by shuffles. */
     int row_page = 0, row_within = 0;
     auto pages_of = [&](int n0) {
-        const int key = n0 + warp + lane * WARPS, i = key / P.page_size;
+        const int key = n0 + warp + lane * WARPS, i = div_by(page_div, key);
         row_page = lane < RPW && key <= hi ? PAGE_NUMBER(i) : 0;
         row_within = key - i * P.page_size;
     };

@@ -102,7 +102,7 @@ fj_attn_decode(
     ** pair of tiles ahead is waited for only where the copy needs it. */
     auto page_entry = [&](int tile) {
 % if paged then
-        return tile < ntiles ? LDG(pages + (lo + tile * BN) / P.page_size) : 0;
+        return tile < ntiles ? LDG(pages + div_by(page_div, lo + tile * BN)) : 0;
 % else
         return tile < ntiles ? batch : 0;
 % end
@@ -114,7 +114,7 @@ fj_attn_decode(
     auto copy_panels = [&](int tile, int page, int p0, int p1) {
         const int s = tile % 2;
 % if paged then
-        const int row = (lo + tile * BN) % P.page_size;
+        const int row = mod_by(page_div, lo + tile * BN);
 % else
         const int row = lo + tile * BN;
 % end

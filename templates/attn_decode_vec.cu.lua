@@ -141,7 +141,7 @@ fj_attn_decode(
     auto pages_of = [&](int base) {
 #pragma unroll
         for (int u = 0; u < UNROLL; u++) {
-            const int key = base + mine + u * GROUPS, i = key / P.page_size;
+            const int key = base + mine + u * GROUPS, i = div_by(page_div, key);
             pg[u] = key <= hi ? PAGE_NUMBER(i) : 0;
             pr[u] = key - i * P.page_size;
         }

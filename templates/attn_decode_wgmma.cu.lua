@@ -127,14 +127,15 @@ static_assert(BARS_AT + 16 * STAGES + 8 + 1023 == ${shared_bytes},
 %   if paged then
             /* Its page is looked up a tile ahead: the table's latency off the copies' path. */
             auto page_of = [&](int tile) {
-                return lane == 0 && tile < ntiles ? PAGE_NUMBER((lo + tile * BN) / P.page_size) : 0;
+                return lane == 0 && tile < ntiles ? PAGE_NUMBER(div_by(page_div, lo + tile * BN))
+                                                  : 0;
             };
             int next_page = page_of(0);
 %   end
             for (int tile = 0; tile < ntiles; tile++) {
                 const int s = tile % STAGES;
 %   if paged then
-                const int page = next_page, row = (lo + tile * BN) % P.page_size;
+                const int page = next_page, row = mod_by(page_div, lo + tile * BN);
                 next_page = page_of(tile + 1);
 %   else
                 const int page = batch, row = lo + tile * BN;
@@ -173,7 +174,7 @@ static_assert(BARS_AT + 16 * STAGES + 8 + 1023 == ${shared_bytes},
             static_assert(BN / 4 <= 32, "attn_decode_wgmma: a lane for each row a warp copies");
             auto page_of_row = [&](int tile) {
                 const int key = lo + tile * BN + warp + 4 * lane;
-                return lane < BN / 4 && key <= hi ? PAGE_NUMBER(key / P.page_size) : 0;
+                return lane < BN / 4 && key <= hi ? PAGE_NUMBER(div_by(page_div, key)) : 0;
             };
             int next_page = page_of_row(0);
 % end

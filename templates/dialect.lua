@@ -79,6 +79,33 @@ typedef unsigned int uint;
 % end
 #define I_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define I_MAX(a, b) ((a) > (b) ? (a) : (b))
+/* Division of ints in [0, 2^31) by a divisor fixed for the kernel (d >= 1: a page size) by a
+** multiply-high, an add and a shift, where `/` by a runtime int costs ~20 instructions: on a
+** copying thread's path that is time the whole block waits for. Granlund and Montgomery's
+** multiplier: l = ceil(log2 d), m = 2^32 (2^l - d) / d + 1; n / d = (mul_hi(n, m) + n) >> l,
+** which does not overflow for n < 2^31. divider_of once, then div_by / mod_by. */
+typedef struct {
+    uint d, mul, shift;
+} divider;
+INLINE divider divider_of(int d)
+{
+    divider v;
+    v.d = (uint)d;
+    v.shift = 0;
+    while ((1u << v.shift) < v.d)
+        v.shift++;
+    v.mul = (uint)((((I64)1 << 32) * (((I64)1 << v.shift) - (I64)d)) / d + 1);
+    return v;
+}
+INLINE int div_by(divider v, int n)
+{
+% if backend == "cuda" then
+    return (int)((__umulhi((uint)n, v.mul) + (uint)n) >> v.shift);
+% else
+    return (int)((mul_hi((uint)n, v.mul) + (uint)n) >> v.shift);
+% end
+}
+INLINE int mod_by(divider v, int n) { return n - div_by(v, n) * (int)v.d; }
 /* What mask and score expressions may call (plan/expr.h). Functions, not macros: a macro that
 ** repeats its argument makes nested calls (abs(abs(...))) grow exponentially when the compiler
 ** expands them. Integer arithmetic is int32 that wraps, computed on uint (C leaves signed overflow

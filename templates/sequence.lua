@@ -33,7 +33,10 @@
 % -- paged, PAGE_NUMBER(i) of the sequence's page i);
 % -- decode_sequence() goes after `batch` and head_kv are declared, and moves q, k and v to the
 % -- sequence (and kv head), declaring q_first and seqlen_q / seqlen_k (packed and paged: the
-% -- queries packed through cu_seqlens_q, the keys in pages, seqused_k of them);
+% -- queries packed through cu_seqlens_q, the keys in pages, seqused_k of them; paged, also
+% -- `pages`, the sequence's row of the table, and page_div, dialect.lua's divider by the page
+% -- size, which key_row uses and the kernels' own page lookups should: keys are never
+% -- negative there);
 % -- decode_split_keys(per_tile, full_band), after it and `split`, declares shift and the keys
 % -- [lo, hi] the split's rows may see (row_band: the block's rows'), and with full_band the keys
 % -- [full_lo, full_hi] that every one of those rows sees (decode_scores masks only tiles that
@@ -56,8 +59,8 @@
 % page_number()
 /* Key `key`, on page number `page` (PAGE_NUMBER of its page), as key_row. */
 #define page_row(page, key, s_page, s_row)                                                     \
-    ((I64)(page) * (s_page) + (I64)((key) % P.page_size) * (s_row))
-#define key_row(key, s_page, s_row) page_row(PAGE_NUMBER((key) / P.page_size), key, s_page, s_row)
+    ((I64)(page) * (s_page) + (I64)mod_by(page_div, key) * (s_row))
+#define key_row(key, s_page, s_row) page_row(PAGE_NUMBER(div_by(page_div, key)), key, s_page, s_row)
 % else
 #define key_row(key, s_batch, s_row) ((I64)(key) * (s_row))
 % end
@@ -102,6 +105,7 @@
     /* The sequence's keys: seqused_k of them (clamped), in the pages its table row lists. */
     const int seqlen_k = I_MIN(I_MAX(LDG(seqused_k + batch), 0), max_seqlen_k);
     GLOBAL const int *pages = GPTR(const int, P.page_table) + batch * P.pt_sb;
+    const divider page_div = divider_of(P.page_size); /* key / page size, without `/` */
     q += batch * q_sb;
     k += head_kv * k_sh;
     v += head_kv * v_sh;
