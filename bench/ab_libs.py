@@ -79,6 +79,11 @@ contexts = [make_context(lib, env) for lib, env in zip(libs, envs)]
 results = []
 
 
+def fmt(x):
+    """A figure in six columns: TFLOP/s to a tenth, TB/s (below 10) to a thousandth."""
+    return f"{x:6.1f}" if x >= 10 else f"{x:6.3f}"
+
+
 def time_ms(fn):
     return sustained_ms(fn, warm_s=args.warm, windows=args.windows)
 
@@ -107,11 +112,11 @@ def ab(label, flop, make_call, peer=None):
     spread = (max(t[0]) - min(t[0])) / mean[0]
     line = f"{label:<34}"
     for i in range(n):
-        line += f" {names[i]} " + " ".join(f"{x:6.1f}" for x in t[i])
+        line += f" {names[i]} " + " ".join(fmt(x) for x in t[i])
     line += "  " + " ".join(f"{names[i]}/{names[0]} {mean[i] / mean[0]:.3f}" for i in range(1, n))
     line += f"  spread {spread:.3f}"
     if ref:
-        line += f"  cuDNN {ref:6.1f} ({mean[-1] / ref:.2f})"
+        line += f"  cuDNN {fmt(ref)} ({mean[-1] / ref:.2f})"
     print(line + f"  maxdiff {diff:.1e}", flush=True)
     results.append(dict(case=label, times=[t[i] for i in range(n)],
                         ratios=[mean[i] / mean[0] for i in range(n)], spread=spread, cudnn=ref,
