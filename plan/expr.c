@@ -380,6 +380,8 @@ static void emit(const fj__expr *e, int i, int as_float, out *o)
 {
     const node *n = &e->nodes[i];
     char tmp[64];
+    if (o->overflow) /* too long already: the rest would be dropped */
+        return;
     if (as_float && !n->is_float) {
         put(o, "((float)");
         emit(e, i, 0, o);
@@ -512,10 +514,14 @@ static void emit_product_rule(const fj__expr *e, const node *n, char sign, out *
 }
 
 /* Emits d(node i)/ds for a node that varies, in the kernels' float arithmetic: the chain rule
-** over the parse tree, terms that do not vary left out. Values are emitted as emit() does. */
+** over the parse tree, terms that do not vary left out. Values are emitted as emit() does. Each
+** node's derivative is emitted once per use of the node (never twice, as `x >= 0 ? x' : -x'`
+** would: that doubles the text at every level of nesting, 2^depth in time and length). */
 static void emit_grad(const fj__expr *e, int i, out *o)
 {
     const node *n = &e->nodes[i];
+    if (o->overflow)
+        return;
     switch (n->kind) {
     case N_VAR: put(o, "1.0f"); break;
     case N_NEG:
@@ -574,11 +580,10 @@ static void emit_grad(const fj__expr *e, int i, out *o)
             put(o, " : ");
             emit_grad_or_zero(e, n->b, o);
             break;
-        case F_ABS:
+        case F_ABS: /* the sign of the operand (+1 at 0) times its derivative */
+            put(o, "(");
             emit(e, n->a, 1, o);
-            put(o, " >= 0.0f ? ");
-            emit_grad(e, n->a, o);
-            put(o, " : -");
+            put(o, " >= 0.0f ? 1.0f : -1.0f) * ");
             emit_grad(e, n->a, o);
             break;
         case F_EXP:

@@ -275,6 +275,35 @@ static void test_score_mod_derivatives(void **state)
     fj__expr_free(mask);
 }
 
+/* Nested functions differentiate in time and text linear in the nesting per level's value:
+** abs's derivative names its operand's once (its sign times it), so 40 levels fit the
+** derivative's text and 90 levels are refused as too long at once (each level twice over, as
+** `x >= 0 ? x' : -x'` was, took 2^depth: found by fuzz_expr). */
+static void test_nested_derivatives_stay_linear(void **state)
+{
+    (void)state;
+    for (int depth = 40; depth <= 90; depth += 50) {
+        char text[2048] = "";
+        for (int i = 0; i < depth; i++)
+            strcat(text, "abs(");
+        strcat(text, "s - 0.5");
+        for (int i = 0; i < depth; i++)
+            strcat(text, ")");
+        fj__expr *e = NULL;
+        fj__err err = {{0}};
+        assert_int_equal(fj__expr_parse("score_mod", text, 1, &e, &err), FJ_OK);
+        if (depth == 40)
+            assert_non_null(fj__expr_grad_text(e));
+        else
+            assert_null(fj__expr_grad_text(e)); /* too long to differentiate in a kernel */
+        fj__expr_env env = {.s = -1.5, .exact = 1};
+        assert_true(fj__expr_eval_grad(e, &env) == -1.0); /* below 0.5: the innermost sign */
+        env.s = 1.0;
+        assert_true(fj__expr_eval_grad(e, &env) == 1.0);
+        fj__expr_free(e);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -285,6 +314,7 @@ int main(void)
         cmocka_unit_test(test_long_expressions_are_bounded),
         cmocka_unit_test(test_long_expressions_key_whole),
         cmocka_unit_test(test_score_mod_derivatives),
+        cmocka_unit_test(test_nested_derivatives_stay_linear),
     };
     return cmocka_run_group_tests_name("expr", tests, NULL, NULL);
 }
