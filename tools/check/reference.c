@@ -1,11 +1,14 @@
 /* The float64 reference attention, the plain low-precision one, and host dtype conversions. */
+#define _POSIX_C_SOURCE 200809L
 #include "reference.h"
 
 #include "../../plan/expr.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static uint32_t f32_bits(float x)
 {
@@ -267,102 +270,181 @@ static double score_transform(const fjr_problem *p, int64_t b, int64_t h, int64_
     return p->score_mod ? fj__score_mod_saturate(eval_mod(p, p->score_mod, b, h, i, j, s)) : s;
 }
 
-void fjr_attention(const fjr_problem *p, const double *q, const double *k, const double *v,
-                   double *out, double *lse)
+/* ---- rows on the machine's cores ------------------------------------------------------------ */
+/* fn(ctx, lo, hi) over rows [0, n) in contiguous parts, one a thread, on up to the machine's
+** cores where n rows of `cost` operations each pay for threads (a long check's reference is
+** minutes on one core). Each row's result must not depend on which part holds it, so the
+** figures are the same on any number of threads. */
+typedef void (*rows_fn)(void *ctx, int64_t lo, int64_t hi);
+typedef struct rows_part {
+    rows_fn fn;
+    void *ctx;
+    int64_t lo, hi;
+} rows_part;
+
+static void *run_part(void *arg)
 {
+    const rows_part *r = arg;
+    r->fn(r->ctx, r->lo, r->hi);
+    return NULL;
+}
+
+#define MAX_REFERENCE_THREADS 64
+#define OPS_PER_THREAD 50000000.0 /* below this much work a part, fewer threads */
+static void over_rows(int64_t n, double cost, rows_fn fn, void *ctx)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int64_t parts = cpus > 1 ? (cpus < MAX_REFERENCE_THREADS ? cpus : MAX_REFERENCE_THREADS) : 1;
+    const double by_work = (double)n * cost / OPS_PER_THREAD;
+    if ((double)parts > by_work)
+        parts = by_work < 1 ? 1 : (int64_t)by_work;
+    if (parts > n)
+        parts = n < 1 ? 1 : n;
+    rows_part part[MAX_REFERENCE_THREADS];
+    pthread_t thread[MAX_REFERENCE_THREADS];
+    int started[MAX_REFERENCE_THREADS] = {0};
+    for (int64_t t = 0; t < parts; t++) {
+        part[t] = (rows_part){.fn = fn, .ctx = ctx, .lo = n * t / parts, .hi = n * (t + 1) / parts};
+        if (t > 0) /* part 0 runs on this thread, as does any part whose thread did not start */
+            started[t] = pthread_create(&thread[t], NULL, run_part, &part[t]) == 0;
+    }
+    run_part(&part[0]);
+    for (int64_t t = 1; t < parts; t++)
+        if (started[t])
+            pthread_join(thread[t], NULL);
+        else
+            run_part(&part[t]);
+}
+
+/* The forward references' arguments, for over_rows (a row: one (b, h, i), i fastest). */
+typedef struct forward_rows {
+    const fjr_problem *p;
+    fj_dtype dtype; /* _lowp's */
+    const void *q, *k, *v;
+    void *out;
+    double *lse;
+} forward_rows;
+
+static double forward_cost(const fjr_problem *p)
+{
+    return (double)p->seqlen_k * (double)(p->head_dim + p->head_dim_v + 8);
+}
+
+static void attention_rows(void *ctx, int64_t lo, int64_t hi)
+{
+    const forward_rows *f = ctx;
+    const fjr_problem *p = f->p;
+    const double *q = f->q, *k = f->k, *v = f->v;
+    double *out = f->out, *lse = f->lse;
     const int64_t d = p->head_dim, dv = p->head_dim_v, group = p->heads_q / p->heads_kv;
     double *s = malloc((size_t)p->seqlen_k * sizeof *s);
     if (!s)
         abort();
-    for (int64_t b = 0; b < p->batch; b++)
-        for (int64_t h = 0; h < p->heads_q; h++)
-            for (int64_t i = 0; i < p->seqlen_q; i++) {
-                const double *qi = q + ((b * p->seqlen_q + i) * p->heads_q + h) * d;
-                double *oi = out + ((b * p->seqlen_q + i) * p->heads_q + h) * dv;
-                double m = -INFINITY;
-                for (int64_t j = 0; j < p->seqlen_k; j++) {
-                    s[j] = -INFINITY;
-                    if (!fjr_visible(p, b, h, i, j))
-                        continue;
-                    const double *kj = k + ((b * p->seqlen_k + j) * p->heads_kv + h / group) * d;
-                    double dot = 0;
-                    for (int64_t c = 0; c < d; c++)
-                        dot += qi[c] * kj[c];
-                    s[j] = score_transform(p, b, h, i, j, dot);
-                    m = fmax(m, s[j]);
-                }
-                double sum = 0;
+    for (int64_t row = lo; row < hi; row++) {
+        const int64_t i = row % p->seqlen_q, h = row / p->seqlen_q % p->heads_q;
+        const int64_t b = row / p->seqlen_q / p->heads_q;
+        const double *qi = q + ((b * p->seqlen_q + i) * p->heads_q + h) * d;
+        double *oi = out + ((b * p->seqlen_q + i) * p->heads_q + h) * dv;
+        double m = -INFINITY;
+        for (int64_t j = 0; j < p->seqlen_k; j++) {
+            s[j] = -INFINITY;
+            if (!fjr_visible(p, b, h, i, j))
+                continue;
+            const double *kj = k + ((b * p->seqlen_k + j) * p->heads_kv + h / group) * d;
+            double dot = 0;
+            for (int64_t c = 0; c < d; c++)
+                dot += qi[c] * kj[c];
+            s[j] = score_transform(p, b, h, i, j, dot);
+            m = fmax(m, s[j]);
+        }
+        double sum = 0;
+        for (int64_t c = 0; c < dv; c++)
+            oi[c] = 0;
+        if (m > -INFINITY)
+            for (int64_t j = 0; j < p->seqlen_k; j++) {
+                if (s[j] == -INFINITY)
+                    continue;
+                double e = exp(s[j] - m);
+                sum += e;
+                const double *vj = v + ((b * p->seqlen_k + j) * p->heads_kv + h / group) * dv;
                 for (int64_t c = 0; c < dv; c++)
-                    oi[c] = 0;
-                if (m > -INFINITY)
-                    for (int64_t j = 0; j < p->seqlen_k; j++) {
-                        if (s[j] == -INFINITY)
-                            continue;
-                        double e = exp(s[j] - m);
-                        sum += e;
-                        const double *vj =
-                            v + ((b * p->seqlen_k + j) * p->heads_kv + h / group) * dv;
-                        for (int64_t c = 0; c < dv; c++)
-                            oi[c] += e * vj[c];
-                    }
-                for (int64_t c = 0; c < dv && sum > 0; c++)
-                    oi[c] /= sum;
-                if (lse)
-                    lse[(b * p->heads_q + h) * p->seqlen_q + i] =
-                        sum > 0 ? m + log(sum) : -INFINITY;
+                    oi[c] += e * vj[c];
             }
+        for (int64_t c = 0; c < dv && sum > 0; c++)
+            oi[c] /= sum;
+        if (lse)
+            lse[(b * p->heads_q + h) * p->seqlen_q + i] = sum > 0 ? m + log(sum) : -INFINITY;
+    }
     free(s);
 }
 
-void fjr_attention_lowp(const fjr_problem *p, fj_dtype dtype, const float *q, const float *k,
-                        const float *v, float *out)
+void fjr_attention(const fjr_problem *p, const double *q, const double *k, const double *v,
+                   double *out, double *lse)
 {
+    forward_rows f = {.p = p, .q = q, .k = k, .v = v, .out = out, .lse = lse};
+    over_rows(p->batch * p->heads_q * p->seqlen_q, forward_cost(p), attention_rows, &f);
+}
+
+static void attention_lowp_rows(void *ctx, int64_t lo, int64_t hi)
+{
+    const forward_rows *f = ctx;
+    const fjr_problem *p = f->p;
+    const fj_dtype dtype = f->dtype;
+    const float *q = f->q, *k = f->k, *v = f->v;
+    float *out = f->out;
     const int64_t d = p->head_dim, dv = p->head_dim_v, group = p->heads_q / p->heads_kv;
     float *s = malloc((size_t)p->seqlen_k * sizeof *s);
     float *acc = malloc((size_t)dv * sizeof *acc);
     if (!s || !acc)
         abort();
-    for (int64_t b = 0; b < p->batch; b++)
-        for (int64_t h = 0; h < p->heads_q; h++)
-            for (int64_t i = 0; i < p->seqlen_q; i++) {
-                const float *qi = q + ((b * p->seqlen_q + i) * p->heads_q + h) * d;
-                float *oi = out + ((b * p->seqlen_q + i) * p->heads_q + h) * dv;
-                float m = -INFINITY;
-                for (int64_t j = 0; j < p->seqlen_k; j++) {
-                    s[j] = -INFINITY;
-                    if (!fjr_visible(p, b, h, i, j))
-                        continue;
-                    const float *kj = k + ((b * p->seqlen_k + j) * p->heads_kv + h / group) * d;
-                    float dot = 0;
-                    for (int64_t c = 0; c < d; c++)
-                        dot += qi[c] * kj[c];
-                    float x = dot * (float)p->scale;
-                    if (p->softcap > 0)
-                        x = (float)p->softcap * tanhf(x / (float)p->softcap);
-                    x += (float)score_terms(p, b, h, i, j);
-                    if (p->score_mod)
-                        x = (float)fj__score_mod_saturate(eval_mod(p, p->score_mod, b, h, i, j, x));
-                    s[j] = x;
-                    m = fmaxf(m, x);
-                }
-                float sum = 0;
-                for (int64_t j = 0; j < p->seqlen_k && m > -INFINITY; j++)
-                    sum += s[j] == -INFINITY ? 0.0f : expf(s[j] - m);
-                for (int64_t c = 0; c < dv; c++)
-                    acc[c] = 0;
-                for (int64_t j = 0; j < p->seqlen_k && sum > 0; j++) {
-                    if (s[j] == -INFINITY)
-                        continue;
-                    float pj = fjr_round(dtype, expf(s[j] - m) / sum);
-                    const float *vj = v + ((b * p->seqlen_k + j) * p->heads_kv + h / group) * dv;
-                    for (int64_t c = 0; c < dv; c++)
-                        acc[c] += pj * vj[c];
-                }
-                for (int64_t c = 0; c < dv; c++)
-                    oi[c] = fjr_round(fjr_out_dtype(dtype), acc[c]);
-            }
+    for (int64_t row = lo; row < hi; row++) {
+        const int64_t i = row % p->seqlen_q, h = row / p->seqlen_q % p->heads_q;
+        const int64_t b = row / p->seqlen_q / p->heads_q;
+        const float *qi = q + ((b * p->seqlen_q + i) * p->heads_q + h) * d;
+        float *oi = out + ((b * p->seqlen_q + i) * p->heads_q + h) * dv;
+        float m = -INFINITY;
+        for (int64_t j = 0; j < p->seqlen_k; j++) {
+            s[j] = -INFINITY;
+            if (!fjr_visible(p, b, h, i, j))
+                continue;
+            const float *kj = k + ((b * p->seqlen_k + j) * p->heads_kv + h / group) * d;
+            float dot = 0;
+            for (int64_t c = 0; c < d; c++)
+                dot += qi[c] * kj[c];
+            float x = dot * (float)p->scale;
+            if (p->softcap > 0)
+                x = (float)p->softcap * tanhf(x / (float)p->softcap);
+            x += (float)score_terms(p, b, h, i, j);
+            if (p->score_mod)
+                x = (float)fj__score_mod_saturate(eval_mod(p, p->score_mod, b, h, i, j, x));
+            s[j] = x;
+            m = fmaxf(m, x);
+        }
+        float sum = 0;
+        for (int64_t j = 0; j < p->seqlen_k && m > -INFINITY; j++)
+            sum += s[j] == -INFINITY ? 0.0f : expf(s[j] - m);
+        for (int64_t c = 0; c < dv; c++)
+            acc[c] = 0;
+        for (int64_t j = 0; j < p->seqlen_k && sum > 0; j++) {
+            if (s[j] == -INFINITY)
+                continue;
+            float pj = fjr_round(dtype, expf(s[j] - m) / sum);
+            const float *vj = v + ((b * p->seqlen_k + j) * p->heads_kv + h / group) * dv;
+            for (int64_t c = 0; c < dv; c++)
+                acc[c] += pj * vj[c];
+        }
+        for (int64_t c = 0; c < dv; c++)
+            oi[c] = fjr_round(fjr_out_dtype(dtype), acc[c]);
+    }
     free(s);
     free(acc);
+}
+
+void fjr_attention_lowp(const fjr_problem *p, fj_dtype dtype, const float *q, const float *k,
+                        const float *v, float *out)
+{
+    forward_rows f = {.p = p, .dtype = dtype, .q = q, .k = k, .v = v, .out = out};
+    over_rows(p->batch * p->heads_q * p->seqlen_q, forward_cost(p), attention_lowp_rows, &f);
 }
 
 /* One backward for T = double or float; lowp rounds P, dS and the results to dtype. MAG is
