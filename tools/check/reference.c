@@ -273,8 +273,8 @@ static double score_transform(const fjr_problem *p, int64_t b, int64_t h, int64_
 /* ---- rows on the machine's cores ------------------------------------------------------------ */
 /* fn(ctx, lo, hi) over rows [0, n) in contiguous parts, one a thread, on up to the machine's
 ** cores where n rows of `cost` operations each pay for threads (a long check's reference is
-** minutes on one core). Each row's result must not depend on which part holds it, so the
-** figures are the same on any number of threads. */
+** minutes on one core; cost 0: one thread, in order). Each row's result must not depend on
+** which part holds it, so the figures are the same on any number of threads. */
 typedef void (*rows_fn)(void *ctx, int64_t lo, int64_t hi);
 typedef struct rows_part {
     rows_fn fn;
@@ -447,10 +447,12 @@ void fjr_attention_lowp(const fjr_problem *p, fj_dtype dtype, const float *q, co
     over_rows(p->batch * p->heads_q * p->seqlen_q, forward_cost(p), attention_lowp_rows, &f);
 }
 
-/* One backward for T = double or float; lowp rounds P, dS and the results to dtype. MAG is
-** applied to every factor of the gradients' terms: FJR_SAME for the gradients, fabs for their
-** magnitudes (dS = P (|dP| + |D|) with |dP| and |D| sums of magnitudes, and so on), the scale of
-** the rounding errors that a float implementation makes, cancellation in dP - D included. */
+/* One backward for T = double or float over the (batch, kv head) pairs [lo, hi) (a pair's
+** rows, and their contributions to its dK and dV, in the order of a single pass: b, h, i); lowp
+** rounds P, dS and the results to dtype. MAG is applied to every factor of the gradients' terms:
+** FJR_SAME for the gradients, fabs for their magnitudes (dS = P (|dP| + |D|) with |dP| and |D|
+** sums of magnitudes, and so on), the scale of the rounding errors that a float implementation
+** makes, cancellation in dP - D included. The gradients start zeroed (backward_over_pairs). */
 #define FJR_SAME(x) (x)
 #define FJR_BACKWARD(T, EXP, TANH, ROUND, MAG)                                                     \
     const int64_t d = p->head_dim, dvd = p->head_dim_v, group = p->heads_q / p->heads_kv;          \
@@ -459,14 +461,9 @@ void fjr_attention_lowp(const fjr_problem *p, fj_dtype dtype, const float *q, co
     T *o = malloc((size_t)dvd * sizeof *o), *g = malloc((size_t)sk * sizeof *g);                   \
     if (!s || !u || !o || !g)                                                                      \
         abort();                                                                                   \
-    const size_t nq = (size_t)(p->batch * p->seqlen_q * p->heads_q * d);                           \
-    const size_t nk = (size_t)(p->batch * sk * p->heads_kv * d);                                   \
-    const size_t nv = (size_t)(p->batch * sk * p->heads_kv * dvd);                                 \
-    memset(dq, 0, nq * sizeof *dq);                                                                \
-    memset(dk, 0, nk * sizeof *dk);                                                                \
-    memset(dv, 0, nv * sizeof *dv);                                                                \
-    for (int64_t b = 0; b < p->batch; b++)                                                         \
-        for (int64_t h = 0; h < p->heads_q; h++)                                                   \
+    for (int64_t pair = lo; pair < hi; pair++)                                                     \
+        for (int64_t b = pair / p->heads_kv, h = pair % p->heads_kv * group;                       \
+             h < (pair % p->heads_kv + 1) * group; h++)                                            \
             for (int64_t i = 0; i < p->seqlen_q; i++) {                                            \
                 const int64_t hk = h / group;                                                      \
                 const T *qi = q + ((b * p->seqlen_q + i) * p->heads_q + h) * d;                    \
@@ -543,27 +540,71 @@ static double keep_double(double x)
     return x;
 }
 
+/* The backward references' arguments, for over_rows (a row: one (batch, kv head) pair). */
+typedef struct backward_pairs {
+    const fjr_problem *p;
+    fj_dtype dtype; /* _lowp's */
+    const void *q, *k, *v, *dout;
+    void *dq, *dk, *dv;
+} backward_pairs;
+
+#define BACKWARD_PART(name, T, EXP, TANH, ROUND, MAG)                                              \
+    static void name(void *ctx, int64_t lo, int64_t hi)                                           \
+    {                                                                                              \
+        const backward_pairs *a = ctx;                                                             \
+        const fjr_problem *p = a->p;                                                               \
+        const fj_dtype dtype = a->dtype;                                                           \
+        const T *q = a->q, *k = a->k, *v = a->v, *dout = a->dout;                                  \
+        T *dq = a->dq, *dk = a->dk, *dv = a->dv;                                                   \
+        (void)dtype;                                                                               \
+        FJR_BACKWARD(T, EXP, TANH, ROUND, MAG);                                                    \
+    }
+#define ROUND_DT(x) fjr_round(dtype, (x))
+BACKWARD_PART(backward_part, double, exp, tanh, keep_double, FJR_SAME)
+BACKWARD_PART(backward_magnitude_part, double, exp, tanh, keep_double, fabs)
+BACKWARD_PART(backward_lowp_part, float, expf, tanhf, ROUND_DT, FJR_SAME)
+#undef ROUND_DT
+
+/* The gradients zeroed, then part(pairs) on the machine's cores: (batch, kv head) pairs write
+** disjoint rows of dQ, dK and dV, and the bias's gradient where no stride of it sums over
+** batches or heads (else one thread, in the single pass's order). */
+static void backward_over_pairs(const backward_pairs *a, size_t elem, rows_fn part)
+{
+    const fjr_problem *p = a->p;
+    memset(a->dq, 0, (size_t)(p->batch * p->seqlen_q * p->heads_q * p->head_dim) * elem);
+    memset(a->dk, 0, (size_t)(p->batch * p->seqlen_k * p->heads_kv * p->head_dim) * elem);
+    memset(a->dv, 0, (size_t)(p->batch * p->seqlen_k * p->heads_kv * p->head_dim_v) * elem);
+    const int shared = p->dbias && (p->dbias_stride[0] == 0 || p->dbias_stride[1] == 0);
+    const double cost = (double)(p->heads_q / p->heads_kv) * (double)p->seqlen_q *
+                        (double)p->seqlen_k * (double)(3 * p->head_dim + 3 * p->head_dim_v);
+    over_rows(p->batch * p->heads_kv, shared ? 0 : cost, part, (void *)a);
+}
+
 void fjr_attention_backward(const fjr_problem *p, const double *q, const double *k,
                             const double *v, const double *dout, double *dq, double *dk,
                             double *dv)
 {
-    FJR_BACKWARD(double, exp, tanh, keep_double, FJR_SAME);
+    const backward_pairs a = {.p = p, .q = q, .k = k, .v = v, .dout = dout, .dq = dq, .dk = dk,
+                              .dv = dv};
+    backward_over_pairs(&a, sizeof *dq, backward_part);
 }
 
 void fjr_attention_backward_magnitude(const fjr_problem *p, const double *q, const double *k,
                                       const double *v, const double *dout, double *dq,
                                       double *dk, double *dv)
 {
-    FJR_BACKWARD(double, exp, tanh, keep_double, fabs);
+    const backward_pairs a = {.p = p, .q = q, .k = k, .v = v, .dout = dout, .dq = dq, .dk = dk,
+                              .dv = dv};
+    backward_over_pairs(&a, sizeof *dq, backward_magnitude_part);
 }
 
 void fjr_attention_backward_lowp(const fjr_problem *p, fj_dtype dtype, const float *q,
                                  const float *k, const float *v, const float *dout, float *dq,
                                  float *dk, float *dv)
 {
-#define ROUND_DT(x) fjr_round(dtype, (x))
-    FJR_BACKWARD(float, expf, tanhf, ROUND_DT, FJR_SAME);
-#undef ROUND_DT
+    const backward_pairs a = {.p = p, .dtype = dtype, .q = q, .k = k, .v = v, .dout = dout,
+                              .dq = dq, .dk = dk, .dv = dv};
+    backward_over_pairs(&a, sizeof *dq, backward_lowp_part);
     const size_t n[3] = {(size_t)(p->batch * p->seqlen_q * p->heads_q * p->head_dim),
                          (size_t)(p->batch * p->seqlen_k * p->heads_kv * p->head_dim),
                          (size_t)(p->batch * p->seqlen_k * p->heads_kv * p->head_dim_v)};
