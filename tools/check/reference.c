@@ -275,10 +275,10 @@ static double score_transform(const fjr_problem *p, int64_t b, int64_t h, int64_
 ** cores where n rows of `cost` operations each pay for threads (a long check's reference is
 ** minutes on one core; cost 0: one thread, in order). Each row's result must not depend on
 ** which part holds it, so the figures are the same on any number of threads. */
-typedef void (*rows_fn)(void *ctx, int64_t lo, int64_t hi);
+typedef void (*rows_fn)(const void *ctx, int64_t lo, int64_t hi);
 typedef struct rows_part {
     rows_fn fn;
-    void *ctx;
+    const void *ctx;
     int64_t lo, hi;
 } rows_part;
 
@@ -291,7 +291,7 @@ static void *run_part(void *arg)
 
 #define MAX_REFERENCE_THREADS 64
 #define OPS_PER_THREAD 50000000.0 /* below this much work a part, fewer threads */
-static void over_rows(int64_t n, double cost, rows_fn fn, void *ctx)
+static void over_rows(int64_t n, double cost, rows_fn fn, const void *ctx)
 {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     int64_t parts = cpus > 1 ? (cpus < MAX_REFERENCE_THREADS ? cpus : MAX_REFERENCE_THREADS) : 1;
@@ -330,7 +330,7 @@ static double forward_cost(const fjr_problem *p)
     return (double)p->seqlen_k * (double)(p->head_dim + p->head_dim_v + 8);
 }
 
-static void attention_rows(void *ctx, int64_t lo, int64_t hi)
+static void attention_rows(const void *ctx, int64_t lo, int64_t hi)
 {
     const forward_rows *f = ctx;
     const fjr_problem *p = f->p;
@@ -385,7 +385,7 @@ void fjr_attention(const fjr_problem *p, const double *q, const double *k, const
     over_rows(p->batch * p->heads_q * p->seqlen_q, forward_cost(p), attention_rows, &f);
 }
 
-static void attention_lowp_rows(void *ctx, int64_t lo, int64_t hi)
+static void attention_lowp_rows(const void *ctx, int64_t lo, int64_t hi)
 {
     const forward_rows *f = ctx;
     const fjr_problem *p = f->p;
@@ -447,14 +447,31 @@ void fjr_attention_lowp(const fjr_problem *p, fj_dtype dtype, const float *q, co
     over_rows(p->batch * p->heads_q * p->seqlen_q, forward_cost(p), attention_lowp_rows, &f);
 }
 
-/* One backward for T = double or float over the (batch, kv head) pairs [lo, hi) (a pair's
-** rows, and their contributions to its dK and dV, in the order of a single pass: b, h, i); lowp
-** rounds P, dS and the results to dtype. MAG is applied to every factor of the gradients' terms:
-** FJR_SAME for the gradients, fabs for their magnitudes (dS = P (|dP| + |D|) with |dP| and |D|
-** sums of magnitudes, and so on), the scale of the rounding errors that a float implementation
-** makes, cancellation in dP - D included. The gradients start zeroed (backward_over_pairs). */
+/* The backward references' arguments, for over_rows (a row: one (batch, kv head) pair). */
+typedef struct backward_pairs {
+    const fjr_problem *p;
+    fj_dtype dtype; /* _lowp's */
+    const void *q, *k, *v, *dout;
+    void *dq, *dk, *dv;
+} backward_pairs;
+
+/* FJR_BACKWARD(name, ...) defines name(ctx, lo, hi), a rows_fn: the backward for T = double or
+** float over the (batch, kv head) pairs [lo, hi) of backward_pairs ctx (a pair's rows, and
+** their contributions to its dK and dV, in the order of a single pass: b, h, i); lowp rounds P,
+** dS and the results to dtype. MAG is applied to every factor of the gradients' terms: FJR_SAME
+** for the gradients, fabs for their magnitudes (dS = P (|dP| + |D|) with |dP| and |D| sums of
+** magnitudes, and so on), the scale of the rounding errors that a float implementation makes,
+** cancellation in dP - D included. The gradients start zeroed (backward_over_pairs). */
 #define FJR_SAME(x) (x)
-#define FJR_BACKWARD(T, EXP, TANH, ROUND, MAG)                                                     \
+#define FJR_BACKWARD(name, T, EXP, TANH, ROUND, MAG)                                               \
+static void name(const void *ctx, int64_t lo, int64_t hi)                                          \
+{                                                                                                  \
+    const backward_pairs *a = ctx;                                                                 \
+    const fjr_problem *p = a->p;                                                                   \
+    const fj_dtype dtype = a->dtype;                                                               \
+    const T *q = a->q, *k = a->k, *v = a->v, *dout = a->dout;                                      \
+    T *dq = a->dq, *dk = a->dk, *dv = a->dv;                                                       \
+    (void)dtype; /* (ROUND_DT's, in the float part) */                                             \
     const int64_t d = p->head_dim, dvd = p->head_dim_v, group = p->heads_q / p->heads_kv;          \
     const int64_t sk = p->seqlen_k;                                                                \
     T *s = malloc((size_t)sk * sizeof *s), *u = malloc((size_t)sk * sizeof *u);                    \
@@ -533,36 +550,18 @@ void fjr_attention_lowp(const fjr_problem *p, fj_dtype dtype, const float *q, co
     free(s);                                                                                       \
     free(u);                                                                                       \
     free(g);                                                                                       \
-    free(o)
+    free(o);                                                                                       \
+}
 
 static double keep_double(double x)
 {
     return x;
 }
 
-/* The backward references' arguments, for over_rows (a row: one (batch, kv head) pair). */
-typedef struct backward_pairs {
-    const fjr_problem *p;
-    fj_dtype dtype; /* _lowp's */
-    const void *q, *k, *v, *dout;
-    void *dq, *dk, *dv;
-} backward_pairs;
-
-#define BACKWARD_PART(name, T, EXP, TANH, ROUND, MAG)                                              \
-    static void name(void *ctx, int64_t lo, int64_t hi)                                           \
-    {                                                                                              \
-        const backward_pairs *a = ctx;                                                             \
-        const fjr_problem *p = a->p;                                                               \
-        const fj_dtype dtype = a->dtype;                                                           \
-        const T *q = a->q, *k = a->k, *v = a->v, *dout = a->dout;                                  \
-        T *dq = a->dq, *dk = a->dk, *dv = a->dv;                                                   \
-        (void)dtype;                                                                               \
-        FJR_BACKWARD(T, EXP, TANH, ROUND, MAG);                                                    \
-    }
 #define ROUND_DT(x) fjr_round(dtype, (x))
-BACKWARD_PART(backward_part, double, exp, tanh, keep_double, FJR_SAME)
-BACKWARD_PART(backward_magnitude_part, double, exp, tanh, keep_double, fabs)
-BACKWARD_PART(backward_lowp_part, float, expf, tanhf, ROUND_DT, FJR_SAME)
+FJR_BACKWARD(backward_part, double, exp, tanh, keep_double, FJR_SAME)
+FJR_BACKWARD(backward_magnitude_part, double, exp, tanh, keep_double, fabs)
+FJR_BACKWARD(backward_lowp_part, float, expf, tanhf, ROUND_DT, FJR_SAME)
 #undef ROUND_DT
 
 /* The gradients zeroed, then part(pairs) on the machine's cores: (batch, kv head) pairs write
@@ -577,7 +576,7 @@ static void backward_over_pairs(const backward_pairs *a, size_t elem, rows_fn pa
     const int shared = p->dbias && (p->dbias_stride[0] == 0 || p->dbias_stride[1] == 0);
     const double cost = (double)(p->heads_q / p->heads_kv) * (double)p->seqlen_q *
                         (double)p->seqlen_k * (double)(3 * p->head_dim + 3 * p->head_dim_v);
-    over_rows(p->batch * p->heads_kv, shared ? 0 : cost, part, (void *)a);
+    over_rows(p->batch * p->heads_kv, shared ? 0 : cost, part, a);
 }
 
 void fjr_attention_backward(const fjr_problem *p, const double *q, const double *k,
