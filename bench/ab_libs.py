@@ -1,14 +1,15 @@
 """A/B of builds of the library in one process: the forward grid, masks, packed sequences,
-decode (d 128 and MLA's 576 / 512, contiguous and paged), MLA's prefill and the backward (`bwd`:
-the grid's shapes, from one forward's out and lse; --deterministic for that mode),
-each case timed for every library in turn, forwards then backwards (A, B, ..., B, A), with the
-steady-state timing of bench/common.py, so that drift and noise show; cuDNN once per grid point
-as the reference of the same run. Before timing, the libraries' outputs are compared with the
-first's (a sanity check; the tests check numerics). One library alone gives its figures
-beside cuDNN's.
+decode (d 128 and MLA's 576 / 512, contiguous and paged), MLA's prefill, chunks of prefill
+against pages and the backward (`bwd`: the grid's shapes, from one forward's out and lse;
+--deterministic for that mode), each case timed for every library in turn, forwards then
+backwards (A, B, ..., B, A), with the steady-state timing of bench/common.py, so that drift and
+noise show; cuDNN once per grid point as the reference of the same run. Before timing, the
+libraries' outputs are compared with the first's (a sanity check; the tests check numerics).
+One library alone gives its figures beside cuDNN's.
 
 Usage: python3 bench/ab_libs.py --libs old/libflashjit.so,build/libflashjit.so
-       [--names main,new] [--cases grid,masks,varlen,decode,mla_prefill,bwd] [--d 64,128,256]
+       [--names main,new]
+       [--cases grid,masks,varlen,decode,mla_prefill,paged_prefill,bwd] [--d 64,128,256]
        [--s 512,...,16384]
        [--rounds 1] [--pages shuffled,ordered] [--envs ';FLASHJIT_BWD_CONFIG=stages=3']
        [--out DIR]
@@ -251,6 +252,30 @@ if "mla_prefill" in cases:
                2 * b * hq * s * s * (d + dv) / (2 if causal else 1),
                lambda ctx, c=causal: (lambda: ctx.forward(q, k, k[..., :dv], out=out, causal=c)))
         del q, k, out
+
+if "paged_prefill" in cases:
+    # Chunks of prefill against a paged cache (causal, bottom-right: the chunk's rows are the
+    # cache's last), GQA 32 / 8 at d 128, b 4 x 8k keys in shuffled pages of 8 to 128, and the
+    # same keys contiguous; on sm_90a Hopper's forward kernel. TFLOP/s count 4 * d per kept pair.
+    b, sk, hq, hkv, d = 4, 8192, 32, 8, 128
+    k, v = (torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    used = torch.full((b,), sk, device="cuda", dtype=torch.int32)
+    qs = {sq: torch.randn(b, sq, hq, d, device="cuda", dtype=torch.bfloat16) for sq in (512, 2048)}
+    for page in (0, 8, 16, 32, 64, 128):
+        if page:
+            perm = torch.randperm(b * (sk // page), device="cuda", dtype=torch.int32)
+            kp, vp, table = to_pages(k, page, perm), to_pages(v, page, perm), perm.view(b, -1)
+            paging = dict(page_table=table, seqused_k=used, max_seqlen_k=sk)
+        else:
+            kp, vp, paging = k, v, {}
+        for sq, q in qs.items():
+            out = torch.empty_like(q)
+            pairs = sq * (sk - sq) + sq * (sq + 1) // 2
+            ab(f"paged prefill {sq} x 8k page {page or 'none'}", 4 * d * b * hq * pairs,
+               lambda ctx, q=q, out=out, kp=kp, vp=vp, paging=paging: (lambda: ctx.forward(
+                   q, kp, vp, out=out, causal=True, **paging)))
+        del kp, vp
+    del k, v, qs
 
 if "bwd" in cases:
     for d in [int(x) for x in args.d.split(",")]:

@@ -315,16 +315,19 @@ struct KeyCopies {
     static constexpr int N = BN / PAGE_ROWS;
     int row, batch[N];
 
-    __device__ KeyCopies(const fj_fwd_tma_params &P, const WorkTile &wt, int nb)
-    {
 % if paged then
+    __device__ KeyCopies(const fj_fwd_tma_params &P, const WorkTile &wt, int nb,
+                         const divider &page_div /* by P.page_size */)
+    {
         const int *pages = P.page_table + (long long)wt.batch * P.pt_sb;
-        const int last_slot = P.fwd.seqlen_k / P.page_size - 1;
-        row = N == 1 ? nb * BN % P.page_size : 0;
+        const int last_slot = div_by(page_div, P.fwd.seqlen_k) - 1;
+        row = N == 1 ? mod_by(page_div, nb * BN) : 0;
 #pragma unroll
         for (int j = 0; j < N; j++)
-            batch[j] = PAGE_NUMBER(imin((nb * BN + j * PAGE_ROWS) / P.page_size, last_slot));
+            batch[j] = PAGE_NUMBER(imin(div_by(page_div, nb * BN + j * PAGE_ROWS), last_slot));
 % else
+    __device__ KeyCopies(const fj_fwd_tma_params &P, const WorkTile &wt, int nb)
+    {
         (void)P;
         row = wt.k_first + nb * BN;
         batch[0] = wt.tb;
@@ -459,6 +462,9 @@ __device__ __forceinline__ void produce(const fj_fwd_tma_params &P, const Smem &
     if constexpr (BIAS_TMA)
         tma_prefetch_map(&P.tm_bias);
     int it = 0, qn = 0; /* key tiles and Q tiles loaded so far */
+% if paged then
+    const divider page_div = divider_of(P.page_size); /* key / page size, without `/` */
+% end
     for (int w = blockIdx.x, n = 0;; n++) {
         if constexpr (DYNAMIC)
             sched.announce(ring, sm.slots, n, w);
@@ -483,7 +489,8 @@ __device__ __forceinline__ void produce(const fj_fwd_tma_params &P, const Smem &
                 qn++;
                 q_loaded = true;
             }
-            const KeyCopies kc(P, wt, nb); /* (page numbers read before the wait) */
+            /* (page numbers read before the wait) */
+            const KeyCopies kc(P, wt, nb${paged and ", page_div" or ""});
             const int s = slot(it);
             const u32 ph = phase(it++);
             mbar_wait(ring(K_EMPTY, s), ph ^ 1);
