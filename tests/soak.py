@@ -3,7 +3,8 @@ the forward with and without its backward, decode, paged decode (its queries pac
 last keys appended by the library), MLA (decode and a quarter prefill), masks, block classes and
 score terms, FP8 inputs and FP8 caches, in shapes, head dims, dtypes and layouts drawn off any
 benchmark grid. A problem fails when `run` prints FAIL or dies; one whose combination the
-library reports as unsupported is counted apart. Prints each failure's command line, so it can be run again alone.
+library reports as unsupported is counted apart. Prints each failure's command line, so it can
+be run again alone.
 
 Usage: python3 tests/soak.py FLASHJIT_CLI [--count 40] [--seed N] [--backend cuda]
        [--cache PATH] [--timeout 120] [--kinds forward,backward,decode,mla,fp8]

@@ -275,10 +275,10 @@ static void test_score_mod_derivatives(void **state)
     fj__expr_free(mask);
 }
 
-/* Nested functions differentiate in time and text linear in the nesting per level's value:
-** abs's derivative names its operand's once (its sign times it), so 40 levels fit the
-** derivative's text and 90 levels are refused as too long at once (each level twice over, as
-** `x >= 0 ? x' : -x'` was, took 2^depth: found by fuzz_expr). */
+/* Nested functions differentiate in time and text linear in the depth: abs's derivative names
+** its operand's once (its sign times it), so 40 levels fit the derivative's text and 90 are
+** refused as too long, at once (naming it twice, as `x >= 0 ? x' : -x'` did, took 2^depth:
+** found by fuzz_expr). */
 static void test_nested_derivatives_stay_linear(void **state)
 {
     (void)state;

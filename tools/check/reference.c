@@ -316,7 +316,7 @@ static void over_rows(int64_t n, double cost, rows_fn fn, const void *ctx)
             run_part(&part[t]);
 }
 
-/* The forward references' arguments, for over_rows (a row: one (b, h, i), i fastest). */
+/* The forward references' arguments, for over_rows (a row: one (b, h, i), forward_row). */
 typedef struct forward_rows {
     const fjr_problem *p;
     fj_dtype dtype; /* _lowp's */
@@ -324,6 +324,14 @@ typedef struct forward_rows {
     void *out;
     double *lse;
 } forward_rows;
+
+/* Row `row` of the forward references: batch b, query head h, query i (i fastest). */
+static void forward_row(const fjr_problem *p, int64_t row, int64_t *b, int64_t *h, int64_t *i)
+{
+    *i = row % p->seqlen_q;
+    *h = row / p->seqlen_q % p->heads_q;
+    *b = row / p->seqlen_q / p->heads_q;
+}
 
 static double forward_cost(const fjr_problem *p)
 {
@@ -341,8 +349,8 @@ static void attention_rows(const void *ctx, int64_t lo, int64_t hi)
     if (!s)
         abort();
     for (int64_t row = lo; row < hi; row++) {
-        const int64_t i = row % p->seqlen_q, h = row / p->seqlen_q % p->heads_q;
-        const int64_t b = row / p->seqlen_q / p->heads_q;
+        int64_t b, h, i;
+        forward_row(p, row, &b, &h, &i);
         const double *qi = q + ((b * p->seqlen_q + i) * p->heads_q + h) * d;
         double *oi = out + ((b * p->seqlen_q + i) * p->heads_q + h) * dv;
         double m = -INFINITY;
@@ -398,8 +406,8 @@ static void attention_lowp_rows(const void *ctx, int64_t lo, int64_t hi)
     if (!s || !acc)
         abort();
     for (int64_t row = lo; row < hi; row++) {
-        const int64_t i = row % p->seqlen_q, h = row / p->seqlen_q % p->heads_q;
-        const int64_t b = row / p->seqlen_q / p->heads_q;
+        int64_t b, h, i;
+        forward_row(p, row, &b, &h, &i);
         const float *qi = q + ((b * p->seqlen_q + i) * p->heads_q + h) * d;
         float *oi = out + ((b * p->seqlen_q + i) * p->heads_q + h) * dv;
         float m = -INFINITY;
