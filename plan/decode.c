@@ -4,7 +4,8 @@
 ** work-group so each key and value is read once for all of them, and the keys of each sequence
 ** split so the grid fills the device (FlashDecoding): with more than one split, each split's
 ** state goes to an f32 workspace and a merge step (attn_merge.lua, strided states) combines
-** them into out and lse.
+** them into out and lse; or, on the tensor-core kernel (merge_last), the last split of each
+** block's rows to finish combines them in the kernel (decode_merge.lua), one launch in all.
 **
 ** Workspace layout of the partial states: split s's output at [s][batch][row][head][dv] and its
 ** log-sum-exp at [s][batch][head][row] (seqlen_q rows a sequence: of packed sequences, each
@@ -94,6 +95,9 @@ static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t 
     fj__variant t = *v;
     t.path = FJ__PATH_MMA;
     t.warps = 4;
+    /* Splits merged by their last block: b 1 x 32k keys, d 128, took 1.0x as long as b 16 x 2k
+    ** unsplit, where a merge step added 4.7 us (bench/RESULTS.md) */
+    t.merge_last = 1;
     t.split_dv = f->head_dim_v > 256;
     t.head_dim_pad = (int32_t)fj__round_up(f->head_dim, t.split_dv ? 64 : 16);
     t.head_dim_v_pad = (int32_t)fj__round_up(f->head_dim_v, t.split_dv ? 64 : 16);
@@ -397,7 +401,7 @@ fj_status fj__plan_decode(const fj__features *f, const fj_device_info *dev, cons
     memset(plan, 0, sizeof *plan);
     plan->kind = FJ__PLAN_FORWARD;
     plan->fwd.classes = plan->fwd.counter = -1;
-    plan->decode.ws_o = plan->decode.ws_l = -1;
+    plan->decode.ws_o = plan->decode.ws_l = plan->decode.arrivals = -1;
     const int64_t group_rows = f->heads_q / f->heads_kv * f->seqlen_q;
     const int64_t row_tiles = fj__div_up(group_rows, v->tile_m);
     const int64_t blocks = f->batch * f->heads_kv * row_tiles;
@@ -425,6 +429,8 @@ fj_status fj__plan_decode(const fj__features *f, const fj_device_info *dev, cons
     fj__step *s = fj__plan_add_step(plan, FJ__STEP_KERNEL);
     s->variant = *v;
     s->variant.partial = splits > 1;
+    s->variant.merge_last = v->merge_last && splits > 1 && v->path == FJ__PATH_MMA &&
+                            v->backend == FJ_BACKEND_CUDA;
     if (v->path == FJ__PATH_WGMMA) {
         s->variant.bulk = v->bulk && wgmma_bulk_fits(f, v);
         /* The seesaw kernel reads k only by tensor maps. Where they cannot (warps=8 from a
@@ -446,7 +452,10 @@ fj_status fj__plan_decode(const fj__features *f, const fj_device_info *dev, cons
     s->grid[1] = (uint32_t)splits;
     s->grid[2] = (uint32_t)f->batch;
     plan->main_step = 0;
-    if (splits == 1)
+    if (s->variant.merge_last) /* an arrival count per block of a split */
+        plan->decode.arrivals =
+            fj__plan_add_counters(plan, (size_t)(f->batch * s->grid[0]) * sizeof(int32_t));
+    if (splits == 1 || s->variant.merge_last)
         return FJ_OK;
     fj__step *m = fj__plan_add_strided_merge_step(plan, v->backend, splits, v->out_dtype,
                                                   v->write_lse, rows, f->head_dim_v);
@@ -525,6 +534,7 @@ fj_status fj__decode_fill(const fj__plan *plan, int i, const fj__problem *p, voi
     }
     D->keys_per_split = plan->decode.keys_per_split;
     D->row_tiles = plan->decode.row_tiles;
+    D->arrivals = plan->decode.arrivals >= 0 ? ws[plan->decode.arrivals] : NULL;
     if (p->page_table)
         FJ__FILL_PAGE_FIELDS(D, p);
     return T ? fill_decode_maps(v, p, tmap, tmap_ud, T) : FJ_OK;

@@ -190,7 +190,8 @@ FJ__PARAM_STRUCT(fj__merge_params, FJ__MERGE_PARAMS);
 ** the page's, the row's in the page and the head's; seqlen_k the most keys a sequence can
 ** have); for split-KV (variant.partial) the f32 state of split 0 (rows as out's; see
 ** plan/decode.c) with the split strides of its o and l; the keys of each split; the row tiles
-** of each kv head's packed query rows; a paged cache's table (FJ__PAGE_FIELDS). */
+** of each kv head's packed query rows; a paged cache's table (FJ__PAGE_FIELDS); with
+** variant.merge_last, the splits' arrivals (zero at the launch, left zero; plan/decode.c). */
 #define FJ__DECODE_PARAMS(X, T)                                                                    \
     X(T, BLOCK, fwd, fj__fwd_params)                                                               \
     X(T, BLOCK, part, fj__merge_slot)                                                              \
@@ -198,7 +199,8 @@ FJ__PARAM_STRUCT(fj__merge_params, FJ__MERGE_PARAMS);
     X(T, I64, part_sl, 0)                                                                          \
     X(T, I32, keys_per_split, 0)                                                                   \
     X(T, I32, row_tiles, 0)                                                                        \
-    FJ__PAGE_FIELDS(X, T)
+    FJ__PAGE_FIELDS(X, T)                                                                          \
+    X(T, PTR, arrivals, "int")
 FJ__PARAM_STRUCT(fj__decode_params, FJ__DECODE_PARAMS);
 
 /* The Hopper decode kernel (attn_decode_wgmma.cu.lua): the family's block and, where it copies

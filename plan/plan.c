@@ -48,6 +48,19 @@ int fj__plan_add_workspace(fj__plan *plan, size_t bytes)
     return i;
 }
 
+int fj__plan_add_counters(fj__plan *plan, size_t bytes)
+{
+    const int i = plan->nworkspaces++;
+    fj__workspace *w = &plan->workspaces[i];
+    memset(w, 0, sizeof *w);
+    w->bytes = bytes;
+    w->counters = 1;
+    w->offset = plan->counter_bytes;
+    plan->counter_bytes +=
+        (bytes + FJ__WORKSPACE_ALIGN - 1) / FJ__WORKSPACE_ALIGN * FJ__WORKSPACE_ALIGN;
+    return i;
+}
+
 fj__step *fj__plan_add_step(fj__plan *plan, fj__step_kind kind)
 {
     fj__step *s = &plan->steps[plan->nsteps++];

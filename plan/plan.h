@@ -4,7 +4,8 @@
 ** plan and the request's arguments into the bytes a launch passes. Nothing here runs anything.
 **
 ** The forward plan: [zero the tile counter] [classify the masks' blocks] forward.
-** The decode plan: the decode kernel, and with split keys a merge of the splits' states.
+** The decode plan: the decode kernel, and with split keys a merge of the splits' states (a
+** merge step, or within the kernel: variant.merge_last).
 ** The merge plan: one merge of up to 8 states, or a chain of them through an f32 workspace.
 ** The append plan: one launch writing new keys and values into a paged KV cache.
 ** The backward plan: D = rowsum(dout * out), then dk and dv, then dq [, then dbias]. */
@@ -53,6 +54,11 @@ typedef struct fj__workspace {
     ** the same key, offset and arena may skip the steps that write it. */
     int memo;
     int64_t memo_key[6];
+    /* counters: not scratch but counters that are zero at every launch and that the plan's
+    ** kernels leave zero (each one's last user resets it). They lie in the arena's zeroed part
+    ** (runtime/exec.c), which nothing else writes, so a plan needs no memset step for them;
+    ** offset is in that part. */
+    int counters;
 } fj__workspace;
 
 /* What a plan computes, and so which request fills its steps' blocks (fj__plan_fill). */
@@ -69,6 +75,7 @@ typedef struct fj__plan {
     fj__step steps[FJ__MAX_STEPS];
     fj__workspace workspaces[FJ__MAX_WORKSPACES];
     size_t workspace_bytes; /* the arena the plan needs */
+    size_t counter_bytes;   /* the arena's zeroed counters it needs (fj__workspace.counters) */
     int main_step;          /* the step that computes the result (reports, tuning) */
     /* The forward's workspaces (-1: none): block classes and the tile counter, and how the
     ** classes are laid out (I32 [cls_batches, cls_heads, query blocks, key blocks], strides 0
@@ -88,9 +95,10 @@ typedef struct fj__plan {
         int ws_out, ws_lse;
     } merge;
     /* The decode's split states (-1: one split, none), its splits, the keys of each, and the
-    ** row tiles of each kv head's packed rows. */
+    ** row tiles of each kv head's packed rows; with merge_last, the splits' arrivals (an int
+    ** per block of a split: [batch, kv heads x row tiles]; -1: none). */
     struct {
-        int ws_o, ws_l;
+        int ws_o, ws_l, arrivals;
         int32_t splits, keys_per_split, row_tiles;
     } decode;
     /* The backward's workspaces: D = rowsum(dout * out) and the lse in log2 units, each
@@ -108,8 +116,10 @@ typedef struct fj__plan {
 } fj__plan;
 
 /* Building blocks of the planners (plan.c): a workspace (its index; 256-byte aligned in the
-** arena) and a step (zeroed, grid and block 1, no workspace, never skipped). */
+** arena), counters, and a step (zeroed, grid and block 1, no workspace, never skipped). */
 int fj__plan_add_workspace(fj__plan *plan, size_t bytes);
+/* Counters in the arena's zeroed part (fj__workspace.counters; 256-byte aligned there). */
+int fj__plan_add_counters(fj__plan *plan, size_t bytes);
 fj__step *fj__plan_add_step(fj__plan *plan, fj__step_kind kind);
 
 /* Zeroes *v and fills what every family's variant takes from the request: the family, the

@@ -635,6 +635,7 @@ int fj__apply_config(fj__variant *v, const char *config, fj__err *err)
                   {"d_split", offsetof(fj__variant, d_split), 1, 0, 1},
                   {"bulk", offsetof(fj__variant, bulk), 1, 0, 1},
                   {"swizzle", offsetof(fj__variant, swizzle), 1, 0, 1},
+                  {"merge_last", offsetof(fj__variant, merge_last), 1, 0, 1},
                   {"multicast", offsetof(fj__variant, multicast), 1, 0, 1},
                   {"producer", offsetof(fj__variant, producer), 1, 0, 1},
                   {"dq_turns", offsetof(fj__variant, dq_turns), 1, 0, 1},
@@ -784,6 +785,7 @@ int fj__variant_params(const fj__variant *v, tpl_param out[FJ__MAX_TPL_PARAMS])
     BOOL_PARAM(d_split);
     BOOL_PARAM(v_in_k);
     BOOL_PARAM(partial);
+    BOOL_PARAM(merge_last);
     BOOL_PARAM(split_dv);
     BOOL_PARAM(bulk);
     BOOL_PARAM(swizzle);

@@ -101,6 +101,11 @@ typedef struct fj__variant {
                           ** WGMMA (head dims beyond 128): the two warpgroups share 64 keys and
                           ** split the columns of dK and dV (attn_bwd_wgmma_split.cu.lua) */
     uint8_t partial;      /* DECODE: writes each split's state to the workspace for a merge */
+    uint8_t merge_last;   /* DECODE MMA on CUDA, partial: the last split of a block's rows to
+                          ** finish merges the splits' states into out and lse itself (its
+                          ** arrivals counted in the arena's zeroed counters), so the plan has
+                          ** no merge step; asked for by the variant, kept by the plan where
+                          ** it splits */
     uint8_t split_dv;     /* DECODE MMA: a slab's warps split S's head dims and O's columns (the
                           ** parts of S added through shared memory), not the keys: value dims
                           ** beyond 256 */

@@ -30,6 +30,10 @@ typedef struct fj__arena {
     void *stream;
     void *mem;
     size_t bytes;
+    /* The zeroed part: counters that are zero between the plans' launches (each plan's kernels
+    ** leave them so: fj__workspace.counters), zeroed once when allocated or grown. */
+    void *counters;
+    size_t counter_bytes;
     int memo_valid;
     size_t memo_offset;
     int64_t memo_key[6];

@@ -5,47 +5,59 @@
 
 #include "context.h"
 
-/* An arena's memory: from the caller's allocator (fj_context_options.allocator) where set,
-** else the backend's; a failure says which. Memory the kernels could not read whole vectors
-** of goes back to the caller's allocator, and the call fails by name. */
-static fj_status arena_alloc(fj_context *ctx, fj__arena *a, size_t bytes)
+/* Device memory for stream's arena: from the caller's allocator (fj_context_options.allocator)
+** where set, else the backend's; a failure says which. Memory the kernels could not read whole
+** vectors of goes back to the caller's allocator, and the call fails by name. */
+static fj_status arena_alloc(fj_context *ctx, void *stream, size_t bytes, void **mem)
 {
     const fj_allocator *al = &ctx->opts.allocator;
     if (!al->alloc) {
-        const fj_status st = ctx->ops->mem_alloc(ctx->backend, bytes, &a->mem);
+        const fj_status st = ctx->ops->mem_alloc(ctx->backend, bytes, mem);
         return st == FJ_OK ? st
                            : fj__fail(&ctx->err, st, "cannot allocate a %zu-byte workspace", bytes);
     }
-    a->mem = al->alloc(al->user, bytes, a->stream);
-    if (!a->mem)
+    *mem = al->alloc(al->user, bytes, stream);
+    if (!*mem)
         return fj__fail(&ctx->err, FJ_ERR_OUT_OF_MEMORY,
                         "opts.allocator returned no memory for a %zu-byte workspace", bytes);
-    if ((uintptr_t)a->mem % FJ__ARENA_ALIGN) {
-        void *mem = a->mem;
-        al->free(al->user, mem, bytes, a->stream);
-        a->mem = NULL;
+    if ((uintptr_t)*mem % FJ__ARENA_ALIGN) {
+        void *bad = *mem;
+        al->free(al->user, bad, bytes, stream);
+        *mem = NULL;
         return fj__fail(&ctx->err, FJ_ERR_INVALID_ARGUMENT,
                         "opts.allocator returned %p for a %zu-byte workspace: not %d-byte aligned",
-                        mem, bytes, FJ__ARENA_ALIGN);
+                        bad, bytes, FJ__ARENA_ALIGN);
     }
     return FJ_OK;
 }
 
-/* Frees arena a's memory (the work that may read it, its stream's, has finished). */
-static void arena_free(fj_context *ctx, fj__arena *a)
+/* Frees memory of stream's arena (the work that may read it, its stream's, has finished). */
+static void arena_release(fj_context *ctx, void *stream, void *mem, size_t bytes)
 {
     const fj_allocator *al = &ctx->opts.allocator;
     if (al->free)
-        al->free(al->user, a->mem, a->bytes, a->stream);
+        al->free(al->user, mem, bytes, stream);
     else
-        ctx->ops->mem_free(ctx->backend, a->mem);
-    a->mem = NULL;
+        ctx->ops->mem_free(ctx->backend, mem);
 }
 
-/* The arena of stream, holding at least bytes; a new stream takes a free slot, or the oldest
-** one's. Growing or taking over an arena frees its old memory after the work that may still use
-** it (its stream's) has finished. */
-static fj_status arena_for(fj_context *ctx, void *stream, size_t bytes, fj__arena **out)
+/* Frees arena a's memory, both parts (the work that may read it has finished). */
+static void arena_free(fj_context *ctx, fj__arena *a)
+{
+    if (a->mem)
+        arena_release(ctx, a->stream, a->mem, a->bytes);
+    if (a->counters)
+        arena_release(ctx, a->stream, a->counters, a->counter_bytes);
+    a->mem = a->counters = NULL;
+    a->bytes = a->counter_bytes = 0;
+}
+
+/* The arena of stream, holding at least bytes of scratch and counter_bytes of zeroed counters;
+** a new stream takes a free slot, or the oldest one's. Growing or taking over an arena frees its
+** old memory after the work that may still use it (its stream's) has finished; grown counters
+** are zeroed on the stream, before the launches that use them. */
+static fj_status arena_for(fj_context *ctx, void *stream, size_t bytes, size_t counter_bytes,
+                          fj__arena **out)
 {
     fj__arena *a = NULL;
     for (int i = 0; i < ctx->narenas && !a; i++)
@@ -53,12 +65,12 @@ static fj_status arena_for(fj_context *ctx, void *stream, size_t bytes, fj__aren
             a = &ctx->arenas[i];
     /* Taking or growing an arena allocates (and waits): impossible while the stream is being
     ** captured into a graph, so that is named rather than left to break the capture. */
-    if ((!a || a->bytes < bytes) && ctx->ops->capturing &&
+    if ((!a || a->bytes < bytes || a->counter_bytes < counter_bytes) && ctx->ops->capturing &&
         ctx->ops->capturing(ctx->backend, stream))
         return fj__fail(&ctx->err, FJ_ERR_INVALID_ARGUMENT,
                         "stream %p is being captured into a graph and has no %zu-byte workspace "
                         "yet: make one call of this kind on it before capturing",
-                        stream, bytes);
+                        stream, bytes + counter_bytes);
     if (!a) {
         if (ctx->narenas < FJ__ARENAS) {
             a = &ctx->arenas[ctx->narenas++];
@@ -66,7 +78,7 @@ static fj_status arena_for(fj_context *ctx, void *stream, size_t bytes, fj__aren
             a = &ctx->arenas[ctx->next_arena_victim];
             ctx->next_arena_victim = (ctx->next_arena_victim + 1) % FJ__ARENAS;
         }
-        if (a->mem) {
+        if (a->mem || a->counters) {
             ctx->ops->synchronize(ctx->backend, a->stream);
             arena_free(ctx, a);
         }
@@ -76,16 +88,29 @@ static fj_status arena_for(fj_context *ctx, void *stream, size_t bytes, fj__aren
     if (a->bytes < bytes) {
         if (a->mem) {
             ctx->ops->synchronize(ctx->backend, stream);
-            arena_free(ctx, a);
+            arena_release(ctx, stream, a->mem, a->bytes);
+            a->mem = NULL;
         }
         a->bytes = 0;
         a->memo_valid = 0;
-        fj_status st = arena_alloc(ctx, a, bytes);
-        if (st != FJ_OK) {
-            a->mem = NULL;
+        fj_status st = arena_alloc(ctx, stream, bytes, &a->mem);
+        if (st != FJ_OK)
             return st;
-        }
         a->bytes = bytes;
+    }
+    if (a->counter_bytes < counter_bytes) {
+        if (a->counters) {
+            ctx->ops->synchronize(ctx->backend, stream);
+            arena_release(ctx, stream, a->counters, a->counter_bytes);
+            a->counters = NULL;
+        }
+        a->counter_bytes = 0;
+        fj_status st = arena_alloc(ctx, stream, counter_bytes, &a->counters);
+        if (st == FJ_OK)
+            st = ctx->ops->memset_async(ctx->backend, a->counters, 0, counter_bytes, stream);
+        if (st != FJ_OK)
+            return st;
+        a->counter_bytes = counter_bytes;
     }
     *out = a;
     return FJ_OK;
@@ -94,8 +119,7 @@ static fj_status arena_for(fj_context *ctx, void *stream, size_t bytes, fj__aren
 void fj__arenas_release(fj_context *ctx)
 {
     for (int i = 0; i < ctx->narenas; i++)
-        if (ctx->arenas[i].mem)
-            arena_free(ctx, &ctx->arenas[i]);
+        arena_free(ctx, &ctx->arenas[i]);
     ctx->narenas = 0;
 }
 
@@ -133,13 +157,14 @@ fj_status fj__plan_run(fj_context *ctx, const fj__plan *plan, const void *reques
     fj__arena *a = NULL;
     void *ws[FJ__MAX_WORKSPACES] = {0};
     fj_status st = FJ_OK;
-    ctx->last_call.workspace_bytes = plan->workspace_bytes;
-    if (plan->workspace_bytes > 0) {
-        st = arena_for(ctx, stream, plan->workspace_bytes, &a);
+    ctx->last_call.workspace_bytes = plan->workspace_bytes + plan->counter_bytes;
+    if (plan->workspace_bytes > 0 || plan->counter_bytes > 0) {
+        st = arena_for(ctx, stream, plan->workspace_bytes, plan->counter_bytes, &a);
         if (st != FJ_OK)
             return st;
         for (int i = 0; i < plan->nworkspaces; i++)
-            ws[i] = (char *)a->mem + plan->workspaces[i].offset;
+            ws[i] = (char *)(plan->workspaces[i].counters ? a->counters : a->mem) +
+                    plan->workspaces[i].offset;
     }
     /* Room for any parameter block, aligned for the tensor maps inside. */
     _Alignas(64) unsigned char params[FJ__MAX_PARAMS_BYTES];

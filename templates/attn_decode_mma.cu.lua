@@ -35,7 +35,8 @@
 % -- stages (the ring's tiles), q_in_regs (the query fragments stay in registers across the walk,
 % -- else they are read from shared memory a tile at a time: large head dims), split_dv, v_in_k
 % -- and bulk (above), partial (with it, the merge's launch may overlap this grid's end: see
-% -- attn_merge.lua), shared_bytes (the host's fj__variant_shared_bytes), ctas_per_sm (the blocks
+% -- attn_merge.lua), merge_last (with partial: the last split of a block's rows merges them
+% -- here, decode_merge.lua; no merge step), shared_bytes (the host's fj__variant_shared_bytes), ctas_per_sm (the blocks
 % -- an SM holds, which the registers must allow: the plan's from shared memory,
 % -- fj__decode_mma_residency; 0 no bound).
 % assert(backend == "cuda", "attn_decode_mma is a CUDA kernel")
@@ -55,6 +56,9 @@
 %        "attn_decode_mma: an FP8 cache in rows of 16-byte pieces, copied by the bulk, column " ..
 %        "or piece loader, neither split_dv, v_in_k nor swizzle")
 % include("cuda_mma.lua")
+% if merge_last then
+% include("decode_merge.lua")
+% end
 % if fp8_kv then
 % include("cuda_fp8_cache.lua")
 % include("descale.lua")
@@ -184,7 +188,7 @@ fj_attn_decode(
 )
 {
     extern __shared__ __attribute__((aligned(128))) unsigned char smem[];
-% if partial then
+% if partial and not merge_last then
     /* The merge of the splits may launch once every block has started: it waits for this
     ** grid's states itself (attn_merge.lua), so its launch overlaps the last blocks' work. */
     grid_launch_next();
@@ -732,5 +736,8 @@ fj_attn_decode(
         const float val = sum > 0.0f ? ${fp8_kv and "acc * out_mul / sum" or "acc / sum"} : 0.0f;
         store_row(r, c, val, mx, sum);
     }
+% end
+% if merge_last then
+% decode_merge_last("BM", "THREADS")
 % end
 }

@@ -915,7 +915,7 @@ static void test_paged_prefill_plans(void **state)
 ** vector kernel), the packed rows a block, its shared memory (dynamic on tensor cores only),
 ** whether rows come by bulk copies (sm_90: paged caches, rows beyond 128 dims, large dense
 ** caches: test_decode_large_dense_bulk), the splits
-** that fill the device, and the tile overrides a config gives. */
+** that fill the device and how they are merged, and the tile overrides a config gives. */
 static void test_decode_plans(void **state)
 {
     (void)state;
@@ -940,6 +940,7 @@ static void test_decode_plans(void **state)
         /* four warps need 64 keys a tile or more */
         {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "tile_n=16", FJ__PATH_MMA, 16, 4, 0},
         {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "bulk=1", FJ__PATH_MMA, 16, 4, 1},
+        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "merge_last=0", FJ__PATH_MMA, 16, 4, 0},
         {128, 1, 4, FJ_DTYPE_BF16, &devs.sm86, NULL, FJ__PATH_MMA, 16, 2, 0},
         {128, 1, 4, FJ_DTYPE_BF16, &devs.sm86, "bulk=1", FJ__PATH_MMA, 16, 2, 0}, /* sm_90+ */
         {256, 1, 4, FJ_DTYPE_BF16, &devs.sm86, NULL, FJ__PATH_VECTOR, 4, 3, 0}, /* 99 KiB */
@@ -1001,19 +1002,36 @@ static void test_decode_plans(void **state)
         const fj__step *s = &plan.steps[plan.main_step];
         assert_int_equal(s->shared_bytes,
                          v.path == FJ__PATH_MMA ? fj__variant_shared_bytes(&s->variant) : 0);
-        /* One batch of 8 kv heads: split so the grid fills the device, a merge after. */
+        /* One batch of 8 kv heads: split so the grid fills the device, then merged: by the
+        ** tensor-core kernel's last split of each block's rows (merge_last, unless asked off),
+        ** counting arrivals in zeroed counters (an int a block of a split), or by a step. */
         assert_int_equal(s->grid[0], 8 * ((f.seqlen_q * cases[i].group + v.tile_m - 1) / v.tile_m));
-        assert_true(s->grid[1] > 1 && s->variant.partial && plan.nsteps == 2);
+        assert_true(s->grid[1] > 1 && s->variant.partial);
         assert_true((int64_t)s->grid[1] * plan.decode.keys_per_split >= f.seqlen_k);
-        /* The merge: a work-group's four teams take 4 / teams rows, a row's states shared by
-        ** `teams` (more than 8 splits: 2, more than 16: 4), its columns 32 a work-group. */
-        const fj__step *m = &plan.steps[1];
-        const int teams = fj__merge_state_teams(plan.decode.splits);
-        const int64_t rows = f.batch * f.seqlen_q * f.heads_q;
-        assert_int_equal(teams, plan.decode.splits > 16 ? 4 : plan.decode.splits > 8 ? 2 : 1);
-        assert_int_equal(m->grid[0], (rows + 4 / teams - 1) / (4 / teams));
-        assert_int_equal(m->grid[1], (f.head_dim_v + 31) / 32);
-        assert_int_equal(m->variant.inputs, 0);
+        const int merge_last = v.path == FJ__PATH_MMA &&
+                               !(config && strstr(config, "merge_last=0"));
+        assert_int_equal(s->variant.merge_last, merge_last);
+        assert_int_equal(plan.nsteps, merge_last ? 1 : 2);
+        if (merge_last) {
+            assert_true(plan.decode.arrivals >= 0);
+            const fj__workspace *w = &plan.workspaces[plan.decode.arrivals];
+            assert_true(w->counters && w->bytes == f.batch * s->grid[0] * sizeof(int32_t));
+            assert_true(plan.counter_bytes >= w->offset + w->bytes);
+        } else {
+            assert_int_equal(plan.decode.arrivals, -1);
+            assert_int_equal(plan.counter_bytes, 0);
+            /* The merge: a work-group's four teams take 4 / teams rows, a row's states shared
+            ** by `teams` (more than 8 splits: 2, more than 16: 4), its columns 32 a
+            ** work-group. */
+            const fj__step *m = &plan.steps[1];
+            const int teams = fj__merge_state_teams(plan.decode.splits);
+            const int64_t rows = f.batch * f.seqlen_q * f.heads_q;
+            assert_int_equal(teams,
+                             plan.decode.splits > 16 ? 4 : plan.decode.splits > 8 ? 2 : 1);
+            assert_int_equal(m->grid[0], (rows + 4 / teams - 1) / (4 / teams));
+            assert_int_equal(m->grid[1], (f.head_dim_v + 31) / 32);
+            assert_int_equal(m->variant.inputs, 0);
+        }
         /* An FP8 cache's vector kernel: up to 4 rows three blocks an SM, paged or not. */
         if (f.kv_dtype != f.q_dtype && v.path == FJ__PATH_VECTOR)
             assert_int_equal(v.ctas_per_sm, v.tile_m <= 4 ? 3 : 0);
