@@ -15,10 +15,22 @@
 % -- order the blocks ran in. A block whose rows are no one's (packed sequences: a row tile
 % -- past its sequence's rows) counts itself too and merges nothing.
 % --
-% -- decode_merge_last(per_tile, threads): after decode_block (batch, g0, rows, qgroup,
+% -- The merge is bound by the latency of its loads (the states are in L2), so it makes three
+% -- rounds of them: every split's l of the block's rows into shared memory; then a thread a
+% -- row turns them into weights (w_s / sum w_s, and the row's scale: 1, or NaN); then each
+% -- thread adds up the states of two of the rows' elements at a time, MERGE_BATCH splits'
+% -- loads of each out together.
+% --
+% -- decode_merge_last(per_tile, threads, scratch): after decode_block (batch, g0, rows, qgroup,
 % -- head_kv, seqlen_q, q_first and the forward's fields as locals) and the block's stores, at
-% -- the kernel's end, with every one of the block's `threads` threads (tid) arriving.
-% function decode_merge_last(per_tile, threads)
+% -- the kernel's end, with every one of the block's `threads` threads (tid) arriving; scratch,
+% -- a float pointer to shared memory of at least decode_merge_scratch_floats(per_tile) floats
+% -- that nothing reads or writes once the block's threads have all arrived.
+#define MERGE_BATCH 16 /* splits whose states a thread loads at once, for each of two elements */
+% function decode_merge_scratch_floats(per_tile)
+%   return per_tile * (64 + 1) -- FJ__DECODE_MAX_SPLITS weights a row, and its scale
+% end
+% function decode_merge_last(per_tile, threads, scratch)
 %   assert(backend == "cuda" and partial, "decode_merge_last: a CUDA decode's split states")
     {
         /* Every state this block stored is visible before its arrival is counted. */
@@ -32,45 +44,85 @@
         }
         if (__syncthreads_or(last)) {
             __threadfence(); /* the other splits' states are read after their arrivals */
-            const int dv = head_dim_v;
-            for (int i = tid; i < ${per_tile} * dv; i += ${threads}) {
-                const int pr = g0 + i / dv, c = i % dv;
-                if (pr >= rows)
-                    break; /* (i grows: every later element is past the rows too) */
+            const int n = gridDim.y, dv = head_dim_v;
+            const int nrows = I_MAX(I_MIN(${per_tile}, rows - g0), 0); /* this block's rows */
+            float *weight = ${scratch};                  /* [row][64]: l, then the weights */
+            float *scale = weight + ${per_tile} * 64;      /* [row]: 1 / sum w_s, or NaN */
+            for (int i = tid; i < nrows * n; i += ${threads}) {
+                const int r = i / n, s = i % n, pr = g0 + r;
 % decode_head_row("pr")
-                const I64 so = batch * P.part.o_sb + (I64)row * P.part.o_ss + (I64)head * P.part.o_sh + c;
-                const I64 sl = batch * P.part.l_sb + (I64)head * P.part.l_sh + (I64)row * P.part.l_ss;
-                GLOBAL const float *ls = GPTR(const float, P.part.l) + sl;
-                GLOBAL const float *os = GPTR(const float, P.part.o) + so;
-                /* One pass in split order, rescaling as the maximum grows; the loads of a few
-                ** splits go out together (ld.global.cg: L2, where the other blocks' stores are). */
-                float m = -F_INF, sum = 0.0f, acc = 0.0f;
+                weight[r * 64 + s] = __ldcg(GPTR(const float, P.part.l) + s * P.part_sl +
+                                            batch * P.part.l_sb + (I64)head * P.part.l_sh +
+                                            (I64)row * P.part.l_ss);
+            }
+            __syncthreads();
+            if (tid < nrows) {
+                float *w = weight + tid * 64;
+                float m = -F_INF;
                 bool nan = false;
-#pragma unroll 8
-                for (int s = 0; s < (int)gridDim.y; s++) {
-                    const float l = __ldcg(ls + s * P.part_sl);
-                    const float o = __ldcg(os + s * P.part_so);
-                    nan = nan || !(l < F_INF);
-                    if (l > m) {
-                        const float r = m > -F_INF ? expf(m - l) : 0.0f;
-                        sum *= r;
-                        acc *= r;
-                        m = l;
-                    }
-                    if (l > -F_INF) {
-                        const float w = expf(l - m);
-                        sum += w;
-                        acc = fmaf(w, o, acc);
-                    }
+                for (int s = 0; s < n; s++) {
+                    nan = nan || !(w[s] < F_INF); /* NaN or +inf */
+                    m = F_MAX(m, w[s]);
                 }
-                const float val = nan ? F_NAN : sum > 0.0f ? acc / sum : 0.0f;
-                const int drow = ${varlen > 0 and "q_first + " or ""}row; /* out's row */
-                O_STORE(out, batch * o_sb + (I64)drow * o_ss + (I64)head * o_sh + c, val);
+                float sum = 0.0f;
+                for (int s = 0; s < n; s++) {
+                    w[s] = m > -F_INF ? expf(w[s] - m) : 0.0f; /* exp(-inf - m) = 0: empty */
+                    sum += w[s];
+                }
+                scale[tid] = nan ? F_NAN : sum > 0.0f ? 1.0f / sum : 0.0f;
 %   if write_lse then
-                if (c == 0)
-                    lse[batch * l_sb + (I64)head * l_sh + (I64)drow * l_ss] =
-                        nan ? F_NAN : m > -F_INF ? m + logf(sum) : -F_INF;
+                const int pr = g0 + tid;
+% decode_head_row("pr")
+                const int drow = ${varlen > 0 and "q_first + " or ""}row; /* out's row */
+                lse[batch * l_sb + (I64)head * l_sh + (I64)drow * l_ss] =
+                    nan ? F_NAN : m > -F_INF ? m + logf(sum) : -F_INF;
 %   end
+            }
+            __syncthreads();
+            /* Two elements a thread at a time (e and e + threads), MERGE_BATCH splits each. */
+            for (int e0 = tid; e0 < nrows * dv; e0 += 2 * ${threads}) {
+                float acc[2] = {0.0f, 0.0f};
+                I64 at[2];
+                const float *w[2];
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int e = I_MIN(e0 + h * ${threads}, nrows * dv - 1);
+                    const int r = e / dv, c = e % dv, pr = g0 + r;
+% decode_head_row("pr")
+                    at[h] = batch * P.part.o_sb + (I64)row * P.part.o_ss +
+                            (I64)head * P.part.o_sh + c;
+                    w[h] = weight + r * 64;
+                }
+                for (int s0 = 0; s0 < n; s0 += MERGE_BATCH) {
+                    float x[2][MERGE_BATCH];
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+#pragma unroll
+                        for (int j = 0; j < MERGE_BATCH; j++) {
+                            const int s = s0 + j;
+                            x[h][j] = s < n && w[h][s] > 0.0f
+                                          ? __ldcg(GPTR(const float, P.part.o) + at[h] +
+                                                   s * P.part_so)
+                                          : 0.0f;
+                        }
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+#pragma unroll
+                        for (int j = 0; j < MERGE_BATCH; j++)
+                            if (s0 + j < n && w[h][s0 + j] > 0.0f) /* (an empty state's o: any) */
+                                acc[h] = fmaf(w[h][s0 + j], x[h][j], acc[h]);
+                }
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int e = e0 + h * ${threads};
+                    if (e >= nrows * dv)
+                        break;
+                    const int r = e / dv, c = e % dv, pr = g0 + r;
+% decode_head_row("pr")
+                    const int drow = ${varlen > 0 and "q_first + " or ""}row; /* out's row */
+                    O_STORE(out, batch * o_sb + (I64)drow * o_ss + (I64)head * o_sh + c,
+                            acc[h] * scale[r]);
+                }
             }
         }
     }
