@@ -52,6 +52,22 @@ static void arena_free(fj_context *ctx, fj__arena *a)
     a->bytes = a->counter_bytes = 0;
 }
 
+/* Replaces a part of stream's arena (*mem, *have bytes) with one of `want` bytes, freeing the
+** old one after the stream's work that may read it. */
+static fj_status arena_grow(fj_context *ctx, void *stream, void **mem, size_t *have, size_t want)
+{
+    if (*mem) {
+        ctx->ops->synchronize(ctx->backend, stream);
+        arena_release(ctx, stream, *mem, *have);
+        *mem = NULL;
+    }
+    *have = 0;
+    const fj_status st = arena_alloc(ctx, stream, want, mem);
+    if (st == FJ_OK)
+        *have = want;
+    return st;
+}
+
 /* The arena of stream, holding at least bytes of scratch and counter_bytes of zeroed counters;
 ** a new stream takes a free slot, or the oldest one's. Growing or taking over an arena frees its
 ** old memory after the work that may still use it (its stream's) has finished; grown counters
@@ -86,31 +102,22 @@ static fj_status arena_for(fj_context *ctx, void *stream, size_t bytes, size_t c
         a->stream = stream;
     }
     if (a->bytes < bytes) {
-        if (a->mem) {
-            ctx->ops->synchronize(ctx->backend, stream);
-            arena_release(ctx, stream, a->mem, a->bytes);
-            a->mem = NULL;
-        }
-        a->bytes = 0;
         a->memo_valid = 0;
-        fj_status st = arena_alloc(ctx, stream, bytes, &a->mem);
+        fj_status st = arena_grow(ctx, stream, &a->mem, &a->bytes, bytes);
         if (st != FJ_OK)
             return st;
-        a->bytes = bytes;
     }
     if (a->counter_bytes < counter_bytes) {
-        if (a->counters) {
-            ctx->ops->synchronize(ctx->backend, stream);
-            arena_release(ctx, stream, a->counters, a->counter_bytes);
-            a->counters = NULL;
-        }
-        a->counter_bytes = 0;
-        fj_status st = arena_alloc(ctx, stream, counter_bytes, &a->counters);
-        if (st == FJ_OK)
-            st = ctx->ops->memset_async(ctx->backend, a->counters, 0, counter_bytes, stream);
+        fj_status st = arena_grow(ctx, stream, &a->counters, &a->counter_bytes, counter_bytes);
         if (st != FJ_OK)
             return st;
-        a->counter_bytes = counter_bytes;
+        st = ctx->ops->memset_async(ctx->backend, a->counters, 0, counter_bytes, stream);
+        if (st != FJ_OK) { /* counters not known to be zero are none */
+            arena_release(ctx, stream, a->counters, a->counter_bytes);
+            a->counters = NULL;
+            a->counter_bytes = 0;
+            return st;
+        }
     }
     *out = a;
     return FJ_OK;
