@@ -4,8 +4,8 @@
 ** work-group so each key and value is read once for all of them, and the keys of each sequence
 ** split so the grid fills the device (FlashDecoding): with more than one split, each split's
 ** state goes to an f32 workspace and a merge step (attn_merge.lua, strided states) combines
-** them into out and lse; or, on the tensor-core kernel (merge_last), the last split of each
-** block's rows to finish combines them in the kernel (decode_merge.lua), one launch in all.
+** them into out and lse; or, on the tensor-core kernel where asked for (merge_last), the last
+** split of each block's rows to finish combines them in the kernel (decode_merge.lua).
 **
 ** Workspace layout of the partial states: split s's output at [s][batch][row][head][dv] and its
 ** log-sum-exp at [s][batch][head][row] (seqlen_q rows a sequence: of packed sequences, each
@@ -95,9 +95,6 @@ static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t 
     fj__variant t = *v;
     t.path = FJ__PATH_MMA;
     t.warps = 4;
-    /* Splits merged by their last block: b 1 x 32k keys, d 128, took 1.0x as long as b 16 x 2k
-    ** unsplit, where a merge step added 4.7 us (bench/RESULTS.md) */
-    t.merge_last = 1;
     t.split_dv = f->head_dim_v > 256;
     t.head_dim_pad = (int32_t)fj__round_up(f->head_dim, t.split_dv ? 64 : 16);
     t.head_dim_v_pad = (int32_t)fj__round_up(f->head_dim_v, t.split_dv ? 64 : 16);

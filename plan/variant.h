@@ -104,8 +104,8 @@ typedef struct fj__variant {
     uint8_t merge_last;   /* DECODE MMA on CUDA, partial: the last split of a block's rows to
                           ** finish merges the splits' states into out and lse itself (its
                           ** arrivals counted in the arena's zeroed counters), so the plan has
-                          ** no merge step; asked for by the variant, kept by the plan where
-                          ** it splits */
+                          ** no merge step; opt-in ("merge_last=1"), kept by the plan where it
+                          ** splits (bench/RESULTS.md: not yet faster than the step) */
     uint8_t split_dv;     /* DECODE MMA: a slab's warps split S's head dims and O's columns (the
                           ** parts of S added through shared memory), not the keys: value dims
                           ** beyond 256 */

@@ -92,7 +92,8 @@ static int run_cases_with(const char *config, const fjh_case *cases, size_t n, i
 ** the vector kernel (FLASHJIT_CONFIG=path=vec; head dims to 256), on sm_90 the tensor-core
 ** kernel's bulk row copies on a dense cache of rows to 128 dims (bulk=1; the plan keeps
 ** cp.async there; elsewhere the config changes nothing), its swizzled ring rows (bulk=0,
-** swizzle=1: cp.async copies of rows of 64 or 128 dims, dense and paged; elsewhere none), and
+** swizzle=1: cp.async copies of rows of 64 or 128 dims, dense and paged; elsewhere none), its
+** splits merged by their last block (merge_last=1; head dims to 256), and
 ** on sm_90a the mma kernel where
 ** value dims beyond 256 run on wgmma (warps=4; elsewhere the default already), the seesaw
 ** kernel where the tests' small batches leave the other (warps=8: contiguous or pages of whole
@@ -106,6 +107,7 @@ static void run_cases(void **state, const fjh_case *cases, size_t n, int want_de
         failures += run_cases_with("path=vec", cases, n, 256, 0, 0, want_decode);
         failures += run_cases_with("bulk=1", cases, n, 128, 0, -1, want_decode);
         failures += run_cases_with("bulk=0,swizzle=1", cases, n, 128, 0, 0, want_decode);
+        failures += run_cases_with("merge_last=1", cases, n, 256, 0, 0, want_decode);
         failures += run_cases_with("warps=4", cases, n, 576, 256, 0, want_decode);
         failures += run_cases_with("warps=8", cases, n, 576, 256, 64, want_decode);
         failures += run_cases_with("warps=12", cases, n, 576, 256, 0, want_decode);

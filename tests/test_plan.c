@@ -940,7 +940,9 @@ static void test_decode_plans(void **state)
         /* four warps need 64 keys a tile or more */
         {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "tile_n=16", FJ__PATH_MMA, 16, 4, 0},
         {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "bulk=1", FJ__PATH_MMA, 16, 4, 1},
-        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "merge_last=0", FJ__PATH_MMA, 16, 4, 0},
+        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "merge_last=1", FJ__PATH_MMA, 16, 4, 0},
+        {128, 1, 4, FJ_DTYPE_BF16, &devs.sm86, "merge_last=1", FJ__PATH_MMA, 16, 2, 0},
+        {128, 1, 4, FJ_DTYPE_BF16, &devs.h200, "path=vec,merge_last=1", FJ__PATH_VECTOR, 4, 3, 0},
         {128, 1, 4, FJ_DTYPE_BF16, &devs.sm86, NULL, FJ__PATH_MMA, 16, 2, 0},
         {128, 1, 4, FJ_DTYPE_BF16, &devs.sm86, "bulk=1", FJ__PATH_MMA, 16, 2, 0}, /* sm_90+ */
         {256, 1, 4, FJ_DTYPE_BF16, &devs.sm86, NULL, FJ__PATH_VECTOR, 4, 3, 0}, /* 99 KiB */
@@ -1002,14 +1004,13 @@ static void test_decode_plans(void **state)
         const fj__step *s = &plan.steps[plan.main_step];
         assert_int_equal(s->shared_bytes,
                          v.path == FJ__PATH_MMA ? fj__variant_shared_bytes(&s->variant) : 0);
-        /* One batch of 8 kv heads: split so the grid fills the device, then merged: by the
-        ** tensor-core kernel's last split of each block's rows (merge_last, unless asked off),
-        ** counting arrivals in zeroed counters (an int a block of a split), or by a step. */
+        /* One batch of 8 kv heads: split so the grid fills the device, then merged by a step,
+        ** or, asked for, by the tensor-core kernel's last split of each block's rows
+        ** (merge_last), counting arrivals in zeroed counters (an int a block of a split). */
         assert_int_equal(s->grid[0], 8 * ((f.seqlen_q * cases[i].group + v.tile_m - 1) / v.tile_m));
         assert_true(s->grid[1] > 1 && s->variant.partial);
         assert_true((int64_t)s->grid[1] * plan.decode.keys_per_split >= f.seqlen_k);
-        const int merge_last = v.path == FJ__PATH_MMA &&
-                               !(config && strstr(config, "merge_last=0"));
+        const int merge_last = v.path == FJ__PATH_MMA && config && strstr(config, "merge_last=1");
         assert_int_equal(s->variant.merge_last, merge_last);
         assert_int_equal(plan.nsteps, merge_last ? 1 : 2);
         if (merge_last) {
