@@ -36,9 +36,9 @@
 % -- else they are read from shared memory a tile at a time: large head dims), split_dv, v_in_k
 % -- and bulk (above), partial (with it, the merge's launch may overlap this grid's end: see
 % -- attn_merge.lua), merge_last (with partial: the last split of a block's rows merges them
-% -- here, decode_merge.lua; no merge step), shared_bytes (the host's fj__variant_shared_bytes), ctas_per_sm (the blocks
-% -- an SM holds, which the registers must allow: the plan's from shared memory,
-% -- fj__decode_mma_residency; 0 no bound).
+% -- here, decode_merge.lua; no merge step), shared_bytes (the host's fj__variant_shared_bytes),
+% -- ctas_per_sm (the blocks an SM holds, which the registers must allow: the plan's from shared
+% -- memory, fj__decode_mma_residency; 0 no bound).
 % assert(backend == "cuda", "attn_decode_mma is a CUDA kernel")
 % assert(threads == 128, "attn_decode_mma: 128 threads per block")
 % assert(tile_m == 16 or tile_m == 32 or tile_m == 64, "attn_decode_mma: 16, 32 or 64 packed rows per block")
@@ -738,7 +738,8 @@ fj_attn_decode(
     }
 % end
 % if merge_last then
-%   assert(shared_bytes >= 4 * decode_merge_scratch_floats(tile_m), "attn_decode_mma: the merge's weights fit the ring")
+%   assert(shared_bytes >= 4 * decode_merge_scratch_floats(tile_m),
+%          "attn_decode_mma: the merge's weights fit the ring")
     cp_async_wait_all(); /* (the ring's bytes hold the merge's weights, once all arrived) */
 % decode_merge_last("BM", "THREADS", "(float *)smem")
 % end

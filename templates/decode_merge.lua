@@ -17,18 +17,19 @@
 % --
 % -- The merge is bound by the latency of its loads (the states are in L2), so it makes three
 % -- rounds of them: every split's l of the block's rows into shared memory; then a thread a
-% -- row turns them into weights (w_s / sum w_s, and the row's scale: 1, or NaN); then each
-% -- thread adds up the states of two of the rows' elements at a time, MERGE_BATCH splits'
-% -- loads of each out together.
+% -- row turns them into the weights w_s and the row's scale (1 / sum w_s; 0 where every state
+% -- is empty, NaN for a NaN or +inf l) and writes its lse; then each thread adds up the states
+% -- of two of the rows' elements at a time, MERGE_BATCH splits' loads of each out together.
 % --
 % -- decode_merge_last(per_tile, threads, scratch): after decode_block (batch, g0, rows, qgroup,
 % -- head_kv, seqlen_q, q_first and the forward's fields as locals) and the block's stores, at
 % -- the kernel's end, with every one of the block's `threads` threads (tid) arriving; scratch,
 % -- a float pointer to shared memory of at least decode_merge_scratch_floats(per_tile) floats
 % -- that nothing reads or writes once the block's threads have all arrived.
-#define MERGE_BATCH 16 /* splits whose states a thread loads at once, for each of two elements */
+#define MERGE_BATCH 16      /* splits whose states a thread loads at once, for each element */
+#define MERGE_MAX_SPLITS 64 /* plan/variant.h's FJ__DECODE_MAX_SPLITS */
 % function decode_merge_scratch_floats(per_tile)
-%   return per_tile * (64 + 1) -- FJ__DECODE_MAX_SPLITS weights a row, and its scale
+%   return per_tile * (64 + 1) -- MERGE_MAX_SPLITS weights a row, and its scale
 % end
 % function decode_merge_last(per_tile, threads, scratch)
 %   assert(backend == "cuda" and partial, "decode_merge_last: a CUDA decode's split states")
@@ -44,20 +45,20 @@
         }
         if (__syncthreads_or(last)) {
             __threadfence(); /* the other splits' states are read after their arrivals */
-            const int n = gridDim.y, dv = head_dim_v;
+            const int n = I_MIN((int)gridDim.y, MERGE_MAX_SPLITS), dv = head_dim_v;
             const int nrows = I_MAX(I_MIN(${per_tile}, rows - g0), 0); /* this block's rows */
-            float *weight = ${scratch};                  /* [row][64]: l, then the weights */
-            float *scale = weight + ${per_tile} * 64;      /* [row]: 1 / sum w_s, or NaN */
+            float *weight = ${scratch}; /* [row][split]: l, then the weights */
+            float *scale = weight + ${per_tile} * MERGE_MAX_SPLITS; /* [row]: 1 / sum w_s, or NaN */
             for (int i = tid; i < nrows * n; i += ${threads}) {
                 const int r = i / n, s = i % n, pr = g0 + r;
 % decode_head_row("pr")
-                weight[r * 64 + s] = __ldcg(GPTR(const float, P.part.l) + s * P.part_sl +
-                                            batch * P.part.l_sb + (I64)head * P.part.l_sh +
-                                            (I64)row * P.part.l_ss);
+                weight[r * MERGE_MAX_SPLITS + s] =
+                    __ldcg(GPTR(const float, P.part.l) + s * P.part_sl + batch * P.part.l_sb +
+                           (I64)head * P.part.l_sh + (I64)row * P.part.l_ss);
             }
             __syncthreads();
             if (tid < nrows) {
-                float *w = weight + tid * 64;
+                float *w = weight + tid * MERGE_MAX_SPLITS;
                 float m = -F_INF;
                 bool nan = false;
                 for (int s = 0; s < n; s++) {
@@ -91,7 +92,7 @@
 % decode_head_row("pr")
                     at[h] = batch * P.part.o_sb + (I64)row * P.part.o_ss +
                             (I64)head * P.part.o_sh + c;
-                    w[h] = weight + r * 64;
+                    w[h] = weight + r * MERGE_MAX_SPLITS;
                 }
                 for (int s0 = 0; s0 < n; s0 += MERGE_BATCH) {
                     float x[2][MERGE_BATCH];
