@@ -36,29 +36,27 @@ void fj__variant_score_fields(fj__variant *v, const fj__features *f)
     v->block_mask = f->block_mask;
 }
 
-int fj__plan_add_workspace(fj__plan *plan, size_t bytes)
+/* A workspace of `bytes` at the end of a part of the arena that holds *part bytes so far. */
+static int add_workspace(fj__plan *plan, size_t bytes, size_t *part, int counters)
 {
     const int i = plan->nworkspaces++;
     fj__workspace *w = &plan->workspaces[i];
     memset(w, 0, sizeof *w);
     w->bytes = bytes;
-    w->offset = plan->workspace_bytes;
-    plan->workspace_bytes +=
-        (bytes + FJ__WORKSPACE_ALIGN - 1) / FJ__WORKSPACE_ALIGN * FJ__WORKSPACE_ALIGN;
+    w->counters = counters;
+    w->offset = *part;
+    *part += (bytes + FJ__WORKSPACE_ALIGN - 1) / FJ__WORKSPACE_ALIGN * FJ__WORKSPACE_ALIGN;
     return i;
+}
+
+int fj__plan_add_workspace(fj__plan *plan, size_t bytes)
+{
+    return add_workspace(plan, bytes, &plan->workspace_bytes, 0);
 }
 
 int fj__plan_add_counters(fj__plan *plan, size_t bytes)
 {
-    const int i = plan->nworkspaces++;
-    fj__workspace *w = &plan->workspaces[i];
-    memset(w, 0, sizeof *w);
-    w->bytes = bytes;
-    w->counters = 1;
-    w->offset = plan->counter_bytes;
-    plan->counter_bytes +=
-        (bytes + FJ__WORKSPACE_ALIGN - 1) / FJ__WORKSPACE_ALIGN * FJ__WORKSPACE_ALIGN;
-    return i;
+    return add_workspace(plan, bytes, &plan->counter_bytes, 1);
 }
 
 fj__step *fj__plan_add_step(fj__plan *plan, fj__step_kind kind)

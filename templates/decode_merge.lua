@@ -26,10 +26,11 @@
 % -- the kernel's end, with every one of the block's `threads` threads (tid) arriving; scratch,
 % -- a float pointer to shared memory of at least decode_merge_scratch_floats(per_tile) floats
 % -- that nothing reads or writes once the block's threads have all arrived.
-#define MERGE_BATCH 16      /* splits whose states a thread loads at once, for each element */
-#define MERGE_MAX_SPLITS 64 /* plan/variant.h's FJ__DECODE_MAX_SPLITS */
+% local max_splits = 64 -- plan/variant.h's FJ__DECODE_MAX_SPLITS
+#define MERGE_BATCH 16 /* splits whose states a thread loads at once, for each element */
+#define MERGE_MAX_SPLITS ${max_splits}
 % function decode_merge_scratch_floats(per_tile)
-%   return per_tile * (64 + 1) -- MERGE_MAX_SPLITS weights a row, and its scale
+%   return per_tile * (max_splits + 1) -- the weights of a row's splits, and its scale
 % end
 % function decode_merge_last(per_tile, threads, scratch)
 %   assert(backend == "cuda" and partial, "decode_merge_last: a CUDA decode's split states")
@@ -53,8 +54,7 @@
                 const int r = i / n, s = i % n, pr = g0 + r;
 % decode_head_row("pr")
                 weight[r * MERGE_MAX_SPLITS + s] =
-                    __ldcg(GPTR(const float, P.part.l) + s * P.part_sl + batch * P.part.l_sb +
-                           (I64)head * P.part.l_sh + (I64)row * P.part.l_ss);
+                    __ldcg(GPTR(const float, P.part.l) + ${decode_state_lse_at("s")});
             }
             __syncthreads();
             if (tid < nrows) {
@@ -74,8 +74,7 @@
 %   if write_lse then
                 const int pr = g0 + tid;
 % decode_head_row("pr")
-                const int drow = ${varlen > 0 and "q_first + " or ""}row; /* out's row */
-                lse[batch * l_sb + (I64)head * l_sh + (I64)drow * l_ss] =
+                lse[${decode_final_lse_at(decode_final_row())}] =
                     nan ? F_NAN : m > -F_INF ? m + logf(sum) : -F_INF;
 %   end
             }
@@ -90,8 +89,7 @@
                     const int e = I_MIN(e0 + h * ${threads}, nrows * dv - 1);
                     const int r = e / dv, c = e % dv, pr = g0 + r;
 % decode_head_row("pr")
-                    at[h] = batch * P.part.o_sb + (I64)row * P.part.o_ss +
-                            (I64)head * P.part.o_sh + c;
+                    at[h] = ${decode_state_at("0")} + c;
                     w[h] = weight + r * MERGE_MAX_SPLITS;
                 }
                 for (int s0 = 0; s0 < n; s0 += MERGE_BATCH) {
@@ -120,9 +118,7 @@
                         break;
                     const int r = e / dv, c = e % dv, pr = g0 + r;
 % decode_head_row("pr")
-                    const int drow = ${varlen > 0 and "q_first + " or ""}row; /* out's row */
-                    O_STORE(out, batch * o_sb + (I64)drow * o_ss + (I64)head * o_sh + c,
-                            acc[h] * scale[r]);
+                    O_STORE(out, ${decode_final_at(decode_final_row())} + c, acc[h] * scale[r]);
                 }
             }
         }

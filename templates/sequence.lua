@@ -164,18 +164,41 @@
 % -- packed row pr: a kv head's packed rows are its query heads' rows, head by head (packed row
 % -- pr is query head head_kv * qgroup + pr / seqlen_q at position pr % seqlen_q). A split's
 % -- state of packed sequences keeps the sequence's own rows (the merge packs them).
+% local function state_keeps_own_rows() return partial and varlen > 0 end
 % function decode_head_row(pr)
-%   local first = (partial and varlen > 0) and "" or "q_first + "
+%   local first = state_keeps_own_rows() and "" or "q_first + "
         const int head = head_kv * qgroup + (${pr}) / seqlen_q, row = ${first}(${pr}) % seqlen_q;
 % end
-% -- decode_out_row(): the offset of a row of O (with `partial`, of the split's state) as an
-% -- expression of `batch`, `row`, `head` (and `split`); decode_store_out_at(at, val) stores val
-% -- at offset `at` of O (or of the state), and decode_store_out(val) at column `c` of the row.
+% -- Where a row's results lie, as expressions of `batch`, `row`, `head` (and the split's number
+% -- `split`): decode_state_at(split) and decode_state_lse_at(split), a split's state of the row
+% -- in the workspace (P.part; split s at P.part_so / part_sl elements further); decode_final_row()
+% -- out's row of that state row (packed sequences: the state keeps the sequence's own rows, out
+% -- its packed ones); decode_final_at(r) and decode_final_lse_at(r), row r of out and of lse.
+% -- decode_out_row(): where this kernel stores a row of O (with `partial`, the split's state);
+% -- decode_store_out_at(at, val) stores val at offset `at` of it, and decode_store_out(val) at
+% -- column `c` of the row.
+% function decode_state_at(split)
+%   return split .. " * P.part_so + batch * P.part.o_sb + (I64)row * P.part.o_ss + " ..
+%          "(I64)head * P.part.o_sh"
+% end
+% function decode_state_lse_at(split)
+%   return split .. " * P.part_sl + batch * P.part.l_sb + (I64)head * P.part.l_sh + " ..
+%          "(I64)row * P.part.l_ss"
+% end
+% function decode_final_row()
+%   return state_keeps_own_rows() and "(q_first + row)" or "row"
+% end
+% function decode_final_at(r)
+%   return "batch * o_sb + (I64)" .. r .. " * o_ss + (I64)head * o_sh"
+% end
+% function decode_final_lse_at(r)
+%   return "batch * l_sb + (I64)head * l_sh + (I64)" .. r .. " * l_ss"
+% end
 % function decode_out_row()
 %   if partial then
-%     return "split * P.part_so + batch * P.part.o_sb + (I64)row * P.part.o_ss + (I64)head * P.part.o_sh"
+%     return decode_state_at("split")
 %   end
-%   return "batch * o_sb + (I64)row * o_ss + (I64)head * o_sh"
+%   return decode_final_at("row")
 % end
 % function decode_store_out_at(at, val)
 %   if partial then
@@ -189,9 +212,8 @@
 % end
 % function decode_store_lse(x)
 %   if partial then
-        GPTR(float, P.part.l)[split * P.part_sl + batch * P.part.l_sb + (I64)head * P.part.l_sh +
-                              (I64)row * P.part.l_ss] = ${x};
+        GPTR(float, P.part.l)[${decode_state_lse_at("split")}] = ${x};
 %   elseif write_lse then
-        lse[batch * l_sb + (I64)head * l_sh + (I64)row * l_ss] = ${x};
+        lse[${decode_final_lse_at("row")}] = ${x};
 %   end
 % end
