@@ -741,6 +741,6 @@ fj_attn_decode(
 %   assert(shared_bytes >= 4 * decode_merge_scratch_floats(tile_m),
 %          "attn_decode_mma: the merge's weights fit the ring")
     cp_async_wait_all(); /* (the ring's bytes hold the merge's weights, once all arrived) */
-% decode_merge_last("BM", "THREADS", "(float *)smem")
+% decode_merge_last("BM", "DVP", "THREADS", "(float *)smem")
 % end
 }
