@@ -739,8 +739,8 @@ fj_attn_decode(
 % end
 % if merge_last then
 %   assert(shared_bytes >= 4 * decode_merge_scratch_floats(tile_m),
-%          "attn_decode_mma: the merge's weights fit the ring")
-    cp_async_wait_all(); /* (the ring's bytes hold the merge's weights, once all arrived) */
+%          "attn_decode_mma: the merge's scratch fits the ring")
+    cp_async_wait_all(); /* (the ring's bytes hold the merge's scratch, once all arrived) */
 % decode_merge_last("BM", "DVP", "THREADS", "(float *)smem")
 % end
 }

@@ -22,7 +22,8 @@
 % -- l) and writes its lse; then each thread adds up the states of two of the rows' elements at
 % -- a time, MERGE_BATCH splits' loads of each out together. Its code runs once, in a few blocks,
 % -- before its instructions are cached, so its length is time: no divisions by run-time
-% -- values, loops around the loads rolled, no branches around single loads. (The first
+% -- values in its loops (a row's are made once, by its thread), loops around the loads rolled,
+% -- no branches around single loads. (The first
 % -- version, 2000 instructions of unrolled divisions and branches, took 7-12 us more than the
 % -- decode kernel on the H100 even without its state loads; bench/RESULTS.md.)
 % --
