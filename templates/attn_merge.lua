@@ -1,10 +1,6 @@
-% -- Merging attention states (fj_attention_merge, and the chained steps of longer merges): each
-% -- state is the output o and log-sum-exp l of attention over one set of keys; over the union of
-% -- disjoint sets, with m = max l_i and w_i = exp(l_i - m),
-% --     o = sum w_i o_i / sum w_i,    l = m + log(sum w_i).
-% -- A state with l = -inf holds no keys and weighs nothing; a row whose states all hold none
-% -- gets o = 0, l = -inf; a NaN or +inf log-sum-exp makes the row NaN. An empty state's o is
-% -- never used (whatever it holds).
+% -- Merging attention states (fj_attention_merge, and the chained steps of longer merges), by
+% -- merge_state.lua's algebra: o = sum w_i o_i / sum w_i and l = m + log(sum w_i) over disjoint
+% -- key sets.
 % --
 % -- Work: a work-group of THREADS work-items takes PAIRS (batch, row, head) pairs, a warp-sized
 % -- team of LANES each; a team reads its pair's log-sum-exps, the work-group waits at a barrier,
@@ -31,6 +27,7 @@
 % assert(inputs >= 0 and inputs <= 8, "attn_merge: 1 to 8 inputs per launch, or 0 (strided)")
 % assert(threads == 128, "attn_merge: 128 work-items per work-group")
 % include("dialect.lua")
+% include("merge_state.lua")
 % include("params.lua")
 % include("sequence.lua")
 % params_struct(args)
@@ -93,17 +90,17 @@ fj_attn_merge(
     float m = -F_INF;
     bool nan = false;
     for (int i = 0; live && i < n; i++) {
-        nan = nan || !(w[slot][i] < F_INF); /* NaN or +inf */
+        nan = ${merge_bad("nan", "w[slot][i]")};
         m = F_MAX(m, w[slot][i]);
     }
     BARRIER(); /* every lane has read the log-sum-exps */
     for (int i = k; live && i < n; i += teams * LANES)
-        w[slot][i] = m > -F_INF ? EXPR_EXP(w[slot][i] - m) : 0.0f;
+        w[slot][i] = ${merge_weight("w[slot][i]", "m")};
     BARRIER();
     float sum = 0.0f;
     for (int i = 0; live && i < n; i++)
         sum += w[slot][i];
-    const float scale = nan ? F_NAN : sum > 0.0f ? 1.0f / sum : 0.0f;
+    const float scale = ${merge_scale("sum", "nan")};
     GLOBAL const q_t *o0 = GPTR(const q_t, P.in0.o) + STATE_AT(P.in0, b, row, h);
     GLOBAL o_t *out = GPTR(o_t, P.dst.o) + STATE_AT(P.dst, b, ${dst_row}, h);
     /* UNROLL of the team's states' elements load at once (a decode's partials are read once,
@@ -142,7 +139,7 @@ fj_attn_merge(
 %   if write_lse then
     if (live && k == 0 && BLOCK_Y == 0)
         GPTR(float, P.dst.l)[LSE_AT(P.dst, b, ${dst_row}, h)] =
-            nan ? F_NAN : m > -F_INF ? m + EXPR_LOG(sum) : -F_INF;
+            ${merge_lse("m", "sum", "nan")};
 %   end
 }
 % else
@@ -171,16 +168,16 @@ fj_attn_merge(
     float m = -F_INF;
     bool nan = false;
     for (int i = 0; i < INPUTS; i++) {
-        nan = nan || !(lse[team][i] < F_INF); /* NaN or +inf */
+        nan = ${merge_bad("nan", "lse[team][i]")};
         m = F_MAX(m, lse[team][i]);
     }
     float w[INPUTS], sum = 0.0f;
     for (int i = 0; i < INPUTS; i++) {
         /* exp(-inf - m) is 0: an empty state weighs nothing; m = -inf: every state is empty. */
-        w[i] = m > -F_INF ? EXPR_EXP(lse[team][i] - m) : 0.0f;
+        w[i] = ${merge_weight("lse[team][i]", "m")};
         sum += w[i];
     }
-    const float scale = nan ? F_NAN : sum > 0.0f ? 1.0f / sum : 0.0f;
+    const float scale = ${merge_scale("sum", "nan")};
 % for i = 0, inputs - 1 do
     GLOBAL const ${i == 0 and "q_t" or "kv_t"} *o${i} = GPTR(const ${i == 0 and "q_t" or "kv_t"}, P.in${i}.o) + STATE_AT(P.in${i}, b, row, h);
 % end
@@ -196,7 +193,7 @@ fj_attn_merge(
 % if write_lse then
     if (lane == 0)
         GPTR(float, P.dst.l)[LSE_AT(P.dst, b, row, h)] =
-            nan ? F_NAN : m > -F_INF ? m + EXPR_LOG(sum) : -F_INF;
+            ${merge_lse("m", "sum", "nan")};
 % end
 }
 % end

@@ -1,9 +1,7 @@
 % -- The merge of a decode's splits inside the decode kernel (variant merge_last, CUDA): the last
 % -- split of a block's rows to finish combines every split's state of those rows into out and
-% -- lse, so the plan needs no merge step (attn_merge.lua's strided states, the same algebra:
-% -- with m = max l_s and w_s = exp(l_s - m), o = sum w_s o_s / sum w_s, l = m + log(sum w_s);
-% -- a state with l = -inf weighs nothing and its o is never read into the sum; all empty gives
-% -- o = 0, l = -inf; a NaN or +inf l makes the row NaN).
+% -- lse, so the plan needs no merge step (what attn_merge.lua's strided states do, by the same
+% -- algebra, merge_state.lua's).
 % --
 % -- Arrivals: each block stores its split's state (decode_store_out / decode_store_lse with
 % -- `partial`), makes it visible device-wide (__threadfence), and counts itself in
@@ -34,6 +32,7 @@
 % -- float pointer to shared memory (8-byte aligned) of at least
 % -- decode_merge_scratch_floats(per_tile) floats that nothing reads or writes once the block's
 % -- threads have all arrived.
+% include("merge_state.lua")
 % local max_splits = 64 -- plan/variant.h's FJ__DECODE_MAX_SPLITS
 #define MERGE_BATCH 16 /* splits whose states a thread loads at once, for each element */
 #define MERGE_MAX_SPLITS ${max_splits}
@@ -87,21 +86,21 @@
                 bool nan = false;
 #pragma unroll 1
                 for (int s = 0; s < n; s++) {
-                    nan = nan || !(w[s] < F_INF); /* NaN or +inf */
+                    nan = ${merge_bad("nan", "w[s]")};
                     m = F_MAX(m, w[s]);
                 }
                 float sum = 0.0f;
 #pragma unroll 1
                 for (int s = 0; s < n; s++) {
-                    w[s] = m > -F_INF ? expf(w[s] - m) : 0.0f; /* exp(-inf - m) = 0: empty */
+                    w[s] = ${merge_weight("w[s]", "m")};
                     sum += w[s];
                 }
-                scale[tid] = nan ? F_NAN : sum > 0.0f ? 1.0f / sum : 0.0f;
+                scale[tid] = ${merge_scale("sum", "nan")};
 %   if write_lse then
                 const int pr = g0 + tid;
 % decode_head_row("pr")
                 lse[${decode_final_lse_at(decode_final_row())}] =
-                    nan ? F_NAN : m > -F_INF ? m + logf(sum) : -F_INF;
+                    ${merge_lse("m", "sum", "nan")};
 %   end
             }
             __syncthreads();
