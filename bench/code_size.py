@@ -62,4 +62,5 @@ def main():
         print(f"{size:8d} B  {regs:>3} regs  {spills:>4} B spilled  {shown}")
 
 
-main()
+if __name__ == "__main__":
+    main()

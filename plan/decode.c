@@ -454,6 +454,10 @@ fj_status fj__plan_decode(const fj__features *f, const fj_device_info *dev, cons
             fj__plan_add_counters(plan, (size_t)(f->batch * s->grid[0]) * sizeof(int32_t));
     if (splits == 1 || s->variant.merge_last)
         return FJ_OK;
+    if (rows > INT32_MAX) /* the merge's row index is 32-bit */
+        return fj__fail(err, FJ_ERR_UNSUPPORTED,
+                        "%llu (batch, row, head) rows of split states: the merge takes at most %d",
+                        (unsigned long long)rows, INT32_MAX);
     fj__step *m = fj__plan_add_strided_merge_step(plan, v->backend, splits, v->out_dtype,
                                                   v->write_lse, rows, f->head_dim_v);
     /* On Hopper the merge launches while the decode kernel's last blocks run, and waits for
@@ -512,7 +516,6 @@ fj_status fj__decode_fill(const fj__plan *plan, int i, const fj__problem *p, voi
         M->seqlen = (int32_t)p->seqlen_q;
         M->heads = (int32_t)p->heads_q;
         M->head_dim_v = (int32_t)p->head_dim_v;
-        M->col_groups = (int32_t)plan->steps[i].grid[1];
         M->state_teams = fj__merge_state_teams(plan->decode.splits);
         if (p->cu_seqlens_q) {
             M->cu_seqlens_q = p->cu_seqlens_q->data;

@@ -156,10 +156,10 @@ FJ__PARAM_STRUCT(fj__merge_slot, FJ__MERGE_SLOT_PARAMS);
 /* The merge (attn_merge.lua): up to FJ__MERGE_SLOTS states in[0..inputs-1] combined into dst,
 ** for pairs = batches * seqlen * heads (batch, row, head) rows of head_dim_v elements; or
 ** (inputs 0) `states` states of one layout, state i at in0 moved by i * state_so elements of o
-** and i * state_sl of l, the elements of a row shared by col_groups work-groups along the grid's
-** y (each takes every col_groups-th run of its team's lanes; 0 counts as 1) and a pair's states
-** by state_teams of a work-group's teams (1, 2 or 4: state j by team j % state_teams; 0 counts
-** as 1). Strided states of packed sequences (the variant's varlen: a decode's splits) keep
+** and i * state_sl of l, the elements of a row shared by the work-groups along the grid's y (a
+** run of lanes each, an element a lane: fj__plan_add_strided_merge_step's grid) and a pair's
+** states by state_teams of a work-group's teams (1, 2 or 4: state j by team j % state_teams; 0
+** counts as 1). Strided states of packed sequences (the variant's varlen: a decode's splits) keep
 ** sequence b's rows at batch b, rows 0 to seqlen - 1; dst is packed [total_q, heads, dv], b's
 ** rows from cu_seqlens_q[b], as many as the sequence has (sequence.lua's packed_queries). */
 #define FJ__MERGE_SLOTS 8
@@ -180,7 +180,6 @@ FJ__PARAM_STRUCT(fj__merge_slot, FJ__MERGE_SLOT_PARAMS);
     X(T, I32, seqlen, 0)                                                                           \
     X(T, I32, heads, 0)                                                                            \
     X(T, I32, head_dim_v, 0)                                                                       \
-    X(T, I32, col_groups, 0)                                                                       \
     X(T, I32, state_teams, 0)                                                                      \
     X(T, PTR, cu_seqlens_q, "const int")                                                           \
     X(T, I32, total_q, 0)

@@ -32,10 +32,9 @@ fj__step *fj__plan_add_merge_step(fj__plan *plan, fj_backend_kind backend, int i
 
 int fj__merge_state_teams(int32_t states)
 {
-    /* (a team loads its states' elements UNROLL = 4 at a time, attn_merge.lua: a state's load
-    ** waits on memory, so many states in one team wait many times over; two rounds a team up
-    ** to 16 states, then all of a work-group's teams) */
-    return states > 16 ? MERGE_PAIRS : states > 8 ? 2 : 1;
+    /* (a lane loads ROUND = 4 of its team's states' elements at once, attn_merge.lua: each
+    ** round waits on memory, so one round up to 16 states, then a round more every 16) */
+    return states > 8 ? MERGE_PAIRS : states > 4 ? 2 : 1;
 }
 
 fj__step *fj__plan_add_strided_merge_step(fj__plan *plan, fj_backend_kind backend,
@@ -45,8 +44,8 @@ fj__step *fj__plan_add_strided_merge_step(fj__plan *plan, fj_backend_kind backen
     fj__step *s =
         fj__plan_add_merge_step(plan, backend, 0, FJ_DTYPE_F32, FJ_DTYPE_F32, out, write_lse, rows);
     /* A work-group's teams take MERGE_PAIRS / teams pairs, a pair's states shared by `teams`;
-    ** a row's columns across work-groups along y, a run of lanes each, so a single sequence's
-    ** few rows still fill the device (fj_merge_params' col_groups). */
+    ** a row's columns across work-groups along y, a run of MERGE_LANES lanes each (a lane an
+    ** element), so a single sequence's few rows still fill the device. */
     const int64_t pairs_per_group = MERGE_PAIRS / fj__merge_state_teams(states);
     s->grid[0] = (uint32_t)fj__div_up((int64_t)rows, pairs_per_group);
     s->grid[1] = (uint32_t)fj__div_up(head_dim_v, MERGE_LANES);
@@ -60,11 +59,10 @@ fj_status fj__plan_merge(const fj__merge_problem *p, fj_backend_kind backend, fj
     plan->kind = FJ__PLAN_MERGE;
     plan->merge.ws_out = plan->merge.ws_lse = -1;
     const uint64_t pairs = (uint64_t)(p->batch * p->seqlen * p->heads);
-    const uint64_t blocks = (pairs + MERGE_PAIRS - 1) / MERGE_PAIRS;
-    if (blocks > INT32_MAX)
+    if (pairs > INT32_MAX) /* the kernel's row index is 32-bit */
         return fj__fail(err, FJ_ERR_UNSUPPORTED,
-                        "%llu (batch, row, head) rows to merge: at most %llu",
-                        (unsigned long long)pairs, (unsigned long long)INT32_MAX * MERGE_PAIRS);
+                        "%llu (batch, row, head) rows to merge: at most %d",
+                        (unsigned long long)pairs, INT32_MAX);
     if (p->n > FJ__MERGE_SLOTS) {
         plan->merge.ws_out =
             fj__plan_add_workspace(plan, (size_t)pairs * (size_t)p->head_dim_v * sizeof(float));

@@ -11,12 +11,13 @@
 % -- Strided states (inputs = 0): P.states states (1 to 64) of one element type (q_t), state i at
 % -- slot in0 moved by i * state_so elements of o and i * state_sl of l: the split-KV partials of
 % -- a decode plan (attn_decode.lua), which lie in one workspace. A row's elements are shared by
-% -- P.col_groups work-groups along the grid's y (a lane of each takes one element of every
-% -- col_groups * LANES), so a few rows of wide states (a decode of one sequence, MLA's 512
-% -- columns) still fill the device; and a pair's states by P.state_teams teams of the
-% -- work-group (state i by team i % state_teams, whose sums meet in shared memory), so many
-% -- states (a decode of few rows in many splits) are loaded at once; dst is never one of these
-% -- inputs. With varlen, the states are a decode's of packed sequences: sequence b's rows at
+% -- the work-groups along the grid's y, a lane an element, so a few rows of wide states (a
+% -- decode of one sequence, MLA's 512 columns) still fill the device; and a pair's states by
+% -- P.state_teams teams of the work-group (state i by team i % state_teams, whose sums meet in
+% -- shared memory), so many states (a decode of few rows in many splits) are loaded at once.
+% -- Everything but the loads is found before the wait for the states' writer, and the first
+% -- round of a lane's loads goes with the log-sum-exps', so most merges wait on memory once.
+% -- dst is never one of these inputs. With varlen, the states are a decode's of packed sequences: sequence b's rows at
 % -- batch b, rows 0 to P.seqlen - 1, and dst packed, its rows from P.cu_seqlens_q[b] as
 % -- sequence.lua's packed_queries() finds them; rows past a sequence's end are idle.
 % --
@@ -36,7 +37,7 @@
 #define PAIRS (THREADS / LANES)
 #define INPUTS ${inputs}
 #define MAX_STATES 64 /* strided states */
-#define UNROLL 4      /* strided states whose elements a lane loads at once (8: ptxas spills) */
+#define ROUND 4       /* strided states whose elements a lane loads at once */
 
 /* Element e of state s at (b, row, h) and its log-sum-exp. */
 #define STATE_AT(s, b, row, h) ((b) * (s).o_sb + (I64)(row) * (s).o_ss + (I64)(h) * (s).o_sh)
@@ -49,7 +50,35 @@ fj_attn_merge(
 )
 {
     SHARED float w[PAIRS][MAX_STATES]; /* a pair's log-sum-exps, then its states' weights */
-    SHARED float part[PAIRS][LANES];   /* each team's sums of its states, an element a lane */
+    SHARED float part[PAIRS][LANES];     /* each team's sum of its states, an element a lane */
+    /* Where the work-item's pair, states and element lie, from the parameters alone, so found
+    ** while the grid that writes the states may still run: team `team` takes states share,
+    ** share + teams, ... of the work-group's pair `slot`, each lane one element of them. */
+    const int team = THREAD_X / LANES, lane = THREAD_X % LANES;
+    const int teams = I_MIN(I_MAX(P.state_teams, 1), PAIRS);
+    const int slot = team / teams, share = team % teams;
+    const int pair = BLOCK_X * (PAIRS / teams) + slot; /* < 2^31: plan/merge.c */
+%   local dst_row = varlen > 0 and "q_first + row" or "row"
+%   if varlen > 0 then
+    const bool in_grid = slot < PAIRS / teams && pair < P.pairs;
+%   else
+    const bool live = slot < PAIRS / teams && pair < P.pairs;
+%   end
+    const int h = pair % P.heads, row_all = pair / P.heads;
+    const int row = row_all % P.seqlen, b = row_all / P.seqlen;
+%   if varlen > 0 then
+    /* dst's row of the states' `row`: the sequence's packed rows, which may be fewer. */
+    const int batch = I_MIN(b, (int)(P.pairs / P.heads / P.seqlen) - 1);
+    GLOBAL const int *cu_seqlens_q = GPTR(const int, P.cu_seqlens_q);
+    const int total_q = P.total_q, max_seqlen_q = P.seqlen;
+%     packed_queries()
+    const bool live = in_grid && row < seqlen_q;
+%   end
+    const int n = I_MIN(P.states, MAX_STATES);
+    const int d = BLOCK_Y * LANES + lane; /* the grid's y covers a row's elements */
+    const bool mine = live && d < P.head_dim_v;
+    GLOBAL const float *l0 = GPTR(const float, P.in0.l) + LSE_AT(P.in0, b, row, h);
+    GLOBAL const q_t *o0 = GPTR(const q_t, P.in0.o) + STATE_AT(P.in0, b, row, h) + d;
 % if backend == "cuda" then
 #if __CUDA_ARCH__ >= 900
     /* Launched to overlap the end of the kernel that wrote the states (a decode's splits:
@@ -58,86 +87,65 @@ fj_attn_merge(
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 % end
-    /* Team `team` takes states share, share + teams, ... of the work-group's pair `slot`. */
-    const int team = THREAD_X / LANES, lane = THREAD_X % LANES;
-    const int teams = I_MIN(I_MAX(P.state_teams, 1), PAIRS);
-    const int slot = team / teams, share = team % teams;
-    const I64 pair = (I64)BLOCK_X * (PAIRS / teams) + slot;
-%   local dst_row = varlen > 0 and "q_first + row" or "row"
-%   if varlen > 0 then
-    const bool in_grid = slot < PAIRS / teams && pair < P.pairs;
-%   else
-    const bool live = slot < PAIRS / teams && pair < P.pairs;
-%   end
-    const int h = (int)(pair % P.heads);
-    const I64 row_all = pair / P.heads;
-    const int row = (int)(row_all % P.seqlen);
-    const I64 b = row_all / P.seqlen;
-%   if varlen > 0 then
-    /* dst's row of the states' `row`: the sequence's packed rows, which may be fewer. */
-    const int batch = (int)I_MIN(b, P.pairs / P.heads / P.seqlen - 1);
-    GLOBAL const int *cu_seqlens_q = GPTR(const int, P.cu_seqlens_q);
-    const int total_q = P.total_q, max_seqlen_q = P.seqlen;
-%     packed_queries()
-    const bool live = in_grid && row < seqlen_q;
-%   end
-    const int n = I_MIN(P.states, MAX_STATES);
-    GLOBAL const float *l0 = GPTR(const float, P.in0.l) + LSE_AT(P.in0, b, row, h);
+    /* One round of loads brings the log-sum-exps and the first ROUND of the team's states'
+    ** elements (a decode's partials are read once, from memory: each round waits on it). A
+    ** lane's state index is clamped to the last state, and whatever an empty or a clamped
+    ** state's element holds is loaded but never added. The log-sum-exps are padded with empty
+    ** states to a multiple of 4, which the loops over them take at a time. */
     const int k = share * LANES + lane; /* the work-item among its pair's */
-    for (int i = k; live && i < n; i += teams * LANES)
-        w[slot][i] = LDG(l0 + i * P.state_sl);
+    const int last = n - 1, n4 = (n + 3) & ~3;
+    for (int i = k; live && i < n4; i += teams * LANES)
+        w[slot][i] = i < n ? LDG(l0 + i * P.state_sl) : -F_INF;
+    float x[ROUND];
+#pragma unroll
+    for (int j = 0; j < ROUND; j++)
+        x[j] = mine ? Q_LOAD(o0, I_MIN(share + j * teams, last) * P.state_so) : 0.0f;
     BARRIER();
     float m = -F_INF;
     bool nan = false;
-    for (int i = 0; live && i < n; i++) {
-        nan = ${merge_bad("nan", "w[slot][i]")};
-        m = F_MAX(m, w[slot][i]);
+    for (int i0 = 0; live && i0 < n4; i0 += 4) {
+#pragma unroll
+        for (int i = i0; i < i0 + 4; i++) {
+            nan = ${merge_bad("nan", "w[slot][i]")};
+            m = F_MAX(m, w[slot][i]);
+        }
     }
     BARRIER(); /* every lane has read the log-sum-exps */
-    for (int i = k; live && i < n; i += teams * LANES)
+    for (int i = k; live && i < n4; i += teams * LANES)
         w[slot][i] = ${merge_weight("w[slot][i]", "m")};
     BARRIER();
     float sum = 0.0f;
-    for (int i = 0; live && i < n; i++)
-        sum += w[slot][i];
-    const float scale = ${merge_scale("sum", "nan")};
-    GLOBAL const q_t *o0 = GPTR(const q_t, P.in0.o) + STATE_AT(P.in0, b, row, h);
-    GLOBAL o_t *out = GPTR(o_t, P.dst.o) + STATE_AT(P.dst, b, ${dst_row}, h);
-    /* UNROLL of the team's states' elements load at once (a decode's partials are read once,
-    ** from memory: one load at a time would leave the lane waiting on each). An empty state's
-    ** elements are not used (whatever they hold). The loop is the work-group's (its barriers):
-    ** every work-item runs it, the ones past the row's end or pairs idle. */
-    const int col_groups = I_MAX(P.col_groups, 1);
-    for (int d0 = BLOCK_Y * LANES; d0 < P.head_dim_v; d0 += col_groups * LANES) {
-        const int d = d0 + lane;
-        const bool mine = live && d < P.head_dim_v;
-        float acc = 0.0f;
-        for (int i0 = share; mine && i0 < n; i0 += UNROLL * teams) {
-            float x[UNROLL];
+    for (int i0 = 0; live && i0 < n4; i0 += 4) {
 #pragma unroll
-            for (int j = 0; j < UNROLL; j++) {
-                const int i = i0 + j * teams;
-                x[j] = i < n && w[slot][i] > 0.0f ? Q_LOAD(o0, i * P.state_so + d) : 0.0f;
-            }
-#pragma unroll
-            for (int j = 0; j < UNROLL; j++) {
-                const int i = i0 + j * teams;
-                acc = i < n && w[slot][i] > 0.0f ? F_FMA(w[slot][i], x[j], acc) : acc;
-            }
-        }
-        if (teams > 1) { /* the pair's teams' sums meet, in their order */
-            part[team][lane] = acc;
-            BARRIER();
-            acc = 0.0f;
-            for (int t = 0; share == 0 && t < teams; t++)
-                acc += part[team + t][lane];
-            BARRIER(); /* (part is written again at the next columns) */
-        }
-        if (mine && share == 0)
-            O_STORE(out, d, acc * scale);
+        for (int i = i0; i < i0 + 4; i++)
+            sum += w[slot][i];
     }
+    float acc = 0.0f;
+    for (int i0 = share; mine && i0 < n; i0 += ROUND * teams) {
+        if (i0 > share) { /* a later round */
+#pragma unroll
+            for (int j = 0; j < ROUND; j++)
+                x[j] = Q_LOAD(o0, I_MIN(i0 + j * teams, last) * P.state_so);
+        }
+#pragma unroll
+        for (int j = 0; j < ROUND; j++) {
+            const int i = i0 + j * teams;
+            const float wi = w[slot][I_MIN(i, last)];
+            acc = i < n && wi > 0.0f ? F_FMA(wi, x[j], acc) : acc;
+        }
+    }
+    /* The pair's teams' sums meet, in their order. (Not under `if (teams > 1)`: PoCL's build
+    ** of that barrier, with none after it, merged the sums wrongly.) */
+    part[team][lane] = acc;
+    BARRIER();
+    acc = 0.0f;
+    for (int t = 0; share == 0 && t < teams; t++)
+        acc += part[team + t][lane];
+    GLOBAL o_t *out = GPTR(o_t, P.dst.o) + STATE_AT(P.dst, b, ${dst_row}, h);
+    if (mine && share == 0)
+        O_STORE(out, d, acc * ${merge_scale("sum", "nan")});
 %   if write_lse then
-    if (live && k == 0 && BLOCK_Y == 0)
+    if (live && share == 0 && lane == 0 && BLOCK_Y == 0)
         GPTR(float, P.dst.l)[LSE_AT(P.dst, b, ${dst_row}, h)] =
             ${merge_lse("m", "sum", "nan")};
 %   end
@@ -150,12 +158,10 @@ fj_attn_merge(
 {
     SHARED float lse[PAIRS][INPUTS];
     const int team = THREAD_X / LANES, lane = THREAD_X % LANES;
-    const I64 pair = (I64)BLOCK_X * PAIRS + team;
+    const int pair = BLOCK_X * PAIRS + team; /* < 2^31: plan/merge.c */
     const bool live = pair < P.pairs;
-    const int h = (int)(pair % P.heads);
-    const I64 row_all = pair / P.heads;
-    const int row = (int)(row_all % P.seqlen);
-    const I64 b = row_all / P.seqlen;
+    const int h = pair % P.heads, row_all = pair / P.heads;
+    const int row = row_all % P.seqlen, b = row_all / P.seqlen;
     if (live && lane < INPUTS) {
 % for i = 0, inputs - 1 do
         if (lane == ${i})

@@ -1022,13 +1022,13 @@ static void test_decode_plans(void **state)
             assert_int_equal(plan.decode.arrivals, -1);
             assert_int_equal(plan.counter_bytes, 0);
             /* The merge: a work-group's four teams take 4 / teams rows, a row's states shared
-            ** by `teams` (more than 8 splits: 2, more than 16: 4), its columns 32 a
+            ** by `teams` (more than 4 splits: 2, more than 8: 4), its columns 32 a
             ** work-group. */
             const fj__step *m = &plan.steps[1];
             const int teams = fj__merge_state_teams(plan.decode.splits);
             const int64_t rows = f.batch * f.seqlen_q * f.heads_q;
             assert_int_equal(teams,
-                             plan.decode.splits > 16 ? 4 : plan.decode.splits > 8 ? 2 : 1);
+                             plan.decode.splits > 8 ? 4 : plan.decode.splits > 4 ? 2 : 1);
             assert_int_equal(m->grid[0], (rows + 4 / teams - 1) / (4 / teams));
             assert_int_equal(m->grid[1], (f.head_dim_v + 31) / 32);
             assert_int_equal(m->variant.inputs, 0);
