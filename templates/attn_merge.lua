@@ -55,14 +55,14 @@ fj_attn_merge(
     ** while the grid that writes the states may still run: team `team` takes states share,
     ** share + teams, ... of the work-group's pair `slot`, each lane one element of them. */
     const int team = THREAD_X / LANES, lane = THREAD_X % LANES;
-    const int teams = I_MIN(I_MAX(P.state_teams, 1), PAIRS);
-    const int slot = team / teams, share = team % teams;
-    const int pair = BLOCK_X * (PAIRS / teams) + slot; /* < 2^31: plan/merge.c */
+    const int shift = P.state_teams >= 4 ? 2 : P.state_teams >= 2 ? 1 : 0; /* 1, 2 or 4 teams */
+    const int teams = 1 << shift, slot = team >> shift, share = team & (teams - 1);
+    const int pair = BLOCK_X * (PAIRS >> shift) + slot; /* < 2^31: plan/merge.c */
 %   local dst_row = varlen > 0 and "q_first + row" or "row"
 %   if varlen > 0 then
-    const bool in_grid = slot < PAIRS / teams && pair < P.pairs;
+    const bool in_grid = pair < P.pairs;
 %   else
-    const bool live = slot < PAIRS / teams && pair < P.pairs;
+    const bool live = pair < P.pairs;
 %   end
     const int h = pair % P.heads, row_all = pair / P.heads;
     const int row = row_all % P.seqlen, b = row_all / P.seqlen;
@@ -79,30 +79,33 @@ fj_attn_merge(
     const bool mine = live && d < P.head_dim_v;
     GLOBAL const float *l0 = GPTR(const float, P.in0.l) + LSE_AT(P.in0, b, row, h);
     GLOBAL const q_t *o0 = GPTR(const q_t, P.in0.o) + STATE_AT(P.in0, b, row, h) + d;
+    GLOBAL o_t *out = GPTR(o_t, P.dst.o) + STATE_AT(P.dst, b, ${dst_row}, h);
 % if backend == "cuda" then
 #if __CUDA_ARCH__ >= 900
     /* Launched to overlap the end of the kernel that wrote the states (a decode's splits:
     ** programmatic dependent launch), this waits for that kernel's writes; returns at once
-    ** when launched otherwise. */
-    asm volatile("griddepcontrol.wait;" ::: "memory");
+    ** when launched otherwise. The pointers are its operands, so that they are found before
+    ** it (the compiler would otherwise move the wait up to the kernel's start). */
+    asm volatile("griddepcontrol.wait;" ::"l"(l0), "l"(o0), "l"(out) : "memory");
 #endif
 % end
-    /* One round of loads brings the log-sum-exps and the first ROUND of the team's states'
-    ** elements (a decode's partials are read once, from memory: each round waits on it). A
-    ** lane's state index is clamped to the last state, and whatever an empty or a clamped
+    /* One round of loads brings the first ROUND of the team's states' elements and the
+    ** log-sum-exps (a decode's partials are read once, from memory: each round waits on it).
+    ** A lane's state index is clamped to the last state, and whatever an empty or a clamped
     ** state's element holds is loaded but never added. The log-sum-exps are padded with empty
     ** states to a multiple of 4, which the loops over them take at a time. */
     const int k = share * LANES + lane; /* the work-item among its pair's */
     const int last = n - 1, n4 = (n + 3) & ~3;
-    for (int i = k; live && i < n4; i += teams * LANES)
-        w[slot][i] = i < n ? LDG(l0 + i * P.state_sl) : -F_INF;
     float x[ROUND];
 #pragma unroll
     for (int j = 0; j < ROUND; j++)
-        x[j] = mine ? Q_LOAD(o0, I_MIN(share + j * teams, last) * P.state_so) : 0.0f;
+        x[j] = mine ? Q_LOAD(o0, I_MIN(share + (j << shift), last) * P.state_so) : 0.0f;
+    for (int i = k; live && i < n4; i += teams * LANES)
+        w[slot][i] = i < n ? LDG(l0 + i * P.state_sl) : -F_INF;
     BARRIER();
     float m = -F_INF;
     bool nan = false;
+#pragma unroll 1
     for (int i0 = 0; live && i0 < n4; i0 += 4) {
 #pragma unroll
         for (int i = i0; i < i0 + 4; i++) {
@@ -115,6 +118,7 @@ fj_attn_merge(
         w[slot][i] = ${merge_weight("w[slot][i]", "m")};
     BARRIER();
     float sum = 0.0f;
+#pragma unroll 1
     for (int i0 = 0; live && i0 < n4; i0 += 4) {
 #pragma unroll
         for (int i = i0; i < i0 + 4; i++)
@@ -125,11 +129,11 @@ fj_attn_merge(
         if (i0 > share) { /* a later round */
 #pragma unroll
             for (int j = 0; j < ROUND; j++)
-                x[j] = Q_LOAD(o0, I_MIN(i0 + j * teams, last) * P.state_so);
+                x[j] = Q_LOAD(o0, I_MIN(i0 + (j << shift), last) * P.state_so);
         }
 #pragma unroll
         for (int j = 0; j < ROUND; j++) {
-            const int i = i0 + j * teams;
+            const int i = i0 + (j << shift);
             const float wi = w[slot][I_MIN(i, last)];
             acc = i < n && wi > 0.0f ? F_FMA(wi, x[j], acc) : acc;
         }
@@ -141,7 +145,6 @@ fj_attn_merge(
     acc = 0.0f;
     for (int t = 0; share == 0 && t < teams; t++)
         acc += part[team + t][lane];
-    GLOBAL o_t *out = GPTR(o_t, P.dst.o) + STATE_AT(P.dst, b, ${dst_row}, h);
     if (mine && share == 0)
         O_STORE(out, d, acc * ${merge_scale("sum", "nan")});
 %   if write_lse then
