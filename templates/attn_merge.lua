@@ -17,9 +17,10 @@
 % -- shared memory), so many states (a decode of few rows in many splits) are loaded at once.
 % -- Everything but the loads is found before the wait for the states' writer, and the first
 % -- round of a lane's loads goes with the log-sum-exps', so most merges wait on memory once.
-% -- dst is never one of these inputs. With varlen, the states are a decode's of packed sequences: sequence b's rows at
-% -- batch b, rows 0 to P.seqlen - 1, and dst packed, its rows from P.cu_seqlens_q[b] as
-% -- sequence.lua's packed_queries() finds them; rows past a sequence's end are idle.
+% -- dst is never one of these inputs. With varlen, the states are a decode's of packed
+% -- sequences: sequence b's rows at batch b, rows 0 to P.seqlen - 1, and dst packed, its rows
+% -- from P.cu_seqlens_q[b] as sequence.lua's packed_queries() finds them; rows past a
+% -- sequence's end are idle.
 % --
 % -- Parameters: backend, q_dtype (slot 0's elements), kv_dtype (the other slots'), out_dtype
 % -- (dst's), inputs (slots read, 1 to 8; 0 strided states), varlen (strided states: dst packed),
