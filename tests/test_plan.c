@@ -801,6 +801,28 @@ static void test_decode_row_band(void **state)
         }
 }
 
+/* The merge kernel's row index is 32-bit: a merge of more (batch, row, head) rows than that is
+** refused with their count, and one of 2^30 rows planned over its work-groups of 4 rows. */
+static void test_merge_row_limit(void **state)
+{
+    (void)state;
+    fj__merge_problem p = {.n = 2,
+                           .batch = 1 << 16,
+                           .seqlen = 1 << 12,
+                           .heads = 8,
+                           .head_dim_v = 64,
+                           .in_dtype = FJ_DTYPE_BF16,
+                           .out_dtype = FJ_DTYPE_BF16};
+    fj__plan plan;
+    fj__err err = {{0}};
+    assert_int_equal(fj__plan_merge(&p, FJ_BACKEND_OPENCL, &plan, &err), FJ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "2147483648 (batch, row, head) rows to merge"));
+    p.heads = 4;
+    assert_int_equal(fj__plan_merge(&p, FJ_BACKEND_OPENCL, &plan, &err), FJ_OK);
+    assert_int_equal(plan.nsteps, 1);
+    assert_int_equal(plan.steps[0].grid[0], (1u << 30) / 4);
+}
+
 /* A dense cache of 128-dim rows takes bulk copies on sm_90 once K and V reach 1 GiB (three
 ** tiles, two blocks an SM); smaller caches, rows of 64 dims and sm_80 keep cp.async's four. */
 static void test_decode_large_dense_bulk(void **state)
@@ -1690,6 +1712,7 @@ int main(void)
         cmocka_unit_test(test_deterministic_slices),
         cmocka_unit_test(test_decode_plans),
         cmocka_unit_test(test_decode_swizzle),
+        cmocka_unit_test(test_merge_row_limit),
         cmocka_unit_test(test_decode_large_dense_bulk),
         cmocka_unit_test(test_paged_prefill_plans),
         cmocka_unit_test(test_decode_masks_and_terms),
