@@ -58,12 +58,13 @@ fj_attn_merge(
     const int team = THREAD_X / LANES, lane = THREAD_X % LANES;
     const int shift = P.state_teams >= 4 ? 2 : P.state_teams >= 2 ? 1 : 0; /* 1, 2 or 4 teams */
     const int teams = 1 << shift, slot = team >> shift, share = team & (teams - 1);
-    const int pair = BLOCK_X * (PAIRS >> shift) + slot; /* < 2^31: plan/merge.c */
+    const I64 pair64 = (I64)BLOCK_X * (PAIRS >> shift) + slot;
+    const int pair = (int)pair64; /* where it is live, < 2^31 (plan/merge.c) */
 %   local dst_row = varlen > 0 and "q_first + row" or "row"
 %   if varlen > 0 then
-    const bool in_grid = pair < P.pairs;
+    const bool in_grid = pair64 < P.pairs;
 %   else
-    const bool live = pair < P.pairs;
+    const bool live = pair64 < P.pairs;
 %   end
     const int h = pair % P.heads, row_all = pair / P.heads;
     const int row = row_all % P.seqlen, b = row_all / P.seqlen;
@@ -162,8 +163,9 @@ fj_attn_merge(
 {
     SHARED float lse[PAIRS][INPUTS];
     const int team = THREAD_X / LANES, lane = THREAD_X % LANES;
-    const int pair = BLOCK_X * PAIRS + team; /* < 2^31: plan/merge.c */
-    const bool live = pair < P.pairs;
+    const I64 pair64 = (I64)BLOCK_X * PAIRS + team;
+    const int pair = (int)pair64; /* where it is live, < 2^31 (plan/merge.c) */
+    const bool live = pair64 < P.pairs;
     const int h = pair % P.heads, row_all = pair / P.heads;
     const int row = row_all % P.seqlen, b = row_all / P.seqlen;
     if (live && lane < INPUTS) {
