@@ -454,10 +454,9 @@ fj_status fj__plan_decode(const fj__features *f, const fj_device_info *dev, cons
             fj__plan_add_counters(plan, (size_t)(f->batch * s->grid[0]) * sizeof(int32_t));
     if (splits == 1 || s->variant.merge_last)
         return FJ_OK;
-    if (rows > INT32_MAX) /* the merge's row index is 32-bit */
-        return fj__fail(err, FJ_ERR_UNSUPPORTED,
-                        "%llu (batch, row, head) rows of split states: the merge takes at most %d",
-                        (unsigned long long)rows, INT32_MAX);
+    const fj_status st = fj__merge_rows_fit(rows, err);
+    if (st != FJ_OK)
+        return st;
     fj__step *m = fj__plan_add_strided_merge_step(plan, v->backend, splits, v->out_dtype,
                                                   v->write_lse, rows, f->head_dim_v);
     /* On Hopper the merge launches while the decode kernel's last blocks run, and waits for

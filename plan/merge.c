@@ -37,6 +37,15 @@ int fj__merge_state_teams(int32_t states)
     return states > 8 ? MERGE_PAIRS : states > 4 ? 2 : 1;
 }
 
+fj_status fj__merge_rows_fit(uint64_t rows, fj__err *err)
+{
+    if (rows > INT32_MAX) /* attn_merge.lua's row index is 32-bit */
+        return fj__fail(err, FJ_ERR_UNSUPPORTED,
+                        "%llu (batch, row, head) rows to merge: at most %d",
+                        (unsigned long long)rows, INT32_MAX);
+    return FJ_OK;
+}
+
 fj__step *fj__plan_add_strided_merge_step(fj__plan *plan, fj_backend_kind backend,
                                           int32_t states, fj_dtype out, int write_lse,
                                           uint64_t rows, int64_t head_dim_v)
@@ -59,10 +68,9 @@ fj_status fj__plan_merge(const fj__merge_problem *p, fj_backend_kind backend, fj
     plan->kind = FJ__PLAN_MERGE;
     plan->merge.ws_out = plan->merge.ws_lse = -1;
     const uint64_t pairs = (uint64_t)(p->batch * p->seqlen * p->heads);
-    if (pairs > INT32_MAX) /* the kernel's row index is 32-bit */
-        return fj__fail(err, FJ_ERR_UNSUPPORTED,
-                        "%llu (batch, row, head) rows to merge: at most %d",
-                        (unsigned long long)pairs, INT32_MAX);
+    const fj_status st = fj__merge_rows_fit(pairs, err);
+    if (st != FJ_OK)
+        return st;
     if (p->n > FJ__MERGE_SLOTS) {
         plan->merge.ws_out =
             fj__plan_add_workspace(plan, (size_t)pairs * (size_t)p->head_dim_v * sizeof(float));

@@ -166,6 +166,9 @@ fj__step *fj__plan_add_strided_merge_step(fj__plan *plan, fj_backend_kind backen
                                           uint64_t rows, int64_t head_dim_v);
 /* The teams (of a merge work-group's four) that share a pair's strided states: 1, 2 or 4. */
 int fj__merge_state_teams(int32_t states);
+/* FJ_OK where a merge step takes `rows` (batch, row, head) rows (its row index is 32-bit), else
+** FJ_ERR_UNSUPPORTED naming the count. */
+fj_status fj__merge_rows_fit(uint64_t rows, fj__err *err);
 
 /* Compute capability as major * 10 + minor from dev's arch ("sm_90a": 90); 0 when unknown. */
 int fj__sm_version(const fj_device_info *dev);

@@ -101,7 +101,8 @@ fj_attn_merge(
     float x[ROUND];
 #pragma unroll
     for (int j = 0; j < ROUND; j++)
-        x[j] = mine ? Q_LOAD(o0, I_MIN(share + (j << shift), last) * P.state_so) : 0.0f;
+        x[j] = mine && last >= 0 ? Q_LOAD(o0, I_MIN(share + (j << shift), last) * P.state_so)
+                                 : 0.0f;
     for (int i = k; live && i < n4; i += teams * LANES)
         w[slot][i] = i < n ? LDG(l0 + i * P.state_sl) : -F_INF;
     BARRIER();

@@ -21,9 +21,9 @@
 % -- a time, MERGE_BATCH splits' loads of each out together. Its code runs once, in a few blocks,
 % -- before its instructions are cached, so its length is time: no divisions by run-time
 % -- values in its loops (a row's are made once, by its thread), loops around the loads rolled,
-% -- no branches around single loads. (The first
-% -- version, 2000 instructions of unrolled divisions and branches, took 7-12 us more than the
-% -- decode kernel on the H100 even without its state loads; bench/RESULTS.md.)
+% -- no branches around single loads. (A first version, 2000 instructions of unrolled divisions
+% -- and branches, took 7-12 us more than the decode kernel on the H100 even without its state
+% -- loads; bench/RESULTS.md.)
 % --
 % -- decode_merge_last(per_tile, cols, threads, scratch): after decode_block (batch, g0, rows,
 % -- qgroup, head_kv, seqlen_q, q_first, head_dim_v and the forward's fields as locals) and the
