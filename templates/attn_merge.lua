@@ -86,8 +86,9 @@ fj_attn_merge(
 #if __CUDA_ARCH__ >= 900
     /* Launched to overlap the end of the kernel that wrote the states (a decode's splits:
     ** programmatic dependent launch), this waits for that kernel's writes; returns at once
-    ** when launched otherwise. The pointers are its operands, so that they are found before
-    ** it (the compiler would otherwise move the wait up to the kernel's start). */
+    ** when launched otherwise. The pointers as operands put the index arithmetic before the
+    ** wait in the PTX, but ptxas still schedules the wait (ACQBULK) near the kernel's start,
+    ** ahead of the divisions (sm_90a SASS, bench/RESULTS.md 2026-12-06). */
     asm volatile("griddepcontrol.wait;" ::"l"(l0), "l"(o0), "l"(out) : "memory");
 #endif
 % end
