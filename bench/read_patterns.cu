@@ -14,13 +14,15 @@
 //   3  contiguous: each block reads its share of K, then of V, 16 bytes a load (`ld.global.cs`);
 //   4  as 0, the rows in [b, h, s, d] memory (a block's rows contiguous);
 //   5  as 0 by the bulk-copy engine, a row a copy, each slot complete on its mbarrier (the
-//      decode kernel's `bulk` loader for large dense caches).
+//      decode kernel's `bulk` loader for large dense caches);
+//   6  as 5 with the L2 policy the decode kernel gives its copies (evict-first).
 // Blocks an SM follow from the ring's size (printed).
 //
 // Build and run on the GPU machine (nothing else of the library needed):
 //   nvcc -O3 -arch=sm_90 -o /tmp/read_patterns bench/read_patterns.cu
-//   /tmp/read_patterns [B=128] [S=8192]
-// Prints GB/s of K and V read for each pattern, twice over the list.
+//   /tmp/read_patterns [B=128] [S=8192] [RANDOM=0]
+// Prints GB/s of K and V read for each pattern, twice over the list. RANDOM=1 fills K and V
+// with random bf16 values (as the benchmarks' caches) instead of constant bytes.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -77,6 +79,16 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity)
     asm volatile("{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
                  " @!p bra W;\n}" ::"r"(bar), "r"(parity) : "memory");
 }
+// As bulk_row, the line evict-first in L2 (the decode kernel's copies of K and V).
+__device__ __forceinline__ void bulk_row_evict_first(unsigned dst, const void *src,
+                                                     unsigned bytes, unsigned bar)
+{
+    unsigned long long policy;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 ".L2::cache_hint [%0], [%1], %2, [%3], %4;"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar), "l"(policy) : "memory");
+}
 __device__ __forceinline__ void bulk_row(unsigned dst, const void *src, unsigned bytes,
                                          unsigned bar)
 {
@@ -115,7 +127,7 @@ __device__ void read_contiguous(const params &p, int block, int blocks, int t, f
     }
 }
 
-// Mode 5: tile u's K and V rows by bulk copies into slot u % stages.
+// Modes 5 and 6: tile u's K and V rows by bulk copies into slot u % stages.
 __device__ void read_bulk(const params &p, char *smem, int b, int h, int t, float &acc)
 {
     const int tk = p.tile, tiles = p.seqlen / tk, slot_bytes = 2 * tk * ROW;
@@ -137,8 +149,11 @@ __device__ void read_bulk(const params &p, char *smem, int b, int h, int t, floa
             const bool is_k = i < tk;
             const int r = is_k ? i : i - tk;
             char *dst = smem + slot * slot_bytes + (is_k ? 0 : tk * ROW) + r * ROW;
-            bulk_row(shared_addr(dst), row_addr(p, is_k ? p.k : p.v, b, h, u * tk + r), ROW,
-                     bar);
+            const char *src = row_addr(p, is_k ? p.k : p.v, b, h, u * tk + r);
+            if (p.mode == 6)
+                bulk_row_evict_first(shared_addr(dst), src, ROW, bar);
+            else
+                bulk_row(shared_addr(dst), src, ROW, bar);
         }
     };
     for (int u = 0; u < p.stages - 1; u++)
@@ -200,12 +215,26 @@ __global__ void __launch_bounds__(THREADS) read_kv(params p)
     float acc = 0;
     if (p.mode == 3)
         read_contiguous(p, b * gridDim.y + h, gridDim.y * gridDim.z, t, acc);
-    else if (p.mode == 5)
+    else if (p.mode == 5 || p.mode == 6)
         read_bulk(p, smem, b, h, t, acc);
     else
         read_cp_async(p, smem, b, h, t, acc);
     if (acc == 1.2345f)
         p.sink[0] = acc;
+}
+
+// Random signed bf16 pairs of magnitude 2^-15 to 2 (a hash of the index), so the bytes vary
+// as a real cache's do.
+__global__ void fill_random(unsigned *x, size_t n, unsigned seed)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        unsigned h = (unsigned)i * 2654435761u ^ seed;
+        h ^= h >> 15;
+        h *= 2246822519u;
+        h ^= h >> 13;
+        x[i] = (h & 0xbfffbfffu) | 0x38003800u;
+    }
 }
 
 int main(int argc, char **argv)
@@ -217,8 +246,15 @@ int main(int argc, char **argv)
     CHECK(cudaMalloc(&k, bytes));
     CHECK(cudaMalloc(&v, bytes));
     CHECK(cudaMalloc(&sink, 4));
-    CHECK(cudaMemset(k, 1, bytes));
-    CHECK(cudaMemset(v, 2, bytes));
+    if (argc > 3 && atoi(argv[3])) {
+        fill_random<<<1024, 256>>>((unsigned *)k, bytes / 4, 1);
+        fill_random<<<1024, 256>>>((unsigned *)v, bytes / 4, 2);
+        CHECK(cudaGetLastError());
+        printf("random bf16 data\n");
+    } else {
+        CHECK(cudaMemset(k, 1, bytes));
+        CHECK(cudaMemset(v, 2, bytes));
+    }
     CHECK(cudaFuncSetAttribute(read_kv, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 << 10));
     static const struct {
         int mode, tile, stages, min_kib; // min_kib: shared memory asked for at least
@@ -234,6 +270,7 @@ int main(int argc, char **argv)
         {2, 64, 4, 0, "K tile, V tile in turn, 64 x 4"},
         {2, 64, 6, 0, "K tile, V tile in turn, 64 x 6"},
         {5, 64, 3, 0, "bulk rows, K then V a slot, 64 x 3"},
+        {6, 64, 3, 0, "bulk rows evict-first, K then V a slot, 64 x 3"},
         {5, 64, 4, 0, "bulk rows, K then V a slot, 64 x 4"},
         {5, 128, 2, 0, "bulk rows, K then V a slot, 128 x 2"},
         {4, 64, 3, 0, "[b, h, s, d] rows, K then V a slot, 64 x 3"},
@@ -247,7 +284,7 @@ int main(int argc, char **argv)
             const params p{k, v, batch, seqlen, c.mode, c.tile, c.stages, sink};
             int smem = c.mode == 3 ? 0
                                    : c.stages * (c.mode == 2 ? 1 : 2) * c.tile * ROW +
-                                         (c.mode == 5 ? 64 : 0);
+                                         (c.mode >= 5 ? 64 : 0);
             if (c.min_kib * 1024 > smem)
                 smem = c.min_kib * 1024;
             const dim3 grid(1, HEADS, batch);
