@@ -79,22 +79,25 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity)
     asm volatile("{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
                  " @!p bra W;\n}" ::"r"(bar), "r"(parity) : "memory");
 }
-// As bulk_row, the line evict-first in L2 (the decode kernel's copies of K and V).
-__device__ __forceinline__ void bulk_row_evict_first(unsigned dst, const void *src,
-                                                     unsigned bytes, unsigned bar)
-{
-    unsigned long long policy;
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
-                 ".L2::cache_hint [%0], [%1], %2, [%3], %4;"
-                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar), "l"(policy) : "memory");
-}
+// A bulk copy completing on mbarrier bar; evict_first: the lines evict-first in L2, as the
+// decode kernel copies K and V.
 __device__ __forceinline__ void bulk_row(unsigned dst, const void *src, unsigned bytes,
-                                         unsigned bar)
+                                         unsigned bar, bool evict_first)
 {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
-                 " [%0], [%1], %2, [%3];" ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+    if (evict_first) {
+        unsigned long long policy;
+        asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                     ".L2::cache_hint [%0], [%1], %2, [%3], %4;"
+                     ::"r"(dst), "l"(src), "r"(bytes), "r"(bar), "l"(policy) : "memory");
+    } else {
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                     " [%0], [%1], %2, [%3];"
+                     ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+    }
 }
+// Modes 5 and 6 copy by the bulk-copy engine (and need the ring's mbarriers).
+__host__ __device__ constexpr bool bulk_mode(int mode) { return mode == 5 || mode == 6; }
 
 struct params {
     const char *k, *v;
@@ -149,11 +152,8 @@ __device__ void read_bulk(const params &p, char *smem, int b, int h, int t, floa
             const bool is_k = i < tk;
             const int r = is_k ? i : i - tk;
             char *dst = smem + slot * slot_bytes + (is_k ? 0 : tk * ROW) + r * ROW;
-            const char *src = row_addr(p, is_k ? p.k : p.v, b, h, u * tk + r);
-            if (p.mode == 6)
-                bulk_row_evict_first(shared_addr(dst), src, ROW, bar);
-            else
-                bulk_row(shared_addr(dst), src, ROW, bar);
+            bulk_row(shared_addr(dst), row_addr(p, is_k ? p.k : p.v, b, h, u * tk + r), ROW,
+                     bar, p.mode == 6);
         }
     };
     for (int u = 0; u < p.stages - 1; u++)
@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(THREADS) read_kv(params p)
     float acc = 0;
     if (p.mode == 3)
         read_contiguous(p, b * gridDim.y + h, gridDim.y * gridDim.z, t, acc);
-    else if (p.mode == 5 || p.mode == 6)
+    else if (bulk_mode(p.mode))
         read_bulk(p, smem, b, h, t, acc);
     else
         read_cp_async(p, smem, b, h, t, acc);
@@ -284,7 +284,7 @@ int main(int argc, char **argv)
             const params p{k, v, batch, seqlen, c.mode, c.tile, c.stages, sink};
             int smem = c.mode == 3 ? 0
                                    : c.stages * (c.mode == 2 ? 1 : 2) * c.tile * ROW +
-                                         (c.mode >= 5 ? 64 : 0);
+                                         (bulk_mode(c.mode) ? 64 : 0);
             if (c.min_kib * 1024 > smem)
                 smem = c.min_kib * 1024;
             const dim3 grid(1, HEADS, batch);
