@@ -150,8 +150,8 @@ static int wgmma_bulk_fits(const fj__features *f, const fj__variant *v)
 ** kernel read 1.0-2.7x as fast as the mma kernel's split_dv, which mma.sync's rate bounds at
 ** 32-48 heads; RESULTS.md). Where the work is compute-bound (SEESAW_MIN_ROWS packed rows a kv
 ** head, so that two row tiles share each K tile), v is read from k's tiles by bulk tensor
-** copies, a panel of k lies past v's 512 columns (MLA's; other widths only when warps=8 asks:
-** not measured) and the blocks before any split fill a quarter of the device
+** copies, a panel of k lies past v's 512 columns (MLA's; other widths, and v its own tensor in
+** 32-key tiles, only when warps=8 asks: not measured) and the blocks before any split fill a quarter of the device
 ** (SEESAW_MIN_FILL), the seesaw kernel (attn_decode_seesaw.cu.lua: two warpgroups, each the
 ** whole S of every other 64-key tile, one's softmax under the other's products; warps 8); else
 ** attn_decode_wgmma.cu.lua (a copying warpgroup and two computing ones splitting S's head dims
@@ -180,7 +180,7 @@ static int choose_wgmma(const fj__features *f, const fj_device_info *dev, int64_
     fj__variant seesaw = t;
     fj__decode_make_seesaw(&seesaw);
     const int64_t blocks = f->batch * f->heads_kv * fj__div_up(group_rows, t.tile_m);
-    if (t.head_dim_v_pad == 512 && group_rows >= SEESAW_MIN_ROWS &&
+    if (t.v_in_k && t.head_dim_v_pad == 512 && group_rows >= SEESAW_MIN_ROWS &&
         blocks * SEESAW_MIN_FILL >= fj__compute_units(dev) &&
         wgmma_bulk_fits(f, &seesaw) && fj__variant_fits(&seesaw, dev)) {
         *v = seesaw;
@@ -244,7 +244,10 @@ int fj__choose_decode(const fj__features *f, const fj_device_info *dev, const ch
     ** (bench/RESULTS.md). The kernel is the one that decodes; a row tile is 64 consecutive
     ** positions of one query head. */
     const int dense_prefill = f->seqlen_q > FJ__DECODE_MAX_SEQLEN_Q && !f->paged;
-    if ((dense_prefill && !f->v_in_k) || f->block_mask ||
+    /* "path=decode" also takes a dense prefill with its own v to the Hopper decode kernels
+    ** (opt-in, for measuring them against the forward's value slices beyond 256 dims). */
+    const int prefill_asked = dense_prefill && config && strstr(config, "path=decode");
+    if ((dense_prefill && !f->v_in_k && !prefill_asked) || f->block_mask ||
         f->out_dtype != f->q_dtype || (f->kv_dtype != f->q_dtype && !fp8_cache(f)))
         return 0;
     fj__variant_from_features(v, FJ__FAMILY_DECODE, f, dev);
@@ -265,8 +268,8 @@ int fj__choose_decode(const fj__features *f, const fj_device_info *dev, const ch
     const char *warps = fj__config_field(config, "warps");
     const int mma_asked = warps && atoi(warps) == 4;
     const int wgmma = !terms && !vector_asked && !mma_asked && choose_wgmma(f, dev, group_rows, v);
-    if (dense_prefill) /* the seesaw kernel or none */
-        return wgmma && fj__decode_seesaw(v);
+    if (dense_prefill) /* the seesaw kernel or none (asked: either wgmma kernel) */
+        return wgmma && (fj__decode_seesaw(v) || prefill_asked);
     if (wgmma || (!terms && ((!vector_asked && choose_mma(f, dev, group_rows, v)) ||
                              choose_vector(f, dev, group_rows, v))))
         return 1;
@@ -293,6 +296,12 @@ int fj__decode_apply_config(fj__variant *v, const char *config, const fj_device_
         /* warps 8 or 12: the seesaw kernel or the other. Options only the other takes
         ** (bulk=0, multicast, overlap, other tiles) move a planned seesaw kernel to it. */
         t.threads = 32 * t.warps;
+        /* Asked onto the seesaw kernel from the other: its shape, then the options asked. */
+        if (fj__decode_seesaw(&t) && !fj__decode_seesaw(v)) {
+            fj__decode_make_seesaw(&t);
+            fj__apply_config(&t, config, NULL);
+            t.tile_m = v->tile_m;
+        }
         if (fj__decode_seesaw(&t) && !fj__config_field(config, "warps") &&
             !fj__variant_fits(&t, dev)) {
             t.warps = 12;

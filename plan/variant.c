@@ -120,7 +120,7 @@ void fj__decode_make_seesaw(fj__variant *v)
 {
     v->warps = 8;
     v->threads = 256;
-    v->tile_n = 64;
+    v->tile_n = v->v_in_k ? 64 : 32; /* a V tile of its own shares the slot */
     v->stages = 2;
     v->bulk = 1;
     v->overlap = v->multicast = 0;
@@ -215,12 +215,16 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
                                          : walk > comb ? walk : comb;
         return end + (v->bulk ? 8u * (uint32_t)v->stages : 0u);
     }
-    if (fj__decode_seesaw(v))
-        /* attn_decode_seesaw.cu.lua: Q's panels and two ring slots of a K tile's (v read from
-        ** k), two floats a row per warpgroup (Rows), an mbarrier a slot's panel, and slack to
-        ** align the panels to 1024 bytes. */
-        return (uint32_t)v->head_dim_pad / 64u * 128u * (uint32_t)(v->tile_m + 2 * v->tile_n) +
-               16u * (uint32_t)v->tile_m + 16u * ((uint32_t)v->head_dim_pad / 64u) + 1023u;
+    if (fj__decode_seesaw(v)) {
+        /* attn_decode_seesaw.cu.lua: Q's panels and two ring slots of a K tile's panels (and a V
+        ** tile's, where v is not read from k), two floats a row per warpgroup (Rows), an
+        ** mbarrier a slot's panel, and slack to align the panels to 1024 bytes. */
+        const uint32_t q_panels = (uint32_t)v->head_dim_pad / 64u;
+        const uint32_t slot_panels =
+            q_panels + (v->v_in_k ? 0u : (uint32_t)v->head_dim_v_pad / 64u);
+        return 128u * (q_panels * (uint32_t)v->tile_m + 2u * slot_panels * (uint32_t)v->tile_n) +
+               16u * (uint32_t)v->tile_m + 16u * slot_panels + 1023u;
+    }
     if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_WGMMA) {
         /* attn_decode_wgmma.cu.lua: Q's panels but an odd last one (held in registers), the
         ** halves' exchange (Xs: two regions of a consumer thread's S over half a tile's keys,
@@ -488,9 +492,10 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
     if (fj__decode_seesaw(v)) /* attn_decode_seesaw.cu.lua */
         return v->backend == FJ_BACKEND_CUDA && fj__sm_version(dev) == 90 &&
                strchr(dev->arch, 'a') != NULL && v->threads == 256 && v->tile_m == 64 &&
-               v->tile_n == 64 && v->stages == 2 && v->v_in_k && v->bulk && !v->overlap &&
+               v->tile_n == (v->v_in_k ? 64 : 32) && v->stages == 2 && v->bulk && !v->overlap &&
                !v->multicast && v->head_dim_pad % 64 == 0 && v->head_dim_v_pad % 128 == 0 &&
-               v->head_dim_v_pad <= 512 && v->head_dim_pad >= v->head_dim_v_pad + 64 &&
+               v->head_dim_v_pad <= 512 &&
+               (!v->v_in_k || v->head_dim_pad >= v->head_dim_v_pad + 64) &&
                v->head_dim_pad <= FJ__MAX_HEAD_DIM &&
                fj__variant_shared_bytes(v) <= dev->local_memory;
     if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_WGMMA) /* attn_decode_wgmma.cu.lua */

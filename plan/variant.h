@@ -168,8 +168,8 @@ const char *fj__variant_path(const fj__variant *v);
 ** family's wgmma path; 12 is attn_decode_wgmma.cu.lua's). */
 int fj__decode_seesaw(const fj__variant *v);
 /* Gives v (a decode on the wgmma path) the seesaw kernel's fixed shape: two warpgroups, two
-** ring slots of 64-key tiles by bulk tensor copies, none of the other kernel's options
-** (fj__variant_fits checks the rest). */
+** ring slots of 64-key tiles (32 where v is not read from k) by bulk tensor copies, none of the
+** other kernel's options (fj__variant_fits checks the rest). */
 void fj__decode_make_seesaw(fj__variant *v);
 /* Whether v masks by element beyond the band (mask_mod, mask tensor, ranges): on the Hopper
 ** kernel these are classified and skipped by 128 x 128 blocks. */

@@ -1,14 +1,16 @@
 % -- Decode attention for Hopper (sm_90a) where it is compute-bound: MLA's latent cache (v a view
-% -- of k's first dims, 576 / 512) under 64-128 query heads. The decode family's work and output
+% -- of k's first dims, 576 / 512) under 64-128 query heads, and (v its own tensor) value dims
+% -- beyond 256 under many packed rows. The decode family's work and output
 % -- (a block per (batch, kv head, row tile, split); grouped-query heads packed; with `partial` the
 % -- split's state to the workspace), scheduled so that one warpgroup's softmax runs under the
 % -- other's products ("seesaw", after FlashMLA's write-up).
 % --
 % -- A block is BM = 64 packed rows and two warpgroups; O's value columns are split between them
 % -- (O_L, columns [0, DVH), in warpgroup 0; O_R, [DVH, DV), in warpgroup 1: 64 x 256 f32 each at
-% -- dv 512, half a warpgroup's registers). Key tiles of BN = 64 come in pairs, tile a (even) in
-% -- ring slot 0 and tile b (odd) in slot 1, and each warpgroup computes the whole S of its own
-% -- tile (warpgroup 0 of a, 1 of b: m64n64 over all of d, Q and K from shared memory). With m
+% -- dv 512, half a warpgroup's registers). Key tiles of BN keys (64; 32 where v is its own
+% -- tensor, whose tile then shares the slot) come in pairs, tile a (even) in ring slot 0 and tile
+% -- b (odd) in slot 1, and each warpgroup computes the whole S of its own tile (warpgroup 0 of a,
+% -- 1 of b: m64nBN over all of d, Q and K from shared memory). With m
 % -- the rows' running maximum (the same in both), per pair:
 % --   warpgroup 0: S_a; m0 = max(m, rowmax S_a); P_a = exp2(S_a - m0); O_L = O_L e(m - m0) +
 % --                P_a V_aL; then, given m1 from warpgroup 1, O_L = O_L e(m0 - m1) + P_b V_bL,
@@ -20,25 +22,26 @@
 % --
 % -- The copies (bulk tensor copies issued by one thread of each warpgroup, no copying warpgroup;
 % -- the first two tiles by thread 0): a tile's 64-column panels each complete their own mbarrier
-% -- (FULL[slot][panel]), and S's products start on a panel as soon as it lands. A panel of a
-% -- slot is copied again (the tile two on) by the warpgroup that reads it last, once its
-% -- products are done: value panels [0, NL) (O_L's) by warpgroup 0, [NL, 2 NL) by warpgroup 1,
-% -- further panels by the slot's S warpgroup; but the last panel (XP: past the value columns,
-% -- only S reads it) carries the slot's P from the warpgroup that computed it to the other once
-% -- S has landed (thread-indexed 16-bit A fragments, 8 KiB: a panel), so the reader copies it
-% -- again.
+% -- (FULL[slot][panel]), and S's products start on a panel as soon as it lands. A slot holds
+% -- the K tile's NP panels, then (v its own tensor) the V tile's NV; with v_in_k V's panels are
+% -- K's first. A panel of a slot is copied again (the tile two on) by the warpgroup that reads
+% -- it last, once its products are done: value panels [VP, VP + NL) (O_L's) by warpgroup 0,
+% -- [VP + NL, VP + 2 NL) by warpgroup 1, K's other panels by the slot's S warpgroup; but K's last
+% -- panel (XP: past the value columns, only S reads it) carries the slot's P from the warpgroup
+% -- that computed it to the other once S has landed (thread-indexed 16-bit A fragments, BN x 128
+% -- bytes: a panel of the tile), so the reader copies it again.
 % --
-% -- Parameters: as attn_decode.lua (one 16-bit type), tile_m = tile_n = 64, stages 2, warps 8,
-% -- threads 256, head_dim_pad (multiple of 64, at least a panel past head_dim_v_pad),
-% -- head_dim_v_pad (multiple of 128, at most 512), v_in_k and bulk (required), partial,
-% -- shared_bytes (fj__variant_shared_bytes).
+% -- Parameters: as attn_decode.lua (one 16-bit type), tile_m 64, tile_n 64 (v_in_k) or 32,
+% -- stages 2, warps 8, threads 256, head_dim_pad (multiple of 64; with v_in_k at least a panel
+% -- past head_dim_v_pad), head_dim_v_pad (multiple of 128, at most 512), v_in_k, bulk
+% -- (required), partial, shared_bytes (fj__variant_shared_bytes).
 % assert(backend == "cuda", "attn_decode_seesaw is a CUDA kernel")
 % assert(threads == 256 and warps == 8, "attn_decode_seesaw: two warpgroups")
-% assert(tile_m == 64 and tile_n == 64 and stages == 2,
-%        "attn_decode_seesaw: 64 x 64 tiles, two ring slots")
-% assert(v_in_k and bulk, "attn_decode_seesaw: v read from k's tiles, by bulk tensor copies")
+% assert(tile_m == 64 and tile_n == (v_in_k and 64 or 32) and stages == 2,
+%        "attn_decode_seesaw: 64 rows, 64 keys (v_in_k) or 32, two ring slots")
+% assert(bulk, "attn_decode_seesaw: bulk tensor copies")
 % assert(head_dim_pad % 64 == 0 and head_dim_v_pad % 128 == 0 and head_dim_v_pad <= 512 and
-%        head_dim_pad >= head_dim_v_pad + 64,
+%        (not v_in_k or head_dim_pad >= head_dim_v_pad + 64),
 %        "attn_decode_seesaw: whole panels, each half of dv at most 256, and a panel past dv")
 % local half_dv = head_dim_v_pad // 2
 % include("dialect.lua")
@@ -52,13 +55,18 @@
 % if half_dv ~= tile_n then hopper_wgmma(half_dv) end
 
 /* ---- the variant, as constants ------------------------------------------------------------ */
-constexpr int BM = 64, BN = 64;                         /* packed rows; keys a tile */
+constexpr int BM = 64, BN = ${tile_n};                  /* packed rows; keys a tile */
 constexpr int D = ${head_dim_pad}, DV = ${head_dim_v_pad}, DVH = DV / 2; /* padded head dims */
+constexpr bool V_IN_K = ${v_in_k and "true" or "false"}; /* V's panels are K's first */
 constexpr int NP = D / 64;     /* 64-column panels of Q and of a K tile */
-constexpr int NL = DVH / 64;   /* value panels of a warpgroup's columns: [h NL, (h + 1) NL) */
-constexpr int XP = NP - 1;     /* the exchange panel (past the value columns) */
-constexpr int PANEL = BM * 128; /* bytes of a panel: 64 rows of 128 (BM == BN) */
-static_assert(BM == BN && 2 * NL < NP, "a P tile fits the exchange panel, which V does not read");
+constexpr int NL = DVH / 64;   /* value panels of a warpgroup's columns: VP + [h NL, (h + 1) NL) */
+constexpr int VP = V_IN_K ? 0 : NP;       /* a slot's first value panel */
+constexpr int NS = V_IN_K ? NP : NP + DV / 64; /* panels a slot */
+constexpr int KO = V_IN_K ? 2 * NL : 0;   /* K's panels [KO, XP): the slot's S warpgroup's */
+constexpr int XP = NP - 1;     /* the exchange panel (K's last, past the value columns) */
+constexpr int QPANEL = BM * 128, PANEL = BN * 128; /* bytes of a panel of Q, of a tile */
+static_assert(BM * BN * 2 == PANEL && (!V_IN_K || 2 * NL < NP),
+              "a P tile fills the exchange panel, which V does not read");
 #define NEG_INF __int_as_float(0xff800000)
 
 /* Named barriers between the warpgroups (bar_arrive by one, bar_sync by the other), each used
@@ -67,16 +75,16 @@ static_assert(BM == BN && 2 * NL < NP, "a P tile fits the exchange panel, which 
 enum { MAX_A = 1, MAX_B = 2, P_A = 3, P_B = 4, OWN = 5 /* + warpgroup */, END = 7 };
 
 /* ---- shared memory (from a 1024-byte boundary) --------------------------------------------- */
-/* Q's panels, ring slots 0 and 1 (a K tile's panels each), the rows' values and FULL[2][NP].
-** Panels are 64 rows of 128 bytes in the 128-byte swizzle (16-byte piece j of row r at
-** (j ^ r % 8) * 16). */
+/* Q's panels, ring slots 0 and 1 (NS panels each: a K tile's, then a V tile's), the rows' values
+** and FULL[2][NS]. Panels are rows of 128 bytes in the 128-byte swizzle (16-byte piece j of row
+** r at (j ^ r % 8) * 16). */
 struct Rows {
     float max[2][BM]; /* the running maximum after tile a (warpgroup 0's), after tile b (1's) */
     float sum[2][BM]; /* each warpgroup's row sums, at the end */
 };
-constexpr int SLOT_BYTES = NP * PANEL, RING_AT = NP * PANEL;
+constexpr int SLOT_BYTES = NS * PANEL, RING_AT = NP * QPANEL;
 constexpr int ROWS_AT = RING_AT + 2 * SLOT_BYTES, BARS_AT = ROWS_AT + (int)sizeof(Rows);
-static_assert(BARS_AT + 16 * NP + 1023 == ${shared_bytes}, "the host's fj__variant_shared_bytes");
+static_assert(BARS_AT + 16 * NS + 1023 == ${shared_bytes}, "the host's fj__variant_shared_bytes");
 
 % decode_key_row()
 
@@ -110,7 +118,8 @@ fj_attn_decode(
     auto page_of = [&](int entry) {
         return ${paged and "I_MIN(I_MAX(entry, 0), P.num_pages - 1)" or "entry"};
     };
-    /* Panels [p0, p1) of tile `tile` into its slot, on page `page`, each on its FULL barrier. */
+    /* Panels [p0, p1) of tile `tile` into its slot (K's, then V's), on page `page`, each on its
+    ** FULL barrier. */
     auto copy_panels = [&](int tile, int page, int p0, int p1) {
         const int s = tile % 2;
 % if paged then
@@ -119,10 +128,16 @@ fj_attn_decode(
         const int row = lo + tile * BN;
 % end
         for (int p = p0; p < p1; p++) {
-            const u32 full = bars + 8 * (s * NP + p);
+            const u32 full = bars + 8 * (s * NS + p), dst = ring + s * SLOT_BYTES + p * PANEL;
             mbar_arrive_expect(full, PANEL);
-            tma_load_tile(ring + s * SLOT_BYTES + p * PANEL, &T.tm_k, full, p * 64, row, head_kv,
-                          page, T.perm_k);
+% if v_in_k then
+            tma_load_tile(dst, &T.tm_k, full, p * 64, row, head_kv, page, T.perm_k);
+% else
+            if (p < NP)
+                tma_load_tile(dst, &T.tm_k, full, p * 64, row, head_kv, page, T.perm_k);
+            else
+                tma_load_tile(dst, &T.tm_v, full, (p - NP) * 64, row, head_kv, page, T.perm_v);
+% end
         }
     };
     /* Warpgroup h's panels of tile `tile` (see the top): its value panels, the exchange panel
@@ -130,21 +145,21 @@ fj_attn_decode(
     auto copy_mine = [&](int tile, int page) {
         const int s = tile % 2;
         fence_proxy_async(); /* this warpgroup's reads of the slot (P's too) before the copies */
-        copy_panels(tile, page, half * NL, (half + 1) * NL);
+        copy_panels(tile, page, VP + half * NL, VP + (half + 1) * NL);
         if (s == half)
-            copy_panels(tile, page, 2 * NL, XP);
+            copy_panels(tile, page, KO, XP);
         else
             copy_panels(tile, page, XP, NP);
     };
 
     if (tid == 0) {
-        for (int i = 0; i < 2 * NP; i++)
+        for (int i = 0; i < 2 * NS; i++)
             mbar_init(bars + 8 * i, 1);
         mbar_init_fence();
         if (ntiles > 0)
-            copy_panels(0, page_of(page_entry(0)), 0, NP);
+            copy_panels(0, page_of(page_entry(0)), 0, NS);
         if (ntiles > 1)
-            copy_panels(1, page_of(page_entry(1)), 0, NP);
+            copy_panels(1, page_of(page_entry(1)), 0, NS);
     }
     /* Q: a warp copies every eighth row. */
 % decode_copy_q("tid / 32", 8)
@@ -172,8 +187,8 @@ fj_attn_decode(
         wgmma_fence();
 #pragma unroll
         for (int p = 0; p < NP; p++) {
-            mbar_wait(bars + 8 * (s * NP + p), parity);
-            const u32 qp = here(sQ + p * PANEL), kp = here(slot + p * PANEL);
+            mbar_wait(bars + 8 * (s * NS + p), parity);
+            const u32 qp = here(sQ + p * QPANEL), kp = here(slot + p * PANEL);
 #pragma unroll
             for (int k = 0; k < 4; k++)
                 wgmma_ss_${tile_n}(&sf[0][0], gmma_desc(qp + k * 32, 16, 1024),
@@ -248,9 +263,9 @@ fj_attn_decode(
             for (int i = 0; i < 4; i++)
                 pa[kk][i] = ld_shared_u32(xword(x, kk, i));
     };
-    /* O += P V of slot s into this warpgroup's columns (V: the tile's first DV columns), issued. */
+    /* O += P V of slot s into this warpgroup's columns (V's panels from VP), issued. */
     auto issue_pv = [&](int s, const u32 (*p)[4]) {
-        const u32 v = here(ring + s * SLOT_BYTES + half * NL * PANEL);
+        const u32 v = here(ring + s * SLOT_BYTES + (VP + half * NL) * PANEL);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++)
@@ -265,7 +280,8 @@ fj_attn_decode(
         if (valid >= BN)
             return;
         bar_sync(OWN + half, 128); /* (every warp's part of this warpgroup's S, as give_p) */
-        zero_rows<BN, DVH>(ring + (tile % 2) * SLOT_BYTES, valid, half * (DVH / 8), ti);
+        zero_rows<BN, DVH>(ring + (tile % 2) * SLOT_BYTES + VP * PANEL, valid, half * (DVH / 8),
+                           ti);
         bar_sync(OWN + half, 128);
     };
 
