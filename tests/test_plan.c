@@ -1196,7 +1196,8 @@ static void test_decode_wide_plans(void **state)
 ** row tiles fill a quarter of the device, without splits where they fill it once; the forward
 ** where they do not, where v is not a view of k, where "path=wgmma" asks for it and before
 ** sm_90; on pages of part tiles (16 keys: neither the seesaw kernel's tensor maps nor the
-** forward read them), the other decode kernel. */
+** forward read them), the other decode kernel. v its own tensor goes to the decode kernels only
+** where "path=decode" asks (the other kernel; the seesaw one in 32-key tiles with warps=8). */
 static void test_mla_prefill_plans(void **state)
 {
     (void)state;
@@ -1216,6 +1217,9 @@ static void test_mla_prefill_plans(void **state)
         {8192, 16, 2, 1, 0, &devs.h200, "path=wgmma", 0},
         {8192, 16, 2, 1, 16, &devs.h200, NULL, 2}, /* tiles span pages */
         {8192, 16, 2, 1, 0, &devs.sm86, NULL, 0},
+        {8192, 16, 2, 0, 0, &devs.h200, "path=decode", 2},
+        {8192, 16, 2, 0, 0, &devs.h200, "path=decode,warps=8", 1},
+        {8192, 16, 2, 0, 0, &devs.h200, "path=decode,warps=8,tile_n=64", 2}, /* cannot fit */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fj__features f = bwd_features(576, 512, FJ_DTYPE_BF16);
@@ -1242,6 +1246,8 @@ static void test_mla_prefill_plans(void **state)
         assert_int_equal(fj__plan_decode(&f, cases[i].dev, &dec, &plan, &err), FJ_OK);
         const fj__step *s = &plan.steps[plan.main_step];
         assert_true(fj__decode_seesaw(&s->variant) && s->variant.bulk);
+        assert_int_equal(s->variant.tile_n, cases[i].v_in_k ? 64 : 32);
+        assert_true(fj__variant_fits(&s->variant, cases[i].dev));
         assert_int_equal(s->grid[0], (cases[i].hq * cases[i].sq + 63) / 64);
         if (cases[i].sq == 8192)
             assert_int_equal(s->grid[1], 1); /* no splits: the row tiles fill the device */
