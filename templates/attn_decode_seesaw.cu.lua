@@ -272,10 +272,17 @@ fj_attn_decode(
             wgmma_rs_${half_dv}(&o[0][0], p[kk], gmma_nmajor(v, BN, kk), 1);
         wgmma_commit();
     };
-    /* The rows of a tile past the sequence's last key are whatever the cache holds there (a
-    ** page's unused rows: maybe not finite). Their P is 0, but 0 times NaN is not: before its
-    ** P V each warpgroup zeroes its value columns of those rows (once the tile's S has landed). */
-    auto clear_tail = [&](int tile) {
+    /* This warpgroup's value panels of tile `tile`, made ready for its P V: with v its own
+    ** tensor, waited for (with v_in_k they are K's, which the tile's S waited for). And the rows
+    ** of a tile past the sequence's last key are whatever the cache holds there (a page's unused
+    ** rows: maybe not finite). Their P is 0, but 0 times NaN is not: before its P V each
+    ** warpgroup zeroes its value columns of those rows (once the tile's S has landed). */
+    auto take_values = [&](int tile) {
+% if not v_in_k then
+#pragma unroll
+        for (int j = 0; j < NL; j++)
+            mbar_wait(bars + 8 * ((tile % 2) * NS + VP + half * NL + j), (tile / 2) & 1);
+% end
         const int valid = seqlen_k - (lo + tile * BN);
         if (valid >= BN)
             return;
@@ -321,7 +328,7 @@ fj_attn_decode(
             bar_arrive(MAX_A, 256);
             rescale(f);
             exponentiate(b0);
-            clear_tail(a);
+            take_values(a);
             pack_rows<BN / 16>(pa, sf);
             issue_pv(0, pa);
             /* P_a to the pair's maximum for warpgroup 1 (S_b's maxima, if any) */
@@ -344,7 +351,7 @@ fj_attn_decode(
                 rescale(f);
                 bar_sync(P_B, 256);
                 take_p(1);
-                clear_tail(b);
+                take_values(b);
                 issue_pv(1, pa);
                 landed();
                 recycle(b);
@@ -384,12 +391,12 @@ fj_attn_decode(
                 give_p(1, one);
                 pack_rows<BN / 16>(pb, sf);
                 bar_arrive(P_B, 256);
-                clear_tail(b);
+                take_values(b);
                 issue_pv(1, pb);
             }
             bar_sync(P_A, 256);
             take_p(0);
-            clear_tail(a);
+            take_values(a);
             issue_pv(0, pa);
             landed();
             if (has_b)
