@@ -81,9 +81,10 @@ static void test_head_dims(void **state)
 }
 
 /* Head dims beyond 256 (on Hopper: value slices of at most 256 columns, each recomputing S; on
-** CUDA also with S split between a cluster pair, d_split): each width alone with odd lengths and GQA/MQA, d != dv either way, MLA's 576 / 512 with v a
-** view of k, three slices, and with the other features: window, soft-capping, bias, mask_mod,
-** variable lengths, layouts, f16. */
+** CUDA also with S split between a cluster pair, d_split, and on the seesaw decode kernel with
+** v in its own panels): each width alone with odd lengths and GQA/MQA, d != dv either way,
+** MLA's 576 / 512 with v a view of k, three slices, and with the other features: window,
+** soft-capping, bias, mask_mod, variable lengths, layouts, f16. */
 static void test_wide_head_dims(void **state)
 {
     static const int64_t dims[][2] = {{264, 264}, {320, 320}, {384, 384}, {448, 448},
@@ -123,6 +124,12 @@ static void test_wide_head_dims(void **state)
     void *split = suite_context_with_env("FLASHJIT_CONFIG", "path=wgmma,d_split=1");
     run_cases(&split, cases, N);
     fj_context_destroy(split);
+    /* Again with the prefills the decode kernels take (not bias, mask_mod, ALiBi or packed
+    ** sequences) on the seesaw kernel, v in its own panels where it is not a view of k. */
+    printf("  with FLASHJIT_CONFIG=path=decode,warps=8:\n");
+    void *seesaw = suite_context_with_env("FLASHJIT_CONFIG", "path=decode,warps=8");
+    run_cases(&seesaw, cases, N);
+    fj_context_destroy(seesaw);
 }
 
 static void test_dtypes(void **state)
