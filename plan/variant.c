@@ -111,6 +111,12 @@ const char *fj__variant_path(const fj__variant *v)
     return "opencl.fwd.simt";
 }
 
+/* The seesaw kernel's keys a tile: a V tile of its own shares the slot with K's. */
+static int seesaw_tile_n(const fj__variant *v)
+{
+    return v->v_in_k ? 64 : 32;
+}
+
 int fj__decode_seesaw(const fj__variant *v)
 {
     return v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_WGMMA && v->warps == 8;
@@ -120,7 +126,7 @@ void fj__decode_make_seesaw(fj__variant *v)
 {
     v->warps = 8;
     v->threads = 256;
-    v->tile_n = v->v_in_k ? 64 : 32; /* a V tile of its own shares the slot */
+    v->tile_n = seesaw_tile_n(v);
     v->stages = 2;
     v->bulk = 1;
     v->overlap = v->multicast = 0;
@@ -492,7 +498,7 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
     if (fj__decode_seesaw(v)) /* attn_decode_seesaw.cu.lua */
         return v->backend == FJ_BACKEND_CUDA && fj__sm_version(dev) == 90 &&
                strchr(dev->arch, 'a') != NULL && v->threads == 256 && v->tile_m == 64 &&
-               v->tile_n == (v->v_in_k ? 64 : 32) && v->stages == 2 && v->bulk && !v->overlap &&
+               v->tile_n == seesaw_tile_n(v) && v->stages == 2 && v->bulk && !v->overlap &&
                !v->multicast && v->head_dim_pad % 64 == 0 && v->head_dim_v_pad % 128 == 0 &&
                v->head_dim_v_pad <= 512 &&
                (!v->v_in_k || v->head_dim_pad >= v->head_dim_v_pad + 64) &&

@@ -27,8 +27,8 @@
 % -- K's first. A panel of a slot is copied again (the tile two on) by the warpgroup that reads
 % -- it last, once its products are done: value panels [VP, VP + NL) (O_L's) by warpgroup 0,
 % -- [VP + NL, VP + 2 NL) by warpgroup 1, K's other panels by the slot's S warpgroup; but K's last
-% -- panel (XP: past the value columns, only S reads it) carries the slot's P from the warpgroup
-% -- that computed it to the other once S has landed (thread-indexed 16-bit A fragments, BN x 128
+% -- panel (XP: only S reads it; with v_in_k it lies past the value columns) carries the slot's P
+% -- from the warpgroup that computed it to the other once S has landed (thread-indexed 16-bit A fragments, BN x 128
 % -- bytes: a panel of the tile), so the reader copies it again.
 % --
 % -- Parameters: as attn_decode.lua (one 16-bit type), tile_m 64, tile_n 64 (v_in_k) or 32,
@@ -60,8 +60,9 @@ constexpr int D = ${head_dim_pad}, DV = ${head_dim_v_pad}, DVH = DV / 2; /* padd
 constexpr bool V_IN_K = ${v_in_k and "true" or "false"}; /* V's panels are K's first */
 constexpr int NP = D / 64;     /* 64-column panels of Q and of a K tile */
 constexpr int NL = DVH / 64;   /* value panels of a warpgroup's columns: VP + [h NL, (h + 1) NL) */
+constexpr int NV = V_IN_K ? 0 : DV / 64;  /* a V tile's panels of its own */
 constexpr int VP = V_IN_K ? 0 : NP;       /* a slot's first value panel */
-constexpr int NS = V_IN_K ? NP : NP + DV / 64; /* panels a slot */
+constexpr int NS = NP + NV;               /* panels a slot */
 constexpr int KO = V_IN_K ? 2 * NL : 0;   /* K's panels [KO, XP): the slot's S warpgroup's */
 constexpr int XP = NP - 1;     /* the exchange panel (K's last, past the value columns) */
 constexpr int QPANEL = BM * 128, PANEL = BN * 128; /* bytes of a panel of Q, of a tile */
