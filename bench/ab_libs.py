@@ -1,5 +1,6 @@
 """A/B of builds of the library in one process: the forward grid, masks, packed sequences,
-decode (d 128 and MLA's 576 / 512, contiguous and paged), MLA's prefill, chunks of prefill
+decode (d 128 and MLA's 576 / 512, contiguous and paged), MLA's prefill, head dims beyond 256
+(`wide`: 512 / 512 and 576 / 512 with v its own tensor, beside d 256), chunks of prefill
 against pages and the backward (`bwd`: the grid's shapes, from one forward's out and lse;
 --deterministic for that mode), each case timed for every library in turn, forwards then
 backwards (A, B, ..., B, A), with the steady-state timing of bench/common.py, so that drift and
@@ -9,7 +10,7 @@ One library alone gives its figures beside cuDNN's.
 
 Usage: python3 bench/ab_libs.py --libs old/libflashjit.so,build/libflashjit.so
        [--names main,new]
-       [--cases grid,masks,varlen,decode,mla_prefill,paged_prefill,bwd] [--d 64,128,256]
+       [--cases grid,masks,varlen,decode,mla_prefill,wide,paged_prefill,bwd] [--d 64,128,256]
        [--s 512,...,16384]
        [--rounds 1] [--pages shuffled,ordered] [--envs ';FLASHJIT_BWD_CONFIG=stages=3']
        [--out DIR]
@@ -252,6 +253,22 @@ if "mla_prefill" in cases:
                2 * b * hq * s * s * (d + dv) / (2 if causal else 1),
                lambda ctx, c=causal: (lambda: ctx.forward(q, k, k[..., :dv], out=out, causal=c)))
         del q, k, out
+
+if "wide" in cases:
+    # Head dims beyond 256, v its own tensor (bench/bench_wide.py's shapes: b * s = 16k,
+    # h = 2048 / d), and d 256 for flashjit's own reference; TFLOP/s count both products,
+    # 2 * (d + dv) per pair, halved when causal.
+    for d, dv in ((256, 256), (512, 512), (576, 512)):
+        for s in (4096, 16384):
+            b, h = 16384 // s, 2048 // d
+            q, k = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+            v = torch.randn(b, s, h, dv, device="cuda", dtype=torch.bfloat16)
+            out = torch.empty(b, s, h, dv, device="cuda", dtype=torch.bfloat16)
+            for causal in [bool(int(x)) for x in args.causal.split(",")]:
+                ab(f"wide {d} / {dv} causal {int(causal)} s {s}",
+                   2 * b * h * s * s * (d + dv) / (2 if causal else 1),
+                   lambda ctx, c=causal: (lambda: ctx.forward(q, k, v, out=out, causal=c)))
+            del q, k, v, out
 
 if "paged_prefill" in cases:
     # Chunks of prefill against a paged cache (causal, bottom-right: the chunk's rows are the
