@@ -260,7 +260,7 @@ if "wide" in cases:
     # 2 * (d + dv) per pair, halved when causal.
     for d, dv in ((256, 256), (512, 512), (576, 512)):
         for s in (4096, 16384):
-            b, h = 16384 // s, 2048 // d
+            b, h = grid_shape(s, d)
             q, k = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
             v = torch.randn(b, s, h, dv, device="cuda", dtype=torch.bfloat16)
             out = torch.empty(b, s, h, dv, device="cuda", dtype=torch.bfloat16)

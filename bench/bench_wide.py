@@ -21,7 +21,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import flashjit  # noqa: E402
-from common import add_timing_args, save_results, start, time_ms, to_pages  # noqa: E402
+from common import (add_timing_args, grid_shape, save_results, start, time_ms,  # noqa: E402
+                    to_pages)
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--lib", default=None)
@@ -122,7 +123,7 @@ for spec in [x for x in args.dims.split(",") if x]:
     d, dv = (int(x) for x in spec.split("/")) if "/" in spec else (int(spec), int(spec))
     for causal in [bool(int(x)) for x in args.causal.split(",")]:
         for s in [int(x) for x in args.s.split(",")]:
-            b, h = max(1, 16384 // s), max(1, 2048 // d)
+            b, h = grid_shape(s, d)
             row = measure(spec, b, s, h, h, d, dv, causal)
             if d == dv == 256:
                 own256[(causal, s)] = row["flashjit"]

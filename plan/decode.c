@@ -234,6 +234,12 @@ static int choose_vector(const fj__features *f, const fj_device_info *dev, int64
     return 1;
 }
 
+/* Whether config asks for the decode kernels ("path=decode"). */
+static int decode_asked(const char *config)
+{
+    return config && strstr(config, "path=decode");
+}
+
 int fj__choose_decode(const fj__features *f, const fj_device_info *dev, const char *config,
                       fj__variant *v)
 {
@@ -247,7 +253,7 @@ int fj__choose_decode(const fj__features *f, const fj_device_info *dev, const ch
     const int dense_prefill = f->seqlen_q > FJ__DECODE_MAX_SEQLEN_Q && !f->paged;
     /* "path=decode" also takes a dense prefill with its own v to the Hopper decode kernels
     ** (opt-in, for measuring them against the forward's value slices beyond 256 dims). */
-    const int prefill_asked = dense_prefill && config && strstr(config, "path=decode");
+    const int prefill_asked = dense_prefill && decode_asked(config);
     if ((dense_prefill && !f->v_in_k && !prefill_asked) || f->block_mask ||
         f->out_dtype != f->q_dtype || (f->kv_dtype != f->q_dtype && !fp8_cache(f)))
         return 0;
@@ -326,7 +332,7 @@ int fj__decode_apply_config(fj__variant *v, const char *config, const fj_device_
 int fj__prefer_decode(const fj__features *f, const fj_device_info *dev, const char *config,
                       const fj__variant *fwd, fj__variant *v)
 {
-    const int asked = config && strstr(config, "path=decode");
+    const int asked = decode_asked(config);
     const int forward_asked = config && (strstr(config, "path=mma") || strstr(config, "path=wgmma") ||
                                          strstr(config, "path=simt"));
     if (!fj__choose_decode(f, dev, config, v))

@@ -28,8 +28,8 @@
 % -- it last, once its products are done: value panels [VP, VP + NL) (O_L's) by warpgroup 0,
 % -- [VP + NL, VP + 2 NL) by warpgroup 1, K's other panels by the slot's S warpgroup; but K's last
 % -- panel (XP: only S reads it; with v_in_k it lies past the value columns) carries the slot's P
-% -- from the warpgroup that computed it to the other once S has landed (thread-indexed 16-bit A fragments, BN x 128
-% -- bytes: a panel of the tile), so the reader copies it again.
+% -- from the warpgroup that computed it to the other once S has landed (thread-indexed 16-bit A
+% -- fragments, BN x 128 bytes: a panel of the tile), so the reader copies it again.
 % --
 % -- Parameters: as attn_decode.lua (one 16-bit type), tile_m 64, tile_n 64 (v_in_k) or 32,
 % -- stages 2, warps 8, threads 256, head_dim_pad (multiple of 64; with v_in_k at least a panel
