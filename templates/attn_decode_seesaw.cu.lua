@@ -31,10 +31,17 @@
 % -- from the warpgroup that computed it to the other once S has landed (thread-indexed 16-bit A
 % -- fragments, BN x 128 bytes: a panel of the tile), so the reader copies it again.
 % --
+% -- With `multicast`, the two row tiles of a kv head run as a cluster pair over the same keys (the
+% -- band of both tiles' rows) and share each tile's copies: panel p is copied by the block of
+% -- rank p % 2 into both blocks, so L2 serves each K and V tile once a pair. A panel is copied
+% -- again once its last reader in each block has arrived on the copying block's EMPTY[slot][panel]
+% -- (two arrivals); every block's FULL barrier still expects the whole panel.
+% --
 % -- Parameters: as attn_decode.lua (one 16-bit type), tile_m 64, tile_n 64 (v_in_k) or 32,
 % -- stages 2, warps 8, threads 256, head_dim_pad (multiple of 64; with v_in_k at least a panel
 % -- past head_dim_v_pad), head_dim_v_pad (multiple of 128, at most 512), v_in_k, bulk
-% -- (required), partial, shared_bytes (fj__variant_shared_bytes).
+% -- (required), partial, multicast (row tiles in pairs, not varlen), shared_bytes
+% -- (fj__variant_shared_bytes).
 % assert(backend == "cuda", "attn_decode_seesaw is a CUDA kernel")
 % assert(threads == 256 and warps == 8, "attn_decode_seesaw: two warpgroups")
 % assert(tile_m == 64 and tile_n == (v_in_k and 64 or 32) and stages == 2,
@@ -77,19 +84,21 @@ enum { MAX_A = 1, MAX_B = 2, P_A = 3, P_B = 4, OWN = 5 /* + warpgroup */, END = 
 
 /* ---- shared memory (from a 1024-byte boundary) --------------------------------------------- */
 /* Q's panels, ring slots 0 and 1 (NS panels each: a K tile's, then a V tile's), the rows' values
-** and FULL[2][NS]. Panels are rows of 128 bytes in the 128-byte swizzle (16-byte piece j of row
-** r at (j ^ r % 8) * 16). */
+** and FULL[2][NS] (multicast: then EMPTY[2][NS]). Panels are rows of 128 bytes in the 128-byte
+** swizzle (16-byte piece j of row r at (j ^ r % 8) * 16). */
 struct Rows {
     float max[2][BM]; /* the running maximum after tile a (warpgroup 0's), after tile b (1's) */
     float sum[2][BM]; /* each warpgroup's row sums, at the end */
 };
 constexpr int SLOT_BYTES = NS * PANEL, RING_AT = NP * QPANEL;
 constexpr int ROWS_AT = RING_AT + 2 * SLOT_BYTES, BARS_AT = ROWS_AT + (int)sizeof(Rows);
-static_assert(BARS_AT + 16 * NS + 1023 == ${shared_bytes}, "the host's fj__variant_shared_bytes");
+constexpr int NBARS = ${multicast and "4" or "2"} * NS; /* the mbarriers */
+static_assert(BARS_AT + 8 * NBARS + 1023 == ${shared_bytes}, "the host's fj__variant_shared_bytes");
 
 % decode_key_row()
 
-extern "C" __global__ void __launch_bounds__(256, 1)
+% local cluster = multicast and "__cluster_dims__(2, 1, 1) " or ""
+extern "C" __global__ void ${cluster}__launch_bounds__(256, 1)
 fj_attn_decode(
 % params_arg(args, "T")
 )
@@ -99,11 +108,14 @@ fj_attn_decode(
     Rows &rx = *(Rows *)(smem + ROWS_AT);
     const int tid = threadIdx.x, half = __shfl_sync(0xffffffffu, tid / 128, 0);
     const int ti = tid % 128, warp = ti / 32, lane = tid % 32;
-% decode_block("BM", true)
+% decode_block("BM", true, multicast)
 % if paged then
     lo = lo / BN * BN; /* a tile's box in one page (keys before the band are masked) */
 % end
     const int ntiles = hi >= lo ? (hi - lo) / BN + 1 : 0;
+% if multicast then
+    const u32 rank = cluster_rank(); /* (BLOCK_X % 2: the pair's keys are both tiles' band) */
+% end
 
     /* ---- the copies ---- */
     /* The page (contiguous: the sequence) that holds tile `tile` (0 past the last): its table
@@ -119,33 +131,75 @@ fj_attn_decode(
     auto page_of = [&](int entry) {
         return ${paged and "I_MIN(I_MAX(entry, 0), P.num_pages - 1)" or "entry"};
     };
-    /* Panels [p0, p1) of tile `tile` into its slot (K's, then V's), on page `page`, each on its
-    ** FULL barrier. */
-    auto copy_panels = [&](int tile, int page, int p0, int p1) {
-        const int s = tile % 2;
-% if paged then
-        const int row = mod_by(page_div, lo + tile * BN);
-% else
-        const int row = lo + tile * BN;
-% end
-        for (int p = p0; p < p1; p++) {
-            const u32 full = bars + 8 * (s * NS + p), dst = ring + s * SLOT_BYTES + p * PANEL;
-            mbar_arrive_expect(full, PANEL);
+% local mask = multicast and ", 3" or ""
+    /* The row of tile `tile`'s first key in its page (contiguous: in the sequence). */
+    auto tile_row = [&](int tile) {
+        return ${paged and "mod_by(page_div, lo + tile * BN)" or "lo + tile * BN"};
+    };
+    /* Panel p (K's, then V's) of the tile whose first key is row `row` of page `page` into
+    ** slot s, on its FULL barrier (multicast: into both blocks, each on its own barrier). */
+    auto copy_panel = [&](int s, int row, int page, int p) {
+        const u32 full = bars + 8 * (s * NS + p), dst = ring + s * SLOT_BYTES + p * PANEL;
 % if v_in_k then
-            tma_load_tile(dst, &T.tm_k, full, p * 64, row, head_kv, page, T.perm_k);
+        tma_load_tile(dst, &T.tm_k, full, p * 64, row, head_kv, page, T.perm_k${mask});
 % else
-            if (p < NP)
-                tma_load_tile(dst, &T.tm_k, full, p * 64, row, head_kv, page, T.perm_k);
-            else
-                tma_load_tile(dst, &T.tm_v, full, (p - NP) * 64, row, head_kv, page, T.perm_v);
+        if (p < NP)
+            tma_load_tile(dst, &T.tm_k, full, p * 64, row, head_kv, page, T.perm_k${mask});
+        else
+            tma_load_tile(dst, &T.tm_v, full, (p - NP) * 64, row, head_kv, page, T.perm_v${mask});
 % end
+    };
+% if multicast then
+    /* This block's FULL barriers of panels [p0, p1) of tile `tile` expect a panel each. */
+    auto expect_panels = [&](int tile, int p0, int p1) {
+        for (int p = p0; p < p1; p++)
+            mbar_arrive_expect(bars + 8 * ((tile % 2) * NS + p), PANEL);
+    };
+    /* EMPTY[slot][p]: both blocks' last readers of panel p of the slot's tile are done. */
+    auto empty_bar = [&](int s, int p) { return bars + 8 * (2 * NS + s * NS + p); };
+    /* Panels [p0, p1) of tile `tile` (the tile two on from the one just read): this block's
+    ** arrivals on the copying blocks' EMPTY barriers, for the tile two before. */
+    auto free_panels = [&](int tile, int p0, int p1) {
+        for (int p = p0; p < p1; p++) {
+            const u32 e = empty_bar(tile % 2, p);
+            if (p % 2 == (int)rank)
+                mbar_arrive(e);
+            else
+                mbar_arrive_cluster(cluster_map(e, rank ^ 1));
         }
     };
+    /* Panels [p0, p1) of tile `tile` that this block copies (rank's parity), each once both
+    ** blocks have freed it (tiles past the first two). */
+    auto copy_panels = [&](int tile, int page, int p0, int p1) {
+        const int s = tile % 2, row = tile_row(tile);
+        for (int p = p0 + ((p0 ^ (int)rank) & 1); p < p1; p += 2) {
+            if (tile >= 2)
+                mbar_wait<true>(empty_bar(s, p), (tile / 2 - 1) & 1);
+            copy_panel(s, row, page, p);
+        }
+    };
+% else
+    /* Panels [p0, p1) of tile `tile`, each on its FULL barrier. */
+    auto copy_panels = [&](int tile, int page, int p0, int p1) {
+        const int s = tile % 2, row = tile_row(tile);
+        for (int p = p0; p < p1; p++) {
+            mbar_arrive_expect(bars + 8 * (s * NS + p), PANEL);
+            copy_panel(s, row, page, p);
+        }
+    };
+% end
     /* Warpgroup h's panels of tile `tile` (see the top): its value panels, the exchange panel
     ** where it reads the slot's P (slot 1 - h), and the rest where it computes the slot's S. */
     auto copy_mine = [&](int tile, int page) {
         const int s = tile % 2;
         fence_proxy_async(); /* this warpgroup's reads of the slot (P's too) before the copies */
+% if multicast then
+        const int v0 = VP + half * NL, k0 = s == half ? KO : XP, k1 = s == half ? XP : NP;
+        expect_panels(tile, v0, v0 + NL);
+        expect_panels(tile, k0, k1);
+        free_panels(tile, v0, v0 + NL);
+        free_panels(tile, k0, k1);
+% end
         copy_panels(tile, page, VP + half * NL, VP + (half + 1) * NL);
         if (s == half)
             copy_panels(tile, page, KO, XP);
@@ -153,6 +207,22 @@ fj_attn_decode(
             copy_panels(tile, page, XP, NP);
     };
 
+% if multicast then
+    if (tid == 0) {
+        for (int i = 0; i < 2 * NS; i++) {
+            mbar_init(bars + 8 * i, 1);              /* FULL: the expecting arrival */
+            mbar_init(bars + 8 * (2 * NS + i), 2);   /* EMPTY: a last reader of each block */
+        }
+        mbar_init_fence();
+    }
+    /* Both blocks' barriers are set before either's copies or arrivals reach the other. */
+    cluster_sync();
+    if (tid == 0)
+        for (int tile = 0; tile < 2 && tile < ntiles; tile++) {
+            expect_panels(tile, 0, NS);
+            copy_panels(tile, page_of(page_entry(tile)), 0, NS);
+        }
+% else
     if (tid == 0) {
         for (int i = 0; i < 2 * NS; i++)
             mbar_init(bars + 8 * i, 1);
@@ -162,6 +232,7 @@ fj_attn_decode(
         if (ntiles > 1)
             copy_panels(1, page_of(page_entry(1)), 0, NS);
     }
+% end
     /* Q: a warp copies every eighth row. */
 % decode_copy_q("tid / 32", 8)
     cp_async_commit();
@@ -413,4 +484,7 @@ fj_attn_decode(
     /* The rows' sums over both warpgroups, then O normalised and stored through Q's and the
     ** ring's bytes. */
 % decode_halves_store("rx.sum", "END", "smem", "ROWS_AT")
+% if multicast then
+    cluster_sync(); /* no block ends while the other's arrivals may still reach it */
+% end
 }

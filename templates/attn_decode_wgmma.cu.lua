@@ -40,7 +40,8 @@
 % -- Parameters: as attn_decode.lua (one 16-bit type), tile_m (64), tile_n (BN: 32, 64 or 128),
 % -- stages (2..4), head_dim_pad (multiple of 64), head_dim_v_pad (multiple of 128, at most 512),
 % -- v_in_k, warps (12), threads (384), partial, bulk, multicast (with bulk: the two row tiles of
-% -- a kv head as a cluster pair, each block's copies bringing half of a tile's panels into both),
+% -- a kv head as a cluster pair over the keys of both tiles' band, each block's copies bringing
+% -- half of a tile's panels into both; not varlen),
 % -- overlap (software-pipelined: the next tile's S issued before this tile's P V, its softmax
 % -- running while P V does), shared_bytes (fj__variant_shared_bytes), consumer_regs and
 % -- producer_regs (fj__variant_consumer_registers, fj__variant_producer_registers).
@@ -224,7 +225,7 @@ fj_attn_decode(
     Meet &meet = *(Meet *)(smem + MEET_AT);
     const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0);
     const int warp = (tid % 128) / 32, lane = tid % 32;
-% decode_block("BM", true)
+% decode_block("BM", true, multicast)
 % if bulk and paged then
     lo = lo / BN * BN; /* a tile's box in one page (keys before the band are masked) */
 % end

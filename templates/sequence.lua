@@ -70,11 +70,14 @@
 % -- fields as locals), the block's coordinates (split, qgroup query heads a kv head, head_kv,
 % -- g0 its row tile's first packed row of per_tile, batch), its sequence (decode_sequence),
 % -- `rows` (the sequence's packed rows) and the split's keys (decode_split_keys, given
-% -- full_band). Packed sequences: the row tiles are the longest sequence's, and a
+% -- full_band; with `pair`, the band of the row tile and its cluster partner's, BLOCK_X ^ 1: the
+% -- keys of both, so that a pair sharing copies reads the same tiles; row tiles are then whole
+% -- pairs, and not of packed sequences). Packed sequences: the row tiles are the longest
+% -- sequence's, and a
 % -- block whose tile starts past its own sequence's rows reads no keys (its rows are no one's:
 % -- the merge skips them), so decode rows beside a long prefill chunk do not stream their keys
 % -- once per tile of the chunk.
-% function decode_block(per_tile, full_band)
+% function decode_block(per_tile, full_band, pair)
 % params_unpack(params_block(args, "dec").fields[1].block, "P.fwd", varlen > 0 and { seqlen_q = "max_seqlen_q", seqlen_k = "max_seqlen_k" } or paged and { seqlen_k = "max_seqlen_k" } or nil)
     const int split = BLOCK_Y;
     const int qgroup = heads_q / heads_kv;
@@ -83,7 +86,7 @@
     const int batch = BLOCK_Z;
 % decode_sequence()
     const int rows = qgroup * seqlen_q; /* the sequence's packed rows */
-% decode_split_keys(per_tile, full_band)
+% decode_split_keys(per_tile, full_band, pair)
 % if varlen > 0 then
     if (g0 >= rows) /* (not a return: on PoCL, that corrupted other work-groups' results) */
         hi = -1; /* a row tile past its sequence's rows: no keys, and none of its rows written */
@@ -115,7 +118,7 @@
     v += batch * v_sb + head_kv * v_sh;
 % end
 % end
-% function decode_split_keys(per_tile, full_band)
+% function decode_split_keys(per_tile, full_band, pair)
     /* This split's keys, and the keys any of the rows may see: [lo, hi]. */
     const int shift = seqlen_k - seqlen_q;
     int lo = split * P.keys_per_split;
@@ -126,11 +129,21 @@
 %   if local_mask then
     {
 %     if row_band then
+%       if pair then
+        /* The pair's rows' positions [first, last]: every position where its packed rows
+        ** reach into a second query head. */
+        const int g_first = g0 - BLOCK_X % 2 * ${per_tile};
+        const int g_last = I_MIN(g_first + 2 * ${per_tile}, rows) - 1, sq = I_MAX(seqlen_q, 1);
+        const bool one_head = g_first / sq == g_last / sq;
+        const int first = one_head ? g_first % sq : 0;
+        const int last = one_head ? g_last % sq : seqlen_q - 1;
+%       else
         /* The tile's rows' positions [first, last]: every position where the tile's packed
         ** rows reach into a second query head. */
         const int g_last = I_MIN(g0 + ${per_tile}, rows) - 1, sq = I_MAX(seqlen_q, 1);
         const bool one_head = g0 / sq == g_last / sq;
         const int first = one_head ? g0 % sq : 0, last = one_head ? g_last % sq : seqlen_q - 1;
+%       end
 %     else
         /* Rows 0 .. seqlen_q - 1 all belong to every head: the band of the whole sequence. */
         const int first = 0, last = seqlen_q - 1;
