@@ -32,10 +32,11 @@
 % -- fragments, BN x 128 bytes: a panel of the tile), so the reader copies it again.
 % --
 % -- With `multicast`, the two row tiles of a kv head run as a cluster pair over the same keys (the
-% -- band of both tiles' rows) and share each tile's copies: panel p is copied by the block of
-% -- rank p % 2 into both blocks, so L2 serves each K and V tile once a pair. A panel is copied
-% -- again once its last reader in each block has arrived on the copying block's EMPTY[slot][panel]
-% -- (two arrivals); every block's FULL barrier still expects the whole panel.
+% -- band of both tiles' rows) and share each tile's copies, so L2 serves each K and V tile once a
+% -- pair: the panels whose last reader is warpgroup h (the same in both blocks) are copied into
+% -- both blocks by warpgroup h of the block of rank h, once the last readers of both blocks have
+% -- arrived on its EMPTY[slot][panel] (two arrivals); every block's own arrival on its FULL
+% -- barrier expects the whole panel. (Over a pair of tiles each block copies half the panels.)
 % --
 % -- Parameters: as attn_decode.lua (one 16-bit type), tile_m 64, tile_n 64 (v_in_k) or 32,
 % -- stages 2, warps 8, threads 256, head_dim_pad (multiple of 64; with v_in_k at least a panel
@@ -157,26 +158,28 @@ fj_attn_decode(
     };
     /* EMPTY[slot][p]: both blocks' last readers of panel p of the slot's tile are done. */
     auto empty_bar = [&](int s, int p) { return bars + 8 * (2 * NS + s * NS + p); };
-    /* Panels [p0, p1) of tile `tile` (the tile two on from the one just read): this block's
-    ** arrivals on the copying blocks' EMPTY barriers, for the tile two before. */
+    /* This warpgroup's panels [p0, p1) of the tile two before tile `tile` are read: arrivals on
+    ** the EMPTY barriers of the block that copies them (rank `half`). */
     auto free_panels = [&](int tile, int p0, int p1) {
         for (int p = p0; p < p1; p++) {
             const u32 e = empty_bar(tile % 2, p);
-            if (p % 2 == (int)rank)
+            if ((int)rank == half)
                 mbar_arrive(e);
             else
                 mbar_arrive_cluster(cluster_map(e, rank ^ 1));
         }
     };
-    /* Panels [p0, p1) of tile `tile` that this block copies (rank's parity), each once both
-    ** blocks have freed it (tiles past the first two). */
+    /* Until both blocks have freed panels [p0, p1) of slot tile % 2 for tile `tile` (past the
+    ** first two). */
+    auto wait_freed = [&](int tile, int p0, int p1) {
+        for (int p = p0; p < p1; p++)
+            mbar_wait<true>(empty_bar(tile % 2, p), (tile / 2 - 1) & 1);
+    };
+    /* Panels [p0, p1) of tile `tile`, into both blocks. */
     auto copy_panels = [&](int tile, int page, int p0, int p1) {
         const int s = tile % 2, row = tile_row(tile);
-        for (int p = p0 + ((p0 ^ (int)rank) & 1); p < p1; p += 2) {
-            if (tile >= 2)
-                mbar_wait<true>(empty_bar(s, p), (tile / 2 - 1) & 1);
+        for (int p = p0; p < p1; p++)
             copy_panel(s, row, page, p);
-        }
     };
 % else
     /* Panels [p0, p1) of tile `tile`, each on its FULL barrier. */
@@ -188,24 +191,26 @@ fj_attn_decode(
         }
     };
 % end
-    /* Warpgroup h's panels of tile `tile` (see the top): its value panels, the exchange panel
-    ** where it reads the slot's P (slot 1 - h), and the rest where it computes the slot's S. */
+% -- each_mine(call, args, h): call(args p0, p1) for each range [p0, p1) of warpgroup h's panels
+% -- of the tile in slot s (see the top; h: `half` by default): its value panels, then the
+% -- exchange panel where it reads the slot's P (slot 1 - h), or the rest of K's where it computes
+% -- the slot's S.
+% local function each_mine(call, args, h)
+%   h = h or "half"
+            ${call}(${args}VP + ${h} * NL, VP + (${h} + 1) * NL);
+            if (s == ${h})
+                ${call}(${args}KO, XP);
+            else
+                ${call}(${args}XP, NP);
+% end
+% if not multicast then
+    /* Warpgroup h's panels of tile `tile` into its slot. */
     auto copy_mine = [&](int tile, int page) {
         const int s = tile % 2;
         fence_proxy_async(); /* this warpgroup's reads of the slot (P's too) before the copies */
-% if multicast then
-        const int v0 = VP + half * NL, k0 = s == half ? KO : XP, k1 = s == half ? XP : NP;
-        expect_panels(tile, v0, v0 + NL);
-        expect_panels(tile, k0, k1);
-        free_panels(tile, v0, v0 + NL);
-        free_panels(tile, k0, k1);
-% end
-        copy_panels(tile, page, VP + half * NL, VP + (half + 1) * NL);
-        if (s == half)
-            copy_panels(tile, page, KO, XP);
-        else
-            copy_panels(tile, page, XP, NP);
+% each_mine("copy_panels", "tile, page, ")
     };
+% end
 
 % if multicast then
     if (tid == 0) {
@@ -217,10 +222,12 @@ fj_attn_decode(
     }
     /* Both blocks' barriers are set before either's copies or arrivals reach the other. */
     cluster_sync();
+    /* The first two tiles: thread 0 copies the panels of warpgroup `rank`'s role. */
     if (tid == 0)
-        for (int tile = 0; tile < 2 && tile < ntiles; tile++) {
+        for (int tile = 0, s = 0; tile < 2 && tile < ntiles; tile = ++s) {
+            const int page = page_of(page_entry(tile));
             expect_panels(tile, 0, NS);
-            copy_panels(tile, page_of(page_entry(tile)), 0, NS);
+% each_mine("copy_panels", "tile, page, ", "(int)rank")
         }
 % else
     if (tid == 0) {
@@ -370,10 +377,35 @@ fj_attn_decode(
     /* Once this warpgroup's products on tile `tile` have landed: its panels of the tile two on. */
     auto recycle = [&](int tile) {
         bar_sync(OWN + half, 128); /* every warp's products landed */
+% if multicast then
+        /* Its panels of the tile two on: this block's expecting arrivals and its arrivals on
+        ** the EMPTY barriers of the block that copies them; there (rank `half`), once both
+        ** blocks have (every thread waits: a wait in one thread's path serialises the kernel's
+        ** wgmma), the copies. */
+        const int next = tile + 2, s = tile % 2;
+        if (next >= ntiles)
+            return;
+        if (ti == 0) {
+            fence_proxy_async(); /* this warpgroup's reads of the slot (P's too) before copies */
+% each_mine("expect_panels", "next, ")
+% each_mine("free_panels", "next, ")
+        }
+        if ((int)rank != half)
+            return;
+        {
+% each_mine("wait_freed", "next, ")
+        }
+        if (ti == 0) {
+            const int page = page_of(next_page[s]);
+% each_mine("copy_panels", "next, page, ")
+            next_page[s] = page_entry(tile + 4);
+        }
+% else
         if (ti == 0 && tile + 2 < ntiles) {
             copy_mine(tile + 2, page_of(next_page[tile % 2]));
             next_page[tile % 2] = page_entry(tile + 4);
         }
+% end
     };
 
     if (half == 0) {
