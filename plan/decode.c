@@ -301,7 +301,7 @@ int fj__decode_apply_config(fj__variant *v, const char *config, const fj_device_
     t.tile_m = v->tile_m;
     if (t.path == FJ__PATH_WGMMA) {
         /* warps 8 or 12: the seesaw kernel or the other. Options only the other takes
-        ** (bulk=0, overlap, other tiles) move a planned seesaw kernel to it. */
+        ** (bulk=0, multicast, overlap, other tiles) move a planned seesaw kernel to it. */
         t.threads = 32 * t.warps;
         /* Asked onto the seesaw kernel from the other: its shape, then the options asked. */
         if (fj__decode_seesaw(&t) && !fj__decode_seesaw(v)) {
@@ -455,9 +455,9 @@ fj_status fj__plan_decode(const fj__features *f, const fj_device_info *dev, cons
             s->variant.threads = 384;
         }
         /* (asked for) a kv head's row tiles in cluster pairs, blockIdx.x 2j and 2j + 1, over
-        ** the keys of both (packed sequences: a tile past its sequence's rows reads none) */
-        s->variant.multicast =
-            v->multicast && s->variant.bulk && row_tiles % 2 == 0 && !f->varlen;
+        ** the keys of both (not packed sequences, which take no bulk copies: a tile past its
+        ** sequence's rows reads no keys) */
+        s->variant.multicast = v->multicast && s->variant.bulk && row_tiles % 2 == 0;
     }
     s->shared_bytes = fj__variant_dynamic_shared_bytes(&s->variant);
     s->block[0] = (uint32_t)s->variant.threads;

@@ -224,13 +224,12 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
     if (fj__decode_seesaw(v)) {
         /* attn_decode_seesaw.cu.lua: Q's panels and two ring slots of a K tile's panels (and a V
         ** tile's, where v is not read from k), two floats a row per warpgroup (Rows), an
-        ** mbarrier a slot's panel (multicast: two, FULL and EMPTY), and slack to align the
-        ** panels to 1024 bytes. */
+        ** mbarrier a slot's panel, and slack to align the panels to 1024 bytes. */
         const uint32_t q_panels = (uint32_t)v->head_dim_pad / 64u;
         const uint32_t slot_panels =
             q_panels + (v->v_in_k ? 0u : (uint32_t)v->head_dim_v_pad / 64u);
         return 128u * (q_panels * (uint32_t)v->tile_m + 2u * slot_panels * (uint32_t)v->tile_n) +
-               16u * (uint32_t)v->tile_m + (v->multicast ? 32u : 16u) * slot_panels + 1023u;
+               16u * (uint32_t)v->tile_m + 16u * slot_panels + 1023u;
     }
     if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_WGMMA) {
         /* attn_decode_wgmma.cu.lua: Q's panels but an odd last one (held in registers), the
@@ -500,7 +499,7 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
         return v->backend == FJ_BACKEND_CUDA && fj__sm_version(dev) == 90 &&
                strchr(dev->arch, 'a') != NULL && v->threads == 256 && v->tile_m == 64 &&
                v->tile_n == seesaw_tile_n(v) && v->stages == 2 && v->bulk && !v->overlap &&
-               v->head_dim_pad % 64 == 0 && v->head_dim_v_pad % 128 == 0 &&
+               !v->multicast && v->head_dim_pad % 64 == 0 && v->head_dim_v_pad % 128 == 0 &&
                v->head_dim_v_pad <= 512 &&
                (!v->v_in_k || v->head_dim_pad >= v->head_dim_v_pad + 64) &&
                v->head_dim_pad <= FJ__MAX_HEAD_DIM &&

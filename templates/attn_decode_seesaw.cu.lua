@@ -31,18 +31,10 @@
 % -- from the warpgroup that computed it to the other once S has landed (thread-indexed 16-bit A
 % -- fragments, BN x 128 bytes: a panel of the tile), so the reader copies it again.
 % --
-% -- With `multicast`, the two row tiles of a kv head run as a cluster pair over the same keys (the
-% -- band of both tiles' rows) and share each tile's copies, so L2 serves each K and V tile once a
-% -- pair: the panels whose last reader is warpgroup h (the same in both blocks) are copied into
-% -- both blocks by warpgroup h of the block of rank h, once the last readers of both blocks have
-% -- arrived on its EMPTY[slot][panel] (two arrivals); every block's own arrival on its FULL
-% -- barrier expects the whole panel. (Over a pair of tiles each block copies half the panels.)
-% --
 % -- Parameters: as attn_decode.lua (one 16-bit type), tile_m 64, tile_n 64 (v_in_k) or 32,
 % -- stages 2, warps 8, threads 256, head_dim_pad (multiple of 64; with v_in_k at least a panel
 % -- past head_dim_v_pad), head_dim_v_pad (multiple of 128, at most 512), v_in_k, bulk
-% -- (required), partial, multicast (row tiles in pairs, not varlen), shared_bytes
-% -- (fj__variant_shared_bytes).
+% -- (required), partial, shared_bytes (fj__variant_shared_bytes).
 % assert(backend == "cuda", "attn_decode_seesaw is a CUDA kernel")
 % assert(threads == 256 and warps == 8, "attn_decode_seesaw: two warpgroups")
 % assert(tile_m == 64 and tile_n == (v_in_k and 64 or 32) and stages == 2,
@@ -85,21 +77,19 @@ enum { MAX_A = 1, MAX_B = 2, P_A = 3, P_B = 4, OWN = 5 /* + warpgroup */, END = 
 
 /* ---- shared memory (from a 1024-byte boundary) --------------------------------------------- */
 /* Q's panels, ring slots 0 and 1 (NS panels each: a K tile's, then a V tile's), the rows' values
-** and FULL[2][NS] (multicast: then EMPTY[2][NS]). Panels are rows of 128 bytes in the 128-byte
-** swizzle (16-byte piece j of row r at (j ^ r % 8) * 16). */
+** and FULL[2][NS]. Panels are rows of 128 bytes in the 128-byte swizzle (16-byte piece j of row
+** r at (j ^ r % 8) * 16). */
 struct Rows {
     float max[2][BM]; /* the running maximum after tile a (warpgroup 0's), after tile b (1's) */
     float sum[2][BM]; /* each warpgroup's row sums, at the end */
 };
 constexpr int SLOT_BYTES = NS * PANEL, RING_AT = NP * QPANEL;
 constexpr int ROWS_AT = RING_AT + 2 * SLOT_BYTES, BARS_AT = ROWS_AT + (int)sizeof(Rows);
-constexpr int NBARS = ${multicast and "4" or "2"} * NS; /* the mbarriers */
-static_assert(BARS_AT + 8 * NBARS + 1023 == ${shared_bytes}, "the host's fj__variant_shared_bytes");
+static_assert(BARS_AT + 16 * NS + 1023 == ${shared_bytes}, "the host's fj__variant_shared_bytes");
 
 % decode_key_row()
 
-% local cluster = multicast and "__cluster_dims__(2, 1, 1) " or ""
-extern "C" __global__ void ${cluster}__launch_bounds__(256, 1)
+extern "C" __global__ void __launch_bounds__(256, 1)
 fj_attn_decode(
 % params_arg(args, "T")
 )
@@ -109,14 +99,11 @@ fj_attn_decode(
     Rows &rx = *(Rows *)(smem + ROWS_AT);
     const int tid = threadIdx.x, half = __shfl_sync(0xffffffffu, tid / 128, 0);
     const int ti = tid % 128, warp = ti / 32, lane = tid % 32;
-% decode_block("BM", true, multicast)
+% decode_block("BM", true)
 % if paged then
     lo = lo / BN * BN; /* a tile's box in one page (keys before the band are masked) */
 % end
     const int ntiles = hi >= lo ? (hi - lo) / BN + 1 : 0;
-% if multicast then
-    const u32 rank = cluster_rank(); /* (BLOCK_X % 2: the pair's keys are both tiles' band) */
-% end
 
     /* ---- the copies ---- */
     /* The page (contiguous: the sequence) that holds tile `tile` (0 past the last): its table
@@ -132,104 +119,40 @@ fj_attn_decode(
     auto page_of = [&](int entry) {
         return ${paged and "I_MIN(I_MAX(entry, 0), P.num_pages - 1)" or "entry"};
     };
-% local mask = multicast and ", 3" or ""
-    /* The row of tile `tile`'s first key in its page (contiguous: in the sequence). */
-    auto tile_row = [&](int tile) {
-        return ${paged and "mod_by(page_div, lo + tile * BN)" or "lo + tile * BN"};
-    };
-    /* Panel p (K's, then V's) of the tile whose first key is row `row` of page `page` into
-    ** slot s, on its FULL barrier (multicast: into both blocks, each on its own barrier). */
-    auto copy_panel = [&](int s, int row, int page, int p) {
-        const u32 full = bars + 8 * (s * NS + p), dst = ring + s * SLOT_BYTES + p * PANEL;
+    /* Panels [p0, p1) of tile `tile` into its slot (K's, then V's), on page `page`, each on its
+    ** FULL barrier. */
+    auto copy_panels = [&](int tile, int page, int p0, int p1) {
+        const int s = tile % 2;
+% if paged then
+        const int row = mod_by(page_div, lo + tile * BN);
+% else
+        const int row = lo + tile * BN;
+% end
+        for (int p = p0; p < p1; p++) {
+            const u32 full = bars + 8 * (s * NS + p), dst = ring + s * SLOT_BYTES + p * PANEL;
+            mbar_arrive_expect(full, PANEL);
 % if v_in_k then
-        tma_load_tile(dst, &T.tm_k, full, p * 64, row, head_kv, page, T.perm_k${mask});
+            tma_load_tile(dst, &T.tm_k, full, p * 64, row, head_kv, page, T.perm_k);
 % else
-        if (p < NP)
-            tma_load_tile(dst, &T.tm_k, full, p * 64, row, head_kv, page, T.perm_k${mask});
-        else
-            tma_load_tile(dst, &T.tm_v, full, (p - NP) * 64, row, head_kv, page, T.perm_v${mask});
-% end
-    };
-% if multicast then
-    /* This block's FULL barriers of panels [p0, p1) of tile `tile` expect a panel each. */
-    auto expect_panels = [&](int tile, int p0, int p1) {
-        for (int p = p0; p < p1; p++)
-            mbar_arrive_expect(bars + 8 * ((tile % 2) * NS + p), PANEL);
-    };
-    /* EMPTY[slot][p]: both blocks' last readers of panel p of the slot's tile are done. */
-    auto empty_bar = [&](int s, int p) { return bars + 8 * (2 * NS + s * NS + p); };
-    /* This warpgroup's panels [p0, p1) of the tile two before tile `tile` are read: arrivals on
-    ** the EMPTY barriers of the block that copies them (rank `half`). */
-    auto free_panels = [&](int tile, int p0, int p1) {
-        for (int p = p0; p < p1; p++) {
-            const u32 e = empty_bar(tile % 2, p);
-            if ((int)rank == half)
-                mbar_arrive(e);
+            if (p < NP)
+                tma_load_tile(dst, &T.tm_k, full, p * 64, row, head_kv, page, T.perm_k);
             else
-                mbar_arrive_cluster(cluster_map(e, rank ^ 1));
+                tma_load_tile(dst, &T.tm_v, full, (p - NP) * 64, row, head_kv, page, T.perm_v);
+% end
         }
     };
-    /* Until both blocks have freed panels [p0, p1) of slot tile % 2 for tile `tile` (past the
-    ** first two). */
-    auto wait_freed = [&](int tile, int p0, int p1) {
-        for (int p = p0; p < p1; p++)
-            mbar_wait<true>(empty_bar(tile % 2, p), (tile / 2 - 1) & 1);
-    };
-    /* Panels [p0, p1) of tile `tile`, into both blocks. */
-    auto copy_panels = [&](int tile, int page, int p0, int p1) {
-        const int s = tile % 2, row = tile_row(tile);
-        for (int p = p0; p < p1; p++)
-            copy_panel(s, row, page, p);
-    };
-% else
-    /* Panels [p0, p1) of tile `tile`, each on its FULL barrier. */
-    auto copy_panels = [&](int tile, int page, int p0, int p1) {
-        const int s = tile % 2, row = tile_row(tile);
-        for (int p = p0; p < p1; p++) {
-            mbar_arrive_expect(bars + 8 * (s * NS + p), PANEL);
-            copy_panel(s, row, page, p);
-        }
-    };
-% end
-% -- each_mine(call, args, h): call(args p0, p1) for each range [p0, p1) of warpgroup h's panels
-% -- of the tile in slot s (see the top; h: `half` by default): its value panels, then the
-% -- exchange panel where it reads the slot's P (slot 1 - h), or the rest of K's where it computes
-% -- the slot's S.
-% local function each_mine(call, args, h)
-%   h = h or "half"
-            ${call}(${args}VP + ${h} * NL, VP + (${h} + 1) * NL);
-            if (s == ${h})
-                ${call}(${args}KO, XP);
-            else
-                ${call}(${args}XP, NP);
-% end
-% if not multicast then
-    /* Warpgroup h's panels of tile `tile` into its slot. */
+    /* Warpgroup h's panels of tile `tile` (see the top): its value panels, the exchange panel
+    ** where it reads the slot's P (slot 1 - h), and the rest where it computes the slot's S. */
     auto copy_mine = [&](int tile, int page) {
         const int s = tile % 2;
         fence_proxy_async(); /* this warpgroup's reads of the slot (P's too) before the copies */
-% each_mine("copy_panels", "tile, page, ")
+        copy_panels(tile, page, VP + half * NL, VP + (half + 1) * NL);
+        if (s == half)
+            copy_panels(tile, page, KO, XP);
+        else
+            copy_panels(tile, page, XP, NP);
     };
-% end
 
-% if multicast then
-    if (tid == 0) {
-        for (int i = 0; i < 2 * NS; i++) {
-            mbar_init(bars + 8 * i, 1);              /* FULL: the expecting arrival */
-            mbar_init(bars + 8 * (2 * NS + i), 2);   /* EMPTY: a last reader of each block */
-        }
-        mbar_init_fence();
-    }
-    /* Both blocks' barriers are set before either's copies or arrivals reach the other. */
-    cluster_sync();
-    /* The first two tiles: thread 0 copies the panels of warpgroup `rank`'s role. */
-    if (tid == 0)
-        for (int tile = 0, s = 0; tile < 2 && tile < ntiles; tile = ++s) {
-            const int page = page_of(page_entry(tile));
-            expect_panels(tile, 0, NS);
-% each_mine("copy_panels", "tile, page, ", "(int)rank")
-        }
-% else
     if (tid == 0) {
         for (int i = 0; i < 2 * NS; i++)
             mbar_init(bars + 8 * i, 1);
@@ -239,7 +162,6 @@ fj_attn_decode(
         if (ntiles > 1)
             copy_panels(1, page_of(page_entry(1)), 0, NS);
     }
-% end
     /* Q: a warp copies every eighth row. */
 % decode_copy_q("tid / 32", 8)
     cp_async_commit();
@@ -377,35 +299,10 @@ fj_attn_decode(
     /* Once this warpgroup's products on tile `tile` have landed: its panels of the tile two on. */
     auto recycle = [&](int tile) {
         bar_sync(OWN + half, 128); /* every warp's products landed */
-% if multicast then
-        /* Its panels of the tile two on: this block's expecting arrivals and its arrivals on
-        ** the EMPTY barriers of the block that copies them; there (rank `half`), once both
-        ** blocks have (every thread waits: a wait in one thread's path serialises the kernel's
-        ** wgmma), the copies. */
-        const int next = tile + 2, s = tile % 2;
-        if (next >= ntiles)
-            return;
-        if (ti == 0) {
-            fence_proxy_async(); /* this warpgroup's reads of the slot (P's too) before copies */
-% each_mine("expect_panels", "next, ")
-% each_mine("free_panels", "next, ")
-        }
-        if ((int)rank != half)
-            return;
-        {
-% each_mine("wait_freed", "next, ")
-        }
-        if (ti == 0) {
-            const int page = page_of(next_page[s]);
-% each_mine("copy_panels", "next, page, ")
-            next_page[s] = page_entry(tile + 4);
-        }
-% else
         if (ti == 0 && tile + 2 < ntiles) {
             copy_mine(tile + 2, page_of(next_page[tile % 2]));
             next_page[tile % 2] = page_entry(tile + 4);
         }
-% end
     };
 
     if (half == 0) {
@@ -516,7 +413,4 @@ fj_attn_decode(
     /* The rows' sums over both warpgroups, then O normalised and stored through Q's and the
     ** ring's bytes. */
 % decode_halves_store("rx.sum", "END", "smem", "ROWS_AT")
-% if multicast then
-    cluster_sync(); /* no block ends while the other's arrivals may still reach it */
-% end
 }

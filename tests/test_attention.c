@@ -130,12 +130,6 @@ static void test_wide_head_dims(void **state)
     void *seesaw = suite_context_with_env("FLASHJIT_CONFIG", "path=decode,warps=8");
     run_cases(&seesaw, cases, N);
     fj_context_destroy(seesaw);
-    /* And a kv head's row tiles there as cluster pairs sharing their copies, where they pair
-    ** up (64 rows of a group of 2: two tiles), over the keys of both tiles' bands. */
-    printf("  with FLASHJIT_CONFIG=path=decode,warps=8,multicast=1:\n");
-    void *pairs = suite_context_with_env("FLASHJIT_CONFIG", "path=decode,warps=8,multicast=1");
-    run_cases(&pairs, cases, N);
-    fj_context_destroy(pairs);
 }
 
 static void test_dtypes(void **state)

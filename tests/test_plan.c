@@ -1079,8 +1079,8 @@ static void test_decode_plans(void **state)
 ** seesaw kernel (two warpgroups: warps 8); else, or asked for options only it takes, the
 ** kernel of three warpgroups (warps 12; 64-key tiles where two ring slots fit, else 32), whose
 ** tiles come by bulk tensor copies where tensor maps read k and v and pages hold whole tiles
-** (bulk=0 turns them off), else by its threads. On either wgmma kernel multicast=1 has two row
-** tiles of a kv head share the bulk copies as a cluster pair. */
+** (bulk=0 turns them off; multicast=1 has two row tiles of a kv head share them as a cluster
+** pair, but not of packed sequences), else by its threads. */
 static void test_decode_wide_plans(void **state)
 {
     (void)state;
@@ -1108,7 +1108,7 @@ static void test_decode_wide_plans(void **state)
         {576, 512, 128, 1, &devs.h200, "tile_n=32,stages=3", 64, FJ__PATH_WGMMA, 32, 1, 12, 64},
         {576, 512, 128, 1, &devs.h200, "bulk=0", 64, FJ__PATH_WGMMA, 64, 0, 12, 64},
         {576, 512, 128, 1, &devs.h200, "warps=12", 0, FJ__PATH_WGMMA, 64, 1, 12, 64},
-        {576, 512, 128, 1, &devs.h200, "multicast=1", 64, FJ__PATH_WGMMA, 64, 1, 8, 64},
+        {576, 512, 128, 1, &devs.h200, "multicast=1", 64, FJ__PATH_WGMMA, 64, 1, 12, 64},
         {576, 512, 128, 1, &devs.h200, "warps=12,multicast=1", 64, FJ__PATH_WGMMA, 64, 1, 12, 64},
         {576, 512, 64, 1, &devs.h200, "multicast=1", 64, FJ__PATH_WGMMA, 64, 1, 12, 64},
         {576, 512, 128, 1, &devs.h200, "multicast=1,bulk=0", 64, FJ__PATH_WGMMA, 64, 0, 12, 64},
@@ -1165,6 +1165,11 @@ static void test_decode_wide_plans(void **state)
             const int asked = cases[i].config && strstr(cases[i].config, "multicast=1");
             assert_int_equal(s->variant.multicast,
                              asked && s->variant.bulk && (cases[i].group + 63) / 64 % 2 == 0);
+            if (s->variant.multicast) { /* packed sequences: no bulk copies, so no pairs */
+                f.varlen = 1;
+                assert_int_equal(fj__plan_decode(&f, cases[i].dev, &v, &plan, &err), FJ_OK);
+                assert_false(plan.steps[plan.main_step].variant.multicast);
+            }
         } else {
             assert_int_equal(v.split_dv, cases[i].dv > 256);
         }
@@ -1198,8 +1203,7 @@ static void test_decode_wide_plans(void **state)
 ** where they do not, where v is not a view of k, where "path=wgmma" asks for it and before
 ** sm_90; on pages of part tiles (16 keys: neither the seesaw kernel's tensor maps nor the
 ** forward read them), the other decode kernel. v its own tensor goes to the decode kernels only
-** where "path=decode" asks (the other kernel; the seesaw one in 32-key tiles with warps=8).
-** multicast=1 runs a kv head's row tiles as cluster pairs where their number is even. */
+** where "path=decode" asks (the other kernel; the seesaw one in 32-key tiles with warps=8). */
 static void test_mla_prefill_plans(void **state)
 {
     (void)state;
@@ -1222,9 +1226,6 @@ static void test_mla_prefill_plans(void **state)
         {8192, 16, 2, 0, 0, &devs.h200, "path=decode", 2},
         {8192, 16, 2, 0, 0, &devs.h200, "path=decode,warps=8", 1},
         {8192, 16, 2, 0, 0, &devs.h200, "path=decode,warps=8,tile_n=64", 2}, /* cannot fit */
-        {8192, 16, 2, 0, 0, &devs.h200, "path=decode,warps=8,multicast=1", 1},
-        {8192, 16, 2, 1, 0, &devs.h200, "multicast=1", 1},
-        {300, 16, 1, 1, 0, &devs.h200, "multicast=1", 1}, /* 75 row tiles: no pairs */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fj__features f = bwd_features(576, 512, FJ_DTYPE_BF16);
@@ -1256,17 +1257,6 @@ static void test_mla_prefill_plans(void **state)
         assert_int_equal(s->grid[0], (cases[i].hq * cases[i].sq + 63) / 64);
         if (cases[i].sq == 8192)
             assert_int_equal(s->grid[1], 1); /* no splits: the row tiles fill the device */
-        /* asked for: a kv head's row tiles in cluster pairs where they pair up */
-        const int pairs = cases[i].config && strstr(cases[i].config, "multicast=1") &&
-                          s->grid[0] % 2 == 0;
-        assert_int_equal(s->variant.multicast, pairs);
-        assert_int_equal(s->shared_bytes, fj__variant_shared_bytes(&s->variant));
-        if (!pairs)
-            continue;
-        /* packed sequences: no pairs (a tile past its sequence's rows reads no keys) */
-        f.varlen = 1;
-        assert_int_equal(fj__plan_decode(&f, cases[i].dev, &dec, &plan, &err), FJ_OK);
-        assert_false(plan.steps[plan.main_step].variant.multicast);
     }
 }
 
