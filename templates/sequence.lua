@@ -73,10 +73,9 @@
 % -- full_band; with `pair`, the band of the row tile and its cluster partner's, BLOCK_X ^ 1: the
 % -- keys of both, so that a pair sharing copies reads the same tiles; row tiles are then whole
 % -- pairs, and not of packed sequences). Packed sequences: the row tiles are the longest
-% -- sequence's, and a
-% -- block whose tile starts past its own sequence's rows reads no keys (its rows are no one's:
-% -- the merge skips them), so decode rows beside a long prefill chunk do not stream their keys
-% -- once per tile of the chunk.
+% -- sequence's, and a block whose tile starts past its own sequence's rows reads no keys (its
+% -- rows are no one's: the merge skips them), so decode rows beside a long prefill chunk do not
+% -- stream their keys once per tile of the chunk.
 % function decode_block(per_tile, full_band, pair)
 % params_unpack(params_block(args, "dec").fields[1].block, "P.fwd", varlen > 0 and { seqlen_q = "max_seqlen_q", seqlen_k = "max_seqlen_k" } or paged and { seqlen_k = "max_seqlen_k" } or nil)
     const int split = BLOCK_Y;
