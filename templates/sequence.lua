@@ -128,21 +128,14 @@
 %   if local_mask then
     {
 %     if row_band then
-%       if pair then
-        /* The pair's rows' positions [first, last]: every position where its packed rows
-        ** reach into a second query head. */
-        const int g_first = g0 - BLOCK_X % 2 * ${per_tile};
-        const int g_last = I_MIN(g_first + 2 * ${per_tile}, rows) - 1, sq = I_MAX(seqlen_q, 1);
+        /* The positions [first, last] of the tile's rows (with `pair`, of both tiles of its
+        ** cluster pair): every position where those packed rows reach into a second head. */
+        const int g_first = ${pair and "g0 - BLOCK_X % 2 * " .. per_tile or "g0"};
+        const int g_last = I_MIN(g_first + ${pair and "2 * " or ""}${per_tile}, rows) - 1;
+        const int sq = I_MAX(seqlen_q, 1);
         const bool one_head = g_first / sq == g_last / sq;
         const int first = one_head ? g_first % sq : 0;
         const int last = one_head ? g_last % sq : seqlen_q - 1;
-%       else
-        /* The tile's rows' positions [first, last]: every position where the tile's packed
-        ** rows reach into a second query head. */
-        const int g_last = I_MIN(g0 + ${per_tile}, rows) - 1, sq = I_MAX(seqlen_q, 1);
-        const bool one_head = g0 / sq == g_last / sq;
-        const int first = one_head ? g0 % sq : 0, last = one_head ? g_last % sq : seqlen_q - 1;
-%       end
 %     else
         /* Rows 0 .. seqlen_q - 1 all belong to every head: the band of the whole sequence. */
         const int first = 0, last = seqlen_q - 1;
