@@ -150,11 +150,11 @@ static int wgmma_bulk_fits(const fj__features *f, const fj__variant *v)
 ** kernel read 1.0-2.7x as fast as the mma kernel's split_dv, which mma.sync's rate bounds at
 ** 32-48 heads; RESULTS.md). Where the work is compute-bound (SEESAW_MIN_ROWS packed rows a kv
 ** head, so that two row tiles share each K tile), v is read from k's tiles by bulk tensor
-** copies, a panel of k lies past v's 512 columns (MLA's; other widths, and v its own tensor in
-** 32-key tiles, only when warps=8 asks: not measured) and the blocks before any split fill a
-** quarter of the device (SEESAW_MIN_FILL), the seesaw kernel (attn_decode_seesaw.cu.lua: two
-** warpgroups, each the whole S of every other 64-key tile, one's softmax under the other's
-** products; warps 8); else
+** copies, a panel of k lies past v's 512 columns (MLA's; other widths only when warps=8 asks,
+** not measured; v its own tensor in 32-key tiles too, measured 0.80-1.08x the forward's value
+** slices, RESULTS.md) and the blocks before any split fill a quarter of the device
+** (SEESAW_MIN_FILL), the seesaw kernel (attn_decode_seesaw.cu.lua: two warpgroups, each the
+** whole S of every other 64-key tile, one's softmax under the other's products; warps 8); else
 ** attn_decode_wgmma.cu.lua (a copying warpgroup and two computing ones splitting S's head dims
 ** and O's columns; warps 12), 64-key tiles in two ring slots where they fit, else 32-key tiles.
 ** Returns 1 and fills *v when either serves f on dev. (On the H200 the seesaw kernel ran 2-4 %
