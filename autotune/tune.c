@@ -255,31 +255,37 @@ static int decode_search_space(const fj__variant *h, const fj__features *f,
 /* The backward's candidates for its dk/dv variant h (the plan applies each one's config to
 ** both stages: fj__variant_config): on tensor cores the computing warps (keys a block: 16 a
 ** warp) and the streamed query rows, on Hopper with and without a producer warpgroup (for two
-** computing warpgroups), and with it a persistent grid or not; on the SIMT kernels keys a
-** work-group and streamed rows. */
+** computing warpgroups), and with it a persistent grid or not, on mma.sync with warps of their
+** own keys and in a grid; on the SIMT kernels keys a work-group and streamed rows. */
 static int bwd_search_space(const fj__variant *h, const fj_device_info *dev,
                             fj__tune_candidate *out)
 {
     int n = 0;
     out[n++] = (fj__tune_candidate){.v = *h};
     static const int wg_warps[] = {4, 8, 12}, wg_rows[] = {64, 128};
-    static const int mma_warps[] = {2, 4, 8}, mma_rows[] = {16, 32, 64};
+    static const int mma_warps[] = {2, 4, 8}, mma_rows[] = {16, 32, 64, 128};
     static const int simt_keys[] = {16, 32, 64}, simt_rows[] = {16, 32};
     const int *as = h->path == FJ__PATH_WGMMA ? wg_warps : h->path == FJ__PATH_MMA ? mma_warps : simt_keys;
     const int *bs = h->path == FJ__PATH_WGMMA ? wg_rows : h->path == FJ__PATH_MMA ? mma_rows : simt_rows;
-    const int nb = h->path == FJ__PATH_MMA ? 3 : 2;
-    /* 0 no producer, 1 a producer, 2 a producer and a persistent grid */
-    const int producers = h->path == FJ__PATH_WGMMA && h->stage == 2 && !h->d_split ? 3 : 1;
+    const int nb = h->path == FJ__PATH_MMA ? 4 : 2;
+    /* Modes: on WGMMA's stage 2 0 no producer, 1 a producer, 2 a producer and a persistent
+    ** grid; on mma.sync's stage 2 0 a warp's own 16 keys, 1 warps in a grid (d_split). */
+    const int wgmma = h->path == FJ__PATH_WGMMA;
+    const int modes = wgmma && h->stage == 2 && !h->d_split          ? 3
+                      : h->path == FJ__PATH_MMA && h->stage == 2 ? 2
+                                                                 : 1;
     for (int a = 0; a < 3; a++)
         for (int b = 0; b < nb; b++)
-            for (int p = 0; p < producers && n < TUNE_MAX_CANDIDATES; p++) {
+            for (int mode = 0; mode < modes && n < TUNE_MAX_CANDIDATES; mode++) {
                 fj__variant v = *h;
                 v.tile_m = bs[b];
                 if (h->path == FJ__PATH_SIMT) {
                     v.tile_n = v.threads = as[a];
                 } else {
-                    v.producer = p > 0;
-                    v.persistent = p == 2;
+                    if (h->path == FJ__PATH_MMA && h->stage == 2)
+                        v.d_split = mode == 1;
+                    v.producer = wgmma && mode > 0;
+                    v.persistent = wgmma && mode == 2;
                     v.warps = as[a] + 4 * v.producer;
                     v.threads = 32 * v.warps;
                     v.tile_n = 16 * as[a];

@@ -33,6 +33,33 @@ static int mma_serves(const fj__features *f, const fj_device_info *dev)
            f->rows_16b[FJ__T_OUT] && f->grads_16b;
 }
 
+/* Stage 2 on mma.sync with its warps in a grid (attn_bwd_mma_grid.cu.lua, d_split), where it
+** serves f: d and dv to 128 in halves of 16 columns. Eight warps, 128 keys, and 64-row tiles
+** (128 at d and dv 64 where the element pass is light, as Hopper's), halved while the shared
+** memory does not fit dev. 0 where it does not serve (v unchanged). */
+static int bwd_mma_grid_variant(int deterministic, const fj_device_info *dev, fj__variant *v)
+{
+    fj__variant grid = *v;
+    const int light_elements = !(grid.score_mod && grid.score_mod[0]) && !grid.softcap &&
+                               !grid.mask_tensor && !grid.mask_ranges && !grid.bias;
+    grid.head_dim_pad = fj__round_up(grid.head_dim_pad, 32);
+    grid.head_dim_v_pad = fj__round_up(grid.head_dim_v_pad, 32);
+    if (grid.head_dim_pad > 128 || grid.head_dim_v_pad > 128)
+        return 0;
+    grid.d_split = 1;
+    grid.warps = 8;
+    grid.threads = 32 * grid.warps;
+    grid.tile_n = 16 * grid.warps;
+    grid.tile_m = grid.head_dim_pad <= 64 && grid.head_dim_v_pad <= 64 && light_elements ? 128 : 64;
+    grid.grads = deterministic ? 3 : 7;
+    while (grid.tile_m > 32 && fj__variant_shared_bytes(&grid) > dev->local_memory)
+        grid.tile_m /= 2;
+    if (!fj__variant_fits(&grid, dev))
+        return 0;
+    *v = grid;
+    return 1;
+}
+
 /* The tensor-core variant of stage 2 (dk, dv) or 3 (dq): warps of 16 rows each (keys for stage
 ** 2, query rows for 3), four, or eight for stage 2 to d and dv 128 (a block of 128 keys: each
 ** streamed tile of Q and dO, and each atomic addition to dQ, serves twice the keys; H200, 4k:
@@ -47,6 +74,8 @@ static void bwd_mma_variant(int stage, int deterministic, const fj_device_info *
 {
     const int widest = v->head_dim_pad > v->head_dim_v_pad ? v->head_dim_pad : v->head_dim_v_pad;
     v->path = FJ__PATH_MMA;
+    if (stage == 2 && bwd_mma_grid_variant(deterministic, dev, v))
+        return;
     v->warps = stage == 2 && widest <= 128 ? 8 : 4;
     v->threads = 32 * v->warps;
     if (stage == 2) {
@@ -187,11 +216,18 @@ static void apply_bwd_config(const char *config, const fj_device_info *dev, fj__
         if (!o.persistent && !fj__config_field(config, "dq_turns"))
             o.dq_turns = 0; /* and the turns a persistent grid */
         o.threads = 32 * o.warps;
-        if (o.stage == 2) /* d_split: two warpgroups share 64 keys */
-            o.tile_n = o.d_split ? 64 : 16 * (o.warps - 4 * o.producer);
+        if (o.stage != 2)
+            o.d_split = 0; /* (stage 2's alone) */
+        if (o.stage == 2) /* d_split on WGMMA: two warpgroups share 64 keys */
+            o.tile_n = o.d_split && o.path == FJ__PATH_WGMMA ? 64 : 16 * (o.warps - 4 * o.producer);
         else
             o.tile_m = 16 * o.warps;
     }
+    /* Tiles that mma.sync's warp grid cannot take (d_split not named) go to its kernel of a
+    ** warp's own keys. */
+    if (o.path == FJ__PATH_MMA && o.d_split && !fj__config_field(config, "d_split") &&
+        !fj__variant_fits(&o, dev))
+        o.d_split = 0;
     if (fj__variant_fits(&o, dev))
         *v = o;
 }

@@ -32,8 +32,9 @@ const char *fj__variant_template(const fj__variant *v)
     if (v->family == FJ__FAMILY_BWD)
         return v->path == FJ__PATH_WGMMA ? (v->d_split ? "attn_bwd_wgmma_split.cu.lua"
                                                        : "attn_bwd_wgmma.cu.lua")
-               : v->path == FJ__PATH_MMA ? (v->stage == 4 ? "attn_bwd_dbias_mma.cu.lua"
-                                                          : "attn_bwd_mma.cu.lua")
+               : v->path == FJ__PATH_MMA ? (v->stage == 4   ? "attn_bwd_dbias_mma.cu.lua"
+                                            : v->d_split ? "attn_bwd_mma_grid.cu.lua"
+                                                         : "attn_bwd_mma.cu.lua")
                                          : "attn_bwd.lua";
     switch (v->path) {
     case FJ__PATH_MMA: return "attn_fwd_mma.cu.lua";
@@ -160,10 +161,12 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
     if (v->family == FJ__FAMILY_BWD && v->path == FJ__PATH_MMA) {
         /* attn_bwd_mma.cu.lua, rows padded by 8 elements: stage 2 K and V, two buffers of Q
         ** and dO, two of the rows' lse and D, and with dQ (grads 4) dS^T [tile_n][tile_m + 8];
-        ** stage 3 Q and dO, two buffers of K and V; attn_bwd_dbias_mma.cu.lua (stage 4) as
-        ** stage 2 without dQ. */
+        ** with d_split (attn_bwd_mma_grid.cu.lua) P^T and dS^T [tile_n][tile_m + 8] whatever
+        ** the grads; stage 3 Q and dO, two buffers of K and V; attn_bwd_dbias_mma.cu.lua
+        ** (stage 4) as stage 2 without dQ. */
         const uint32_t row = qs * (uint32_t)(v->head_dim_pad + 8 + v->head_dim_v_pad + 8);
-        const uint32_t ds = v->grads & 4 ? qs * (uint32_t)(v->tile_n * (v->tile_m + 8)) : 0u;
+        const uint32_t ds = (v->d_split ? 2u : v->grads & 4 ? 1u : 0u) * qs *
+                            (uint32_t)(v->tile_n * (v->tile_m + 8));
         return v->stage == 2 || v->stage == 4
                    ? row * (uint32_t)(v->tile_n + 2 * v->tile_m) + 16u * (uint32_t)v->tile_m + ds
                    : row * (uint32_t)(v->tile_m + 2 * v->tile_n);
@@ -416,6 +419,11 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
                v->head_dim_pad <= 256 && v->head_dim_v_pad <= 256 &&
                /* dK's and dV's accumulators in one launch: 2 * (d + dv) / 8 floats a thread */
                ((v->grads & 3) != 3 || v->head_dim_pad + v->head_dim_v_pad <= 256) &&
+               /* d_split (attn_bwd_mma_grid.cu.lua): pairs of warps share 32 keys and split
+               ** the queries of S^T and the columns of dK and dV */
+               (!v->d_split || (v->stage == 2 && v->warps % 2 == 0 && v->tile_m % 32 == 0 &&
+                                (v->grads == 3 || v->grads == 7) &&
+                                v->head_dim_pad % 32 == 0 && v->head_dim_v_pad % 32 == 0)) &&
                bwd_tiles_fit_classes(v) &&
                fj__variant_shared_bytes(v) <= dev->local_memory;
     if (v->family == FJ__FAMILY_BWD && v->path == FJ__PATH_WGMMA && v->d_split)

@@ -99,7 +99,9 @@ typedef struct fj__variant {
                           ** each computes S over its half, and the halves are added through
                           ** distributed shared memory (no block recomputes S); BWD stage 2 on
                           ** WGMMA (head dims beyond 128): the two warpgroups share 64 keys and
-                          ** split the columns of dK and dV (attn_bwd_wgmma_split.cu.lua) */
+                          ** split the columns of dK and dV (attn_bwd_wgmma_split.cu.lua); on
+                          ** MMA, pairs of warps share 32 keys and split S^T's queries and
+                          ** dK's and dV's columns (attn_bwd_mma_grid.cu.lua) */
     uint8_t partial;      /* DECODE: writes each split's state to the workspace for a merge */
     uint8_t merge_last;   /* DECODE MMA on CUDA, partial: the last split of a block's rows to
                           ** finish merges the splits' states into out and lse itself (its

@@ -110,16 +110,6 @@ fj_attn_bwd_dkdv(
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
 % bwd_dkdv_block()
 
-    /* Tile i of the stream into buffer b: Q and dO by cp.async, lse and D by the threads. */
-    auto issue = [&](int i, int b) {
-        const int head = head_kv * group + i / tiles, m0 = (mb_lo + i % tiles) * BM;
-        elem_t *sQ = sQG + b * QG_ELEMS;
-        load_tile<BM, DP, QS>(sQ, q + head * q_sh, q_ss, m0, seqlen_q, head_dim);
-        load_tile<BM, DVP, VS>(sQ + BM * QS, dout + head * P.do_sh, P.do_ss, m0, seqlen_q,
-                               head_dim_v);
-% bwd_load_lse_delta()
-    };
-
 % if want_dk then
     float dka[DP / 8][4];
     zero_acc<DP>(dka);
@@ -128,18 +118,7 @@ fj_attn_bwd_dkdv(
     float dva[DVP / 8][4];
     zero_acc<DVP>(dva);
 % end
-
-% bwd_block_classes()
-% bwd_live_from(true)
-    int i = live_from(0), next;
-    if (i < count) {
-        load_tile<BN, DP, QS>(sK, k, k_ss, n0, seqlen_k, head_dim);
-% if want_dk then
-        load_tile<BN, DVP, VS>(sV, v, v_ss, n0, seqlen_k, head_dim_v);
-% end
-        issue(i, 0);
-        cp_async_commit();
-    }
+% bwd_dkdv_stream_start(want_dk)
     const int key_row = n0 + warp * 16; /* this warp's first key */
     for (int b = 0; i < count; b ^= 1, i = next) {
         const int m0 = (mb_lo + i % tiles) * BM;

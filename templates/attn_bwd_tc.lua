@@ -272,6 +272,33 @@ static_assert(2 * (BN * (QS + VS) + 2 * QG_ELEMS) + 16 * BM ${extra and ("+ " ..
         }
 % end
 
+% -- The dk/dv kernels' stream on mma.sync (attn_bwd_mma.cu.lua, attn_bwd_mma_grid.cu.lua), after
+% -- bwd_stream_smem_pointers() and bwd_dkdv_block(): `issue(i, b)` copies item i's tiles into
+% -- buffer b; then the block classes and `live_from`, and the first live item i (with `next`
+% -- declared for the loop), its K (and V where `load_v`) and tiles in flight (none: i == count).
+% function bwd_dkdv_stream_start(load_v)
+    /* Tile i of the stream into buffer b: Q and dO by cp.async, lse and D by the threads. */
+    auto issue = [&](int i, int b) {
+        const int head = head_kv * group + i / tiles, m0 = (mb_lo + i % tiles) * BM;
+        elem_t *sQ = sQG + b * QG_ELEMS;
+        load_tile<BM, DP, QS>(sQ, q + head * q_sh, q_ss, m0, seqlen_q, head_dim);
+        load_tile<BM, DVP, VS>(sQ + BM * QS, dout + head * P.do_sh, P.do_ss, m0, seqlen_q,
+                               head_dim_v);
+% bwd_load_lse_delta()
+    };
+% bwd_block_classes()
+% bwd_live_from(true)
+    int i = live_from(0), next;
+    if (i < count) {
+        load_tile<BN, DP, QS>(sK, k, k_ss, n0, seqlen_k, head_dim);
+%   if load_v then
+        load_tile<BN, DVP, VS>(sV, v, v_ss, n0, seqlen_k, head_dim_v);
+%   end
+        issue(i, 0);
+        cp_async_commit();
+    }
+% end
+
 % -- `live_from(i)`: the stream's first item from i on that is live: with block classes, tiles
 % -- of class 0 are neither loaded nor computed. With `vote` (whole warps call it, with the
 % -- registers to spare: see bwd_hopper_item) 32 tiles at a time.
@@ -324,16 +351,22 @@ static_assert(2 * (BN * (QS + VS) + 2 * QG_ELEMS) + 16 * BM ${extra and ("+ " ..
 
 % -- The element pass of a dk/dv tile: s = S^T and dp = dP^T, a warp's 16 keys from key_row by
 % -- `cols` queries (default BM) from the C expression `first` (default m0), whose lse and D are
-% -- sL and sD. Masked where the tile (BM queries from m0) crosses the ends or the band: query
-% -- offsets [lo, hi] from the thread's first column col0 that each of its two keys sees.
-% function bwd_dkdv_elements(want_ds, cols, first)
+% -- sL and sD from the C expression `at` (default 0: the tile's first query's). Masked where the
+% -- tile (BM queries from m0) crosses the ends or the band: query offsets [lo, hi] from the
+% -- thread's first column col0 that each of its two keys sees.
+% function bwd_dkdv_elements(want_ds, cols, first, at)
 %   cols = cols or "BM"
 %   first = first or "m0"
+%   local lse2, delta = DKDV_LSE2, DKDV_DELTA
+%   if at then
+%     lse2 = "sL[" .. at .. " + j * 8 + 2 * t + (e & 1)]"
+%     delta = "sD[" .. at .. " + j * 8 + 2 * t + (e & 1)]"
+%   end
         /* Masked where the tile crosses the ends or the band: query offsets [lo, hi] from the
         ** thread's first column col0 that each of its two keys sees. */
 % bwd_need_mask()
-#define LSE2 ${DKDV_LSE2}
-#define DELTA ${DKDV_DELTA}
+#define LSE2 ${lse2}
+#define DELTA ${delta}
         if (need_mask) {
             const int col0 = ${first} + 2 * t;
             int lo[2], hi[2];

@@ -255,6 +255,48 @@ __device__ __forceinline__ void mma_rows_by_rows(float (*acc)[4], const elem_t *
     }
 }
 
+/* acc[MT][N / 8][4] += A B over K = 16 * KSTEPS, a warp's 16 * MT rows by N columns, both
+** operands in shared memory, each fragment read once for every product it enters (a B fragment
+** serves MT row tiles). A at a, row stride AS: row-major (rows by K), or with A_T its transpose
+** (K rows by the product's rows: dQ += dS K with dS^T stored). B at b, row stride BS: N rows by
+** K (B_KN false: S^T = K Q^T, the query rows are B's), or K rows by N columns (B_KN: dV += P^T
+** dO). */
+template <int MT, int N, int KSTEPS, int AS, int BS, bool A_T, bool B_KN>
+__device__ __forceinline__ void mma_tiles(float (*acc)[N / 8][4], const elem_t *a, const elem_t *b,
+                                          int lane)
+{
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; kk++) {
+        u32 af[MT][4];
+#pragma unroll
+        for (int mi = 0; mi < MT; mi++)
+            if (A_T)
+                ldmatrix_x4_trans(smem_addr(a + (kk * 16 + (lane / 16) * 8 + lane % 8) * AS +
+                                            mi * 16 + ((lane / 8) % 2) * 8),
+                                  af[mi][0], af[mi][1], af[mi][2], af[mi][3]);
+            else
+                ldmatrix_x4(smem_addr(a + (mi * 16 + lane % 16) * AS + kk * 16 + (lane / 16) * 8),
+                            af[mi][0], af[mi][1], af[mi][2], af[mi][3]);
+#pragma unroll
+        for (int np = 0; np < N / 16; np++) {
+            u32 b0, b1, b2, b3;
+            if (B_KN)
+                ldmatrix_x4_trans(
+                    smem_addr(b + (kk * 16 + lane % 16) * BS + np * 16 + (lane / 16) * 8), b0, b1,
+                    b2, b3);
+            else
+                ldmatrix_x4(smem_addr(b + (np * 16 + (lane / 16) * 8 + lane % 8) * BS + kk * 16 +
+                                      ((lane / 8) % 2) * 8),
+                            b0, b1, b2, b3);
+#pragma unroll
+            for (int mi = 0; mi < MT; mi++) {
+                mma16816(acc[mi][2 * np], af[mi], b0, b1);
+                mma16816(acc[mi][2 * np + 1], af[mi], b2, b3);
+            }
+        }
+    }
+}
+
 /* Column c (a multiple of 8) of row r of a tile whose rows' 16-byte pieces are XOR-swizzled by
 ** r % 8 within each 128 bytes (attn_decode_mma.cu.lua's ring with `swizzle`). */
 __device__ __forceinline__ int swizzled_col(int r, int c) { return c ^ ((r & 7) << 3); }

@@ -1,0 +1,170 @@
+% -- The dk/dv stage of the backward on mma.sync (sm_80+) with its warps in a grid, as
+% -- FlashAttention-2's: attn_bwd_mma.cu.lua's stage 2 (its products, element pass, stream and
+% -- stores, attn_bwd_tc.lua), but a warp does not own 16 keys by every column. The block owns
+% -- BN keys of one (batch, kv head) and streams tiles of BM query rows; warp w works on keys
+% -- KW = 32 from (w / 2) 32 and on half c = w % 2 of the rest:
+% --   S^T = K Q^T and dP^T = V dO^T: its 32 keys by queries [c QW, c QW + QW) (QW = BM / 2);
+% --   P^T and dS^T from them (the element pass) go to shared memory, [BN][PS] each;
+% --   dV += P^T dO and dK += dS^T Q: its 32 keys by columns [c DH, c DH + DH) (DH = DP / 2,
+% --   DVH = DVP / 2), over the tile's BM queries;
+% --   with grads 7, dQ += dS K by atomics into the f32 workspace, as attn_bwd_mma.cu.lua's, in
+% --   pieces of DQ_MT 16 rows by DQ_COLS columns shared out among the warps.
+% -- Each fragment loaded from shared memory serves two row tiles (the warp's 32 rows), and the
+% -- operands a warp reads are half the tile's, so a flop reads about 0.7x the shared memory of
+% -- attn_bwd_mma.cu.lua's (a warp of 16 keys by every column), whose bandwidth bounds that
+% -- kernel: FA2's arithmetic, 0.058 bytes a flop against 0.081 at d 128.
+% --
+% -- Serves what attn_bwd_mma.cu.lua's stage 2 serves where dK and dV are one launch (grads 3,
+% -- 7 with dQ by atomics): head dims padded to 32 (halves of 16), d + dv to 256, an even
+% -- number of warps of 16 keys each (2 warps a 32-key row of the grid), BM a multiple of 32.
+% --
+% -- Parameters: as attn_bwd_mma.cu.lua's stage 2 (dtypes, head_dim_pad, head_dim_v_pad, tile_m,
+% -- tile_n, warps, stage 2, grads 3 or 7, d_split 1, local_mask, softcap, block_mask, varlen,
+% -- the masks' and score terms', shared_bytes, args).
+% assert(stage == 2 and d_split, "attn_bwd_mma_grid: stage 2 with d_split")
+% assert(grads == 3 or grads == 7, "attn_bwd_mma_grid: dK and dV, and dQ by atomics with grads 7")
+% assert(warps % 2 == 0 and tile_n == 16 * warps, "attn_bwd_mma_grid: 32 keys a pair of warps")
+% assert(tile_m % 32 == 0, "attn_bwd_mma_grid: halves of 16 query rows")
+% assert(head_dim_pad % 32 == 0 and head_dim_v_pad % 32 == 0, "attn_bwd_mma_grid: halves of 16 columns")
+% assert(head_dim_pad + head_dim_v_pad <= 256, "attn_bwd_mma_grid: dK's and dV's halves in a thread's registers")
+% local want_dq = grads == 7
+% include("cuda_mma.lua")
+% include("cuda_attn_common.lua")
+% include("attn_bwd_tc.lua")
+% include("params.lua")
+% params_struct(args)
+
+% bwd_mma_preamble()
+
+#define QW (BM / 2)   /* a warp's queries of S^T and dP^T */
+#define DH (DP / 2)   /* a warp's columns of dK */
+#define DVH (DVP / 2) /* and of dV */
+/* P^T and dS^T, [BN][PS] each, after the streamed tiles (rows 16 bytes apart mod 128 bytes:
+** ldmatrix without bank conflicts). */
+#define PS (BM + 8)
+% bwd_stream_smem("4 * BN * PS")
+% if want_dq then
+% -- dQ of a tile, BM rows by DP columns, in pieces of DQ_MT 16 rows by DQ_COLS: as many pieces
+% -- as warps where the columns allow, at most 64 columns each.
+%   local dq_mt = 2
+%   local strips = tile_m // (16 * dq_mt)
+%   local per_strip = math.max(1, warps // strips)
+%   while head_dim_pad % (16 * per_strip) ~= 0 do per_strip = per_strip // 2 end
+%   while head_dim_pad // per_strip > 64 and head_dim_pad % (32 * per_strip) == 0 do per_strip = per_strip * 2 end
+#define DQ_MT ${dq_mt}
+#define DQ_STRIPS ${strips}
+#define DQ_COLS ${head_dim_pad // per_strip}
+#define DQ_PIECES ${strips * per_strip}
+
+/* Adds dQ = dS K of a tile (rows [m0, m0 + BM) of a head, whose workspace rows start at dq_acc)
+** into the f32 sum: dS^T in sDS, K in sK; each warp takes pieces of 16 DQ_MT rows by DQ_COLS
+** columns. */
+__device__ __forceinline__ void add_dq_tile(float *dq_acc, const elem_t *sDS, const elem_t *sK,
+                                            int m0, int seqlen_q, int warp, int lane)
+{
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll 1
+    for (int piece = warp; piece < DQ_PIECES; piece += THREADS / 32) {
+        const int r0 = piece % DQ_STRIPS * 16 * DQ_MT, c0 = piece / DQ_STRIPS * DQ_COLS;
+        float acc[DQ_MT][DQ_COLS / 8][4];
+#pragma unroll
+        for (int mi = 0; mi < DQ_MT; mi++)
+            zero_acc<DQ_COLS>(acc[mi]);
+        mma_tiles<DQ_MT, DQ_COLS, BN / 16, PS, QS, true, true>(acc, sDS + r0, sK + c0, lane);
+#pragma unroll
+        for (int mi = 0; mi < DQ_MT; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int row = m0 + r0 + mi * 16 + g + 8 * h;
+                if (row >= seqlen_q)
+                    continue;
+                float *dst = dq_acc + (long long)row * DP + c0 + 2 * t;
+#pragma unroll
+                for (int j = 0; j < DQ_COLS / 8; j++)
+                    red_add2(dst + j * 8, acc[mi][j][2 * h], acc[mi][j][2 * h + 1]);
+            }
+    }
+}
+% end
+
+/* dK and dV of BN keys of one (batch, kv head), over every query row of the group's heads. */
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+fj_attn_bwd_dkdv(
+% params_arg(args)
+)
+{
+% params_unpack(args.fields[1].block, "P.fwd", bwd_unpack_names())
+    const float scale = P.scale;
+% bwd_stream_smem_pointers()
+    elem_t *sPT = (elem_t *)(sLD + 4 * BM), *sDS = sPT + BN * PS;
+
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int wk = warp / 2, wc = warp % 2; /* the warp's 32 keys, and its half of the rest */
+% bwd_dkdv_block()
+
+    float dk_acc[2][DH / 8][4], dv_acc[2][DVH / 8][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++) {
+        zero_acc<DH>(dk_acc[mi]);
+        zero_acc<DVH>(dv_acc[mi]);
+    }
+% bwd_dkdv_stream_start(true)
+    for (int b = 0; i < count; b ^= 1, i = next) {
+        const int m0 = (mb_lo + i % tiles) * BM;
+        next = live_from(i + 1);
+% bwd_mask_ctx("head_kv * group + i / tiles")
+% bwd_stream_landed()
+% if block_mask then
+        const int block_class = block_class_of(head_kv * group + i / tiles, m0, n0);
+% end
+
+        /* S^T = K Q^T and dP^T = V dO^T: the warp's 32 keys by its QW queries. */
+        float s_acc[2][QW / 8][4], dp_acc[2][QW / 8][4];
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++) {
+            zero_acc<QW>(s_acc[mi]);
+            zero_acc<QW>(dp_acc[mi]);
+        }
+        mma_tiles<2, QW, DP / 16, QS, QS, false, false>(s_acc, sK + wk * 32 * QS,
+                                                        sQ + wc * QW * QS, lane);
+        mma_tiles<2, QW, DVP / 16, VS, VS, false, false>(dp_acc, sV + wk * 32 * VS,
+                                                         sG + wc * QW * VS, lane);
+
+        /* P^T and dS^T, a 16-key row tile at a time, into shared memory. */
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++) {
+            const int key_row = n0 + wk * 32 + mi * 16; /* the row tile's first key */
+            float(&s)[QW / 8][4] = s_acc[mi];
+            float(&dp)[QW / 8][4] = dp_acc[mi];
+% bwd_dkdv_elements(true, "QW", "m0 + wc * QW", "wc * QW")
+#pragma unroll
+            for (int j = 0; j < QW / 8; j++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int at = (wk * 32 + mi * 16 + g + 8 * h) * PS + wc * QW + 8 * j + 2 * t;
+                    *(u32 *)(sPT + at) = pack2(s[j][2 * h], s[j][2 * h + 1]);
+                    *(u32 *)(sDS + at) = pack2(dp[j][2 * h], dp[j][2 * h + 1]);
+                }
+        }
+        __syncthreads(); /* P^T and dS^T whole; the next tile's first barrier guards their rewrite */
+
+        /* dV += P^T dO and dK += dS^T Q: the warp's 32 keys by its half of the columns. */
+        mma_tiles<2, DVH, BM / 16, PS, VS, false, true>(dv_acc, sPT + wk * 32 * PS, sG + wc * DVH,
+                                                        lane);
+        mma_tiles<2, DH, BM / 16, PS, QS, false, true>(dk_acc, sDS + wk * 32 * PS, sQ + wc * DH,
+                                                       lane);
+% if want_dq then
+        add_dq_tile(P.dq_acc + blockIdx.x * P.dq_slice +
+                        ((long long)(batch * heads_q + head_kv * group + i / tiles) * d_rows) * DP,
+                    sDS, sK, m0, seqlen_q, warp, lane);
+% end
+    }
+
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++) {
+        const int wg = wc, key_row = n0 + wk * 32 + mi * 16;
+        float(&dka)[DH / 8][4] = dk_acc[mi];
+        float(&dva)[DVH / 8][4] = dv_acc[mi];
+% bwd_store_dkdv(true, true, true)
+    }
+}
