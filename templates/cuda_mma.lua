@@ -260,34 +260,38 @@ __device__ __forceinline__ void mma_rows_by_rows(float (*acc)[4], const elem_t *
 ** serves MT row tiles). A at a, row stride AS: row-major (rows by K), or with A_T its transpose
 ** (K rows by the product's rows: dQ += dS K with dS^T stored). B at b, row stride BS: N rows by
 ** K (B_KN false: S^T = K Q^T, the query rows are B's), or K rows by N columns (B_KN: dV += P^T
-** dO). */
+** dO). Each ldmatrix address is the lane's shared address plus a constant, one register and an
+** immediate offset in the instruction (a generic pointer a fragment costs 64-bit arithmetic
+** and a conversion). */
 template <int MT, int N, int KSTEPS, int AS, int BS, bool A_T, bool B_KN>
 __device__ __forceinline__ void mma_tiles(float (*acc)[N / 8][4], const elem_t *a, const elem_t *b,
                                           int lane)
 {
+    constexpr u32 E = sizeof(elem_t);
+    /* The lane's row and column within a 16 x 16 piece, as ldmatrix.x4 reads it: its matrix
+    ** (lane / 8) at rows 8 (lane / 16) or columns 8 (lane / 16) of the piece. */
+    const int r16 = lane % 16, c16 = (lane / 16) * 8;            /* matrices down, then across */
+    const int r8 = (lane / 16) * 8 + lane % 8, c8 = (lane / 8) % 2 * 8; /* across, then down */
+    const u32 a_lane = smem_addr(a) + E * (A_T ? r8 * AS + c8 : r16 * AS + c16);
+    const u32 b_lane = smem_addr(b) + E * (B_KN ? r16 * BS + c16 : r8 * BS + c8);
 #pragma unroll
     for (int kk = 0; kk < KSTEPS; kk++) {
         u32 af[MT][4];
 #pragma unroll
         for (int mi = 0; mi < MT; mi++)
             if (A_T)
-                ldmatrix_x4_trans(smem_addr(a + (kk * 16 + (lane / 16) * 8 + lane % 8) * AS +
-                                            mi * 16 + ((lane / 8) % 2) * 8),
-                                  af[mi][0], af[mi][1], af[mi][2], af[mi][3]);
+                ldmatrix_x4_trans(a_lane + E * (kk * 16 * AS + mi * 16), af[mi][0], af[mi][1],
+                                  af[mi][2], af[mi][3]);
             else
-                ldmatrix_x4(smem_addr(a + (mi * 16 + lane % 16) * AS + kk * 16 + (lane / 16) * 8),
-                            af[mi][0], af[mi][1], af[mi][2], af[mi][3]);
+                ldmatrix_x4(a_lane + E * (mi * 16 * AS + kk * 16), af[mi][0], af[mi][1],
+                            af[mi][2], af[mi][3]);
 #pragma unroll
         for (int np = 0; np < N / 16; np++) {
             u32 b0, b1, b2, b3;
             if (B_KN)
-                ldmatrix_x4_trans(
-                    smem_addr(b + (kk * 16 + lane % 16) * BS + np * 16 + (lane / 16) * 8), b0, b1,
-                    b2, b3);
+                ldmatrix_x4_trans(b_lane + E * (kk * 16 * BS + np * 16), b0, b1, b2, b3);
             else
-                ldmatrix_x4(smem_addr(b + (np * 16 + (lane / 16) * 8 + lane % 8) * BS + kk * 16 +
-                                      ((lane / 8) % 2) * 8),
-                            b0, b1, b2, b3);
+                ldmatrix_x4(b_lane + E * (np * 16 * BS + kk * 16), b0, b1, b2, b3);
 #pragma unroll
             for (int mi = 0; mi < MT; mi++) {
                 mma16816(acc[mi][2 * np], af[mi], b0, b1);
