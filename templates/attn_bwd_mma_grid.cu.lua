@@ -6,9 +6,13 @@
 % --   S^T = K Q^T and dP^T = V dO^T: its 32 keys by queries [c QW, c QW + QW) (QW = BM / 2);
 % --   P^T and dS^T from them (the element pass) go to shared memory, [BN][PS] each;
 % --   dV += P^T dO and dK += dS^T Q: its 32 keys by columns [c DH, c DH + DH) (DH = DP / 2,
-% --   DVH = DVP / 2), over the tile's BM queries;
+% --   DVH = DVP / 2), over the tile's BM queries, after a barrier of the pair of warps alone
+% --   (the rows of P^T and dS^T that they read are theirs);
 % --   with grads 7, dQ += dS K by atomics into the f32 workspace, as attn_bwd_mma.cu.lua's, in
-% --   pieces of DQ_MT 16 rows by DQ_COLS columns shared out among the warps.
+% --   pieces of DQ_MT 16 rows by DQ_COLS columns shared out among the warps: a tile's dQ after
+% --   the next tile's first barrier (when every warp's dS^T is whole), so dS^T has two
+% --   buffers, and no barrier of the whole block stands between the products of a tile. The
+% --   pairs of warps drift apart within a tile, one's element pass beside another's products.
 % -- Each fragment loaded from shared memory serves two row tiles (the warp's 32 rows), and the
 % -- operands a warp reads are half the tile's, so a flop reads about 0.7x the shared memory of
 % -- attn_bwd_mma.cu.lua's (a warp of 16 keys by every column), whose bandwidth bounds that
@@ -39,10 +43,10 @@
 #define QW (BM / 2)   /* a warp's queries of S^T and dP^T */
 #define DH (DP / 2)   /* a warp's columns of dK */
 #define DVH (DVP / 2) /* and of dV */
-/* P^T and dS^T, [BN][PS] each, after the streamed tiles (rows 16 bytes apart mod 128 bytes:
-** ldmatrix without bank conflicts). */
+/* P^T and dS^T, [BN][PS] each (with dQ two buffers of dS^T), after the streamed tiles (rows
+** 16 bytes apart mod 128 bytes: ldmatrix without bank conflicts). */
 #define PS (BM + 8)
-% bwd_stream_smem("4 * BN * PS")
+% bwd_stream_smem(want_dq and "6 * BN * PS" or "4 * BN * PS")
 % if want_dq then
 % -- dQ of a tile, BM rows by DP columns, in pieces of DQ_MT 16 rows by DQ_COLS: as many pieces
 % -- as warps where the columns allow, at most 64 columns each.
@@ -58,7 +62,7 @@
 
 /* Adds dQ = dS K of a tile (rows [m0, m0 + BM) of a head, whose workspace rows start at dq_acc)
 ** into the f32 sum: dS^T in sDS, K in sK; each warp takes pieces of 16 DQ_MT rows by DQ_COLS
-** columns. */
+** columns (one each where there are as many pieces as warps). */
 __device__ __forceinline__ void add_dq_tile(float *dq_acc, const elem_t *sDS, const elem_t *sK,
                                             int m0, int seqlen_q, int warp, int lane)
 {
@@ -96,7 +100,8 @@ fj_attn_bwd_dkdv(
 % params_unpack(args.fields[1].block, "P.fwd", bwd_unpack_names())
     const float scale = P.scale;
 % bwd_stream_smem_pointers()
-    elem_t *sPT = (elem_t *)(sLD + 4 * BM), *sDS = sPT + BN * PS;
+    elem_t *const sPT = (elem_t *)(sLD + 4 * BM);
+    elem_t *sDS = sPT + BN * PS; /* this tile's dS^T (with dQ, buffers alternate) */
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int wk = warp / 2, wc = warp % 2; /* the warp's 32 keys, and its half of the rest */
@@ -109,11 +114,27 @@ fj_attn_bwd_dkdv(
         zero_acc<DVH>(dv_acc[mi]);
     }
 % bwd_dkdv_stream_start(true)
+% if want_dq then
+    /* Adds item j's dQ, its dS^T at ds. */
+    auto add_dq = [&](int j, const elem_t *ds) {
+        add_dq_tile(P.dq_acc + blockIdx.x * P.dq_slice +
+                        ((long long)(batch * heads_q + head_kv * group + j / tiles) * d_rows) * DP,
+                    ds, sK, (mb_lo + j % tiles) * BM, seqlen_q, warp, lane);
+    };
+    int last = -1; /* the item whose dQ is to add */
+% end
     for (int b = 0; i < count; b ^= 1, i = next) {
         const int m0 = (mb_lo + i % tiles) * BM;
         next = live_from(i + 1);
 % bwd_mask_ctx("head_kv * group + i / tiles")
 % bwd_stream_landed()
+% if want_dq then
+        /* The last item's dQ: every warp's rows of its dS^T written before the barrier above. */
+        if (last >= 0)
+            add_dq(last, sDS);
+        last = i;
+        sDS = sPT + (b + 1) * BN * PS;
+% end
 % if block_mask then
         const int block_class = block_class_of(head_kv * group + i / tiles, m0, n0);
 % end
@@ -146,19 +167,22 @@ fj_attn_bwd_dkdv(
                     *(u32 *)(sDS + at) = pack2(dp[j][2 * h], dp[j][2 * h + 1]);
                 }
         }
-        __syncthreads(); /* P^T and dS^T whole; the next tile's first barrier guards their rewrite */
+        /* The pair's rows of P^T and dS^T written; the next tile's first barrier guards their
+        ** rewrite. */
+        bar_sync(1 + wk, 64);
 
         /* dV += P^T dO and dK += dS^T Q: the warp's 32 keys by its half of the columns. */
         mma_tiles<2, DVH, BM / 16, PS, VS, false, true>(dv_acc, sPT + wk * 32 * PS, sG + wc * DVH,
                                                         lane);
         mma_tiles<2, DH, BM / 16, PS, QS, false, true>(dk_acc, sDS + wk * 32 * PS, sQ + wc * DH,
                                                        lane);
-% if want_dq then
-        add_dq_tile(P.dq_acc + blockIdx.x * P.dq_slice +
-                        ((long long)(batch * heads_q + head_kv * group + i / tiles) * d_rows) * DP,
-                    sDS, sK, m0, seqlen_q, warp, lane);
-% end
     }
+% if want_dq then
+    if (last >= 0) {
+        __syncthreads(); /* the last item's dS^T whole */
+        add_dq(last, sDS);
+    }
+% end
 
 #pragma unroll
     for (int mi = 0; mi < 2; mi++) {
