@@ -34,14 +34,19 @@ static int mma_serves(const fj__features *f, const fj_device_info *dev)
 }
 
 /* Stage 2 on mma.sync with its warps in a grid (attn_bwd_mma_grid.cu.lua, d_split), where it
-** serves f: d and dv to 128 in halves of 16 columns. Eight warps, 128 keys, and 64-row tiles
-** (128 at d and dv 64 where the element pass is light, as Hopper's), halved while the shared
-** memory does not fit dev. 0 where it does not serve (v unchanged). */
+** serves f: d and dv to 128 in halves of 16 columns. Eight warps, 128 keys, and 64-row tiles,
+** 128 at d and dv 64 where the element pass is light (H100, `path=mma`, 4k: 1.13-1.14x the old
+** kernel against 0.96-0.97x with 64; not with a bias, score_mod or soft-capping, as Hopper's,
+** nor with element masks or packed sequences: with a mask_mod or them 128 rows spilled 4-24
+** bytes on sm_90a), halved while the shared memory does not
+** fit dev (sm_80: 64 at d 64, 32 at d 128, without spills for any mask or term; sm_86/89 at
+** d 128: the old kernel). At d 128 on sm_90a (only with `path=mma`) a mask tensor, ranges,
+** packed sequences or a mask_mod spill 4-16 bytes. 0 where it does not serve (v unchanged). */
 static int bwd_mma_grid_variant(int deterministic, const fj_device_info *dev, fj__variant *v)
 {
     fj__variant grid = *v;
     const int light_elements = !(grid.score_mod && grid.score_mod[0]) && !grid.softcap &&
-                               !grid.mask_tensor && !grid.mask_ranges && !grid.bias;
+                               !fj__variant_element_masks(&grid) && !grid.varlen && !grid.bias;
     grid.head_dim_pad = fj__round_up(grid.head_dim_pad, 32);
     grid.head_dim_v_pad = fj__round_up(grid.head_dim_v_pad, 32);
     if (grid.head_dim_pad > 128 || grid.head_dim_v_pad > 128)
@@ -60,7 +65,8 @@ static int bwd_mma_grid_variant(int deterministic, const fj_device_info *dev, fj
     return 1;
 }
 
-/* The tensor-core variant of stage 2 (dk, dv) or 3 (dq): warps of 16 rows each (keys for stage
+/* The tensor-core variant of stage 2 (dk, dv) or 3 (dq), where stage 2's warp grid does not
+** serve (bwd_mma_grid_variant: head dims beyond 128): warps of 16 rows each (keys for stage
 ** 2, query rows for 3), four, or eight for stage 2 to d and dv 128 (a block of 128 keys: each
 ** streamed tile of Q and dO, and each atomic addition to dQ, serves twice the keys; H200, 4k:
 ** 1.09x at d 64 and 1.16x at d 128 over four), and 64-deep streamed tiles, 32 where the
