@@ -91,6 +91,17 @@ __device__ __forceinline__ void add_dq_tile(float *dq_acc, const elem_t *sDS, co
 }
 % end
 
+% -- A warp's 16-key row tile mi of `acc` (mma's accumulators, QW / 8 column blocks) into rows
+% -- of `dst` ([BN][PS], 16-bit), at the warp's keys and queries.
+% function tile_to_smem(dst, acc)
+#pragma unroll
+            for (int j = 0; j < QW / 8; j++)
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    *(u32 *)(${dst} + (wk * 32 + mi * 16 + g + 8 * h) * PS + wc * QW + 8 * j + 2 * t) =
+                        pack2(${acc}[j][2 * h], ${acc}[j][2 * h + 1]);
+% end
+
 /* dK and dV of BN keys of one (batch, kv head), over every query row of the group's heads. */
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 fj_attn_bwd_dkdv(
@@ -148,24 +159,32 @@ fj_attn_bwd_dkdv(
         }
         mma_tiles<2, QW, DP / 16, QS, QS, false, false>(s_acc, sK + wk * 32 * QS,
                                                         sQ + wc * QW * QS, lane);
+% if bwd_ds_from_p_only() then
+        /* P^T first, its exponentials beside dP^T's products, which it does not wait for. */
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++) {
+            const int key_row = n0 + wk * 32 + mi * 16; /* the row tile's first key */
+            float(&s)[QW / 8][4] = s_acc[mi];
+% bwd_dkdv_elements(false, "QW", "m0 + wc * QW", "wc * QW")
+% tile_to_smem("sPT", "s")
+        }
+% end
         mma_tiles<2, QW, DVP / 16, VS, VS, false, false>(dp_acc, sV + wk * 32 * VS,
                                                          sG + wc * QW * VS, lane);
 
-        /* P^T and dS^T, a 16-key row tile at a time, into shared memory. */
+        /* ${bwd_ds_from_p_only() and "dS^T" or "P^T and dS^T"}, a 16-key row tile at a time, into shared memory. */
 #pragma unroll
         for (int mi = 0; mi < 2; mi++) {
             const int key_row = n0 + wk * 32 + mi * 16; /* the row tile's first key */
             float(&s)[QW / 8][4] = s_acc[mi];
             float(&dp)[QW / 8][4] = dp_acc[mi];
+% if bwd_ds_from_p_only() then
+% bwd_dkdv_ds_from_p("QW", "wc * QW")
+% else
 % bwd_dkdv_elements(true, "QW", "m0 + wc * QW", "wc * QW")
-#pragma unroll
-            for (int j = 0; j < QW / 8; j++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int at = (wk * 32 + mi * 16 + g + 8 * h) * PS + wc * QW + 8 * j + 2 * t;
-                    *(u32 *)(sPT + at) = pack2(s[j][2 * h], s[j][2 * h + 1]);
-                    *(u32 *)(sDS + at) = pack2(dp[j][2 * h], dp[j][2 * h + 1]);
-                }
+% tile_to_smem("sPT", "s")
+% end
+% tile_to_smem("sDS", "dp")
         }
         /* The pair's rows of P^T and dS^T written; the next tile's first barrier guards their
         ** rewrite. */

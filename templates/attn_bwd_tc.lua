@@ -398,16 +398,18 @@ static_assert(2 * (BN * (QS + VS) + 2 * QG_ELEMS) + 16 * BM ${extra and ("+ " ..
 % end
 
 % -- The second half of a dk/dv tile's element pass split by bwd_ds_from_p_only(): dS^T =
-% -- P^T (dP^T - D) into dp from P^T in s, `cols` queries (default BM). Masked elements have
-% -- P = 0, so their dS is 0 as in the whole pass.
-% function bwd_dkdv_ds_from_p(cols)
+% -- P^T (dP^T - D) into dp from P^T in s, `cols` queries (default BM) whose D is sD from the C
+% -- expression `at` (default 0). Masked elements have P = 0, so their dS is 0 as in the whole
+% -- pass.
+% function bwd_dkdv_ds_from_p(cols, at)
 %   assert(bwd_ds_from_p_only(), "bwd_dkdv_ds_from_p: dS needs the scores here")
 %   cols = cols or "BM"
+%   local delta = at and ("sD[" .. at .. " + j * 8 + 2 * t + (e & 1)]") or DKDV_DELTA
 #pragma unroll
         for (int j = 0; j < ${cols} / 8; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++)
-                dp[j][e] = s[j][e] * (dp[j][e] - ${DKDV_DELTA});
+                dp[j][e] = s[j][e] * (dp[j][e] - ${delta});
 % end
 
 % -- The warp's keys' rows of dK and dV from the accumulators dka[DP / 8][4] and dva[DVP / 8][4]
