@@ -34,19 +34,19 @@ static int mma_serves(const fj__features *f, const fj_device_info *dev)
 }
 
 /* Stage 2 on mma.sync with its warps in a grid (attn_bwd_mma_grid.cu.lua, d_split), where it
-** serves f: d and dv to 128 in halves of 16 columns. Eight warps, 128 keys, and 64-row tiles,
-** 128 at d and dv 64 where the element pass is light (H100, `path=mma`, 4k: 1.13-1.14x the old
-** kernel against 0.96-0.97x with 64; not with a bias, score_mod or soft-capping, as Hopper's,
-** nor with element masks or packed sequences: with a mask_mod or them 128 rows spilled 4-24
-** bytes on sm_90a), halved while the shared memory does not
-** fit dev (sm_80: 64 at d 64, 32 at d 128, without spills for any mask or term; sm_86/89 at
-** d 128: the old kernel). At d 128 on sm_90a (only with `path=mma`) a mask tensor, ranges,
-** packed sequences or a mask_mod spill 4-16 bytes. 0 where it does not serve (v unchanged). */
+** serves f: d and dv to 128 in halves of 16 columns. Eight warps, 128 keys, and streamed tiles
+** of 128 query rows at d and dv 64 with a plain element pass (H100, `path=mma`, 4k: 1.13-1.14x
+** the old kernel against 0.96-0.97x with 64), else 64 (with a bias, score_mod or soft-capping
+** as Hopper's; with masks or packed sequences 128 spilled 4-24 bytes on sm_90a). Not beyond
+** d 64 with element masks, block classes or packed sequences (64 rows spilled 4-40 bytes on
+** sm_90a), nor where 64 rows do not fit dev's shared memory (sm_80 at d 128, sm_86/89): 32-row
+** tiles, which would, have not run on a GPU. 0 where it does not serve (v unchanged). */
 static int bwd_mma_grid_variant(int deterministic, const fj_device_info *dev, fj__variant *v)
 {
     fj__variant grid = *v;
-    const int light_elements = !(grid.score_mod && grid.score_mod[0]) && !grid.softcap &&
-                               !fj__variant_element_masks(&grid) && !grid.varlen && !grid.bias;
+    const int masked = fj__variant_element_masks(&grid) || grid.block_mask || grid.varlen;
+    const int plain = !masked && !(grid.score_mod && grid.score_mod[0]) && !grid.softcap &&
+                      !grid.bias;
     grid.head_dim_pad = fj__round_up(grid.head_dim_pad, 32);
     grid.head_dim_v_pad = fj__round_up(grid.head_dim_v_pad, 32);
     if (grid.head_dim_pad > 128 || grid.head_dim_v_pad > 128)
@@ -55,10 +55,13 @@ static int bwd_mma_grid_variant(int deterministic, const fj_device_info *dev, fj
     grid.warps = 8;
     grid.threads = 32 * grid.warps;
     grid.tile_n = 16 * grid.warps;
-    grid.tile_m = grid.head_dim_pad <= 64 && grid.head_dim_v_pad <= 64 && light_elements ? 128 : 64;
+    const int narrow = grid.head_dim_pad <= 64 && grid.head_dim_v_pad <= 64;
+    if (!narrow && masked)
+        return 0;
+    grid.tile_m = narrow && plain ? 128 : 64;
     grid.grads = deterministic ? 3 : 7;
-    while (grid.tile_m > 32 && fj__variant_shared_bytes(&grid) > dev->local_memory)
-        grid.tile_m /= 2;
+    if (fj__variant_shared_bytes(&grid) > dev->local_memory)
+        grid.tile_m = 64; /* (fj__variant_fits: no fewer) */
     if (!fj__variant_fits(&grid, dev))
         return 0;
     *v = grid;

@@ -4,7 +4,9 @@
 % -- BN keys of one (batch, kv head) and streams tiles of BM query rows; warp w works on keys
 % -- KW = 32 from (w / 2) 32 and on half c = w % 2 of the rest:
 % --   S^T = K Q^T and dP^T = V dO^T: its 32 keys by queries [c QW, c QW + QW) (QW = BM / 2);
-% --   P^T and dS^T from them (the element pass) go to shared memory, [BN][PS] each;
+% --   P^T and dS^T from them (the element pass) go to shared memory, [BN][PS] each; where dS
+% --   needs only P, dP and D (no soft-capping, no score_mod) P^T is taken before dP^T's
+% --   products, so that its exponentials may run beside them;
 % --   dV += P^T dO and dK += dS^T Q: its 32 keys by columns [c DH, c DH + DH) (DH = DP / 2,
 % --   DVH = DVP / 2), over the tile's BM queries, after a barrier of the pair of warps alone
 % --   (the rows of P^T and dS^T that they read are theirs);
@@ -15,8 +17,8 @@
 % --   pairs of warps drift apart within a tile, one's element pass beside another's products.
 % -- Each fragment loaded from shared memory serves two row tiles (the warp's 32 rows), and the
 % -- operands a warp reads are half the tile's, so a flop reads about 0.7x the shared memory of
-% -- attn_bwd_mma.cu.lua's (a warp of 16 keys by every column), whose bandwidth bounds that
-% -- kernel: FA2's arithmetic, 0.058 bytes a flop against 0.081 at d 128.
+% -- attn_bwd_mma.cu.lua's (a warp of 16 keys by every column): FA2's arithmetic, 0.058 bytes a
+% -- flop against 0.081 at d 128 (H100: 1.12-1.20x that kernel; bench/RESULTS.md).
 % --
 % -- Serves what attn_bwd_mma.cu.lua's stage 2 serves where dK and dV are one launch (grads 3,
 % -- 7 with dQ by atomics): head dims padded to 32 (halves of 16), d + dv to 256, an even
@@ -98,8 +100,8 @@ __device__ __forceinline__ void add_dq_tile(float *dq_acc, const elem_t *sDS, co
             for (int j = 0; j < QW / 8; j++)
 #pragma unroll
                 for (int h = 0; h < 2; h++)
-                    *(u32 *)(${dst} + (wk * 32 + mi * 16 + g + 8 * h) * PS + wc * QW + 8 * j + 2 * t) =
-                        pack2(${acc}[j][2 * h], ${acc}[j][2 * h + 1]);
+                    *(u32 *)(${dst} + (wk * 32 + mi * 16 + g + 8 * h) * PS + wc * QW + 8 * j +
+                             2 * t) = pack2(${acc}[j][2 * h], ${acc}[j][2 * h + 1]);
 % end
 
 /* dK and dV of BN keys of one (batch, kv head), over every query row of the group's heads. */
@@ -172,7 +174,8 @@ fj_attn_bwd_dkdv(
         mma_tiles<2, QW, DVP / 16, VS, VS, false, false>(dp_acc, sV + wk * 32 * VS,
                                                          sG + wc * QW * VS, lane);
 
-        /* ${bwd_ds_from_p_only() and "dS^T" or "P^T and dS^T"}, a 16-key row tile at a time, into shared memory. */
+        /* ${bwd_ds_from_p_only() and "dS^T" or "P^T and dS^T"}, a 16-key row tile at a time, into shared
+        ** memory. */
 #pragma unroll
         for (int mi = 0; mi < 2; mi++) {
             const int key_row = n0 + wk * 32 + mi * 16; /* the row tile's first key */

@@ -271,18 +271,25 @@ echo "$out"
 spills=$(echo "$out" | awk '$2 ~ /^cuda.bwd/ && $9 != 0' | wc -l)
 [ "$spills" -eq 0 ] || { echo "FAIL: $spills backward kernels spill with a bias on sm_80"; exit 1; }
 checked=$((checked + 1))
-# mma.sync's dk/dv kernel with its warps in a grid, on Hopper (`path=mma`: 128-row tiles at
-# d 64, 64 at d 128, where sm_80's shared memory takes fewer): built, no spills.
-out=$(FLASHJIT_BWD_CONFIG=path=mma "$cli" cache build --arch sm_90a --cache "$dir/backward.db" \
-    --dtype bf16 --head-dim 64,128 --causal 0,1 --seqlen 2048 --backward 2>&1)
-status=$?
-echo "$out"
-[ $status -eq 0 ] || { echo "FAIL: cache build --backward with path=mma on sm_90a"; exit 1; }
-[ "$(echo "$out" | awk '$2 == "cuda.bwd.mma"' | wc -l)" -ge 8 ] ||
-    { echo "FAIL: too few mma.sync backward kernels with path=mma on sm_90a"; exit 1; }
-spills=$(echo "$out" | awk '$2 ~ /^cuda.bwd/ && $9 != 0' | wc -l)
-[ "$spills" -eq 0 ] || { echo "FAIL: $spills backward kernels spill with path=mma on sm_90a"; exit 1; }
-checked=$((checked + 1))
+# mma.sync's dk/dv kernel with its warps in a grid, on Hopper (`path=mma`: up to 128-row tiles
+# at d 64 and 64 at d 128, where sm_80's shared memory takes fewer), with the masks and the
+# packed sequences that shrink its tiles: built, no spills.
+for kind in "" "--mask-mod|k % 3 != 0" "--ranges|4" "--mask|" "--block-mask|" "--varlen|2"; do
+    opt=()
+    [ -n "$kind" ] && opt=("${kind%%|*}")
+    [ -n "${kind#*|}" ] && opt+=("${kind#*|}")
+    out=$(FLASHJIT_BWD_CONFIG=path=mma "$cli" cache build --arch sm_90a --cache "$dir/backward.db" \
+        --dtype bf16 --head-dim 64,128 --causal 0,1 --seqlen 2048 --backward "${opt[@]}" 2>&1)
+    status=$?
+    echo "$out"
+    [ $status -eq 0 ] || { echo "FAIL: cache build --backward ${opt[*]} with path=mma"; exit 1; }
+    [ "$(echo "$out" | awk '$2 == "cuda.bwd.mma"' | wc -l)" -ge 8 ] ||
+        { echo "FAIL: too few mma.sync backward kernels with path=mma ${opt[*]}"; exit 1; }
+    spills=$(echo "$out" | awk '$2 ~ /^cuda.bwd/ && $9 != 0' | wc -l)
+    [ "$spills" -eq 0 ] ||
+        { echo "FAIL: $spills backward kernels spill with path=mma ${opt[*]} on sm_90a"; exit 1; }
+    checked=$((checked + 1))
+done
 # The opt-in two blocks per SM (one consumer warpgroup each, 232 registers): no spills either.
 out=$(FLASHJIT_CONFIG=tile_m=64,warps=8,ctas_per_sm=2,pingpong=0 "$cli" cache build --arch sm_90a \
     --cache "$dir/offline.db" --head-dim 64 --causal 0,1 --seqlen 1024 2>&1)

@@ -378,11 +378,11 @@ static void test_backward_plans(void **state)
         const fj__variant *dkdv = &plan.steps[plan.main_step].variant;
         assert_int_equal(dkdv->stage, 2);
         /* d_split: Hopper's split kernel beyond d 128; mma.sync's warp grid to d 128 where its
-        ** tiles fit the shared memory (not sm_86's 99 KiB at d 128) */
-        const int wide = cases[i].d > 128 || cases[i].dv > 128;
-        const int grid_fits = cases[i].dev != &devs.sm86 || (cases[i].d <= 64 && cases[i].dv <= 64);
-        if (dkdv->d_split != (dkdv->path == FJ__PATH_WGMMA ? wide
-                              : dkdv->path == FJ__PATH_MMA ? !wide && grid_fits
+        ** 64-row tiles fit the shared memory (not sm_86's 99 KiB) */
+        const int beyond_128 = cases[i].d > 128 || cases[i].dv > 128;
+        const int grid_fits = cases[i].dev != &devs.sm86;
+        if (dkdv->d_split != (dkdv->path == FJ__PATH_WGMMA ? beyond_128
+                              : dkdv->path == FJ__PATH_MMA ? !beyond_128 && grid_fits
                                                            : 0))
             fail_msg("case %zu (d %lld, %s): d_split %d", i, (long long)cases[i].d,
                      cases[i].dev->arch, dkdv->d_split);
