@@ -55,23 +55,13 @@
 #define DSS (BM + 8)
 % bwd_stream_smem(want_dq and "2 * BN * DSS" or nil)
 % if want_dq then
-% -- dQ of a tile, BM rows by DP columns, in pieces of 16 rows by DQ_COLS: as many pieces as
-% -- warps where the rows allow, and at most 64 columns each (32 accumulators a thread, beside
-% -- dK's and dV's).
-%   local strips = tile_m // 16
-%   local per_strip = math.max(1, warps // strips)
-%   while head_dim_pad % (16 * per_strip) ~= 0 do per_strip = per_strip // 2 end
-%   while head_dim_pad // per_strip > 64 and head_dim_pad % (32 * per_strip) == 0 do per_strip = per_strip * 2 end
-#define DQ_STRIPS ${strips}
-#define DQ_COLS ${head_dim_pad // per_strip}
-#define DQ_PIECES ${strips * per_strip}
+% bwd_dq_pieces(1)
 
 /* Adds dQ = dS K of a tile (rows [m0, m0 + BM) of `head`) into the f32 sum: dS^T in sDS, K in
 ** sK; each warp takes pieces of 16 rows by DQ_COLS columns. */
 __device__ __forceinline__ void add_dq_tile(float *dq_acc, const elem_t *sDS, const elem_t *sK,
                                             int m0, int seqlen_q, int warp, int lane)
 {
-    const int g = lane / 4, t = lane % 4;
 #pragma unroll 1
     for (int piece = warp; piece < DQ_PIECES; piece += THREADS / 32) {
         const int strip = piece % DQ_STRIPS, c0 = piece / DQ_STRIPS * DQ_COLS;
@@ -80,16 +70,7 @@ __device__ __forceinline__ void add_dq_tile(float *dq_acc, const elem_t *sDS, co
         float acc[DQ_COLS / 8][4];
         zero_acc<DQ_COLS>(acc);
         mma_regs_by_rows<DQ_COLS, BN / 16, QS>(acc, dsf, sK + c0, lane);
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int row = m0 + strip * 16 + g + 8 * h;
-            if (row >= seqlen_q)
-                continue;
-            float *dst = dq_acc + (long long)row * DP + c0 + 2 * t;
-#pragma unroll
-            for (int j = 0; j < DQ_COLS / 8; j++)
-                red_add2(dst + j * 8, acc[j][2 * h], acc[j][2 * h + 1]);
-        }
+        add_dq_piece(dq_acc, &acc, m0 + strip * 16, c0, seqlen_q, lane);
     }
 }
 % end

@@ -50,17 +50,7 @@
 #define PS (BM + 8)
 % bwd_stream_smem(want_dq and "6 * BN * PS" or "4 * BN * PS")
 % if want_dq then
-% -- dQ of a tile, BM rows by DP columns, in pieces of DQ_MT 16 rows by DQ_COLS: as many pieces
-% -- as warps where the columns allow, at most 64 columns each.
-%   local dq_mt = 2
-%   local strips = tile_m // (16 * dq_mt)
-%   local per_strip = math.max(1, warps // strips)
-%   while head_dim_pad % (16 * per_strip) ~= 0 do per_strip = per_strip // 2 end
-%   while head_dim_pad // per_strip > 64 and head_dim_pad % (32 * per_strip) == 0 do per_strip = per_strip * 2 end
-#define DQ_MT ${dq_mt}
-#define DQ_STRIPS ${strips}
-#define DQ_COLS ${head_dim_pad // per_strip}
-#define DQ_PIECES ${strips * per_strip}
+% bwd_dq_pieces(2)
 
 /* Adds dQ = dS K of a tile (rows [m0, m0 + BM) of a head, whose workspace rows start at dq_acc)
 ** into the f32 sum: dS^T in sDS, K in sK; each warp takes pieces of 16 DQ_MT rows by DQ_COLS
@@ -68,7 +58,6 @@
 __device__ __forceinline__ void add_dq_tile(float *dq_acc, const elem_t *sDS, const elem_t *sK,
                                             int m0, int seqlen_q, int warp, int lane)
 {
-    const int g = lane / 4, t = lane % 4;
 #pragma unroll 1
     for (int piece = warp; piece < DQ_PIECES; piece += THREADS / 32) {
         const int r0 = piece % DQ_STRIPS * 16 * DQ_MT, c0 = piece / DQ_STRIPS * DQ_COLS;
@@ -77,18 +66,7 @@ __device__ __forceinline__ void add_dq_tile(float *dq_acc, const elem_t *sDS, co
         for (int mi = 0; mi < DQ_MT; mi++)
             zero_acc<DQ_COLS>(acc[mi]);
         mma_tiles<DQ_MT, DQ_COLS, BN / 16, PS, QS, true, true>(acc, sDS + r0, sK + c0, lane);
-#pragma unroll
-        for (int mi = 0; mi < DQ_MT; mi++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int row = m0 + r0 + mi * 16 + g + 8 * h;
-                if (row >= seqlen_q)
-                    continue;
-                float *dst = dq_acc + (long long)row * DP + c0 + 2 * t;
-#pragma unroll
-                for (int j = 0; j < DQ_COLS / 8; j++)
-                    red_add2(dst + j * 8, acc[mi][j][2 * h], acc[mi][j][2 * h + 1]);
-            }
+        add_dq_piece(dq_acc, acc, m0 + r0, c0, seqlen_q, lane);
     }
 }
 % end

@@ -272,6 +272,42 @@ static_assert(2 * (BN * (QS + VS) + 2 * QG_ELEMS) + 16 * BM ${extra and ("+ " ..
         }
 % end
 
+% -- dQ of a dk/dv tile on mma.sync, by atomics into the f32 workspace: BM rows by DP columns in
+% -- pieces of 16 `mt` rows by DQ_COLS columns, as many pieces as warps where the rows allow and
+% -- at most 64 columns each (32 accumulators a thread, beside dK's and dV's): DQ_MT, DQ_STRIPS
+% -- (pieces down a column), DQ_COLS, DQ_PIECES, and add_dq_piece(), which adds a piece.
+% function bwd_dq_pieces(mt)
+%   local strips = tile_m // (16 * mt)
+%   local per_strip = math.max(1, warps // strips)
+%   while head_dim_pad % (16 * per_strip) ~= 0 do per_strip = per_strip // 2 end
+%   while head_dim_pad // per_strip > 64 and head_dim_pad % (32 * per_strip) == 0 do per_strip = per_strip * 2 end
+#define DQ_MT ${mt}
+#define DQ_STRIPS ${strips}
+#define DQ_COLS ${head_dim_pad // per_strip}
+#define DQ_PIECES ${strips * per_strip}
+
+/* Adds a piece of dQ, acc[DQ_MT][DQ_COLS / 8][4] in mma's layout, rows from row0 and columns
+** from c0, into the f32 sum whose rows (DP floats each) start at dq_acc; rows from seqlen_q on
+** are not added. */
+__device__ __forceinline__ void add_dq_piece(float *dq_acc, const float (*acc)[DQ_COLS / 8][4],
+                                             int row0, int c0, int seqlen_q, int lane)
+{
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int mi = 0; mi < DQ_MT; mi++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int row = row0 + mi * 16 + g + 8 * h;
+            if (row >= seqlen_q)
+                continue;
+            float *dst = dq_acc + (long long)row * DP + c0 + 2 * t;
+#pragma unroll
+            for (int j = 0; j < DQ_COLS / 8; j++)
+                red_add2(dst + j * 8, acc[mi][j][2 * h], acc[mi][j][2 * h + 1]);
+        }
+}
+% end
+
 % -- The dk/dv kernels' stream on mma.sync (attn_bwd_mma.cu.lua, attn_bwd_mma_grid.cu.lua), after
 % -- bwd_stream_smem_pointers() and bwd_dkdv_block(): `issue(i, b)` copies item i's tiles into
 % -- buffer b; then the block classes and `live_from`, and the first live item i (with `next`
