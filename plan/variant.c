@@ -421,8 +421,9 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
                ((v->grads & 3) != 3 || v->head_dim_pad + v->head_dim_v_pad <= 256) &&
                /* d_split (attn_bwd_mma_grid.cu.lua): pairs of warps share 32 keys and split
                ** the queries of S^T and the columns of dK and dV (the template takes 32-row
-               ** tiles, which have not run on a GPU) */
-               (!v->d_split || (v->stage == 2 && v->warps % 2 == 0 && v->tile_m % 64 == 0 &&
+               ** tiles, which have not run on a GPU; a named barrier a pair, ids 1 to 15) */
+               (!v->d_split || (v->stage == 2 && v->warps % 2 == 0 && v->warps <= 30 &&
+                                v->tile_m % 64 == 0 &&
                                 (v->grads == 3 || v->grads == 7) &&
                                 v->head_dim_pad % 32 == 0 && v->head_dim_v_pad % 32 == 0)) &&
                bwd_tiles_fit_classes(v) &&
