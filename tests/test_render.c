@@ -423,9 +423,9 @@ static fj__variant mma_bwd_variant(fj_dtype dtype, int wide)
 
 /* The backward's tensor-core stages (dk and dv, with dq by atomics or not; dq) render, with and
 ** without the band and soft-capping, at head dims 64, 128 / 96 and 256 (dV and dK in separate
-** launches there): the products are mma.sync, soft-capping's derivative is in dS where dS is
-** computed, and dq is added by atomics where asked (FJ_RENDER_OUT: the sources are written
-** there). */
+** launches there), and the dk/dv stage with its warps in a grid: the products are mma.sync,
+** soft-capping's derivative is in dS where dS is computed, and dq is added by atomics where
+** asked (FJ_RENDER_OUT: the sources are written there). */
 static void test_backward_mma_render(void **state)
 {
     (void)state;
@@ -469,6 +469,43 @@ static void test_backward_mma_render(void **state)
                                 extras, v.grads);
                     free(out);
                 }
+    /* The dk/dv stage with its warps in a grid (d_split, attn_bwd_mma_grid.cu.lua), d 64 and
+    ** 128 / 96, dQ by atomics or not: P^T and dS^T through shared memory, a barrier a pair of
+    ** warps, P^T before dP^T's products but where dS needs the scores (soft-capping). */
+    for (int wide = 0; wide < 2; wide++)
+        for (int extras = 0; extras < 2; extras++)
+            for (int atomic = 0; atomic < 2; atomic++) {
+                fj__variant v = mma_bwd_variant(FJ_DTYPE_BF16, wide);
+                v.stage = 2;
+                v.d_split = 1;
+                v.grads = atomic ? 7 : 3;
+                v.warps = 8;
+                v.threads = 256;
+                v.tile_n = 128;
+                v.tile_m = wide ? 64 : 128;
+                v.local_mask = v.softcap = (uint8_t)extras;
+                v.varlen = (uint8_t)(wide == 0 ? 2 * extras : 0);
+                if (extras && wide == 1) {
+                    v.alibi = v.mask_tensor = v.block_mask = 1;
+                    v.bias = 2;
+                    v.mask_ranges = 4;
+                    set_test_mods(&v);
+                }
+                char *out = render_or_fail(&v);
+                assert_non_null(strstr(out, "fj_attn_bwd_dkdv("));
+                assert_non_null(strstr(out, "mma.sync.aligned.m16n8k16"));
+                assert_non_null(strstr(out, "bar_sync(1 + wk, 64);"));
+                assert_non_null(strstr(out, "*(u32 *)(dk + "));
+                assert_non_null(strstr(out, "*(u32 *)(dv + "));
+                assert_true((strstr(out, "1.0f - th * th") != NULL) == extras);
+                assert_true((strstr(out, "P^T first") != NULL) == !extras);
+                assert_true((strstr(out, "add_dq(last, sDS)") != NULL) == atomic);
+                assert_true((strstr(out, "fj_score_grad(mc, capped") != NULL) ==
+                            (v.score_mod != NULL));
+                save_render(1, out, "bwd_mma_grid_d%d_x%d_g%d.cu", v.head_dim_pad, extras,
+                            v.grads);
+                free(out);
+            }
     /* The bias's gradient (stage 4, attn_bwd_dbias_mma.cu.lua): dS before soft-capping's
     ** derivative (the bias is added after the cap), through score_mod's; a key bias's shares
     ** into the workspace. */
