@@ -225,12 +225,12 @@ static void apply_bwd_config(const char *config, const fj_device_info *dev, fj__
         if (!o.persistent && !fj__config_field(config, "dq_turns"))
             o.dq_turns = 0; /* and the turns a persistent grid */
         o.threads = 32 * o.warps;
-        if (o.stage != 2)
-            o.d_split = 0; /* (stage 2's alone) */
-        if (o.stage == 2) /* d_split on WGMMA: two warpgroups share 64 keys */
+        if (o.stage == 2) { /* d_split on WGMMA: two warpgroups share 64 keys */
             o.tile_n = o.d_split && o.path == FJ__PATH_WGMMA ? 64 : 16 * (o.warps - 4 * o.producer);
-        else
+        } else {
             o.tile_m = 16 * o.warps;
+            o.d_split = 0; /* (stage 2's alone) */
+        }
     }
     /* Tiles that mma.sync's warp grid cannot take (d_split not named) go to its kernel of a
     ** warp's own keys. */

@@ -165,8 +165,8 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
         ** dQ a second dS^T; stage 3 Q and dO, two buffers of K and V; attn_bwd_dbias_mma.cu.lua
         ** (stage 4) as stage 2 without dQ. */
         const uint32_t row = qs * (uint32_t)(v->head_dim_pad + 8 + v->head_dim_v_pad + 8);
-        const uint32_t ds = (v->d_split ? (v->grads & 4 ? 3u : 2u) : v->grads & 4 ? 1u : 0u) *
-                            qs * (uint32_t)(v->tile_n * (v->tile_m + 8));
+        const uint32_t tiles = (v->grads & 4 ? 1u : 0u) + (v->d_split ? 2u : 0u);
+        const uint32_t ds = tiles * qs * (uint32_t)(v->tile_n * (v->tile_m + 8));
         return v->stage == 2 || v->stage == 4
                    ? row * (uint32_t)(v->tile_n + 2 * v->tile_m) + 16u * (uint32_t)v->tile_m + ds
                    : row * (uint32_t)(v->tile_m + 2 * v->tile_n);

@@ -83,10 +83,7 @@ fj_attn_bwd_dkdv(
 {
 % params_unpack(args.fields[1].block, "P.fwd", bwd_unpack_names())
     const float scale = P.scale;
-% bwd_stream_smem_pointers()
-% if want_dq then
-    elem_t *sDS = (elem_t *)(sLD + 4 * BM);
-% end
+% bwd_stream_smem_pointers(want_dq and "sDS")
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
 % bwd_dkdv_block()

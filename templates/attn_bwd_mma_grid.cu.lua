@@ -90,8 +90,7 @@ fj_attn_bwd_dkdv(
 {
 % params_unpack(args.fields[1].block, "P.fwd", bwd_unpack_names())
     const float scale = P.scale;
-% bwd_stream_smem_pointers()
-    elem_t *const sPT = (elem_t *)(sLD + 4 * BM);
+% bwd_stream_smem_pointers("sPT")
     elem_t *sDS = sPT + BN * PS; /* this tile's dS^T (with dQ, buffers alternate) */
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;

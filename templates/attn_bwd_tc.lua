@@ -40,8 +40,9 @@
 % -- mma.sync, and the dbias kernel): K [BN][QS], V [BN][VS], then two buffers of Q [BM][QS]
 % -- and dO [BM][VS], then two of the rows' lse (log2 units) and D, [BM] floats each, then
 % -- `extra` bytes (a C expression, or nil), all checked against the host's size. Then
-% -- bwd_stream_smem_pointers() in the kernel declares sK, sV, sQG (buffer b: Q at sQG + b *
-% -- QG_ELEMS, dO after it) and sLD (buffer b: lse at sLD + 2 * BM * b, D after it).
+% -- bwd_stream_smem_pointers(extra_name) in the kernel declares sK, sV, sQG (buffer b: Q at
+% -- sQG + b * QG_ELEMS, dO after it), sLD (buffer b: lse at sLD + 2 * BM * b, D after it) and,
+% -- given a name, that `extra` area's start as 16-bit elements.
 % function bwd_stream_smem(extra)
 /* Shared memory: K [BN][QS], V [BN][VS], two buffers of Q [BM][QS] and dO [BM][VS], two of the
 ** rows' lse and D ([BM] floats each)${extra and ", then " .. extra .. " bytes" or ""}. */
@@ -49,12 +50,15 @@
 static_assert(2 * (BN * (QS + VS) + 2 * QG_ELEMS) + 16 * BM ${extra and ("+ " .. extra .. " ") or ""}== ${shared_bytes},
               "the host's shared-memory size");
 % end
-% function bwd_stream_smem_pointers()
+% function bwd_stream_smem_pointers(extra_name)
     extern __shared__ __attribute__((aligned(128))) unsigned char smem[];
     elem_t *sK = (elem_t *)smem;
     elem_t *sV = sK + BN * QS;
     elem_t *sQG = sV + BN * VS;
     float *sLD = (float *)(sQG + 2 * QG_ELEMS);
+%   if extra_name then
+    elem_t *const ${extra_name} = (elem_t *)(sLD + 4 * BM);
+%   end
 % end
 
 % -- A block's turn in its stream (after bwd_stream_smem_pointers, inside the loop over items i
