@@ -261,8 +261,7 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
     /* Fills slot n % STAGES with stream item i, by the calling warp: Q and dO by bulk copies
     ** from lane 0, the rows' lse2 and D (zeros past the rows) a word a lane. */
     auto fill = [&](int i, int n) {
-        const int slot = n % STAGES, head = head_kv * group + i / tiles;
-        const int m0 = (mb_lo + i % tiles) * BM;
+        const int slot = n % STAGES, head = item_head(i), m0 = item_m0(i);
         const u32 sQ = sQG + slot * QG_BYTES;
         if (lane == 0) {
             mbar_arrive_expect(bar(FULL, slot), QG_BYTES);
@@ -341,7 +340,7 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
                         mbar_wait(bar(EMPTY, n % STAGES), (n / STAGES - 1) & 1);
 %   if dq_turns then
                     if (lane == 0) { /* tile n's turn, taken STAGES tiles later */
-                        const int head = head_kv * group + i / tiles, m0 = (mb_lo + i % tiles) * BM;
+                        const int head = item_head(i), m0 = item_m0(i);
                         const u32 at = turns + 4u * (u32)(n % STAGES);
                         st_shared_u32(at, (u32)(${turn_at("head", "m0")}));
                         st_shared_u32(at + 4u * STAGES,
@@ -437,8 +436,7 @@ __device__ __forceinline__ void dq_piece(float (*acc)[4], u32 sDS, u32 sK, int p
 % -- from row `rows_from` of the tile (a C expression; default 0); then waits for the slot,
 % -- zeroing rows past seqlen_q. Goes first in the stream's loop.
 % function bwd_hopper_tile(rows_from)
-        const int slot = n % STAGES, head = head_kv * group + i / tiles;
-        const int m0 = (mb_lo + i % tiles) * BM;
+        const int slot = n % STAGES, head = item_head(i), m0 = item_m0(i);
 % bwd_mask_ctx("head")
 %   if block_mask then
         const int block_class = block_class_of(head, m0, n0);

@@ -99,12 +99,12 @@ fj_attn_bwd_dkdv(
 % bwd_dkdv_stream_start(want_dk)
     const int key_row = n0 + warp * 16; /* this warp's first key */
     for (int b = 0; i < count; b ^= 1, i = next) {
-        const int m0 = (mb_lo + i % tiles) * BM;
+        const int m0 = item_m0(i);
         next = live_from(i + 1);
-% bwd_mask_ctx("head_kv * group + i / tiles")
+% bwd_mask_ctx("item_head(i)")
 % bwd_stream_landed()
 % if block_mask then
-        const int block_class = block_class_of(head_kv * group + i / tiles, m0, n0);
+        const int block_class = block_class_of(item_head(i), m0, n0);
 % end
 
         /* S^T = K Q^T and dP^T = V dO^T: the warp's 16 keys by BM queries. */
@@ -136,7 +136,7 @@ fj_attn_bwd_dkdv(
 % if want_dq then
         __syncthreads(); /* dS^T whole; the next tile's first barrier guards its rewrite */
         add_dq_tile(P.dq_acc + blockIdx.x * P.dq_slice +
-                        ((long long)(batch * heads_q + head_kv * group + i / tiles) * d_rows) * DP,
+                        ((long long)(batch * heads_q + item_head(i)) * d_rows) * DP,
                     sDS, sK, m0, seqlen_q, warp, lane);
 % end
     }

@@ -4,9 +4,11 @@
 % -- BN keys of one (batch, kv head) and streams tiles of BM query rows; warp w works on keys
 % -- KW = 32 from (w / 2) 32 and on half c = w % 2 of the rest:
 % --   S^T = K Q^T and dP^T = V dO^T: its 32 keys by queries [c QW, c QW + QW) (QW = BM / 2);
-% --   P^T and dS^T from them (the element pass) go to shared memory, [BN][PS] each; where dS
-% --   needs only P, dP and D (no soft-capping, no score_mod) P^T is taken before dP^T's
-% --   products, so that its exponentials may run beside them;
+% --   P^T and dS^T from them (the element pass) go to shared memory, [BN][PS] each. Where
+% --   only the ends and the band mask (bwd_p_from_bounds_only) P^T's exponentials are taken
+% --   unmasked in one stretch of code with dP^T's products, which ptxas interleaves, and
+% --   clipped after; else where dS needs only P, dP and D (no soft-capping, no score_mod) P^T
+% --   is taken, masked, before those products;
 % --   dV += P^T dO and dK += dS^T Q: its 32 keys by columns [c DH, c DH + DH) (DH = DP / 2,
 % --   DVH = DVP / 2), over the tile's BM queries, after a barrier of the pair of warps alone
 % --   (the rows of P^T and dS^T that they read are theirs);
@@ -108,15 +110,15 @@ fj_attn_bwd_dkdv(
     /* Adds item j's dQ, its dS^T at ds. */
     auto add_dq = [&](int j, const elem_t *ds) {
         add_dq_tile(P.dq_acc + blockIdx.x * P.dq_slice +
-                        ((long long)(batch * heads_q + head_kv * group + j / tiles) * d_rows) * DP,
-                    ds, sK, (mb_lo + j % tiles) * BM, seqlen_q, warp, lane);
+                        ((long long)(batch * heads_q + item_head(j)) * d_rows) * DP,
+                    ds, sK, item_m0(j), seqlen_q, warp, lane);
     };
     int last = -1; /* the item whose dQ is to add */
 % end
     for (int b = 0; i < count; b ^= 1, i = next) {
-        const int m0 = (mb_lo + i % tiles) * BM;
+        const int m0 = item_m0(i);
         next = live_from(i + 1);
-% bwd_mask_ctx("head_kv * group + i / tiles")
+% bwd_mask_ctx("item_head(i)")
 % bwd_stream_landed()
 % if want_dq then
         /* The last item's dQ: every warp's rows of its dS^T written before the barrier above. */
@@ -126,7 +128,7 @@ fj_attn_bwd_dkdv(
         sDS = sPT + (b + 1) * BN * PS;
 % end
 % if block_mask then
-        const int block_class = block_class_of(head_kv * group + i / tiles, m0, n0);
+        const int block_class = block_class_of(item_head(i), m0, n0);
 % end
 
         /* S^T = K Q^T and dP^T = V dO^T: the warp's 32 keys by its QW queries. */
@@ -138,7 +140,15 @@ fj_attn_bwd_dkdv(
         }
         mma_tiles<2, QW, DP / 16, QS, QS, false, false>(s_acc, sK + wk * 32 * QS,
                                                         sQ + wc * QW * QS, lane);
-% if bwd_ds_from_p_only() then
+% if bwd_p_from_bounds_only() then
+        /* P^T unmasked, its exponentials in one stretch of code with dP^T's products (beside
+        ** them); outside the ends and the band zeroed after. */
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++) {
+            float(&s)[QW / 8][4] = s_acc[mi];
+% bwd_dkdv_exps("QW", "wc * QW")
+        }
+% elseif bwd_ds_from_p_only() then
         /* P^T first, its exponentials beside dP^T's products, which it does not wait for. */
 #pragma unroll
         for (int mi = 0; mi < 2; mi++) {
@@ -151,13 +161,17 @@ fj_attn_bwd_dkdv(
         mma_tiles<2, QW, DVP / 16, VS, VS, false, false>(dp_acc, sV + wk * 32 * VS,
                                                          sG + wc * QW * VS, lane);
 
-        /* ${bwd_ds_from_p_only() and "dS^T" or "P^T and dS^T"}, a 16-key row tile at a time, into shared
+        /* ${(bwd_ds_from_p_only() and not bwd_p_from_bounds_only()) and "dS^T" or "P^T and dS^T"}, a 16-key row tile at a time, into shared
         ** memory. */
 #pragma unroll
         for (int mi = 0; mi < 2; mi++) {
             const int key_row = n0 + wk * 32 + mi * 16; /* the row tile's first key */
             float(&s)[QW / 8][4] = s_acc[mi];
             float(&dp)[QW / 8][4] = dp_acc[mi];
+% if bwd_p_from_bounds_only() then
+% bwd_dkdv_clip("QW", "m0 + wc * QW")
+% tile_to_smem("sPT", "s")
+% end
 % if bwd_ds_from_p_only() then
 % bwd_dkdv_ds_from_p("QW", "wc * QW")
 % else

@@ -16,9 +16,7 @@
 % assert(not block_mask or (128 % tile_m == 0 and 128 % tile_n == 0), "attn_bwd_tc: block classes need tiles that divide 128")
 % local element_masks = mask_mod ~= "" or mask_tensor or mask_ranges > 0
 % local terms = alibi or bias ~= "" or score_mod ~= ""
-% if element_masks or terms or varlen > 0 then
 % include("dialect.lua")
-% end
 % if element_masks or terms then
 % include("attn_masks.lua")
 % end
@@ -262,6 +260,11 @@ static_assert(2 * (BN * (QS + VS) + 2 * QG_ELEMS) + 16 * BM ${extra and ("+ " ..
     const int mb_lo = m_lo / BM, tiles = imax(0, (m_hi + BM - 1) / BM - mb_lo);
     /* (head, query tile) pairs, heads outermost; none for keys past seqlen_k (zero gradients). */
     const int count = n0 < seqlen_k ? tiles * group : 0;
+    /* Item i: query tile i % tiles (its first row item_m0(i)) of head item_head(i), divided by
+    ** a multiply-high (a `/` by a run-time int is ~20 instructions, several an item). */
+    const divider by_tiles = divider_of(imax(tiles, 1));
+    [[maybe_unused]] auto item_head = [&](int i) { return head_kv * group + div_by(by_tiles, i); };
+    [[maybe_unused]] auto item_m0 = [&](int i) { return (mb_lo + mod_by(by_tiles, i)) * BM; };
 % end
 
 % -- The lse (log2 units; +inf for rows past the end or that see nothing) and D of stream item
@@ -319,7 +322,7 @@ __device__ __forceinline__ void add_dq_piece(float *dq_acc, const float (*acc)[D
 % function bwd_dkdv_stream_start(load_v)
     /* Tile i of the stream into buffer b: Q and dO by cp.async, lse and D by the threads. */
     auto issue = [&](int i, int b) {
-        const int head = head_kv * group + i / tiles, m0 = (mb_lo + i % tiles) * BM;
+        const int head = item_head(i), m0 = item_m0(i);
         elem_t *sQ = sQG + b * QG_ELEMS;
         load_tile<BM, DP, QS>(sQ, q + head * q_sh, q_ss, m0, seqlen_q, head_dim);
         load_tile<BM, DVP, VS>(sQ + BM * QS, dout + head * P.do_sh, P.do_ss, m0, seqlen_q,
@@ -353,7 +356,7 @@ __device__ __forceinline__ void add_dq_piece(float *dq_acc, const float (*acc)[D
         ** 32 query tiles' of one head at once, tile t + lane a lane, and votes, rather than
         ** chaining a dependent load a tile (count is whole heads of `tiles` each). */
 #pragma unroll 1
-        for (int h = i / tiles, t = i % tiles; i < count;) {
+        for (int h = div_by(by_tiles, i), t = mod_by(by_tiles, i); i < count;) {
             const int here = t + (int)(threadIdx.x & 31u);
             const u32 live = __ballot_sync(
                 0xffffffffu,
@@ -373,7 +376,7 @@ __device__ __forceinline__ void add_dq_piece(float *dq_acc, const float (*acc)[D
         if (i >= count)
             return i;
         /* Item i is query tile t of head h of the group (stepped, not divided, per item). */
-        for (int h = i / tiles, t = i % tiles;
+        for (int h = div_by(by_tiles, i), t = mod_by(by_tiles, i);
              i < count && block_class_of(head_kv * group + h, (mb_lo + t) * BM, n0) == 0; i++)
             if (++t == tiles) {
                 t = 0;
@@ -389,25 +392,18 @@ __device__ __forceinline__ void add_dq_piece(float *dq_acc, const float (*acc)[D
 % -- The lse and D of element e of fragment column block j of a dk/dv tile (sL, sD: its queries').
 % local DKDV_LSE2, DKDV_DELTA = "sL[j * 8 + 2 * t + (e & 1)]", "sD[j * 8 + 2 * t + (e & 1)]"
 
-% -- The element pass of a dk/dv tile: s = S^T and dp = dP^T, a warp's 16 keys from key_row by
-% -- `cols` queries (default BM) from the C expression `first` (default m0), whose lse and D are
-% -- sL and sD from the C expression `at` (default 0: the tile's first query's). Masked where the
-% -- tile (BM queries from m0) crosses the ends or the band: query offsets [lo, hi] from the
-% -- thread's first column col0 that each of its two keys sees.
-% function bwd_dkdv_elements(want_ds, cols, first, at)
-%   cols = cols or "BM"
-%   first = first or "m0"
-%   local lse2, delta = DKDV_LSE2, DKDV_DELTA
-%   if at then
-%     lse2 = "sL[" .. at .. " + j * 8 + 2 * t + (e & 1)]"
-%     delta = "sD[" .. at .. " + j * 8 + 2 * t + (e & 1)]"
+% -- The C expressions of the lse2 and D of element e of column block j: sL and sD from the C
+% -- expression `at` (default 0: the tile's first query's).
+% function bwd_dkdv_lse2_delta(at)
+%   if not at then
+%     return DKDV_LSE2, DKDV_DELTA
 %   end
-        /* Masked where the tile crosses the ends or the band: query offsets [lo, hi] from the
-        ** thread's first column col0 that each of its two keys sees. */
-% bwd_need_mask()
-#define LSE2 ${lse2}
-#define DELTA ${delta}
-        if (need_mask) {
+%   return "sL[" .. at .. " + j * 8 + 2 * t + (e & 1)]", "sD[" .. at .. " + j * 8 + 2 * t + (e & 1)]"
+% end
+
+% -- lo[2] and hi[2]: the query offsets [lo, hi] from the thread's first column col0 (`first` +
+% -- 2 t) that each of its two keys (from key_row) sees: the ends and the band.
+% function bwd_dkdv_bounds(first)
             const int col0 = ${first} + 2 * t;
             int lo[2], hi[2];
 #pragma unroll
@@ -422,6 +418,24 @@ __device__ __forceinline__ void add_dq_piece(float *dq_acc, const float (*acc)[D
                     hi[h] = imin(hi[h], key - shift + window_left - col0);
 %   end
             }
+% end
+
+% -- The element pass of a dk/dv tile: s = S^T and dp = dP^T, a warp's 16 keys from key_row by
+% -- `cols` queries (default BM) from the C expression `first` (default m0), whose lse and D are
+% -- sL and sD from the C expression `at` (default 0: the tile's first query's). Masked where the
+% -- tile (BM queries from m0) crosses the ends or the band: query offsets [lo, hi] from the
+% -- thread's first column col0 that each of its two keys sees.
+% function bwd_dkdv_elements(want_ds, cols, first, at)
+%   cols = cols or "BM"
+%   first = first or "m0"
+%   local lse2, delta = bwd_dkdv_lse2_delta(at)
+        /* Masked where the tile crosses the ends or the band: query offsets [lo, hi] from the
+        ** thread's first column col0 that each of its two keys sees. */
+% bwd_need_mask()
+#define LSE2 ${lse2}
+#define DELTA ${delta}
+        if (need_mask) {
+% bwd_dkdv_bounds(first)
 % bwd_scores_to_p_ds(cols .. " / 8", "LSE2", "DELTA", first .. " + 8 * j + 2 * t + (e & 1)", "key_row + g + 8 * h", true, want_ds)
         } else {
 % bwd_scores_to_p_ds(cols .. " / 8", "LSE2", "DELTA", first .. " + 8 * j + 2 * t + (e & 1)", "key_row + g + 8 * h", false, want_ds)
@@ -437,6 +451,45 @@ __device__ __forceinline__ void add_dq_piece(float *dq_acc, const float (*acc)[D
 %   return not softcap and score_mod == ""
 % end
 
+% -- Whether P is the exponential of the score less the row's lse but outside the ends and the
+% -- band (no element masks, score terms or soft-capping): then a kernel may take every
+% -- exponential of a tile unmasked (bwd_dkdv_exps), in one stretch of code with other products
+% -- so that they run beside them, and zero those outside the bounds later (bwd_dkdv_clip).
+% function bwd_p_from_bounds_only()
+%   return not element_masks and not terms and not softcap
+% end
+
+% -- P^T into s from the scores S^T in s, every element's, `cols` queries (default BM) whose lse
+% -- is sL from the C expression `at` (default 0): elements outside the bounds may be anything
+% -- (+inf where the score exceeds its row's lse) until bwd_dkdv_clip.
+% function bwd_dkdv_exps(cols, at)
+%   assert(bwd_p_from_bounds_only(), "bwd_dkdv_exps: P needs more than the bounds")
+%   local lse2 = bwd_dkdv_lse2_delta(at)
+#pragma unroll
+        for (int j = 0; j < ${cols or "BM"} / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[j][e] = ex2(s[j][e] * score_mul - ${lse2});
+% end
+
+% -- bwd_dkdv_exps' P in s zeroed outside the ends and the band, where the tile (`cols` queries
+% -- from the C expression `first`, as bwd_dkdv_elements) crosses them.
+% function bwd_dkdv_clip(cols, first)
+%   first = first or "m0"
+% bwd_need_mask()
+        if (need_mask) {
+% bwd_dkdv_bounds(first)
+#pragma unroll
+            for (int j = 0; j < ${cols or "BM"} / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int c = j * 8 + (e & 1), h = e / 2;
+                    if (c > hi[h] || c < lo[h])
+                        s[j][e] = 0.0f;
+                }
+        }
+% end
+
 % -- The second half of a dk/dv tile's element pass split by bwd_ds_from_p_only(): dS^T =
 % -- P^T (dP^T - D) into dp from P^T in s, `cols` queries (default BM) whose D is sD from the C
 % -- expression `at` (default 0). Masked elements have P = 0, so their dS is 0 as in the whole
@@ -444,7 +497,7 @@ __device__ __forceinline__ void add_dq_piece(float *dq_acc, const float (*acc)[D
 % function bwd_dkdv_ds_from_p(cols, at)
 %   assert(bwd_ds_from_p_only(), "bwd_dkdv_ds_from_p: dS needs the scores here")
 %   cols = cols or "BM"
-%   local delta = at and ("sD[" .. at .. " + j * 8 + 2 * t + (e & 1)]") or DKDV_DELTA
+%   local _, delta = bwd_dkdv_lse2_delta(at)
 #pragma unroll
         for (int j = 0; j < ${cols} / 8; j++)
 #pragma unroll

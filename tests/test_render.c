@@ -471,9 +471,12 @@ static void test_backward_mma_render(void **state)
                 }
     /* The dk/dv stage with its warps in a grid (d_split, attn_bwd_mma_grid.cu.lua), d 64 and
     ** 128 / 96, dQ by atomics or not: P^T and dS^T through shared memory, a barrier a pair of
-    ** warps, P^T before dP^T's products but where dS needs the scores (soft-capping). */
+    ** warps; extras 1: the band, soft-capping and (at 128 / 96) every mask and term; 2: the same
+    ** without soft-capping or score_mod. P^T's exponentials unmasked beside dP^T's products where only the
+    ** ends and the band mask, P^T before those products where dS needs no score again (no
+    ** soft-capping), else both after them. */
     for (int wide = 0; wide < 2; wide++)
-        for (int extras = 0; extras < 2; extras++)
+        for (int extras = 0; extras < 3; extras++)
             for (int atomic = 0; atomic < 2; atomic++) {
                 fj__variant v = mma_bwd_variant(FJ_DTYPE_BF16, wide);
                 v.stage = 2;
@@ -483,13 +486,16 @@ static void test_backward_mma_render(void **state)
                 v.threads = 256;
                 v.tile_n = 128;
                 v.tile_m = wide ? 64 : 128;
-                v.local_mask = v.softcap = (uint8_t)extras;
-                v.varlen = (uint8_t)(wide == 0 ? 2 * extras : 0);
+                v.local_mask = extras > 0;
+                v.softcap = extras == 1;
+                v.varlen = (uint8_t)(wide == 0 && extras ? 2 : 0);
                 if (extras && wide == 1) {
                     v.alibi = v.mask_tensor = v.block_mask = 1;
                     v.bias = 2;
                     v.mask_ranges = 4;
                     set_test_mods(&v);
+                    if (extras == 2)
+                        v.score_mod = v.score_mod_grad = NULL;
                 }
                 char *out = render_or_fail(&v);
                 assert_non_null(strstr(out, "fj_attn_bwd_dkdv("));
@@ -497,8 +503,11 @@ static void test_backward_mma_render(void **state)
                 assert_non_null(strstr(out, "bar_sync(1 + wk, 64);"));
                 assert_non_null(strstr(out, "*(u32 *)(dk + "));
                 assert_non_null(strstr(out, "*(u32 *)(dv + "));
-                assert_true((strstr(out, "1.0f - th * th") != NULL) == extras);
-                assert_true((strstr(out, "P^T first") != NULL) == !extras);
+                const int masks = extras && wide == 1;
+                assert_true((strstr(out, "1.0f - th * th") != NULL) == (extras == 1));
+                assert_true((strstr(out, "P^T unmasked") != NULL) ==
+                            (extras == 0 || (extras == 2 && !masks)));
+                assert_true((strstr(out, "P^T first") != NULL) == (extras == 2 && masks));
                 assert_true((strstr(out, "add_dq(last, sDS)") != NULL) == atomic);
                 assert_true((strstr(out, "fj_score_grad(mc, capped") != NULL) ==
                             (v.score_mod != NULL));
