@@ -105,7 +105,7 @@ fj_attn_bwd_dkdv(
         zero_acc<DH>(dk_acc[mi]);
         zero_acc<DVH>(dv_acc[mi]);
     }
-% bwd_dkdv_stream_start(true)
+% bwd_dkdv_stream_start(true, true)
 % if want_dq then
     /* Adds item j's dQ, its dS^T at ds. */
     auto add_dq = [&](int j, const elem_t *ds) {

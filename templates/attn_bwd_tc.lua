@@ -318,14 +318,16 @@ __device__ __forceinline__ void add_dq_piece(float *dq_acc, const float (*acc)[D
 % -- The dk/dv kernels' stream on mma.sync (attn_bwd_mma.cu.lua, attn_bwd_mma_grid.cu.lua), after
 % -- bwd_stream_smem_pointers() and bwd_dkdv_block(): `issue(i, b)` copies item i's tiles into
 % -- buffer b; then the block classes and `live_from`, and the first live item i (with `next`
-% -- declared for the loop), its K (and V where `load_v`) and tiles in flight (none: i == count).
-% function bwd_dkdv_stream_start(load_v)
+% -- declared for the loop), its K (and V where `load_v`) and tiles in flight (none: i == count);
+% -- `unrolled`: the copies' loops unrolled (load_tile's UNROLLED).
+% function bwd_dkdv_stream_start(load_v, unrolled)
+%   local u = unrolled and ", true" or ""
     /* Tile i of the stream into buffer b: Q and dO by cp.async, lse and D by the threads. */
     auto issue = [&](int i, int b) {
         const int head = item_head(i), m0 = item_m0(i);
         elem_t *sQ = sQG + b * QG_ELEMS;
-        load_tile<BM, DP, QS>(sQ, q + head * q_sh, q_ss, m0, seqlen_q, head_dim);
-        load_tile<BM, DVP, VS>(sQ + BM * QS, dout + head * P.do_sh, P.do_ss, m0, seqlen_q,
+        load_tile<BM, DP, QS${u}>(sQ, q + head * q_sh, q_ss, m0, seqlen_q, head_dim);
+        load_tile<BM, DVP, VS${u}>(sQ + BM * QS, dout + head * P.do_sh, P.do_ss, m0, seqlen_q,
                                head_dim_v);
 % bwd_load_lse_delta()
     };
@@ -333,9 +335,9 @@ __device__ __forceinline__ void add_dq_piece(float *dq_acc, const float (*acc)[D
 % bwd_live_from(true)
     int i = live_from(0), next;
     if (i < count) {
-        load_tile<BN, DP, QS>(sK, k, k_ss, n0, seqlen_k, head_dim);
+        load_tile<BN, DP, QS${u}>(sK, k, k_ss, n0, seqlen_k, head_dim);
 %   if load_v then
-        load_tile<BN, DVP, VS>(sV, v, v_ss, n0, seqlen_k, head_dim_v);
+        load_tile<BN, DVP, VS${u}>(sV, v, v_ss, n0, seqlen_k, head_dim_v);
 %   end
         issue(i, 0);
         cp_async_commit();

@@ -189,14 +189,17 @@ __device__ __forceinline__ float quad_sum(float x)
 %   end
 % end
 
-% -- load_tile<ROWS, COLS, SS>(s, g, ld, row0, rows, cols): cp.async of a tile of rows into shared
-% -- memory. Emitted where called: it reads THREADS, which the kernel defines first.
+% -- load_tile<ROWS, COLS, SS[, UNROLLED]>(s, g, ld, row0, rows, cols): cp.async of a tile of rows
+% -- into shared memory. Emitted where called: it reads THREADS, which the kernel defines first.
 % function mma_load_tile()
 /* Copies rows [row0, row0 + ROWS) of a [rows, cols] matrix (row stride ld, in elements) into
 ** shared memory (row stride SS), zero-filling rows past `rows` and columns past `cols`. Each
 ** thread always copies the same 16-byte column of rows STEP apart, so the addresses are one base
-** and constant steps; only a tile at the edge of the matrix checks bounds. */
-template <int ROWS, int COLS, int SS>
+** and constant steps; only a tile at the edge of the matrix checks bounds. Its loops are not
+** unrolled: unrolled, their addresses compete with the accumulators for registers; UNROLLED
+** unrolls a whole tile's (a kernel that has the registers: the grid dk/dv kernel, whose copies
+** then interleave with its other work, 1-3 % on an H100). */
+template <int ROWS, int COLS, int SS, bool UNROLLED = false>
 __device__ __forceinline__ void load_tile(elem_t *s, const elem_t *g, long long ld, int row0,
                                           int rows, int cols)
 {
@@ -207,9 +210,11 @@ __device__ __forceinline__ void load_tile(elem_t *s, const elem_t *g, long long 
         const elem_t *src = g + (row0 + r) * ld + c;
         const long long step = STEP * ld;
         u32 dst = smem_addr(s + r * SS + c);
-        /* Loops not unrolled: unrolled, their addresses compete with the accumulators for
-        ** registers. */
-        if (row0 + ROWS <= rows && cols == COLS) {
+        if (row0 + ROWS <= rows && cols == COLS && UNROLLED) {
+#pragma unroll
+            for (int rr = r; rr < ROWS; rr += STEP, src += step, dst += STEP * SS * 2)
+                cp_async16(dst, src, 16);
+        } else if (row0 + ROWS <= rows && cols == COLS) {
 #pragma unroll 1
             for (int rr = r; rr < ROWS; rr += STEP, src += step, dst += STEP * SS * 2)
                 cp_async16(dst, src, 16);
