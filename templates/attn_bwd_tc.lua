@@ -229,8 +229,9 @@ static_assert(2 * (BN * (QS + VS) + 2 * QG_ELEMS) + 16 * BM ${extra and ("+ " ..
 % -- bwd_dkdv_stream(moves): moves q, k, v, lse to the block's sequence and heads (where
 % -- `moves`), and declares dout, delta, the query rows [m_lo, m_hi) that may see one of the
 % -- block's keys, their first tile mb_lo, `tiles` per head and `count`, the (head, query tile)
-% -- pairs it streams, heads outermost (none for keys past seqlen_k: zero gradients). Goes
-% -- after bwd_sequence().
+% -- pairs it streams, heads outermost (none for keys past seqlen_k: zero gradients), and
+% -- item_head(i) and item_m0(i), item i's head and first query row (by_tiles: the divider by
+% -- `tiles`). Goes after bwd_sequence().
 % function bwd_dkdv_stream(moves)
 %   if moves then
     k += batch * k_sb + (long long)k_first * k_ss + head_kv * k_sh;

@@ -197,8 +197,8 @@ __device__ __forceinline__ float quad_sum(float x)
 ** thread always copies the same 16-byte column of rows STEP apart, so the addresses are one base
 ** and constant steps; only a tile at the edge of the matrix checks bounds. Its loops are not
 ** unrolled: unrolled, their addresses compete with the accumulators for registers; UNROLLED
-** unrolls a whole tile's (a kernel that has the registers: the grid dk/dv kernel, whose copies
-** then interleave with its other work, 1-3 % on an H100). */
+** unrolls a whole tile's, for a kernel that has the registers (the grid dk/dv kernel: 1-3 %
+** faster so on an H100, bench/RESULTS.md). */
 template <int ROWS, int COLS, int SS, bool UNROLLED = false>
 __device__ __forceinline__ void load_tile(elem_t *s, const elem_t *g, long long ld, int row0,
                                           int rows, int cols)
