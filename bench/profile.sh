@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Profiles one kernel on the GPU machine: Nsight Compute's warp-stall, pipe and memory
 # sections, the SASS of the kernel (instruction mix) and warp-stall samples per SASS instruction
-# (stalls.csv: address, source, samples by reason). Writes into $OUT (or ./out).
+# (stalls.csv: address, source, samples by reason; stalls.txt: bench/stalls.py's summary of
+# it). Writes into $OUT (or ./out).
 # Usage: bench/profile.sh BUILD_DIR [flashjit run options...]
 # PROFILE_KERNEL: a regular expression naming the kernel (default fj_attn, the first launched;
 # fj_attn_bwd_dkdv with --backward for the backward's dK/dV stage).
@@ -38,4 +39,7 @@ grep -E "smsp__|sm__|l1tex__" "$out/ncu_metrics.txt"
 ncu --clock-control none -k regex:$kernel -c 1 --section WarpStateStats --section SourceCounters \
     -f -o "$out/prof" "$build/flashjit" run "${args[@]}" --cache :memory: > /dev/null 2>&1
 ncu -i "$out/prof.ncu-rep" --page source --csv --print-source sass > "$out/stalls.csv" 2>&1
+# Their summary (the instructions with the most samples, totals by reason and by opcode).
+python3 "$(dirname "$0")/stalls.py" "$out/stalls.csv" --top 60 > "$out/stalls.txt" 2>&1
+head -4 "$out/stalls.txt"
 rm -rf "$dump"
