@@ -86,7 +86,7 @@ fj_attn_bwd_dkdv(
 % bwd_stream_smem_pointers(want_dq and "sDS")
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-% bwd_dkdv_block()
+% bwd_dkdv_block(nil, true)
 
 % if want_dk then
     float dka[DP / 8][4];

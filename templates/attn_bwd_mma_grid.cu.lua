@@ -97,7 +97,7 @@ fj_attn_bwd_dkdv(
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int wk = warp / 2, wc = warp % 2; /* the warp's 32 keys, and its half of the rest */
-% bwd_dkdv_block()
+% bwd_dkdv_block(nil, true)
 
     float dk_acc[2][DH / 8][4], dv_acc[2][DVH / 8][4];
 #pragma unroll

@@ -200,16 +200,16 @@ static_assert(2 * (BN * (QS + VS) + 2 * QG_ELEMS) + 16 * BM ${extra and ("+ " ..
 % end
 
 % -- ---- the dk/dv kernel (stage 2): a block owns BN keys from n0 of one (batch, kv head) ----
-% -- bwd_dkdv_block(): the block's keys (key block key_block0 + blockIdx.x of kv head blockIdx.y,
-% -- batch blockIdx.z), the thread's fragment coordinates g and t (after `lane`), its sequence
-% -- (none left: return) and its stream (bwd_dkdv_stream).
+% -- bwd_dkdv_block(item, divider): the block's keys (key block key_block0 + blockIdx.x of kv
+% -- head blockIdx.y, batch blockIdx.z), the thread's fragment coordinates g and t (after
+% -- `lane`), its sequence (none left: return) and its stream (bwd_dkdv_stream, `divider` its).
 % -- With `item` (a C expression: a persistent grid's work item, Hopper's kernel), the keys,
 % -- kv head and batch are item's (key blocks innermost, as a grid's x: P.key_blocks of them a
 % -- (batch, kv head), so that the blocks at work at once share their heads' Q and dO tiles in
 % -- L2; where the grid spans the kv heads and batches, y and z, the block's), a block without
 % -- keys goes on to its next item (`continue`), and q, k, v and lse stay where they are (that
 % -- kernel reads them through tensor maps and workspaces).
-% function bwd_dkdv_block(item)
+% function bwd_dkdv_block(item, divider)
     const int g = lane / 4, t = lane % 4; /* row group and column pair of the fragments */
 %   if item then
     /* (batch, kv head) pair, and the keys */
@@ -223,16 +223,19 @@ static_assert(2 * (BN * (QS + VS) + 2 * QG_ELEMS) + 16 * BM ${extra and ("+ " ..
 % bwd_sequence()
     if (n0 >= len_k)
         ${item and "continue" or "return"};
-% bwd_dkdv_stream(not item)
+% bwd_dkdv_stream(not item, divider)
 % end
 
-% -- bwd_dkdv_stream(moves): moves q, k, v, lse to the block's sequence and heads (where
+% -- bwd_dkdv_stream(moves, divider): moves q, k, v, lse to the block's sequence and heads (where
 % -- `moves`), and declares dout, delta, the query rows [m_lo, m_hi) that may see one of the
 % -- block's keys, their first tile mb_lo, `tiles` per head and `count`, the (head, query tile)
 % -- pairs it streams, heads outermost (none for keys past seqlen_k: zero gradients), and
-% -- item_head(i) and item_m0(i), item i's head and first query row (by_tiles: the divider by
-% -- `tiles`). Goes after bwd_sequence().
-% function bwd_dkdv_stream(moves)
+% -- item_head(i) and item_m0(i), item i's head and first query row: with `divider`, dividing
+% -- by `tiles` by dialect.lua's multiply-high (`/` by a run-time int is ~20 instructions,
+% -- several an item: mma.sync's kernels), else by `/` (Hopper's kernel, whose consumers
+% -- spilled 4-8 bytes with the divider's registers at d 64 with a mask_mod or block classes,
+% -- sm_90a). Goes after bwd_sequence().
+% function bwd_dkdv_stream(moves, divider)
 %   if moves then
     k += batch * k_sb + (long long)k_first * k_ss + head_kv * k_sh;
     v += batch * v_sb + (long long)k_first * v_ss + head_kv * v_sh;
@@ -261,11 +264,15 @@ static_assert(2 * (BN * (QS + VS) + 2 * QG_ELEMS) + 16 * BM ${extra and ("+ " ..
     const int mb_lo = m_lo / BM, tiles = imax(0, (m_hi + BM - 1) / BM - mb_lo);
     /* (head, query tile) pairs, heads outermost; none for keys past seqlen_k (zero gradients). */
     const int count = n0 < seqlen_k ? tiles * group : 0;
-    /* Item i: query tile i % tiles (its first row item_m0(i)) of head item_head(i), divided by
-    ** a multiply-high (a `/` by a run-time int is ~20 instructions, several an item). */
+    /* Item i: query tile i % tiles (its first row item_m0(i)) of head item_head(i). */
+%   if divider then
     const divider by_tiles = divider_of(imax(tiles, 1));
     [[maybe_unused]] auto item_head = [&](int i) { return head_kv * group + div_by(by_tiles, i); };
     [[maybe_unused]] auto item_m0 = [&](int i) { return (mb_lo + mod_by(by_tiles, i)) * BM; };
+%   else
+    [[maybe_unused]] auto item_head = [&](int i) { return head_kv * group + i / tiles; };
+    [[maybe_unused]] auto item_m0 = [&](int i) { return (mb_lo + i % tiles) * BM; };
+%   end
 % end
 
 % -- The lse (log2 units; +inf for rows past the end or that see nothing) and D of stream item
@@ -359,7 +366,7 @@ __device__ __forceinline__ void add_dq_piece(float *dq_acc, const float (*acc)[D
         ** 32 query tiles' of one head at once, tile t + lane a lane, and votes, rather than
         ** chaining a dependent load a tile (count is whole heads of `tiles` each). */
 #pragma unroll 1
-        for (int h = div_by(by_tiles, i), t = mod_by(by_tiles, i); i < count;) {
+        for (int h = i / tiles, t = i % tiles; i < count;) {
             const int here = t + (int)(threadIdx.x & 31u);
             const u32 live = __ballot_sync(
                 0xffffffffu,
@@ -379,7 +386,7 @@ __device__ __forceinline__ void add_dq_piece(float *dq_acc, const float (*acc)[D
         if (i >= count)
             return i;
         /* Item i is query tile t of head h of the group (stepped, not divided, per item). */
-        for (int h = div_by(by_tiles, i), t = mod_by(by_tiles, i);
+        for (int h = i / tiles, t = i % tiles;
              i < count && block_class_of(head_kv * group + h, (mb_lo + t) * BM, n0) == 0; i++)
             if (++t == tiles) {
                 t = 0;
@@ -401,7 +408,8 @@ __device__ __forceinline__ void add_dq_piece(float *dq_acc, const float (*acc)[D
 %   if not at then
 %     return DKDV_LSE2, DKDV_DELTA
 %   end
-%   return "sL[" .. at .. " + j * 8 + 2 * t + (e & 1)]", "sD[" .. at .. " + j * 8 + 2 * t + (e & 1)]"
+%   local at_e = at .. " + j * 8 + 2 * t + (e & 1)]"
+%   return "sL[" .. at_e, "sD[" .. at_e
 % end
 
 % -- lo[2] and hi[2]: the query offsets [lo, hi] from the thread's first column col0 (`first` +
