@@ -9,6 +9,25 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 checked=0
 expected=0
+# kind_opts KIND: `opt`, the cache build options of a kind "OPTION|VALUE" ("": none; "OPTION|":
+# no value).
+kind_opts() {
+    opt=()
+    [ -n "$1" ] && opt=("${1%%|*}")
+    [ -n "${1#*|}" ] && opt+=("${1#*|}")
+}
+# mma_backward_built WHAT MIN: the last build's output ($out) shown, and a failure (WHAT names
+# the build) unless it succeeded ($status) with at least MIN mma.sync backward kernels and no
+# backward kernel spilled.
+mma_backward_built() {
+    echo "$out"
+    [ $status -eq 0 ] || { echo "FAIL: cache build --backward $1"; exit 1; }
+    [ "$(echo "$out" | awk '$2 == "cuda.bwd.mma"' | wc -l)" -ge "$2" ] ||
+        { echo "FAIL: too few mma.sync backward kernels $1"; exit 1; }
+    spills=$(echo "$out" | awk '$2 ~ /^cuda.bwd/ && $9 != 0' | wc -l)
+    [ "$spills" -eq 0 ] || { echo "FAIL: $spills backward kernels spill $1"; exit 1; }
+    checked=$((checked + 1))
+}
 # Bad option values: exit 2 with a message naming the option, nothing built.
 for bad in "--varlen 3|--varlen takes 1 or 2" "--ranges 3|--ranges takes 2 or 4" \
            "--bias f16|--bias takes f32 or dtype" "--dtype f32|--dtype takes bf16, f16, e4m3 and e5m2"; do
@@ -58,8 +77,7 @@ done
 # The opt-in class walk by votes (class_vote=1) with a mask_mod and with the caller's classes:
 # no spills, and the kernels built are the vote's.
 for kind in "--mask-mod|q / 64 == k / 64" "--block-mask|"; do
-    opt=("${kind%%|*}")
-    [ -n "${kind#*|}" ] && opt+=("${kind#*|}")
+    kind_opts "$kind"
     out=$(FLASHJIT_CONFIG=class_vote=1 "$cli" cache build --arch sm_90a --cache "$dir/vote.db" \
         --head-dim 64,128,256 --causal 0,1 --seqlen 8192 "${opt[@]}" 2>&1)
     status=$?
@@ -225,9 +243,7 @@ for arch in sm_80 sm_90a; do
         "--score-mod|s * 0.5 + tanh(s)" "--varlen|2"
         "--softcap|1" "--ranges|4" "--mask|" "--block-mask|")
     for kind in "${kinds[@]}"; do
-        opt=()
-        [ -n "$kind" ] && opt=("${kind%%|*}")
-        [ -n "${kind#*|}" ] && opt+=("${kind#*|}")
+        kind_opts "$kind"
         out=$("$cli" cache build --arch $arch --cache "$dir/backward.db" --dtype bf16 \
             --head-dim 64,128,256 --causal 0,1 --seqlen 2048 --backward "${opt[@]}" 2>&1)
         status=$?
@@ -264,31 +280,16 @@ done
 out=$("$cli" cache build --arch sm_80 --cache "$dir/backward.db" --dtype bf16 \
     --head-dim 64,128,256 --causal 0,1 --seqlen 2048 --backward --bias dtype --softcap 1 2>&1)
 status=$?
-echo "$out"
-[ $status -eq 0 ] || { echo "FAIL: cache build --backward --bias on sm_80"; exit 1; }
-[ "$(echo "$out" | awk '$2 == "cuda.bwd.mma"' | wc -l)" -ge 6 ] ||
-    { echo "FAIL: too few mma.sync backward kernels with a bias on sm_80"; exit 1; }
-spills=$(echo "$out" | awk '$2 ~ /^cuda.bwd/ && $9 != 0' | wc -l)
-[ "$spills" -eq 0 ] || { echo "FAIL: $spills backward kernels spill with a bias on sm_80"; exit 1; }
-checked=$((checked + 1))
+mma_backward_built "with a bias on sm_80" 6
 # mma.sync's dk/dv kernel with its warps in a grid, on Hopper (`path=mma`: up to 128-row tiles
 # at d 64 and 64 at d 128, where sm_80's shared memory takes fewer), with the masks and the
 # packed sequences that shrink its tiles: built, no spills.
 for kind in "" "--mask-mod|k % 3 != 0" "--ranges|4" "--mask|" "--block-mask|" "--varlen|2"; do
-    opt=()
-    [ -n "$kind" ] && opt=("${kind%%|*}")
-    [ -n "${kind#*|}" ] && opt+=("${kind#*|}")
+    kind_opts "$kind"
     out=$(FLASHJIT_BWD_CONFIG=path=mma "$cli" cache build --arch sm_90a --cache "$dir/backward.db" \
         --dtype bf16 --head-dim 64,128 --causal 0,1 --seqlen 2048 --backward "${opt[@]}" 2>&1)
     status=$?
-    echo "$out"
-    [ $status -eq 0 ] || { echo "FAIL: cache build --backward ${opt[*]} with path=mma"; exit 1; }
-    [ "$(echo "$out" | awk '$2 == "cuda.bwd.mma"' | wc -l)" -ge 8 ] ||
-        { echo "FAIL: too few mma.sync backward kernels with path=mma ${opt[*]}"; exit 1; }
-    spills=$(echo "$out" | awk '$2 ~ /^cuda.bwd/ && $9 != 0' | wc -l)
-    [ "$spills" -eq 0 ] ||
-        { echo "FAIL: $spills backward kernels spill with path=mma ${opt[*]} on sm_90a"; exit 1; }
-    checked=$((checked + 1))
+    mma_backward_built "with path=mma ${opt[*]} on sm_90a" 8
 done
 # The opt-in two blocks per SM (one consumer warpgroup each, 232 registers): no spills either.
 out=$(FLASHJIT_CONFIG=tile_m=64,warps=8,ctas_per_sm=2,pingpong=0 "$cli" cache build --arch sm_90a \
