@@ -39,6 +39,10 @@
 % include("cuda_mma.lua")
 % include("cuda_attn_common.lua")
 % include("attn_bwd_tc.lua")
+% -- The element pass's shape: "exps" (only the ends and the band mask: bwd_dkdv_exps beside
+% -- dP^T's products, bwd_dkdv_clip after), "p_first" (dS from P, dP and D alone: P^T, masked,
+% -- before dP^T's products), or "after" (both after them).
+% local shape = bwd_p_from_bounds_only() and "exps" or bwd_ds_from_p_only() and "p_first" or "after"
 % include("params.lua")
 % params_struct(args)
 
@@ -140,7 +144,7 @@ fj_attn_bwd_dkdv(
         }
         mma_tiles<2, QW, DP / 16, QS, QS, false, false>(s_acc, sK + wk * 32 * QS,
                                                         sQ + wc * QW * QS, lane);
-% if bwd_p_from_bounds_only() then
+% if shape == "exps" then
         /* P^T unmasked, its exponentials in one stretch of code with dP^T's products (beside
         ** them); outside the ends and the band zeroed after. */
 #pragma unroll
@@ -148,7 +152,7 @@ fj_attn_bwd_dkdv(
             float(&s)[QW / 8][4] = s_acc[mi];
 % bwd_dkdv_exps("QW", "wc * QW")
         }
-% elseif bwd_ds_from_p_only() then
+% elseif shape == "p_first" then
         /* P^T first, its exponentials beside dP^T's products, which it does not wait for. */
 #pragma unroll
         for (int mi = 0; mi < 2; mi++) {
@@ -161,22 +165,22 @@ fj_attn_bwd_dkdv(
         mma_tiles<2, QW, DVP / 16, VS, VS, false, false>(dp_acc, sV + wk * 32 * VS,
                                                          sG + wc * QW * VS, lane);
 
-        /* ${(bwd_ds_from_p_only() and not bwd_p_from_bounds_only()) and "dS^T" or "P^T and dS^T"}, a 16-key row tile at a time, into shared
+        /* ${shape == "p_first" and "dS^T" or "P^T and dS^T"}, a 16-key row tile at a time, into shared
         ** memory. */
 #pragma unroll
         for (int mi = 0; mi < 2; mi++) {
             const int key_row = n0 + wk * 32 + mi * 16; /* the row tile's first key */
             float(&s)[QW / 8][4] = s_acc[mi];
             float(&dp)[QW / 8][4] = dp_acc[mi];
-% if bwd_p_from_bounds_only() then
+% if shape == "exps" then
 % bwd_dkdv_clip("QW", "m0 + wc * QW")
 % tile_to_smem("sPT", "s")
 % end
-% if bwd_ds_from_p_only() then
-% bwd_dkdv_ds_from_p("QW", "wc * QW")
-% else
+% if shape == "after" then
 % bwd_dkdv_elements(true, "QW", "m0 + wc * QW", "wc * QW")
 % tile_to_smem("sPT", "s")
+% else
+% bwd_dkdv_ds_from_p("QW", "wc * QW")
 % end
 % tile_to_smem("sDS", "dp")
         }
