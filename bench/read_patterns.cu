@@ -15,7 +15,9 @@
 //   4  as 0, the rows in [b, h, s, d] memory (a block's rows contiguous);
 //   5  as 0 by the bulk-copy engine, a row a copy, each slot complete on its mbarrier (the
 //      decode kernel's `bulk` loader for large dense caches);
-//   6  as 5 with the L2 policy the decode kernel gives its copies (evict-first).
+//   6  as 5 with the L2 policy the decode kernel gives its copies (evict-first);
+//   7  as 6 into rows padded by 16 bytes in shared memory (the decode kernel's ring rows,
+//      padded for ldmatrix), so no row but every eighth starts on a 128-byte line.
 // Blocks an SM follow from the ring's size (printed).
 //
 // Build and run on the GPU machine (nothing else of the library needed):
@@ -97,7 +99,9 @@ __device__ __forceinline__ void bulk_row(unsigned dst, const void *src, unsigned
     }
 }
 // Modes 5 and 6 copy by the bulk-copy engine (and need the ring's mbarriers).
-__host__ __device__ constexpr bool bulk_mode(int mode) { return mode == 5 || mode == 6; }
+__host__ __device__ constexpr bool bulk_mode(int mode) { return mode >= 5 && mode <= 7; }
+// Bytes between a tile's rows in shared memory.
+__host__ __device__ constexpr int smem_row(int mode) { return mode == 7 ? ROW + 16 : ROW; }
 
 struct params {
     const char *k, *v;
@@ -133,7 +137,7 @@ __device__ void read_contiguous(const params &p, int block, int blocks, int t, f
 // Modes 5 and 6: tile u's K and V rows by bulk copies into slot u % stages.
 __device__ void read_bulk(const params &p, char *smem, int b, int h, int t, float &acc)
 {
-    const int tk = p.tile, tiles = p.seqlen / tk, slot_bytes = 2 * tk * ROW;
+    const int tk = p.tile, tiles = p.seqlen / tk, rs = smem_row(p.mode), slot_bytes = 2 * tk * rs;
     const unsigned bars = shared_addr(smem + p.stages * slot_bytes);
     if (t == 0) {
         for (int s = 0; s < p.stages; s++)
@@ -151,9 +155,9 @@ __device__ void read_bulk(const params &p, char *smem, int b, int h, int t, floa
         for (int i = t; i < 2 * tk; i += THREADS) {
             const bool is_k = i < tk;
             const int r = is_k ? i : i - tk;
-            char *dst = smem + slot * slot_bytes + (is_k ? 0 : tk * ROW) + r * ROW;
+            char *dst = smem + slot * slot_bytes + (is_k ? 0 : tk * rs) + r * rs;
             bulk_row(shared_addr(dst), row_addr(p, is_k ? p.k : p.v, b, h, u * tk + r), ROW,
-                     bar, p.mode == 6);
+                     bar, p.mode >= 6);
         }
     };
     for (int u = 0; u < p.stages - 1; u++)
@@ -271,6 +275,7 @@ int main(int argc, char **argv)
         {2, 64, 6, 0, "K tile, V tile in turn, 64 x 6"},
         {5, 64, 3, 0, "bulk rows, K then V a slot, 64 x 3"},
         {6, 64, 3, 0, "bulk rows evict-first, K then V a slot, 64 x 3"},
+        {7, 64, 3, 0, "bulk rows evict-first into padded rows, 64 x 3 (the decode kernel's)"},
         {5, 64, 4, 0, "bulk rows, K then V a slot, 64 x 4"},
         {5, 128, 2, 0, "bulk rows, K then V a slot, 128 x 2"},
         {4, 64, 3, 0, "[b, h, s, d] rows, K then V a slot, 64 x 3"},
@@ -283,7 +288,7 @@ int main(int argc, char **argv)
         for (const auto &c : cases) {
             const params p{k, v, batch, seqlen, c.mode, c.tile, c.stages, sink};
             int smem = c.mode == 3 ? 0
-                                   : c.stages * (c.mode == 2 ? 1 : 2) * c.tile * ROW +
+                                   : c.stages * (c.mode == 2 ? 1 : 2) * c.tile * smem_row(c.mode) +
                                          (bulk_mode(c.mode) ? 64 : 0);
             if (c.min_kib * 1024 > smem)
                 smem = c.min_kib * 1024;

@@ -71,11 +71,28 @@ int fj__decode_too_many_copies(const fj__variant *v)
 
 int fj__decode_swizzle_fits(const fj__variant *v)
 {
-    /* the column loader, its thread's rows a multiple of 8 apart (one row % 8 a thread), and
-    ** rows of whole 128-byte lines (a piece's column XOR row % 8 stays in its row) */
-    return !strcmp(fj__variant_decode_loader(v), "columns") && v->q_in_regs &&
-           !fj__dtype_fp8((fj_dtype)v->kv_dtype) &&
-           v->head_dim_pad % 64 == 0 && (v->threads / (v->head_dim_pad / 8)) % 8 == 0;
+    /* whole 64-column panels of 16-bit K and V tiles of their own, Q in registers; copied by
+    ** tensor maps (bulk), or by the column loader, its thread's rows a multiple of 8 apart (one
+    ** row % 8 a thread, so one swizzled column) */
+    if (v->path != FJ__PATH_MMA || !v->q_in_regs || v->split_dv || v->v_in_k ||
+        fj__dtype_fp8((fj_dtype)v->kv_dtype) || v->head_dim_pad % 64 != 0 ||
+        v->head_dim_v_pad % 64 != 0)
+        return 0;
+    if (v->bulk)
+        return 1;
+    return !strcmp(fj__variant_decode_loader(v), "columns") &&
+           (v->threads / (v->head_dim_pad / 8)) % 8 == 0;
+}
+
+/* Whether a decode kernel can take f's K and V tiles of v->tile_n keys by bulk tensor copies
+** (the wgmma kernel's bulk, the mma kernel's tensor loader): tensors a tensor map reads, dense
+** (not packed) and, paged, pages of whole tiles (a tile's box lies in one page: the kernels
+** start their tiles at multiples of tile_n). Elsewhere threads copy them (the wgmma kernel's,
+** any page size, packed sequences) or the copy engine a row a copy (the mma kernel's). */
+static int tensor_copies_fit(const fj__features *f, const fj__variant *v)
+{
+    return f->tma[FJ__T_K] && (v->v_in_k || f->tma[FJ__T_V]) && !f->varlen &&
+           (!f->paged || f->page_size % v->tile_n == 0);
 }
 
 /* On sm_80+, the tensor-core kernel (attn_decode_mma.cu.lua): 16, 32 or 64 packed rows a block,
@@ -118,6 +135,10 @@ static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t 
              (f->paged || t.head_dim_pad > 128 || t.head_dim_v_pad > 128 ||
               (t.head_dim_pad == 128 && t.head_dim_v_pad == 128 &&
                cache_bytes >= BULK_MIN_DENSE_BYTES));
+    /* Where tensor maps can copy the tiles, a 64-column panel a copy in the 128-byte swizzle
+    ** (swizzle): bulk row copies land in rows padded for ldmatrix, which cost them 7 % of the
+    ** bandwidth (bench/read_patterns.cu, bench/RESULTS.md). */
+    t.swizzle = t.bulk && tensor_copies_fit(f, &t) && fj__decode_swizzle_fits(&t);
     /* Ring depth, the best of A/Bs on the H200 (bench/RESULTS.md): by cp.async four tiles (at
     ** d 128 one block an SM), three for a paged cache (two blocks: its page arithmetic wants
     ** the second block's warps); by bulk copies three (two blocks), since a block with more
@@ -133,16 +154,6 @@ static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t 
     fj__decode_mma_residency(&t, dev);
     *v = t;
     return 1;
-}
-
-/* Whether the wgmma kernel can take f's K and V tiles of v->tile_n keys by bulk tensor copies:
-** tensors a tensor map reads, dense (not packed) and, paged, pages of whole tiles (a tile's box
-** lies in one page: the kernel starts its tiles at multiples of tile_n). Elsewhere its threads
-** copy them (any page size, packed sequences). */
-static int wgmma_bulk_fits(const fj__features *f, const fj__variant *v)
-{
-    return f->tma[FJ__T_K] && (v->v_in_k || f->tma[FJ__T_V]) && !f->varlen &&
-           (!f->paged || f->page_size % v->tile_n == 0);
 }
 
 /* On sm_90a, for value dims beyond 256 (MLA's 576 / 512) and 16 packed rows or more, 64 packed
@@ -177,13 +188,13 @@ static int choose_wgmma(const fj__features *f, const fj_device_info *dev, int64_
     t.v_in_k = f->v_in_k && t.head_dim_v_pad <= t.head_dim_pad;
     t.stages = 2;
     t.ctas_per_sm = 1;
-    t.bulk = 1; /* where the tensors allow (fj__plan_decode: wgmma_bulk_fits) */
+    t.bulk = 1; /* where the tensors allow (fj__plan_decode: tensor_copies_fit) */
     fj__variant seesaw = t;
     fj__decode_make_seesaw(&seesaw);
     const int64_t blocks = f->batch * f->heads_kv * fj__div_up(group_rows, t.tile_m);
     if (t.v_in_k && t.head_dim_v_pad == 512 && group_rows >= SEESAW_MIN_ROWS &&
         blocks * SEESAW_MIN_FILL >= fj__compute_units(dev) &&
-        wgmma_bulk_fits(f, &seesaw) && fj__variant_fits(&seesaw, dev)) {
+        tensor_copies_fit(f, &seesaw) && fj__variant_fits(&seesaw, dev)) {
         *v = seesaw;
         return 1;
     }
@@ -445,7 +456,7 @@ fj_status fj__plan_decode(const fj__features *f, const fj_device_info *dev, cons
     s->variant.merge_last = v->merge_last && splits > 1 && v->path == FJ__PATH_MMA &&
                             v->backend == FJ_BACKEND_CUDA;
     if (v->path == FJ__PATH_WGMMA) {
-        s->variant.bulk = v->bulk && wgmma_bulk_fits(f, v);
+        s->variant.bulk = v->bulk && tensor_copies_fit(f, v);
         /* The seesaw kernel reads k only by tensor maps. Where they cannot (warps=8 from a
         ** config or a tuning record on packed sequences or pages of part tiles), the other
         ** kernel, by its threads' copies: its two slots of 64-key tiles fit wherever the
@@ -459,6 +470,10 @@ fj_status fj__plan_decode(const fj__features *f, const fj_device_info *dev, cons
         ** sequence's rows reads no keys) */
         s->variant.multicast = v->multicast && s->variant.bulk && row_tiles % 2 == 0;
     }
+    /* The mma kernel's tensor loader where tensor maps cannot copy the tiles (a config's or a
+    ** tuning record's swizzle=1 on other pages): row copies. */
+    if (v->path == FJ__PATH_MMA && v->bulk && v->swizzle && !tensor_copies_fit(f, v))
+        s->variant.swizzle = 0;
     s->shared_bytes = fj__variant_dynamic_shared_bytes(&s->variant);
     s->block[0] = (uint32_t)s->variant.threads;
     /* The kv heads (and row tiles) fastest: the blocks running together read the same key
@@ -492,8 +507,8 @@ static void partial_slot(const fj__plan *plan, const fj__problem *p, void *const
                               p->heads_q, p->head_dim_v, S);
 }
 
-/* The wgmma kernel's tensor maps of K and V (bulk copies; zeros without): boxes of a tile's
-** rows by 64 columns, a paged cache's pages as its batches. */
+/* The tensor maps of K and V (the wgmma kernel's bulk copies, the mma kernel's tensor loader;
+** zeros without): boxes of a tile's rows by 64 columns, a paged cache's pages as its batches. */
 static fj_status fill_decode_maps(const fj__variant *v, const fj__problem *p, fj__tmap_fn tmap,
                                   void *ud, fj__decode_tma_params *T)
 {
@@ -541,7 +556,8 @@ fj_status fj__decode_fill(const fj__plan *plan, int i, const fj__problem *p, voi
         return FJ_OK;
     }
     const fj__variant *v = &plan->steps[i].variant;
-    fj__decode_tma_params *T = v->path == FJ__PATH_WGMMA ? params : NULL;
+    fj__decode_tma_params *T =
+        fj__variant_layout(v) == &fj__decode_tma_params_layout ? params : NULL;
     fj__decode_params *D = T ? &T->dec : params;
     fj__fill_fwd_params(plan, p, ws, &D->fwd);
     if (plan->decode.splits > 1) {

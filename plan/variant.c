@@ -67,8 +67,9 @@ const fj__playout *fj__variant_layout(const fj__variant *v)
     if (v->family == FJ__FAMILY_MERGE)
         return &fj__merge_params_layout;
     if (v->family == FJ__FAMILY_DECODE)
-        return v->path == FJ__PATH_WGMMA ? &fj__decode_tma_params_layout
-                                         : &fj__decode_params_layout;
+        return v->path == FJ__PATH_WGMMA || !strcmp(fj__variant_decode_loader(v), "tensor")
+                   ? &fj__decode_tma_params_layout
+                   : &fj__decode_params_layout;
     if (v->family == FJ__FAMILY_APPEND)
         return &fj__append_params_layout;
     if (v->family == FJ__FAMILY_DEQUANT)
@@ -205,11 +206,13 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
     }
     if (v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_MMA) {
         /* attn_decode_mma.cu.lua: Q (rows padded by 8 elements) and the ring of K and V tiles
-        ** (rows padded by 8 elements, none with swizzle or of an FP8 cache; v_in_k: K's alone),
-        ** with an FP8 cache the 16-bit tile converted from it (Conv: K and V, rows padded by 8
-        ** elements). Then with split_dv the exchange (Xch: 4 warps' parts of S, 16 rows of
-        ** tile_n + 8 floats each); else the warps' states (Comb: max, sum and accumulators of
-        ** 16 rows each) overlay the walk's bytes. With bulk, an mbarrier a ring slot after all. */
+        ** (rows padded by 8 elements, none with swizzle or of an FP8 cache; v_in_k: K's alone;
+        ** with swizzle from the first 1024-byte boundary after Q, and 1023 bytes of slack to
+        ** align the whole), with an FP8 cache the 16-bit tile converted from it (Conv: K and V,
+        ** rows padded by 8 elements). Then with split_dv the exchange (Xch: 4 warps' parts of S,
+        ** 16 rows of tile_n + 8 floats each); else the warps' states (Comb: max, sum and
+        ** accumulators of 16 rows each) overlay the walk's bytes. With bulk, an mbarrier a ring
+        ** slot after all. */
         const int fp8_cache = fj__dtype_fp8((fj_dtype)v->kv_dtype);
         const uint32_t pad = v->swizzle || fp8_cache ? 0u : 8u;
         const uint32_t slot = (uint32_t)v->head_dim_pad + pad +
@@ -217,12 +220,13 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
         const uint32_t conv = fp8_cache ? 2u * (uint32_t)v->tile_n *
                                               (uint32_t)(v->head_dim_pad + v->head_dim_v_pad + 16)
                                         : 0u;
-        const uint32_t walk = qs * (uint32_t)v->tile_m * (uint32_t)(v->head_dim_pad + 8) +
+        const uint32_t q = qs * (uint32_t)v->tile_m * (uint32_t)(v->head_dim_pad + 8);
+        const uint32_t walk = (v->swizzle ? (q + 1023u) / 1024u * 1024u : q) +
                               kvs * (uint32_t)v->stages * (uint32_t)v->tile_n * slot + conv;
         const uint32_t comb = 4u * 4u * 16u * (uint32_t)(v->head_dim_v_pad + 2);
         const uint32_t end = v->split_dv ? walk + 4u * 16u * 4u * (uint32_t)(v->tile_n + 8)
                                          : walk > comb ? walk : comb;
-        return end + (v->bulk ? 8u * (uint32_t)v->stages : 0u);
+        return end + (v->bulk ? 8u * (uint32_t)v->stages : 0u) + (v->swizzle ? 1023u : 0u);
     }
     if (fj__decode_seesaw(v)) {
         /* attn_decode_seesaw.cu.lua: Q's panels and two ring slots of a K tile's panels (and a V
@@ -296,7 +300,7 @@ const char *fj__variant_decode_loader(const fj__variant *v)
     if (v->family != FJ__FAMILY_DECODE || v->path != FJ__PATH_MMA)
         return "";
     if (v->bulk)
-        return "bulk";
+        return v->swizzle ? "tensor" : "bulk";
     /* 16-byte columns of a row */
     const int ck = v->head_dim_pad * (int)fj_dtype_size((fj_dtype)v->kv_dtype) / 16;
     const int columns_fit = ck > 0 && v->threads % ck == 0 && v->tile_n % (v->threads / ck) == 0 &&

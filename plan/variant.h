@@ -114,9 +114,10 @@ typedef struct fj__variant {
     uint8_t bulk;         /* DECODE MMA: K and V rows by the bulk-copy engine (sm_90+), a ring
                           ** slot complete on its mbarrier, not by cp.async pieces; DECODE
                           ** WGMMA: K and V tiles by bulk tensor copies (tensor maps) */
-    uint8_t swizzle;      /* DECODE MMA with cp.async column copies: the ring's K and V rows
-                          ** unpadded, their 16-byte pieces XOR-swizzled by row % 8, so each
-                          ** copy's sectors and lines land whole (fj__decode_swizzle_fits) */
+    uint8_t swizzle;      /* DECODE MMA, by cp.async column copies or bulk: the ring's K and V
+                          ** tiles in 64-column panels of the 128-byte swizzle, so each copy's
+                          ** lines land whole; with bulk, a panel a copy by tensor maps
+                          ** (fj__decode_swizzle_fits) */
     uint8_t descale;      /* FP8 inputs' descale factors are given (fj__fwd_params) */
     uint8_t dequant;      /* FWD (16-bit): the request's q, k and v are FP8, read from 16-bit
                           ** copies that the plan's DEQUANT steps make first (descale folded
@@ -185,8 +186,9 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v);
 /* The dynamic shared memory a launch of v asks for: fj__variant_shared_bytes, or 0 where the
 ** kernel declares its memory statically (the SIMT kernels, CUDA's vector decode kernel). */
 uint32_t fj__variant_dynamic_shared_bytes(const fj__variant *v);
-/* DECODE on the MMA path: who copies K and V into the ring (template parameter loader): "bulk"
-** (the copy engine, a row a copy), else cp.async by threads: "columns" (each thread the same
+/* DECODE on the MMA path: who copies K and V into the ring (template parameter loader): the
+** copy engine, "bulk" (a row a copy) or with swizzle "tensor" (a 64-column panel a copy by
+** tensor maps: the kernel's parameters are then fj__decode_tma_params), else cp.async by threads: "columns" (each thread the same
 ** 16-byte column of rows: columns that divide the threads and the tile; paged, also a warp's
 ** 32 lanes, which look its rows' pages up), "wide_rows" (a warp a whole row: 256 dims and
 ** more) or "pieces" (any piece any thread); "" elsewhere. */

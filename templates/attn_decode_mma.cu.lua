@@ -4,8 +4,9 @@
 % -- query head that shares it; with `partial` the split's state goes to the workspace), built
 % -- for the bandwidth limit, as FlashInfer's tensor-core decode:
 % --   - keys and values stream through a ring of STAGES shared-memory tiles of BN keys by
-% --     cp.async, or with `bulk` (sm_90) a row a copy by the bulk-copy engine, a slot complete
-% --     on its mbarrier; (STAGES - 1) tiles are always in flight; one block barrier a tile;
+% --     cp.async, or with `bulk` (sm_90) by the bulk-copy engine: a row a copy, or with
+% --     `swizzle` too a 64-column panel a copy by tensor maps (the `tensor` loader); a slot
+% --     complete on its mbarrier; (STAGES - 1) tiles are always in flight; one block barrier a tile;
 % --     read once, they are marked evict-first in L2 (cp.async: with 256-byte L2 fetches);
 % --   - the packed rows are the M side of mma.sync m16n8k16: the block's BM rows are BM / 16
 % --     slabs of 16, and the KWARPS warps of a slab share its work (below): S = Q K^T and
@@ -32,7 +33,8 @@
 % -- Parameters: as attn_decode.lua (q and out one 16-bit type, k and v that type or FP8; no
 % -- tile_n limit of its own), descale (an FP8 cache's factors), tile_m (BM:
 % -- 16, 32 or 64 packed rows), tile_n (BN keys a tile; KPW = BN / KWARPS a multiple of 16),
-% -- stages (the ring's tiles), q_in_regs (the query fragments stay in registers across the walk,
+% -- stages (the ring's tiles), swizzle (the ring's tiles in the 128-byte swizzle's panels, below),
+% -- q_in_regs (the query fragments stay in registers across the walk,
 % -- else they are read from shared memory a tile at a time: large head dims), split_dv, v_in_k
 % -- and bulk (above), partial (with it, the merge's launch may overlap this grid's end: see
 % -- attn_merge.lua), merge_last (with partial: the last split of a block's rows merges them
@@ -66,6 +68,7 @@
 % if bulk then
 % include("cuda_hopper.lua")
 % end
+% local tensor = loader == "tensor" -- panels by tensor maps (the kernel's parameter is then T)
 % include("params.lua")
 % include("sequence.lua")
 % params_struct(args)
@@ -97,12 +100,16 @@
 ** hold each warp's state for the combine after the walk (Comb). With bulk, the ring slots'
 ** mbarriers follow. The products read rows padded by 16 bytes (ldmatrix without bank
 ** conflicts): the ring's own, or Conv's (an FP8 ring's rows are not padded: its pieces are read
-** 8 bytes a lane, a warp's whole rows at once); with `swizzle` the ring's rows are not padded,
-** and the 16-byte pieces of row r sit XOR-swizzled by r % 8 within each 128 bytes (RING_COL):
-** ldmatrix without conflicts too, and each copy's 32-byte sectors and 128-byte lines land whole
-** in shared memory (padded rows split them, which costs the L2 half as many requests again,
-** bench/RESULTS.md). */
-#define KROW ${(swizzle or fp8_kv) and "DP" or "QS"}
+** 8 bytes a lane, a warp's whole rows at once); with `swizzle` the ring's tiles are 64-column
+** panels of BN rows x 128 bytes in the 128-byte swizzle (cuda_mma.lua's panel_at; the layout a
+** tensor map's copies write, so the ring starts on a 1024-byte boundary, RING_AT): ldmatrix
+** without conflicts too, and each copy lands on whole 128-byte lines of shared memory (rows
+** padded by 16 bytes cost bulk copies 7 % of their bandwidth, cp.async's copies half as many L2
+** requests again: bench/RESULTS.md). RING_K_AT(r, c) and RING_V_AT(r, c) are the offsets of
+** element (r, c) (c a multiple of 8) in a ring slot's K and V tiles, RING_K_PITCH and
+** RING_V_PITCH the elements from a row to the next; TILE_K_AT, ... the same of the tile the
+** products read (Conv's with an FP8 cache, else the ring slot's). */
+#define KROW ${(swizzle or fp8_kv) and "DP" or "QS"} /* a tile row's elements (with swizzle: in all panels) */
 % if v_in_k then
 #define VROW KROW
 #define SLOT_V 0               /* where V starts in a ring slot */
@@ -126,11 +133,32 @@
 #define RING_BYTES (STAGES * RING_SLOT * 2)
 % end
 % if swizzle then
-#define RING_COL(r, c) swizzled_col(r, c) /* column c (a multiple of 8) of ring row r */
+#define RING_K_PITCH 64
+#define RING_V_PITCH 64
+#define RING_K_AT(r, c) panel_at<BN>(r, c)
+#define RING_V_AT(r, c) panel_at<BN>(r, c)
+#define RING_AT ((2 * BM * QS + 1023) / 1024 * 1024) /* the ring's first byte */
 % else
-#define RING_COL(r, c) (c)
+#define RING_K_PITCH KROW
+#define RING_V_PITCH VROW
+/* (unparenthesised, so that `p + RING_K_AT(r, a + b)` is the plain sum p + r * KROW + a + b:
+** grouped, ptxas gets other address arithmetic than the kernels were timed with) */
+#define RING_K_AT(r, c) (r) * KROW + c
+#define RING_V_AT(r, c) (r) * VROW + c
+#define RING_AT (2 * BM * QS)
 % end
-#define WALK_BYTES (2 * BM * QS + RING_BYTES)
+% if fp8_kv then
+#define TILE_K_PITCH TILE_KROW
+#define TILE_V_PITCH TILE_VROW
+#define TILE_K_AT(r, c) (r) * TILE_KROW + c /* (unparenthesised: as RING_K_AT) */
+#define TILE_V_AT(r, c) (r) * TILE_VROW + c
+% else
+#define TILE_K_PITCH RING_K_PITCH
+#define TILE_V_PITCH RING_V_PITCH
+#define TILE_K_AT(r, c) RING_K_AT(r, c)
+#define TILE_V_AT(r, c) RING_V_AT(r, c)
+% end
+#define WALK_BYTES (RING_AT + RING_BYTES)
 % if split_dv then
 typedef struct Xch {
     float s[WARPS][16][BN + 8]; /* each warp's part of the tile's S (rows 32 bytes apart in banks) */
@@ -148,21 +176,22 @@ typedef struct Comb {
 #define BARS_AT SHARED_END /* the ring slots' mbarriers */
 % end
 static_assert(WALK_BYTES % 16 == 0 && SHARED_END % 8 == 0 &&
-                  SHARED_END + ${bulk and "8 * STAGES" or "0"} == ${shared_bytes},
+                  SHARED_END + ${bulk and "8 * STAGES" or "0"}${swizzle and " + 1023" or ""} == ${shared_bytes},
               "the host's fj__variant_shared_bytes");
 
 % decode_key_row()
 % -- Who copies K and V into the ring (load_tile_kv below): `loader`, the host's choice
-% -- (fj__variant_decode_loader): the bulk-copy engine a row a copy ("bulk"); else cp.async by
-% -- threads, each the same column of rows ("columns"), a warp a whole wide row ("wide_rows"),
-% -- or any piece any thread ("pieces").
+% -- (fj__variant_decode_loader): the bulk-copy engine a row a copy ("bulk") or a swizzled
+% -- panel a copy ("tensor"); else cp.async by threads, each the same column of rows
+% -- ("columns"), a warp a whole wide row ("wide_rows"), or any piece any thread ("pieces").
 % local ck = head_dim_pad // (fp8_kv and 16 or 8)
-% assert(loader ~= "bulk" or bulk, "attn_decode_mma: bulk copies are the bulk variant's")
-% -- (the kernel's side of fj__decode_swizzle_fits: what RING_COL's arithmetic relies on)
-% assert(not swizzle or (loader == "columns" and q_in_regs and ck % 8 == 0 and
-%                        (threads // ck) % 8 == 0),
-%        "attn_decode_mma: swizzle takes cp.async columns of whole 128-byte rows (head dims " ..
-%        "64, 128), Q in registers")
+% assert((loader ~= "bulk" and not tensor) or bulk, "attn_decode_mma: bulk copies are the bulk variant's")
+% -- (the kernel's side of fj__decode_swizzle_fits: what the panels' arithmetic relies on)
+% assert(not swizzle or ((tensor or (loader == "columns" and (threads // ck) % 8 == 0)) and
+%                        q_in_regs and not split_dv and not v_in_k and head_dim_pad % 64 == 0 and
+%                        head_dim_v_pad % 64 == 0),
+%        "attn_decode_mma: swizzle takes tensor maps' copies or cp.async columns of whole " ..
+%        "64-column panels (head dims 64, 128), Q in registers")
 % if loader == "wide_rows" then
 
 /* A warp's copy of one wide row (the wide-row loader below), the row at `off` in tensor t: lane
@@ -184,17 +213,27 @@ __device__ __forceinline__ void copy_wide_row(elem_t *dst, const elem_t *t, I64 
 
 extern "C" __global__ void __launch_bounds__(THREADS, ${math.max(ctas_per_sm, 1)})
 fj_attn_decode(
-% params_arg(args)
+% params_arg(args, tensor and "T" or "P")
 )
 {
+% if tensor then
+    const fj_decode_params &P = T.dec;
+% end
+% if swizzle then
+    /* (from its first 1024-byte boundary, the swizzle's atoms: the host counts 1023 bytes of
+    ** slack) */
+    extern __shared__ __attribute__((aligned(1024))) unsigned char smem_raw[];
+    unsigned char *smem = smem_raw + (1024u - smem_addr(smem_raw) % 1024u) % 1024u;
+% else
     extern __shared__ __attribute__((aligned(128))) unsigned char smem[];
+% end
 % if partial and not merge_last then
     /* The merge of the splits may launch once every block has started: it waits for this
     ** grid's states itself (attn_merge.lua), so its launch overlaps the last blocks' work. */
     grid_launch_next();
 % end
     elem_t *sQ = (elem_t *)smem;
-    kv_t *ring = (kv_t *)(sQ + BM * QS);
+    kv_t *ring = (kv_t *)${swizzle and "(smem + RING_AT)" or "(sQ + BM * QS)"};
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int g = lane / 4, t = lane % 4; /* row group and column pair of mma fragments */
     const int slab = warp / KWARPS, kw = warp % KWARPS;
@@ -224,29 +263,62 @@ fj_attn_decode(
 % if bulk then
 
     /* The ring slots' barriers (a phase: one arrival, thread 0's announcing the tile's bytes,
-    ** and those bytes), and zeros in the columns past the head dims, which no copy writes. */
+    ** and those bytes), and zeros in the columns past the head dims, which no row copy writes
+    ** (a tensor map's copies write zeros there). */
     const u32 bars = smem_addr(smem + BARS_AT);
     if (tid == 0) {
         for (int s = 0; s < STAGES; s++)
             mbar_init(bars + 8 * s, 1);
         mbar_init_fence();
     }
+%   if not tensor then
     for (int i = tid; i < STAGES * BN; i += THREADS) {
         kv_t *row = ring + (i / BN) * RING_SLOT + (i % BN) * KROW;
         for (int c = head_dim; c < DP; c += EPP)
             *(uint4 *)(row + c) = make_uint4(0, 0, 0, 0);
-%   if not v_in_k then
+%     if not v_in_k then
         row = ring + (i / BN) * RING_SLOT + SLOT_V + (i % BN) * VROW;
         for (int c = head_dim_v; c < DVP; c += EPP)
             *(uint4 *)(row + c) = make_uint4(0, 0, 0, 0);
-%   end
+%     end
     }
+%   end
     __syncthreads();
 % end
 
     /* load_tile_kv(slot, n0): keys [n0, n0 + BN) of K and V into ring slot `slot` (a paged
     ** cache's pages looked up before by pages_of(n0)). */
-% if loader == "bulk" then
+% if tensor then
+    /* By tensor maps (sm_90): thread 0 copies the tile's 64-column panels of K, then V's, in
+    ** the swizzle's layout; the slot's barrier completes when they have landed. Rows past the
+    ** tensor's and columns past the head dims are the maps' zeros; rows past the sequence's
+    ** keys (seqused_k, a last page's) may hold anything, and the warps zero their values before
+    ** P V (zero_values below). Tiles start at multiples of BN (the plan's splits do, and a
+    ** band's start is rounded down to one), so a paged tile lies in one page (the plan gives
+    ** this loader pages of whole tiles only). */
+    constexpr u32 TILE_BYTES = (u32)(RING_SLOT * (int)sizeof(kv_t));
+%   if paged then
+    int next_page = 0; /* thread 0's: the page of the next tile's keys, looked up a tile ahead */
+    auto pages_of = [&](int n0) {
+        if (tid == 0 && n0 <= hi)
+            next_page = PAGE_NUMBER(div_by(page_div, n0));
+    };
+%   end
+    auto load_tile_kv = [&](int slot, int n0) {
+        if (tid != 0)
+            return;
+        const u32 bar = bars + 8 * slot, dst = smem_addr(ring + slot * RING_SLOT);
+        mbar_arrive_expect(bar, TILE_BYTES);
+%   if paged then
+        const int page = next_page, row = mod_by(page_div, n0);
+%   else
+        const int page = batch, row = n0;
+%   end
+        load_panels<DP>(dst, &T.tm_k, bar, BN, row, head_kv, page, T.perm_k);
+        load_panels<DVP>(dst + SLOT_V * (int)sizeof(kv_t), &T.tm_v, bar, BN, row, head_kv, page,
+                         T.perm_v);
+    };
+% elseif loader == "bulk" then
     /* By the bulk-copy engine (sm_90), a row a copy (copy i of a tile: K's row i, or V's row
     ** i - BN), issued by thread i % THREADS; the slot's barrier completes when the tile's bytes
     ** have landed. Rows past hi are copies of row hi (finite, and masked: their P is 0);
@@ -333,16 +405,16 @@ fj_attn_decode(
 %   end
     auto load_tile_kv = [&](int slot, int n0) {
         /* (the thread's rows are row0 + j * RSTEP: one row % 8, so one swizzled column) */
-        kv_t *sK = ring + slot * RING_SLOT + row0 * KROW + RING_COL(row0, col);
+        kv_t *sK = ring + slot * RING_SLOT + RING_K_AT(row0, col);
 %   if not v_in_k then
-        kv_t *sV = ring + slot * RING_SLOT + SLOT_V + row0 * VROW + RING_COL(row0, col);
+        kv_t *sV = ring + slot * RING_SLOT + SLOT_V + RING_V_AT(row0, col);
 %   end
 %   if not paged then
         /* The thread's rows j * RSTEP <= left are in the split: all but in the last tile. Shared
         ** addresses from the slot's by constant offsets. */
         const u32 dK = smem_addr(sK)${v_in_k and "" or ", dV = smem_addr(sV)"};
-        constexpr int K_GAP = RSTEP * KROW * (int)sizeof(kv_t); /* bytes between the rows */
-        constexpr int V_GAP = RSTEP * VROW * (int)sizeof(kv_t);
+        constexpr int K_GAP = RSTEP * RING_K_PITCH * (int)sizeof(kv_t); /* bytes between the rows */
+        constexpr int V_GAP = RSTEP * RING_V_PITCH * (int)sizeof(kv_t);
         const int left = hi - n0 - row0;
         if (left >= (RPT - 1) * RSTEP) {
 #pragma unroll
@@ -374,10 +446,10 @@ fj_attn_decode(
             const int by = (row0 - warp * RPW) * RPT + j; /* the lane that looked the row up */
             const int pg = __shfl_sync(0xffffffffu, row_page, by), pin = __shfl_sync(0xffffffffu, row_within, by);
             const I64 ko = (I64)pg * k_sb + (I64)pin * k_ss, vo = (I64)pg * v_sb + (I64)pin * v_ss;
-            cp_async16_stream(smem_addr(sK + j * RSTEP * KROW), kok ? k + ko + col : k,
+            cp_async16_stream(smem_addr(sK + j * RSTEP * RING_K_PITCH), kok ? k + ko + col : k,
                               kok ? 16 : 0);
 %     if not v_in_k then
-            cp_async16_stream(smem_addr(sV + j * RSTEP * VROW), vok ? v + vo + col : v,
+            cp_async16_stream(smem_addr(sV + j * RSTEP * RING_V_PITCH), vok ? v + vo + col : v,
                               vok ? 16 : 0);
 %     else
             (void)vok;
@@ -464,6 +536,9 @@ fj_attn_decode(
     float o[OT][4], row_max[2] = {NEG_INF, NEG_INF}, row_sum[2] = {0.0f, 0.0f};
     zero_acc<CPW>(o);
 
+% if tensor and local_mask then
+    lo = lo / BN * BN; /* tiles at multiples of BN (keys before the band are masked) */
+% end
     const int ntiles = hi >= lo ? (hi - lo) / BN + 1 : 0;
 % if paged then
     pages_of(lo);
@@ -560,8 +635,8 @@ fj_attn_decode(
         const elem_t *sK = slot + Q0;
         const elem_t *sV = slot + TILE_V + kw * CPW;
 % else
-        const elem_t *sK = slot + kw * KPW * TILE_KROW;
-        const elem_t *sV = slot + TILE_V + kw * KPW * TILE_VROW;
+        const elem_t *sK = slot + kw * KPW * TILE_K_PITCH; /* (KPW: whole swizzle periods) */
+        const elem_t *sV = slot + TILE_V + kw * KPW * TILE_V_PITCH;
 % end
         const int n0 = lo + tile * BN + ${split_dv and "0" or "kw * KPW"}; /* the warp's first key */
 
@@ -574,11 +649,8 @@ fj_attn_decode(
 #pragma unroll
             for (int np = 0; np < NT / 2; np++) {
                 u32 b0, b1, b2, b3;
-%   -- (swizzled: rows from a multiple of 8, so a lane's row % 8 is lane % 8; unswizzled, the
-%   -- column as a plain sum: RING_COL's parentheses would reorder the address arithmetic)
-%   local kcol = "kk * 16 + ((lane / 8) % 2) * 8"
-                ldmatrix_x4(smem_addr(sK + (np * 16 + (lane / 16) * 8 + lane % 8) * TILE_KROW +
-                                      ${swizzle and "RING_COL(lane, " .. kcol .. ")" or kcol}),
+                ldmatrix_x4(smem_addr(sK + TILE_K_AT(np * 16 + (lane / 16) * 8 + lane % 8,
+                                                     kk * 16 + ((lane / 8) % 2) * 8)),
                             b0, b1, b2, b3);
                 mma16816(s[2 * np], qf[kk], b0, b1);
                 mma16816(s[2 * np + 1], qf[kk], b2, b3);
@@ -663,10 +735,22 @@ fj_attn_decode(
             }
         }
 
+% if tensor then
+        /* The warp's rows past the sequence's keys (a last page's): their P is 0, but a tensor
+        ** map copied them whatever they hold, and 0 times NaN is not 0, so they are zeroed. */
+        if (n0 + KPW > seqlen_k) {
+            for (int i = lane; i < KPW * (DVP / 8); i += 32) {
+                const int r = i / (DVP / 8), c = (i % (DVP / 8)) * 8;
+                if (n0 + r >= seqlen_k)
+                    *(uint4 *)(sV + TILE_V_AT(r, c)) = make_uint4(0u, 0u, 0u, 0u);
+            }
+            __syncwarp();
+        }
+% end
         /* O += P V over the warp's keys, P as 16-bit A fragments. */
         u32 p[PT][4];
         pack_rows<PT>(p, s);
-        mma_regs_by_rows<CPW, PT, TILE_VROW${swizzle and ", true" or ""}>(o, p, sV, lane);
+        mma_regs_by_rows<CPW, PT, TILE_VROW${swizzle and ", BN" or ""}>(o, p, sV, lane);
     }
 
     /* The state of a slab's warps combined, normalised, and stored (or, with `partial`, the

@@ -306,14 +306,20 @@ __device__ __forceinline__ void mma_tiles(float (*acc)[N / 8][4], const elem_t *
     }
 }
 
-/* Column c (a multiple of 8) of row r of a tile whose rows' 16-byte pieces are XOR-swizzled by
-** r % 8 within each 128 bytes (attn_decode_mma.cu.lua's ring with `swizzle`). */
-__device__ __forceinline__ int swizzled_col(int r, int c) { return c ^ ((r & 7) << 3); }
+/* The offset of 16-bit element (r, c) (c a multiple of 8) of a tile of ROWS rows held as
+** 64-column panels of ROWS x 128 bytes in the 128-byte swizzle: 16-byte piece j of row r at
+** piece j ^ (r % 8) of its row (cuda_hopper.lua's swizzled_chunk, the layout a tensor map's
+** copies write with CU_TENSOR_MAP_SWIZZLE_128B from a 1024-byte boundary). A tile's rows from
+** r0 on (r0 a multiple of 8) are the same layout from offset r0 * 64. */
+template <int ROWS> __device__ __forceinline__ int panel_at(int r, int c)
+{
+    return (c / 64) * (ROWS * 64) + r * 64 + ((c % 64) ^ ((r & 7) << 3));
+}
 
 /* acc[N / 8][4] += A B over K = 16 * KSTEPS: A in registers as packed fragments (pack_rows), B
-** the K rows at b (row stride BS) of N columns, row-major in shared memory (O += P V). SWZ: the
-** rows swizzled (swizzled_col; b's row a multiple of 8). */
-template <int N, int KSTEPS, int BS, bool SWZ = false>
+** the K rows at b of N columns in shared memory (O += P V): row-major (row stride BS), or with
+** PANEL_ROWS the panels of a tile of that many rows (panel_at; b's row a multiple of 8). */
+template <int N, int KSTEPS, int BS, int PANEL_ROWS = 0>
 __device__ __forceinline__ void mma_regs_by_rows(float (*acc)[4], const u32 (*a)[4],
                                                  const elem_t *b, int lane)
 {
@@ -322,9 +328,9 @@ __device__ __forceinline__ void mma_regs_by_rows(float (*acc)[4], const u32 (*a)
 #pragma unroll
         for (int op = 0; op < N / 16; op++) {
             u32 b0, b1, b2, b3;
-            if (SWZ) { /* (apart: one address sum for both reorders the unswizzled arithmetic) */
+            if (PANEL_ROWS) { /* (apart: one address sum for both reorders the row-major arithmetic) */
                 const int row = kk * 16 + lane % 16, c = op * 16 + (lane / 16) * 8;
-                ldmatrix_x4_trans(smem_addr(b + row * BS + swizzled_col(row, c)), b0, b1, b2, b3);
+                ldmatrix_x4_trans(smem_addr(b + panel_at<PANEL_ROWS>(row, c)), b0, b1, b2, b3);
             } else
                 ldmatrix_x4_trans(
                     smem_addr(b + (kk * 16 + lane % 16) * BS + op * 16 + (lane / 16) * 8), b0, b1,

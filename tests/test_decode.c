@@ -91,8 +91,10 @@ static int run_cases_with(const char *config, const fjh_case *cases, size_t n, i
 /* Runs every case on the suite's context and, on CUDA, the kernels the defaults leave out:
 ** the vector kernel (FLASHJIT_CONFIG=path=vec; head dims to 256), on sm_90 the tensor-core
 ** kernel's bulk row copies on a dense cache of rows to 128 dims (bulk=1; the plan keeps
-** cp.async there; elsewhere the config changes nothing), its swizzled ring rows (bulk=0,
-** swizzle=1: cp.async copies of rows of 64 or 128 dims, dense and paged; elsewhere none), its
+** cp.async there; elsewhere the config changes nothing) and its tensor maps' copies of swizzled
+** panels there (bulk=1,swizzle=1: the plan's for dense caches of 1 GiB or more; pages of whole
+** 64-key tiles take them by default), its swizzled ring by cp.async (bulk=0, swizzle=1: rows
+** of 64 or 128 dims, dense and paged; elsewhere none), its
 ** splits merged by their last block (merge_last=1; head dims to 256), and
 ** on sm_90a the mma kernel where
 ** value dims beyond 256 run on wgmma (warps=4; elsewhere the default already), the seesaw
@@ -106,6 +108,7 @@ static void run_cases(void **state, const fjh_case *cases, size_t n, int want_de
     if (FJ_TEST_BACKEND == FJ_BACKEND_CUDA) {
         failures += run_cases_with("path=vec", cases, n, 256, 0, 0, want_decode);
         failures += run_cases_with("bulk=1", cases, n, 128, 0, -1, want_decode);
+        failures += run_cases_with("bulk=1,swizzle=1", cases, n, 128, 0, -1, want_decode);
         failures += run_cases_with("bulk=0,swizzle=1", cases, n, 128, 0, 0, want_decode);
         failures += run_cases_with("merge_last=1", cases, n, 256, 0, 0, want_decode);
         failures += run_cases_with("warps=4", cases, n, 576, 256, 0, want_decode);

@@ -691,50 +691,77 @@ static fj__variant decode_variant_of(const fj__features *f, const fj_device_info
     return v;
 }
 
-/* swizzle=1 (the tensor-core decode ring's rows unpadded and swizzled) takes where the rows are
-** copied by cp.async columns (head dims 64 and 128, dense or paged, sm_80 and sm_90) and is
-** dropped elsewhere (bulk copies, wider or odd head dims, the vector kernel); the ring's
-** shared memory loses its rows' padding: 16 bytes a row of K and of V. */
+/* The tensor-core decode ring's tiles in the 128-byte swizzle's panels (swizzle): by default
+** where the copy engine takes the tiles and tensor maps can (sm_90: a dense cache of 1 GiB or
+** more at 128 dims, pages of whole 64-key tiles), then a panel a copy ("tensor" loader); asked
+** for (swizzle=1), also where cp.async columns copy them (head dims 64 and 128, dense or paged,
+** sm_80 and sm_90). Dropped elsewhere: wider or odd head dims, the vector kernel, and in the
+** plan tensor maps that cannot copy the tiles (pages of 16, packed sequences: bulk row copies
+** then). The ring's shared memory loses its rows' padding, 16 bytes a row of K and of V, less
+** the slack that puts it on a 1024-byte boundary. */
 static void test_decode_swizzle(void **state)
 {
     (void)state;
     const planned_devices devs = planned_device_set();
     const struct {
-        int64_t d;
-        int paged;
+        int64_t d, batch, page; /* page: a paged cache's page size (0 dense; -1 packed) */
         const fj_device_info *dev;
         const char *config;
-        int swizzle;
+        int swizzle;         /* the variant's */
+        const char *planned; /* the plan's loader */
     } cases[] = {
-        {128, 0, &devs.h200, "swizzle=1", 1},
-        {64, 0, &devs.h200, "swizzle=1", 1},
-        {128, 0, &devs.sm86, "swizzle=1", 1},
-        {128, 1, &devs.h200, "bulk=0,swizzle=1", 1},
-        {128, 1, &devs.h200, "swizzle=1", 0},  /* bulk copies of a paged cache's rows */
-        {128, 0, &devs.h200, "bulk=1,swizzle=1", 0},
-        {256, 0, &devs.h200, "swizzle=1", 0},  /* a warp's wide rows */
-        {96, 0, &devs.h200, "swizzle=1", 0},   /* 12 columns: no whole rows of threads */
-        {8, 0, &devs.h200, "swizzle=1", 0},    /* 2 columns: XOR row % 8 leaves the row */
-        {32, 0, &devs.h200, "swizzle=1", 0},   /* 4 columns: likewise */
-        {128, 0, &devs.h200, "path=vec,swizzle=1", 0},
-        {128, 0, &devs.h200, NULL, 0},
+        {128, 2, 0, &devs.h200, "swizzle=1", 1, "columns"},
+        {64, 2, 0, &devs.h200, "swizzle=1", 1, "columns"},
+        {128, 2, 0, &devs.sm86, "swizzle=1", 1, "columns"},
+        {128, 2, 16, &devs.h200, "bulk=0,swizzle=1", 1, "columns"},
+        {128, 2, 64, &devs.h200, NULL, 1, "tensor"},
+        {128, 2, 256, &devs.h200, NULL, 1, "tensor"},
+        {128, 2, 16, &devs.h200, NULL, 0, "bulk"},       /* a tile across pages */
+        {128, 2, 16, &devs.h200, "swizzle=1", 1, "bulk"}, /* likewise, asked */
+        {128, 2, 0, &devs.h200, "bulk=1,swizzle=1", 1, "tensor"},
+        {128, 128, 0, &devs.h200, NULL, 1, "tensor"}, /* 4 GiB */
+        {128, 128, -1, &devs.h200, "bulk=1,swizzle=1", 1, "bulk"}, /* packed sequences */
+        {64, 2, 64, &devs.h200, NULL, 1, "tensor"},
+        {128, 2, 64, &devs.sm86, NULL, 0, "columns"},
+        {256, 2, 0, &devs.h200, "swizzle=1", 0, "bulk"}, /* Q's fragments from shared memory */
+        {256, 2, 64, &devs.h200, NULL, 0, "bulk"},
+        {96, 2, 0, &devs.h200, "swizzle=1", 0, "pieces"},     /* no whole panels */
+        {8, 2, 0, &devs.h200, "swizzle=1", 0, "columns"},
+        {32, 2, 0, &devs.h200, "swizzle=1", 0, "columns"},
+        {128, 2, 0, &devs.h200, "path=vec,swizzle=1", 0, ""},
+        {128, 2, 0, &devs.h200, NULL, 0, "columns"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fj__features f = bwd_features(cases[i].d, cases[i].d, FJ_DTYPE_BF16);
-        f.batch = 2;
+        f.batch = cases[i].batch;
         f.seqlen_q = 1;
-        f.seqlen_k = 4096;
+        f.seqlen_k = cases[i].batch > 8 ? 8192 : 4096;
         f.heads_kv = 8;
         f.heads_q = 32;
-        f.paged = cases[i].paged;
+        f.paged = cases[i].page > 0;
+        f.page_size = cases[i].page > 0 ? (int32_t)cases[i].page : 0;
+        f.varlen = cases[i].page < 0;
         const fj__variant v = decode_variant_of(&f, cases[i].dev, cases[i].config,
                                                 FJ__PATH_WGMMA, i);
         if (v.swizzle != cases[i].swizzle)
             fail_msg("case %zu: swizzle %d, expected %d", i, v.swizzle, cases[i].swizzle);
+        fj__plan plan;
+        fj__err err = {{0}};
+        assert_int_equal(fj__plan_decode(&f, cases[i].dev, &v, &plan, &err), FJ_OK);
+        const fj__variant *planned = &plan.steps[0].variant;
+        if (strcmp(fj__variant_decode_loader(planned), cases[i].planned))
+            fail_msg("case %zu: the plan's loader '%s', expected '%s'", i,
+                     fj__variant_decode_loader(planned), cases[i].planned);
+        assert_true((fj__variant_layout(planned) == &fj__decode_tma_params_layout) ==
+                    (planned->path == FJ__PATH_WGMMA ||
+                     !strcmp(fj__variant_decode_loader(planned), "tensor")));
         if (v.swizzle) {
             fj__variant padded = v;
             padded.swizzle = 0;
-            assert_int_equal(fj__variant_shared_bytes(&padded) - fj__variant_shared_bytes(&v),
+            const uint32_t q = 2u * (uint32_t)v.tile_m * (uint32_t)(v.head_dim_pad + 8);
+            const uint32_t slack = 1023u + (1024u - q % 1024u) % 1024u;
+            assert_int_equal(fj__variant_shared_bytes(&padded) + slack -
+                                 fj__variant_shared_bytes(&v),
                              v.stages * v.tile_n * 2 * 16);
         }
     }
