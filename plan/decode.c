@@ -23,7 +23,9 @@
 #define BLOCKS_PER_UNIT 4   /* automatic splits aim at this many work-groups per compute unit */
 #define MAX_BULK_IN_FLIGHT 256 /* row copies a tensor-core decode block keeps outstanding */
 #define MIN_WGMMA_ROWS 16      /* packed rows that take value dims beyond 256 to wgmma */
-#define BULK_MIN_DENSE_BYTES (1ll << 30) /* K + V of a dense cache that takes bulk copies */
+#define BULK_MIN_DENSE_BYTES (1ll << 30)   /* K + V of a dense cache that takes bulk row copies */
+#define TENSOR_MIN_DENSE_BYTES (1ll << 29) /* ... or tensor maps' copies */
+#define TENSOR_MIN_FULL_GRID_BYTES (1ll << 27) /* ... where the unsplit grid fills the SMs */
 
 /* Whether f's q is 16-bit and q, k and v come in 16-byte rows on CUDA. */
 static int cuda_rows_16b(const fj__features *f, const fj_device_info *dev)
@@ -122,23 +124,33 @@ static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t 
     t.tile_n = t.split_dv ? 32 : 64;
     t.q_in_regs = !t.split_dv && t.head_dim_pad <= 128;
     /* On Hopper the copy engine moves whole rows (bulk): no thread computes a piece's address
-    ** or waits on its own copies. A dense cache of rows to 128 dims takes cp.async's ring of
-    ** four tiles (one block an SM), faster at batch 1 and wherever rows are 128 bytes (d 64:
-    ** bulk 0.74-0.79x), except rows of 128 dims in a cache of BULK_MIN_DENSE_BYTES or more
-    ** (bulk 1.01-1.06x from batch 8 x 32k keys; 0.89-0.99x at batch 1; bench/RESULTS.md). */
+    ** or waits on its own copies; where tensor maps can copy the tiles, a 64-column panel a
+    ** copy in the 128-byte swizzle (swizzle): row copies land in rows padded for ldmatrix,
+    ** which costs them 7 % of the bandwidth (bench/read_patterns.cu), and panels read 1.04-1.06x
+    ** as fast as rows from batch 8 x 32k keys (H100, bench/RESULTS.md). A dense cache of rows to
+    ** 128 dims takes cp.async's ring of four tiles (one block an SM), faster at batch 1 and
+    ** wherever rows are 128 bytes (d 64: bulk rows 0.74-0.79x), except rows of 128 dims in a
+    ** cache of BULK_MIN_DENSE_BYTES or more (rows 1.01-1.06x from batch 8 x 32k; 0.89-0.99x at
+    ** batch 1), or by tensor maps of TENSOR_MIN_DENSE_BYTES or more, or of
+    ** TENSOR_MIN_FULL_GRID_BYTES where the grid has a block for every SM without splits (1.01-
+    ** 1.02x at b 1 x 128k keys and 32-128 x 1k; 0.96x at b 1 x 32k, the same at 8 x 8k). */
     const int64_t cache_bytes = f->batch * f->seqlen_k * f->heads_kv *
                                 (f->head_dim + f->head_dim_v) *
                                 (int64_t)fj_dtype_size((fj_dtype)f->kv_dtype);
+    const int64_t blocks = f->batch * f->heads_kv * fj__div_up(group_rows, t.tile_m);
+    fj__variant panels = t;
+    panels.bulk = 1;
+    const int tensor = fj__sm_version(dev) >= 90 && tensor_copies_fit(f, &panels) &&
+                       fj__decode_swizzle_fits(&panels);
+    const int64_t dense_min = !tensor                                 ? BULK_MIN_DENSE_BYTES
+                              : blocks >= (int64_t)dev->compute_units ? TENSOR_MIN_FULL_GRID_BYTES
+                                                                      : TENSOR_MIN_DENSE_BYTES;
     /* An FP8 cache's rows (half the bytes) by cp.async too: by bulk copies they ran at
     ** 0.62-0.88x (H100, d 128, dense and paged, bench/RESULTS.md). */
     t.bulk = fj__sm_version(dev) >= 90 && !fp8 &&
              (f->paged || t.head_dim_pad > 128 || t.head_dim_v_pad > 128 ||
-              (t.head_dim_pad == 128 && t.head_dim_v_pad == 128 &&
-               cache_bytes >= BULK_MIN_DENSE_BYTES));
-    /* Where tensor maps can copy the tiles, a 64-column panel a copy in the 128-byte swizzle
-    ** (swizzle): bulk row copies land in rows padded for ldmatrix, which cost them 7 % of the
-    ** bandwidth (bench/read_patterns.cu, bench/RESULTS.md). */
-    t.swizzle = t.bulk && tensor_copies_fit(f, &t) && fj__decode_swizzle_fits(&t);
+              (t.head_dim_pad == 128 && t.head_dim_v_pad == 128 && cache_bytes >= dense_min));
+    t.swizzle = t.bulk && tensor;
     /* Ring depth, the best of A/Bs on the H200 (bench/RESULTS.md): by cp.async four tiles (at
     ** d 128 one block an SM), three for a paged cache (two blocks: its page arithmetic wants
     ** the second block's warps); by bulk copies three (two blocks), since a block with more
@@ -193,8 +205,8 @@ static int choose_wgmma(const fj__features *f, const fj_device_info *dev, int64_
     fj__decode_make_seesaw(&seesaw);
     const int64_t blocks = f->batch * f->heads_kv * fj__div_up(group_rows, t.tile_m);
     if (t.v_in_k && t.head_dim_v_pad == 512 && group_rows >= SEESAW_MIN_ROWS &&
-        blocks * SEESAW_MIN_FILL >= fj__compute_units(dev) &&
-        tensor_copies_fit(f, &seesaw) && fj__variant_fits(&seesaw, dev)) {
+        blocks * SEESAW_MIN_FILL >= fj__compute_units(dev) && tensor_copies_fit(f, &seesaw) &&
+        fj__variant_fits(&seesaw, dev)) {
         *v = seesaw;
         return 1;
     }

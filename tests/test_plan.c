@@ -716,16 +716,16 @@ static void test_decode_swizzle(void **state)
         {128, 2, 16, &devs.h200, "bulk=0,swizzle=1", 1, "columns"},
         {128, 2, 64, &devs.h200, NULL, 1, "tensor"},
         {128, 2, 256, &devs.h200, NULL, 1, "tensor"},
-        {128, 2, 16, &devs.h200, NULL, 0, "bulk"},       /* a tile across pages */
+        {128, 2, 16, &devs.h200, NULL, 0, "bulk"},        /* a tile across pages */
         {128, 2, 16, &devs.h200, "swizzle=1", 1, "bulk"}, /* likewise, asked */
         {128, 2, 0, &devs.h200, "bulk=1,swizzle=1", 1, "tensor"},
-        {128, 128, 0, &devs.h200, NULL, 1, "tensor"}, /* 4 GiB */
+        {128, 128, 0, &devs.h200, NULL, 1, "tensor"},              /* 4 GiB */
         {128, 128, -1, &devs.h200, "bulk=1,swizzle=1", 1, "bulk"}, /* packed sequences */
         {64, 2, 64, &devs.h200, NULL, 1, "tensor"},
         {128, 2, 64, &devs.sm86, NULL, 0, "columns"},
         {256, 2, 0, &devs.h200, "swizzle=1", 0, "bulk"}, /* Q's fragments from shared memory */
         {256, 2, 64, &devs.h200, NULL, 0, "bulk"},
-        {96, 2, 0, &devs.h200, "swizzle=1", 0, "pieces"},     /* no whole panels */
+        {96, 2, 0, &devs.h200, "swizzle=1", 0, "pieces"}, /* no whole panels */
         {8, 2, 0, &devs.h200, "swizzle=1", 0, "columns"},
         {32, 2, 0, &devs.h200, "swizzle=1", 0, "columns"},
         {128, 2, 0, &devs.h200, "path=vec,swizzle=1", 0, ""},
@@ -857,8 +857,10 @@ static void test_merge_row_limit(void **state)
     assert_int_equal(plan.steps[0].grid[0], (1u << 30) / 4);
 }
 
-/* A dense cache of 128-dim rows takes bulk copies on sm_90 once K and V reach 1 GiB (three
-** tiles, two blocks an SM); smaller caches, rows of 64 dims and sm_80 keep cp.async's four. */
+/* A dense cache of 128-dim rows takes bulk copies on sm_90 (three tiles, two blocks an SM), by
+** tensor maps (swizzle) once K and V reach 512 MiB, or 128 MiB where the grid has a block for
+** every SM without splits, by rows from 1 GiB where tensor maps cannot copy them (k's rows
+** unaligned); smaller caches, rows of 64 dims and sm_80 keep cp.async's four. */
 static void test_decode_large_dense_bulk(void **state)
 {
     (void)state;
@@ -867,10 +869,14 @@ static void test_decode_large_dense_bulk(void **state)
         int64_t batch, seqlen_k, d;
         const fj_device_info *dev;
         int bulk, stages;
+        int no_maps; /* k's rows not for tensor maps */
     } cases[] = {
-        {128, 8192, 128, &devs.h200, 1, 3}, {8, 32768, 128, &devs.h200, 1, 3},
-        {1, 131072, 128, &devs.h200, 0, 4}, {7, 32768, 128, &devs.h200, 0, 4},
-        {128, 8192, 64, &devs.h200, 0, 4},  {128, 8192, 128, &devs.sm86, 0, 2},
+        {128, 8192, 128, &devs.h200, 1, 3, 0}, {8, 32768, 128, &devs.h200, 1, 3, 0},
+        {1, 131072, 128, &devs.h200, 1, 3, 0}, {7, 32768, 128, &devs.h200, 1, 3, 0},
+        {32, 1024, 128, &devs.h200, 1, 3, 0},  {16, 1024, 128, &devs.h200, 0, 4, 0},
+        {1, 65536, 128, &devs.h200, 0, 4, 0},  {8, 8192, 128, &devs.h200, 0, 4, 0},
+        {1, 131072, 128, &devs.h200, 0, 4, 1}, {8, 32768, 128, &devs.h200, 1, 3, 1},
+        {128, 8192, 64, &devs.h200, 0, 4, 0},  {128, 8192, 128, &devs.sm86, 0, 2, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fj__features f = bwd_features(cases[i].d, cases[i].d, FJ_DTYPE_BF16);
@@ -879,10 +885,12 @@ static void test_decode_large_dense_bulk(void **state)
         f.seqlen_k = cases[i].seqlen_k;
         f.heads_kv = 8;
         f.heads_q = 32;
+        f.tma[FJ__T_K] = !cases[i].no_maps;
         const fj__variant v = decode_variant_of(&f, cases[i].dev, NULL, FJ__PATH_WGMMA, i);
         if (v.path != FJ__PATH_MMA || v.bulk != cases[i].bulk || v.stages != cases[i].stages)
             fail_msg("case %zu: path %d, bulk %d, stages %d; expected mma, %d, %d", i, v.path,
                      v.bulk, v.stages, cases[i].bulk, cases[i].stages);
+        assert_int_equal(v.swizzle, v.bulk && !cases[i].no_maps);
         if (v.bulk)
             assert_int_equal(v.ctas_per_sm, 2);
     }
