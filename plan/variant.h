@@ -188,7 +188,8 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v);
 uint32_t fj__variant_dynamic_shared_bytes(const fj__variant *v);
 /* DECODE on the MMA path: who copies K and V into the ring (template parameter loader): the
 ** copy engine, "bulk" (a row a copy) or with swizzle "tensor" (a 64-column panel a copy by
-** tensor maps: the kernel's parameters are then fj__decode_tma_params), else cp.async by threads: "columns" (each thread the same
+** tensor maps: the kernel's parameters are then fj__decode_tma_params), else cp.async by
+** threads: "columns" (each thread the same
 ** 16-byte column of rows: columns that divide the threads and the tile; paged, also a warp's
 ** 32 lanes, which look its rows' pages up), "wide_rows" (a warp a whole row: 256 dims and
 ** more) or "pieces" (any piece any thread); "" elsewhere. */

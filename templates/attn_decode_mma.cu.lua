@@ -6,8 +6,9 @@
 % --   - keys and values stream through a ring of STAGES shared-memory tiles of BN keys by
 % --     cp.async, or with `bulk` (sm_90) by the bulk-copy engine: a row a copy, or with
 % --     `swizzle` too a 64-column panel a copy by tensor maps (the `tensor` loader); a slot
-% --     complete on its mbarrier; (STAGES - 1) tiles are always in flight; one block barrier a tile;
-% --     read once, they are marked evict-first in L2 (cp.async: with 256-byte L2 fetches);
+% --     complete on its mbarrier; (STAGES - 1) tiles are always in flight; one block barrier
+% --     a tile; read once, they are marked evict-first in L2 (cp.async: with 256-byte L2
+% --     fetches; the tensor maps' copies carry no hint: with row copies it made no difference);
 % --   - the packed rows are the M side of mma.sync m16n8k16: the block's BM rows are BM / 16
 % --     slabs of 16, and the KWARPS warps of a slab share its work (below): S = Q K^T and
 % --     O += P V on tensor cores, one online softmax per (row, key) in the accumulators'
@@ -109,7 +110,7 @@
 ** element (r, c) (c a multiple of 8) in a ring slot's K and V tiles, RING_K_PITCH and
 ** RING_V_PITCH the elements from a row to the next; TILE_K_AT, ... the same of the tile the
 ** products read (Conv's with an FP8 cache, else the ring slot's). */
-#define KROW ${(swizzle or fp8_kv) and "DP" or "QS"} /* a tile row's elements (with swizzle: in all panels) */
+#define KROW ${(swizzle or fp8_kv) and "DP" or "QS"} /* a tile row's elements (swizzle: all panels') */
 % if v_in_k then
 #define VROW KROW
 #define SLOT_V 0               /* where V starts in a ring slot */
@@ -185,7 +186,8 @@ static_assert(WALK_BYTES % 16 == 0 && SHARED_END % 8 == 0 &&
 % -- panel a copy ("tensor"); else cp.async by threads, each the same column of rows
 % -- ("columns"), a warp a whole wide row ("wide_rows"), or any piece any thread ("pieces").
 % local ck = head_dim_pad // (fp8_kv and 16 or 8)
-% assert((loader ~= "bulk" and not tensor) or bulk, "attn_decode_mma: bulk copies are the bulk variant's")
+% assert((loader ~= "bulk" and not tensor) or bulk,
+%        "attn_decode_mma: bulk copies are the bulk variant's")
 % -- (the kernel's side of fj__decode_swizzle_fits: what the panels' arithmetic relies on)
 % assert(not swizzle or ((tensor or (loader == "columns" and (threads // ck) % 8 == 0)) and
 %                        q_in_regs and not split_dv and not v_in_k and head_dim_pad % 64 == 0 and

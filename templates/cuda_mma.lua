@@ -328,7 +328,7 @@ __device__ __forceinline__ void mma_regs_by_rows(float (*acc)[4], const u32 (*a)
 #pragma unroll
         for (int op = 0; op < N / 16; op++) {
             u32 b0, b1, b2, b3;
-            if (PANEL_ROWS) { /* (apart: one address sum for both reorders the row-major arithmetic) */
+            if (PANEL_ROWS) { /* (apart: one address sum for both reorders row-major's) */
                 const int row = kk * 16 + lane % 16, c = op * 16 + (lane / 16) * 8;
                 ldmatrix_x4_trans(smem_addr(b + panel_at<PANEL_ROWS>(row, c)), b0, b1, b2, b3);
             } else
