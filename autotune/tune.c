@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define TUNE_MAX_CANDIDATES 64
+#define TUNE_MAX_CANDIDATES 80
 #define TUNE_MIN_REPS 5
 #define TUNE_MAX_REPS 20
 #define TUNE_BUDGET_MS 200.0
@@ -187,9 +187,10 @@ static void add(fj__tune_candidate *out, int *n, const fj__variant *v, int32_t s
 
 /* A decode's candidates for its kernel h: the split count (the plan's, then powers of two up
 ** to the key tiles), and on tensor cores also the tile depth and the ring's length (the blocks
-** an SM follow from the ring's shared memory, as in the plan), and on sm_90 the other way of
-** copying rows (bulk or cp.async: the plan's rule is the batch-1 choice, and at large batches
-** the other can win) with the rings that suit it; on wgmma the copying-warpgroup kernel's tiles,
+** an SM follow from the ring's shared memory, as in the plan), and on sm_90 the other ways of
+** copying the tiles (cp.async, the copy engine's rows, tensor maps' panels: the plan's rule is
+** from a few shapes, and by batch and length another can win) with the rings that suit them
+** (fj__plan_decode runs rows where tensor maps cannot copy the tiles); on wgmma the copying-warpgroup kernel's tiles,
 ** rings and loop, and the seesaw kernel (warps 8) wherever it fits (the plan takes it only where
 ** it measured ahead; fj__plan_decode runs the other where tensor maps cannot read k). */
 static int decode_search_space(const fj__variant *h, const fj__features *f,
@@ -235,19 +236,27 @@ static int decode_search_space(const fj__variant *h, const fj__features *f,
             add(out, &n, &v, splits[s], dev);
         }
     if (h->path == FJ__PATH_MMA && fj__sm_version(dev) >= 90) {
-        /* bulk copies want short rings (fj__decode_too_many_copies) */
-        static const int bulk_stages[] = {2, 3}, piece_stages[] = {3, 4};
-        for (int a = 0; a < 2; a++)
-            for (int s = 0; s < 8; s++) {
-                if (splits[s] > 1 && (int64_t)(splits[s] - 1) * h->tile_n >= f->seqlen_k)
-                    continue;
-                fj__variant v = *h;
-                v.bulk = !h->bulk;
-                v.stages = (uint8_t)(v.bulk ? bulk_stages[a] : piece_stages[a]);
-                fj__decode_mma_residency(&v, dev);
-                if (!fj__decode_too_many_copies(&v))
-                    add(out, &n, &v, splits[s], dev);
-            }
+        /* ways 0-2: cp.async, rows, panels; row copies want short rings
+        ** (fj__decode_too_many_copies) */
+        static const int way_stages[3][2] = {{3, 4}, {2, 3}, {3, 2}};
+        for (int way = 0; way < 3; way++) {
+            fj__variant w = *h;
+            w.bulk = way > 0;
+            w.swizzle = way == 2;
+            if ((w.bulk == h->bulk && w.swizzle == h->swizzle) ||
+                (w.swizzle && !fj__decode_swizzle_fits(&w)))
+                continue; /* the planned way (above), or panels that cannot be */
+            for (int a = 0; a < 2; a++)
+                for (int s = 0; s < 8; s++) {
+                    if (splits[s] > 1 && (int64_t)(splits[s] - 1) * h->tile_n >= f->seqlen_k)
+                        continue;
+                    fj__variant v = w;
+                    v.stages = (uint8_t)way_stages[way][a];
+                    fj__decode_mma_residency(&v, dev);
+                    if (!fj__decode_too_many_copies(&v))
+                        add(out, &n, &v, splits[s], dev);
+                }
+        }
     }
     return n;
 }
