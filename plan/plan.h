@@ -217,8 +217,10 @@ void fj__decode_mma_residency(fj__variant *v, const fj_device_info *dev);
 /* Whether tensor-core decode variant v's ring keeps more bulk row copies outstanding than a
 ** block sustains (plan/decode.c's MAX_BULK_IN_FLIGHT: more ran at 0.6x on the H200). */
 int fj__decode_too_many_copies(const fj__variant *v);
-/* Whether tensor-core decode variant v copies its K and V rows by cp.async columns (head dims
-** 64 or 128, Q in registers), the loader whose ring rows can be swizzled (swizzle=1). */
+/* Whether tensor-core decode variant v can hold its ring's tiles in the 128-byte swizzle's
+** 64-column panels (swizzle=1): 16-bit K and V of their own, head dims 64 or 128, Q in
+** registers, copied by the copy engine (then by tensor maps, where fj__plan_decode finds that
+** they can) or by cp.async columns. */
 int fj__decode_swizzle_fits(const fj__variant *v);
 /* The decode plan of f on dev with kernel v (from fj__choose_decode): splits (the caller's
 ** num_splits, or enough to fill the device), the kernel step, and the merge of the splits. */
