@@ -190,9 +190,10 @@ static void add(fj__tune_candidate *out, int *n, const fj__variant *v, int32_t s
 ** an SM follow from the ring's shared memory, as in the plan), and on sm_90 the other ways of
 ** copying the tiles (cp.async, the copy engine's rows, tensor maps' panels: the plan's rule is
 ** from a few shapes, and by batch and length another can win) with the rings that suit them
-** (fj__plan_decode runs rows where tensor maps cannot copy the tiles); on wgmma the copying-warpgroup kernel's tiles,
-** rings and loop, and the seesaw kernel (warps 8) wherever it fits (the plan takes it only where
-** it measured ahead; fj__plan_decode runs the other where tensor maps cannot read k). */
+** (fj__plan_decode runs rows where tensor maps cannot copy the tiles); on wgmma the
+** copying-warpgroup kernel's tiles, rings and loop, and the seesaw kernel (warps 8) wherever it
+** fits (the plan takes it only where it measured ahead; fj__plan_decode runs the other where
+** tensor maps cannot read k). */
 static int decode_search_space(const fj__variant *h, const fj__features *f,
                                const fj_device_info *dev, fj__tune_candidate *out)
 {

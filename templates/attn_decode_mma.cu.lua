@@ -110,7 +110,7 @@
 ** element (r, c) (c a multiple of 8) in a ring slot's K and V tiles, RING_K_PITCH and
 ** RING_V_PITCH the elements from a row to the next; TILE_K_AT, ... the same of the tile the
 ** products read (Conv's with an FP8 cache, else the ring slot's). */
-#define KROW ${(swizzle or fp8_kv) and "DP" or "QS"} /* a tile row's elements (swizzle: all panels') */
+#define KROW ${(swizzle or fp8_kv) and "DP" or "QS"} /* a row's elements (in all panels) */
 % if v_in_k then
 #define VROW KROW
 #define SLOT_V 0               /* where V starts in a ring slot */
@@ -177,7 +177,8 @@ typedef struct Comb {
 #define BARS_AT SHARED_END /* the ring slots' mbarriers */
 % end
 static_assert(WALK_BYTES % 16 == 0 && SHARED_END % 8 == 0 &&
-                  SHARED_END + ${bulk and "8 * STAGES" or "0"}${swizzle and " + 1023" or ""} == ${shared_bytes},
+                  SHARED_END + ${bulk and "8 * STAGES" or "0"}${swizzle and " + 1023" or ""} ==
+                      ${shared_bytes},
               "the host's fj__variant_shared_bytes");
 
 % decode_key_row()
