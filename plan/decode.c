@@ -86,6 +86,12 @@ int fj__decode_swizzle_fits(const fj__variant *v)
            (v->threads / (v->head_dim_pad / 8)) % 8 == 0;
 }
 
+/* The decode grid's blocks without splits: a block per (batch, kv head, tile_m packed rows). */
+static int64_t unsplit_blocks(const fj__features *f, int64_t group_rows, int32_t tile_m)
+{
+    return f->batch * f->heads_kv * fj__div_up(group_rows, tile_m);
+}
+
 /* Whether a decode kernel can take f's K and V tiles of v->tile_n keys by bulk tensor copies
 ** (the wgmma kernel's bulk, the mma kernel's tensor loader): tensors a tensor map reads, dense
 ** (not packed) and, paged, pages of whole tiles (a tile's box lies in one page: the kernels
@@ -101,8 +107,8 @@ static int tensor_copies_fit(const fj__features *f, const fj__variant *v)
 ** 64-key tiles in a ring, the query fragments in registers to d 128. Value dims beyond 256
 ** (MLA's 512) split S's head dims and O's columns across a block's four warps (split_dv) on
 ** 16 rows a block, both dims padded to 64; v a view of k's first dims (MLA's latent cache) is
-** read from K's tiles. On sm_90+ the rows come by bulk copies. An FP8 cache (rows of 16-byte
-** pieces, head dims to 256, v not in k) is converted into f16 tiles for the products.
+** read from K's tiles. On sm_90+ the tiles come by bulk copies (below). An FP8 cache (rows of
+** 16-byte pieces, head dims to 256, v not in k) is converted into f16 tiles for the products.
 ** Returns 1 and fills *v when it serves f on dev. */
 static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t group_rows,
                       fj__variant *v)
@@ -137,14 +143,15 @@ static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t 
     const int64_t cache_bytes = f->batch * f->seqlen_k * f->heads_kv *
                                 (f->head_dim + f->head_dim_v) *
                                 (int64_t)fj_dtype_size((fj_dtype)f->kv_dtype);
-    const int64_t blocks = f->batch * f->heads_kv * fj__div_up(group_rows, t.tile_m);
-    fj__variant panels = t;
+    fj__variant panels = t; /* (t by bulk copies) */
     panels.bulk = 1;
     const int tensor = fj__sm_version(dev) >= 90 && tensor_copies_fit(f, &panels) &&
                        fj__decode_swizzle_fits(&panels);
-    const int64_t dense_min = !tensor                                 ? BULK_MIN_DENSE_BYTES
-                              : blocks >= (int64_t)dev->compute_units ? TENSOR_MIN_FULL_GRID_BYTES
-                                                                      : TENSOR_MIN_DENSE_BYTES;
+    int64_t dense_min = BULK_MIN_DENSE_BYTES;
+    if (tensor)
+        dense_min = unsplit_blocks(f, group_rows, t.tile_m) >= fj__compute_units(dev)
+                        ? TENSOR_MIN_FULL_GRID_BYTES
+                        : TENSOR_MIN_DENSE_BYTES;
     /* An FP8 cache's rows (half the bytes) by cp.async too: by bulk copies they ran at
     ** 0.62-0.88x (H100, d 128, dense and paged, bench/RESULTS.md). */
     t.bulk = fj__sm_version(dev) >= 90 && !fp8 &&
@@ -203,7 +210,7 @@ static int choose_wgmma(const fj__features *f, const fj_device_info *dev, int64_
     t.bulk = 1; /* where the tensors allow (fj__plan_decode: tensor_copies_fit) */
     fj__variant seesaw = t;
     fj__decode_make_seesaw(&seesaw);
-    const int64_t blocks = f->batch * f->heads_kv * fj__div_up(group_rows, t.tile_m);
+    const int64_t blocks = unsplit_blocks(f, group_rows, t.tile_m);
     if (t.v_in_k && t.head_dim_v_pad == 512 && group_rows >= SEESAW_MIN_ROWS &&
         blocks * SEESAW_MIN_FILL >= fj__compute_units(dev) && tensor_copies_fit(f, &seesaw) &&
         fj__variant_fits(&seesaw, dev)) {

@@ -60,6 +60,13 @@ const char *fj__variant_entry(const fj__variant *v)
                                             : "fj_attn_fwd";
 }
 
+/* Whether v is the tensor-core decode kernel with its `tensor` loader
+** (fj__variant_decode_loader), whose tiles come by tensor maps. */
+static int decode_tensor_loader(const fj__variant *v)
+{
+    return v->family == FJ__FAMILY_DECODE && v->path == FJ__PATH_MMA && v->bulk && v->swizzle;
+}
+
 const fj__playout *fj__variant_layout(const fj__variant *v)
 {
     if (v->family == FJ__FAMILY_CLASSIFY)
@@ -67,9 +74,8 @@ const fj__playout *fj__variant_layout(const fj__variant *v)
     if (v->family == FJ__FAMILY_MERGE)
         return &fj__merge_params_layout;
     if (v->family == FJ__FAMILY_DECODE)
-        return v->path == FJ__PATH_WGMMA || !strcmp(fj__variant_decode_loader(v), "tensor")
-                   ? &fj__decode_tma_params_layout
-                   : &fj__decode_params_layout;
+        return v->path == FJ__PATH_WGMMA || decode_tensor_loader(v) ? &fj__decode_tma_params_layout
+                                                                    : &fj__decode_params_layout;
     if (v->family == FJ__FAMILY_APPEND)
         return &fj__append_params_layout;
     if (v->family == FJ__FAMILY_DEQUANT)
@@ -300,7 +306,7 @@ const char *fj__variant_decode_loader(const fj__variant *v)
     if (v->family != FJ__FAMILY_DECODE || v->path != FJ__PATH_MMA)
         return "";
     if (v->bulk)
-        return v->swizzle ? "tensor" : "bulk";
+        return decode_tensor_loader(v) ? "tensor" : "bulk";
     /* 16-byte columns of a row */
     const int ck = v->head_dim_pad * (int)fj_dtype_size((fj_dtype)v->kv_dtype) / 16;
     const int columns_fit = ck > 0 && v->threads % ck == 0 && v->tile_n % (v->threads / ck) == 0 &&
