@@ -26,6 +26,8 @@
 #define BULK_MIN_DENSE_BYTES (1ll << 30)   /* K + V of a dense cache that takes bulk row copies */
 #define TENSOR_MIN_DENSE_BYTES (1ll << 29) /* ... or tensor maps' copies */
 #define TENSOR_MIN_FULL_GRID_BYTES (1ll << 27) /* ... where the unsplit grid fills the SMs */
+/* K + V of a paged cache whose tiles tensor maps copy a page at a time (pages of part tiles) */
+#define TENSOR_MIN_PAGE_COPIES_BYTES (1ll << 29)
 
 /* Whether f's q is 16-bit and q, k and v come in 16-byte rows on CUDA. */
 static int cuda_rows_16b(const fj__features *f, const fj_device_info *dev)
@@ -92,15 +94,25 @@ static int64_t unsplit_blocks(const fj__features *f, int64_t group_rows, int32_t
     return f->batch * f->heads_kv * fj__div_up(group_rows, tile_m);
 }
 
-/* Whether a decode kernel can take f's K and V tiles of v->tile_n keys by bulk tensor copies
-** (the wgmma kernel's bulk, the mma kernel's tensor loader): tensors a tensor map reads, dense
-** (not packed) and, paged, pages of whole tiles (a tile's box lies in one page: the kernels
-** start their tiles at multiples of tile_n). Elsewhere threads copy them (the wgmma kernel's,
-** any page size, packed sequences) or the copy engine a row a copy (the mma kernel's). */
+/* The key rows of one tensor-map copy of f's K and V into v's tiles of v->tile_n keys: a tile
+** where the cache is contiguous or its pages hold whole tiles (the kernels start their tiles at
+** multiples of tile_n, so a tile's box lies in one page); the mma kernel's tensor loader also
+** takes a tile as several pages (fj__page_rows: pages of whole periods of the swizzle that
+** divide the tile). 0 where no copy fits. */
+static int32_t copy_rows(const fj__features *f, const fj__variant *v)
+{
+    if (!f->paged || f->page_size % v->tile_n == 0)
+        return v->tile_n;
+    return v->path == FJ__PATH_MMA ? fj__page_rows(v->tile_n, f->page_size) : 0;
+}
+
+/* Whether a decode kernel can take f's K and V tiles by bulk tensor copies (the wgmma kernels'
+** bulk, the mma kernel's tensor loader): tensors a tensor map reads, dense (not packed), and
+** the pages copy_rows allows. Elsewhere threads copy them (the wgmma kernel's, any page size,
+** packed sequences) or the copy engine a row a copy (the mma kernel's). */
 static int tensor_copies_fit(const fj__features *f, const fj__variant *v)
 {
-    return f->tma[FJ__T_K] && (v->v_in_k || f->tma[FJ__T_V]) && !f->varlen &&
-           (!f->paged || f->page_size % v->tile_n == 0);
+    return f->tma[FJ__T_K] && (v->v_in_k || f->tma[FJ__T_V]) && !f->varlen && copy_rows(f, v) > 0;
 }
 
 /* On sm_80+, the tensor-core kernel (attn_decode_mma.cu.lua): 16, 32 or 64 packed rows a block,
@@ -139,14 +151,19 @@ static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t 
     ** cache of BULK_MIN_DENSE_BYTES or more (rows 1.01-1.06x from batch 8 x 32k; 0.89-0.99x at
     ** batch 1), or by tensor maps of TENSOR_MIN_DENSE_BYTES or more, or of
     ** TENSOR_MIN_FULL_GRID_BYTES where the grid has a block for every SM without splits (1.01-
-    ** 1.02x at b 1 x 128k keys and 32-128 x 1k; 0.96x at b 1 x 32k, the same at 8 x 8k). */
+    ** 1.02x at b 1 x 128k keys and 32-128 x 1k; 0.96x at b 1 x 32k, the same at 8 x 8k). Pages
+    ** of part tiles (a copy a page and panel: 16 copies a tile at pages of 16) by tensor maps
+    ** from TENSOR_MIN_PAGE_COPIES_BYTES: 1.03-1.04x row copies there at d 128, 1.00x at
+    ** 256 MiB, 0.89-0.96x at 32-128 MiB (H100, bench/RESULTS.md). */
     const int64_t cache_bytes = f->batch * f->seqlen_k * f->heads_kv *
                                 (f->head_dim + f->head_dim_v) *
                                 (int64_t)fj_dtype_size((fj_dtype)f->kv_dtype);
     fj__variant panels = t; /* (t by bulk copies) */
     panels.bulk = 1;
+    const int page_copies = f->paged && f->page_size < t.tile_n;
     const int tensor = fj__sm_version(dev) >= 90 && tensor_copies_fit(f, &panels) &&
-                       fj__decode_swizzle_fits(&panels);
+                       fj__decode_swizzle_fits(&panels) &&
+                       (!page_copies || cache_bytes >= TENSOR_MIN_PAGE_COPIES_BYTES);
     int64_t dense_min = BULK_MIN_DENSE_BYTES;
     if (tensor)
         dense_min = unsplit_blocks(f, group_rows, t.tile_m) >= fj__compute_units(dev)
@@ -493,6 +510,8 @@ fj_status fj__plan_decode(const fj__features *f, const fj_device_info *dev, cons
     ** tuning record's swizzle=1 on other pages): row copies. */
     if (v->path == FJ__PATH_MMA && v->bulk && v->swizzle && !tensor_copies_fit(f, v))
         s->variant.swizzle = 0;
+    if (f->paged && !strcmp(fj__variant_decode_loader(&s->variant), "tensor"))
+        s->variant.page_rows = (uint8_t)copy_rows(f, &s->variant);
     s->shared_bytes = fj__variant_dynamic_shared_bytes(&s->variant);
     s->block[0] = (uint32_t)s->variant.threads;
     /* The kv heads (and row tiles) fastest: the blocks running together read the same key
@@ -527,17 +546,19 @@ static void partial_slot(const fj__plan *plan, const fj__problem *p, void *const
 }
 
 /* The tensor maps of K and V (the wgmma kernel's bulk copies, the mma kernel's tensor loader;
-** zeros without): boxes of a tile's rows by 64 columns, a paged cache's pages as its batches. */
+** zeros without): boxes of a copy's rows (a tile's, or page_rows) by 64 columns, a paged
+** cache's pages as its batches. */
 static fj_status fill_decode_maps(const fj__variant *v, const fj__problem *p, fj__tmap_fn tmap,
                                   void *ud, fj__decode_tma_params *T)
 {
     if (!v->bulk)
         return FJ_OK;
+    const uint32_t rows = (uint32_t)(v->page_rows ? v->page_rows : v->tile_n);
     fj__tensor_map_desc d;
-    fj__tensor_map_of(p->k, (uint32_t)v->tile_n, &d, &T->perm_k);
+    fj__tensor_map_of(p->k, rows, &d, &T->perm_k);
     fj_status st = tmap(ud, FJ__MAP_DECODE_K, &d, &T->tm_k);
     if (st == FJ_OK && !v->v_in_k) {
-        fj__tensor_map_of(p->v, (uint32_t)v->tile_n, &d, &T->perm_v);
+        fj__tensor_map_of(p->v, rows, &d, &T->perm_v);
         st = tmap(ud, FJ__MAP_DECODE_V, &d, &T->tm_v);
     }
     return st;

@@ -356,7 +356,7 @@ static void plan_simt(fj__variant *v, const fj_device_info *dev)
         v->tile_n /= 2;
 }
 
-int32_t fj__fwd_page_rows(int32_t tile_n, int64_t page_size)
+int32_t fj__page_rows(int32_t tile_n, int64_t page_size)
 {
     /* A copy is a tile where pages hold whole tiles, else a page where tiles hold whole pages:
     ** pages of whole 8-row periods of the 128-byte swizzle, which TMA applies by shared-memory
@@ -372,7 +372,7 @@ int32_t fj__fwd_page_rows(int32_t tile_n, int64_t page_size)
 static void set_page_rows(fj__variant *v, const fj__features *f)
 {
     if (v->paged)
-        v->page_rows = (uint8_t)fj__fwd_page_rows(v->tile_n, f->page_size);
+        v->page_rows = (uint8_t)fj__page_rows(v->tile_n, f->page_size);
 }
 
 /* Whether FP8 q, k and v can go through 16-bit copies (variant field dequant): dense (a copy's

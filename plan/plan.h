@@ -178,9 +178,10 @@ int fj__sm_version(const fj_device_info *dev);
 ** result still fits. */
 void fj__choose_forward(const fj__features *f, const fj_device_info *dev, const char *config,
                         fj__variant *v);
-/* The key rows of one bulk copy of Hopper's paged forward with tile_n-key tiles over pages of
-** page_size keys: a whole tile, or a whole page; 0 where neither fits. */
-int32_t fj__fwd_page_rows(int32_t tile_n, int64_t page_size);
+/* The key rows of one tensor-map copy of a paged cache into tiles of tile_n keys over pages of
+** page_size keys (Hopper's paged forward, the mma decode kernel's tensor loader): a whole tile,
+** or a whole page; 0 where neither fits. */
+int32_t fj__page_rows(int32_t tile_n, int64_t page_size);
 /* The forward plan of f on dev with kernel v (from fj__choose_forward, perhaps changed by a
 ** tuned record): its steps, grids and workspaces. Fails (FJ_ERR_UNSUPPORTED) only for masks too
 ** large for the block classifier's grid. */

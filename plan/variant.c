@@ -403,7 +403,7 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
     if (v->family == FJ__FAMILY_TRANSPOSE_V)
         return v->threads == 256 && v->backend == FJ_BACKEND_CUDA;
     /* A paged forward: Hopper's kernel, copies of whole swizzle periods that divide its tiles
-    ** (fj__fwd_page_rows; 0 while the heuristic plans the tiles, which no kernel renders), of
+    ** (fj__page_rows; 0 while the heuristic plans the tiles, which no kernel renders), of
     ** 16-bit data, one block a work tile's columns, no block classes or bias tiles
     ** (attn_fwd_wgmma.cu.lua's assertion). */
     if (v->family == FJ__FAMILY_FWD && v->paged &&
@@ -411,6 +411,11 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
          (v->page_rows && (v->page_rows % 8 || v->tile_n % v->page_rows)) ||
          fj__dtype_fp8((fj_dtype)v->q_dtype) || v->d_split || v->block_mask ||
          fj__variant_element_masks(v) || v->bias_tma))
+        return 0;
+    /* A paged decode's tensor-map copies of page_rows keys: the mma kernel's tensor loader's,
+    ** whole swizzle periods that divide its tiles (fj__page_rows). */
+    if (v->family == FJ__FAMILY_DECODE && v->page_rows &&
+        (!decode_tensor_loader(v) || !v->paged || v->page_rows % 8 || v->tile_n % v->page_rows))
         return 0;
     if (v->family == FJ__FAMILY_BWD && v->path == FJ__PATH_MMA && v->stage == 4)
         /* attn_bwd_dbias_mma.cu.lua: 16 keys a warp, a bias, dense sequences */

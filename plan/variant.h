@@ -129,9 +129,10 @@ typedef struct fj__variant {
                           ** buffers, no transposing warps (dense requests) */
     uint8_t paged;        /* DECODE, FWD on WGMMA: k and v are pages of a KV cache found through
                           ** a table */
-    uint8_t page_rows;    /* FWD on WGMMA, paged: the key rows of one bulk copy, a divisor of
-                          ** tile_n and of the page size (fj__fwd_page_rows; 0 while the
-                          ** heuristic plans the tiles) */
+    uint8_t page_rows;    /* FWD on WGMMA, paged; DECODE by the mma kernel's tensor loader,
+                          ** paged: the key rows of one tensor-map copy, a divisor of tile_n
+                          ** and of the page size (fj__page_rows; 0 while the heuristic plans
+                          ** the tiles) */
     uint8_t row_band;     /* DECODE with local_mask: each row tile bounds its keys by its own
                           ** rows' band, not the sequence's (a paged chunk of more rows than
                           ** decode takes: causal prefill reads half the keys) */

@@ -35,6 +35,7 @@
 % -- tile_n limit of its own), descale (an FP8 cache's factors), tile_m (BM:
 % -- 16, 32 or 64 packed rows), tile_n (BN keys a tile; KPW = BN / KWARPS a multiple of 16),
 % -- stages (the ring's tiles), swizzle (the ring's tiles in the 128-byte swizzle's panels, below),
+% -- page_rows (paged, by the tensor loader: the key rows of one tensor-map copy, below),
 % -- q_in_regs (the query fragments stay in registers across the walk,
 % -- else they are read from shared memory a tile at a time: large head dims), split_dv, v_in_k
 % -- and bulk (above), partial (with it, the merge's launch may overlap this grid's end: see
@@ -195,6 +196,8 @@ static_assert(WALK_BYTES % 16 == 0 && SHARED_END % 8 == 0 &&
 %                        head_dim_v_pad % 64 == 0),
 %        "attn_decode_mma: swizzle takes tensor maps' copies or cp.async columns of whole " ..
 %        "64-column panels (head dims 64, 128), Q in registers")
+% assert(not (tensor and paged) or (page_rows >= 8 and page_rows % 8 == 0 and tile_n % page_rows == 0),
+%        "attn_decode_mma: the tensor loader's paged copies are whole swizzle periods dividing a tile")
 % if loader == "wide_rows" then
 
 /* A warp's copy of one wide row (the wide-row loader below), the row at `off` in tensor t: lane
@@ -297,10 +300,25 @@ fj_attn_decode(
     ** tensor's and columns past the head dims are the maps' zeros; rows past the sequence's
     ** keys (seqused_k, a last page's) may hold anything, and the warps zero their values before
     ** P V (zero_values below). Tiles start at multiples of BN (the plan's splits do, and a
-    ** band's start is rounded down to one), so a paged tile lies in one page (the plan gives
-    ** this loader pages of whole tiles only). */
+    ** band's start is rounded down to one), so a paged tile is a part of one page, or
+    ** BN / PAGE_ROWS whole pages (the host's page_rows, fj__page_rows: pages of whole 8-row
+    ** periods of the swizzle, which TMA applies by shared-memory address), a copy a page and
+    ** panel at row j * PAGE_ROWS of the panel. */
     constexpr u32 TILE_BYTES = (u32)(RING_SLOT * (int)sizeof(kv_t));
-%   if paged then
+%   if paged and page_rows < tile_n then
+    constexpr int PAGE_ROWS = ${page_rows}, PAGES = BN / PAGE_ROWS; /* copies a panel */
+    /* thread 0's: the pages of the next tile's keys, looked up a tile ahead (past the
+    ** sequence's keys its last page, whose table slot exists) */
+    int next_page[PAGES];
+    auto pages_of = [&](int n0) {
+        if (tid == 0 && n0 <= hi) {
+#pragma unroll
+            for (int j = 0; j < PAGES; j++)
+                next_page[j] =
+                    PAGE_NUMBER(div_by(page_div, I_MIN(n0 + j * PAGE_ROWS, seqlen_k - 1)));
+        }
+    };
+%   elseif paged then
     int next_page = 0; /* thread 0's: the page of the next tile's keys, looked up a tile ahead */
     auto pages_of = [&](int n0) {
         if (tid == 0 && n0 <= hi)
@@ -312,14 +330,25 @@ fj_attn_decode(
             return;
         const u32 bar = bars + 8 * slot, dst = smem_addr(ring + slot * RING_SLOT);
         mbar_arrive_expect(bar, TILE_BYTES);
-%   if paged then
-        const int page = next_page, row = mod_by(page_div, n0);
+%   if paged and page_rows < tile_n then
+#pragma unroll
+        for (int j = 0; j < PAGES; j++)
+            load_panels<DP>(dst + j * PAGE_ROWS * 128, &T.tm_k, bar, BN, 0, head_kv, next_page[j],
+                            T.perm_k);
+#pragma unroll
+        for (int j = 0; j < PAGES; j++)
+            load_panels<DVP>(dst + SLOT_V * (int)sizeof(kv_t) + j * PAGE_ROWS * 128, &T.tm_v, bar,
+                             BN, 0, head_kv, next_page[j], T.perm_v);
 %   else
+%     if paged then
+        const int page = next_page, row = mod_by(page_div, n0);
+%     else
         const int page = batch, row = n0;
-%   end
+%     end
         load_panels<DP>(dst, &T.tm_k, bar, BN, row, head_kv, page, T.perm_k);
         load_panels<DVP>(dst + SLOT_V * (int)sizeof(kv_t), &T.tm_v, bar, BN, row, head_kv, page,
                          T.perm_v);
+%   end
     };
 % elseif loader == "bulk" then
     /* By the bulk-copy engine (sm_90), a row a copy (copy i of a tile: K's row i, or V's row

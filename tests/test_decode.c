@@ -92,8 +92,9 @@ static int run_cases_with(const char *config, const fjh_case *cases, size_t n, i
 ** the vector kernel (FLASHJIT_CONFIG=path=vec; head dims to 256), on sm_90 the tensor-core
 ** kernel's bulk row copies on a dense cache of rows to 128 dims (bulk=1; the plan keeps
 ** cp.async there; elsewhere the config changes nothing) and its tensor maps' copies of swizzled
-** panels there (bulk=1,swizzle=1: the plan's for dense caches of 1 GiB or more; pages of whole
-** 64-key tiles take them by default), its swizzled ring by cp.async (bulk=0, swizzle=1: rows
+** panels there and on pages of multiples of 8 keys (bulk=1,swizzle=1: the plan's for dense
+** caches of 1 GiB or more, pages of whole 64-key tiles, and pages of part tiles, copied a page
+** at a time, of 512 MiB or more), its swizzled ring by cp.async (bulk=0, swizzle=1: rows
 ** of 64 or 128 dims, dense and paged; elsewhere none), its
 ** splits merged by their last block (merge_last=1; head dims to 256), and
 ** on sm_90a the mma kernel where
@@ -108,7 +109,7 @@ static void run_cases(void **state, const fjh_case *cases, size_t n, int want_de
     if (FJ_TEST_BACKEND == FJ_BACKEND_CUDA) {
         failures += run_cases_with("path=vec", cases, n, 256, 0, 0, want_decode);
         failures += run_cases_with("bulk=1", cases, n, 128, 0, -1, want_decode);
-        failures += run_cases_with("bulk=1,swizzle=1", cases, n, 128, 0, -1, want_decode);
+        failures += run_cases_with("bulk=1,swizzle=1", cases, n, 128, 0, 8, want_decode);
         failures += run_cases_with("bulk=0,swizzle=1", cases, n, 128, 0, 0, want_decode);
         failures += run_cases_with("merge_last=1", cases, n, 256, 0, 0, want_decode);
         failures += run_cases_with("warps=4", cases, n, 576, 256, 0, want_decode);
@@ -257,13 +258,14 @@ static void test_paged_packed(void **state)
 
 /* A paged KV cache: page sizes 1 to 256 with shuffled page tables and spare pages, sequences
 ** of the full length, 0 and 1 keys and random counts (seqused_k), decode and speculative
-** decode (causal bottom-right), chunked prefill (more than 16 rows), split counts, GQA. */
+** decode (causal bottom-right), chunked prefill (more than 16 rows), split counts, GQA; pages
+** of 8 and 32 too, which sm_90's tensor loader copies a page at a time. */
 static void test_paged(void **state)
 {
     static const int pages[] = {1, 16, 64, 256, 7};
     static const int64_t sq[] = {1, 4, 16, 40, 2};
     static const int32_t splits[] = {0, 7, 1, 3, 64};
-    fjh_case cases[10];
+    fjh_case cases[12];
     size_t n = 0;
     for (size_t i = 0; i < 5; i++) {
         cases[n] = decode_case(sq[i], 300 + 131 * (int64_t)i, 8, 2, 64, FJ_DTYPE_BF16);
@@ -278,6 +280,14 @@ static void test_paged(void **state)
         cases[n].desc.window_left = i == 2 ? 30 : -1;
         cases[n++].desc.softcap = i == 3 ? 10.0f : 0.0f;
     }
+    cases[n] = decode_case(1, 777, 32, 8, 128, FJ_DTYPE_BF16);
+    cases[n].batch = 3;
+    cases[n++].paged = 8;
+    cases[n] = decode_case(3, 450, 8, 2, 64, FJ_DTYPE_F16);
+    cases[n].batch = 2;
+    cases[n].paged = 32;
+    cases[n].desc.num_splits = 2;
+    cases[n++].desc.causal = 1;
     run_cases(state, cases, n, WANT_DECODE_BUT_CHUNKS);
 }
 

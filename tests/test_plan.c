@@ -693,12 +693,14 @@ static fj__variant decode_variant_of(const fj__features *f, const fj_device_info
 
 /* The tensor-core decode ring's tiles in the 128-byte swizzle's panels (swizzle): by default
 ** where the copy engine takes the tiles and tensor maps can (sm_90: a dense cache of 1 GiB or
-** more at 128 dims, pages of whole 64-key tiles), then a panel a copy ("tensor" loader); asked
-** for (swizzle=1), also where cp.async columns copy them (head dims 64 and 128, dense or paged,
-** sm_80 and sm_90). Dropped elsewhere: wider or odd head dims, the vector kernel, and in the
-** plan tensor maps that cannot copy the tiles (pages of 16, packed sequences: bulk row copies
-** then). The ring's shared memory loses its rows' padding, 16 bytes a row of K and of V, less
-** the slack that puts it on a 1024-byte boundary. */
+** more at 128 dims; pages of whole 64-key tiles; of whole 8-key periods of the swizzle that
+** divide a tile, copied a page at a time, page_rows, from 512 MiB), then a panel a copy
+** ("tensor" loader);
+** asked for (swizzle=1), also where cp.async columns copy them (head dims 64 and 128, dense or
+** paged, sm_80 and sm_90). Dropped elsewhere: wider or odd head dims, the vector kernel, and in
+** the plan tensor maps that cannot copy the tiles (pages of 4, packed sequences: bulk row
+** copies then). The ring's shared memory loses its rows' padding, 16 bytes a row of K and of
+** V, less the slack that puts it on a 1024-byte boundary. */
 static void test_decode_swizzle(void **state)
 {
     (void)state;
@@ -716,8 +718,12 @@ static void test_decode_swizzle(void **state)
         {128, 2, 16, &devs.h200, "bulk=0,swizzle=1", 1, "columns"},
         {128, 2, 64, &devs.h200, NULL, 1, "tensor"},
         {128, 2, 256, &devs.h200, NULL, 1, "tensor"},
-        {128, 2, 16, &devs.h200, NULL, 0, "bulk"},        /* a tile across pages */
-        {128, 2, 16, &devs.h200, "swizzle=1", 1, "bulk"}, /* likewise, asked */
+        {128, 128, 16, &devs.h200, NULL, 1, "tensor"}, /* a tile across pages, 4 GiB */
+        {128, 2, 16, &devs.h200, NULL, 0, "bulk"},     /* likewise, 64 MiB */
+        {128, 2, 8, &devs.h200, "swizzle=1", 1, "tensor"},
+        {64, 2, 32, &devs.h200, "swizzle=1", 1, "tensor"},
+        {128, 2, 4, &devs.h200, NULL, 0, "bulk"},        /* pages of part periods */
+        {128, 2, 4, &devs.h200, "swizzle=1", 1, "bulk"}, /* likewise, asked */
         {128, 2, 0, &devs.h200, "bulk=1,swizzle=1", 1, "tensor"},
         {128, 128, 0, &devs.h200, NULL, 1, "tensor"},              /* 4 GiB */
         {128, 128, -1, &devs.h200, "bulk=1,swizzle=1", 1, "bulk"}, /* packed sequences */
@@ -752,6 +758,13 @@ static void test_decode_swizzle(void **state)
         if (strcmp(fj__variant_decode_loader(planned), cases[i].planned))
             fail_msg("case %zu: the plan's loader '%s', expected '%s'", i,
                      fj__variant_decode_loader(planned), cases[i].planned);
+        /* a copy a page where a tile spans pages, else a tile */
+        const int tensor = !strcmp(fj__variant_decode_loader(planned), "tensor");
+        const int64_t copy_rows =
+            cases[i].page > 0 && cases[i].page < planned->tile_n ? cases[i].page : planned->tile_n;
+        if (planned->page_rows != (tensor && cases[i].page > 0 ? copy_rows : 0))
+            fail_msg("case %zu: page_rows %d", i, planned->page_rows);
+        assert_true(fj__variant_fits(planned, cases[i].dev));
         assert_true((fj__variant_layout(planned) == &fj__decode_tma_params_layout) ==
                     (planned->path == FJ__PATH_WGMMA ||
                      !strcmp(fj__variant_decode_loader(planned), "tensor")));
@@ -897,7 +910,7 @@ static void test_decode_large_dense_bulk(void **state)
 }
 
 /* A paged cache's chunks of prefill (beyond 16 rows, or where "path=wgmma" asks: W): Hopper's
-** forward where its tiles and the pages fit (fj__fwd_page_rows: a copy a tile where
+** forward where its tiles and the pages fit (fj__page_rows: a copy a tile where
 ** pages hold whole tiles, a page where tiles hold whole pages of at least 8 keys), 16-bit data,
 ** no score terms, any row count; the decode kernels still for other page sizes, f32, ALiBi,
 ** and elsewhere than sm_90a. */
