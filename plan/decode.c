@@ -70,7 +70,9 @@ void fj__decode_mma_residency(fj__variant *v, const fj_device_info *dev)
 
 int fj__decode_too_many_copies(const fj__variant *v)
 {
-    return v->bulk && (v->stages - 1) * v->tile_n * (v->v_in_k ? 1 : 2) > MAX_BULK_IN_FLIGHT;
+    /* (the tensor loader's copies are panels: a few a tile) */
+    return v->bulk && !v->swizzle &&
+           (v->stages - 1) * v->tile_n * (v->v_in_k ? 1 : 2) > MAX_BULK_IN_FLIGHT;
 }
 
 int fj__decode_swizzle_fits(const fj__variant *v)
@@ -151,7 +153,9 @@ static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t 
     ** cache of BULK_MIN_DENSE_BYTES or more (rows 1.01-1.06x from batch 8 x 32k; 0.89-0.99x at
     ** batch 1), or by tensor maps of TENSOR_MIN_DENSE_BYTES or more, or of
     ** TENSOR_MIN_FULL_GRID_BYTES where the grid has a block for every SM without splits (1.01-
-    ** 1.02x at b 1 x 128k keys and 32-128 x 1k; 0.96x at b 1 x 32k, the same at 8 x 8k). Pages
+    ** 1.02x at b 1 x 128k keys and 32-128 x 1k; 0.96x at b 1 x 32k, the same at 8 x 8k);
+    ** rows of 64 dims by tensor maps too, from the same sizes (in four slots 1.01-1.06x
+    ** cp.async from 128 MiB, 0.94x at b 1 x 32k's 64 MiB; a row a copy ran at 0.74-0.79x). Pages
     ** of part tiles (a copy a page and panel: 16 copies a tile at pages of 16) by tensor maps
     ** from TENSOR_MIN_PAGE_COPIES_BYTES: 1.03-1.04x row copies there at d 128, 1.00x at
     ** 256 MiB, 0.89-0.96x at 32-128 MiB (H100, bench/RESULTS.md). */
@@ -171,18 +175,22 @@ static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t 
                         : TENSOR_MIN_DENSE_BYTES;
     /* An FP8 cache's rows (half the bytes) by cp.async too: by bulk copies they ran at
     ** 0.62-0.88x (H100, d 128, dense and paged, bench/RESULTS.md). */
+    const int rows_64 = t.head_dim_pad == 64 && t.head_dim_v_pad == 64;
+    const int dense_bulk = (t.head_dim_pad == 128 && t.head_dim_v_pad == 128) || (tensor && rows_64);
     t.bulk = fj__sm_version(dev) >= 90 && !fp8 &&
              (f->paged || t.head_dim_pad > 128 || t.head_dim_v_pad > 128 ||
-              (t.head_dim_pad == 128 && t.head_dim_v_pad == 128 && cache_bytes >= dense_min));
+              (dense_bulk && cache_bytes >= dense_min));
     t.swizzle = t.bulk && tensor;
     /* Ring depth, the best of A/Bs on the H200 (bench/RESULTS.md): by cp.async four tiles (at
     ** d 128 one block an SM), three for a paged cache (two blocks: its page arithmetic wants
     ** the second block's warps); by bulk copies three (two blocks), since a block with more
     ** than MAX_BULK_IN_FLIGHT row copies outstanding ran at 0.6x; two with split_dv (two
     ** blocks of 104 KiB at 576 / 512); two for an FP8 cache (three blocks an SM: 1.00-1.05x
-    ** dense and 1.05-1.22x paged over three or four slots' two blocks on the H100). Fewer
-    ** where large heads do not fit. */
-    t.stages = t.split_dv || fp8 ? 2 : f->paged || t.bulk ? 3 : 4;
+    ** dense and 1.05-1.22x paged over three or four slots' two blocks on the H100); a dense
+    ** cache of 64-dim rows by tensor maps four, as timed (two copies a tile). Fewer where
+    ** large heads do not fit. */
+    const int dense_panels_64 = t.swizzle && !f->paged && rows_64;
+    t.stages = t.split_dv || fp8 ? 2 : f->paged || (t.bulk && !dense_panels_64) ? 3 : 4;
     while (t.stages > 2 && (fj__decode_too_many_copies(&t) || !fj__variant_fits(&t, dev)))
         t.stages--;
     if (!fj__variant_fits(&t, dev))

@@ -216,7 +216,8 @@ int fj__decode_apply_config(fj__variant *v, const char *config, const fj_device_
 ** then bounded to allow them, and the plan's splits count on them. */
 void fj__decode_mma_residency(fj__variant *v, const fj_device_info *dev);
 /* Whether tensor-core decode variant v's ring keeps more bulk row copies outstanding than a
-** block sustains (plan/decode.c's MAX_BULK_IN_FLIGHT: more ran at 0.6x on the H200). */
+** block sustains (plan/decode.c's MAX_BULK_IN_FLIGHT: more ran at 0.6x on the H200); the
+** tensor loader's panel copies (swizzle) are never too many. */
 int fj__decode_too_many_copies(const fj__variant *v);
 /* Whether tensor-core decode variant v can hold its ring's tiles in the 128-byte swizzle's
 ** 64-column panels (swizzle=1): 16-bit K and V of their own, head dims 64 or 128, Q in

@@ -873,7 +873,8 @@ static void test_merge_row_limit(void **state)
 /* A dense cache of 128-dim rows takes bulk copies on sm_90 (three tiles, two blocks an SM), by
 ** tensor maps (swizzle) once K and V reach 512 MiB, or 128 MiB where the grid has a block for
 ** every SM without splits, by rows from 1 GiB where tensor maps cannot copy them (k's rows
-** unaligned); smaller caches, rows of 64 dims and sm_80 keep cp.async's four. */
+** unaligned); rows of 64 dims likewise, by tensor maps only and in four slots; smaller caches
+** and sm_80 keep cp.async's four. */
 static void test_decode_large_dense_bulk(void **state)
 {
     (void)state;
@@ -889,7 +890,9 @@ static void test_decode_large_dense_bulk(void **state)
         {32, 1024, 128, &devs.h200, 1, 3, 0},  {16, 1024, 128, &devs.h200, 0, 4, 0},
         {1, 65536, 128, &devs.h200, 0, 4, 0},  {8, 8192, 128, &devs.h200, 0, 4, 0},
         {1, 131072, 128, &devs.h200, 0, 4, 1}, {8, 32768, 128, &devs.h200, 1, 3, 1},
-        {128, 8192, 64, &devs.h200, 0, 4, 0},  {128, 8192, 128, &devs.sm86, 0, 2, 0},
+        {128, 8192, 64, &devs.h200, 1, 4, 0},  {128, 8192, 128, &devs.sm86, 0, 2, 0},
+        {128, 8192, 64, &devs.h200, 0, 4, 1},  {1, 32768, 64, &devs.h200, 0, 4, 0},
+        {8, 32768, 64, &devs.h200, 1, 4, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fj__features f = bwd_features(cases[i].d, cases[i].d, FJ_DTYPE_BF16);
@@ -905,7 +908,7 @@ static void test_decode_large_dense_bulk(void **state)
                      v.bulk, v.stages, cases[i].bulk, cases[i].stages);
         assert_int_equal(v.swizzle, v.bulk && !cases[i].no_maps);
         if (v.bulk)
-            assert_int_equal(v.ctas_per_sm, 2);
+            assert_int_equal(v.ctas_per_sm, cases[i].d == 128 ? 2 : 3);
     }
 }
 
