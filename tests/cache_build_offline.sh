@@ -177,6 +177,16 @@ for arch in sm_80 sm_90a; do
         { echo "FAIL: no packed decode or merge kernel built for $arch"; exit 1; }
     checked=$((checked + 1))
 done
+# A decode is built for a small cache and a large one, whose plans on sm_90a copy the tiles
+# otherwise: on pages of 16 keys row copies, and from 512 MiB tensor maps a page at a time. So
+# one request's shipped kernels are both, whole and split (4), its merge and its append.
+out=$("$cli" cache build --arch sm_90a --cache "$dir/large_decode.db" --decode 1 --group 4 \
+    --head-dim 128 --causal 0 --seqlen 8192 --paged 16 2>&1)
+status=$?
+echo "$out"
+[ $status -eq 0 ] && [ "$(echo "$out" | grep -c "cuda.decode.mma")" -eq 4 ] ||
+    { echo "FAIL: cache build --paged 16: expected 4 decode kernels (small and large caches)"; exit 1; }
+checked=$((checked + 1))
 # Chunks of prefill against pages on sm_90a: Hopper's forward copying the keys by pages (a tile a
 # copy on pages of 64 and 256, several pages a copy each on pages of 8 and 16), no spills (the
 # copying thread keeps its tile's page numbers), and the decode kernels on pages of 5.

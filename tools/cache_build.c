@@ -40,8 +40,10 @@ static int build_usage(FILE *f)
         "  kv head; what such calls run, whole and split (the decode kernel and the merge of\n"
         "  its splits); --paged P,... [0] k and v as a paged KV cache of P-key pages\n"
         "  (desc.page_table; 0: contiguous; page sizes share kernels but for whether a page\n"
-        "  holds whole key tiles: e.g. --paged 0,16,64), with the kernels that append to it\n"
-        "  (fj_kv_cache_append, _packed with --varlen; an FP8 cache's quantising one)\n"
+        "  holds whole key tiles, and on sm_90 its size below a tile: e.g. --paged 0,16,64),\n"
+        "  with the kernels that append to it (fj_kv_cache_append, _packed with --varlen; an\n"
+        "  FP8 cache's quantising one); each decode for one sequence and for a batch of 2 GiB\n"
+        "  of keys and values (large caches copy their tiles otherwise)\n"
         "Merges (fj_attention_merge) instead of the forward kernels: --merge N,... (states per\n"
         "  merge, 1 to 64), for each --dtype (states and result) and --lse\n"
         "Training: --backward also builds each request's backward kernels (fj_attention_backward;\n"
@@ -207,11 +209,11 @@ static void build_append_kernel(build_run *run, fj_dtype new_dtype, fj_dtype cac
     build_planned(run, fj__plan_append(&p, FJ_BACKEND_CUDA, &plan, &err), &err, &plan);
 }
 
-/* Plans a representative request of r's shape (one sequence, one head, 16-byte aligned
-** tensors: only what shapes the code matters) as a call would, and builds each kernel of the
-** plan. Returns 0, or -1 when the request is not valid. */
-static int build_request_kernels(build_run *run, const fj_device_info *dev, fj__mods *mods,
-                                 const build_request *r)
+/* Plans a representative request of r's shape (`batch` sequences, one kv head, 16-byte
+** aligned tensors: only what shapes the code matters) as a call would, and builds each kernel
+** of the plan. Returns 0, or -1 when the request is not valid. */
+static int build_request_at(build_run *run, const fj_device_info *dev, fj__mods *mods,
+                            const build_request *r, int64_t batch)
 {
     const int64_t s = r->seqlen;
     /* A decode's query rows and heads (q [1, rows, group, dim]), else s rows of one head; the
@@ -221,23 +223,27 @@ static int build_request_kernels(build_run *run, const fj_device_info *dev, fj__
     const int64_t keys = page ? pages * page : s, qb = (sq + 127) / 128, kb = (keys + 127) / 128;
     void *const fake = (void *)(uintptr_t)4096; /* never read: offline */
     const int nd = r->varlen ? 3 : 4;
-    /* [1, s, 1, dim] dense, or [s, 1, dim] packed. */
+    /* [batch, s, 1, dim] dense, or [batch * s, 1, dim] packed. */
     fj_tensor q = {.data = fake, .dtype = r->dtype, .ndim = nd};
     const int64_t row = 1024; /* elements between rows and heads: room for any head dim */
-    const int64_t shape4[4] = {1, s, 1, r->d}, stride4[4] = {s * row, row, row, 1};
+    const int64_t shape4[4] = {batch, s, 1, r->d}, stride4[4] = {s * row, row, row, 1};
     for (int i = 0; i < nd; i++) {
         q.shape[i] = shape4[i + 4 - nd];
         q.stride[i] = stride4[i + 4 - nd];
     }
+    q.shape[0] *= nd == 3 ? batch : 1;
     fj_tensor v = q;
     v.shape[nd - 1] = r->dv;
     if (!r->v_in_k) /* plans tell a view of k (MLA) by the address */
         v.data = (char *)fake + ((size_t)7 << 36);
+    /* [batch, 1, s], or [1, batch * s] packed */
     fj_tensor lse = {.data = fake, .dtype = FJ_DTYPE_F32, .ndim = nd - 1};
     for (int i = 0; i < nd - 1; i++) {
         lse.shape[i] = i == nd - 2 ? s : 1;
         lse.stride[i] = i == nd - 2 ? 1 : s;
     }
+    lse.shape[0] *= batch;
+    lse.stride[0] *= nd == 3 ? batch : 1;
     fj_attention_desc desc;
     fj_attention_desc_init(&desc);
     desc.causal = (int32_t)r->causal;
@@ -266,9 +272,9 @@ static int build_request_kernels(build_run *run, const fj_device_info *dev, fj__
                               .shape = {1, 1, qb, kb},
                               .stride = {qb * kb, qb * kb, kb, 1}};
     const fj_tensor cu = {
-        .data = fake, .dtype = FJ_DTYPE_I32, .ndim = 1, .shape = {2}, .stride = {1}};
+        .data = fake, .dtype = FJ_DTYPE_I32, .ndim = 1, .shape = {batch + 1}, .stride = {1}};
     const fj_tensor used = {
-        .data = fake, .dtype = FJ_DTYPE_I32, .ndim = 1, .shape = {1}, .stride = {1}};
+        .data = fake, .dtype = FJ_DTYPE_I32, .ndim = 1, .shape = {batch}, .stride = {1}};
     desc.alibi_slopes = r->alibi ? &alibi : NULL;
     desc.bias = r->bias ? &bias : NULL;
     desc.mask = r->mask ? &mask : NULL;
@@ -292,30 +298,31 @@ static int build_request_kernels(build_run *run, const fj_device_info *dev, fj__
         desc.q_descale = fj__dtype_fp8(r->dtype) ? &scale : NULL;
         desc.k_descale = desc.v_descale = &scale;
     }
-    if (r->decode_rows) { /* q and out [1, rows, group, dim], lse [1, group, rows] (packed:
-                           ** without the 1) */
+    if (r->decode_rows) { /* q and out [batch, rows, group, dim], lse [batch, group, rows]
+                           ** (packed: [batch * rows, group, dim] and [group, batch * rows]) */
         const int a = nd - 3; /* the rows' axis */
-        q.shape[a] = out.shape[a] = sq;
+        const int64_t rows = nd == 4 ? sq : batch * sq;
+        q.shape[a] = out.shape[a] = rows;
         q.shape[a + 1] = out.shape[a + 1] = hq;
         q.stride[0] = out.stride[0] = nd == 4 ? sq * hq * row : hq * row;
         q.stride[a] = out.stride[a] = hq * row;
         lse.shape[a] = hq;
-        lse.shape[a + 1] = sq;
-        lse.stride[0] = nd == 4 ? hq * sq : sq;
-        lse.stride[a] = sq;
+        lse.shape[a + 1] = rows;
+        lse.stride[0] = nd == 4 ? hq * sq : rows;
+        lse.stride[a] = rows;
     }
     const fj_tensor table = {.data = fake,
                              .dtype = FJ_DTYPE_I32,
                              .ndim = 2,
-                             .shape = {1, pages},
+                             .shape = {batch, pages},
                              .stride = {pages, 1}};
-    if (page) { /* k and v [pages, page, 1, dim] through a table [1, pages] */
+    if (page) { /* k and v [batch * pages, page, 1, dim] through a table [batch, pages] */
         for (fj_tensor *t = &k; t; t = t == &k ? &v : NULL) {
             const int64_t dim = t->shape[t->ndim - 1];
             *t = (fj_tensor){.data = t->data,
                              .dtype = t->dtype,
                              .ndim = 4,
-                             .shape = {pages, page, 1, dim},
+                             .shape = {batch * pages, page, 1, dim},
                              .stride = {page * row, row, row, 1}};
         }
         desc.page_table = &table;
@@ -366,6 +373,29 @@ static int build_request_kernels(build_run *run, const fj_device_info *dev, fj__
         }
     }
     return 0;
+}
+
+/* K + V of the large decode cache a decode request is also built at: the decode plans differ
+** by the cache's size (on sm_90 the tensor-core kernel's loaders, plan/decode.c's thresholds,
+** all below this), so a shipped cache holds the kernels of small and large caches alike. */
+#define LARGE_DECODE_CACHE_BYTES (1ll << 31)
+#define MAX_DECODE_BATCH 65535 /* the decode grid's batch dimension */
+
+/* Builds r's kernels (build_request_at) at one sequence and, a decode of at most
+** FJ__DECODE_MAX_SEQLEN_Q rows, at a batch of LARGE_DECODE_CACHE_BYTES. */
+static int build_request_kernels(build_run *run, const fj_device_info *dev, fj__mods *mods,
+                                 const build_request *r)
+{
+    if (build_request_at(run, dev, mods, r, 1) != 0)
+        return -1;
+    if (!r->decode_rows || r->decode_rows > FJ__DECODE_MAX_SEQLEN_Q)
+        return 0;
+    const int64_t per_sequence =
+        r->seqlen * (r->d + r->dv) * (int64_t)fj_dtype_size(r->kv_dtype);
+    int64_t batch = (LARGE_DECODE_CACHE_BYTES + per_sequence - 1) / per_sequence;
+    if (batch > MAX_DECODE_BATCH)
+        batch = MAX_DECODE_BATCH;
+    return batch > 1 ? build_request_at(run, dev, mods, r, batch) : 0;
 }
 
 /* Plans a merge of n states of dtype (the result too; lse written or not) as a call would, and
