@@ -176,7 +176,8 @@ static int choose_mma(const fj__features *f, const fj_device_info *dev, int64_t 
     /* An FP8 cache's rows (half the bytes) by cp.async too: by bulk copies they ran at
     ** 0.62-0.88x (H100, d 128, dense and paged, bench/RESULTS.md). */
     const int rows_64 = t.head_dim_pad == 64 && t.head_dim_v_pad == 64;
-    const int dense_bulk = (t.head_dim_pad == 128 && t.head_dim_v_pad == 128) || (tensor && rows_64);
+    const int dense_bulk =
+        (t.head_dim_pad == 128 && t.head_dim_v_pad == 128) || (tensor && rows_64);
     t.bulk = fj__sm_version(dev) >= 90 && !fp8 &&
              (f->paged || t.head_dim_pad > 128 || t.head_dim_v_pad > 128 ||
               (dense_bulk && cache_bytes >= dense_min));

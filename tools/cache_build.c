@@ -298,8 +298,9 @@ static int build_request_at(build_run *run, const fj_device_info *dev, fj__mods 
         desc.q_descale = fj__dtype_fp8(r->dtype) ? &scale : NULL;
         desc.k_descale = desc.v_descale = &scale;
     }
-    if (r->decode_rows) { /* q and out [batch, rows, group, dim], lse [batch, group, rows]
-                           ** (packed: [batch * rows, group, dim] and [group, batch * rows]) */
+    /* A decode: q and out [batch, rows, group, dim], lse [batch, group, rows] (packed:
+    ** [batch * rows, group, dim] and [group, batch * rows]). */
+    if (r->decode_rows) {
         const int a = nd - 3; /* the rows' axis */
         const int64_t rows = nd == 4 ? sq : batch * sq;
         q.shape[a] = out.shape[a] = rows;
@@ -390,8 +391,7 @@ static int build_request_kernels(build_run *run, const fj_device_info *dev, fj__
         return -1;
     if (!r->decode_rows || r->decode_rows > FJ__DECODE_MAX_SEQLEN_Q)
         return 0;
-    const int64_t per_sequence =
-        r->seqlen * (r->d + r->dv) * (int64_t)fj_dtype_size(r->kv_dtype);
+    const int64_t per_sequence = r->seqlen * (r->d + r->dv) * (int64_t)fj_dtype_size(r->kv_dtype);
     int64_t batch = (LARGE_DECODE_CACHE_BYTES + per_sequence - 1) / per_sequence;
     if (batch > MAX_DECODE_BATCH)
         batch = MAX_DECODE_BATCH;
