@@ -305,7 +305,8 @@ fj_attn_decode(
     ** periods of the swizzle, which TMA applies by shared-memory address), a copy a page and
     ** panel at row j * PAGE_ROWS of the panel. */
     constexpr u32 TILE_BYTES = (u32)(RING_SLOT * (int)sizeof(kv_t));
-%   if paged and page_rows < tile_n then
+%   local page_copies = paged and page_rows < tile_n -- a tile as several pages
+%   if page_copies then
     constexpr int PAGE_ROWS = ${page_rows}, PAGES = BN / PAGE_ROWS; /* copies a panel */
     /* thread 0's: the pages of the next tile's keys, looked up a tile ahead (past the
     ** sequence's keys its last page, whose table slot exists) */
@@ -330,7 +331,7 @@ fj_attn_decode(
             return;
         const u32 bar = bars + 8 * slot, dst = smem_addr(ring + slot * RING_SLOT);
         mbar_arrive_expect(bar, TILE_BYTES);
-%   if paged and page_rows < tile_n then
+%   if page_copies then
 #pragma unroll
         for (int j = 0; j < PAGES; j++)
             load_panels<DP>(dst + j * PAGE_ROWS * 128, &T.tm_k, bar, BN, 0, head_kv, next_page[j],

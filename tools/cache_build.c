@@ -237,13 +237,13 @@ static int build_request_at(build_run *run, const fj_device_info *dev, fj__mods 
     if (!r->v_in_k) /* plans tell a view of k (MLA) by the address */
         v.data = (char *)fake + ((size_t)7 << 36);
     /* [batch, 1, s], or [1, batch * s] packed */
+    const int64_t lse_rows = nd == 3 ? batch * s : s;
     fj_tensor lse = {.data = fake, .dtype = FJ_DTYPE_F32, .ndim = nd - 1};
     for (int i = 0; i < nd - 1; i++) {
-        lse.shape[i] = i == nd - 2 ? s : 1;
-        lse.stride[i] = i == nd - 2 ? 1 : s;
+        lse.shape[i] = i == nd - 2 ? lse_rows : 1;
+        lse.stride[i] = i == nd - 2 ? 1 : lse_rows;
     }
-    lse.shape[0] *= batch;
-    lse.stride[0] *= nd == 3 ? batch : 1;
+    lse.shape[0] = nd == 4 ? batch : lse.shape[0];
     fj_attention_desc desc;
     fj_attention_desc_init(&desc);
     desc.causal = (int32_t)r->causal;
