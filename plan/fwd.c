@@ -193,8 +193,8 @@ fj_status fj__plan_forward(const fj__features *f, const fj_device_info *dev, con
     s->block[0] = (uint32_t)v->threads;
     s->shared_bytes = fj__variant_dynamic_shared_bytes(v);
     const uint64_t m_blocks = (uint64_t)((f->seqlen_q + v->tile_m - 1) / v->tile_m);
-    if (v->path != FJ__PATH_WGMMA) {
-        s->grid[0] = (uint32_t)m_blocks;
+    if (v->path != FJ__PATH_WGMMA) { /* a block a query tile (and value slice) */
+        s->grid[0] = (uint32_t)(m_blocks * (uint64_t)fj__variant_dv_slices(v));
         s->grid[1] = (uint32_t)f->heads_q;
         s->grid[2] = (uint32_t)f->batch;
         return FJ_OK;

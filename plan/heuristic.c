@@ -15,8 +15,11 @@ int fj__sm_version(const fj_device_info *dev)
 
 static void plan_mma(fj__variant *v, const fj__features *f, const fj_device_info *dev)
 {
-    int32_t widest = v->head_dim_pad > v->head_dim_v_pad ? v->head_dim_pad : v->head_dim_v_pad;
     v->path = FJ__PATH_MMA;
+    /* Value dims beyond 256: equal slices of whole column pairs, a block each
+    ** (fj__variant_dv_slices); beyond 256 in q and k, wider Q and K tiles alone. */
+    v->head_dim_v_pad = fj__round_up(v->head_dim_v_pad, 16 * fj__dv_slices_of(v->head_dim_v_pad));
+    int32_t widest = v->head_dim_pad > v->head_dim_v_pad ? v->head_dim_pad : v->head_dim_v_pad;
     /* Up to d = 128: 128 rows, four warps of two m16 tiles (each K/V fragment read from shared
     ** memory feeds two mma). Beyond: 64 rows in four warps, or for long sequences 128 rows in
     ** eight warps of one m16 tile (FA2's d = 256 shape) where shared memory allows: on an H200
@@ -47,6 +50,11 @@ static void plan_mma(fj__variant *v, const fj__features *f, const fj_device_info
         v->tile_n /= 2;
     while (fj__variant_shared_bytes(v) > dev->local_memory && v->tile_m > 16 * v->warps)
         v->tile_m /= 2;
+    /* Then fewer warps (head dims beyond 256 in 99 KiB: 64 rows of Q alone take 73 KiB at 576). */
+    while (fj__variant_shared_bytes(v) > dev->local_memory && v->warps > 1) {
+        v->warps /= 2;
+        v->tile_m /= 2;
+    }
     v->threads = 32 * v->warps;
 }
 
@@ -417,7 +425,10 @@ static void choose_native(const fj__features *f, const fj_device_info *dev, cons
                        v->mask_ranges || v->block_mask;
     const int sixteen_bit = (f->q_dtype == FJ_DTYPE_F16 || f->q_dtype == FJ_DTYPE_BF16) &&
                             f->kv_dtype == f->q_dtype && f->out_dtype == f->q_dtype;
-    const int wide = v->head_dim_pad > 256 || v->head_dim_v_pad > 256; /* Hopper's kernel only */
+    /* Head dims beyond 256: Hopper's kernel, and mma.sync's in value slices where asked for by
+    ** "path=mma" (not yet run on a GPU; until then sm_80-89 keep the SIMT kernel). */
+    const int wide = v->head_dim_pad > 256 || v->head_dim_v_pad > 256;
+    const int mma_asked = config && strstr(config, "path=mma");
     /* FP8 q, k and v with a 16-bit out: Hopper's kernel only. */
     const int fp8 = fj__dtype_fp8((fj_dtype)f->q_dtype) && f->kv_dtype == f->q_dtype &&
                     (f->out_dtype == FJ_DTYPE_F16 || f->out_dtype == FJ_DTYPE_BF16);
@@ -431,8 +442,8 @@ static void choose_native(const fj__features *f, const fj_device_info *dev, cons
     /* "path=mma" in the override keeps Hopper on the mma.sync kernel (tests, comparisons). */
     const int wgmma = tensor_cores && wgmma_serves(f, dev) && pages_read &&
                       !(v->varlen && (fj__variant_element_masks(v) || v->bias || v->block_mask)) &&
-                      !(config && strstr(config, "path=mma"));
-    tensor_cores = wgmma || (tensor_cores && !fp8 && !wide && !extras && !v->varlen);
+                      !mma_asked;
+    tensor_cores = wgmma || (tensor_cores && !fp8 && (!wide || mma_asked) && !extras && !v->varlen);
     if (wgmma) {
         const fj__variant before = *v;
         v->paged = f->paged;
@@ -445,9 +456,15 @@ static void choose_native(const fj__features *f, const fj_device_info *dev, cons
             tensor_cores = 0;
             plan_simt(v, dev);
         }
-    } else if (tensor_cores)
+    } else if (tensor_cores) {
+        const fj__variant before = *v;
         plan_mma(v, f, dev);
-    else
+        if (!fj__variant_fits(v, dev)) { /* no tiles fit this device's shared memory: SIMT */
+            *v = before;
+            tensor_cores = 0;
+            plan_simt(v, dev);
+        }
+    } else
         plan_simt(v, dev);
     /* A development and tuning override, already validated when the context was made; a
     ** configuration that does not fit this request keeps the heuristic's. */

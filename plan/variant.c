@@ -288,9 +288,10 @@ uint32_t fj__variant_shared_bytes(const fj__variant *v)
                                   ** and two tile flags with element masks */
         return 4u * (uint32_t)(v->tile_n * (v->head_dim_pad + v->head_dim_v_pad)) +
                (fj__variant_element_masks(v) ? 8u : 0u);
-    /* Q [tile_m][d + 8], K [tile_n][d + 8], V [tile_n][dv + 8]. */
+    /* Q [tile_m][d + 8], K [tile_n][d + 8], V [tile_n][dv + 8] (dv: the block's value slice). */
+    const int32_t dv = v->head_dim_v_pad / fj__variant_dv_slices(v);
     return (uint32_t)(qs * v->tile_m * (v->head_dim_pad + 8) +
-                      kvs * v->tile_n * (v->head_dim_pad + 8 + v->head_dim_v_pad + 8));
+                      kvs * v->tile_n * (v->head_dim_pad + 8 + dv + 8));
 }
 
 uint32_t fj__variant_dynamic_shared_bytes(const fj__variant *v)
@@ -327,7 +328,7 @@ int fj__variant_decode_lanes(const fj__variant *v)
 
 int fj__variant_dv_slices(const fj__variant *v)
 {
-    if (v->family != FJ__FAMILY_FWD || v->path != FJ__PATH_WGMMA)
+    if (v->family != FJ__FAMILY_FWD || (v->path != FJ__PATH_WGMMA && v->path != FJ__PATH_MMA))
         return 1;
     return v->d_split ? 2 : fj__dv_slices_of(v->head_dim_v_pad);
 }
@@ -602,9 +603,14 @@ int fj__variant_fits(const fj__variant *v, const fj_device_info *dev)
                (uint64_t)v->ctas_per_sm * (fj__variant_shared_bytes(v) + 1024u) <=
                    dev->local_memory + 1024u;
     }
-    if (v->path == FJ__PATH_MMA)
+    if (v->path == FJ__PATH_MMA) {
+        /* attn_fwd_mma.cu.lua: value slices of whole column pairs, at most 256 columns */
+        const int slices = fj__variant_dv_slices(v), dv = v->head_dim_v_pad / slices;
         return v->warps >= 1 && v->tile_m % (16 * v->warps) == 0 && v->tile_n % 16 == 0 &&
-               v->threads == 32 * v->warps && fj__variant_shared_bytes(v) <= dev->local_memory;
+               v->threads == 32 * v->warps && dv % 16 == 0 && dv * slices == v->head_dim_v_pad &&
+               dv <= 256 && v->head_dim_pad <= FJ__MAX_HEAD_DIM &&
+               fj__variant_shared_bytes(v) <= dev->local_memory;
+    }
     /* SIMT: its local memory (at most 64 KiB on OpenCL and the 48 KiB of static shared memory
     ** on CUDA). */
     uint64_t budget = dev->local_memory ? dev->local_memory : 32768;

@@ -10,9 +10,15 @@
 % -- Key tiles run from last to first, so only the first few need per-element masking; tiles
 % -- outside the causal/window band are never loaded. Requires d, dv multiples of 8 and 16-byte
 % -- aligned rows (the planner falls back to the SIMT kernel otherwise).
+% -- Value dims beyond 256 (O's accumulators would not fit a thread) split into dv_slices equal
+% -- slices of whole m16n8 column pairs, a block each: each block computes S over every column
+% -- of q and k, and O for its slice (the slices of a query tile neighbours in the grid, which
+% -- then read its key and value tiles through L2 at about one time); the first slice writes
+% -- the lse. Head dims beyond 256 in q and k take only shared memory (Q and K tiles of d + 8
+% -- columns).
 % --
-% -- Parameters: dtype, head_dim_pad, head_dim_v_pad, tile_m, tile_n, warps, q_in_regs,
-% -- kk_unroll (unroll factor of the S = Q K^T k-loop, 0 = full), local_mask, softcap,
+% -- Parameters: dtype, head_dim_pad, head_dim_v_pad, dv_slices, tile_m, tile_n, warps,
+% -- q_in_regs, kk_unroll (unroll factor of the S = Q K^T k-loop, 0 = full), local_mask, softcap,
 % -- neg_scale, write_lse.
 % -- With a positive scale and no soft-capping, S stays unscaled: maxima are taken on raw scores
 % -- and the scale folds into one FFMA per element, exp2(s * scale - max * scale).
@@ -20,12 +26,18 @@
 % local mt = tile_m // (16 * warps)
 % assert(mt >= 1 and mt * 16 * warps == tile_m, "tile_m must be a multiple of 16 * warps")
 % assert(tile_n % 16 == 0 and head_dim_pad % 16 == 0 and head_dim_v_pad % 16 == 0, "tiles must be multiples of 16")
+% local slice_dv = head_dim_v_pad // dv_slices
+% assert(slice_dv * dv_slices == head_dim_v_pad and slice_dv % 16 == 0 and slice_dv <= 256,
+%        "value slices of whole column pairs, at most 256 columns")
+% local sliced = dv_slices > 1
+% -- The value columns of the block's slice inside the tensor (past them, padding).
+% local V_COLS = sliced and "v_cols" or "head_dim_v"
 % include("cuda_mma.lua")
 % include("cuda_attn_common.lua")
 % include("params.lua")
 % params_struct(args)
 
-% mma_tile_macros()
+% mma_tile_macros(slice_dv)
 #define MT ${mt}
 #define NT (BN / 8)
 #define KT (DP / 16)
@@ -49,11 +61,18 @@ fj_attn_fwd(
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int g = lane / 4, t = lane % 4; /* row group and column pair of mma fragments */
-% attn_block_origin()
+% attn_block_origin(dv_slices)
     q += batch * q_sb + head * q_sh;
     k += batch * k_sb + head_kv * k_sh;
+% if sliced then
+    v += batch * v_sb + head_kv * v_sh + slice * DVP;
+    out += batch * o_sb + head * o_sh + slice * DVP;
+    /* The slice's columns inside the tensor (a whole slice's: DVP, load_tile's fast path). */
+    const int v_cols = imin(head_dim_v - slice * DVP, DVP);
+% else
     v += batch * v_sb + head_kv * v_sh;
     out += batch * o_sb + head * o_sh;
+% end
     lse += batch * l_sb + head * l_sh;
     const int warp_row = m0 + warp * 16 * MT; /* first query row of this warp */
 
@@ -82,7 +101,7 @@ fj_attn_fwd(
         const int n0 = nb * BN;
         cp_async_wait_all();
         __syncthreads(); /* K(nb) (and Q) landed; every warp is done with V of the last tile */
-        load_tile<BN, DVP, VS>(sV, v, v_ss, n0, seqlen_k, head_dim_v);
+        load_tile<BN, DVP, VS>(sV, v, v_ss, n0, seqlen_k, ${V_COLS});
         cp_async_commit();
 
         /* S = Q K^T */
@@ -270,11 +289,11 @@ fj_attn_fwd(
 #pragma unroll
             for (int j = 0; j < OT; j++) {
                 const int col = j * 8 + 2 * t;
-                if (col < head_dim_v)
+                if (col < ${V_COLS})
                     *(u32 *)(out + row * o_ss + col) = pack2(o[i][j][2 * h] * inv, o[i][j][2 * h + 1] * inv);
             }
 % if write_lse then
-            if (t == 0)
+            if (t == 0${sliced and " && slice == 0" or ""})
                 lse[row * l_ss] = sum > 0.0f ? (TO_LOG2(row_max[i][h]) + lg2(sum)) * 0.693147180559945309f : NEG_INF;
 % end
         }

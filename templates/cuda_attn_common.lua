@@ -3,13 +3,21 @@
 % -- parameter block's fields by name (the kernels unpack them). Each function emits its text
 % -- where it is called.
 
-% -- The block's first query row m0, its head (and the key/value head it reads) and batch.
-% function attn_block_origin()
+% -- The block's first query row m0, its head (and the key/value head it reads) and batch; with
+% -- `slices` value slices (more than 1), also its slice: the slices of a query tile are
+% -- neighbours in x, so that they read its key and value tiles through L2 at about one time.
+% function attn_block_origin(slices)
+%   local x = "blockIdx.x"
+%   if slices and slices > 1 then
+%     x = "tile_x"
+    const int slice = blockIdx.x % ${slices}, tile_x = blockIdx.x / ${slices};
+    const int tiles_x = gridDim.x / ${slices};
+%   end
 % if local_mask then
     /* Heavy (late) query tiles first, so causal work is balanced across the grid. */
-    const int m0 = (gridDim.x - 1 - blockIdx.x) * BM;
+    const int m0 = (${x == "blockIdx.x" and "gridDim.x" or "tiles_x"} - 1 - ${x}) * BM;
 % else
-    const int m0 = blockIdx.x * BM;
+    const int m0 = ${x} * BM;
 % end
     const int head = blockIdx.y, batch = blockIdx.z;
     const int head_kv = head / (heads_q / heads_kv);

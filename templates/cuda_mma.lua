@@ -165,14 +165,15 @@ __device__ __forceinline__ float quad_sum(float x)
 }
 
 % -- The tile macros of a kernel of tile_m x tile_n tiles on `warps` warps and padded head dims:
-% -- BM, BN, THREADS, DP, DVP, and QS, VS, the row strides of q/k and v tiles in shared memory
-% -- (16 bytes of padding: ldmatrix without bank conflicts; fj__variant_shared_bytes counts them).
-% function mma_tile_macros()
+% -- BM, BN, THREADS, DP, DVP (`dv`, default head_dim_v_pad: a block's value columns), and QS,
+% -- VS, the row strides of q/k and v tiles in shared memory (16 bytes of padding: ldmatrix
+% -- without bank conflicts; fj__variant_shared_bytes counts them).
+% function mma_tile_macros(dv)
 #define BM ${tile_m}
 #define BN ${tile_n}
 #define THREADS ${warps * 32}
 #define DP ${head_dim_pad}
-#define DVP ${head_dim_v_pad}
+#define DVP ${dv or head_dim_v_pad}
 #define QS (DP + 8)
 #define VS (DVP + 8)
 % end

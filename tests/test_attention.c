@@ -130,6 +130,12 @@ static void test_wide_head_dims(void **state)
     void *seesaw = suite_context_with_env("FLASHJIT_CONFIG", "path=decode,warps=8");
     run_cases(&seesaw, cases, N);
     fj_context_destroy(seesaw);
+    /* Again on mma.sync's kernel in value slices (opt-in on every CUDA device; those with
+    ** masks, a bias, score terms or packed sequences stay on the SIMT kernel). */
+    printf("  with FLASHJIT_CONFIG=path=mma:\n");
+    void *slices = suite_context_with_env("FLASHJIT_CONFIG", "path=mma");
+    run_cases(&slices, cases, N);
+    fj_context_destroy(slices);
 }
 
 static void test_dtypes(void **state)

@@ -1419,7 +1419,8 @@ static void test_simt_forward_local_memory(void **state)
 ** recompute S, or asked for (d_split=1) a cluster pair splitting S's head dim where dv allows
 ** (d > 256, dv <= 512: halves of whole panels, so 576 pads to 640; v a view of k then takes
 ** its value tiles from K's); the grid counts every block of a work tile. Before Hopper the
-** SIMT kernel. */
+** SIMT kernel, or asked for (path=mma, on any CUDA device) mma.sync's kernel in value slices
+** of whole column pairs (dv padded to 16 a slice), a block each in the grid's x. */
 static void test_wide_forward_plans(void **state)
 {
     (void)state;
@@ -1446,6 +1447,13 @@ static void test_wide_forward_plans(void **state)
         {512, 512, &devs.sm86, NULL, FJ__PATH_SIMT, 0, 512, 512, 1},
         {576, 512, &devs.h200, "v_in_k", FJ__PATH_WGMMA, 0, 576, 512, 2},
         {576, 512, &devs.h200, "v_in_k,d_split=1", FJ__PATH_WGMMA, 1, 640, 512, 2},
+        {512, 512, &devs.sm86, "path=mma", FJ__PATH_MMA, 0, 512, 512, 2},
+        {576, 512, &devs.sm86, "path=mma", FJ__PATH_MMA, 0, 576, 512, 2},
+        {576, 576, &devs.sm86, "path=mma", FJ__PATH_MMA, 0, 576, 576, 3},
+        {264, 264, &devs.sm86, "path=mma", FJ__PATH_MMA, 0, 272, 288, 2},
+        {448, 192, &devs.sm86, "path=mma", FJ__PATH_MMA, 0, 448, 192, 1},
+        {136, 520, &devs.sm86, "path=mma", FJ__PATH_MMA, 0, 144, 528, 3},
+        {512, 512, &devs.h200, "path=mma", FJ__PATH_MMA, 0, 512, 512, 2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fj__features f = bwd_features(cases[i].d, cases[i].dv, FJ_DTYPE_BF16);
@@ -1460,12 +1468,24 @@ static void test_wide_forward_plans(void **state)
         assert_int_equal(v.v_in_k, f.v_in_k && v.d_split);
         const int slices = fj__variant_dv_slices(&v);
         if (v.path != cases[i].path || v.d_split != cases[i].d_split ||
-            (v.path == FJ__PATH_WGMMA &&
+            (v.path != FJ__PATH_SIMT &&
              (v.head_dim_pad != cases[i].d_pad || v.head_dim_v_pad != cases[i].dv_pad)) ||
             slices != cases[i].slices)
             fail_msg("case %zu: path %d, d_split %d, dims %d / %d, %d slices", i, v.path,
                      v.d_split, v.head_dim_pad, v.head_dim_v_pad, slices);
         assert_true(fj__variant_fits(&v, cases[i].dev));
+        if (v.path == FJ__PATH_MMA) {
+            assert_true(v.head_dim_v_pad / slices <= 256 && (v.head_dim_v_pad / slices) % 16 == 0);
+            assert_true(fj__variant_shared_bytes(&v) <= cases[i].dev->local_memory);
+            fj__plan plan;
+            fj__err err = {{0}};
+            assert_int_equal(fj__plan_forward(&f, cases[i].dev, &v, &plan, &err), FJ_OK);
+            const fj__step *s = &plan.steps[plan.main_step];
+            assert_int_equal(s->grid[0], (f.seqlen_q + v.tile_m - 1) / v.tile_m * slices);
+            assert_int_equal(s->grid[1], f.heads_q);
+            assert_int_equal(s->shared_bytes, fj__variant_shared_bytes(&v));
+            continue;
+        }
         if (v.path != FJ__PATH_WGMMA)
             continue;
         assert_int_equal(v.tile_m, 64);
