@@ -1474,30 +1474,23 @@ static void test_wide_forward_plans(void **state)
             fail_msg("case %zu: path %d, d_split %d, dims %d / %d, %d slices", i, v.path,
                      v.d_split, v.head_dim_pad, v.head_dim_v_pad, slices);
         assert_true(fj__variant_fits(&v, cases[i].dev));
-        if (v.path == FJ__PATH_MMA) {
-            assert_true(v.head_dim_v_pad / slices <= 256 && (v.head_dim_v_pad / slices) % 16 == 0);
-            assert_true(fj__variant_shared_bytes(&v) <= cases[i].dev->local_memory);
-            fj__plan plan;
-            fj__err err = {{0}};
-            assert_int_equal(fj__plan_forward(&f, cases[i].dev, &v, &plan, &err), FJ_OK);
-            const fj__step *s = &plan.steps[plan.main_step];
-            assert_int_equal(s->grid[0], (f.seqlen_q + v.tile_m - 1) / v.tile_m * slices);
-            assert_int_equal(s->grid[1], f.heads_q);
-            assert_int_equal(s->shared_bytes, fj__variant_shared_bytes(&v));
+        if (v.path == FJ__PATH_SIMT)
             continue;
-        }
-        if (v.path != FJ__PATH_WGMMA)
-            continue;
-        assert_int_equal(v.tile_m, 64);
-        assert_int_equal(v.persistent, 0);
-        assert_true(v.head_dim_v_pad / slices <= 256 && (v.head_dim_v_pad / slices) % 64 == 0);
+        /* Slices of whole column pairs (mma.sync) or panels (Hopper), at most 256 columns. */
+        const int dv = v.head_dim_v_pad / slices;
+        assert_true(dv <= 256 && dv % (v.path == FJ__PATH_MMA ? 16 : 64) == 0);
         assert_true(fj__variant_shared_bytes(&v) <= cases[i].dev->local_memory);
+        if (v.path == FJ__PATH_WGMMA) {
+            assert_int_equal(v.tile_m, 64);
+            assert_int_equal(v.persistent, 0);
+        }
         fj__plan plan;
         fj__err err = {{0}};
         assert_int_equal(fj__plan_forward(&f, cases[i].dev, &v, &plan, &err), FJ_OK);
         const fj__step *s = &plan.steps[plan.main_step];
-        const int64_t work = (f.seqlen_q + 63) / 64 * f.heads_q * f.batch * slices;
-        assert_int_equal(s->grid[0], work);
+        /* a block a query tile and slice: mma.sync's grid (x, heads, batch), Hopper's work tiles */
+        const int64_t tiles = (f.seqlen_q + v.tile_m - 1) / v.tile_m * slices;
+        assert_int_equal(s->grid[0], v.path == FJ__PATH_MMA ? tiles : tiles * f.heads_q * f.batch);
         assert_int_equal(s->shared_bytes, fj__variant_shared_bytes(&v));
     }
 }
