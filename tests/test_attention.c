@@ -115,6 +115,8 @@ static void test_wide_head_dims(void **state)
     cases[13].layout = FJH_LAYOUT_BHSD;
     cases[14].layout = FJH_LAYOUT_PADDED;
     cases[14].alibi = 1;
+    /* (Under FLASHJIT_CONFIG=path=mma, test_attention_cuda_mma, the dense ones run on mma.sync's
+    ** kernel in value slices, opt-in.) */
     run_cases(state, cases, N);
     if (FJ_TEST_BACKEND != FJ_BACKEND_CUDA)
         return;
@@ -130,12 +132,6 @@ static void test_wide_head_dims(void **state)
     void *seesaw = suite_context_with_env("FLASHJIT_CONFIG", "path=decode,warps=8");
     run_cases(&seesaw, cases, N);
     fj_context_destroy(seesaw);
-    /* Again on mma.sync's kernel in value slices (opt-in on every CUDA device; those with
-    ** masks, a bias, score terms or packed sequences stay on the SIMT kernel). */
-    printf("  with FLASHJIT_CONFIG=path=mma:\n");
-    void *slices = suite_context_with_env("FLASHJIT_CONFIG", "path=mma");
-    run_cases(&slices, cases, N);
-    fj_context_destroy(slices);
 }
 
 static void test_dtypes(void **state)
