@@ -31,17 +31,27 @@ fj_attn_classify(
     MASK_CTX(mc, P.mask, batch, head, P.seqlen_q, P.seqlen_k);
     const int q0 = qb * CLS, k0 = kb * CLS;
     const int rows = I_MIN(CLS, P.seqlen_q - q0), cols = I_MIN(CLS, P.seqlen_k - k0);
-    /* A work-item per key and every (THREADS / CLS)-th row: consecutive work-items take
-    ** consecutive keys of a row (coalesced mask loads), a key's own terms stay in registers
-    ** from row to row, and no index is divided per element. Each stops once it has seen both
-    ** kinds. */
+    /* A work-item per key and every STEP-th row: consecutive work-items take consecutive keys
+    ** of a row (coalesced mask loads), a key's own terms stay in registers from row to row,
+    ** and no index is divided per element. ROWS rows at a time, their masks evaluated before
+    ** any is looked at (a row past the block's clamped to its last, its result dropped), so
+    ** that what they load issues together rather than a row's after the last row's test. Each
+    ** stops once it has seen both kinds. */
+#define STEP (THREADS / CLS)
+#define ROWS 8
     const int key = tid % CLS;
     bool kept = false, masked = false;
-    for (int r = tid / CLS; key < cols && r < rows && !(kept && masked); r += THREADS / CLS) {
-        if (fj_keeps(mc, q0 + r, k0 + key))
-            kept = true;
-        else
-            masked = true;
+    for (int r = tid / CLS; key < cols && r < rows && !(kept && masked); r += ROWS * STEP) {
+        bool keeps[ROWS];
+#pragma unroll
+        for (int i = 0; i < ROWS; i++)
+            keeps[i] = fj_keeps(mc, q0 + I_MIN(r + i * STEP, rows - 1), k0 + key);
+#pragma unroll
+        for (int i = 0; i < ROWS; i++)
+            if (r + i * STEP < rows) {
+                kept = kept || keeps[i];
+                masked = masked || !keeps[i];
+            }
     }
     if (kept)
         LOCAL_FLAG_SET(any_kept);

@@ -639,12 +639,16 @@ __device__ __forceinline__ void softmax_tile(float *sc, consumer_state &st,
 % end
 % if element_masks then
     /* A block of class 1: the element masks apply. Key by key, so that what a key's masks
-    ** read (its ranges) serves both rows. */
+    ** read (its ranges) serves both rows.${mask_tensor and "" or [[ Every element's masks are evaluated, rows and keys
+    ** past the ends clamped to the last ones (their results dropped), so that what they load
+    ** (mod_args, ranges: a few words a row or key) issues together rather than each behind its
+    ** bounds' branch. (A mask tensor's word an element, all in flight, spilled 4-92 bytes.)]]} */
     if (mask.elem) {
 #pragma unroll
         for (int j = 0; j < BN / 8; j++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
+%   if mask_tensor then
                 const int key = n0 + 2 * t + 8 * j + e;
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
@@ -652,6 +656,16 @@ __device__ __forceinline__ void softmax_tile(float *sc, consumer_state &st,
                     if (row < mc.sq && key < mc.sk && !fj_keeps(mc, row, key))
                         sc[4 * j + 2 * h + e] = NEG_INF;
                 }
+%   else
+                const int key = n0 + 2 * t + 8 * j + e, key_in = imax(0, imin(key, mc.sk - 1));
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int row = warp_row + g + h * 8;
+                    const bool keeps = fj_keeps(mc, imax(0, imin(row, mc.sq - 1)), key_in);
+                    if (row < mc.sq && key < mc.sk && !keeps)
+                        sc[4 * j + 2 * h + e] = NEG_INF;
+                }
+%   end
             }
     }
 % end
