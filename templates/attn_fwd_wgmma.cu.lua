@@ -639,10 +639,13 @@ __device__ __forceinline__ void softmax_tile(float *sc, consumer_state &st,
 % end
 % if element_masks then
     /* A block of class 1: the element masks apply. Key by key, so that what a key's masks
-    ** read (its ranges) serves both rows.${mask_tensor and "" or [[ Every element's masks are evaluated, rows and keys
-    ** past the ends clamped to the last ones (their results dropped), so that what they load
-    ** (mod_args, ranges: a few words a row or key) issues together rather than each behind its
-    ** bounds' branch. (A mask tensor's word an element, all in flight, spilled 4-92 bytes.)]]} */
+    ** read (its ranges) serves both rows. */
+%   if not mask_tensor then
+    /* Every element's masks are evaluated, rows and keys past the ends clamped to the last ones
+    ** (their results dropped), so that what they load (mod_args, ranges: a few words a row or
+    ** key) issues together rather than each behind its bounds' branch. (A mask tensor's word
+    ** an element, all in flight, spilled 4-92 bytes: it keeps the branches.) */
+%   end
     if (mask.elem) {
 #pragma unroll
         for (int j = 0; j < BN / 8; j++)
