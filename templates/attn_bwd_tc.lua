@@ -276,19 +276,14 @@ static_assert(2 * (BN * (QS + VS) + 2 * QG_ELEMS) + 16 * BM ${extra and ("+ " ..
 % end
 
 % -- The lse (log2 units; +inf for rows past the end or that see nothing) and D of stream item
-% -- i's rows into buffer b of sLD ([2][2][BM] floats: per buffer, lse then D): stage 1's lse2
-% -- and D by cp.async (in the tile's group, so no thread waits on them here), a word a thread;
-% -- rows past the end stored directly. Goes inside the kernel's `issue(i, b)`, after `head` and
-% -- `m0` are declared.
+% -- i's rows into buffer b of sLD ([2][2][BM] floats: per buffer, lse then D). Goes inside the
+% -- kernel's `issue(i, b)`, after `head` and `m0` are declared.
 % function bwd_load_lse_delta()
-        for (int r = tid; r < 2 * BM; r += THREADS) {
-            const int row = m0 + r % BM;
-            float *dst = sLD + 2 * BM * b + r;
-            const long long at = (long long)(batch * heads_q + head) * d_rows + row;
-            if (row < seqlen_q)
-                cp_async4(smem_addr(dst), (r < BM ? P.lse2 : P.delta) + at, 4);
-            else
-                *dst = r < BM ? POS_INF : 0.0f;
+        for (int r = tid; r < BM; r += THREADS) {
+            const int row = m0 + r;
+            const float l = row < seqlen_q ? lse[head * l_sh + row * l_ss] : NEG_INF;
+            sLD[2 * BM * b + r] = l == NEG_INF ? POS_INF : l * LOG2E;
+            sLD[2 * BM * b + BM + r] = row < seqlen_q ? delta[(long long)head * d_rows + row] : 0.0f;
         }
 % end
 
