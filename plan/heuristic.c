@@ -426,7 +426,7 @@ static void choose_native(const fj__features *f, const fj_device_info *dev, cons
     const int sixteen_bit = (f->q_dtype == FJ_DTYPE_F16 || f->q_dtype == FJ_DTYPE_BF16) &&
                             f->kv_dtype == f->q_dtype && f->out_dtype == f->q_dtype;
     /* Head dims beyond 256: Hopper's kernel, and mma.sync's in value slices where asked for by
-    ** "path=mma" (not yet run on a GPU; until then sm_80-89 keep the SIMT kernel). */
+    ** "path=mma" (checked on an H100, not yet on sm_80-89, which keep the SIMT kernel). */
     const int wide = v->head_dim_pad > 256 || v->head_dim_v_pad > 256;
     const int mma_asked = config && strstr(config, "path=mma");
     /* FP8 q, k and v with a 16-bit out: Hopper's kernel only. */
