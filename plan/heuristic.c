@@ -444,28 +444,22 @@ static void choose_native(const fj__features *f, const fj_device_info *dev, cons
                       !(v->varlen && (fj__variant_element_masks(v) || v->bias || v->block_mask)) &&
                       !mma_asked;
     tensor_cores = wgmma || (tensor_cores && !fp8 && (!wide || mma_asked) && !extras && !v->varlen);
+    const fj__variant before = *v;
     if (wgmma) {
-        const fj__variant before = *v;
         v->paged = f->paged;
         plan_wgmma(v, f, dev, config);
         set_page_rows(v, f);
-        if ((fp8 && !fj__variant_fits(v, dev)) || (v->paged && !v->page_rows)) {
-            /* no FP8 tiles fit this device, or the pages no tiles: SIMT (the decode kernels
-            ** take a paged cache) */
-            *v = before;
-            tensor_cores = 0;
-            plan_simt(v, dev);
-        }
+        /* no FP8 tiles fit this device, or the pages no tiles: SIMT (the decode kernels take a
+        ** paged cache) */
+        tensor_cores = !((fp8 && !fj__variant_fits(v, dev)) || (v->paged && !v->page_rows));
     } else if (tensor_cores) {
-        const fj__variant before = *v;
         plan_mma(v, f, dev);
-        if (!fj__variant_fits(v, dev)) { /* no tiles fit this device's shared memory: SIMT */
-            *v = before;
-            tensor_cores = 0;
-            plan_simt(v, dev);
-        }
-    } else
+        tensor_cores = fj__variant_fits(v, dev); /* else no tiles fit the shared memory: SIMT */
+    }
+    if (!tensor_cores) {
+        *v = before;
         plan_simt(v, dev);
+    }
     /* A development and tuning override, already validated when the context was made; a
     ** configuration that does not fit this request keeps the heuristic's. */
     fj__variant tuned = *v;

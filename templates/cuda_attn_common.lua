@@ -7,15 +7,15 @@
 % -- `slices` value slices (more than 1), also its slice: the slices of a query tile are
 % -- neighbours in x, so that they read its key and value tiles through L2 at about one time.
 % function attn_block_origin(slices)
-%   local x = "blockIdx.x"
+%   local x, tiles = "blockIdx.x", "gridDim.x" -- the block's query tile, and their count
 %   if slices and slices > 1 then
-%     x = "tile_x"
+%     x, tiles = "tile_x", "tiles_x"
     const int slice = blockIdx.x % ${slices}, tile_x = blockIdx.x / ${slices};
     const int tiles_x = gridDim.x / ${slices};
 %   end
 % if local_mask then
     /* Heavy (late) query tiles first, so causal work is balanced across the grid. */
-    const int m0 = (${x == "blockIdx.x" and "gridDim.x" or "tiles_x"} - 1 - ${x}) * BM;
+    const int m0 = (${tiles} - 1 - ${x}) * BM;
 % else
     const int m0 = ${x} * BM;
 % end
