@@ -425,25 +425,27 @@ static void choose_native(const fj__features *f, const fj_device_info *dev, cons
                        v->mask_ranges || v->block_mask;
     const int sixteen_bit = (f->q_dtype == FJ_DTYPE_F16 || f->q_dtype == FJ_DTYPE_BF16) &&
                             f->kv_dtype == f->q_dtype && f->out_dtype == f->q_dtype;
-    /* Head dims beyond 256: Hopper's kernel, and mma.sync's in value slices where asked for by
-    ** "path=mma" (checked on an H100, not yet on sm_80-89, which keep the SIMT kernel). */
-    const int wide = v->head_dim_pad > 256 || v->head_dim_v_pad > 256;
+    /* "path=mma" in the override keeps Hopper on the mma.sync kernel, "path=simt" any device on
+    ** the SIMT one (tests, comparisons). */
     const int mma_asked = config && strstr(config, "path=mma");
+    const int simt_asked = config && strstr(config, "path=simt");
     /* FP8 q, k and v with a 16-bit out: Hopper's kernel only. */
     const int fp8 = fj__dtype_fp8((fj_dtype)f->q_dtype) && f->kv_dtype == f->q_dtype &&
                     (f->out_dtype == FJ_DTYPE_F16 || f->out_dtype == FJ_DTYPE_BF16);
-    int tensor_cores = dev->backend == FJ_BACKEND_CUDA && fj__sm_version(dev) >= 80 &&
+    int tensor_cores = dev->backend == FJ_BACKEND_CUDA && fj__sm_version(dev) >= 80 && !simt_asked &&
                        (sixteen_bit || fp8) && f->rows_16b[FJ__T_Q] && f->rows_16b[FJ__T_K] &&
                        f->rows_16b[FJ__T_V] && f->rows_16b[FJ__T_OUT];
     /* A paged cache (chunks of prefill against it): Hopper's kernel reads the pages for 16-bit
     ** data to head dims 256 without score terms or masks beyond the band; the decode kernels
     ** take the rest. */
+    const int wide = v->head_dim_pad > 256 || v->head_dim_v_pad > 256;
     const int pages_read = !f->paged || (sixteen_bit && !extras && !wide);
-    /* "path=mma" in the override keeps Hopper on the mma.sync kernel (tests, comparisons). */
     const int wgmma = tensor_cores && wgmma_serves(f, dev) && pages_read &&
                       !(v->varlen && (fj__variant_element_masks(v) || v->bias || v->block_mask)) &&
                       !mma_asked;
-    tensor_cores = wgmma || (tensor_cores && !fp8 && (!wide || mma_asked) && !extras && !v->varlen);
+    /* Before Hopper, head dims beyond 256 too: mma.sync's kernel in value slices (plan_mma),
+    ** where its tiles fit the shared memory. */
+    tensor_cores = wgmma || (tensor_cores && !fp8 && !extras && !v->varlen);
     const fj__variant before = *v;
     if (wgmma) {
         v->paged = f->paged;

@@ -1418,9 +1418,9 @@ static void test_simt_forward_local_memory(void **state)
 /* Forwards with head dims beyond 256: on Hopper's kernel, value slices of at most 256 that
 ** recompute S, or asked for (d_split=1) a cluster pair splitting S's head dim where dv allows
 ** (d > 256, dv <= 512: halves of whole panels, so 576 pads to 640; v a view of k then takes
-** its value tiles from K's); the grid counts every block of a work tile. Before Hopper the
-** SIMT kernel, or asked for (path=mma, on any CUDA device) mma.sync's kernel in value slices
-** of whole column pairs (dv padded to 16 a slice), a block each in the grid's x. */
+** its value tiles from K's); the grid counts every block of a work tile. Before Hopper (and
+** on any CUDA device asked for by path=mma) mma.sync's kernel in value slices of whole column
+** pairs (dv padded to 16 a slice), a block each in the grid's x; path=simt the SIMT kernel. */
 static void test_wide_forward_plans(void **state)
 {
     (void)state;
@@ -1444,7 +1444,10 @@ static void test_wide_forward_plans(void **state)
         {264, 264, &devs.h200, "d_split=1", FJ__PATH_WGMMA, 1, 384, 384, 2},
         {576, 576, &devs.h200, "d_split=1", FJ__PATH_WGMMA, 0, 576, 576, 3}, /* 288 a block */
         {128, 512, &devs.h200, "d_split=1", FJ__PATH_WGMMA, 0, 128, 512, 2}, /* d <= 256 */
-        {512, 512, &devs.sm86, NULL, FJ__PATH_SIMT, 0, 512, 512, 1},
+        {512, 512, &devs.sm86, NULL, FJ__PATH_MMA, 0, 512, 512, 2},
+        {576, 512, &devs.sm86, NULL, FJ__PATH_MMA, 0, 576, 512, 2},
+        {512, 512, &devs.sm86, "path=simt", FJ__PATH_SIMT, 0, 512, 512, 1},
+        {512, 512, &devs.h200, "path=simt", FJ__PATH_SIMT, 0, 512, 512, 1},
         {576, 512, &devs.h200, "v_in_k", FJ__PATH_WGMMA, 0, 576, 512, 2},
         {576, 512, &devs.h200, "v_in_k,d_split=1", FJ__PATH_WGMMA, 1, 640, 512, 2},
         {512, 512, &devs.sm86, "path=mma", FJ__PATH_MMA, 0, 512, 512, 2},
