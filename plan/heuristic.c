@@ -432,9 +432,9 @@ static void choose_native(const fj__features *f, const fj_device_info *dev, cons
     /* FP8 q, k and v with a 16-bit out: Hopper's kernel only. */
     const int fp8 = fj__dtype_fp8((fj_dtype)f->q_dtype) && f->kv_dtype == f->q_dtype &&
                     (f->out_dtype == FJ_DTYPE_F16 || f->out_dtype == FJ_DTYPE_BF16);
-    int tensor_cores = dev->backend == FJ_BACKEND_CUDA && fj__sm_version(dev) >= 80 && !simt_asked &&
-                       (sixteen_bit || fp8) && f->rows_16b[FJ__T_Q] && f->rows_16b[FJ__T_K] &&
-                       f->rows_16b[FJ__T_V] && f->rows_16b[FJ__T_OUT];
+    int tensor_cores = dev->backend == FJ_BACKEND_CUDA && fj__sm_version(dev) >= 80 &&
+                       !simt_asked && (sixteen_bit || fp8) && f->rows_16b[FJ__T_Q] &&
+                       f->rows_16b[FJ__T_K] && f->rows_16b[FJ__T_V] && f->rows_16b[FJ__T_OUT];
     /* A paged cache (chunks of prefill against it): Hopper's kernel reads the pages for 16-bit
     ** data to head dims 256 without score terms or masks beyond the band; the decode kernels
     ** take the rest. */
