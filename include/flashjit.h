@@ -356,10 +356,10 @@ FJ_API void fj_attention_desc_init(fj_attention_desc *desc);
 ** requests on CUDA (more than 16 query rows) through 16-bit copies of q, k and v in the
 ** workspace (descale factors folded in) and the 16-bit forward; the rest on the SIMT forward;
 ** an FP8 KV cache on the portable decode kernel; FP8 has no backward.
-** head_dim and head_dim_v are 1..576 and may differ (on
-** tensor cores: up to 576 on Hopper's kernel; before Hopper up to 256, and beyond in value
-** slices where their tiles fit the shared memory, else on the SIMT forward). Accumulation is in float32 (Hopper's tensor cores add FP8 products with
-** about 13 bits of mantissa before they reach it).
+** head_dim and head_dim_v are 1..576 and may differ (on tensor cores: up to 576 on Hopper's
+** kernel; before Hopper up to 256, and beyond in value slices where their tiles fit the shared
+** memory, else on the SIMT forward). Accumulation is in float32 (Hopper's tensor cores add FP8
+** products with about 13 bits of mantissa before they reach it).
 ** stream is the backend's queue: a CUstream for CUDA (NULL: the default stream), a
 ** cl_command_queue for OpenCL (NULL: the context's own queue). The call is asynchronous with
 ** respect to the host; fj_synchronize() waits.

@@ -651,14 +651,16 @@ __device__ __forceinline__ void softmax_tile(float *sc, consumer_state &st,
         for (int j = 0; j < BN / 8; j++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                const int key = n0 + 2 * t + 8 * j + e${mask_tensor and "" or ", key_in = imax(0, imin(key, mc.sk - 1))"};
+                const int key = n0 + 2 * t + 8 * j + e, key_in = imax(0, imin(key, mc.sk - 1));
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const int row = warp_row + g + h * 8;
-%   if not mask_tensor then
+%   if mask_tensor then
+                    if (row < mc.sq && key < mc.sk && !fj_keeps(mc, row, key))
+%   else
                     const bool keeps = fj_keeps(mc, imax(0, imin(row, mc.sq - 1)), key_in);
+                    if (row < mc.sq && key < mc.sk && !keeps)
 %   end
-                    if (row < mc.sq && key < mc.sk && !${mask_tensor and "fj_keeps(mc, row, key)" or "keeps"})
                         sc[4 * j + 2 * h + e] = NEG_INF;
                 }
             }
